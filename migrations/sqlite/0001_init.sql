@@ -1,0 +1,78 @@
+-- agentid schema, SQLite. Times are Unix milliseconds.
+
+CREATE TABLE orgs (
+    id                 TEXT PRIMARY KEY,
+    name               TEXT NOT NULL,
+    plan               TEXT NOT NULL,
+    verify_limit       INTEGER NOT NULL,
+    other_limit        INTEGER NOT NULL,
+    max_expiry_seconds INTEGER NOT NULL,
+    created_at         INTEGER NOT NULL
+);
+
+-- Keys are stored only as SHA-256 of the whole key; `hint` is the prefix and last 4 characters.
+CREATE TABLE api_keys (
+    key_hash    BLOB PRIMARY KEY,
+    org_id      TEXT NOT NULL REFERENCES orgs (id),
+    kind        TEXT NOT NULL CHECK (kind IN ('secret', 'publishable')),
+    mode        TEXT NOT NULL CHECK (mode IN ('live', 'test')),
+    hint        TEXT NOT NULL,
+    created_at  INTEGER NOT NULL,
+    disabled_at INTEGER
+);
+
+CREATE TABLE agents (
+    id                 TEXT PRIMARY KEY,
+    org_id             TEXT NOT NULL REFERENCES orgs (id),
+    mode               TEXT NOT NULL CHECK (mode IN ('live', 'test')),
+    name               TEXT NOT NULL,
+    issuer_domain      TEXT NOT NULL,
+    description        TEXT NOT NULL,
+    scopes             TEXT NOT NULL, -- JSON array of strings
+    created_at         INTEGER NOT NULL,
+    issued_at          INTEGER NOT NULL,
+    expires_at         INTEGER NOT NULL,
+    revoked_at         INTEGER,
+    revocation_reason  TEXT,
+    verification_count INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX agents_by_org ON agents (org_id, mode, id);
+CREATE INDEX agents_revoked ON agents (id) WHERE revoked_at IS NOT NULL;
+
+-- One hash chain per ledger (org_id, mode); org_id '' is the service's own ledger.
+CREATE TABLE audit_log (
+    org_id         TEXT NOT NULL,
+    mode           TEXT NOT NULL,
+    seq            INTEGER NOT NULL,
+    id             TEXT NOT NULL,
+    agent_id       TEXT NOT NULL,
+    result         TEXT NOT NULL CHECK (result IN ('valid', 'invalid', 'expired', 'revoked')),
+    failure_reason TEXT,
+    latency_us     INTEGER NOT NULL,
+    requested_at   INTEGER NOT NULL,
+    prev_hash      BLOB NOT NULL,
+    hash           BLOB NOT NULL,
+    PRIMARY KEY (org_id, mode, seq)
+) WITHOUT ROWID;
+CREATE INDEX audit_by_agent ON audit_log (org_id, mode, agent_id, seq);
+CREATE INDEX audit_by_result ON audit_log (org_id, mode, result, seq);
+CREATE INDEX audit_by_agent_result ON audit_log (org_id, mode, agent_id, result, seq);
+
+CREATE TRIGGER audit_log_no_update BEFORE UPDATE ON audit_log
+BEGIN
+    SELECT RAISE(ABORT, 'audit_log is append-only');
+END;
+CREATE TRIGGER audit_log_no_delete BEFORE DELETE ON audit_log
+BEGIN
+    SELECT RAISE(ABORT, 'audit_log is append-only');
+END;
+
+-- Exact totals for GET /v1/log without scanning: '' in agent_id or result means "any".
+CREATE TABLE audit_counts (
+    org_id   TEXT NOT NULL,
+    mode     TEXT NOT NULL,
+    agent_id TEXT NOT NULL,
+    result   TEXT NOT NULL,
+    n        INTEGER NOT NULL,
+    PRIMARY KEY (org_id, mode, agent_id, result)
+) WITHOUT ROWID;

@@ -1,0 +1,124 @@
+//! Wiring: key ring, store, engine and HTTP server. Tests build the same application on
+//! port 0 with their own database.
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+
+use actix_web::dev::{Server, ServerHandle};
+use actix_web::{web, HttpServer};
+
+use crate::config::Config;
+use crate::domain::Plan;
+use crate::engine::admin::{self, CreatedOrg};
+use crate::engine::{Engine, EngineConfig};
+use crate::http::{self, AppState};
+use crate::store::{self, StoreError};
+use crate::token::{KeyError, KeyRing};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    #[error("cannot open the database: {0}")]
+    Store(#[from] StoreError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: String, source: std::io::Error },
+}
+
+pub struct Application {
+    addr: SocketAddr,
+    public_url: String,
+    server: Server,
+    engine: Arc<Engine>,
+    /// Set when this start created the signing key.
+    pub created_signing_key: bool,
+    /// Set when this start created the default organization (its keys are shown once).
+    pub bootstrapped: Option<CreatedOrg>,
+}
+
+impl Application {
+    /// Opens everything and starts accepting connections. Must run inside an actix system.
+    pub async fn build(cfg: Config) -> Result<Application, StartError> {
+        let (keys, created_signing_key) = KeyRing::load_or_create(&cfg.signing_key_file)?;
+        let store = store::connect(&cfg.database_url, &cfg.store).await?;
+        let bootstrapped = if cfg.bootstrap && store.count_orgs().await? == 0 {
+            let plan = Plan::Developer;
+            let limits = plan.default_limits().expect("developer has defaults");
+            Some(admin::create_org(&store, "default", plan, limits).await?)
+        } else {
+            None
+        };
+        let engine = Arc::new(
+            Engine::start(
+                store,
+                Arc::new(keys),
+                EngineConfig {
+                    writer: cfg.writer.clone(),
+                },
+            )
+            .await?,
+        );
+
+        let bind_err = |source| StartError::Bind {
+            addr: cfg.bind.clone(),
+            source,
+        };
+        let listener = TcpListener::bind(&cfg.bind).map_err(bind_err)?;
+        let addr = listener.local_addr().map_err(bind_err)?;
+        let public_url = cfg
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{addr}"))
+            .trim_end_matches('/')
+            .to_owned();
+        let state = web::Data::new(AppState {
+            engine: engine.clone(),
+            public_url: public_url.clone(),
+        });
+        let mut server = HttpServer::new(move || http::app(state.clone()))
+            .shutdown_timeout(cfg.shutdown_timeout.as_secs())
+            .listen(listener)
+            .map_err(bind_err)?;
+        if let Some(n) = cfg.workers {
+            server = server.workers(n.max(1));
+        }
+        if !cfg.handle_signals {
+            server = server.disable_signals();
+        }
+        let server = server.run();
+        Ok(Application {
+            addr,
+            public_url,
+            server,
+            engine,
+            created_signing_key,
+            bootstrapped,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn public_url(&self) -> &str {
+        &self.public_url
+    }
+
+    pub fn handle(&self) -> ServerHandle {
+        self.server.handle()
+    }
+
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// Serves until stopped (signal or handle), then commits every pending audit record
+    /// and closes the store.
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        let result = self.server.await;
+        self.engine.drain().await;
+        self.engine.store().close().await;
+        tracing::info!("stopped");
+        result
+    }
+}

@@ -1,0 +1,95 @@
+//! Settings of `agentid serve`: defaults, environment variables and flags meet here (see
+//! `cli.rs` for the names). Secrets in URLs are never printed.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::engine::WriterConfig;
+use crate::store::StoreOptions;
+
+#[derive(Clone)]
+pub struct Config {
+    /// Address to listen on, e.g. `127.0.0.1:8080` (port 0 picks a free port).
+    pub bind: String,
+    pub database_url: String,
+    /// `{base_url}`; defaults to `http://` + the bound address.
+    pub public_url: Option<String>,
+    pub signing_key_file: PathBuf,
+    /// Prometheus listener; `None` disables it.
+    pub metrics_bind: Option<String>,
+    /// HTTP worker threads; `None` means one per CPU.
+    pub workers: Option<usize>,
+    pub writer: WriterConfig,
+    pub store: StoreOptions,
+    /// Create a default organization when the store has none.
+    pub bootstrap: bool,
+    /// Stop gracefully on SIGTERM / SIGINT (off in tests, which run many servers).
+    pub handle_signals: bool,
+    pub shutdown_timeout: Duration,
+}
+
+impl Config {
+    /// Defaults of DESIGN.md "Running", for the given database.
+    pub fn new(database_url: impl Into<String>) -> Self {
+        Config {
+            bind: "127.0.0.1:8080".into(),
+            database_url: database_url.into(),
+            public_url: None,
+            signing_key_file: PathBuf::from("./data/signing-key.pem"),
+            metrics_bind: Some("127.0.0.1:9464".into()),
+            workers: None,
+            writer: WriterConfig::default(),
+            store: StoreOptions::default(),
+            bootstrap: true,
+            handle_signals: true,
+            shutdown_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("bind", &self.bind)
+            .field("database_url", &redact_url(&self.database_url))
+            .field("public_url", &self.public_url)
+            .field("signing_key_file", &self.signing_key_file)
+            .field("metrics_bind", &self.metrics_bind)
+            .field("workers", &self.workers)
+            .field("writer", &self.writer)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The URL with any password replaced by `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{path}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_print() {
+        assert_eq!(
+            redact_url("postgres://u:secret@db:5432/x"),
+            "postgres://u:***@db:5432/x"
+        );
+        assert_eq!(redact_url("postgres://u@db/x"), "postgres://u@db/x");
+        assert_eq!(redact_url("sqlite://./data/a.db"), "sqlite://./data/a.db");
+        let cfg = Config::new("postgres://u:hunter2@h/d");
+        assert!(!format!("{cfg:?}").contains("hunter2"));
+    }
+}

@@ -1,0 +1,194 @@
+//! Audit records and their hash chain: `hash = SHA-256(prev_hash ‖ canonical bytes)`,
+//! genesis `prev_hash` = 32 zero bytes, sequence numbers 1, 2, 3 … without gaps per ledger.
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::{Ledger, Millis, VerifyResult};
+
+pub const GENESIS: [u8; 32] = [0u8; 32];
+
+/// A verification to be recorded (not yet placed in a chain).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEntry {
+    pub ledger: Ledger,
+    pub agent_id: String,
+    pub result: VerifyResult,
+    pub failure_reason: Option<String>,
+    pub latency_us: i64,
+    pub requested_at: Millis,
+}
+
+/// A record placed in its ledger's chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRecord {
+    pub ledger: Ledger,
+    pub seq: i64,
+    pub id: String,
+    pub agent_id: String,
+    pub result: VerifyResult,
+    pub failure_reason: Option<String>,
+    pub latency_us: i64,
+    pub requested_at: Millis,
+    pub prev_hash: [u8; 32],
+    pub hash: [u8; 32],
+}
+
+/// The bytes the chain hashes: JSON, members in lexicographic order, no white space.
+#[derive(Serialize)]
+struct Canonical<'a> {
+    agent_id: &'a str,
+    failure_reason: Option<&'a str>,
+    id: &'a str,
+    latency_us: i64,
+    mode: &'a str,
+    org_id: &'a str,
+    requested_at: i64,
+    result: &'a str,
+    seq: i64,
+}
+
+impl AuditRecord {
+    /// Places `entry` after a record whose hash is `prev_hash` and sequence number `seq - 1`.
+    pub fn seal(entry: AuditEntry, id: String, seq: i64, prev_hash: [u8; 32]) -> Self {
+        let mut rec = AuditRecord {
+            ledger: entry.ledger,
+            seq,
+            id,
+            agent_id: entry.agent_id,
+            result: entry.result,
+            failure_reason: entry.failure_reason,
+            latency_us: entry.latency_us,
+            requested_at: entry.requested_at,
+            prev_hash,
+            hash: [0; 32],
+        };
+        rec.hash = rec.compute_hash();
+        rec
+    }
+
+    pub fn canonical_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(&Canonical {
+            agent_id: &self.agent_id,
+            failure_reason: self.failure_reason.as_deref(),
+            id: &self.id,
+            latency_us: self.latency_us,
+            mode: self.ledger.mode.as_str(),
+            org_id: &self.ledger.org_id,
+            requested_at: self.requested_at.0,
+            result: self.result.as_str(),
+            seq: self.seq,
+        })
+        .expect("canonical record serializes")
+    }
+
+    pub fn compute_hash(&self) -> [u8; 32] {
+        Sha256::new()
+            .chain_update(self.prev_hash)
+            .chain_update(self.canonical_bytes())
+            .finalize()
+            .into()
+    }
+}
+
+/// Where a chain stops being what it claims to be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("chain broken at seq {seq}: {problem}")]
+pub struct ChainBreak {
+    pub seq: i64,
+    pub problem: &'static str,
+}
+
+/// Walks records in ascending order and checks links, hashes and sequence continuity.
+/// Returns the head `(seq, hash)` that the next record must follow.
+pub struct ChainChecker {
+    seq: i64,
+    head: [u8; 32],
+}
+
+impl Default for ChainChecker {
+    fn default() -> Self {
+        ChainChecker {
+            seq: 0,
+            head: GENESIS,
+        }
+    }
+}
+
+impl ChainChecker {
+    pub fn push(&mut self, rec: &AuditRecord) -> Result<(), ChainBreak> {
+        let brk = |problem| {
+            Err(ChainBreak {
+                seq: rec.seq,
+                problem,
+            })
+        };
+        if rec.seq != self.seq + 1 {
+            return brk("sequence number gap");
+        }
+        if rec.prev_hash != self.head {
+            return brk("prev_hash does not match the previous record's hash");
+        }
+        if rec.compute_hash() != rec.hash {
+            return brk("hash does not match the record's contents");
+        }
+        self.seq = rec.seq;
+        self.head = rec.hash;
+        Ok(())
+    }
+
+    pub fn head(&self) -> (i64, [u8; 32]) {
+        (self.seq, self.head)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::KeyMode;
+
+    fn entry(agent: &str) -> AuditEntry {
+        AuditEntry {
+            ledger: Ledger {
+                org_id: "org_1".into(),
+                mode: KeyMode::Live,
+            },
+            agent_id: agent.into(),
+            result: VerifyResult::Valid,
+            failure_reason: None,
+            latency_us: 12,
+            requested_at: Millis(1000),
+        }
+    }
+
+    #[test]
+    fn chain_detects_edits_gaps_and_reorders() {
+        let a = AuditRecord::seal(entry("a"), "log_a".into(), 1, GENESIS);
+        let b = AuditRecord::seal(entry("b"), "log_b".into(), 2, a.hash);
+        let mut c = ChainChecker::default();
+        c.push(&a).unwrap();
+        c.push(&b).unwrap();
+        assert_eq!(c.head(), (2, b.hash));
+
+        let mut edited = b.clone();
+        edited.result = VerifyResult::Invalid;
+        let mut c = ChainChecker::default();
+        c.push(&a).unwrap();
+        assert_eq!(
+            c.push(&edited).unwrap_err().problem,
+            "hash does not match the record's contents"
+        );
+
+        let mut c = ChainChecker::default();
+        assert!(c.push(&b).is_err());
+    }
+
+    #[test]
+    fn canonical_bytes_are_stable() {
+        let a = AuditRecord::seal(entry("agt_x"), "log_1".into(), 1, GENESIS);
+        assert_eq!(
+            String::from_utf8(a.canonical_bytes()).unwrap(),
+            r#"{"agent_id":"agt_x","failure_reason":null,"id":"log_1","latency_us":12,"mode":"live","org_id":"org_1","requested_at":1000,"result":"valid","seq":1}"#
+        );
+    }
+}

@@ -1,0 +1,71 @@
+//! Validated values of the problem domain: agents, organizations, plans, keys, audit records.
+//! Nothing here knows about HTTP or SQL; everything deeper than a handler sees only these types.
+
+mod agent;
+pub mod audit;
+mod ids;
+pub mod org;
+mod time;
+
+pub use agent::{AgentFields, AgentStatus, Description, ExpirySeconds, IssuerDomain, Name, Scopes};
+pub use ids::{new_id, AgentId, IdPrefix};
+pub use org::{ApiKeyKind, KeyMode, Ledger, OrgLimits, Plan, RevokeReason};
+pub use time::Millis;
+
+/// A value broke one of the field rules. `field` is the request field it came from.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ValidationError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl ValidationError {
+    pub fn new(field: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            field,
+            message: message.into(),
+        }
+    }
+}
+
+/// Result of one verification, as the audit log and the metrics name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum VerifyResult {
+    Valid,
+    Invalid,
+    Expired,
+    Revoked,
+}
+
+impl VerifyResult {
+    pub const ALL: [VerifyResult; 4] = [
+        VerifyResult::Valid,
+        VerifyResult::Invalid,
+        VerifyResult::Expired,
+        VerifyResult::Revoked,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerifyResult::Valid => "valid",
+            VerifyResult::Invalid => "invalid",
+            VerifyResult::Expired => "expired",
+            VerifyResult::Revoked => "revoked",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    /// The `error` string of a `valid:false` verify answer.
+    pub fn error_code(self) -> Option<&'static str> {
+        match self {
+            VerifyResult::Valid => None,
+            VerifyResult::Invalid => Some("TOKEN_INVALID"),
+            VerifyResult::Expired => Some("TOKEN_EXPIRED"),
+            VerifyResult::Revoked => Some("TOKEN_REVOKED"),
+        }
+    }
+}

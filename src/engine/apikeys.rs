@@ -1,0 +1,94 @@
+//! API keys: generation, hashing, and a short-lived cache of what a presented key resolves to,
+//! so that authenticated calls do not each cost a database round trip.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::distributions::{Alphanumeric, DistString};
+use sha2::{Digest, Sha256};
+
+use crate::domain::org::{key_prefix, parse_key_prefix};
+use crate::domain::{ApiKeyKind, KeyMode, Millis};
+use crate::store::{KeyRecord, NewApiKey, OrgRecord, SharedStore, StoreError};
+
+/// How long a resolved key is trusted before the store is asked again; bounds how late a
+/// disabled key or a changed plan is noticed.
+pub const KEY_CACHE_TTL: Duration = Duration::from_secs(10);
+const KEY_CACHE_CAPACITY: usize = 10_000;
+
+/// Who is calling, as resolved from a valid key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub org: OrgRecord,
+    pub mode: KeyMode,
+    pub kind: ApiKeyKind,
+}
+
+/// The result of looking up a presented key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyLookup {
+    Valid(Arc<Caller>),
+    /// Malformed, unknown or disabled: all the same to the caller (401).
+    Rejected,
+}
+
+/// SHA-256 of the whole key. Keys carry ≥ 160 random bits, so a fast hash is the right one.
+pub fn hash_key(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
+}
+
+/// A new random key (`sk_live_` + 40 alphanumerics, about 238 bits) and its stored form.
+pub fn generate_key(org_id: &str, kind: ApiKeyKind, mode: KeyMode) -> (String, NewApiKey) {
+    let secret = Alphanumeric.sample_string(&mut rand::rngs::OsRng, 40);
+    let key = format!("{}{secret}", key_prefix(kind, mode));
+    let hint = format!("{}…{}", key_prefix(kind, mode), &secret[secret.len() - 4..]);
+    let stored = NewApiKey {
+        key_hash: hash_key(&key),
+        org_id: org_id.to_owned(),
+        kind,
+        mode,
+        hint,
+        created_at: Millis::now(),
+    };
+    (key, stored)
+}
+
+pub struct ApiKeys {
+    store: SharedStore,
+    cache: quick_cache::sync::Cache<[u8; 32], (Instant, KeyLookup)>,
+}
+
+impl ApiKeys {
+    pub fn new(store: SharedStore) -> Self {
+        ApiKeys {
+            store,
+            cache: quick_cache::sync::Cache::new(KEY_CACHE_CAPACITY),
+        }
+    }
+
+    pub async fn lookup(&self, presented: &str) -> Result<KeyLookup, StoreError> {
+        let Some((kind, mode)) = parse_key_prefix(presented) else {
+            return Ok(KeyLookup::Rejected);
+        };
+        if presented.len() > 128 || !presented.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Ok(KeyLookup::Rejected);
+        }
+        let hash = hash_key(presented);
+        if let Some((at, found)) = self.cache.get(&hash) {
+            if at.elapsed() < KEY_CACHE_TTL {
+                return Ok(found);
+            }
+        }
+        let found = match self.store.find_key(&hash).await? {
+            Some(KeyRecord {
+                org,
+                kind: k,
+                mode: m,
+                disabled: false,
+            }) if k == kind && m == mode => KeyLookup::Valid(Arc::new(Caller { org, mode, kind })),
+            _ => KeyLookup::Rejected,
+        };
+        self.cache.insert(hash, (Instant::now(), found.clone()));
+        Ok(found)
+    }
+}

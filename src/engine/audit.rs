@@ -1,0 +1,208 @@
+//! The audit writer: an actor that owns the append path of the audit log. Requests hand it
+//! entries and wait; it writes everything that queued up while the previous transaction ran
+//! as one batch (group commit), then answers every waiter with its committed record.
+//! A failed or panicked flush fails only its own batch (503 to those waiters: nothing was
+//! acknowledged); the writer itself goes on, and the next batch retries the store.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use tokio::sync::oneshot;
+
+use crate::domain::audit::{AuditEntry, AuditRecord};
+use crate::store::SharedStore;
+
+#[derive(Debug, Clone)]
+pub struct WriterConfig {
+    /// Most entries in one transaction.
+    pub max_batch: usize,
+    /// How long a non-full batch may wait for company before it is written.
+    pub linger: Duration,
+    /// Entries waiting beyond this are refused at once (fail closed, bounded memory).
+    pub max_queue: usize,
+    /// A flush that takes longer fails its batch.
+    pub flush_timeout: Duration,
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        WriterConfig {
+            max_batch: 512,
+            linger: Duration::ZERO,
+            max_queue: 65_536,
+            flush_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why an entry was not recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AuditError {
+    #[error("the audit store did not accept the batch")]
+    StoreFailed,
+    #[error("the audit queue is full")]
+    QueueFull,
+    #[error("the audit writer is not running")]
+    Stopped,
+}
+
+type Reply = oneshot::Sender<Result<AuditRecord, AuditError>>;
+
+struct Pending {
+    entry: AuditEntry,
+    reply: Reply,
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Append(Pending);
+
+/// Answers once every entry handed in before it is committed or failed.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Drain(oneshot::Sender<()>);
+
+pub struct AuditWriter {
+    store: SharedStore,
+    cfg: WriterConfig,
+    queue: VecDeque<Pending>,
+    flushing: bool,
+    linger_armed: bool,
+    drain_waiters: Vec<oneshot::Sender<()>>,
+}
+
+impl Actor for AuditWriter {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        // Requests must never wait on a full mailbox; the queue bound above applies instead.
+        ctx.set_mailbox_capacity(usize::MAX);
+    }
+}
+
+impl Handler<Append> for AuditWriter {
+    type Result = ();
+
+    fn handle(&mut self, msg: Append, ctx: &mut Self::Context) {
+        if self.queue.len() >= self.cfg.max_queue {
+            let _ = msg.0.reply.send(Err(AuditError::QueueFull));
+            return;
+        }
+        self.queue.push_back(msg.0);
+        self.schedule(ctx);
+    }
+}
+
+impl Handler<Drain> for AuditWriter {
+    type Result = ();
+
+    fn handle(&mut self, msg: Drain, _: &mut Self::Context) {
+        self.drain_waiters.push(msg.0);
+        self.notify_drained();
+    }
+}
+
+impl AuditWriter {
+    fn schedule(&mut self, ctx: &mut Context<Self>) {
+        if self.flushing || self.queue.is_empty() {
+            return;
+        }
+        if self.queue.len() < self.cfg.max_batch && !self.cfg.linger.is_zero() {
+            if !self.linger_armed {
+                self.linger_armed = true;
+                ctx.run_later(self.cfg.linger, |act, ctx| {
+                    act.linger_armed = false;
+                    act.flush(ctx);
+                });
+            }
+            return;
+        }
+        self.flush(ctx);
+    }
+
+    fn flush(&mut self, ctx: &mut Context<Self>) {
+        if self.flushing || self.queue.is_empty() {
+            return;
+        }
+        let take = self.queue.len().min(self.cfg.max_batch);
+        let (entries, replies): (Vec<AuditEntry>, Vec<Reply>) =
+            self.queue.drain(..take).map(|p| (p.entry, p.reply)).unzip();
+        self.flushing = true;
+        let store = self.store.clone();
+        let timeout = self.cfg.flush_timeout;
+        let started = Instant::now();
+        // The store call runs as its own task: a panic inside it ends that task only.
+        let task =
+            actix::spawn(async move { tokio::time::timeout(timeout, store.append_audit(entries)).await });
+        ctx.spawn(task.into_actor(self).map(move |outcome, act, ctx| {
+            act.flushing = false;
+            let elapsed = started.elapsed();
+            match outcome {
+                Ok(Ok(Ok(records))) => {
+                    tracing::debug!(batch = records.len(), ?elapsed, "audit batch committed");
+                    for (reply, rec) in replies.into_iter().zip(records) {
+                        let _ = reply.send(Ok(rec));
+                    }
+                }
+                Ok(Ok(Err(e))) => fail(replies, &format!("store error: {e}")),
+                Ok(Err(_)) => fail(replies, "flush timed out"),
+                Err(e) => fail(replies, &format!("flush task failed: {e}")),
+            }
+            act.schedule(ctx);
+            act.notify_drained();
+        }));
+    }
+
+    fn notify_drained(&mut self) {
+        if !self.flushing && self.queue.is_empty() {
+            for w in self.drain_waiters.drain(..) {
+                let _ = w.send(());
+            }
+        }
+    }
+}
+
+fn fail(replies: Vec<Reply>, why: &str) {
+    tracing::error!(batch = replies.len(), error = why, "audit batch not recorded");
+    for reply in replies {
+        let _ = reply.send(Err(AuditError::StoreFailed));
+    }
+}
+
+/// A cheap, cloneable handle to the writer.
+#[derive(Clone)]
+pub struct AuditHandle {
+    addr: Addr<AuditWriter>,
+}
+
+impl AuditHandle {
+    /// Starts the writer on its own arbiter thread.
+    pub fn start(store: SharedStore, cfg: WriterConfig) -> Self {
+        let arbiter = Arbiter::new();
+        let addr = AuditWriter::start_in_arbiter(&arbiter.handle(), move |_| AuditWriter {
+            store,
+            cfg,
+            queue: VecDeque::new(),
+            flushing: false,
+            linger_armed: false,
+            drain_waiters: Vec::new(),
+        });
+        AuditHandle { addr }
+    }
+
+    /// Hands in an entry and waits until it is committed (or refused).
+    pub async fn append(&self, entry: AuditEntry) -> Result<AuditRecord, AuditError> {
+        let (tx, rx) = oneshot::channel();
+        // A stopped writer drops the message, and with it `tx`: the wait below then ends.
+        self.addr.do_send(Append(Pending { entry, reply: tx }));
+        rx.await.unwrap_or(Err(AuditError::Stopped))
+    }
+
+    /// Waits until everything handed in so far is committed or failed.
+    pub async fn drain(&self) {
+        let (tx, rx) = oneshot::channel();
+        self.addr.do_send(Drain(tx));
+        let _ = rx.await;
+    }
+}

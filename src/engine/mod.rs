@@ -1,0 +1,374 @@
+//! The engine: everything between an HTTP handler and the store. It owns the in-memory
+//! state (registry, revocation index, API-key cache), the verify path, and the audit writer.
+
+pub mod admin;
+mod apikeys;
+mod audit;
+mod registry;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::domain::audit::{AuditEntry, AuditRecord};
+use crate::domain::{new_id, AgentFields, AgentId, IdPrefix, Ledger, Millis, RevokeReason, VerifyResult};
+use crate::store::{AgentRecord, OrgRecord, SharedStore, StoreError};
+use crate::token::{self, Claims, KeyRing, RejectReason};
+
+pub use apikeys::{generate_key, hash_key, ApiKeys, Caller, KeyLookup};
+pub use audit::{AuditError, AuditHandle, WriterConfig};
+pub use registry::{AgentEntry, Registry, Revoked};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("agent not found")]
+    AgentNotFound,
+    #[error("agent is revoked")]
+    AgentRevoked,
+    #[error("expiry_seconds exceeds the plan maximum of {max} seconds")]
+    ExpiryTooLong { max: u64 },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub writer: WriterConfig,
+}
+
+/// A freshly registered agent and its first token.
+#[derive(Debug, Clone)]
+pub struct Registration {
+    pub agent: AgentRecord,
+    pub token: String,
+}
+
+/// A newly issued token.
+#[derive(Debug, Clone)]
+pub struct IssuedToken {
+    pub agent_id: String,
+    pub token: String,
+    pub expires_at: Millis,
+}
+
+/// The outcome of one online verification, after its audit record is committed.
+#[derive(Debug, Clone)]
+pub struct Verification {
+    pub result: VerifyResult,
+    /// Present exactly when `result` is `Valid`.
+    pub valid: Option<ValidToken>,
+    pub verified_at: Millis,
+}
+
+#[derive(Debug, Clone)]
+pub struct ValidToken {
+    pub claims: Arc<Claims>,
+    pub agent: Arc<AgentEntry>,
+}
+
+/// What the checks concluded before the audit record was written.
+struct Checked {
+    ledger: Ledger,
+    agent_id: String,
+    result: VerifyResult,
+    failure_reason: Option<String>,
+    valid: Option<ValidToken>,
+}
+
+pub struct Engine {
+    store: SharedStore,
+    keys: Arc<KeyRing>,
+    registry: Arc<Registry>,
+    audit: AuditHandle,
+    api_keys: ApiKeys,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("store", &self.store.backend())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// Loads the registry and revocation index from the store and starts the audit writer.
+    /// Must run inside an actix system.
+    pub async fn start(
+        store: SharedStore,
+        keys: Arc<KeyRing>,
+        cfg: EngineConfig,
+    ) -> Result<Engine, StoreError> {
+        let registry = Arc::new(Registry::default());
+        let mut after = String::new();
+        loop {
+            let page = store.scan_agents(&after, 1000).await?;
+            let Some(last) = page.last() else { break };
+            after = last.id.clone();
+            for a in &page {
+                registry.learn(a);
+            }
+        }
+        tracing::info!(
+            agents = registry.agent_count(),
+            revoked = registry.revoked_count(),
+            "registry loaded"
+        );
+        let audit = AuditHandle::start(store.clone(), cfg.writer);
+        Ok(Engine {
+            api_keys: ApiKeys::new(store.clone()),
+            store,
+            keys,
+            registry,
+            audit,
+        })
+    }
+
+    pub fn store(&self) -> &SharedStore {
+        &self.store
+    }
+
+    pub fn keys(&self) -> &KeyRing {
+        &self.keys
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub async fn authenticate(&self, presented: &str) -> Result<KeyLookup, StoreError> {
+        self.api_keys.lookup(presented).await
+    }
+
+    /// Waits for the audit writer to commit everything handed to it so far.
+    pub async fn drain(&self) {
+        self.audit.drain().await
+    }
+
+    pub async fn register(&self, caller: &Caller, fields: AgentFields) -> Result<Registration, EngineError> {
+        check_expiry(&caller.org, fields.expiry.get())?;
+        let now = Millis::now();
+        let issued = Millis::from_secs(now.as_secs());
+        let id = AgentId::generate();
+        let agent = AgentRecord {
+            id: id.as_str().to_owned(),
+            org_id: caller.org.id.clone(),
+            mode: caller.mode,
+            name: fields.name.as_str().to_owned(),
+            issuer_domain: fields.issuer_domain.as_str().to_owned(),
+            description: fields.description.as_str().to_owned(),
+            scopes: fields.scopes.into_vec(),
+            created_at: now,
+            issued_at: issued,
+            expires_at: issued.plus_secs(fields.expiry.get() as i64),
+            revoked_at: None,
+            revocation_reason: None,
+            verification_count: 0,
+        };
+        self.store.insert_agent(&agent).await?;
+        self.registry.learn(&agent);
+        let token = self.sign(&agent, agent.issued_at, agent.expires_at);
+        Ok(Registration { agent, token })
+    }
+
+    /// The caller's agent, or `AgentNotFound` (also for other organizations' and modes' agents).
+    pub async fn agent(&self, caller: &Caller, id: &str) -> Result<AgentRecord, EngineError> {
+        if AgentId::parse(id).is_none() {
+            return Err(EngineError::AgentNotFound);
+        }
+        match self.store.get_agent(id).await? {
+            Some(a) if a.org_id == caller.org.id && a.mode == caller.mode => Ok(a),
+            _ => Err(EngineError::AgentNotFound),
+        }
+    }
+
+    /// Succeeds when the agent exists and belongs to the caller's organization and mode.
+    pub async fn ensure_owned(&self, caller: &Caller, id: &str) -> Result<(), EngineError> {
+        let entry = match self.registry.agent(id) {
+            Some(e) => e,
+            None => match self.store.get_agent(id).await? {
+                Some(a) => self.registry.learn(&a),
+                None => return Err(EngineError::AgentNotFound),
+            },
+        };
+        if entry.org_id == caller.org.id && entry.mode == caller.mode {
+            Ok(())
+        } else {
+            Err(EngineError::AgentNotFound)
+        }
+    }
+
+    pub async fn list_agents(&self, caller: &Caller) -> Result<Vec<AgentRecord>, EngineError> {
+        Ok(self.store.list_agents(&caller.org.id, caller.mode).await?)
+    }
+
+    /// Issues a new token. Allowed for expired agents (they become active again), refused
+    /// for revoked ones. Earlier tokens stay valid until their own expiry.
+    pub async fn issue_token(&self, caller: &Caller, id: &str) -> Result<IssuedToken, EngineError> {
+        let agent = self.agent(caller, id).await?;
+        if agent.revoked_at.is_some() {
+            return Err(EngineError::AgentRevoked);
+        }
+        let lifetime = (agent.expires_at.0 - agent.issued_at.0).max(1000) / 1000;
+        let lifetime = lifetime.min(caller.org.limits.max_expiry_seconds as i64);
+        let issued = Millis::from_secs(Millis::now().as_secs());
+        let expires = issued.plus_secs(lifetime);
+        if !self.store.renew_token(&agent.id, issued, expires).await? {
+            return Err(EngineError::AgentRevoked);
+        }
+        let token = self.sign(&agent, issued, expires);
+        Ok(IssuedToken {
+            agent_id: agent.id,
+            token,
+            expires_at: expires,
+        })
+    }
+
+    /// Revokes for good: commit to the store, then the in-memory index, then answer.
+    /// A second revoke returns what the first one stored.
+    pub async fn revoke(
+        &self,
+        caller: &Caller,
+        id: &str,
+        reason: Option<RevokeReason>,
+    ) -> Result<AgentRecord, EngineError> {
+        let agent = self.agent(caller, id).await?;
+        let stored = self
+            .store
+            .revoke_agent(
+                &agent.id,
+                Millis::now(),
+                reason.as_ref().map(RevokeReason::as_str),
+            )
+            .await?
+            .ok_or(EngineError::AgentNotFound)?;
+        self.registry
+            .mark_revoked(&stored.id, stored.revocation_reason.clone());
+        Ok(stored)
+    }
+
+    fn sign(&self, agent: &AgentRecord, issued: Millis, expires: Millis) -> String {
+        self.keys.sign(&Claims {
+            iss: agent.issuer_domain.clone(),
+            sub: agent.id.clone(),
+            jti: new_id(IdPrefix::Request)[4..].to_owned(),
+            iat: issued.as_secs(),
+            exp: expires.as_secs(),
+            scopes: agent.scopes.clone(),
+        })
+    }
+
+    /// Online verification: form, key, signature, agent, revocation, expiry; then the
+    /// audit record is committed, and only then is the outcome returned.
+    pub async fn verify(&self, token: &str, received: Instant) -> Result<Verification, AuditError> {
+        let now = Millis::now();
+        let checked = self.check(token, now).await;
+        let entry = AuditEntry {
+            ledger: checked.ledger,
+            agent_id: checked.agent_id,
+            result: checked.result,
+            failure_reason: checked.failure_reason,
+            latency_us: received.elapsed().as_micros() as i64,
+            requested_at: now,
+        };
+        let record: AuditRecord = self.audit.append(entry).await?;
+        if record.result == VerifyResult::Revoked && checked.result == VerifyResult::Valid {
+            // Another instance revoked the agent; the store told us inside the audit transaction.
+            let reason = self.store.get_agent(&record.agent_id).await.ok().flatten();
+            self.registry
+                .mark_revoked(&record.agent_id, reason.and_then(|a| a.revocation_reason));
+        }
+        Ok(Verification {
+            result: record.result,
+            valid: checked.valid.filter(|_| record.result == VerifyResult::Valid),
+            verified_at: now,
+        })
+    }
+
+    async fn check(&self, token: &str, now: Millis) -> Checked {
+        let unverified = match token::decode(token) {
+            Ok(u) => u,
+            Err(rej) => return self.invalid(rej.sub.as_deref(), rej.reason),
+        };
+        if let Err(reason) = self.keys.verify(&unverified) {
+            return self.invalid(Some(&unverified.claims.sub), reason);
+        }
+        let claims = unverified.claims;
+        let agent = match self.registry.agent(&claims.sub) {
+            Some(a) => a,
+            // Signed by us but unknown here: registered through another instance.
+            None => match self.store.get_agent(&claims.sub).await {
+                Ok(Some(a)) => self.registry.learn(&a),
+                _ => return self.invalid(None, RejectReason::UnknownAgent),
+            },
+        };
+        let ledger = Ledger {
+            org_id: agent.org_id.clone(),
+            mode: agent.mode,
+        };
+        let failed = |result, reason: String| Checked {
+            ledger: ledger.clone(),
+            agent_id: claims.sub.clone(),
+            result,
+            failure_reason: Some(reason),
+            valid: None,
+        };
+        if let Some(rev) = self.registry.revocation(&claims.sub) {
+            return failed(
+                VerifyResult::Revoked,
+                crate::store::revoked_failure_reason(rev.reason.as_deref()),
+            );
+        }
+        if Millis::from_secs(claims.exp) <= now {
+            return failed(
+                VerifyResult::Expired,
+                format!("token expired at {}", Millis::from_secs(claims.exp).to_rfc3339()),
+            );
+        }
+        Checked {
+            ledger: ledger.clone(),
+            agent_id: claims.sub.clone(),
+            result: VerifyResult::Valid,
+            failure_reason: None,
+            valid: Some(ValidToken {
+                claims: Arc::new(claims),
+                agent,
+            }),
+        }
+    }
+
+    /// An invalid token is recorded in the ledger of the agent it names when that agent
+    /// exists (the owner sees forgery attempts), otherwise in the service's own ledger.
+    fn invalid(&self, sub: Option<&str>, reason: RejectReason) -> Checked {
+        let known = sub.and_then(|s| self.registry.agent(s).map(|a| (s, a)));
+        let (ledger, agent_id) = match known {
+            Some((s, a)) => (
+                Ledger {
+                    org_id: a.org_id.clone(),
+                    mode: a.mode,
+                },
+                s.to_owned(),
+            ),
+            None => (
+                Ledger::service(),
+                sub.filter(|s| AgentId::parse(s).is_some())
+                    .unwrap_or("")
+                    .to_owned(),
+            ),
+        };
+        Checked {
+            ledger,
+            agent_id,
+            result: VerifyResult::Invalid,
+            failure_reason: Some(reason.describe().to_owned()),
+            valid: None,
+        }
+    }
+}
+
+fn check_expiry(org: &OrgRecord, requested: u64) -> Result<(), EngineError> {
+    let max = org.limits.max_expiry_seconds;
+    if requested > max {
+        return Err(EngineError::ExpiryTooLong { max });
+    }
+    Ok(())
+}

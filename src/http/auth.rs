@@ -1,0 +1,52 @@
+//! Extractors for the caller's identity, from what the gate resolved.
+
+use std::future::{ready, Ready};
+use std::sync::Arc;
+
+use actix_web::dev::Payload;
+use actix_web::{FromRequest, HttpMessage, HttpRequest};
+
+use super::error::{ApiError, ErrorCode};
+use super::gate::{Auth, RequestCtx};
+use crate::domain::ApiKeyKind;
+use crate::engine::Caller;
+
+/// A caller holding a secret key (`sk_live_`, `sk_test_`): the issuer side of the API.
+pub struct Issuer(pub Arc<Caller>);
+
+impl FromRequest for Issuer {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(issuer(req))
+    }
+}
+
+fn issuer(req: &HttpRequest) -> Result<Issuer, ApiError> {
+    match auth(req) {
+        Auth::Key(c) if c.kind == ApiKeyKind::Secret => Ok(Issuer(c)),
+        Auth::Key(_) => Err(ApiError::new(
+            ErrorCode::Forbidden,
+            "publishable keys (pk_) only identify receivers on GET /v1/verify; use a secret key (sk_)",
+        )),
+        Auth::Anonymous => Err(ApiError::unauthorized(
+            "missing API key: send Authorization: Bearer <secret key>",
+        )),
+        Auth::Rejected => Err(ApiError::unauthorized("invalid, unknown or disabled API key")),
+        Auth::Unverifiable => Err(ApiError::new(
+            ErrorCode::ServiceUnavailable,
+            "the API key cannot be checked right now; retry shortly",
+        )),
+    }
+}
+
+pub fn auth(req: &HttpRequest) -> Auth {
+    req.extensions()
+        .get::<RequestCtx>()
+        .map_or(Auth::Anonymous, |c| c.auth.clone())
+}
+
+pub fn request_ctx(req: &HttpRequest) -> Option<RequestCtx> {
+    req.extensions().get::<RequestCtx>().cloned()
+}

@@ -1,0 +1,280 @@
+//! The one place where failures become HTTP: each `ErrorCode` has its status, and the
+//! standard error body (`error.code`, `message`, `request_id`, `docs_url`) is written by the
+//! gate middleware for every error response, whatever produced it.
+
+use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+
+use crate::domain::ValidationError;
+use crate::engine::{AuditError, EngineError};
+use crate::store::StoreError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    InvalidRequest,
+    ValidationError,
+    ExpiryTooLong,
+    InvalidCursor,
+    Unauthorized,
+    Forbidden,
+    AgentNotFound,
+    NotFound,
+    MethodNotAllowed,
+    AgentRevoked,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    RateLimited,
+    InternalError,
+    AuditUnavailable,
+    ServiceUnavailable,
+}
+
+impl ErrorCode {
+    pub const ALL: [ErrorCode; 16] = [
+        ErrorCode::InvalidRequest,
+        ErrorCode::ValidationError,
+        ErrorCode::ExpiryTooLong,
+        ErrorCode::InvalidCursor,
+        ErrorCode::Unauthorized,
+        ErrorCode::Forbidden,
+        ErrorCode::AgentNotFound,
+        ErrorCode::NotFound,
+        ErrorCode::MethodNotAllowed,
+        ErrorCode::AgentRevoked,
+        ErrorCode::PayloadTooLarge,
+        ErrorCode::UnsupportedMediaType,
+        ErrorCode::RateLimited,
+        ErrorCode::InternalError,
+        ErrorCode::AuditUnavailable,
+        ErrorCode::ServiceUnavailable,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidRequest => "INVALID_REQUEST",
+            ErrorCode::ValidationError => "VALIDATION_ERROR",
+            ErrorCode::ExpiryTooLong => "EXPIRY_TOO_LONG",
+            ErrorCode::InvalidCursor => "INVALID_CURSOR",
+            ErrorCode::Unauthorized => "UNAUTHORIZED",
+            ErrorCode::Forbidden => "FORBIDDEN",
+            ErrorCode::AgentNotFound => "AGENT_NOT_FOUND",
+            ErrorCode::NotFound => "NOT_FOUND",
+            ErrorCode::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            ErrorCode::AgentRevoked => "AGENT_REVOKED",
+            ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            // DESIGN.md files a wrong content type under INVALID_REQUEST (status 415).
+            ErrorCode::UnsupportedMediaType => "INVALID_REQUEST",
+            ErrorCode::RateLimited => "RATE_LIMITED",
+            ErrorCode::InternalError => "INTERNAL_ERROR",
+            ErrorCode::AuditUnavailable => "AUDIT_UNAVAILABLE",
+            ErrorCode::ServiceUnavailable => "SERVICE_UNAVAILABLE",
+        }
+    }
+
+    pub fn status(self) -> StatusCode {
+        match self {
+            ErrorCode::InvalidRequest
+            | ErrorCode::ValidationError
+            | ErrorCode::ExpiryTooLong
+            | ErrorCode::InvalidCursor => StatusCode::BAD_REQUEST,
+            ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
+            ErrorCode::Forbidden => StatusCode::FORBIDDEN,
+            ErrorCode::AgentNotFound | ErrorCode::NotFound => StatusCode::NOT_FOUND,
+            ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ErrorCode::AgentRevoked => StatusCode::CONFLICT,
+            ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::AuditUnavailable | ErrorCode::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// One line for the error documentation page.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidRequest => "The body is not valid JSON, is not a JSON object, or the request is otherwise malformed (400). A wrong Content-Type answers 415 with this code.",
+            ErrorCode::ValidationError => "A field breaks a rule; the message names the field (400). Also a log `limit` outside 1..=200 or an unknown `result` filter.",
+            ErrorCode::ExpiryTooLong => "`expiry_seconds` is above the maximum token lifetime of the organization's plan (400).",
+            ErrorCode::InvalidCursor => "The `cursor` was not issued by this service for this query (400).",
+            ErrorCode::Unauthorized => "The API key is missing, malformed, unknown or disabled (401, with `WWW-Authenticate: Bearer`).",
+            ErrorCode::Forbidden => "A publishable key (`pk_`) was used on an endpoint that needs a secret key (`sk_`) (403).",
+            ErrorCode::AgentNotFound => "No agent with this id exists for the calling organization and mode (404).",
+            ErrorCode::NotFound => "No such route (404).",
+            ErrorCode::MethodNotAllowed => "The route exists but not for this HTTP method (405).",
+            ErrorCode::AgentRevoked => "The agent is revoked; revocation is permanent, so no new token can be issued. Register a new agent instead (409).",
+            ErrorCode::PayloadTooLarge => "The request body is over 64 KiB (413).",
+            ErrorCode::UnsupportedMediaType => "The body must be sent with `Content-Type: application/json` (415, code INVALID_REQUEST).",
+            ErrorCode::RateLimited => "The rate limit of this key's organization, or of this client address, is used up; retry after `Retry-After` seconds (429).",
+            ErrorCode::InternalError => "Something unexpected failed; the request id identifies it in the service's logs (500).",
+            ErrorCode::AuditUnavailable => "The audit log cannot record right now, so no verification is answered (fail closed). Retry shortly (503).",
+            ErrorCode::ServiceUnavailable => "The database cannot be reached right now. Retry shortly (503).",
+        }
+    }
+}
+
+/// An API error. The gate middleware turns it into the standard body.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+/// Marker left in the response extensions for the gate to render.
+#[derive(Debug, Clone)]
+pub struct ErrorInfo {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            message: message.into(),
+            headers: Vec::new(),
+        }
+    }
+
+    pub fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.headers.push((name, value));
+        self
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        ApiError::new(ErrorCode::Unauthorized, message).with_header(
+            actix_web::http::header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer"),
+        )
+    }
+
+    pub fn internal(err: &dyn std::error::Error) -> Self {
+        tracing::error!(error = %err, "internal error");
+        ApiError::new(ErrorCode::InternalError, "an unexpected error occurred")
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code.as_str(), self.message)
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.code.status()
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut res = HttpResponse::build(self.code.status());
+        for (name, value) in &self.headers {
+            res.insert_header((name.clone(), value.clone()));
+        }
+        let mut res = res.finish();
+        res.extensions_mut().insert(ErrorInfo {
+            code: self.code.as_str(),
+            message: self.message.clone(),
+        });
+        res
+    }
+}
+
+impl From<ValidationError> for ApiError {
+    fn from(e: ValidationError) -> Self {
+        ApiError::new(ErrorCode::ValidationError, e.to_string())
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        if e.is_unavailable() {
+            tracing::warn!(error = %e, "store unavailable");
+            ApiError::new(
+                ErrorCode::ServiceUnavailable,
+                "the database is unavailable; retry shortly",
+            )
+        } else {
+            ApiError::internal(&e)
+        }
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::AgentNotFound => ApiError::new(ErrorCode::AgentNotFound, "no agent with this id"),
+            EngineError::AgentRevoked => ApiError::new(
+                ErrorCode::AgentRevoked,
+                "the agent is revoked; register a new agent instead",
+            ),
+            EngineError::ExpiryTooLong { max } => ApiError::new(
+                ErrorCode::ExpiryTooLong,
+                format!("expiry_seconds: the plan allows at most {max} seconds"),
+            ),
+            EngineError::Store(s) => s.into(),
+        }
+    }
+}
+
+impl From<AuditError> for ApiError {
+    fn from(e: AuditError) -> Self {
+        ApiError::new(
+            ErrorCode::AuditUnavailable,
+            format!("the verification could not be recorded ({e}); retry shortly"),
+        )
+    }
+}
+
+/// The code for an error response that did not come from an `ApiError` (actix itself).
+pub fn code_for_status(status: StatusCode) -> ErrorCode {
+    match status.as_u16() {
+        400 => ErrorCode::InvalidRequest,
+        401 => ErrorCode::Unauthorized,
+        403 => ErrorCode::Forbidden,
+        404 => ErrorCode::NotFound,
+        405 => ErrorCode::MethodNotAllowed,
+        413 => ErrorCode::PayloadTooLarge,
+        415 => ErrorCode::UnsupportedMediaType,
+        429 => ErrorCode::RateLimited,
+        503 => ErrorCode::ServiceUnavailable,
+        s if s < 500 => ErrorCode::InvalidRequest,
+        _ => ErrorCode::InternalError,
+    }
+}
+
+/// The HTML page `error.docs_url` points into (`/docs/errors#CODE`).
+pub fn docs_page() -> String {
+    let mut html = String::from(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>agentid error codes</title></head>\
+         <body><h1>agentid error codes</h1><p>Every error answer has the body \
+         <code>{\"error\":{\"code\",\"message\",\"request_id\",\"docs_url\"}}</code>. \
+         Token failures of <code>GET /v1/verify/:token</code> are not errors: they answer 200 with \
+         <code>valid:false</code> and one of TOKEN_INVALID, TOKEN_REVOKED, TOKEN_EXPIRED.</p>",
+    );
+    let mut seen = Vec::new();
+    for code in ErrorCode::ALL {
+        let name = code.as_str();
+        let anchor = if seen.contains(&name) {
+            String::new()
+        } else {
+            format!(" id=\"{name}\"")
+        };
+        seen.push(name);
+        html.push_str(&format!(
+            "<h2{anchor}>{name} <small>({})</small></h2><p>{}</p>",
+            code.status().as_u16(),
+            code.describe()
+        ));
+    }
+    for (name, text) in [
+        ("TOKEN_INVALID", "Verify answer: the token is malformed, over 4 KiB, not EdDSA, signed by an unknown key, has a bad signature, or names no agent."),
+        ("TOKEN_REVOKED", "Verify answer: the token's agent is revoked."),
+        ("TOKEN_EXPIRED", "Verify answer: the token's exp has passed."),
+    ] {
+        html.push_str(&format!("<h2 id=\"{name}\">{name}</h2><p>{text}</p>"));
+    }
+    html.push_str("</body></html>");
+    html
+}

@@ -1,0 +1,75 @@
+//! Unauthenticated service endpoints: health, public keys, error documentation.
+
+use std::time::Duration;
+
+use actix_web::http::header;
+use actix_web::{web, HttpResponse};
+use serde::Serialize;
+
+use super::gate::KeepBody;
+use super::AppState;
+use crate::domain::Millis;
+
+/// CORS for the endpoints any origin may call (verify, health, well-known keys).
+pub fn cors() -> actix_cors::Cors {
+    actix_cors::Cors::default()
+        .allow_any_origin()
+        .send_wildcard()
+        .allowed_methods(["GET"])
+        .allow_any_header()
+        .expose_headers([
+            "x-request-id",
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+            "x-ratelimit-reset",
+            "retry-after",
+        ])
+        .max_age(86_400)
+}
+
+#[derive(Serialize)]
+struct Health {
+    status: &'static str,
+    version: &'static str,
+    timestamp: Millis,
+}
+
+pub async fn health(state: web::Data<AppState>) -> HttpResponse {
+    let ping = tokio::time::timeout(Duration::from_secs(2), state.engine.store().ping()).await;
+    let ok = matches!(ping, Ok(Ok(())));
+    let body = Health {
+        status: if ok { "ok" } else { "unavailable" },
+        version: env!("CARGO_PKG_VERSION"),
+        timestamp: Millis::now(),
+    };
+    let mut res = if ok {
+        HttpResponse::Ok()
+    } else {
+        HttpResponse::ServiceUnavailable()
+    };
+    let mut res = res.insert_header((header::CACHE_CONTROL, "no-store")).json(body);
+    // A 503 here is the health record itself, not an error body.
+    res.extensions_mut().insert(KeepBody);
+    res
+}
+
+pub async fn public_key_pem(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/x-pem-file")
+        .insert_header((header::CACHE_CONTROL, "public, max-age=3600"))
+        .body(state.engine.keys().public_key_pem().to_owned())
+}
+
+pub async fn jwks(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .insert_header((header::CACHE_CONTROL, "public, max-age=3600"))
+        .body(state.engine.keys().jwks_json().to_owned())
+}
+
+pub async fn error_docs() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .insert_header((header::CACHE_CONTROL, "public, max-age=86400"))
+        .body(super::error::docs_page())
+}

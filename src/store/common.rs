@@ -1,0 +1,461 @@
+//! What both backends share: SQL text (written so SQLite and PostgreSQL both accept it),
+//! row tuples and their conversion, and a macro that implements the shared trait methods.
+
+use crate::domain::audit::AuditRecord;
+use crate::domain::{KeyMode, Ledger, Millis, OrgLimits, Plan, VerifyResult};
+
+use super::{AgentRecord, LogQuery, OrgRecord, StoreError};
+
+pub const AGENT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, description, scopes, \
+    created_at, issued_at, expires_at, revoked_at, revocation_reason, verification_count";
+
+pub type AgentRow = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    i64,
+    i64,
+    i64,
+    Option<i64>,
+    Option<String>,
+    i64,
+);
+
+pub fn agent_from_row(r: AgentRow) -> Result<AgentRecord, StoreError> {
+    let scopes: Vec<String> =
+        serde_json::from_str(&r.6).map_err(|_| StoreError::Corrupt(format!("scopes of {}", r.0)))?;
+    Ok(AgentRecord {
+        mode: parse_mode(&r.2)?,
+        id: r.0,
+        org_id: r.1,
+        name: r.3,
+        issuer_domain: r.4,
+        description: r.5,
+        scopes,
+        created_at: Millis(r.7),
+        issued_at: Millis(r.8),
+        expires_at: Millis(r.9),
+        revoked_at: r.10.map(Millis),
+        revocation_reason: r.11,
+        verification_count: r.12,
+    })
+}
+
+pub const ORG_COLUMNS: &str = "id, name, plan, verify_limit, other_limit, max_expiry_seconds, created_at";
+
+pub type OrgRow = (String, String, String, i64, i64, i64, i64);
+
+pub fn org_from_row(r: OrgRow) -> Result<OrgRecord, StoreError> {
+    let corrupt = || StoreError::Corrupt(format!("limits of organization {}", r.0));
+    Ok(OrgRecord {
+        plan: Plan::parse(&r.2).ok_or_else(|| StoreError::Corrupt(format!("plan {}", r.2)))?,
+        limits: OrgLimits {
+            verify_per_minute: u32::try_from(r.3).map_err(|_| corrupt())?,
+            other_per_minute: u32::try_from(r.4).map_err(|_| corrupt())?,
+            max_expiry_seconds: u64::try_from(r.5).map_err(|_| corrupt())?,
+        },
+        id: r.0,
+        name: r.1,
+        created_at: Millis(r.6),
+    })
+}
+
+pub const RECORD_COLUMNS: &str = "org_id, mode, seq, id, agent_id, result, failure_reason, \
+    latency_us, requested_at, prev_hash, hash";
+
+pub type RecordRow = (
+    String,
+    String,
+    i64,
+    String,
+    String,
+    String,
+    Option<String>,
+    i64,
+    i64,
+    Vec<u8>,
+    Vec<u8>,
+);
+
+pub fn record_from_row(r: RecordRow) -> Result<AuditRecord, StoreError> {
+    let hash32 = |v: Vec<u8>| -> Result<[u8; 32], StoreError> {
+        v.try_into()
+            .map_err(|_| StoreError::Corrupt("audit hash length".into()))
+    };
+    Ok(AuditRecord {
+        ledger: Ledger {
+            org_id: r.0,
+            mode: parse_mode(&r.1)?,
+        },
+        seq: r.2,
+        id: r.3,
+        agent_id: r.4,
+        result: VerifyResult::parse(&r.5)
+            .ok_or_else(|| StoreError::Corrupt(format!("audit result {}", r.5)))?,
+        failure_reason: r.6,
+        latency_us: r.7,
+        requested_at: Millis(r.8),
+        prev_hash: hash32(r.9)?,
+        hash: hash32(r.10)?,
+    })
+}
+
+pub fn parse_mode(s: &str) -> Result<KeyMode, StoreError> {
+    KeyMode::parse(s).ok_or_else(|| StoreError::Corrupt(format!("mode {s}")))
+}
+
+pub fn scopes_json(scopes: &[String]) -> String {
+    serde_json::to_string(scopes).expect("strings serialize")
+}
+
+/// The page query for `GET /v1/log`; binds in order: org, mode, [agent], [result], [before], limit.
+pub fn log_page_sql(q: &LogQuery<'_>) -> String {
+    use std::fmt::Write;
+    let mut sql = format!("SELECT {RECORD_COLUMNS} FROM audit_log WHERE org_id = $1 AND mode = $2");
+    let mut n = 2;
+    if q.agent_id.is_some() {
+        n += 1;
+        let _ = write!(sql, " AND agent_id = ${n}");
+    }
+    if q.result.is_some() {
+        n += 1;
+        let _ = write!(sql, " AND result = ${n}");
+    }
+    if q.before_seq.is_some() {
+        n += 1;
+        let _ = write!(sql, " AND seq < ${n}");
+    }
+    let _ = write!(sql, " ORDER BY seq DESC LIMIT ${}", n + 1);
+    sql
+}
+
+/// Implements the `Store` methods whose SQL is the same on both backends.
+/// Expects `self.pool` and inherent `append_audit_impl`, `create_org_impl`.
+macro_rules! shared_store_methods {
+    ($backend:literal) => {
+        fn backend(&self) -> &'static str {
+            $backend
+        }
+
+        fn ping(&self) -> StoreFuture<'_, ()> {
+            Box::pin(async move {
+                sqlx::query("SELECT 1").execute(&self.pool).await?;
+                Ok(())
+            })
+        }
+
+        fn close(&self) -> futures_util::future::BoxFuture<'_, ()> {
+            Box::pin(self.pool.close())
+        }
+
+        fn count_orgs(&self) -> StoreFuture<'_, i64> {
+            Box::pin(async move {
+                let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM orgs")
+                    .fetch_one(&self.pool)
+                    .await?;
+                Ok(n)
+            })
+        }
+
+        fn create_org<'a>(&'a self, org: &'a OrgRecord, keys: &'a [NewApiKey]) -> StoreFuture<'a, ()> {
+            Box::pin(async move {
+                let mut tx = self.pool.begin().await?;
+                sqlx::query(&format!(
+                    "INSERT INTO orgs ({}) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                    common::ORG_COLUMNS
+                ))
+                .bind(&org.id)
+                .bind(&org.name)
+                .bind(org.plan.as_str())
+                .bind(i64::from(org.limits.verify_per_minute))
+                .bind(i64::from(org.limits.other_per_minute))
+                .bind(org.limits.max_expiry_seconds as i64)
+                .bind(org.created_at.0)
+                .execute(&mut *tx)
+                .await?;
+                for key in keys {
+                    insert_key_query(key).execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            })
+        }
+
+        fn update_org<'a>(&'a self, org: &'a OrgRecord) -> StoreFuture<'a, bool> {
+            Box::pin(async move {
+                let done = sqlx::query(
+                    "UPDATE orgs SET plan = $2, verify_limit = $3, other_limit = $4, \
+                     max_expiry_seconds = $5 WHERE id = $1",
+                )
+                .bind(&org.id)
+                .bind(org.plan.as_str())
+                .bind(i64::from(org.limits.verify_per_minute))
+                .bind(i64::from(org.limits.other_per_minute))
+                .bind(org.limits.max_expiry_seconds as i64)
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() == 1)
+            })
+        }
+
+        fn get_org<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<OrgRecord>> {
+            Box::pin(async move {
+                let row: Option<common::OrgRow> =
+                    sqlx::query_as(&format!("SELECT {} FROM orgs WHERE id = $1", common::ORG_COLUMNS))
+                        .bind(id)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                row.map(common::org_from_row).transpose()
+            })
+        }
+
+        fn insert_key<'a>(&'a self, key: &'a NewApiKey) -> StoreFuture<'a, ()> {
+            Box::pin(async move {
+                insert_key_query(key).execute(&self.pool).await?;
+                Ok(())
+            })
+        }
+
+        fn find_key<'a>(&'a self, key_hash: &'a [u8; 32]) -> StoreFuture<'a, Option<KeyRecord>> {
+            Box::pin(async move {
+                let row: Option<(String, String, Option<i64>, String)> = sqlx::query_as(
+                    "SELECT kind, mode, disabled_at, org_id FROM api_keys WHERE key_hash = $1",
+                )
+                .bind(&key_hash[..])
+                .fetch_optional(&self.pool)
+                .await?;
+                let Some((kind, mode, disabled_at, org_id)) = row else {
+                    return Ok(None);
+                };
+                let org = self
+                    .get_org(&org_id)
+                    .await?
+                    .ok_or_else(|| StoreError::Corrupt(format!("key of missing organization {org_id}")))?;
+                Ok(Some(KeyRecord {
+                    org,
+                    kind: ApiKeyKind::parse(&kind)
+                        .ok_or_else(|| StoreError::Corrupt(format!("key kind {kind}")))?,
+                    mode: common::parse_mode(&mode)?,
+                    disabled: disabled_at.is_some(),
+                }))
+            })
+        }
+
+        fn disable_key<'a>(&'a self, key_hash: &'a [u8; 32], at: Millis) -> StoreFuture<'a, bool> {
+            Box::pin(async move {
+                let done = sqlx::query(
+                    "UPDATE api_keys SET disabled_at = COALESCE(disabled_at, $2) WHERE key_hash = $1",
+                )
+                .bind(&key_hash[..])
+                .bind(at.0)
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() == 1)
+            })
+        }
+
+        fn insert_agent<'a>(&'a self, a: &'a AgentRecord) -> StoreFuture<'a, ()> {
+            Box::pin(async move {
+                sqlx::query(&format!(
+                    "INSERT INTO agents ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                    common::AGENT_COLUMNS
+                ))
+                .bind(&a.id)
+                .bind(&a.org_id)
+                .bind(a.mode.as_str())
+                .bind(&a.name)
+                .bind(&a.issuer_domain)
+                .bind(&a.description)
+                .bind(common::scopes_json(&a.scopes))
+                .bind(a.created_at.0)
+                .bind(a.issued_at.0)
+                .bind(a.expires_at.0)
+                .bind(a.revoked_at.map(|m| m.0))
+                .bind(a.revocation_reason.as_deref())
+                .bind(a.verification_count)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            })
+        }
+
+        fn get_agent<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<AgentRecord>> {
+            Box::pin(async move {
+                let row: Option<common::AgentRow> =
+                    sqlx::query_as(&format!("SELECT {} FROM agents WHERE id = $1", common::AGENT_COLUMNS))
+                        .bind(id)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                row.map(common::agent_from_row).transpose()
+            })
+        }
+
+        fn list_agents<'a>(&'a self, org_id: &'a str, mode: KeyMode) -> StoreFuture<'a, Vec<AgentRecord>> {
+            Box::pin(async move {
+                let rows: Vec<common::AgentRow> = sqlx::query_as(&format!(
+                    "SELECT {} FROM agents WHERE org_id = $1 AND mode = $2 ORDER BY id DESC",
+                    common::AGENT_COLUMNS
+                ))
+                .bind(org_id)
+                .bind(mode.as_str())
+                .fetch_all(&self.pool)
+                .await?;
+                rows.into_iter().map(common::agent_from_row).collect()
+            })
+        }
+
+        fn scan_agents<'a>(&'a self, after_id: &'a str, limit: u32) -> StoreFuture<'a, Vec<AgentRecord>> {
+            Box::pin(async move {
+                let rows: Vec<common::AgentRow> = sqlx::query_as(&format!(
+                    "SELECT {} FROM agents WHERE id > $1 ORDER BY id LIMIT $2",
+                    common::AGENT_COLUMNS
+                ))
+                .bind(after_id)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+                rows.into_iter().map(common::agent_from_row).collect()
+            })
+        }
+
+        fn renew_token<'a>(&'a self, id: &'a str, issued_at: Millis, expires_at: Millis) -> StoreFuture<'a, bool> {
+            Box::pin(async move {
+                let done = sqlx::query(
+                    "UPDATE agents SET issued_at = $2, expires_at = $3 WHERE id = $1 AND revoked_at IS NULL",
+                )
+                .bind(id)
+                .bind(issued_at.0)
+                .bind(expires_at.0)
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() == 1)
+            })
+        }
+
+        fn revoke_agent<'a>(
+            &'a self,
+            id: &'a str,
+            at: Millis,
+            reason: Option<&'a str>,
+        ) -> StoreFuture<'a, Option<AgentRecord>> {
+            Box::pin(async move {
+                sqlx::query(
+                    "UPDATE agents SET revoked_at = $2, revocation_reason = $3 \
+                     WHERE id = $1 AND revoked_at IS NULL",
+                )
+                .bind(id)
+                .bind(at.0)
+                .bind(reason)
+                .execute(&self.pool)
+                .await?;
+                self.get_agent(id).await
+            })
+        }
+
+        fn append_audit(&self, entries: Vec<AuditEntry>) -> StoreFuture<'_, Vec<AuditRecord>> {
+            Box::pin(self.append_audit_impl(entries))
+        }
+
+        fn read_log<'a>(&'a self, q: LogQuery<'a>) -> StoreFuture<'a, LogPage> {
+            Box::pin(async move {
+                let sql = common::log_page_sql(&q);
+                let mut query = sqlx::query_as::<_, common::RecordRow>(&sql)
+                    .bind(&q.ledger.org_id)
+                    .bind(q.ledger.mode.as_str());
+                if let Some(agent) = q.agent_id {
+                    query = query.bind(agent);
+                }
+                if let Some(result) = q.result {
+                    query = query.bind(result.as_str());
+                }
+                if let Some(before) = q.before_seq {
+                    query = query.bind(before);
+                }
+                let rows = query.bind(i64::from(q.limit) + 1).fetch_all(&self.pool).await?;
+                let has_more = rows.len() > q.limit as usize;
+                let records = rows
+                    .into_iter()
+                    .take(q.limit as usize)
+                    .map(common::record_from_row)
+                    .collect::<Result<Vec<_>, _>>()?;
+                let total: Option<(i64,)> = sqlx::query_as(
+                    "SELECT n FROM audit_counts WHERE org_id = $1 AND mode = $2 AND agent_id = $3 AND result = $4",
+                )
+                .bind(&q.ledger.org_id)
+                .bind(q.ledger.mode.as_str())
+                .bind(q.agent_id.unwrap_or(""))
+                .bind(q.result.map_or("", |r| r.as_str()))
+                .fetch_optional(&self.pool)
+                .await?;
+                Ok(LogPage {
+                    records,
+                    has_more,
+                    total: total.map_or(0, |t| t.0),
+                })
+            })
+        }
+
+        fn read_chain<'a>(
+            &'a self,
+            ledger: &'a Ledger,
+            after_seq: i64,
+            limit: u32,
+        ) -> StoreFuture<'a, Vec<AuditRecord>> {
+            Box::pin(async move {
+                let rows: Vec<common::RecordRow> = sqlx::query_as(&format!(
+                    "SELECT {} FROM audit_log WHERE org_id = $1 AND mode = $2 AND seq > $3 \
+                     ORDER BY seq LIMIT $4",
+                    common::RECORD_COLUMNS
+                ))
+                .bind(&ledger.org_id)
+                .bind(ledger.mode.as_str())
+                .bind(after_seq)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+                rows.into_iter().map(common::record_from_row).collect()
+            })
+        }
+
+        fn ledgers(&self) -> StoreFuture<'_, Vec<Ledger>> {
+            Box::pin(async move {
+                let rows: Vec<(String, String)> = sqlx::query_as(
+                    "SELECT org_id, mode FROM audit_counts WHERE agent_id = '' AND result = '' ORDER BY org_id, mode",
+                )
+                .fetch_all(&self.pool)
+                .await?;
+                rows.into_iter()
+                    .map(|(org_id, mode)| Ok(Ledger { org_id, mode: common::parse_mode(&mode)? }))
+                    .collect()
+            })
+        }
+    };
+}
+
+pub(crate) use shared_store_methods;
+
+/// The `INSERT` of one API key (used alone and inside `create_org`'s transaction).
+macro_rules! insert_key_fn {
+    ($db:ty) => {
+        fn insert_key_query(
+            key: &NewApiKey,
+        ) -> sqlx::query::Query<'_, $db, <$db as sqlx::Database>::Arguments<'_>> {
+            sqlx::query(
+                "INSERT INTO api_keys (key_hash, org_id, kind, mode, hint, created_at, disabled_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, NULL)",
+            )
+            .bind(&key.key_hash[..])
+            .bind(&key.org_id)
+            .bind(key.kind.as_str())
+            .bind(key.mode.as_str())
+            .bind(&key.hint)
+            .bind(key.created_at.0)
+        }
+    };
+}
+
+pub(crate) use insert_key_fn;

@@ -1,0 +1,40 @@
+//! Migrations embedded in the binary, one folder per backend under `migrations/`.
+
+use std::borrow::Cow;
+
+use futures_util::future::BoxFuture;
+use sqlx::error::BoxDynError;
+use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
+
+/// `(version, description, sql)` of each migration, in order.
+type Embedded = &'static [(i64, &'static str, &'static str)];
+
+pub const SQLITE: Embedded = &[(1, "init", include_str!("../../migrations/sqlite/0001_init.sql"))];
+pub const POSTGRES: Embedded = &[(1, "init", include_str!("../../migrations/postgres/0001_init.sql"))];
+
+#[derive(Debug)]
+struct Source(Embedded);
+
+impl<'s> MigrationSource<'s> for Source {
+    fn resolve(self) -> BoxFuture<'s, Result<Vec<Migration>, BoxDynError>> {
+        Box::pin(async move {
+            Ok(self
+                .0
+                .iter()
+                .map(|(version, desc, sql)| {
+                    Migration::new(
+                        *version,
+                        Cow::Borrowed(*desc),
+                        MigrationType::Simple,
+                        Cow::Borrowed(*sql),
+                        false,
+                    )
+                })
+                .collect())
+        })
+    }
+}
+
+pub async fn migrator(set: Embedded) -> Result<Migrator, sqlx::migrate::MigrateError> {
+    Migrator::new(Source(set)).await
+}

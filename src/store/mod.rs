@@ -1,0 +1,245 @@
+//! Persistence boundary: the `Store` trait, its records and errors, and the two backends
+//! (SQLite, the embedded default; PostgreSQL, for production), chosen by the URL scheme.
+
+mod batch;
+mod common;
+mod migrate;
+mod postgres;
+mod sqlite;
+
+use std::fmt;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+
+use crate::domain::audit::{AuditEntry, AuditRecord};
+use crate::domain::{ApiKeyKind, KeyMode, Ledger, Millis, OrgLimits, Plan, VerifyResult};
+
+pub use postgres::PgStore;
+pub use sqlite::SqliteStore;
+
+pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database cannot be reached (connection refused, pool timeout, I/O).
+    #[error("store unavailable: {0}")]
+    Unavailable(#[source] sqlx::Error),
+    /// A uniqueness rule was broken.
+    #[error("store conflict: {0}")]
+    Conflict(#[source] sqlx::Error),
+    #[error("store error: {0}")]
+    Database(#[source] sqlx::Error),
+    /// A stored value is not one the service writes.
+    #[error("corrupt stored value: {0}")]
+    Corrupt(String),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("unsupported database URL (use sqlite://… or postgres://…)")]
+    UnsupportedUrl,
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        use sqlx::Error as E;
+        match &e {
+            E::Io(_) | E::PoolTimedOut | E::PoolClosed | E::Tls(_) | E::WorkerCrashed => {
+                StoreError::Unavailable(e)
+            }
+            E::Protocol(_) => StoreError::Unavailable(e),
+            E::Database(db) => {
+                if db.is_unique_violation() {
+                    StoreError::Conflict(e)
+                } else if db.code().is_some_and(|c| is_outage_code(&c)) {
+                    StoreError::Unavailable(e)
+                } else {
+                    StoreError::Database(e)
+                }
+            }
+            _ => StoreError::Database(e),
+        }
+    }
+}
+
+/// PostgreSQL admin shutdown / cannot connect now, SQLite busy or locked.
+fn is_outage_code(code: &str) -> bool {
+    code.starts_with("57P") || code.starts_with("08") || code == "5" || code == "6"
+}
+
+impl StoreError {
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrgRecord {
+    pub id: String,
+    pub name: String,
+    pub plan: Plan,
+    pub limits: OrgLimits,
+    pub created_at: Millis,
+}
+
+/// An API key as stored: only its SHA-256 and a display hint.
+#[derive(Clone)]
+pub struct NewApiKey {
+    pub key_hash: [u8; 32],
+    pub org_id: String,
+    pub kind: ApiKeyKind,
+    pub mode: KeyMode,
+    pub hint: String,
+    pub created_at: Millis,
+}
+
+impl fmt::Debug for NewApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NewApiKey")
+            .field("org_id", &self.org_id)
+            .field("hint", &self.hint)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a presented key resolves to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRecord {
+    pub org: OrgRecord,
+    pub kind: ApiKeyKind,
+    pub mode: KeyMode,
+    pub disabled: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentRecord {
+    pub id: String,
+    pub org_id: String,
+    pub mode: KeyMode,
+    pub name: String,
+    pub issuer_domain: String,
+    pub description: String,
+    pub scopes: Vec<String>,
+    pub created_at: Millis,
+    pub issued_at: Millis,
+    pub expires_at: Millis,
+    pub revoked_at: Option<Millis>,
+    pub revocation_reason: Option<String>,
+    pub verification_count: i64,
+}
+
+impl AgentRecord {
+    pub fn ledger(&self) -> Ledger {
+        Ledger {
+            org_id: self.org_id.clone(),
+            mode: self.mode,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct LogQuery<'a> {
+    pub ledger: &'a Ledger,
+    pub agent_id: Option<&'a str>,
+    pub result: Option<VerifyResult>,
+    /// Only records with a smaller sequence number (the cursor).
+    pub before_seq: Option<i64>,
+    pub limit: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogPage {
+    pub records: Vec<AuditRecord>,
+    pub has_more: bool,
+    pub total: i64,
+}
+
+/// The persistence boundary. Each method is one short transaction at most.
+pub trait Store: Send + Sync + fmt::Debug + 'static {
+    fn backend(&self) -> &'static str;
+    fn ping(&self) -> StoreFuture<'_, ()>;
+    /// Closes the pool; pending work finishes first.
+    fn close(&self) -> BoxFuture<'_, ()>;
+
+    fn count_orgs(&self) -> StoreFuture<'_, i64>;
+    /// Creates an organization together with its first keys (one transaction).
+    fn create_org<'a>(&'a self, org: &'a OrgRecord, keys: &'a [NewApiKey]) -> StoreFuture<'a, ()>;
+    /// Changes plan and limits; false when no such organization exists.
+    fn update_org<'a>(&'a self, org: &'a OrgRecord) -> StoreFuture<'a, bool>;
+    fn get_org<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<OrgRecord>>;
+
+    fn insert_key<'a>(&'a self, key: &'a NewApiKey) -> StoreFuture<'a, ()>;
+    fn find_key<'a>(&'a self, key_hash: &'a [u8; 32]) -> StoreFuture<'a, Option<KeyRecord>>;
+    /// Disables a key for good; false when no such key exists.
+    fn disable_key<'a>(&'a self, key_hash: &'a [u8; 32], at: Millis) -> StoreFuture<'a, bool>;
+
+    fn insert_agent<'a>(&'a self, agent: &'a AgentRecord) -> StoreFuture<'a, ()>;
+    /// Any organization's agent: callers check ownership.
+    fn get_agent<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<AgentRecord>>;
+    /// An organization's agents in one mode, newest first.
+    fn list_agents<'a>(&'a self, org_id: &'a str, mode: KeyMode) -> StoreFuture<'a, Vec<AgentRecord>>;
+    /// All agents with an id greater than `after_id`, in id order (for loading the registry).
+    fn scan_agents<'a>(&'a self, after_id: &'a str, limit: u32) -> StoreFuture<'a, Vec<AgentRecord>>;
+    /// Records a newly issued token; false (and no change) when the agent is revoked or missing.
+    fn renew_token<'a>(&'a self, id: &'a str, issued_at: Millis, expires_at: Millis)
+        -> StoreFuture<'a, bool>;
+    /// Revokes once; a second call changes nothing. Returns the agent as stored afterwards.
+    fn revoke_agent<'a>(
+        &'a self,
+        id: &'a str,
+        at: Millis,
+        reason: Option<&'a str>,
+    ) -> StoreFuture<'a, Option<AgentRecord>>;
+
+    /// Appends a batch in one transaction: re-checks revocation of `valid` entries inside it,
+    /// chains each ledger, updates counters and `verification_count`. Returns the records
+    /// in entry order, as committed.
+    fn append_audit(&self, entries: Vec<AuditEntry>) -> StoreFuture<'_, Vec<AuditRecord>>;
+    /// A page of a ledger, newest first, with the exact total of matching records.
+    fn read_log<'a>(&'a self, q: LogQuery<'a>) -> StoreFuture<'a, LogPage>;
+    /// Records of a ledger with `seq > after_seq`, ascending (for chain verification).
+    fn read_chain<'a>(
+        &'a self,
+        ledger: &'a Ledger,
+        after_seq: i64,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<AuditRecord>>;
+    /// Every ledger that holds records.
+    fn ledgers(&self) -> StoreFuture<'_, Vec<Ledger>>;
+}
+
+pub type SharedStore = Arc<dyn Store>;
+
+/// Tuning that is the operator's to set.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub max_connections: u32,
+    pub acquire_timeout: std::time::Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            max_connections: 16,
+            acquire_timeout: std::time::Duration::from_secs(3),
+        }
+    }
+}
+
+/// Connects to the database the URL names and applies its migrations.
+pub async fn connect(url: &str, opts: &StoreOptions) -> Result<SharedStore, StoreError> {
+    if url.starts_with("sqlite:") {
+        Ok(Arc::new(SqliteStore::connect(url, opts).await?))
+    } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        Ok(Arc::new(PgStore::connect(url, opts).await?))
+    } else {
+        Err(StoreError::UnsupportedUrl)
+    }
+}
+
+/// The text a revoked verification records as its failure reason.
+pub fn revoked_failure_reason(reason: Option<&str>) -> String {
+    match reason {
+        Some(r) if !r.is_empty() => format!("agent revoked: {r}"),
+        _ => "agent revoked".to_owned(),
+    }
+}

@@ -1,0 +1,8 @@
+//! JWT tokens: Ed25519 key ring, encoding and strict decoding. Pure functions, no I/O
+//! except reading and creating the key file.
+
+mod jwt;
+mod keys;
+
+pub use jwt::{decode, encode, Claims, RejectReason, Rejected, Unverified, MAX_TOKEN_LEN};
+pub use keys::{KeyError, KeyRing};

@@ -1,0 +1,356 @@
+use serde_json::{json, Value};
+
+use crate::helpers::{spawn_app, spawn_app_with, Options};
+use agentid::domain::Plan;
+
+fn ts_ms(v: &Value) -> i64 {
+    let s = v.as_str().unwrap_or_else(|| panic!("not a timestamp: {v}"));
+    assert!(
+        s.len() == 24 && s.ends_with('Z') && s.as_bytes()[19] == b'.',
+        "{s}"
+    );
+    let t = humantime::parse_rfc3339(s).unwrap();
+    t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+#[actix_web::test]
+async fn register_returns_the_agent_and_a_token_once() {
+    let app = spawn_app().await;
+    let res = app
+        .post(
+            "/v1/agents/register",
+            Some(app.secret()),
+            Some(&json!({
+                "name": "Billing bot", "issuer_domain": "Billing.Example.COM",
+                "scopes": ["read:invoices", "write:invoices"], "description": "pays bills",
+            })),
+        )
+        .await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    assert_eq!(res.header("cache-control").as_deref(), Some("no-store"));
+    let a = res.json();
+    let id = a["agent_id"].as_str().unwrap();
+    assert!(id.starts_with("agt_") && id.len() == 30, "{id}");
+    assert_eq!(a["name"], "Billing bot");
+    assert_eq!(a["issuer"], "billing.example.com");
+    assert_eq!(a["scopes"], json!(["read:invoices", "write:invoices"]));
+    let token = a["token"].as_str().unwrap();
+    assert_eq!(a["verify_url"], format!("{}/v1/verify/{token}", app.base));
+    assert_eq!(
+        a["public_key_url"],
+        format!("{}/.well-known/public-key.pem", app.base)
+    );
+    let lifetime = ts_ms(&a["expires_at"]) - crate::tokens::now_ms();
+    assert!(
+        (86_390_000..=86_400_000).contains(&lifetime),
+        "default lifetime is 24h: {lifetime}"
+    );
+    let keys: Vec<&String> = a.as_object().unwrap().keys().collect();
+    assert_eq!(keys.len(), 8, "exactly the spec's fields: {keys:?}");
+
+    let v = app.verify(token).await;
+    assert_eq!(v["valid"], true);
+    assert_eq!(v["description"], "pays bills");
+}
+
+#[actix_web::test]
+async fn register_rejects_each_broken_field_by_name() {
+    let app = spawn_app().await;
+    let base = json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"]});
+    let cases: Vec<(&str, Value, &str)> = vec![
+        ("name", json!(null), "name"),
+        ("name", json!(""), "name"),
+        ("name", json!("x".repeat(129)), "name"),
+        ("name", json!("bad\u{1}name"), "name"),
+        ("name", json!(42), "name"),
+        ("issuer_domain", json!(null), "issuer_domain"),
+        ("issuer_domain", json!("not a domain"), "issuer_domain"),
+        ("issuer_domain", json!("-x.com"), "issuer_domain"),
+        ("scopes", json!(null), "scopes"),
+        ("scopes", json!([]), "scopes"),
+        ("scopes", json!("read:x"), "scopes"),
+        ("scopes", json!(["read"]), "scopes"),
+        ("scopes", json!(["READ:x"]), "scopes"),
+        ("scopes", json!(["read:x", "read:x"]), "scopes"),
+        ("scopes", json!([1]), "scopes"),
+        (
+            "scopes",
+            Value::Array((0..65).map(|i| json!(format!("read:r{i}"))).collect()),
+            "scopes",
+        ),
+        ("description", json!("d".repeat(1025)), "description"),
+        ("description", json!(["x"]), "description"),
+        ("expiry_seconds", json!(0), "expiry_seconds"),
+        ("expiry_seconds", json!(-5), "expiry_seconds"),
+        ("expiry_seconds", json!(1.5), "expiry_seconds"),
+        ("expiry_seconds", json!("60"), "expiry_seconds"),
+        ("admin", json!(true), "admin"),
+    ];
+    for (field, value, named) in cases {
+        let mut body = base.clone();
+        if value.is_null() {
+            body.as_object_mut().unwrap().remove(field);
+        } else {
+            body[field] = value.clone();
+        }
+        let res = app
+            .post("/v1/agents/register", Some(app.secret()), Some(&body))
+            .await;
+        let err = res.assert_error(400, "VALIDATION_ERROR");
+        let msg = err["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains(named),
+            "{field}={value}: message {msg:?} should name {named}"
+        );
+    }
+}
+
+#[actix_web::test]
+async fn register_rejects_bodies_that_are_not_json_objects() {
+    let app = spawn_app().await;
+    let send = |ct: Option<&'static str>, body: Vec<u8>| {
+        let mut req = app
+            .client
+            .post(app.url("/v1/agents/register"))
+            .insert_header(("Authorization", format!("Bearer {}", app.secret())));
+        if let Some(ct) = ct {
+            req = req.insert_header(("Content-Type", ct));
+        }
+        req.send_body(body)
+    };
+    let json = Some("application/json");
+    for body in [&b"{not json"[..], b"", b"[1,2]", b"\"s\"", b"null"] {
+        let res = crate::helpers::read(send(json, body.to_vec()).await.unwrap()).await;
+        res.assert_error(400, "INVALID_REQUEST");
+    }
+    let res = crate::helpers::read(send(Some("text/plain"), b"{}".to_vec()).await.unwrap()).await;
+    res.assert_error(415, "INVALID_REQUEST");
+    let res = crate::helpers::read(send(None, b"{}".to_vec()).await.unwrap()).await;
+    res.assert_error(415, "INVALID_REQUEST");
+    let res = crate::helpers::read(
+        send(
+            Some("application/json; charset=utf-8"),
+            br#"{"name":"n","issuer_domain":"a.io","scopes":["r:x"]}"#.to_vec(),
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    let big = format!(
+        r#"{{"name":"n","issuer_domain":"a.io","scopes":["r:x"],"description":"{}"}}"#,
+        "x".repeat(70_000)
+    );
+    let res = crate::helpers::read(send(json, big.into_bytes()).await.unwrap()).await;
+    res.assert_error(413, "PAYLOAD_TOO_LARGE");
+}
+
+#[actix_web::test]
+async fn expiry_is_capped_by_the_plan() {
+    let app = spawn_app_with(Options {
+        plan: Plan::Free,
+        ..Options::default()
+    })
+    .await;
+    let body = |s: u64| json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"], "expiry_seconds": s});
+    let res = app
+        .post("/v1/agents/register", Some(app.secret()), Some(&body(86_401)))
+        .await;
+    let err = res.assert_error(400, "EXPIRY_TOO_LONG");
+    assert!(err["error"]["message"].as_str().unwrap().contains("86400"));
+    let ok = app.register(body(86_400)).await;
+    let ok2 = app.register(body(60)).await;
+    let lifetime = ts_ms(&ok2["expires_at"]) - crate::tokens::now_ms();
+    assert!((50_000..=60_000).contains(&lifetime), "{lifetime}");
+    assert!(ok["token"].is_string());
+    let res = app
+        .post("/v1/agents/register", Some(app.secret()), Some(&body(u64::MAX)))
+        .await;
+    res.assert_error(400, "EXPIRY_TOO_LONG");
+}
+
+#[actix_web::test]
+async fn list_and_get_show_the_spec_fields() {
+    let app = spawn_app().await;
+    let (id, token) = app.agent().await;
+    app.verify(&token).await;
+    app.verify(&token).await;
+
+    let list = app.get("/v1/agents", Some(app.secret())).await;
+    assert_eq!(list.status, 200);
+    let list = list.json();
+    let item = &list.as_array().unwrap()[0];
+    let mut keys: Vec<&str> = item.as_object().unwrap().keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "created_at",
+            "expires_at",
+            "id",
+            "issuer_domain",
+            "name",
+            "scopes",
+            "status",
+            "verification_count"
+        ]
+    );
+    assert_eq!(item["id"], id.as_str());
+    assert_eq!(item["status"], "active");
+    assert_eq!(item["verification_count"], 2);
+
+    let full = app.get(&format!("/v1/agents/{id}"), Some(app.secret())).await;
+    assert_eq!(full.status, 200);
+    let full = full.json();
+    let mut keys: Vec<&str> = full.as_object().unwrap().keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "created_at",
+            "description",
+            "expires_at",
+            "id",
+            "issuer_domain",
+            "name",
+            "revocation_reason",
+            "revoked_at",
+            "scopes",
+            "status",
+            "verification_count"
+        ]
+    );
+    assert_eq!(full["revoked_at"], Value::Null);
+    assert_eq!(full["revocation_reason"], Value::Null);
+    assert_eq!(full["description"], "");
+    ts_ms(&full["created_at"]);
+
+    app.get(&format!("/v1/agents/agt_{}", "0".repeat(26)), Some(app.secret()))
+        .await
+        .assert_error(404, "AGENT_NOT_FOUND");
+    app.get("/v1/agents/not-an-id", Some(app.secret()))
+        .await
+        .assert_error(404, "AGENT_NOT_FOUND");
+}
+
+#[actix_web::test]
+async fn issue_token_gives_a_new_token_and_keeps_the_old_one_valid() {
+    let app = spawn_app().await;
+    let (id, old) = app.agent().await;
+    let res = app
+        .post(&format!("/v1/agents/{id}/issue-token"), Some(app.secret()), None)
+        .await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    let t = res.json();
+    assert_eq!(t["agent_id"], id.as_str());
+    let new = t["token"].as_str().unwrap();
+    assert_ne!(new, old);
+    assert_eq!(t["verify_url"], format!("{}/v1/verify/{new}", app.base));
+    ts_ms(&t["expires_at"]);
+    assert_eq!(app.verify(new).await["valid"], true);
+    assert_eq!(app.verify(&old).await["valid"], true);
+
+    app.post(
+        "/v1/agents/agt_00000000000000000000000000/issue-token",
+        Some(app.secret()),
+        None,
+    )
+    .await
+    .assert_error(404, "AGENT_NOT_FOUND");
+}
+
+#[actix_web::test]
+async fn issue_token_revives_an_expired_agent_but_not_a_revoked_one() {
+    let app = spawn_app().await;
+    let a = app
+        .register(
+            json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"], "expiry_seconds": 1}),
+        )
+        .await;
+    let id = a["agent_id"].as_str().unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    assert_eq!(
+        app.verify(a["token"].as_str().unwrap()).await["error"],
+        "TOKEN_EXPIRED"
+    );
+    let got = app
+        .get(&format!("/v1/agents/{id}"), Some(app.secret()))
+        .await
+        .json();
+    assert_eq!(got["status"], "expired");
+
+    let res = app
+        .post(&format!("/v1/agents/{id}/issue-token"), Some(app.secret()), None)
+        .await;
+    assert_eq!(res.status, 201);
+    let fresh = res.json()["token"].as_str().unwrap().to_owned();
+    assert_eq!(app.verify(&fresh).await["valid"], true);
+    assert_eq!(
+        app.get(&format!("/v1/agents/{id}"), Some(app.secret()))
+            .await
+            .json()["status"],
+        "active"
+    );
+
+    assert_eq!(app.revoke(id, None).await.status, 200);
+    app.post(&format!("/v1/agents/{id}/issue-token"), Some(app.secret()), None)
+        .await
+        .assert_error(409, "AGENT_REVOKED");
+}
+
+#[actix_web::test]
+async fn revoke_is_immediate_permanent_and_idempotent() {
+    let app = spawn_app().await;
+    let (id, token) = app.agent().await;
+    let res = app.revoke(&id, Some("key leaked")).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let r = res.json();
+    assert_eq!(r["revoked"], true);
+    assert_eq!(r["agent_id"], id.as_str());
+    assert_eq!(r["reason"], "key leaked");
+    ts_ms(&r["revoked_at"]);
+
+    let v = app.verify(&token).await;
+    assert_eq!(v, json!({"valid": false, "error": "TOKEN_REVOKED"}));
+
+    let again = app.revoke(&id, Some("another reason")).await;
+    assert_eq!(again.status, 200);
+    let again = again.json();
+    assert_eq!(again["revoked_at"], r["revoked_at"]);
+    assert_eq!(again["reason"], "key leaked");
+
+    let got = app
+        .get(&format!("/v1/agents/{id}"), Some(app.secret()))
+        .await
+        .json();
+    assert_eq!(got["status"], "revoked");
+    assert_eq!(got["revocation_reason"], "key leaked");
+    assert_eq!(got["revoked_at"], r["revoked_at"]);
+
+    let log = app.log("?result=revoked").await;
+    assert_eq!(log["data"][0]["failure_reason"], "agent revoked: key leaked");
+}
+
+#[actix_web::test]
+async fn revoke_takes_an_optional_reason_and_checks_it() {
+    let app = spawn_app().await;
+    let (id, _) = app.agent().await;
+    let bad = json!({"reason": 5});
+    app.post(&format!("/v1/agents/{id}/revoke"), Some(app.secret()), Some(&bad))
+        .await
+        .assert_error(400, "VALIDATION_ERROR");
+    let unknown = json!({"why": "x"});
+    app.post(
+        &format!("/v1/agents/{id}/revoke"),
+        Some(app.secret()),
+        Some(&unknown),
+    )
+    .await
+    .assert_error(400, "VALIDATION_ERROR");
+    let res = app.revoke(&id, None).await;
+    assert_eq!(res.status, 200);
+    assert_eq!(res.json()["reason"], Value::Null);
+    app.revoke("agt_00000000000000000000000000", None)
+        .await
+        .assert_error(404, "AGENT_NOT_FOUND");
+}

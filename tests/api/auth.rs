@@ -1,0 +1,142 @@
+use serde_json::json;
+
+use crate::helpers::spawn_app;
+
+#[actix_web::test]
+async fn missing_and_bad_keys_are_401_with_www_authenticate() {
+    let app = spawn_app().await;
+    let res = app.get("/v1/agents", None).await;
+    res.assert_error(401, "UNAUTHORIZED");
+    assert_eq!(res.header("www-authenticate").as_deref(), Some("Bearer"));
+
+    for header in [
+        "Basic dXNlcjpwYXNz".to_owned(),
+        "Bearer".to_owned(),
+        "Bearer ".to_owned(),
+        "sk_live_x".to_owned(),
+        format!("Bearer sk_live_{}", "A".repeat(40)),
+        "Bearer xk_live_abc".to_owned(),
+        format!("Bearer {}x", app.secret()),
+    ] {
+        let res = crate::helpers::read(
+            app.client
+                .get(app.url("/v1/agents"))
+                .insert_header(("Authorization", header.clone()))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        res.assert_error(401, "UNAUTHORIZED");
+        assert_eq!(
+            res.header("www-authenticate").as_deref(),
+            Some("Bearer"),
+            "{header}"
+        );
+    }
+}
+
+#[actix_web::test]
+async fn every_secret_endpoint_needs_a_key() {
+    let app = spawn_app().await;
+    let (id, _) = app.agent().await;
+    for (method, path) in [
+        ("POST", "/v1/agents/register".to_owned()),
+        ("GET", "/v1/agents".to_owned()),
+        ("GET", format!("/v1/agents/{id}")),
+        ("POST", format!("/v1/agents/{id}/issue-token")),
+        ("POST", format!("/v1/agents/{id}/revoke")),
+        ("GET", "/v1/log".to_owned()),
+    ] {
+        let res = if method == "GET" {
+            app.get(&path, None).await
+        } else {
+            app.post(&path, None, Some(&json!({}))).await
+        };
+        res.assert_error(401, "UNAUTHORIZED");
+        let pk = &app.org.keys.publishable_live;
+        let res = if method == "GET" {
+            app.get(&path, Some(pk)).await
+        } else {
+            app.post(&path, Some(pk), Some(&json!({}))).await
+        };
+        res.assert_error(403, "FORBIDDEN");
+    }
+    // Nothing was revoked by the refused calls.
+    let got = app
+        .get(&format!("/v1/agents/{id}"), Some(app.secret()))
+        .await
+        .json();
+    assert_eq!(got["status"], "active");
+}
+
+#[actix_web::test]
+async fn disabled_keys_are_refused() {
+    let app = spawn_app().await;
+    let key = agentid::engine::admin::create_key(
+        &app.store,
+        &app.org.org_id,
+        agentid::domain::ApiKeyKind::Secret,
+        agentid::domain::KeyMode::Live,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(app.get("/v1/agents", Some(&key)).await.status, 200);
+    assert!(app
+        .store
+        .disable_key(&agentid::engine::hash_key(&key), agentid::domain::Millis::now())
+        .await
+        .unwrap());
+    // A fresh server has no cached answer: the store's word counts.
+    let app = app.restart().await;
+    app.get("/v1/agents", Some(&key))
+        .await
+        .assert_error(401, "UNAUTHORIZED");
+    assert_eq!(app.get("/v1/agents", Some(app.secret())).await.status, 200);
+}
+
+#[actix_web::test]
+async fn keys_are_stored_only_as_hashes() {
+    let app = spawn_app().await;
+    let dump = if app.db.is_postgres() {
+        let pool = sqlx::PgPool::connect(&app.db.url).await.unwrap();
+        let rows: Vec<(String, String)> =
+            sqlx::query_as("SELECT hint, encode(key_hash, 'hex') FROM api_keys")
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+        rows
+    } else {
+        let pool = sqlx::SqlitePool::connect(&app.db.url).await.unwrap();
+        let rows: Vec<(String, String)> = sqlx::query_as("SELECT hint, hex(key_hash) FROM api_keys")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        rows
+    };
+    assert_eq!(dump.len(), 4);
+    let all = format!("{dump:?}");
+    for key in [
+        &app.org.keys.secret_live,
+        &app.org.keys.secret_test,
+        &app.org.keys.publishable_live,
+    ] {
+        assert!(!all.contains(key.as_str()), "a key is stored in clear");
+        assert!(!all.contains(&key[8..20]), "a key's secret part is stored");
+    }
+}
+
+#[actix_web::test]
+async fn verify_needs_no_key_but_refuses_a_bad_one() {
+    let app = spawn_app().await;
+    let (_, token) = app.agent().await;
+    assert_eq!(app.verify(&token).await["valid"], true);
+    let path = format!("/v1/verify/{token}");
+    let with_pk = app.get(&path, Some(&app.org.keys.publishable_live)).await;
+    assert_eq!(with_pk.status, 200);
+    assert_eq!(with_pk.json()["valid"], true);
+    app.get(&path, Some("pk_live_nonsense"))
+        .await
+        .assert_error(401, "UNAUTHORIZED");
+}

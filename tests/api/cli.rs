@@ -1,0 +1,170 @@
+//! The binary as a new user meets it: first start, printed keys, `org create`.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use serde_json::json;
+
+use crate::helpers::{client, read};
+
+pub struct Server {
+    pub child: Child,
+    pub base: String,
+    pub stdout: Vec<String>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `agentid serve` in `dir` and reads stdout up to the "listening" line.
+pub fn start_server(dir: &Path, db_url: Option<&str>, extra_env: &[(&str, &str)]) -> Server {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentid"));
+    cmd.arg("serve")
+        .current_dir(dir)
+        .env("AGENTID_BIND", "127.0.0.1:0")
+        .env("AGENTID_METRICS_BIND", "off")
+        .env("RUST_LOG", "warn")
+        .env_remove("DATABASE_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if let Some(url) = db_url {
+        cmd.env("DATABASE_URL", url);
+    }
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("start agentid");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut stdout = Vec::new();
+    let base = loop {
+        let line = lines.next().expect("agentid exited before listening").unwrap();
+        stdout.push(line.clone());
+        if let Some(rest) = line.strip_prefix("agentid: listening on ") {
+            break rest.split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    // Keep draining stdout so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Server { child, base, stdout }
+}
+
+#[actix_web::test]
+async fn first_start_creates_everything_and_prints_keys_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_server(dir.path(), None, &[]);
+    let out = server.stdout.join("\n");
+    assert!(out.contains("will not be shown again"), "{out}");
+    let secret = server
+        .stdout
+        .iter()
+        .find_map(|l| l.trim().strip_prefix("secret_live").map(|k| k.trim().to_owned()))
+        .expect("secret_live printed");
+    assert!(secret.starts_with("sk_live_"));
+    assert!(dir.path().join("data/agentid.db").exists());
+    let key_file = dir.path().join("data/signing-key.pem");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&key_file).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+    }
+
+    // The printed key works at once.
+    let c = client();
+    let res = read(
+        c.post(format!("{}/v1/agents/register", server.base))
+            .insert_header(("Authorization", format!("Bearer {secret}")))
+            .send_json(&json!({"name": "demo", "issuer_domain": "example.com", "scopes": ["read:docs"]}))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(res.status, 201, "{}", res.text());
+
+    // `org create` works while the server runs, and prints the designed JSON.
+    let out = Command::new(env!("CARGO_BIN_EXE_agentid"))
+        .args(["org", "create", "--name", "Acme", "--plan", "growth"])
+        .current_dir(dir.path())
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let org: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(org["org_id"].as_str().unwrap().starts_with("org_"));
+    assert_eq!(org["name"], "Acme");
+    assert_eq!(org["plan"], "growth");
+    for (field, prefix) in [
+        ("secret_live", "sk_live_"),
+        ("secret_test", "sk_test_"),
+        ("publishable_live", "pk_live_"),
+        ("publishable_test", "pk_test_"),
+    ] {
+        assert!(
+            org["keys"][field].as_str().unwrap().starts_with(prefix),
+            "{field}"
+        );
+    }
+    let res = read(
+        c.get(format!("{}/v1/agents", server.base))
+            .insert_header((
+                "Authorization",
+                format!("Bearer {}", org["keys"]["secret_live"].as_str().unwrap()),
+            ))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(res.status, 200);
+    drop(server);
+
+    // A second start finds an organization: no new keys are printed.
+    let again = start_server(dir.path(), None, &[]);
+    assert!(
+        !again.stdout.join("\n").contains("sk_live_"),
+        "{:?}",
+        again.stdout
+    );
+}
+
+#[test]
+fn org_create_refuses_bad_input_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_agentid"))
+            .args(args)
+            .current_dir(dir.path())
+            .env_remove("DATABASE_URL")
+            .output()
+            .unwrap()
+    };
+    let out = run(&["org", "create", "--name", "E", "--plan", "enterprise"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("verify"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&["org", "create", "--name", "E", "--plan", "gold"]);
+    assert!(!out.status.success());
+    let out = run(&[
+        "org",
+        "create",
+        "--name",
+        "E",
+        "--plan",
+        "enterprise",
+        "--verify-limit",
+        "100000",
+        "--other-limit",
+        "5000",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -1,0 +1,90 @@
+use crate::helpers::spawn_app;
+
+#[actix_web::test]
+async fn health_reports_ok_version_and_time() {
+    let app = spawn_app().await;
+    let res = app.get("/health", None).await;
+    assert_eq!(res.status, 200);
+    let body = res.json();
+    assert_eq!(body["status"], "ok");
+    assert_eq!(body["version"], env!("CARGO_PKG_VERSION"));
+    let ts = body["timestamp"].as_str().unwrap();
+    assert!(
+        ts.len() == 24 && ts.ends_with('Z') && ts.as_bytes()[19] == b'.',
+        "{ts}"
+    );
+    assert!(res.header("x-request-id").unwrap().starts_with("req_"));
+}
+
+#[actix_web::test]
+async fn health_is_503_when_the_store_is_unreachable() {
+    let app = spawn_app().await;
+    app.store.close().await;
+    let res = app.get("/health", None).await;
+    assert_eq!(res.status, 503);
+    assert_eq!(res.json()["status"], "unavailable");
+}
+
+#[actix_web::test]
+async fn public_endpoints_allow_any_origin_including_preflight() {
+    let app = spawn_app().await;
+    for path in [
+        "/health",
+        "/.well-known/public-key.pem",
+        "/.well-known/jwks.json",
+        "/v1/verify/abc",
+    ] {
+        let res = crate::helpers::read(
+            app.client
+                .get(app.url(path))
+                .insert_header(("Origin", "https://receiver.example"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(
+            res.header("access-control-allow-origin").as_deref(),
+            Some("*"),
+            "{path}"
+        );
+
+        let pre = crate::helpers::read(
+            app.client
+                .request(awc::http::Method::OPTIONS, app.url(path))
+                .insert_header(("Origin", "https://receiver.example"))
+                .insert_header(("Access-Control-Request-Method", "GET"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert!(pre.status == 200 || pre.status == 204, "{path}: {}", pre.status);
+        assert_eq!(
+            pre.header("access-control-allow-origin").as_deref(),
+            Some("*"),
+            "{path}"
+        );
+        assert!(pre
+            .header("access-control-allow-methods")
+            .unwrap()
+            .contains("GET"));
+    }
+}
+
+#[actix_web::test]
+async fn public_key_and_jwks_describe_the_signing_key() {
+    let app = spawn_app().await;
+    let pem = app.get("/.well-known/public-key.pem", None).await;
+    assert_eq!(pem.status, 200);
+    assert!(pem.text().starts_with("-----BEGIN PUBLIC KEY-----"));
+    assert!(pem.header("cache-control").unwrap().contains("max-age"));
+    let jwks = app.get("/.well-known/jwks.json", None).await.json();
+    let key = &jwks["keys"][0];
+    assert_eq!(key["kty"], "OKP");
+    assert_eq!(key["crv"], "Ed25519");
+    assert_eq!(key["alg"], "EdDSA");
+    let (_, token) = app.agent().await;
+    let header = crate::tokens::header_of(&token);
+    assert_eq!(header["kid"], key["kid"]);
+}

@@ -1,0 +1,338 @@
+//! Test harness: each test gets its own database (a temp SQLite file, or a fresh PostgreSQL
+//! database when AGENTID_TEST_DATABASE_URL points at a server) and its own server on port 0.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use actix_web::dev::ServerHandle;
+use agentid::config::Config;
+use agentid::domain::{OrgLimits, Plan};
+use agentid::engine::admin::{self, CreatedOrg};
+use agentid::store::SharedStore;
+use agentid::Application;
+use serde_json::Value;
+
+/// Where the tests' PostgreSQL server is, if they use one.
+pub fn postgres_admin_url() -> Option<String> {
+    std::env::var("AGENTID_TEST_DATABASE_URL")
+        .ok()
+        .filter(|u| u.starts_with("postgres"))
+}
+
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// A database that exists for one test.
+pub struct TestDb {
+    pub url: String,
+    pg: Option<(String, String)>, // (admin url, database name)
+}
+
+impl TestDb {
+    pub async fn new(dir: &std::path::Path) -> TestDb {
+        match postgres_admin_url() {
+            None => TestDb {
+                url: format!("sqlite://{}", dir.join("agentid.db").display()),
+                pg: None,
+            },
+            Some(admin) => {
+                use sqlx::Connection;
+                let name = format!("agentid_t_{}", ulid::Ulid::new().to_string().to_lowercase());
+                let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap_or_else(|e| {
+                    panic!("PostgreSQL at AGENTID_TEST_DATABASE_URL is unreachable: {e}")
+                });
+                sqlx::query(&format!("CREATE DATABASE {name}"))
+                    .execute(&mut conn)
+                    .await
+                    .expect("create test database");
+                let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
+                TestDb {
+                    url: format!("{base}/{name}"),
+                    pg: Some((admin.clone(), name)),
+                }
+            }
+        }
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        self.pg.is_some()
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some((admin, name)) = self.pg.take() {
+            // Drop runs inside the test's runtime: do the blocking clean-up on a thread of its own.
+            let _ = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    use sqlx::Connection;
+                    if let Ok(mut c) = sqlx::PgConnection::connect(&admin).await {
+                        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                            .execute(&mut c)
+                            .await;
+                    }
+                });
+            })
+            .join();
+        }
+    }
+}
+
+/// A running server with its own database and an organization to call it with.
+pub struct TestApp {
+    pub base: String,
+    pub client: awc::Client,
+    pub org: CreatedOrg,
+    pub store: SharedStore,
+    pub db: TestDb,
+    _dir: tempfile::TempDir,
+    pub config: Config,
+    handle: ServerHandle,
+    task: Option<actix_web::rt::task::JoinHandle<std::io::Result<()>>>,
+}
+
+pub struct Options {
+    pub plan: Plan,
+    pub verify_limit: Option<u32>,
+    pub other_limit: Option<u32>,
+    pub tweak: fn(&mut Config),
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            plan: Plan::Developer,
+            verify_limit: None,
+            other_limit: None,
+            tweak: |_| {},
+        }
+    }
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(Options::default()).await
+}
+
+pub async fn spawn_app_with(opts: Options) -> TestApp {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(dir.path()).await;
+    let mut config = test_config(&db.url, dir.path().join("signing-key.pem"));
+    (opts.tweak)(&mut config);
+    let app = Application::build(config.clone()).await.expect("app starts");
+    let store = app.engine().store().clone();
+    let limits = OrgLimits::resolve(opts.plan, opts.verify_limit, opts.other_limit, None).unwrap();
+    let org = admin::create_org(&store, "test org", opts.plan, limits)
+        .await
+        .unwrap();
+    let base = app.public_url().to_owned();
+    let handle = app.handle();
+    let task = actix_web::rt::spawn(app.run_until_stopped());
+    TestApp {
+        base,
+        client: client(),
+        org,
+        store,
+        db,
+        _dir: dir,
+        config,
+        handle,
+        task: Some(task),
+    }
+}
+
+pub fn test_config(url: &str, key: PathBuf) -> Config {
+    let mut c = Config::new(url);
+    c.bind = "127.0.0.1:0".into();
+    c.signing_key_file = key;
+    c.metrics_bind = None;
+    c.workers = Some(2);
+    c.bootstrap = false;
+    c.handle_signals = false;
+    c.store.max_connections = 5;
+    c
+}
+
+pub fn client() -> awc::Client {
+    awc::Client::builder().timeout(Duration::from_secs(30)).finish()
+}
+
+/// A response, read whole.
+pub struct Resp {
+    pub status: u16,
+    pub headers: awc::http::header::HeaderMap,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers.get(name).map(|v| v.to_str().unwrap().to_owned())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// Asserts the standard error body and its agreement with X-Request-Id.
+    pub fn assert_error(&self, status: u16, code: &str) -> Value {
+        assert_eq!(self.status, status, "status for {code}: {}", self.text());
+        let body = self.json();
+        let err = &body["error"];
+        assert_eq!(err["code"], code, "{body}");
+        assert!(err["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+        let rid = err["request_id"].as_str().unwrap();
+        assert!(rid.starts_with("req_"), "{rid}");
+        assert_eq!(self.header("x-request-id").as_deref(), Some(rid));
+        assert!(err["docs_url"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("/docs/errors#{code}")));
+        body
+    }
+}
+
+pub async fn read(
+    res: awc::ClientResponse<
+        impl futures_util::Stream<Item = Result<actix_web::web::Bytes, awc::error::PayloadError>> + Unpin,
+    >,
+) -> Resp {
+    let mut res = res;
+    let status = res.status().as_u16();
+    let headers = res.headers().clone();
+    let body = res.body().limit(16 * 1024 * 1024).await.expect("body").to_vec();
+    Resp {
+        status,
+        headers,
+        body,
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn secret(&self) -> &str {
+        &self.org.keys.secret_live
+    }
+
+    pub async fn get(&self, path: &str, key: Option<&str>) -> Resp {
+        let mut req = self.client.get(self.url(path));
+        if let Some(k) = key {
+            req = req.insert_header(("Authorization", format!("Bearer {k}")));
+        }
+        read(req.send().await.expect("request")).await
+    }
+
+    pub async fn post(&self, path: &str, key: Option<&str>, body: Option<&Value>) -> Resp {
+        let mut req = self.client.post(self.url(path));
+        if let Some(k) = key {
+            req = req.insert_header(("Authorization", format!("Bearer {k}")));
+        }
+        let res = match body {
+            Some(b) => req.send_json(b).await,
+            None => req.send().await,
+        };
+        read(res.expect("request")).await
+    }
+
+    /// Registers an agent with the live secret key; asserts 201.
+    pub async fn register(&self, body: Value) -> Value {
+        self.register_with(self.secret(), body).await
+    }
+
+    pub async fn register_with(&self, key: &str, body: Value) -> Value {
+        let res = self.post("/v1/agents/register", Some(key), Some(&body)).await;
+        assert_eq!(res.status, 201, "{}", res.text());
+        res.json()
+    }
+
+    /// A minimal valid agent.
+    pub async fn agent(&self) -> (String, String) {
+        let a = self
+            .register(
+                serde_json::json!({"name": "bot", "issuer_domain": "example.com", "scopes": ["read:docs"]}),
+            )
+            .await;
+        (
+            a["agent_id"].as_str().unwrap().to_owned(),
+            a["token"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    pub async fn verify(&self, token: &str) -> Value {
+        let res = self.get(&format!("/v1/verify/{token}"), None).await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        res.json()
+    }
+
+    pub async fn revoke(&self, agent_id: &str, reason: Option<&str>) -> Resp {
+        let body = reason.map(|r| serde_json::json!({"reason": r}));
+        self.post(
+            &format!("/v1/agents/{agent_id}/revoke"),
+            Some(self.secret()),
+            body.as_ref(),
+        )
+        .await
+    }
+
+    pub async fn log(&self, query: &str) -> Value {
+        let res = self.get(&format!("/v1/log{query}"), Some(self.secret())).await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        res.json()
+    }
+
+    /// Stops the server gracefully (the audit writer drains) and waits for it.
+    pub async fn stop(&mut self) {
+        self.handle.stop(true).await;
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+
+    /// Stops and starts again on the same database and signing key.
+    pub async fn restart(mut self) -> TestApp {
+        self.stop().await;
+        let app = Application::build(self.config.clone())
+            .await
+            .expect("app restarts");
+        self.store = app.engine().store().clone();
+        self.base = app.public_url().to_owned();
+        self.handle = app.handle();
+        self.task = Some(actix_web::rt::spawn(app.run_until_stopped()));
+        self
+    }
+
+    /// A direct connection to the test database, for what the API cannot do.
+    pub async fn raw_execute(&self, sql: &str) -> Result<u64, sqlx::Error> {
+        if self.db.is_postgres() {
+            let pool = sqlx::PgPool::connect(&self.db.url).await?;
+            let r = sqlx::query(sql).execute(&pool).await.map(|r| r.rows_affected());
+            pool.close().await;
+            r
+        } else {
+            let pool = sqlx::SqlitePool::connect(&self.db.url).await?;
+            let r = sqlx::query(sql).execute(&pool).await.map(|r| r.rows_affected());
+            pool.close().await;
+            r
+        }
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if self.task.is_some() {
+            let h = self.handle.clone();
+            actix_web::rt::spawn(async move { h.stop(false).await });
+        }
+    }
+}

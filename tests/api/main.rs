@@ -1,0 +1,16 @@
+//! The one integration-test binary (see STYLE.md): every test drives a real server over HTTP.
+//! Backend: SQLite by default; PostgreSQL when AGENTID_TEST_DATABASE_URL=postgres://… .
+
+mod helpers;
+
+mod agents;
+mod auth;
+mod cli;
+mod errors;
+mod health;
+mod isolation;
+mod log;
+mod offline;
+mod persistence;
+mod tokens;
+mod verify;
