@@ -278,3 +278,30 @@ pub fn docs_page() -> String {
     html.push_str("</body></html>");
     html
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unexpected_errors_are_500_without_detail() {
+        let e: ApiError = StoreError::Corrupt("secret table detail".into()).into();
+        assert_eq!(e.code, ErrorCode::InternalError);
+        assert_eq!(e.code.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(!e.message.contains("secret"));
+        let res = e.error_response();
+        assert_eq!(res.status(), 500);
+        assert_eq!(
+            res.extensions().get::<ErrorInfo>().unwrap().code,
+            "INTERNAL_ERROR"
+        );
+    }
+
+    #[test]
+    fn every_code_has_a_status_and_a_description() {
+        for code in ErrorCode::ALL {
+            assert!(code.status().is_client_error() || code.status().is_server_error());
+            assert!(!code.describe().is_empty());
+        }
+    }
+}

@@ -12,5 +12,6 @@ mod isolation;
 mod log;
 mod offline;
 mod persistence;
+mod store;
 mod tokens;
 mod verify;

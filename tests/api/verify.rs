@@ -132,3 +132,13 @@ async fn the_audit_table_refuses_updates_and_deletes_and_chains_hold() {
         assert!(r.records >= 1);
     }
 }
+
+#[actix_web::test]
+async fn verify_fails_closed_when_the_audit_log_cannot_record() {
+    let app = spawn_app().await;
+    let (_, token) = app.agent().await;
+    app.store.close().await;
+    let res = app.get(&format!("/v1/verify/{token}"), None).await;
+    res.assert_error(503, "AUDIT_UNAVAILABLE");
+    assert!(!res.text().contains("\"valid\""));
+}

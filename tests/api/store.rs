@@ -1,0 +1,225 @@
+//! Store conformance: the same expectations of the `Store` trait on whichever backend runs.
+
+use std::collections::HashMap;
+
+use agentid::domain::audit::AuditEntry;
+use agentid::domain::{KeyMode, Ledger, Millis, VerifyResult};
+use agentid::store::{AgentRecord, LogQuery};
+
+use crate::helpers::spawn_app;
+
+fn agent(id: &str, org: &str) -> AgentRecord {
+    AgentRecord {
+        id: id.into(),
+        org_id: org.into(),
+        mode: KeyMode::Live,
+        name: "n".into(),
+        issuer_domain: "example.com".into(),
+        description: String::new(),
+        scopes: vec!["read:x".into(), "write:y".into()],
+        created_at: Millis(1),
+        issued_at: Millis(1000),
+        expires_at: Millis(2000),
+        revoked_at: None,
+        revocation_reason: None,
+        verification_count: 0,
+    }
+}
+
+fn entry(ledger: &Ledger, agent: &str, result: VerifyResult) -> AuditEntry {
+    AuditEntry {
+        ledger: ledger.clone(),
+        agent_id: agent.into(),
+        result,
+        failure_reason: (result != VerifyResult::Valid).then(|| "why".to_owned()),
+        latency_us: 7,
+        requested_at: Millis::now(),
+    }
+}
+
+#[actix_web::test]
+async fn agents_round_trip_revoke_once_and_refuse_renewal_when_revoked() {
+    let app = spawn_app().await;
+    let s = &app.store;
+    let org = app.org.org_id.clone();
+    let a = agent("agt_01aaaaaaaaaaaaaaaaaaaaaaaa", &org);
+    s.insert_agent(&a).await.unwrap();
+    assert_eq!(s.get_agent(&a.id).await.unwrap(), Some(a.clone()));
+    assert!(s.insert_agent(&a).await.is_err(), "ids are unique");
+    assert!(s.renew_token(&a.id, Millis(5000), Millis(9000)).await.unwrap());
+    let first = s
+        .revoke_agent(&a.id, Millis(10), Some("r1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (first.revoked_at, first.revocation_reason.as_deref()),
+        (Some(Millis(10)), Some("r1"))
+    );
+    let second = s
+        .revoke_agent(&a.id, Millis(20), Some("r2"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (second.revoked_at, second.revocation_reason.as_deref()),
+        (Some(Millis(10)), Some("r1"))
+    );
+    assert!(!s.renew_token(&a.id, Millis(30), Millis(40)).await.unwrap());
+    assert_eq!(
+        s.get_agent(&a.id).await.unwrap().unwrap().expires_at,
+        Millis(9000)
+    );
+    assert!(s
+        .revoke_agent("agt_01zzzzzzzzzzzzzzzzzzzzzzzz", Millis(1), None)
+        .await
+        .unwrap()
+        .is_none());
+
+    let b = agent("agt_01bbbbbbbbbbbbbbbbbbbbbbbb", &org);
+    s.insert_agent(&b).await.unwrap();
+    let listed: Vec<String> = s
+        .list_agents(&org, KeyMode::Live)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.id)
+        .collect();
+    assert_eq!(listed, [b.id.clone(), a.id.clone()], "newest first");
+    assert!(s.list_agents(&org, KeyMode::Test).await.unwrap().is_empty());
+    let scanned = s.scan_agents(&a.id, 10).await.unwrap();
+    assert_eq!(scanned.len(), 1);
+    assert_eq!(scanned[0].id, b.id);
+}
+
+#[actix_web::test]
+async fn batches_chain_count_and_recheck_revocation_inside_the_transaction() {
+    let app = spawn_app().await;
+    let s = &app.store;
+    let org = app.org.org_id.clone();
+    let live = Ledger {
+        org_id: org.clone(),
+        mode: KeyMode::Live,
+    };
+    let test = Ledger {
+        org_id: org.clone(),
+        mode: KeyMode::Test,
+    };
+    let (a, b) = (
+        agent("agt_01cccccccccccccccccccccccc", &org),
+        agent("agt_01dddddddddddddddddddddddd", &org),
+    );
+    s.insert_agent(&a).await.unwrap();
+    s.insert_agent(&b).await.unwrap();
+
+    let batch1 = vec![
+        entry(&live, &a.id, VerifyResult::Valid),
+        entry(&test, &b.id, VerifyResult::Invalid),
+        entry(&live, &a.id, VerifyResult::Expired),
+    ];
+    let recs = s.append_audit(batch1).await.unwrap();
+    assert_eq!(recs.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 1, 2]);
+
+    // Revoked in the store but not yet known to the caller: the batch must say so.
+    s.revoke_agent(&a.id, Millis(5), Some("stolen")).await.unwrap();
+    let recs = s
+        .append_audit(vec![
+            entry(&live, &a.id, VerifyResult::Valid),
+            entry(&live, &b.id, VerifyResult::Valid),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(recs[0].result, VerifyResult::Revoked);
+    assert_eq!(recs[0].failure_reason.as_deref(), Some("agent revoked: stolen"));
+    assert_eq!(recs[1].result, VerifyResult::Valid);
+    assert_eq!(recs.iter().map(|r| r.seq).collect::<Vec<_>>(), [3, 4]);
+    assert_eq!(
+        recs[0].prev_hash,
+        s.read_chain(&live, 1, 1).await.unwrap()[0].hash
+    );
+
+    let page = s
+        .read_log(LogQuery {
+            ledger: &live,
+            agent_id: None,
+            result: None,
+            before_seq: None,
+            limit: 2,
+        })
+        .await
+        .unwrap();
+    assert_eq!((page.total, page.has_more), (4, true));
+    assert_eq!(page.records.iter().map(|r| r.seq).collect::<Vec<_>>(), [4, 3]);
+    let page = s
+        .read_log(LogQuery {
+            ledger: &live,
+            agent_id: None,
+            result: None,
+            before_seq: Some(3),
+            limit: 2,
+        })
+        .await
+        .unwrap();
+    assert_eq!((page.records.len(), page.has_more), (2, false));
+    let mut totals = HashMap::new();
+    for (agent_id, result) in [
+        (Some(a.id.as_str()), None),
+        (None, Some(VerifyResult::Revoked)),
+        (Some(b.id.as_str()), Some(VerifyResult::Valid)),
+    ] {
+        let p = s
+            .read_log(LogQuery {
+                ledger: &live,
+                agent_id,
+                result,
+                before_seq: None,
+                limit: 200,
+            })
+            .await
+            .unwrap();
+        assert_eq!(p.total as usize, p.records.len());
+        totals.insert((agent_id.map(str::to_owned), result), p.total);
+    }
+    assert_eq!(totals[&(Some(a.id.clone()), None)], 3);
+    assert_eq!(totals[&(None, Some(VerifyResult::Revoked))], 1);
+    assert_eq!(totals[&(Some(b.id.clone()), Some(VerifyResult::Valid))], 1);
+
+    assert_eq!(s.get_agent(&a.id).await.unwrap().unwrap().verification_count, 3);
+    assert_eq!(s.get_agent(&b.id).await.unwrap().unwrap().verification_count, 2);
+    let mut ledgers = s.ledgers().await.unwrap();
+    ledgers.sort();
+    assert_eq!(ledgers, [live, test]);
+    let reports = agentid::engine::admin::verify_chains(s).await.unwrap();
+    assert!(reports.iter().all(|r| r.broken.is_none()), "{reports:?}");
+}
+
+#[actix_web::test]
+async fn organizations_and_keys_round_trip() {
+    let app = spawn_app().await;
+    let s = &app.store;
+    let mut org = s.get_org(&app.org.org_id).await.unwrap().unwrap();
+    assert_eq!(org.plan, agentid::domain::Plan::Developer);
+    org.limits.verify_per_minute = 7;
+    assert!(s.update_org(&org).await.unwrap());
+    assert_eq!(
+        s.get_org(&org.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .limits
+            .verify_per_minute,
+        7
+    );
+    let hash = agentid::engine::hash_key(&app.org.keys.publishable_test);
+    let key = s.find_key(&hash).await.unwrap().unwrap();
+    assert_eq!(
+        (key.kind, key.mode, key.disabled),
+        (agentid::domain::ApiKeyKind::Publishable, KeyMode::Test, false)
+    );
+    assert_eq!(key.org.id, org.id);
+    assert!(s.find_key(&[0u8; 32]).await.unwrap().is_none());
+    assert!(s.disable_key(&hash, Millis(1)).await.unwrap());
+    assert!(s.find_key(&hash).await.unwrap().unwrap().disabled);
+    assert!(!s.disable_key(&[0u8; 32], Millis(1)).await.unwrap());
+    assert_eq!(s.count_orgs().await.unwrap(), 1);
+}
