@@ -10,7 +10,7 @@ use actix_web::{web, HttpServer};
 use crate::config::Config;
 use crate::domain::Plan;
 use crate::engine::admin::{self, CreatedOrg};
-use crate::engine::{Engine, EngineConfig};
+use crate::engine::Engine;
 use crate::http::{self, AppState};
 use crate::store::{self, StoreError};
 use crate::token::{KeyError, KeyRing};
@@ -48,16 +48,7 @@ impl Application {
         } else {
             None
         };
-        let engine = Arc::new(
-            Engine::start(
-                store,
-                Arc::new(keys),
-                EngineConfig {
-                    writer: cfg.writer.clone(),
-                },
-            )
-            .await?,
-        );
+        let engine = Arc::new(Engine::start(store, Arc::new(keys), cfg.engine.clone()).await?);
 
         let bind_err = |source| StartError::Bind {
             addr: cfg.bind.clone(),

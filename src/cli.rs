@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::Config;
 use crate::domain::{ApiKeyKind, KeyMode, Millis, OrgLimits, Plan};
-use crate::engine::{admin, hash_key, WriterConfig};
+use crate::engine::{admin, hash_key, EngineConfig, VerifierConfig, VerifyStrategy, WriterConfig};
 use crate::store::{self, SharedStore, StoreOptions};
 use crate::telemetry::{self, LogFormat};
 use crate::Application;
@@ -82,6 +82,15 @@ pub struct ServeArgs {
     /// Database connections.
     #[arg(long, env = "AGENTID_DB_MAX_CONNECTIONS", default_value_t = 16)]
     pub db_max_connections: u32,
+    /// Verifier actor threads for signature checks (0: on the HTTP workers).
+    #[arg(long, env = "AGENTID_VERIFIER_THREADS", default_value_t = 0)]
+    pub verifier_threads: usize,
+    /// How signatures are checked (see ARCHITECTURE.md).
+    #[arg(long, env = "AGENTID_VERIFY_STRATEGY", value_enum, default_value_t = VerifyStrategy::Resign)]
+    pub verify_strategy: VerifyStrategy,
+    /// Verified tokens remembered (0 disables the cache).
+    #[arg(long, env = "AGENTID_TOKEN_CACHE_CAPACITY", default_value_t = 65_536)]
+    pub token_cache_capacity: usize,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -214,10 +223,19 @@ async fn serve(args: ServeArgs) -> CliResult {
         signing_key_file: args.signing_key_file,
         metrics_bind,
         workers: args.workers,
-        writer: WriterConfig {
-            max_batch: args.audit_batch_max.max(1),
-            linger: Duration::from_millis(args.audit_linger_ms),
-            ..WriterConfig::default()
+        engine: EngineConfig {
+            writer: WriterConfig {
+                max_batch: args.audit_batch_max.max(1),
+                linger: Duration::from_millis(args.audit_linger_ms),
+                ..WriterConfig::default()
+            },
+            verifier: VerifierConfig {
+                threads: args.verifier_threads,
+                strategy: args.verify_strategy,
+                cache_capacity: args.token_cache_capacity,
+                ..VerifierConfig::default()
+            },
+            ..EngineConfig::default()
         },
         store: StoreOptions {
             max_connections: args.db_max_connections.max(1),

@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::engine::WriterConfig;
+use crate::engine::EngineConfig;
 use crate::store::StoreOptions;
 
 #[derive(Clone)]
@@ -20,7 +20,8 @@ pub struct Config {
     pub metrics_bind: Option<String>,
     /// HTTP worker threads; `None` means one per CPU.
     pub workers: Option<usize>,
-    pub writer: WriterConfig,
+    /// Audit writer, verifier pool and cache, registry resync.
+    pub engine: EngineConfig,
     pub store: StoreOptions,
     /// Create a default organization when the store has none.
     pub bootstrap: bool,
@@ -39,7 +40,7 @@ impl Config {
             signing_key_file: PathBuf::from("./data/signing-key.pem"),
             metrics_bind: Some("127.0.0.1:9464".into()),
             workers: None,
-            writer: WriterConfig::default(),
+            engine: EngineConfig::default(),
             store: StoreOptions::default(),
             bootstrap: true,
             handle_signals: true,
@@ -57,7 +58,7 @@ impl fmt::Debug for Config {
             .field("signing_key_file", &self.signing_key_file)
             .field("metrics_bind", &self.metrics_bind)
             .field("workers", &self.workers)
-            .field("writer", &self.writer)
+            .field("engine", &self.engine)
             .finish_non_exhaustive()
     }
 }

@@ -37,7 +37,7 @@ CREATE TABLE agents (
     verification_count BIGINT NOT NULL DEFAULT 0
 );
 CREATE INDEX agents_by_org ON agents (org_id, mode, id);
-CREATE INDEX agents_revoked ON agents (id) WHERE revoked_at IS NOT NULL;
+CREATE INDEX agents_revoked ON agents (revoked_at) WHERE revoked_at IS NOT NULL;
 
 -- One hash chain per ledger (org_id, mode); org_id '' is the service's own ledger.
 CREATE TABLE audit_log (

@@ -70,6 +70,8 @@ pub struct AuditWriter {
     flushing: bool,
     linger_armed: bool,
     drain_waiters: Vec<oneshot::Sender<()>>,
+    /// Fault injection for tests: the next flush task panics.
+    panic_next_flush: bool,
 }
 
 impl Actor for AuditWriter {
@@ -78,6 +80,32 @@ impl Actor for AuditWriter {
     fn started(&mut self, ctx: &mut Self::Context) {
         // Requests must never wait on a full mailbox; the queue bound above applies instead.
         ctx.set_mailbox_capacity(usize::MAX);
+        // After a restart, pick up whatever queued meanwhile.
+        self.schedule(ctx);
+    }
+}
+
+/// A crashed writer is restarted by its supervisor with its queue intact: entries already
+/// acknowledged are committed, entries of the crashed batch were answered 503, and entries
+/// still queued are written by the restarted writer.
+impl actix::Supervised for AuditWriter {
+    fn restarting(&mut self, _: &mut Self::Context) {
+        tracing::warn!(queued = self.queue.len(), "audit writer restarting");
+        self.flushing = false;
+        self.linger_armed = false;
+    }
+}
+
+/// Test hook: makes the next flush panic, to exercise supervision.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct InjectFlushPanic;
+
+impl Handler<InjectFlushPanic> for AuditWriter {
+    type Result = ();
+
+    fn handle(&mut self, _: InjectFlushPanic, _: &mut Self::Context) {
+        self.panic_next_flush = true;
     }
 }
 
@@ -132,9 +160,12 @@ impl AuditWriter {
         let store = self.store.clone();
         let timeout = self.cfg.flush_timeout;
         let started = Instant::now();
+        let inject_panic = std::mem::take(&mut self.panic_next_flush);
         // The store call runs as its own task: a panic inside it ends that task only.
-        let task =
-            actix::spawn(async move { tokio::time::timeout(timeout, store.append_audit(entries)).await });
+        let task = actix::spawn(async move {
+            assert!(!inject_panic, "injected audit flush failure");
+            tokio::time::timeout(timeout, store.append_audit(entries)).await
+        });
         ctx.spawn(task.into_actor(self).map(move |outcome, act, ctx| {
             act.flushing = false;
             let elapsed = started.elapsed();
@@ -147,7 +178,12 @@ impl AuditWriter {
                 }
                 Ok(Ok(Err(e))) => fail(replies, &format!("store error: {e}")),
                 Ok(Err(_)) => fail(replies, "flush timed out"),
-                Err(e) => fail(replies, &format!("flush task failed: {e}")),
+                Err(e) => {
+                    fail(replies, &format!("flush task failed: {e}"));
+                    // Crashed: let the supervisor restart the writer (queue kept).
+                    ctx.stop();
+                    return;
+                }
             }
             act.schedule(ctx);
             act.notify_drained();
@@ -180,13 +216,14 @@ impl AuditHandle {
     /// Starts the writer on its own arbiter thread.
     pub fn start(store: SharedStore, cfg: WriterConfig) -> Self {
         let arbiter = Arbiter::new();
-        let addr = AuditWriter::start_in_arbiter(&arbiter.handle(), move |_| AuditWriter {
+        let addr = actix::Supervisor::start_in_arbiter(&arbiter.handle(), move |_| AuditWriter {
             store,
             cfg,
             queue: VecDeque::new(),
             flushing: false,
             linger_armed: false,
             drain_waiters: Vec::new(),
+            panic_next_flush: false,
         });
         AuditHandle { addr }
     }
@@ -197,6 +234,12 @@ impl AuditHandle {
         // A stopped writer drops the message, and with it `tx`: the wait below then ends.
         self.addr.do_send(Append(Pending { entry, reply: tx }));
         rx.await.unwrap_or(Err(AuditError::Stopped))
+    }
+
+    /// Test hook: the next batch's flush panics (its waiters get 503, the writer restarts).
+    #[doc(hidden)]
+    pub fn inject_flush_panic(&self) {
+        self.addr.do_send(InjectFlushPanic);
     }
 
     /// Waits until everything handed in so far is committed or failed.

@@ -4,19 +4,26 @@
 pub mod admin;
 mod apikeys;
 mod audit;
-mod registry;
+pub mod registry;
+pub mod verifier;
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use actix::Addr;
 
 use crate::domain::audit::{AuditEntry, AuditRecord};
 use crate::domain::{new_id, AgentFields, AgentId, IdPrefix, Ledger, Millis, RevokeReason, VerifyResult};
 use crate::store::{AgentRecord, OrgRecord, SharedStore, StoreError};
-use crate::token::{self, Claims, KeyRing, RejectReason};
+use crate::token::{Claims, KeyRing, RejectReason};
 
 pub use apikeys::{generate_key, hash_key, ApiKeys, Caller, KeyLookup};
 pub use audit::{AuditError, AuditHandle, WriterConfig};
 pub use registry::{AgentEntry, Registry, Revoked};
+pub use verifier::{CacheOutcome, VerifierConfig, VerifyStrategy};
+
+use registry::{Learn, MarkRevoked, RegistrySupervisor};
+use verifier::TokenVerifier;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -33,6 +40,19 @@ pub enum EngineError {
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     pub writer: WriterConfig,
+    pub verifier: VerifierConfig,
+    /// How often the registry pulls revocations committed by other instances.
+    pub registry_resync: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            writer: WriterConfig::default(),
+            verifier: VerifierConfig::default(),
+            registry_resync: Duration::from_secs(5),
+        }
+    }
 }
 
 /// A freshly registered agent and its first token.
@@ -78,6 +98,8 @@ pub struct Engine {
     store: SharedStore,
     keys: Arc<KeyRing>,
     registry: Arc<Registry>,
+    registry_supervisor: Addr<RegistrySupervisor>,
+    verifier: TokenVerifier,
     audit: AuditHandle,
     api_keys: ApiKeys,
 }
@@ -114,11 +136,15 @@ impl Engine {
             "registry loaded"
         );
         let audit = AuditHandle::start(store.clone(), cfg.writer);
+        let registry_supervisor =
+            RegistrySupervisor::start(registry.clone(), store.clone(), cfg.registry_resync);
         Ok(Engine {
             api_keys: ApiKeys::new(store.clone()),
+            verifier: TokenVerifier::new(keys.clone(), &cfg.verifier),
             store,
             keys,
             registry,
+            registry_supervisor,
             audit,
         })
     }
@@ -144,6 +170,31 @@ impl Engine {
         self.audit.drain().await
     }
 
+    /// Test hook: the audit writer's next flush panics.
+    #[doc(hidden)]
+    pub fn inject_audit_panic(&self) {
+        self.audit.inject_flush_panic();
+    }
+
+    /// Adds an agent to the registry through its supervisor.
+    async fn learn(&self, agent: AgentRecord) -> Arc<AgentEntry> {
+        match self.registry_supervisor.send(Learn(agent.clone())).await {
+            Ok(entry) => entry,
+            // The supervisor is restarting: write directly (entries never conflict).
+            Err(_) => self.registry.learn(&agent),
+        }
+    }
+
+    async fn mark_revoked(&self, id: &str, reason: Option<String>) {
+        let msg = MarkRevoked {
+            id: id.to_owned(),
+            reason: reason.clone(),
+        };
+        if self.registry_supervisor.send(msg).await.is_err() {
+            self.registry.mark_revoked(id, reason);
+        }
+    }
+
     pub async fn register(&self, caller: &Caller, fields: AgentFields) -> Result<Registration, EngineError> {
         check_expiry(&caller.org, fields.expiry.get())?;
         let now = Millis::now();
@@ -165,7 +216,7 @@ impl Engine {
             verification_count: 0,
         };
         self.store.insert_agent(&agent).await?;
-        self.registry.learn(&agent);
+        self.learn(agent.clone()).await;
         let token = self.sign(&agent, agent.issued_at, agent.expires_at);
         Ok(Registration { agent, token })
     }
@@ -186,7 +237,7 @@ impl Engine {
         let entry = match self.registry.agent(id) {
             Some(e) => e,
             None => match self.store.get_agent(id).await? {
-                Some(a) => self.registry.learn(&a),
+                Some(a) => self.learn(a).await,
                 None => return Err(EngineError::AgentNotFound),
             },
         };
@@ -274,8 +325,8 @@ impl Engine {
         if record.result == VerifyResult::Revoked && checked.result == VerifyResult::Valid {
             // Another instance revoked the agent; the store told us inside the audit transaction.
             let reason = self.store.get_agent(&record.agent_id).await.ok().flatten();
-            self.registry
-                .mark_revoked(&record.agent_id, reason.and_then(|a| a.revocation_reason));
+            self.mark_revoked(&record.agent_id, reason.and_then(|a| a.revocation_reason))
+                .await;
         }
         Ok(Verification {
             result: record.result,
@@ -285,19 +336,16 @@ impl Engine {
     }
 
     async fn check(&self, token: &str, now: Millis) -> Checked {
-        let unverified = match token::decode(token) {
-            Ok(u) => u,
+        let (checked, _cache) = self.verifier.check(token).await;
+        let claims = match checked {
+            Ok(c) => c,
             Err(rej) => return self.invalid(rej.sub.as_deref(), rej.reason),
         };
-        if let Err(reason) = self.keys.verify(&unverified) {
-            return self.invalid(Some(&unverified.claims.sub), reason);
-        }
-        let claims = unverified.claims;
         let agent = match self.registry.agent(&claims.sub) {
             Some(a) => a,
             // Signed by us but unknown here: registered through another instance.
             None => match self.store.get_agent(&claims.sub).await {
-                Ok(Some(a)) => self.registry.learn(&a),
+                Ok(Some(a)) => self.learn(a).await,
                 _ => return self.invalid(None, RejectReason::UnknownAgent),
             },
         };
@@ -329,10 +377,7 @@ impl Engine {
             agent_id: claims.sub.clone(),
             result: VerifyResult::Valid,
             failure_reason: None,
-            valid: Some(ValidToken {
-                claims: Arc::new(claims),
-                agent,
-            }),
+            valid: Some(ValidToken { claims, agent }),
         }
     }
 

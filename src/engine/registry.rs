@@ -4,11 +4,13 @@
 //! revocation only ever adds), so readers can never see a half-updated agent.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use actix::prelude::*;
 use dashmap::DashMap;
 
-use crate::domain::KeyMode;
-use crate::store::AgentRecord;
+use crate::domain::{KeyMode, Millis};
+use crate::store::{AgentRecord, SharedStore};
 
 /// The fixed facts about an agent that verification uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,5 +76,101 @@ impl Registry {
 
     pub fn revoked_count(&self) -> usize {
         self.revoked.len()
+    }
+}
+
+/// The registry supervisor: the one writer of the registry. Registrations, revocations and
+/// cold-miss loads go through its mailbox (so they apply in order); every few seconds it also
+/// pulls revocations committed by other instances. Readers use the shared maps directly.
+pub struct RegistrySupervisor {
+    registry: Arc<Registry>,
+    store: SharedStore,
+    resync_every: Duration,
+    /// Revocations at or after this time are pulled on the next resync.
+    watermark: Millis,
+    resyncing: bool,
+}
+
+impl RegistrySupervisor {
+    pub fn start(registry: Arc<Registry>, store: SharedStore, resync_every: Duration) -> Addr<Self> {
+        let watermark = Millis::now();
+        actix::Supervisor::start(move |_| RegistrySupervisor {
+            registry,
+            store,
+            resync_every,
+            watermark,
+            resyncing: false,
+        })
+    }
+
+    fn resync(&mut self, ctx: &mut Context<Self>) {
+        if self.resyncing {
+            return;
+        }
+        self.resyncing = true;
+        // Overlap windows a little: clocks of instances differ, and marking twice is harmless.
+        let since = Millis(self.watermark.0 - 5_000);
+        let started = Millis::now();
+        let store = self.store.clone();
+        ctx.spawn(
+            async move { store.revoked_since(since).await }
+                .into_actor(self)
+                .map(move |res, act, _| {
+                    act.resyncing = false;
+                    match res {
+                        Ok(revoked) => {
+                            for (id, reason) in revoked {
+                                act.registry.mark_revoked(&id, reason);
+                            }
+                            act.watermark = started;
+                        }
+                        Err(e) => tracing::warn!(error = %e, "revocation resync failed; retrying"),
+                    }
+                }),
+        );
+    }
+}
+
+impl Actor for RegistrySupervisor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.run_interval(self.resync_every, |act, ctx| act.resync(ctx));
+    }
+}
+
+impl actix::Supervised for RegistrySupervisor {
+    fn restarting(&mut self, _: &mut Self::Context) {
+        tracing::warn!("registry supervisor restarting");
+        self.resyncing = false;
+    }
+}
+
+/// Adds an agent the store knows; answers with the entry the registry now holds.
+#[derive(Message)]
+#[rtype(result = "Arc<AgentEntry>")]
+pub struct Learn(pub AgentRecord);
+
+impl Handler<Learn> for RegistrySupervisor {
+    type Result = MessageResult<Learn>;
+
+    fn handle(&mut self, msg: Learn, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.registry.learn(&msg.0))
+    }
+}
+
+/// Records a committed revocation.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct MarkRevoked {
+    pub id: String,
+    pub reason: Option<String>,
+}
+
+impl Handler<MarkRevoked> for RegistrySupervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: MarkRevoked, _: &mut Self::Context) {
+        self.registry.mark_revoked(&msg.id, msg.reason);
     }
 }

@@ -356,6 +356,18 @@ macro_rules! shared_store_methods {
             })
         }
 
+        fn revoked_since(&self, since: Millis) -> StoreFuture<'_, Vec<(String, Option<String>)>> {
+            Box::pin(async move {
+                let rows: Vec<(String, Option<String>)> = sqlx::query_as(
+                    "SELECT id, revocation_reason FROM agents WHERE revoked_at >= $1 AND revoked_at IS NOT NULL",
+                )
+                .bind(since.0)
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(rows)
+            })
+        }
+
         fn append_audit(&self, entries: Vec<AuditEntry>) -> StoreFuture<'_, Vec<AuditRecord>> {
             Box::pin(self.append_audit_impl(entries))
         }

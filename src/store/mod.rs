@@ -1,7 +1,7 @@
 //! Persistence boundary: the `Store` trait, its records and errors, and the two backends
 //! (SQLite, the embedded default; PostgreSQL, for production), chosen by the URL scheme.
 
-mod batch;
+pub mod batch;
 mod common;
 mod migrate;
 mod postgres;
@@ -189,6 +189,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         at: Millis,
         reason: Option<&'a str>,
     ) -> StoreFuture<'a, Option<AgentRecord>>;
+
+    /// Agents revoked at or after `since` (for instances to learn each other's revocations).
+    fn revoked_since(&self, since: Millis) -> StoreFuture<'_, Vec<(String, Option<String>)>>;
 
     /// Appends a batch in one transaction: re-checks revocation of `valid` entries inside it,
     /// chains each ledger, updates counters and `verification_count`. Returns the records

@@ -89,6 +89,7 @@ pub struct TestApp {
     pub client: awc::Client,
     pub org: CreatedOrg,
     pub store: SharedStore,
+    pub engine: std::sync::Arc<agentid::engine::Engine>,
     pub db: TestDb,
     _dir: tempfile::TempDir,
     pub config: Config,
@@ -100,7 +101,7 @@ pub struct Options {
     pub plan: Plan,
     pub verify_limit: Option<u32>,
     pub other_limit: Option<u32>,
-    pub tweak: fn(&mut Config),
+    pub tweak: Box<dyn FnOnce(&mut Config)>,
 }
 
 impl Default for Options {
@@ -109,7 +110,19 @@ impl Default for Options {
             plan: Plan::Developer,
             verify_limit: None,
             other_limit: None,
-            tweak: |_| {},
+            tweak: Box::new(|_| {}),
+        }
+    }
+}
+
+impl Options {
+    /// An enterprise organization with limits no test reaches.
+    pub fn unlimited() -> Self {
+        Options {
+            plan: Plan::Enterprise,
+            verify_limit: Some(10_000_000),
+            other_limit: Some(10_000_000),
+            ..Options::default()
         }
     }
 }
@@ -125,6 +138,7 @@ pub async fn spawn_app_with(opts: Options) -> TestApp {
     (opts.tweak)(&mut config);
     let app = Application::build(config.clone()).await.expect("app starts");
     let store = app.engine().store().clone();
+    let engine = app.engine().clone();
     let limits = OrgLimits::resolve(opts.plan, opts.verify_limit, opts.other_limit, None).unwrap();
     let org = admin::create_org(&store, "test org", opts.plan, limits)
         .await
@@ -137,6 +151,7 @@ pub async fn spawn_app_with(opts: Options) -> TestApp {
         client: client(),
         org,
         store,
+        engine,
         db,
         _dir: dir,
         config,
@@ -275,6 +290,15 @@ impl TestApp {
         res.json()
     }
 
+    /// Verify as a receiver identifying itself with the organization's publishable key.
+    pub async fn verify_as_receiver(&self, token: &str) -> Resp {
+        self.get(
+            &format!("/v1/verify/{token}"),
+            Some(&self.org.keys.publishable_live),
+        )
+        .await
+    }
+
     pub async fn revoke(&self, agent_id: &str, reason: Option<&str>) -> Resp {
         let body = reason.map(|r| serde_json::json!({"reason": r}));
         self.post(
@@ -306,6 +330,7 @@ impl TestApp {
             .await
             .expect("app restarts");
         self.store = app.engine().store().clone();
+        self.engine = app.engine().clone();
         self.base = app.public_url().to_owned();
         self.handle = app.handle();
         self.task = Some(actix_web::rt::spawn(app.run_until_stopped()));

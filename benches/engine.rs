@@ -1,0 +1,176 @@
+//! Micro-benchmarks of each step of the verify path. `cargo bench --bench engine`;
+//! `cargo bench --bench engine -- token/` for one group. Figures are recorded in load/README.md.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentid::domain::audit::{AuditEntry, AuditRecord, GENESIS};
+use agentid::domain::{KeyMode, Ledger, Millis, VerifyResult};
+use agentid::engine::registry::Registry;
+use agentid::store::batch;
+use agentid::store::AgentRecord;
+use agentid::token::{decode, Claims, KeyRing, Unverified};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use ed25519_dalek::SigningKey;
+
+fn ring() -> KeyRing {
+    KeyRing::from_signing_key(SigningKey::from_bytes(&[7; 32]))
+}
+
+fn claims(n: usize) -> Claims {
+    Claims {
+        iss: "billing.example.com".into(),
+        sub: format!("agt_01jd{n:022}"),
+        jti: format!("01jd{n:022}"),
+        iat: 1_795_000_000,
+        exp: 1_795_086_400,
+        scopes: vec!["read:invoices".into(), "write:invoices".into()],
+    }
+}
+
+fn tokens(ring: &KeyRing, n: usize) -> Vec<String> {
+    (0..n).map(|i| ring.sign(&claims(i))).collect()
+}
+
+fn token_paths(c: &mut Criterion) {
+    let ring = ring();
+    let token = ring.sign(&claims(1));
+    let mut g = c.benchmark_group("token");
+    g.bench_function("decode", |b| b.iter(|| decode(black_box(&token)).unwrap()));
+    g.bench_function("decode+verify_strict", |b| {
+        b.iter(|| ring.verify_strict(&decode(black_box(&token)).unwrap()).unwrap())
+    });
+    g.bench_function("decode+resign_compare", |b| {
+        b.iter(|| assert!(ring.resign_matches(&decode(black_box(&token)).unwrap())))
+    });
+    g.bench_function("decode+verify (service default)", |b| {
+        b.iter(|| ring.verify(&decode(black_box(&token)).unwrap()).unwrap())
+    });
+    let cache: quick_cache::sync::Cache<Box<str>, Arc<Claims>> = quick_cache::sync::Cache::new(65_536);
+    for t in tokens(&ring, 10_000) {
+        let c = decode(&t).unwrap().claims;
+        cache.insert(t.into_boxed_str(), Arc::new(c));
+    }
+    cache.insert(token.clone().into_boxed_str(), Arc::new(claims(1)));
+    let now = 1_795_000_100;
+    g.bench_function("cache_hit (lookup + expiry check)", |b| {
+        b.iter(|| {
+            let c = cache.get(black_box(token.as_str())).unwrap();
+            assert!(c.exp > now);
+        })
+    });
+    g.finish();
+}
+
+fn batch_verify(c: &mut Criterion) {
+    let ring = ring();
+    let all = tokens(&ring, 128);
+    let decoded: Vec<Unverified<'_>> = all.iter().map(|t| decode(t).unwrap()).collect();
+    let mut g = c.benchmark_group("batch");
+    for n in [1usize, 8, 32, 64, 128] {
+        let refs: Vec<&Unverified<'_>> = decoded[..n].iter().collect();
+        g.throughput(Throughput::Elements(n as u64));
+        g.bench_with_input(BenchmarkId::new("verify_batch_exact", n), &refs, |b, refs| {
+            b.iter(|| assert!(ring.verify_batch(black_box(refs)).iter().all(Result::is_ok)))
+        });
+        let msgs: Vec<&[u8]> = refs.iter().map(|u| u.signing_input).collect();
+        let sigs: Vec<_> = refs.iter().map(|u| u.signature).collect();
+        let keys = vec![*ring.verifying_key(ring.kid()).unwrap(); n];
+        g.bench_with_input(BenchmarkId::new("dalek_verify_batch_bare", n), &n, |b, _| {
+            b.iter(|| ed25519_dalek::verify_batch(black_box(&msgs), &sigs, &keys).unwrap())
+        });
+        g.bench_with_input(BenchmarkId::new("verify_strict_each", n), &refs, |b, refs| {
+            b.iter(|| refs.iter().all(|u| ring.verify_strict(u).is_ok()))
+        });
+        g.bench_with_input(BenchmarkId::new("resign_each", n), &refs, |b, refs| {
+            b.iter(|| refs.iter().all(|u| ring.resign_matches(u)))
+        });
+    }
+    g.finish();
+}
+
+fn entry(i: usize) -> AuditEntry {
+    AuditEntry {
+        ledger: Ledger {
+            org_id: format!("org_01jd{:022}", i % 3),
+            mode: KeyMode::Live,
+        },
+        agent_id: format!("agt_01jd{:022}", i % 50),
+        result: VerifyResult::Valid,
+        failure_reason: None,
+        latency_us: 120,
+        requested_at: Millis(1_795_000_000_000),
+    }
+}
+
+fn audit(c: &mut Criterion) {
+    let mut g = c.benchmark_group("audit");
+    g.bench_function("chain_step (seal one record)", |b| {
+        b.iter(|| {
+            AuditRecord::seal(
+                black_box(entry(1)),
+                "log_01jd0000000000000000000000".into(),
+                42,
+                GENESIS,
+            )
+        })
+    });
+    let entries: Vec<AuditEntry> = (0..512).map(entry).collect();
+    g.throughput(Throughput::Elements(512));
+    g.bench_function("writer_batch_encode/512 (seal + counters)", |b| {
+        b.iter(|| {
+            let mut heads = std::collections::HashMap::new();
+            let recs = batch::seal(black_box(entries.clone()), &mut heads);
+            let deltas = batch::count_deltas(&recs);
+            let agents = batch::agent_deltas(&recs);
+            (recs.len(), deltas.len(), agents.len())
+        })
+    });
+    g.finish();
+}
+
+fn revocation(c: &mut Criterion) {
+    let registry = Registry::default();
+    for i in 0..100_000 {
+        let id = format!("agt_01jd{i:022}");
+        if i % 10 == 0 {
+            registry.mark_revoked(&id, Some("rotated".into()));
+        }
+        registry.learn(&AgentRecord {
+            id,
+            org_id: "org_1".into(),
+            mode: KeyMode::Live,
+            name: "n".into(),
+            issuer_domain: "example.com".into(),
+            description: String::new(),
+            scopes: vec![],
+            created_at: Millis(0),
+            issued_at: Millis(0),
+            expires_at: Millis(0),
+            revoked_at: None,
+            revocation_reason: None,
+            verification_count: 0,
+        });
+    }
+    let mut g = c.benchmark_group("registry");
+    let hit = format!("agt_01jd{:022}", 500);
+    let miss = format!("agt_01jd{:022}", 501);
+    g.bench_function("revocation_lookup (revoked)", |b| {
+        b.iter(|| registry.revocation(black_box(&hit)).is_some())
+    });
+    g.bench_function("revocation_lookup (not revoked)", |b| {
+        b.iter(|| registry.revocation(black_box(&miss)).is_some())
+    });
+    g.bench_function("agent_lookup", |b| {
+        b.iter(|| registry.agent(black_box(&miss)).is_some())
+    });
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
+    targets = token_paths, batch_verify, audit, revocation
+}
+criterion_main!(benches);

@@ -1,0 +1,212 @@
+//! Signature checking for the verify path: the verified-token cache, and the verifier actor
+//! pool that takes signature work off the HTTP workers when it is configured.
+//!
+//! Strategies (chosen by measurement, see load/README.md): `resign` recomputes the
+//! deterministic signature of the current key and compares in constant time, falling back to
+//! `verify_strict` (exactly `verify_strict`'s answers, about half its cost); `strict` is plain
+//! `verify_strict`; `batch` gathers the pool's concurrent jobs into one `verify_batch` (made
+//! exact, see `KeyRing::verify_batch`).
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use tokio::sync::oneshot;
+
+use crate::token::{self, Claims, KeyRing, RejectReason, Rejected, Unverified};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum VerifyStrategy {
+    Resign,
+    Strict,
+    Batch,
+}
+
+#[derive(Debug, Clone)]
+pub struct VerifierConfig {
+    /// Verifier actor threads; 0 checks signatures on the HTTP worker itself.
+    pub threads: usize,
+    pub strategy: VerifyStrategy,
+    /// Most jobs one verifier actor takes at once (the batch size for `batch`).
+    pub max_batch: usize,
+    /// Verified tokens remembered; 0 disables the cache.
+    pub cache_capacity: usize,
+}
+
+impl Default for VerifierConfig {
+    fn default() -> Self {
+        VerifierConfig {
+            threads: 0,
+            strategy: VerifyStrategy::Resign,
+            max_batch: 64,
+            cache_capacity: 65_536,
+        }
+    }
+}
+
+/// Token string → claims of a token whose signature has been checked. Keyed by the whole
+/// token, so two different strings never share an entry; expiry and revocation are not
+/// cached (they are checked on every call).
+type TokenCache = quick_cache::sync::Cache<Box<str>, Arc<Claims>>;
+
+/// Whether a check was answered from the cache (for metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheOutcome {
+    Hit,
+    Miss,
+    Disabled,
+}
+
+pub struct TokenVerifier {
+    keys: Arc<KeyRing>,
+    strategy: VerifyStrategy,
+    cache: Option<TokenCache>,
+    pool: Option<Pool>,
+}
+
+impl TokenVerifier {
+    /// Starts the pool's actors when `threads > 0` (must run inside an actix system).
+    pub fn new(keys: Arc<KeyRing>, cfg: &VerifierConfig) -> Self {
+        let cache = (cfg.cache_capacity > 0).then(|| TokenCache::new(cfg.cache_capacity));
+        let pool = (cfg.threads > 0).then(|| Pool::start(keys.clone(), cfg));
+        TokenVerifier {
+            keys,
+            strategy: cfg.strategy,
+            cache,
+            pool,
+        }
+    }
+
+    /// The claims of a token with a valid signature from a known key.
+    pub async fn check(&self, token: &str) -> (Result<Arc<Claims>, Rejected>, CacheOutcome) {
+        let outcome = match &self.cache {
+            Some(cache) => match cache.get(token) {
+                Some(claims) => return (Ok(claims), CacheOutcome::Hit),
+                None => CacheOutcome::Miss,
+            },
+            None => CacheOutcome::Disabled,
+        };
+        let unverified = match token::decode(token) {
+            Ok(u) => u,
+            Err(rej) => return (Err(rej), outcome),
+        };
+        let checked = match &self.pool {
+            Some(pool) => match pool.check(token).await {
+                Some(r) => r,
+                // The pool did not answer (it is stopping): check here instead.
+                None => check_one(&self.keys, self.strategy, &unverified),
+            },
+            None => check_one(&self.keys, self.strategy, &unverified),
+        };
+        let result = match checked {
+            Ok(()) => {
+                let claims = Arc::new(unverified.claims);
+                if let Some(cache) = &self.cache {
+                    cache.insert(token.into(), claims.clone());
+                }
+                Ok(claims)
+            }
+            Err(reason) => Err(Rejected {
+                reason,
+                sub: Some(unverified.claims.sub),
+            }),
+        };
+        (result, outcome)
+    }
+}
+
+fn check_one(keys: &KeyRing, strategy: VerifyStrategy, u: &Unverified<'_>) -> Result<(), RejectReason> {
+    match strategy {
+        VerifyStrategy::Resign => keys.verify(u),
+        VerifyStrategy::Strict | VerifyStrategy::Batch => keys.verify_strict(u),
+    }
+}
+
+struct Job {
+    token: String,
+    reply: oneshot::Sender<Result<(), RejectReason>>,
+}
+
+/// Jobs wait in a crossbeam queue; a `Wake` tells one verifier actor to drain up to
+/// `max_batch` of them. A wake that finds the queue empty costs nothing.
+struct Pool {
+    jobs: crossbeam_channel::Sender<Job>,
+    addr: Addr<VerifierActor>,
+}
+
+impl Pool {
+    fn start(keys: Arc<KeyRing>, cfg: &VerifierConfig) -> Pool {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (strategy, max_batch) = (cfg.strategy, cfg.max_batch.max(1));
+        let addr = SyncArbiter::start(cfg.threads, move || VerifierActor {
+            keys: keys.clone(),
+            jobs: rx.clone(),
+            strategy,
+            max_batch,
+        });
+        Pool { jobs: tx, addr }
+    }
+
+    async fn check(&self, token: &str) -> Option<Result<(), RejectReason>> {
+        let (reply, answer) = oneshot::channel();
+        self.jobs
+            .send(Job {
+                token: token.to_owned(),
+                reply,
+            })
+            .ok()?;
+        self.addr.do_send(Wake);
+        answer.await.ok()
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Wake;
+
+struct VerifierActor {
+    keys: Arc<KeyRing>,
+    jobs: crossbeam_channel::Receiver<Job>,
+    strategy: VerifyStrategy,
+    max_batch: usize,
+}
+
+impl Actor for VerifierActor {
+    type Context = SyncContext<Self>;
+}
+
+impl Handler<Wake> for VerifierActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Wake, _: &mut SyncContext<Self>) {
+        let jobs: Vec<Job> = self.jobs.try_iter().take(self.max_batch).collect();
+        if jobs.is_empty() {
+            return;
+        }
+        let decoded: Vec<Option<Unverified<'_>>> =
+            jobs.iter().map(|j| token::decode(&j.token).ok()).collect();
+        let results: Vec<Result<(), RejectReason>> = match self.strategy {
+            VerifyStrategy::Batch => {
+                let refs: Vec<&Unverified<'_>> = decoded.iter().flatten().collect();
+                let mut batch = self.keys.verify_batch(&refs).into_iter();
+                decoded
+                    .iter()
+                    .map(|d| match d {
+                        Some(_) => batch.next().unwrap_or(Err(RejectReason::BadSignature)),
+                        None => Err(RejectReason::Malformed),
+                    })
+                    .collect()
+            }
+            strategy => decoded
+                .iter()
+                .map(|d| match d {
+                    Some(u) => check_one(&self.keys, strategy, u),
+                    None => Err(RejectReason::Malformed),
+                })
+                .collect(),
+        };
+        drop(decoded);
+        for (job, result) in jobs.into_iter().zip(results) {
+            let _ = job.reply.send(result);
+        }
+    }
+}

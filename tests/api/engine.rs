@@ -1,0 +1,353 @@
+//! The verify engine under stress: revocation racing verifies, crashes, store outages,
+//! a crashing writer, and every signature strategy of the verifier pool.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentid::engine::VerifyStrategy;
+use serde_json::json;
+
+use crate::helpers::{spawn_app_with, Options, TestApp};
+
+#[actix_web::test]
+async fn after_revoke_answers_no_verification_is_valid() {
+    let app = Rc::new(spawn_app_with(Options::unlimited()).await);
+    let (id, token) = app.agent().await;
+    let revoked = Arc::new(AtomicBool::new(false));
+    let violations = Arc::new(AtomicUsize::new(0));
+    let after = Arc::new(AtomicUsize::new(0));
+    let mut loops = Vec::new();
+    for _ in 0..8 {
+        let (app, token, revoked, violations, after) = (
+            app.clone(),
+            token.clone(),
+            revoked.clone(),
+            violations.clone(),
+            after.clone(),
+        );
+        loops.push(actix_web::rt::spawn(async move {
+            let mut since_revoke = 0;
+            while since_revoke < 25 {
+                // Read the flag before sending: a request sent after revoke answered.
+                let sent_after_revoke = revoked.load(Ordering::SeqCst);
+                let res = app.verify_as_receiver(&token).await;
+                assert_eq!(res.status, 200, "{}", res.text());
+                let valid = res.json()["valid"] == true;
+                if sent_after_revoke {
+                    since_revoke += 1;
+                    after.fetch_add(1, Ordering::SeqCst);
+                    if valid {
+                        violations.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            }
+        }));
+    }
+    actix_web::rt::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(app.revoke(&id, Some("race")).await.status, 200);
+    revoked.store(true, Ordering::SeqCst);
+    for l in loops {
+        l.await.unwrap();
+    }
+    assert!(after.load(Ordering::SeqCst) >= 200);
+    assert_eq!(
+        violations.load(Ordering::SeqCst),
+        0,
+        "valid:true after revoke answered"
+    );
+}
+
+#[actix_web::test]
+async fn a_crashing_writer_is_restarted_and_loses_no_acknowledged_record() {
+    let app = spawn_app_with(Options::unlimited()).await;
+    let (id, token) = app.agent().await;
+    let mut answered = 0;
+    for _ in 0..3 {
+        assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
+        answered += 1;
+    }
+    app.engine.inject_audit_panic();
+    // The batch whose flush crashes is answered 503: nothing unrecorded is acknowledged.
+    app.verify_as_receiver(&token)
+        .await
+        .assert_error(503, "AUDIT_UNAVAILABLE");
+    // The supervisor restarted the writer; verification works again.
+    for _ in 0..3 {
+        assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
+        answered += 1;
+    }
+    let log = app.log(&format!("?agent_id={id}")).await;
+    assert_eq!(log["pagination"]["total"], answered);
+    let reports = agentid::engine::admin::verify_chains(&app.store).await.unwrap();
+    assert!(reports.iter().all(|r| r.broken.is_none()), "{reports:?}");
+}
+
+/// Registers an agent and mints `n` extra tokens for it with issue-token.
+async fn cold_tokens(app: &TestApp, n: usize) -> (String, Vec<String>) {
+    let (id, first) = app.agent().await;
+    let mut tokens = vec![first];
+    for _ in 1..n {
+        let res = app
+            .post(&format!("/v1/agents/{id}/issue-token"), Some(app.secret()), None)
+            .await;
+        assert_eq!(res.status, 201);
+        tokens.push(res.json()["token"].as_str().unwrap().to_owned());
+    }
+    (id, tokens)
+}
+
+#[actix_web::test]
+async fn every_strategy_of_the_verifier_pool_rejects_exactly_the_forged_token() {
+    for strategy in [
+        VerifyStrategy::Batch,
+        VerifyStrategy::Resign,
+        VerifyStrategy::Strict,
+    ] {
+        let app = Rc::new(
+            spawn_app_with(Options {
+                tweak: Box::new(move |c| {
+                    c.engine.verifier.threads = 2;
+                    c.engine.verifier.strategy = strategy;
+                    c.engine.verifier.cache_capacity = 0;
+                }),
+                ..Options::unlimited()
+            })
+            .await,
+        );
+        let (_, mut tokens) = cold_tokens(&app, 24).await;
+        let key = crate::tokens::server_key(&app);
+        let stranger = ed25519_dalek::SigningKey::from_bytes(&[5; 32]);
+        let forged_index = 11;
+        let original = tokens[forged_index].clone();
+        let (h, p) = {
+            let mut parts = original.split('.');
+            (parts.next().unwrap().to_owned(), parts.next().unwrap().to_owned())
+        };
+        let header = String::from_utf8(base64_decode(&h)).unwrap();
+        let payload = String::from_utf8(base64_decode(&p)).unwrap();
+        tokens[forged_index] = crate::tokens::sign_raw(&stranger, &header, &payload);
+        assert_ne!(
+            crate::tokens::sign_raw(&key, &header, &payload),
+            tokens[forged_index]
+        );
+
+        // All at once, so the pool sees them together.
+        let answers = futures_util::future::join_all(tokens.iter().map(|t| {
+            let app = app.clone();
+            let t = t.clone();
+            async move { app.verify_as_receiver(&t).await.json()["valid"] == true }
+        }))
+        .await;
+        for (i, valid) in answers.iter().enumerate() {
+            assert_eq!(*valid, i != forged_index, "{strategy:?}: token {i}");
+        }
+    }
+}
+
+fn base64_decode(s: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(s)
+        .unwrap()
+}
+
+#[actix_web::test]
+async fn cached_tokens_still_expire_and_are_still_revoked() {
+    let app = spawn_app_with(Options::unlimited()).await;
+    let a = app
+        .register(
+            json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"], "expiry_seconds": 2}),
+        )
+        .await;
+    let token = a["token"].as_str().unwrap();
+    assert_eq!(app.verify(token).await["valid"], true); // now cached
+    actix_web::rt::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(app.verify(token).await["error"], "TOKEN_EXPIRED");
+    let (id, token) = app.agent().await;
+    assert_eq!(app.verify(&token).await["valid"], true);
+    app.revoke(&id, None).await;
+    assert_eq!(app.verify(&token).await["error"], "TOKEN_REVOKED");
+}
+
+#[actix_web::test]
+async fn a_store_outage_fails_verify_closed_and_recovery_needs_no_restart() {
+    let Some(admin) = crate::helpers::postgres_admin_url() else {
+        eprintln!("store outage test runs against PostgreSQL only (AGENTID_TEST_DATABASE_URL)");
+        return;
+    };
+    let target: std::net::SocketAddr = admin
+        .split('@')
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or("127.0.0.1:5432")
+        .parse()
+        .unwrap();
+    let proxy = crate::proxy::Proxy::start(target).await;
+    let proxy_addr = proxy.addr;
+    let app = spawn_app_with(Options {
+        tweak: Box::new(move |c| {
+            c.database_url = c
+                .database_url
+                .replacen(&target.to_string(), &proxy_addr.to_string(), 1);
+            c.store.acquire_timeout = Duration::from_secs(1);
+        }),
+        ..Options::unlimited()
+    })
+    .await;
+    let (id, token) = app.agent().await;
+    let mut valid_answers = 0;
+    for _ in 0..3 {
+        assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
+        valid_answers += 1;
+    }
+
+    proxy.cut();
+    for _ in 0..3 {
+        let res = app.verify_as_receiver(&token).await;
+        res.assert_error(503, "AUDIT_UNAVAILABLE");
+    }
+
+    proxy.restore();
+    let mut recovered = false;
+    for _ in 0..20 {
+        let res = app.verify_as_receiver(&token).await;
+        match res.status {
+            200 => {
+                assert_eq!(res.json()["valid"], true);
+                valid_answers += 1;
+                recovered = true;
+                break;
+            }
+            503 => {
+                res.assert_error(503, "AUDIT_UNAVAILABLE");
+                actix_web::rt::time::sleep(Duration::from_millis(250)).await;
+            }
+            other => panic!("unexpected {other}: {}", res.text()),
+        }
+    }
+    assert!(recovered, "verify did not recover after the store came back");
+    let log = app.log(&format!("?agent_id={id}&result=valid")).await;
+    assert_eq!(
+        log["pagination"]["total"], valid_answers,
+        "every valid answer has its record"
+    );
+}
+
+#[actix_web::test]
+async fn kill_9_loses_no_answered_verification_and_chains_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::helpers::TestDb::new(dir.path()).await;
+    let server = crate::cli::start_server(dir.path(), Some(&db.url), &[]);
+    let key = |name: &str| {
+        server
+            .stdout
+            .iter()
+            .find_map(|l| l.trim().strip_prefix(name).map(|k| k.trim().to_owned()))
+            .unwrap()
+    };
+    let (secret, publishable) = (key("secret_live"), key("publishable_live"));
+    let client = crate::helpers::client();
+    let base = server.base.clone();
+    let mut agents = Vec::new();
+    for i in 0..3 {
+        let res = crate::helpers::read(
+            client
+                .post(format!("{base}/v1/agents/register"))
+                .insert_header(("Authorization", format!("Bearer {secret}")))
+                .send_json(
+                    &json!({"name": format!("a{i}"), "issuer_domain": "example.com", "scopes": ["read:x"]}),
+                )
+                .await
+                .unwrap(),
+        )
+        .await;
+        let body = res.json();
+        agents.push((
+            body["agent_id"].as_str().unwrap().to_owned(),
+            body["token"].as_str().unwrap().to_owned(),
+        ));
+    }
+
+    // Verifiers hammer the server; each counts the answers it got, per agent.
+    let stop = Arc::new(AtomicBool::new(false));
+    let answered: Arc<Vec<AtomicUsize>> = Arc::new((0..agents.len()).map(|_| AtomicUsize::new(0)).collect());
+    let mut loops = Vec::new();
+    for w in 0..12 {
+        let (stop, answered, base, publishable) =
+            (stop.clone(), answered.clone(), base.clone(), publishable.clone());
+        let (idx, token) = (w % agents.len(), agents[w % agents.len()].1.clone());
+        loops.push(actix_web::rt::spawn(async move {
+            let client = crate::helpers::client();
+            while !stop.load(Ordering::SeqCst) {
+                let sent = client
+                    .get(format!("{base}/v1/verify/{token}"))
+                    .insert_header(("Authorization", format!("Bearer {publishable}")))
+                    .send()
+                    .await;
+                match sent {
+                    Ok(mut res) if res.status() == 200 => {
+                        // An answer counts only once its body has fully arrived.
+                        if res.body().await.is_ok() {
+                            answered[idx].fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => break, // the server is gone
+                }
+            }
+        }));
+    }
+    actix_web::rt::time::sleep(Duration::from_millis(1500)).await;
+    let mut server = server;
+    server.child.kill().unwrap(); // SIGKILL: no drain, no goodbye
+    server.child.wait().unwrap();
+    stop.store(true, Ordering::SeqCst);
+    for l in loops {
+        let _ = l.await;
+    }
+    let total: usize = answered.iter().map(|a| a.load(Ordering::SeqCst)).sum();
+    assert!(total > 50, "the load ran ({total} answers)");
+
+    // Read the store directly: every answered verification has its record.
+    let store = agentid::store::connect(&db.url, &Default::default())
+        .await
+        .unwrap();
+    for (i, (agent_id, _)) in agents.iter().enumerate() {
+        let agent = store.get_agent(agent_id).await.unwrap().unwrap();
+        let page = store
+            .read_log(agentid::store::LogQuery {
+                ledger: &agent.ledger(),
+                agent_id: Some(agent_id),
+                result: None,
+                before_seq: None,
+                limit: 1,
+            })
+            .await
+            .unwrap();
+        let got = answered[i].load(Ordering::SeqCst) as i64;
+        assert!(
+            page.total >= got,
+            "agent {i}: {} records for {got} answers",
+            page.total
+        );
+        assert!(agent.verification_count >= got);
+    }
+    let reports = agentid::engine::admin::verify_chains(&store).await.unwrap();
+    assert!(!reports.is_empty());
+    assert!(reports.iter().all(|r| r.broken.is_none()), "{reports:?}");
+    store.close().await;
+
+    // And the service starts again on the same data.
+    let again = crate::cli::start_server(dir.path(), Some(&db.url), &[]);
+    let res = crate::helpers::read(
+        client
+            .get(format!("{}/v1/verify/{}", again.base, agents[0].1))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(res.json()["valid"], true);
+}
