@@ -27,6 +27,7 @@ pub enum StartError {
 
 pub struct Application {
     addr: SocketAddr,
+    metrics: Option<(SocketAddr, Server)>,
     public_url: String,
     server: Server,
     engine: Arc<Engine>,
@@ -39,6 +40,7 @@ pub struct Application {
 impl Application {
     /// Opens everything and starts accepting connections. Must run inside an actix system.
     pub async fn build(cfg: Config) -> Result<Application, StartError> {
+        crate::telemetry::metrics_handle();
         let (keys, created_signing_key) = KeyRing::load_or_create(&cfg.signing_key_file)?;
         let store = store::connect(&cfg.database_url, &cfg.store).await?;
         let bootstrapped = if cfg.bootstrap && store.count_orgs().await? == 0 {
@@ -77,8 +79,18 @@ impl Application {
             server = server.disable_signals();
         }
         let server = server.run();
+        let metrics = match &cfg.metrics_bind {
+            Some(bind) => Some(
+                crate::telemetry::serve_metrics(bind).map_err(|source| StartError::Bind {
+                    addr: bind.clone(),
+                    source,
+                })?,
+            ),
+            None => None,
+        };
         Ok(Application {
             addr,
+            metrics,
             public_url,
             server,
             engine,
@@ -89,6 +101,11 @@ impl Application {
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where `GET /metrics` is served, when it is.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|m| m.0)
     }
 
     pub fn public_url(&self) -> &str {
@@ -109,6 +126,9 @@ impl Application {
         let result = self.server.await;
         self.engine.drain().await;
         self.engine.store().close().await;
+        if let Some((_, metrics)) = self.metrics {
+            metrics.handle().stop(true).await;
+        }
         tracing::info!("stopped");
         result
     }

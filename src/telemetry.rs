@@ -1,5 +1,13 @@
-//! Logging set-up: `RUST_LOG` filter, text or JSON lines on stderr.
+//! Logs and metrics. Logs: `RUST_LOG` filter, text or JSON lines on stderr. Metrics: one
+//! Prometheus recorder per process, served on its own listener (`AGENTID_METRICS_BIND`),
+//! never on the public port. The metric names are listed in README.md and used by
+//! `grafana/dashboards/agentid.json` (a test checks that every series there is exported).
 
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use actix_web::{web, HttpResponse, HttpServer};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
@@ -17,6 +25,119 @@ pub fn init(format: LogFormat) {
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .try_init(),
     };
 }
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// The process's Prometheus recorder, installed on first use.
+pub fn metrics_handle() -> &'static PrometheusHandle {
+    HANDLE.get_or_init(|| {
+        let builder = PrometheusBuilder::new()
+            .set_buckets(LATENCY_BUCKETS)
+            .and_then(|b| {
+                b.set_buckets_for_metric(Matcher::Full("agentid_audit_batch_size".into()), BATCH_BUCKETS)
+            })
+            .expect("bucket lists are non-empty");
+        let handle = match builder.install_recorder() {
+            Ok(h) => h,
+            // Another recorder is installed (an embedding program): keep ours unregistered.
+            Err(_) => PrometheusBuilder::new().build_recorder().handle(),
+        };
+        metrics::gauge!("agentid_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+        describe();
+        handle
+    })
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(
+        "agentid_http_requests_total",
+        "HTTP requests by route pattern, method and status"
+    );
+    describe_histogram!(
+        "agentid_http_request_duration_seconds",
+        Unit::Seconds,
+        "HTTP request latency by route pattern"
+    );
+    describe_counter!("agentid_verify_results_total", "Online verifications by result");
+    describe_counter!(
+        "agentid_token_cache_requests_total",
+        "Verified-token cache lookups by outcome (hit, miss)"
+    );
+    describe_histogram!("agentid_audit_batch_size", "Audit records per committed batch");
+    describe_histogram!(
+        "agentid_audit_flush_duration_seconds",
+        Unit::Seconds,
+        "Time to commit one audit batch"
+    );
+    describe_gauge!(
+        "agentid_audit_queue_depth",
+        "Audit records waiting for the writer"
+    );
+    describe_counter!(
+        "agentid_audit_flush_failures_total",
+        "Audit batches the store did not take (their verifications answered 503)"
+    );
+    describe_counter!("agentid_audit_records_total", "Audit records committed");
+    describe_counter!(
+        "agentid_audit_writer_restarts_total",
+        "Audit writer restarts by its supervisor"
+    );
+    describe_gauge!(
+        "agentid_revocation_index_size",
+        "Revoked agents in the in-memory index"
+    );
+    describe_gauge!("agentid_registry_agents", "Agents in the in-memory registry");
+    describe_counter!(
+        "agentid_rate_limited_total",
+        "Calls refused with 429 by endpoint class"
+    );
+    describe_gauge!(
+        "agentid_rate_limit_buckets",
+        "Rate-limit buckets currently tracked"
+    );
+    describe_gauge!(
+        "agentid_store_connections",
+        "Database pool connections by state (active, idle) and the maximum"
+    );
+    describe_gauge!("agentid_build_info", "Build information (value 1)");
+}
+
+/// Serves `GET /metrics` on its own listener. Returns the bound address and the server.
+pub fn serve_metrics(bind: &str) -> std::io::Result<(std::net::SocketAddr, actix_web::dev::Server)> {
+    let handle = metrics_handle();
+    let listener = std::net::TcpListener::bind(bind)?;
+    let addr = listener.local_addr()?;
+    let server = HttpServer::new(move || {
+        actix_web::App::new().route(
+            "/metrics",
+            web::get().to(move || async move {
+                handle.run_upkeep();
+                HttpResponse::Ok()
+                    .content_type("text/plain; version=0.0.4; charset=utf-8")
+                    .body(handle.render())
+            }),
+        )
+    })
+    .workers(1)
+    .disable_signals()
+    .shutdown_timeout(1)
+    .listen(listener)?
+    .run();
+    Ok((addr, server))
+}
+
+/// How often gauges that are sampled (not pushed) are refreshed.
+pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);

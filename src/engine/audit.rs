@@ -91,6 +91,7 @@ impl Actor for AuditWriter {
 impl actix::Supervised for AuditWriter {
     fn restarting(&mut self, _: &mut Self::Context) {
         tracing::warn!(queued = self.queue.len(), "audit writer restarting");
+        metrics::counter!("agentid_audit_writer_restarts_total").increment(1);
         self.flushing = false;
         self.linger_armed = false;
     }
@@ -118,6 +119,7 @@ impl Handler<Append> for AuditWriter {
             return;
         }
         self.queue.push_back(msg.0);
+        metrics::gauge!("agentid_audit_queue_depth").set(self.queue.len() as f64);
         self.schedule(ctx);
     }
 }
@@ -157,6 +159,7 @@ impl AuditWriter {
         let (entries, replies): (Vec<AuditEntry>, Vec<Reply>) =
             self.queue.drain(..take).map(|p| (p.entry, p.reply)).unzip();
         self.flushing = true;
+        metrics::gauge!("agentid_audit_queue_depth").set(self.queue.len() as f64);
         let store = self.store.clone();
         let timeout = self.cfg.flush_timeout;
         let started = Instant::now();
@@ -172,6 +175,9 @@ impl AuditWriter {
             match outcome {
                 Ok(Ok(Ok(records))) => {
                     tracing::debug!(batch = records.len(), ?elapsed, "audit batch committed");
+                    metrics::histogram!("agentid_audit_batch_size").record(records.len() as f64);
+                    metrics::histogram!("agentid_audit_flush_duration_seconds").record(elapsed.as_secs_f64());
+                    metrics::counter!("agentid_audit_records_total").increment(records.len() as u64);
                     for (reply, rec) in replies.into_iter().zip(records) {
                         let _ = reply.send(Ok(rec));
                     }
@@ -201,6 +207,7 @@ impl AuditWriter {
 
 fn fail(replies: Vec<Reply>, why: &str) {
     tracing::error!(batch = replies.len(), error = why, "audit batch not recorded");
+    metrics::counter!("agentid_audit_flush_failures_total").increment(1);
     for reply in replies {
         let _ = reply.send(Err(AuditError::StoreFailed));
     }

@@ -4,6 +4,7 @@
 pub mod admin;
 mod apikeys;
 mod audit;
+pub mod ratelimit;
 pub mod registry;
 pub mod verifier;
 
@@ -22,6 +23,7 @@ pub use audit::{AuditError, AuditHandle, WriterConfig};
 pub use registry::{AgentEntry, Registry, Revoked};
 pub use verifier::{CacheOutcome, VerifierConfig, VerifyStrategy};
 
+use ratelimit::{RateLimitSupervisor, RateLimits};
 use registry::{Learn, MarkRevoked, RegistrySupervisor};
 use verifier::TokenVerifier;
 
@@ -102,6 +104,8 @@ pub struct Engine {
     verifier: TokenVerifier,
     audit: AuditHandle,
     api_keys: ApiKeys,
+    rate_limits: Arc<RateLimits>,
+    _rate_limit_supervisor: Addr<RateLimitSupervisor>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -138,7 +142,11 @@ impl Engine {
         let audit = AuditHandle::start(store.clone(), cfg.writer);
         let registry_supervisor =
             RegistrySupervisor::start(registry.clone(), store.clone(), cfg.registry_resync);
+        let rate_limits = Arc::new(RateLimits::default());
+        let rate_limit_supervisor = RateLimitSupervisor::start(rate_limits.clone(), Duration::from_secs(30));
         Ok(Engine {
+            rate_limits,
+            _rate_limit_supervisor: rate_limit_supervisor,
             api_keys: ApiKeys::new(store.clone()),
             verifier: TokenVerifier::new(keys.clone(), &cfg.verifier),
             store,
@@ -159,6 +167,10 @@ impl Engine {
 
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    pub fn rate_limits(&self) -> &RateLimits {
+        &self.rate_limits
     }
 
     pub async fn authenticate(&self, presented: &str) -> Result<KeyLookup, StoreError> {
@@ -321,7 +333,14 @@ impl Engine {
             latency_us: received.elapsed().as_micros() as i64,
             requested_at: now,
         };
-        let record: AuditRecord = self.audit.append(entry).await?;
+        let record: AuditRecord = match self.audit.append(entry).await {
+            Ok(r) => r,
+            Err(e) => {
+                metrics::counter!("agentid_verify_results_total", "result" => "unrecorded").increment(1);
+                return Err(e);
+            }
+        };
+        metrics::counter!("agentid_verify_results_total", "result" => record.result.as_str()).increment(1);
         if record.result == VerifyResult::Revoked && checked.result == VerifyResult::Valid {
             // Another instance revoked the agent; the store told us inside the audit transaction.
             let reason = self.store.get_agent(&record.agent_id).await.ok().flatten();
@@ -336,7 +355,16 @@ impl Engine {
     }
 
     async fn check(&self, token: &str, now: Millis) -> Checked {
-        let (checked, _cache) = self.verifier.check(token).await;
+        let (checked, cache) = self.verifier.check(token).await;
+        match cache {
+            CacheOutcome::Hit => {
+                metrics::counter!("agentid_token_cache_requests_total", "outcome" => "hit").increment(1)
+            }
+            CacheOutcome::Miss => {
+                metrics::counter!("agentid_token_cache_requests_total", "outcome" => "miss").increment(1)
+            }
+            CacheOutcome::Disabled => {}
+        }
         let claims = match checked {
             Ok(c) => c,
             Err(rej) => return self.invalid(rej.sub.as_deref(), rej.reason),

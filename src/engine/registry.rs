@@ -103,6 +103,17 @@ impl RegistrySupervisor {
         })
     }
 
+    /// Gauges of the registry and of the store's pool.
+    fn sample(&self) {
+        metrics::gauge!("agentid_registry_agents").set(self.registry.agent_count() as f64);
+        metrics::gauge!("agentid_revocation_index_size").set(self.registry.revoked_count() as f64);
+        let (open, idle, max) = self.store.pool_stats();
+        metrics::gauge!("agentid_store_connections", "state" => "active")
+            .set(f64::from(open - idle.min(open)));
+        metrics::gauge!("agentid_store_connections", "state" => "idle").set(f64::from(idle));
+        metrics::gauge!("agentid_store_connections", "state" => "max").set(f64::from(max));
+    }
+
     fn resync(&mut self, ctx: &mut Context<Self>) {
         if self.resyncing {
             return;
@@ -136,6 +147,8 @@ impl Actor for RegistrySupervisor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.run_interval(self.resync_every, |act, ctx| act.resync(ctx));
+        self.sample();
+        ctx.run_interval(crate::telemetry::SAMPLE_EVERY, |act, _| act.sample());
     }
 }
 

@@ -1,21 +1,27 @@
 //! The gate: the one middleware every request passes. It assigns the request id, resolves the
-//! API key, writes the standard error body for every error response (whoever produced it),
-//! and logs one line per request (route pattern, never the path: verify paths hold tokens).
+//! API key, applies the rate limit (429 before any work), writes the standard error body for
+//! every error response (whoever produced it), sets `X-Request-Id` and `X-RateLimit-*` on every
+//! response, records metrics, and logs one line per request (route pattern, never the path:
+//! verify paths hold tokens).
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::header::{self, HeaderMap, HeaderValue};
+use actix_web::http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use actix_web::http::StatusCode;
 use actix_web::middleware::Next;
+use actix_web::ResponseError;
 use actix_web::{web, HttpMessage, HttpRequest};
 use tracing::Instrument;
 
 use super::error::{code_for_status, ErrorCode, ErrorInfo};
 use super::{ApiError, AppState};
 use crate::domain::{new_id, IdPrefix};
+use crate::engine::ratelimit::{Caller as RateCaller, Class, Decision};
 use crate::engine::{Caller, KeyLookup};
+use std::net::IpAddr;
 
 /// What the gate learned about the caller's credentials.
 #[derive(Debug, Clone)]
@@ -62,17 +68,49 @@ pub async fn gate(
             }
         },
     };
+    let class = if req.path().starts_with("/v1/verify/") {
+        Class::Verify
+    } else {
+        Class::Other
+    };
+    // A key that does not check out still costs its address a call: no free retries.
+    let who = match &auth {
+        Auth::Key(c) => RateCaller::Org {
+            org_id: &c.org.id,
+            per_minute: match class {
+                Class::Verify => c.org.limits.verify_per_minute,
+                Class::Other => c.org.limits.other_per_minute,
+            },
+        },
+        _ => RateCaller::Anonymous(req.peer_addr().map_or(IpAddr::from([0, 0, 0, 0]), |a| a.ip())),
+    };
+    let decision = state.engine.rate_limits().check(who, class);
+    let span = tracing::info_span!("request", request_id = %request_id);
+    if !decision.allowed {
+        metrics::counter!("agentid_rate_limited_total", "class" => class.as_str()).increment(1);
+        let retry = decision.retry_after.unwrap_or(1);
+        let err = ApiError::new(
+            ErrorCode::RateLimited,
+            format!(
+                "rate limit of {} calls per minute reached; retry in {retry} s",
+                decision.limit
+            ),
+        )
+        .with_header(header::RETRY_AFTER, HeaderValue::from(retry));
+        let res = req.into_response(err.error_response());
+        let _entered = span.enter();
+        return Ok(finish(res, &state, &request_id, received, &decision));
+    }
     req.extensions_mut().insert(RequestCtx { received, auth });
     // Handlers, extractors and the CORS layer turn their errors into responses, so an `Err`
     // here is actix's own last resort; it is passed on as it is.
-    let span = tracing::info_span!("request", request_id = %request_id);
     let res = next
         .call(req)
         .instrument(span.clone())
         .await?
         .map_into_boxed_body();
     let _entered = span.enter();
-    Ok(finish(res, &state, &request_id, received))
+    Ok(finish(res, &state, &request_id, received, &decision))
 }
 
 /// `Some(None)`: an Authorization header that is not `Bearer <token>`.
@@ -91,6 +129,7 @@ fn finish(
     state: &AppState,
     request_id: &str,
     received: Instant,
+    limit: &Decision,
 ) -> ServiceResponse<BoxBody> {
     let status = res.status();
     let is_error = status.is_client_error() || status.is_server_error();
@@ -122,18 +161,39 @@ fn finish(
     } else {
         res
     };
+    let headers = res.headers_mut();
     if let Ok(v) = HeaderValue::from_str(request_id) {
-        res.headers_mut()
-            .insert(header::HeaderName::from_static("x-request-id"), v);
+        headers.insert(HeaderName::from_static("x-request-id"), v);
     }
-    log_line(res.request(), status.as_u16(), received);
+    headers.insert(
+        HeaderName::from_static("x-ratelimit-limit"),
+        HeaderValue::from(limit.limit),
+    );
+    headers.insert(
+        HeaderName::from_static("x-ratelimit-remaining"),
+        HeaderValue::from(limit.remaining),
+    );
+    headers.insert(
+        HeaderName::from_static("x-ratelimit-reset"),
+        HeaderValue::from(limit.reset),
+    );
+    record(res.request(), status, received);
     res
 }
 
-fn log_line(req: &HttpRequest, status: u16, received: Instant) {
+fn record(req: &HttpRequest, status: StatusCode, received: Instant) {
     let route = req.match_pattern().unwrap_or_else(|| "unmatched".to_owned());
-    let latency_ms = received.elapsed().as_secs_f64() * 1000.0;
+    let elapsed = received.elapsed();
     let method = req.method().as_str();
+    metrics::counter!(
+        "agentid_http_requests_total",
+        "route" => route.clone(), "method" => method.to_owned(), "status" => status.as_str().to_owned()
+    )
+    .increment(1);
+    metrics::histogram!("agentid_http_request_duration_seconds", "route" => route.clone())
+        .record(elapsed.as_secs_f64());
+    let status = status.as_u16();
+    let latency_ms = elapsed.as_secs_f64() * 1000.0;
     // Successful verifications are the bulk of traffic: they log at debug.
     if status < 400 && route == "/v1/verify/{token}" {
         tracing::debug!(method, route, status, latency_ms, "request");

@@ -141,6 +141,11 @@ macro_rules! shared_store_methods {
             $backend
         }
 
+        fn pool_stats(&self) -> (u32, u32, u32) {
+            let idle = self.pool.num_idle() as u32;
+            (self.pool.size(), idle, self.pool.options().get_max_connections())
+        }
+
         fn ping(&self) -> StoreFuture<'_, ()> {
             Box::pin(async move {
                 sqlx::query("SELECT 1").execute(&self.pool).await?;

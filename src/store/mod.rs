@@ -156,6 +156,8 @@ pub struct LogPage {
 /// The persistence boundary. Each method is one short transaction at most.
 pub trait Store: Send + Sync + fmt::Debug + 'static {
     fn backend(&self) -> &'static str;
+    /// Connections `(open, idle, maximum)` of the pool.
+    fn pool_stats(&self) -> (u32, u32, u32);
     fn ping(&self) -> StoreFuture<'_, ()>;
     /// Closes the pool; pending work finishes first.
     fn close(&self) -> BoxFuture<'_, ()>;

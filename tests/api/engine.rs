@@ -1,8 +1,8 @@
 //! The verify engine under stress: revocation racing verifies, crashes, store outages,
 //! a crashing writer, and every signature strategy of the verifier pool.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 

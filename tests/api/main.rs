@@ -10,6 +10,7 @@ mod engine;
 mod errors;
 mod health;
 mod isolation;
+mod limits;
 mod log;
 mod offline;
 mod persistence;

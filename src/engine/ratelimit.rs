@@ -1,0 +1,252 @@
+//! Rate limits (the spec's table): per organization and endpoint class for keyed calls,
+//! per client IP for anonymous ones. The buckets are `governor` GCRA limiters with a burst of
+//! the per-minute limit: N calls pass at once, call N+1 waits for a cell to come back
+//! (one every 60/N seconds). The supervisor actor owns them and evicts idle buckets.
+
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use actix::prelude::*;
+use dashmap::DashMap;
+use governor::clock::{Clock, DefaultClock};
+use governor::middleware::StateInformationMiddleware;
+use governor::state::keyed::DashMapStateStore;
+use governor::{Quota, RateLimiter};
+
+/// Unauthenticated calls: the spec's lowest tier.
+pub const ANON_VERIFY_PER_MINUTE: u32 = 100;
+pub const ANON_OTHER_PER_MINUTE: u32 = 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Class {
+    Verify,
+    Other,
+}
+
+impl Class {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::Verify => "verify",
+            Class::Other => "other",
+        }
+    }
+}
+
+/// Whose bucket a call is taken from.
+#[derive(Debug, Clone, Copy)]
+pub enum Caller<'a> {
+    Org { org_id: &'a str, per_minute: u32 },
+    Anonymous(IpAddr),
+}
+
+/// The outcome, with what the `X-RateLimit-*` headers say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    pub limit: u32,
+    pub remaining: u32,
+    /// Unix seconds when the bucket is full again.
+    pub reset: u64,
+    /// Seconds until the next call can pass (refused calls only).
+    pub retry_after: Option<u64>,
+}
+
+type Keyed<K> = RateLimiter<K, DashMapStateStore<K>, DefaultClock, StateInformationMiddleware>;
+
+fn limiter<K: std::hash::Hash + Eq + Clone>(per_minute: u32) -> Keyed<K> {
+    let n = NonZeroU32::new(per_minute.max(1)).expect("positive");
+    RateLimiter::dashmap(Quota::per_minute(n)).with_middleware::<StateInformationMiddleware>()
+}
+
+pub struct RateLimits {
+    clock: DefaultClock,
+    anon_verify: Keyed<IpAddr>,
+    anon_other: Keyed<IpAddr>,
+    /// One keyed limiter per (class, per-minute limit); organizations are its keys. An
+    /// organization whose plan changes moves to the limiter of its new limit.
+    orgs: DashMap<(Class, u32), Arc<Keyed<String>>>,
+}
+
+impl Default for RateLimits {
+    fn default() -> Self {
+        RateLimits {
+            clock: DefaultClock::default(),
+            anon_verify: limiter(ANON_VERIFY_PER_MINUTE),
+            anon_other: limiter(ANON_OTHER_PER_MINUTE),
+            orgs: DashMap::new(),
+        }
+    }
+}
+
+impl RateLimits {
+    pub fn check(&self, caller: Caller<'_>, class: Class) -> Decision {
+        let now_unix = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let (limit, outcome) = match caller {
+            Caller::Anonymous(ip) => {
+                let (limit, lim) = match class {
+                    Class::Verify => (ANON_VERIFY_PER_MINUTE, &self.anon_verify),
+                    Class::Other => (ANON_OTHER_PER_MINUTE, &self.anon_other),
+                };
+                (limit, lim.check_key(&ip))
+            }
+            Caller::Org { org_id, per_minute } => {
+                let lim = self
+                    .orgs
+                    .entry((class, per_minute))
+                    .or_insert_with(|| Arc::new(limiter(per_minute)))
+                    .clone();
+                // The map's shard lock is released before the check.
+                (per_minute, lim.check_key(&org_id.to_owned()))
+            }
+        };
+        let per_cell = Duration::from_secs(60) / limit.max(1);
+        match outcome {
+            Ok(state) => {
+                let remaining = state.remaining_burst_capacity();
+                let used = limit.saturating_sub(remaining);
+                Decision {
+                    allowed: true,
+                    limit,
+                    remaining,
+                    reset: ceil_secs(now_unix + per_cell * used),
+                    retry_after: None,
+                }
+            }
+            Err(not_until) => {
+                let wait = not_until.wait_time_from(self.clock.now());
+                Decision {
+                    allowed: false,
+                    limit,
+                    remaining: 0,
+                    reset: ceil_secs(now_unix + per_cell * limit),
+                    retry_after: Some(ceil_secs(wait).max(1)),
+                }
+            }
+        }
+    }
+
+    /// Forgets buckets that are full again (indistinguishable from new ones).
+    pub fn evict_idle(&self) {
+        self.anon_verify.retain_recent();
+        self.anon_other.retain_recent();
+        self.anon_verify.shrink_to_fit();
+        self.anon_other.shrink_to_fit();
+        for lim in self.orgs.iter() {
+            lim.retain_recent();
+        }
+        self.orgs.retain(|_, lim| !lim.is_empty());
+    }
+
+    /// Buckets currently tracked.
+    pub fn tracked(&self) -> usize {
+        self.anon_verify.len() + self.anon_other.len() + self.orgs.iter().map(|l| l.len()).sum::<usize>()
+    }
+}
+
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// Owns the limiters' upkeep: every interval it evicts idle buckets, so memory stays
+/// bounded however many client addresses call. Checks go straight to the shared limiters.
+pub struct RateLimitSupervisor {
+    limits: Arc<RateLimits>,
+    every: Duration,
+}
+
+impl RateLimitSupervisor {
+    pub fn start(limits: Arc<RateLimits>, every: Duration) -> Addr<Self> {
+        actix::Supervisor::start(move |_| RateLimitSupervisor { limits, every })
+    }
+}
+
+impl Actor for RateLimitSupervisor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.run_interval(self.every, |act, _| {
+            act.limits.evict_idle();
+            metrics::gauge!("agentid_rate_limit_buckets").set(act.limits.tracked() as f64);
+        });
+    }
+}
+
+impl actix::Supervised for RateLimitSupervisor {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exactly_n_pass_then_refusal_with_retry_after() {
+        let limits = RateLimits::default();
+        let org = Caller::Org {
+            org_id: "org_a",
+            per_minute: 5,
+        };
+        for i in 0..5 {
+            let d = limits.check(org, Class::Other);
+            assert!(d.allowed, "call {i}");
+            assert_eq!(d.remaining, 4 - i);
+            assert_eq!(d.limit, 5);
+        }
+        let refused = limits.check(org, Class::Other);
+        assert!(!refused.allowed);
+        assert_eq!(refused.remaining, 0);
+        assert!((1..=12).contains(&refused.retry_after.unwrap()));
+        // Buckets are per organization and per class.
+        assert!(limits.check(org, Class::Verify).allowed);
+        assert!(
+            limits
+                .check(
+                    Caller::Org {
+                        org_id: "org_b",
+                        per_minute: 5
+                    },
+                    Class::Other
+                )
+                .allowed
+        );
+    }
+
+    #[test]
+    fn anonymous_callers_are_limited_per_address() {
+        let limits = RateLimits::default();
+        let a = Caller::Anonymous("10.0.0.1".parse().unwrap());
+        let b = Caller::Anonymous("10.0.0.2".parse().unwrap());
+        for _ in 0..ANON_OTHER_PER_MINUTE {
+            assert!(limits.check(a, Class::Other).allowed);
+        }
+        assert!(!limits.check(a, Class::Other).allowed);
+        assert!(limits.check(b, Class::Other).allowed);
+        assert_eq!(limits.check(a, Class::Verify).limit, ANON_VERIFY_PER_MINUTE);
+    }
+
+    #[test]
+    fn idle_buckets_are_evicted() {
+        let limits = RateLimits::default();
+        let ids: Vec<String> = (0..1000).map(|i| format!("org_{i}")).collect();
+        for id in &ids {
+            // At 6000/min a cell comes back every 10 ms: after one call the bucket is full
+            // (indistinguishable from a new one) within 20 ms.
+            limits.check(
+                Caller::Org {
+                    org_id: id,
+                    per_minute: 6000,
+                },
+                Class::Verify,
+            );
+        }
+        limits.check(Caller::Anonymous("10.0.0.9".parse().unwrap()), Class::Verify);
+        assert_eq!(limits.tracked(), 1001);
+        std::thread::sleep(Duration::from_millis(50));
+        limits.evict_idle();
+        assert_eq!(
+            limits.tracked(),
+            1,
+            "only the anonymous bucket (0.6 s per cell) is still draining"
+        );
+    }
+}

@@ -1,0 +1,185 @@
+//! Plans and rate limits: the spec's table, exact boundaries per class, headers everywhere.
+
+use agentid::domain::{OrgLimits, Plan};
+use agentid::engine::admin;
+
+use crate::helpers::{spawn_app, spawn_app_with, Options, Resp, TestApp};
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn assert_headers(res: &Resp, limit: u32) -> u32 {
+    let num = |h: &str| -> u64 {
+        res.header(h)
+            .unwrap_or_else(|| panic!("{h} missing on a {} response", res.status))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(
+        num("x-ratelimit-limit"),
+        u64::from(limit),
+        "status {}",
+        res.status
+    );
+    let remaining = num("x-ratelimit-remaining");
+    assert!(remaining <= u64::from(limit));
+    let reset = num("x-ratelimit-reset");
+    assert!(
+        reset >= now_secs() && reset <= now_secs() + 61,
+        "reset {reset} is Unix seconds within a minute"
+    );
+    remaining as u32
+}
+
+/// Sends `n` calls concurrently (so a bucket cannot refill meanwhile) and returns their statuses.
+async fn burst(app: &TestApp, path: &str, key: Option<&str>, n: usize) -> Vec<u16> {
+    let calls = (0..n).map(|_| app.get(path, key));
+    futures_util::future::join_all(calls)
+        .await
+        .into_iter()
+        .map(|r| r.status)
+        .collect()
+}
+
+#[actix_web::test]
+async fn every_response_carries_rate_limit_headers() {
+    let app = spawn_app().await;
+    let (id, token) = app.agent().await;
+    let sk = Some(app.secret());
+    for res in [
+        app.get("/v1/agents", sk).await,
+        app.get(&format!("/v1/agents/{id}"), sk).await,
+        app.get("/v1/agents/agt_00000000000000000000000000", sk).await,
+        app.get("/v1/log?limit=0", sk).await,
+    ] {
+        assert_headers(&res, 500);
+    }
+    let pk = Some(app.org.keys.publishable_live.as_str());
+    assert_headers(&app.get(&format!("/v1/verify/{token}"), pk).await, 5000);
+    assert_headers(&app.get(&format!("/v1/verify/{token}"), None).await, 100);
+    for res in [
+        app.get("/health", None).await,
+        app.get("/v1/agents", None).await,
+        app.get("/nope", None).await,
+        app.get("/.well-known/jwks.json", None).await,
+    ] {
+        assert_headers(&res, 20);
+    }
+}
+
+#[actix_web::test]
+async fn the_spec_table_sets_each_plans_limits() {
+    let app = spawn_app().await;
+    let (_, token) = app.agent().await;
+    for (plan, verify, other) in [
+        (Plan::Free, 500, 60),
+        (Plan::Developer, 5_000, 500),
+        (Plan::Growth, 50_000, 2_000),
+    ] {
+        let org = admin::create_org(&app.store, "p", plan, plan.default_limits().unwrap())
+            .await
+            .unwrap();
+        let other_res = app.get("/v1/agents", Some(&org.keys.secret_live)).await;
+        assert_eq!(other_res.status, 200);
+        assert_headers(&other_res, other);
+        let verify_res = app
+            .get(&format!("/v1/verify/{token}"), Some(&org.keys.publishable_live))
+            .await;
+        assert_eq!(verify_res.status, 200);
+        assert_headers(&verify_res, verify);
+    }
+    let limits = OrgLimits::resolve(Plan::Enterprise, Some(123_456), Some(7_890), None).unwrap();
+    let ent = admin::create_org(&app.store, "e", Plan::Enterprise, limits)
+        .await
+        .unwrap();
+    assert_headers(&app.get("/v1/agents", Some(&ent.keys.secret_live)).await, 7_890);
+}
+
+#[actix_web::test]
+async fn anonymous_buckets_pass_exactly_the_limit() {
+    let app = spawn_app().await;
+    // Other endpoints: 20 per minute per address.
+    let statuses = burst(&app, "/health", None, 20).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    let refused = app.get("/health", None).await;
+    let body = refused.assert_error(429, "RATE_LIMITED");
+    assert!(body["error"]["message"].as_str().unwrap().contains("20"));
+    let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=3).contains(&retry), "one cell comes back every 3 s: {retry}");
+    assert_eq!(assert_headers(&refused, 20), 0);
+
+    // Verify: 100 per minute per address, a separate bucket.
+    let (_, token) = app.agent().await;
+    let path = format!("/v1/verify/{token}");
+    let statuses = burst(&app, &path, None, 100).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    app.get(&path, None).await.assert_error(429, "RATE_LIMITED");
+
+    // A publishable key moves the receiver to its organization's verify bucket.
+    let with_pk = app.get(&path, Some(&app.org.keys.publishable_live)).await;
+    assert_eq!(with_pk.status, 200);
+    assert_headers(&with_pk, 5_000);
+}
+
+#[actix_web::test]
+async fn organization_buckets_pass_exactly_the_limit_per_class() {
+    let app = spawn_app_with(Options {
+        plan: Plan::Enterprise,
+        verify_limit: Some(12),
+        other_limit: Some(8),
+        ..Options::default()
+    })
+    .await;
+    let (_, token) = app.agent().await; // 1 "other" call used
+    let sk = app.org.keys.secret_live.clone();
+    let statuses = burst(&app, "/v1/agents", Some(&sk), 7).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    let refused = app.get("/v1/agents", Some(&sk)).await;
+    refused.assert_error(429, "RATE_LIMITED");
+    assert!(refused.header("retry-after").is_some());
+
+    let pk = app.org.keys.publishable_live.clone();
+    let path = format!("/v1/verify/{token}");
+    let statuses = burst(&app, &path, Some(&pk), 12).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    app.get(&path, Some(&pk)).await.assert_error(429, "RATE_LIMITED");
+    // Test keys share the organization's buckets.
+    app.get("/v1/agents", Some(&app.org.keys.secret_test))
+        .await
+        .assert_error(429, "RATE_LIMITED");
+    // Another organization is not affected.
+    let limits = OrgLimits::resolve(Plan::Free, None, None, None).unwrap();
+    let other = admin::create_org(&app.store, "o", Plan::Free, limits)
+        .await
+        .unwrap();
+    assert_eq!(
+        app.get("/v1/agents", Some(&other.keys.secret_live)).await.status,
+        200
+    );
+}
+
+#[actix_web::test]
+async fn failed_authentication_costs_the_address_a_call() {
+    let app = spawn_app().await;
+    let bad = format!("sk_live_{}", "x".repeat(40));
+    let statuses = burst(&app, "/v1/agents", Some(&bad), 20).await;
+    assert!(statuses.iter().all(|s| *s == 401), "{statuses:?}");
+    // The address's anonymous bucket is spent: even a call without a key is refused now.
+    app.get("/health", None).await.assert_error(429, "RATE_LIMITED");
+    let again = crate::helpers::read(
+        app.client
+            .get(app.url("/v1/agents"))
+            .insert_header(("Authorization", format!("Bearer {bad}")))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    again.assert_error(429, "RATE_LIMITED");
+    // A valid key is on its organization's bucket and still works.
+    assert_eq!(app.get("/v1/agents", Some(app.secret())).await.status, 200);
+}
