@@ -27,7 +27,7 @@ pub enum StartError {
 
 pub struct Application {
     addr: SocketAddr,
-    metrics: Option<(SocketAddr, Server)>,
+    metrics: Option<(SocketAddr, ServerHandle)>,
     public_url: String,
     server: Server,
     engine: Arc<Engine>,
@@ -80,12 +80,17 @@ impl Application {
         }
         let server = server.run();
         let metrics = match &cfg.metrics_bind {
-            Some(bind) => Some(
-                crate::telemetry::serve_metrics(bind).map_err(|source| StartError::Bind {
-                    addr: bind.clone(),
-                    source,
-                })?,
-            ),
+            Some(bind) => {
+                let (addr, server) =
+                    crate::telemetry::serve_metrics(bind).map_err(|source| StartError::Bind {
+                        addr: bind.clone(),
+                        source,
+                    })?;
+                let handle = server.handle();
+                // A server runs only while its future is polled.
+                actix_web::rt::spawn(server);
+                Some((addr, handle))
+            }
             None => None,
         };
         Ok(Application {
@@ -127,7 +132,7 @@ impl Application {
         self.engine.drain().await;
         self.engine.store().close().await;
         if let Some((_, metrics)) = self.metrics {
-            metrics.handle().stop(true).await;
+            metrics.stop(true).await;
         }
         tracing::info!("stopped");
         result

@@ -56,6 +56,7 @@ pub fn metrics_handle() -> &'static PrometheusHandle {
         };
         metrics::gauge!("agentid_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
         describe();
+        register_zeroes();
         handle
     })
 }
@@ -113,6 +114,25 @@ fn describe() {
         "Database pool connections by state (active, idle) and the maximum"
     );
     describe_gauge!("agentid_build_info", "Build information (value 1)");
+}
+
+/// Series that only move on rare events exist from the start (at zero), so dashboards and
+/// alerts see them before the first event.
+fn register_zeroes() {
+    for result in ["valid", "invalid", "expired", "revoked", "unrecorded"] {
+        metrics::counter!("agentid_verify_results_total", "result" => result).increment(0);
+    }
+    for outcome in ["hit", "miss"] {
+        metrics::counter!("agentid_token_cache_requests_total", "outcome" => outcome).increment(0);
+    }
+    for class in ["verify", "other"] {
+        metrics::counter!("agentid_rate_limited_total", "class" => class).increment(0);
+    }
+    metrics::counter!("agentid_audit_flush_failures_total").increment(0);
+    metrics::counter!("agentid_audit_writer_restarts_total").increment(0);
+    metrics::counter!("agentid_audit_records_total").increment(0);
+    metrics::gauge!("agentid_audit_queue_depth").set(0.0);
+    metrics::gauge!("agentid_rate_limit_buckets").set(0.0);
 }
 
 /// Serves `GET /metrics` on its own listener. Returns the bound address and the server.

@@ -3,11 +3,11 @@
 use actix_web::http::header;
 use actix_web::web::{self, Bytes};
 use actix_web::{HttpRequest, HttpResponse};
-use serde::Serialize;
-use serde_json::{Map, Value};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use super::auth::Issuer;
-use super::error::{ApiError, ErrorCode};
+use super::error::{ApiError, ErrorBody, ErrorCode};
 use super::AppState;
 use crate::domain::{
     AgentFields, AgentStatus, Description, ExpirySeconds, IssuerDomain, Millis, Name, RevokeReason, Scopes,
@@ -15,8 +15,61 @@ use crate::domain::{
 };
 use crate::store::AgentRecord;
 
-/// The body as a JSON object; enforces `Content-Type: application/json`.
-fn json_object(req: &HttpRequest, body: &Bytes) -> Result<Map<String, Value>, ApiError> {
+/// `POST /v1/agents/register` body. Unknown fields are refused.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterRequest {
+    /// Human-readable name, 1–128 characters, no control characters, not only white space.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\s\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$",
+        example = "Billing bot"
+    )]
+    name: String,
+    /// A DNS host name; stored lower-case and embedded in the token as `iss`.
+    #[schema(
+        max_length = 253,
+        pattern = r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$",
+        example = "billing.example.com"
+    )]
+    issuer_domain: String,
+    /// 1–64 distinct scopes of the form `action:resource`.
+    #[schema(min_items = 1, max_items = 64, value_type = Vec<ScopeString>, example = json!(["read:invoices"]))]
+    scopes: Vec<String>,
+    /// Optional context, at most 1024 characters (newline and tab allowed).
+    #[schema(max_length = 1024, pattern = r"^[^\u0000-\u0008\u000b-\u001f\u007f-\u009f]*$")]
+    #[serde(default)]
+    description: Option<String>,
+    /// Token lifetime in seconds (default 86400; the plan caps it: EXPIRY_TOO_LONG).
+    #[schema(minimum = 1, example = 86400)]
+    #[serde(default)]
+    expiry_seconds: Option<u64>,
+}
+
+/// One scope: `action:resource`, lower-case, at most 128 characters.
+#[derive(ToSchema)]
+#[schema(
+    pattern = r"^[a-z0-9_.-]{1,64}:[a-z0-9_.*/-]{1,63}$",
+    example = "read:invoices"
+)]
+#[allow(dead_code)] // a schema for the items of `scopes`
+pub struct ScopeString(String);
+
+/// `POST /v1/agents/{id}/revoke` body (optional).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RevokeRequest {
+    /// Why; stored with the agent and in the audit log. At most 512 characters, no control characters.
+    #[schema(max_length = 512, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$")]
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// Enforces `Content-Type: application/json` and parses the body into `T`. A body that is not
+/// a JSON object is INVALID_REQUEST; a field of the wrong type, a missing or an unknown field
+/// is VALIDATION_ERROR, with the field's path in the message.
+fn json_body<T: serde::de::DeserializeOwned>(req: &HttpRequest, body: &Bytes) -> Result<T, ApiError> {
     let ct = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -29,95 +82,82 @@ fn json_object(req: &HttpRequest, body: &Bytes) -> Result<Map<String, Value>, Ap
             "the body must be JSON sent with Content-Type: application/json",
         ));
     }
-    match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(ApiError::new(
-            ErrorCode::InvalidRequest,
-            "the body must be a JSON object",
-        )),
-        Err(e) => Err(ApiError::new(
-            ErrorCode::InvalidRequest,
-            format!("the body is not valid JSON ({e})"),
-        )),
-    }
-}
-
-fn reject_unknown(map: &Map<String, Value>, allowed: &[&str]) -> Result<(), ApiError> {
-    match map.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(k) => Err(ValidationError::new("body", format!("unknown field {k:?}")).into()),
-        None => Ok(()),
-    }
-}
-
-fn string_field<'a>(
-    map: &'a Map<String, Value>,
-    field: &'static str,
-) -> Result<Option<&'a str>, ValidationError> {
-    match map.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(ValidationError::new(field, "must be a string")),
-    }
-}
-
-fn required<T>(v: Option<T>, field: &'static str) -> Result<T, ValidationError> {
-    v.ok_or_else(|| ValidationError::new(field, "is required"))
-}
-
-fn parse_registration(map: &Map<String, Value>) -> Result<AgentFields, ApiError> {
-    reject_unknown(
-        map,
-        &["name", "issuer_domain", "scopes", "description", "expiry_seconds"],
-    )?;
-    let name = Name::parse(required(string_field(map, "name")?, "name")?)?;
-    let issuer_domain = IssuerDomain::parse(required(string_field(map, "issuer_domain")?, "issuer_domain")?)?;
-    let scopes = match map.get("scopes") {
-        None | Some(Value::Null) => return Err(ValidationError::new("scopes", "is required").into()),
-        Some(Value::Array(items)) => {
-            let strings: Option<Vec<&str>> = items.iter().map(Value::as_str).collect();
-            let strings =
-                strings.ok_or_else(|| ValidationError::new("scopes", "must be an array of strings"))?;
-            Scopes::parse(&strings)?
+    let value = match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(v @ serde_json::Value::Object(_)) => v,
+        Ok(_) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                "the body must be a JSON object",
+            ))
         }
-        Some(_) => return Err(ValidationError::new("scopes", "must be an array of strings").into()),
+        Err(e) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("the body is not valid JSON ({e})"),
+            ))
+        }
     };
-    let description = Description::parse(string_field(map, "description")?.unwrap_or(""))?;
-    let expiry = match map.get("expiry_seconds") {
-        None | Some(Value::Null) => ExpirySeconds::DEFAULT,
-        Some(Value::Number(n)) => match n.as_u64() {
-            Some(v) => ExpirySeconds::parse(v)?,
-            None => return Err(ValidationError::new("expiry_seconds", "must be a positive integer").into()),
-        },
-        Some(_) => return Err(ValidationError::new("expiry_seconds", "must be a positive integer").into()),
-    };
-    Ok(AgentFields {
-        name,
-        issuer_domain,
-        scopes,
-        description,
-        expiry,
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let message = if path == "." {
+            e.inner().to_string()
+        } else {
+            format!("{path}: {}", e.inner())
+        };
+        ApiError::new(ErrorCode::ValidationError, message)
     })
 }
 
-#[derive(Serialize)]
-struct Registered {
+impl RegisterRequest {
+    fn parse(self) -> Result<AgentFields, ValidationError> {
+        Ok(AgentFields {
+            name: Name::parse(&self.name)?,
+            issuer_domain: IssuerDomain::parse(&self.issuer_domain)?,
+            scopes: Scopes::parse(&self.scopes)?,
+            description: Description::parse(self.description.as_deref().unwrap_or(""))?,
+            expiry: self
+                .expiry_seconds
+                .map_or(Ok(ExpirySeconds::DEFAULT), ExpirySeconds::parse)?,
+        })
+    }
+}
+
+/// A newly registered agent and its first token (shown only here).
+#[derive(Serialize, ToSchema)]
+pub struct Registered {
+    #[schema(pattern = "^agt_[0-9a-z]{26}$")]
     agent_id: String,
     name: String,
+    /// Echoes the issuer_domain (lower-case).
     issuer: String,
     scopes: Vec<String>,
+    /// Compact JWS, alg EdDSA. Shown only in this response.
     token: String,
     expires_at: Millis,
+    /// {base_url}/v1/verify/{token}
     verify_url: String,
+    /// {base_url}/.well-known/public-key.pem
     public_key_url: String,
 }
 
+#[utoipa::path(
+    post, path = "/v1/agents/register", tag = "agents",
+    request_body = RegisterRequest,
+    responses(
+        (status = 201, description = "Registered", body = Registered),
+        (status = 400, description = "INVALID_REQUEST, VALIDATION_ERROR or EXPIRY_TOO_LONG", body = ErrorBody),
+        (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
+        (status = 415, description = "INVALID_REQUEST: not application/json", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn register(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
     req: HttpRequest,
     body: Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    let fields = parse_registration(&json_object(&req, &body)?)?;
+    let fields = json_body::<RegisterRequest>(&req, &body)?.parse()?;
     let reg = state.engine.register(&caller, fields).await?;
     tracing::info!(agent_id = %reg.agent.id, org_id = %caller.org.id, "agent registered");
     Ok(no_store(HttpResponse::Created()).json(Registered {
@@ -132,28 +172,47 @@ pub async fn register(
     }))
 }
 
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Active,
+    Expired,
+    Revoked,
+}
+
+fn status(a: &AgentRecord, now: Millis) -> Status {
+    match AgentStatus::of(a.revoked_at.is_some(), a.expires_at, now) {
+        AgentStatus::Active => Status::Active,
+        AgentStatus::Expired => Status::Expired,
+        AgentStatus::Revoked => Status::Revoked,
+    }
+}
+
 /// An agent in list form.
-#[derive(Serialize)]
-struct AgentSummary {
+#[derive(Serialize, ToSchema)]
+pub struct AgentSummary {
+    #[schema(pattern = "^agt_[0-9a-z]{26}$")]
     id: String,
     name: String,
     issuer_domain: String,
     scopes: Vec<String>,
-    status: &'static str,
+    status: Status,
     created_at: Millis,
+    /// Expiry of the latest token.
     expires_at: Millis,
     verification_count: i64,
 }
 
 /// An agent in full.
-#[derive(Serialize)]
-struct AgentDetail {
+#[derive(Serialize, ToSchema)]
+pub struct AgentDetail {
+    #[schema(pattern = "^agt_[0-9a-z]{26}$")]
     id: String,
     name: String,
     issuer_domain: String,
     description: String,
     scopes: Vec<String>,
-    status: &'static str,
+    status: Status,
     created_at: Millis,
     expires_at: Millis,
     revoked_at: Option<Millis>,
@@ -161,10 +220,11 @@ struct AgentDetail {
     verification_count: i64,
 }
 
-fn status(a: &AgentRecord, now: Millis) -> &'static str {
-    AgentStatus::of(a.revoked_at.is_some(), a.expires_at, now).as_str()
-}
-
+#[utoipa::path(
+    get, path = "/v1/agents", tag = "agents",
+    responses((status = 200, description = "The caller's agents (this key's mode), newest first", body = Vec<AgentSummary>)),
+    security(("bearer" = [])),
+)]
 pub async fn list(state: web::Data<AppState>, Issuer(caller): Issuer) -> Result<HttpResponse, ApiError> {
     let now = Millis::now();
     let agents: Vec<AgentSummary> = state
@@ -186,6 +246,15 @@ pub async fn list(state: web::Data<AppState>, Issuer(caller): Issuer) -> Result<
     Ok(HttpResponse::Ok().json(agents))
 }
 
+#[utoipa::path(
+    get, path = "/v1/agents/{id}", tag = "agents",
+    params(("id" = String, Path, description = "Agent id (agt_…)")),
+    responses(
+        (status = 200, description = "The agent", body = AgentDetail),
+        (status = 404, description = "AGENT_NOT_FOUND", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn get(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
@@ -207,14 +276,26 @@ pub async fn get(
     }))
 }
 
-#[derive(Serialize)]
-struct Issued {
+/// A new token (shown only here).
+#[derive(Serialize, ToSchema)]
+pub struct Issued {
+    #[schema(pattern = "^agt_[0-9a-z]{26}$")]
     agent_id: String,
     token: String,
     expires_at: Millis,
     verify_url: String,
 }
 
+#[utoipa::path(
+    post, path = "/v1/agents/{id}/issue-token", tag = "agents",
+    params(("id" = String, Path, description = "Agent id (agt_…)")),
+    responses(
+        (status = 201, description = "A new token; earlier tokens stay valid until their own expiry", body = Issued),
+        (status = 404, description = "AGENT_NOT_FOUND", body = ErrorBody),
+        (status = 409, description = "AGENT_REVOKED", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn issue_token(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
@@ -230,14 +311,29 @@ pub async fn issue_token(
     }))
 }
 
-#[derive(Serialize)]
-struct RevokedBody {
+/// The revocation as stored (a repeated revoke returns the first one).
+#[derive(Serialize, ToSchema)]
+pub struct RevokedBody {
     revoked: bool,
+    #[schema(pattern = "^agt_[0-9a-z]{26}$")]
     agent_id: String,
     revoked_at: Option<Millis>,
     reason: Option<String>,
 }
 
+#[utoipa::path(
+    post, path = "/v1/agents/{id}/revoke", tag = "agents",
+    params(("id" = String, Path, description = "Agent id (agt_…)")),
+    request_body(content = Option<RevokeRequest>, description = "Optional; send with Content-Type: application/json"),
+    responses(
+        (status = 200, description = "Revoked (idempotent)", body = RevokedBody),
+        (status = 400, description = "INVALID_REQUEST or VALIDATION_ERROR", body = ErrorBody),
+        (status = 404, description = "AGENT_NOT_FOUND", body = ErrorBody),
+        (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
+        (status = 415, description = "INVALID_REQUEST: not application/json", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn revoke(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
@@ -249,9 +345,9 @@ pub async fn revoke(
     let reason = if body.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
-        let map = json_object(&req, &body)?;
-        reject_unknown(&map, &["reason"])?;
-        string_field(&map, "reason")?
+        json_body::<RevokeRequest>(&req, &body)?
+            .reason
+            .as_deref()
             .map(RevokeReason::parse)
             .transpose()?
     };

@@ -122,6 +122,25 @@ pub struct ApiError {
     pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
+/// The standard error body.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// Machine-readable code, e.g. AGENT_NOT_FOUND.
+    pub code: String,
+    /// Human-readable text.
+    pub message: String,
+    /// The request's id, also in the X-Request-Id header.
+    #[schema(pattern = "^req_[0-9a-z]{26}$")]
+    pub request_id: String,
+    /// A page on the error: {base_url}/docs/errors#CODE.
+    pub docs_url: String,
+}
+
 /// Marker left in the response extensions for the gate to render.
 #[derive(Debug, Clone)]
 pub struct ErrorInfo {

@@ -16,7 +16,7 @@ use actix_web::ResponseError;
 use actix_web::{web, HttpMessage, HttpRequest};
 use tracing::Instrument;
 
-use super::error::{code_for_status, ErrorCode, ErrorInfo};
+use super::error::{code_for_status, ErrorBody, ErrorCode, ErrorDetail, ErrorInfo};
 use super::{ApiError, AppState};
 use crate::domain::{new_id, IdPrefix};
 use crate::engine::ratelimit::{Caller as RateCaller, Class, Decision};
@@ -146,13 +146,15 @@ fn finish(
                     message: default_message(code).to_owned(),
                 }
             });
-        let body = serde_json::json!({"error": {
-            "code": info.code,
-            "message": info.message,
-            "request_id": request_id,
-            "docs_url": format!("{}/docs/errors#{}", state.public_url, info.code),
-        }})
-        .to_string();
+        let body = serde_json::to_string(&ErrorBody {
+            error: ErrorDetail {
+                docs_url: format!("{}/docs/errors#{}", state.public_url, info.code),
+                code: info.code.to_owned(),
+                message: info.message,
+                request_id: request_id.to_owned(),
+            },
+        })
+        .expect("error bodies serialize");
         res.map_body(|head, _| {
             head.headers
                 .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -5,6 +5,7 @@ use std::time::Duration;
 use actix_web::http::header;
 use actix_web::{web, HttpResponse};
 use serde::Serialize;
+use utoipa::ToSchema;
 
 use super::gate::KeepBody;
 use super::AppState;
@@ -27,13 +28,23 @@ pub fn cors() -> actix_cors::Cors {
         .max_age(86_400)
 }
 
-#[derive(Serialize)]
-struct Health {
+/// The health record.
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    /// ok when healthy, unavailable when the database cannot be reached.
+    #[schema(example = "ok")]
     status: &'static str,
     version: &'static str,
     timestamp: Millis,
 }
 
+#[utoipa::path(
+    get, path = "/health", tag = "service",
+    responses(
+        (status = 200, description = "Healthy", body = Health),
+        (status = 503, description = "The database cannot be reached (status unavailable)", body = Health),
+    ),
+)]
 pub async fn health(state: web::Data<AppState>) -> HttpResponse {
     let ping = tokio::time::timeout(Duration::from_secs(2), state.engine.store().ping()).await;
     let ok = matches!(ping, Ok(Ok(())));
@@ -53,6 +64,10 @@ pub async fn health(state: web::Data<AppState>) -> HttpResponse {
     res
 }
 
+#[utoipa::path(
+    get, path = "/.well-known/public-key.pem", tag = "service",
+    responses((status = 200, description = "SPKI PEM of the current signing key, for offline validation", content_type = "application/x-pem-file", body = String)),
+)]
 pub async fn public_key_pem(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("application/x-pem-file")
@@ -60,6 +75,10 @@ pub async fn public_key_pem(state: web::Data<AppState>) -> HttpResponse {
         .body(state.engine.keys().public_key_pem().to_owned())
 }
 
+#[utoipa::path(
+    get, path = "/.well-known/jwks.json", tag = "service",
+    responses((status = 200, description = "JWK set of every key that validates unexpired tokens", body = Object)),
+)]
 pub async fn jwks(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("application/json")
@@ -67,6 +86,10 @@ pub async fn jwks(state: web::Data<AppState>) -> HttpResponse {
         .body(state.engine.keys().jwks_json().to_owned())
 }
 
+#[utoipa::path(
+    get, path = "/docs/errors", tag = "service",
+    responses((status = 200, description = "Every error code, with an anchor per code (error.docs_url points here)", content_type = "text/html", body = String)),
+)]
 pub async fn error_docs() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")

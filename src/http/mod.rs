@@ -8,6 +8,7 @@ mod error;
 mod gate;
 mod log;
 mod meta;
+pub mod openapi;
 mod verify;
 
 use std::sync::Arc;
@@ -75,6 +76,7 @@ fn routes(cfg: &mut web::ServiceConfig) {
             .route(web::get().to(meta::jwks)),
     )
     .service(web::resource("/docs/errors").route(web::get().to(meta::error_docs)))
+    .service(web::resource("/openapi.json").route(web::get().to(openapi::document)))
     .service(
         web::resource("/v1/verify/{token}")
             .wrap(meta::cors())

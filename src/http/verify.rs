@@ -6,17 +6,21 @@ use std::time::Instant;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Serialize;
+use utoipa::ToSchema;
 
 use super::auth::{auth, request_ctx};
-use super::error::{ApiError, ErrorCode};
+use super::error::{ApiError, ErrorBody};
 use super::gate::Auth;
 use super::AppState;
-use crate::domain::Millis;
+use crate::domain::{Millis, VerifyResult};
 use crate::engine::Verification;
 
-#[derive(Serialize)]
-struct ValidBody<'a> {
+/// A valid token.
+#[derive(Serialize, ToSchema)]
+pub struct ValidBody<'a> {
+    /// Always true.
     valid: bool,
+    #[schema(pattern = "^agt_[0-9a-z]{26}$")]
     agent_id: &'a str,
     name: &'a str,
     issuer: &'a str,
@@ -27,12 +31,43 @@ struct ValidBody<'a> {
     verified_at: Millis,
 }
 
-#[derive(Serialize)]
-struct InvalidBody {
+/// A token that does not pass.
+#[derive(Serialize, ToSchema)]
+pub struct InvalidBody {
+    /// Always false.
     valid: bool,
-    error: &'static str,
+    error: TokenError,
 }
 
+#[derive(Serialize, ToSchema, Clone, Copy)]
+#[allow(clippy::enum_variant_names)]
+pub enum TokenError {
+    #[serde(rename = "TOKEN_INVALID")]
+    TokenInvalid,
+    #[serde(rename = "TOKEN_REVOKED")]
+    TokenRevoked,
+    #[serde(rename = "TOKEN_EXPIRED")]
+    TokenExpired,
+}
+
+/// The verification result: the valid form or the invalid form.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum VerifyAnswer<'a> {
+    Valid(ValidBody<'a>),
+    Invalid(InvalidBody),
+}
+
+#[utoipa::path(
+    get, path = "/v1/verify/{token}", tag = "verify",
+    params(("token" = String, Path, description = "The token to verify (at most 4096 bytes)")),
+    responses(
+        (status = 200, description = "The verification result; token failures are answers, not errors. Recorded in the audit log before it is sent.", body = VerifyAnswer),
+        (status = 401, description = "UNAUTHORIZED: an Authorization header with an invalid key (verify needs none)", body = ErrorBody),
+        (status = 503, description = "AUDIT_UNAVAILABLE: the verification could not be recorded, so it is not answered", body = ErrorBody),
+    ),
+    security((), ("bearer" = [])),
+)]
 pub async fn verify(
     state: web::Data<AppState>,
     token: web::Path<String>,
@@ -56,8 +91,8 @@ pub async fn verify(
 }
 
 fn body(v: &Verification) -> String {
-    let json = match (&v.valid, v.result.error_code()) {
-        (Some(t), None) => serde_json::to_string(&ValidBody {
+    let answer = match (&v.valid, v.result) {
+        (Some(t), VerifyResult::Valid) => VerifyAnswer::Valid(ValidBody {
             valid: true,
             agent_id: &t.claims.sub,
             name: &t.agent.name,
@@ -68,10 +103,14 @@ fn body(v: &Verification) -> String {
             expires_at: Millis::from_secs(t.claims.exp),
             verified_at: v.verified_at,
         }),
-        (_, code) => serde_json::to_string(&InvalidBody {
+        (_, result) => VerifyAnswer::Invalid(InvalidBody {
             valid: false,
-            error: code.unwrap_or("TOKEN_INVALID"),
+            error: match result {
+                VerifyResult::Revoked => TokenError::TokenRevoked,
+                VerifyResult::Expired => TokenError::TokenExpired,
+                VerifyResult::Valid | VerifyResult::Invalid => TokenError::TokenInvalid,
+            },
         }),
     };
-    json.unwrap_or_else(|_| ApiError::new(ErrorCode::InternalError, "").to_string())
+    serde_json::to_string(&answer).expect("verify answers serialize")
 }

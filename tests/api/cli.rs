@@ -23,6 +23,21 @@ impl Drop for Server {
 
 /// Starts `agentid serve` in `dir` and reads stdout up to the "listening" line.
 pub fn start_server(dir: &Path, db_url: Option<&str>, extra_env: &[(&str, &str)]) -> Server {
+    spawn_server(dir, db_url, extra_env, Stdio::inherit())
+}
+
+/// Like `start_server`, with stderr (the logs) written to `log_file`.
+pub fn start_server_logging(
+    dir: &Path,
+    db_url: Option<&str>,
+    extra_env: &[(&str, &str)],
+    log_file: &Path,
+) -> Server {
+    let file = std::fs::File::create(log_file).unwrap();
+    spawn_server(dir, db_url, extra_env, Stdio::from(file))
+}
+
+fn spawn_server(dir: &Path, db_url: Option<&str>, extra_env: &[(&str, &str)], stderr: Stdio) -> Server {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentid"));
     cmd.arg("serve")
         .current_dir(dir)
@@ -31,7 +46,7 @@ pub fn start_server(dir: &Path, db_url: Option<&str>, extra_env: &[(&str, &str)]
         .env("RUST_LOG", "warn")
         .env_remove("DATABASE_URL")
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+        .stderr(stderr);
     if let Some(url) = db_url {
         cmd.env("DATABASE_URL", url);
     }

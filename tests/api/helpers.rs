@@ -86,6 +86,8 @@ impl Drop for TestDb {
 /// A running server with its own database and an organization to call it with.
 pub struct TestApp {
     pub base: String,
+    /// `http://addr/metrics` when the test asked for a metrics listener.
+    pub metrics_url: Option<String>,
     pub client: awc::Client,
     pub org: CreatedOrg,
     pub store: SharedStore,
@@ -144,10 +146,12 @@ pub async fn spawn_app_with(opts: Options) -> TestApp {
         .await
         .unwrap();
     let base = app.public_url().to_owned();
+    let metrics_url = app.metrics_addr().map(|a| format!("http://{a}/metrics"));
     let handle = app.handle();
     let task = actix_web::rt::spawn(app.run_until_stopped());
     TestApp {
         base,
+        metrics_url,
         client: client(),
         org,
         store,

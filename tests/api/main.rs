@@ -13,6 +13,7 @@ mod isolation;
 mod limits;
 mod log;
 mod offline;
+mod ops;
 mod persistence;
 mod proxy;
 mod store;

@@ -1,0 +1,447 @@
+//! What operators rely on: the OpenAPI document, metrics on their own listener (promtool-clean,
+//! and every dashboard query backed by an exported series), secret-free logs, clean shutdown.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::helpers::{client, in_ci, read, spawn_app, spawn_app_with, Options, TestApp};
+
+#[actix_web::test]
+async fn the_openapi_document_covers_every_route_schema_and_error() {
+    let app = spawn_app().await;
+    let res = app.get("/openapi.json", None).await;
+    assert_eq!(res.status, 200);
+    let doc = res.json();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let paths: BTreeSet<&str> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let expected: BTreeSet<&str> = [
+        "/health",
+        "/.well-known/public-key.pem",
+        "/.well-known/jwks.json",
+        "/docs/errors",
+        "/openapi.json",
+        "/v1/agents/register",
+        "/v1/agents",
+        "/v1/agents/{id}",
+        "/v1/agents/{id}/issue-token",
+        "/v1/agents/{id}/revoke",
+        "/v1/verify/{token}",
+        "/v1/log",
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(paths, expected);
+    let text = res.text();
+    for code in agentid::http::ErrorCode::ALL {
+        assert!(
+            text.contains(code.as_str()),
+            "{} is not documented",
+            code.as_str()
+        );
+    }
+    for name in [
+        "TOKEN_INVALID",
+        "TOKEN_REVOKED",
+        "TOKEN_EXPIRED",
+        "X-RateLimit-Reset",
+        "X-Request-Id",
+    ] {
+        assert!(text.contains(name), "{name} is not documented");
+    }
+    // Every $ref resolves to a schema in components.
+    let schemas = doc["components"]["schemas"].as_object().unwrap();
+    for reference in text.split("\"$ref\": \"#/components/schemas/").skip(1) {
+        let name = reference.split('"').next().unwrap();
+        assert!(schemas.contains_key(name), "dangling $ref {name}");
+    }
+    // Every operation documents 429 and its success answer.
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let responses = op["responses"].as_object().unwrap();
+            assert!(responses.contains_key("429"), "{method} {path} lacks 429");
+            assert!(
+                responses.keys().any(|k| k.starts_with('2')),
+                "{method} {path} lacks a success"
+            );
+        }
+    }
+}
+
+fn metrics_app() -> Options {
+    Options {
+        tweak: Box::new(|c| c.metrics_bind = Some("127.0.0.1:0".into())),
+        ..Options::default()
+    }
+}
+
+async fn scrape(app: &TestApp) -> String {
+    let url = app.metrics_url.as_ref().expect("metrics listener");
+    let res = read(app.client.get(url).send().await.unwrap()).await;
+    assert_eq!(res.status, 200);
+    assert!(res.header("content-type").unwrap().starts_with("text/plain"));
+    res.text()
+}
+
+#[actix_web::test]
+async fn metrics_are_served_on_their_own_listener_and_pass_promtool() {
+    let app = spawn_app_with(metrics_app()).await;
+    let (id, token) = app.agent().await;
+    app.verify(&token).await;
+    app.verify(&token).await;
+    app.verify("garbage").await;
+    app.revoke(&id, None).await;
+    app.verify(&token).await;
+    app.get("/v1/agents", Some("sk_live_nope")).await;
+
+    app.get("/metrics", None).await.assert_error(404, "NOT_FOUND");
+    let text = scrape(&app).await;
+    for series in [
+        "agentid_http_requests_total{",
+        "agentid_http_request_duration_seconds_bucket{",
+        "agentid_verify_results_total{result=\"valid\"}",
+        "agentid_verify_results_total{result=\"revoked\"}",
+        "agentid_token_cache_requests_total{outcome=\"hit\"}",
+        "agentid_audit_batch_size_bucket",
+        "agentid_audit_flush_duration_seconds_bucket",
+        "agentid_audit_queue_depth",
+        "agentid_audit_records_total",
+        "agentid_audit_flush_failures_total",
+        "agentid_revocation_index_size",
+        "agentid_registry_agents",
+        "agentid_rate_limited_total{class=\"verify\"}",
+        "agentid_store_connections{state=\"max\"}",
+        "agentid_build_info{",
+    ] {
+        assert!(text.contains(series), "{series} missing from /metrics");
+    }
+    assert!(
+        text.contains("route=\"/v1/verify/{token}\""),
+        "routes are patterns, never paths"
+    );
+    assert!(!text.contains(&token), "a token leaked into a metric label");
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("metrics.txt");
+    std::fs::write(&file, &text).unwrap();
+    match Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(&file).unwrap())
+        .output()
+    {
+        Ok(out) => assert!(
+            out.status.success(),
+            "promtool check metrics: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => {
+            assert!(!in_ci(), "promtool is required in CI: {e}");
+            eprintln!("skipping promtool check: {e}");
+        }
+    }
+}
+
+#[actix_web::test]
+async fn every_dashboard_query_uses_series_the_service_exports() {
+    let app = spawn_app_with(metrics_app()).await;
+    let (_, token) = app.agent().await;
+    app.verify(&token).await;
+    let exported: BTreeSet<String> = scrape(&app)
+        .await
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| l.split(['{', ' ']).next().unwrap().to_owned())
+        .collect();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/grafana/dashboards/agentid.json");
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut exprs = Vec::new();
+    collect_exprs(&dashboard, &mut exprs);
+    assert!(exprs.len() >= 15, "the dashboard has its panels");
+    for expr in exprs {
+        let names: Vec<&str> = expr
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with("agentid_"))
+            .collect();
+        assert!(!names.is_empty(), "query uses no agentid series: {expr}");
+        for name in names {
+            assert!(
+                exported.contains(name),
+                "dashboard query uses {name}, which is not exported: {expr}"
+            );
+        }
+    }
+}
+
+fn collect_exprs(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                match (k.as_str(), x) {
+                    ("expr", Value::String(s)) => out.push(s.clone()),
+                    _ => collect_exprs(x, out),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| collect_exprs(x, out)),
+        _ => {}
+    }
+}
+
+#[actix_web::test]
+async fn logs_are_json_with_request_facts_and_never_hold_a_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::helpers::TestDb::new(dir.path()).await;
+    let log_file = dir.path().join("stderr.log");
+    let server = crate::cli::start_server_logging(
+        dir.path(),
+        Some(&db.url),
+        &[("RUST_LOG", "debug"), ("AGENTID_LOG_FORMAT", "json")],
+        &log_file,
+    );
+    let key = |name: &str| {
+        server
+            .stdout
+            .iter()
+            .find_map(|l| l.trim().strip_prefix(name).map(|k| k.trim().to_owned()))
+            .unwrap()
+    };
+    let (sk, pk) = (key("secret_live"), key("publishable_live"));
+    let c = client();
+    let base = &server.base;
+    let reg = read(
+        c.post(format!("{base}/v1/agents/register"))
+            .insert_header(("Authorization", format!("Bearer {sk}")))
+            .send_json(&json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"]}))
+            .await
+            .unwrap(),
+    )
+    .await
+    .json();
+    let token = reg["token"].as_str().unwrap().to_owned();
+    let id = reg["agent_id"].as_str().unwrap();
+    for auth in [None, Some(pk.as_str())] {
+        let mut req = c.get(format!("{base}/v1/verify/{token}"));
+        if let Some(k) = auth {
+            req = req.insert_header(("Authorization", format!("Bearer {k}")));
+        }
+        read(req.send().await.unwrap()).await;
+    }
+    read(
+        c.post(format!("{base}/v1/agents/{id}/issue-token"))
+            .insert_header(("Authorization", format!("Bearer {sk}")))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    read(
+        c.get(format!("{base}/v1/agents"))
+            .insert_header(("Authorization", "Bearer sk_live_wrongwrongwrong"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    read(c.get(format!("{base}/v1/verify/{token}x")).send().await.unwrap()).await;
+    drop(server);
+
+    let logs = std::fs::read_to_string(&log_file).unwrap();
+    let pem = std::fs::read_to_string(dir.path().join("data/signing-key.pem")).unwrap();
+    let secret_line = pem.lines().nth(1).unwrap();
+    let signature = token.rsplit('.').next().unwrap();
+    for (what, secret) in [
+        ("secret key", sk.as_str()),
+        ("publishable key", pk.as_str()),
+        ("secret part of a key", &sk[8..]),
+        ("token", token.as_str()),
+        ("token signature", signature),
+        ("signing key", secret_line),
+        ("bad key", "sk_live_wrongwrongwrong"),
+    ] {
+        assert!(!logs.contains(secret), "a {what} appears in the logs");
+    }
+    let requests: Vec<Value> = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["message"] == "request")
+        .collect();
+    assert!(
+        requests.len() >= 5,
+        "one JSON line per request: {}",
+        requests.len()
+    );
+    for r in &requests {
+        assert!(
+            r["route"].is_string() && r["status"].is_number() && r["latency_ms"].is_number(),
+            "{r}"
+        );
+        let rid = r["span"]["request_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no request id: {r}"));
+        assert!(rid.starts_with("req_"));
+    }
+    assert!(requests.iter().any(|r| r["route"] == "/v1/verify/{token}"));
+}
+
+#[actix_web::test]
+async fn sigterm_drains_in_flight_work_and_exits_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::helpers::TestDb::new(dir.path()).await;
+    let mut server = crate::cli::start_server(dir.path(), Some(&db.url), &[]);
+    let key = |name: &str| {
+        server
+            .stdout
+            .iter()
+            .find_map(|l| l.trim().strip_prefix(name).map(|k| k.trim().to_owned()))
+            .unwrap()
+    };
+    let (sk, pk) = (key("secret_live"), key("publishable_live"));
+    let base = server.base.clone();
+    let reg = read(
+        client()
+            .post(format!("{base}/v1/agents/register"))
+            .insert_header(("Authorization", format!("Bearer {sk}")))
+            .send_json(&json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"]}))
+            .await
+            .unwrap(),
+    )
+    .await
+    .json();
+    let (agent_id, token) = (
+        reg["agent_id"].as_str().unwrap().to_owned(),
+        reg["token"].as_str().unwrap().to_owned(),
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let answered = Arc::new(AtomicUsize::new(0));
+    let mut loops = Vec::new();
+    for _ in 0..8 {
+        let (stop, answered, base, token, pk) = (
+            stop.clone(),
+            answered.clone(),
+            base.clone(),
+            token.clone(),
+            pk.clone(),
+        );
+        loops.push(actix_web::rt::spawn(async move {
+            let c = client();
+            while !stop.load(Ordering::SeqCst) {
+                match c
+                    .get(format!("{base}/v1/verify/{token}"))
+                    .insert_header(("Authorization", format!("Bearer {pk}")))
+                    .send()
+                    .await
+                {
+                    Ok(mut res) if res.status() == 200 => {
+                        if res.body().await.is_ok() {
+                            answered.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+        }));
+    }
+    actix_web::rt::time::sleep(Duration::from_millis(800)).await;
+    let started = Instant::now();
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = loop {
+        if let Some(s) = server.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no exit within 20 s of SIGTERM"
+        );
+        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+    };
+    stop.store(true, Ordering::SeqCst);
+    for l in loops {
+        let _ = l.await;
+    }
+    assert!(status.success(), "exit status {status:?}");
+    let answered = answered.load(Ordering::SeqCst) as i64;
+    assert!(answered > 20, "the load ran: {answered}");
+
+    let store = agentid::store::connect(&db.url, &Default::default())
+        .await
+        .unwrap();
+    let agent = store.get_agent(&agent_id).await.unwrap().unwrap();
+    assert!(
+        agent.verification_count >= answered,
+        "{} records for {answered} answers",
+        agent.verification_count
+    );
+    store.close().await;
+}
+
+#[test]
+fn org_set_limits_changes_plan_and_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_agentid"))
+            .args(args)
+            .current_dir(dir.path())
+            .env_remove("DATABASE_URL")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let org = run(&["org", "create", "--name", "A", "--plan", "free"]);
+    let id = org["org_id"].as_str().unwrap();
+    let changed = run(&["org", "set-limits", "--org", id, "--plan", "growth"]);
+    assert_eq!(
+        (
+            changed["plan"].as_str(),
+            changed["verify_limit"].as_u64(),
+            changed["other_limit"].as_u64()
+        ),
+        (Some("growth"), Some(50_000), Some(2_000))
+    );
+    let ent = run(&[
+        "org",
+        "set-limits",
+        "--org",
+        id,
+        "--plan",
+        "enterprise",
+        "--verify-limit",
+        "9",
+        "--other-limit",
+        "8",
+    ]);
+    assert_eq!(
+        (
+            ent["verify_limit"].as_u64(),
+            ent["other_limit"].as_u64(),
+            ent["max_expiry_seconds"].as_u64()
+        ),
+        (Some(9), Some(8), Some(31_536_000))
+    );
+    let tweak = run(&["org", "set-limits", "--org", id, "--verify-limit", "10"]);
+    assert_eq!(
+        (tweak["verify_limit"].as_u64(), tweak["other_limit"].as_u64()),
+        (Some(10), Some(8))
+    );
+}
