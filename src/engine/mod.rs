@@ -27,6 +27,9 @@ use ratelimit::{RateLimitSupervisor, RateLimits};
 use registry::{Learn, MarkRevoked, RegistrySupervisor};
 use verifier::TokenVerifier;
 
+/// How long a successful store ping answers health checks.
+pub const HEALTH_REUSE_MS: i64 = 1000;
+
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error("agent not found")]
@@ -106,6 +109,8 @@ pub struct Engine {
     api_keys: ApiKeys,
     rate_limits: Arc<RateLimits>,
     _rate_limit_supervisor: Addr<RateLimitSupervisor>,
+    /// Unix ms of the last successful store ping (health checks reuse it for a second).
+    last_ping_ok: std::sync::atomic::AtomicI64,
 }
 
 impl std::fmt::Debug for Engine {
@@ -145,6 +150,7 @@ impl Engine {
         let rate_limits = Arc::new(RateLimits::default());
         let rate_limit_supervisor = RateLimitSupervisor::start(rate_limits.clone(), Duration::from_secs(30));
         Ok(Engine {
+            last_ping_ok: std::sync::atomic::AtomicI64::new(0),
             rate_limits,
             _rate_limit_supervisor: rate_limit_supervisor,
             api_keys: ApiKeys::new(store.clone()),
@@ -167,6 +173,24 @@ impl Engine {
 
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// Whether the store answers. A success is trusted for one second, so a health check
+    /// under load costs one database round trip per second, not one per call.
+    pub async fn store_healthy(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        let now = Millis::now().0;
+        if now - self.last_ping_ok.load(Ordering::Relaxed) < HEALTH_REUSE_MS {
+            return true;
+        }
+        let ok = matches!(
+            tokio::time::timeout(Duration::from_secs(2), self.store.ping()).await,
+            Ok(Ok(()))
+        );
+        if ok {
+            self.last_ping_ok.store(now, Ordering::Relaxed);
+        }
+        ok
     }
 
     pub fn rate_limits(&self) -> &RateLimits {

@@ -1,7 +1,5 @@
 //! Unauthenticated service endpoints: health, public keys, error documentation.
 
-use std::time::Duration;
-
 use actix_web::http::header;
 use actix_web::{web, HttpResponse};
 use serde::Serialize;
@@ -46,8 +44,7 @@ pub struct Health {
     ),
 )]
 pub async fn health(state: web::Data<AppState>) -> HttpResponse {
-    let ping = tokio::time::timeout(Duration::from_secs(2), state.engine.store().ping()).await;
-    let ok = matches!(ping, Ok(Ok(())));
+    let ok = state.engine.store_healthy().await;
     let body = Health {
         status: if ok { "ok" } else { "unavailable" },
         version: env!("CARGO_PKG_VERSION"),
