@@ -168,9 +168,37 @@ fn revocation(c: &mut Criterion) {
     g.finish();
 }
 
+fn rate_limit(c: &mut Criterion) {
+    use agentid::engine::ratelimit::{Caller, Class, RateLimits};
+    let limits = RateLimits::default();
+    let mut g = c.benchmark_group("rate_limit");
+    g.bench_function("check (organization bucket)", |b| {
+        b.iter(|| {
+            limits.check(
+                black_box(Caller::Org {
+                    org_id: "org_01jd0000000000000000000000",
+                    per_minute: 1_000_000_000,
+                }),
+                Class::Verify,
+            )
+        })
+    });
+    let mut n = 0u32;
+    g.bench_function("check (anonymous, a new address each call)", |b| {
+        b.iter(|| {
+            n = n.wrapping_add(1);
+            limits.check(
+                black_box(Caller::Anonymous(std::net::IpAddr::from(n.to_be_bytes()))),
+                Class::Verify,
+            )
+        })
+    });
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
-    targets = token_paths, batch_verify, audit, revocation
+    targets = token_paths, batch_verify, audit, revocation, rate_limit
 }
 criterion_main!(benches);

@@ -42,8 +42,11 @@ pub fn ledgers(entries: &[AuditEntry]) -> Vec<Ledger> {
     l
 }
 
-/// Chains the entries after the given heads (`(seq, hash)` of each ledger's last record).
-pub fn seal(entries: Vec<AuditEntry>, heads: &mut HashMap<Ledger, (i64, [u8; 32])>) -> Vec<AuditRecord> {
+/// `(seq, hash)` of each ledger's last record: what the next record follows.
+pub type Heads = HashMap<Ledger, (i64, [u8; 32])>;
+
+/// Chains the entries after the given heads.
+pub fn seal(entries: Vec<AuditEntry>, heads: &mut Heads) -> Vec<AuditRecord> {
     entries
         .into_iter()
         .map(|e| {

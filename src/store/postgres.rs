@@ -1,10 +1,12 @@
-//! PostgreSQL backend, for production and several instances. Batches are appended with
-//! `UNNEST` arrays; each ledger's chain is serialized across instances by a transaction-scoped
-//! advisory lock, so two instances never fork a chain.
+//! PostgreSQL backend, for production and several instances. A batch of audit records is
+//! appended by one statement (one round trip) built on `UNNEST` arrays; chain heads are cached
+//! and the primary key `(org_id, mode, seq)` stops two instances from forking a chain.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
+use parking_lot::Mutex;
+
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres};
 use std::str::FromStr;
@@ -20,6 +22,8 @@ use crate::domain::{ApiKeyKind, KeyMode, Ledger, Millis};
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
+    /// The head of each ledger as this instance last wrote it (only the writer touches it).
+    heads: Arc<Mutex<batch::Heads>>,
 }
 
 impl PgStore {
@@ -27,114 +31,167 @@ impl PgStore {
         let connect = PgConnectOptions::from_str(url)?.application_name("agentid");
         let pool = PgPoolOptions::new()
             .max_connections(opts.max_connections.max(2))
+            // No ping before each use: a broken connection fails its query, which is retried
+            // (API calls answer 503, audit batches are retried by the writer). Saves a round
+            // trip per audit batch.
+            .test_before_acquire(false)
             .acquire_timeout(opts.acquire_timeout)
             .connect_with(connect)
             .await?;
         migrate::migrator(migrate::POSTGRES).await?.run(&pool).await?;
-        Ok(PgStore { pool })
+        Ok(PgStore {
+            pool,
+            heads: Arc::default(),
+        })
     }
 
     async fn append_audit_impl(&self, mut entries: Vec<AuditEntry>) -> Result<Vec<AuditRecord>, StoreError> {
-        let mut tx = self.pool.begin().await?;
         let ledgers = batch::ledgers(&entries);
-        for ledger in &ledgers {
-            sqlx::query("SELECT pg_advisory_xact_lock($1)")
-                .bind(ledger_lock_key(ledger))
-                .execute(&mut *tx)
-                .await?;
+        // A stale head (another instance appended) or a revocation found by the statement
+        // sends the batch round again; both converge within a few rounds.
+        for _ in 0..8 {
+            let mut heads = self.heads_for(&ledgers).await?;
+            let records = batch::seal(entries.clone(), &mut heads);
+            match self
+                .append_once(&records, &batch::valid_agent_ids(&entries))
+                .await
+            {
+                Ok(revoked) if revoked.is_empty() => {
+                    let mut cache = self.heads.lock();
+                    for (ledger, head) in heads {
+                        cache.insert(ledger, head);
+                    }
+                    return Ok(records);
+                }
+                Ok(revoked) => batch::apply_revocations(&mut entries, &revoked.into_iter().collect()),
+                Err(e) => {
+                    // Whatever happened, the cached heads may be wrong now.
+                    let mut cache = self.heads.lock();
+                    for l in &ledgers {
+                        cache.remove(l);
+                    }
+                    if !matches!(e, StoreError::Conflict(_)) {
+                        return Err(e);
+                    }
+                }
+            }
         }
+        Err(StoreError::Corrupt(
+            "audit batch kept conflicting with another writer".into(),
+        ))
+    }
 
-        let ids = batch::valid_agent_ids(&entries);
-        if !ids.is_empty() {
-            let revoked: Vec<(String, Option<String>)> = sqlx::query_as(
-                "SELECT id, revocation_reason FROM agents WHERE id = ANY($1) AND revoked_at IS NOT NULL",
-            )
-            .bind(&ids)
-            .fetch_all(&mut *tx)
-            .await?;
-            batch::apply_revocations(&mut entries, &revoked.into_iter().collect());
-        }
-
+    /// The `(seq, hash)` each ledger's next record follows: from the cache, else the store.
+    async fn heads_for(&self, ledgers: &[Ledger]) -> Result<batch::Heads, StoreError> {
         let mut heads = HashMap::new();
-        for ledger in ledgers {
+        let missing: Vec<Ledger> = {
+            let cache = self.heads.lock();
+            ledgers
+                .iter()
+                .filter(|l| match cache.get(*l) {
+                    Some(h) => {
+                        heads.insert((*l).clone(), *h);
+                        false
+                    }
+                    None => true,
+                })
+                .cloned()
+                .collect()
+        };
+        for ledger in missing {
             let head: Option<(i64, Vec<u8>)> = sqlx::query_as(
                 "SELECT seq, hash FROM audit_log WHERE org_id = $1 AND mode = $2 ORDER BY seq DESC LIMIT 1",
             )
             .bind(&ledger.org_id)
             .bind(ledger.mode.as_str())
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&self.pool)
             .await?;
-            if let Some((seq, hash)) = head {
-                let hash = hash
-                    .try_into()
-                    .map_err(|_| StoreError::Corrupt("audit hash length".into()))?;
-                heads.insert(ledger, (seq, hash));
-            }
+            let head = match head {
+                Some((seq, hash)) => (
+                    seq,
+                    hash.try_into()
+                        .map_err(|_| StoreError::Corrupt("audit hash length".into()))?,
+                ),
+                None => (0, crate::domain::audit::GENESIS),
+            };
+            heads.insert(ledger, head);
         }
-        let records = batch::seal(entries, &mut heads);
+        Ok(heads)
+    }
 
-        let n = records.len();
-        let mut cols = RecordColumns::with_capacity(n);
-        for r in &records {
+    /// Writes a sealed batch in one statement (one round trip, its own transaction): records,
+    /// counters and `verification_count`, unless one of `valid_ids` is revoked in the store,
+    /// in which case nothing is written and the revoked agents are returned. Two writers can
+    /// never fork a chain: `(org_id, mode, seq)` is the primary key, so the second one to
+    /// claim a sequence number fails with a conflict.
+    async fn append_once(
+        &self,
+        records: &[AuditRecord],
+        valid_ids: &[String],
+    ) -> Result<Vec<(String, Option<String>)>, StoreError> {
+        let mut cols = RecordColumns::with_capacity(records.len());
+        for r in records {
             cols.push(r);
         }
-        sqlx::query(&format!(
-            "INSERT INTO audit_log ({}) SELECT * FROM UNNEST($1::text[], $2::text[], $3::bigint[], \
-             $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::bytea[], $11::bytea[])",
-            common::RECORD_COLUMNS
-        ))
-        .bind(cols.org_id)
-        .bind(cols.mode)
-        .bind(cols.seq)
-        .bind(cols.id)
-        .bind(cols.agent_id)
-        .bind(cols.result)
-        .bind(cols.failure_reason)
-        .bind(cols.latency_us)
-        .bind(cols.requested_at)
-        .bind(cols.prev_hash)
-        .bind(cols.hash)
-        .execute(&mut *tx)
-        .await?;
-
-        let deltas = batch::count_deltas(&records);
         let (mut org, mut mode, mut agent, mut result, mut count) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for d in deltas {
+        for d in batch::count_deltas(records) {
             org.push(d.org_id);
             mode.push(d.mode);
             agent.push(d.agent_id);
             result.push(d.result);
             count.push(d.n);
         }
-        sqlx::query(
-            "INSERT INTO audit_counts (org_id, mode, agent_id, result, n) \
-             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[]) \
-             ON CONFLICT (org_id, mode, agent_id, result) DO UPDATE SET n = audit_counts.n + EXCLUDED.n",
-        )
-        .bind(org)
-        .bind(mode)
-        .bind(agent)
-        .bind(result)
-        .bind(count)
-        .execute(&mut *tx)
-        .await?;
-
-        let (ids, counts): (Vec<String>, Vec<i64>) = batch::agent_deltas(&records).into_iter().unzip();
-        if !ids.is_empty() {
-            sqlx::query(
-                "UPDATE agents AS a SET verification_count = a.verification_count + d.n \
-                 FROM UNNEST($1::text[], $2::bigint[]) AS d(id, n) WHERE a.id = d.id",
-            )
+        let (ids, counts): (Vec<String>, Vec<i64>) = batch::agent_deltas(records).into_iter().unzip();
+        let revoked: Vec<(String, Option<String>)> = sqlx::query_as(APPEND)
+            .bind(cols.org_id)
+            .bind(cols.mode)
+            .bind(cols.seq)
+            .bind(cols.id)
+            .bind(cols.agent_id)
+            .bind(cols.result)
+            .bind(cols.failure_reason)
+            .bind(cols.latency_us)
+            .bind(cols.requested_at)
+            .bind(cols.prev_hash)
+            .bind(cols.hash)
+            .bind(valid_ids)
+            .bind(org)
+            .bind(mode)
+            .bind(agent)
+            .bind(result)
+            .bind(count)
             .bind(ids)
             .bind(counts)
-            .execute(&mut *tx)
+            .fetch_all(&self.pool)
             .await?;
-        }
-        tx.commit().await?;
-        Ok(records)
+        Ok(revoked)
     }
 }
+
+/// The whole batch append. Data-modifying CTEs all run, in one snapshot taken when the
+/// statement starts, which is after every entry of the batch was handed in: a revocation
+/// committed before that is seen by `rev`.
+const APPEND: &str = "
+WITH rev AS (
+    SELECT id, revocation_reason FROM agents WHERE id = ANY($12::text[]) AND revoked_at IS NOT NULL
+), ins AS (
+    INSERT INTO audit_log (org_id, mode, seq, id, agent_id, result, failure_reason,
+                           latency_us, requested_at, prev_hash, hash)
+    SELECT * FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[],
+                         $7::text[], $8::bigint[], $9::bigint[], $10::bytea[], $11::bytea[])
+    WHERE NOT EXISTS (SELECT 1 FROM rev)
+), cnt AS (
+    INSERT INTO audit_counts (org_id, mode, agent_id, result, n)
+    SELECT * FROM UNNEST($13::text[], $14::text[], $15::text[], $16::text[], $17::bigint[])
+    WHERE NOT EXISTS (SELECT 1 FROM rev)
+    ON CONFLICT (org_id, mode, agent_id, result) DO UPDATE SET n = audit_counts.n + EXCLUDED.n
+), upd AS (
+    UPDATE agents AS a SET verification_count = a.verification_count + d.n
+    FROM UNNEST($18::text[], $19::bigint[]) AS d(id, n)
+    WHERE a.id = d.id AND NOT EXISTS (SELECT 1 FROM rev)
+)
+SELECT id, revocation_reason FROM rev";
 
 /// Column arrays for one `UNNEST` insert.
 struct RecordColumns {
@@ -181,17 +238,6 @@ impl RecordColumns {
         self.prev_hash.push(r.prev_hash.to_vec());
         self.hash.push(r.hash.to_vec());
     }
-}
-
-/// A stable 64-bit advisory-lock key per ledger.
-fn ledger_lock_key(ledger: &Ledger) -> i64 {
-    let d = Sha256::new()
-        .chain_update(b"agentid ledger\0")
-        .chain_update(ledger.org_id.as_bytes())
-        .chain_update([0])
-        .chain_update(ledger.mode.as_str())
-        .finalize();
-    i64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
 }
 
 insert_key_fn!(Postgres);

@@ -223,3 +223,47 @@ async fn organizations_and_keys_round_trip() {
     assert!(!s.disable_key(&[0u8; 32], Millis(1)).await.unwrap());
     assert_eq!(s.count_orgs().await.unwrap(), 1);
 }
+
+#[actix_web::test]
+async fn two_instances_appending_to_one_ledger_never_fork_the_chain() {
+    let app = spawn_app().await;
+    let other = agentid::store::connect(&app.db.url, &Default::default())
+        .await
+        .unwrap();
+    let org = app.org.org_id.clone();
+    let live = Ledger {
+        org_id: org.clone(),
+        mode: KeyMode::Live,
+    };
+    let a = agent("agt_01eeeeeeeeeeeeeeeeeeeeeeee", &org);
+    app.store.insert_agent(&a).await.unwrap();
+    // Alternate writers: each one's cached view of the head goes stale in turn.
+    let mut seqs = Vec::new();
+    for round in 0..6 {
+        let store = if round % 2 == 0 { &app.store } else { &other };
+        let recs = store
+            .append_audit(vec![
+                entry(&live, &a.id, VerifyResult::Valid),
+                entry(&live, &a.id, VerifyResult::Valid),
+            ])
+            .await
+            .unwrap();
+        seqs.extend(recs.iter().map(|r| r.seq));
+    }
+    assert_eq!(seqs, (1..=12).collect::<Vec<_>>());
+    let reports = agentid::engine::admin::verify_chains(&app.store).await.unwrap();
+    assert!(
+        reports.iter().all(|r| r.broken.is_none() && r.records == 12),
+        "{reports:?}"
+    );
+    assert_eq!(
+        app.store
+            .get_agent(&a.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .verification_count,
+        12
+    );
+    other.close().await;
+}
