@@ -264,11 +264,11 @@ async fn issue_token_revives_an_expired_agent_but_not_a_revoked_one() {
     let app = spawn_app().await;
     let a = app
         .register(
-            json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"], "expiry_seconds": 1}),
+            json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"], "expiry_seconds": 2}),
         )
         .await;
     let id = a["agent_id"].as_str().unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(3100)).await;
     assert_eq!(
         app.verify(a["token"].as_str().unwrap()).await["error"],
         "TOKEN_EXPIRED"

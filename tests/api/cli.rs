@@ -14,6 +14,66 @@ pub struct Server {
     pub stdout: Vec<String>,
 }
 
+impl Server {
+    /// A key the first start printed (`secret_live`, `publishable_live`, …).
+    pub fn printed_key(&self, name: &str) -> String {
+        self.stdout
+            .iter()
+            .find_map(|l| l.trim().strip_prefix(name).map(|k| k.trim().to_owned()))
+            .unwrap_or_else(|| panic!("{name} was not printed: {:?}", self.stdout))
+    }
+
+    /// Registers an agent with a secret key; returns its id and token.
+    pub async fn register(&self, key: &str, name: &str) -> (String, String) {
+        let res = read(
+            client()
+                .post(format!("{}/v1/agents/register", self.base))
+                .insert_header(("Authorization", format!("Bearer {key}")))
+                .send_json(&json!({"name": name, "issuer_domain": "example.com", "scopes": ["read:x"]}))
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(res.status, 201, "{}", res.text());
+        let body = res.json();
+        (
+            body["agent_id"].as_str().unwrap().to_owned(),
+            body["token"].as_str().unwrap().to_owned(),
+        )
+    }
+}
+
+/// Verifies `token` as a receiver (publishable `key`) in a loop until `stop`, counting into
+/// `answered` every 200 whose body fully arrived. Ends early when the server is gone.
+pub fn hammer(
+    base: String,
+    token: String,
+    key: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    answered: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> actix_web::rt::task::JoinHandle<()> {
+    use std::sync::atomic::Ordering;
+    actix_web::rt::spawn(async move {
+        let c = client();
+        while !stop.load(Ordering::SeqCst) {
+            let sent = c
+                .get(format!("{base}/v1/verify/{token}"))
+                .insert_header(("Authorization", format!("Bearer {key}")))
+                .send()
+                .await;
+            match sent {
+                Ok(mut res) if res.status() == 200 => {
+                    if res.body().await.is_ok() {
+                        answered.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    })
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -240,65 +240,31 @@ async fn kill_9_loses_no_answered_verification_and_chains_hold() {
     let dir = tempfile::tempdir().unwrap();
     let db = crate::helpers::TestDb::new(dir.path()).await;
     let server = crate::cli::start_server(dir.path(), Some(&db.url), &[]);
-    let key = |name: &str| {
-        server
-            .stdout
-            .iter()
-            .find_map(|l| l.trim().strip_prefix(name).map(|k| k.trim().to_owned()))
-            .unwrap()
-    };
-    let (secret, publishable) = (key("secret_live"), key("publishable_live"));
+    let (secret, publishable) = (
+        server.printed_key("secret_live"),
+        server.printed_key("publishable_live"),
+    );
     let client = crate::helpers::client();
-    let base = server.base.clone();
     let mut agents = Vec::new();
     for i in 0..3 {
-        let res = crate::helpers::read(
-            client
-                .post(format!("{base}/v1/agents/register"))
-                .insert_header(("Authorization", format!("Bearer {secret}")))
-                .send_json(
-                    &json!({"name": format!("a{i}"), "issuer_domain": "example.com", "scopes": ["read:x"]}),
-                )
-                .await
-                .unwrap(),
-        )
-        .await;
-        let body = res.json();
-        agents.push((
-            body["agent_id"].as_str().unwrap().to_owned(),
-            body["token"].as_str().unwrap().to_owned(),
-        ));
+        agents.push(server.register(&secret, &format!("a{i}")).await);
     }
 
     // Verifiers hammer the server; each counts the answers it got, per agent.
     let stop = Arc::new(AtomicBool::new(false));
-    let answered: Arc<Vec<AtomicUsize>> = Arc::new((0..agents.len()).map(|_| AtomicUsize::new(0)).collect());
-    let mut loops = Vec::new();
-    for w in 0..12 {
-        let (stop, answered, base, publishable) =
-            (stop.clone(), answered.clone(), base.clone(), publishable.clone());
-        let (idx, token) = (w % agents.len(), agents[w % agents.len()].1.clone());
-        loops.push(actix_web::rt::spawn(async move {
-            let client = crate::helpers::client();
-            while !stop.load(Ordering::SeqCst) {
-                let sent = client
-                    .get(format!("{base}/v1/verify/{token}"))
-                    .insert_header(("Authorization", format!("Bearer {publishable}")))
-                    .send()
-                    .await;
-                match sent {
-                    Ok(mut res) if res.status() == 200 => {
-                        // An answer counts only once its body has fully arrived.
-                        if res.body().await.is_ok() {
-                            answered[idx].fetch_add(1, Ordering::SeqCst);
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(_) => break, // the server is gone
-                }
-            }
-        }));
-    }
+    let answered: Vec<Arc<AtomicUsize>> = agents.iter().map(|_| Arc::new(AtomicUsize::new(0))).collect();
+    let loops: Vec<_> = (0..12)
+        .map(|w| {
+            let i = w % agents.len();
+            crate::cli::hammer(
+                server.base.clone(),
+                agents[i].1.clone(),
+                publishable.clone(),
+                stop.clone(),
+                answered[i].clone(),
+            )
+        })
+        .collect();
     actix_web::rt::time::sleep(Duration::from_millis(1500)).await;
     let mut server = server;
     server.child.kill().unwrap(); // SIGKILL: no drain, no goodbye

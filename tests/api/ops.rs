@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::helpers::{client, in_ci, read, spawn_app, spawn_app_with, Options, TestApp};
 
@@ -208,27 +208,13 @@ async fn logs_are_json_with_request_facts_and_never_hold_a_secret() {
         &[("RUST_LOG", "debug"), ("AGENTID_LOG_FORMAT", "json")],
         &log_file,
     );
-    let key = |name: &str| {
-        server
-            .stdout
-            .iter()
-            .find_map(|l| l.trim().strip_prefix(name).map(|k| k.trim().to_owned()))
-            .unwrap()
-    };
-    let (sk, pk) = (key("secret_live"), key("publishable_live"));
+    let (sk, pk) = (
+        server.printed_key("secret_live"),
+        server.printed_key("publishable_live"),
+    );
     let c = client();
     let base = &server.base;
-    let reg = read(
-        c.post(format!("{base}/v1/agents/register"))
-            .insert_header(("Authorization", format!("Bearer {sk}")))
-            .send_json(&json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"]}))
-            .await
-            .unwrap(),
-    )
-    .await
-    .json();
-    let token = reg["token"].as_str().unwrap().to_owned();
-    let id = reg["agent_id"].as_str().unwrap();
+    let (id, token) = server.register(&sk, "n").await;
     for auth in [None, Some(pk.as_str())] {
         let mut req = c.get(format!("{base}/v1/verify/{token}"));
         if let Some(k) = auth {
@@ -298,61 +284,24 @@ async fn sigterm_drains_in_flight_work_and_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
     let db = crate::helpers::TestDb::new(dir.path()).await;
     let mut server = crate::cli::start_server(dir.path(), Some(&db.url), &[]);
-    let key = |name: &str| {
-        server
-            .stdout
-            .iter()
-            .find_map(|l| l.trim().strip_prefix(name).map(|k| k.trim().to_owned()))
-            .unwrap()
-    };
-    let (sk, pk) = (key("secret_live"), key("publishable_live"));
-    let base = server.base.clone();
-    let reg = read(
-        client()
-            .post(format!("{base}/v1/agents/register"))
-            .insert_header(("Authorization", format!("Bearer {sk}")))
-            .send_json(&json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"]}))
-            .await
-            .unwrap(),
-    )
-    .await
-    .json();
-    let (agent_id, token) = (
-        reg["agent_id"].as_str().unwrap().to_owned(),
-        reg["token"].as_str().unwrap().to_owned(),
+    let (sk, pk) = (
+        server.printed_key("secret_live"),
+        server.printed_key("publishable_live"),
     );
-
+    let (agent_id, token) = server.register(&sk, "n").await;
     let stop = Arc::new(AtomicBool::new(false));
     let answered = Arc::new(AtomicUsize::new(0));
-    let mut loops = Vec::new();
-    for _ in 0..8 {
-        let (stop, answered, base, token, pk) = (
-            stop.clone(),
-            answered.clone(),
-            base.clone(),
-            token.clone(),
-            pk.clone(),
-        );
-        loops.push(actix_web::rt::spawn(async move {
-            let c = client();
-            while !stop.load(Ordering::SeqCst) {
-                match c
-                    .get(format!("{base}/v1/verify/{token}"))
-                    .insert_header(("Authorization", format!("Bearer {pk}")))
-                    .send()
-                    .await
-                {
-                    Ok(mut res) if res.status() == 200 => {
-                        if res.body().await.is_ok() {
-                            answered.fetch_add(1, Ordering::SeqCst);
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(_) => break,
-                }
-            }
-        }));
-    }
+    let loops: Vec<_> = (0..8)
+        .map(|_| {
+            crate::cli::hammer(
+                server.base.clone(),
+                token.clone(),
+                pk.clone(),
+                stop.clone(),
+                answered.clone(),
+            )
+        })
+        .collect();
     actix_web::rt::time::sleep(Duration::from_millis(800)).await;
     let started = Instant::now();
     let pid = server.child.id().to_string();
