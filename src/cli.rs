@@ -264,6 +264,10 @@ async fn serve(args: ServeArgs) -> CliResult {
             org.keys.secret_live
         );
     }
+    if let Some(m) = app.metrics_addr() {
+        println!("agentid: metrics on http://{m}/metrics");
+    }
+    // Last: scripts wait for this line.
     println!(
         "agentid: listening on http://{} (public URL {})",
         app.addr(),
