@@ -44,6 +44,17 @@ fn token_paths(c: &mut Criterion) {
     g.bench_function("decode+resign_compare", |b| {
         b.iter(|| assert!(ring.resign_matches(&decode(black_box(&token)).unwrap())))
     });
+    // The other well-kept Ed25519 implementation (BoringSSL-derived assembly), same token.
+    let public = ring::signature::UnparsedPublicKey::new(
+        &ring::signature::ED25519,
+        ring.verifying_key(ring.kid()).unwrap().to_bytes(),
+    );
+    g.bench_function("decode+ring_verify", |b| {
+        b.iter(|| {
+            let u = decode(black_box(&token)).unwrap();
+            public.verify(u.signing_input, &u.signature.to_bytes()).unwrap()
+        })
+    });
     g.bench_function("decode+verify (service default)", |b| {
         b.iter(|| ring.verify(&decode(black_box(&token)).unwrap()).unwrap())
     });
