@@ -179,6 +179,20 @@ fn finish(
         HeaderName::from_static("x-ratelimit-reset"),
         HeaderValue::from(limit.reset),
     );
+    // Answers the gate makes itself (429) never reach the per-route CORS layer: a browser
+    // receiver must still be able to read them.
+    let path = res.request().path();
+    let public = path == "/health" || path.starts_with("/.well-known/") || path.starts_with("/v1/verify/");
+    let headers = res.headers_mut();
+    if public && !headers.contains_key(header::ACCESS_CONTROL_ALLOW_ORIGIN) {
+        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+        headers.insert(
+            header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static(
+                "x-request-id, x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset, retry-after",
+            ),
+        );
+    }
     record(res.request(), status, received);
     res
 }

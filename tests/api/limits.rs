@@ -117,7 +117,13 @@ async fn anonymous_buckets_pass_exactly_the_limit() {
     let path = format!("/v1/verify/{token}");
     let statuses = burst(&app, &path, None, 100).await;
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
-    app.get(&path, None).await.assert_error(429, "RATE_LIMITED");
+    let refused = app.get(&path, None).await;
+    refused.assert_error(429, "RATE_LIMITED");
+    assert_eq!(
+        refused.header("access-control-allow-origin").as_deref(),
+        Some("*"),
+        "a browser receiver can read its 429"
+    );
 
     // A publishable key moves the receiver to its organization's verify bucket.
     let with_pk = app.get(&path, Some(&app.org.keys.publishable_live)).await;
