@@ -103,7 +103,11 @@ fn describe() {
     describe_gauge!("agentid_registry_agents", "Agents in the in-memory registry");
     describe_counter!(
         "agentid_rate_limited_total",
-        "Calls refused with 429 by endpoint class"
+        "Calls refused with 429 by class (verify, other, key_lookup)"
+    );
+    describe_counter!(
+        "agentid_api_key_lookups_total",
+        "Store look-ups of API keys the cache did not hold, by outcome"
     );
     describe_gauge!(
         "agentid_rate_limit_buckets",
@@ -125,7 +129,10 @@ fn register_zeroes() {
     for outcome in ["hit", "miss"] {
         metrics::counter!("agentid_token_cache_requests_total", "outcome" => outcome).increment(0);
     }
-    for class in ["verify", "other"] {
+    for outcome in ["found", "rejected", "throttled"] {
+        metrics::counter!("agentid_api_key_lookups_total", "outcome" => outcome).increment(0);
+    }
+    for class in ["verify", "other", "key_lookup"] {
         metrics::counter!("agentid_rate_limited_total", "class" => class).increment(0);
     }
     metrics::counter!("agentid_audit_flush_failures_total").increment(0);

@@ -30,6 +30,8 @@ pub enum KeyLookup {
     Valid(Arc<Caller>),
     /// Malformed, unknown or disabled: all the same to the caller (401).
     Rejected,
+    /// Not in the cache, and the caller's address may not have more keys looked up now.
+    Throttled(crate::engine::ratelimit::Decision),
 }
 
 /// SHA-256 of the whole key. Keys carry ≥ 160 random bits, so a fast hash is the right one.
@@ -66,7 +68,13 @@ impl ApiKeys {
         }
     }
 
-    pub async fn lookup(&self, presented: &str) -> Result<KeyLookup, StoreError> {
+    /// What the key resolves to. A key the cache does not know costs a store look-up, which
+    /// `may_load` must allow first.
+    pub async fn lookup(
+        &self,
+        presented: &str,
+        may_load: impl FnOnce() -> crate::engine::ratelimit::Decision,
+    ) -> Result<KeyLookup, StoreError> {
         let Some((kind, mode)) = parse_key_prefix(presented) else {
             return Ok(KeyLookup::Rejected);
         };
@@ -79,6 +87,11 @@ impl ApiKeys {
                 return Ok(found);
             }
         }
+        let allowed = may_load();
+        if !allowed.allowed {
+            metrics::counter!("agentid_api_key_lookups_total", "outcome" => "throttled").increment(1);
+            return Ok(KeyLookup::Throttled(allowed));
+        }
         let found = match self.store.find_key(&hash).await? {
             Some(KeyRecord {
                 org,
@@ -88,6 +101,12 @@ impl ApiKeys {
             }) if k == kind && m == mode => KeyLookup::Valid(Arc::new(Caller { org, mode, kind })),
             _ => KeyLookup::Rejected,
         };
+        let outcome = if matches!(found, KeyLookup::Valid(_)) {
+            "found"
+        } else {
+            "rejected"
+        };
+        metrics::counter!("agentid_api_key_lookups_total", "outcome" => outcome).increment(1);
         self.cache.insert(hash, (Instant::now(), found.clone()));
         Ok(found)
     }

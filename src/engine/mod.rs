@@ -197,8 +197,11 @@ impl Engine {
         &self.rate_limits
     }
 
-    pub async fn authenticate(&self, presented: &str) -> Result<KeyLookup, StoreError> {
-        self.api_keys.lookup(presented).await
+    /// Resolves a presented key; `ip` pays for store look-ups of keys the cache has not seen.
+    pub async fn authenticate(&self, presented: &str, ip: std::net::IpAddr) -> Result<KeyLookup, StoreError> {
+        self.api_keys
+            .lookup(presented, || self.rate_limits.check_key_lookup(ip))
+            .await
     }
 
     /// Waits for the audit writer to commit everything handed to it so far.

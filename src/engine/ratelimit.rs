@@ -18,6 +18,9 @@ use governor::{Quota, RateLimiter};
 /// Unauthenticated calls: the spec's lowest tier.
 pub const ANON_VERIFY_PER_MINUTE: u32 = 100;
 pub const ANON_OTHER_PER_MINUTE: u32 = 20;
+/// Database look-ups of API keys the cache has not seen, per client address: bounds what a
+/// flood of random keys costs the store. A real key needs one look-up per 10 s per instance.
+pub const KEY_LOOKUPS_PER_MINUTE: u32 = 60;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Class {
@@ -64,6 +67,7 @@ pub struct RateLimits {
     clock: DefaultClock,
     anon_verify: Keyed<IpAddr>,
     anon_other: Keyed<IpAddr>,
+    key_lookups: Keyed<IpAddr>,
     /// One keyed limiter per (class, per-minute limit); organizations are its keys. An
     /// organization whose plan changes moves to the limiter of its new limit.
     orgs: DashMap<(Class, u32), Arc<Keyed<String>>>,
@@ -75,14 +79,19 @@ impl Default for RateLimits {
             clock: DefaultClock::default(),
             anon_verify: limiter(ANON_VERIFY_PER_MINUTE),
             anon_other: limiter(ANON_OTHER_PER_MINUTE),
+            key_lookups: limiter(KEY_LOOKUPS_PER_MINUTE),
             orgs: DashMap::new(),
         }
     }
 }
 
 impl RateLimits {
+    /// May this address have one more unknown key looked up in the store?
+    pub fn check_key_lookup(&self, ip: IpAddr) -> Decision {
+        self.decide(KEY_LOOKUPS_PER_MINUTE, self.key_lookups.check_key(&ip))
+    }
+
     pub fn check(&self, caller: Caller<'_>, class: Class) -> Decision {
-        let now_unix = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         let (limit, outcome) = match caller {
             Caller::Anonymous(ip) => {
                 let (limit, lim) = match class {
@@ -101,6 +110,18 @@ impl RateLimits {
                 (per_minute, lim.check_key(&org_id.to_owned()))
             }
         };
+        self.decide(limit, outcome)
+    }
+
+    fn decide(
+        &self,
+        limit: u32,
+        outcome: Result<
+            governor::middleware::StateSnapshot,
+            governor::NotUntil<governor::clock::QuantaInstant>,
+        >,
+    ) -> Decision {
+        let now_unix = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         let per_cell = Duration::from_secs(60) / limit.max(1);
         match outcome {
             Ok(state) => {
@@ -129,10 +150,10 @@ impl RateLimits {
 
     /// Forgets buckets that are full again (indistinguishable from new ones).
     pub fn evict_idle(&self) {
-        self.anon_verify.retain_recent();
-        self.anon_other.retain_recent();
-        self.anon_verify.shrink_to_fit();
-        self.anon_other.shrink_to_fit();
+        for lim in [&self.anon_verify, &self.anon_other, &self.key_lookups] {
+            lim.retain_recent();
+            lim.shrink_to_fit();
+        }
         for lim in self.orgs.iter() {
             lim.retain_recent();
         }
@@ -141,7 +162,10 @@ impl RateLimits {
 
     /// Buckets currently tracked.
     pub fn tracked(&self) -> usize {
-        self.anon_verify.len() + self.anon_other.len() + self.orgs.iter().map(|l| l.len()).sum::<usize>()
+        self.anon_verify.len()
+            + self.anon_other.len()
+            + self.key_lookups.len()
+            + self.orgs.iter().map(|l| l.len()).sum::<usize>()
     }
 }
 

@@ -56,12 +56,26 @@ pub async fn gate(
         .app_data::<web::Data<AppState>>()
         .cloned()
         .expect("AppState is registered");
+    let ip = req.peer_addr().map_or(IpAddr::from([0, 0, 0, 0]), |a| a.ip());
+    let span = tracing::info_span!("request", request_id = %request_id);
     let auth = match bearer(req.headers()) {
         None => Auth::Anonymous,
         Some(None) => Auth::Rejected,
-        Some(Some(key)) => match state.engine.authenticate(key).await {
+        Some(Some(key)) => match state.engine.authenticate(key, ip).await {
             Ok(KeyLookup::Valid(caller)) => Auth::Key(caller),
             Ok(KeyLookup::Rejected) => Auth::Rejected,
+            Ok(KeyLookup::Throttled(decision)) => {
+                metrics::counter!("agentid_rate_limited_total", "class" => "key_lookup").increment(1);
+                let retry = decision.retry_after.unwrap_or(1);
+                let err = ApiError::new(
+                    ErrorCode::RateLimited,
+                    format!("too many unknown API keys from this address; retry in {retry} s"),
+                )
+                .with_header(header::RETRY_AFTER, HeaderValue::from(retry));
+                let res = req.into_response(err.error_response());
+                let _entered = span.enter();
+                return Ok(finish(res, &state, &request_id, received, &decision));
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot check API key");
                 Auth::Unverifiable
@@ -82,10 +96,9 @@ pub async fn gate(
                 Class::Other => c.org.limits.other_per_minute,
             },
         },
-        _ => RateCaller::Anonymous(req.peer_addr().map_or(IpAddr::from([0, 0, 0, 0]), |a| a.ip())),
+        _ => RateCaller::Anonymous(ip),
     };
     let decision = state.engine.rate_limits().check(who, class);
-    let span = tracing::info_span!("request", request_id = %request_id);
     if !decision.allowed {
         metrics::counter!("agentid_rate_limited_total", "class" => class.as_str()).increment(1);
         let retry = decision.retry_after.unwrap_or(1);

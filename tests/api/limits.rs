@@ -189,3 +189,31 @@ async fn failed_authentication_costs_the_address_a_call() {
     // A valid key is on its organization's bucket and still works.
     assert_eq!(app.get("/v1/agents", Some(app.secret())).await.status, 200);
 }
+
+#[actix_web::test]
+async fn unknown_keys_cost_the_store_at_most_sixty_lookups_a_minute_per_address() {
+    let app = spawn_app().await;
+    // Registering looked the secret key up once: 59 look-ups are left for this address.
+    let (_, token) = app.agent().await;
+    let path = format!("/v1/verify/{token}");
+    let unknown: Vec<String> = (0..60).map(|i| format!("pk_live_{i:040}")).collect();
+    let answers = futures_util::future::join_all(unknown[..59].iter().map(|k| app.get(&path, Some(k)))).await;
+    for res in &answers {
+        res.assert_error(401, "UNAUTHORIZED");
+    }
+    // The next unknown key from this address is not looked up.
+    let refused = app.get(&path, Some(&unknown[59])).await;
+    let body = refused.assert_error(429, "RATE_LIMITED");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown API keys"),
+        "{body}"
+    );
+    assert!(refused.header("retry-after").is_some());
+    // Keys the cache holds, and calls without a key, are not affected.
+    let ok = app.get(&path, Some(app.secret())).await;
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    assert_eq!(app.get(&path, None).await.status, 200);
+}
