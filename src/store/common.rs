@@ -82,10 +82,6 @@ pub type RecordRow = (
 );
 
 pub fn record_from_row(r: RecordRow) -> Result<AuditRecord, StoreError> {
-    let hash32 = |v: Vec<u8>| -> Result<[u8; 32], StoreError> {
-        v.try_into()
-            .map_err(|_| StoreError::Corrupt("audit hash length".into()))
-    };
     Ok(AuditRecord {
         ledger: Ledger {
             org_id: r.0,
@@ -102,6 +98,23 @@ pub fn record_from_row(r: RecordRow) -> Result<AuditRecord, StoreError> {
         prev_hash: hash32(r.9)?,
         hash: hash32(r.10)?,
     })
+}
+
+pub fn hash32(v: Vec<u8>) -> Result<[u8; 32], StoreError> {
+    v.try_into()
+        .map_err(|_| StoreError::Corrupt("audit hash length".into()))
+}
+
+/// The last record of a ledger; binds org, mode. Read with `ledger_head`.
+pub const LEDGER_HEAD_SQL: &str =
+    "SELECT seq, hash FROM audit_log WHERE org_id = $1 AND mode = $2 ORDER BY seq DESC LIMIT 1";
+
+/// `(seq, hash)` the next record of a ledger follows: its last record, or genesis.
+pub fn ledger_head(row: Option<(i64, Vec<u8>)>) -> Result<(i64, [u8; 32]), StoreError> {
+    match row {
+        Some((seq, hash)) => Ok((seq, hash32(hash)?)),
+        None => Ok((0, crate::domain::audit::GENESIS)),
+    }
 }
 
 pub fn parse_mode(s: &str) -> Result<KeyMode, StoreError> {

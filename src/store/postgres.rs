@@ -99,22 +99,12 @@ impl PgStore {
                 .collect()
         };
         for ledger in missing {
-            let head: Option<(i64, Vec<u8>)> = sqlx::query_as(
-                "SELECT seq, hash FROM audit_log WHERE org_id = $1 AND mode = $2 ORDER BY seq DESC LIMIT 1",
-            )
-            .bind(&ledger.org_id)
-            .bind(ledger.mode.as_str())
-            .fetch_optional(&self.pool)
-            .await?;
-            let head = match head {
-                Some((seq, hash)) => (
-                    seq,
-                    hash.try_into()
-                        .map_err(|_| StoreError::Corrupt("audit hash length".into()))?,
-                ),
-                None => (0, crate::domain::audit::GENESIS),
-            };
-            heads.insert(ledger, head);
+            let head = sqlx::query_as(common::LEDGER_HEAD_SQL)
+                .bind(&ledger.org_id)
+                .bind(ledger.mode.as_str())
+                .fetch_optional(&self.pool)
+                .await?;
+            heads.insert(ledger, common::ledger_head(head)?);
         }
         Ok(heads)
     }

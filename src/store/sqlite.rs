@@ -71,19 +71,12 @@ impl SqliteStore {
 
         let mut heads = HashMap::new();
         for ledger in batch::ledgers(&entries) {
-            let head: Option<(i64, Vec<u8>)> = sqlx::query_as(
-                "SELECT seq, hash FROM audit_log WHERE org_id = $1 AND mode = $2 ORDER BY seq DESC LIMIT 1",
-            )
-            .bind(&ledger.org_id)
-            .bind(ledger.mode.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
-            if let Some((seq, hash)) = head {
-                let hash = hash
-                    .try_into()
-                    .map_err(|_| StoreError::Corrupt("audit hash length".into()))?;
-                heads.insert(ledger, (seq, hash));
-            }
+            let head = sqlx::query_as(common::LEDGER_HEAD_SQL)
+                .bind(&ledger.org_id)
+                .bind(ledger.mode.as_str())
+                .fetch_optional(&mut *tx)
+                .await?;
+            heads.insert(ledger, common::ledger_head(head)?);
         }
         let records = batch::seal(entries, &mut heads);
 
