@@ -134,8 +134,7 @@ fn audit(c: &mut Criterion) {
             let mut heads = std::collections::HashMap::new();
             let recs = batch::seal(black_box(entries.clone()), &mut heads);
             let deltas = batch::count_deltas(&recs);
-            let agents = batch::agent_deltas(&recs);
-            (recs.len(), deltas.len(), agents.len())
+            (recs.len(), deltas.len())
         })
     });
     g.finish();

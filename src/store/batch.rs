@@ -1,5 +1,5 @@
-//! Backend-independent planning of one audit batch: revocation re-check, chaining,
-//! counter and `verification_count` deltas. The backends only do the I/O.
+//! Backend-independent planning of one audit batch: revocation re-check, chaining and
+//! counter deltas. The backends only do the I/O.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -60,7 +60,7 @@ pub fn seal(entries: Vec<AuditEntry>, heads: &mut Heads) -> Vec<AuditRecord> {
         .collect()
 }
 
-/// One row of `audit_counts` to add `n` to. Empty `agent_id` / `result` mean "any".
+/// One row of `audit_counts` to add `n` to. An empty `agent_id` means "any agent".
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct CountDelta {
     pub org_id: String,
@@ -70,8 +70,11 @@ pub struct CountDelta {
     pub n: i64,
 }
 
-/// Counter increments for a batch: every record bumps (any, any), (agent, any), (any, result)
-/// and (agent, result) of its ledger. Sorted, so concurrent writers lock rows in one order.
+/// Counter increments for a batch: every record bumps (any agent, result) and (agent, result)
+/// of its ledger (a record naming no agent only the first). Totals over results, and an
+/// agent's `verification_count`, are sums of at most four rows at read time: a batch writes
+/// one counter row per distinct (agent, result), not two, and never the agent row.
+/// Sorted, so concurrent writers lock rows in one order.
 pub fn count_deltas(records: &[AuditRecord]) -> Vec<CountDelta> {
     let mut map: BTreeMap<(&str, &'static str, &str, &'static str), i64> = BTreeMap::new();
     for r in records {
@@ -81,13 +84,9 @@ pub fn count_deltas(records: &[AuditRecord]) -> Vec<CountDelta> {
             r.agent_id.as_str(),
             r.result.as_str(),
         );
-        for key in [
-            (org, mode, "", ""),
-            (org, mode, agent, ""),
-            (org, mode, "", result),
-            (org, mode, agent, result),
-        ] {
-            *map.entry(key).or_default() += 1;
+        *map.entry((org, mode, "", result)).or_default() += 1;
+        if !agent.is_empty() {
+            *map.entry((org, mode, agent, result)).or_default() += 1;
         }
     }
     map.into_iter()
@@ -99,15 +98,6 @@ pub fn count_deltas(records: &[AuditRecord]) -> Vec<CountDelta> {
             n,
         })
         .collect()
-}
-
-/// `verification_count` increments per known agent (records of the service ledger name none).
-pub fn agent_deltas(records: &[AuditRecord]) -> Vec<(String, i64)> {
-    let mut map: BTreeMap<&str, i64> = BTreeMap::new();
-    for r in records.iter().filter(|r| !r.ledger.is_service()) {
-        *map.entry(r.agent_id.as_str()).or_default() += 1;
-    }
-    map.into_iter().map(|(a, n)| (a.to_owned(), n)).collect()
 }
 
 #[cfg(test)]
@@ -144,13 +134,18 @@ mod tests {
         c.push(&recs[0]).unwrap();
         c.push(&recs[2]).unwrap();
         let deltas = count_deltas(&recs);
-        let total_o1 = deltas
+        let total_o1: i64 = deltas
             .iter()
-            .find(|d| d.org_id == "o1" && d.agent_id.is_empty() && d.result.is_empty())
-            .unwrap();
-        assert_eq!(total_o1.n, 2);
-        assert_eq!(deltas.len(), 6 + 4); // o1: (any|a) × (any|valid|expired); o2: (any|b) × (any|invalid)
-        assert_eq!(agent_deltas(&recs), vec![("a".into(), 2), ("b".into(), 1)]);
+            .filter(|d| d.org_id == "o1" && d.agent_id.is_empty())
+            .map(|d| d.n)
+            .sum();
+        assert_eq!(total_o1, 2);
+        assert_eq!(deltas.len(), 4 + 2); // o1: (any|a) × (valid|expired); o2: (any|b) × invalid
+
+        let nameless = seal(vec![entry("", "", VerifyResult::Invalid)], &mut heads);
+        let d = count_deltas(&nameless);
+        assert_eq!(d.len(), 1, "a record naming no agent counts once: {d:?}");
+        assert_eq!((d[0].agent_id.as_str(), d[0].result, d[0].n), ("", "invalid", 1));
     }
 
     #[test]

@@ -6,8 +6,19 @@ use crate::domain::{KeyMode, Ledger, Millis, OrgLimits, Plan, VerifyResult};
 
 use super::{AgentRecord, LogQuery, OrgRecord, StoreError};
 
+/// The stored columns of `agents`, in insert order.
+pub const AGENT_INSERT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, description, scopes, \
+    created_at, issued_at, expires_at, revoked_at, revocation_reason";
+
+/// What an agent read selects (`FROM agents`, not aliased): the stored columns, then
+/// `verification_count`, summed from the agent's per-result counters in `audit_counts` (a few
+/// rows of its primary key: both modes, as records are counted where they were written). The
+/// audit batch keeps those counters anyway, so counting needs no write to the agent row.
 pub const AGENT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, description, scopes, \
-    created_at, issued_at, expires_at, revoked_at, revocation_reason, verification_count";
+    created_at, issued_at, expires_at, revoked_at, revocation_reason, \
+    (SELECT CAST(COALESCE(SUM(c.n), 0) AS BIGINT) FROM audit_counts c \
+     WHERE c.org_id = agents.org_id AND c.mode IN ('live', 'test') AND c.agent_id = agents.id) \
+    AS verification_count";
 
 pub type AgentRow = (
     String,
@@ -281,8 +292,8 @@ macro_rules! shared_store_methods {
         fn insert_agent<'a>(&'a self, a: &'a AgentRecord) -> StoreFuture<'a, ()> {
             Box::pin(async move {
                 sqlx::query(&format!(
-                    "INSERT INTO agents ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-                    common::AGENT_COLUMNS
+                    "INSERT INTO agents ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                    common::AGENT_INSERT_COLUMNS
                 ))
                 .bind(&a.id)
                 .bind(&a.org_id)
@@ -296,7 +307,6 @@ macro_rules! shared_store_methods {
                 .bind(a.expires_at.0)
                 .bind(a.revoked_at.map(|m| m.0))
                 .bind(a.revocation_reason.as_deref())
-                .bind(a.verification_count)
                 .execute(&self.pool)
                 .await?;
                 Ok(())
@@ -411,8 +421,11 @@ macro_rules! shared_store_methods {
                     .take(q.limit as usize)
                     .map(common::record_from_row)
                     .collect::<Result<Vec<_>, _>>()?;
+                // Counters are kept per result; without a result filter the total is the sum of
+                // at most four rows.
                 let total: Option<(i64,)> = sqlx::query_as(
-                    "SELECT n FROM audit_counts WHERE org_id = $1 AND mode = $2 AND agent_id = $3 AND result = $4",
+                    "SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM audit_counts \
+                     WHERE org_id = $1 AND mode = $2 AND agent_id = $3 AND ($4 = '' OR result = $4)",
                 )
                 .bind(&q.ledger.org_id)
                 .bind(q.ledger.mode.as_str())
@@ -453,7 +466,7 @@ macro_rules! shared_store_methods {
         fn ledgers(&self) -> StoreFuture<'_, Vec<Ledger>> {
             Box::pin(async move {
                 let rows: Vec<(String, String)> = sqlx::query_as(
-                    "SELECT org_id, mode FROM audit_counts WHERE agent_id = '' AND result = '' ORDER BY org_id, mode",
+                    "SELECT DISTINCT org_id, mode FROM audit_counts WHERE agent_id = '' ORDER BY org_id, mode",
                 )
                 .fetch_all(&self.pool)
                 .await?;

@@ -9,8 +9,22 @@ use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
 /// `(version, description, sql)` of each migration, in order.
 type Embedded = &'static [(i64, &'static str, &'static str)];
 
-pub const SQLITE: Embedded = &[(1, "init", include_str!("../../migrations/sqlite/0001_init.sql"))];
-pub const POSTGRES: Embedded = &[(1, "init", include_str!("../../migrations/postgres/0001_init.sql"))];
+pub const SQLITE: Embedded = &[
+    (1, "init", include_str!("../../migrations/sqlite/0001_init.sql")),
+    (
+        2,
+        "counts per result",
+        include_str!("../../migrations/sqlite/0002_counts_per_result.sql"),
+    ),
+];
+pub const POSTGRES: Embedded = &[
+    (1, "init", include_str!("../../migrations/postgres/0001_init.sql")),
+    (
+        2,
+        "counts per result",
+        include_str!("../../migrations/postgres/0002_counts_per_result.sql"),
+    ),
+];
 
 #[derive(Debug)]
 struct Source(Embedded);

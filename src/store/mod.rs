@@ -3,7 +3,8 @@
 
 pub mod batch;
 mod common;
-mod migrate;
+#[doc(hidden)]
+pub mod migrate;
 mod postgres;
 mod sqlite;
 
@@ -196,7 +197,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     fn revoked_since(&self, since: Millis) -> StoreFuture<'_, Vec<(String, Option<String>)>>;
 
     /// Appends a batch in one transaction: re-checks revocation of `valid` entries inside it,
-    /// chains each ledger, updates counters and `verification_count`. Returns the records
+    /// chains each ledger, updates the counters. Returns the records
     /// in entry order, as committed.
     fn append_audit(&self, entries: Vec<AuditEntry>) -> StoreFuture<'_, Vec<AuditRecord>>;
     /// A page of a ledger, newest first, with the exact total of matching records.

@@ -109,8 +109,8 @@ impl PgStore {
         Ok(heads)
     }
 
-    /// Writes a sealed batch in one statement (one round trip, its own transaction): records,
-    /// counters and `verification_count`, unless one of `valid_ids` is revoked in the store,
+    /// Writes a sealed batch in one statement (one round trip, its own transaction): records
+    /// and counters, unless one of `valid_ids` is revoked in the store,
     /// in which case nothing is written and the revoked agents are returned. Two writers can
     /// never fork a chain: `(org_id, mode, seq)` is the primary key, so the second one to
     /// claim a sequence number fails with a conflict.
@@ -132,7 +132,6 @@ impl PgStore {
             result.push(d.result);
             count.push(d.n);
         }
-        let (ids, counts): (Vec<String>, Vec<i64>) = batch::agent_deltas(records).into_iter().unzip();
         let revoked: Vec<(String, Option<String>)> = sqlx::query_as(APPEND)
             .bind(cols.org_id)
             .bind(cols.mode)
@@ -151,8 +150,6 @@ impl PgStore {
             .bind(agent)
             .bind(result)
             .bind(count)
-            .bind(ids)
-            .bind(counts)
             .fetch_all(&self.pool)
             .await?;
         Ok(revoked)
@@ -176,10 +173,6 @@ WITH rev AS (
     SELECT * FROM UNNEST($13::text[], $14::text[], $15::text[], $16::text[], $17::bigint[])
     WHERE NOT EXISTS (SELECT 1 FROM rev)
     ON CONFLICT (org_id, mode, agent_id, result) DO UPDATE SET n = audit_counts.n + EXCLUDED.n
-), upd AS (
-    UPDATE agents AS a SET verification_count = a.verification_count + d.n
-    FROM UNNEST($18::text[], $19::bigint[]) AS d(id, n)
-    WHERE a.id = d.id AND NOT EXISTS (SELECT 1 FROM rev)
 )
 SELECT id, revocation_reason FROM rev";
 

@@ -112,13 +112,6 @@ impl SqliteStore {
             .execute(&mut *tx)
             .await?;
         }
-        for (agent_id, n) in batch::agent_deltas(&records) {
-            sqlx::query("UPDATE agents SET verification_count = verification_count + $2 WHERE id = $1")
-                .bind(agent_id)
-                .bind(n)
-                .execute(&mut *tx)
-                .await?;
-        }
         tx.commit().await?;
         Ok(records)
     }

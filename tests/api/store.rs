@@ -267,3 +267,116 @@ async fn two_instances_appending_to_one_ledger_never_fork_the_chain() {
     );
     other.close().await;
 }
+
+/// Migration 2 keeps counters per result only and drops `agents.verification_count`: a
+/// database the first schema wrote keeps its totals and counts, and the service ledger,
+/// which the first schema counted twice for records naming no agent, is recounted.
+#[actix_web::test]
+async fn a_first_schema_database_keeps_its_counts_through_migration_two() {
+    use agentid::store::migrate;
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::helpers::TestDb::new(dir.path()).await;
+    let (org, a) = ("org_01eeeeeeeeeeeeeeeeeeeeeeee", "agt_01eeeeeeeeeeeeeeeeeeeeeeee");
+    let zero = if db.is_postgres() {
+        "decode(repeat('00', 32), 'hex')"
+    } else {
+        "zeroblob(32)"
+    };
+    let mut stmts = vec![
+        format!("INSERT INTO orgs VALUES ('{org}', 'o', 'free', 100, 100, 3600, 1)"),
+        format!(
+            "INSERT INTO agents (id, org_id, mode, name, issuer_domain, description, scopes, created_at, \
+             issued_at, expires_at, verification_count) \
+             VALUES ('{a}', '{org}', 'live', 'n', 'x.example', '', '[]', 1, 1000, 2000, 3)"
+        ),
+    ];
+    // What the first schema kept for two valid and one expired record of `a`.
+    for (agent, result, n) in [
+        ("", "", 3),
+        (a, "", 3),
+        ("", "valid", 2),
+        (a, "valid", 2),
+        ("", "expired", 1),
+        (a, "expired", 1),
+    ] {
+        stmts.push(format!(
+            "INSERT INTO audit_counts VALUES ('{org}', 'live', '{agent}', '{result}', {n})"
+        ));
+    }
+    // The service ledger: two records naming no agent, one naming an unknown agent, counted
+    // as the first schema did (twice under agent '' for the first two).
+    for (seq, agent) in [(1, ""), (2, ""), (3, "agt_01ffffffffffffffffffffffff")] {
+        stmts.push(format!(
+            "INSERT INTO audit_log VALUES ('', 'live', {seq}, 'log_{seq}', '{agent}', 'invalid', 'bad', 1, 1, {zero}, {zero})"
+        ));
+    }
+    for (agent, result, n) in [
+        ("", "", 5),
+        ("", "invalid", 5),
+        ("agt_01ffffffffffffffffffffffff", "", 1),
+        ("agt_01ffffffffffffffffffffffff", "invalid", 1),
+    ] {
+        stmts.push(format!(
+            "INSERT INTO audit_counts VALUES ('', 'live', '{agent}', '{result}', {n})"
+        ));
+    }
+    // The first migration only, then the rows above.
+    macro_rules! first_schema {
+        ($pool:expr, $set:expr) => {{
+            let pool = $pool;
+            let first = migrate::migrator(&$set[..1]).await.unwrap();
+            first.run(&pool).await.unwrap();
+            for s in &stmts {
+                sqlx::query(s).execute(&pool).await.unwrap();
+            }
+            pool.close().await;
+        }};
+    }
+    if db.is_postgres() {
+        first_schema!(sqlx::PgPool::connect(&db.url).await.unwrap(), migrate::POSTGRES);
+    } else {
+        let opts = db.url.parse::<sqlx::sqlite::SqliteConnectOptions>().unwrap();
+        let pool = sqlx::SqlitePool::connect_with(opts.create_if_missing(true))
+            .await
+            .unwrap();
+        first_schema!(pool, migrate::SQLITE);
+    }
+
+    let s = agentid::store::connect(&db.url, &Default::default())
+        .await
+        .unwrap();
+    assert_eq!(s.get_agent(a).await.unwrap().unwrap().verification_count, 3);
+    let live = Ledger {
+        org_id: org.into(),
+        mode: KeyMode::Live,
+    };
+    let service = Ledger {
+        org_id: String::new(),
+        mode: KeyMode::Live,
+    };
+    let total = |ledger: Ledger, agent_id: Option<&'static str>, result: Option<VerifyResult>| {
+        let s = s.clone();
+        async move {
+            let q = LogQuery {
+                ledger: &ledger,
+                agent_id,
+                result,
+                before_seq: None,
+                limit: 1,
+            };
+            s.read_log(q).await.unwrap().total
+        }
+    };
+    assert_eq!(total(live.clone(), None, None).await, 3);
+    assert_eq!(total(live.clone(), Some(a), None).await, 3);
+    assert_eq!(total(live.clone(), None, Some(VerifyResult::Valid)).await, 2);
+    assert_eq!(total(live.clone(), Some(a), Some(VerifyResult::Expired)).await, 1);
+    assert_eq!(total(service.clone(), None, None).await, 3);
+    assert_eq!(
+        total(service.clone(), Some("agt_01ffffffffffffffffffffffff"), None).await,
+        1
+    );
+    let mut ledgers = s.ledgers().await.unwrap();
+    ledgers.sort();
+    assert_eq!(ledgers, [service, live]);
+}
