@@ -211,15 +211,15 @@ fn finish(
 }
 
 fn record(req: &HttpRequest, status: StatusCode, received: Instant) {
-    let route = req.match_pattern().unwrap_or_else(|| "unmatched".to_owned());
+    let route = req.app_data::<super::RoutePattern>().map_or("unmatched", |r| r.0);
     let elapsed = received.elapsed();
-    let method = req.method().as_str();
+    let method = method_label(req.method());
     metrics::counter!(
         "agentid_http_requests_total",
-        "route" => route.clone(), "method" => method.to_owned(), "status" => status.as_str().to_owned()
+        "route" => route, "method" => method, "status" => status_label(status)
     )
     .increment(1);
-    metrics::histogram!("agentid_http_request_duration_seconds", "route" => route.clone())
+    metrics::histogram!("agentid_http_request_duration_seconds", "route" => route)
         .record(elapsed.as_secs_f64());
     let status = status.as_u16();
     let latency_ms = elapsed.as_secs_f64() * 1000.0;
@@ -228,6 +228,35 @@ fn record(req: &HttpRequest, status: StatusCode, received: Instant) {
         tracing::debug!(method, route, status, latency_ms, "request");
     } else {
         tracing::info!(method, route, status, latency_ms, "request");
+    }
+}
+
+/// Metric labels without an allocation for what the service answers.
+fn method_label(m: &actix_web::http::Method) -> &'static str {
+    use actix_web::http::Method;
+    match *m {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::OPTIONS => "OPTIONS",
+        Method::HEAD => "HEAD",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        _ => "other",
+    }
+}
+
+fn status_label(s: StatusCode) -> std::borrow::Cow<'static, str> {
+    match s.as_u16() {
+        200 => "200".into(),
+        201 => "201".into(),
+        204 => "204".into(),
+        400 => "400".into(),
+        401 => "401".into(),
+        404 => "404".into(),
+        429 => "429".into(),
+        503 => "503".into(),
+        _ => s.as_str().to_owned().into(),
     }
 }
 

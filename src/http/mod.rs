@@ -59,33 +59,43 @@ pub fn app(
         .wrap(actix_web::middleware::from_fn(gate::gate))
 }
 
+/// The pattern of the route a request matched, for metrics and logs. Each resource carries
+/// its own (see `resource`): reading it back is a lookup, where `HttpRequest::match_pattern`
+/// would run the router again (for verify, a regex over a 330-byte path).
+#[derive(Debug, Clone, Copy)]
+pub struct RoutePattern(pub &'static str);
+
+fn resource(path: &'static str) -> actix_web::Resource {
+    web::resource(path).app_data(RoutePattern(path))
+}
+
 fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(
-        web::resource("/health")
+        resource("/health")
             .wrap(meta::cors())
             .route(web::get().to(meta::health)),
     )
     .service(
-        web::resource("/.well-known/public-key.pem")
+        resource("/.well-known/public-key.pem")
             .wrap(meta::cors())
             .route(web::get().to(meta::public_key_pem)),
     )
     .service(
-        web::resource("/.well-known/jwks.json")
+        resource("/.well-known/jwks.json")
             .wrap(meta::cors())
             .route(web::get().to(meta::jwks)),
     )
-    .service(web::resource("/docs/errors").route(web::get().to(meta::error_docs)))
-    .service(web::resource("/openapi.json").route(web::get().to(openapi::document)))
+    .service(resource("/docs/errors").route(web::get().to(meta::error_docs)))
+    .service(resource("/openapi.json").route(web::get().to(openapi::document)))
     .service(
-        web::resource("/v1/verify/{token}")
+        resource("/v1/verify/{token}")
             .wrap(meta::cors())
             .route(web::get().to(verify::verify)),
     )
-    .service(web::resource("/v1/agents/register").route(web::post().to(agents::register)))
-    .service(web::resource("/v1/agents").route(web::get().to(agents::list)))
-    .service(web::resource("/v1/agents/{id}").route(web::get().to(agents::get)))
-    .service(web::resource("/v1/agents/{id}/issue-token").route(web::post().to(agents::issue_token)))
-    .service(web::resource("/v1/agents/{id}/revoke").route(web::post().to(agents::revoke)))
-    .service(web::resource("/v1/log").route(web::get().to(log::read)));
+    .service(resource("/v1/agents/register").route(web::post().to(agents::register)))
+    .service(resource("/v1/agents").route(web::get().to(agents::list)))
+    .service(resource("/v1/agents/{id}").route(web::get().to(agents::get)))
+    .service(resource("/v1/agents/{id}/issue-token").route(web::post().to(agents::issue_token)))
+    .service(resource("/v1/agents/{id}/revoke").route(web::post().to(agents::revoke)))
+    .service(resource("/v1/log").route(web::get().to(log::read)));
 }
