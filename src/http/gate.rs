@@ -224,7 +224,7 @@ fn record(req: &HttpRequest, status: StatusCode, received: Instant) {
     let status = status.as_u16();
     let latency_ms = elapsed.as_secs_f64() * 1000.0;
     // Successful verifications are the bulk of traffic: they log at debug.
-    if status < 400 && route == "/v1/verify/{token}" {
+    if status < 400 && route == super::verify::ROUTE {
         tracing::debug!(method, route, status, latency_ms, "request");
     } else {
         tracing::info!(method, route, status, latency_ms, "request");

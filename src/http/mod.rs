@@ -87,10 +87,12 @@ fn routes(cfg: &mut web::ServiceConfig) {
     )
     .service(resource("/docs/errors").route(web::get().to(meta::error_docs)))
     .service(resource("/openapi.json").route(web::get().to(openapi::document)))
+    // Verify is routed by its static prefix, not by the pattern's regex (see `verify::verify`).
     .service(
-        resource("/v1/verify/{token}")
+        web::scope("/v1/verify")
+            .app_data(RoutePattern(verify::ROUTE))
             .wrap(meta::cors())
-            .route(web::get().to(verify::verify)),
+            .default_service(web::to(verify::verify)),
     )
     .service(resource("/v1/agents/register").route(web::post().to(agents::register)))
     .service(resource("/v1/agents").route(web::get().to(agents::list)))
