@@ -85,7 +85,8 @@ pub async fn verify(state: web::Data<AppState>, req: HttpRequest) -> Result<Http
         return Err(ApiError::new(
             ErrorCode::MethodNotAllowed,
             "this route does not accept that method",
-        ));
+        )
+        .with_header(header::ALLOW, header::HeaderValue::from_static("GET")));
     }
     let ctx = request_ctx(&req);
     match auth(&req) {

@@ -13,6 +13,14 @@ async fn unknown_routes_and_methods_get_the_standard_body() {
         .assert_error(405, "METHOD_NOT_ALLOWED");
     let del = crate::helpers::read(app.client.delete(app.url("/v1/log")).send().await.unwrap()).await;
     del.assert_error(405, "METHOD_NOT_ALLOWED");
+    // Verify is routed by its prefix: the same answers, and `Allow` on the 405.
+    let post = app.post("/v1/verify/abc", None, None).await;
+    post.assert_error(405, "METHOD_NOT_ALLOWED");
+    assert_eq!(post.header("allow").as_deref(), Some("GET"));
+    app.get("/v1/verify/", None).await.assert_error(404, "NOT_FOUND");
+    app.get("/v1/verify/a/b", None)
+        .await
+        .assert_error(404, "NOT_FOUND");
 }
 
 #[actix_web::test]
