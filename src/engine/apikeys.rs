@@ -11,8 +11,8 @@ use crate::domain::org::{key_prefix, parse_key_prefix};
 use crate::domain::{ApiKeyKind, KeyMode, Millis};
 use crate::store::{KeyRecord, NewApiKey, OrgRecord, SharedStore, StoreError};
 
-/// How long a resolved key is trusted before the store is asked again; bounds how late a
-/// disabled key or a changed plan is noticed.
+/// How long a resolved key is trusted before the store is asked again (the default of
+/// `EngineConfig::key_cache_ttl`); bounds how late a disabled key or a changed plan is noticed.
 pub const KEY_CACHE_TTL: Duration = Duration::from_secs(10);
 const KEY_CACHE_CAPACITY: usize = 10_000;
 
@@ -58,18 +58,24 @@ pub fn generate_key(org_id: &str, kind: ApiKeyKind, mode: KeyMode) -> (String, N
 pub struct ApiKeys {
     store: SharedStore,
     cache: quick_cache::sync::Cache<[u8; 32], (Instant, KeyLookup)>,
+    ttl: Duration,
 }
 
 impl ApiKeys {
-    pub fn new(store: SharedStore) -> Self {
+    pub fn new(store: SharedStore, ttl: Duration) -> Self {
         ApiKeys {
             store,
             cache: quick_cache::sync::Cache::new(KEY_CACHE_CAPACITY),
+            ttl,
         }
     }
 
     /// What the key resolves to. A key the cache does not know costs a store look-up, which
-    /// `may_load` must allow first.
+    /// `may_load` must allow first; refreshing a key the cache held is not charged. Callers
+    /// presenting the same key at once share one look-up: the first holds the cache slot's
+    /// guard, the others wait for what it finds (without this, every connection of a busy
+    /// receiver missed together when the entry expired, and the unknown-key budget answered
+    /// some of them 429).
     pub async fn lookup(
         &self,
         presented: &str,
@@ -82,15 +88,24 @@ impl ApiKeys {
             return Ok(KeyLookup::Rejected);
         }
         let hash = hash_key(presented);
-        if let Some((at, found)) = self.cache.get(&hash) {
-            if at.elapsed() < KEY_CACHE_TTL {
-                return Ok(found);
+        let mut known = false;
+        let guard = loop {
+            match self.cache.get_value_or_guard_async(&hash).await {
+                Ok((at, found)) if at.elapsed() < self.ttl => return Ok(found),
+                // Expired: drop it, so that one caller refreshes it while the others wait.
+                Ok(_) => {
+                    known = true;
+                    self.cache.remove(&hash);
+                }
+                Err(guard) => break guard,
             }
-        }
-        let allowed = may_load();
-        if !allowed.allowed {
-            metrics::counter!("agentid_api_key_lookups_total", "outcome" => "throttled").increment(1);
-            return Ok(KeyLookup::Throttled(allowed));
+        };
+        if !known {
+            let allowed = may_load();
+            if !allowed.allowed {
+                metrics::counter!("agentid_api_key_lookups_total", "outcome" => "throttled").increment(1);
+                return Ok(KeyLookup::Throttled(allowed));
+            }
         }
         let found = match self.store.find_key(&hash).await? {
             Some(KeyRecord {
@@ -107,7 +122,7 @@ impl ApiKeys {
             "rejected"
         };
         metrics::counter!("agentid_api_key_lookups_total", "outcome" => outcome).increment(1);
-        self.cache.insert(hash, (Instant::now(), found.clone()));
+        let _ = guard.insert((Instant::now(), found.clone()));
         Ok(found)
     }
 }

@@ -48,6 +48,8 @@ pub struct EngineConfig {
     pub verifier: VerifierConfig,
     /// How often the registry pulls revocations committed by other instances.
     pub registry_resync: Duration,
+    /// How long a resolved API key is trusted before the store is asked again.
+    pub key_cache_ttl: Duration,
 }
 
 impl Default for EngineConfig {
@@ -56,6 +58,7 @@ impl Default for EngineConfig {
             writer: WriterConfig::default(),
             verifier: VerifierConfig::default(),
             registry_resync: Duration::from_secs(5),
+            key_cache_ttl: apikeys::KEY_CACHE_TTL,
         }
     }
 }
@@ -153,7 +156,7 @@ impl Engine {
             last_ping_ok: std::sync::atomic::AtomicI64::new(0),
             rate_limits,
             _rate_limit_supervisor: rate_limit_supervisor,
-            api_keys: ApiKeys::new(store.clone()),
+            api_keys: ApiKeys::new(store.clone(), cfg.key_cache_ttl),
             verifier: TokenVerifier::new(keys.clone(), &cfg.verifier),
             store,
             keys,

@@ -1,5 +1,7 @@
 //! Plans and rate limits: the spec's table, exact boundaries per class, headers everywhere.
 
+use std::time::Duration;
+
 use agentid::domain::{OrgLimits, Plan};
 use agentid::engine::admin;
 
@@ -216,4 +218,38 @@ async fn unknown_keys_cost_the_store_at_most_sixty_lookups_a_minute_per_address(
     let ok = app.get(&path, Some(app.secret())).await;
     assert_eq!(ok.status, 200, "{}", ok.text());
     assert_eq!(app.get(&path, None).await.status, 200);
+}
+
+/// A valid key is never refused by the unknown-key budget for being popular: callers that
+/// present it at once before the cache holds it share one store look-up, and refreshing the
+/// entry when it expires is not a look-up of an unknown key.
+#[actix_web::test]
+async fn a_valid_key_used_by_many_connections_at_once_is_looked_up_once_and_never_throttled() {
+    let app = spawn_app_with(Options {
+        tweak: Box::new(|c| c.engine.key_cache_ttl = Duration::from_millis(400)),
+        ..Options::unlimited()
+    })
+    .await;
+    let (_, token) = app.agent().await; // one look-up: the secret key
+    let path = format!("/v1/verify/{token}");
+    // Spend the address's budget (60 a minute) down to a single look-up.
+    let unknown: Vec<String> = (0..58).map(|i| format!("pk_live_{i:040}")).collect();
+    for res in futures_util::future::join_all(unknown.iter().map(|k| app.get(&path, Some(k)))).await {
+        res.assert_error(401, "UNAUTHORIZED");
+    }
+    // 150 calls at once with the publishable key, which the cache has not seen yet.
+    let pk = app.org.keys.publishable_live.clone();
+    let burst = || futures_util::future::join_all((0..150).map(|_| app.get(&path, Some(&pk))));
+    for res in burst().await {
+        assert_eq!(res.status, 200, "{}", res.text());
+    }
+    // The budget is spent now, yet the expired entry is refreshed for everyone.
+    actix_web::rt::time::sleep(Duration::from_millis(600)).await;
+    for res in burst().await {
+        assert_eq!(res.status, 200, "{}", res.text());
+    }
+    // An unknown key is still refused without a look-up.
+    app.get(&path, Some(&format!("pk_live_{:040}", 99)))
+        .await
+        .assert_error(429, "RATE_LIMITED");
 }
