@@ -41,6 +41,18 @@ impl Application {
     /// Opens everything and starts accepting connections. Must run inside an actix system.
     pub async fn build(cfg: Config) -> Result<Application, StartError> {
         crate::telemetry::metrics_handle();
+        // Both addresses first: a port in use (say, a second instance) must fail before a
+        // default organization is created (its keys would never be shown) or any actor starts.
+        let bind_err = |addr: &str| {
+            let addr = addr.to_owned();
+            move |source| StartError::Bind { addr, source }
+        };
+        let listener = TcpListener::bind(&cfg.bind).map_err(bind_err(&cfg.bind))?;
+        let addr = listener.local_addr().map_err(bind_err(&cfg.bind))?;
+        let metrics_listener = match &cfg.metrics_bind {
+            Some(bind) => Some((bind, TcpListener::bind(bind).map_err(bind_err(bind))?)),
+            None => None,
+        };
         let (keys, created_signing_key) = KeyRing::load_or_create(&cfg.signing_key_file)?;
         let store = store::connect(&cfg.database_url, &cfg.store).await?;
         let bootstrapped = if cfg.bootstrap && store.count_orgs().await? == 0 {
@@ -52,12 +64,6 @@ impl Application {
         };
         let engine = Arc::new(Engine::start(store, Arc::new(keys), cfg.engine.clone()).await?);
 
-        let bind_err = |source| StartError::Bind {
-            addr: cfg.bind.clone(),
-            source,
-        };
-        let listener = TcpListener::bind(&cfg.bind).map_err(bind_err)?;
-        let addr = listener.local_addr().map_err(bind_err)?;
         let public_url = cfg
             .public_url
             .clone()
@@ -71,7 +77,7 @@ impl Application {
         let mut server = HttpServer::new(move || http::app(state.clone()))
             .shutdown_timeout(cfg.shutdown_timeout.as_secs())
             .listen(listener)
-            .map_err(bind_err)?;
+            .map_err(bind_err(&cfg.bind))?;
         if let Some(n) = cfg.workers {
             server = server.workers(n.max(1));
         }
@@ -79,13 +85,9 @@ impl Application {
             server = server.disable_signals();
         }
         let server = server.run();
-        let metrics = match &cfg.metrics_bind {
-            Some(bind) => {
-                let (addr, server) =
-                    crate::telemetry::serve_metrics(bind).map_err(|source| StartError::Bind {
-                        addr: bind.clone(),
-                        source,
-                    })?;
+        let metrics = match metrics_listener {
+            Some((bind, listener)) => {
+                let (addr, server) = crate::telemetry::serve_metrics(listener).map_err(bind_err(bind))?;
                 let handle = server.handle();
                 // A server runs only while its future is polled.
                 actix_web::rt::spawn(server);

@@ -143,9 +143,10 @@ fn register_zeroes() {
 }
 
 /// Serves `GET /metrics` on its own listener. Returns the bound address and the server.
-pub fn serve_metrics(bind: &str) -> std::io::Result<(std::net::SocketAddr, actix_web::dev::Server)> {
+pub fn serve_metrics(
+    listener: std::net::TcpListener,
+) -> std::io::Result<(std::net::SocketAddr, actix_web::dev::Server)> {
     let handle = metrics_handle();
-    let listener = std::net::TcpListener::bind(bind)?;
     let addr = listener.local_addr()?;
     let server = HttpServer::new(move || {
         actix_web::App::new().route(

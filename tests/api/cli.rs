@@ -243,3 +243,29 @@ fn org_create_refuses_bad_input_clearly() {
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// A second instance on a port in use: a clear error and a non-zero exit, before anything is
+/// created (a default organization made then would have its keys never shown) and without
+/// a panic from actors torn down with the runtime.
+#[test]
+fn serve_on_a_port_in_use_fails_cleanly_before_creating_anything() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    for (bind, metrics) in [(addr.as_str(), "off"), ("127.0.0.1:0", addr.as_str())] {
+        let out = Command::new(env!("CARGO_BIN_EXE_agentid"))
+            .arg("serve")
+            .current_dir(dir.path())
+            .env("AGENTID_BIND", bind)
+            .env("AGENTID_METRICS_BIND", metrics)
+            .env("RUST_LOG", "warn")
+            .env_remove("DATABASE_URL")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(&format!("cannot listen on {addr}")), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(!dir.path().join("data").exists(), "nothing is created");
+    }
+}
