@@ -7,7 +7,8 @@
 //! Entries travel through a queue shared with the handles, not through the actor's mailbox:
 //! a request pushes under a mutex and sends the actor a message only when the writer is
 //! parked (nothing queued, nothing in flight). Under load the writer is woken about once per
-//! flush instead of once per entry; that halved its CPU per record (see load/README.md).
+//! flush instead of once per entry: its thread went from 24 % to 19 % of agentid's CPU under
+//! hot load (perf), agentid from ~38 to ~35 µs per verify (see load/README.md).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
