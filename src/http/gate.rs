@@ -66,13 +66,7 @@ pub async fn gate(
             Ok(KeyLookup::Rejected) => Auth::Rejected,
             Ok(KeyLookup::Throttled(decision)) => {
                 metrics::counter!("agentid_rate_limited_total", "class" => "key_lookup").increment(1);
-                let retry = decision.retry_after.unwrap_or(1);
-                let err = ApiError::new(
-                    ErrorCode::RateLimited,
-                    format!("too many unknown API keys from this address; retry in {retry} s"),
-                )
-                .with_header(header::RETRY_AFTER, HeaderValue::from(retry));
-                let res = req.into_response(err.error_response());
+                let res = too_many(req, &decision, "too many unknown API keys from this address");
                 let _entered = span.enter();
                 return Ok(finish(res, &state, &request_id, received, &decision));
             }
@@ -101,16 +95,8 @@ pub async fn gate(
     let decision = state.engine.rate_limits().check(who, class);
     if !decision.allowed {
         metrics::counter!("agentid_rate_limited_total", "class" => class.as_str()).increment(1);
-        let retry = decision.retry_after.unwrap_or(1);
-        let err = ApiError::new(
-            ErrorCode::RateLimited,
-            format!(
-                "rate limit of {} calls per minute reached; retry in {retry} s",
-                decision.limit
-            ),
-        )
-        .with_header(header::RETRY_AFTER, HeaderValue::from(retry));
-        let res = req.into_response(err.error_response());
+        let why = format!("rate limit of {} calls per minute reached", decision.limit);
+        let res = too_many(req, &decision, &why);
         let _entered = span.enter();
         return Ok(finish(res, &state, &request_id, received, &decision));
     }
@@ -124,6 +110,14 @@ pub async fn gate(
         .map_into_boxed_body();
     let _entered = span.enter();
     Ok(finish(res, &state, &request_id, received, &decision))
+}
+
+/// A 429 the gate answers itself: `why`, and when to retry (also as `Retry-After`).
+fn too_many(req: ServiceRequest, decision: &Decision, why: &str) -> ServiceResponse<BoxBody> {
+    let retry = decision.retry_after.unwrap_or(1);
+    let err = ApiError::new(ErrorCode::RateLimited, format!("{why}; retry in {retry} s"))
+        .with_header(header::RETRY_AFTER, HeaderValue::from(retry));
+    req.into_response(err.error_response())
 }
 
 /// `Some(None)`: an Authorization header that is not `Bearer <token>`.
