@@ -68,6 +68,17 @@ struct Shared {
     max_queue: usize,
 }
 
+impl Shared {
+    /// With no writer left: answers everything queued `Stopped` and leaves the queue parked.
+    fn answer_stopped(&self) {
+        let mut st = self.state.lock();
+        for p in st.queue.drain(..) {
+            let _ = p.reply.send(Err(AuditError::Stopped));
+        }
+        st.parked = true;
+    }
+}
+
 struct QueueState {
     queue: VecDeque<Pending>,
     /// The writer found nothing to do and waits for a `Wake`: the next entry must send one.
@@ -110,12 +121,8 @@ impl Actor for AuditWriter {
 /// queued, so its waiters are told now instead of waiting forever.
 impl Drop for AuditWriter {
     fn drop(&mut self) {
-        let mut st = self.shared.state.lock();
-        for p in st.queue.drain(..) {
-            let _ = p.reply.send(Err(AuditError::Stopped));
-        }
         // Later entries find the writer parked and their `Wake` undeliverable: see `append`.
-        st.parked = true;
+        self.shared.answer_stopped();
     }
 }
 
@@ -310,14 +317,8 @@ impl AuditHandle {
                 Ok(()) => {}
                 // Before the writer first started its mailbox is bounded; `do_send` is not.
                 Err(SendError::Full(w)) => self.addr.do_send(w),
-                Err(SendError::Closed(_)) => {
-                    // The writer is gone: take back what nobody will write (this entry included).
-                    let mut st = self.shared.state.lock();
-                    for p in st.queue.drain(..) {
-                        let _ = p.reply.send(Err(AuditError::Stopped));
-                    }
-                    st.parked = true;
-                }
+                // The writer is gone: take back what nobody will write (this entry included).
+                Err(SendError::Closed(_)) => self.shared.answer_stopped(),
             }
         }
         rx.await.unwrap_or(Err(AuditError::Stopped))
