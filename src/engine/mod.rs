@@ -334,8 +334,8 @@ impl Engine {
             )
             .await?
             .ok_or(EngineError::AgentNotFound)?;
-        self.registry
-            .mark_revoked(&stored.id, stored.revocation_reason.clone());
+        self.mark_revoked(&stored.id, stored.revocation_reason.clone())
+            .await;
         Ok(stored)
     }
 

@@ -19,7 +19,7 @@ use governor::{Quota, RateLimiter};
 pub const ANON_VERIFY_PER_MINUTE: u32 = 100;
 pub const ANON_OTHER_PER_MINUTE: u32 = 20;
 /// Database look-ups of API keys the cache has not seen, per client address: bounds what a
-/// flood of random keys costs the store. A real key needs one look-up per 10 s per instance.
+/// flood of random keys costs the store. Refreshing a key the cache held is not charged.
 pub const KEY_LOOKUPS_PER_MINUTE: u32 = 60;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
