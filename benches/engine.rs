@@ -8,8 +8,8 @@ use std::time::Duration;
 use agentid::domain::audit::{AuditEntry, AuditRecord, GENESIS};
 use agentid::domain::{KeyMode, Ledger, Millis, VerifyResult};
 use agentid::engine::registry::Registry;
-use agentid::store::batch;
 use agentid::store::AgentRecord;
+use agentid::store::{batch, block};
 use agentid::token::{decode, Claims, KeyRing, Unverified};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ed25519_dalek::SigningKey;
@@ -129,12 +129,12 @@ fn audit(c: &mut Criterion) {
     });
     let entries: Vec<AuditEntry> = (0..512).map(entry).collect();
     g.throughput(Throughput::Elements(512));
-    g.bench_function("writer_batch_encode/512 (seal + counters)", |b| {
+    g.bench_function("writer_batch_encode/512 (seal + blocks)", |b| {
         b.iter(|| {
             let mut heads = std::collections::HashMap::new();
             let recs = batch::seal(black_box(entries.clone()), &mut heads);
-            let deltas = batch::count_deltas(&recs);
-            (recs.len(), deltas.len())
+            let blocks = block::plan(&recs, &mut heads);
+            (recs.len(), blocks.len())
         })
     });
     g.finish();

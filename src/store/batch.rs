@@ -1,11 +1,12 @@
 //! Backend-independent planning of one audit batch: revocation re-check, chaining and
 //! counter deltas. The backends only do the I/O.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use crate::domain::audit::{AuditEntry, AuditRecord};
 use crate::domain::{new_id, IdPrefix, Ledger, VerifyResult};
 
+pub use super::block::Heads;
 use super::revoked_failure_reason;
 
 /// Distinct agent ids of entries that are about to be recorded as `valid`.
@@ -42,60 +43,17 @@ pub fn ledgers(entries: &[AuditEntry]) -> Vec<Ledger> {
     l
 }
 
-/// `(seq, hash)` of each ledger's last record: what the next record follows.
-pub type Heads = HashMap<Ledger, (i64, [u8; 32])>;
-
-/// Chains the entries after the given heads.
+/// Chains the entries after the given heads (a ledger missing from them starts at genesis)
+/// and moves each head's `seq` and `hash` past them.
 pub fn seal(entries: Vec<AuditEntry>, heads: &mut Heads) -> Vec<AuditRecord> {
     entries
         .into_iter()
         .map(|e| {
-            let head = heads
-                .entry(e.ledger.clone())
-                .or_insert((0, crate::domain::audit::GENESIS));
-            let rec = AuditRecord::seal(e, new_id(IdPrefix::Log), head.0 + 1, head.1);
-            *head = (rec.seq, rec.hash);
+            let head = heads.entry(e.ledger.clone()).or_default();
+            let rec = AuditRecord::seal(e, new_id(IdPrefix::Log), head.seq + 1, head.hash);
+            head.seq = rec.seq;
+            head.hash = rec.hash;
             rec
-        })
-        .collect()
-}
-
-/// One row of `audit_counts` to add `n` to. An empty `agent_id` means "any agent".
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct CountDelta {
-    pub org_id: String,
-    pub mode: &'static str,
-    pub agent_id: String,
-    pub result: &'static str,
-    pub n: i64,
-}
-
-/// Counter increments for a batch: every record bumps (any agent, result) and (agent, result)
-/// of its ledger (a record naming no agent only the first). Totals over results, and an
-/// agent's `verification_count`, are sums of at most four rows at read time: a batch writes
-/// one counter row per distinct (agent, result), not two, and never the agent row.
-/// Sorted, so concurrent writers lock rows in one order.
-pub fn count_deltas(records: &[AuditRecord]) -> Vec<CountDelta> {
-    let mut map: BTreeMap<(&str, &'static str, &str, &'static str), i64> = BTreeMap::new();
-    for r in records {
-        let (org, mode, agent, result) = (
-            r.ledger.org_id.as_str(),
-            r.ledger.mode.as_str(),
-            r.agent_id.as_str(),
-            r.result.as_str(),
-        );
-        *map.entry((org, mode, "", result)).or_default() += 1;
-        if !agent.is_empty() {
-            *map.entry((org, mode, agent, result)).or_default() += 1;
-        }
-    }
-    map.into_iter()
-        .map(|((org, mode, agent, result), n)| CountDelta {
-            org_id: org.to_owned(),
-            mode,
-            agent_id: agent.to_owned(),
-            result,
-            n,
         })
         .collect()
 }
@@ -133,19 +91,7 @@ mod tests {
         let mut c = ChainChecker::default();
         c.push(&recs[0]).unwrap();
         c.push(&recs[2]).unwrap();
-        let deltas = count_deltas(&recs);
-        let total_o1: i64 = deltas
-            .iter()
-            .filter(|d| d.org_id == "o1" && d.agent_id.is_empty())
-            .map(|d| d.n)
-            .sum();
-        assert_eq!(total_o1, 2);
-        assert_eq!(deltas.len(), 4 + 2); // o1: (any|a) × (valid|expired); o2: (any|b) × invalid
-
-        let nameless = seal(vec![entry("", "", VerifyResult::Invalid)], &mut heads);
-        let d = count_deltas(&nameless);
-        assert_eq!(d.len(), 1, "a record naming no agent counts once: {d:?}");
-        assert_eq!((d[0].agent_id.as_str(), d[0].result, d[0].n), ("", "invalid", 1));
+        assert_eq!(heads.len(), 2);
     }
 
     #[test]

@@ -4,6 +4,8 @@
 use crate::domain::audit::AuditRecord;
 use crate::domain::{KeyMode, Ledger, Millis, OrgLimits, Plan, VerifyResult};
 
+use super::block::{result_bit, Head};
+
 use super::{AgentRecord, LogQuery, OrgRecord, StoreError};
 
 /// The stored columns of `agents`, in insert order.
@@ -11,13 +13,17 @@ pub const AGENT_INSERT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, d
     created_at, issued_at, expires_at, revoked_at, revocation_reason";
 
 /// What an agent read selects (`FROM agents`, not aliased): the stored columns, then
-/// `verification_count`, summed from the agent's per-result counters in `audit_counts` (a few
-/// rows of its primary key: both modes, as records are counted where they were written). The
-/// audit batch keeps those counters anyway, so counting needs no write to the agent row.
+/// `verification_count`: the running totals of the agent's newest block row in each mode's
+/// ledger (records are counted where they were written), two look-ups on a primary key. The
+/// audit batch writes those rows anyway, so counting needs no write to the agent row.
 pub const AGENT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, description, scopes, \
     created_at, issued_at, expires_at, revoked_at, revocation_reason, \
-    (SELECT CAST(COALESCE(SUM(c.n), 0) AS BIGINT) FROM audit_counts c \
-     WHERE c.org_id = agents.org_id AND c.mode IN ('live', 'test') AND c.agent_id = agents.id) \
+    COALESCE((SELECT c.n_valid + c.n_invalid + c.n_expired + c.n_revoked FROM audit_block_agents c \
+     WHERE c.org_id = agents.org_id AND c.mode = 'live' AND c.agent_id = agents.id \
+     ORDER BY c.first_seq DESC LIMIT 1), 0) + \
+    COALESCE((SELECT c.n_valid + c.n_invalid + c.n_expired + c.n_revoked FROM audit_block_agents c \
+     WHERE c.org_id = agents.org_id AND c.mode = 'test' AND c.agent_id = agents.id \
+     ORDER BY c.first_seq DESC LIMIT 1), 0) \
     AS verification_count";
 
 pub type AgentRow = (
@@ -75,9 +81,8 @@ pub fn org_from_row(r: OrgRow) -> Result<OrgRecord, StoreError> {
     })
 }
 
-pub const RECORD_COLUMNS: &str = "org_id, mode, seq, id, agent_id, result, failure_reason, \
-    latency_us, requested_at, prev_hash, hash";
-
+/// A row of the per-record `audit_log` table of schema versions 1 and 2 (see
+/// `LEGACY_PAGE_SQL`), read once to convert it to blocks.
 pub type RecordRow = (
     String,
     String,
@@ -116,15 +121,33 @@ pub fn hash32(v: Vec<u8>) -> Result<[u8; 32], StoreError> {
         .map_err(|_| StoreError::Corrupt("audit hash length".into()))
 }
 
-/// The last record of a ledger; binds org, mode. Read with `ledger_head`.
-pub const LEDGER_HEAD_SQL: &str =
-    "SELECT seq, hash FROM audit_log WHERE org_id = $1 AND mode = $2 ORDER BY seq DESC LIMIT 1";
+/// The newest block of a ledger; binds org, mode. Read with `ledger_head`.
+pub const LEDGER_HEAD_SQL: &str = "SELECT last_seq, last_hash, n_valid, n_invalid, n_expired, n_revoked \
+    FROM audit_blocks WHERE org_id = $1 AND mode = $2 ORDER BY first_seq DESC LIMIT 1";
 
-/// `(seq, hash)` the next record of a ledger follows: its last record, or genesis.
-pub fn ledger_head(row: Option<(i64, Vec<u8>)>) -> Result<(i64, [u8; 32]), StoreError> {
+pub type HeadRow = (i64, Vec<u8>, i64, i64, i64, i64);
+
+/// Where the next record of a ledger goes: after its newest block, or at genesis.
+pub fn ledger_head(row: Option<HeadRow>) -> Result<Head, StoreError> {
     match row {
-        Some((seq, hash)) => Ok((seq, hash32(hash)?)),
-        None => Ok((0, crate::domain::audit::GENESIS)),
+        Some((seq, hash, v, i, e, r)) => Ok(Head {
+            seq,
+            hash: hash32(hash)?,
+            totals: [v, i, e, r],
+        }),
+        None => Ok(Head::default()),
+    }
+}
+
+/// Running totals of the newest block row of a ledger, or of an agent in it; binds org,
+/// mode, [agent].
+pub fn totals_sql(by_agent: bool) -> &'static str {
+    if by_agent {
+        "SELECT n_valid, n_invalid, n_expired, n_revoked FROM audit_block_agents \
+         WHERE org_id = $1 AND mode = $2 AND agent_id = $3 ORDER BY first_seq DESC LIMIT 1"
+    } else {
+        "SELECT n_valid, n_invalid, n_expired, n_revoked FROM audit_blocks \
+         WHERE org_id = $1 AND mode = $2 ORDER BY first_seq DESC LIMIT 1"
     }
 }
 
@@ -136,28 +159,56 @@ pub fn scopes_json(scopes: &[String]) -> String {
     serde_json::to_string(scopes).expect("strings serialize")
 }
 
-/// The page query for `GET /v1/log`; binds in order: org, mode, [agent], [before], limit.
-/// The result filter is written into the SQL as a literal (it is one of four fixed words),
-/// so the planner can prove it implies `result <> 'valid'` and use the partial indexes of
-/// failures even for a cached generic plan.
-pub fn log_page_sql(q: &LogQuery<'_>) -> String {
+/// The blocks a page of `GET /v1/log` reads, newest first; binds in order: org, mode,
+/// [agent], [before], number of blocks. Every block it returns holds at least one matching
+/// record (the agent's rows and the result bits say so exactly), except that the block
+/// holding `before` may hold none below it: `limit + 2` blocks always fill a page and tell
+/// whether more follow. The result test is written into the SQL as a literal (one of four
+/// fixed bits), with `results > 1` for a failure so that the planner can use the partial
+/// index of blocks with failures even for a cached generic plan.
+pub fn log_blocks_sql(q: &LogQuery<'_>) -> String {
     use std::fmt::Write;
-    let mut sql = format!("SELECT {RECORD_COLUMNS} FROM audit_log WHERE org_id = $1 AND mode = $2");
+    let mut sql = String::from("SELECT b.first_seq, b.last_seq, b.prev_hash, b.records FROM ");
     let mut n = 2;
-    if q.agent_id.is_some() {
+    let t = if q.agent_id.is_some() {
         n += 1;
-        let _ = write!(sql, " AND agent_id = ${n}");
-    }
-    if let Some(result) = q.result {
-        let _ = write!(sql, " AND result = '{}'", result.as_str());
+        let _ = write!(
+            sql,
+            "audit_block_agents t JOIN audit_blocks b ON b.org_id = t.org_id AND b.mode = t.mode \
+             AND b.first_seq = t.first_seq WHERE t.org_id = $1 AND t.mode = $2 AND t.agent_id = $3"
+        );
+        "t"
+    } else {
+        sql.push_str("audit_blocks b WHERE b.org_id = $1 AND b.mode = $2");
+        "b"
+    };
+    match q.result {
+        Some(VerifyResult::Valid) => {
+            let _ = write!(sql, " AND ({t}.results & 1) <> 0");
+        }
+        Some(r) => {
+            let _ = write!(
+                sql,
+                " AND {t}.results > 1 AND ({t}.results & {}) <> 0",
+                result_bit(r)
+            );
+        }
+        None => {}
     }
     if q.before_seq.is_some() {
         n += 1;
-        let _ = write!(sql, " AND seq < ${n}");
+        let _ = write!(sql, " AND {t}.first_seq < ${n}");
     }
-    let _ = write!(sql, " ORDER BY seq DESC LIMIT ${}", n + 1);
+    let _ = write!(sql, " ORDER BY {t}.first_seq DESC LIMIT ${}", n + 1);
     sql
 }
+
+/// The blocks holding the records after `after_seq`, oldest first; binds org, mode,
+/// after_seq, number of blocks. Starts at the block holding `after_seq + 1`, found on the
+/// primary key, so reading a long chain page by page costs the same at its end.
+pub const CHAIN_BLOCKS_SQL: &str = "SELECT first_seq, last_seq, prev_hash, records FROM audit_blocks \
+    WHERE org_id = $1 AND mode = $2 AND first_seq >= COALESCE((SELECT MAX(first_seq) FROM audit_blocks \
+    WHERE org_id = $1 AND mode = $2 AND first_seq <= $3 + 1), 0) ORDER BY first_seq LIMIT $4";
 
 /// Implements the `Store` methods whose SQL is the same on both backends.
 /// Expects `self.pool` and inherent `append_audit_impl`, `create_org_impl`.
@@ -404,8 +455,8 @@ macro_rules! shared_store_methods {
 
         fn read_log<'a>(&'a self, q: LogQuery<'a>) -> StoreFuture<'a, LogPage> {
             Box::pin(async move {
-                let sql = common::log_page_sql(&q);
-                let mut query = sqlx::query_as::<_, common::RecordRow>(&sql)
+                let sql = common::log_blocks_sql(&q);
+                let mut query = sqlx::query_as::<_, block::StoredBlockRow>(&sql)
                     .bind(&q.ledger.org_id)
                     .bind(q.ledger.mode.as_str());
                 if let Some(agent) = q.agent_id {
@@ -414,29 +465,42 @@ macro_rules! shared_store_methods {
                 if let Some(before) = q.before_seq {
                     query = query.bind(before);
                 }
-                let rows = query.bind(i64::from(q.limit) + 1).fetch_all(&self.pool).await?;
-                let has_more = rows.len() > q.limit as usize;
-                let records = rows
-                    .into_iter()
-                    .take(q.limit as usize)
-                    .map(common::record_from_row)
-                    .collect::<Result<Vec<_>, _>>()?;
-                // Counters are kept per result; without a result filter the total is the sum of
-                // at most four rows.
-                let total: Option<(i64,)> = sqlx::query_as(
-                    "SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM audit_counts \
-                     WHERE org_id = $1 AND mode = $2 AND agent_id = $3 AND ($4 = '' OR result = $4)",
-                )
-                .bind(&q.ledger.org_id)
-                .bind(q.ledger.mode.as_str())
-                .bind(q.agent_id.unwrap_or(""))
-                .bind(q.result.map_or("", |r| r.as_str()))
-                .fetch_optional(&self.pool)
-                .await?;
+                let blocks = query.bind(i64::from(q.limit) + 2).fetch_all(&self.pool).await?;
+                let want = q.limit as usize + 1;
+                let mut records = Vec::with_capacity(want);
+                for b in blocks.into_iter().map(block::StoredBlock::from) {
+                    let mut found = block::decode(q.ledger, &b, |p| {
+                        q.before_seq.map_or(true, |before| p.seq < before)
+                            && q.agent_id.map_or(true, |a| p.agent_id == a)
+                            && q.result.map_or(true, |r| p.result == r)
+                    })?;
+                    found.reverse();
+                    records.extend(found);
+                    if records.len() >= want {
+                        break;
+                    }
+                }
+                let has_more = records.len() > q.limit as usize;
+                records.truncate(q.limit as usize);
+                let totals: Option<(i64, i64, i64, i64)> = {
+                    let query = sqlx::query_as(common::totals_sql(q.agent_id.is_some()))
+                        .bind(&q.ledger.org_id)
+                        .bind(q.ledger.mode.as_str());
+                    match q.agent_id {
+                        Some(agent) => query.bind(agent),
+                        None => query,
+                    }
+                    .fetch_optional(&self.pool)
+                    .await?
+                };
+                let totals = totals.map_or([0; 4], |t| [t.0, t.1, t.2, t.3]);
                 Ok(LogPage {
                     records,
                     has_more,
-                    total: total.map_or(0, |t| t.0),
+                    total: match q.result {
+                        Some(r) => totals[block::result_index(r)],
+                        None => totals.iter().sum(),
+                    },
                 })
             })
         }
@@ -448,28 +512,33 @@ macro_rules! shared_store_methods {
             limit: u32,
         ) -> StoreFuture<'a, Vec<AuditRecord>> {
             Box::pin(async move {
-                let rows: Vec<common::RecordRow> = sqlx::query_as(&format!(
-                    "SELECT {} FROM audit_log WHERE org_id = $1 AND mode = $2 AND seq > $3 \
-                     ORDER BY seq LIMIT $4",
-                    common::RECORD_COLUMNS
-                ))
-                .bind(&ledger.org_id)
-                .bind(ledger.mode.as_str())
-                .bind(after_seq)
-                .bind(i64::from(limit))
-                .fetch_all(&self.pool)
-                .await?;
-                rows.into_iter().map(common::record_from_row).collect()
+                // Every block holds at least one record: `limit + 1` blocks hold `limit`
+                // records after `after_seq` if there are that many.
+                let blocks: Vec<block::StoredBlockRow> = sqlx::query_as(common::CHAIN_BLOCKS_SQL)
+                    .bind(&ledger.org_id)
+                    .bind(ledger.mode.as_str())
+                    .bind(after_seq)
+                    .bind(i64::from(limit) + 1)
+                    .fetch_all(&self.pool)
+                    .await?;
+                let mut records = Vec::new();
+                for b in blocks.into_iter().map(block::StoredBlock::from) {
+                    records.extend(block::decode(ledger, &b, |p| p.seq > after_seq)?);
+                    if records.len() >= limit as usize {
+                        break;
+                    }
+                }
+                records.truncate(limit as usize);
+                Ok(records)
             })
         }
 
         fn ledgers(&self) -> StoreFuture<'_, Vec<Ledger>> {
             Box::pin(async move {
-                let rows: Vec<(String, String)> = sqlx::query_as(
-                    "SELECT DISTINCT org_id, mode FROM audit_counts WHERE agent_id = '' ORDER BY org_id, mode",
-                )
-                .fetch_all(&self.pool)
-                .await?;
+                let rows: Vec<(String, String)> =
+                    sqlx::query_as("SELECT DISTINCT org_id, mode FROM audit_blocks ORDER BY org_id, mode")
+                        .fetch_all(&self.pool)
+                        .await?;
                 rows.into_iter()
                     .map(|(org_id, mode)| Ok(Ledger { org_id, mode: common::parse_mode(&mode)? }))
                     .collect()
@@ -479,6 +548,60 @@ macro_rules! shared_store_methods {
 }
 
 pub(crate) use shared_store_methods;
+
+/// Rows of the legacy `audit_log` after a position, in ledger and sequence order; binds org,
+/// mode, seq, limit.
+pub const LEGACY_PAGE_SQL: &str = "SELECT org_id, mode, seq, id, agent_id, result, failure_reason, \
+    latency_us, requested_at, prev_hash, hash FROM audit_log WHERE (org_id, mode, seq) > ($1, $2, $3) \
+    ORDER BY org_id, mode, seq LIMIT $4";
+
+/// Implements `convert_legacy_log`: if the database still has the per-record `audit_log` of
+/// schema versions 1 and 2, its records become blocks (cut wherever the stored chain does
+/// not link, so a break stays visible) and it is dropped with `audit_counts`, all in one
+/// transaction: a crash leaves either the old tables or the new blocks. Running totals are
+/// recounted from the records. Expects an inherent `write_blocks(conn, blocks, &[])`.
+macro_rules! convert_legacy_log {
+    (lock: $lock:literal, exists: $exists:literal) => {
+        async fn convert_legacy_log(&self) -> Result<(), StoreError> {
+            let mut tx = self.pool.begin().await?;
+            sqlx::query($lock).execute(&mut *tx).await?;
+            let (exists,): (bool,) = sqlx::query_as($exists).fetch_one(&mut *tx).await?;
+            if !exists {
+                return Ok(());
+            }
+            let mut heads = block::Heads::new();
+            let mut after = (String::new(), String::new(), 0i64);
+            loop {
+                let rows: Vec<common::RecordRow> = sqlx::query_as(common::LEGACY_PAGE_SQL)
+                    .bind(&after.0)
+                    .bind(&after.1)
+                    .bind(after.2)
+                    .bind(10_000i64)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                let Some(last) = rows.last() else { break };
+                after = (last.0.clone(), last.1.clone(), last.2);
+                let records = rows
+                    .into_iter()
+                    .map(common::record_from_row)
+                    .collect::<Result<Vec<_>, _>>()?;
+                let blocks = block::plan(&records, &mut heads);
+                Self::write_blocks(&mut *tx, &blocks, &[]).await?;
+            }
+            sqlx::query("DROP TABLE audit_counts")
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("DROP TABLE audit_log")
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            tracing::info!(ledgers = heads.len(), "converted the audit log to blocks");
+            Ok(())
+        }
+    };
+}
+
+pub(crate) use convert_legacy_log;
 
 /// The `INSERT` of one API key (used alone and inside `create_org`'s transaction).
 macro_rules! insert_key_fn {

@@ -16,6 +16,11 @@ pub const SQLITE: Embedded = &[
         "counts per result",
         include_str!("../../migrations/sqlite/0002_counts_per_result.sql"),
     ),
+    (
+        3,
+        "audit blocks",
+        include_str!("../../migrations/sqlite/0003_audit_blocks.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (1, "init", include_str!("../../migrations/postgres/0001_init.sql")),
@@ -23,6 +28,11 @@ pub const POSTGRES: Embedded = &[
         2,
         "counts per result",
         include_str!("../../migrations/postgres/0002_counts_per_result.sql"),
+    ),
+    (
+        3,
+        "audit blocks",
+        include_str!("../../migrations/postgres/0003_audit_blocks.sql"),
     ),
 ];
 

@@ -2,6 +2,7 @@
 //! (SQLite, the embedded default; PostgreSQL, for production), chosen by the URL scheme.
 
 pub mod batch;
+pub mod block;
 mod common;
 #[doc(hidden)]
 pub mod migrate;

@@ -7,9 +7,10 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Sqlite, SqlitePool};
+use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 
-use super::common::{self, insert_key_fn, shared_store_methods};
+use super::block::{self, Block};
+use super::common::{self, convert_legacy_log, insert_key_fn, shared_store_methods};
 use super::{
     batch, migrate, AgentRecord, KeyRecord, LogPage, LogQuery, NewApiKey, OrgRecord, Store, StoreError,
     StoreFuture, StoreOptions,
@@ -45,7 +46,9 @@ impl SqliteStore {
             .connect_with(connect)
             .await?;
         migrate::migrator(migrate::SQLITE).await?.run(&pool).await?;
-        Ok(SqliteStore { pool })
+        let store = SqliteStore { pool };
+        store.convert_legacy_log().await?;
+        Ok(store)
     }
 
     async fn append_audit_impl(&self, mut entries: Vec<AuditEntry>) -> Result<Vec<AuditRecord>, StoreError> {
@@ -69,7 +72,7 @@ impl SqliteStore {
         }
         batch::apply_revocations(&mut entries, &revoked);
 
-        let mut heads = HashMap::new();
+        let mut heads = block::Heads::new();
         for ledger in batch::ledgers(&entries) {
             let head = sqlx::query_as(common::LEDGER_HEAD_SQL)
                 .bind(&ledger.org_id)
@@ -79,42 +82,71 @@ impl SqliteStore {
             heads.insert(ledger, common::ledger_head(head)?);
         }
         let records = batch::seal(entries, &mut heads);
-
-        for r in &records {
-            sqlx::query(&format!(
-                "INSERT INTO audit_log ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-                common::RECORD_COLUMNS
-            ))
-            .bind(&r.ledger.org_id)
-            .bind(r.ledger.mode.as_str())
-            .bind(r.seq)
-            .bind(&r.id)
-            .bind(&r.agent_id)
-            .bind(r.result.as_str())
-            .bind(r.failure_reason.as_deref())
-            .bind(r.latency_us)
-            .bind(r.requested_at.0)
-            .bind(&r.prev_hash[..])
-            .bind(&r.hash[..])
-            .execute(&mut *tx)
-            .await?;
-        }
-        for d in batch::count_deltas(&records) {
-            sqlx::query(
-                "INSERT INTO audit_counts (org_id, mode, agent_id, result, n) VALUES ($1, $2, $3, $4, $5) \
-                 ON CONFLICT (org_id, mode, agent_id, result) DO UPDATE SET n = n + excluded.n",
-            )
-            .bind(&d.org_id)
-            .bind(d.mode)
-            .bind(&d.agent_id)
-            .bind(d.result)
-            .bind(d.n)
-            .execute(&mut *tx)
-            .await?;
-        }
+        let blocks = block::plan(&records, &mut heads);
+        Self::write_blocks(&mut tx, &blocks, &[]).await?;
         tx.commit().await?;
         Ok(records)
     }
+
+    /// Writes planned blocks with prepared inserts; the caller holds the transaction (and
+    /// has re-checked revocations: `_valid_ids` is there for the shared conversion code).
+    /// Each agent row adds its block's records to the agent's newest row, which may be one
+    /// this transaction just wrote.
+    async fn write_blocks(
+        conn: &mut SqliteConnection,
+        blocks: &[Block],
+        _valid_ids: &[String],
+    ) -> Result<(), StoreError> {
+        for b in blocks {
+            sqlx::query(
+                "INSERT INTO audit_blocks (org_id, mode, first_seq, last_seq, prev_hash, last_hash, results, \
+                 n_valid, n_invalid, n_expired, n_revoked, records) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            )
+            .bind(&b.ledger.org_id)
+            .bind(b.ledger.mode.as_str())
+            .bind(b.first_seq)
+            .bind(b.last_seq)
+            .bind(&b.prev_hash[..])
+            .bind(&b.last_hash[..])
+            .bind(b.results)
+            .bind(b.totals[0])
+            .bind(b.totals[1])
+            .bind(b.totals[2])
+            .bind(b.totals[3])
+            .bind(&b.records)
+            .execute(&mut *conn)
+            .await?;
+            for a in &b.agents {
+                sqlx::query(
+                    "INSERT INTO audit_block_agents (org_id, mode, agent_id, first_seq, results, \
+                     n_valid, n_invalid, n_expired, n_revoked) \
+                     SELECT $1, $2, $3, $4, $5, COALESCE(p.n_valid, 0) + $6, COALESCE(p.n_invalid, 0) + $7, \
+                     COALESCE(p.n_expired, 0) + $8, COALESCE(p.n_revoked, 0) + $9 \
+                     FROM (SELECT 1) LEFT JOIN (SELECT n_valid, n_invalid, n_expired, n_revoked \
+                     FROM audit_block_agents WHERE org_id = $1 AND mode = $2 AND agent_id = $3 \
+                     ORDER BY first_seq DESC LIMIT 1) p ON 1",
+                )
+                .bind(&b.ledger.org_id)
+                .bind(b.ledger.mode.as_str())
+                .bind(&a.agent_id)
+                .bind(b.first_seq)
+                .bind(a.results)
+                .bind(a.delta[0])
+                .bind(a.delta[1])
+                .bind(a.delta[2])
+                .bind(a.delta[3])
+                .execute(&mut *conn)
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    convert_legacy_log!(
+        lock: "SELECT 1",
+        exists: "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_log')"
+    );
 }
 
 insert_key_fn!(Sqlite);

@@ -268,84 +268,17 @@ async fn two_instances_appending_to_one_ledger_never_fork_the_chain() {
     other.close().await;
 }
 
-/// Migration 2 keeps counters per result only and drops `agents.verification_count`: a
-/// database the first schema wrote keeps its totals and counts, and the service ledger,
-/// which the first schema counted twice for records naming no agent, is recounted.
+/// Schema 3 stores the log as blocks: a database the per-record schema (versions 1 and 2)
+/// wrote is converted when the service starts. Every record keeps its place and hash, the
+/// totals and counts are recounted from the records, a chain that was already broken stays
+/// broken where it was, and new records continue the chains.
 #[actix_web::test]
-async fn a_first_schema_database_keeps_its_counts_through_migration_two() {
+async fn a_per_record_database_is_converted_to_blocks_when_the_service_starts() {
+    use agentid::domain::audit::{AuditRecord, GENESIS};
     use agentid::store::migrate;
     let dir = tempfile::tempdir().unwrap();
     let db = crate::helpers::TestDb::new(dir.path()).await;
     let (org, a) = ("org_01eeeeeeeeeeeeeeeeeeeeeeee", "agt_01eeeeeeeeeeeeeeeeeeeeeeee");
-    let zero = if db.is_postgres() {
-        "decode(repeat('00', 32), 'hex')"
-    } else {
-        "zeroblob(32)"
-    };
-    let mut stmts = vec![
-        format!("INSERT INTO orgs VALUES ('{org}', 'o', 'free', 100, 100, 3600, 1)"),
-        format!(
-            "INSERT INTO agents (id, org_id, mode, name, issuer_domain, description, scopes, created_at, \
-             issued_at, expires_at, verification_count) \
-             VALUES ('{a}', '{org}', 'live', 'n', 'x.example', '', '[]', 1, 1000, 2000, 3)"
-        ),
-    ];
-    // What the first schema kept for two valid and one expired record of `a`.
-    for (agent, result, n) in [
-        ("", "", 3),
-        (a, "", 3),
-        ("", "valid", 2),
-        (a, "valid", 2),
-        ("", "expired", 1),
-        (a, "expired", 1),
-    ] {
-        stmts.push(format!(
-            "INSERT INTO audit_counts VALUES ('{org}', 'live', '{agent}', '{result}', {n})"
-        ));
-    }
-    // The service ledger: two records naming no agent, one naming an unknown agent, counted
-    // as the first schema did (twice under agent '' for the first two).
-    for (seq, agent) in [(1, ""), (2, ""), (3, "agt_01ffffffffffffffffffffffff")] {
-        stmts.push(format!(
-            "INSERT INTO audit_log VALUES ('', 'live', {seq}, 'log_{seq}', '{agent}', 'invalid', 'bad', 1, 1, {zero}, {zero})"
-        ));
-    }
-    for (agent, result, n) in [
-        ("", "", 5),
-        ("", "invalid", 5),
-        ("agt_01ffffffffffffffffffffffff", "", 1),
-        ("agt_01ffffffffffffffffffffffff", "invalid", 1),
-    ] {
-        stmts.push(format!(
-            "INSERT INTO audit_counts VALUES ('', 'live', '{agent}', '{result}', {n})"
-        ));
-    }
-    // The first migration only, then the rows above.
-    macro_rules! first_schema {
-        ($pool:expr, $set:expr) => {{
-            let pool = $pool;
-            let first = migrate::migrator(&$set[..1]).await.unwrap();
-            first.run(&pool).await.unwrap();
-            for s in &stmts {
-                sqlx::query(s).execute(&pool).await.unwrap();
-            }
-            pool.close().await;
-        }};
-    }
-    if db.is_postgres() {
-        first_schema!(sqlx::PgPool::connect(&db.url).await.unwrap(), migrate::POSTGRES);
-    } else {
-        let opts = db.url.parse::<sqlx::sqlite::SqliteConnectOptions>().unwrap();
-        let pool = sqlx::SqlitePool::connect_with(opts.create_if_missing(true))
-            .await
-            .unwrap();
-        first_schema!(pool, migrate::SQLITE);
-    }
-
-    let s = agentid::store::connect(&db.url, &Default::default())
-        .await
-        .unwrap();
-    assert_eq!(s.get_agent(a).await.unwrap().unwrap().verification_count, 3);
     let live = Ledger {
         org_id: org.into(),
         mode: KeyMode::Live,
@@ -354,29 +287,179 @@ async fn a_first_schema_database_keeps_its_counts_through_migration_two() {
         org_id: String::new(),
         mode: KeyMode::Live,
     };
-    let total = |ledger: Ledger, agent_id: Option<&'static str>, result: Option<VerifyResult>| {
+    let blob = |h: &[u8]| {
+        let hex: String = h.iter().map(|b| format!("{b:02x}")).collect();
+        if db.is_postgres() {
+            format!("'\\x{hex}'::bytea")
+        } else {
+            format!("X'{hex}'")
+        }
+    };
+    let mut stmts = vec![
+        format!("INSERT INTO orgs VALUES ('{org}', 'o', 'free', 100, 100, 3600, 1)"),
+        format!(
+            "INSERT INTO agents (id, org_id, mode, name, issuer_domain, description, scopes, created_at, \
+             issued_at, expires_at) VALUES ('{a}', '{org}', 'live', 'n', 'x.example', '', '[]', 1, 1000, 2000)"
+        ),
+    ];
+    // The org's ledger: 300 records (more than two blocks), every seventh expired, one in
+    // three naming no agent; the service ledger: three records whose third does not link.
+    let mut chains: Vec<(Ledger, Vec<AuditRecord>)> = vec![(live.clone(), vec![]), (service.clone(), vec![])];
+    for i in 0..300 {
+        let (agent, result) = match i {
+            _ if i % 3 == 2 => ("", VerifyResult::Invalid),
+            _ if i % 7 == 0 => (a, VerifyResult::Expired),
+            _ => (a, VerifyResult::Valid),
+        };
+        let prev = chains[0].1.last().map_or(GENESIS, |r| r.hash);
+        let rec = AuditRecord::seal(
+            entry(&live, agent, result),
+            format!("log_{i:026}"),
+            i as i64 + 1,
+            prev,
+        );
+        chains[0].1.push(rec);
+    }
+    for (i, agent) in ["", "", "agt_01ffffffffffffffffffffffff"].into_iter().enumerate() {
+        let prev = if i == 2 {
+            [9; 32]
+        } else {
+            chains[1].1.last().map_or(GENESIS, |r| r.hash)
+        };
+        let rec = AuditRecord::seal(
+            entry(&service, agent, VerifyResult::Invalid),
+            format!("log_s{i:025}"),
+            i as i64 + 1,
+            prev,
+        );
+        chains[1].1.push(rec);
+    }
+    for r in chains.iter().flat_map(|c| &c.1) {
+        stmts.push(format!(
+            "INSERT INTO audit_log VALUES ('{}', 'live', {}, '{}', '{}', '{}', {}, {}, {}, {}, {})",
+            r.ledger.org_id,
+            r.seq,
+            r.id,
+            r.agent_id,
+            r.result.as_str(),
+            r.failure_reason
+                .as_ref()
+                .map_or("NULL".to_string(), |f| format!("'{f}'")),
+            r.latency_us,
+            r.requested_at.0,
+            blob(&r.prev_hash),
+            blob(&r.hash),
+        ));
+    }
+    // The per-record schema (migrations 1 and 2) only, then the rows above.
+    macro_rules! per_record_schema {
+        ($pool:expr, $set:expr) => {{
+            let pool = $pool;
+            migrate::migrator(&$set[..2])
+                .await
+                .unwrap()
+                .run(&pool)
+                .await
+                .unwrap();
+            for s in &stmts {
+                sqlx::query(s).execute(&pool).await.unwrap();
+            }
+            pool.close().await;
+        }};
+    }
+    if db.is_postgres() {
+        per_record_schema!(sqlx::PgPool::connect(&db.url).await.unwrap(), migrate::POSTGRES);
+    } else {
+        let opts = db.url.parse::<sqlx::sqlite::SqliteConnectOptions>().unwrap();
+        let pool = sqlx::SqlitePool::connect_with(opts.create_if_missing(true))
+            .await
+            .unwrap();
+        per_record_schema!(pool, migrate::SQLITE);
+    }
+
+    let s = agentid::store::connect(&db.url, &Default::default())
+        .await
+        .unwrap();
+    let of_a = chains[0].1.iter().filter(|r| r.agent_id == a).count() as i64;
+    let expired = chains[0]
+        .1
+        .iter()
+        .filter(|r| r.result == VerifyResult::Expired)
+        .count() as i64;
+    assert_eq!(s.get_agent(a).await.unwrap().unwrap().verification_count, of_a);
+    let page = |ledger: Ledger, agent_id: Option<&'static str>, result: Option<VerifyResult>| {
         let s = s.clone();
         async move {
             let q = LogQuery {
                 ledger: &ledger,
                 agent_id,
                 result,
-                before_seq: None,
-                limit: 1,
+                before_seq: Some(290),
+                limit: 200,
             };
-            s.read_log(q).await.unwrap().total
+            s.read_log(q).await.unwrap()
         }
     };
-    assert_eq!(total(live.clone(), None, None).await, 3);
-    assert_eq!(total(live.clone(), Some(a), None).await, 3);
-    assert_eq!(total(live.clone(), None, Some(VerifyResult::Valid)).await, 2);
-    assert_eq!(total(live.clone(), Some(a), Some(VerifyResult::Expired)).await, 1);
-    assert_eq!(total(service.clone(), None, None).await, 3);
+    assert_eq!(page(live.clone(), None, None).await.total, 300);
+    assert_eq!(page(live.clone(), Some(a), None).await.total, of_a);
     assert_eq!(
-        total(service.clone(), Some("agt_01ffffffffffffffffffffffff"), None).await,
+        page(live.clone(), None, Some(VerifyResult::Invalid)).await.total,
+        100
+    );
+    let p = page(live.clone(), Some(a), Some(VerifyResult::Expired)).await;
+    assert_eq!(p.total, expired);
+    let want: Vec<i64> = chains[0]
+        .1
+        .iter()
+        .rev()
+        .filter(|r| r.seq < 290 && r.result == VerifyResult::Expired)
+        .map(|r| r.seq)
+        .collect();
+    assert_eq!(p.records.iter().map(|r| r.seq).collect::<Vec<_>>(), want);
+    assert!(!p.has_more);
+    let p = page(live.clone(), None, None).await;
+    assert_eq!(p.records.len(), 200);
+    assert!(p.has_more);
+    assert_eq!(
+        p.records[0], chains[0].1[288],
+        "seq 289, exactly as it was written"
+    );
+    assert_eq!(page(service.clone(), None, None).await.total, 3);
+    assert_eq!(
+        page(service.clone(), Some("agt_01ffffffffffffffffffffffff"), None)
+            .await
+            .total,
         1
     );
-    let mut ledgers = s.ledgers().await.unwrap();
-    ledgers.sort();
-    assert_eq!(ledgers, [service, live]);
+
+    let mut reports = agentid::engine::admin::verify_chains(&s).await.unwrap();
+    reports.sort_by(|x, y| x.ledger.cmp(&y.ledger));
+    assert_eq!(reports[0].ledger, service);
+    assert_eq!(reports[0].broken.as_ref().map(|b| b.seq), Some(3), "{reports:?}");
+    assert_eq!(reports[1].ledger, live);
+    assert!(
+        reports[1].broken.is_none() && reports[1].records == 300,
+        "{reports:?}"
+    );
+
+    // New records continue the converted chain and its totals.
+    let recs = s
+        .append_audit(vec![entry(&live, a, VerifyResult::Valid)])
+        .await
+        .unwrap();
+    assert_eq!((recs[0].seq, recs[0].prev_hash), (301, chains[0].1[299].hash));
+    assert_eq!(
+        s.get_agent(a).await.unwrap().unwrap().verification_count,
+        of_a + 1
+    );
+    assert_eq!(page(live.clone(), None, None).await.total, 301);
+    drop(s);
+    // Starting again finds nothing left to convert.
+    let s = agentid::store::connect(&db.url, &Default::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        s.get_agent(a).await.unwrap().unwrap().verification_count,
+        of_a + 1
+    );
 }

@@ -110,16 +110,23 @@ async fn the_audit_table_refuses_updates_and_deletes_and_chains_hold() {
     }
     app.verify("garbage").await;
     for sql in [
-        "UPDATE audit_log SET result = 'valid'",
-        "DELETE FROM audit_log",
-        "UPDATE audit_log SET failure_reason = NULL WHERE seq = 1",
+        "UPDATE audit_blocks SET results = 1",
+        "DELETE FROM audit_blocks",
+        "UPDATE audit_blocks SET records = prev_hash WHERE first_seq = 1",
+        "UPDATE audit_block_agents SET n_valid = 0",
+        "DELETE FROM audit_block_agents",
     ] {
         let err = app.raw_execute(sql).await.expect_err(sql);
         assert!(err.to_string().contains("append-only"), "{sql}: {err}");
     }
     if app.db.is_postgres() {
-        let err = app.raw_execute("TRUNCATE audit_log").await.expect_err("truncate");
-        assert!(err.to_string().contains("append-only"), "{err}");
+        for table in ["audit_blocks", "audit_block_agents"] {
+            let err = app
+                .raw_execute(&format!("TRUNCATE {table}"))
+                .await
+                .expect_err("truncate");
+            assert!(err.to_string().contains("append-only"), "{err}");
+        }
     }
     let reports = agentid::engine::admin::verify_chains(&app.store).await.unwrap();
     assert_eq!(
