@@ -29,7 +29,14 @@ pub struct PgStore {
 
 impl PgStore {
     pub async fn connect(url: &str, opts: &StoreOptions) -> Result<Self, StoreError> {
-        let connect = PgConnectOptions::from_str(url)?.application_name("agentid");
+        // Generic plans for every prepared statement: each query here is planned once per
+        // connection instead of at every execution. The planner did not settle on its own for
+        // the audit batch (UNNEST arrays), where planning was ~40 % of PostgreSQL's CPU per
+        // batch (perf, load/README.md); the other queries are key look-ups and log pages
+        // written to use their indexes under a generic plan.
+        let connect = PgConnectOptions::from_str(url)?
+            .application_name("agentid")
+            .options([("plan_cache_mode", "force_generic_plan")]);
         let pool = PgPoolOptions::new()
             .max_connections(opts.max_connections.max(2))
             // No ping before each use: a broken connection fails its query, which is retried
