@@ -3,6 +3,7 @@
 //! are cached and the primary key `(org_id, mode, first_seq)` stops two instances from forking
 //! a chain.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -11,7 +12,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool, Postgres};
 use std::str::FromStr;
 
-use super::block::{self, Block, BlockAgent};
+use super::block::{self, Block, BlockAgent, Totals};
 use super::common::{self, convert_legacy_log, insert_key_fn, shared_store_methods};
 use super::{
     batch, migrate, AgentRecord, KeyRecord, LogPage, LogQuery, NewApiKey, OrgRecord, Store, StoreError,
@@ -24,7 +25,7 @@ use crate::domain::{ApiKeyKind, KeyMode, Ledger, Millis};
 pub struct PgStore {
     pool: PgPool,
     /// The head of each ledger as this instance last wrote it (only the writer touches it).
-    heads: Arc<Mutex<block::Heads>>,
+    cache: Arc<Mutex<WriterCache>>,
 }
 
 impl PgStore {
@@ -49,7 +50,7 @@ impl PgStore {
         migrate::migrator(migrate::POSTGRES).await?.run(&pool).await?;
         let store = PgStore {
             pool,
-            heads: Arc::default(),
+            cache: Arc::default(),
         };
         store.convert_legacy_log().await?;
         Ok(store)
@@ -63,22 +64,20 @@ impl PgStore {
             let mut heads = self.heads_for(&ledgers).await?;
             let records = batch::seal(entries.clone(), &mut heads);
             let blocks = block::plan(&records, &mut heads);
+            let known = self.cache.lock().known_agents(&blocks);
             let mut conn = self.pool.acquire().await?;
-            match Self::write_blocks(&mut conn, &blocks, &batch::valid_agent_ids(&entries)).await {
-                Ok(revoked) if revoked.is_empty() => {
-                    let mut cache = self.heads.lock();
-                    for (ledger, head) in heads {
-                        cache.insert(ledger, head);
-                    }
+            match Self::write_blocks_with(&mut conn, &blocks, &batch::valid_agent_ids(&entries), &known).await
+            {
+                Ok(Written::Done(learned)) => {
+                    self.cache.lock().wrote(heads, &blocks, &known, learned);
                     return Ok(records);
                 }
-                Ok(revoked) => batch::apply_revocations(&mut entries, &revoked.into_iter().collect()),
+                Ok(Written::Revoked(revoked)) => {
+                    batch::apply_revocations(&mut entries, &revoked.into_iter().collect())
+                }
                 Err(e) => {
-                    // Whatever happened, the cached heads may be wrong now.
-                    let mut cache = self.heads.lock();
-                    for l in &ledgers {
-                        cache.remove(l);
-                    }
+                    // Whatever happened, what is cached of these ledgers may be wrong now.
+                    self.cache.lock().forget(&ledgers);
                     if !matches!(e, StoreError::Conflict(_)) {
                         return Err(e);
                     }
@@ -94,10 +93,10 @@ impl PgStore {
     async fn heads_for(&self, ledgers: &[Ledger]) -> Result<block::Heads, StoreError> {
         let mut heads = block::Heads::new();
         let missing: Vec<Ledger> = {
-            let cache = self.heads.lock();
+            let cache = self.cache.lock();
             ledgers
                 .iter()
-                .filter(|l| match cache.get(*l) {
+                .filter(|l| match cache.heads.get(*l) {
                     Some(h) => {
                         heads.insert((*l).clone(), *h);
                         false
@@ -118,26 +117,45 @@ impl PgStore {
         Ok(heads)
     }
 
+    /// `write_blocks_with` knowing no agent's totals (the legacy conversion).
+    async fn write_blocks(
+        conn: &mut PgConnection,
+        blocks: &[Block],
+        valid_ids: &[String],
+    ) -> Result<(), StoreError> {
+        Self::write_blocks_with(conn, blocks, valid_ids, &AgentTotals::new()).await?;
+        Ok(())
+    }
+
     /// Writes planned blocks in one statement (one round trip; its own transaction unless
     /// `conn` is in one), unless one of `valid_ids` is revoked in the store, in which case
     /// nothing is written and the revoked agents are returned. Two writers can never fork a
     /// chain: a block starts right after the head its writer saw and `(org_id, mode,
     /// first_seq)` is the primary key, so the second one to extend a head fails with a
-    /// conflict.
-    async fn write_blocks(
+    /// conflict. Agents in `known` have their running totals computed here; the others are
+    /// read from their newest row by the statement, which returns what it wrote for them.
+    async fn write_blocks_with(
         conn: &mut PgConnection,
         blocks: &[Block],
         valid_ids: &[String],
-    ) -> Result<Vec<(String, Option<String>)>, StoreError> {
+        known: &AgentTotals,
+    ) -> Result<Written, StoreError> {
         let mut b = BlockColumns::default();
         let mut a = AgentColumns::default();
+        let mut unknown = Vec::new();
         for blk in blocks {
             b.push(blk);
             for agent in &blk.agents {
-                a.push(blk, agent);
+                let prior = known.get(&(blk.ledger.clone(), agent.agent_id.clone()));
+                if prior.is_none() {
+                    unknown.push(agent.agent_id.clone());
+                }
+                a.push(blk, agent, prior);
             }
         }
-        let revoked: Vec<(String, Option<String>)> = sqlx::query_as(APPEND)
+        unknown.sort_unstable();
+        unknown.dedup();
+        let rows: Vec<ReturnedRow> = sqlx::query_as(APPEND)
             .bind(valid_ids)
             .bind(b.org_id)
             .bind(b.mode)
@@ -160,9 +178,33 @@ impl PgStore {
             .bind(a.delta[1].as_slice())
             .bind(a.delta[2].as_slice())
             .bind(a.delta[3].as_slice())
+            .bind(a.known)
+            .bind(unknown)
             .fetch_all(&mut *conn)
             .await?;
-        Ok(revoked)
+        let mut revoked = Vec::new();
+        let mut learned: HashMap<(Ledger, String), (i64, Totals)> = HashMap::new();
+        for (id, reason, ledger, first_seq, v, i, e, r) in rows {
+            match ledger {
+                None => revoked.push((id, reason)),
+                Some((org_id, mode)) => {
+                    let ledger = Ledger {
+                        org_id,
+                        mode: common::parse_mode(&mode)?,
+                    };
+                    // An agent's last block of the batch has its totals after it.
+                    let slot = learned.entry((ledger, id)).or_insert((0, [0; 4]));
+                    if first_seq >= slot.0 {
+                        *slot = (first_seq, [v, i, e, r]);
+                    }
+                }
+            }
+        }
+        Ok(if revoked.is_empty() {
+            Written::Done(learned.into_iter().map(|(k, (_, t))| (k, t)).collect())
+        } else {
+            Written::Revoked(revoked)
+        })
     }
 
     convert_legacy_log!(
@@ -174,7 +216,10 @@ impl PgStore {
 /// The whole batch append. Data-modifying CTEs all run in one snapshot, taken when the
 /// statement starts, which is after every entry of the batch was handed in: a revocation
 /// committed before that is seen by `rev`. An agent's running totals are its newest row
-/// committed before the statement plus its records in this batch up to the block.
+/// committed before the statement plus its records in this batch up to the block; for an
+/// agent the writer already knows (`known`), the totals come computed and the look-up is
+/// skipped. Returns the revoked agents (ledger NULL) or, for the agents in $24, the rows
+/// written.
 const APPEND: &str = "
 WITH rev AS (
     SELECT id, revocation_reason FROM agents WHERE id = ANY($1::text[]) AND revoked_at IS NOT NULL
@@ -191,16 +236,20 @@ WITH rev AS (
            COALESCE(p.n_valid, 0) + d.v, COALESCE(p.n_invalid, 0) + d.i,
            COALESCE(p.n_expired, 0) + d.e, COALESCE(p.n_revoked, 0) + d.r
     FROM UNNEST($14::text[], $15::text[], $16::text[], $17::bigint[], $18::int[],
-                $19::bigint[], $20::bigint[], $21::bigint[], $22::bigint[])
-         AS d(org_id, mode, agent_id, first_seq, results, v, i, e, r)
+                $19::bigint[], $20::bigint[], $21::bigint[], $22::bigint[], $23::bool[])
+         AS d(org_id, mode, agent_id, first_seq, results, v, i, e, r, known)
     LEFT JOIN LATERAL (
         SELECT n_valid, n_invalid, n_expired, n_revoked FROM audit_block_agents a
-        WHERE a.org_id = d.org_id AND a.mode = d.mode AND a.agent_id = d.agent_id
+        WHERE NOT d.known AND a.agent_id = d.agent_id AND a.org_id = d.org_id AND a.mode = d.mode
         ORDER BY a.first_seq DESC LIMIT 1
     ) p ON true
     WHERE NOT EXISTS (SELECT 1 FROM rev)
+    RETURNING agent_id, org_id, mode, first_seq, n_valid, n_invalid, n_expired, n_revoked
 )
-SELECT id, revocation_reason FROM rev";
+SELECT id, revocation_reason, NULL, 0::bigint, 0::bigint, 0::bigint, 0::bigint, 0::bigint FROM rev
+UNION ALL
+SELECT agent_id, NULL, ROW(org_id, mode), first_seq, n_valid, n_invalid, n_expired, n_revoked
+FROM agt WHERE agent_id = ANY($24::text[])";
 
 /// Column arrays of `audit_blocks` rows for one `UNNEST` insert.
 #[derive(Default)]
@@ -232,7 +281,8 @@ impl BlockColumns {
     }
 }
 
-/// Column arrays of `audit_block_agents` rows (with each agent's batch delta).
+/// Column arrays of `audit_block_agents` rows: each agent's batch delta, or its running
+/// totals when its totals before the batch are known.
 #[derive(Default)]
 struct AgentColumns {
     org_id: Vec<String>,
@@ -241,17 +291,100 @@ struct AgentColumns {
     first_seq: Vec<i64>,
     results: Vec<i32>,
     delta: [Vec<i64>; 4],
+    known: Vec<bool>,
 }
 
 impl AgentColumns {
-    fn push(&mut self, b: &Block, a: &BlockAgent) {
+    fn push(&mut self, b: &Block, a: &BlockAgent, prior: Option<&Totals>) {
         self.org_id.push(b.ledger.org_id.clone());
         self.mode.push(b.ledger.mode.as_str());
         self.agent_id.push(a.agent_id.clone());
         self.first_seq.push(b.first_seq);
         self.results.push(a.results);
-        for (col, n) in self.delta.iter_mut().zip(a.batch_delta) {
-            col.push(n);
+        let base = prior.copied().unwrap_or_default();
+        for ((col, n), p) in self.delta.iter_mut().zip(a.batch_delta).zip(base) {
+            col.push(n + p);
+        }
+        self.known.push(prior.is_some());
+    }
+}
+
+/// A returned row: agent (or revoked agent) id, revocation reason, the agent row's ledger
+/// (NULL for a revoked agent), first_seq and running totals.
+type ReturnedRow = (
+    String,
+    Option<String>,
+    Option<(String, String)>,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+);
+
+/// Running totals per (ledger, agent).
+type AgentTotals = HashMap<(Ledger, String), Totals>;
+
+enum Written {
+    /// Committed; the running totals of the agents that were not known.
+    Done(AgentTotals),
+    /// Nothing written: these agents are revoked in the store.
+    Revoked(Vec<(String, Option<String>)>),
+}
+
+/// At most this many agents' totals are kept per ledger (a full ledger map is emptied).
+const AGENTS_PER_LEDGER: usize = 100_000;
+
+/// What the writer knows of the ledgers it writes, valid while no other instance writes
+/// them: each ledger's head, and the running totals of the agents it wrote for since it
+/// learned the head. Another instance's write to a ledger makes the next write here
+/// conflict (its head is stale), which forgets the ledger, head and agents together.
+#[derive(Debug, Default)]
+struct WriterCache {
+    heads: block::Heads,
+    agents: HashMap<Ledger, HashMap<String, Totals>>,
+}
+
+impl WriterCache {
+    fn known_agents(&self, blocks: &[Block]) -> AgentTotals {
+        let mut known = AgentTotals::new();
+        for b in blocks {
+            let Some(agents) = self.agents.get(&b.ledger) else {
+                continue;
+            };
+            for a in &b.agents {
+                if let Some(t) = agents.get(&a.agent_id) {
+                    known.insert((b.ledger.clone(), a.agent_id.clone()), *t);
+                }
+            }
+        }
+        known
+    }
+
+    /// After a committed batch: the new heads, and every agent's totals after its last block.
+    fn wrote(&mut self, heads: block::Heads, blocks: &[Block], known: &AgentTotals, learned: AgentTotals) {
+        for b in blocks {
+            let agents = self.agents.entry(b.ledger.clone()).or_default();
+            if agents.len() >= AGENTS_PER_LEDGER {
+                agents.clear();
+            }
+            for a in &b.agents {
+                if let Some(prior) = known.get(&(b.ledger.clone(), a.agent_id.clone())) {
+                    let total = std::array::from_fn(|i| prior[i] + a.batch_delta[i]);
+                    agents.insert(a.agent_id.clone(), total);
+                }
+            }
+        }
+        for ((ledger, agent), totals) in learned {
+            self.agents.entry(ledger).or_default().insert(agent, totals);
+        }
+        self.heads.extend(heads);
+    }
+
+    fn forget(&mut self, ledgers: &[Ledger]) {
+        for l in ledgers {
+            self.heads.remove(l);
+            self.agents.remove(l);
         }
     }
 }

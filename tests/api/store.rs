@@ -265,6 +265,38 @@ async fn two_instances_appending_to_one_ledger_never_fork_the_chain() {
             .verification_count,
         12
     );
+    // Batches of several blocks (300 records of one agent), by one writer three times (its
+    // running totals for the agent known from its own last write), then by the other,
+    // whose view went stale, and by the first again: every count stays exact.
+    for (n, store) in [
+        (312, &app.store),
+        (612, &app.store),
+        (912, &app.store),
+        (1212, &other),
+        (1512, &app.store),
+    ] {
+        let batch = (0..300)
+            .map(|i| entry(&live, &a.id, VerifyResult::ALL[i % 4]))
+            .collect();
+        store.append_audit(batch).await.unwrap();
+        assert_eq!(
+            store.get_agent(&a.id).await.unwrap().unwrap().verification_count,
+            n
+        );
+        let total = |result| {
+            let q = LogQuery {
+                ledger: &live,
+                agent_id: Some(&a.id),
+                result,
+                before_seq: None,
+                limit: 1,
+            };
+            store.read_log(q)
+        };
+        assert_eq!(total(None).await.unwrap().total, n);
+        let expired = total(Some(VerifyResult::Expired)).await.unwrap().total;
+        assert_eq!(expired, (n - 12) / 4, "after {n}");
+    }
     other.close().await;
 }
 
