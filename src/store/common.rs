@@ -571,6 +571,7 @@ macro_rules! convert_legacy_log {
             }
             let mut heads = block::Heads::new();
             let mut after = (String::new(), String::new(), 0i64);
+            let mut converted = 0usize;
             loop {
                 let rows: Vec<common::RecordRow> = sqlx::query_as(common::LEGACY_PAGE_SQL)
                     .bind(&after.0)
@@ -581,6 +582,7 @@ macro_rules! convert_legacy_log {
                     .await?;
                 let Some(last) = rows.last() else { break };
                 after = (last.0.clone(), last.1.clone(), last.2);
+                converted += rows.len();
                 let records = rows
                     .into_iter()
                     .map(common::record_from_row)
@@ -595,7 +597,14 @@ macro_rules! convert_legacy_log {
                 .execute(&mut *tx)
                 .await?;
             tx.commit().await?;
-            tracing::info!(ledgers = heads.len(), "converted the audit log to blocks");
+            // A new database has the table too (migration 1 creates it): say nothing then.
+            if converted > 0 {
+                tracing::info!(
+                    records = converted,
+                    ledgers = heads.len(),
+                    "converted the audit log to blocks"
+                );
+            }
             Ok(())
         }
     };
