@@ -215,14 +215,22 @@ impl PgStore {
 
 /// The whole batch append. Data-modifying CTEs all run in one snapshot, taken when the
 /// statement starts, which is after every entry of the batch was handed in: a revocation
-/// committed before that is seen by `rev`. An agent's running totals are its newest row
+/// committed before that is seen by `rev`, which looks each agent up by its primary key:
+/// written as `id = ANY($1) AND revoked_at IS NOT NULL`, the generic plan was a sequential
+/// scan of `agents` per batch while the table had no statistics, and with statistics that
+/// show few revocations a walk of every revoked agent (`agents_revoked`); the `OFFSET 0`
+/// keeps the revocation test out of the per-id look-up. An agent's running totals are its newest row
 /// committed before the statement plus its records in this batch up to the block; for an
 /// agent the writer already knows (`known`), the totals come computed and the look-up is
 /// skipped. Returns the revoked agents (ledger NULL) or, for the agents in $24, the rows
 /// written.
 const APPEND: &str = "
 WITH rev AS (
-    SELECT id, revocation_reason FROM agents WHERE id = ANY($1::text[]) AND revoked_at IS NOT NULL
+    SELECT a.id, a.revocation_reason FROM UNNEST($1::text[]) AS v(id)
+    CROSS JOIN LATERAL (
+        SELECT id, revocation_reason, revoked_at FROM agents WHERE agents.id = v.id OFFSET 0
+    ) a
+    WHERE a.revoked_at IS NOT NULL
 ), blk AS (
     INSERT INTO audit_blocks (org_id, mode, first_seq, last_seq, prev_hash, last_hash, results,
                               n_valid, n_invalid, n_expired, n_revoked, records)
