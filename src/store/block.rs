@@ -117,7 +117,7 @@ pub fn plan(records: &[AuditRecord], heads: &mut Heads) -> Vec<Block> {
             let mut end = start + 1;
             while end < recs.len()
                 && end - start < BLOCK_MAX
-                && recs[end].seq == recs[end - 1].seq + 1
+                && recs[end - 1].seq.checked_add(1) == Some(recs[end].seq)
                 && recs[end].prev_hash == recs[end - 1].hash
             {
                 end += 1;
@@ -307,9 +307,11 @@ pub fn decode(
             });
         }
         prev_hash = hash;
-        seq += 1;
+        seq = seq
+            .checked_add(1)
+            .ok_or_else(|| corrupt("sequence number overflow"))?;
     }
-    if seq != block.last_seq + 1 {
+    if seq.checked_sub(1) != Some(block.last_seq) {
         return Err(corrupt("fewer records than its sequence range"));
     }
     Ok(out)
@@ -458,6 +460,21 @@ mod tests {
         let mut b = good.clone();
         b.last_seq += 1;
         assert!(decode(&blocks[0].ledger, &b, |_| true).is_err());
+        for (first, last) in [
+            (i64::MAX, i64::MAX),
+            (i64::MAX - 1, i64::MAX),
+            (i64::MIN, i64::MIN),
+        ] {
+            let b = StoredBlock {
+                first_seq: first,
+                last_seq: last,
+                ..good.clone()
+            };
+            assert!(
+                decode(&blocks[0].ledger, &b, |_| true).is_err(),
+                "{first}..{last}"
+            );
+        }
         let mut b = good.clone();
         b.records[1] = 9;
         assert!(decode(&blocks[0].ledger, &b, |_| true).is_err());

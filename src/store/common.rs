@@ -164,22 +164,33 @@ pub fn scopes_json(scopes: &[String]) -> String {
 /// record (the agent's rows and the result bits say so exactly), except that the block
 /// holding `before` may hold none below it: `limit + 2` blocks always fill a page and tell
 /// whether more follow. The result test is written into the SQL as a literal (one of four
-/// fixed bits), with `results > 1` for a failure so that the planner can use the partial
-/// index of blocks with failures even for a cached generic plan.
-pub fn log_blocks_sql(q: &LogQuery<'_>) -> String {
+/// fixed bits) in exactly the form of the partial index of that failure's blocks, so both
+/// planners use it, generic plans included.
+pub fn log_blocks_sql(q: &LogQuery<'_>, sqlite: bool) -> String {
     use std::fmt::Write;
+    // SQLite, without statistics, prefers the primary key to an equally long partial index:
+    // name the failure's index.
+    let indexed_by = |table: &str| match q.result {
+        Some(r) if sqlite && r != VerifyResult::Valid => format!(" INDEXED BY {table}_{}", r.as_str()),
+        _ => String::new(),
+    };
     let mut sql = String::from("SELECT b.first_seq, b.last_seq, b.prev_hash, b.records FROM ");
     let mut n = 2;
     let t = if q.agent_id.is_some() {
         n += 1;
         let _ = write!(
             sql,
-            "audit_block_agents t JOIN audit_blocks b ON b.org_id = t.org_id AND b.mode = t.mode \
-             AND b.first_seq = t.first_seq WHERE t.org_id = $1 AND t.mode = $2 AND t.agent_id = $3"
+            "audit_block_agents t{} JOIN audit_blocks b ON b.org_id = t.org_id AND b.mode = t.mode \
+             AND b.first_seq = t.first_seq WHERE t.org_id = $1 AND t.mode = $2 AND t.agent_id = $3",
+            indexed_by("audit_block_agents")
         );
         "t"
     } else {
-        sql.push_str("audit_blocks b WHERE b.org_id = $1 AND b.mode = $2");
+        let _ = write!(
+            sql,
+            "audit_blocks b{} WHERE b.org_id = $1 AND b.mode = $2",
+            indexed_by("audit_blocks")
+        );
         "b"
     };
     match q.result {
@@ -187,11 +198,7 @@ pub fn log_blocks_sql(q: &LogQuery<'_>) -> String {
             let _ = write!(sql, " AND ({t}.results & 1) <> 0");
         }
         Some(r) => {
-            let _ = write!(
-                sql,
-                " AND {t}.results > 1 AND ({t}.results & {}) <> 0",
-                result_bit(r)
-            );
+            let _ = write!(sql, " AND ({t}.results & {}) <> 0", result_bit(r));
         }
         None => {}
     }
@@ -455,7 +462,7 @@ macro_rules! shared_store_methods {
 
         fn read_log<'a>(&'a self, q: LogQuery<'a>) -> StoreFuture<'a, LogPage> {
             Box::pin(async move {
-                let sql = common::log_blocks_sql(&q);
+                let sql = common::log_blocks_sql(&q, $backend == "sqlite");
                 let mut query = sqlx::query_as::<_, block::StoredBlockRow>(&sql)
                     .bind(&q.ledger.org_id)
                     .bind(q.ledger.mode.as_str());
@@ -561,14 +568,17 @@ pub const LEGACY_PAGE_SQL: &str = "SELECT org_id, mode, seq, id, agent_id, resul
 /// transaction: a crash leaves either the old tables or the new blocks. Running totals are
 /// recounted from the records. Expects an inherent `write_blocks(conn, blocks, &[])`.
 macro_rules! convert_legacy_log {
-    (lock: $lock:literal, exists: $exists:literal) => {
+    (begin: $begin:literal, lock: $lock:literal, exists: $exists:literal, freeze: $freeze:literal) => {
         async fn convert_legacy_log(&self) -> Result<(), StoreError> {
-            let mut tx = self.pool.begin().await?;
+            let mut tx = self.pool.begin_with($begin).await?;
             sqlx::query($lock).execute(&mut *tx).await?;
             let (exists,): (bool,) = sqlx::query_as($exists).fetch_one(&mut *tx).await?;
             if !exists {
                 return Ok(());
             }
+            // An instance of the old version still running must not commit records the scan
+            // has passed: it waits, then fails on the dropped table.
+            sqlx::query($freeze).execute(&mut *tx).await?;
             let mut heads = block::Heads::new();
             let mut after = (String::new(), String::new(), 0i64);
             let mut converted = 0usize;
@@ -585,7 +595,15 @@ macro_rules! convert_legacy_log {
                 converted += rows.len();
                 let records = rows
                     .into_iter()
-                    .map(common::record_from_row)
+                    .map(|r| {
+                        let at = format!("{}/{} seq {}", r.0, r.1, r.2);
+                        common::record_from_row(r).map_err(|e| {
+                            StoreError::Corrupt(format!(
+                                "converting audit_log to blocks, record {at}: {e}; the old tables \
+                                 are unchanged (repair or remove that row, then start again)"
+                            ))
+                        })
+                    })
                     .collect::<Result<Vec<_>, _>>()?;
                 let blocks = block::plan(&records, &mut heads);
                 Self::write_blocks(&mut *tx, &blocks, &[]).await?;

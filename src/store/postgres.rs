@@ -208,8 +208,10 @@ impl PgStore {
     }
 
     convert_legacy_log!(
+        begin: "BEGIN",
         lock: "SELECT pg_advisory_xact_lock(7431003)",
-        exists: "SELECT to_regclass('audit_log') IS NOT NULL"
+        exists: "SELECT to_regclass('audit_log') IS NOT NULL",
+        freeze: "LOCK TABLE audit_log, audit_counts IN EXCLUSIVE MODE"
     );
 }
 

@@ -143,9 +143,13 @@ impl SqliteStore {
         Ok(())
     }
 
+    // BEGIN IMMEDIATE takes the write lock first: a second process starting at the same time
+    // waits for it, then finds nothing to convert.
     convert_legacy_log!(
+        begin: "BEGIN IMMEDIATE",
         lock: "SELECT 1",
-        exists: "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_log')"
+        exists: "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_log')",
+        freeze: "SELECT 1"
     );
 }
 
