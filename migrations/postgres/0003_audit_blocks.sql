@@ -23,7 +23,7 @@ CREATE TABLE audit_blocks (
     CHECK (last_seq >= first_seq)
 );
 -- Records do not compress (random ids and hashes): never try. A block stays in its row up
--- to a whole page (~8 kB, some 80 records); only larger ones go to the TOAST table, whose
+-- to a whole page (~8 kB, some 65 records of 118 bytes); only larger ones go to the TOAST table, whose
 -- chunks and index entries were 10 % of PostgreSQL's CPU per batch at the 2 kB default.
 ALTER TABLE audit_blocks ALTER COLUMN records SET STORAGE EXTERNAL;
 ALTER TABLE audit_blocks SET (toast_tuple_target = 8160);
