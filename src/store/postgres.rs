@@ -26,34 +26,48 @@ pub struct PgStore {
     pool: PgPool,
     /// The head of each ledger as this instance last wrote it (only the writer touches it).
     cache: Arc<Mutex<WriterCache>>,
+    /// Connections of the audit writer (generic plans, see `connect`).
+    writer: PgPool,
 }
 
 impl PgStore {
     pub async fn connect(url: &str, opts: &StoreOptions) -> Result<Self, StoreError> {
-        // Generic plans for every prepared statement: each query here is planned once per
-        // connection instead of at every execution. The planner did not settle on its own for
-        // the audit batch (UNNEST arrays), where planning was ~40 % of PostgreSQL's CPU per
-        // batch (perf, load/README.md); the other queries are key look-ups and log pages
-        // written to use their indexes under a generic plan.
-        let connect = PgConnectOptions::from_str(url)?
-            .application_name("agentid")
-            .options([("plan_cache_mode", "force_generic_plan")]);
+        let connect = PgConnectOptions::from_str(url)?.application_name("agentid");
+        // API calls and reads ping a connection before using it (the default), so a
+        // connection broken by an outage is replaced instead of failing the next call.
         let pool = PgPoolOptions::new()
             .max_connections(opts.max_connections.max(2))
-            // No ping before each use: a broken connection fails its query, which is retried
-            // (API calls answer 503, audit batches are retried by the writer). Saves a round
-            // trip per audit batch.
-            .test_before_acquire(false)
             .acquire_timeout(opts.acquire_timeout)
-            .connect_with(connect)
+            .connect_with(connect.clone())
             .await?;
         migrate::migrator(migrate::POSTGRES).await?.run(&pool).await?;
+        // The audit writer's own connections, with generic plans: its statement is planned
+        // once per connection instead of at every batch. PostgreSQL kept choosing a custom
+        // plan for it (UNNEST arrays), and planning was ~40 % of its CPU per batch (perf,
+        // load/README.md). Only here: a generic plan is made with the statistics of its
+        // first execution, and on tables never analyzed yet the log pages' join chose a plan
+        // that walked every block per match (an agent page 25-80 ms on 180k records); the
+        // writer's statement is written so that every plan looks rows up by primary key.
+        let writer = PgPoolOptions::new()
+            .max_connections(2)
+            // No ping before each batch (a round trip per batch): a broken connection fails
+            // its batch, which the writer retries.
+            .test_before_acquire(false)
+            .acquire_timeout(opts.acquire_timeout)
+            .connect_with(connect.options([("plan_cache_mode", "force_generic_plan")]))
+            .await?;
         let store = PgStore {
             pool,
+            writer,
             cache: Arc::default(),
         };
         store.convert_legacy_log().await?;
         Ok(store)
+    }
+
+    async fn close_pools(&self) {
+        self.writer.close().await;
+        self.pool.close().await;
     }
 
     async fn append_audit_impl(&self, mut entries: Vec<AuditEntry>) -> Result<Vec<AuditRecord>, StoreError> {
@@ -65,7 +79,7 @@ impl PgStore {
             let records = batch::seal(entries.clone(), &mut heads);
             let blocks = block::plan(&records, &mut heads);
             let known = self.cache.lock().known_agents(&blocks);
-            let mut conn = self.pool.acquire().await?;
+            let mut conn = self.writer.acquire().await?;
             match Self::write_blocks_with(&mut conn, &blocks, &batch::valid_agent_ids(&entries), &known).await
             {
                 Ok(Written::Done(learned)) => {
@@ -110,7 +124,7 @@ impl PgStore {
             let head = sqlx::query_as(common::LEDGER_HEAD_SQL)
                 .bind(&ledger.org_id)
                 .bind(ledger.mode.as_str())
-                .fetch_optional(&self.pool)
+                .fetch_optional(&self.writer)
                 .await?;
             heads.insert(ledger, common::ledger_head(head)?);
         }

@@ -51,6 +51,10 @@ impl SqliteStore {
         Ok(store)
     }
 
+    async fn close_pools(&self) {
+        self.pool.close().await;
+    }
+
     async fn append_audit_impl(&self, mut entries: Vec<AuditEntry>) -> Result<Vec<AuditRecord>, StoreError> {
         // IMMEDIATE takes the write lock up front, so the heads read below cannot go stale.
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
