@@ -201,14 +201,8 @@ pub fn log_blocks_sql(q: &LogQuery<'_>, sqlite: bool) -> String {
         );
         "b"
     };
-    match q.result {
-        Some(VerifyResult::Valid) => {
-            let _ = write!(sql, " AND ({t}.results & 1) <> 0");
-        }
-        Some(r) => {
-            let _ = write!(sql, " AND ({t}.results & {}) <> 0", result_bit(r));
-        }
-        None => {}
+    if let Some(r) = q.result {
+        let _ = write!(sql, " AND ({t}.results & {}) <> 0", result_bit(r));
     }
     if q.before_seq.is_some() {
         n += 1;
@@ -574,7 +568,7 @@ pub const LEGACY_PAGE_SQL: &str = "SELECT org_id, mode, seq, id, agent_id, resul
 /// schema versions 1 and 2, its records become blocks (cut wherever the stored chain does
 /// not link, so a break stays visible) and it is dropped with `audit_counts`, all in one
 /// transaction: a crash leaves either the old tables or the new blocks. Running totals are
-/// recounted from the records. Expects an inherent `write_blocks(conn, blocks, &[])`.
+/// recounted from the records. Expects an inherent `write_blocks(conn, blocks)`.
 macro_rules! convert_legacy_log {
     (begin: $begin:literal, lock: $lock:literal, exists: $exists:literal, freeze: $freeze:literal) => {
         async fn convert_legacy_log(&self) -> Result<(), StoreError> {
@@ -614,7 +608,7 @@ macro_rules! convert_legacy_log {
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 let blocks = block::plan(&records, &mut heads);
-                Self::write_blocks(&mut *tx, &blocks, &[]).await?;
+                Self::write_blocks(&mut *tx, &blocks).await?;
             }
             sqlx::query("DROP TABLE audit_counts")
                 .execute(&mut *tx)

@@ -131,13 +131,10 @@ impl PgStore {
         Ok(heads)
     }
 
-    /// `write_blocks_with` knowing no agent's totals (the legacy conversion).
-    async fn write_blocks(
-        conn: &mut PgConnection,
-        blocks: &[Block],
-        valid_ids: &[String],
-    ) -> Result<(), StoreError> {
-        Self::write_blocks_with(conn, blocks, valid_ids, &AgentTotals::new()).await?;
+    /// `write_blocks_with` with no revocation re-check and no agent's totals known (the
+    /// legacy conversion).
+    async fn write_blocks(conn: &mut PgConnection, blocks: &[Block]) -> Result<(), StoreError> {
+        Self::write_blocks_with(conn, blocks, &[], &AgentTotals::new()).await?;
         Ok(())
     }
 
@@ -160,7 +157,7 @@ impl PgStore {
         for blk in blocks {
             b.push(blk);
             for agent in &blk.agents {
-                let prior = known.get(&(blk.ledger.clone(), agent.agent_id.clone()));
+                let prior = totals_of(known, &blk.ledger, &agent.agent_id);
                 if prior.is_none() {
                     unknown.push(agent.agent_id.clone());
                 }
@@ -197,7 +194,7 @@ impl PgStore {
             .fetch_all(&mut *conn)
             .await?;
         let mut revoked = Vec::new();
-        let mut learned: HashMap<(Ledger, String), (i64, Totals)> = HashMap::new();
+        let mut learned: HashMap<Ledger, HashMap<String, (i64, Totals)>> = HashMap::new();
         for (id, reason, ledger, first_seq, v, i, e, r) in rows {
             match ledger {
                 None => revoked.push((id, reason)),
@@ -207,7 +204,11 @@ impl PgStore {
                         mode: common::parse_mode(&mode)?,
                     };
                     // An agent's last block of the batch has its totals after it.
-                    let slot = learned.entry((ledger, id)).or_insert((0, [0; 4]));
+                    let slot = learned
+                        .entry(ledger)
+                        .or_default()
+                        .entry(id)
+                        .or_insert((0, [0; 4]));
                     if first_seq >= slot.0 {
                         *slot = (first_seq, [v, i, e, r]);
                     }
@@ -215,7 +216,11 @@ impl PgStore {
             }
         }
         Ok(if revoked.is_empty() {
-            Written::Done(learned.into_iter().map(|(k, (_, t))| (k, t)).collect())
+            let learned = learned
+                .into_iter()
+                .map(|(l, agents)| (l, agents.into_iter().map(|(a, (_, t))| (a, t)).collect()))
+                .collect();
+            Written::Done(learned)
         } else {
             Written::Revoked(revoked)
         })
@@ -346,8 +351,12 @@ type ReturnedRow = (
     i64,
 );
 
-/// Running totals per (ledger, agent).
-type AgentTotals = HashMap<(Ledger, String), Totals>;
+/// Running totals per agent, per ledger.
+type AgentTotals = HashMap<Ledger, HashMap<String, Totals>>;
+
+fn totals_of<'a>(t: &'a AgentTotals, ledger: &Ledger, agent: &str) -> Option<&'a Totals> {
+    t.get(ledger)?.get(agent)
+}
 
 enum Written {
     /// Committed; the running totals of the agents that were not known.
@@ -366,41 +375,46 @@ const AGENTS_PER_LEDGER: usize = 100_000;
 #[derive(Debug, Default)]
 struct WriterCache {
     heads: block::Heads,
-    agents: HashMap<Ledger, HashMap<String, Totals>>,
+    agents: AgentTotals,
 }
 
 impl WriterCache {
     fn known_agents(&self, blocks: &[Block]) -> AgentTotals {
         let mut known = AgentTotals::new();
         for b in blocks {
-            let Some(agents) = self.agents.get(&b.ledger) else {
-                continue;
-            };
             for a in &b.agents {
-                if let Some(t) = agents.get(&a.agent_id) {
-                    known.insert((b.ledger.clone(), a.agent_id.clone()), *t);
+                if let Some(t) = totals_of(&self.agents, &b.ledger, &a.agent_id) {
+                    known
+                        .entry(b.ledger.clone())
+                        .or_default()
+                        .insert(a.agent_id.clone(), *t);
                 }
             }
         }
         known
     }
 
-    /// After a committed batch: the new heads, and every agent's totals after its last block.
+    /// After a committed batch: the new heads, and every agent's totals after its last block
+    /// (known ones advanced by the batch, the others as the statement returned them).
     fn wrote(&mut self, heads: block::Heads, blocks: &[Block], known: &AgentTotals, learned: AgentTotals) {
+        let mut after = learned;
         for b in blocks {
-            let agents = self.agents.entry(b.ledger.clone()).or_default();
-            if agents.len() >= AGENTS_PER_LEDGER {
-                agents.clear();
-            }
             for a in &b.agents {
-                if let Some(prior) = known.get(&(b.ledger.clone(), a.agent_id.clone())) {
+                if let Some(prior) = totals_of(known, &b.ledger, &a.agent_id) {
                     let total = std::array::from_fn(|i| prior[i] + a.batch_delta[i]);
-                    agents.insert(a.agent_id.clone(), total);
+                    after
+                        .entry(b.ledger.clone())
+                        .or_default()
+                        .insert(a.agent_id.clone(), total);
                 }
             }
         }
-        for ((ledger, agent), totals) in learned {
-            self.agents.entry(ledger).or_default().insert(agent, totals);
+        for (ledger, agents) in after {
+            let cached = self.agents.entry(ledger).or_default();
+            if cached.len() + agents.len() > AGENTS_PER_LEDGER {
+                cached.clear();
+            }
+            cached.extend(agents);
         }
         self.heads.extend(heads);
     }

@@ -87,20 +87,15 @@ impl SqliteStore {
         }
         let records = batch::seal(entries, &mut heads);
         let blocks = block::plan(&records, &mut heads);
-        Self::write_blocks(&mut tx, &blocks, &[]).await?;
+        Self::write_blocks(&mut tx, &blocks).await?;
         tx.commit().await?;
         Ok(records)
     }
 
     /// Writes planned blocks with prepared inserts; the caller holds the transaction (and
-    /// has re-checked revocations: `_valid_ids` is there for the shared conversion code).
-    /// Each agent row adds its block's records to the agent's newest row, which may be one
-    /// this transaction just wrote.
-    async fn write_blocks(
-        conn: &mut SqliteConnection,
-        blocks: &[Block],
-        _valid_ids: &[String],
-    ) -> Result<(), StoreError> {
+    /// has re-checked revocations). Each agent row adds its block's records to the agent's
+    /// newest row, which may be one this transaction just wrote.
+    async fn write_blocks(conn: &mut SqliteConnection, blocks: &[Block]) -> Result<(), StoreError> {
         for b in blocks {
             sqlx::query(
                 "INSERT INTO audit_blocks (org_id, mode, first_seq, last_seq, prev_hash, last_hash, results, \
