@@ -254,7 +254,9 @@ fn status_label(s: StatusCode) -> std::borrow::Cow<'static, str> {
     }
 }
 
-fn default_message(code: ErrorCode) -> &'static str {
+/// The message of an error the service answers without more to say (also used by handlers
+/// that answer a routing error themselves, like verify).
+pub(super) fn default_message(code: ErrorCode) -> &'static str {
     match code {
         ErrorCode::NotFound => "no such route",
         ErrorCode::MethodNotAllowed => "this route does not accept that method",
@@ -267,5 +269,8 @@ fn default_message(code: ErrorCode) -> &'static str {
 
 /// Unknown routes.
 pub async fn no_route() -> Result<actix_web::HttpResponse, ApiError> {
-    Err(ApiError::new(ErrorCode::NotFound, "no such route"))
+    Err(ApiError::new(
+        ErrorCode::NotFound,
+        default_message(ErrorCode::NotFound),
+    ))
 }

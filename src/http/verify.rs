@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 
 use super::auth::{auth, request_ctx};
 use super::error::{ApiError, ErrorBody, ErrorCode};
-use super::gate::Auth;
+use super::gate::{default_message, Auth};
 use super::AppState;
 use crate::domain::{Millis, VerifyResult};
 use crate::engine::Verification;
@@ -77,16 +77,14 @@ pub async fn verify(state: web::Data<AppState>, req: HttpRequest) -> Result<Http
     // single item of a hot verify in user space, by perf). The rest of the path must be one
     // non-empty segment; percent-encoded unreserved characters (all a token may hold) were
     // already decoded by the router.
+    let routing_error = |code| ApiError::new(code, default_message(code));
     let token = match req.match_info().unprocessed().strip_prefix('/') {
         Some(t) if !t.is_empty() && !t.contains('/') => t,
-        _ => return Err(ApiError::new(ErrorCode::NotFound, "no such route")),
+        _ => return Err(routing_error(ErrorCode::NotFound)),
     };
     if req.method() != Method::GET {
-        return Err(ApiError::new(
-            ErrorCode::MethodNotAllowed,
-            "this route does not accept that method",
-        )
-        .with_header(header::ALLOW, header::HeaderValue::from_static("GET")));
+        return Err(routing_error(ErrorCode::MethodNotAllowed)
+            .with_header(header::ALLOW, header::HeaderValue::from_static("GET")));
     }
     let ctx = request_ctx(&req);
     match auth(&req) {
