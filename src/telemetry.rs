@@ -115,7 +115,7 @@ fn describe() {
     );
     describe_gauge!(
         "agentid_store_connections",
-        "Database pool connections by state (active, idle) and the maximum"
+        "Database pool connections by pool (main; writer on PostgreSQL) and state (active, idle, max)"
     );
     describe_gauge!("agentid_build_info", "Build information (value 1)");
 }

@@ -107,11 +107,13 @@ impl RegistrySupervisor {
     fn sample(&self) {
         metrics::gauge!("agentid_registry_agents").set(self.registry.agent_count() as f64);
         metrics::gauge!("agentid_revocation_index_size").set(self.registry.revoked_count() as f64);
-        let (open, idle, max) = self.store.pool_stats();
-        metrics::gauge!("agentid_store_connections", "state" => "active")
-            .set(f64::from(open - idle.min(open)));
-        metrics::gauge!("agentid_store_connections", "state" => "idle").set(f64::from(idle));
-        metrics::gauge!("agentid_store_connections", "state" => "max").set(f64::from(max));
+        for p in self.store.pool_stats() {
+            let gauge =
+                |state| metrics::gauge!("agentid_store_connections", "pool" => p.pool, "state" => state);
+            gauge("active").set(f64::from(p.open - p.idle.min(p.open)));
+            gauge("idle").set(f64::from(p.idle));
+            gauge("max").set(f64::from(p.max));
+        }
     }
 
     fn resync(&mut self, ctx: &mut Context<Self>) {

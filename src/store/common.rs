@@ -220,16 +220,15 @@ pub const CHAIN_BLOCKS_SQL: &str = "SELECT first_seq, last_seq, prev_hash, recor
     WHERE org_id = $1 AND mode = $2 AND first_seq <= $3 + 1), 0) ORDER BY first_seq LIMIT $4";
 
 /// Implements the `Store` methods whose SQL is the same on both backends.
-/// Expects `self.pool` and inherent `append_audit_impl`, `close_pools`.
+/// Expects `self.pool` and inherent `append_audit_impl`, `close_pools`, `pools`.
 macro_rules! shared_store_methods {
     ($backend:literal) => {
         fn backend(&self) -> &'static str {
             $backend
         }
 
-        fn pool_stats(&self) -> (u32, u32, u32) {
-            let idle = self.pool.num_idle() as u32;
-            (self.pool.size(), idle, self.pool.options().get_max_connections())
+        fn pool_stats(&self) -> Vec<super::PoolStats> {
+            self.pools()
         }
 
         fn ping(&self) -> StoreFuture<'_, ()> {

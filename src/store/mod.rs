@@ -155,11 +155,31 @@ pub struct LogPage {
     pub total: i64,
 }
 
+/// Connections of one pool: `main` serves the API, `writer` (PostgreSQL) the audit writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStats {
+    pub pool: &'static str,
+    pub open: u32,
+    pub idle: u32,
+    pub max: u32,
+}
+
+impl PoolStats {
+    pub fn of<DB: sqlx::Database>(pool: &'static str, p: &sqlx::Pool<DB>) -> Self {
+        PoolStats {
+            pool,
+            open: p.size(),
+            idle: p.num_idle() as u32,
+            max: p.options().get_max_connections(),
+        }
+    }
+}
+
 /// The persistence boundary. Each method is one short transaction at most.
 pub trait Store: Send + Sync + fmt::Debug + 'static {
     fn backend(&self) -> &'static str;
-    /// Connections `(open, idle, maximum)` of the pool.
-    fn pool_stats(&self) -> (u32, u32, u32);
+    /// Connections of each of the store's pools.
+    fn pool_stats(&self) -> Vec<PoolStats>;
     fn ping(&self) -> StoreFuture<'_, ()>;
     /// Closes the pool; pending work finishes first.
     fn close(&self) -> BoxFuture<'_, ()>;

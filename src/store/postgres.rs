@@ -15,8 +15,8 @@ use std::str::FromStr;
 use super::block::{self, Block, BlockAgent, Totals};
 use super::common::{self, convert_legacy_log, insert_key_fn, shared_store_methods};
 use super::{
-    batch, migrate, AgentRecord, KeyRecord, LogPage, LogQuery, NewApiKey, OrgRecord, Store, StoreError,
-    StoreFuture, StoreOptions,
+    batch, migrate, AgentRecord, KeyRecord, LogPage, LogQuery, NewApiKey, OrgRecord, PoolStats, Store,
+    StoreError, StoreFuture, StoreOptions,
 };
 use crate::domain::audit::{AuditEntry, AuditRecord};
 use crate::domain::{ApiKeyKind, KeyMode, Ledger, Millis};
@@ -68,6 +68,13 @@ impl PgStore {
     async fn close_pools(&self) {
         self.writer.close().await;
         self.pool.close().await;
+    }
+
+    fn pools(&self) -> Vec<PoolStats> {
+        vec![
+            PoolStats::of("main", &self.pool),
+            PoolStats::of("writer", &self.writer),
+        ]
     }
 
     async fn append_audit_impl(&self, mut entries: Vec<AuditEntry>) -> Result<Vec<AuditRecord>, StoreError> {

@@ -12,8 +12,8 @@ use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 use super::block::{self, Block};
 use super::common::{self, convert_legacy_log, insert_key_fn, shared_store_methods};
 use super::{
-    batch, migrate, AgentRecord, KeyRecord, LogPage, LogQuery, NewApiKey, OrgRecord, Store, StoreError,
-    StoreFuture, StoreOptions,
+    batch, migrate, AgentRecord, KeyRecord, LogPage, LogQuery, NewApiKey, OrgRecord, PoolStats, Store,
+    StoreError, StoreFuture, StoreOptions,
 };
 use crate::domain::audit::{AuditEntry, AuditRecord};
 use crate::domain::{ApiKeyKind, KeyMode, Ledger, Millis};
@@ -53,6 +53,11 @@ impl SqliteStore {
 
     async fn close_pools(&self) {
         self.pool.close().await;
+    }
+
+    /// One pool: the audit writer shares it (SQLite has one writer at a time anyway).
+    fn pools(&self) -> Vec<PoolStats> {
+        vec![PoolStats::of("main", &self.pool)]
     }
 
     async fn append_audit_impl(&self, mut entries: Vec<AuditEntry>) -> Result<Vec<AuditRecord>, StoreError> {

@@ -119,11 +119,16 @@ async fn metrics_are_served_on_their_own_listener_and_pass_promtool() {
         "agentid_revocation_index_size",
         "agentid_registry_agents",
         "agentid_rate_limited_total{class=\"verify\"}",
-        "agentid_store_connections{state=\"max\"}",
+        "agentid_store_connections{pool=\"main\",state=\"max\"}",
         "agentid_build_info{",
     ] {
         assert!(text.contains(series), "{series} missing from /metrics");
     }
+    // The audit writer's own pool (PostgreSQL) is reported beside the API's.
+    assert_eq!(
+        text.contains("agentid_store_connections{pool=\"writer\",state=\"max\"}"),
+        app.db.is_postgres()
+    );
     assert!(
         text.contains("route=\"/v1/verify/{token}\""),
         "routes are patterns, never paths"
