@@ -44,6 +44,9 @@ fn token_paths(c: &mut Criterion) {
     g.bench_function("decode+resign_compare", |b| {
         b.iter(|| assert!(ring.resign_matches(&decode(black_box(&token)).unwrap())))
     });
+    g.bench_function("decode+s_check", |b| {
+        b.iter(|| assert!(ring.s_matches(&decode(black_box(&token)).unwrap())))
+    });
     // The other well-kept Ed25519 implementation (BoringSSL-derived assembly), same token.
     let public = ring::signature::UnparsedPublicKey::new(
         &ring::signature::ED25519,
@@ -96,6 +99,9 @@ fn batch_verify(c: &mut Criterion) {
         });
         g.bench_with_input(BenchmarkId::new("resign_each", n), &refs, |b, refs| {
             b.iter(|| refs.iter().all(|u| ring.resign_matches(u)))
+        });
+        g.bench_with_input(BenchmarkId::new("s_check_each", n), &refs, |b, refs| {
+            b.iter(|| refs.iter().all(|u| ring.s_matches(u)))
         });
     }
     g.finish();

@@ -86,7 +86,7 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTID_VERIFIER_THREADS", default_value_t = 0)]
     pub verifier_threads: usize,
     /// How signatures are checked (see ARCHITECTURE.md).
-    #[arg(long, env = "AGENTID_VERIFY_STRATEGY", value_enum, default_value_t = VerifyStrategy::Resign)]
+    #[arg(long, env = "AGENTID_VERIFY_STRATEGY", value_enum, default_value_t = VerifyStrategy::RecomputeS)]
     pub verify_strategy: VerifyStrategy,
     /// Verified tokens remembered (0 disables the cache).
     #[arg(long, env = "AGENTID_TOKEN_CACHE_CAPACITY", default_value_t = 65_536)]

@@ -1,11 +1,14 @@
 //! Signature checking for the verify path: the verified-token cache, and the verifier actor
 //! pool that takes signature work off the HTTP workers when it is configured.
 //!
-//! Strategies (chosen by measurement, see load/README.md): `resign` recomputes the
-//! deterministic signature of the current key and compares in constant time, falling back to
-//! `verify_strict` (exactly `verify_strict`'s answers, about half its cost); `strict` is plain
-//! `verify_strict`; `batch` gathers the pool's concurrent jobs into one `verify_batch` (made
-//! exact, see `KeyRing::verify_batch`).
+//! Strategies (chosen by measurement, see load/README.md), each falling back to `verify_strict`
+//! for tokens of other keys and on any mismatch: `recompute-s` (the default) recomputes the
+//! `S` half of the current key's signature for the token's own `R` and compares in constant
+//! time (two hashes and a scalar multiply-add; it and `verify_strict` can disagree only on
+//! tokens made with the private key, see `KeyRing::s_matches`); `resign` recomputes the whole
+//! deterministic signature (exactly `verify_strict`'s answers, about half its cost); `strict`
+//! is plain `verify_strict`; `batch` gathers the pool's concurrent jobs into one
+//! `verify_batch` (made exact, see `KeyRing::verify_batch`).
 
 use std::sync::Arc;
 
@@ -16,6 +19,7 @@ use crate::token::{self, Claims, KeyRing, RejectReason, Rejected, Unverified};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum VerifyStrategy {
+    RecomputeS,
     Resign,
     Strict,
     Batch,
@@ -36,7 +40,7 @@ impl Default for VerifierConfig {
     fn default() -> Self {
         VerifierConfig {
             threads: 0,
-            strategy: VerifyStrategy::Resign,
+            strategy: VerifyStrategy::RecomputeS,
             max_batch: 64,
             cache_capacity: 65_536,
         }
@@ -116,7 +120,8 @@ impl TokenVerifier {
 
 fn check_one(keys: &KeyRing, strategy: VerifyStrategy, u: &Unverified<'_>) -> Result<(), RejectReason> {
     match strategy {
-        VerifyStrategy::Resign => keys.verify(u),
+        VerifyStrategy::RecomputeS => keys.verify(u),
+        VerifyStrategy::Resign => keys.verify_resigning(u),
         VerifyStrategy::Strict | VerifyStrategy::Batch => keys.verify_strict(u),
     }
 }

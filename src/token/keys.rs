@@ -8,11 +8,14 @@ use std::path::Path;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
+use curve25519_dalek::scalar::Scalar;
+use ed25519_dalek::hazmat::ExpandedSecretKey;
 use ed25519_dalek::pkcs8::spki::der::pem::LineEnding;
 use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePrivateKey, EncodePublicKey};
 use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
-use sha2::{Digest, Sha256};
+use sha2::{Digest, Sha256, Sha512};
 use subtle::ConstantTimeEq;
+use zeroize::Zeroize;
 
 use super::jwt::{Claims, RejectReason, Unverified};
 
@@ -27,6 +30,10 @@ pub enum KeyError {
 /// Signs new tokens with the current key and validates tokens of every known key.
 pub struct KeyRing {
     signing: SigningKey,
+    /// The signing key's secret scalar and nonce prefix (RFC 8032 §5.1.5), for `s_matches`;
+    /// zeroed on drop, never printed.
+    expanded: ExpandedSecretKey,
+    public: [u8; 32],
     kid: String,
     public_pem: String,
     jwks: String,
@@ -62,6 +69,8 @@ impl KeyRing {
             .into();
         let verifying = HashMap::from([(kid.clone(), public)]);
         KeyRing {
+            expanded: ExpandedSecretKey::from(signing.as_bytes()),
+            public: public.to_bytes(),
             signing,
             kid,
             public_pem,
@@ -123,7 +132,21 @@ impl KeyRing {
         self.verifying.get(kid)
     }
 
-    /// Checks a token's signature, accepting exactly what `verify_strict` accepts.
+    /// Checks a token's signature (the service default): for a token of the current key,
+    /// [`KeyRing::s_matches`] first; anything else, and any mismatch, goes to `verify_strict`.
+    /// Accepts every token `verify_strict` accepts, and nothing else that anyone without the
+    /// private key could make (assuming discrete logarithms are hard and SHA-512 behaves as a
+    /// random oracle). The key holder can make tokens this accepts and standard validators
+    /// reject (see `s_matches`); `verify_resigning` agrees with `verify_strict` exactly.
+    pub fn verify(&self, token: &Unverified<'_>) -> Result<(), RejectReason> {
+        if token.kid == self.kid && self.s_matches(token) {
+            return Ok(());
+        }
+        self.verify_strict(token)
+    }
+
+    /// Checks a token's signature, accepting exactly what `verify_strict` accepts (the
+    /// `resign` strategy).
     ///
     /// Fast path for tokens of the current key: Ed25519 signatures are deterministic
     /// (RFC 8032), so the one signature this service ever made over a signing input is
@@ -131,7 +154,7 @@ impl KeyRing {
     /// double-base one for verification; the comparison is constant-time so the expected
     /// signature never leaks. Any mismatch (a forgery, or a valid signature made elsewhere
     /// with the same key) falls through to `verify_strict`.
-    pub fn verify(&self, token: &Unverified<'_>) -> Result<(), RejectReason> {
+    pub fn verify_resigning(&self, token: &Unverified<'_>) -> Result<(), RejectReason> {
         if token.kid == self.kid && self.resign_matches(token) {
             return Ok(());
         }
@@ -142,6 +165,48 @@ impl KeyRing {
     pub fn resign_matches(&self, token: &Unverified<'_>) -> bool {
         let expected = self.signing.sign(token.signing_input).to_bytes();
         expected.ct_eq(&token.signature.to_bytes()).into()
+    }
+
+    /// True when the token's `S` is the one this key's signing computes for the token's own
+    /// `R`: `S = r + k·a (mod L)` with `r = H(prefix ‖ M)` and `k = H(R ‖ A ‖ M)` (RFC 8032
+    /// §5.1.6, `a` the secret scalar, `H` SHA-512, as in dalek's `raw_sign`). It is signing
+    /// without `R = r·B`, the constant-time fixed-base multiplication that is most of its
+    /// cost: two hashes and a scalar multiply-add. A non-canonical `S` never equals the
+    /// canonical result.
+    ///
+    /// The test is equivalent to `S·B = r·B + k·A`: Schnorr verification with the nonce
+    /// point fixed to the one this key uses for `M`. Every signature the key made passes.
+    /// A pair that passes while `verify_strict` rejects it has `R` bytes other than the
+    /// encoding of `r·B`, and together with the key's own signature `(R₀, S₀)` on `M` it
+    /// gives the private scalar: `a = (S − S₀)/(k − k₀)` (`k ≠ k₀` unless SHA-512 collides
+    /// modulo `L` on inputs that differ in `R`). For an input the key never signed, `r` is a
+    /// hash of the secret prefix no one has seen. Accept/reject answers for chosen `(R, S)`
+    /// can be simulated from public data (random-oracle model), so they teach nothing. This
+    /// is a reduction to the discrete logarithm, not a guessing bound: the two checks disagree
+    /// only on tokens made with the private key, whose holder can sign valid tokens anyway.
+    ///
+    /// SECURITY: the computed `S` is a signing-oracle output for a `k` the caller chooses
+    /// through `R`; its value, or any bits of it, for two `R` over one `M` reveal `a`. It is
+    /// compared in constant time (curve25519-dalek ≥ 4.1.3 scalar arithmetic, RUSTSEC-2024-0344,
+    /// and `subtle`), zeroed after, and never logged, returned or compared with `==`.
+    pub fn s_matches(&self, token: &Unverified<'_>) -> bool {
+        let m = token.signing_input;
+        let mut r = wide_scalar(
+            Sha512::new()
+                .chain_update(self.expanded.hash_prefix)
+                .chain_update(m),
+        );
+        let k = wide_scalar(
+            Sha512::new()
+                .chain_update(token.signature.r_bytes())
+                .chain_update(self.public)
+                .chain_update(m),
+        );
+        let mut s = k * self.expanded.scalar + r;
+        let matches = s.as_bytes().ct_eq(token.signature.s_bytes()).into();
+        r.zeroize();
+        s.zeroize();
+        matches
     }
 
     /// Strict single-signature check (rejects non-canonical and small-order encodings).
@@ -185,6 +250,11 @@ impl KeyRing {
         }
         out
     }
+}
+
+/// A SHA-512 digest as a scalar modulo `L` (what dalek's signing does with its hashes).
+fn wide_scalar(h: Sha512) -> Scalar {
+    Scalar::from_bytes_mod_order_wide(&h.finalize().into())
 }
 
 /// `R` decodes canonically to a point of prime order (no small-order component).
@@ -340,6 +410,122 @@ mod tests {
             assert_eq!(r.is_ok(), i != 3, "token {i}: {r:?}");
         }
         assert!(ours.verify(&decoded[3]).is_err());
+    }
+
+    /// The group order L = 2^252 + 27742317777372353535851937790883648493, little-endian.
+    const L_BYTES: [u8; 32] = [
+        0xed, 0xd3, 0xf5, 0x5c, 0x1a, 0x63, 0x12, 0x58, 0xd6, 0x9c, 0xf7, 0xa2, 0xde, 0xf9, 0xde, 0x14, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10,
+    ];
+
+    /// The token with its signature replaced by `R ‖ S`.
+    fn with_signature<'a>(u: &Unverified<'a>, r: [u8; 32], s: [u8; 32]) -> Unverified<'a> {
+        Unverified {
+            signature: ed25519_dalek::Signature::from_components(r, s),
+            ..u.clone()
+        }
+    }
+
+    #[test]
+    fn s_check_accepts_ours_and_rejects_every_change() {
+        for seed in 1..=8u8 {
+            s_check_case(&KeyRing::from_signing_key(SigningKey::from_bytes(&[seed; 32])));
+        }
+        let random = KeyRing::from_signing_key(SigningKey::generate(&mut rand::rngs::OsRng));
+        s_check_case(&random);
+    }
+
+    fn s_check_case(ours: &KeyRing) {
+        let stranger = KeyRing::from_signing_key(SigningKey::from_bytes(&[0xee; 32]));
+        for n in 0..12 {
+            let good = ours.sign(&claims(n));
+            let u = decode(&good).unwrap();
+            assert!(ours.s_matches(&u), "token {n}");
+            assert!(ours.verify(&u).is_ok());
+            // Another key's valid signature over the same input.
+            let their_token = stranger.sign(&claims(n));
+            let theirs = decode(&their_token).unwrap();
+            let moved = with_signature(&u, *theirs.signature.r_bytes(), *theirs.signature.s_bytes());
+            assert!(!ours.s_matches(&moved));
+            assert!(ours.verify(&moved).is_err());
+            // Any bit of R or S flipped.
+            for bit in [0, 7, 100, 255, 256, 300, 511] {
+                let mut sig = u.signature.to_bytes();
+                sig[bit / 8] ^= 1 << (bit % 8);
+                let (r, s) = sig.split_at(32);
+                let flipped = with_signature(&u, r.try_into().unwrap(), s.try_into().unwrap());
+                assert!(!ours.s_matches(&flipped), "token {n}, bit {bit}");
+                assert!(ours.verify(&flipped).is_err(), "token {n}, bit {bit}");
+            }
+            // The same S plus L: the same scalar, not the canonical encoding.
+            let s = u.signature.s_bytes();
+            let mut wide = [0u8; 33];
+            let (mut carry, l) = (0u16, L_BYTES);
+            for i in 0..32 {
+                let sum = s[i] as u16 + l[i] as u16 + carry;
+                wide[i] = sum as u8;
+                carry = sum >> 8;
+            }
+            wide[32] = carry as u8;
+            assert_eq!(wide[32], 0, "S + L < 2^256");
+            let bad = with_signature(&u, *u.signature.r_bytes(), wide[..32].try_into().unwrap());
+            assert!(!ours.s_matches(&bad), "token {n}: S + L");
+            assert!(ours.verify(&bad).is_err());
+        }
+        // Another signing input under our signature.
+        let (ta, tb) = (ours.sign(&claims(1)), ours.sign(&claims(2)));
+        let (a, b) = (decode(&ta).unwrap(), decode(&tb).unwrap());
+        let swapped = with_signature(&b, *a.signature.r_bytes(), *a.signature.s_bytes());
+        assert!(!ours.s_matches(&swapped));
+        assert!(ours.verify(&swapped).is_err());
+        // A token naming another key never takes the fast path.
+        let elsewhere = Unverified {
+            kid: "another-kid".into(),
+            ..a.clone()
+        };
+        assert!(matches!(ours.verify(&elsewhere), Err(RejectReason::UnknownKey)));
+    }
+
+    /// What the S check does not check: that `R = r·B`. A pair with another `R` passes only if
+    /// its `S` was computed with the private scalar, and two passing pairs for one input give
+    /// that scalar back, so no one without the key can make one.
+    #[test]
+    fn s_check_disagrees_with_strict_only_on_pairs_that_reveal_the_key() {
+        let ours = KeyRing::from_signing_key(SigningKey::from_bytes(&[1; 32]));
+        let token = ours.sign(&claims(1));
+        let u = decode(&token).unwrap();
+        let h = |parts: &[&[u8]]| {
+            let mut d = Sha512::new();
+            for p in parts {
+                d.update(p);
+            }
+            wide_scalar(d)
+        };
+        let m = u.signing_input;
+        let (r0, s0) = (
+            *u.signature.r_bytes(),
+            Scalar::from_canonical_bytes(*u.signature.s_bytes()).unwrap(),
+        );
+        let k0 = h(&[&r0, &ours.public, m]);
+        let r1 = curve25519_dalek::constants::ED25519_BASEPOINT_POINT
+            .compress()
+            .to_bytes();
+        let k1 = h(&[&r1, &ours.public, m]);
+        let nonce = h(&[&ours.expanded.hash_prefix, m]);
+        let s1 = nonce + k1 * ours.expanded.scalar;
+        let other = with_signature(&u, r1, s1.to_bytes());
+        assert!(ours.s_matches(&other));
+        assert!(ours.verify_strict(&other).is_err());
+        assert!(ours.verify_resigning(&other).is_err());
+        assert_eq!((s1 - s0) * (k1 - k0).invert(), ours.expanded.scalar);
+        // Even an `R` that is no point at all: its bytes are only hashed.
+        let not_a_point = [0xff; 32];
+        let k2 = h(&[&not_a_point, &ours.public, m]);
+        let s2 = nonce + k2 * ours.expanded.scalar;
+        let junk = with_signature(&u, not_a_point, s2.to_bytes());
+        assert!(ours.s_matches(&junk));
+        assert!(ours.verify_strict(&junk).is_err());
+        assert_eq!((s2 - s0) * (k2 - k0).invert(), ours.expanded.scalar);
     }
 
     #[test]

@@ -102,6 +102,7 @@ async fn cold_tokens(app: &TestApp, n: usize) -> (String, Vec<String>) {
 async fn every_strategy_of_the_verifier_pool_rejects_exactly_the_forged_token() {
     for strategy in [
         VerifyStrategy::Batch,
+        VerifyStrategy::RecomputeS,
         VerifyStrategy::Resign,
         VerifyStrategy::Strict,
     ] {
