@@ -205,7 +205,13 @@ fn finish(
 }
 
 fn record(req: &HttpRequest, status: StatusCode, received: Instant) {
-    let route = req.app_data::<super::RoutePattern>().map_or("unmatched", |r| r.0);
+    let route = match req.app_data::<super::RoutePattern>().map(|r| r.0) {
+        // The verify scope answers 404 only for a path that is not `/v1/verify/{token}` (token
+        // failures are 200 answers), so such a request matched no route.
+        Some(super::verify::ROUTE) if status == StatusCode::NOT_FOUND => "unmatched",
+        Some(route) => route,
+        None => "unmatched",
+    };
     let elapsed = received.elapsed();
     let method = method_label(req.method());
     metrics::counter!(

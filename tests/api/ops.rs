@@ -102,6 +102,9 @@ async fn metrics_are_served_on_their_own_listener_and_pass_promtool() {
     app.revoke(&id, None).await;
     app.verify(&token).await;
     app.get("/v1/agents", Some("sk_live_nope")).await;
+    app.get("/v1/verify/a/b", None)
+        .await
+        .assert_error(404, "NOT_FOUND");
 
     app.get("/metrics", None).await.assert_error(404, "NOT_FOUND");
     let text = scrape(&app).await;
@@ -134,6 +137,9 @@ async fn metrics_are_served_on_their_own_listener_and_pass_promtool() {
         "routes are patterns, never paths"
     );
     assert!(!text.contains(&token), "a token leaked into a metric label");
+    // A path under /v1/verify/ that is not a token matched no route.
+    assert!(text.contains(r#"route="unmatched",method="GET",status="404""#));
+    assert!(!text.contains(r#"route="/v1/verify/{token}",method="GET",status="404""#));
 
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("metrics.txt");
