@@ -195,9 +195,7 @@ fn finish(
         headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
         headers.insert(
             header::ACCESS_CONTROL_EXPOSE_HEADERS,
-            HeaderValue::from_static(
-                "x-request-id, x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset, retry-after",
-            ),
+            HeaderValue::from_static(super::meta::EXPOSED_HEADERS),
         );
     }
     record(res.request(), status, received);

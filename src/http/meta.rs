@@ -9,6 +9,11 @@ use super::gate::KeepBody;
 use super::AppState;
 use crate::domain::Millis;
 
+/// The response headers a browser caller of a public endpoint may read (also set by the
+/// gate on the answers it makes itself).
+pub const EXPOSED_HEADERS: &str =
+    "x-request-id, x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset, retry-after";
+
 /// CORS for the endpoints any origin may call (verify, health, well-known keys).
 pub fn cors() -> actix_cors::Cors {
     actix_cors::Cors::default()
@@ -16,13 +21,7 @@ pub fn cors() -> actix_cors::Cors {
         .send_wildcard()
         .allowed_methods(["GET"])
         .allow_any_header()
-        .expose_headers([
-            "x-request-id",
-            "x-ratelimit-limit",
-            "x-ratelimit-remaining",
-            "x-ratelimit-reset",
-            "retry-after",
-        ])
+        .expose_headers(EXPOSED_HEADERS.split(", "))
         .max_age(86_400)
 }
 

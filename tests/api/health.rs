@@ -51,6 +51,7 @@ async fn public_endpoints_allow_any_origin_including_preflight() {
             Some("*"),
             "{path}"
         );
+        assert_eq!(exposed(&res), EXPOSED, "{path}");
 
         let pre = crate::helpers::read(
             app.client
@@ -73,6 +74,28 @@ async fn public_endpoints_allow_any_origin_including_preflight() {
             .unwrap()
             .contains("GET"));
     }
+}
+
+/// The headers a browser caller may read on every public answer.
+pub const EXPOSED: [&str; 5] = [
+    "retry-after",
+    "x-ratelimit-limit",
+    "x-ratelimit-remaining",
+    "x-ratelimit-reset",
+    "x-request-id",
+];
+
+/// `Access-Control-Expose-Headers`, as a sorted list of lowercase names.
+pub fn exposed(res: &crate::helpers::Resp) -> Vec<String> {
+    let mut names: Vec<String> = res
+        .header("access-control-expose-headers")
+        .unwrap_or_default()
+        .split(',')
+        .map(|h| h.trim().to_ascii_lowercase())
+        .filter(|h| !h.is_empty())
+        .collect();
+    names.sort();
+    names
 }
 
 #[actix_web::test]

@@ -126,6 +126,7 @@ async fn anonymous_buckets_pass_exactly_the_limit() {
         Some("*"),
         "a browser receiver can read its 429"
     );
+    assert_eq!(crate::health::exposed(&refused), crate::health::EXPOSED);
 
     // A publishable key moves the receiver to its organization's verify bucket.
     let with_pk = app.get(&path, Some(&app.org.keys.publishable_live)).await;
