@@ -33,7 +33,6 @@ pub struct KeyRing {
     /// The signing key's secret scalar and nonce prefix (RFC 8032 §5.1.5), for `s_matches`;
     /// zeroed on drop, never printed.
     expanded: ExpandedSecretKey,
-    public: [u8; 32],
     kid: String,
     public_pem: String,
     jwks: String,
@@ -70,7 +69,6 @@ impl KeyRing {
         let verifying = HashMap::from([(kid.clone(), public)]);
         KeyRing {
             expanded: ExpandedSecretKey::from(signing.as_bytes()),
-            public: public.to_bytes(),
             signing,
             kid,
             public_pem,
@@ -199,7 +197,7 @@ impl KeyRing {
         let k = wide_scalar(
             Sha512::new()
                 .chain_update(token.signature.r_bytes())
-                .chain_update(self.public)
+                .chain_update(self.public_bytes())
                 .chain_update(m),
         );
         let mut s = k * self.expanded.scalar + r;
@@ -207,6 +205,11 @@ impl KeyRing {
         r.zeroize();
         s.zeroize();
         matches
+    }
+
+    /// The current key's public key `A`, as signing hashes it.
+    fn public_bytes(&self) -> &[u8; 32] {
+        AsRef::<VerifyingKey>::as_ref(&self.signing).as_bytes()
     }
 
     /// Strict single-signature check (rejects non-canonical and small-order encodings).
@@ -506,11 +509,11 @@ mod tests {
             *u.signature.r_bytes(),
             Scalar::from_canonical_bytes(*u.signature.s_bytes()).unwrap(),
         );
-        let k0 = h(&[&r0, &ours.public, m]);
+        let k0 = h(&[&r0, ours.public_bytes(), m]);
         let r1 = curve25519_dalek::constants::ED25519_BASEPOINT_POINT
             .compress()
             .to_bytes();
-        let k1 = h(&[&r1, &ours.public, m]);
+        let k1 = h(&[&r1, ours.public_bytes(), m]);
         let nonce = h(&[&ours.expanded.hash_prefix, m]);
         let s1 = nonce + k1 * ours.expanded.scalar;
         let other = with_signature(&u, r1, s1.to_bytes());
@@ -520,7 +523,7 @@ mod tests {
         assert_eq!((s1 - s0) * (k1 - k0).invert(), ours.expanded.scalar);
         // Even an `R` that is no point at all: its bytes are only hashed.
         let not_a_point = [0xff; 32];
-        let k2 = h(&[&not_a_point, &ours.public, m]);
+        let k2 = h(&[&not_a_point, ours.public_bytes(), m]);
         let s2 = nonce + k2 * ours.expanded.scalar;
         let junk = with_signature(&u, not_a_point, s2.to_bytes());
         assert!(ours.s_matches(&junk));
