@@ -1,7 +1,6 @@
 //! Audit records and their hash chain: `hash = SHA-256(prev_hash ‖ canonical bytes)`,
 //! genesis `prev_hash` = 32 zero bytes, sequence numbers 1, 2, 3 … without gaps per ledger.
 
-use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::{Ledger, Millis, VerifyResult};
@@ -34,20 +33,6 @@ pub struct AuditRecord {
     pub hash: [u8; 32],
 }
 
-/// The bytes the chain hashes: JSON, members in lexicographic order, no white space.
-#[derive(Serialize)]
-struct Canonical<'a> {
-    agent_id: &'a str,
-    failure_reason: Option<&'a str>,
-    id: &'a str,
-    latency_us: i64,
-    mode: &'a str,
-    org_id: &'a str,
-    requested_at: i64,
-    result: &'a str,
-    seq: i64,
-}
-
 impl AuditRecord {
     /// Places `entry` after a record whose hash is `prev_hash` and sequence number `seq - 1`.
     pub fn seal(entry: AuditEntry, id: String, seq: i64, prev_hash: [u8; 32]) -> Self {
@@ -67,19 +52,40 @@ impl AuditRecord {
         rec
     }
 
+    /// The bytes the chain hashes: JSON, members in lexicographic order, no white space,
+    /// strings escaped as `serde_json` escapes them (the form every existing chain was hashed
+    /// in; a unit test holds the two together). Written by hand: through `serde_json` this was
+    /// most of a record's sealing cost on the writer's thread.
     pub fn canonical_bytes(&self) -> Vec<u8> {
-        serde_json::to_vec(&Canonical {
-            agent_id: &self.agent_id,
-            failure_reason: self.failure_reason.as_deref(),
-            id: &self.id,
-            latency_us: self.latency_us,
-            mode: self.ledger.mode.as_str(),
-            org_id: &self.ledger.org_id,
-            requested_at: self.requested_at.0,
-            result: self.result.as_str(),
-            seq: self.seq,
-        })
-        .expect("canonical record serializes")
+        let mut out = Vec::with_capacity(
+            160 + self.agent_id.len()
+                + self.id.len()
+                + self.ledger.org_id.len()
+                + self.failure_reason.as_ref().map_or(0, String::len),
+        );
+        out.extend_from_slice(b"{\"agent_id\":");
+        json_str(&mut out, &self.agent_id);
+        out.extend_from_slice(b",\"failure_reason\":");
+        match &self.failure_reason {
+            Some(reason) => json_str(&mut out, reason),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"id\":");
+        json_str(&mut out, &self.id);
+        out.extend_from_slice(b",\"latency_us\":");
+        out.extend_from_slice(itoa::Buffer::new().format(self.latency_us).as_bytes());
+        out.extend_from_slice(b",\"mode\":");
+        json_str(&mut out, self.ledger.mode.as_str());
+        out.extend_from_slice(b",\"org_id\":");
+        json_str(&mut out, &self.ledger.org_id);
+        out.extend_from_slice(b",\"requested_at\":");
+        out.extend_from_slice(itoa::Buffer::new().format(self.requested_at.0).as_bytes());
+        out.extend_from_slice(b",\"result\":");
+        json_str(&mut out, self.result.as_str());
+        out.extend_from_slice(b",\"seq\":");
+        out.extend_from_slice(itoa::Buffer::new().format(self.seq).as_bytes());
+        out.push(b'}');
+        out
     }
 
     pub fn compute_hash(&self) -> [u8; 32] {
@@ -88,6 +94,19 @@ impl AuditRecord {
             .chain_update(self.canonical_bytes())
             .finalize()
             .into()
+    }
+}
+
+/// A JSON string. Ids, modes and results never need escaping; a string that does (a
+/// revocation reason may hold anything) is written by `serde_json` itself, so the bytes are
+/// exactly its bytes.
+fn json_str(out: &mut Vec<u8>, s: &str) {
+    if s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        serde_json::to_writer(&mut *out, s).expect("a string serializes into a Vec");
+    } else {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
     }
 }
 
@@ -181,6 +200,65 @@ mod tests {
 
         let mut c = ChainChecker::default();
         assert!(c.push(&b).is_err());
+    }
+
+    /// How the canonical bytes were first defined: `serde_json` of the members in order.
+    #[derive(serde::Serialize)]
+    struct Reference<'a> {
+        agent_id: &'a str,
+        failure_reason: Option<&'a str>,
+        id: &'a str,
+        latency_us: i64,
+        mode: &'a str,
+        org_id: &'a str,
+        requested_at: i64,
+        result: &'a str,
+        seq: i64,
+    }
+
+    fn reference(r: &AuditRecord) -> Vec<u8> {
+        serde_json::to_vec(&Reference {
+            agent_id: &r.agent_id,
+            failure_reason: r.failure_reason.as_deref(),
+            id: &r.id,
+            latency_us: r.latency_us,
+            mode: r.ledger.mode.as_str(),
+            org_id: &r.ledger.org_id,
+            requested_at: r.requested_at.0,
+            result: r.result.as_str(),
+            seq: r.seq,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn canonical_bytes_are_serde_json_bytes_for_any_string() {
+        let odd = [
+            "",
+            "plain",
+            "quote \" and backslash \\",
+            "controls \u{0}\u{1}\u{8}\t\n\u{b}\u{c}\r\u{1f} end",
+            "del \u{7f}, slash /, unicode é ✓ 😀, escapes \\u0041",
+            "\"",
+            "\\",
+        ];
+        let mut n = 0;
+        for (i, s) in odd.iter().enumerate() {
+            for result in [VerifyResult::Valid, VerifyResult::Invalid, VerifyResult::Revoked] {
+                let mut e = entry(s);
+                e.ledger.org_id = odd[(i + 1) % odd.len()].into();
+                e.ledger.mode = if i % 2 == 0 { KeyMode::Live } else { KeyMode::Test };
+                e.result = result;
+                e.failure_reason = (result != VerifyResult::Valid).then(|| s.to_string());
+                e.latency_us = [0, -1, i64::MAX, i64::MIN, 12][i % 5];
+                e.requested_at = Millis([1_795_000_000_000, 0, -5][i % 3]);
+                let seq = [1, i64::MAX, 987_654_321][i % 3];
+                let r = AuditRecord::seal(e, odd[(i + 2) % odd.len()].into(), seq, GENESIS);
+                assert_eq!(r.canonical_bytes(), reference(&r), "{r:?}");
+                n += 1;
+            }
+        }
+        assert_eq!(n, 21);
     }
 
     #[test]

@@ -23,9 +23,14 @@ impl IdPrefix {
 
 /// A fresh identifier: prefix + ULID in lower case (time-ordered, 80 random bits).
 pub fn new_id(prefix: IdPrefix) -> String {
-    let mut s = String::with_capacity(30);
+    // Encoded on the stack and lower-cased in place: one allocation per id (every request
+    // and every audit record takes one).
+    let mut buf = [0u8; ulid::ULID_LEN];
+    let ulid = ulid::Ulid::new().array_to_str(&mut buf);
+    ulid.make_ascii_lowercase();
+    let mut s = String::with_capacity(prefix.as_str().len() + ulid::ULID_LEN);
     s.push_str(prefix.as_str());
-    s.push_str(&ulid::Ulid::new().to_string().to_ascii_lowercase());
+    s.push_str(ulid);
     s
 }
 
@@ -72,5 +77,14 @@ mod tests {
         assert!(AgentId::parse(&id.as_str().to_uppercase()).is_none());
         assert!(AgentId::parse(&format!("{}x", id.as_str())).is_none());
         assert!(AgentId::parse("org_01jd0000000000000000000000").is_none());
+    }
+
+    #[test]
+    fn new_ids_are_prefixed_lower_case_ulids() {
+        let id = new_id(IdPrefix::Log);
+        assert_eq!(id.len(), 30);
+        let ulid = ulid::Ulid::from_string(&id[4..].to_ascii_uppercase()).unwrap();
+        assert_eq!(id, format!("log_{}", ulid.to_string().to_ascii_lowercase()));
+        assert_ne!(new_id(IdPrefix::Log), id);
     }
 }
