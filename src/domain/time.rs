@@ -28,9 +28,17 @@ impl Millis {
 
     /// `2026-11-22T09:49:06.123Z`. Times before 1970 or past year 9999 are clamped.
     pub fn to_rfc3339(self) -> String {
+        let mut s = String::with_capacity(24);
+        self.write_rfc3339(&mut s);
+        s
+    }
+
+    /// Appends [`Millis::to_rfc3339`]'s text to `out`.
+    pub fn write_rfc3339(self, out: &mut String) {
+        use std::fmt::Write;
         let ms = self.0.clamp(0, 253_402_300_799_999) as u64;
         let t = UNIX_EPOCH + Duration::from_millis(ms);
-        humantime::format_rfc3339_millis(t).to_string()
+        write!(out, "{}", humantime::format_rfc3339_millis(t)).expect("writing to a String succeeds");
     }
 }
 

@@ -21,7 +21,7 @@ use crate::token::{Claims, KeyRing, RejectReason};
 pub use apikeys::{generate_key, hash_key, ApiKeys, Caller, KeyLookup};
 pub use audit::{AuditError, AuditHandle, WriterConfig};
 pub use registry::{AgentEntry, Registry, Revoked};
-pub use verifier::{CacheOutcome, VerifierConfig, VerifyStrategy};
+pub use verifier::{CacheOutcome, CheckedToken, VerifierConfig, VerifyStrategy};
 
 use ratelimit::{RateLimitSupervisor, RateLimits};
 use registry::{Learn, MarkRevoked, RegistrySupervisor};
@@ -89,7 +89,7 @@ pub struct Verification {
 
 #[derive(Debug, Clone)]
 pub struct ValidToken {
-    pub claims: Arc<Claims>,
+    pub token: Arc<CheckedToken>,
     pub agent: Arc<AgentEntry>,
 }
 
@@ -102,7 +102,48 @@ struct Checked {
     valid: Option<ValidToken>,
 }
 
+/// The verify path's counters, registered once: `metrics::counter!` with labels looks the
+/// series up (hashing its labels) on every call.
+struct VerifyCounters {
+    /// Valid, invalid, expired, revoked.
+    results: [metrics::Counter; 4],
+    unrecorded: metrics::Counter,
+    cache_hit: metrics::Counter,
+    cache_miss: metrics::Counter,
+}
+
+impl VerifyCounters {
+    fn register() -> Self {
+        // Handles taken before the recorder is installed would count nowhere.
+        crate::telemetry::metrics_handle();
+        let result =
+            |r: VerifyResult| metrics::counter!("agentid_verify_results_total", "result" => r.as_str());
+        let cache = |o: &'static str| metrics::counter!("agentid_token_cache_requests_total", "outcome" => o);
+        VerifyCounters {
+            results: [
+                result(VerifyResult::Valid),
+                result(VerifyResult::Invalid),
+                result(VerifyResult::Expired),
+                result(VerifyResult::Revoked),
+            ],
+            unrecorded: metrics::counter!("agentid_verify_results_total", "result" => "unrecorded"),
+            cache_hit: cache("hit"),
+            cache_miss: cache("miss"),
+        }
+    }
+
+    fn result(&self, r: VerifyResult) -> &metrics::Counter {
+        &self.results[match r {
+            VerifyResult::Valid => 0,
+            VerifyResult::Invalid => 1,
+            VerifyResult::Expired => 2,
+            VerifyResult::Revoked => 3,
+        }]
+    }
+}
+
 pub struct Engine {
+    counters: VerifyCounters,
     store: SharedStore,
     keys: Arc<KeyRing>,
     registry: Arc<Registry>,
@@ -153,6 +194,7 @@ impl Engine {
         let rate_limits = Arc::new(RateLimits::default());
         let rate_limit_supervisor = RateLimitSupervisor::start(rate_limits.clone(), Duration::from_secs(30));
         Ok(Engine {
+            counters: VerifyCounters::register(),
             last_ping_ok: std::sync::atomic::AtomicI64::new(0),
             rate_limits,
             _rate_limit_supervisor: rate_limit_supervisor,
@@ -366,11 +408,11 @@ impl Engine {
         let record: AuditRecord = match self.audit.append(entry).await {
             Ok(r) => r,
             Err(e) => {
-                metrics::counter!("agentid_verify_results_total", "result" => "unrecorded").increment(1);
+                self.counters.unrecorded.increment(1);
                 return Err(e);
             }
         };
-        metrics::counter!("agentid_verify_results_total", "result" => record.result.as_str()).increment(1);
+        self.counters.result(record.result).increment(1);
         if record.result == VerifyResult::Revoked && checked.result == VerifyResult::Valid {
             // Another instance revoked the agent; the store told us inside the audit transaction.
             let reason = self.store.get_agent(&record.agent_id).await.ok().flatten();
@@ -387,18 +429,15 @@ impl Engine {
     async fn check(&self, token: &str, now: Millis) -> Checked {
         let (checked, cache) = self.verifier.check(token).await;
         match cache {
-            CacheOutcome::Hit => {
-                metrics::counter!("agentid_token_cache_requests_total", "outcome" => "hit").increment(1)
-            }
-            CacheOutcome::Miss => {
-                metrics::counter!("agentid_token_cache_requests_total", "outcome" => "miss").increment(1)
-            }
+            CacheOutcome::Hit => self.counters.cache_hit.increment(1),
+            CacheOutcome::Miss => self.counters.cache_miss.increment(1),
             CacheOutcome::Disabled => {}
         }
-        let claims = match checked {
-            Ok(c) => c,
+        let token = match checked {
+            Ok(t) => t,
             Err(rej) => return self.invalid(rej.sub.as_deref(), rej.reason),
         };
+        let claims = &token.claims;
         let agent = match self.registry.agent(&claims.sub) {
             Some(a) => a,
             // Signed by us but unknown here: registered through another instance.
@@ -435,7 +474,7 @@ impl Engine {
             agent_id: claims.sub.clone(),
             result: VerifyResult::Valid,
             failure_reason: None,
-            valid: Some(ValidToken { claims, agent }),
+            valid: Some(ValidToken { token, agent }),
         }
     }
 

@@ -10,7 +10,7 @@
 //! is plain `verify_strict`; `batch` gathers the pool's concurrent jobs into one
 //! `verify_batch` (made exact, see `KeyRing::verify_batch`).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use actix::prelude::*;
 use tokio::sync::oneshot;
@@ -47,10 +47,34 @@ impl Default for VerifierConfig {
     }
 }
 
-/// Token string → claims of a token whose signature has been checked. Keyed by the whole
-/// token, so two different strings never share an entry; expiry and revocation are not
-/// cached (they are checked on every call).
-type TokenCache = quick_cache::sync::Cache<Box<str>, Arc<Claims>>;
+/// Token string → a token whose signature has been checked. Keyed by the whole token, so
+/// two different strings never share an entry; expiry and revocation are not cached (they
+/// are checked on every call).
+type TokenCache = quick_cache::sync::Cache<Box<str>, Arc<CheckedToken>>;
+
+/// The claims of a token whose signature checked out, and what its answers can reuse.
+#[derive(Debug)]
+pub struct CheckedToken {
+    pub claims: Claims,
+    /// The part of the token's valid answer that never changes, rendered by the HTTP layer
+    /// on the first valid answer: it is made of the claims and the agent's registry entry,
+    /// and an entry never changes once the registry has it.
+    valid_answer: OnceLock<Box<str>>,
+}
+
+impl CheckedToken {
+    pub fn new(claims: Claims) -> Self {
+        CheckedToken {
+            claims,
+            valid_answer: OnceLock::new(),
+        }
+    }
+
+    /// The rendered fixed part of the valid answer, rendering it with `render` the first time.
+    pub fn valid_answer(&self, render: impl FnOnce() -> String) -> &str {
+        self.valid_answer.get_or_init(|| render().into_boxed_str())
+    }
+}
 
 /// Whether a check was answered from the cache (for metrics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +105,7 @@ impl TokenVerifier {
     }
 
     /// The claims of a token with a valid signature from a known key.
-    pub async fn check(&self, token: &str) -> (Result<Arc<Claims>, Rejected>, CacheOutcome) {
+    pub async fn check(&self, token: &str) -> (Result<Arc<CheckedToken>, Rejected>, CacheOutcome) {
         let outcome = match &self.cache {
             Some(cache) => match cache.get(token) {
                 Some(claims) => return (Ok(claims), CacheOutcome::Hit),
@@ -103,11 +127,11 @@ impl TokenVerifier {
         };
         let result = match checked {
             Ok(()) => {
-                let claims = Arc::new(unverified.claims);
+                let checked = Arc::new(CheckedToken::new(unverified.claims));
                 if let Some(cache) = &self.cache {
-                    cache.insert(token.into(), claims.clone());
+                    cache.insert(token.into(), checked.clone());
                 }
-                Ok(claims)
+                Ok(checked)
             }
             Err(reason) => Err(Rejected {
                 reason,
