@@ -8,6 +8,7 @@ use std::time::Duration;
 use agentid::domain::audit::{AuditEntry, AuditRecord, GENESIS};
 use agentid::domain::{KeyMode, Ledger, Millis, VerifyResult};
 use agentid::engine::registry::Registry;
+use agentid::engine::{AgentEntry, CheckedToken, ValidToken, Verification};
 use agentid::store::AgentRecord;
 use agentid::store::{batch, block};
 use agentid::token::{decode, Claims, KeyRing, Unverified};
@@ -146,6 +147,39 @@ fn audit(c: &mut Criterion) {
     g.finish();
 }
 
+/// The valid answer's JSON: as a cached token answers (its fixed part rendered by an earlier
+/// answer) and as a token seen for the first time answers (all of it serialized).
+fn answer(c: &mut Criterion) {
+    let agent = Arc::new(AgentEntry {
+        org_id: "org_01jd0000000000000000000000".into(),
+        mode: KeyMode::Live,
+        name: "invoice-bot".into(),
+        description: "Reads and writes invoices for the billing team".into(),
+    });
+    let verification = |token: Arc<CheckedToken>| Verification {
+        result: VerifyResult::Valid,
+        valid: Some(ValidToken {
+            token,
+            agent: agent.clone(),
+        }),
+        verified_at: Millis(1_795_000_123_456),
+    };
+    let cached = verification(Arc::new(CheckedToken::new(claims(1))));
+    agentid::http::verify_answer_body(&cached);
+    let mut g = c.benchmark_group("answer");
+    g.bench_function("valid (cached token)", |b| {
+        b.iter(|| agentid::http::verify_answer_body(black_box(&cached)))
+    });
+    g.bench_function("valid (first answer of a token)", |b| {
+        b.iter_batched(
+            || verification(Arc::new(CheckedToken::new(claims(1)))),
+            |v| agentid::http::verify_answer_body(&v),
+            criterion::BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
 fn revocation(c: &mut Criterion) {
     let registry = Registry::default();
     for i in 0..100_000 {
@@ -215,6 +249,6 @@ fn rate_limit(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
-    targets = token_paths, batch_verify, audit, revocation, rate_limit
+    targets = token_paths, batch_verify, audit, answer, revocation, rate_limit
 }
 criterion_main!(benches);

@@ -18,6 +18,9 @@ use actix_web::web;
 use crate::engine::Engine;
 
 pub use error::{ApiError, ErrorCode};
+/// The verify answer's JSON, for the benchmarks.
+#[doc(hidden)]
+pub use verify::body as verify_answer_body;
 
 /// Request bodies larger than this are refused with 413.
 pub const MAX_BODY: usize = 64 * 1024;

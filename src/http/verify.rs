@@ -104,7 +104,8 @@ pub async fn verify(state: web::Data<AppState>, req: HttpRequest) -> Result<Http
         .body(body(&v)))
 }
 
-fn body(v: &Verification) -> String {
+/// The answer's JSON.
+pub fn body(v: &Verification) -> String {
     let error = match (&v.valid, v.result) {
         (Some(t), VerifyResult::Valid) => return valid_body(t, v.verified_at),
         (_, VerifyResult::Revoked) => TokenError::TokenRevoked,
