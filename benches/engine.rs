@@ -144,6 +144,20 @@ fn audit(c: &mut Criterion) {
             (recs.len(), blocks.len())
         })
     });
+    g.bench_function(
+        "writer_batch_prepare/512 (ledgers, valid ids, seal, blocks)",
+        |b| {
+            b.iter(|| {
+                let entries = black_box(entries.clone());
+                let ledgers = batch::ledgers(&entries);
+                let valid = batch::valid_agent_ids(&entries);
+                let mut heads = std::collections::HashMap::new();
+                let recs = batch::seal(entries, &mut heads);
+                let blocks = block::plan(&recs, &mut heads);
+                (ledgers.len(), valid.len(), recs.len(), blocks.len())
+            })
+        },
+    );
     g.finish();
 }
 

@@ -6,19 +6,21 @@ use std::collections::HashMap;
 use crate::domain::audit::{AuditEntry, AuditRecord};
 use crate::domain::{new_id, IdPrefix, Ledger, VerifyResult};
 
+use super::block::Head;
 pub use super::block::Heads;
 use super::revoked_failure_reason;
 
 /// Distinct agent ids of entries that are about to be recorded as `valid`.
 pub fn valid_agent_ids(entries: &[AuditEntry]) -> Vec<String> {
-    let mut ids: Vec<String> = entries
+    // Sorted and deduplicated as borrows: a batch is mostly a few agents many times over.
+    let mut ids: Vec<&str> = entries
         .iter()
         .filter(|e| e.result == VerifyResult::Valid)
-        .map(|e| e.agent_id.clone())
+        .map(|e| e.agent_id.as_str())
         .collect();
     ids.sort_unstable();
     ids.dedup();
-    ids
+    ids.into_iter().map(str::to_owned).collect()
 }
 
 /// Turns `valid` entries of agents the store knows as revoked into `revoked` ones. This is
@@ -37,10 +39,10 @@ pub fn apply_revocations(entries: &mut [AuditEntry], revoked: &HashMap<String, O
 
 /// Distinct ledgers of a batch, sorted (the lock order on PostgreSQL).
 pub fn ledgers(entries: &[AuditEntry]) -> Vec<Ledger> {
-    let mut l: Vec<Ledger> = entries.iter().map(|e| e.ledger.clone()).collect();
+    let mut l: Vec<&Ledger> = entries.iter().map(|e| &e.ledger).collect();
     l.sort_unstable();
     l.dedup();
-    l
+    l.into_iter().cloned().collect()
 }
 
 /// Chains the entries after the given heads (a ledger missing from them starts at genesis)
@@ -49,7 +51,11 @@ pub fn seal(entries: Vec<AuditEntry>, heads: &mut Heads) -> Vec<AuditRecord> {
     entries
         .into_iter()
         .map(|e| {
-            let head = heads.entry(e.ledger.clone()).or_default();
+            // The ledger is cloned only for the first record of a ledger the heads lack.
+            if !heads.contains_key(&e.ledger) {
+                heads.insert(e.ledger.clone(), Head::default());
+            }
+            let head = heads.get_mut(&e.ledger).expect("inserted above");
             let rec = AuditRecord::seal(e, new_id(IdPrefix::Log), head.seq + 1, head.hash);
             head.seq = rec.seq;
             head.hash = rec.hash;
