@@ -105,7 +105,7 @@ struct Checked {
 /// The verify path's counters, registered once: `metrics::counter!` with labels looks the
 /// series up (hashing its labels) on every call.
 struct VerifyCounters {
-    /// Valid, invalid, expired, revoked.
+    /// Indexed by `block::result_index`.
     results: [metrics::Counter; 4],
     unrecorded: metrics::Counter,
     cache_hit: metrics::Counter,
@@ -120,12 +120,8 @@ impl VerifyCounters {
             |r: VerifyResult| metrics::counter!("agentid_verify_results_total", "result" => r.as_str());
         let cache = |o: &'static str| metrics::counter!("agentid_token_cache_requests_total", "outcome" => o);
         VerifyCounters {
-            results: [
-                result(VerifyResult::Valid),
-                result(VerifyResult::Invalid),
-                result(VerifyResult::Expired),
-                result(VerifyResult::Revoked),
-            ],
+            // `ALL` is in `result_index` order (the block encoding relies on it too).
+            results: VerifyResult::ALL.map(result),
             unrecorded: metrics::counter!("agentid_verify_results_total", "result" => "unrecorded"),
             cache_hit: cache("hit"),
             cache_miss: cache("miss"),
@@ -133,12 +129,7 @@ impl VerifyCounters {
     }
 
     fn result(&self, r: VerifyResult) -> &metrics::Counter {
-        &self.results[match r {
-            VerifyResult::Valid => 0,
-            VerifyResult::Invalid => 1,
-            VerifyResult::Expired => 2,
-            VerifyResult::Revoked => 3,
-        }]
+        &self.results[crate::store::block::result_index(r)]
     }
 }
 
