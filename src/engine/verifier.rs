@@ -104,11 +104,11 @@ impl TokenVerifier {
         }
     }
 
-    /// The claims of a token with a valid signature from a known key.
+    /// A token with a valid signature from a known key, as the cache keeps it.
     pub async fn check(&self, token: &str) -> (Result<Arc<CheckedToken>, Rejected>, CacheOutcome) {
         let outcome = match &self.cache {
             Some(cache) => match cache.get(token) {
-                Some(claims) => return (Ok(claims), CacheOutcome::Hit),
+                Some(checked) => return (Ok(checked), CacheOutcome::Hit),
                 None => CacheOutcome::Miss,
             },
             None => CacheOutcome::Disabled,
