@@ -11,6 +11,7 @@
 //! hot load (perf), agentid from ~38 to ~35 µs per verify (see load/README.md).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -66,6 +67,9 @@ struct Pending {
 struct Shared {
     state: Mutex<QueueState>,
     max_queue: usize,
+    /// Fault injection for tests: the next flush task panics. Set directly, not through the
+    /// mailbox, so a flush the writer starts before reading a message still sees it.
+    panic_next_flush: AtomicBool,
 }
 
 impl Shared {
@@ -102,8 +106,6 @@ pub struct AuditWriter {
     flushing: bool,
     linger_armed: bool,
     drain_waiters: Vec<oneshot::Sender<()>>,
-    /// Fault injection for tests: the next flush task panics.
-    panic_next_flush: bool,
 }
 
 impl Actor for AuditWriter {
@@ -138,19 +140,6 @@ impl actix::Supervised for AuditWriter {
         metrics::counter!("agentid_audit_writer_restarts_total").increment(1);
         self.flushing = false;
         self.linger_armed = false;
-    }
-}
-
-/// Test hook: makes the next flush panic, to exercise supervision.
-#[derive(Message)]
-#[rtype(result = "()")]
-struct InjectFlushPanic;
-
-impl Handler<InjectFlushPanic> for AuditWriter {
-    type Result = ();
-
-    fn handle(&mut self, _: InjectFlushPanic, _: &mut Self::Context) {
-        self.panic_next_flush = true;
     }
 }
 
@@ -220,7 +209,7 @@ impl AuditWriter {
         let store = self.store.clone();
         let timeout = self.cfg.flush_timeout;
         let started = Instant::now();
-        let inject_panic = std::mem::take(&mut self.panic_next_flush);
+        let inject_panic = self.shared.panic_next_flush.swap(false, Ordering::SeqCst);
         // The store call runs as its own task: a panic inside it ends that task only.
         let task = actix::spawn(async move {
             assert!(!inject_panic, "injected audit flush failure");
@@ -286,6 +275,7 @@ impl AuditHandle {
                 parked: true,
             }),
             max_queue: cfg.max_queue,
+            panic_next_flush: AtomicBool::new(false),
         });
         let writer_shared = shared.clone();
         let arbiter = Arbiter::new();
@@ -296,7 +286,6 @@ impl AuditHandle {
             flushing: false,
             linger_armed: false,
             drain_waiters: Vec::new(),
-            panic_next_flush: false,
         });
         AuditHandle { addr, shared }
     }
@@ -327,7 +316,7 @@ impl AuditHandle {
     /// Test hook: the next batch's flush panics (its waiters get 503, the writer restarts).
     #[doc(hidden)]
     pub fn inject_flush_panic(&self) {
-        self.addr.do_send(InjectFlushPanic);
+        self.shared.panic_next_flush.store(true, Ordering::SeqCst);
     }
 
     /// Waits until everything handed in so far is committed or failed.
