@@ -119,6 +119,7 @@ fn entry(i: usize) -> AuditEntry {
         failure_reason: None,
         latency_us: 120,
         requested_at: Millis(1_795_000_000_000),
+        revocations_seen: 0,
     }
 }
 

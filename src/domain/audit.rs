@@ -16,6 +16,10 @@ pub struct AuditEntry {
     pub failure_reason: Option<String>,
     pub latency_us: i64,
     pub requested_at: Millis,
+    /// The revocation epoch up to which the check knew every revocation (read before it
+    /// looked the agent up in the revocation index). Not recorded: it tells the store whether
+    /// a `valid` entry must be re-checked against revocations committed since.
+    pub revocations_seen: i64,
 }
 
 /// A record placed in its ledger's chain.
@@ -177,6 +181,7 @@ mod tests {
             failure_reason: None,
             latency_us: 12,
             requested_at: Millis(1000),
+            revocations_seen: 0,
         }
     }
 

@@ -100,6 +100,8 @@ struct Checked {
     result: VerifyResult,
     failure_reason: Option<String>,
     valid: Option<ValidToken>,
+    /// `Registry::revocations_seen` as the check began.
+    revocations_seen: i64,
 }
 
 /// The verify path's counters, registered once: `metrics::counter!` with labels looks the
@@ -165,6 +167,9 @@ impl Engine {
         cfg: EngineConfig,
     ) -> Result<Engine, StoreError> {
         let registry = Arc::new(Registry::default());
+        // Read before the agents are: every revocation up to this epoch is then in the scan
+        // (`i64::MAX`: the epoch alone, no agent).
+        let epoch = store.revocations_after(i64::MAX).await?.epoch;
         let mut after = String::new();
         loop {
             let page = store.scan_agents(&after, 1000).await?;
@@ -174,6 +179,7 @@ impl Engine {
                 registry.learn(a);
             }
         }
+        registry.advance_revocations_seen(epoch);
         tracing::info!(
             agents = registry.agent_count(),
             revoked = registry.revoked_count(),
@@ -260,10 +266,12 @@ impl Engine {
         }
     }
 
-    async fn mark_revoked(&self, id: &str, reason: Option<String>) {
+    /// `epoch`: the revocation's epoch, when the store stamped it.
+    async fn mark_revoked(&self, id: &str, reason: Option<String>, epoch: Option<i64>) {
         let msg = MarkRevoked {
             id: id.to_owned(),
             reason: reason.clone(),
+            epoch,
         };
         if self.registry_supervisor.send(msg).await.is_err() {
             self.registry.mark_revoked(id, reason);
@@ -358,7 +366,7 @@ impl Engine {
         reason: Option<RevokeReason>,
     ) -> Result<AgentRecord, EngineError> {
         let agent = self.agent(caller, id).await?;
-        let stored = self
+        let (stored, epoch) = self
             .store
             .revoke_agent(
                 &agent.id,
@@ -367,7 +375,7 @@ impl Engine {
             )
             .await?
             .ok_or(EngineError::AgentNotFound)?;
-        self.mark_revoked(&stored.id, stored.revocation_reason.clone())
+        self.mark_revoked(&stored.id, stored.revocation_reason.clone(), epoch)
             .await;
         Ok(stored)
     }
@@ -395,6 +403,7 @@ impl Engine {
             failure_reason: checked.failure_reason,
             latency_us: received.elapsed().as_micros() as i64,
             requested_at: now,
+            revocations_seen: checked.revocations_seen,
         };
         let record: AuditRecord = match self.audit.append(entry).await {
             Ok(r) => r,
@@ -407,7 +416,7 @@ impl Engine {
         if record.result == VerifyResult::Revoked && checked.result == VerifyResult::Valid {
             // Another instance revoked the agent; the store told us inside the audit transaction.
             let reason = self.store.get_agent(&record.agent_id).await.ok().flatten();
-            self.mark_revoked(&record.agent_id, reason.and_then(|a| a.revocation_reason))
+            self.mark_revoked(&record.agent_id, reason.and_then(|a| a.revocation_reason), None)
                 .await;
         }
         Ok(Verification {
@@ -418,6 +427,8 @@ impl Engine {
     }
 
     async fn check(&self, token: &str, now: Millis) -> Checked {
+        // Before the revocation index is read (see `Registry::revocations_seen`).
+        let revocations_seen = self.registry.revocations_seen();
         let (checked, cache) = self.verifier.check(token).await;
         match cache {
             CacheOutcome::Hit => self.counters.cache_hit.increment(1),
@@ -426,7 +437,7 @@ impl Engine {
         }
         let token = match checked {
             Ok(t) => t,
-            Err(rej) => return self.invalid(rej.sub.as_deref(), rej.reason),
+            Err(rej) => return self.invalid(rej.sub.as_deref(), rej.reason, revocations_seen),
         };
         let claims = &token.claims;
         let agent = match self.registry.agent(&claims.sub) {
@@ -434,7 +445,7 @@ impl Engine {
             // Signed by us but unknown here: registered through another instance.
             None => match self.store.get_agent(&claims.sub).await {
                 Ok(Some(a)) => self.learn(a).await,
-                _ => return self.invalid(None, RejectReason::UnknownAgent),
+                _ => return self.invalid(None, RejectReason::UnknownAgent, revocations_seen),
             },
         };
         let ledger = Ledger {
@@ -447,6 +458,7 @@ impl Engine {
             result,
             failure_reason: Some(reason),
             valid: None,
+            revocations_seen,
         };
         if let Some(rev) = self.registry.revocation(&claims.sub) {
             return failed(
@@ -466,12 +478,13 @@ impl Engine {
             result: VerifyResult::Valid,
             failure_reason: None,
             valid: Some(ValidToken { token, agent }),
+            revocations_seen,
         }
     }
 
     /// An invalid token is recorded in the ledger of the agent it names when that agent
     /// exists (the owner sees forgery attempts), otherwise in the service's own ledger.
-    fn invalid(&self, sub: Option<&str>, reason: RejectReason) -> Checked {
+    fn invalid(&self, sub: Option<&str>, reason: RejectReason, revocations_seen: i64) -> Checked {
         let known = sub.and_then(|s| self.registry.agent(s).map(|a| (s, a)));
         let (ledger, agent_id) = match known {
             Some((s, a)) => (
@@ -494,6 +507,7 @@ impl Engine {
             result: VerifyResult::Invalid,
             failure_reason: Some(reason.describe().to_owned()),
             valid: None,
+            revocations_seen,
         }
     }
 }

@@ -2,14 +2,21 @@
 //! Both live in `DashMap`s that the verify path reads without locks or awaits. Entries
 //! never change once written (an agent's name, scopes and owner are fixed at registration;
 //! revocation only ever adds), so readers can never see a half-updated agent.
+//!
+//! Beside the index, `revocations_seen`: the revocation epoch (see `store::Revocations`) up
+//! to which every revocation is in the index. A verification reads it before it looks at the
+//! index and hands it to the audit writer with its entry, and the store re-checks a batch's
+//! `valid` entries agent by agent only when a revocation was committed above it.
 
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
 use dashmap::DashMap;
 
-use crate::domain::{KeyMode, Millis};
+use crate::domain::KeyMode;
 use crate::store::{AgentRecord, SharedStore};
 
 /// The fixed facts about an agent that verification uses.
@@ -42,6 +49,8 @@ pub struct Revoked {
 pub struct Registry {
     agents: DashMap<String, Arc<AgentEntry>>,
     revoked: DashMap<String, Revoked>,
+    /// Every revocation with an epoch up to this one is in `revoked`.
+    revocations_seen: AtomicI64,
 }
 
 impl Registry {
@@ -51,6 +60,17 @@ impl Registry {
 
     pub fn revocation(&self, id: &str) -> Option<Revoked> {
         self.revoked.get(id).map(|r| r.value().clone())
+    }
+
+    /// The epoch up to which every revocation is in the index. Read it before looking an
+    /// agent up: a revocation the look-up missed then has a higher epoch.
+    pub fn revocations_seen(&self) -> i64 {
+        self.revocations_seen.load(Ordering::Acquire)
+    }
+
+    /// Only once every revocation up to `epoch` is in the index (it never moves back).
+    pub(super) fn advance_revocations_seen(&self, epoch: i64) {
+        self.revocations_seen.fetch_max(epoch, Ordering::Release);
     }
 
     /// Adds what the store says about an agent (registration, load, or a cold miss).
@@ -79,6 +99,42 @@ impl Registry {
     }
 }
 
+/// Where `revocations_seen` stands, and the epochs above it already in the index. It moves
+/// only over an unbroken run of epochs: this instance's revocations arrive with their epochs,
+/// possibly out of order, and another instance's fill the gaps only when a resync reads them.
+#[derive(Debug, Default)]
+struct EpochWatermark {
+    seen: i64,
+    /// In the index, but above `seen` with a gap below them.
+    ahead: BTreeSet<i64>,
+}
+
+impl EpochWatermark {
+    /// The revocation with this epoch is in the index. Returns the watermark.
+    fn add(&mut self, epoch: i64) -> i64 {
+        if epoch > self.seen {
+            self.ahead.insert(epoch);
+        }
+        self.close_gaps()
+    }
+
+    /// Every revocation up to `epoch` is in the index. Returns the watermark.
+    fn reach(&mut self, epoch: i64) -> i64 {
+        self.seen = self.seen.max(epoch);
+        let seen = self.seen;
+        self.ahead.retain(|&e| e > seen);
+        self.close_gaps()
+    }
+
+    fn close_gaps(&mut self) -> i64 {
+        while self.ahead.first() == Some(&(self.seen + 1)) {
+            self.ahead.pop_first();
+            self.seen += 1;
+        }
+        self.seen
+    }
+}
+
 /// The registry supervisor: the one writer of the registry. Registrations, revocations and
 /// cold-miss loads go through its mailbox (so they apply in order); every few seconds it also
 /// pulls revocations committed by other instances. Readers use the shared maps directly.
@@ -86,19 +142,22 @@ pub struct RegistrySupervisor {
     registry: Arc<Registry>,
     store: SharedStore,
     resync_every: Duration,
-    /// Revocations at or after this time are pulled on the next resync.
-    watermark: Millis,
+    epochs: EpochWatermark,
     resyncing: bool,
 }
 
 impl RegistrySupervisor {
+    /// Takes over `revocations_seen` as the registry holds it (set by the initial load).
     pub fn start(registry: Arc<Registry>, store: SharedStore, resync_every: Duration) -> Addr<Self> {
-        let watermark = Millis::now();
+        let epochs = EpochWatermark {
+            seen: registry.revocations_seen(),
+            ahead: BTreeSet::new(),
+        };
         actix::Supervisor::start(move |_| RegistrySupervisor {
             registry,
             store,
             resync_every,
-            watermark,
+            epochs,
             resyncing: false,
         })
     }
@@ -121,21 +180,22 @@ impl RegistrySupervisor {
             return;
         }
         self.resyncing = true;
-        // Overlap windows a little: clocks of instances differ, and marking twice is harmless.
-        let since = Millis(self.watermark.0 - 5_000);
-        let started = Millis::now();
+        // Revocations at or below the watermark are in the index; ask for the others. Any
+        // that this instance learns of meanwhile are marked twice, which is harmless.
+        let after = self.epochs.seen;
         let store = self.store.clone();
         ctx.spawn(
-            async move { store.revoked_since(since).await }
+            async move { store.revocations_after(after).await }
                 .into_actor(self)
                 .map(move |res, act, _| {
                     act.resyncing = false;
                     match res {
-                        Ok(revoked) => {
-                            for (id, reason) in revoked {
+                        Ok(r) => {
+                            for (id, reason) in r.revoked {
                                 act.registry.mark_revoked(&id, reason);
                             }
-                            act.watermark = started;
+                            let seen = act.epochs.reach(r.epoch);
+                            act.registry.advance_revocations_seen(seen);
                         }
                         Err(e) => tracing::warn!(error = %e, "revocation resync failed; retrying"),
                     }
@@ -174,12 +234,13 @@ impl Handler<Learn> for RegistrySupervisor {
     }
 }
 
-/// Records a committed revocation.
+/// Records a committed revocation, with its epoch when the store gave one.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct MarkRevoked {
     pub id: String,
     pub reason: Option<String>,
+    pub epoch: Option<i64>,
 }
 
 impl Handler<MarkRevoked> for RegistrySupervisor {
@@ -187,5 +248,28 @@ impl Handler<MarkRevoked> for RegistrySupervisor {
 
     fn handle(&mut self, msg: MarkRevoked, _: &mut Self::Context) {
         self.registry.mark_revoked(&msg.id, msg.reason);
+        if let Some(epoch) = msg.epoch {
+            let seen = self.epochs.add(epoch);
+            self.registry.advance_revocations_seen(seen);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EpochWatermark;
+
+    #[test]
+    fn the_watermark_moves_only_over_an_unbroken_run_of_epochs() {
+        let mut w = EpochWatermark::default();
+        assert_eq!(w.add(2), 0, "epoch 1 is missing");
+        assert_eq!(w.add(4), 0);
+        assert_eq!(w.add(1), 2, "1 and 2 are in, 3 is not");
+        assert_eq!(w.add(2), 2, "an epoch seen twice changes nothing");
+        assert_eq!(w.reach(3), 4, "a resync that read up to 3 joins the 4 held ahead");
+        assert_eq!(w.reach(1), 4, "it never moves back");
+        assert_eq!(w.add(6), 4);
+        assert_eq!(w.reach(7), 7, "a resync past what is held ahead drops it");
+        assert!(w.ahead.is_empty());
     }
 }

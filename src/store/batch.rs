@@ -23,6 +23,18 @@ pub fn valid_agent_ids(entries: &[AuditEntry]) -> Vec<String> {
     ids.into_iter().map(str::to_owned).collect()
 }
 
+/// The lowest revocation epoch the checks of the `valid` entries had seen (`i64::MAX` when
+/// there are none): a revocation committed with a higher epoch may be missing from one of
+/// their checks, so the store must then re-check them agent by agent.
+pub fn revocations_seen(entries: &[AuditEntry]) -> i64 {
+    entries
+        .iter()
+        .filter(|e| e.result == VerifyResult::Valid)
+        .map(|e| e.revocations_seen)
+        .min()
+        .unwrap_or(i64::MAX)
+}
+
 /// Turns `valid` entries of agents the store knows as revoked into `revoked` ones. This is
 /// what makes a revocation committed by another instance binding before an answer is sent.
 pub fn apply_revocations(entries: &mut [AuditEntry], revoked: &HashMap<String, Option<String>>) {
@@ -81,6 +93,7 @@ mod tests {
             failure_reason: None,
             latency_us: 5,
             requested_at: Millis(1),
+            revocations_seen: 0,
         }
     }
 

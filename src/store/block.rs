@@ -340,6 +340,7 @@ mod tests {
                 failure_reason: (i % 4 != 0).then(|| format!("reason {i} ü")),
                 latency_us: i as i64,
                 requested_at: Millis(1_000 + i as i64),
+                revocations_seen: 0,
             })
             .collect()
     }

@@ -26,6 +26,9 @@ pub const AGENT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, descript
      ORDER BY c.first_seq DESC LIMIT 1), 0) \
     AS verification_count";
 
+/// How many columns `AGENT_COLUMNS` selects (the length of `AgentRow`).
+pub const AGENT_COLUMN_COUNT: usize = 13;
+
 pub type AgentRow = (
     String,
     String,
@@ -430,8 +433,9 @@ macro_rules! shared_store_methods {
             id: &'a str,
             at: Millis,
             reason: Option<&'a str>,
-        ) -> StoreFuture<'a, Option<AgentRecord>> {
+        ) -> StoreFuture<'a, Option<(AgentRecord, Option<i64>)>> {
             Box::pin(async move {
+                // The trigger of migration 0004 moves the revocation epoch and stamps it.
                 sqlx::query(
                     "UPDATE agents SET revoked_at = $2, revocation_reason = $3 \
                      WHERE id = $1 AND revoked_at IS NULL",
@@ -441,19 +445,42 @@ macro_rules! shared_store_methods {
                 .bind(reason)
                 .execute(&self.pool)
                 .await?;
-                self.get_agent(id).await
+                use sqlx::{FromRow, Row};
+                let row = sqlx::query(&format!(
+                    "SELECT {}, revoked_epoch FROM agents WHERE id = $1",
+                    common::AGENT_COLUMNS
+                ))
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?;
+                let Some(row) = row else { return Ok(None) };
+                // The agent's columns come first, as `get_agent` reads them; the stamp last.
+                let epoch: Option<i64> = row.try_get(common::AGENT_COLUMN_COUNT)?;
+                let agent = common::agent_from_row(common::AgentRow::from_row(&row)?)?;
+                Ok(Some((agent, epoch)))
             })
         }
 
-        fn revoked_since(&self, since: Millis) -> StoreFuture<'_, Vec<(String, Option<String>)>> {
+        fn revocations_after(&self, after: i64) -> StoreFuture<'_, crate::store::Revocations> {
             Box::pin(async move {
-                let rows: Vec<(String, Option<String>)> = sqlx::query_as(
-                    "SELECT id, revocation_reason FROM agents WHERE revoked_at >= $1 AND revoked_at IS NOT NULL",
+                // One statement, so the epoch and the list come from the same snapshot; the
+                // epoch's row is the one without an agent id.
+                let rows: Vec<(Option<String>, Option<String>, i64)> = sqlx::query_as(
+                    "SELECT CAST(NULL AS TEXT), CAST(NULL AS TEXT), epoch FROM revocation_epoch WHERE id = 1 \
+                     UNION ALL \
+                     SELECT id, revocation_reason, revoked_epoch FROM agents WHERE revoked_epoch > $1",
                 )
-                .bind(since.0)
+                .bind(after)
                 .fetch_all(&self.pool)
                 .await?;
-                Ok(rows)
+                let mut out = crate::store::Revocations::default();
+                for (id, reason, epoch) in rows {
+                    match id {
+                        Some(id) => out.revoked.push((id, reason)),
+                        None => out.epoch = epoch,
+                    }
+                }
+                Ok(out)
             })
         }
 

@@ -21,6 +21,11 @@ pub const SQLITE: Embedded = &[
         "audit blocks",
         include_str!("../../migrations/sqlite/0003_audit_blocks.sql"),
     ),
+    (
+        4,
+        "revocation epoch",
+        include_str!("../../migrations/sqlite/0004_revocation_epoch.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (1, "init", include_str!("../../migrations/postgres/0001_init.sql")),
@@ -33,6 +38,11 @@ pub const POSTGRES: Embedded = &[
         3,
         "audit blocks",
         include_str!("../../migrations/postgres/0003_audit_blocks.sql"),
+    ),
+    (
+        4,
+        "revocation epoch",
+        include_str!("../../migrations/postgres/0004_revocation_epoch.sql"),
     ),
 ];
 

@@ -206,20 +206,24 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Records a newly issued token; false (and no change) when the agent is revoked or missing.
     fn renew_token<'a>(&'a self, id: &'a str, issued_at: Millis, expires_at: Millis)
         -> StoreFuture<'a, bool>;
-    /// Revokes once; a second call changes nothing. Returns the agent as stored afterwards.
+    /// Revokes once; a second call changes nothing. Returns the agent as stored afterwards,
+    /// with the revocation epoch its revocation was stamped with (none for an agent revoked
+    /// before the store had epochs).
     fn revoke_agent<'a>(
         &'a self,
         id: &'a str,
         at: Millis,
         reason: Option<&'a str>,
-    ) -> StoreFuture<'a, Option<AgentRecord>>;
+    ) -> StoreFuture<'a, Option<(AgentRecord, Option<i64>)>>;
 
-    /// Agents revoked at or after `since` (for instances to learn each other's revocations).
-    fn revoked_since(&self, since: Millis) -> StoreFuture<'_, Vec<(String, Option<String>)>>;
+    /// The committed revocation epoch and every agent revoked with a higher epoch than
+    /// `after`, read in one snapshot (for instances to learn each other's revocations).
+    fn revocations_after(&self, after: i64) -> StoreFuture<'_, Revocations>;
 
-    /// Appends a batch in one transaction: re-checks revocation of `valid` entries inside it,
-    /// chains each ledger, updates the counters. Returns the records
-    /// in entry order, as committed.
+    /// Appends a batch in one transaction: re-checks revocation of `valid` entries inside it
+    /// (agent by agent only when a revocation was committed with a higher epoch than the
+    /// lowest `revocations_seen` of those entries), chains each ledger, updates the counters.
+    /// Returns the records in entry order, as committed.
     fn append_audit(&self, entries: Vec<AuditEntry>) -> StoreFuture<'_, Vec<AuditRecord>>;
     /// A page of a ledger, newest first, with the exact total of matching records.
     fn read_log<'a>(&'a self, q: LogQuery<'a>) -> StoreFuture<'a, LogPage>;
@@ -235,6 +239,18 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 }
 
 pub type SharedStore = Arc<dyn Store>;
+
+/// What the store knows of revocations after a given epoch. Every revocation moves the
+/// store's revocation epoch by one in its own transaction and is stamped with the new value
+/// (a trigger does both, migration 0004), so an instance that holds every revocation up to
+/// epoch K in memory knows that nothing was revoked since while the epoch is still K.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Revocations {
+    /// The committed epoch: no revocation has a higher one.
+    pub epoch: i64,
+    /// Agents revoked with an epoch above the one asked about, with their reasons.
+    pub revoked: Vec<(String, Option<String>)>,
+}
 
 /// Tuning that is the operator's to set.
 #[derive(Debug, Clone)]

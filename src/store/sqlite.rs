@@ -64,8 +64,17 @@ impl SqliteStore {
         // IMMEDIATE takes the write lock up front, so the heads read below cannot go stale.
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
 
+        // Entries whose checks had seen every revocation committed so far need no look-up.
+        let (epoch,): (i64,) = sqlx::query_as("SELECT epoch FROM revocation_epoch WHERE id = 1")
+            .fetch_one(&mut *tx)
+            .await?;
+        let recheck = if epoch > batch::revocations_seen(&entries) {
+            batch::valid_agent_ids(&entries)
+        } else {
+            Vec::new()
+        };
         let mut revoked = HashMap::new();
-        for chunk in batch::valid_agent_ids(&entries).chunks(IN_CHUNK) {
+        for chunk in recheck.chunks(IN_CHUNK) {
             let params = (1..=chunk.len())
                 .map(|i| format!("${i}"))
                 .collect::<Vec<_>>()

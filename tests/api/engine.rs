@@ -59,6 +59,72 @@ async fn after_revoke_answers_no_verification_is_valid() {
     );
 }
 
+/// A revocation this instance did not make (another instance's; an older binary's or a
+/// hand-written UPDATE takes the same path) is not in its index, so its checks pass: the
+/// audit statement must catch it on the very next verify. The revocation epoch lets batches
+/// skip that look-up only while nothing was revoked beyond what the index holds.
+#[actix_web::test]
+async fn a_revocation_made_elsewhere_is_honoured_on_the_next_verify() {
+    let app = spawn_app_with(Options {
+        tweak: Box::new(|c| c.engine.registry_resync = Duration::from_millis(200)),
+        ..Options::unlimited()
+    })
+    .await;
+    let registry = app.engine.registry();
+    let (local, local_token) = app.agent().await;
+    let (remote, remote_token) = app.agent().await;
+    let (_, bystander_token) = app.agent().await;
+    for t in [&local_token, &remote_token, &bystander_token] {
+        assert_eq!(app.verify_as_receiver(t).await.json()["valid"], true);
+    }
+    assert_eq!(app.revoke(&local, Some("here")).await.status, 200);
+    assert_eq!(
+        registry.revocations_seen(),
+        1,
+        "a revoke answers after its epoch is in the watermark"
+    );
+
+    let other = agentid::store::connect(&app.db.url, &Default::default())
+        .await
+        .unwrap();
+    let (_, epoch) = other
+        .revoke_agent(&remote, agentid::domain::Millis::now(), Some("elsewhere"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(epoch, Some(2));
+    assert!(registry.revocation(&remote).is_none(), "not known here yet");
+    let res = app.verify_as_receiver(&remote_token).await;
+    assert_eq!(res.json(), json!({"valid": false, "error": "TOKEN_REVOKED"}));
+    assert_eq!(
+        app.verify_as_receiver(&bystander_token).await.json()["valid"],
+        true
+    );
+    let log = app
+        .get(&format!("/v1/log?agent_id={remote}&limit=1"), Some(app.secret()))
+        .await
+        .json();
+    assert_eq!(log["data"][0]["result"], "revoked");
+    assert_eq!(log["data"][0]["failure_reason"], "agent revoked: elsewhere");
+
+    // The resync brings the watermark to the store's epoch; batches skip the look-ups again.
+    for _ in 0..50 {
+        if registry.revocations_seen() == 2 {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(registry.revocations_seen(), 2);
+    for t in [&local_token, &remote_token] {
+        assert_eq!(app.verify_as_receiver(t).await.json()["valid"], false);
+    }
+    assert_eq!(
+        app.verify_as_receiver(&bystander_token).await.json()["valid"],
+        true
+    );
+    other.close().await;
+}
+
 #[actix_web::test]
 async fn a_crashing_writer_is_restarted_and_loses_no_acknowledged_record() {
     let app = spawn_app_with(Options::unlimited()).await;

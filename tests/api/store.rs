@@ -34,6 +34,7 @@ fn entry(ledger: &Ledger, agent: &str, result: VerifyResult) -> AuditEntry {
         failure_reason: (result != VerifyResult::Valid).then(|| "why".to_owned()),
         latency_us: 7,
         requested_at: Millis::now(),
+        revocations_seen: 0,
     }
 }
 
@@ -47,24 +48,39 @@ async fn agents_round_trip_revoke_once_and_refuse_renewal_when_revoked() {
     assert_eq!(s.get_agent(&a.id).await.unwrap(), Some(a.clone()));
     assert!(s.insert_agent(&a).await.is_err(), "ids are unique");
     assert!(s.renew_token(&a.id, Millis(5000), Millis(9000)).await.unwrap());
-    let first = s
+    assert_eq!(s.revocations_after(0).await.unwrap(), Default::default());
+    let (first, first_epoch) = s
         .revoke_agent(&a.id, Millis(10), Some("r1"))
         .await
         .unwrap()
         .unwrap();
     assert_eq!(
-        (first.revoked_at, first.revocation_reason.as_deref()),
-        (Some(Millis(10)), Some("r1"))
+        (first.revoked_at, first.revocation_reason.as_deref(), first_epoch),
+        (Some(Millis(10)), Some("r1"), Some(1)),
+        "the first revocation moves the epoch from 0 to 1 and is stamped with it"
     );
-    let second = s
+    let (second, second_epoch) = s
         .revoke_agent(&a.id, Millis(20), Some("r2"))
         .await
         .unwrap()
         .unwrap();
     assert_eq!(
-        (second.revoked_at, second.revocation_reason.as_deref()),
-        (Some(Millis(10)), Some("r1"))
+        (
+            second.revoked_at,
+            second.revocation_reason.as_deref(),
+            second_epoch
+        ),
+        (Some(Millis(10)), Some("r1"), Some(1)),
+        "a second revoke changes nothing, the epoch included"
     );
+    let after = |epoch| s.revocations_after(epoch);
+    assert_eq!(after(1).await.unwrap().epoch, 1);
+    assert_eq!(
+        after(0).await.unwrap().revoked,
+        [(a.id.clone(), Some("r1".to_owned()))]
+    );
+    assert!(after(1).await.unwrap().revoked.is_empty());
+    assert_eq!(after(i64::MAX).await.unwrap().epoch, 1);
     assert!(!s.renew_token(&a.id, Millis(30), Millis(40)).await.unwrap());
     assert_eq!(
         s.get_agent(&a.id).await.unwrap().unwrap().expires_at,
@@ -222,6 +238,66 @@ async fn organizations_and_keys_round_trip() {
     assert!(s.find_key(&hash).await.unwrap().unwrap().disabled);
     assert!(!s.disable_key(&[0u8; 32], Millis(1)).await.unwrap());
     assert_eq!(s.count_orgs().await.unwrap(), 1);
+}
+
+/// The revocation epoch lets a batch skip its per-agent revocation look-ups, and only then:
+/// an entry whose check had seen the store's epoch vouches that the caller's index held every
+/// revocation up to it; one entry that had seen less makes the store look every valid entry's
+/// agent up again.
+#[actix_web::test]
+async fn batches_recheck_revocation_only_when_a_check_could_have_missed_one() {
+    let app = spawn_app().await;
+    let s = &app.store;
+    let org = app.org.org_id.clone();
+    let live = Ledger {
+        org_id: org.clone(),
+        mode: KeyMode::Live,
+    };
+    let (a, b) = (
+        agent("agt_01ffffffffffffffffffffffff", &org),
+        agent("agt_01gggggggggggggggggggggggg", &org),
+    );
+    s.insert_agent(&a).await.unwrap();
+    s.insert_agent(&b).await.unwrap();
+    let (_, epoch) = s
+        .revoke_agent(&a.id, Millis(5), Some("stolen"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(epoch, Some(1));
+    let seen = |agent: &str, epoch| AuditEntry {
+        revocations_seen: epoch,
+        ..entry(&live, agent, VerifyResult::Valid)
+    };
+    let results = |recs: Vec<agentid::domain::audit::AuditRecord>| {
+        recs.into_iter().map(|r| r.result).collect::<Vec<_>>()
+    };
+    let recs = s
+        .append_audit(vec![seen(&a.id, 1), seen(&b.id, 1)])
+        .await
+        .unwrap();
+    assert_eq!(
+        results(recs),
+        [VerifyResult::Valid, VerifyResult::Valid],
+        "taken as checked: not looked up"
+    );
+    let recs = s
+        .append_audit(vec![seen(&a.id, 1), seen(&b.id, 0)])
+        .await
+        .unwrap();
+    assert_eq!(results(recs), [VerifyResult::Revoked, VerifyResult::Valid]);
+    // Another revocation moves the epoch past what the first entries had seen.
+    s.revoke_agent(&b.id, Millis(6), None).await.unwrap();
+    let recs = s
+        .append_audit(vec![seen(&a.id, 1), seen(&b.id, 1)])
+        .await
+        .unwrap();
+    assert_eq!(results(recs), [VerifyResult::Revoked, VerifyResult::Revoked]);
+    let recs = s
+        .append_audit(vec![seen(&a.id, 2), seen(&b.id, 2)])
+        .await
+        .unwrap();
+    assert_eq!(results(recs), [VerifyResult::Valid, VerifyResult::Valid]);
 }
 
 #[actix_web::test]
