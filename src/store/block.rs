@@ -10,13 +10,33 @@
 //! filtered by agent or result walks only blocks holding a match, and every total is the
 //! running count of the newest such row.
 //!
-//! The encoding of `records` (version 1), per record in sequence order: result (u8), then
-//! `id`, `agent_id` (u32 little-endian length, UTF-8 bytes), failure reason (u8 0 = none,
-//! 1 = a length-prefixed string follows), `latency_us` and `requested_at` (i64 little-endian),
-//! `hash` (32 bytes). Org, mode and `seq` come from the row; a record's `prev_hash` is the
-//! previous record's `hash` (the block's `prev_hash` for the first), so a block stores every
-//! link of its chain once and an edited record still breaks the chain at the next one.
+//! The encoding of `records` starts with its version byte. Version 2 (written since the
+//! eighth session) stores a hot block in well under half the bytes of version 1, so a full
+//! block of one agent (~7 kB) stays in its row instead of going to the TOAST table (whose
+//! chunks, index entries and bytes were ~15 % of PostgreSQL's CPU per hot batch; see
+//! load/README.md), and the audit log takes less than half the disk:
+//! - a string table: a varint count, then each distinct agent id and failure reason of the
+//!   block once, in first-use order, as a *text*;
+//! - per record in sequence order: a tag byte (bits 0–1 the result index, bit 2 set when a
+//!   failure reason follows; other bits must be 0), the `id` as a text, the agent id's table
+//!   index (varint), the failure reason's table index (varint, only with bit 2),
+//!   `latency_us` (zigzag varint), `requested_at` as a zigzag varint of its difference from
+//!   the previous record's (the first's from 0, wrapping), and `hash` (32 bytes).
+//!
+//! A *text* is a kind byte: 1 = `agt_` and 2 = `log_` followed by the 16 bytes of a ULID
+//! whose lower-case form is the rest of the string (checked when written, so every text
+//! reads back byte for byte), 0 = a varint length and that many UTF-8 bytes (any other
+//! string). Varints are LEB128, at most 10 bytes.
+//!
+//! Version 1 (still read): per record, result (u8), then `id`, `agent_id` (u32 little-endian
+//! length, UTF-8 bytes), failure reason (u8 0 = none, 1 = a length-prefixed string follows),
+//! `latency_us` and `requested_at` (i64 little-endian), `hash` (32 bytes).
+//!
+//! In both, org, mode and `seq` come from the row; a record's `prev_hash` is the previous
+//! record's `hash` (the block's `prev_hash` for the first), so a block stores every link of
+//! its chain once and an edited record still breaks the chain at the next one.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use crate::domain::audit::AuditRecord;
@@ -28,7 +48,15 @@ use super::StoreError;
 /// `limit + 2` blocks) while a block still spreads its row costs over many records.
 pub const BLOCK_MAX: usize = 128;
 
-const VERSION: u8 = 1;
+const V1: u8 = 1;
+const V2: u8 = 2;
+
+/// Kinds of a version 2 text (see the module documentation).
+const TEXT_RAW: u8 = 0;
+const ULID_TEXTS: [(u8, &str); 2] = [(1, "agt_"), (2, "log_")];
+/// Version 2 tag bits: the result index, and whether a failure reason follows.
+const TAG_RESULT: u8 = 0b011;
+const TAG_REASON: u8 = 0b100;
 
 /// Running totals of a ledger or an agent, indexed by [`result_index`].
 pub type Totals = [i64; 4];
@@ -144,7 +172,7 @@ pub fn plan(records: &[AuditRecord], heads: &mut Heads) -> Vec<Block> {
                 last_hash: chunk[chunk.len() - 1].hash,
                 results,
                 totals: *running,
-                records: encode(chunk.iter().copied()),
+                records: encode(chunk),
                 agents: agents
                     .into_iter()
                     .map(|(agent_id, (results, delta))| BlockAgent {
@@ -161,30 +189,81 @@ pub fn plan(records: &[AuditRecord], heads: &mut Heads) -> Vec<Block> {
     blocks
 }
 
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-    out.extend_from_slice(s.as_bytes());
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
 }
 
-/// The `records` bytes of consecutive records of one ledger.
-pub fn encode<'a>(records: impl Iterator<Item = &'a AuditRecord>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(BLOCK_MAX * 96);
-    out.push(VERSION);
-    for r in records {
-        out.push(result_index(r.result) as u8);
-        put_str(&mut out, &r.id);
-        put_str(&mut out, &r.agent_id);
-        match &r.failure_reason {
-            None => out.push(0),
-            Some(reason) => {
-                out.push(1);
-                put_str(&mut out, reason);
-            }
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    (v >> 1) as i64 ^ -((v & 1) as i64)
+}
+
+/// The kind and 16 bytes of `s` when it is a known prefix and a ULID whose lower-case form is
+/// exactly the rest (what `new_id` makes); `None` keeps any other string as it is.
+fn ulid_text(s: &str) -> Option<(u8, [u8; 16])> {
+    let (kind, prefix) = ULID_TEXTS.into_iter().find(|(_, p)| s.starts_with(p))?;
+    let rest = &s[prefix.len()..];
+    let ulid = ulid::Ulid::from_string(rest).ok()?;
+    let mut buf = [0u8; ulid::ULID_LEN];
+    let again = ulid.array_to_str(&mut buf);
+    again.make_ascii_lowercase();
+    (again == rest).then_some((kind, ulid.to_bytes()))
+}
+
+fn put_text(out: &mut Vec<u8>, s: &str) {
+    match ulid_text(s) {
+        Some((kind, bytes)) => {
+            out.push(kind);
+            out.extend_from_slice(&bytes);
         }
-        out.extend_from_slice(&r.latency_us.to_le_bytes());
-        out.extend_from_slice(&r.requested_at.0.to_le_bytes());
-        out.extend_from_slice(&r.hash);
+        None => {
+            out.push(TEXT_RAW);
+            put_varint(out, s.len() as u64);
+            out.extend_from_slice(s.as_bytes());
+        }
     }
+}
+
+/// The `records` bytes (version 2) of consecutive records of one ledger.
+pub fn encode(records: &[&AuditRecord]) -> Vec<u8> {
+    // Records first, into their own buffer, while the string table fills up.
+    let mut table: Vec<&str> = Vec::new();
+    let mut index: HashMap<&str, u64> = HashMap::new();
+    let mut intern = |s| {
+        *index.entry(s).or_insert_with(|| {
+            table.push(s);
+            table.len() as u64 - 1
+        })
+    };
+    let mut body = Vec::with_capacity(records.len() * 56);
+    let mut prev_time = 0i64;
+    for r in records {
+        let reason = r.failure_reason.as_deref();
+        body.push(result_index(r.result) as u8 | if reason.is_some() { TAG_REASON } else { 0 });
+        put_text(&mut body, &r.id);
+        put_varint(&mut body, intern(&r.agent_id));
+        if let Some(reason) = reason {
+            put_varint(&mut body, intern(reason));
+        }
+        put_varint(&mut body, zigzag(r.latency_us));
+        put_varint(&mut body, zigzag(r.requested_at.0.wrapping_sub(prev_time)));
+        prev_time = r.requested_at.0;
+        body.extend_from_slice(&r.hash);
+    }
+    let mut out = Vec::with_capacity(body.len() + 10 + table.iter().map(|s| s.len() + 2).sum::<usize>());
+    out.push(V2);
+    put_varint(&mut out, table.len() as u64);
+    for s in &table {
+        put_text(&mut out, s);
+    }
+    out.extend_from_slice(&body);
     out
 }
 
@@ -240,10 +319,150 @@ impl<'a> Reader<'a> {
         Ok(i64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
     }
 
+    /// A version 1 string: u32 little-endian length, UTF-8 bytes.
     fn str(&mut self) -> Result<&'a str, StoreError> {
         let len = u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes"));
-        std::str::from_utf8(self.take(len as usize)?).map_err(|_| corrupt("text is not UTF-8"))
+        self.utf8(len as usize)
     }
+
+    fn utf8(&mut self, len: usize) -> Result<&'a str, StoreError> {
+        std::str::from_utf8(self.take(len)?).map_err(|_| corrupt("text is not UTF-8"))
+    }
+
+    fn varint(&mut self) -> Result<u64, StoreError> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8()?;
+            if shift == 63 && b > 1 {
+                return Err(corrupt("varint overflow"));
+            }
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(corrupt("varint overflow"))
+    }
+
+    fn text(&mut self) -> Result<Text<'a>, StoreError> {
+        match self.u8()? {
+            TEXT_RAW => {
+                let len = usize::try_from(self.varint()?).map_err(|_| corrupt("text length"))?;
+                Ok(Text::Raw(self.utf8(len)?))
+            }
+            kind => {
+                let (_, prefix) = ULID_TEXTS
+                    .into_iter()
+                    .find(|(k, _)| *k == kind)
+                    .ok_or_else(|| corrupt("text kind"))?;
+                Ok(Text::Ulid(prefix, self.take(16)?.try_into().expect("16 bytes")))
+            }
+        }
+    }
+
+    /// A version 2 table index.
+    fn entry<'t>(&mut self, table: &'t [Cow<'a, str>]) -> Result<&'t str, StoreError> {
+        let i = usize::try_from(self.varint()?).ok();
+        i.and_then(|i| table.get(i))
+            .map(|s| s.as_ref())
+            .ok_or_else(|| corrupt("string table index"))
+    }
+
+    fn hash(&mut self) -> Result<[u8; 32], StoreError> {
+        Ok(self.take(32)?.try_into().expect("32 bytes"))
+    }
+
+    fn record_v1(&mut self) -> Result<Raw<'a, 'a>, StoreError> {
+        let result = result_at(self.u8()?)?;
+        let id = Text::Raw(self.str()?);
+        let agent_id = self.str()?;
+        let failure_reason = match self.u8()? {
+            0 => None,
+            1 => Some(self.str()?),
+            _ => return Err(corrupt("failure reason flag")),
+        };
+        Ok(Raw {
+            result,
+            id,
+            agent_id,
+            failure_reason,
+            latency_us: self.i64()?,
+            requested_at: self.i64()?,
+            hash: self.hash()?,
+        })
+    }
+
+    /// `prev_time`: the previous record's `requested_at` (0 before the first), moved on.
+    fn record_v2<'t>(
+        &mut self,
+        table: &'t [Cow<'a, str>],
+        prev_time: &mut i64,
+    ) -> Result<Raw<'a, 't>, StoreError> {
+        let tag = self.u8()?;
+        if tag & !(TAG_RESULT | TAG_REASON) != 0 {
+            return Err(corrupt("record tag"));
+        }
+        let result = result_at(tag & TAG_RESULT)?;
+        let id = self.text()?;
+        let agent_id = self.entry(table)?;
+        let failure_reason = match tag & TAG_REASON {
+            0 => None,
+            _ => Some(self.entry(table)?),
+        };
+        let latency_us = unzigzag(self.varint()?);
+        *prev_time = prev_time.wrapping_add(unzigzag(self.varint()?));
+        Ok(Raw {
+            result,
+            id,
+            agent_id,
+            failure_reason,
+            latency_us,
+            requested_at: *prev_time,
+            hash: self.hash()?,
+        })
+    }
+}
+
+fn result_at(code: u8) -> Result<VerifyResult, StoreError> {
+    VerifyResult::ALL
+        .get(code as usize)
+        .copied()
+        .ok_or_else(|| corrupt("result code"))
+}
+
+/// A decoded text, made into a `String` only for the records that are kept.
+enum Text<'a> {
+    Raw(&'a str),
+    /// A prefix and a ULID's bytes.
+    Ulid(&'static str, [u8; 16]),
+}
+
+impl Text<'_> {
+    fn to_cow(&self) -> Cow<'_, str> {
+        match *self {
+            Text::Raw(s) => Cow::Borrowed(s),
+            Text::Ulid(prefix, bytes) => {
+                let mut buf = [0u8; ulid::ULID_LEN];
+                let ulid = ulid::Ulid::from_bytes(bytes).array_to_str(&mut buf);
+                ulid.make_ascii_lowercase();
+                let mut s = String::with_capacity(prefix.len() + ulid::ULID_LEN);
+                s.push_str(prefix);
+                s.push_str(ulid);
+                Cow::Owned(s)
+            }
+        }
+    }
+}
+
+/// One record as read, borrowing from the block (`'a`) and its string table (`'t`).
+struct Raw<'a, 't> {
+    result: VerifyResult,
+    id: Text<'a>,
+    agent_id: &'t str,
+    failure_reason: Option<&'t str>,
+    latency_us: i64,
+    requested_at: i64,
+    hash: [u8; 32],
 }
 
 fn corrupt(what: &str) -> StoreError {
@@ -261,52 +480,58 @@ pub fn decode(
         bytes: &block.records,
         at: 0,
     };
-    if r.u8()? != VERSION {
-        return Err(corrupt("unknown version"));
-    }
+    let version = r.u8()?;
+    let table: Vec<Cow<'_, str>> = match version {
+        V1 => Vec::new(),
+        V2 => {
+            // Every entry takes at least two bytes, so a damaged count ends at the data's end.
+            let n = r.varint()?;
+            let mut table = Vec::new();
+            for _ in 0..n {
+                table.push(match r.text()? {
+                    Text::Raw(s) => Cow::Borrowed(s),
+                    ulid => Cow::Owned(ulid.to_cow().into_owned()),
+                });
+            }
+            table
+        }
+        _ => return Err(corrupt("unknown version")),
+    };
     let mut prev_hash: [u8; 32] = block
         .prev_hash
         .as_slice()
         .try_into()
         .map_err(|_| corrupt("prev_hash length"))?;
+    let mut prev_time = 0i64;
     let mut out = Vec::new();
     let mut seq = block.first_seq;
     while r.at < r.bytes.len() {
         if seq > block.last_seq {
             return Err(corrupt("more records than its sequence range"));
         }
-        let result = *VerifyResult::ALL
-            .get(r.u8()? as usize)
-            .ok_or_else(|| corrupt("result code"))?;
-        let id = r.str()?;
-        let agent_id = r.str()?;
-        let failure_reason = match r.u8()? {
-            0 => None,
-            1 => Some(r.str()?),
-            _ => return Err(corrupt("failure reason flag")),
+        let raw = match version {
+            V1 => r.record_v1()?,
+            _ => r.record_v2(&table, &mut prev_time)?,
         };
-        let latency_us = r.i64()?;
-        let requested_at = r.i64()?;
-        let hash: [u8; 32] = r.take(32)?.try_into().expect("32 bytes");
         if keep(&Probe {
             seq,
-            agent_id,
-            result,
+            agent_id: raw.agent_id,
+            result: raw.result,
         }) {
             out.push(AuditRecord {
                 ledger: ledger.clone(),
                 seq,
-                id: id.to_owned(),
-                agent_id: agent_id.to_owned(),
-                result,
-                failure_reason: failure_reason.map(str::to_owned),
-                latency_us,
-                requested_at: Millis(requested_at),
+                id: raw.id.to_cow().into_owned(),
+                agent_id: raw.agent_id.to_owned(),
+                result: raw.result,
+                failure_reason: raw.failure_reason.map(str::to_owned),
+                latency_us: raw.latency_us,
+                requested_at: Millis(raw.requested_at),
                 prev_hash,
-                hash,
+                hash: raw.hash,
             });
         }
-        prev_hash = hash;
+        prev_hash = raw.hash;
         seq = seq
             .checked_add(1)
             .ok_or_else(|| corrupt("sequence number overflow"))?;
@@ -476,11 +701,164 @@ mod tests {
                 "{first}..{last}"
             );
         }
+        // Any byte changed: decoded or refused, never a panic.
+        let ledger = &blocks[0].ledger;
+        for at in 0..good.records.len() {
+            for flip in [0x01, 0x80, 0xff] {
+                let mut b = good.clone();
+                b.records[at] ^= flip;
+                let _ = decode(ledger, &b, |_| true);
+            }
+        }
+        // Version 2's own checks: version byte, text kind, record tag, table index.
         let mut b = good.clone();
-        b.records[1] = 9;
-        assert!(decode(&blocks[0].ledger, &b, |_| true).is_err());
+        b.records[0] = 3;
+        assert!(decode(ledger, &b, |_| true).is_err(), "unknown version");
+        assert!((1..0x7f).contains(&good.records[1]), "a one-byte table count");
+        let mut b = good.clone();
+        b.records[2] = 7;
+        assert!(decode(ledger, &b, |_| true).is_err(), "text kind");
+        let first_record = table_end(&good.records);
+        let mut b = good.clone();
+        b.records[first_record] |= 0x80;
+        assert!(decode(ledger, &b, |_| true).is_err(), "record tag");
+        let mut b = good.clone();
+        // After the tag and the id (a `log_` ULID: kind and 16 bytes).
+        b.records[first_record + 18] = 0x7f;
+        assert!(decode(ledger, &b, |_| true).is_err(), "agent index");
+        // Version 1 blocks, as earlier builds wrote them.
         let mut b = good;
+        b.records = encode_v1(&records.iter().filter(|r| r.ledger == *ledger).collect::<Vec<_>>());
+        assert!(decode(ledger, &b, |_| true).is_ok());
+        b.records[1] = 9;
+        assert!(decode(ledger, &b, |_| true).is_err());
+        b.records[1] = 0;
         b.records[3] = 0xff;
-        assert!(decode(&blocks[0].ledger, &b, |_| true).is_err());
+        assert!(decode(ledger, &b, |_| true).is_err());
+    }
+
+    /// Where the first record starts in version 2 bytes whose table holds only raw texts
+    /// and agent ULIDs.
+    fn table_end(bytes: &[u8]) -> usize {
+        let mut r = Reader { bytes, at: 1 };
+        for _ in 0..r.varint().unwrap() {
+            r.text().unwrap();
+        }
+        r.at
+    }
+
+    /// Version 1, as builds before version 2 wrote it.
+    fn encode_v1(records: &[&AuditRecord]) -> Vec<u8> {
+        fn put_str(out: &mut Vec<u8>, s: &str) {
+            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            out.extend_from_slice(s.as_bytes());
+        }
+        let mut out = vec![V1];
+        for r in records {
+            out.push(result_index(r.result) as u8);
+            put_str(&mut out, &r.id);
+            put_str(&mut out, &r.agent_id);
+            match &r.failure_reason {
+                None => out.push(0),
+                Some(reason) => {
+                    out.push(1);
+                    put_str(&mut out, reason);
+                }
+            }
+            out.extend_from_slice(&r.latency_us.to_le_bytes());
+            out.extend_from_slice(&r.requested_at.0.to_le_bytes());
+            out.extend_from_slice(&r.hash);
+        }
+        out
+    }
+
+    #[test]
+    fn version_1_blocks_still_decode_to_the_same_records() {
+        let records = batch::seal(entries(40), &mut HashMap::new());
+        let blocks = plan(&records, &mut HashMap::new());
+        for b in &blocks {
+            let mine: Vec<&AuditRecord> = records.iter().filter(|r| r.ledger == b.ledger).collect();
+            let v1 = StoredBlock {
+                records: encode_v1(&mine),
+                ..stored(b)
+            };
+            assert_eq!(
+                decode(&b.ledger, &v1, |_| true).unwrap(),
+                decode(&b.ledger, &stored(b), |_| true).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn every_string_and_integer_reads_back_exactly() {
+        let upper = format!("log_{}", ulid::Ulid::new());
+        let ids = [
+            crate::domain::new_id(crate::domain::IdPrefix::Log),
+            upper.clone(),
+            "log_".into(),
+            "log_zzzzzzzzzzzzzzzzzzzzzzzzzz".into(),
+            "agt_7zzzzzzzzzzzzzzzzzzzzzzzzz".into(),
+            "legacy-id ü".into(),
+            String::new(),
+        ];
+        let agents = [
+            "agt_01jd0000000000000000000000",
+            "agt_01JD0000000000000000000000",
+            "",
+            "x",
+        ];
+        let extremes = [i64::MIN, -1, 0, 1, 127, 128, i64::MAX];
+        let entries: Vec<AuditEntry> = (0..ids.len() * extremes.len())
+            .map(|i| AuditEntry {
+                ledger: ledger("o1"),
+                agent_id: agents[i % agents.len()].into(),
+                result: VerifyResult::ALL[i % 4],
+                failure_reason: (i % 4 != 0).then(|| ["", "é \u{0}", "x"][i % 3].to_string()),
+                latency_us: extremes[i % extremes.len()],
+                requested_at: Millis(extremes[(i / 3) % extremes.len()]),
+                revocations_seen: 0,
+            })
+            .collect();
+        let mut records = batch::seal(entries, &mut HashMap::new());
+        for (i, r) in records.iter_mut().enumerate() {
+            r.id = ids[i % ids.len()].clone();
+        }
+        let blocks = plan(&records, &mut HashMap::new());
+        let decoded: Vec<_> = blocks
+            .iter()
+            .flat_map(|b| decode(&b.ledger, &stored(b), |_| true).unwrap())
+            .collect();
+        assert_eq!(decoded, records);
+        assert!(
+            decoded.iter().any(|r| r.id == upper),
+            "an upper-case ULID is kept as written"
+        );
+    }
+
+    #[test]
+    fn a_full_block_of_one_agent_fits_a_row() {
+        // PostgreSQL keeps a row in the table up to `toast_tuple_target` (8160 bytes, set by
+        // migration 3) and moves larger values to the TOAST table; a row's other columns take
+        // about 150 bytes.
+        let entries: Vec<AuditEntry> = (0..BLOCK_MAX)
+            .map(|i| AuditEntry {
+                ledger: ledger("org_01jd0000000000000000000000"),
+                agent_id: "agt_01jd0000000000000000000000".into(),
+                result: VerifyResult::Valid,
+                failure_reason: None,
+                latency_us: 1500 + i as i64,
+                requested_at: Millis(1_795_000_000_000 + i as i64 / 8),
+                revocations_seen: 0,
+            })
+            .collect();
+        let records = batch::seal(entries, &mut HashMap::new());
+        let blocks = plan(&records, &mut HashMap::new());
+        assert_eq!(blocks.len(), 1);
+        let (v2, v1) = (
+            blocks[0].records.len(),
+            encode_v1(&records.iter().collect::<Vec<_>>()).len(),
+        );
+        assert!(v2 + 150 < 8160, "{v2} bytes");
+        assert!(v2 * 2 < v1, "version 2 {v2} bytes, version 1 {v1}");
     }
 }

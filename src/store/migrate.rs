@@ -26,6 +26,11 @@ pub const SQLITE: Embedded = &[
         "revocation epoch",
         include_str!("../../migrations/sqlite/0004_revocation_epoch.sql"),
     ),
+    (
+        5,
+        "block encoding 2",
+        include_str!("../../migrations/sqlite/0005_block_encoding_2.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (1, "init", include_str!("../../migrations/postgres/0001_init.sql")),
@@ -43,6 +48,11 @@ pub const POSTGRES: Embedded = &[
         4,
         "revocation epoch",
         include_str!("../../migrations/postgres/0004_revocation_epoch.sql"),
+    ),
+    (
+        5,
+        "block encoding 2",
+        include_str!("../../migrations/postgres/0005_block_encoding_2.sql"),
     ),
 ];
 
