@@ -205,16 +205,34 @@ fn unzigzag(v: u64) -> i64 {
     (v >> 1) as i64 ^ -((v & 1) as i64)
 }
 
-/// The kind and 16 bytes of `s` when it is a known prefix and a ULID whose lower-case form is
-/// exactly the rest (what `new_id` makes); `None` keeps any other string as it is.
+/// The kind and 16 bytes of `s` when it is a known prefix and a ULID in the form `new_id`
+/// writes (26 characters of lower-case Crockford base32, the first at most `7`): each such
+/// string is the one text of its 128 bits, so it reads back exactly. `None` keeps any other
+/// string (upper case, another alphabet or length) as it is.
 fn ulid_text(s: &str) -> Option<(u8, [u8; 16])> {
     let (kind, prefix) = ULID_TEXTS.into_iter().find(|(_, p)| s.starts_with(p))?;
-    let rest = &s[prefix.len()..];
-    let ulid = ulid::Ulid::from_string(rest).ok()?;
-    let mut buf = [0u8; ulid::ULID_LEN];
-    let again = ulid.array_to_str(&mut buf);
-    again.make_ascii_lowercase();
-    (again == rest).then_some((kind, ulid.to_bytes()))
+    let rest = &s.as_bytes()[prefix.len()..];
+    if rest.len() != ulid::ULID_LEN || rest[0] > b'7' {
+        return None;
+    }
+    let mut v: u128 = 0;
+    for &c in rest {
+        v = v << 5 | u128::from(crockford_digit(c)?);
+    }
+    Some((kind, v.to_be_bytes()))
+}
+
+/// The value of a lower-case Crockford base32 digit (`0-9a-z` without `i l o u`).
+fn crockford_digit(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'h' => Some(c - b'a' + 10),
+        b'j' | b'k' => Some(c - b'j' + 18),
+        b'm' | b'n' => Some(c - b'm' + 20),
+        b'p'..=b't' => Some(c - b'p' + 22),
+        b'v'..=b'z' => Some(c - b'v' + 27),
+        _ => None,
+    }
 }
 
 fn put_text(out: &mut Vec<u8>, s: &str) {
@@ -231,32 +249,49 @@ fn put_text(out: &mut Vec<u8>, s: &str) {
     }
 }
 
+/// A block's string table as it is written: each distinct string once, in first-use order.
+#[derive(Default)]
+struct Strings<'r> {
+    table: Vec<&'r str>,
+    index: HashMap<&'r str, u64>,
+}
+
+impl<'r> Strings<'r> {
+    fn index(&mut self, s: &'r str) -> u64 {
+        *self.index.entry(s).or_insert_with(|| {
+            self.table.push(s);
+            self.table.len() as u64 - 1
+        })
+    }
+}
+
 /// The `records` bytes (version 2) of consecutive records of one ledger.
 pub fn encode(records: &[&AuditRecord]) -> Vec<u8> {
     // Records first, into their own buffer, while the string table fills up.
-    let mut table: Vec<&str> = Vec::new();
-    let mut index: HashMap<&str, u64> = HashMap::new();
-    let mut intern = |s| {
-        *index.entry(s).or_insert_with(|| {
-            table.push(s);
-            table.len() as u64 - 1
-        })
-    };
+    let mut strings = Strings::default();
+    // The agent of the previous record: a block is mostly runs of one agent.
+    let mut last_agent: Option<(&str, u64)> = None;
     let mut body = Vec::with_capacity(records.len() * 56);
     let mut prev_time = 0i64;
     for r in records {
         let reason = r.failure_reason.as_deref();
         body.push(result_index(r.result) as u8 | if reason.is_some() { TAG_REASON } else { 0 });
         put_text(&mut body, &r.id);
-        put_varint(&mut body, intern(&r.agent_id));
+        let agent = match last_agent {
+            Some((a, i)) if a == r.agent_id => i,
+            _ => strings.index(&r.agent_id),
+        };
+        last_agent = Some((&r.agent_id, agent));
+        put_varint(&mut body, agent);
         if let Some(reason) = reason {
-            put_varint(&mut body, intern(reason));
+            put_varint(&mut body, strings.index(reason));
         }
         put_varint(&mut body, zigzag(r.latency_us));
         put_varint(&mut body, zigzag(r.requested_at.0.wrapping_sub(prev_time)));
         prev_time = r.requested_at.0;
         body.extend_from_slice(&r.hash);
     }
+    let table = strings.table;
     let mut out = Vec::with_capacity(body.len() + 10 + table.iter().map(|s| s.len() + 2).sum::<usize>());
     out.push(V2);
     put_varint(&mut out, table.len() as u64);
@@ -833,6 +868,41 @@ mod tests {
             decoded.iter().any(|r| r.id == upper),
             "an upper-case ULID is kept as written"
         );
+    }
+
+    #[test]
+    fn ulid_texts_read_back_exactly_and_nothing_else_is_compacted() {
+        use rand::RngCore;
+        let mut rng = rand::thread_rng();
+        for i in 0..2000 {
+            let mut bytes = [0u8; 16];
+            rng.fill_bytes(&mut bytes);
+            if i < 2 {
+                bytes = [[0; 16], [0xff; 16]][i];
+            }
+            let mut buf = [0u8; ulid::ULID_LEN];
+            let text = ulid::Ulid::from_bytes(bytes).array_to_str(&mut buf);
+            let upper = format!("agt_{text}");
+            text.make_ascii_lowercase();
+            for (kind, prefix) in ULID_TEXTS {
+                let s = format!("{prefix}{text}");
+                assert_eq!(ulid_text(&s), Some((kind, bytes)), "{s}");
+                assert_eq!(Text::Ulid(prefix, bytes).to_cow(), s);
+            }
+            if upper[4..] != *text {
+                assert_eq!(ulid_text(&upper), None, "{upper}");
+            }
+        }
+        for other in [
+            "log_8zzzzzzzzzzzzzzzzzzzzzzzzz",
+            "log_01jd000000000000000000000",
+            "log_01jd00000000000000000000000",
+            "log_01jd000000000000000000000i",
+            "req_01jd0000000000000000000000",
+            "log_01jd00000000000000000000é",
+        ] {
+            assert_eq!(ulid_text(other), None, "{other}");
+        }
     }
 
     #[test]
