@@ -10,8 +10,8 @@
 //! filtered by agent or result walks only blocks holding a match, and every total is the
 //! running count of the newest such row.
 //!
-//! The encoding of `records` starts with its version byte. Version 2 (written since the
-//! eighth session) stores a hot block in well under half the bytes of version 1, so a full
+//! The encoding of `records` starts with its version byte. Version 2 (written since schema
+//! 5) stores a hot block in well under half the bytes of version 1, so a full
 //! block of one agent (~7 kB) stays in its row instead of going to the TOAST table (whose
 //! chunks, index entries and bytes were ~15 % of PostgreSQL's CPU per hot batch; see
 //! load/README.md), and the audit log takes less than half the disk:
@@ -472,8 +472,8 @@ enum Text<'a> {
     Ulid(&'static str, [u8; 16]),
 }
 
-impl Text<'_> {
-    fn to_cow(&self) -> Cow<'_, str> {
+impl<'a> Text<'a> {
+    fn to_cow(&self) -> Cow<'a, str> {
         match *self {
             Text::Raw(s) => Cow::Borrowed(s),
             Text::Ulid(prefix, bytes) => {
@@ -523,10 +523,7 @@ pub fn decode(
             let n = r.varint()?;
             let mut table = Vec::new();
             for _ in 0..n {
-                table.push(match r.text()? {
-                    Text::Raw(s) => Cow::Borrowed(s),
-                    ulid => Cow::Owned(ulid.to_cow().into_owned()),
-                });
+                table.push(r.text()?.to_cow());
             }
             table
         }
