@@ -1,11 +1,12 @@
 -- wrk script: GET /health with a key (the organization's "other" bucket, not the 20/min
 -- anonymous one). usage: wrk ... -s health.lua URL -- KEY
+-- The request is formatted once, as verify.lua's are.
 function init(args)
-  headers = { ["Authorization"] = "Bearer " .. args[1] }
+  req = wrk.format("GET", "/health", { ["Authorization"] = "Bearer " .. args[1] })
 end
 
 function request()
-  return wrk.format("GET", "/health", headers)
+  return req
 end
 
 function done(summary, latency, requests)
