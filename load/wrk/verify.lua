@@ -15,16 +15,16 @@ end
 -- session), which `/health`'s short request does not pay.
 function init(args)
   local headers = { ["Authorization"] = "Bearer " .. args[2] }
-  requests = {}
+  formatted = {}
   for token in io.lines(args[1]) do
-    requests[#requests + 1] = wrk.format("GET", "/v1/verify/" .. token, headers)
+    formatted[#formatted + 1] = wrk.format("GET", "/v1/verify/" .. token, headers)
   end
-  i = (id * math.floor(#requests / 8)) % #requests
+  i = (id * math.floor(#formatted / 8)) % #formatted
 end
 
 function request()
-  i = i % #requests + 1
-  return requests[i]
+  i = i % #formatted + 1
+  return formatted[i]
 end
 
 function done(summary, latency, requests)
