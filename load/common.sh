@@ -1,0 +1,42 @@
+# Sourced by load/cpu-per-request and load/instructions-per-request (set -euo pipefail, BIN,
+# PORT and NAME set first): a fresh PostgreSQL database with an enterprise organization (SK,
+# PK), a work directory (WORK), `start_server` / `stop_server`, and a hot token in
+# $WORK/hot.txt once `register_hot` ran. Everything is removed on exit.
+ADMIN=postgres://postgres@127.0.0.1:5432
+DB=agentid_${NAME}_$$
+URL=$ADMIN/$DB WORK=$(mktemp -d)
+psql "$ADMIN/postgres" -qc "CREATE DATABASE $DB"
+stop_server() {
+  if [ -n "${SPID:-}" ]; then kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null || true; fi
+  SPID=
+}
+cleanup() {
+  stop_server
+  psql "$ADMIN/postgres" -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+json() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
+ORG=$("$BIN" org create --name "$NAME" --plan enterprise --verify-limit 1000000000 \
+  --other-limit 1000000000 --database-url "$URL")
+SK=$(echo "$ORG" | json '["keys"]["secret_live"]')
+PK=$(echo "$ORG" | json '["keys"]["publishable_live"]')
+# Starts the server, under the command in the WRAP array if one is set (valgrind …), with
+# extra environment (KEY=VALUE …, overriding the defaults), and waits until it listens.
+start_server() {
+  : >"$WORK/out"
+  env DATABASE_URL="$URL" AGENTID_BIND="127.0.0.1:$PORT" AGENTID_METRICS_BIND=off RUST_LOG=warn \
+    AGENTID_SIGNING_KEY_FILE="$WORK/signing-key.pem" "$@" ${WRAP[@]+"${WRAP[@]}"} "$BIN" serve \
+    >"$WORK/out" 2>"$WORK/err" &
+  SPID=$!
+  until grep -q "listening on" "$WORK/out" 2>/dev/null; do
+    kill -0 "$SPID" 2>/dev/null || { echo "agentid did not start:" >&2; cat "$WORK/err" >&2; exit 1; }
+    sleep 0.1
+  done
+}
+# Registers one agent and writes its token to $WORK/hot.txt.
+register_hot() {
+  curl -sf -X POST -H "Authorization: Bearer $SK" -H 'content-type: application/json' \
+    -d "{\"name\":\"$NAME\",\"issuer_domain\":\"$NAME.example\",\"scopes\":[\"read:$NAME\"]}" \
+    "http://127.0.0.1:$PORT/v1/agents/register" | json '["token"]' >"$WORK/hot.txt"
+}
