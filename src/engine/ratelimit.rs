@@ -2,6 +2,8 @@
 //! per client IP for anonymous ones. The buckets are `governor` GCRA limiters with a burst of
 //! the per-minute limit: N calls pass at once, call N+1 waits for a cell to come back
 //! (one every 60/N seconds). The supervisor actor owns them and evicts idle buckets.
+//! The limiters run on the clock they are given: the monotonic default in the service, a
+//! fake one that tests move by hand.
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
@@ -56,36 +58,42 @@ pub struct Decision {
     pub retry_after: Option<u64>,
 }
 
-type Keyed<K> = RateLimiter<K, DashMapStateStore<K>, DefaultClock, StateInformationMiddleware>;
+type Keyed<K, C> = RateLimiter<K, DashMapStateStore<K>, C, StateInformationMiddleware>;
 
-fn limiter<K: std::hash::Hash + Eq + Clone>(per_minute: u32) -> Keyed<K> {
+fn limiter<K: std::hash::Hash + Eq + Clone, C: Clock + Clone>(per_minute: u32, clock: &C) -> Keyed<K, C> {
     let n = NonZeroU32::new(per_minute.max(1)).expect("positive");
-    RateLimiter::dashmap(Quota::per_minute(n)).with_middleware::<StateInformationMiddleware>()
+    RateLimiter::dashmap_with_clock(Quota::per_minute(n), clock.clone())
+        .with_middleware::<StateInformationMiddleware>()
 }
 
-pub struct RateLimits {
-    clock: DefaultClock,
-    anon_verify: Keyed<IpAddr>,
-    anon_other: Keyed<IpAddr>,
-    key_lookups: Keyed<IpAddr>,
+pub struct RateLimits<C: Clock = DefaultClock> {
+    clock: C,
+    anon_verify: Keyed<IpAddr, C>,
+    anon_other: Keyed<IpAddr, C>,
+    key_lookups: Keyed<IpAddr, C>,
     /// One keyed limiter per (class, per-minute limit); organizations are its keys. An
     /// organization whose plan changes moves to the limiter of its new limit.
-    orgs: DashMap<(Class, u32), Arc<Keyed<String>>>,
+    orgs: DashMap<(Class, u32), Arc<Keyed<String, C>>>,
 }
 
 impl Default for RateLimits {
     fn default() -> Self {
-        RateLimits {
-            clock: DefaultClock::default(),
-            anon_verify: limiter(ANON_VERIFY_PER_MINUTE),
-            anon_other: limiter(ANON_OTHER_PER_MINUTE),
-            key_lookups: limiter(KEY_LOOKUPS_PER_MINUTE),
-            orgs: DashMap::new(),
-        }
+        RateLimits::with_clock(DefaultClock::default())
     }
 }
 
-impl RateLimits {
+impl<C: Clock + Clone> RateLimits<C> {
+    /// Limiters on `clock` (its clones share its time).
+    pub fn with_clock(clock: C) -> Self {
+        RateLimits {
+            anon_verify: limiter(ANON_VERIFY_PER_MINUTE, &clock),
+            anon_other: limiter(ANON_OTHER_PER_MINUTE, &clock),
+            key_lookups: limiter(KEY_LOOKUPS_PER_MINUTE, &clock),
+            orgs: DashMap::new(),
+            clock,
+        }
+    }
+
     /// May this address have one more unknown key looked up in the store?
     pub fn check_key_lookup(&self, ip: IpAddr) -> Decision {
         self.decide(KEY_LOOKUPS_PER_MINUTE, self.key_lookups.check_key(&ip))
@@ -104,7 +112,7 @@ impl RateLimits {
                 let lim = self
                     .orgs
                     .entry((class, per_minute))
-                    .or_insert_with(|| Arc::new(limiter(per_minute)))
+                    .or_insert_with(|| Arc::new(limiter(per_minute, &self.clock)))
                     .clone();
                 // The map's shard lock is released before the check.
                 (per_minute, lim.check_key(&org_id.to_owned()))
@@ -116,10 +124,7 @@ impl RateLimits {
     fn decide(
         &self,
         limit: u32,
-        outcome: Result<
-            governor::middleware::StateSnapshot,
-            governor::NotUntil<governor::clock::QuantaInstant>,
-        >,
+        outcome: Result<governor::middleware::StateSnapshot, governor::NotUntil<C::Instant>>,
     ) -> Decision {
         let now_unix = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         let per_cell = Duration::from_secs(60) / limit.max(1);
@@ -201,11 +206,19 @@ impl actix::Supervised for RateLimitSupervisor {}
 
 #[cfg(test)]
 mod tests {
+    use governor::clock::FakeRelativeClock;
+
     use super::*;
+
+    /// Limits on a clock that moves only when the test moves it.
+    fn fake() -> (RateLimits<FakeRelativeClock>, FakeRelativeClock) {
+        let clock = FakeRelativeClock::default();
+        (RateLimits::with_clock(clock.clone()), clock)
+    }
 
     #[test]
     fn exactly_n_pass_then_refusal_with_retry_after() {
-        let limits = RateLimits::default();
+        let (limits, clock) = fake();
         let org = Caller::Org {
             org_id: "org_a",
             per_minute: 5,
@@ -219,7 +232,15 @@ mod tests {
         let refused = limits.check(org, Class::Other);
         assert!(!refused.allowed);
         assert_eq!(refused.remaining, 0);
-        assert!((1..=12).contains(&refused.retry_after.unwrap()));
+        assert_eq!(refused.retry_after, Some(12), "one cell every 60/5 s");
+        // A cell comes back 12 s after the first call, and only one.
+        clock.advance(Duration::from_millis(11_999));
+        assert!(!limits.check(org, Class::Other).allowed);
+        clock.advance(Duration::from_millis(1));
+        let back = limits.check(org, Class::Other);
+        assert!(back.allowed);
+        assert_eq!(back.remaining, 0);
+        assert!(!limits.check(org, Class::Other).allowed);
         // Buckets are per organization and per class.
         assert!(limits.check(org, Class::Verify).allowed);
         assert!(
@@ -237,7 +258,7 @@ mod tests {
 
     #[test]
     fn anonymous_callers_are_limited_per_address() {
-        let limits = RateLimits::default();
+        let (limits, _clock) = fake();
         let a = Caller::Anonymous("10.0.0.1".parse().unwrap());
         let b = Caller::Anonymous("10.0.0.2".parse().unwrap());
         for _ in 0..ANON_OTHER_PER_MINUTE {
@@ -250,7 +271,7 @@ mod tests {
 
     #[test]
     fn idle_buckets_are_evicted() {
-        let limits = RateLimits::default();
+        let (limits, clock) = fake();
         let ids: Vec<String> = (0..1000).map(|i| format!("org_{i}")).collect();
         for id in &ids {
             // At 6000/min a cell comes back every 10 ms: after one call the bucket is full
@@ -265,7 +286,11 @@ mod tests {
         }
         limits.check(Caller::Anonymous("10.0.0.9".parse().unwrap()), Class::Verify);
         assert_eq!(limits.tracked(), 1001);
-        std::thread::sleep(Duration::from_millis(50));
+        // 5 ms on, no organization's bucket is full yet.
+        clock.advance(Duration::from_millis(5));
+        limits.evict_idle();
+        assert_eq!(limits.tracked(), 1001);
+        clock.advance(Duration::from_millis(45));
         limits.evict_idle();
         assert_eq!(
             limits.tracked(),
