@@ -23,6 +23,21 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: String, source: std::io::Error },
+    #[error("cannot handle signals: {source}")]
+    Signals { source: std::io::Error },
+}
+
+/// Resolves at the first SIGTERM or SIGINT (handlers installed now, not at the first poll).
+fn stop_signal() -> std::io::Result<impl std::future::Future<Output = ()> + Send + 'static> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: stopping gracefully"),
+            _ = int.recv() => tracing::info!("SIGINT: stopping gracefully"),
+        }
+    })
 }
 
 pub struct Application {
@@ -74,16 +89,30 @@ impl Application {
             engine: engine.clone(),
             public_url: public_url.clone(),
         });
-        let mut server = HttpServer::new(move || http::app(state.clone()))
-            .shutdown_timeout(cfg.shutdown_timeout.as_secs())
-            .listen(listener)
-            .map_err(bind_err(&cfg.bind))?;
+        let mut server = HttpServer::new(move || {
+            // Runs on each worker as it starts: the first one hosts the audit writer.
+            state.engine.host_audit_writer_here();
+            http::app(state.clone())
+        })
+        .shutdown_timeout(cfg.shutdown_timeout.as_secs())
+        .listen(listener)
+        .map_err(bind_err(&cfg.bind))?;
         if let Some(n) = cfg.workers {
             server = server.workers(n.max(1));
         }
-        if !cfg.handle_signals {
-            server = server.disable_signals();
-        }
+        server = if cfg.handle_signals {
+            let stop = stop_signal().map_err(|source| StartError::Signals { source })?;
+            let engine = engine.clone();
+            // Graceful: accepting stops, the workers finish their requests, then stop.
+            server.shutdown_signal(async move {
+                stop.await;
+                // Before any worker stops: the one hosting the audit writer may be the first
+                // to finish, and the others' requests still need the writer.
+                engine.audit_writer_home().await;
+            })
+        } else {
+            server.disable_signals()
+        };
         let server = server.run();
         let metrics = match metrics_listener {
             Some((bind, listener)) => {

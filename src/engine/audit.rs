@@ -9,14 +9,25 @@
 //! parked (nothing queued, nothing in flight). Under load the writer is woken about once per
 //! flush instead of once per entry: its thread went from 24 % to 19 % of agentid's CPU under
 //! hot load (perf), agentid from ~38 to ~35 µs per verify (see load/README.md).
+//!
+//! Where the writer runs: it starts on a thread of its own (its fallback) and, when the HTTP
+//! server starts, moves to the first HTTP worker (`host_here`). There, the requests of that
+//! worker hand it entries and get its answers without waking another thread, and its
+//! database connections are driven by that worker's runtime too: on two shared cores every
+//! thread crossing is a wait for a core (load/README.md, eleventh session). A move happens
+//! between flushes, with the queue intact. When its host stops (shutdown, a worker that
+//! died), the writer is dropped there and starts again on its fallback with the queue
+//! intact; only a batch in flight at that moment is answered 503, as after a crash.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
+use actix::dev::ToEnvelope;
 use actix::prelude::*;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use tokio::sync::oneshot;
 
 use crate::domain::audit::{AuditEntry, AuditRecord};
@@ -32,6 +43,9 @@ pub struct WriterConfig {
     pub max_queue: usize,
     /// A flush that takes longer fails its batch.
     pub flush_timeout: Duration,
+    /// Whether the writer moves to the first HTTP worker when the server starts (else it
+    /// stays on its own thread).
+    pub on_http_worker: bool,
 }
 
 impl Default for WriterConfig {
@@ -41,6 +55,7 @@ impl Default for WriterConfig {
             linger: Duration::ZERO,
             max_queue: 65_536,
             flush_timeout: Duration::from_secs(10),
+            on_http_worker: true,
         }
     }
 }
@@ -70,9 +85,49 @@ struct Shared {
     /// Fault injection for tests: the next flush task panics. Set directly, not through the
     /// mailbox, so a flush the writer starts before reading a message still sees it.
     panic_next_flush: AtomicBool,
+    /// The running writer (replaced when it moves; set once `AuditHandle::start` returns).
+    writer: RwLock<Option<Addr<AuditWriter>>>,
+    /// The writer's own thread: where it starts, and where it goes back when its host stops.
+    fallback: ArbiterHandle,
+    /// The writer is on, or on its way to, an HTTP worker.
+    hosted: AtomicBool,
+    /// The thread the writer last started on (for tests).
+    thread: Mutex<Option<ThreadId>>,
 }
 
 impl Shared {
+    fn writer(&self) -> Option<Addr<AuditWriter>> {
+        self.writer.read().clone()
+    }
+
+    /// Sends to the running writer. A writer that moved meanwhile leaves a closed address
+    /// behind: the message goes to its successor instead. Returns the message when no
+    /// writer is running.
+    fn send<M>(&self, mut msg: M) -> Result<(), M>
+    where
+        M: Message<Result = ()> + Send + 'static,
+        AuditWriter: Handler<M>,
+        <AuditWriter as Actor>::Context: ToEnvelope<AuditWriter, M>,
+    {
+        let Some(mut addr) = self.writer() else {
+            return Err(msg);
+        };
+        loop {
+            match addr.try_send(msg) {
+                Ok(()) => return Ok(()),
+                // Before the writer first started its mailbox is bounded; `do_send` is not.
+                Err(SendError::Full(m)) => {
+                    addr.do_send(m);
+                    return Ok(());
+                }
+                Err(SendError::Closed(m)) => match self.writer() {
+                    Some(now) if now != addr => (addr, msg) = (now, m),
+                    _ => return Err(m),
+                },
+            }
+        }
+    }
+
     /// With no writer left: answers everything queued `Stopped` and leaves the queue parked.
     fn answer_stopped(&self) {
         let mut st = self.state.lock();
@@ -99,6 +154,17 @@ struct Wake;
 #[rtype(result = "()")]
 struct Drain(oneshot::Sender<()>);
 
+/// Moves the writer to another arbiter once no flush is in flight.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct MoveTo {
+    to: ArbiterHandle,
+    /// `to` is the writer's own thread.
+    fallback: bool,
+    /// Answered once the writer runs there.
+    moved: Option<oneshot::Sender<()>>,
+}
+
 pub struct AuditWriter {
     store: SharedStore,
     cfg: WriterConfig,
@@ -106,25 +172,63 @@ pub struct AuditWriter {
     flushing: bool,
     linger_armed: bool,
     drain_waiters: Vec<oneshot::Sender<()>>,
+    /// Runs on its fallback thread (else on a host that may stop).
+    on_fallback: bool,
+    /// Started on a thread it had not run on: its store connections are opened anew.
+    new_thread: bool,
+    /// Where to move at the end of the flush in flight.
+    moving: Option<MoveTo>,
+    /// Answered once this writer has started (after a move).
+    on_started: Option<oneshot::Sender<()>>,
+    /// Handed over to a successor: it forwards what it still receives and writes nothing.
+    retired: bool,
 }
 
 impl Actor for AuditWriter {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        // Requests must never wait on a full mailbox; the queue bound applies instead.
-        ctx.set_mailbox_capacity(usize::MAX);
-        // After a restart, pick up whatever queued meanwhile.
+        if self.retired {
+            return;
+        }
+        // Requests must never wait on a full mailbox; the queue bound applies instead. (Not
+        // `usize::MAX`: cloning an address subtracts the capacity from actix's maximum.)
+        ctx.set_mailbox_capacity(usize::MAX >> 2);
+        if std::mem::take(&mut self.new_thread) {
+            self.store.rebind_writer();
+            *self.shared.thread.lock() = Some(std::thread::current().id());
+        }
+        if let Some(tx) = self.on_started.take() {
+            let _ = tx.send(());
+        }
+        // After a restart or a move, pick up whatever queued meanwhile.
         self.schedule(ctx);
     }
 }
 
-/// The writer is gone for good (its arbiter stopped): nobody will write what is still
-/// queued, so its waiters are told now instead of waiting forever.
+/// The writer is dropped without a successor when its arbiter stops. On a host (an HTTP
+/// worker) it starts again on its fallback with the queue intact; on its fallback (the
+/// system is stopping) nobody will write what is still queued, so its waiters are told now
+/// instead of waiting forever.
 impl Drop for AuditWriter {
     fn drop(&mut self) {
-        // Later entries find the writer parked and their `Wake` undeliverable: see `append`.
-        self.shared.answer_stopped();
+        if self.retired {
+            return;
+        }
+        if self.on_fallback {
+            // Later entries find the writer parked and their `Wake` undeliverable: see `append`.
+            self.shared.answer_stopped();
+            return;
+        }
+        tracing::info!("the audit writer's host stopped; it goes back to its own thread");
+        self.shared.hosted.store(false, Ordering::SeqCst);
+        // If the fallback is gone too, the successor is dropped unstarted and answers
+        // everything queued (`on_fallback`).
+        self.hand_over(MoveTo {
+            to: self.shared.fallback.clone(),
+            fallback: true,
+            moved: None,
+        });
     }
 }
 
@@ -146,7 +250,11 @@ impl actix::Supervised for AuditWriter {
 impl Handler<Wake> for AuditWriter {
     type Result = ();
 
-    fn handle(&mut self, _: Wake, ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: Wake, ctx: &mut Self::Context) {
+        if self.retired {
+            let _ = self.shared.send(msg);
+            return;
+        }
         self.schedule(ctx);
     }
 }
@@ -155,16 +263,83 @@ impl Handler<Drain> for AuditWriter {
     type Result = ();
 
     fn handle(&mut self, msg: Drain, _: &mut Self::Context) {
+        if self.retired {
+            let _ = self.shared.send(msg);
+            return;
+        }
         self.drain_waiters.push(msg.0);
         self.notify_drained();
     }
 }
 
+impl Handler<MoveTo> for AuditWriter {
+    type Result = ();
+
+    fn handle(&mut self, msg: MoveTo, ctx: &mut Self::Context) {
+        if self.retired {
+            let _ = self.shared.send(msg);
+            return;
+        }
+        if msg.fallback && self.on_fallback {
+            // Home already (a later move elsewhere is cancelled).
+            self.moving = None;
+            if let Some(tx) = msg.moved {
+                let _ = tx.send(());
+            }
+            return;
+        }
+        self.moving = Some(msg);
+        self.schedule(ctx);
+    }
+}
+
 impl AuditWriter {
+    fn new(store: SharedStore, cfg: WriterConfig, shared: Arc<Shared>) -> Self {
+        AuditWriter {
+            store,
+            cfg,
+            shared,
+            flushing: false,
+            linger_armed: false,
+            drain_waiters: Vec::new(),
+            on_fallback: true,
+            new_thread: true,
+            moving: None,
+            on_started: None,
+            retired: false,
+        }
+    }
+
+    /// Starts a successor with this writer's queue and drain waiters where `to` says, makes
+    /// it the running writer, and retires this one.
+    fn hand_over(&mut self, to: MoveTo) {
+        let mut next = AuditWriter::new(self.store.clone(), self.cfg.clone(), self.shared.clone());
+        next.drain_waiters = std::mem::take(&mut self.drain_waiters);
+        next.on_fallback = to.fallback;
+        next.on_started = to.moved;
+        self.retired = true;
+        // Until the address is replaced, what reaches this writer is forwarded (`retired`).
+        let addr = actix::Supervisor::start_in_arbiter(&to.to, move |_| next);
+        // A successor dropped unstarted (its arbiter was gone) has handed over by itself.
+        if addr.connected() {
+            *self.shared.writer.write() = Some(addr);
+        }
+    }
+
     /// Flushes when there is work and no flush in flight; parks when there is none.
     fn schedule(&mut self, ctx: &mut Context<Self>) {
-        if self.flushing {
+        if self.flushing || self.retired {
             return; // the flush's completion schedules again
+        }
+        if let Some(to) = self.moving.take() {
+            let whereto = if to.fallback {
+                "its own thread"
+            } else {
+                "an HTTP worker"
+            };
+            tracing::debug!("audit writer moving to {whereto}");
+            self.hand_over(to);
+            return;
         }
         let queued = {
             let mut st = self.shared.state.lock();
@@ -190,7 +365,7 @@ impl AuditWriter {
     }
 
     fn flush(&mut self, ctx: &mut Context<Self>) {
-        if self.flushing {
+        if self.flushing || self.retired {
             return;
         }
         let (batch, left): (Vec<Pending>, usize) = {
@@ -210,8 +385,12 @@ impl AuditWriter {
         let timeout = self.cfg.flush_timeout;
         let started = Instant::now();
         let inject_panic = self.shared.panic_next_flush.swap(false, Ordering::SeqCst);
-        // The store call runs as its own task: a panic inside it ends that task only.
-        let task = actix::spawn(async move {
+        // The store call runs as its own task: a panic inside it ends that task only. A
+        // runtime task, not a local one: if the host stops mid-flush, the runtime drops it
+        // with its context entered, where the store's connections can clean up (sqlx
+        // panics when a pooled connection is dropped outside a runtime, as the local tasks
+        // of a stopping arbiter are).
+        let task = tokio::spawn(async move {
             assert!(!inject_panic, "injected audit flush failure");
             tokio::time::timeout(timeout, store.append_audit(entries)).await
         });
@@ -262,13 +441,14 @@ fn fail(replies: Vec<Reply>, why: &str) {
 /// A cheap, cloneable handle to the writer.
 #[derive(Clone)]
 pub struct AuditHandle {
-    addr: Addr<AuditWriter>,
     shared: Arc<Shared>,
+    on_http_worker: bool,
 }
 
 impl AuditHandle {
     /// Starts the writer on its own arbiter thread.
     pub fn start(store: SharedStore, cfg: WriterConfig) -> Self {
+        let fallback = Arbiter::new().handle();
         let shared = Arc::new(Shared {
             state: Mutex::new(QueueState {
                 queue: VecDeque::new(),
@@ -276,18 +456,67 @@ impl AuditHandle {
             }),
             max_queue: cfg.max_queue,
             panic_next_flush: AtomicBool::new(false),
+            writer: RwLock::new(None),
+            fallback: fallback.clone(),
+            hosted: AtomicBool::new(false),
+            thread: Mutex::new(None),
         });
-        let writer_shared = shared.clone();
-        let arbiter = Arbiter::new();
-        let addr = actix::Supervisor::start_in_arbiter(&arbiter.handle(), move |_| AuditWriter {
-            store,
-            cfg,
-            shared: writer_shared,
-            flushing: false,
-            linger_armed: false,
-            drain_waiters: Vec::new(),
+        let on_http_worker = cfg.on_http_worker;
+        let writer = AuditWriter::new(store, cfg, shared.clone());
+        let addr = actix::Supervisor::start_in_arbiter(&fallback, move |_| writer);
+        *shared.writer.write() = Some(addr);
+        AuditHandle {
+            shared,
+            on_http_worker,
+        }
+    }
+
+    /// Called on each HTTP worker as it starts: moves the writer to the first one (again after
+    /// its host stopped), unless configured to stay on its own thread.
+    pub fn host_here(&self) {
+        if !self.on_http_worker || self.shared.hosted.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if let Some(to) = Arbiter::try_current() {
+            let _ = self.shared.send(MoveTo {
+                to,
+                fallback: false,
+                moved: None,
+            });
+        }
+    }
+
+    /// Moves the writer back to its own thread for good (no worker hosts it again), and
+    /// waits until it runs there. The server calls it before its workers stop: they stop one
+    /// by one, and requests still running on the others need the writer.
+    pub async fn go_home(&self) {
+        self.shared.hosted.store(true, Ordering::SeqCst);
+        let (tx, rx) = oneshot::channel();
+        let home = MoveTo {
+            to: self.shared.fallback.clone(),
+            fallback: true,
+            moved: Some(tx),
+        };
+        if self.shared.send(home).is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// Moves the writer to `arbiter` (a test hook: the HTTP server uses `host_here`).
+    #[doc(hidden)]
+    pub fn move_to(&self, arbiter: &ArbiterHandle) {
+        self.shared.hosted.store(true, Ordering::SeqCst);
+        let _ = self.shared.send(MoveTo {
+            to: arbiter.clone(),
+            fallback: false,
+            moved: None,
         });
-        AuditHandle { addr, shared }
+    }
+
+    /// The thread the writer last started on (for tests).
+    #[doc(hidden)]
+    pub fn thread(&self) -> Option<ThreadId> {
+        *self.shared.thread.lock()
     }
 
     /// Hands in an entry and waits until it is committed (or refused).
@@ -301,14 +530,9 @@ impl AuditHandle {
             st.queue.push_back(Pending { entry, reply: tx });
             std::mem::replace(&mut st.parked, false)
         };
-        if wake {
-            match self.addr.try_send(Wake) {
-                Ok(()) => {}
-                // Before the writer first started its mailbox is bounded; `do_send` is not.
-                Err(SendError::Full(w)) => self.addr.do_send(w),
-                // The writer is gone: take back what nobody will write (this entry included).
-                Err(SendError::Closed(_)) => self.shared.answer_stopped(),
-            }
+        // The writer is gone: take back what nobody will write (this entry included).
+        if wake && self.shared.send(Wake).is_err() {
+            self.shared.answer_stopped();
         }
         rx.await.unwrap_or(Err(AuditError::Stopped))
     }
@@ -322,7 +546,7 @@ impl AuditHandle {
     /// Waits until everything handed in so far is committed or failed.
     pub async fn drain(&self) {
         let (tx, rx) = oneshot::channel();
-        self.addr.do_send(Drain(tx));
+        let _ = self.shared.send(Drain(tx));
         let _ = rx.await;
     }
 }

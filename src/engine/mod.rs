@@ -251,6 +251,29 @@ impl Engine {
         self.audit.drain().await
     }
 
+    /// Moves the audit writer to the calling HTTP worker, if it is not on one yet (see
+    /// `engine::audit`).
+    pub fn host_audit_writer_here(&self) {
+        self.audit.host_here();
+    }
+
+    /// Moves the audit writer back to its own thread for good, before the HTTP workers stop.
+    pub async fn audit_writer_home(&self) {
+        self.audit.go_home().await;
+    }
+
+    /// Test hook: moves the audit writer to `arbiter`.
+    #[doc(hidden)]
+    pub fn move_audit_writer_to(&self, arbiter: &actix::prelude::ArbiterHandle) {
+        self.audit.move_to(arbiter);
+    }
+
+    /// Test hook: the thread the audit writer last started on.
+    #[doc(hidden)]
+    pub fn audit_writer_thread(&self) -> Option<std::thread::ThreadId> {
+        self.audit.thread()
+    }
+
     /// Test hook: the audit writer's next flush panics.
     #[doc(hidden)]
     pub fn inject_audit_panic(&self) {

@@ -44,17 +44,19 @@ impl Server {
 }
 
 /// Verifies `token` as a receiver (publishable `key`) in a loop until `stop`, counting into
-/// `answered` every 200 whose body fully arrived. Ends early when the server is gone.
+/// `answered` every 200 whose body fully arrived. Ends early when the server is gone, and
+/// returns how many answers were 503 (the audit log unavailable).
 pub fn hammer(
     base: String,
     token: String,
     key: String,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     answered: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-) -> actix_web::rt::task::JoinHandle<()> {
+) -> actix_web::rt::task::JoinHandle<usize> {
     use std::sync::atomic::Ordering;
     actix_web::rt::spawn(async move {
         let c = client();
+        let mut unavailable = 0;
         while !stop.load(Ordering::SeqCst) {
             let sent = c
                 .get(format!("{base}/v1/verify/{token}"))
@@ -67,10 +69,12 @@ pub fn hammer(
                         answered.fetch_add(1, Ordering::SeqCst);
                     }
                 }
+                Ok(res) if res.status() == 503 => unavailable += 1,
                 Ok(_) => {}
                 Err(_) => break,
             }
         }
+        unavailable
     })
 }
 

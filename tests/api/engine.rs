@@ -150,6 +150,122 @@ async fn a_crashing_writer_is_restarted_and_loses_no_acknowledged_record() {
     assert!(reports.iter().all(|r| r.broken.is_none()), "{reports:?}");
 }
 
+/// `n` verifications of `token`, sent at once; their answers once all are in.
+fn verify_burst(
+    app: &Rc<TestApp>,
+    token: &str,
+    n: usize,
+) -> impl std::future::Future<Output = Vec<crate::helpers::Resp>> {
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let (app, token) = (app.clone(), token.to_owned());
+            actix_web::rt::spawn(async move { app.verify_as_receiver(&token).await })
+        })
+        .collect();
+    async move {
+        let mut answers = Vec::new();
+        for t in tasks {
+            answers.push(t.await.unwrap());
+        }
+        answers
+    }
+}
+
+/// The thread an arbiter runs on.
+async fn thread_of(arbiter: &actix::prelude::ArbiterHandle) -> std::thread::ThreadId {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    assert!(arbiter.spawn_fn(move || {
+        let _ = tx.send(std::thread::current().id());
+    }));
+    rx.await.unwrap()
+}
+
+/// The audit writer runs on an HTTP worker. It moves between threads between two flushes,
+/// with verifications in flight, and fails none of them; when its host stops it goes on from
+/// its own thread, and only a batch in flight at that moment is answered 503.
+#[actix_web::test]
+async fn the_audit_writer_moves_without_a_loss_and_outlives_its_host() {
+    let app = Rc::new(spawn_app_with(Options::unlimited()).await);
+    let (id, token) = app.agent().await;
+    assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
+    let on_worker = app.engine.audit_writer_thread().expect("the writer started");
+    assert_ne!(on_worker, std::thread::current().id(), "not on the test's thread");
+    let mut valid = 1;
+
+    // A move while 200 verifications are in flight: every one is answered valid.
+    let host = actix::Arbiter::new();
+    let host_thread = thread_of(&host.handle()).await;
+    let burst = verify_burst(&app, &token, 200);
+    app.engine.move_audit_writer_to(&host.handle());
+    for res in burst.await {
+        assert_eq!(res.status, 200, "{}", res.text());
+        assert_eq!(res.json()["valid"], true);
+        valid += 1;
+    }
+    assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
+    valid += 1;
+    assert_eq!(
+        app.engine.audit_writer_thread(),
+        Some(host_thread),
+        "moved to the host"
+    );
+
+    // The host stops with verifications in flight: each is answered, valid or 503.
+    let burst = verify_burst(&app, &token, 200);
+    actix_web::rt::time::sleep(Duration::from_millis(5)).await;
+    assert!(host.stop());
+    let mut refused = 0;
+    for res in burst.await {
+        if res.status == 503 {
+            res.assert_error(503, "AUDIT_UNAVAILABLE");
+            refused += 1;
+        } else {
+            assert_eq!(res.status, 200, "{}", res.text());
+            assert_eq!(res.json()["valid"], true);
+            valid += 1;
+        }
+    }
+    actix_web::rt::task::spawn_blocking(move || host.join())
+        .await
+        .unwrap()
+        .unwrap();
+
+    // Back on its own thread, the writer takes every verification again.
+    for _ in 0..20 {
+        assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
+        valid += 1;
+    }
+    let own = app.engine.audit_writer_thread();
+    assert!(
+        own != Some(host_thread) && own != Some(on_worker),
+        "on its own thread"
+    );
+
+    // Sent home (as before the workers stop at shutdown), it waits there and stays.
+    let host = actix::Arbiter::new();
+    let host_thread = thread_of(&host.handle()).await;
+    app.engine.move_audit_writer_to(&host.handle());
+    assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
+    assert_eq!(app.engine.audit_writer_thread(), Some(host_thread));
+    app.engine.audit_writer_home().await;
+    assert_eq!(app.engine.audit_writer_thread(), own, "home");
+    app.engine.host_audit_writer_here();
+    assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
+    assert_eq!(app.engine.audit_writer_thread(), own, "no worker takes it again");
+    valid += 2;
+    host.stop();
+    let total = app.log(&format!("?agent_id={id}")).await["pagination"]["total"]
+        .as_u64()
+        .unwrap();
+    // A refused batch may have been committed as its host stopped, never the reverse.
+    assert!(
+        valid <= total && total <= valid + refused,
+        "{valid} valid, {refused} refused, {total} records"
+    );
+    let reports = agentid::engine::admin::verify_chains(&app.store).await.unwrap();
+    assert!(reports.iter().all(|r| r.broken.is_none()), "{reports:?}");
+}
+
 /// Registers an agent and mints `n` extra tokens for it with issue-token.
 async fn cold_tokens(app: &TestApp, n: usize) -> (String, Vec<String>) {
     let (id, first) = app.agent().await;
