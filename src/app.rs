@@ -27,15 +27,19 @@ pub enum StartError {
     Signals { source: std::io::Error },
 }
 
-/// Resolves at the first SIGTERM or SIGINT (handlers installed now, not at the first poll).
+/// Resolves at the first SIGTERM, SIGINT or SIGQUIT (handlers installed now, not at the
+/// first poll). All three stop gracefully: the framework's own handlers stopped at once on
+/// SIGQUIT, but a verify in flight is cheap to finish and its answer is already recorded.
 fn stop_signal() -> std::io::Result<impl std::future::Future<Output = ()> + Send + 'static> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    let mut quit = signal(SignalKind::quit())?;
     Ok(async move {
         tokio::select! {
             _ = term.recv() => tracing::info!("SIGTERM: stopping gracefully"),
             _ = int.recv() => tracing::info!("SIGINT: stopping gracefully"),
+            _ = quit.recv() => tracing::info!("SIGQUIT: stopping gracefully"),
         }
     })
 }

@@ -20,7 +20,7 @@
 //! intact; only a batch in flight at that moment is answered 503, as after a crash.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
@@ -86,18 +86,30 @@ struct Shared {
     /// mailbox, so a flush the writer starts before reading a message still sees it.
     panic_next_flush: AtomicBool,
     /// The running writer (replaced when it moves; set once `AuditHandle::start` returns).
-    writer: RwLock<Option<Addr<AuditWriter>>>,
+    writer: RwLock<Slot>,
+    /// The generation of the last writer started (each successor takes the next one).
+    generations: AtomicU64,
     /// The writer's own thread: where it starts, and where it goes back when its host stops.
     fallback: ArbiterHandle,
     /// The writer is on, or on its way to, an HTTP worker.
     hosted: AtomicBool,
+    /// Sent home for good (the server is stopping): no HTTP worker hosts it again.
+    home_for_good: AtomicBool,
     /// The thread the writer last started on (for tests).
     thread: Mutex<Option<ThreadId>>,
 }
 
+/// The address requests send to, and the generation of the writer behind it. A successor is
+/// installed only over an older generation: a hand-over that finishes late (its successor
+/// already stopped and handed over in turn) cannot put a dead address back.
+struct Slot {
+    generation: u64,
+    addr: Option<Addr<AuditWriter>>,
+}
+
 impl Shared {
     fn writer(&self) -> Option<Addr<AuditWriter>> {
-        self.writer.read().clone()
+        self.writer.read().addr.clone()
     }
 
     /// Sends to the running writer. A writer that moved meanwhile leaves a closed address
@@ -172,6 +184,8 @@ pub struct AuditWriter {
     flushing: bool,
     linger_armed: bool,
     drain_waiters: Vec<oneshot::Sender<()>>,
+    /// This writer's place in the line of successors (see `Slot`).
+    generation: u64,
     /// Runs on its fallback thread (else on a host that may stop).
     on_fallback: bool,
     /// Started on a thread it had not run on: its store connections are opened anew.
@@ -188,7 +202,9 @@ impl Actor for AuditWriter {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        if self.retired {
+        // Not when an arbiter that never ran it drops it at exit, outside any runtime: the
+        // store's connections and the flush task need one. Dropped right after, it hands over.
+        if self.retired || tokio::runtime::Handle::try_current().is_err() {
             return;
         }
         // Requests must never wait on a full mailbox; the queue bound applies instead. (Not
@@ -201,8 +217,10 @@ impl Actor for AuditWriter {
         if let Some(tx) = self.on_started.take() {
             let _ = tx.send(());
         }
-        // After a restart or a move, pick up whatever queued meanwhile.
+        // After a restart or a move, pick up whatever queued meanwhile, and answer drain
+        // waiters handed over with nothing left to write.
         self.schedule(ctx);
+        self.notify_drained();
     }
 }
 
@@ -223,11 +241,13 @@ impl Drop for AuditWriter {
         tracing::info!("the audit writer's host stopped; it goes back to its own thread");
         self.shared.hosted.store(false, Ordering::SeqCst);
         // If the fallback is gone too, the successor is dropped unstarted and answers
-        // everything queued (`on_fallback`).
+        // everything queued (`on_fallback`). A move home waiting for this flush is answered
+        // once the successor runs there.
+        let moved = self.moving.take().and_then(|m| m.moved);
         self.hand_over(MoveTo {
             to: self.shared.fallback.clone(),
             fallback: true,
-            moved: None,
+            moved,
         });
     }
 }
@@ -252,7 +272,9 @@ impl Handler<Wake> for AuditWriter {
 
     fn handle(&mut self, msg: Wake, ctx: &mut Self::Context) {
         if self.retired {
-            let _ = self.shared.send(msg);
+            if self.shared.send(msg).is_err() {
+                self.shared.answer_stopped();
+            }
             return;
         }
         self.schedule(ctx);
@@ -302,6 +324,7 @@ impl AuditWriter {
             flushing: false,
             linger_armed: false,
             drain_waiters: Vec::new(),
+            generation: 0,
             on_fallback: true,
             new_thread: true,
             moving: None,
@@ -313,17 +336,42 @@ impl AuditWriter {
     /// Starts a successor with this writer's queue and drain waiters where `to` says, makes
     /// it the running writer, and retires this one.
     fn hand_over(&mut self, to: MoveTo) {
+        let generation = self.shared.generations.fetch_add(1, Ordering::SeqCst) + 1;
         let mut next = AuditWriter::new(self.store.clone(), self.cfg.clone(), self.shared.clone());
+        next.generation = generation;
         next.drain_waiters = std::mem::take(&mut self.drain_waiters);
         next.on_fallback = to.fallback;
         next.on_started = to.moved;
         self.retired = true;
         // Until the address is replaced, what reaches this writer is forwarded (`retired`).
         let addr = actix::Supervisor::start_in_arbiter(&to.to, move |_| next);
-        // A successor dropped unstarted (its arbiter was gone) has handed over by itself.
-        if addr.connected() {
-            *self.shared.writer.write() = Some(addr);
+        let nobody = {
+            let mut slot = self.shared.writer.write();
+            if addr.connected() {
+                if slot.generation < generation {
+                    *slot = Slot {
+                        generation,
+                        addr: Some(addr),
+                    };
+                }
+                false
+            } else if slot.generation == self.generation {
+                // The successor was dropped unstarted (its arbiter was gone) and nobody took
+                // over from it: no writer runs. (One that handed over in turn installed a
+                // newer generation.) Requests are refused from now on, never left waiting.
+                slot.addr = None;
+                true
+            } else {
+                false
+            }
+        };
+        if nobody {
+            self.shared.answer_stopped();
+            return;
         }
+        // A `Wake` sent to this writer as it was being dropped (its mailbox outlives `drop`)
+        // is lost, and the entry that sent it un-parked the queue: wake the successor.
+        let _ = self.shared.send(Wake);
     }
 
     /// Flushes when there is work and no flush in flight; parks when there is none.
@@ -456,15 +504,20 @@ impl AuditHandle {
             }),
             max_queue: cfg.max_queue,
             panic_next_flush: AtomicBool::new(false),
-            writer: RwLock::new(None),
+            writer: RwLock::new(Slot {
+                generation: 0,
+                addr: None,
+            }),
+            generations: AtomicU64::new(0),
             fallback: fallback.clone(),
             hosted: AtomicBool::new(false),
+            home_for_good: AtomicBool::new(false),
             thread: Mutex::new(None),
         });
         let on_http_worker = cfg.on_http_worker;
         let writer = AuditWriter::new(store, cfg, shared.clone());
         let addr = actix::Supervisor::start_in_arbiter(&fallback, move |_| writer);
-        *shared.writer.write() = Some(addr);
+        shared.writer.write().addr = Some(addr);
         AuditHandle {
             shared,
             on_http_worker,
@@ -474,7 +527,10 @@ impl AuditHandle {
     /// Called on each HTTP worker as it starts: moves the writer to the first one (again after
     /// its host stopped), unless configured to stay on its own thread.
     pub fn host_here(&self) {
-        if !self.on_http_worker || self.shared.hosted.swap(true, Ordering::SeqCst) {
+        if !self.on_http_worker
+            || self.shared.home_for_good.load(Ordering::SeqCst)
+            || self.shared.hosted.swap(true, Ordering::SeqCst)
+        {
             return;
         }
         if let Some(to) = Arbiter::try_current() {
@@ -490,7 +546,7 @@ impl AuditHandle {
     /// waits until it runs there. The server calls it before its workers stop: they stop one
     /// by one, and requests still running on the others need the writer.
     pub async fn go_home(&self) {
-        self.shared.hosted.store(true, Ordering::SeqCst);
+        self.shared.home_for_good.store(true, Ordering::SeqCst);
         let (tx, rx) = oneshot::channel();
         let home = MoveTo {
             to: self.shared.fallback.clone(),

@@ -155,20 +155,40 @@ fn verify_burst(
     app: &Rc<TestApp>,
     token: &str,
     n: usize,
-) -> impl std::future::Future<Output = Vec<crate::helpers::Resp>> {
+) -> (
+    impl std::future::Future<Output = Vec<crate::helpers::Resp>>,
+    Rc<std::cell::Cell<usize>>,
+) {
+    let answered = Rc::new(std::cell::Cell::new(0));
     let tasks: Vec<_> = (0..n)
         .map(|_| {
-            let (app, token) = (app.clone(), token.to_owned());
-            actix_web::rt::spawn(async move { app.verify_as_receiver(&token).await })
+            let (app, token, answered) = (app.clone(), token.to_owned(), answered.clone());
+            actix_web::rt::spawn(async move {
+                let res = app.verify_as_receiver(&token).await;
+                answered.set(answered.get() + 1);
+                res
+            })
         })
         .collect();
-    async move {
+    let all = async move {
         let mut answers = Vec::new();
         for t in tasks {
             answers.push(t.await.unwrap());
         }
         answers
+    };
+    (all, answered)
+}
+
+/// Waits until a burst has `n` answers in (the rest are still in flight).
+async fn until_answered(answered: &std::cell::Cell<usize>, n: usize) {
+    for _ in 0..10_000 {
+        if answered.get() >= n {
+            return;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(1)).await;
     }
+    panic!("only {} answers in", answered.get());
 }
 
 /// The thread an arbiter runs on.
@@ -195,7 +215,8 @@ async fn the_audit_writer_moves_without_a_loss_and_outlives_its_host() {
     // A move while 200 verifications are in flight: every one is answered valid.
     let host = actix::Arbiter::new();
     let host_thread = thread_of(&host.handle()).await;
-    let burst = verify_burst(&app, &token, 200);
+    let (burst, answered) = verify_burst(&app, &token, 200);
+    until_answered(&answered, 10).await;
     app.engine.move_audit_writer_to(&host.handle());
     for res in burst.await {
         assert_eq!(res.status, 200, "{}", res.text());
@@ -211,8 +232,8 @@ async fn the_audit_writer_moves_without_a_loss_and_outlives_its_host() {
     );
 
     // The host stops with verifications in flight: each is answered, valid or 503.
-    let burst = verify_burst(&app, &token, 200);
-    actix_web::rt::time::sleep(Duration::from_millis(5)).await;
+    let (burst, answered) = verify_burst(&app, &token, 200);
+    until_answered(&answered, 10).await;
     assert!(host.stop());
     let mut refused = 0;
     for res in burst.await {
