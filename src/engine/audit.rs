@@ -85,6 +85,9 @@ struct Shared {
     /// Fault injection for tests: the next flush task panics. Set directly, not through the
     /// mailbox, so a flush the writer starts before reading a message still sees it.
     panic_next_flush: AtomicBool,
+    /// Fault injection for tests: milliseconds a hand-over waits between starting the
+    /// successor and making it the running writer (widens the window of that race).
+    handover_pause_ms: AtomicU64,
     /// The running writer (replaced when it moves; set once `AuditHandle::start` returns).
     writer: RwLock<Slot>,
     /// The generation of the last writer started (each successor takes the next one).
@@ -345,33 +348,27 @@ impl AuditWriter {
         self.retired = true;
         // Until the address is replaced, what reaches this writer is forwarded (`retired`).
         let addr = actix::Supervisor::start_in_arbiter(&to.to, move |_| next);
-        let nobody = {
+        let pause = self.shared.handover_pause_ms.load(Ordering::Relaxed);
+        if pause > 0 {
+            std::thread::sleep(Duration::from_millis(pause));
+        }
+        // Installed even if it is gone already (its arbiter had stopped): then requests find a
+        // closed address and are refused (503), never left waiting, until a writer after it
+        // (its own successor, if it handed over) installs itself.
+        {
             let mut slot = self.shared.writer.write();
-            if addr.connected() {
-                if slot.generation < generation {
-                    *slot = Slot {
-                        generation,
-                        addr: Some(addr),
-                    };
-                }
-                false
-            } else if slot.generation == self.generation {
-                // The successor was dropped unstarted (its arbiter was gone) and nobody took
-                // over from it: no writer runs. (One that handed over in turn installed a
-                // newer generation.) Requests are refused from now on, never left waiting.
-                slot.addr = None;
-                true
-            } else {
-                false
+            if slot.generation < generation {
+                *slot = Slot {
+                    generation,
+                    addr: Some(addr),
+                };
             }
-        };
-        if nobody {
-            self.shared.answer_stopped();
-            return;
         }
         // A `Wake` sent to this writer as it was being dropped (its mailbox outlives `drop`)
         // is lost, and the entry that sent it un-parked the queue: wake the successor.
-        let _ = self.shared.send(Wake);
+        if self.shared.send(Wake).is_err() {
+            self.shared.answer_stopped();
+        }
     }
 
     /// Flushes when there is work and no flush in flight; parks when there is none.
@@ -504,6 +501,7 @@ impl AuditHandle {
             }),
             max_queue: cfg.max_queue,
             panic_next_flush: AtomicBool::new(false),
+            handover_pause_ms: AtomicU64::new(0),
             writer: RwLock::new(Slot {
                 generation: 0,
                 addr: None,
@@ -597,6 +595,14 @@ impl AuditHandle {
     #[doc(hidden)]
     pub fn inject_flush_panic(&self) {
         self.shared.panic_next_flush.store(true, Ordering::SeqCst);
+    }
+
+    /// Test hook: each hand-over from now on waits `pause` between starting its successor and
+    /// installing it (on the thread handing over: a host's, as it stops).
+    #[doc(hidden)]
+    pub fn pause_handovers(&self, pause: Duration) {
+        let ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX);
+        self.shared.handover_pause_ms.store(ms, Ordering::Relaxed);
     }
 
     /// Waits until everything handed in so far is committed or failed.

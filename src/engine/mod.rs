@@ -274,6 +274,12 @@ impl Engine {
         self.audit.thread()
     }
 
+    /// Test hook: audit writer hand-overs wait `pause` before installing their successor.
+    #[doc(hidden)]
+    pub fn pause_audit_handovers(&self, pause: std::time::Duration) {
+        self.audit.pause_handovers(pause);
+    }
+
     /// Test hook: the audit writer's next flush panics.
     #[doc(hidden)]
     pub fn inject_audit_panic(&self) {

@@ -287,6 +287,212 @@ async fn the_audit_writer_moves_without_a_loss_and_outlives_its_host() {
     assert!(reports.iter().all(|r| r.broken.is_none()), "{reports:?}");
 }
 
+/// `fut`'s output, failing the test if it takes over 20 s (a request left waiting).
+async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    actix_web::rt::time::timeout(Duration::from_secs(20), fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no answer within 20 s"))
+}
+
+/// A host that stops while the writer moves to it, with verifications in flight, again and
+/// again: every answer comes (valid, or 503 for a batch in flight), and the writer always goes
+/// on from its own thread. A lost wake-up or a dead address put back would leave requests
+/// waiting (caught by the time-outs) or refused for good.
+#[actix_web::test]
+async fn a_host_that_stops_as_the_writer_moves_there_leaves_no_request_behind() {
+    let app = Rc::new(spawn_app_with(Options::unlimited()).await);
+    let (id, token) = app.agent().await;
+    let (mut valid, mut refused) = (0, 0);
+    for round in 0..12 {
+        let host = actix::Arbiter::new();
+        let (burst, answered) = verify_burst(&app, &token, 40);
+        until_answered(&answered, 4).await;
+        app.engine.move_audit_writer_to(&host.handle());
+        // Every other round the host stops before the move reached it, else just after.
+        if round % 2 == 1 {
+            actix_web::rt::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert!(host.stop());
+        for res in within("the burst", burst).await {
+            if res.status == 503 {
+                res.assert_error(503, "AUDIT_UNAVAILABLE");
+                refused += 1;
+            } else {
+                assert_eq!(res.json()["valid"], true, "{}", res.text());
+                valid += 1;
+            }
+        }
+        actix_web::rt::task::spawn_blocking(move || host.join())
+            .await
+            .unwrap()
+            .unwrap();
+        let after = within("a verify after the host stopped", app.verify_as_receiver(&token)).await;
+        assert_eq!(after.status, 200, "round {round}: {}", after.text());
+        assert_eq!(after.json()["valid"], true);
+        valid += 1;
+    }
+    let total = app.log(&format!("?agent_id={id}")).await["pagination"]["total"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        valid <= total && total <= valid + refused,
+        "{valid} valid, {refused} refused, {total} records"
+    );
+    let reports = agentid::engine::admin::verify_chains(&app.store).await.unwrap();
+    assert!(reports.iter().all(|r| r.broken.is_none()), "{reports:?}");
+}
+
+/// The race a host's stop opens, held open by a test hook: the writer is dropped on its host
+/// and hands over to a successor on its own thread, which finds nothing to do and parks. A
+/// verification that arrives before the successor is installed sends its wake-up to the
+/// writer being dropped, whose mailbox still takes it and then goes away with it. That
+/// verification, and every one after it, must still be answered.
+#[actix_web::test]
+async fn a_wake_up_sent_to_a_stopping_host_still_reaches_the_writer() {
+    let app = Rc::new(spawn_app_with(Options::unlimited()).await);
+    let (_, token) = app.agent().await;
+    let host = actix::Arbiter::new();
+    let host_thread = thread_of(&host.handle()).await;
+    app.engine.move_audit_writer_to(&host.handle());
+    assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
+    assert_eq!(app.engine.audit_writer_thread(), Some(host_thread));
+
+    app.engine.pause_audit_handovers(Duration::from_millis(400));
+    assert!(host.stop());
+    actix_web::rt::time::sleep(Duration::from_millis(150)).await;
+    let successor = app.engine.audit_writer_thread();
+    assert_ne!(
+        successor,
+        Some(host_thread),
+        "the successor runs (and has parked)"
+    );
+    let res = within(
+        "a verify sent during the hand-over",
+        app.verify_as_receiver(&token),
+    )
+    .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.json()["valid"], true);
+    for _ in 0..5 {
+        let res = within("a verify after the hand-over", app.verify_as_receiver(&token)).await;
+        assert_eq!(res.json()["valid"], true);
+    }
+    assert_eq!(app.engine.audit_writer_thread(), successor);
+    app.engine.pause_audit_handovers(Duration::ZERO);
+    actix_web::rt::task::spawn_blocking(move || host.join())
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+/// The writer is sent to a host that stops before it gets there, with hand-overs slowed down
+/// so the successor that never ran hands over (home) before the move that started it has
+/// installed it: the late install must not put the dead address over the live one. The writer
+/// goes on from its own thread.
+#[actix_web::test]
+async fn a_host_that_stops_before_the_writer_arrives_leaves_it_at_home() {
+    let app = Rc::new(spawn_app_with(Options::unlimited()).await);
+    let (_, token) = app.agent().await;
+    assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
+    let mut home = None;
+    for stop_first in [false, true] {
+        let host = actix::Arbiter::new();
+        let host_thread = thread_of(&host.handle()).await;
+        app.engine.pause_audit_handovers(Duration::from_millis(150));
+        if stop_first {
+            assert!(host.stop());
+            app.engine.move_audit_writer_to(&host.handle());
+        } else {
+            app.engine.move_audit_writer_to(&host.handle());
+            assert!(host.stop());
+        }
+        actix_web::rt::task::spawn_blocking(move || host.join())
+            .await
+            .unwrap()
+            .unwrap();
+        actix_web::rt::time::sleep(Duration::from_millis(400)).await;
+        app.engine.pause_audit_handovers(Duration::ZERO);
+        for _ in 0..3 {
+            let res = within("a verify after the failed move", app.verify_as_receiver(&token)).await;
+            assert_eq!(res.status, 200, "{}", res.text());
+            assert_eq!(res.json()["valid"], true);
+        }
+        let now = app.engine.audit_writer_thread();
+        assert!(now.is_some() && now != Some(host_thread), "not on the host");
+        assert!(home.is_none() || home == now, "on its own thread both times");
+        home = now;
+    }
+}
+
+/// Another connection's transaction holding the audit log's write lock, until `release`.
+enum WriteLock {
+    Pg(sqlx::PgConnection),
+    Sqlite(sqlx::SqliteConnection),
+}
+
+impl WriteLock {
+    async fn take(db: &crate::helpers::TestDb) -> WriteLock {
+        use sqlx::{Connection, Executor};
+        if db.is_postgres() {
+            let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+            c.execute("BEGIN").await.unwrap();
+            c.execute("LOCK TABLE audit_blocks IN EXCLUSIVE MODE")
+                .await
+                .unwrap();
+            WriteLock::Pg(c)
+        } else {
+            let mut c = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
+            c.execute("BEGIN IMMEDIATE").await.unwrap();
+            WriteLock::Sqlite(c)
+        }
+    }
+
+    async fn release(self) {
+        use sqlx::Executor;
+        match self {
+            WriteLock::Pg(mut c) => c.execute("ROLLBACK").await.map(drop),
+            WriteLock::Sqlite(mut c) => c.execute("ROLLBACK").await.map(drop),
+        }
+        .unwrap();
+    }
+}
+
+/// A drain waiting for a flush on a host that stops is handed to the writer's successor on
+/// its own thread. With nothing left to write there, the successor must answer it at once
+/// (it parked without a word before, and a graceful stop waits for that drain).
+#[actix_web::test]
+async fn a_drain_waiting_on_a_stopping_host_is_answered() {
+    let app = Rc::new(spawn_app_with(Options::unlimited()).await);
+    let (_, token) = app.agent().await;
+    let host = actix::Arbiter::new();
+    let host_thread = thread_of(&host.handle()).await;
+    app.engine.move_audit_writer_to(&host.handle());
+    assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
+    assert_eq!(app.engine.audit_writer_thread(), Some(host_thread));
+
+    let lock = WriteLock::take(&app.db).await;
+    let (burst, answered) = verify_burst(&app, &token, 1);
+    actix_web::rt::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(answered.get(), 0, "its flush waits for the lock");
+    let engine = app.engine.clone();
+    let drain = actix_web::rt::spawn(async move { engine.drain().await });
+    actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+    assert!(!drain.is_finished(), "the drain waits for that flush");
+
+    assert!(host.stop());
+    let answers = within("the verify whose flush was in flight", burst).await;
+    answers[0].assert_error(503, "AUDIT_UNAVAILABLE");
+    within("the drain handed to the successor", drain).await.unwrap();
+    assert_ne!(app.engine.audit_writer_thread(), Some(host_thread));
+    lock.release().await;
+    let res = within("a verify after", app.verify_as_receiver(&token)).await;
+    assert_eq!(res.json()["valid"], true, "{}", res.text());
+    actix_web::rt::task::spawn_blocking(move || host.join())
+        .await
+        .unwrap()
+        .unwrap();
+}
+
 /// Registers an agent and mints `n` extra tokens for it with issue-token.
 async fn cold_tokens(app: &TestApp, n: usize) -> (String, Vec<String>) {
     let (id, first) = app.agent().await;
