@@ -340,13 +340,9 @@ async fn a_host_that_stops_as_the_writer_moves_there_leaves_no_request_behind() 
     assert_records_between(&app, &id, valid, refused).await;
 }
 
-/// The race a host's stop opens, held open by a test hook: the writer is dropped on its host
-/// and hands over to a successor on its own thread, which finds nothing to do and parks. A
-/// verification that arrives before the successor is installed sends its wake-up to the
-/// writer being dropped, whose mailbox still takes it and then goes away with it. That
-/// verification, and every one after it, must still be answered.
-#[actix_web::test]
-async fn a_wake_up_sent_to_a_stopping_host_still_reaches_the_writer() {
+/// An app whose audit writer runs on a host arbiter of the test's (checked with a verify),
+/// one of its agent's tokens, the host and the host's thread.
+async fn writer_on_a_host() -> (Rc<TestApp>, String, actix::Arbiter, std::thread::ThreadId) {
     let app = Rc::new(spawn_app_with(Options::unlimited()).await);
     let (_, token) = app.agent().await;
     let host = actix::Arbiter::new();
@@ -354,6 +350,17 @@ async fn a_wake_up_sent_to_a_stopping_host_still_reaches_the_writer() {
     app.engine.move_audit_writer_to(&host.handle());
     assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
     assert_eq!(app.engine.audit_writer_thread(), Some(host_thread));
+    (app, token, host, host_thread)
+}
+
+/// The race a host's stop opens, held open by a test hook: the writer is dropped on its host
+/// and hands over to a successor on its own thread, which finds nothing to do and parks. A
+/// verification that arrives before the successor is installed sends its wake-up to the
+/// writer being dropped, whose mailbox still takes it and then goes away with it. That
+/// verification, and every one after it, must still be answered.
+#[actix_web::test]
+async fn a_wake_up_sent_to_a_stopping_host_still_reaches_the_writer() {
+    let (app, token, host, host_thread) = writer_on_a_host().await;
 
     app.engine.pause_audit_handovers(Duration::from_millis(400));
     assert!(host.stop());
@@ -460,13 +467,7 @@ impl WriteLock {
 /// (it parked without a word before, and a graceful stop waits for that drain).
 #[actix_web::test]
 async fn a_drain_waiting_on_a_stopping_host_is_answered() {
-    let app = Rc::new(spawn_app_with(Options::unlimited()).await);
-    let (_, token) = app.agent().await;
-    let host = actix::Arbiter::new();
-    let host_thread = thread_of(&host.handle()).await;
-    app.engine.move_audit_writer_to(&host.handle());
-    assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
-    assert_eq!(app.engine.audit_writer_thread(), Some(host_thread));
+    let (app, token, host, host_thread) = writer_on_a_host().await;
 
     let lock = WriteLock::take(&app.db).await;
     let (burst, answered) = verify_burst(&app, &token, 1);
