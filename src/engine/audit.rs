@@ -376,6 +376,11 @@ impl AuditWriter {
         if self.flushing || self.retired {
             return; // the flush's completion schedules again
         }
+        // Being dropped (its arbiter stopped): the mailbox is still read once, outside any
+        // runtime, where a flush cannot be spawned. `Drop` hands the queue over instead.
+        if !ctx.state().alive() {
+            return;
+        }
         if let Some(to) = self.moving.take() {
             let whereto = if to.fallback {
                 "its own thread"
