@@ -143,6 +143,13 @@ impl Shared {
         }
     }
 
+    /// Wakes the running writer; with none left, answers everything queued `Stopped`.
+    fn wake(&self) {
+        if self.send(Wake).is_err() {
+            self.answer_stopped();
+        }
+    }
+
     /// With no writer left: answers everything queued `Stopped` and leaves the queue parked.
     fn answer_stopped(&self) {
         let mut st = self.state.lock();
@@ -205,9 +212,9 @@ impl Actor for AuditWriter {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        // Not when an arbiter that never ran it drops it at exit, outside any runtime: the
-        // store's connections and the flush task need one. Dropped right after, it hands over.
-        if self.retired || tokio::runtime::Handle::try_current().is_err() {
+        // Not when it is being dropped (see `schedule`): an arbiter that never ran it polls it
+        // once as it exits, outside any runtime, where no connection can open.
+        if self.retired || !ctx.state().alive() {
             return;
         }
         // Requests must never wait on a full mailbox; the queue bound applies instead. (Not
@@ -273,11 +280,9 @@ impl actix::Supervised for AuditWriter {
 impl Handler<Wake> for AuditWriter {
     type Result = ();
 
-    fn handle(&mut self, msg: Wake, ctx: &mut Self::Context) {
+    fn handle(&mut self, _: Wake, ctx: &mut Self::Context) {
         if self.retired {
-            if self.shared.send(msg).is_err() {
-                self.shared.answer_stopped();
-            }
+            self.shared.wake();
             return;
         }
         self.schedule(ctx);
@@ -366,9 +371,7 @@ impl AuditWriter {
         }
         // A `Wake` sent to this writer as it was being dropped (its mailbox outlives `drop`)
         // is lost, and the entry that sent it un-parked the queue: wake the successor.
-        if self.shared.send(Wake).is_err() {
-            self.shared.answer_stopped();
-        }
+        self.shared.wake();
     }
 
     /// Flushes when there is work and no flush in flight; parks when there is none.
@@ -376,8 +379,8 @@ impl AuditWriter {
         if self.flushing || self.retired {
             return; // the flush's completion schedules again
         }
-        // Being dropped (its arbiter stopped): the mailbox is still read once, outside any
-        // runtime, where a flush cannot be spawned. `Drop` hands the queue over instead.
+        // Being dropped (its arbiter stopped): actix stops the context and polls it once more,
+        // outside any runtime, where a flush cannot be spawned. `Drop` hands the queue over.
         if !ctx.state().alive() {
             return;
         }
@@ -589,9 +592,9 @@ impl AuditHandle {
             st.queue.push_back(Pending { entry, reply: tx });
             std::mem::replace(&mut st.parked, false)
         };
-        // The writer is gone: take back what nobody will write (this entry included).
-        if wake && self.shared.send(Wake).is_err() {
-            self.shared.answer_stopped();
+        // With the writer gone, this takes back what nobody will write (this entry included).
+        if wake {
+            self.shared.wake();
         }
         rx.await.unwrap_or(Err(AuditError::Stopped))
     }
