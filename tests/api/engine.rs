@@ -191,6 +191,29 @@ async fn until_answered(answered: &std::cell::Cell<usize>, n: usize) {
     panic!("only {} answers in", answered.get());
 }
 
+/// Counts a burst's answers into `valid` and `refused`: each must be valid, or a 503
+/// `AUDIT_UNAVAILABLE` (its batch was in flight when the writer's host stopped).
+fn tally(answers: Vec<crate::helpers::Resp>, valid: &mut u64, refused: &mut u64) {
+    for res in answers {
+        if res.status == 503 {
+            res.assert_error(503, "AUDIT_UNAVAILABLE");
+            *refused += 1;
+        } else {
+            assert_eq!(res.status, 200, "{}", res.text());
+            assert_eq!(res.json()["valid"], true);
+            *valid += 1;
+        }
+    }
+}
+
+/// Waits, off the test's thread, until a stopped arbiter's thread has ended.
+async fn join(host: actix::Arbiter) {
+    actix_web::rt::task::spawn_blocking(move || host.join())
+        .await
+        .unwrap()
+        .unwrap();
+}
+
 /// The thread an arbiter runs on.
 async fn thread_of(arbiter: &actix::prelude::ArbiterHandle) -> std::thread::ThreadId {
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -236,20 +259,8 @@ async fn the_audit_writer_moves_without_a_loss_and_outlives_its_host() {
     until_answered(&answered, 10).await;
     assert!(host.stop());
     let mut refused = 0;
-    for res in burst.await {
-        if res.status == 503 {
-            res.assert_error(503, "AUDIT_UNAVAILABLE");
-            refused += 1;
-        } else {
-            assert_eq!(res.status, 200, "{}", res.text());
-            assert_eq!(res.json()["valid"], true);
-            valid += 1;
-        }
-    }
-    actix_web::rt::task::spawn_blocking(move || host.join())
-        .await
-        .unwrap()
-        .unwrap();
+    tally(burst.await, &mut valid, &mut refused);
+    join(host).await;
 
     // Back on its own thread, the writer takes every verification again.
     for _ in 0..20 {
@@ -319,19 +330,8 @@ async fn a_host_that_stops_as_the_writer_moves_there_leaves_no_request_behind() 
             actix_web::rt::time::sleep(Duration::from_millis(1)).await;
         }
         assert!(host.stop());
-        for res in within("the burst", burst).await {
-            if res.status == 503 {
-                res.assert_error(503, "AUDIT_UNAVAILABLE");
-                refused += 1;
-            } else {
-                assert_eq!(res.json()["valid"], true, "{}", res.text());
-                valid += 1;
-            }
-        }
-        actix_web::rt::task::spawn_blocking(move || host.join())
-            .await
-            .unwrap()
-            .unwrap();
+        tally(within("the burst", burst).await, &mut valid, &mut refused);
+        join(host).await;
         let after = within("a verify after the host stopped", app.verify_as_receiver(&token)).await;
         assert_eq!(after.status, 200, "round {round}: {}", after.text());
         assert_eq!(after.json()["valid"], true);
@@ -384,10 +384,7 @@ async fn a_wake_up_sent_to_a_stopping_host_still_reaches_the_writer() {
     }
     assert_eq!(app.engine.audit_writer_thread(), successor);
     app.engine.pause_audit_handovers(Duration::ZERO);
-    actix_web::rt::task::spawn_blocking(move || host.join())
-        .await
-        .unwrap()
-        .unwrap();
+    join(host).await;
 }
 
 /// The writer is sent to a host that stops before it gets there, with hand-overs slowed down
@@ -411,10 +408,7 @@ async fn a_host_that_stops_before_the_writer_arrives_leaves_it_at_home() {
             app.engine.move_audit_writer_to(&host.handle());
             assert!(host.stop());
         }
-        actix_web::rt::task::spawn_blocking(move || host.join())
-            .await
-            .unwrap()
-            .unwrap();
+        join(host).await;
         actix_web::rt::time::sleep(Duration::from_millis(400)).await;
         app.engine.pause_audit_handovers(Duration::ZERO);
         for _ in 0..3 {
@@ -486,10 +480,7 @@ async fn a_drain_waiting_on_a_stopping_host_is_answered() {
     lock.release().await;
     let res = within("a verify after", app.verify_as_receiver(&token)).await;
     assert_eq!(res.json()["valid"], true, "{}", res.text());
-    actix_web::rt::task::spawn_blocking(move || host.join())
-        .await
-        .unwrap()
-        .unwrap();
+    join(host).await;
 }
 
 /// Registers an agent and mints `n` extra tokens for it with issue-token.
