@@ -1,8 +1,10 @@
-//! Logs and metrics. Logs: `RUST_LOG` filter, text or JSON lines on stderr. Metrics: one
+//! Logs and metrics. Logs: `RUST_LOG` filter, text or JSON lines on stderr (text in colour
+//! only on a terminal, and not with `NO_COLOR` set). Metrics: one
 //! Prometheus recorder per process, served on its own listener (`AGENTID_METRICS_BIND`),
 //! never on the public port. The metric names are listed in README.md and used by
 //! `grafana/dashboards/agentid.json` (a test checks that every series there is exported).
 
+use std::io::IsTerminal;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -20,8 +22,10 @@ pub enum LogFormat {
 /// Installs the global subscriber once; later calls (tests) are ignored.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let colour = colour(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
@@ -31,6 +35,13 @@ pub fn init(format: LogFormat) {
             .with_current_span(true)
             .try_init(),
     };
+}
+
+/// Text logs carry colour escapes only for a person at a terminal: a file, a pipe or a log
+/// collector would store them as noise. A non-empty `NO_COLOR` turns them off everywhere
+/// (no-color.org).
+fn colour(stderr_is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    stderr_is_terminal && !matches!(no_color, Some(v) if !v.is_empty())
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -169,3 +180,17 @@ pub fn serve_metrics(
 
 /// How often gauges that are sampled (not pushed) are refreshed.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+
+#[cfg(test)]
+mod tests {
+    use super::colour;
+
+    #[test]
+    fn text_logs_are_in_colour_only_on_a_terminal_without_no_color() {
+        assert!(colour(true, None));
+        assert!(colour(true, Some("".into())), "an empty NO_COLOR is unset");
+        assert!(!colour(true, Some("1".into())));
+        assert!(!colour(false, None), "a file or a pipe gets plain text");
+        assert!(!colour(false, Some("1".into())));
+    }
+}
