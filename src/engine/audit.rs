@@ -194,8 +194,6 @@ pub struct AuditWriter {
     flushing: bool,
     linger_armed: bool,
     drain_waiters: Vec<oneshot::Sender<()>>,
-    /// This writer's place in the line of successors (see `Slot`).
-    generation: u64,
     /// Runs on its fallback thread (else on a host that may stop).
     on_fallback: bool,
     /// Started on a thread it had not run on: its store connections are opened anew.
@@ -332,7 +330,6 @@ impl AuditWriter {
             flushing: false,
             linger_armed: false,
             drain_waiters: Vec::new(),
-            generation: 0,
             on_fallback: true,
             new_thread: true,
             moving: None,
@@ -346,7 +343,6 @@ impl AuditWriter {
     fn hand_over(&mut self, to: MoveTo) {
         let generation = self.shared.generations.fetch_add(1, Ordering::SeqCst) + 1;
         let mut next = AuditWriter::new(self.store.clone(), self.cfg.clone(), self.shared.clone());
-        next.generation = generation;
         next.drain_waiters = std::mem::take(&mut self.drain_waiters);
         next.on_fallback = to.fallback;
         next.on_started = to.moved;
