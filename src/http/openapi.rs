@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use actix_web::HttpResponse;
 use utoipa::openapi::path::Operation;
 use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{HeaderBuilder, RefOr, ResponseBuilder, Schema};
 use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 
@@ -113,14 +113,16 @@ fn error_response(code: ErrorCode) -> RefOr<utoipa::openapi::Response> {
 }
 
 fn shared_responses(op: &mut Operation) {
-    let secured = op.security.as_ref().is_some_and(|s| !s.is_empty());
+    let security = op.security.as_deref().unwrap_or_default();
+    // An empty requirement among the alternatives makes the key optional (verify): a bad key
+    // is still refused (401), but any kind of key is accepted, so there is no 403.
+    let key_optional = security.contains(&SecurityRequirement::default());
     let mut extra = vec![ErrorCode::RateLimited, ErrorCode::InternalError];
-    if secured {
-        extra.extend([
-            ErrorCode::Unauthorized,
-            ErrorCode::Forbidden,
-            ErrorCode::ServiceUnavailable,
-        ]);
+    if !security.is_empty() {
+        extra.extend([ErrorCode::Unauthorized, ErrorCode::ServiceUnavailable]);
+        if !key_optional {
+            extra.push(ErrorCode::Forbidden);
+        }
     }
     for code in extra {
         op.responses

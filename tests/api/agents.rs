@@ -73,6 +73,7 @@ async fn register_rejects_each_broken_field_by_name() {
         ("scopes", json!(["READ:x"]), "scopes"),
         ("scopes", json!(["read:x", "read:x"]), "scopes"),
         ("scopes", json!([1]), "scopes"),
+        ("scopes", json!([format!("a:{}", "b".repeat(127))]), "scopes"),
         (
             "scopes",
             Value::Array((0..65).map(|i| json!(format!("read:r{i}"))).collect()),
@@ -103,6 +104,20 @@ async fn register_rejects_each_broken_field_by_name() {
             "{field}={value}: message {msg:?} should name {named}"
         );
     }
+    // At the limits a scope passes (and its OpenAPI pattern and maxLength say so too): 128
+    // characters in all, however they are split between action and resource.
+    let edges = [
+        format!("{}:b", "a".repeat(126)),
+        format!("a:{}", "b".repeat(126)),
+        format!("{}:{}", "a".repeat(64), "b".repeat(63)),
+    ];
+    let mut body = base.clone();
+    body["scopes"] = json!(edges);
+    let res = app
+        .post("/v1/agents/register", Some(app.secret()), Some(&body))
+        .await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    assert_eq!(res.json()["scopes"], json!(edges));
 }
 
 #[actix_web::test]

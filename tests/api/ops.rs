@@ -64,6 +64,17 @@ async fn the_openapi_document_covers_every_route_schema_and_error() {
         let name = reference.split('"').next().unwrap();
         assert!(schemas.contains_key(name), "dangling $ref {name}");
     }
+    // Verify takes a key optionally: a bad one is refused (401), but no kind of key is
+    // forbidden (no 403); the issuer's endpoints forbid publishable keys.
+    let verify = &doc["paths"]["/v1/verify/{token}"]["get"]["responses"];
+    assert!(verify.get("401").is_some() && verify.get("503").is_some());
+    assert!(verify.get("403").is_none(), "verify never answers 403");
+    assert!(doc["paths"]["/v1/agents/register"]["post"]["responses"]
+        .get("403")
+        .is_some());
+    // A scope's schema is the rule the server checks: the whole string at most 128.
+    assert_eq!(schemas["ScopeString"]["maxLength"], 128);
+    assert_eq!(schemas["ScopeString"]["pattern"], "^[a-z0-9_.-]+:[a-z0-9_.*/-]+$");
     // Every operation documents 429 and its success answer.
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, op) in item.as_object().unwrap() {
