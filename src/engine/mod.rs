@@ -42,6 +42,18 @@ pub enum EngineError {
     Store(#[from] StoreError),
 }
 
+/// Why a verification got no answer, and so no record.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// Its record could not be committed (fail closed: no answer without a record).
+    #[error(transparent)]
+    Unrecorded(#[from] AuditError),
+    /// The agent the token names is not in memory (registered through another instance) and
+    /// could not be read from the store, so the outcome cannot be told: not `TOKEN_INVALID`.
+    #[error("the token's agent could not be read: {0}")]
+    AgentUnreadable(#[source] StoreError),
+}
+
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     pub writer: WriterConfig,
@@ -422,9 +434,15 @@ impl Engine {
 
     /// Online verification: form, key, signature, agent, revocation, expiry; then the
     /// audit record is committed, and only then is the outcome returned.
-    pub async fn verify(&self, token: &str, received: Instant) -> Result<Verification, AuditError> {
+    pub async fn verify(&self, token: &str, received: Instant) -> Result<Verification, VerifyError> {
         let now = Millis::now();
-        let checked = self.check(token, now).await;
+        let checked = match self.check(token, now).await {
+            Ok(c) => c,
+            Err(e) => {
+                self.counters.unrecorded.increment(1);
+                return Err(VerifyError::AgentUnreadable(e));
+            }
+        };
         let entry = AuditEntry {
             ledger: checked.ledger,
             agent_id: checked.agent_id,
@@ -438,7 +456,7 @@ impl Engine {
             Ok(r) => r,
             Err(e) => {
                 self.counters.unrecorded.increment(1);
-                return Err(e);
+                return Err(e.into());
             }
         };
         self.counters.result(record.result).increment(1);
@@ -455,7 +473,9 @@ impl Engine {
         })
     }
 
-    async fn check(&self, token: &str, now: Millis) -> Checked {
+    /// The outcome of the checks, or the store's error when the agent had to be read from
+    /// it and could not be.
+    async fn check(&self, token: &str, now: Millis) -> Result<Checked, StoreError> {
         // Before the revocation index is read (see `Registry::revocations_seen`).
         let revocations_seen = self.registry.revocations_seen();
         let (checked, cache) = self.verifier.check(token).await;
@@ -466,15 +486,15 @@ impl Engine {
         }
         let token = match checked {
             Ok(t) => t,
-            Err(rej) => return self.invalid(rej.sub.as_deref(), rej.reason, revocations_seen),
+            Err(rej) => return Ok(self.invalid(rej.sub.as_deref(), rej.reason, revocations_seen)),
         };
         let claims = &token.claims;
         let agent = match self.registry.agent(&claims.sub) {
             Some(a) => a,
             // Signed by us but unknown here: registered through another instance.
-            None => match self.store.get_agent(&claims.sub).await {
-                Ok(Some(a)) => self.learn(a).await,
-                _ => return self.invalid(None, RejectReason::UnknownAgent, revocations_seen),
+            None => match self.store.get_agent(&claims.sub).await? {
+                Some(a) => self.learn(a).await,
+                None => return Ok(self.invalid(None, RejectReason::UnknownAgent, revocations_seen)),
             },
         };
         let ledger = Ledger {
@@ -490,25 +510,25 @@ impl Engine {
             revocations_seen,
         };
         if let Some(rev) = self.registry.revocation(&claims.sub) {
-            return failed(
+            return Ok(failed(
                 VerifyResult::Revoked,
                 crate::store::revoked_failure_reason(rev.reason.as_deref()),
-            );
+            ));
         }
         if Millis::from_secs(claims.exp) <= now {
-            return failed(
+            return Ok(failed(
                 VerifyResult::Expired,
                 format!("token expired at {}", Millis::from_secs(claims.exp).to_rfc3339()),
-            );
+            ));
         }
-        Checked {
+        Ok(Checked {
             ledger: ledger.clone(),
             agent_id: claims.sub.clone(),
             result: VerifyResult::Valid,
             failure_reason: None,
             valid: Some(ValidToken { token, agent }),
             revocations_seen,
-        }
+        })
     }
 
     /// An invalid token is recorded in the ledger of the agent it names when that agent

@@ -7,7 +7,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 
 use crate::domain::ValidationError;
-use crate::engine::{AuditError, EngineError};
+use crate::engine::{AuditError, EngineError, VerifyError};
 use crate::store::StoreError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -243,6 +243,24 @@ impl From<AuditError> for ApiError {
             ErrorCode::AuditUnavailable,
             format!("the verification could not be recorded ({e}); retry shortly"),
         )
+    }
+}
+
+/// Verify has one 503 code for receivers to retry on: a store that cannot be reached cannot
+/// record the verification either, whichever part of it failed first.
+impl From<VerifyError> for ApiError {
+    fn from(e: VerifyError) -> Self {
+        match e {
+            VerifyError::Unrecorded(a) => a.into(),
+            VerifyError::AgentUnreadable(s) if s.is_unavailable() => {
+                tracing::warn!(error = %s, "verify: the token's agent could not be read");
+                ApiError::new(
+                    ErrorCode::AuditUnavailable,
+                    "the store cannot be reached, so the verification can be neither checked nor recorded; retry shortly",
+                )
+            }
+            VerifyError::AgentUnreadable(s) => ApiError::internal(&s),
+        }
     }
 }
 

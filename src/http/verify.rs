@@ -68,7 +68,7 @@ pub enum VerifyAnswer<'a> {
     responses(
         (status = 200, description = "The verification result; token failures are answers, not errors. Recorded in the audit log before it is sent.", body = VerifyAnswer),
         (status = 401, description = "UNAUTHORIZED: an Authorization header with an invalid key (verify needs none)", body = ErrorBody),
-        (status = 503, description = "AUDIT_UNAVAILABLE: the verification could not be recorded, so it is not answered", body = ErrorBody),
+        (status = 503, description = "AUDIT_UNAVAILABLE: the store cannot record this verification (or give the agent it names), so it is not answered", body = ErrorBody),
     ),
     security((), ("bearer" = [])),
 )]

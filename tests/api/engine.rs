@@ -59,6 +59,63 @@ async fn after_revoke_answers_no_verification_is_valid() {
     );
 }
 
+/// A token of an agent this instance does not hold in memory (registered through another
+/// instance) makes verify read the agent from the store. When that read fails, verify has no
+/// outcome to tell: it must not answer `TOKEN_INVALID` for a token that may be valid, nor
+/// record one. (A corrupt row stands in for any failed read; an unreachable store answers
+/// 503 `AUDIT_UNAVAILABLE` by the same path.)
+#[actix_web::test]
+async fn a_verify_whose_agent_cannot_be_read_answers_an_error_not_invalid() {
+    use agentid::domain::{KeyMode, Millis};
+    let app = spawn_app_with(Options::unlimited()).await;
+    let now = Millis::now();
+    let id = format!("agt_{}", ulid::Ulid::new().to_string().to_lowercase());
+    let elsewhere = agentid::store::connect(&app.db.url, &Default::default())
+        .await
+        .unwrap();
+    elsewhere
+        .insert_agent(&agentid::store::AgentRecord {
+            id: id.clone(),
+            org_id: app.org.org_id.clone(),
+            mode: KeyMode::Live,
+            name: "remote".into(),
+            issuer_domain: "example.com".into(),
+            description: String::new(),
+            scopes: vec!["read:x".into()],
+            created_at: now,
+            issued_at: now,
+            expires_at: Millis(now.0 + 3_600_000),
+            revoked_at: None,
+            revocation_reason: None,
+            verification_count: 0,
+        })
+        .await
+        .unwrap();
+    let token = app.engine.keys().sign(&agentid::token::Claims {
+        iss: "example.com".into(),
+        sub: id.clone(),
+        jti: "j1".into(),
+        iat: now.as_secs(),
+        exp: now.as_secs() + 3600,
+        scopes: vec!["read:x".into()],
+    });
+    assert!(app.engine.registry().agent(&id).is_none(), "not known here");
+    let set_scopes = |v: &str| format!("UPDATE agents SET scopes = '{v}' WHERE id = '{id}'");
+    app.raw_execute(&set_scopes("not json")).await.unwrap();
+    app.verify_as_receiver(&token)
+        .await
+        .assert_error(500, "INTERNAL_ERROR");
+    let log = app.log("").await;
+    assert_eq!(log["pagination"]["total"], 0, "nothing recorded: {log}");
+
+    // Readable again: the same token verifies, and only that verification is recorded.
+    app.raw_execute(&set_scopes(r#"["read:x"]"#)).await.unwrap();
+    assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
+    let log = app.log("").await;
+    assert_eq!(log["pagination"]["total"], 1, "{log}");
+    assert_eq!(log["data"][0]["agent_id"], id.as_str());
+}
+
 /// A revocation this instance did not make (another instance's; an older binary's or a
 /// hand-written UPDATE takes the same path) is not in its index, so its checks pass: the
 /// audit statement must catch it on the very next verify. The revocation epoch lets batches
