@@ -142,13 +142,13 @@ pub enum OrgCommand {
         name: String,
         #[arg(long, value_enum)]
         plan: PlanArg,
-        /// Verify calls per minute (required for enterprise).
+        /// Verify calls per minute (enterprise only, and required there).
         #[arg(long)]
         verify_limit: Option<u32>,
-        /// Calls per minute to all other endpoints (required for enterprise).
+        /// Calls per minute to all other endpoints (enterprise only, and required there).
         #[arg(long)]
         other_limit: Option<u32>,
-        /// Longest token lifetime in seconds [default: the plan's]
+        /// Longest token lifetime in seconds, at most one year (enterprise only) [default: the plan's]
         #[arg(long)]
         max_expiry_seconds: Option<u64>,
         #[command(flatten)]
@@ -320,16 +320,17 @@ async fn org(cmd: OrgCommand) -> CliResult {
                 return Ok(ExitCode::FAILURE);
             };
             let new_plan = plan.map(Plan::from).unwrap_or(record.plan);
-            // Unnamed limits keep their current value when the plan stays, else take the new plan's.
-            let same_plan = new_plan == record.plan;
-            fn keep<T>(same_plan: bool, current: T, named: Option<T>) -> Option<T> {
-                named.or(same_plan.then_some(current))
+            // An enterprise organization that stays enterprise keeps the custom limits it
+            // does not name; any other takes the new plan's (only enterprise has custom ones).
+            let keep_custom = new_plan == record.plan && new_plan == Plan::Enterprise;
+            fn keep<T>(keep_custom: bool, current: T, named: Option<T>) -> Option<T> {
+                named.or(keep_custom.then_some(current))
             }
             record.limits = OrgLimits::resolve(
                 new_plan,
-                keep(same_plan, record.limits.verify_per_minute, verify_limit),
-                keep(same_plan, record.limits.other_per_minute, other_limit),
-                keep(same_plan, record.limits.max_expiry_seconds, max_expiry_seconds),
+                keep(keep_custom, record.limits.verify_per_minute, verify_limit),
+                keep(keep_custom, record.limits.other_per_minute, other_limit),
+                keep(keep_custom, record.limits.max_expiry_seconds, max_expiry_seconds),
             )?;
             record.plan = new_plan;
             store.update_org(&record).await?;

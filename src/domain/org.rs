@@ -45,6 +45,12 @@ impl Plan {
 
     /// Enterprise's maximum token lifetime: one year.
     pub const ENTERPRISE_MAX_EXPIRY: u64 = 365 * DAY;
+
+    /// The longest token lifetime the spec's table allows on this plan.
+    pub fn max_expiry_seconds(self) -> u64 {
+        self.default_limits()
+            .map_or(Self::ENTERPRISE_MAX_EXPIRY, |l| l.max_expiry_seconds)
+    }
 }
 
 /// The limits an organization runs under (plan defaults, or enterprise custom values).
@@ -56,31 +62,59 @@ pub struct OrgLimits {
 }
 
 impl OrgLimits {
-    /// Plan defaults overridden by explicit values; enterprise must name its rate limits.
+    /// The limits of `plan` with the values an operator named. Only enterprise takes custom
+    /// values, as the spec's tables say: it must name both rate limits, and may shorten its
+    /// one-year token maximum. On the other plans a named value must be the table's.
     pub fn resolve(
         plan: Plan,
         verify: Option<u32>,
         other: Option<u32>,
         max_expiry: Option<u64>,
     ) -> Result<OrgLimits, ValidationError> {
-        let base = plan.default_limits();
-        let verify = verify.or(base.map(|b| b.verify_per_minute)).ok_or_else(|| {
+        if let Some(table) = plan.default_limits() {
+            let named = [
+                (
+                    "verify_limit",
+                    verify.map(u64::from),
+                    table.verify_per_minute.into(),
+                ),
+                ("other_limit", other.map(u64::from), table.other_per_minute.into()),
+                ("max_expiry_seconds", max_expiry, table.max_expiry_seconds),
+            ];
+            for (field, value, fixed) in named {
+                if value.is_some_and(|v| v != fixed) {
+                    return Err(ValidationError::new(
+                        field,
+                        format!(
+                            "the {} plan's is {fixed}; only the enterprise plan takes custom limits",
+                            plan.as_str()
+                        ),
+                    ));
+                }
+            }
+            return Ok(table);
+        }
+        let verify = verify.ok_or_else(|| {
             ValidationError::new("verify_limit", "the enterprise plan needs a custom verify limit")
         })?;
-        let other = other.or(base.map(|b| b.other_per_minute)).ok_or_else(|| {
+        let other = other.ok_or_else(|| {
             ValidationError::new(
                 "other_limit",
                 "the enterprise plan needs a custom limit for other endpoints",
             )
         })?;
-        let max_expiry = max_expiry
-            .or(base.map(|b| b.max_expiry_seconds))
-            .unwrap_or(Plan::ENTERPRISE_MAX_EXPIRY);
+        let max_expiry = max_expiry.unwrap_or(Plan::ENTERPRISE_MAX_EXPIRY);
         if verify == 0 || other == 0 {
             return Err(ValidationError::new("limits", "rate limits must be positive"));
         }
-        if max_expiry == 0 {
-            return Err(ValidationError::new("max_expiry_seconds", "must be positive"));
+        if max_expiry == 0 || max_expiry > Plan::ENTERPRISE_MAX_EXPIRY {
+            return Err(ValidationError::new(
+                "max_expiry_seconds",
+                format!(
+                    "must be from 1 to {} (one year, the enterprise plan's maximum)",
+                    Plan::ENTERPRISE_MAX_EXPIRY
+                ),
+            ));
         }
         Ok(OrgLimits {
             verify_per_minute: verify,
@@ -234,8 +268,50 @@ mod tests {
             (growth.verify_per_minute, growth.other_per_minute),
             (50_000, 2_000)
         );
+        assert_eq!(growth.max_expiry_seconds, 90 * 86_400);
+        let developer = Plan::Developer.default_limits().unwrap();
+        assert_eq!(
+            (
+                developer.verify_per_minute,
+                developer.other_per_minute,
+                developer.max_expiry_seconds
+            ),
+            (5_000, 500, 90 * 86_400)
+        );
         assert!(OrgLimits::resolve(Plan::Enterprise, None, None, None).is_err());
         let ent = OrgLimits::resolve(Plan::Enterprise, Some(10), Some(5), None).unwrap();
         assert_eq!(ent.max_expiry_seconds, 365 * 86_400);
+        assert_eq!(Plan::Enterprise.max_expiry_seconds(), 365 * 86_400);
+    }
+
+    /// Only enterprise takes custom values, and never a token longer than a year.
+    #[test]
+    fn only_enterprise_takes_custom_limits_within_the_spec() {
+        let ent = |e| OrgLimits::resolve(Plan::Enterprise, Some(10), Some(5), e);
+        assert_eq!(ent(Some(3_600)).unwrap().max_expiry_seconds, 3_600);
+        assert_eq!(ent(Some(365 * 86_400)).unwrap().max_expiry_seconds, 365 * 86_400);
+        for bad in [0, 365 * 86_400 + 1] {
+            let err = ent(Some(bad)).unwrap_err();
+            assert!(err.to_string().contains("max_expiry_seconds"), "{err}");
+        }
+        // The table's own values may be named; any other is refused, by field.
+        let table = Plan::Free.default_limits().unwrap();
+        assert_eq!(
+            OrgLimits::resolve(Plan::Free, Some(500), Some(60), Some(86_400)).unwrap(),
+            table
+        );
+        for (v, o, e, field) in [
+            (Some(501), None, None, "verify_limit"),
+            (None, Some(1), None, "other_limit"),
+            (None, None, Some(2 * 86_400), "max_expiry_seconds"),
+            (None, None, Some(3_600), "max_expiry_seconds"),
+        ] {
+            let err = OrgLimits::resolve(Plan::Free, v, o, e).unwrap_err();
+            assert!(err.to_string().contains(field), "{err}");
+        }
+        for plan in [Plan::Developer, Plan::Growth] {
+            assert!(OrgLimits::resolve(plan, None, None, Some(365 * 86_400)).is_err());
+            assert_eq!(plan.max_expiry_seconds(), 90 * 86_400);
+        }
     }
 }

@@ -233,6 +233,22 @@ fn org_create_refuses_bad_input_clearly() {
     );
     let out = run(&["org", "create", "--name", "E", "--plan", "gold"]);
     assert!(!out.status.success());
+    // The spec's tables: a free plan's tokens last at most a day, and no plan's over a year;
+    // custom rate limits are for enterprise only.
+    for (plan, flag, value) in [
+        ("free", "--max-expiry-seconds", "31536000"),
+        ("free", "--verify-limit", "100000"),
+        ("enterprise", "--max-expiry-seconds", "31536001"),
+    ] {
+        let mut args = vec!["org", "create", "--name", "E", "--plan", plan, flag, value];
+        if plan == "enterprise" {
+            args.extend(["--verify-limit", "10", "--other-limit", "10"]);
+        }
+        let out = run(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{plan} {flag} {value} was taken");
+        assert!(stderr.contains(&flag[2..].replace('-', "_")), "{stderr}");
+    }
     let out = run(&[
         "org",
         "create",
