@@ -328,7 +328,8 @@ pub struct RevokedBody {
     revoked: bool,
     #[schema(pattern = "^agt_[0-9a-z]{26}$")]
     agent_id: String,
-    revoked_at: Option<Millis>,
+    revoked_at: Millis,
+    /// The reason given, or null when none was.
     reason: Option<String>,
 }
 
@@ -364,10 +365,16 @@ pub async fn revoke(
     };
     let a = state.engine.revoke(&caller, &id, reason).await?;
     tracing::info!(agent_id = %a.id, "agent revoked");
+    let revoked_at = a.revoked_at.ok_or_else(|| {
+        ApiError::internal(&crate::store::StoreError::Corrupt(format!(
+            "revoked agent {} has no revocation time",
+            a.id
+        )))
+    })?;
     Ok(HttpResponse::Ok().json(RevokedBody {
         revoked: true,
         agent_id: a.id,
-        revoked_at: a.revoked_at,
+        revoked_at,
         reason: a.revocation_reason,
     }))
 }
