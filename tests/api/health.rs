@@ -73,6 +73,9 @@ async fn public_endpoints_allow_any_origin_including_preflight() {
             .header("access-control-allow-methods")
             .unwrap()
             .contains("GET"));
+        // Every response carries the rate-limit headers, preflights included.
+        res.assert_rate_limit_headers(path);
+        pre.assert_rate_limit_headers(&format!("OPTIONS {path}"));
     }
 }
 

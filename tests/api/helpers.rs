@@ -201,7 +201,20 @@ impl Resp {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
-    /// Asserts the standard error body and its agreement with X-Request-Id.
+    /// The spec: every response carries the rate-limit headers, as numbers.
+    pub fn assert_rate_limit_headers(&self, what: &str) {
+        for name in ["x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"] {
+            let value = self.header(name);
+            assert!(
+                value.as_deref().is_some_and(|v| v.parse::<u64>().is_ok()),
+                "{what} ({}): {name} is {value:?}",
+                self.status
+            );
+        }
+    }
+
+    /// Asserts the standard error body, its agreement with X-Request-Id, and the rate-limit
+    /// headers.
     pub fn assert_error(&self, status: u16, code: &str) -> Value {
         assert_eq!(self.status, status, "status for {code}: {}", self.text());
         let body = self.json();
@@ -211,6 +224,7 @@ impl Resp {
         let rid = err["request_id"].as_str().unwrap();
         assert!(rid.starts_with("req_"), "{rid}");
         assert_eq!(self.header("x-request-id").as_deref(), Some(rid));
+        self.assert_rate_limit_headers(code);
         assert!(err["docs_url"]
             .as_str()
             .unwrap()

@@ -169,3 +169,21 @@ async fn bad_parameters_and_foreign_cursors_are_refused() {
         1
     );
 }
+
+/// Without `limit`, a page holds the spec's default of 50 records.
+#[actix_web::test]
+async fn a_page_holds_fifty_records_by_default() {
+    let app = spawn_app().await;
+    let (_, token) = app.agent().await;
+    for _ in 0..53 {
+        app.verify(&token).await;
+    }
+    let first = app.log("").await;
+    assert_eq!(first["data"].as_array().unwrap().len(), 50);
+    assert_eq!(first["pagination"]["total"], 53);
+    assert_eq!(first["pagination"]["hasMore"], true);
+    let cursor = first["pagination"]["cursor"].as_str().unwrap();
+    let rest = app.log(&format!("?cursor={cursor}")).await;
+    assert_eq!(rest["data"].as_array().unwrap().len(), 3);
+    assert_eq!(rest["pagination"]["hasMore"], false);
+}
