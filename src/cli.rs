@@ -161,10 +161,13 @@ pub enum OrgCommand {
         /// New plan [default: keep the current one]
         #[arg(long, value_enum)]
         plan: Option<PlanArg>,
+        /// Verify calls per minute (enterprise only) [default: keep the current one]
         #[arg(long)]
         verify_limit: Option<u32>,
+        /// Calls per minute to all other endpoints (enterprise only) [default: keep the current one]
         #[arg(long)]
         other_limit: Option<u32>,
+        /// Longest token lifetime in seconds, at most one year (enterprise only) [default: keep the current one]
         #[arg(long)]
         max_expiry_seconds: Option<u64>,
         #[command(flatten)]

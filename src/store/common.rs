@@ -69,15 +69,23 @@ pub const ORG_COLUMNS: &str = "id, name, plan, verify_limit, other_limit, max_ex
 
 pub type OrgRow = (String, String, String, i64, i64, i64, i64);
 
+/// An organization as stored, with the limits it runs under: the spec's table on every plan
+/// but enterprise, and never a token maximum over the plan's (rows written before custom
+/// limits became enterprise-only may hold other values; they are not enforced).
 pub fn org_from_row(r: OrgRow) -> Result<OrgRecord, StoreError> {
     let corrupt = || StoreError::Corrupt(format!("limits of organization {}", r.0));
+    let plan = Plan::parse(&r.2).ok_or_else(|| StoreError::Corrupt(format!("plan {}", r.2)))?;
+    let stored = OrgLimits {
+        verify_per_minute: u32::try_from(r.3).map_err(|_| corrupt())?,
+        other_per_minute: u32::try_from(r.4).map_err(|_| corrupt())?,
+        max_expiry_seconds: u64::try_from(r.5).map_err(|_| corrupt())?,
+    };
     Ok(OrgRecord {
-        plan: Plan::parse(&r.2).ok_or_else(|| StoreError::Corrupt(format!("plan {}", r.2)))?,
-        limits: OrgLimits {
-            verify_per_minute: u32::try_from(r.3).map_err(|_| corrupt())?,
-            other_per_minute: u32::try_from(r.4).map_err(|_| corrupt())?,
-            max_expiry_seconds: u64::try_from(r.5).map_err(|_| corrupt())?,
-        },
+        plan,
+        limits: plan.default_limits().unwrap_or(OrgLimits {
+            max_expiry_seconds: stored.max_expiry_seconds.min(plan.max_expiry_seconds()),
+            ..stored
+        }),
         id: r.0,
         name: r.1,
         created_at: Millis(r.6),

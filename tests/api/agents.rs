@@ -167,6 +167,13 @@ async fn expiry_is_capped_by_the_plan() {
         ..Options::default()
     })
     .await;
+    // A custom maximum stored for a free organization (older versions took one) is not
+    // enforced: the plan's table is.
+    let legacy = format!(
+        "UPDATE orgs SET max_expiry_seconds = 31536000 WHERE id = '{}'",
+        app.org.org_id
+    );
+    assert_eq!(app.raw_execute(&legacy).await.unwrap(), 1);
     let body = |s: u64| json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"], "expiry_seconds": s});
     let res = app
         .post("/v1/agents/register", Some(app.secret()), Some(&body(86_401)))
