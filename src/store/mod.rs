@@ -63,9 +63,10 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
-/// PostgreSQL admin shutdown / cannot connect now, SQLite busy or locked.
+/// PostgreSQL admin shutdown / cannot connect now / insufficient resources (too many
+/// connections, out of memory or disk), SQLite busy or locked: retry later, not a fault.
 fn is_outage_code(code: &str) -> bool {
-    code.starts_with("57P") || code.starts_with("08") || code == "5" || code == "6"
+    code.starts_with("57P") || code.starts_with("08") || code.starts_with("53") || code == "5" || code == "6"
 }
 
 impl StoreError {
@@ -287,5 +288,21 @@ pub fn revoked_failure_reason(reason: Option<&str>) -> String {
     match reason {
         Some(r) if !r.is_empty() => format!("agent revoked: {r}"),
         _ => "agent revoked".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_outage_code;
+
+    /// Outages answer 503 (retry later); everything else is a fault (500).
+    #[test]
+    fn outage_codes_are_the_ones_worth_a_retry() {
+        for code in ["57P01", "57P03", "08006", "53300", "53200", "5", "6"] {
+            assert!(is_outage_code(code), "{code}");
+        }
+        for code in ["23505", "42P01", "22P02", "XX000", "1", "19"] {
+            assert!(!is_outage_code(code), "{code}");
+        }
     }
 }
