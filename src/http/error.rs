@@ -108,7 +108,7 @@ impl ErrorCode {
             ErrorCode::UnsupportedMediaType => "The body must be sent with `Content-Type: application/json` (415, code INVALID_REQUEST).",
             ErrorCode::RateLimited => "The rate limit of this key's organization, or of this client address, is used up; retry after `Retry-After` seconds (429).",
             ErrorCode::InternalError => "Something unexpected failed; the request id identifies it in the service's logs (500).",
-            ErrorCode::AuditUnavailable => "The audit log cannot record right now, so no verification is answered (fail closed). Retry shortly (503).",
+            ErrorCode::AuditUnavailable => "The audit log cannot record right now (or the store cannot give the agent a token names), so no verification is answered (fail closed). Retry shortly (503).",
             ErrorCode::ServiceUnavailable => "The database cannot be reached right now. Retry shortly (503).",
         }
     }

@@ -104,8 +104,9 @@ async fn register_rejects_each_broken_field_by_name() {
             "{field}={value}: message {msg:?} should name {named}"
         );
     }
-    // At the limits a scope passes (and its OpenAPI pattern and maxLength say so too): 128
-    // characters in all, however they are split between action and resource.
+    // At the limits a scope passes: 128 characters in all, however they are split between
+    // action and resource (the OpenAPI schema's pattern and maxLength, checked in ops.rs,
+    // once refused the first two).
     let edges = [
         format!("{}:b", "a".repeat(126)),
         format!("a:{}", "b".repeat(126)),
