@@ -15,6 +15,20 @@ use crate::http::{self, AppState};
 use crate::store::{self, StoreError};
 use crate::token::{KeyError, KeyRing};
 
+/// Connections the kernel completes and queues for the server before it accepts them (the
+/// kernel caps it at `net.core.somaxconn`; actix-server's own default). The standard
+/// library's 128 made a burst of new connections (a load balancer's, or a load test's ~170
+/// at once) lose SYNs, and those clients waited a full second for their retransmit.
+pub const LISTEN_BACKLOG: i32 = 2048;
+
+/// Binds `addr` and listens with [`LISTEN_BACKLOG`].
+fn listen(addr: &str) -> std::io::Result<TcpListener> {
+    let listener = TcpListener::bind(addr)?;
+    // Listening again on a listening socket only changes its backlog.
+    socket2::SockRef::from(&listener).listen(LISTEN_BACKLOG)?;
+    Ok(listener)
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error(transparent)]
@@ -66,10 +80,10 @@ impl Application {
             let addr = addr.to_owned();
             move |source| StartError::Bind { addr, source }
         };
-        let listener = TcpListener::bind(&cfg.bind).map_err(bind_err(&cfg.bind))?;
+        let listener = listen(&cfg.bind).map_err(bind_err(&cfg.bind))?;
         let addr = listener.local_addr().map_err(bind_err(&cfg.bind))?;
         let metrics_listener = match &cfg.metrics_bind {
-            Some(bind) => Some((bind, TcpListener::bind(bind).map_err(bind_err(bind))?)),
+            Some(bind) => Some((bind, listen(bind).map_err(bind_err(bind))?)),
             None => None,
         };
         let (keys, created_signing_key) = KeyRing::load_or_create(&cfg.signing_key_file)?;
@@ -171,5 +185,27 @@ impl Application {
         }
         tracing::info!("stopped");
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpStream;
+    use std::time::Duration;
+
+    /// Nothing accepts here, so every connection that completes waits in the accept queue.
+    /// With a backlog of 128, connection 130 or so would lose its SYN and wait a second
+    /// for the retransmit, far past the timeout.
+    #[test]
+    fn a_burst_of_connections_is_queued_before_any_is_accepted() {
+        let listener = super::listen("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let queued: Vec<TcpStream> = (0..600)
+            .map(|i| {
+                TcpStream::connect_timeout(&addr, Duration::from_millis(500))
+                    .unwrap_or_else(|e| panic!("connection {i} was not queued: {e}"))
+            })
+            .collect();
+        assert_eq!(queued.len(), 600);
     }
 }
