@@ -66,31 +66,16 @@ async fn after_revoke_answers_no_verification_is_valid() {
 /// 503 `AUDIT_UNAVAILABLE` by the same path.)
 #[actix_web::test]
 async fn a_verify_whose_agent_cannot_be_read_answers_an_error_not_invalid() {
-    use agentid::domain::{KeyMode, Millis};
+    use agentid::domain::Millis;
     let app = spawn_app_with(Options::unlimited()).await;
     let now = Millis::now();
     let id = format!("agt_{}", ulid::Ulid::new().to_string().to_lowercase());
+    let mut remote = crate::store::agent(&id, &app.org.org_id);
+    remote.expires_at = Millis(now.0 + 3_600_000);
     let elsewhere = agentid::store::connect(&app.db.url, &Default::default())
         .await
         .unwrap();
-    elsewhere
-        .insert_agent(&agentid::store::AgentRecord {
-            id: id.clone(),
-            org_id: app.org.org_id.clone(),
-            mode: KeyMode::Live,
-            name: "remote".into(),
-            issuer_domain: "example.com".into(),
-            description: String::new(),
-            scopes: vec!["read:x".into()],
-            created_at: now,
-            issued_at: now,
-            expires_at: Millis(now.0 + 3_600_000),
-            revoked_at: None,
-            revocation_reason: None,
-            verification_count: 0,
-        })
-        .await
-        .unwrap();
+    elsewhere.insert_agent(&remote).await.unwrap();
     let token = app.engine.keys().sign(&agentid::token::Claims {
         iss: "example.com".into(),
         sub: id.clone(),

@@ -8,7 +8,8 @@ use agentid::store::{AgentRecord, LogQuery};
 
 use crate::helpers::spawn_app;
 
-fn agent(id: &str, org: &str) -> AgentRecord {
+/// A live agent row as the store keeps it (long expired: set `expires_at` where it matters).
+pub fn agent(id: &str, org: &str) -> AgentRecord {
     AgentRecord {
         id: id.into(),
         org_id: org.into(),
