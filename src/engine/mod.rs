@@ -307,6 +307,22 @@ impl Engine {
         }
     }
 
+    /// An agent the registry does not hold, read from the store and learned.
+    async fn agent_from_store(&self, id: &str) -> Result<Option<Arc<AgentEntry>>, StoreError> {
+        Ok(match self.store.get_agent(id).await? {
+            Some(a) => Some(self.learn(a).await),
+            None => None,
+        })
+    }
+
+    /// A revocation the audit transaction saw but the index did not hold (another instance
+    /// revoked the agent): its reason is read from the store.
+    async fn learn_revocation(&self, id: &str) {
+        let reason = self.store.get_agent(id).await.ok().flatten();
+        self.mark_revoked(id, reason.and_then(|a| a.revocation_reason), None)
+            .await;
+    }
+
     /// `epoch`: the revocation's epoch, when the store stamped it.
     async fn mark_revoked(&self, id: &str, reason: Option<String>, epoch: Option<i64>) {
         let msg = MarkRevoked {
@@ -462,9 +478,10 @@ impl Engine {
         self.counters.result(record.result).increment(1);
         if record.result == VerifyResult::Revoked && checked.result == VerifyResult::Valid {
             // Another instance revoked the agent; the store told us inside the audit transaction.
-            let reason = self.store.get_agent(&record.agent_id).await.ok().flatten();
-            self.mark_revoked(&record.agent_id, reason.and_then(|a| a.revocation_reason), None)
-                .await;
+            // Boxed, as every rare branch of this path is: each request's future is as large as
+            // its largest await, and a hot verify's is moved into its task and touched again
+            // when its batch commits (load/README.md, twentieth session).
+            Box::pin(self.learn_revocation(&record.agent_id)).await;
         }
         Ok(Verification {
             result: record.result,
@@ -492,8 +509,8 @@ impl Engine {
         let agent = match self.registry.agent(&claims.sub) {
             Some(a) => a,
             // Signed by us but unknown here: registered through another instance.
-            None => match self.store.get_agent(&claims.sub).await? {
-                Some(a) => self.learn(a).await,
+            None => match Box::pin(self.agent_from_store(&claims.sub)).await? {
+                Some(a) => a,
                 None => return Ok(self.invalid(None, RejectReason::UnknownAgent, revocations_seen)),
             },
         };

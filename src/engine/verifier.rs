@@ -113,10 +113,14 @@ impl TokenVerifier {
             },
             None => CacheOutcome::Disabled,
         };
-        let unverified = match token::decode(token) {
-            Ok(u) => u,
-            Err(rej) => return (Err(rej), outcome),
-        };
+        // Boxed: the decoded claims held across the pool's answer would otherwise make every
+        // verify's future larger, hits included. One allocation beside a signature check.
+        (Box::pin(self.check_signature(token)).await, outcome)
+    }
+
+    /// Decode and signature check, on the pool when there is one; caches what passes.
+    async fn check_signature(&self, token: &str) -> Result<Arc<CheckedToken>, Rejected> {
+        let unverified = token::decode(token)?;
         let checked = match &self.pool {
             Some(pool) => match pool.check(token).await {
                 Some(r) => r,
@@ -125,7 +129,7 @@ impl TokenVerifier {
             },
             None => check_one(&self.keys, self.strategy, &unverified),
         };
-        let result = match checked {
+        match checked {
             Ok(()) => {
                 let checked = Arc::new(CheckedToken::new(unverified.claims));
                 if let Some(cache) = &self.cache {
@@ -137,8 +141,7 @@ impl TokenVerifier {
                 reason,
                 sub: Some(unverified.claims.sub),
             }),
-        };
-        (result, outcome)
+        }
     }
 }
 
