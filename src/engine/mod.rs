@@ -518,33 +518,37 @@ impl Engine {
             org_id: agent.org_id.clone(),
             mode: agent.mode,
         };
-        let failed = |result, reason: String| Checked {
-            ledger: ledger.clone(),
-            agent_id: claims.sub.clone(),
-            result,
-            failure_reason: Some(reason),
-            valid: None,
-            revocations_seen,
-        };
-        if let Some(rev) = self.registry.revocation(&claims.sub) {
-            return Ok(failed(
+        let failure = if let Some(rev) = self.registry.revocation(&claims.sub) {
+            Some((
                 VerifyResult::Revoked,
                 crate::store::revoked_failure_reason(rev.reason.as_deref()),
-            ));
-        }
-        if Millis::from_secs(claims.exp) <= now {
-            return Ok(failed(
+            ))
+        } else if Millis::from_secs(claims.exp) <= now {
+            Some((
                 VerifyResult::Expired,
                 format!("token expired at {}", Millis::from_secs(claims.exp).to_rfc3339()),
-            ));
-        }
-        Ok(Checked {
-            ledger: ledger.clone(),
-            agent_id: claims.sub.clone(),
-            result: VerifyResult::Valid,
-            failure_reason: None,
-            valid: Some(ValidToken { token, agent }),
-            revocations_seen,
+            ))
+        } else {
+            None
+        };
+        let agent_id = claims.sub.clone();
+        Ok(match failure {
+            Some((result, reason)) => Checked {
+                ledger,
+                agent_id,
+                result,
+                failure_reason: Some(reason),
+                valid: None,
+                revocations_seen,
+            },
+            None => Checked {
+                ledger,
+                agent_id,
+                result: VerifyResult::Valid,
+                failure_reason: None,
+                valid: Some(ValidToken { token, agent }),
+                revocations_seen,
+            },
         })
     }
 
