@@ -76,6 +76,26 @@ pub fn seal(entries: Vec<AuditEntry>, heads: &mut Heads) -> Vec<AuditRecord> {
         .collect()
 }
 
+/// Records of a batch that was not written, back as the entries they were sealed from, in
+/// order (`seen`: each entry's `revocations_seen`, which a record does not keep). Their ids
+/// and places in the chains are dropped: the next round seals them afresh.
+pub fn unseal(records: Vec<AuditRecord>, seen: &[i64]) -> Vec<AuditEntry> {
+    debug_assert_eq!(records.len(), seen.len());
+    records
+        .into_iter()
+        .zip(seen)
+        .map(|(r, &revocations_seen)| AuditEntry {
+            ledger: r.ledger,
+            agent_id: r.agent_id,
+            result: r.result,
+            failure_reason: r.failure_reason,
+            latency_us: r.latency_us,
+            requested_at: r.requested_at,
+            revocations_seen,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,5 +147,20 @@ mod tests {
             Some("agent revoked: stolen")
         );
         assert_eq!(entries[1].result, VerifyResult::Expired);
+    }
+
+    #[test]
+    fn unsealed_records_are_the_entries_they_were_sealed_from() {
+        let mut entries = vec![
+            entry("o1", "a", VerifyResult::Valid),
+            entry("o2", "b", VerifyResult::Invalid),
+            entry("o1", "c", VerifyResult::Revoked),
+        ];
+        entries[1].failure_reason = Some("bad signature".into());
+        for (e, seen) in entries.iter_mut().zip([7, 3, 9]) {
+            e.revocations_seen = seen;
+        }
+        let recs = seal(entries.clone(), &mut HashMap::new());
+        assert_eq!(unseal(recs, &[7, 3, 9]), entries);
     }
 }

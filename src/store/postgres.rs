@@ -104,21 +104,27 @@ impl PgStore {
 
     async fn append_audit_impl(&self, mut entries: Vec<AuditEntry>) -> Result<Vec<AuditRecord>, StoreError> {
         let ledgers = batch::ledgers(&entries);
+        // What each entry's check had seen: the records do not keep it (see `batch::unseal`).
+        let seen_by_entry: Vec<i64> = entries.iter().map(|e| e.revocations_seen).collect();
         // A stale head (another instance appended) or a revocation found by the statement
         // sends the batch round again; both converge within a few rounds.
         for _ in 0..8 {
             let mut heads = self.heads_for(&ledgers).await?;
-            let records = batch::seal(entries.clone(), &mut heads);
+            let seen = batch::revocations_seen(&entries);
+            // Sealed by value: a round that does not write turns the records back into
+            // entries, so no round clones the batch's strings.
+            let records = batch::seal(std::mem::take(&mut entries), &mut heads);
             let blocks = block::plan(&records, &mut heads);
             let known = self.cache.lock().known_agents(&blocks);
             let mut conn = self.writer_pool().acquire().await?;
-            let seen = batch::revocations_seen(&entries);
             match Self::write_blocks_with(&mut conn, &blocks, seen, &known).await {
                 Ok(Written::Done(learned)) => {
                     self.cache.lock().wrote(heads, &blocks, &known, learned);
                     return Ok(records);
                 }
                 Ok(Written::Revoked(revoked)) => {
+                    drop(blocks);
+                    entries = batch::unseal(records, &seen_by_entry);
                     batch::apply_revocations(&mut entries, &revoked.into_iter().collect())
                 }
                 Err(e) => {
@@ -127,6 +133,8 @@ impl PgStore {
                     if !matches!(e, StoreError::Conflict(_)) {
                         return Err(e);
                     }
+                    drop(blocks);
+                    entries = batch::unseal(records, &seen_by_entry);
                 }
             }
         }
