@@ -1,6 +1,8 @@
 //! Audit records and their hash chain: `hash = SHA-256(prev_hash ‖ canonical bytes)`,
 //! genesis `prev_hash` = 32 zero bytes, sequence numbers 1, 2, 3 … without gaps per ledger.
 
+use std::cell::RefCell;
+
 use sha2::{Digest, Sha256};
 
 use super::{Ledger, Millis, VerifyResult};
@@ -61,43 +63,59 @@ impl AuditRecord {
     /// in; a unit test holds the two together). Written by hand: through `serde_json` this was
     /// most of a record's sealing cost on the writer's thread.
     pub fn canonical_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(
+        let mut out = Vec::new();
+        self.write_canonical(&mut out);
+        out
+    }
+
+    /// Appends the canonical bytes to `out`.
+    fn write_canonical(&self, out: &mut Vec<u8>) {
+        out.reserve(
             160 + self.agent_id.len()
                 + self.id.len()
                 + self.ledger.org_id.len()
                 + self.failure_reason.as_ref().map_or(0, String::len),
         );
         out.extend_from_slice(b"{\"agent_id\":");
-        json_str(&mut out, &self.agent_id);
+        json_str(out, &self.agent_id);
         out.extend_from_slice(b",\"failure_reason\":");
         match &self.failure_reason {
-            Some(reason) => json_str(&mut out, reason),
+            Some(reason) => json_str(out, reason),
             None => out.extend_from_slice(b"null"),
         }
         out.extend_from_slice(b",\"id\":");
-        json_str(&mut out, &self.id);
+        json_str(out, &self.id);
         out.extend_from_slice(b",\"latency_us\":");
         out.extend_from_slice(itoa::Buffer::new().format(self.latency_us).as_bytes());
         out.extend_from_slice(b",\"mode\":");
-        json_str(&mut out, self.ledger.mode.as_str());
+        json_str(out, self.ledger.mode.as_str());
         out.extend_from_slice(b",\"org_id\":");
-        json_str(&mut out, &self.ledger.org_id);
+        json_str(out, &self.ledger.org_id);
         out.extend_from_slice(b",\"requested_at\":");
         out.extend_from_slice(itoa::Buffer::new().format(self.requested_at.0).as_bytes());
         out.extend_from_slice(b",\"result\":");
-        json_str(&mut out, self.result.as_str());
+        json_str(out, self.result.as_str());
         out.extend_from_slice(b",\"seq\":");
         out.extend_from_slice(itoa::Buffer::new().format(self.seq).as_bytes());
         out.push(b'}');
-        out
     }
 
     pub fn compute_hash(&self) -> [u8; 32] {
-        Sha256::new()
-            .chain_update(self.prev_hash)
-            .chain_update(self.canonical_bytes())
-            .finalize()
-            .into()
+        // The canonical bytes go through a buffer kept by the thread: every record of every
+        // batch is hashed on the writer's thread, and an allocation apiece was the rest of
+        // this step's cost beside SHA-256 itself.
+        thread_local! {
+            static CANONICAL: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+        }
+        CANONICAL.with_borrow_mut(|buf| {
+            buf.clear();
+            self.write_canonical(buf);
+            Sha256::new()
+                .chain_update(self.prev_hash)
+                .chain_update(&buf[..])
+                .finalize()
+                .into()
+        })
     }
 }
 
