@@ -101,9 +101,8 @@ impl AuditRecord {
     }
 
     pub fn compute_hash(&self) -> [u8; 32] {
-        // The canonical bytes go through a buffer kept by the thread: every record of every
-        // batch is hashed on the writer's thread, and an allocation apiece was the rest of
-        // this step's cost beside SHA-256 itself.
+        // The canonical bytes go through a buffer the thread keeps, so hashing a record
+        // allocates nothing: every record of every batch is hashed on the writer's thread.
         thread_local! {
             static CANONICAL: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
         }
