@@ -518,37 +518,30 @@ impl Engine {
             org_id: agent.org_id.clone(),
             mode: agent.mode,
         };
-        let failure = if let Some(rev) = self.registry.revocation(&claims.sub) {
-            Some((
+        let (result, failure_reason) = if let Some(rev) = self.registry.revocation(&claims.sub) {
+            (
                 VerifyResult::Revoked,
-                crate::store::revoked_failure_reason(rev.reason.as_deref()),
-            ))
+                Some(crate::store::revoked_failure_reason(rev.reason.as_deref())),
+            )
         } else if Millis::from_secs(claims.exp) <= now {
-            Some((
+            (
                 VerifyResult::Expired,
-                format!("token expired at {}", Millis::from_secs(claims.exp).to_rfc3339()),
-            ))
+                Some(format!(
+                    "token expired at {}",
+                    Millis::from_secs(claims.exp).to_rfc3339()
+                )),
+            )
         } else {
-            None
+            (VerifyResult::Valid, None)
         };
         let agent_id = claims.sub.clone();
-        Ok(match failure {
-            Some((result, reason)) => Checked {
-                ledger,
-                agent_id,
-                result,
-                failure_reason: Some(reason),
-                valid: None,
-                revocations_seen,
-            },
-            None => Checked {
-                ledger,
-                agent_id,
-                result: VerifyResult::Valid,
-                failure_reason: None,
-                valid: Some(ValidToken { token, agent }),
-                revocations_seen,
-            },
+        Ok(Checked {
+            ledger,
+            agent_id,
+            result,
+            failure_reason,
+            valid: (result == VerifyResult::Valid).then(|| ValidToken { token, agent }),
+            revocations_seen,
         })
     }
 
