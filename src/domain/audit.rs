@@ -58,17 +58,18 @@ impl AuditRecord {
         rec
     }
 
-    /// The bytes the chain hashes: JSON, members in lexicographic order, no white space,
-    /// strings escaped as `serde_json` escapes them (the form every existing chain was hashed
-    /// in; a unit test holds the two together). Written by hand: through `serde_json` this was
-    /// most of a record's sealing cost on the writer's thread.
+    /// The bytes the chain hashes, as a vector (the tests' view of `write_canonical`).
+    #[cfg(test)]
     pub fn canonical_bytes(&self) -> Vec<u8> {
         let mut out = Vec::new();
         self.write_canonical(&mut out);
         out
     }
 
-    /// Appends the canonical bytes to `out`.
+    /// Appends the bytes the chain hashes to `out`: JSON, members in lexicographic order, no
+    /// white space, strings escaped as `serde_json` escapes them (the form every existing
+    /// chain was hashed in; a unit test holds the two together). Written by hand: through
+    /// `serde_json` this was most of a record's sealing cost on the writer's thread.
     fn write_canonical(&self, out: &mut Vec<u8>) {
         out.reserve(
             160 + self.agent_id.len()
