@@ -376,8 +376,8 @@ impl Engine {
     pub async fn ensure_owned(&self, caller: &Caller, id: &str) -> Result<(), EngineError> {
         let entry = match self.registry.agent(id) {
             Some(e) => e,
-            None => match self.store.get_agent(id).await? {
-                Some(a) => self.learn(a).await,
+            None => match self.agent_from_store(id).await? {
+                Some(a) => a,
                 None => return Err(EngineError::AgentNotFound),
             },
         };
