@@ -117,25 +117,25 @@ impl PgStore {
             let blocks = block::plan(&records, &mut heads);
             let known = self.cache.lock().known_agents(&blocks);
             let mut conn = self.writer_pool().acquire().await?;
-            match Self::write_blocks_with(&mut conn, &blocks, seen, &known).await {
+            let revoked = match Self::write_blocks_with(&mut conn, &blocks, seen, &known).await {
                 Ok(Written::Done(learned)) => {
                     self.cache.lock().wrote(heads, &blocks, &known, learned);
                     return Ok(records);
                 }
-                Ok(Written::Revoked(revoked)) => {
-                    drop(blocks);
-                    entries = batch::unseal(records, &seen_by_entry);
-                    batch::apply_revocations(&mut entries, &revoked.into_iter().collect())
-                }
+                Ok(Written::Revoked(revoked)) => Some(revoked),
                 Err(e) => {
                     // Whatever happened, what is cached of these ledgers may be wrong now.
                     self.cache.lock().forget(&ledgers);
                     if !matches!(e, StoreError::Conflict(_)) {
                         return Err(e);
                     }
-                    drop(blocks);
-                    entries = batch::unseal(records, &seen_by_entry);
+                    None
                 }
+            };
+            // Nothing was written: the next round seals the same entries afresh.
+            entries = batch::unseal(records, &seen_by_entry);
+            if let Some(revoked) = revoked {
+                batch::apply_revocations(&mut entries, &revoked.into_iter().collect())
             }
         }
         Err(StoreError::Corrupt(
