@@ -107,11 +107,7 @@ impl Application {
             engine: engine.clone(),
             public_url: public_url.clone(),
         });
-        let mut server = HttpServer::new(move || {
-            // Runs on each worker as it starts: the first one hosts the audit writer.
-            state.engine.host_audit_writer_here();
-            http::app(state.clone())
-        })
+        let mut server = HttpServer::new(move || http::app(state.clone()))
         .shutdown_timeout(cfg.shutdown_timeout.as_secs())
         .listen(listener)
         .map_err(bind_err(&cfg.bind))?;
@@ -120,14 +116,8 @@ impl Application {
         }
         server = if cfg.handle_signals {
             let stop = stop_signal().map_err(|source| StartError::Signals { source })?;
-            let engine = engine.clone();
             // Graceful: accepting stops, the workers finish their requests, then stop.
-            server.shutdown_signal(async move {
-                stop.await;
-                // Before any worker stops: the one hosting the audit writer may be the first
-                // to finish, and the others' requests still need the writer.
-                engine.audit_writer_home().await;
-            })
+            server.shutdown_signal(stop)
         } else {
             server.disable_signals()
         };

@@ -79,10 +79,6 @@ pub struct ServeArgs {
     /// How long a partly filled audit batch waits for more records, in milliseconds.
     #[arg(long, env = "AGENTID_AUDIT_LINGER_MS", default_value_t = 0)]
     pub audit_linger_ms: u64,
-    /// Where the audit writer runs: on the first HTTP worker (fewer thread crossings per
-    /// verify), or on a thread of its own.
-    #[arg(long, env = "AGENTID_AUDIT_WRITER_ON", value_enum, default_value_t = WriterThread::HttpWorker)]
-    pub audit_writer_on: WriterThread,
     /// Database connections.
     #[arg(long, env = "AGENTID_DB_MAX_CONNECTIONS", default_value_t = 16)]
     pub db_max_connections: u32,
@@ -95,12 +91,6 @@ pub struct ServeArgs {
     /// Verified tokens remembered (0 disables the cache).
     #[arg(long, env = "AGENTID_TOKEN_CACHE_CAPACITY", default_value_t = 65_536)]
     pub token_cache_capacity: usize,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum WriterThread {
-    HttpWorker,
-    Own,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -240,7 +230,6 @@ async fn serve(args: ServeArgs) -> CliResult {
             writer: WriterConfig {
                 max_batch: args.audit_batch_max.max(1),
                 linger: Duration::from_millis(args.audit_linger_ms),
-                on_http_worker: args.audit_writer_on == WriterThread::HttpWorker,
                 ..WriterConfig::default()
             },
             verifier: VerifierConfig {

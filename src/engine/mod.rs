@@ -20,6 +20,7 @@ use crate::token::{Claims, KeyRing, RejectReason};
 
 pub use apikeys::{generate_key, hash_key, ApiKeys, Caller, KeyLookup};
 pub use audit::{AuditError, AuditHandle, WriterConfig};
+use audit::WriterThread;
 pub use registry::{AgentEntry, Registry, Revoked};
 pub use verifier::{CacheOutcome, CheckedToken, VerifierConfig, VerifyStrategy};
 
@@ -155,6 +156,7 @@ pub struct Engine {
     registry_supervisor: Addr<RegistrySupervisor>,
     verifier: TokenVerifier,
     audit: AuditHandle,
+    _audit_thread: WriterThread,
     api_keys: ApiKeys,
     rate_limits: Arc<RateLimits>,
     _rate_limit_supervisor: Addr<RateLimitSupervisor>,
@@ -197,7 +199,7 @@ impl Engine {
             revoked = registry.revoked_count(),
             "registry loaded"
         );
-        let audit = AuditHandle::start(store.clone(), cfg.writer);
+        let (audit, audit_thread) = AuditHandle::start(store.clone(), cfg.writer);
         let registry_supervisor =
             RegistrySupervisor::start(registry.clone(), store.clone(), cfg.registry_resync);
         let rate_limits = Arc::new(RateLimits::default());
@@ -214,6 +216,7 @@ impl Engine {
             registry,
             registry_supervisor,
             audit,
+            _audit_thread: audit_thread,
         })
     }
 
@@ -263,37 +266,8 @@ impl Engine {
         self.audit.drain().await
     }
 
-    /// Moves the audit writer to the calling HTTP worker, if it is not on one yet (see
-    /// `engine::audit`).
-    pub fn host_audit_writer_here(&self) {
-        self.audit.host_here();
-    }
-
-    /// Moves the audit writer back to its own thread for good, before the HTTP workers stop.
-    pub async fn audit_writer_home(&self) {
-        self.audit.go_home().await;
-    }
-
-    /// Test hook: moves the audit writer to `arbiter`.
-    #[doc(hidden)]
-    pub fn move_audit_writer_to(&self, arbiter: &actix::prelude::ArbiterHandle) {
-        self.audit.move_to(arbiter);
-    }
-
-    /// Test hook: the thread the audit writer last started on.
-    #[doc(hidden)]
-    pub fn audit_writer_thread(&self) -> Option<std::thread::ThreadId> {
-        self.audit.thread()
-    }
-
-    /// Test hook: audit writer hand-overs wait `pause` before installing their successor.
-    #[doc(hidden)]
-    pub fn pause_audit_handovers(&self, pause: std::time::Duration) {
-        self.audit.pause_handovers(pause);
-    }
-
-    /// Test hook: the audit writer's next flush panics.
-    #[doc(hidden)]
+    /// The audit writer's next flush panics (its batch is answered 503, the writer restarts).
+    #[cfg(feature = "test-hooks")]
     pub fn inject_audit_panic(&self) {
         self.audit.inject_flush_panic();
     }

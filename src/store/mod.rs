@@ -226,9 +226,6 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// lowest `revocations_seen` of those entries), chains each ledger, updates the counters.
     /// Returns the records in entry order, as committed.
     fn append_audit(&self, entries: Vec<AuditEntry>) -> StoreFuture<'_, Vec<AuditRecord>>;
-    /// The audit writer now runs on the calling thread (inside its runtime): later batches
-    /// should use connections opened there. Nothing to do by default.
-    fn rebind_writer(&self) {}
     /// A page of a ledger, newest first, with the exact total of matching records.
     fn read_log<'a>(&'a self, q: LogQuery<'a>) -> StoreFuture<'a, LogPage>;
     /// Records of a ledger with `seq > after_seq`, ascending (for chain verification).

@@ -26,11 +26,9 @@ pub struct PgStore {
     pool: PgPool,
     /// The head of each ledger as this instance last wrote it (only the writer touches it).
     cache: Arc<Mutex<WriterCache>>,
-    /// Connections of the audit writer (generic plans, see `connect`), opened on the thread
-    /// the writer runs on (see `rebind_writer`).
-    writer: Arc<parking_lot::RwLock<PgPool>>,
-    writer_options: PgPoolOptions,
-    writer_connect: PgConnectOptions,
+    /// Connections of the audit writer (generic plans, see `connect`), opened on the
+    /// writer's thread at its first batch.
+    writer: PgPool,
 }
 
 impl PgStore {
@@ -51,20 +49,17 @@ impl PgStore {
         // first execution, and on tables never analyzed yet the log pages' join chose a plan
         // that walked every block per match (an agent page 25-80 ms on 180k records); the
         // writer's statement is written so that every plan looks rows up by primary key.
-        let writer_options = PgPoolOptions::new()
+        let writer = PgPoolOptions::new()
             .max_connections(2)
             // No ping before each batch (a round trip per batch): a broken connection fails
             // its batch, which the writer retries.
             .test_before_acquire(false)
-            .acquire_timeout(opts.acquire_timeout);
-        let writer_connect = connect.options([("plan_cache_mode", "force_generic_plan")]);
-        // Lazy: connections open at the writer's first batch, on the writer's thread.
-        let writer = writer_options.clone().connect_lazy_with(writer_connect.clone());
+            .acquire_timeout(opts.acquire_timeout)
+            // Lazy: connections open at the writer's first batch, on the writer's thread.
+            .connect_lazy_with(connect.options([("plan_cache_mode", "force_generic_plan")]));
         let store = PgStore {
             pool,
-            writer: Arc::new(parking_lot::RwLock::new(writer)),
-            writer_options,
-            writer_connect,
+            writer,
             cache: Arc::default(),
         };
         store.convert_legacy_log().await?;
@@ -72,34 +67,15 @@ impl PgStore {
     }
 
     async fn close_pools(&self) {
-        let writer = self.writer_pool();
-        writer.close().await;
+        self.writer.close().await;
         self.pool.close().await;
     }
 
     fn pools(&self) -> Vec<PoolStats> {
         vec![
             PoolStats::of("main", &self.pool),
-            PoolStats::of("writer", &self.writer_pool()),
+            PoolStats::of("writer", &self.writer),
         ]
-    }
-
-    fn writer_pool(&self) -> PgPool {
-        self.writer.read().clone()
-    }
-
-    /// A socket is driven by the runtime that opened it: a reply on a writer connection
-    /// opened on another thread wakes that thread first, which then wakes the writer's (one
-    /// more thread crossing per batch, each a wait for a core on a busy machine). So a
-    /// writer that starts on a new thread gets a new pool, whose connections open there; the
-    /// old pool closes its connections once they are idle.
-    fn rebind_writer_impl(&self) {
-        let fresh = self
-            .writer_options
-            .clone()
-            .connect_lazy_with(self.writer_connect.clone());
-        let old = std::mem::replace(&mut *self.writer.write(), fresh);
-        tokio::spawn(async move { old.close().await });
     }
 
     async fn append_audit_impl(&self, mut entries: Vec<AuditEntry>) -> Result<Vec<AuditRecord>, StoreError> {
@@ -116,7 +92,7 @@ impl PgStore {
             let records = batch::seal(std::mem::take(&mut entries), &mut heads);
             let blocks = block::plan(&records, &mut heads);
             let known = self.cache.lock().known_agents(&blocks);
-            let mut conn = self.writer_pool().acquire().await?;
+            let mut conn = self.writer.acquire().await?;
             let revoked = match Self::write_blocks_with(&mut conn, &blocks, seen, &known).await {
                 Ok(Written::Done(learned)) => {
                     self.cache.lock().wrote(heads, &blocks, &known, learned);
@@ -164,7 +140,7 @@ impl PgStore {
             let head = sqlx::query_as(common::LEDGER_HEAD_SQL)
                 .bind(&ledger.org_id)
                 .bind(ledger.mode.as_str())
-                .fetch_optional(&self.writer_pool())
+                .fetch_optional(&self.writer)
                 .await?;
             heads.insert(ledger, common::ledger_head(head)?);
         }
@@ -480,8 +456,4 @@ insert_key_fn!(Postgres);
 
 impl Store for PgStore {
     shared_store_methods!("postgres");
-
-    fn rebind_writer(&self) {
-        self.rebind_writer_impl();
-    }
 }

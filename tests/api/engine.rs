@@ -192,6 +192,43 @@ async fn a_crashing_writer_is_restarted_and_loses_no_acknowledged_record() {
     assert!(reports.iter().all(|r| r.broken.is_none()), "{reports:?}");
 }
 
+/// Entries queued behind a batch whose flush crashes are not lost with it: the restarted
+/// writer takes the same queue. With one entry a batch, the first flush waits on the store,
+/// the second crashes, and the eight behind them are written after the restart.
+#[actix_web::test]
+async fn a_writer_restarted_after_a_crash_writes_what_was_queued_behind_it() {
+    let app = Rc::new(
+        spawn_app_with(Options {
+            tweak: Box::new(|c| c.engine.writer.max_batch = 1),
+            ..Options::unlimited()
+        })
+        .await,
+    );
+    let (id, token) = app.agent().await;
+    let lock = WriteLock::take(&app.db).await;
+    let (first, first_answered) = verify_burst(&app, &token, 1);
+    actix_web::rt::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(first_answered.get(), 0, "its flush waits for the lock");
+    app.engine.inject_audit_panic();
+    let (crashing, _) = verify_burst(&app, &token, 1);
+    actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    let (behind, _) = verify_burst(&app, &token, 8);
+    actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    lock.release().await;
+
+    let first = within("the first verification", first).await;
+    assert_eq!(first[0].json()["valid"], true, "{}", first[0].text());
+    within("the crashed batch", crashing).await[0].assert_error(503, "AUDIT_UNAVAILABLE");
+    for res in within("the queued verifications", behind).await {
+        assert_eq!(res.status, 200, "{}", res.text());
+        assert_eq!(res.json()["valid"], true);
+    }
+    let log = app.log(&format!("?agent_id={id}")).await;
+    assert_eq!(log["pagination"]["total"], 9, "{log}");
+    let reports = agentid::engine::admin::verify_chains(&app.store).await.unwrap();
+    assert!(reports.iter().all(|r| r.broken.is_none()), "{reports:?}");
+}
+
 /// `n` verifications of `token`, sent at once; their answers once all are in.
 fn verify_burst(
     app: &Rc<TestApp>,
@@ -222,247 +259,11 @@ fn verify_burst(
     (all, answered)
 }
 
-/// Waits until a burst has `n` answers in (the rest are still in flight).
-async fn until_answered(answered: &std::cell::Cell<usize>, n: usize) {
-    for _ in 0..10_000 {
-        if answered.get() >= n {
-            return;
-        }
-        actix_web::rt::time::sleep(Duration::from_millis(1)).await;
-    }
-    panic!("only {} answers in", answered.get());
-}
-
-/// Counts a burst's answers into `valid` and `refused`: each must be valid, or a 503
-/// `AUDIT_UNAVAILABLE` (its batch was in flight when the writer's host stopped).
-fn tally(answers: Vec<crate::helpers::Resp>, valid: &mut u64, refused: &mut u64) {
-    for res in answers {
-        if res.status == 503 {
-            res.assert_error(503, "AUDIT_UNAVAILABLE");
-            *refused += 1;
-        } else {
-            assert_eq!(res.status, 200, "{}", res.text());
-            assert_eq!(res.json()["valid"], true);
-            *valid += 1;
-        }
-    }
-}
-
-/// Waits, off the test's thread, until a stopped arbiter's thread has ended.
-async fn join(host: actix::Arbiter) {
-    actix_web::rt::task::spawn_blocking(move || host.join())
-        .await
-        .unwrap()
-        .unwrap();
-}
-
-/// The thread an arbiter runs on.
-async fn thread_of(arbiter: &actix::prelude::ArbiterHandle) -> std::thread::ThreadId {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    assert!(arbiter.spawn_fn(move || {
-        let _ = tx.send(std::thread::current().id());
-    }));
-    rx.await.unwrap()
-}
-
-/// The audit writer runs on an HTTP worker. It moves between threads between two flushes,
-/// with verifications in flight, and fails none of them; when its host stops it goes on from
-/// its own thread, and only a batch in flight at that moment is answered 503.
-#[actix_web::test]
-async fn the_audit_writer_moves_without_a_loss_and_outlives_its_host() {
-    let app = Rc::new(spawn_app_with(Options::unlimited()).await);
-    let (id, token) = app.agent().await;
-    assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
-    let on_worker = app.engine.audit_writer_thread().expect("the writer started");
-    assert_ne!(on_worker, std::thread::current().id(), "not on the test's thread");
-    let mut valid = 1;
-
-    // A move while 200 verifications are in flight: every one is answered valid.
-    let host = actix::Arbiter::new();
-    let host_thread = thread_of(&host.handle()).await;
-    let (burst, answered) = verify_burst(&app, &token, 200);
-    until_answered(&answered, 10).await;
-    app.engine.move_audit_writer_to(&host.handle());
-    for res in burst.await {
-        assert_eq!(res.status, 200, "{}", res.text());
-        assert_eq!(res.json()["valid"], true);
-        valid += 1;
-    }
-    assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
-    valid += 1;
-    assert_eq!(
-        app.engine.audit_writer_thread(),
-        Some(host_thread),
-        "moved to the host"
-    );
-
-    // The host stops with verifications in flight: each is answered, valid or 503.
-    let (burst, answered) = verify_burst(&app, &token, 200);
-    until_answered(&answered, 10).await;
-    assert!(host.stop());
-    let mut refused = 0;
-    tally(burst.await, &mut valid, &mut refused);
-    join(host).await;
-
-    // Back on its own thread, the writer takes every verification again.
-    for _ in 0..20 {
-        assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
-        valid += 1;
-    }
-    let own = app.engine.audit_writer_thread();
-    assert!(
-        own != Some(host_thread) && own != Some(on_worker),
-        "on its own thread"
-    );
-
-    // Sent home (as before the workers stop at shutdown), it waits there and stays.
-    let host = actix::Arbiter::new();
-    let host_thread = thread_of(&host.handle()).await;
-    app.engine.move_audit_writer_to(&host.handle());
-    assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
-    assert_eq!(app.engine.audit_writer_thread(), Some(host_thread));
-    app.engine.audit_writer_home().await;
-    assert_eq!(app.engine.audit_writer_thread(), own, "home");
-    app.engine.host_audit_writer_here();
-    assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
-    assert_eq!(app.engine.audit_writer_thread(), own, "no worker takes it again");
-    valid += 2;
-    host.stop();
-    assert_records_between(&app, &id, valid, refused).await;
-}
-
-/// The agent's log holds a record for each valid answer and at most one more for each 503 (a
-/// refused batch may have been committed as its host stopped, never the reverse), and every
-/// chain verifies.
-async fn assert_records_between(app: &TestApp, id: &str, valid: u64, refused: u64) {
-    let total = app.log(&format!("?agent_id={id}")).await["pagination"]["total"]
-        .as_u64()
-        .unwrap();
-    assert!(
-        valid <= total && total <= valid + refused,
-        "{valid} valid, {refused} refused, {total} records"
-    );
-    let reports = agentid::engine::admin::verify_chains(&app.store).await.unwrap();
-    assert!(reports.iter().all(|r| r.broken.is_none()), "{reports:?}");
-}
-
 /// `fut`'s output, failing the test if it takes over 20 s (a request left waiting).
 async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
     actix_web::rt::time::timeout(Duration::from_secs(20), fut)
         .await
         .unwrap_or_else(|_| panic!("{what}: no answer within 20 s"))
-}
-
-/// A host that stops while the writer moves to it, with verifications in flight, again and
-/// again: every answer comes (valid, or 503 for a batch in flight), and the writer always goes
-/// on from its own thread. A lost wake-up or a dead address put back would leave requests
-/// waiting (caught by the time-outs) or refused for good.
-#[actix_web::test]
-async fn a_host_that_stops_as_the_writer_moves_there_leaves_no_request_behind() {
-    let app = Rc::new(spawn_app_with(Options::unlimited()).await);
-    let (id, token) = app.agent().await;
-    let (mut valid, mut refused) = (0, 0);
-    for round in 0..12 {
-        let host = actix::Arbiter::new();
-        let (burst, answered) = verify_burst(&app, &token, 40);
-        until_answered(&answered, 4).await;
-        app.engine.move_audit_writer_to(&host.handle());
-        // Every other round the host stops before the move reached it, else just after.
-        if round % 2 == 1 {
-            actix_web::rt::time::sleep(Duration::from_millis(1)).await;
-        }
-        assert!(host.stop());
-        tally(within("the burst", burst).await, &mut valid, &mut refused);
-        join(host).await;
-        let after = within("a verify after the host stopped", app.verify_as_receiver(&token)).await;
-        assert_eq!(after.status, 200, "round {round}: {}", after.text());
-        assert_eq!(after.json()["valid"], true);
-        valid += 1;
-    }
-    assert_records_between(&app, &id, valid, refused).await;
-}
-
-/// An app whose audit writer runs on a host arbiter of the test's (checked with a verify),
-/// one of its agent's tokens, the host and the host's thread.
-async fn writer_on_a_host() -> (Rc<TestApp>, String, actix::Arbiter, std::thread::ThreadId) {
-    let app = Rc::new(spawn_app_with(Options::unlimited()).await);
-    let (_, token) = app.agent().await;
-    let host = actix::Arbiter::new();
-    let host_thread = thread_of(&host.handle()).await;
-    app.engine.move_audit_writer_to(&host.handle());
-    assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
-    assert_eq!(app.engine.audit_writer_thread(), Some(host_thread));
-    (app, token, host, host_thread)
-}
-
-/// The race a host's stop opens, held open by a test hook: the writer is dropped on its host
-/// and hands over to a successor on its own thread, which finds nothing to do and parks. A
-/// verification that arrives before the successor is installed sends its wake-up to the
-/// writer being dropped, whose mailbox still takes it and then goes away with it. That
-/// verification, and every one after it, must still be answered.
-#[actix_web::test]
-async fn a_wake_up_sent_to_a_stopping_host_still_reaches_the_writer() {
-    let (app, token, host, host_thread) = writer_on_a_host().await;
-
-    app.engine.pause_audit_handovers(Duration::from_millis(400));
-    assert!(host.stop());
-    actix_web::rt::time::sleep(Duration::from_millis(150)).await;
-    let successor = app.engine.audit_writer_thread();
-    assert_ne!(
-        successor,
-        Some(host_thread),
-        "the successor runs (and has parked)"
-    );
-    let res = within(
-        "a verify sent during the hand-over",
-        app.verify_as_receiver(&token),
-    )
-    .await;
-    assert_eq!(res.status, 200, "{}", res.text());
-    assert_eq!(res.json()["valid"], true);
-    for _ in 0..5 {
-        let res = within("a verify after the hand-over", app.verify_as_receiver(&token)).await;
-        assert_eq!(res.json()["valid"], true);
-    }
-    assert_eq!(app.engine.audit_writer_thread(), successor);
-    app.engine.pause_audit_handovers(Duration::ZERO);
-    join(host).await;
-}
-
-/// The writer is sent to a host that stops before it gets there, with hand-overs slowed down
-/// so the successor that never ran hands over (home) before the move that started it has
-/// installed it: the late install must not put the dead address over the live one. The writer
-/// goes on from its own thread.
-#[actix_web::test]
-async fn a_host_that_stops_before_the_writer_arrives_leaves_it_at_home() {
-    let app = Rc::new(spawn_app_with(Options::unlimited()).await);
-    let (_, token) = app.agent().await;
-    assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
-    let mut home = None;
-    for stop_first in [false, true] {
-        let host = actix::Arbiter::new();
-        let host_thread = thread_of(&host.handle()).await;
-        app.engine.pause_audit_handovers(Duration::from_millis(150));
-        if stop_first {
-            assert!(host.stop());
-            app.engine.move_audit_writer_to(&host.handle());
-        } else {
-            app.engine.move_audit_writer_to(&host.handle());
-            assert!(host.stop());
-        }
-        join(host).await;
-        actix_web::rt::time::sleep(Duration::from_millis(400)).await;
-        app.engine.pause_audit_handovers(Duration::ZERO);
-        for _ in 0..3 {
-            let res = within("a verify after the failed move", app.verify_as_receiver(&token)).await;
-            assert_eq!(res.status, 200, "{}", res.text());
-            assert_eq!(res.json()["valid"], true);
-        }
-        let now = app.engine.audit_writer_thread();
-        assert!(now.is_some() && now != Some(host_thread), "not on the host");
-        assert!(home.is_none() || home == now, "on its own thread both times");
-        home = now;
-    }
 }
 
 /// Another connection's transaction holding the audit log's write lock, until `release`.
@@ -498,31 +299,38 @@ impl WriteLock {
     }
 }
 
-/// A drain waiting for a flush on a host that stops is handed to the writer's successor on
-/// its own thread. With nothing left to write there, the successor must answer it at once
-/// (it parked without a word before, and a graceful stop waits for that drain).
+/// Group commit and drain: while one flush waits for the store, the verifications that
+/// arrive queue behind it and go out together in the next batch; a drain (what a graceful
+/// stop waits for) answers only once all of them are committed, and each has its record.
 #[actix_web::test]
-async fn a_drain_waiting_on_a_stopping_host_is_answered() {
-    let (app, token, host, host_thread) = writer_on_a_host().await;
+async fn verifications_queued_behind_a_slow_flush_commit_together_before_a_drain_answers() {
+    let app = Rc::new(spawn_app_with(Options::unlimited()).await);
+    let (id, token) = app.agent().await;
+    assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
 
     let lock = WriteLock::take(&app.db).await;
-    let (burst, answered) = verify_burst(&app, &token, 1);
+    let (first, first_answered) = verify_burst(&app, &token, 1);
     actix_web::rt::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(answered.get(), 0, "its flush waits for the lock");
+    assert_eq!(first_answered.get(), 0, "its flush waits for the lock");
+    let (queued, queued_answered) = verify_burst(&app, &token, 30);
+    actix_web::rt::time::sleep(Duration::from_millis(200)).await;
     let engine = app.engine.clone();
     let drain = actix_web::rt::spawn(async move { engine.drain().await });
     actix_web::rt::time::sleep(Duration::from_millis(50)).await;
-    assert!(!drain.is_finished(), "the drain waits for that flush");
+    assert!(!drain.is_finished(), "the drain waits for the flush in flight");
+    assert_eq!(queued_answered.get(), 0, "queued behind it");
 
-    assert!(host.stop());
-    let answers = within("the verify whose flush was in flight", burst).await;
-    answers[0].assert_error(503, "AUDIT_UNAVAILABLE");
-    within("the drain handed to the successor", drain).await.unwrap();
-    assert_ne!(app.engine.audit_writer_thread(), Some(host_thread));
     lock.release().await;
-    let res = within("a verify after", app.verify_as_receiver(&token)).await;
-    assert_eq!(res.json()["valid"], true, "{}", res.text());
-    join(host).await;
+    within("the drain", drain).await.unwrap();
+    let answers = within("the verifications", async { (first.await, queued.await) }).await;
+    for res in answers.0.iter().chain(&answers.1) {
+        assert_eq!(res.status, 200, "{}", res.text());
+        assert_eq!(res.json()["valid"], true);
+    }
+    let log = app.log(&format!("?agent_id={id}")).await;
+    assert_eq!(log["pagination"]["total"], 32, "{log}");
+    let reports = agentid::engine::admin::verify_chains(&app.store).await.unwrap();
+    assert!(reports.iter().all(|r| r.broken.is_none()), "{reports:?}");
 }
 
 /// Registers an agent and mints `n` extra tokens for it with issue-token.
