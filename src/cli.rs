@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::Config;
 use crate::domain::{ApiKeyKind, KeyMode, Millis, OrgLimits, Plan};
-use crate::engine::{admin, hash_key, EngineConfig, VerifierConfig, VerifyStrategy, WriterConfig};
+use crate::engine::{admin, hash_key, EngineConfig, WriterConfig};
 use crate::store::{self, SharedStore, StoreOptions};
 use crate::telemetry::{self, LogFormat};
 use crate::Application;
@@ -82,12 +82,6 @@ pub struct ServeArgs {
     /// Database connections.
     #[arg(long, env = "AGENTID_DB_MAX_CONNECTIONS", default_value_t = 16)]
     pub db_max_connections: u32,
-    /// Verifier actor threads for signature checks (0: on the HTTP workers).
-    #[arg(long, env = "AGENTID_VERIFIER_THREADS", default_value_t = 0)]
-    pub verifier_threads: usize,
-    /// How signatures are checked (see ARCHITECTURE.md).
-    #[arg(long, env = "AGENTID_VERIFY_STRATEGY", value_enum, default_value_t = VerifyStrategy::RecomputeS)]
-    pub verify_strategy: VerifyStrategy,
     /// Verified tokens remembered (0 disables the cache).
     #[arg(long, env = "AGENTID_TOKEN_CACHE_CAPACITY", default_value_t = 65_536)]
     pub token_cache_capacity: usize,
@@ -232,12 +226,7 @@ async fn serve(args: ServeArgs) -> CliResult {
                 linger: Duration::from_millis(args.audit_linger_ms),
                 ..WriterConfig::default()
             },
-            verifier: VerifierConfig {
-                threads: args.verifier_threads,
-                strategy: args.verify_strategy,
-                cache_capacity: args.token_cache_capacity,
-                ..VerifierConfig::default()
-            },
+            token_cache_capacity: args.token_cache_capacity,
             ..EngineConfig::default()
         },
         store: StoreOptions {

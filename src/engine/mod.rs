@@ -22,7 +22,7 @@ pub use apikeys::{generate_key, hash_key, ApiKeys, Caller, KeyLookup};
 pub use audit::{AuditError, AuditHandle, WriterConfig};
 use audit::WriterThread;
 pub use registry::{AgentEntry, Registry, Revoked};
-pub use verifier::{CacheOutcome, CheckedToken, VerifierConfig, VerifyStrategy};
+pub use verifier::{CacheOutcome, CheckedToken};
 
 use ratelimit::{RateLimitSupervisor, RateLimits};
 use registry::{Learn, MarkRevoked, RegistrySupervisor};
@@ -58,7 +58,8 @@ pub enum VerifyError {
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     pub writer: WriterConfig,
-    pub verifier: VerifierConfig,
+    /// Verified tokens remembered; 0 disables the cache.
+    pub token_cache_capacity: usize,
     /// How often the registry pulls revocations committed by other instances.
     pub registry_resync: Duration,
     /// How long a resolved API key is trusted before the store is asked again.
@@ -69,7 +70,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             writer: WriterConfig::default(),
-            verifier: VerifierConfig::default(),
+            token_cache_capacity: 65_536,
             registry_resync: Duration::from_secs(5),
             key_cache_ttl: apikeys::KEY_CACHE_TTL,
         }
@@ -210,7 +211,7 @@ impl Engine {
             rate_limits,
             _rate_limit_supervisor: rate_limit_supervisor,
             api_keys: ApiKeys::new(store.clone(), cfg.key_cache_ttl),
-            verifier: TokenVerifier::new(keys.clone(), &cfg.verifier),
+            verifier: TokenVerifier::new(keys.public().clone(), cfg.token_cache_capacity),
             store,
             keys,
             registry,
@@ -469,7 +470,7 @@ impl Engine {
     async fn check(&self, token: &str, now: Millis) -> Result<Checked, StoreError> {
         // Before the revocation index is read (see `Registry::revocations_seen`).
         let revocations_seen = self.registry.revocations_seen();
-        let (checked, cache) = self.verifier.check(token).await;
+        let (checked, cache) = self.verifier.check(token);
         match cache {
             CacheOutcome::Hit => self.counters.cache_hit.increment(1),
             CacheOutcome::Miss => self.counters.cache_miss.increment(1),

@@ -68,7 +68,7 @@ pub async fn public_key_pem(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("application/x-pem-file")
         .insert_header((header::CACHE_CONTROL, "public, max-age=3600"))
-        .body(state.engine.keys().public_key_pem().to_owned())
+        .body(state.engine.keys().public().public_key_pem().to_owned())
 }
 
 #[utoipa::path(
@@ -79,7 +79,7 @@ pub async fn jwks(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("application/json")
         .insert_header((header::CACHE_CONTROL, "public, max-age=3600"))
-        .body(state.engine.keys().jwks_json().to_owned())
+        .body(state.engine.keys().public().jwks_json().to_owned())
 }
 
 #[utoipa::path(

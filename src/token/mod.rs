@@ -5,4 +5,4 @@ mod jwt;
 mod keys;
 
 pub use jwt::{decode, encode, Claims, RejectReason, Rejected, Unverified, MAX_TOKEN_LEN};
-pub use keys::{KeyError, KeyRing};
+pub use keys::{KeyError, KeyRing, PublicKeys};

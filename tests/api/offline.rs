@@ -7,8 +7,15 @@ use std::process::Command;
 
 use crate::helpers::{in_ci, spawn_app};
 
-fn run(program: &str, script: &str, token: &Path, pem: &Path) -> Option<serde_json::Value> {
+/// What `script` (run by `program`) says of the token in `token` with the key in `pem`: the
+/// claims, or the library's complaint; `None` when the library is not installed here.
+fn run(program: &str, script: &str, token: &Path, pem: &Path) -> Option<Result<serde_json::Value, String>> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if script.ends_with(".mjs") && !root.join("tests/offline/node_modules/jose").exists() {
+        assert!(!in_ci(), "jose is required in CI (npm ci --prefix tests/offline)");
+        eprintln!("skipping jose: run `npm ci --prefix tests/offline`");
+        return None;
+    }
     let out = match Command::new(program)
         .arg(root.join(script))
         .arg(token)
@@ -29,9 +36,16 @@ fn run(program: &str, script: &str, token: &Path, pem: &Path) -> Option<serde_js
         eprintln!("skipping {script}: library not installed ({stderr})");
         return None;
     }
-    assert!(out.status.success(), "{script} rejected the token: {stderr}");
-    Some(serde_json::from_slice(&out.stdout).expect("claims JSON"))
+    if !out.status.success() {
+        return Some(Err(stderr.into_owned()));
+    }
+    Some(Ok(serde_json::from_slice(&out.stdout).expect("claims JSON")))
 }
+
+const VALIDATORS: [(&str, &str); 2] = [
+    ("python3", "tests/offline/verify_pyjwt.py"),
+    ("node", "tests/offline/verify_jose.mjs"),
+];
 
 #[actix_web::test]
 async fn pyjwt_and_jose_validate_tokens_with_the_pem_alone() {
@@ -45,18 +59,10 @@ async fn pyjwt_and_jose_validate_tokens_with_the_pem_alone() {
     std::fs::write(&token_file, a["token"].as_str().unwrap()).unwrap();
     std::fs::write(&pem_file, &pem).unwrap();
 
-    let node_modules = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/offline/node_modules/jose");
     let mut checked = 0;
-    for (program, script) in [
-        ("python3", "tests/offline/verify_pyjwt.py"),
-        ("node", "tests/offline/verify_jose.mjs"),
-    ] {
-        if script.ends_with(".mjs") && !node_modules.exists() {
-            assert!(!in_ci(), "jose is required in CI (npm ci --prefix tests/offline)");
-            eprintln!("skipping jose: run `npm ci --prefix tests/offline`");
-            continue;
-        }
+    for (program, script) in VALIDATORS {
         if let Some(claims) = run(program, script, &token_file, &pem_file) {
+            let claims = claims.unwrap_or_else(|e| panic!("{script} rejected the token: {e}"));
             assert_eq!(claims["sub"], a["agent_id"], "{script}");
             assert_eq!(claims["iss"], "offline.example", "{script}");
             checked += 1;
@@ -89,5 +95,79 @@ async fn pyjwt_and_jose_validate_tokens_with_the_pem_alone() {
     }
     if in_ci() {
         assert_eq!(checked, 2, "both offline checks must run in CI");
+    }
+}
+
+/// Online and offline never disagree, even on signatures the key holder made some other way
+/// than RFC 8032 signing does: one with a random nonce is a valid Ed25519 signature for
+/// both; one whose `R` is not the point of the nonce its `S` was made with is invalid for
+/// both (`TOKEN_INVALID` online), whatever that nonce.
+#[actix_web::test]
+async fn online_and_offline_agree_on_signatures_made_with_any_nonce() {
+    use curve25519_dalek::constants::ED25519_BASEPOINT_POINT;
+    use curve25519_dalek::scalar::Scalar;
+    use sha2::{Digest, Sha512};
+
+    let app = spawn_app().await;
+    let a = app
+        .register(serde_json::json!({"name": "n", "issuer_domain": "offline.example", "scopes": ["read:x"]}))
+        .await;
+    let token = a["token"].as_str().unwrap();
+    let input = token.rsplit_once('.').unwrap().0;
+    let key = crate::tokens::server_key(&app);
+    let sign = |r: Scalar, big_r: [u8; 32]| {
+        let k = Scalar::from_hash(
+            Sha512::new()
+                .chain_update(big_r)
+                .chain_update(key.verifying_key().as_bytes())
+                .chain_update(input.as_bytes()),
+        );
+        let s = r + k * key.to_scalar();
+        let mut sig = big_r.to_vec();
+        sig.extend_from_slice(s.as_bytes());
+        use base64::Engine as _;
+        let sig = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sig);
+        format!("{input}.{sig}")
+    };
+    let point = |r: Scalar| (ED25519_BASEPOINT_POINT * r).compress().to_bytes();
+    let prefix = &Sha512::digest(key.as_bytes())[32..];
+    let deterministic = Scalar::from_hash(Sha512::new().chain_update(prefix).chain_update(input));
+    let random = Scalar::from_bytes_mod_order(rand::random());
+    assert_eq!(sign(deterministic, point(deterministic)), token);
+    let cases = [
+        ("a random nonce", sign(random, point(random)), true),
+        (
+            "the deterministic nonce under another R",
+            sign(deterministic, point(random)),
+            false,
+        ),
+    ];
+
+    let dir = tempfile::tempdir().unwrap();
+    let (token_file, pem_file) = (dir.path().join("token"), dir.path().join("key.pem"));
+    let pem = app.get("/.well-known/public-key.pem", None).await.text();
+    std::fs::write(&pem_file, &pem).unwrap();
+    let mut checked = 0;
+    for (what, token, valid) in &cases {
+        let online = app.verify_as_receiver(token).await.json();
+        if *valid {
+            assert_eq!(online["valid"], true, "{what}: {online}");
+        } else {
+            assert_eq!(
+                online,
+                serde_json::json!({"valid": false, "error": "TOKEN_INVALID"}),
+                "{what}"
+            );
+        }
+        std::fs::write(&token_file, token).unwrap();
+        for (program, script) in VALIDATORS {
+            if let Some(offline) = run(program, script, &token_file, &pem_file) {
+                assert_eq!(offline.is_ok(), *valid, "{script}, {what}: {offline:?}");
+                checked += 1;
+            }
+        }
+    }
+    if in_ci() {
+        assert_eq!(checked, 4, "both offline checks must run in CI");
     }
 }
