@@ -11,11 +11,9 @@ pub mod verifier;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::Addr;
-
 use crate::domain::audit::{AuditEntry, AuditRecord};
 use crate::domain::{new_id, AgentFields, AgentId, IdPrefix, Ledger, Millis, RevokeReason, VerifyResult};
-use crate::store::{AgentRecord, OrgRecord, SharedStore, StoreError};
+use crate::store::{AgentRecord, OrgRecord, Revocations, SharedStore, StoreError};
 use crate::token::{Claims, KeyRing, RejectReason};
 
 pub use apikeys::{generate_key, hash_key, ApiKeys, Caller, KeyLookup};
@@ -24,8 +22,7 @@ use audit::WriterThread;
 pub use registry::{AgentEntry, Registry, Revoked};
 pub use verifier::{CacheOutcome, CheckedToken};
 
-use ratelimit::{RateLimitSupervisor, RateLimits};
-use registry::{Learn, MarkRevoked, RegistrySupervisor};
+use ratelimit::RateLimits;
 use verifier::TokenVerifier;
 
 /// How long a successful store ping answers health checks.
@@ -154,15 +151,42 @@ pub struct Engine {
     store: SharedStore,
     keys: Arc<KeyRing>,
     registry: Arc<Registry>,
-    registry_supervisor: Addr<RegistrySupervisor>,
     verifier: TokenVerifier,
     audit: AuditHandle,
     _audit_thread: WriterThread,
     api_keys: ApiKeys,
     rate_limits: Arc<RateLimits>,
-    _rate_limit_supervisor: Addr<RateLimitSupervisor>,
     /// Unix ms of the last successful store ping (health checks reuse it for a second).
     last_ping_ok: std::sync::atomic::AtomicI64,
+    _background: Background,
+}
+
+/// The engine's periodic tasks (revocation resync, bucket eviction, gauges), stopped with it.
+struct Background(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Samples the gauges of the registry and of the store's pools, for as long as it runs.
+async fn sample_gauges(registry: Arc<Registry>, store: SharedStore) {
+    let mut ticks = tokio::time::interval(crate::telemetry::SAMPLE_EVERY);
+    loop {
+        ticks.tick().await;
+        metrics::gauge!("agentid_registry_agents").set(registry.agent_count() as f64);
+        metrics::gauge!("agentid_revocation_index_size").set(registry.revoked_count() as f64);
+        for p in store.pool_stats() {
+            let gauge =
+                |state| metrics::gauge!("agentid_store_connections", "pool" => p.pool, "state" => state);
+            gauge("active").set(f64::from(p.open - p.idle.min(p.open)));
+            gauge("idle").set(f64::from(p.idle));
+            gauge("max").set(f64::from(p.max));
+        }
+    }
 }
 
 impl std::fmt::Debug for Engine {
@@ -194,28 +218,39 @@ impl Engine {
                 registry.learn(a);
             }
         }
-        registry.advance_revocations_seen(epoch);
+        registry.caught_up(Revocations {
+            epoch,
+            revoked: Vec::new(),
+        });
         tracing::info!(
             agents = registry.agent_count(),
             revoked = registry.revoked_count(),
             "registry loaded"
         );
         let (audit, audit_thread) = AuditHandle::start(store.clone(), cfg.writer);
-        let registry_supervisor =
-            RegistrySupervisor::start(registry.clone(), store.clone(), cfg.registry_resync);
         let rate_limits = Arc::new(RateLimits::default());
-        let rate_limit_supervisor = RateLimitSupervisor::start(rate_limits.clone(), Duration::from_secs(30));
+        let background = Background(vec![
+            tokio::spawn(registry::resync(
+                registry.clone(),
+                store.clone(),
+                cfg.registry_resync,
+            )),
+            tokio::spawn(ratelimit::evict_idle(
+                rate_limits.clone(),
+                Duration::from_secs(30),
+            )),
+            tokio::spawn(sample_gauges(registry.clone(), store.clone())),
+        ]);
         Ok(Engine {
             counters: VerifyCounters::register(),
             last_ping_ok: std::sync::atomic::AtomicI64::new(0),
             rate_limits,
-            _rate_limit_supervisor: rate_limit_supervisor,
+            _background: background,
             api_keys: ApiKeys::new(store.clone(), cfg.key_cache_ttl),
             verifier: TokenVerifier::new(keys.public().clone(), cfg.token_cache_capacity),
             store,
             keys,
             registry,
-            registry_supervisor,
             audit,
             _audit_thread: audit_thread,
         })
@@ -273,41 +308,21 @@ impl Engine {
         self.audit.inject_flush_panic();
     }
 
-    /// Adds an agent to the registry through its supervisor.
-    async fn learn(&self, agent: AgentRecord) -> Arc<AgentEntry> {
-        match self.registry_supervisor.send(Learn(agent.clone())).await {
-            Ok(entry) => entry,
-            // The supervisor is restarting: write directly (entries never conflict).
-            Err(_) => self.registry.learn(&agent),
-        }
-    }
-
     /// An agent the registry does not hold, read from the store and learned.
     async fn agent_from_store(&self, id: &str) -> Result<Option<Arc<AgentEntry>>, StoreError> {
-        Ok(match self.store.get_agent(id).await? {
-            Some(a) => Some(self.learn(a).await),
-            None => None,
-        })
+        Ok(self
+            .store
+            .get_agent(id)
+            .await?
+            .map(|a| self.registry.learn(&a)))
     }
 
     /// A revocation the audit transaction saw but the index did not hold (another instance
     /// revoked the agent): its reason is read from the store.
     async fn learn_revocation(&self, id: &str) {
-        let reason = self.store.get_agent(id).await.ok().flatten();
-        self.mark_revoked(id, reason.and_then(|a| a.revocation_reason), None)
-            .await;
-    }
-
-    /// `epoch`: the revocation's epoch, when the store stamped it.
-    async fn mark_revoked(&self, id: &str, reason: Option<String>, epoch: Option<i64>) {
-        let msg = MarkRevoked {
-            id: id.to_owned(),
-            reason: reason.clone(),
-            epoch,
-        };
-        if self.registry_supervisor.send(msg).await.is_err() {
-            self.registry.mark_revoked(id, reason);
-        }
+        let agent = self.store.get_agent(id).await.ok().flatten();
+        self.registry
+            .mark_revoked(id, agent.and_then(|a| a.revocation_reason));
     }
 
     pub async fn register(&self, caller: &Caller, fields: AgentFields) -> Result<Registration, EngineError> {
@@ -331,7 +346,7 @@ impl Engine {
             verification_count: 0,
         };
         self.store.insert_agent(&agent).await?;
-        self.learn(agent.clone()).await;
+        self.registry.learn(&agent);
         let token = self.sign(&agent, agent.issued_at, agent.expires_at);
         Ok(Registration { agent, token })
     }
@@ -407,8 +422,8 @@ impl Engine {
             )
             .await?
             .ok_or(EngineError::AgentNotFound)?;
-        self.mark_revoked(&stored.id, stored.revocation_reason.clone(), epoch)
-            .await;
+        self.registry
+            .revoked(&stored.id, stored.revocation_reason.clone(), epoch);
         Ok(stored)
     }
 

@@ -1,7 +1,7 @@
 //! Rate limits (the spec's table): per organization and endpoint class for keyed calls,
 //! per client IP for anonymous ones. The buckets are `governor` GCRA limiters with a burst of
 //! the per-minute limit: N calls pass at once, call N+1 waits for a cell to come back
-//! (one every 60/N seconds). The supervisor actor owns them and evicts idle buckets.
+//! (one every 60/N seconds). A background task evicts idle buckets.
 //! The limiters run on the clock they are given: the monotonic default in the service, a
 //! fake one that tests move by hand.
 
@@ -10,7 +10,6 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use actix::prelude::*;
 use dashmap::DashMap;
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::StateInformationMiddleware;
@@ -178,31 +177,18 @@ fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
-/// Owns the limiters' upkeep: every interval it evicts idle buckets, so memory stays
-/// bounded however many client addresses call. Checks go straight to the shared limiters.
-pub struct RateLimitSupervisor {
-    limits: Arc<RateLimits>,
-    every: Duration,
-}
-
-impl RateLimitSupervisor {
-    pub fn start(limits: Arc<RateLimits>, every: Duration) -> Addr<Self> {
-        actix::Supervisor::start(move |_| RateLimitSupervisor { limits, every })
+/// The limiters' upkeep, for as long as it runs: every `every` it evicts idle buckets, so
+/// memory stays bounded however many client addresses call. Checks go straight to the
+/// shared limiters (each a compare-and-swap on its bucket), so nothing else needs an owner.
+pub async fn evict_idle(limits: Arc<RateLimits>, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        limits.evict_idle();
+        metrics::gauge!("agentid_rate_limit_buckets").set(limits.tracked() as f64);
     }
 }
-
-impl Actor for RateLimitSupervisor {
-    type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.run_interval(self.every, |act, _| {
-            act.limits.evict_idle();
-            metrics::gauge!("agentid_rate_limit_buckets").set(act.limits.tracked() as f64);
-        });
-    }
-}
-
-impl actix::Supervised for RateLimitSupervisor {}
 
 #[cfg(test)]
 mod tests {

@@ -1,7 +1,10 @@
 //! The registry: what a verify answer needs about each agent, and the revocation index.
 //! Both live in `DashMap`s that the verify path reads without locks or awaits. Entries
 //! never change once written (an agent's name, scopes and owner are fixed at registration;
-//! revocation only ever adds), so readers can never see a half-updated agent.
+//! revocation only ever adds), so readers can never see a half-updated agent, and writers
+//! (registrations, revocations, cold misses, the resync task) never conflict: every write
+//! is an insert-if-absent, in any order. The one ordered piece is the epoch watermark below,
+//! kept under a mutex.
 //!
 //! Beside the index, `revocations_seen`: the revocation epoch (see `store::Revocations`) up
 //! to which every revocation is in the index. A verification reads it before it looks at the
@@ -13,11 +16,11 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::prelude::*;
 use dashmap::DashMap;
+use parking_lot::Mutex;
 
 use crate::domain::KeyMode;
-use crate::store::{AgentRecord, SharedStore};
+use crate::store::{AgentRecord, Revocations, SharedStore};
 
 /// The fixed facts about an agent that verification uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,8 +52,10 @@ pub struct Revoked {
 pub struct Registry {
     agents: DashMap<String, Arc<AgentEntry>>,
     revoked: DashMap<String, Revoked>,
-    /// Every revocation with an epoch up to this one is in `revoked`.
+    /// Every revocation with an epoch up to this one is in `revoked` (`epochs.seen`, kept
+    /// here too so that the verify path reads it without a lock).
     revocations_seen: AtomicI64,
+    epochs: Mutex<EpochWatermark>,
 }
 
 impl Registry {
@@ -68,11 +73,6 @@ impl Registry {
         self.revocations_seen.load(Ordering::Acquire)
     }
 
-    /// Only once every revocation up to `epoch` is in the index (it never moves back).
-    pub(super) fn advance_revocations_seen(&self, epoch: i64) {
-        self.revocations_seen.fetch_max(epoch, Ordering::Release);
-    }
-
     /// Adds what the store says about an agent (registration, load, or a cold miss).
     pub fn learn(&self, a: &AgentRecord) -> Arc<AgentEntry> {
         if a.revoked_at.is_some() {
@@ -85,9 +85,33 @@ impl Registry {
             .clone()
     }
 
-    /// Revocation is permanent: the first reason recorded stays.
+    /// Puts a revocation into the index. Revocation is permanent: the first reason recorded
+    /// stays.
     pub fn mark_revoked(&self, id: &str, reason: Option<String>) {
         self.revoked.entry(id.to_owned()).or_insert(Revoked { reason });
+    }
+
+    /// A revocation this instance committed, with the epoch the store stamped it with
+    /// (none for an agent revoked before the store had epochs): into the index, then into
+    /// the watermark.
+    pub fn revoked(&self, id: &str, reason: Option<String>, epoch: Option<i64>) {
+        self.mark_revoked(id, reason);
+        if let Some(epoch) = epoch {
+            let mut epochs = self.epochs.lock();
+            let seen = epochs.add(epoch);
+            self.revocations_seen.store(seen, Ordering::Release);
+        }
+    }
+
+    /// What the store said of every revocation above the watermark (a load or a resync):
+    /// they go into the index, and then the watermark reaches the store's epoch.
+    pub fn caught_up(&self, r: Revocations) {
+        for (id, reason) in r.revoked {
+            self.mark_revoked(&id, reason);
+        }
+        let mut epochs = self.epochs.lock();
+        let seen = epochs.reach(r.epoch);
+        self.revocations_seen.store(seen, Ordering::Release);
     }
 
     pub fn agent_count(&self) -> usize {
@@ -135,122 +159,18 @@ impl EpochWatermark {
     }
 }
 
-/// The registry supervisor: the one writer of the registry. Registrations, revocations and
-/// cold-miss loads go through its mailbox (so they apply in order); every few seconds it also
-/// pulls revocations committed by other instances. Readers use the shared maps directly.
-pub struct RegistrySupervisor {
-    registry: Arc<Registry>,
-    store: SharedStore,
-    resync_every: Duration,
-    epochs: EpochWatermark,
-    resyncing: bool,
-}
-
-impl RegistrySupervisor {
-    /// Takes over `revocations_seen` as the registry holds it (set by the initial load).
-    pub fn start(registry: Arc<Registry>, store: SharedStore, resync_every: Duration) -> Addr<Self> {
-        let epochs = EpochWatermark {
-            seen: registry.revocations_seen(),
-            ahead: BTreeSet::new(),
-        };
-        actix::Supervisor::start(move |_| RegistrySupervisor {
-            registry,
-            store,
-            resync_every,
-            epochs,
-            resyncing: false,
-        })
-    }
-
-    /// Gauges of the registry and of the store's pool.
-    fn sample(&self) {
-        metrics::gauge!("agentid_registry_agents").set(self.registry.agent_count() as f64);
-        metrics::gauge!("agentid_revocation_index_size").set(self.registry.revoked_count() as f64);
-        for p in self.store.pool_stats() {
-            let gauge =
-                |state| metrics::gauge!("agentid_store_connections", "pool" => p.pool, "state" => state);
-            gauge("active").set(f64::from(p.open - p.idle.min(p.open)));
-            gauge("idle").set(f64::from(p.idle));
-            gauge("max").set(f64::from(p.max));
-        }
-    }
-
-    fn resync(&mut self, ctx: &mut Context<Self>) {
-        if self.resyncing {
-            return;
-        }
-        self.resyncing = true;
-        // Revocations at or below the watermark are in the index; ask for the others. Any
-        // that this instance learns of meanwhile are marked twice, which is harmless.
-        let after = self.epochs.seen;
-        let store = self.store.clone();
-        ctx.spawn(
-            async move { store.revocations_after(after).await }
-                .into_actor(self)
-                .map(move |res, act, _| {
-                    act.resyncing = false;
-                    match res {
-                        Ok(r) => {
-                            for (id, reason) in r.revoked {
-                                act.registry.mark_revoked(&id, reason);
-                            }
-                            let seen = act.epochs.reach(r.epoch);
-                            act.registry.advance_revocations_seen(seen);
-                        }
-                        Err(e) => tracing::warn!(error = %e, "revocation resync failed; retrying"),
-                    }
-                }),
-        );
-    }
-}
-
-impl Actor for RegistrySupervisor {
-    type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.run_interval(self.resync_every, |act, ctx| act.resync(ctx));
-        self.sample();
-        ctx.run_interval(crate::telemetry::SAMPLE_EVERY, |act, _| act.sample());
-    }
-}
-
-impl actix::Supervised for RegistrySupervisor {
-    fn restarting(&mut self, _: &mut Self::Context) {
-        tracing::warn!("registry supervisor restarting");
-        self.resyncing = false;
-    }
-}
-
-/// Adds an agent the store knows; answers with the entry the registry now holds.
-#[derive(Message)]
-#[rtype(result = "Arc<AgentEntry>")]
-pub struct Learn(pub AgentRecord);
-
-impl Handler<Learn> for RegistrySupervisor {
-    type Result = MessageResult<Learn>;
-
-    fn handle(&mut self, msg: Learn, _: &mut Self::Context) -> Self::Result {
-        MessageResult(self.registry.learn(&msg.0))
-    }
-}
-
-/// Records a committed revocation, with its epoch when the store gave one.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct MarkRevoked {
-    pub id: String,
-    pub reason: Option<String>,
-    pub epoch: Option<i64>,
-}
-
-impl Handler<MarkRevoked> for RegistrySupervisor {
-    type Result = ();
-
-    fn handle(&mut self, msg: MarkRevoked, _: &mut Self::Context) {
-        self.registry.mark_revoked(&msg.id, msg.reason);
-        if let Some(epoch) = msg.epoch {
-            let seen = self.epochs.add(epoch);
-            self.registry.advance_revocations_seen(seen);
+/// Pulls the revocations other instances committed, every `every`, for as long as it runs.
+/// Revocations at or below the watermark are in the index; it asks for the others. Any that
+/// this instance learns of meanwhile are marked twice, which is harmless.
+pub async fn resync(registry: Arc<Registry>, store: SharedStore, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await; // the first tick is immediate, and the registry was just loaded
+    loop {
+        ticks.tick().await;
+        match store.revocations_after(registry.revocations_seen()).await {
+            Ok(r) => registry.caught_up(r),
+            Err(e) => tracing::warn!(error = %e, "revocation resync failed; retrying"),
         }
     }
 }
