@@ -108,9 +108,9 @@ impl Application {
             public_url: public_url.clone(),
         });
         let mut server = HttpServer::new(move || http::app(state.clone()))
-        .shutdown_timeout(cfg.shutdown_timeout.as_secs())
-        .listen(listener)
-        .map_err(bind_err(&cfg.bind))?;
+            .shutdown_timeout(cfg.shutdown_timeout.as_secs())
+            .listen(listener)
+            .map_err(bind_err(&cfg.bind))?;
         if let Some(n) = cfg.workers {
             server = server.workers(n.max(1));
         }

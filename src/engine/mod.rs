@@ -17,8 +17,8 @@ use crate::store::{AgentRecord, OrgRecord, Revocations, SharedStore, StoreError}
 use crate::token::{Claims, KeyRing, RejectReason};
 
 pub use apikeys::{generate_key, hash_key, ApiKeys, Caller, KeyLookup};
-pub use audit::{AuditError, AuditHandle, WriterConfig};
 use audit::WriterThread;
+pub use audit::{AuditError, AuditHandle, WriterConfig};
 pub use registry::{AgentEntry, Registry, Revoked};
 pub use verifier::{CacheOutcome, CheckedToken};
 
@@ -310,11 +310,7 @@ impl Engine {
 
     /// An agent the registry does not hold, read from the store and learned.
     async fn agent_from_store(&self, id: &str) -> Result<Option<Arc<AgentEntry>>, StoreError> {
-        Ok(self
-            .store
-            .get_agent(id)
-            .await?
-            .map(|a| self.registry.learn(&a)))
+        Ok(self.store.get_agent(id).await?.map(|a| self.registry.learn(&a)))
     }
 
     /// A revocation the audit transaction saw but the index did not hold (another instance

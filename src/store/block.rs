@@ -314,26 +314,12 @@ pub fn encode(records: &[&AuditRecord]) -> Vec<u8> {
 }
 
 /// A stored block as read back: the row's columns the decoding needs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct StoredBlock {
     pub first_seq: i64,
     pub last_seq: i64,
     pub prev_hash: Vec<u8>,
     pub records: Vec<u8>,
-}
-
-/// `first_seq, last_seq, prev_hash, records`, as selected.
-pub type StoredBlockRow = (i64, i64, Vec<u8>, Vec<u8>);
-
-impl From<StoredBlockRow> for StoredBlock {
-    fn from((first_seq, last_seq, prev_hash, records): StoredBlockRow) -> Self {
-        StoredBlock {
-            first_seq,
-            last_seq,
-            prev_hash,
-            records,
-        }
-    }
 }
 
 /// What a decoded record is tested against before it is built: `(seq, agent_id, result)`.

@@ -3,10 +3,13 @@
 
 pub mod batch;
 pub mod block;
-mod common;
-#[doc(hidden)]
+/// Migrations embedded in the binary; the tests build older schemas with them.
+#[cfg(feature = "test-hooks")]
 pub mod migrate;
+#[cfg(not(feature = "test-hooks"))]
+mod migrate;
 mod postgres;
+mod sql;
 mod sqlite;
 
 use std::fmt;
@@ -184,6 +187,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     fn ping(&self) -> StoreFuture<'_, ()>;
     /// Closes the pool; pending work finishes first.
     fn close(&self) -> BoxFuture<'_, ()>;
+    /// Brings data an older version wrote up to the current schema where migrations cannot
+    /// (the per-record audit log of schema 1 and 2 becomes blocks); `connect` calls it.
+    fn upgrade(&self) -> StoreFuture<'_, ()>;
 
     fn count_orgs(&self) -> StoreFuture<'_, i64>;
     /// Creates an organization together with its first keys (one transaction).

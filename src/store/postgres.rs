@@ -4,34 +4,32 @@
 //! a chain.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-
-use parking_lot::Mutex;
-
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{PgConnection, PgPool, Postgres};
 use std::str::FromStr;
 
-use super::block::{self, Block, BlockAgent, Totals};
-use super::common::{self, convert_legacy_log, insert_key_fn, shared_store_methods};
-use super::{
-    batch, migrate, AgentRecord, KeyRecord, LogPage, LogQuery, NewApiKey, OrgRecord, PoolStats, Store,
-    StoreError, StoreFuture, StoreOptions,
-};
-use crate::domain::audit::{AuditEntry, AuditRecord};
-use crate::domain::{ApiKeyKind, KeyMode, Ledger, Millis};
+use futures_util::future::BoxFuture;
+use parking_lot::Mutex;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{FromRow, PgConnection, PgPool, Postgres};
 
-#[derive(Debug, Clone)]
-pub struct PgStore {
+use super::block::{self, Block, BlockAgent, Totals};
+use super::sql::{self, Backend, LegacyLocks, SqlStore};
+use super::{batch, migrate, PoolStats, Store, StoreError, StoreFuture, StoreOptions};
+use crate::domain::audit::{AuditEntry, AuditRecord};
+use crate::domain::Ledger;
+
+pub type PgStore = SqlStore<Postgres>;
+
+/// The audit writer's side of the store.
+#[derive(Debug)]
+pub struct Writer {
+    /// Its connections (generic plans, see `connect`), opened on the writer's thread at its
+    /// first batch.
     pool: PgPool,
     /// The head of each ledger as this instance last wrote it (only the writer touches it).
-    cache: Arc<Mutex<WriterCache>>,
-    /// Connections of the audit writer (generic plans, see `connect`), opened on the
-    /// writer's thread at its first batch.
-    writer: PgPool,
+    cache: Mutex<WriterCache>,
 }
 
-impl PgStore {
+impl SqlStore<Postgres> {
     pub async fn connect(url: &str, opts: &StoreOptions) -> Result<Self, StoreError> {
         let connect = PgConnectOptions::from_str(url)?.application_name("agentid");
         // API calls and reads ping a connection before using it (the default), so a
@@ -57,28 +55,18 @@ impl PgStore {
             .acquire_timeout(opts.acquire_timeout)
             // Lazy: connections open at the writer's first batch, on the writer's thread.
             .connect_lazy_with(connect.options([("plan_cache_mode", "force_generic_plan")]));
-        let store = PgStore {
+        let store = SqlStore {
             pool,
-            writer,
-            cache: Arc::default(),
+            extra: Writer {
+                pool: writer,
+                cache: Mutex::default(),
+            },
         };
-        store.convert_legacy_log().await?;
+        store.upgrade().await?;
         Ok(store)
     }
 
-    async fn close_pools(&self) {
-        self.writer.close().await;
-        self.pool.close().await;
-    }
-
-    fn pools(&self) -> Vec<PoolStats> {
-        vec![
-            PoolStats::of("main", &self.pool),
-            PoolStats::of("writer", &self.writer),
-        ]
-    }
-
-    async fn append_audit_impl(&self, mut entries: Vec<AuditEntry>) -> Result<Vec<AuditRecord>, StoreError> {
+    async fn append(&self, mut entries: Vec<AuditEntry>) -> Result<Vec<AuditRecord>, StoreError> {
         let ledgers = batch::ledgers(&entries);
         // What each entry's check had seen: the records do not keep it (see `batch::unseal`).
         let seen_by_entry: Vec<i64> = entries.iter().map(|e| e.revocations_seen).collect();
@@ -91,17 +79,17 @@ impl PgStore {
             // entries, so no round clones the batch's strings.
             let records = batch::seal(std::mem::take(&mut entries), &mut heads);
             let blocks = block::plan(&records, &mut heads);
-            let known = self.cache.lock().known_agents(&blocks);
-            let mut conn = self.writer.acquire().await?;
-            let revoked = match Self::write_blocks_with(&mut conn, &blocks, seen, &known).await {
+            let known = self.extra.cache.lock().known_agents(&blocks);
+            let mut conn = self.extra.pool.acquire().await?;
+            let revoked = match write_blocks_with(&mut conn, &blocks, seen, &known).await {
                 Ok(Written::Done(learned)) => {
-                    self.cache.lock().wrote(heads, &blocks, &known, learned);
+                    self.extra.cache.lock().wrote(heads, &blocks, &known, learned);
                     return Ok(records);
                 }
                 Ok(Written::Revoked(revoked)) => Some(revoked),
                 Err(e) => {
                     // Whatever happened, what is cached of these ledgers may be wrong now.
-                    self.cache.lock().forget(&ledgers);
+                    self.extra.cache.lock().forget(&ledgers);
                     if !matches!(e, StoreError::Conflict(_)) {
                         return Err(e);
                     }
@@ -123,7 +111,7 @@ impl PgStore {
     async fn heads_for(&self, ledgers: &[Ledger]) -> Result<block::Heads, StoreError> {
         let mut heads = block::Heads::new();
         let missing: Vec<Ledger> = {
-            let cache = self.cache.lock();
+            let cache = self.extra.cache.lock();
             ledgers
                 .iter()
                 .filter(|l| match cache.heads.get(*l) {
@@ -137,119 +125,150 @@ impl PgStore {
                 .collect()
         };
         for ledger in missing {
-            let head = sqlx::query_as(common::LEDGER_HEAD_SQL)
+            let head = sqlx::query_as(sql::LEDGER_HEAD_SQL)
                 .bind(&ledger.org_id)
                 .bind(ledger.mode.as_str())
-                .fetch_optional(&self.writer)
+                .fetch_optional(&self.extra.pool)
                 .await?;
-            heads.insert(ledger, common::ledger_head(head)?);
+            heads.insert(ledger, sql::ledger_head(head)?);
         }
         Ok(heads)
     }
+}
 
-    /// `write_blocks_with` with no revocation re-check and no agent's totals known (the
-    /// legacy conversion).
-    async fn write_blocks(conn: &mut PgConnection, blocks: &[Block]) -> Result<(), StoreError> {
-        Self::write_blocks_with(conn, blocks, i64::MAX, &AgentTotals::new()).await?;
-        Ok(())
-    }
-
-    /// Writes planned blocks in one statement (one round trip; its own transaction unless
-    /// `conn` is in one), unless an agent with `valid` records in the blocks was revoked in the
-    /// store and the store's revocation epoch is above `revocations_seen` (the lowest epoch the
-    /// checks of those records had seen; `i64::MAX`: no re-check), in which case nothing is
-    /// written and the revoked agents are returned. Two writers can never fork a
-    /// chain: a block starts right after the head its writer saw and `(org_id, mode,
-    /// first_seq)` is the primary key, so the second one to extend a head fails with a
-    /// conflict. Agents in `known` have their running totals computed here; the others are
-    /// read from their newest row by the statement, which returns what it wrote for them.
-    async fn write_blocks_with(
-        conn: &mut PgConnection,
-        blocks: &[Block],
-        revocations_seen: i64,
-        known: &AgentTotals,
-    ) -> Result<Written, StoreError> {
-        let mut b = BlockColumns::default();
-        let mut a = AgentColumns::default();
-        let mut unknown = Vec::new();
-        for blk in blocks {
-            b.push(blk);
-            for agent in &blk.agents {
-                let prior = totals_of(known, &blk.ledger, &agent.agent_id);
-                if prior.is_none() {
-                    unknown.push(agent.agent_id.clone());
-                }
-                a.push(blk, agent, prior);
-            }
-        }
-        unknown.sort_unstable();
-        unknown.dedup();
-        let rows: Vec<ReturnedRow> = sqlx::query_as(APPEND)
-            .bind(revocations_seen)
-            .bind(b.org_id)
-            .bind(b.mode)
-            .bind(b.first_seq)
-            .bind(b.last_seq)
-            .bind(b.prev_hash)
-            .bind(b.last_hash)
-            .bind(b.results)
-            .bind(b.totals[0].as_slice())
-            .bind(b.totals[1].as_slice())
-            .bind(b.totals[2].as_slice())
-            .bind(b.totals[3].as_slice())
-            .bind(b.records)
-            .bind(a.org_id)
-            .bind(a.mode)
-            .bind(a.agent_id)
-            .bind(a.first_seq)
-            .bind(a.results)
-            .bind(a.delta[0].as_slice())
-            .bind(a.delta[1].as_slice())
-            .bind(a.delta[2].as_slice())
-            .bind(a.delta[3].as_slice())
-            .bind(a.known)
-            .bind(unknown)
-            .fetch_all(&mut *conn)
-            .await?;
-        let mut revoked = Vec::new();
-        let mut learned: HashMap<Ledger, HashMap<String, (i64, Totals)>> = HashMap::new();
-        for (id, reason, ledger, first_seq, v, i, e, r) in rows {
-            match ledger {
-                None => revoked.push((id, reason)),
-                Some((org_id, mode)) => {
-                    let ledger = Ledger {
-                        org_id,
-                        mode: common::parse_mode(&mode)?,
-                    };
-                    // An agent's last block of the batch has its totals after it.
-                    let slot = learned
-                        .entry(ledger)
-                        .or_default()
-                        .entry(id)
-                        .or_insert((0, [0; 4]));
-                    if first_seq >= slot.0 {
-                        *slot = (first_seq, [v, i, e, r]);
-                    }
-                }
-            }
-        }
-        Ok(if revoked.is_empty() {
-            let learned = learned
-                .into_iter()
-                .map(|(l, agents)| (l, agents.into_iter().map(|(a, (_, t))| (a, t)).collect()))
-                .collect();
-            Written::Done(learned)
-        } else {
-            Written::Revoked(revoked)
-        })
-    }
-
-    convert_legacy_log!(
+impl Backend for Postgres {
+    const BACKEND: &'static str = "postgres";
+    type Extra = Writer;
+    const LEGACY: LegacyLocks = LegacyLocks {
         begin: "BEGIN",
         lock: "SELECT pg_advisory_xact_lock(7431003)",
         exists: "SELECT to_regclass('audit_log') IS NOT NULL",
-        freeze: "LOCK TABLE audit_log, audit_counts IN EXCLUSIVE MODE"
-    );
+        freeze: "LOCK TABLE audit_log, audit_counts IN EXCLUSIVE MODE",
+    };
+
+    fn append_audit(store: &PgStore, entries: Vec<AuditEntry>) -> StoreFuture<'_, Vec<AuditRecord>> {
+        Box::pin(store.append(entries))
+    }
+
+    fn write_blocks<'c>(conn: &'c mut PgConnection, blocks: &'c [Block]) -> StoreFuture<'c, ()> {
+        Box::pin(write_blocks(conn, blocks))
+    }
+
+    fn rows_affected(done: &sqlx::postgres::PgQueryResult) -> u64 {
+        done.rows_affected()
+    }
+
+    fn pools(store: &PgStore) -> Vec<PoolStats> {
+        vec![
+            PoolStats::of("main", &store.pool),
+            PoolStats::of("writer", &store.extra.pool),
+        ]
+    }
+
+    fn close(store: &PgStore) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            store.extra.pool.close().await;
+            store.pool.close().await;
+        })
+    }
+}
+
+/// `write_blocks_with` with no revocation re-check and no agent's totals known (the
+/// legacy conversion).
+async fn write_blocks(conn: &mut PgConnection, blocks: &[Block]) -> Result<(), StoreError> {
+    write_blocks_with(conn, blocks, i64::MAX, &AgentTotals::new()).await?;
+    Ok(())
+}
+
+/// Writes planned blocks in one statement (one round trip; its own transaction unless
+/// `conn` is in one), unless an agent with `valid` records in the blocks was revoked in the
+/// store and the store's revocation epoch is above `revocations_seen` (the lowest epoch the
+/// checks of those records had seen; `i64::MAX`: no re-check), in which case nothing is
+/// written and the revoked agents are returned. Two writers can never fork a
+/// chain: a block starts right after the head its writer saw and `(org_id, mode,
+/// first_seq)` is the primary key, so the second one to extend a head fails with a
+/// conflict. Agents in `known` have their running totals computed here; the others are
+/// read from their newest row by the statement, which returns what it wrote for them.
+async fn write_blocks_with(
+    conn: &mut PgConnection,
+    blocks: &[Block],
+    revocations_seen: i64,
+    known: &AgentTotals,
+) -> Result<Written, StoreError> {
+    let mut b = BlockColumns::default();
+    let mut a = AgentColumns::default();
+    let mut unknown = Vec::new();
+    for blk in blocks {
+        b.push(blk);
+        for agent in &blk.agents {
+            let prior = totals_of(known, &blk.ledger, &agent.agent_id);
+            if prior.is_none() {
+                unknown.push(agent.agent_id.clone());
+            }
+            a.push(blk, agent, prior);
+        }
+    }
+    unknown.sort_unstable();
+    unknown.dedup();
+    let rows: Vec<ReturnedRow> = sqlx::query_as(APPEND)
+        .bind(revocations_seen)
+        .bind(b.org_id)
+        .bind(b.mode)
+        .bind(b.first_seq)
+        .bind(b.last_seq)
+        .bind(b.prev_hash)
+        .bind(b.last_hash)
+        .bind(b.results)
+        .bind(b.totals[0].as_slice())
+        .bind(b.totals[1].as_slice())
+        .bind(b.totals[2].as_slice())
+        .bind(b.totals[3].as_slice())
+        .bind(b.records)
+        .bind(a.org_id)
+        .bind(a.mode)
+        .bind(a.agent_id)
+        .bind(a.first_seq)
+        .bind(a.results)
+        .bind(a.delta[0].as_slice())
+        .bind(a.delta[1].as_slice())
+        .bind(a.delta[2].as_slice())
+        .bind(a.delta[3].as_slice())
+        .bind(a.known)
+        .bind(unknown)
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut revoked = Vec::new();
+    let mut learned: HashMap<Ledger, HashMap<String, (i64, Totals)>> = HashMap::new();
+    for row in rows {
+        match row.ledger {
+            None => revoked.push((row.agent_id, row.reason)),
+            Some((org_id, mode)) => {
+                let ledger = Ledger {
+                    org_id,
+                    mode: sql::parse_mode(&mode)?,
+                };
+                // An agent's last block of the batch has its totals after it.
+                let slot = learned
+                    .entry(ledger)
+                    .or_default()
+                    .entry(row.agent_id)
+                    .or_insert((0, [0; 4]));
+                if row.first_seq >= slot.0 {
+                    let totals = [row.n_valid, row.n_invalid, row.n_expired, row.n_revoked];
+                    *slot = (row.first_seq, totals);
+                }
+            }
+        }
+    }
+    Ok(if revoked.is_empty() {
+        let learned = learned
+            .into_iter()
+            .map(|(l, agents)| (l, agents.into_iter().map(|(a, (_, t))| (a, t)).collect()))
+            .collect();
+        Written::Done(learned)
+    } else {
+        Written::Revoked(revoked)
+    })
 }
 
 /// The whole batch append. Data-modifying CTEs all run in one snapshot, taken when the
@@ -300,7 +319,8 @@ WITH rev AS (
     WHERE NOT EXISTS (SELECT 1 FROM rev)
     RETURNING agent_id, org_id, mode, first_seq, n_valid, n_invalid, n_expired, n_revoked
 )
-SELECT id, revocation_reason, NULL, 0::bigint, 0::bigint, 0::bigint, 0::bigint, 0::bigint FROM rev
+SELECT id AS agent_id, revocation_reason AS reason, NULL AS ledger, 0::bigint AS first_seq,
+       0::bigint AS n_valid, 0::bigint AS n_invalid, 0::bigint AS n_expired, 0::bigint AS n_revoked FROM rev
 UNION ALL
 SELECT agent_id, NULL, ROW(org_id, mode), first_seq, n_valid, n_invalid, n_expired, n_revoked
 FROM agt WHERE agent_id = ANY($24::text[])";
@@ -363,18 +383,19 @@ impl AgentColumns {
     }
 }
 
-/// A returned row: agent (or revoked agent) id, revocation reason, the agent row's ledger
-/// (NULL for a revoked agent), first_seq and running totals.
-type ReturnedRow = (
-    String,
-    Option<String>,
-    Option<(String, String)>,
-    i64,
-    i64,
-    i64,
-    i64,
-    i64,
-);
+/// A row `APPEND` returns: a revoked agent (no ledger), or an agent row it wrote.
+#[derive(FromRow)]
+struct ReturnedRow {
+    agent_id: String,
+    reason: Option<String>,
+    /// `(org_id, mode)` of the agent row written.
+    ledger: Option<(String, String)>,
+    first_seq: i64,
+    n_valid: i64,
+    n_invalid: i64,
+    n_expired: i64,
+    n_revoked: i64,
+}
 
 /// Running totals per agent, per ledger.
 type AgentTotals = HashMap<Ledger, HashMap<String, Totals>>;
@@ -450,10 +471,4 @@ impl WriterCache {
             self.agents.remove(l);
         }
     }
-}
-
-insert_key_fn!(Postgres);
-
-impl Store for PgStore {
-    shared_store_methods!("postgres");
 }

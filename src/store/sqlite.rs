@@ -6,27 +6,21 @@ use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Sqlite, SqliteConnection, SqlitePool};
+use sqlx::{Sqlite, SqliteConnection};
 
 use super::block::{self, Block};
-use super::common::{self, convert_legacy_log, insert_key_fn, shared_store_methods};
-use super::{
-    batch, migrate, AgentRecord, KeyRecord, LogPage, LogQuery, NewApiKey, OrgRecord, PoolStats, Store,
-    StoreError, StoreFuture, StoreOptions,
-};
+use super::sql::{self, Backend, LegacyLocks, SqlStore};
+use super::{batch, migrate, PoolStats, Store, StoreError, StoreFuture, StoreOptions};
 use crate::domain::audit::{AuditEntry, AuditRecord};
-use crate::domain::{ApiKeyKind, KeyMode, Ledger, Millis};
 
 /// SQLite allows 32766 bound parameters; stay far below it.
 const IN_CHUNK: usize = 500;
 
-#[derive(Debug, Clone)]
-pub struct SqliteStore {
-    pool: SqlitePool,
-}
+pub type SqliteStore = SqlStore<Sqlite>;
 
-impl SqliteStore {
+impl SqlStore<Sqlite> {
     pub async fn connect(url: &str, opts: &StoreOptions) -> Result<Self, StoreError> {
         let connect = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
@@ -46,21 +40,12 @@ impl SqliteStore {
             .connect_with(connect)
             .await?;
         migrate::migrator(migrate::SQLITE).await?.run(&pool).await?;
-        let store = SqliteStore { pool };
-        store.convert_legacy_log().await?;
+        let store = SqlStore { pool, extra: () };
+        store.upgrade().await?;
         Ok(store)
     }
 
-    async fn close_pools(&self) {
-        self.pool.close().await;
-    }
-
-    /// One pool: the audit writer shares it (SQLite has one writer at a time anyway).
-    fn pools(&self) -> Vec<PoolStats> {
-        vec![PoolStats::of("main", &self.pool)]
-    }
-
-    async fn append_audit_impl(&self, mut entries: Vec<AuditEntry>) -> Result<Vec<AuditRecord>, StoreError> {
+    async fn append(&self, mut entries: Vec<AuditEntry>) -> Result<Vec<AuditRecord>, StoreError> {
         // IMMEDIATE takes the write lock up front, so the heads read below cannot go stale.
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
 
@@ -92,82 +77,101 @@ impl SqliteStore {
 
         let mut heads = block::Heads::new();
         for ledger in batch::ledgers(&entries) {
-            let head = sqlx::query_as(common::LEDGER_HEAD_SQL)
+            let head = sqlx::query_as(sql::LEDGER_HEAD_SQL)
                 .bind(&ledger.org_id)
                 .bind(ledger.mode.as_str())
                 .fetch_optional(&mut *tx)
                 .await?;
-            heads.insert(ledger, common::ledger_head(head)?);
+            heads.insert(ledger, sql::ledger_head(head)?);
         }
         let records = batch::seal(entries, &mut heads);
         let blocks = block::plan(&records, &mut heads);
-        Self::write_blocks(&mut tx, &blocks).await?;
+        write_blocks(&mut tx, &blocks).await?;
         tx.commit().await?;
         Ok(records)
     }
+}
 
-    /// Writes planned blocks with prepared inserts; the caller holds the transaction (and
-    /// has re-checked revocations). Each agent row adds its block's records to the agent's
-    /// newest row, which may be one this transaction just wrote.
-    async fn write_blocks(conn: &mut SqliteConnection, blocks: &[Block]) -> Result<(), StoreError> {
-        for b in blocks {
-            sqlx::query(
-                "INSERT INTO audit_blocks (org_id, mode, first_seq, last_seq, prev_hash, last_hash, results, \
-                 n_valid, n_invalid, n_expired, n_revoked, records) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-            )
-            .bind(&b.ledger.org_id)
-            .bind(b.ledger.mode.as_str())
-            .bind(b.first_seq)
-            .bind(b.last_seq)
-            .bind(&b.prev_hash[..])
-            .bind(&b.last_hash[..])
-            .bind(b.results)
-            .bind(b.totals[0])
-            .bind(b.totals[1])
-            .bind(b.totals[2])
-            .bind(b.totals[3])
-            .bind(&b.records)
-            .execute(&mut *conn)
-            .await?;
-            for a in &b.agents {
-                sqlx::query(
-                    "INSERT INTO audit_block_agents (org_id, mode, agent_id, first_seq, results, \
-                     n_valid, n_invalid, n_expired, n_revoked) \
-                     SELECT $1, $2, $3, $4, $5, COALESCE(p.n_valid, 0) + $6, COALESCE(p.n_invalid, 0) + $7, \
-                     COALESCE(p.n_expired, 0) + $8, COALESCE(p.n_revoked, 0) + $9 \
-                     FROM (SELECT 1) LEFT JOIN (SELECT n_valid, n_invalid, n_expired, n_revoked \
-                     FROM audit_block_agents WHERE org_id = $1 AND mode = $2 AND agent_id = $3 \
-                     ORDER BY first_seq DESC LIMIT 1) p ON 1",
-                )
-                .bind(&b.ledger.org_id)
-                .bind(b.ledger.mode.as_str())
-                .bind(&a.agent_id)
-                .bind(b.first_seq)
-                .bind(a.results)
-                .bind(a.delta[0])
-                .bind(a.delta[1])
-                .bind(a.delta[2])
-                .bind(a.delta[3])
-                .execute(&mut *conn)
-                .await?;
-            }
-        }
-        Ok(())
-    }
-
+impl Backend for Sqlite {
+    const BACKEND: &'static str = "sqlite";
+    type Extra = ();
     // BEGIN IMMEDIATE takes the write lock first: a second process starting at the same time
     // waits for it, then finds nothing to convert.
-    convert_legacy_log!(
+    const LEGACY: LegacyLocks = LegacyLocks {
         begin: "BEGIN IMMEDIATE",
         lock: "SELECT 1",
         exists: "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_log')",
-        freeze: "SELECT 1"
-    );
+        freeze: "SELECT 1",
+    };
+
+    fn append_audit(store: &SqliteStore, entries: Vec<AuditEntry>) -> StoreFuture<'_, Vec<AuditRecord>> {
+        Box::pin(store.append(entries))
+    }
+
+    fn write_blocks<'c>(conn: &'c mut SqliteConnection, blocks: &'c [Block]) -> StoreFuture<'c, ()> {
+        Box::pin(write_blocks(conn, blocks))
+    }
+
+    /// One pool: the audit writer shares it (SQLite has one writer at a time anyway).
+    fn rows_affected(done: &sqlx::sqlite::SqliteQueryResult) -> u64 {
+        done.rows_affected()
+    }
+
+    fn pools(store: &SqliteStore) -> Vec<PoolStats> {
+        vec![PoolStats::of("main", &store.pool)]
+    }
+
+    fn close(store: &SqliteStore) -> BoxFuture<'_, ()> {
+        Box::pin(store.pool.close())
+    }
 }
 
-insert_key_fn!(Sqlite);
-
-impl Store for SqliteStore {
-    shared_store_methods!("sqlite");
+/// Writes planned blocks with prepared inserts; the caller holds the transaction (and has
+/// re-checked revocations). Each agent row adds its block's records to the agent's newest
+/// row, which may be one this transaction just wrote.
+async fn write_blocks(conn: &mut SqliteConnection, blocks: &[Block]) -> Result<(), StoreError> {
+    for b in blocks {
+        sqlx::query(
+            "INSERT INTO audit_blocks (org_id, mode, first_seq, last_seq, prev_hash, last_hash, results, \
+             n_valid, n_invalid, n_expired, n_revoked, records) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+        )
+        .bind(&b.ledger.org_id)
+        .bind(b.ledger.mode.as_str())
+        .bind(b.first_seq)
+        .bind(b.last_seq)
+        .bind(&b.prev_hash[..])
+        .bind(&b.last_hash[..])
+        .bind(b.results)
+        .bind(b.totals[0])
+        .bind(b.totals[1])
+        .bind(b.totals[2])
+        .bind(b.totals[3])
+        .bind(&b.records)
+        .execute(&mut *conn)
+        .await?;
+        for a in &b.agents {
+            sqlx::query(
+                "INSERT INTO audit_block_agents (org_id, mode, agent_id, first_seq, results, \
+                 n_valid, n_invalid, n_expired, n_revoked) \
+                 SELECT $1, $2, $3, $4, $5, COALESCE(p.n_valid, 0) + $6, COALESCE(p.n_invalid, 0) + $7, \
+                 COALESCE(p.n_expired, 0) + $8, COALESCE(p.n_revoked, 0) + $9 \
+                 FROM (SELECT 1) LEFT JOIN (SELECT n_valid, n_invalid, n_expired, n_revoked \
+                 FROM audit_block_agents WHERE org_id = $1 AND mode = $2 AND agent_id = $3 \
+                 ORDER BY first_seq DESC LIMIT 1) p ON 1",
+            )
+            .bind(&b.ledger.org_id)
+            .bind(b.ledger.mode.as_str())
+            .bind(&a.agent_id)
+            .bind(b.first_seq)
+            .bind(a.results)
+            .bind(a.delta[0])
+            .bind(a.delta[1])
+            .bind(a.delta[2])
+            .bind(a.delta[3])
+            .execute(&mut *conn)
+            .await?;
+        }
+    }
+    Ok(())
 }

@@ -237,10 +237,7 @@ mod tests {
             kid: "another-kid".into(),
             ..decode(&good).unwrap()
         };
-        assert_eq!(
-            ours.public().verify(&elsewhere),
-            Err(RejectReason::UnknownKey)
-        );
+        assert_eq!(ours.public().verify(&elsewhere), Err(RejectReason::UnknownKey));
     }
 
     /// A signature `(R, S)` over `input`, made with the private key: `S = r + H(R ‖ A ‖ M)·a`

@@ -1,0 +1,789 @@
+//! What both backends share: [`SqlStore`], which implements [`Store`] once for any
+//! [`Backend`], with the SQL both SQLite and PostgreSQL accept and the typed rows it reads.
+//! A backend (`sqlite.rs`, `postgres.rs`) supplies only what differs: connecting, appending
+//! an audit batch, and its pools.
+
+use std::fmt;
+
+use futures_util::future::BoxFuture;
+use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+
+use super::block::{self, result_bit, Block, Head, StoredBlock};
+use super::{
+    AgentRecord, KeyRecord, LogPage, LogQuery, NewApiKey, OrgRecord, PoolStats, Revocations, Store,
+    StoreError, StoreFuture,
+};
+use crate::domain::audit::{AuditEntry, AuditRecord};
+use crate::domain::{ApiKeyKind, KeyMode, Ledger, Millis, OrgLimits, Plan, VerifyResult};
+
+/// What a backend does its own way. Implemented by the database types themselves
+/// (`sqlx::Sqlite`, `sqlx::Postgres`).
+pub trait Backend: Database {
+    /// As `Store::backend` names it.
+    const BACKEND: &'static str;
+    /// What the backend keeps beside its main pool.
+    type Extra: Send + Sync + fmt::Debug + 'static;
+    /// How the one-time conversion of a per-record log takes its locks.
+    const LEGACY: LegacyLocks;
+
+    /// `Store::append_audit`.
+    fn append_audit(store: &SqlStore<Self>, entries: Vec<AuditEntry>) -> StoreFuture<'_, Vec<AuditRecord>>;
+    /// Writes planned blocks inside the caller's transaction (the legacy conversion).
+    fn write_blocks<'c>(conn: &'c mut Self::Connection, blocks: &'c [Block]) -> StoreFuture<'c, ()>;
+    /// Rows an `UPDATE` changed (sqlx has no trait for it).
+    fn rows_affected(done: &Self::QueryResult) -> u64;
+    /// Connections of each pool.
+    fn pools(store: &SqlStore<Self>) -> Vec<PoolStats>;
+    /// Closes every pool; pending work finishes first.
+    fn close(store: &SqlStore<Self>) -> BoxFuture<'_, ()>;
+}
+
+/// The statements that make the legacy conversion safe against another process doing it
+/// at the same time, or an old instance still writing the old table.
+pub struct LegacyLocks {
+    pub begin: &'static str,
+    /// Taken first: a second process waits here, then finds nothing to convert.
+    pub lock: &'static str,
+    /// Selects whether the per-record `audit_log` still exists.
+    pub exists: &'static str,
+    /// Stops an old instance from committing records the scan has passed.
+    pub freeze: &'static str,
+}
+
+/// A store on a SQL database: its main pool, and what its backend keeps beside it.
+#[derive(Debug)]
+pub struct SqlStore<DB: Backend> {
+    pub(super) pool: Pool<DB>,
+    pub(super) extra: DB::Extra,
+}
+
+/// The stored columns of `agents`, in insert order.
+const AGENT_INSERT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, description, scopes, \
+    created_at, issued_at, expires_at, revoked_at, revocation_reason";
+
+/// What an agent read selects (`FROM agents`, not aliased): the stored columns, then
+/// `verification_count`: the running totals of the agent's newest block row in each mode's
+/// ledger (records are counted where they were written), two look-ups on a primary key. The
+/// audit batch writes those rows anyway, so counting needs no write to the agent row.
+const AGENT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, description, scopes, \
+    created_at, issued_at, expires_at, revoked_at, revocation_reason, \
+    COALESCE((SELECT c.n_valid + c.n_invalid + c.n_expired + c.n_revoked FROM audit_block_agents c \
+     WHERE c.org_id = agents.org_id AND c.mode = 'live' AND c.agent_id = agents.id \
+     ORDER BY c.first_seq DESC LIMIT 1), 0) + \
+    COALESCE((SELECT c.n_valid + c.n_invalid + c.n_expired + c.n_revoked FROM audit_block_agents c \
+     WHERE c.org_id = agents.org_id AND c.mode = 'test' AND c.agent_id = agents.id \
+     ORDER BY c.first_seq DESC LIMIT 1), 0) \
+    AS verification_count";
+
+/// An agent as `AGENT_COLUMNS` selects it.
+#[derive(FromRow)]
+struct AgentRow {
+    id: String,
+    org_id: String,
+    mode: String,
+    name: String,
+    issuer_domain: String,
+    description: String,
+    /// A JSON array of strings.
+    scopes: String,
+    created_at: i64,
+    issued_at: i64,
+    expires_at: i64,
+    revoked_at: Option<i64>,
+    revocation_reason: Option<String>,
+    verification_count: i64,
+}
+
+impl AgentRow {
+    fn into_record(self) -> Result<AgentRecord, StoreError> {
+        let scopes: Vec<String> = serde_json::from_str(&self.scopes)
+            .map_err(|_| StoreError::Corrupt(format!("scopes of {}", self.id)))?;
+        Ok(AgentRecord {
+            mode: parse_mode(&self.mode)?,
+            id: self.id,
+            org_id: self.org_id,
+            name: self.name,
+            issuer_domain: self.issuer_domain,
+            description: self.description,
+            scopes,
+            created_at: Millis(self.created_at),
+            issued_at: Millis(self.issued_at),
+            expires_at: Millis(self.expires_at),
+            revoked_at: self.revoked_at.map(Millis),
+            revocation_reason: self.revocation_reason,
+            verification_count: self.verification_count,
+        })
+    }
+}
+
+/// An agent right after a revocation, with the epoch the revocation was stamped with.
+#[derive(FromRow)]
+struct RevokedAgentRow {
+    #[sqlx(flatten)]
+    agent: AgentRow,
+    revoked_epoch: Option<i64>,
+}
+
+const ORG_COLUMNS: &str = "id, name, plan, verify_limit, other_limit, max_expiry_seconds, created_at";
+
+#[derive(FromRow)]
+struct OrgRow {
+    id: String,
+    name: String,
+    plan: String,
+    verify_limit: i64,
+    other_limit: i64,
+    max_expiry_seconds: i64,
+    created_at: i64,
+}
+
+impl OrgRow {
+    /// The organization with the limits it runs under: the spec's table on every plan but
+    /// enterprise, and never a token maximum over the plan's (rows written before custom
+    /// limits became enterprise-only may hold other values; they are not enforced).
+    fn into_record(self) -> Result<OrgRecord, StoreError> {
+        let corrupt = || StoreError::Corrupt(format!("limits of organization {}", self.id));
+        let plan =
+            Plan::parse(&self.plan).ok_or_else(|| StoreError::Corrupt(format!("plan {}", self.plan)))?;
+        let stored = OrgLimits {
+            verify_per_minute: u32::try_from(self.verify_limit).map_err(|_| corrupt())?,
+            other_per_minute: u32::try_from(self.other_limit).map_err(|_| corrupt())?,
+            max_expiry_seconds: u64::try_from(self.max_expiry_seconds).map_err(|_| corrupt())?,
+        };
+        Ok(OrgRecord {
+            plan,
+            limits: plan.default_limits().unwrap_or(OrgLimits {
+                max_expiry_seconds: stored.max_expiry_seconds.min(plan.max_expiry_seconds()),
+                ..stored
+            }),
+            id: self.id,
+            name: self.name,
+            created_at: Millis(self.created_at),
+        })
+    }
+}
+
+#[derive(FromRow)]
+struct KeyRow {
+    kind: String,
+    mode: String,
+    disabled_at: Option<i64>,
+    org_id: String,
+}
+
+/// The newest block of a ledger; binds org, mode. Read as a [`HeadRow`].
+pub const LEDGER_HEAD_SQL: &str = "SELECT last_seq, last_hash, n_valid, n_invalid, n_expired, n_revoked \
+    FROM audit_blocks WHERE org_id = $1 AND mode = $2 ORDER BY first_seq DESC LIMIT 1";
+
+#[derive(FromRow)]
+pub struct HeadRow {
+    last_seq: i64,
+    last_hash: Vec<u8>,
+    #[sqlx(flatten)]
+    totals: TotalsRow,
+}
+
+/// Where the next record of a ledger goes: after its newest block, or at genesis.
+pub fn ledger_head(row: Option<HeadRow>) -> Result<Head, StoreError> {
+    match row {
+        Some(h) => Ok(Head {
+            seq: h.last_seq,
+            hash: hash32(h.last_hash)?,
+            totals: h.totals.into(),
+        }),
+        None => Ok(Head::default()),
+    }
+}
+
+/// Running totals of a ledger or an agent, as stored.
+#[derive(FromRow)]
+struct TotalsRow {
+    n_valid: i64,
+    n_invalid: i64,
+    n_expired: i64,
+    n_revoked: i64,
+}
+
+impl From<TotalsRow> for block::Totals {
+    fn from(t: TotalsRow) -> Self {
+        [t.n_valid, t.n_invalid, t.n_expired, t.n_revoked]
+    }
+}
+
+/// Running totals of the newest block row of a ledger, or of an agent in it; binds org,
+/// mode, [agent].
+fn totals_sql(by_agent: bool) -> &'static str {
+    if by_agent {
+        "SELECT n_valid, n_invalid, n_expired, n_revoked FROM audit_block_agents \
+         WHERE org_id = $1 AND mode = $2 AND agent_id = $3 ORDER BY first_seq DESC LIMIT 1"
+    } else {
+        "SELECT n_valid, n_invalid, n_expired, n_revoked FROM audit_blocks \
+         WHERE org_id = $1 AND mode = $2 ORDER BY first_seq DESC LIMIT 1"
+    }
+}
+
+/// One row of `revocations_after`: the epoch's own row has no agent.
+#[derive(FromRow)]
+struct RevocationRow {
+    id: Option<String>,
+    reason: Option<String>,
+    epoch: i64,
+}
+
+/// A row of the per-record `audit_log` table of schema versions 1 and 2, read once to
+/// convert it to blocks.
+#[derive(FromRow)]
+struct LegacyRecordRow {
+    org_id: String,
+    mode: String,
+    seq: i64,
+    id: String,
+    agent_id: String,
+    result: String,
+    failure_reason: Option<String>,
+    latency_us: i64,
+    requested_at: i64,
+    prev_hash: Vec<u8>,
+    hash: Vec<u8>,
+}
+
+impl LegacyRecordRow {
+    fn into_record(self) -> Result<AuditRecord, StoreError> {
+        Ok(AuditRecord {
+            ledger: Ledger {
+                org_id: self.org_id,
+                mode: parse_mode(&self.mode)?,
+            },
+            seq: self.seq,
+            id: self.id,
+            agent_id: self.agent_id,
+            result: VerifyResult::parse(&self.result)
+                .ok_or_else(|| StoreError::Corrupt(format!("audit result {}", self.result)))?,
+            failure_reason: self.failure_reason,
+            latency_us: self.latency_us,
+            requested_at: Millis(self.requested_at),
+            prev_hash: hash32(self.prev_hash)?,
+            hash: hash32(self.hash)?,
+        })
+    }
+}
+
+/// Rows of the legacy `audit_log` after a position, in ledger and sequence order; binds org,
+/// mode, seq, limit.
+const LEGACY_PAGE_SQL: &str = "SELECT org_id, mode, seq, id, agent_id, result, failure_reason, \
+    latency_us, requested_at, prev_hash, hash FROM audit_log WHERE (org_id, mode, seq) > ($1, $2, $3) \
+    ORDER BY org_id, mode, seq LIMIT $4";
+
+pub fn hash32(v: Vec<u8>) -> Result<[u8; 32], StoreError> {
+    v.try_into()
+        .map_err(|_| StoreError::Corrupt("audit hash length".into()))
+}
+
+pub fn parse_mode(s: &str) -> Result<KeyMode, StoreError> {
+    KeyMode::parse(s).ok_or_else(|| StoreError::Corrupt(format!("mode {s}")))
+}
+
+fn scopes_json(scopes: &[String]) -> String {
+    serde_json::to_string(scopes).expect("strings serialize")
+}
+
+/// The blocks a page of `GET /v1/log` reads, newest first; binds in order: org, mode,
+/// [agent], [before], number of blocks. Every block it returns holds at least one matching
+/// record (the agent's rows and the result bits say so exactly), except that the block
+/// holding `before` may hold none below it: `limit + 2` blocks always fill a page and tell
+/// whether more follow. The result test is written into the SQL as a literal (one of four
+/// fixed bits) in exactly the form of the partial index of that failure's blocks, so both
+/// planners use it, generic plans included.
+fn log_blocks_sql(q: &LogQuery<'_>, sqlite: bool) -> String {
+    use std::fmt::Write;
+    // SQLite, without statistics, prefers the primary key to an equally long partial index:
+    // name the failure's index.
+    let indexed_by = |table: &str| match q.result {
+        Some(r) if sqlite && r != VerifyResult::Valid => format!(" INDEXED BY {table}_{}", r.as_str()),
+        _ => String::new(),
+    };
+    let mut sql = String::from("SELECT b.first_seq, b.last_seq, b.prev_hash, b.records FROM ");
+    let mut n = 2;
+    let t = if q.agent_id.is_some() {
+        n += 1;
+        // Each block by its primary key. PostgreSQL, on tables not analyzed yet, joined with a
+        // scan of every block of the ledger per agent row (a page of 200 took 100 ms on 170k
+        // records); the LATERAL, fenced by OFFSET 0, leaves it only the key look-up.
+        let join = if sqlite {
+            "JOIN audit_blocks b ON b.org_id = t.org_id AND b.mode = t.mode AND b.first_seq = t.first_seq"
+        } else {
+            "CROSS JOIN LATERAL (SELECT x.first_seq, x.last_seq, x.prev_hash, x.records FROM audit_blocks x \
+             WHERE x.org_id = t.org_id AND x.mode = t.mode AND x.first_seq = t.first_seq OFFSET 0) b"
+        };
+        let _ = write!(
+            sql,
+            "audit_block_agents t{} {join} WHERE t.org_id = $1 AND t.mode = $2 AND t.agent_id = $3",
+            indexed_by("audit_block_agents")
+        );
+        "t"
+    } else {
+        let _ = write!(
+            sql,
+            "audit_blocks b{} WHERE b.org_id = $1 AND b.mode = $2",
+            indexed_by("audit_blocks")
+        );
+        "b"
+    };
+    if let Some(r) = q.result {
+        let _ = write!(sql, " AND ({t}.results & {}) <> 0", result_bit(r));
+    }
+    if q.before_seq.is_some() {
+        n += 1;
+        let _ = write!(sql, " AND {t}.first_seq < ${n}");
+    }
+    let _ = write!(sql, " ORDER BY {t}.first_seq DESC LIMIT ${}", n + 1);
+    sql
+}
+
+/// The blocks holding the records after `after_seq`, oldest first; binds org, mode,
+/// after_seq, number of blocks. Starts at the block holding `after_seq + 1`, found on the
+/// primary key, so reading a long chain page by page costs the same at its end.
+const CHAIN_BLOCKS_SQL: &str = "SELECT first_seq, last_seq, prev_hash, records FROM audit_blocks \
+    WHERE org_id = $1 AND mode = $2 AND first_seq >= COALESCE((SELECT MAX(first_seq) FROM audit_blocks \
+    WHERE org_id = $1 AND mode = $2 AND first_seq <= $3 + 1), 0) ORDER BY first_seq LIMIT $4";
+
+/// The `INSERT` of one API key (used alone and inside `create_org`'s transaction).
+fn insert_key<'q, DB: Database>(key: &'q NewApiKey) -> sqlx::query::Query<'q, DB, DB::Arguments<'q>>
+where
+    &'q [u8]: Encode<'q, DB> + Type<DB>,
+    &'q str: Encode<'q, DB> + Type<DB>,
+    i64: Encode<'q, DB> + Type<DB>,
+{
+    sqlx::query(
+        "INSERT INTO api_keys (key_hash, org_id, kind, mode, hint, created_at, disabled_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, NULL)",
+    )
+    .bind(&key.key_hash[..])
+    .bind(key.org_id.as_str())
+    .bind(key.kind.as_str())
+    .bind(key.mode.as_str())
+    .bind(key.hint.as_str())
+    .bind(key.created_at.0)
+}
+
+/// The SQL both backends run alike. The bounds say what sqlx must be able to do with the
+/// backend's types; both `Sqlite` and `Postgres` can.
+impl<DB: Backend> Store for SqlStore<DB>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<i64>: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'r> AgentRow: FromRow<'r, DB::Row>,
+    for<'r> RevokedAgentRow: FromRow<'r, DB::Row>,
+    for<'r> OrgRow: FromRow<'r, DB::Row>,
+    for<'r> KeyRow: FromRow<'r, DB::Row>,
+    for<'r> TotalsRow: FromRow<'r, DB::Row>,
+    for<'r> RevocationRow: FromRow<'r, DB::Row>,
+    for<'r> LegacyRecordRow: FromRow<'r, DB::Row>,
+    for<'r> StoredBlock: FromRow<'r, DB::Row>,
+    for<'r> (i64,): FromRow<'r, DB::Row>,
+    for<'r> (bool,): FromRow<'r, DB::Row>,
+    for<'r> (String, String): FromRow<'r, DB::Row>,
+{
+    fn backend(&self) -> &'static str {
+        DB::BACKEND
+    }
+
+    fn pool_stats(&self) -> Vec<PoolStats> {
+        DB::pools(self)
+    }
+
+    fn ping(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            sqlx::query("SELECT 1").execute(&self.pool).await?;
+            Ok(())
+        })
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        DB::close(self)
+    }
+
+    fn upgrade(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            let sql = &DB::LEGACY;
+            let mut tx = self.pool.begin_with(sql.begin).await?;
+            sqlx::query(sql.lock).execute(&mut *tx).await?;
+            let (exists,): (bool,) = sqlx::query_as(sql.exists).fetch_one(&mut *tx).await?;
+            if !exists {
+                return Ok(());
+            }
+            sqlx::query(sql.freeze).execute(&mut *tx).await?;
+            let mut heads = block::Heads::new();
+            let mut after = (String::new(), String::new(), 0i64);
+            let mut converted = 0usize;
+            loop {
+                let rows: Vec<LegacyRecordRow> = sqlx::query_as(LEGACY_PAGE_SQL)
+                    .bind(after.0.as_str())
+                    .bind(after.1.as_str())
+                    .bind(after.2)
+                    .bind(10_000i64)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                let Some(last) = rows.last() else { break };
+                after = (last.org_id.clone(), last.mode.clone(), last.seq);
+                converted += rows.len();
+                let records = rows
+                    .into_iter()
+                    .map(|r| {
+                        let at = format!("{}/{} seq {}", r.org_id, r.mode, r.seq);
+                        r.into_record().map_err(|e| {
+                            StoreError::Corrupt(format!(
+                                "converting audit_log to blocks, record {at}: {e}; the old tables \
+                                 are unchanged (repair or remove that row, then start again)"
+                            ))
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let blocks = block::plan(&records, &mut heads);
+                DB::write_blocks(&mut *tx, &blocks).await?;
+            }
+            sqlx::query("DROP TABLE audit_counts").execute(&mut *tx).await?;
+            sqlx::query("DROP TABLE audit_log").execute(&mut *tx).await?;
+            tx.commit().await?;
+            // A new database has the table too (migration 1 creates it): say nothing then.
+            if converted > 0 {
+                tracing::info!(
+                    records = converted,
+                    ledgers = heads.len(),
+                    "converted the audit log to blocks"
+                );
+            }
+            Ok(())
+        })
+    }
+
+    fn count_orgs(&self) -> StoreFuture<'_, i64> {
+        Box::pin(async move {
+            let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM orgs")
+                .fetch_one(&self.pool)
+                .await?;
+            Ok(n)
+        })
+    }
+
+    fn create_org<'a>(&'a self, org: &'a OrgRecord, keys: &'a [NewApiKey]) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let mut tx = self.pool.begin().await?;
+            let sql = format!("INSERT INTO orgs ({ORG_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)");
+            sqlx::query(&sql)
+                .bind(org.id.as_str())
+                .bind(org.name.as_str())
+                .bind(org.plan.as_str())
+                .bind(i64::from(org.limits.verify_per_minute))
+                .bind(i64::from(org.limits.other_per_minute))
+                .bind(org.limits.max_expiry_seconds as i64)
+                .bind(org.created_at.0)
+                .execute(&mut *tx)
+                .await?;
+            for key in keys {
+                insert_key(key).execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    fn update_org<'a>(&'a self, org: &'a OrgRecord) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let done = sqlx::query(
+                "UPDATE orgs SET plan = $2, verify_limit = $3, other_limit = $4, \
+                 max_expiry_seconds = $5 WHERE id = $1",
+            )
+            .bind(org.id.as_str())
+            .bind(org.plan.as_str())
+            .bind(i64::from(org.limits.verify_per_minute))
+            .bind(i64::from(org.limits.other_per_minute))
+            .bind(org.limits.max_expiry_seconds as i64)
+            .execute(&self.pool)
+            .await?;
+            Ok(DB::rows_affected(&done) == 1)
+        })
+    }
+
+    fn get_org<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<OrgRecord>> {
+        Box::pin(async move {
+            let sql = format!("SELECT {ORG_COLUMNS} FROM orgs WHERE id = $1");
+            let row: Option<OrgRow> = sqlx::query_as(&sql).bind(id).fetch_optional(&self.pool).await?;
+            row.map(OrgRow::into_record).transpose()
+        })
+    }
+
+    fn insert_key<'a>(&'a self, key: &'a NewApiKey) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            insert_key(key).execute(&self.pool).await?;
+            Ok(())
+        })
+    }
+
+    fn find_key<'a>(&'a self, key_hash: &'a [u8; 32]) -> StoreFuture<'a, Option<KeyRecord>> {
+        Box::pin(async move {
+            let row: Option<KeyRow> =
+                sqlx::query_as("SELECT kind, mode, disabled_at, org_id FROM api_keys WHERE key_hash = $1")
+                    .bind(&key_hash[..])
+                    .fetch_optional(&self.pool)
+                    .await?;
+            let Some(row) = row else { return Ok(None) };
+            let org = self
+                .get_org(&row.org_id)
+                .await?
+                .ok_or_else(|| StoreError::Corrupt(format!("key of missing organization {}", row.org_id)))?;
+            Ok(Some(KeyRecord {
+                org,
+                kind: ApiKeyKind::parse(&row.kind)
+                    .ok_or_else(|| StoreError::Corrupt(format!("key kind {}", row.kind)))?,
+                mode: parse_mode(&row.mode)?,
+                disabled: row.disabled_at.is_some(),
+            }))
+        })
+    }
+
+    fn disable_key<'a>(&'a self, key_hash: &'a [u8; 32], at: Millis) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let done = sqlx::query(
+                "UPDATE api_keys SET disabled_at = COALESCE(disabled_at, $2) WHERE key_hash = $1",
+            )
+            .bind(&key_hash[..])
+            .bind(at.0)
+            .execute(&self.pool)
+            .await?;
+            Ok(DB::rows_affected(&done) == 1)
+        })
+    }
+
+    fn insert_agent<'a>(&'a self, a: &'a AgentRecord) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let sql = format!(
+                "INSERT INTO agents ({AGENT_INSERT_COLUMNS}) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+            );
+            sqlx::query(&sql)
+                .bind(a.id.as_str())
+                .bind(a.org_id.as_str())
+                .bind(a.mode.as_str())
+                .bind(a.name.as_str())
+                .bind(a.issuer_domain.as_str())
+                .bind(a.description.as_str())
+                .bind(scopes_json(&a.scopes))
+                .bind(a.created_at.0)
+                .bind(a.issued_at.0)
+                .bind(a.expires_at.0)
+                .bind(a.revoked_at.map(|m| m.0))
+                .bind(a.revocation_reason.as_deref())
+                .execute(&self.pool)
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn get_agent<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<AgentRecord>> {
+        Box::pin(async move {
+            let sql = format!("SELECT {AGENT_COLUMNS} FROM agents WHERE id = $1");
+            let row: Option<AgentRow> = sqlx::query_as(&sql).bind(id).fetch_optional(&self.pool).await?;
+            row.map(AgentRow::into_record).transpose()
+        })
+    }
+
+    fn list_agents<'a>(&'a self, org_id: &'a str, mode: KeyMode) -> StoreFuture<'a, Vec<AgentRecord>> {
+        Box::pin(async move {
+            let sql = format!(
+                "SELECT {AGENT_COLUMNS} FROM agents WHERE org_id = $1 AND mode = $2 ORDER BY id DESC"
+            );
+            let rows: Vec<AgentRow> = sqlx::query_as(&sql)
+                .bind(org_id)
+                .bind(mode.as_str())
+                .fetch_all(&self.pool)
+                .await?;
+            rows.into_iter().map(AgentRow::into_record).collect()
+        })
+    }
+
+    fn scan_agents<'a>(&'a self, after_id: &'a str, limit: u32) -> StoreFuture<'a, Vec<AgentRecord>> {
+        Box::pin(async move {
+            let sql = format!("SELECT {AGENT_COLUMNS} FROM agents WHERE id > $1 ORDER BY id LIMIT $2");
+            let rows: Vec<AgentRow> = sqlx::query_as(&sql)
+                .bind(after_id)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+            rows.into_iter().map(AgentRow::into_record).collect()
+        })
+    }
+
+    fn renew_token<'a>(
+        &'a self,
+        id: &'a str,
+        issued_at: Millis,
+        expires_at: Millis,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let done = sqlx::query(
+                "UPDATE agents SET issued_at = $2, expires_at = $3 WHERE id = $1 AND revoked_at IS NULL",
+            )
+            .bind(id)
+            .bind(issued_at.0)
+            .bind(expires_at.0)
+            .execute(&self.pool)
+            .await?;
+            Ok(DB::rows_affected(&done) == 1)
+        })
+    }
+
+    fn revoke_agent<'a>(
+        &'a self,
+        id: &'a str,
+        at: Millis,
+        reason: Option<&'a str>,
+    ) -> StoreFuture<'a, Option<(AgentRecord, Option<i64>)>> {
+        Box::pin(async move {
+            // The trigger of migration 0004 moves the revocation epoch and stamps it.
+            sqlx::query(
+                "UPDATE agents SET revoked_at = $2, revocation_reason = $3 \
+                 WHERE id = $1 AND revoked_at IS NULL",
+            )
+            .bind(id)
+            .bind(at.0)
+            .bind(reason)
+            .execute(&self.pool)
+            .await?;
+            let sql = format!("SELECT {AGENT_COLUMNS}, revoked_epoch FROM agents WHERE id = $1");
+            let row: Option<RevokedAgentRow> =
+                sqlx::query_as(&sql).bind(id).fetch_optional(&self.pool).await?;
+            row.map(|r| Ok((r.agent.into_record()?, r.revoked_epoch)))
+                .transpose()
+        })
+    }
+
+    fn revocations_after(&self, after: i64) -> StoreFuture<'_, Revocations> {
+        Box::pin(async move {
+            // One statement, so the epoch and the list come from the same snapshot; the
+            // epoch's row is the one without an agent id.
+            let rows: Vec<RevocationRow> = sqlx::query_as(
+                "SELECT CAST(NULL AS TEXT) AS id, CAST(NULL AS TEXT) AS reason, epoch \
+                 FROM revocation_epoch WHERE id = 1 \
+                 UNION ALL \
+                 SELECT id, revocation_reason, revoked_epoch FROM agents WHERE revoked_epoch > $1",
+            )
+            .bind(after)
+            .fetch_all(&self.pool)
+            .await?;
+            let mut out = Revocations::default();
+            for row in rows {
+                match row.id {
+                    Some(id) => out.revoked.push((id, row.reason)),
+                    None => out.epoch = row.epoch,
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn append_audit(&self, entries: Vec<AuditEntry>) -> StoreFuture<'_, Vec<AuditRecord>> {
+        DB::append_audit(self, entries)
+    }
+
+    fn read_log<'a>(&'a self, q: LogQuery<'a>) -> StoreFuture<'a, LogPage> {
+        Box::pin(async move {
+            let sql = log_blocks_sql(&q, DB::BACKEND == "sqlite");
+            let mut query = sqlx::query_as::<_, StoredBlock>(&sql)
+                .bind(q.ledger.org_id.as_str())
+                .bind(q.ledger.mode.as_str());
+            if let Some(agent) = q.agent_id {
+                query = query.bind(agent);
+            }
+            if let Some(before) = q.before_seq {
+                query = query.bind(before);
+            }
+            let blocks = query.bind(i64::from(q.limit) + 2).fetch_all(&self.pool).await?;
+            let want = q.limit as usize + 1;
+            let mut records = Vec::with_capacity(want);
+            for b in &blocks {
+                let mut found = block::decode(q.ledger, b, |p| {
+                    q.before_seq.map_or(true, |before| p.seq < before)
+                        && q.agent_id.map_or(true, |a| p.agent_id == a)
+                        && q.result.map_or(true, |r| p.result == r)
+                })?;
+                found.reverse();
+                records.extend(found);
+                if records.len() >= want {
+                    break;
+                }
+            }
+            let has_more = records.len() > q.limit as usize;
+            records.truncate(q.limit as usize);
+            let query = sqlx::query_as(totals_sql(q.agent_id.is_some()))
+                .bind(q.ledger.org_id.as_str())
+                .bind(q.ledger.mode.as_str());
+            let totals: Option<TotalsRow> = match q.agent_id {
+                Some(agent) => query.bind(agent),
+                None => query,
+            }
+            .fetch_optional(&self.pool)
+            .await?;
+            let totals: block::Totals = totals.map_or([0; 4], Into::into);
+            Ok(LogPage {
+                records,
+                has_more,
+                total: match q.result {
+                    Some(r) => totals[block::result_index(r)],
+                    None => totals.iter().sum(),
+                },
+            })
+        })
+    }
+
+    fn read_chain<'a>(
+        &'a self,
+        ledger: &'a Ledger,
+        after_seq: i64,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<AuditRecord>> {
+        Box::pin(async move {
+            // Every block holds at least one record: `limit + 1` blocks hold `limit`
+            // records after `after_seq` if there are that many.
+            let blocks: Vec<StoredBlock> = sqlx::query_as(CHAIN_BLOCKS_SQL)
+                .bind(ledger.org_id.as_str())
+                .bind(ledger.mode.as_str())
+                .bind(after_seq)
+                .bind(i64::from(limit) + 1)
+                .fetch_all(&self.pool)
+                .await?;
+            let mut records = Vec::new();
+            for b in &blocks {
+                records.extend(block::decode(ledger, b, |p| p.seq > after_seq)?);
+                if records.len() >= limit as usize {
+                    break;
+                }
+            }
+            records.truncate(limit as usize);
+            Ok(records)
+        })
+    }
+
+    fn ledgers(&self) -> StoreFuture<'_, Vec<Ledger>> {
+        Box::pin(async move {
+            let rows: Vec<(String, String)> =
+                sqlx::query_as("SELECT DISTINCT org_id, mode FROM audit_blocks ORDER BY org_id, mode")
+                    .fetch_all(&self.pool)
+                    .await?;
+            rows.into_iter()
+                .map(|(org_id, mode)| {
+                    Ok(Ledger {
+                        org_id,
+                        mode: parse_mode(&mode)?,
+                    })
+                })
+                .collect()
+        })
+    }
+}
