@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::auth::Issuer;
+use super::context::AppState;
 use super::error::{ApiError, ErrorBody, ErrorCode};
-use super::AppState;
 use crate::domain::{
     AgentFields, AgentStatus, Description, ExpirySeconds, IssuerDomain, Millis, Name, RevokeReason, Scopes,
     ValidationError,

@@ -4,10 +4,10 @@ use std::future::{ready, Ready};
 use std::sync::Arc;
 
 use actix_web::dev::Payload;
-use actix_web::{FromRequest, HttpMessage, HttpRequest};
+use actix_web::{FromRequest, HttpRequest};
 
+use super::context::{auth, Auth};
 use super::error::{ApiError, ErrorCode};
-use super::gate::{Auth, RequestCtx};
 use crate::domain::ApiKeyKind;
 use crate::engine::Caller;
 
@@ -39,14 +39,4 @@ fn issuer(req: &HttpRequest) -> Result<Issuer, ApiError> {
             "the API key cannot be checked right now; retry shortly",
         )),
     }
-}
-
-pub fn auth(req: &HttpRequest) -> Auth {
-    req.extensions()
-        .get::<RequestCtx>()
-        .map_or(Auth::Anonymous, |c| c.auth.clone())
-}
-
-pub fn request_ctx(req: &HttpRequest) -> Option<RequestCtx> {
-    req.extensions().get::<RequestCtx>().cloned()
 }

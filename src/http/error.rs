@@ -91,6 +91,19 @@ impl ErrorCode {
         }
     }
 
+    /// The message of an error the service answers without more to say (an error actix
+    /// produced, or a routing error a handler answers itself).
+    pub fn default_message(self) -> &'static str {
+        match self {
+            ErrorCode::NotFound => "no such route",
+            ErrorCode::MethodNotAllowed => "this route does not accept that method",
+            ErrorCode::PayloadTooLarge => "the request body is over 64 KiB",
+            ErrorCode::UnsupportedMediaType => "unsupported content type",
+            ErrorCode::InternalError => "an unexpected error occurred",
+            _ => "the request could not be processed",
+        }
+    }
+
     /// One line for the error documentation page.
     pub fn describe(self) -> &'static str {
         match self {

@@ -4,7 +4,7 @@
 //! response, records metrics, and logs one line per request (route pattern, never the path:
 //! verify paths hold tokens).
 
-use std::sync::Arc;
+use std::net::IpAddr;
 use std::time::Instant;
 
 use actix_web::body::{BoxBody, MessageBody};
@@ -16,37 +16,16 @@ use actix_web::ResponseError;
 use actix_web::{web, HttpMessage, HttpRequest};
 use tracing::Instrument;
 
-use super::error::{code_for_status, ErrorBody, ErrorCode, ErrorDetail, ErrorInfo};
-use super::{ApiError, AppState};
+use super::context::{AppState, Auth, KeepBody, RequestCtx};
+use super::error::{code_for_status, ApiError, ErrorBody, ErrorCode, ErrorDetail, ErrorInfo};
+use super::routes::{self, Route};
 use crate::domain::{new_id, IdPrefix};
 use crate::engine::ratelimit::{Caller as RateCaller, Class, Decision};
-use crate::engine::{Caller, KeyLookup};
-use std::net::IpAddr;
+use crate::engine::KeyLookup;
 
-/// What the gate learned about the caller's credentials.
-#[derive(Debug, Clone)]
-pub enum Auth {
-    /// No `Authorization` header.
-    Anonymous,
-    Key(Arc<Caller>),
-    /// A header that is malformed or names no usable key.
-    Rejected,
-    /// The key could not be checked (store unreachable).
-    Unverifiable,
-}
-
-/// Set on a response whose error status comes with its own documented body (health).
-#[derive(Debug, Clone, Copy)]
-pub struct KeepBody;
-
-/// Per-request facts the gate puts into the request extensions.
-#[derive(Debug, Clone)]
-pub struct RequestCtx {
-    pub received: Instant,
-    pub auth: Auth,
-}
-
+/// The gate of `route`: every request the route takes passes it first.
 pub async fn gate(
+    route: &'static Route,
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
@@ -68,7 +47,7 @@ pub async fn gate(
                 metrics::counter!("agentid_rate_limited_total", "class" => "key_lookup").increment(1);
                 let res = too_many(req, &decision, "too many unknown API keys from this address");
                 let _entered = span.enter();
-                return Ok(finish(res, &state, &request_id, received, &decision));
+                return Ok(finish(route, res, &state, &request_id, received, &decision));
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot check API key");
@@ -76,11 +55,7 @@ pub async fn gate(
             }
         },
     };
-    let class = if req.path().starts_with("/v1/verify/") {
-        Class::Verify
-    } else {
-        Class::Other
-    };
+    let class = route.class;
     // A key that does not check out still costs its address a call: no free retries.
     let who = match &auth {
         Auth::Key(c) => RateCaller::Org {
@@ -98,7 +73,7 @@ pub async fn gate(
         let why = format!("rate limit of {} calls per minute reached", decision.limit);
         let res = too_many(req, &decision, &why);
         let _entered = span.enter();
-        return Ok(finish(res, &state, &request_id, received, &decision));
+        return Ok(finish(route, res, &state, &request_id, received, &decision));
     }
     req.extensions_mut().insert(RequestCtx { received, auth });
     // Handlers, extractors and the CORS layer turn their errors into responses, so an `Err`
@@ -109,7 +84,7 @@ pub async fn gate(
         .await?
         .map_into_boxed_body();
     let _entered = span.enter();
-    Ok(finish(res, &state, &request_id, received, &decision))
+    Ok(finish(route, res, &state, &request_id, received, &decision))
 }
 
 /// A 429 the gate answers itself: `why`, and when to retry (also as `Retry-After`).
@@ -132,6 +107,7 @@ fn bearer(headers: &HeaderMap) -> Option<Option<&str>> {
 }
 
 fn finish(
+    route: &'static Route,
     res: ServiceResponse<BoxBody>,
     state: &AppState,
     request_id: &str,
@@ -150,7 +126,7 @@ fn finish(
                 let code = code_for_status(status);
                 ErrorInfo {
                     code: code.as_str(),
-                    message: default_message(code).to_owned(),
+                    message: code.default_message().to_owned(),
                 }
             });
         let body = serde_json::to_string(&ErrorBody {
@@ -186,29 +162,26 @@ fn finish(
         HeaderName::from_static("x-ratelimit-reset"),
         HeaderValue::from(limit.reset),
     );
-    // Answers the gate makes itself (429) never reach the per-route CORS layer: a browser
+    // Answers the gate makes itself (429) never reach the route's CORS layer: a browser
     // receiver must still be able to read them.
-    let path = res.request().path();
-    let public = path == "/health" || path.starts_with("/.well-known/") || path.starts_with("/v1/verify/");
-    let headers = res.headers_mut();
-    if public && !headers.contains_key(header::ACCESS_CONTROL_ALLOW_ORIGIN) {
+    if route.public && !headers.contains_key(header::ACCESS_CONTROL_ALLOW_ORIGIN) {
         headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
         headers.insert(
             header::ACCESS_CONTROL_EXPOSE_HEADERS,
-            HeaderValue::from_static(super::meta::EXPOSED_HEADERS),
+            HeaderValue::from_static(routes::EXPOSED_HEADERS),
         );
     }
-    record(res.request(), status, received);
+    record(route, res.request(), status, received);
     res
 }
 
-fn record(req: &HttpRequest, status: StatusCode, received: Instant) {
-    let route = match req.app_data::<super::RoutePattern>().map(|r| r.0) {
-        // The verify scope answers 404 only for a path that is not `/v1/verify/{token}` (token
-        // failures are 200 answers), so such a request matched no route.
-        Some(super::verify::ROUTE) if status == StatusCode::NOT_FOUND => "unmatched",
-        Some(route) => route,
-        None => "unmatched",
+fn record(route: &'static Route, req: &HttpRequest, status: StatusCode, received: Instant) {
+    // The verify scope answers 404 only for a path that is not `/v1/verify/{token}` (token
+    // failures are 200 answers), so such a request matched no route.
+    let route = if std::ptr::eq(route, &routes::VERIFY) && status == StatusCode::NOT_FOUND {
+        routes::UNMATCHED.pattern
+    } else {
+        route.pattern
     };
     let elapsed = received.elapsed();
     let method = method_label(req.method());
@@ -219,7 +192,7 @@ fn record(req: &HttpRequest, status: StatusCode, received: Instant) {
     let status = status.as_u16();
     let latency_ms = elapsed.as_secs_f64() * 1000.0;
     // Successful verifications are the bulk of traffic: they log at debug.
-    if status < 400 && route == super::verify::ROUTE {
+    if status < 400 && route == routes::VERIFY.pattern {
         tracing::debug!(method, route, status, latency_ms, "request");
     } else {
         tracing::info!(method, route, status, latency_ms, "request");
@@ -302,24 +275,11 @@ fn status_label(s: StatusCode) -> std::borrow::Cow<'static, str> {
     }
 }
 
-/// The message of an error the service answers without more to say (also used by handlers
-/// that answer a routing error themselves, like verify).
-pub(super) fn default_message(code: ErrorCode) -> &'static str {
-    match code {
-        ErrorCode::NotFound => "no such route",
-        ErrorCode::MethodNotAllowed => "this route does not accept that method",
-        ErrorCode::PayloadTooLarge => "the request body is over 64 KiB",
-        ErrorCode::UnsupportedMediaType => "unsupported content type",
-        ErrorCode::InternalError => "an unexpected error occurred",
-        _ => "the request could not be processed",
-    }
-}
-
 /// Unknown routes.
 pub async fn no_route() -> Result<actix_web::HttpResponse, ApiError> {
     Err(ApiError::new(
         ErrorCode::NotFound,
-        default_message(ErrorCode::NotFound),
+        ErrorCode::NotFound.default_message(),
     ))
 }
 

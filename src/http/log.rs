@@ -5,9 +5,9 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::Issuer;
+use super::context::AppState;
 use super::cursor::{self, CursorScope};
 use super::error::{ApiError, ErrorBody, ErrorCode};
-use super::AppState;
 use crate::domain::{AgentId, Ledger, Millis, ValidationError, VerifyResult};
 use crate::store::LogQuery;
 

@@ -5,25 +5,9 @@ use actix_web::{web, HttpResponse};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::gate::KeepBody;
-use super::AppState;
+use super::context::AppState;
+use super::context::KeepBody;
 use crate::domain::Millis;
-
-/// The response headers a browser caller of a public endpoint may read (also set by the
-/// gate on the answers it makes itself).
-pub const EXPOSED_HEADERS: &str =
-    "x-request-id, x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset, retry-after";
-
-/// CORS for the endpoints any origin may call (verify, health, well-known keys).
-pub fn cors() -> actix_cors::Cors {
-    actix_cors::Cors::default()
-        .allow_any_origin()
-        .send_wildcard()
-        .allowed_methods(["GET"])
-        .allow_any_header()
-        .expose_headers(EXPOSED_HEADERS.split(", "))
-        .max_age(86_400)
-}
 
 /// The health record.
 #[derive(Serialize, ToSchema)]

@@ -3,53 +3,41 @@
 
 mod agents;
 mod auth;
+mod context;
 pub mod cursor;
 mod error;
 mod gate;
 mod log;
 mod meta;
 pub mod openapi;
+pub mod routes;
 mod verify;
 
-use std::sync::Arc;
-
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
+use actix_web::middleware::{from_fn, Condition};
 use actix_web::web;
 
-use crate::engine::Engine;
+use routes::Route;
 
+pub use context::AppState;
 pub use error::{ApiError, ErrorCode};
 /// The verify answer's JSON, for the benchmarks.
-#[doc(hidden)]
+#[cfg(feature = "test-hooks")]
 pub use verify::body as verify_answer_body;
 
 /// Request bodies larger than this are refused with 413.
 pub const MAX_BODY: usize = 64 * 1024;
 
-/// What every handler can reach.
-pub struct AppState {
-    pub engine: Arc<Engine>,
-    /// `{base_url}` of the spec, without a trailing slash.
-    pub public_url: String,
-}
-
-impl AppState {
-    pub fn verify_url(&self, token: &str) -> String {
-        format!("{}/v1/verify/{token}", self.public_url)
-    }
-
-    pub fn public_key_url(&self) -> String {
-        format!("{}/.well-known/public-key.pem", self.public_url)
-    }
-}
-
-/// Builds the whole HTTP application for one worker.
+/// Builds the whole HTTP application for one worker: every route of the table, each behind
+/// its own gate, and the gate of `UNMATCHED` in front of the answer to any other path.
 pub fn app(
     state: web::Data<AppState>,
 ) -> actix_web::App<
-    impl actix_web::dev::ServiceFactory<
-        actix_web::dev::ServiceRequest,
+    impl ServiceFactory<
+        ServiceRequest,
         Config = (),
-        Response = actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>,
+        Response = ServiceResponse<impl MessageBody>,
         Error = actix_web::Error,
         InitError = (),
     >,
@@ -58,49 +46,45 @@ pub fn app(
         .app_data(state)
         .app_data(web::PayloadConfig::new(MAX_BODY))
         .configure(routes)
-        .default_service(web::to(gate::no_route))
-        .wrap(actix_web::middleware::from_fn(gate::gate))
+        .default_service(
+            web::to(gate::no_route).wrap(from_fn(|req, next| gate::gate(&routes::UNMATCHED, req, next))),
+        )
 }
 
-/// The pattern of the route a request matched, for metrics and logs. Each resource carries
-/// its own (see `resource`): reading it back is a lookup, where `HttpRequest::match_pattern`
-/// would run the router again (for verify, a regex over a 330-byte path).
-#[derive(Debug, Clone, Copy)]
-pub struct RoutePattern(pub &'static str);
-
-fn resource(path: &'static str) -> actix_web::Resource {
-    web::resource(path).app_data(RoutePattern(path))
+/// A resource for `route`: its pattern, CORS when it is public, and its gate outermost.
+fn resource(
+    route: &'static Route,
+) -> actix_web::Resource<
+    impl ServiceFactory<
+        ServiceRequest,
+        Config = (),
+        Response = ServiceResponse<impl MessageBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    web::resource(route.pattern)
+        .wrap(Condition::new(route.public, routes::cors()))
+        .wrap(from_fn(move |req, next| gate::gate(route, req, next)))
 }
 
 fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        resource("/health")
-            .wrap(meta::cors())
-            .route(web::get().to(meta::health)),
-    )
-    .service(
-        resource("/.well-known/public-key.pem")
-            .wrap(meta::cors())
-            .route(web::get().to(meta::public_key_pem)),
-    )
-    .service(
-        resource("/.well-known/jwks.json")
-            .wrap(meta::cors())
-            .route(web::get().to(meta::jwks)),
-    )
-    .service(resource("/docs/errors").route(web::get().to(meta::error_docs)))
-    .service(resource("/openapi.json").route(web::get().to(openapi::document)))
-    // Verify is routed by its static prefix, not by the pattern's regex (see `verify::verify`).
-    .service(
-        web::scope("/v1/verify")
-            .app_data(RoutePattern(verify::ROUTE))
-            .wrap(meta::cors())
-            .default_service(web::to(verify::verify)),
-    )
-    .service(resource("/v1/agents/register").route(web::post().to(agents::register)))
-    .service(resource("/v1/agents").route(web::get().to(agents::list)))
-    .service(resource("/v1/agents/{id}").route(web::get().to(agents::get)))
-    .service(resource("/v1/agents/{id}/issue-token").route(web::post().to(agents::issue_token)))
-    .service(resource("/v1/agents/{id}/revoke").route(web::post().to(agents::revoke)))
-    .service(resource("/v1/log").route(web::get().to(log::read)));
+    cfg.service(resource(&routes::HEALTH).route(web::get().to(meta::health)))
+        .service(resource(&routes::PUBLIC_KEY).route(web::get().to(meta::public_key_pem)))
+        .service(resource(&routes::JWKS).route(web::get().to(meta::jwks)))
+        .service(resource(&routes::ERROR_DOCS).route(web::get().to(meta::error_docs)))
+        .service(resource(&routes::OPENAPI).route(web::get().to(openapi::document)))
+        // Verify is routed by its static prefix, not by its pattern's regex (see `verify::verify`).
+        .service(
+            web::scope("/v1/verify")
+                .wrap(Condition::new(routes::VERIFY.public, routes::cors()))
+                .wrap(from_fn(|req, next| gate::gate(&routes::VERIFY, req, next)))
+                .default_service(web::to(verify::verify)),
+        )
+        .service(resource(&routes::REGISTER).route(web::post().to(agents::register)))
+        .service(resource(&routes::AGENTS).route(web::get().to(agents::list)))
+        .service(resource(&routes::AGENT).route(web::get().to(agents::get)))
+        .service(resource(&routes::ISSUE_TOKEN).route(web::post().to(agents::issue_token)))
+        .service(resource(&routes::REVOKE).route(web::post().to(agents::revoke)))
+        .service(resource(&routes::LOG).route(web::get().to(log::read)));
 }

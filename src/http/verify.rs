@@ -1,22 +1,16 @@
 //! `GET /v1/verify/{token}`: the receivers' endpoint. Token failures are answers
 //! (200, `valid:false`), not errors; only an unrecordable verification is an error (503).
 
-use std::time::Instant;
-
 use actix_web::http::{header, Method};
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::auth::{auth, request_ctx};
+use super::context::AppState;
+use super::context::{self, Auth};
 use super::error::{ApiError, ErrorBody, ErrorCode};
-use super::gate::{default_message, Auth};
-use super::AppState;
 use crate::domain::{Millis, VerifyResult};
 use crate::engine::{ValidToken, Verification};
-
-/// The route's pattern, as metrics and logs name it.
-pub const ROUTE: &str = "/v1/verify/{token}";
 
 /// A valid token. `verified_at` must stay the last member: the answer is written as the
 /// rest, rendered once per cached token, followed by it (see `valid_body`).
@@ -78,7 +72,7 @@ pub async fn verify(state: web::Data<AppState>, req: HttpRequest) -> Result<Http
     // single item of a hot verify in user space, by perf). The rest of the path must be one
     // non-empty segment; percent-encoded unreserved characters (all a token may hold) were
     // already decoded by the router.
-    let routing_error = |code| ApiError::new(code, default_message(code));
+    let routing_error = |code: ErrorCode| ApiError::new(code, code.default_message());
     let token = match req.match_info().unprocessed().strip_prefix('/') {
         Some(t) if !t.is_empty() && !t.contains('/') => t,
         _ => return Err(routing_error(ErrorCode::NotFound)),
@@ -87,8 +81,7 @@ pub async fn verify(state: web::Data<AppState>, req: HttpRequest) -> Result<Http
         return Err(routing_error(ErrorCode::MethodNotAllowed)
             .with_header(header::ALLOW, header::HeaderValue::from_static("GET")));
     }
-    let ctx = request_ctx(&req);
-    match auth(&req) {
+    match context::auth(&req) {
         Auth::Rejected => {
             return Err(ApiError::unauthorized(
                 "invalid, unknown or disabled API key (verify needs none; omit the header or send a valid pk_ key)",
@@ -96,8 +89,7 @@ pub async fn verify(state: web::Data<AppState>, req: HttpRequest) -> Result<Http
         }
         Auth::Anonymous | Auth::Key(_) | Auth::Unverifiable => {}
     }
-    let received = ctx.map_or_else(Instant::now, |c| c.received);
-    let v = state.engine.verify(token, received).await?;
+    let v = state.engine.verify(token, context::received(&req)).await?;
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .content_type("application/json")

@@ -1,0 +1,62 @@
+//! What every handler can reach: the application's state, and what the gate learned about
+//! the request and left in its extensions.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix_web::{HttpMessage, HttpRequest};
+
+use crate::engine::{Caller, Engine};
+
+/// What every handler can reach.
+pub struct AppState {
+    pub engine: Arc<Engine>,
+    /// `{base_url}` of the spec, without a trailing slash.
+    pub public_url: String,
+}
+
+impl AppState {
+    pub fn verify_url(&self, token: &str) -> String {
+        format!("{}/v1/verify/{token}", self.public_url)
+    }
+
+    pub fn public_key_url(&self) -> String {
+        format!("{}/.well-known/public-key.pem", self.public_url)
+    }
+}
+
+/// What the gate learned about the caller's credentials.
+#[derive(Debug, Clone)]
+pub enum Auth {
+    /// No `Authorization` header.
+    Anonymous,
+    Key(Arc<Caller>),
+    /// A header that is malformed or names no usable key.
+    Rejected,
+    /// The key could not be checked (store unreachable).
+    Unverifiable,
+}
+
+/// Per-request facts the gate puts into the request extensions.
+#[derive(Debug, Clone)]
+pub struct RequestCtx {
+    pub received: Instant,
+    pub auth: Auth,
+}
+
+/// Set on a response whose error status comes with its own documented body (health).
+#[derive(Debug, Clone, Copy)]
+pub struct KeepBody;
+
+pub fn auth(req: &HttpRequest) -> Auth {
+    req.extensions()
+        .get::<RequestCtx>()
+        .map_or(Auth::Anonymous, |c| c.auth.clone())
+}
+
+/// When the request arrived (as the gate saw it).
+pub fn received(req: &HttpRequest) -> Instant {
+    req.extensions()
+        .get::<RequestCtx>()
+        .map_or_else(Instant::now, |c| c.received)
+}

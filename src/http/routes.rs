@@ -1,0 +1,69 @@
+//! The route table: for each route, what the router, the gate and the metrics know of it.
+//! The router mounts each route with its facts (`super::app`), the gate reads its rate-limit
+//! class and whether it is public, and metrics and logs name the route by its pattern.
+
+use crate::engine::ratelimit::Class;
+
+/// The facts of one route.
+#[derive(Debug)]
+pub struct Route {
+    /// As the router matches it, and as metrics and logs name it (never the path: verify
+    /// paths hold tokens).
+    pub pattern: &'static str,
+    /// The rate-limit bucket its calls count against.
+    pub class: Class,
+    /// Any origin may call it without a key: CORS `*` (preflight included), also on the
+    /// answers the gate makes itself.
+    pub public: bool,
+}
+
+const fn other(pattern: &'static str) -> Route {
+    Route {
+        pattern,
+        class: Class::Other,
+        public: false,
+    }
+}
+
+const fn public(pattern: &'static str) -> Route {
+    Route {
+        pattern,
+        class: Class::Other,
+        public: true,
+    }
+}
+
+pub static HEALTH: Route = public("/health");
+pub static PUBLIC_KEY: Route = public("/.well-known/public-key.pem");
+pub static JWKS: Route = public("/.well-known/jwks.json");
+pub static ERROR_DOCS: Route = other("/docs/errors");
+pub static OPENAPI: Route = other("/openapi.json");
+/// Mounted by its static prefix (`/v1/verify`), with the token as the rest of the path.
+pub static VERIFY: Route = Route {
+    pattern: "/v1/verify/{token}",
+    class: Class::Verify,
+    public: true,
+};
+pub static REGISTER: Route = other("/v1/agents/register");
+pub static AGENTS: Route = other("/v1/agents");
+pub static AGENT: Route = other("/v1/agents/{id}");
+pub static ISSUE_TOKEN: Route = other("/v1/agents/{id}/issue-token");
+pub static REVOKE: Route = other("/v1/agents/{id}/revoke");
+pub static LOG: Route = other("/v1/log");
+/// What a path that no route takes counts as.
+pub static UNMATCHED: Route = other("unmatched");
+
+/// The response headers a browser caller of a public route may read.
+pub const EXPOSED_HEADERS: &str =
+    "x-request-id, x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset, retry-after";
+
+/// CORS for the public routes.
+pub fn cors() -> actix_cors::Cors {
+    actix_cors::Cors::default()
+        .allow_any_origin()
+        .send_wildcard()
+        .allowed_methods(["GET"])
+        .allow_any_header()
+        .expose_headers(EXPOSED_HEADERS.split(", "))
+        .max_age(86_400)
+}
