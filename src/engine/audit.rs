@@ -133,8 +133,10 @@ impl Actor for AuditWriter {
         // Requests must never wait on a full mailbox; the queue bound applies instead. (Not
         // `usize::MAX`: cloning an address subtracts the capacity from actix's maximum.)
         ctx.set_mailbox_capacity(usize::MAX >> 2);
-        // After a restart, pick up whatever queued meanwhile.
+        // After a restart, pick up whatever queued meanwhile, and answer the drains that
+        // waited for the crashed batch when nothing is left to write.
         self.schedule(ctx);
+        self.notify_drained();
     }
 }
 

@@ -298,6 +298,31 @@ impl WriteLock {
     }
 }
 
+/// A drain (what a graceful stop waits for) that waits for a batch whose flush crashes is
+/// answered by the restarted writer once nothing is left to write, not left waiting.
+#[actix_web::test]
+async fn a_drain_waiting_for_a_crashed_batch_is_answered() {
+    let app = Rc::new(spawn_app_with(Options::unlimited()).await);
+    let (_, token) = app.agent().await;
+    let lock = WriteLock::take(&app.db).await;
+    let (first, first_answered) = verify_burst(&app, &token, 1);
+    actix_web::rt::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(first_answered.get(), 0, "its flush waits for the lock");
+    app.engine.inject_audit_panic();
+    let (crashing, _) = verify_burst(&app, &token, 1);
+    actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    let engine = app.engine.clone();
+    let drain = actix_web::rt::spawn(async move { engine.drain().await });
+    actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+    assert!(!drain.is_finished(), "the drain waits for both batches");
+    lock.release().await;
+
+    assert_eq!(within("the first", first).await[0].json()["valid"], true);
+    within("the crashed batch", crashing).await[0].assert_error(503, "AUDIT_UNAVAILABLE");
+    within("the drain", drain).await.unwrap();
+    assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
+}
+
 /// Group commit and drain: while one flush waits for the store, the verifications that
 /// arrive queue behind it and go out together in the next batch; a drain (what a graceful
 /// stop waits for) answers only once all of them are committed, and each has its record.
