@@ -20,7 +20,7 @@ pub struct Config {
     pub metrics_bind: Option<String>,
     /// HTTP worker threads; `None` means one per CPU.
     pub workers: Option<usize>,
-    /// Audit writer, verifier pool and cache, registry resync.
+    /// Audit writer, verified-token cache, registry resync.
     pub engine: EngineConfig,
     pub store: StoreOptions,
     /// Create a default organization when the store has none.

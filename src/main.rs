@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 /// mimalloc instead of glibc malloc: the verify path allocates on HTTP workers and frees on
-/// the audit writer's thread (and back); see load/README.md for the measurement.
+/// the audit writer's thread (and back), which cost ~5 µs a hot verify with glibc's.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -11,8 +11,8 @@ function setup(thread)
 end
 
 -- Every request is formatted once, here: formatting a ~500-byte request in Lua on each call
--- cost wrk ~1.4 µs a hot verify on the cores the server shares (load/README.md, ninth
--- session), which `/health`'s short request does not pay.
+-- costs wrk ~1.4 µs a verify, on cores it may share with the server, which `/health`'s short
+-- request does not pay.
 function init(args)
   local headers = { ["Authorization"] = "Bearer " .. args[2] }
   formatted = {}

@@ -466,7 +466,7 @@ impl Engine {
             // Another instance revoked the agent; the store told us inside the audit transaction.
             // Boxed, as every rare branch of this path is: each request's future is as large as
             // its largest await, and a hot verify's is moved into its task and touched again
-            // when its batch commits (load/README.md, twentieth session).
+            // when its batch commits.
             Box::pin(self.learn_revocation(&record.agent_id)).await;
         }
         Ok(Verification {

@@ -215,8 +215,7 @@ impl RequestMetrics {
     /// Runs `f` with the series' handles, which each HTTP worker keeps. `counter!` and
     /// `histogram!` with labels build their key (a vector of labels) and look it up in the
     /// recorder's registry, shared by every thread, on every call: keeping the handles saved
-    /// ~1,100 user-space instructions a request (callgrind; load/README.md, twentieth
-    /// session).
+    /// ~1,100 user-space instructions a request (load/instructions-per-request).
     fn with(route: &'static str, method: &'static str, status: StatusCode, f: impl FnOnce(&RequestMetrics)) {
         thread_local! {
             static SERIES: std::cell::RefCell<std::collections::HashMap<SeriesKey, RequestMetrics>> =

@@ -1,7 +1,7 @@
 //! Audit blocks: how sealed records are stored. One row per (batch, ledger), at most
 //! [`BLOCK_MAX`] records, holding the records themselves in a compact binary form, instead of
 //! one row (and two index entries) per record: PostgreSQL's per-row cost was the largest
-//! item of a verify (see `load/README.md`).
+//! item of a verify.
 //!
 //! A block row carries what reads need without decoding: its sequence range, the hash the
 //! first record follows and the last record's hash (the ledger head), which results occur in
@@ -13,8 +13,8 @@
 //! The encoding of `records` starts with its version byte. Version 2 (written since schema
 //! 5) stores a hot block in well under half the bytes of version 1, so a full
 //! block of one agent (~7 kB) stays in its row instead of going to the TOAST table (whose
-//! chunks, index entries and bytes were ~15 % of PostgreSQL's CPU per hot batch; see
-//! load/README.md), and the audit log takes less than half the disk:
+//! chunks, index entries and bytes were ~15 % of PostgreSQL's CPU per hot batch, by perf),
+//! and the audit log takes less than half the disk:
 //! - a string table: a varint count, then each distinct agent id and failure reason of the
 //!   block once, in first-use order, as a *text*;
 //! - per record in sequence order: a tag byte (bits 0–1 the result index, bit 2 set when a
@@ -234,7 +234,7 @@ const NOT_A_DIGIT: u8 = 0xff;
 
 /// Each byte's digit value, or `NOT_A_DIGIT`. A table, not a `match`: every record's id goes
 /// through `ulid_text`, and a match over its random digits was a mispredicted branch or two a
-/// character (~0.15 µs a record under hot load, by perf; load/README.md, twentieth session).
+/// character (~0.15 µs a record under hot load, by perf).
 const CROCKFORD: [u8; 256] = {
     let alphabet = b"0123456789abcdefghjkmnpqrstvwxyz";
     let mut table = [NOT_A_DIGIT; 256];

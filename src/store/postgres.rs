@@ -42,8 +42,8 @@ impl SqlStore<Postgres> {
         migrate::migrator(migrate::POSTGRES).await?.run(&pool).await?;
         // The audit writer's own connections, with generic plans: its statement is planned
         // once per connection instead of at every batch. PostgreSQL kept choosing a custom
-        // plan for it (UNNEST arrays), and planning was ~40 % of its CPU per batch (perf,
-        // load/README.md). Only here: a generic plan is made with the statistics of its
+        // plan for it (UNNEST arrays), and planning was ~40 % of its CPU per batch (perf).
+        // Only here: a generic plan is made with the statistics of its
         // first execution, and on tables never analyzed yet the log pages' join chose a plan
         // that walked every block per match (an agent page 25-80 ms on 180k records); the
         // writer's statement is written so that every plan looks rows up by primary key.

@@ -112,11 +112,11 @@ impl Backend for Sqlite {
         Box::pin(write_blocks(conn, blocks))
     }
 
-    /// One pool: the audit writer shares it (SQLite has one writer at a time anyway).
     fn rows_affected(done: &sqlx::sqlite::SqliteQueryResult) -> u64 {
         done.rows_affected()
     }
 
+    /// One pool: the audit writer shares it (SQLite has one writer at a time anyway).
     fn pools(store: &SqliteStore) -> Vec<PoolStats> {
         vec![PoolStats::of("main", &store.pool)]
     }

@@ -191,6 +191,26 @@ async fn a_crashing_writer_is_restarted_and_loses_no_acknowledged_record() {
     assert!(reports.iter().all(|r| r.broken.is_none()), "{reports:?}");
 }
 
+/// One verification whose flush waits for the write lock (held until the returned lock is
+/// released), and one queued behind it whose flush will crash: both still unanswered.
+async fn a_crash_behind_a_slow_flush(
+    app: &Rc<TestApp>,
+    token: &str,
+) -> (
+    WriteLock,
+    impl std::future::Future<Output = Vec<crate::helpers::Resp>>,
+    impl std::future::Future<Output = Vec<crate::helpers::Resp>>,
+) {
+    let lock = WriteLock::take(&app.db).await;
+    let (first, first_answered) = verify_burst(app, token, 1);
+    actix_web::rt::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(first_answered.get(), 0, "its flush waits for the lock");
+    app.engine.inject_audit_panic();
+    let (crashing, _) = verify_burst(app, token, 1);
+    actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    (lock, first, crashing)
+}
+
 /// Entries queued behind a batch whose flush crashes are not lost with it: the restarted
 /// writer takes the same queue. With one entry a batch, the first flush waits on the store,
 /// the second crashes, and the eight behind them are written after the restart.
@@ -204,13 +224,7 @@ async fn a_writer_restarted_after_a_crash_writes_what_was_queued_behind_it() {
         .await,
     );
     let (id, token) = app.agent().await;
-    let lock = WriteLock::take(&app.db).await;
-    let (first, first_answered) = verify_burst(&app, &token, 1);
-    actix_web::rt::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(first_answered.get(), 0, "its flush waits for the lock");
-    app.engine.inject_audit_panic();
-    let (crashing, _) = verify_burst(&app, &token, 1);
-    actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    let (lock, first, crashing) = a_crash_behind_a_slow_flush(&app, &token).await;
     let (behind, _) = verify_burst(&app, &token, 8);
     actix_web::rt::time::sleep(Duration::from_millis(100)).await;
     lock.release().await;
@@ -304,13 +318,7 @@ impl WriteLock {
 async fn a_drain_waiting_for_a_crashed_batch_is_answered() {
     let app = Rc::new(spawn_app_with(Options::unlimited()).await);
     let (_, token) = app.agent().await;
-    let lock = WriteLock::take(&app.db).await;
-    let (first, first_answered) = verify_burst(&app, &token, 1);
-    actix_web::rt::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(first_answered.get(), 0, "its flush waits for the lock");
-    app.engine.inject_audit_panic();
-    let (crashing, _) = verify_burst(&app, &token, 1);
-    actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    let (lock, first, crashing) = a_crash_behind_a_slow_flush(&app, &token).await;
     let engine = app.engine.clone();
     let drain = actix_web::rt::spawn(async move { engine.drain().await });
     actix_web::rt::time::sleep(Duration::from_millis(50)).await;
