@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use crate::domain::{new_id, ApiKeyKind, IdPrefix, KeyMode, Millis, OrgLimits, Plan};
-use crate::store::{OrgRecord, SharedStore, StoreError};
+use crate::store::{NewApiKey, OrgRecord, SharedStore, StoreError};
 
 use super::apikeys::generate_key;
 
@@ -37,6 +37,25 @@ pub async fn create_org(
     plan: Plan,
     limits: OrgLimits,
 ) -> Result<CreatedOrg, StoreError> {
+    let (org, stored, created) = new_org(name, plan, limits);
+    store.create_org(&org, &stored).await?;
+    Ok(created)
+}
+
+/// Creates the organization unless the store has one already: of instances starting at once
+/// on an empty store, exactly one creates it (and shows its keys).
+pub async fn create_first_org(
+    store: &SharedStore,
+    name: &str,
+    plan: Plan,
+    limits: OrgLimits,
+) -> Result<Option<CreatedOrg>, StoreError> {
+    let (org, stored, created) = new_org(name, plan, limits);
+    Ok(store.create_first_org(&org, &stored).await?.then_some(created))
+}
+
+/// A new organization with its four keys: as stored, and as shown once.
+fn new_org(name: &str, plan: Plan, limits: OrgLimits) -> (OrgRecord, Vec<NewApiKey>, CreatedOrg) {
     let org = OrgRecord {
         id: new_id(IdPrefix::Org),
         name: name.to_owned(),
@@ -56,13 +75,13 @@ pub async fn create_org(
         publishable_live: key(ApiKeyKind::Publishable, KeyMode::Live),
         publishable_test: key(ApiKeyKind::Publishable, KeyMode::Test),
     };
-    store.create_org(&org, &stored).await?;
-    Ok(CreatedOrg {
-        org_id: org.id,
-        name: org.name,
+    let created = CreatedOrg {
+        org_id: org.id.clone(),
+        name: org.name.clone(),
         plan: plan.as_str(),
         keys,
-    })
+    };
+    (org, stored, created)
 }
 
 /// Creates one more key for an organization; returns it (shown once).

@@ -31,6 +31,11 @@ pub const SQLITE: Embedded = &[
         "block encoding 2",
         include_str!("../../migrations/sqlite/0005_block_encoding_2.sql"),
     ),
+    (
+        6,
+        "signing keys",
+        include_str!("../../migrations/sqlite/0006_signing_keys.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (1, "init", include_str!("../../migrations/postgres/0001_init.sql")),
@@ -53,6 +58,11 @@ pub const POSTGRES: Embedded = &[
         5,
         "block encoding 2",
         include_str!("../../migrations/postgres/0005_block_encoding_2.sql"),
+    ),
+    (
+        6,
+        "signing keys",
+        include_str!("../../migrations/postgres/0006_signing_keys.sql"),
     ),
 ];
 

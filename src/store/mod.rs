@@ -107,6 +107,15 @@ impl fmt::Debug for NewApiKey {
     }
 }
 
+/// A signing key's public half, as the fleet records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SigningKeyRecord {
+    /// RFC 7638 thumbprint.
+    pub kid: String,
+    pub public_key: [u8; 32],
+    pub created_at: Millis,
+}
+
 /// What a presented key resolves to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyRecord {
@@ -191,7 +200,20 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// (the per-record audit log of schema 1 and 2 becomes blocks); `connect` calls it.
     fn upgrade(&self) -> StoreFuture<'_, ()>;
 
+    /// The signing keys the fleet has recorded (one until keys rotate), oldest first.
+    fn signing_keys(&self) -> StoreFuture<'_, Vec<SigningKeyRecord>>;
+    /// Records `key` as the fleet's signing key unless one is recorded already (an exclusive
+    /// transaction, so instances starting at once agree). Returns what is recorded after.
+    fn record_first_signing_key<'a>(
+        &'a self,
+        key: &'a SigningKeyRecord,
+    ) -> StoreFuture<'a, Vec<SigningKeyRecord>>;
+
     fn count_orgs(&self) -> StoreFuture<'_, i64>;
+    /// Creates the organization with its keys if the store has none yet (an exclusive
+    /// transaction, so of instances starting at once on an empty store exactly one does).
+    /// Returns whether it did.
+    fn create_first_org<'a>(&'a self, org: &'a OrgRecord, keys: &'a [NewApiKey]) -> StoreFuture<'a, bool>;
     /// Creates an organization together with its first keys (one transaction).
     fn create_org<'a>(&'a self, org: &'a OrgRecord, keys: &'a [NewApiKey]) -> StoreFuture<'a, ()>;
     /// Changes plan and limits; false when no such organization exists.

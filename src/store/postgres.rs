@@ -12,7 +12,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{FromRow, PgConnection, PgPool, Postgres};
 
 use super::block::{self, Block, BlockAgent, Totals};
-use super::sql::{self, Backend, LegacyLocks, SqlStore};
+use super::sql::{self, Backend, Exclusive, SqlStore};
 use super::{batch, migrate, PoolStats, Store, StoreError, StoreFuture, StoreOptions};
 use crate::domain::audit::{AuditEntry, AuditRecord};
 use crate::domain::Ledger;
@@ -139,12 +139,12 @@ impl SqlStore<Postgres> {
 impl Backend for Postgres {
     const BACKEND: &'static str = "postgres";
     type Extra = Writer;
-    const LEGACY: LegacyLocks = LegacyLocks {
+    const EXCLUSIVE: Exclusive = Exclusive {
         begin: "BEGIN",
         lock: "SELECT pg_advisory_xact_lock(7431003)",
-        exists: "SELECT to_regclass('audit_log') IS NOT NULL",
-        freeze: "LOCK TABLE audit_log, audit_counts IN EXCLUSIVE MODE",
     };
+    const LEGACY_LOG_EXISTS: &'static str = "SELECT to_regclass('audit_log') IS NOT NULL";
+    const LEGACY_LOG_FREEZE: &'static str = "LOCK TABLE audit_log, audit_counts IN EXCLUSIVE MODE";
 
     fn append_audit(store: &PgStore, entries: Vec<AuditEntry>) -> StoreFuture<'_, Vec<AuditRecord>> {
         Box::pin(store.append(entries))

@@ -10,8 +10,8 @@ use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
 use super::block::{self, result_bit, Block, Head, StoredBlock};
 use super::{
-    AgentRecord, KeyRecord, LogPage, LogQuery, NewApiKey, OrgRecord, PoolStats, Revocations, Store,
-    StoreError, StoreFuture,
+    AgentRecord, KeyRecord, LogPage, LogQuery, NewApiKey, OrgRecord, PoolStats, Revocations,
+    SigningKeyRecord, Store, StoreError, StoreFuture,
 };
 use crate::domain::audit::{AuditEntry, AuditRecord};
 use crate::domain::{ApiKeyKind, KeyMode, Ledger, Millis, OrgLimits, Plan, VerifyResult};
@@ -23,8 +23,15 @@ pub trait Backend: Database {
     const BACKEND: &'static str;
     /// What the backend keeps beside its main pool.
     type Extra: Send + Sync + fmt::Debug + 'static;
-    /// How the one-time conversion of a per-record log takes its locks.
-    const LEGACY: LegacyLocks;
+    /// A transaction that no other such transaction runs beside, on any instance: the
+    /// store's one-time work (recording the fleet's signing key, the first organization,
+    /// converting a per-record log) takes it.
+    const EXCLUSIVE: Exclusive;
+    /// Selects whether the per-record `audit_log` of schema 1 and 2 still exists.
+    const LEGACY_LOG_EXISTS: &'static str;
+    /// Inside the exclusive transaction: stops an instance of an old version from committing
+    /// records the conversion has passed.
+    const LEGACY_LOG_FREEZE: &'static str;
 
     /// `Store::append_audit`.
     fn append_audit(store: &SqlStore<Self>, entries: Vec<AuditEntry>) -> StoreFuture<'_, Vec<AuditRecord>>;
@@ -38,16 +45,11 @@ pub trait Backend: Database {
     fn close(store: &SqlStore<Self>) -> BoxFuture<'_, ()>;
 }
 
-/// The statements that make the legacy conversion safe against another process doing it
-/// at the same time, or an old instance still writing the old table.
-pub struct LegacyLocks {
+/// How a backend opens an exclusive transaction: `begin`, then `lock`, which waits for any
+/// other exclusive transaction to end.
+pub struct Exclusive {
     pub begin: &'static str,
-    /// Taken first: a second process waits here, then finds nothing to convert.
     pub lock: &'static str,
-    /// Selects whether the per-record `audit_log` still exists.
-    pub exists: &'static str,
-    /// Stops an old instance from committing records the scan has passed.
-    pub freeze: &'static str,
 }
 
 /// A store on a SQL database: its main pool, and what its backend keeps beside it.
@@ -347,6 +349,36 @@ const CHAIN_BLOCKS_SQL: &str = "SELECT first_seq, last_seq, prev_hash, records F
     WHERE org_id = $1 AND mode = $2 AND first_seq >= COALESCE((SELECT MAX(first_seq) FROM audit_blocks \
     WHERE org_id = $1 AND mode = $2 AND first_seq <= $3 + 1), 0) ORDER BY first_seq LIMIT $4";
 
+/// Inserts an organization and its keys inside the caller's transaction.
+async fn insert_org<DB: Database>(
+    tx: &mut sqlx::Transaction<'_, DB>,
+    org: &OrgRecord,
+    keys: &[NewApiKey],
+) -> Result<(), StoreError>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+{
+    let sql = format!("INSERT INTO orgs ({ORG_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)");
+    sqlx::query(&sql)
+        .bind(org.id.as_str())
+        .bind(org.name.as_str())
+        .bind(org.plan.as_str())
+        .bind(i64::from(org.limits.verify_per_minute))
+        .bind(i64::from(org.limits.other_per_minute))
+        .bind(org.limits.max_expiry_seconds as i64)
+        .bind(org.created_at.0)
+        .execute(&mut **tx)
+        .await?;
+    for key in keys {
+        insert_key(key).execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
 /// The `INSERT` of one API key (used alone and inside `create_org`'s transaction).
 fn insert_key<'q, DB: Database>(key: &'q NewApiKey) -> sqlx::query::Query<'q, DB, DB::Arguments<'q>>
 where
@@ -365,6 +397,43 @@ where
     .bind(key.hint.as_str())
     .bind(key.created_at.0)
 }
+
+impl<DB: Backend> SqlStore<DB>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+{
+    /// Opens an exclusive transaction (`Backend::EXCLUSIVE`).
+    async fn exclusive(&self) -> Result<sqlx::Transaction<'static, DB>, StoreError> {
+        let mut tx = self.pool.begin_with(DB::EXCLUSIVE.begin).await?;
+        sqlx::query(DB::EXCLUSIVE.lock).execute(&mut *tx).await?;
+        Ok(tx)
+    }
+}
+
+#[derive(FromRow)]
+struct SigningKeyRow {
+    kid: String,
+    public_key: Vec<u8>,
+    created_at: i64,
+}
+
+impl SigningKeyRow {
+    fn into_record(self) -> Result<SigningKeyRecord, StoreError> {
+        let public_key = self
+            .public_key
+            .try_into()
+            .map_err(|_| StoreError::Corrupt(format!("public key of signing key {}", self.kid)))?;
+        Ok(SigningKeyRecord {
+            kid: self.kid,
+            public_key,
+            created_at: Millis(self.created_at),
+        })
+    }
+}
+
+const SIGNING_KEYS_SQL: &str =
+    "SELECT kid, public_key, created_at FROM signing_keys ORDER BY created_at, kid";
 
 /// The SQL both backends run alike. The bounds say what sqlx must be able to do with the
 /// backend's types; both `Sqlite` and `Postgres` can.
@@ -389,6 +458,7 @@ where
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> (bool,): FromRow<'r, DB::Row>,
     for<'r> (String, String): FromRow<'r, DB::Row>,
+    for<'r> SigningKeyRow: FromRow<'r, DB::Row>,
 {
     fn backend(&self) -> &'static str {
         DB::BACKEND
@@ -411,14 +481,12 @@ where
 
     fn upgrade(&self) -> StoreFuture<'_, ()> {
         Box::pin(async move {
-            let sql = &DB::LEGACY;
-            let mut tx = self.pool.begin_with(sql.begin).await?;
-            sqlx::query(sql.lock).execute(&mut *tx).await?;
-            let (exists,): (bool,) = sqlx::query_as(sql.exists).fetch_one(&mut *tx).await?;
+            let mut tx = self.exclusive().await?;
+            let (exists,): (bool,) = sqlx::query_as(DB::LEGACY_LOG_EXISTS).fetch_one(&mut *tx).await?;
             if !exists {
                 return Ok(());
             }
-            sqlx::query(sql.freeze).execute(&mut *tx).await?;
+            sqlx::query(DB::LEGACY_LOG_FREEZE).execute(&mut *tx).await?;
             let mut heads = block::Heads::new();
             let mut after = (String::new(), String::new(), 0i64);
             let mut converted = 0usize;
@@ -463,6 +531,49 @@ where
         })
     }
 
+    fn signing_keys(&self) -> StoreFuture<'_, Vec<SigningKeyRecord>> {
+        Box::pin(async move {
+            let rows: Vec<SigningKeyRow> = sqlx::query_as(SIGNING_KEYS_SQL).fetch_all(&self.pool).await?;
+            rows.into_iter().map(SigningKeyRow::into_record).collect()
+        })
+    }
+
+    fn record_first_signing_key<'a>(
+        &'a self,
+        key: &'a SigningKeyRecord,
+    ) -> StoreFuture<'a, Vec<SigningKeyRecord>> {
+        Box::pin(async move {
+            let mut tx = self.exclusive().await?;
+            let recorded: Vec<SigningKeyRow> = sqlx::query_as(SIGNING_KEYS_SQL).fetch_all(&mut *tx).await?;
+            if !recorded.is_empty() {
+                return recorded.into_iter().map(SigningKeyRow::into_record).collect();
+            }
+            sqlx::query("INSERT INTO signing_keys (kid, public_key, created_at) VALUES ($1, $2, $3)")
+                .bind(key.kid.as_str())
+                .bind(&key.public_key[..])
+                .bind(key.created_at.0)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(vec![key.clone()])
+        })
+    }
+
+    fn create_first_org<'a>(&'a self, org: &'a OrgRecord, keys: &'a [NewApiKey]) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let mut tx = self.exclusive().await?;
+            let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM orgs")
+                .fetch_one(&mut *tx)
+                .await?;
+            if n > 0 {
+                return Ok(false);
+            }
+            insert_org(&mut tx, org, keys).await?;
+            tx.commit().await?;
+            Ok(true)
+        })
+    }
+
     fn count_orgs(&self) -> StoreFuture<'_, i64> {
         Box::pin(async move {
             let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM orgs")
@@ -475,20 +586,7 @@ where
     fn create_org<'a>(&'a self, org: &'a OrgRecord, keys: &'a [NewApiKey]) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let mut tx = self.pool.begin().await?;
-            let sql = format!("INSERT INTO orgs ({ORG_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)");
-            sqlx::query(&sql)
-                .bind(org.id.as_str())
-                .bind(org.name.as_str())
-                .bind(org.plan.as_str())
-                .bind(i64::from(org.limits.verify_per_minute))
-                .bind(i64::from(org.limits.other_per_minute))
-                .bind(org.limits.max_expiry_seconds as i64)
-                .bind(org.created_at.0)
-                .execute(&mut *tx)
-                .await?;
-            for key in keys {
-                insert_key(key).execute(&mut *tx).await?;
-            }
+            insert_org(&mut tx, org, keys).await?;
             tx.commit().await?;
             Ok(())
         })

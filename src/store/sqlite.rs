@@ -11,7 +11,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Sqlite, SqliteConnection};
 
 use super::block::{self, Block};
-use super::sql::{self, Backend, LegacyLocks, SqlStore};
+use super::sql::{self, Backend, Exclusive, SqlStore};
 use super::{batch, migrate, PoolStats, Store, StoreError, StoreFuture, StoreOptions};
 use crate::domain::audit::{AuditEntry, AuditRecord};
 
@@ -95,14 +95,15 @@ impl SqlStore<Sqlite> {
 impl Backend for Sqlite {
     const BACKEND: &'static str = "sqlite";
     type Extra = ();
-    // BEGIN IMMEDIATE takes the write lock first: a second process starting at the same time
-    // waits for it, then finds nothing to convert.
-    const LEGACY: LegacyLocks = LegacyLocks {
+    // BEGIN IMMEDIATE takes the database's write lock first.
+    const EXCLUSIVE: Exclusive = Exclusive {
         begin: "BEGIN IMMEDIATE",
         lock: "SELECT 1",
-        exists: "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_log')",
-        freeze: "SELECT 1",
     };
+    const LEGACY_LOG_EXISTS: &'static str =
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_log')";
+    // The write lock is held already.
+    const LEGACY_LOG_FREEZE: &'static str = "SELECT 1";
 
     fn append_audit(store: &SqliteStore, entries: Vec<AuditEntry>) -> StoreFuture<'_, Vec<AuditRecord>> {
         Box::pin(store.append(entries))

@@ -115,31 +115,42 @@ impl KeyRing {
         }
     }
 
-    /// Reads the PEM key at `path`, or creates one (mode 0600, parent folders included).
-    /// Returns whether the key was created.
-    pub fn load_or_create(path: &Path) -> Result<(KeyRing, bool), KeyError> {
-        let io = |source| KeyError::Io {
-            path: path.display().to_string(),
-            source,
-        };
+    /// Reads the PEM key at `path`; `None` when there is no such file.
+    pub fn load(path: &Path) -> Result<Option<KeyRing>, KeyError> {
         match std::fs::read_to_string(path) {
             Ok(pem) => {
                 let key = SigningKey::from_pkcs8_pem(&pem).map_err(|_| KeyError::Format {
                     path: path.display().to_string(),
                 })?;
-                Ok((KeyRing::from_signing_key(key), false))
+                Ok(Some(KeyRing::from_signing_key(key)))
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                    std::fs::create_dir_all(dir).map_err(io)?;
-                }
-                let key = SigningKey::generate(&mut rand::rngs::OsRng);
-                let pem = key.to_pkcs8_pem(LineEnding::LF).expect("PKCS#8 encoding");
-                write_private(path, pem.as_bytes()).map_err(io)?;
-                Ok((KeyRing::from_signing_key(key), true))
-            }
-            Err(e) => Err(io(e)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(KeyError::Io {
+                path: path.display().to_string(),
+                source,
+            }),
         }
+    }
+
+    /// Makes a new key and writes it to `path` (mode 0600, parent folders included; never
+    /// over an existing file).
+    pub fn create(path: &Path) -> Result<KeyRing, KeyError> {
+        let io = |source| KeyError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let key = SigningKey::generate(&mut rand::rngs::OsRng);
+        let pem = key.to_pkcs8_pem(LineEnding::LF).expect("PKCS#8 encoding");
+        write_private(path, pem.as_bytes()).map_err(io)?;
+        Ok(KeyRing::from_signing_key(key))
+    }
+
+    /// The public key, as the fleet records it.
+    pub fn public_key_bytes(&self) -> [u8; 32] {
+        self.signing.verifying_key().to_bytes()
     }
 
     /// The `kid` new tokens carry.
@@ -194,17 +205,17 @@ mod tests {
     fn created_key_is_private_and_reloads() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sub/key.pem");
-        let (ring, created) = KeyRing::load_or_create(&path).unwrap();
-        assert!(created);
+        assert!(KeyRing::load(&path).unwrap().is_none());
+        let ring = KeyRing::create(&path).unwrap();
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
             let mode = std::fs::metadata(&path).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, 0o600);
         }
-        let (again, created) = KeyRing::load_or_create(&path).unwrap();
-        assert!(!created);
+        let again = KeyRing::load(&path).unwrap().expect("written");
         assert_eq!(ring.kid(), again.kid());
+        assert!(KeyRing::create(&path).is_err(), "never over an existing file");
         assert!(ring
             .public()
             .public_key_pem()

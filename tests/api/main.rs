@@ -8,6 +8,7 @@ mod auth;
 mod cli;
 mod engine;
 mod errors;
+mod fleet;
 mod health;
 mod isolation;
 mod limits;
