@@ -360,12 +360,8 @@ impl Engine {
 
     /// Succeeds when the agent exists and belongs to the caller's organization and mode.
     pub async fn ensure_owned(&self, caller: &Caller, id: &str) -> Result<(), EngineError> {
-        let entry = match self.registry.agent(id) {
-            Some(e) => e,
-            None => match self.agent_from_store(id).await? {
-                Some(a) => a,
-                None => return Err(EngineError::AgentNotFound),
-            },
+        let Some(entry) = self.find_agent(id).await? else {
+            return Err(EngineError::AgentNotFound);
         };
         if entry.org_id == caller.org.id && entry.mode == caller.mode {
             Ok(())
@@ -489,16 +485,20 @@ impl Engine {
         }
         let token = match checked {
             Ok(t) => t,
-            Err(rej) => return Ok(self.invalid(rej.sub.as_deref(), rej.reason, revocations_seen)),
+            Err(rej) => {
+                // A forgery is recorded in the ledger of the agent it names, wherever that
+                // agent was registered.
+                let sub = rej.sub.filter(|s| AgentId::parse(s).is_some());
+                let owner = match &sub {
+                    Some(s) => self.find_agent(s).await?,
+                    None => None,
+                };
+                return Ok(self.invalid(sub, owner, rej.reason, revocations_seen));
+            }
         };
         let claims = &token.claims;
-        let agent = match self.registry.agent(&claims.sub) {
-            Some(a) => a,
-            // Signed by us but unknown here: registered through another instance.
-            None => match Box::pin(self.agent_from_store(&claims.sub)).await? {
-                Some(a) => a,
-                None => return Ok(self.invalid(None, RejectReason::UnknownAgent, revocations_seen)),
-            },
+        let Some(agent) = self.find_agent(&claims.sub).await? else {
+            return Ok(self.invalid(None, None, RejectReason::UnknownAgent, revocations_seen));
         };
         let ledger = Ledger {
             org_id: agent.org_id.clone(),
@@ -531,25 +531,21 @@ impl Engine {
         })
     }
 
-    /// An invalid token is recorded in the ledger of the agent it names when that agent
-    /// exists (the owner sees forgery attempts), otherwise in the service's own ledger.
-    fn invalid(&self, sub: Option<&str>, reason: RejectReason, revocations_seen: i64) -> Checked {
-        let known = sub.and_then(|s| self.registry.agent(s).map(|a| (s, a)));
-        let (ledger, agent_id) = match known {
-            Some((s, a)) => (
-                Ledger {
-                    org_id: a.org_id.clone(),
-                    mode: a.mode,
-                },
-                s.to_owned(),
-            ),
-            None => (
-                Ledger::service(),
-                sub.filter(|s| AgentId::parse(s).is_some())
-                    .unwrap_or("")
-                    .to_owned(),
-            ),
-        };
+    /// An invalid token is recorded in the ledger of the agent it names (`sub`, well formed)
+    /// when that agent exists (`owner`: its owner sees forgery attempts), otherwise in the
+    /// service's own ledger.
+    fn invalid(
+        &self,
+        sub: Option<String>,
+        owner: Option<Arc<AgentEntry>>,
+        reason: RejectReason,
+        revocations_seen: i64,
+    ) -> Checked {
+        let ledger = owner.map_or_else(Ledger::service, |a| Ledger {
+            org_id: a.org_id.clone(),
+            mode: a.mode,
+        });
+        let agent_id = sub.unwrap_or_default();
         Checked {
             ledger,
             agent_id,
@@ -557,6 +553,16 @@ impl Engine {
             failure_reason: Some(reason.describe().to_owned()),
             valid: None,
             revocations_seen,
+        }
+    }
+
+    /// The agent with this id: from the registry, else (registered through another
+    /// instance) from the store, learned on the way.
+    async fn find_agent(&self, id: &str) -> Result<Option<Arc<AgentEntry>>, StoreError> {
+        match self.registry.agent(id) {
+            Some(a) => Ok(Some(a)),
+            // Boxed: a rare await on the verify path (see `verify`).
+            None => Box::pin(self.agent_from_store(id)).await,
         }
     }
 }

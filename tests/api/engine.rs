@@ -100,6 +100,35 @@ async fn a_verify_whose_agent_cannot_be_read_answers_an_error_not_invalid() {
     assert_eq!(log["data"][0]["agent_id"], id.as_str());
 }
 
+/// A forged token naming an agent this instance does not hold (registered through another
+/// instance) is recorded in that agent's organization's ledger, as it would be for an agent
+/// registered here: the owner sees the forgery attempt.
+#[actix_web::test]
+async fn a_forgery_naming_an_agent_registered_elsewhere_lands_in_its_owners_ledger() {
+    use agentid::domain::Millis;
+    let app = spawn_app_with(Options::unlimited()).await;
+    let id = format!("agt_{}", ulid::Ulid::new().to_string().to_lowercase());
+    let mut remote = crate::store::agent(&id, &app.org.org_id);
+    remote.expires_at = Millis(Millis::now().0 + 3_600_000);
+    let elsewhere = agentid::store::connect(&app.db.url, &Default::default())
+        .await
+        .unwrap();
+    elsewhere.insert_agent(&remote).await.unwrap();
+    assert!(app.engine.registry().agent(&id).is_none(), "not known here");
+    let now = Millis::now().as_secs();
+    let claims = json!({"iss": "example.com", "sub": id, "jti": "j", "iat": now, "exp": now + 3600, "scopes": ["read:x"]});
+    let header = json!({"alg": "EdDSA", "typ": "JWT", "kid": app.engine.keys().kid()});
+    let stranger = ed25519_dalek::SigningKey::from_bytes(&[9; 32]);
+    let forged = crate::tokens::sign_raw(&stranger, &header.to_string(), &claims.to_string());
+    let answer = app.verify_as_receiver(&forged).await.json();
+    assert_eq!(answer, json!({"valid": false, "error": "TOKEN_INVALID"}));
+    let log = app.log("").await;
+    assert_eq!(log["pagination"]["total"], 1, "{log}");
+    assert_eq!(log["data"][0]["agent_id"], id.as_str());
+    assert_eq!(log["data"][0]["result"], "invalid");
+    elsewhere.close().await;
+}
+
 /// A revocation this instance did not make (another instance's; an older binary's or a
 /// hand-written UPDATE takes the same path) is not in its index, so its checks pass: the
 /// audit statement must catch it on the very next verify. The revocation epoch lets batches

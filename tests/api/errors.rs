@@ -68,3 +68,86 @@ async fn every_response_has_a_request_id_and_docs_urls_resolve() {
     }
     assert!(html.contains(&format!("id=\"{anchor}\"")));
 }
+
+/// With the database unreachable, every endpoint that needs it answers 503 (verify with
+/// `AUDIT_UNAVAILABLE`, the others with `SERVICE_UNAVAILABLE`, health with its own record),
+/// whether or not the key was looked up before: never 500. PostgreSQL only (the outage is a
+/// cut TCP proxy in front of it).
+#[actix_web::test]
+async fn every_endpoint_answers_503_while_the_database_is_down() {
+    use std::time::Duration;
+    let Some(admin) = crate::helpers::postgres_admin_url() else {
+        eprintln!("the outage test runs against PostgreSQL only (AGENTID_TEST_DATABASE_URL)");
+        return;
+    };
+    let target: std::net::SocketAddr = admin
+        .split('@')
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or("127.0.0.1:5432")
+        .parse()
+        .unwrap();
+    let proxy = crate::proxy::Proxy::start(target).await;
+    let proxy_addr = proxy.addr;
+    let app = crate::helpers::spawn_app_with(crate::helpers::Options {
+        tweak: Box::new(move |c| {
+            c.database_url = c
+                .database_url
+                .replacen(&target.to_string(), &proxy_addr.to_string(), 1);
+            c.store.acquire_timeout = Duration::from_secs(1);
+        }),
+        ..crate::helpers::Options::unlimited()
+    })
+    .await;
+    let (id, token) = app.agent().await;
+    // A second key of the organization the service has not looked up yet.
+    let fresh = agentid::engine::admin::create_key(
+        &app.store,
+        &app.org.org_id,
+        agentid::domain::ApiKeyKind::Secret,
+        agentid::domain::KeyMode::Live,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    proxy.cut();
+    let body = serde_json::json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"]});
+    for key in [app.secret().to_owned(), fresh] {
+        let key = Some(key.as_str());
+        let answers = [
+            (
+                "register",
+                app.post("/v1/agents/register", key, Some(&body)).await,
+            ),
+            ("list", app.get("/v1/agents", key).await),
+            ("get", app.get(&format!("/v1/agents/{id}"), key).await),
+            (
+                "issue-token",
+                app.post(&format!("/v1/agents/{id}/issue-token"), key, None).await,
+            ),
+            (
+                "revoke",
+                app.post(&format!("/v1/agents/{id}/revoke"), key, None).await,
+            ),
+            ("log", app.get("/v1/log", key).await),
+        ];
+        for (what, res) in answers {
+            assert_eq!(res.status, 503, "{what}: {}", res.text());
+            res.assert_error(503, "SERVICE_UNAVAILABLE");
+        }
+        app.get(&format!("/v1/verify/{token}"), key)
+            .await
+            .assert_error(503, "AUDIT_UNAVAILABLE");
+    }
+    let health = app.get("/health", None).await;
+    // A ping that succeeded less than a second ago still answers: wait it out.
+    std::thread::sleep(Duration::from_millis(1100));
+    let health = if health.status == 200 {
+        app.get("/health", None).await
+    } else {
+        health
+    };
+    assert_eq!(health.status, 503, "{}", health.text());
+    assert_eq!(health.json()["status"], "unavailable");
+    proxy.restore();
+}
