@@ -205,27 +205,35 @@ fn revocation(c: &mut Criterion) {
 
 fn rate_limit(c: &mut Criterion) {
     use agentid::engine::ratelimit::{Caller, Class, RateLimits};
-    let limits = RateLimits::default();
+    use futures_util::FutureExt;
+    // Organization buckets in memory (one instance); the checks complete without waiting.
+    let limits = RateLimits::in_memory();
     let mut g = c.benchmark_group("rate_limit");
     g.bench_function("check (organization bucket)", |b| {
         b.iter(|| {
-            limits.check(
-                black_box(Caller::Org {
-                    org_id: "org_01jd0000000000000000000000",
-                    per_minute: 1_000_000_000,
-                }),
-                Class::Verify,
-            )
+            limits
+                .check(
+                    black_box(Caller::Org {
+                        org_id: "org_01jd0000000000000000000000",
+                        per_minute: 1_000_000_000,
+                    }),
+                    Class::Verify,
+                )
+                .now_or_never()
+                .expect("in memory")
         })
     });
     let mut n = 0u32;
     g.bench_function("check (anonymous, a new address each call)", |b| {
         b.iter(|| {
             n = n.wrapping_add(1);
-            limits.check(
-                black_box(Caller::Anonymous(std::net::IpAddr::from(n.to_be_bytes()))),
-                Class::Verify,
-            )
+            limits
+                .check(
+                    black_box(Caller::Anonymous(std::net::IpAddr::from(n.to_be_bytes()))),
+                    Class::Verify,
+                )
+                .now_or_never()
+                .expect("in memory")
         })
     });
     g.finish();

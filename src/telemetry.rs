@@ -104,6 +104,15 @@ fn describe() {
     );
     describe_counter!("agentid_audit_records_total", "Audit records committed");
     describe_counter!(
+        "agentid_audit_chain_conflicts_total",
+        "Audit batches that found a ledger's chain moved by another instance, and were written again under the ledgers' locks"
+    );
+    describe_histogram!(
+        "agentid_audit_chain_lock_wait_seconds",
+        Unit::Seconds,
+        "Time an audit batch waited for its ledgers' locks after a conflict"
+    );
+    describe_counter!(
         "agentid_audit_writer_restarts_total",
         "Audit writer restarts by its supervisor"
     );
@@ -123,6 +132,10 @@ fn describe() {
     describe_gauge!(
         "agentid_rate_limit_buckets",
         "Rate-limit buckets currently tracked"
+    );
+    describe_counter!(
+        "agentid_rate_limit_leases_total",
+        "Leases of rate-limit cells from the buckets a fleet shares, by outcome (granted, empty)"
     );
     describe_gauge!(
         "agentid_store_connections",
@@ -146,9 +159,13 @@ fn register_zeroes() {
     for class in ["verify", "other", "key_lookup"] {
         metrics::counter!("agentid_rate_limited_total", "class" => class).increment(0);
     }
+    for outcome in ["granted", "empty"] {
+        metrics::counter!("agentid_rate_limit_leases_total", "outcome" => outcome).increment(0);
+    }
     metrics::counter!("agentid_audit_flush_failures_total").increment(0);
     metrics::counter!("agentid_audit_writer_restarts_total").increment(0);
     metrics::counter!("agentid_audit_records_total").increment(0);
+    metrics::counter!("agentid_audit_chain_conflicts_total").increment(0);
     metrics::gauge!("agentid_audit_queue_depth").set(0.0);
     metrics::gauge!("agentid_rate_limit_buckets").set(0.0);
 }

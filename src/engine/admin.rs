@@ -8,7 +8,7 @@ use crate::store::{NewApiKey, OrgRecord, SharedStore, StoreError};
 use super::apikeys::generate_key;
 
 /// The four keys an organization starts with, shown once.
-#[derive(Serialize)]
+#[derive(Clone, Serialize)]
 pub struct OrgKeys {
     pub secret_live: String,
     pub secret_test: String,
@@ -23,7 +23,7 @@ impl std::fmt::Debug for OrgKeys {
 }
 
 /// What `agentid org create` prints (DESIGN.md fixes its shape).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct CreatedOrg {
     pub org_id: String,
     pub name: String,

@@ -240,16 +240,25 @@ impl AuditWriter {
             act.flushing = false;
             let elapsed = started.elapsed();
             match outcome {
-                Ok(Ok(Ok(records))) => {
-                    tracing::debug!(batch = records.len(), ?elapsed, "audit batch committed");
-                    metrics::histogram!("agentid_audit_batch_size").record(records.len() as f64);
+                Ok(Ok(appended)) => {
+                    let committed = appended.records.iter().flatten().count();
+                    tracing::debug!(batch = committed, ?elapsed, "audit batch committed");
+                    metrics::histogram!("agentid_audit_batch_size").record(committed as f64);
                     metrics::histogram!("agentid_audit_flush_duration_seconds").record(elapsed.as_secs_f64());
-                    metrics::counter!("agentid_audit_records_total").increment(records.len() as u64);
-                    for (reply, rec) in replies.into_iter().zip(records) {
-                        let _ = reply.send(Ok(rec));
+                    metrics::counter!("agentid_audit_records_total").increment(committed as u64);
+                    let mut refused = Vec::new();
+                    for (reply, rec) in replies.into_iter().zip(appended.records) {
+                        match rec {
+                            Some(rec) => {
+                                let _ = reply.send(Ok(rec));
+                            }
+                            None => refused.push(reply),
+                        }
+                    }
+                    if let Some(e) = appended.failure {
+                        fail(refused, &format!("store error: {e}"));
                     }
                 }
-                Ok(Ok(Err(e))) => fail(replies, &format!("store error: {e}")),
                 Ok(Err(_)) => fail(replies, "flush timed out"),
                 Err(e) => {
                     fail(replies, &format!("flush task failed: {e}"));

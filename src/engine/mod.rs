@@ -228,17 +228,14 @@ impl Engine {
             "registry loaded"
         );
         let (audit, audit_thread) = AuditHandle::start(store.clone(), cfg.writer);
-        let rate_limits = Arc::new(RateLimits::default());
+        let rate_limits = Arc::new(RateLimits::new(&store));
         let background = Background(vec![
             tokio::spawn(registry::resync(
                 registry.clone(),
                 store.clone(),
                 cfg.registry_resync,
             )),
-            tokio::spawn(ratelimit::evict_idle(
-                rate_limits.clone(),
-                Duration::from_secs(30),
-            )),
+            tokio::spawn(ratelimit::upkeep(rate_limits.clone())),
             tokio::spawn(sample_gauges(registry.clone(), store.clone())),
         ]);
         Ok(Engine {
@@ -297,9 +294,11 @@ impl Engine {
             .await
     }
 
-    /// Waits for the audit writer to commit everything handed to it so far.
+    /// Waits for the audit writer to commit everything handed to it so far, and gives back
+    /// the rate-limit cells this instance leased and did not use.
     pub async fn drain(&self) {
-        self.audit.drain().await
+        self.audit.drain().await;
+        self.rate_limits.upkeep(true).await;
     }
 
     /// The audit writer's next flush panics (its batch is answered 503, the writer restarts).

@@ -1,20 +1,27 @@
-//! Rate limits (the spec's table): per organization and endpoint class for keyed calls,
-//! per client IP for anonymous ones. The buckets are `governor` GCRA limiters with a burst of
-//! the per-minute limit: N calls pass at once, call N+1 waits for a cell to come back
-//! (one every 60/N seconds). A background task evicts idle buckets.
-//! The limiters run on the clock they are given: the monotonic default in the service, a
-//! fake one that tests move by hand.
+//! Rate limits (the spec's table): per organization and endpoint class for keyed calls, per
+//! client address for anonymous ones. Every bucket is GCRA with a burst of its per-minute
+//! limit: N calls pass at once, call N+1 waits for a cell to come back (one every 60/N s).
+//!
+//! Where a bucket lives:
+//! - Anonymous addresses and the unknown-key look-up budget: in this process.
+//! - Organizations: in this process on a store that serves one instance (SQLite); in the
+//!   store on one that a fleet shares (PostgreSQL), so that the limit holds for the fleet.
+//!   An instance does not ask the store for every call: it takes a *lease* of cells (about
+//!   a hundredth of the limit, at least one) and hands them out itself, takes another when
+//!   they are gone, and gives back what it did not use within a second. Every cell handed
+//!   out was taken from the shared bucket, so the fleet never passes more than the limit.
+//!
+//! The buckets run on the clock they are given: monotonic in the service, one the tests move
+//! by hand.
 
 use std::net::IpAddr;
-use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dashmap::DashMap;
-use governor::clock::{Clock, DefaultClock};
-use governor::middleware::StateInformationMiddleware;
-use governor::state::keyed::DashMapStateStore;
-use governor::{Quota, RateLimiter};
+use parking_lot::Mutex;
+
+use crate::store::{SharedStore, Taken};
 
 /// Unauthenticated calls: the spec's lowest tier.
 pub const ANON_VERIFY_PER_MINUTE: u32 = 100;
@@ -22,6 +29,8 @@ pub const ANON_OTHER_PER_MINUTE: u32 = 20;
 /// Database look-ups of API keys the cache has not seen, per client address: bounds what a
 /// flood of random keys costs the store. Refreshing a key the cache held is not charged.
 pub const KEY_LOOKUPS_PER_MINUTE: u32 = 60;
+/// A leased cell that goes unused this long goes back to the shared bucket.
+const LEASE_IDLE: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Class {
@@ -57,231 +66,576 @@ pub struct Decision {
     pub retry_after: Option<u64>,
 }
 
-type Keyed<K, C> = RateLimiter<K, DashMapStateStore<K>, C, StateInformationMiddleware>;
-
-fn limiter<K: std::hash::Hash + Eq + Clone, C: Clock + Clone>(per_minute: u32, clock: &C) -> Keyed<K, C> {
-    let n = NonZeroU32::new(per_minute.max(1)).expect("positive");
-    RateLimiter::dashmap_with_clock(Quota::per_minute(n), clock.clone())
-        .with_middleware::<StateInformationMiddleware>()
+/// A monotonic clock: the time since some fixed start.
+pub trait Clock: Send + Sync + 'static {
+    fn now(&self) -> Duration;
 }
 
-pub struct RateLimits<C: Clock = DefaultClock> {
-    clock: C,
-    anon_verify: Keyed<IpAddr, C>,
-    anon_other: Keyed<IpAddr, C>,
-    key_lookups: Keyed<IpAddr, C>,
-    /// One keyed limiter per (class, per-minute limit); organizations are its keys. An
-    /// organization whose plan changes moves to the limiter of its new limit.
-    orgs: DashMap<(Class, u32), Arc<Keyed<String, C>>>,
-}
+pub struct MonotonicClock(Instant);
 
-impl Default for RateLimits {
+impl Default for MonotonicClock {
     fn default() -> Self {
-        RateLimits::with_clock(DefaultClock::default())
+        MonotonicClock(Instant::now())
     }
 }
 
-impl<C: Clock + Clone> RateLimits<C> {
-    /// Limiters on `clock` (its clones share its time).
-    pub fn with_clock(clock: C) -> Self {
-        RateLimits {
-            anon_verify: limiter(ANON_VERIFY_PER_MINUTE, &clock),
-            anon_other: limiter(ANON_OTHER_PER_MINUTE, &clock),
-            key_lookups: limiter(KEY_LOOKUPS_PER_MINUTE, &clock),
-            orgs: DashMap::new(),
-            clock,
-        }
+impl Clock for MonotonicClock {
+    fn now(&self) -> Duration {
+        self.0.elapsed()
+    }
+}
+
+/// The GCRA arithmetic of a bucket of `limit` cells a minute (burst `limit`), on times in
+/// nanoseconds. A bucket is its theoretical arrival time `tat`: taking a cell moves it one
+/// emission interval on from `max(tat, now)`, and a cell can be taken while that stays
+/// within a minute of `now`. The bucket is full when `tat <= now`.
+#[derive(Debug, Clone, Copy)]
+pub struct Gcra {
+    pub limit: u32,
+}
+
+impl Gcra {
+    /// Nanoseconds per cell.
+    pub fn interval(self) -> u64 {
+        60_000_000_000 / u64::from(self.limit.max(1))
     }
 
-    /// May this address have one more unknown key looked up in the store?
-    pub fn check_key_lookup(&self, ip: IpAddr) -> Decision {
-        self.decide(KEY_LOOKUPS_PER_MINUTE, self.key_lookups.check_key(&ip))
+    /// How far `tat` may run ahead of now.
+    fn window(self) -> u64 {
+        self.interval() * u64::from(self.limit.max(1))
     }
 
-    pub fn check(&self, caller: Caller<'_>, class: Class) -> Decision {
-        let (limit, outcome) = match caller {
-            Caller::Anonymous(ip) => {
-                let (limit, lim) = match class {
-                    Class::Verify => (ANON_VERIFY_PER_MINUTE, &self.anon_verify),
-                    Class::Other => (ANON_OTHER_PER_MINUTE, &self.anon_other),
-                };
-                (limit, lim.check_key(&ip))
-            }
-            Caller::Org { org_id, per_minute } => {
-                let lim = self
-                    .orgs
-                    .entry((class, per_minute))
-                    .or_insert_with(|| Arc::new(limiter(per_minute, &self.clock)))
-                    .clone();
-                // The map's shard lock is released before the check.
-                (per_minute, lim.check_key(&org_id.to_owned()))
-            }
-        };
-        self.decide(limit, outcome)
+    /// Cells a bucket at `tat` holds at `now`.
+    pub fn available(self, tat: u64, now: u64) -> u32 {
+        let used = tat.saturating_sub(now);
+        ((self.window().saturating_sub(used)) / self.interval()).min(u64::from(self.limit)) as u32
     }
 
-    fn decide(
-        &self,
-        limit: u32,
-        outcome: Result<governor::middleware::StateSnapshot, governor::NotUntil<C::Instant>>,
-    ) -> Decision {
-        let now_unix = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-        let per_cell = Duration::from_secs(60) / limit.max(1);
-        match outcome {
-            Ok(state) => {
-                let remaining = state.remaining_burst_capacity();
-                let used = limit.saturating_sub(remaining);
-                Decision {
-                    allowed: true,
-                    limit,
-                    remaining,
-                    reset: ceil_secs(now_unix + per_cell * used),
-                    retry_after: None,
-                }
-            }
-            Err(not_until) => {
-                let wait = not_until.wait_time_from(self.clock.now());
-                Decision {
-                    allowed: false,
-                    limit,
-                    remaining: 0,
-                    reset: ceil_secs(now_unix + per_cell * limit),
-                    retry_after: Some(ceil_secs(wait).max(1)),
-                }
-            }
-        }
+    /// Takes up to `want` cells: how many, and the bucket after.
+    pub fn take(self, tat: u64, now: u64, want: u32) -> (u32, u64) {
+        let granted = want.min(self.available(tat, now));
+        (granted, tat.max(now) + u64::from(granted) * self.interval())
     }
 
-    /// Forgets buckets that are full again (indistinguishable from new ones).
-    pub fn evict_idle(&self) {
-        for lim in [&self.anon_verify, &self.anon_other, &self.key_lookups] {
-            lim.retain_recent();
-            lim.shrink_to_fit();
-        }
-        for lim in self.orgs.iter() {
-            lim.retain_recent();
-        }
-        self.orgs.retain(|_, lim| !lim.is_empty());
+    /// Nanoseconds until a bucket at `tat` holds a cell again (0 when it holds one).
+    pub fn wait(self, tat: u64, now: u64) -> u64 {
+        (tat + self.interval()).saturating_sub(now + self.window())
     }
+}
 
-    /// Buckets currently tracked.
-    pub fn tracked(&self) -> usize {
-        self.anon_verify.len()
-            + self.anon_other.len()
-            + self.key_lookups.len()
-            + self.orgs.iter().map(|l| l.len()).sum::<usize>()
-    }
+/// `now` + `ahead`, as Unix seconds rounded up.
+fn unix_after(ahead: Duration) -> u64 {
+    let at = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default() + ahead;
+    at.as_secs() + u64::from(at.subsec_nanos() > 0)
 }
 
 fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
-/// The limiters' upkeep, for as long as it runs: every `every` it evicts idle buckets, so
-/// memory stays bounded however many client addresses call. Checks go straight to the
-/// shared limiters (each a compare-and-swap on its bucket), so nothing else needs an owner.
-pub async fn evict_idle(limits: Arc<RateLimits>, every: Duration) {
-    let mut ticks = tokio::time::interval(every);
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// What the headers say of a bucket with `remaining` cells that is full again in
+/// `full_in`; refused when `wait` is set.
+fn decision(limit: u32, remaining: u32, full_in: Duration, wait: Option<Duration>) -> Decision {
+    Decision {
+        allowed: wait.is_none(),
+        limit,
+        remaining,
+        reset: unix_after(full_in),
+        retry_after: wait.map(|w| ceil_secs(w).max(1)),
+    }
+}
+
+/// Buckets kept in this process, by key; each entry is its limit and `tat`.
+struct LocalBuckets<K> {
+    map: DashMap<K, (u32, u64)>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone> LocalBuckets<K> {
+    fn new() -> Self {
+        LocalBuckets { map: DashMap::new() }
+    }
+
+    /// Takes a cell (`take`) or only looks.
+    fn check(&self, key: &K, limit: u32, now: Duration, take: bool) -> Decision {
+        let g = Gcra { limit };
+        let now = nanos(now);
+        let tat = |t: Option<u64>| t.unwrap_or(now);
+        let (tat, granted) = if take {
+            let mut entry = self.map.entry(key.clone()).or_insert((limit, now));
+            let (granted, after) = g.take(entry.1, now, 1);
+            *entry = (limit, after);
+            (after, granted == 1)
+        } else {
+            (tat(self.map.get(key).map(|e| e.1)), true)
+        };
+        let full_in = Duration::from_nanos(tat.saturating_sub(now));
+        let wait = (!granted).then(|| Duration::from_nanos(g.wait(tat, now)));
+        decision(limit, g.available(tat, now), full_in, wait)
+    }
+
+    /// Forgets buckets that are full again (indistinguishable from new ones).
+    fn evict_full(&self, now: Duration) {
+        let now = nanos(now);
+        self.map.retain(|_, (_, tat)| *tat > now);
+        self.map.shrink_to_fit();
+    }
+}
+
+/// The key of an anonymous caller's buckets: its IPv4 address, or the /64 of its IPv6 one
+/// (a single host commonly holds a whole /64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AddressKey(IpAddr);
+
+impl From<IpAddr> for AddressKey {
+    fn from(ip: IpAddr) -> Self {
+        match ip {
+            IpAddr::V4(v4) => AddressKey(IpAddr::V4(v4)),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => AddressKey(IpAddr::V4(v4)),
+                None => {
+                    let s = v6.segments();
+                    AddressKey(IpAddr::from([s[0], s[1], s[2], s[3], 0, 0, 0, 0]))
+                }
+            },
+        }
+    }
+}
+
+/// The cells an instance leased from one shared bucket.
+#[derive(Debug)]
+struct Lease {
+    limit: u32,
+    /// Leased and not handed out yet.
+    cells: u32,
+    /// Cells the shared bucket held after the last lease.
+    shared_left: u32,
+    /// When the shared bucket is full again, as of the last lease (clock time).
+    full_at: Duration,
+    /// The shared bucket had no cell to lease: refuse until then without asking again.
+    refused_until: Duration,
+    /// The last time a cell was handed out or leased.
+    used_at: Duration,
+}
+
+impl Lease {
+    fn decision(&self, now: Duration, refused: bool) -> Decision {
+        let wait = refused.then(|| self.refused_until.saturating_sub(now));
+        decision(
+            self.limit,
+            self.cells + self.shared_left,
+            self.full_at.saturating_sub(now),
+            wait,
+        )
+    }
+}
+
+/// One shared bucket as this instance sees it: its lease, and a lock that one caller holds
+/// while it takes a new lease (the others wait for what it brings).
+#[derive(Debug)]
+struct Leased {
+    lease: Mutex<Lease>,
+    refill: tokio::sync::Mutex<()>,
+}
+
+/// Organization buckets in the store a fleet shares.
+struct Leases {
+    store: SharedStore,
+    buckets: DashMap<String, Arc<Leased>>,
+}
+
+/// Cells an instance leases at once from a bucket of `limit` a minute.
+fn lease_size(limit: u32) -> u32 {
+    (limit / 100).max(1)
+}
+
+impl Leases {
+    async fn check<C: Clock>(&self, clock: &C, key: String, limit: u32) -> Decision {
+        let bucket = self
+            .buckets
+            .entry(key.clone())
+            .or_insert_with(|| {
+                Arc::new(Leased {
+                    lease: Mutex::new(Lease {
+                        limit,
+                        cells: 0,
+                        shared_left: limit,
+                        full_at: Duration::ZERO,
+                        refused_until: Duration::ZERO,
+                        used_at: clock.now(),
+                    }),
+                    refill: tokio::sync::Mutex::new(()),
+                })
+            })
+            .clone();
+        loop {
+            if let Some(d) = Self::from_lease(&bucket, clock.now(), limit) {
+                return d;
+            }
+            let _refill = bucket.refill.lock().await;
+            // Someone else may have leased while this caller waited.
+            if let Some(d) = Self::from_lease(&bucket, clock.now(), limit) {
+                return d;
+            }
+            let buckets = self.store.shared_buckets().expect("leases run on shared buckets");
+            match buckets.take_cells(&key, limit, lease_size(limit)).await {
+                Ok(taken) => {
+                    let now = clock.now();
+                    let mut lease = bucket.lease.lock();
+                    metrics::counter!("agentid_rate_limit_leases_total",
+                        "outcome" => if taken.granted > 0 { "granted" } else { "empty" })
+                    .increment(1);
+                    apply(&mut lease, &taken, now, limit);
+                }
+                Err(e) => {
+                    // The store is unreachable: the call will most likely fail there too.
+                    // Let it through rather than answer 429 for the store's outage.
+                    tracing::warn!(error = %e, "cannot lease rate-limit cells; the call passes");
+                    let lease = bucket.lease.lock();
+                    return decision(limit, lease.shared_left, Duration::ZERO, None);
+                }
+            }
+        }
+    }
+
+    /// A decision from the lease alone: a leased cell, or a refusal while the shared bucket
+    /// is known to be empty. `None`: a new lease is needed.
+    fn from_lease(bucket: &Leased, now: Duration, limit: u32) -> Option<Decision> {
+        let mut lease = bucket.lease.lock();
+        if lease.limit != limit {
+            // The plan changed: what was leased under the old limit is worth other cells.
+            lease.limit = limit;
+            lease.refused_until = Duration::ZERO;
+        }
+        if lease.cells > 0 {
+            lease.cells -= 1;
+            lease.used_at = now;
+            return Some(lease.decision(now, false));
+        }
+        (now < lease.refused_until).then(|| lease.decision(now, true))
+    }
+
+    fn peek<C: Clock>(&self, clock: &C, key: &str, limit: u32) -> Decision {
+        match self.buckets.get(key) {
+            Some(b) => b.lease.lock().decision(clock.now(), false),
+            None => decision(limit, limit, Duration::ZERO, None),
+        }
+    }
+
+    /// Gives back cells that went unused for a while (all of them with `all`), and forgets
+    /// buckets with nothing leased that were idle for a minute.
+    async fn give_back<C: Clock>(&self, clock: &C, all: bool) {
+        let now = clock.now();
+        let mut back = Vec::new();
+        self.buckets.retain(|key, b| {
+            let mut lease = b.lease.lock();
+            let idle = now.saturating_sub(lease.used_at);
+            if lease.cells > 0 && (all || idle >= LEASE_IDLE) {
+                back.push((key.clone(), lease.limit, std::mem::take(&mut lease.cells)));
+            }
+            lease.cells > 0 || idle < Duration::from_secs(60)
+        });
+        let Some(buckets) = self.store.shared_buckets() else {
+            return;
+        };
+        for (key, limit, cells) in back {
+            if let Err(e) = buckets.return_cells(&key, limit, cells).await {
+                tracing::warn!(error = %e, "cannot give leased rate-limit cells back");
+            }
+        }
+    }
+}
+
+/// A new lease's cells and what it says of the shared bucket.
+fn apply(lease: &mut Lease, taken: &Taken, now: Duration, limit: u32) {
+    lease.limit = limit;
+    lease.cells += taken.granted;
+    lease.shared_left = taken.remaining;
+    lease.full_at = now + taken.full_in;
+    lease.used_at = now;
+    lease.refused_until = if taken.granted == 0 {
+        now + taken.retry_in
+    } else {
+        Duration::ZERO
+    };
+}
+
+enum OrgBuckets {
+    Local(LocalBuckets<(Class, String)>),
+    Shared(Leases),
+}
+
+pub struct RateLimits<C: Clock = MonotonicClock> {
+    clock: C,
+    anon_verify: LocalBuckets<AddressKey>,
+    anon_other: LocalBuckets<AddressKey>,
+    key_lookups: LocalBuckets<AddressKey>,
+    orgs: OrgBuckets,
+}
+
+impl RateLimits {
+    /// Organization buckets in `store` when it shares them with a fleet, else here.
+    pub fn new(store: &SharedStore) -> Self {
+        let shared = store.shared_buckets().is_some().then(|| store.clone());
+        RateLimits::with_clock(shared, MonotonicClock::default())
+    }
+
+    /// Every bucket in this process.
+    pub fn in_memory() -> Self {
+        RateLimits::with_clock(None, MonotonicClock::default())
+    }
+}
+
+impl<C: Clock> RateLimits<C> {
+    /// Organization buckets leased from `shared` (a store that has shared buckets), or here.
+    pub fn with_clock(shared: Option<SharedStore>, clock: C) -> Self {
+        let orgs = match shared {
+            Some(store) => OrgBuckets::Shared(Leases {
+                store,
+                buckets: DashMap::new(),
+            }),
+            None => OrgBuckets::Local(LocalBuckets::new()),
+        };
+        RateLimits {
+            clock,
+            anon_verify: LocalBuckets::new(),
+            anon_other: LocalBuckets::new(),
+            key_lookups: LocalBuckets::new(),
+            orgs,
+        }
+    }
+
+    /// May this address have one more unknown key looked up in the store?
+    pub fn check_key_lookup(&self, ip: IpAddr) -> Decision {
+        self.key_lookups
+            .check(&ip.into(), KEY_LOOKUPS_PER_MINUTE, self.clock.now(), true)
+    }
+
+    /// Takes a cell of the caller's bucket for the class.
+    pub async fn check(&self, caller: Caller<'_>, class: Class) -> Decision {
+        match (caller, &self.orgs) {
+            (Caller::Anonymous(ip), _) => self.anonymous(ip, class, true),
+            (Caller::Org { org_id, per_minute }, OrgBuckets::Local(b)) => {
+                b.check(&(class, org_id.to_owned()), per_minute, self.clock.now(), true)
+            }
+            (Caller::Org { org_id, per_minute }, OrgBuckets::Shared(l)) => {
+                l.check(&self.clock, bucket_key(org_id, class), per_minute).await
+            }
+        }
+    }
+
+    /// What the caller's bucket for the class holds, taking nothing (for calls that never
+    /// count, which still carry the headers).
+    pub fn peek(&self, caller: Caller<'_>, class: Class) -> Decision {
+        match (caller, &self.orgs) {
+            (Caller::Anonymous(ip), _) => self.anonymous(ip, class, false),
+            (Caller::Org { org_id, per_minute }, OrgBuckets::Local(b)) => {
+                b.check(&(class, org_id.to_owned()), per_minute, self.clock.now(), false)
+            }
+            (Caller::Org { org_id, per_minute }, OrgBuckets::Shared(l)) => {
+                l.peek(&self.clock, &bucket_key(org_id, class), per_minute)
+            }
+        }
+    }
+
+    fn anonymous(&self, ip: IpAddr, class: Class, take: bool) -> Decision {
+        let (buckets, limit) = match class {
+            Class::Verify => (&self.anon_verify, ANON_VERIFY_PER_MINUTE),
+            Class::Other => (&self.anon_other, ANON_OTHER_PER_MINUTE),
+        };
+        buckets.check(&ip.into(), limit, self.clock.now(), take)
+    }
+
+    /// Forgets local buckets that are full again, and gives back leased cells unused for a
+    /// second (every one of them with `all`, as the instance stops).
+    pub async fn upkeep(&self, all: bool) {
+        let now = self.clock.now();
+        for b in [&self.anon_verify, &self.anon_other, &self.key_lookups] {
+            b.evict_full(now);
+        }
+        match &self.orgs {
+            OrgBuckets::Local(b) => b.evict_full(now),
+            OrgBuckets::Shared(l) => l.give_back(&self.clock, all).await,
+        }
+    }
+
+    /// Buckets currently tracked.
+    pub fn tracked(&self) -> usize {
+        let orgs = match &self.orgs {
+            OrgBuckets::Local(b) => b.map.len(),
+            OrgBuckets::Shared(l) => l.buckets.len(),
+        };
+        self.anon_verify.map.len() + self.anon_other.map.len() + self.key_lookups.map.len() + orgs
+    }
+}
+
+/// The name of an organization's bucket for a class in the shared store.
+fn bucket_key(org_id: &str, class: Class) -> String {
+    format!("{}/{org_id}", class.as_str())
+}
+
+/// Keeps the buckets, every second, for as long as it runs (see `RateLimits::upkeep`).
+pub async fn upkeep(limits: Arc<RateLimits>) {
+    let mut ticks = tokio::time::interval(Duration::from_secs(1));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        limits.evict_idle();
+        limits.upkeep(false).await;
         metrics::gauge!("agentid_rate_limit_buckets").set(limits.tracked() as f64);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use governor::clock::FakeRelativeClock;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     use super::*;
 
-    /// Limits on a clock that moves only when the test moves it.
-    fn fake() -> (RateLimits<FakeRelativeClock>, FakeRelativeClock) {
-        let clock = FakeRelativeClock::default();
-        (RateLimits::with_clock(clock.clone()), clock)
+    /// A clock that moves only when the test moves it.
+    #[derive(Clone, Default)]
+    struct FakeClock(Arc<AtomicU64>);
+
+    impl FakeClock {
+        fn advance(&self, d: Duration) {
+            self.0.fetch_add(nanos(d), Ordering::SeqCst);
+        }
+    }
+
+    impl Clock for FakeClock {
+        fn now(&self) -> Duration {
+            Duration::from_nanos(self.0.load(Ordering::SeqCst))
+        }
     }
 
     #[test]
-    fn exactly_n_pass_then_refusal_with_retry_after() {
-        let (limits, clock) = fake();
-        let org = Caller::Org {
-            org_id: "org_a",
-            per_minute: 5,
-        };
+    fn gcra_passes_a_burst_of_the_limit_then_one_cell_an_interval() {
+        let g = Gcra { limit: 5 };
+        let second = 1_000_000_000;
+        let mut tat = 0;
+        for left in (0..5).rev() {
+            let (granted, after) = g.take(tat, 0, 1);
+            assert_eq!(granted, 1);
+            tat = after;
+            assert_eq!(g.available(tat, 0), left);
+        }
+        assert_eq!(g.take(tat, 0, 1).0, 0);
+        assert_eq!(g.wait(tat, 0), 12 * second, "one cell every 60/5 s");
+        assert_eq!(g.take(tat, 12 * second - 1, 1).0, 0);
+        assert_eq!(g.take(tat, 12 * second, 1).0, 1);
+        // A lease takes what there is, up to what it asks for.
+        assert_eq!(g.take(0, 0, 3), (3, 36 * second));
+        assert_eq!(g.take(36 * second, 0, 3).0, 2);
+        // A bucket left alone for longer than a minute is full, not fuller.
+        assert_eq!(g.available(0, 600 * second), 5);
+    }
+
+    #[test]
+    fn local_buckets_refuse_with_retry_after_and_come_back() {
+        let b: LocalBuckets<&str> = LocalBuckets::new();
+        let clock = FakeClock::default();
         for i in 0..5 {
-            let d = limits.check(org, Class::Other);
+            let d = b.check(&"org_a", 5, clock.now(), true);
             assert!(d.allowed, "call {i}");
             assert_eq!(d.remaining, 4 - i);
             assert_eq!(d.limit, 5);
         }
-        let refused = limits.check(org, Class::Other);
+        let refused = b.check(&"org_a", 5, clock.now(), true);
         assert!(!refused.allowed);
         assert_eq!(refused.remaining, 0);
-        assert_eq!(refused.retry_after, Some(12), "one cell every 60/5 s");
-        // A cell comes back 12 s after the first call, and only one.
+        assert_eq!(refused.retry_after, Some(12));
+        let peeked = b.check(&"org_a", 5, clock.now(), false);
+        assert!(peeked.allowed && peeked.remaining == 0, "a look takes nothing");
         clock.advance(Duration::from_millis(11_999));
-        assert!(!limits.check(org, Class::Other).allowed);
+        assert!(!b.check(&"org_a", 5, clock.now(), true).allowed);
         clock.advance(Duration::from_millis(1));
-        let back = limits.check(org, Class::Other);
+        let back = b.check(&"org_a", 5, clock.now(), true);
         assert!(back.allowed);
         assert_eq!(back.remaining, 0);
-        assert!(!limits.check(org, Class::Other).allowed);
-        // Buckets are per organization and per class.
-        assert!(limits.check(org, Class::Verify).allowed);
-        assert!(
-            limits
-                .check(
-                    Caller::Org {
-                        org_id: "org_b",
-                        per_minute: 5
-                    },
-                    Class::Other
-                )
-                .allowed
-        );
+        assert!(b.check(&"org_b", 5, clock.now(), true).allowed, "per key");
     }
 
     #[test]
-    fn anonymous_callers_are_limited_per_address() {
-        let (limits, _clock) = fake();
-        let a = Caller::Anonymous("10.0.0.1".parse().unwrap());
-        let b = Caller::Anonymous("10.0.0.2".parse().unwrap());
-        for _ in 0..ANON_OTHER_PER_MINUTE {
-            assert!(limits.check(a, Class::Other).allowed);
+    fn full_buckets_are_evicted() {
+        let b: LocalBuckets<u32> = LocalBuckets::new();
+        let clock = FakeClock::default();
+        for i in 0..1000 {
+            // At 6000/min a cell comes back every 10 ms.
+            b.check(&i, 6000, clock.now(), true);
         }
-        assert!(!limits.check(a, Class::Other).allowed);
-        assert!(limits.check(b, Class::Other).allowed);
-        assert_eq!(limits.check(a, Class::Verify).limit, ANON_VERIFY_PER_MINUTE);
-    }
-
-    #[test]
-    fn idle_buckets_are_evicted() {
-        let (limits, clock) = fake();
-        let ids: Vec<String> = (0..1000).map(|i| format!("org_{i}")).collect();
-        for id in &ids {
-            // At 6000/min a cell comes back every 10 ms: after one call the bucket is full
-            // (indistinguishable from a new one) within 20 ms.
-            limits.check(
-                Caller::Org {
-                    org_id: id,
-                    per_minute: 6000,
-                },
-                Class::Verify,
-            );
-        }
-        limits.check(Caller::Anonymous("10.0.0.9".parse().unwrap()), Class::Verify);
-        assert_eq!(limits.tracked(), 1001);
-        // 5 ms on, no organization's bucket is full yet.
+        b.check(&5000, 60, clock.now(), true);
         clock.advance(Duration::from_millis(5));
-        limits.evict_idle();
-        assert_eq!(limits.tracked(), 1001);
+        b.evict_full(clock.now());
+        assert_eq!(b.map.len(), 1001);
         clock.advance(Duration::from_millis(45));
-        limits.evict_idle();
-        assert_eq!(
-            limits.tracked(),
-            1,
-            "only the anonymous bucket (0.6 s per cell) is still draining"
+        b.evict_full(clock.now());
+        assert_eq!(b.map.len(), 1, "only the slow bucket is still draining");
+    }
+
+    #[test]
+    fn ipv6_addresses_share_a_bucket_per_64_and_mapped_ipv4_is_ipv4() {
+        let key = |s: &str| AddressKey::from(s.parse::<IpAddr>().unwrap());
+        assert_eq!(key("2001:db8:1:2:aaaa::1"), key("2001:db8:1:2:ffff:1:2:3"));
+        assert_ne!(key("2001:db8:1:2::1"), key("2001:db8:1:3::1"));
+        assert_eq!(key("::ffff:10.0.0.1"), key("10.0.0.1"));
+        assert_ne!(key("10.0.0.1"), key("10.0.0.2"));
+    }
+
+    #[test]
+    fn a_lease_hands_out_its_cells_then_asks_again() {
+        let clock = FakeClock::default();
+        let bucket = Leased {
+            lease: Mutex::new(Lease {
+                limit: 500,
+                cells: 0,
+                shared_left: 500,
+                full_at: Duration::ZERO,
+                refused_until: Duration::ZERO,
+                used_at: Duration::ZERO,
+            }),
+            refill: tokio::sync::Mutex::new(()),
+        };
+        assert!(
+            Leases::from_lease(&bucket, clock.now(), 500).is_none(),
+            "nothing leased yet"
         );
+        let taken = Taken {
+            granted: 5,
+            remaining: 480,
+            full_in: Duration::from_secs(2),
+            retry_in: Duration::ZERO,
+        };
+        apply(&mut bucket.lease.lock(), &taken, clock.now(), 500);
+        for left in (0..5).rev() {
+            let d = Leases::from_lease(&bucket, clock.now(), 500).expect("a leased cell");
+            assert!(d.allowed);
+            assert_eq!(d.remaining, 480 + left);
+        }
+        assert!(Leases::from_lease(&bucket, clock.now(), 500).is_none());
+        // An empty shared bucket is not asked again before its next cell.
+        let empty = Taken {
+            granted: 0,
+            remaining: 0,
+            full_in: Duration::from_secs(60),
+            retry_in: Duration::from_millis(120),
+        };
+        apply(&mut bucket.lease.lock(), &empty, clock.now(), 500);
+        let refused = Leases::from_lease(&bucket, clock.now(), 500).expect("known empty");
+        assert!(!refused.allowed);
+        assert_eq!(refused.retry_after, Some(1));
+        clock.advance(Duration::from_millis(120));
+        assert!(
+            Leases::from_lease(&bucket, clock.now(), 500).is_none(),
+            "ask again"
+        );
+    }
+
+    #[test]
+    fn lease_sizes_are_a_hundredth_of_the_limit_and_at_least_one() {
+        assert_eq!(lease_size(60), 1);
+        assert_eq!(lease_size(500), 5);
+        assert_eq!(lease_size(50_000), 500);
     }
 }

@@ -67,7 +67,12 @@ pub async fn gate(
         },
         _ => RateCaller::Anonymous(ip),
     };
-    let decision = state.engine.rate_limits().check(who, class);
+    let limits = state.engine.rate_limits();
+    let decision = if route.counted {
+        limits.check(who, class).await
+    } else {
+        limits.peek(who, class)
+    };
     if !decision.allowed {
         metrics::counter!("agentid_rate_limited_total", "class" => class.as_str()).increment(1);
         let why = format!("rate limit of {} calls per minute reached", decision.limit);

@@ -10,8 +10,10 @@ pub struct Route {
     /// As the router matches it, and as metrics and logs name it (never the path: verify
     /// paths hold tokens).
     pub pattern: &'static str,
-    /// The rate-limit bucket its calls count against.
+    /// The rate-limit bucket its calls count against, or would (see `counted`).
     pub class: Class,
+    /// Its calls take a cell of the bucket. The headers describe the bucket either way.
+    pub counted: bool,
     /// Any origin may call it without a key: CORS `*` (preflight included), also on the
     /// answers the gate makes itself.
     pub public: bool,
@@ -21,6 +23,7 @@ const fn other(pattern: &'static str) -> Route {
     Route {
         pattern,
         class: Class::Other,
+        counted: true,
         public: false,
     }
 }
@@ -29,11 +32,18 @@ const fn public(pattern: &'static str) -> Route {
     Route {
         pattern,
         class: Class::Other,
+        counted: true,
         public: true,
     }
 }
 
-pub static HEALTH: Route = public("/health");
+/// Never limited: a balancer's health checks must not spend anyone's calls, nor be refused.
+pub static HEALTH: Route = Route {
+    pattern: "/health",
+    class: Class::Other,
+    counted: false,
+    public: true,
+};
 pub static PUBLIC_KEY: Route = public("/.well-known/public-key.pem");
 pub static JWKS: Route = public("/.well-known/jwks.json");
 pub static ERROR_DOCS: Route = other("/docs/errors");
@@ -42,6 +52,7 @@ pub static OPENAPI: Route = other("/openapi.json");
 pub static VERIFY: Route = Route {
     pattern: "/v1/verify/{token}",
     class: Class::Verify,
+    counted: true,
     public: true,
 };
 pub static REGISTER: Route = other("/v1/agents/register");

@@ -36,6 +36,11 @@ pub const SQLITE: Embedded = &[
         "signing keys",
         include_str!("../../migrations/sqlite/0006_signing_keys.sql"),
     ),
+    (
+        7,
+        "rate buckets",
+        include_str!("../../migrations/sqlite/0007_rate_buckets.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (1, "init", include_str!("../../migrations/postgres/0001_init.sql")),
@@ -63,6 +68,11 @@ pub const POSTGRES: Embedded = &[
         6,
         "signing keys",
         include_str!("../../migrations/postgres/0006_signing_keys.sql"),
+    ),
+    (
+        7,
+        "rate buckets",
+        include_str!("../../migrations/postgres/0007_rate_buckets.sql"),
     ),
 ];
 

@@ -196,6 +196,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     fn ping(&self) -> StoreFuture<'_, ()>;
     /// Closes the pool; pending work finishes first.
     fn close(&self) -> BoxFuture<'_, ()>;
+    /// The rate-limit buckets the store keeps for every instance that uses it, when it is
+    /// one a fleet shares (PostgreSQL); `None` for one that serves one instance (SQLite).
+    fn shared_buckets(&self) -> Option<&dyn SharedBuckets>;
     /// Brings data an older version wrote up to the current schema where migrations cannot
     /// (the per-record audit log of schema 1 and 2 becomes blocks); `connect` calls it.
     fn upgrade(&self) -> StoreFuture<'_, ()>;
@@ -252,8 +255,10 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Appends a batch in one transaction: re-checks revocation of `valid` entries inside it
     /// (agent by agent only when a revocation was committed with a higher epoch than the
     /// lowest `revocations_seen` of those entries), chains each ledger, updates the counters.
-    /// Returns the records in entry order, as committed.
-    fn append_audit(&self, entries: Vec<AuditEntry>) -> StoreFuture<'_, Vec<AuditRecord>>;
+    /// Returns the records in entry order, as committed. When the batch is refused for
+    /// another reason than an unreachable store, each of its ledgers is tried alone, so that
+    /// one ledger's trouble does not fail the others' records.
+    fn append_audit(&self, entries: Vec<AuditEntry>) -> BoxFuture<'_, Appended>;
     /// A page of a ledger, newest first, with the exact total of matching records.
     fn read_log<'a>(&'a self, q: LogQuery<'a>) -> StoreFuture<'a, LogPage>;
     /// Records of a ledger with `seq > after_seq`, ascending (for chain verification).
@@ -268,6 +273,60 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 }
 
 pub type SharedStore = Arc<dyn Store>;
+
+/// GCRA buckets a fleet shares, leased out in cells (see `engine::ratelimit`). A bucket of
+/// `limit` cells a minute is created full.
+pub trait SharedBuckets: Send + Sync {
+    /// Takes up to `want` cells of the bucket, as many as it holds.
+    fn take_cells<'a>(&'a self, bucket: &'a str, limit: u32, want: u32) -> StoreFuture<'a, Taken>;
+    /// Gives back cells that were taken and not used.
+    fn return_cells<'a>(&'a self, bucket: &'a str, limit: u32, cells: u32) -> StoreFuture<'a, ()>;
+}
+
+/// What taking cells from a shared bucket gave, and what it says of the bucket after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Taken {
+    pub granted: u32,
+    /// Cells the bucket still holds.
+    pub remaining: u32,
+    /// Until the bucket is full again.
+    pub full_in: std::time::Duration,
+    /// Until the bucket holds a cell again (zero when it holds one).
+    pub retry_in: std::time::Duration,
+}
+
+/// What an audit append committed.
+#[derive(Debug)]
+pub struct Appended {
+    /// Per entry, in order: its committed record, or `None` when its ledger's part failed.
+    pub records: Vec<Option<AuditRecord>>,
+    /// Why a part failed, when one did.
+    pub failure: Option<StoreError>,
+}
+
+impl Appended {
+    pub fn all(records: Vec<AuditRecord>) -> Self {
+        Appended {
+            records: records.into_iter().map(Some).collect(),
+            failure: None,
+        }
+    }
+
+    pub fn none(n: usize, failure: StoreError) -> Self {
+        Appended {
+            records: (0..n).map(|_| None).collect(),
+            failure: Some(failure),
+        }
+    }
+
+    /// Every record, or the failure.
+    pub fn into_result(self) -> Result<Vec<AuditRecord>, StoreError> {
+        match self.failure {
+            Some(e) => Err(e),
+            None => Ok(self.records.into_iter().flatten().collect()),
+        }
+    }
+}
 
 /// What the store knows of revocations after a given epoch. Every revocation moves the
 /// store's revocation epoch by one in its own transaction and is stamped with the new value

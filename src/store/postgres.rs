@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::str::FromStr;
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
@@ -12,10 +13,11 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{FromRow, PgConnection, PgPool, Postgres};
 
 use super::block::{self, Block, BlockAgent, Totals};
-use super::sql::{self, Backend, Exclusive, SqlStore};
-use super::{batch, migrate, PoolStats, Store, StoreError, StoreFuture, StoreOptions};
+use super::sql::{self, Backend, Exclusive, Refused, SqlStore};
+use super::{batch, migrate, PoolStats, SharedBuckets, Store, StoreError, StoreFuture, StoreOptions, Taken};
 use crate::domain::audit::{AuditEntry, AuditRecord};
 use crate::domain::Ledger;
+use crate::engine::ratelimit::Gcra;
 
 pub type PgStore = SqlStore<Postgres>;
 
@@ -66,45 +68,89 @@ impl SqlStore<Postgres> {
         Ok(store)
     }
 
-    async fn append(&self, mut entries: Vec<AuditEntry>) -> Result<Vec<AuditRecord>, StoreError> {
+    /// Appends a batch. First as this instance last left its ledgers (the cached heads): one
+    /// statement, which takes the ledgers' locks itself and fails with a conflict when
+    /// another instance has appended to one of them since. Then, after a conflict, in a
+    /// transaction that takes the locks first and reads the heads under them: no other
+    /// writer can move them before it commits, so it waits for the chain instead of failing.
+    async fn append(&self, entries: Vec<AuditEntry>) -> Result<Vec<AuditRecord>, Refused> {
         let ledgers = batch::ledgers(&entries);
-        // What each entry's check had seen: the records do not keep it (see `batch::unseal`).
-        let seen_by_entry: Vec<i64> = entries.iter().map(|e| e.revocations_seen).collect();
-        // A stale head (another instance appended) or a revocation found by the statement
-        // sends the batch round again; both converge within a few rounds.
-        for _ in 0..8 {
-            let mut heads = self.heads_for(&ledgers).await?;
-            let seen = batch::revocations_seen(&entries);
-            // Sealed by value: a round that does not write turns the records back into
-            // entries, so no round clones the batch's strings.
-            let records = batch::seal(std::mem::take(&mut entries), &mut heads);
-            let blocks = block::plan(&records, &mut heads);
-            let known = self.extra.cache.lock().known_agents(&blocks);
-            let mut conn = self.extra.pool.acquire().await?;
-            let revoked = match write_blocks_with(&mut conn, &blocks, seen, &known).await {
-                Ok(Written::Done(learned)) => {
-                    self.extra.cache.lock().wrote(heads, &blocks, &known, learned);
-                    return Ok(records);
-                }
-                Ok(Written::Revoked(revoked)) => Some(revoked),
-                Err(e) => {
-                    // Whatever happened, what is cached of these ledgers may be wrong now.
-                    self.extra.cache.lock().forget(&ledgers);
-                    if !matches!(e, StoreError::Conflict(_)) {
-                        return Err(e);
-                    }
-                    None
-                }
-            };
-            // Nothing was written: the next round seals the same entries afresh.
-            entries = batch::unseal(records, &seen_by_entry);
-            if let Some(revoked) = revoked {
-                batch::apply_revocations(&mut entries, &revoked.into_iter().collect())
+        let heads = match self.heads_for(&ledgers).await {
+            Ok(heads) => heads,
+            Err(e) => return Err((e, entries)),
+        };
+        let mut conn = match self.extra.pool.acquire().await {
+            Ok(conn) => conn,
+            Err(e) => return Err((e.into(), entries)),
+        };
+        let entries = match seal_and_write(&mut conn, entries, heads, &self.extra.cache).await {
+            Ok(done) => {
+                let records = done.records.clone();
+                self.extra.cache.lock().wrote(done);
+                return Ok(records);
             }
+            Err((StoreError::Conflict(_), entries)) => {
+                metrics::counter!("agentid_audit_chain_conflicts_total").increment(1);
+                entries
+            }
+            Err(refused) => {
+                self.extra.cache.lock().forget(&ledgers);
+                return Err(refused);
+            }
+        };
+        self.extra.cache.lock().forget(&ledgers);
+        self.append_locked(&mut conn, entries, ledgers).await
+    }
+
+    /// `append` under the ledgers' locks, taken first and held to the commit.
+    async fn append_locked(
+        &self,
+        conn: &mut PgConnection,
+        entries: Vec<AuditEntry>,
+        ledgers: Vec<Ledger>,
+    ) -> Result<Vec<AuditRecord>, Refused> {
+        let seen_by_entry: Vec<i64> = entries.iter().map(|e| e.revocations_seen).collect();
+        let (mut tx, heads) = match self.lock_heads(conn, ledgers).await {
+            Ok(locked) => locked,
+            Err(e) => return Err((e, entries)),
+        };
+        let done = seal_and_write(&mut tx, entries, heads, &self.extra.cache).await?;
+        if let Err(e) = tx.commit().await {
+            return Err((e.into(), batch::unseal(done.records, &seen_by_entry)));
         }
-        Err(StoreError::Corrupt(
-            "audit batch kept conflicting with another writer".into(),
-        ))
+        let records = done.records.clone();
+        self.extra.cache.lock().wrote(done);
+        Ok(records)
+    }
+
+    /// Opens a transaction on `conn`, takes the ledgers' locks and reads their heads.
+    async fn lock_heads<'c>(
+        &self,
+        conn: &'c mut PgConnection,
+        ledgers: Vec<Ledger>,
+    ) -> Result<(sqlx::Transaction<'c, Postgres>, block::Heads), StoreError> {
+        let mut tx = sqlx::Connection::begin(conn).await?;
+        let waiting = std::time::Instant::now();
+        let (orgs, modes): (Vec<&str>, Vec<&str>) = ledgers
+            .iter()
+            .map(|l| (l.org_id.as_str(), l.mode.as_str()))
+            .unzip();
+        sqlx::query(LOCK_LEDGERS)
+            .bind(orgs)
+            .bind(modes)
+            .execute(&mut *tx)
+            .await?;
+        metrics::histogram!("agentid_audit_chain_lock_wait_seconds").record(waiting.elapsed().as_secs_f64());
+        let mut heads = block::Heads::new();
+        for ledger in ledgers {
+            let head = sqlx::query_as(sql::LEDGER_HEAD_SQL)
+                .bind(&ledger.org_id)
+                .bind(ledger.mode.as_str())
+                .fetch_optional(&mut *tx)
+                .await?;
+            heads.insert(ledger, sql::ledger_head(head)?);
+        }
+        Ok((tx, heads))
     }
 
     /// Where each ledger's next record goes: from the cache, else the store.
@@ -146,12 +192,16 @@ impl Backend for Postgres {
     const LEGACY_LOG_EXISTS: &'static str = "SELECT to_regclass('audit_log') IS NOT NULL";
     const LEGACY_LOG_FREEZE: &'static str = "LOCK TABLE audit_log, audit_counts IN EXCLUSIVE MODE";
 
-    fn append_audit(store: &PgStore, entries: Vec<AuditEntry>) -> StoreFuture<'_, Vec<AuditRecord>> {
+    fn append(store: &PgStore, entries: Vec<AuditEntry>) -> BoxFuture<'_, Result<Vec<AuditRecord>, Refused>> {
         Box::pin(store.append(entries))
     }
 
     fn write_blocks<'c>(conn: &'c mut PgConnection, blocks: &'c [Block]) -> StoreFuture<'c, ()> {
         Box::pin(write_blocks(conn, blocks))
+    }
+
+    fn shared_buckets(store: &PgStore) -> Option<&dyn SharedBuckets> {
+        Some(store)
     }
 
     fn rows_affected(done: &sqlx::postgres::PgQueryResult) -> u64 {
@@ -170,6 +220,56 @@ impl Backend for Postgres {
             store.extra.pool.close().await;
             store.pool.close().await;
         })
+    }
+}
+
+/// A batch as written: its records, the heads after it, and what the writer's cache learns.
+struct Sealed {
+    records: Vec<AuditRecord>,
+    heads: block::Heads,
+    blocks: Vec<Block>,
+    known: AgentTotals,
+    learned: AgentTotals,
+}
+
+/// Seals `entries` after `heads` and writes them with one statement on `conn` (inside its
+/// transaction if it is in one). A revocation the statement finds turns those entries into
+/// `revoked` ones and writes again after the same heads. On an error nothing was written, and
+/// the entries come back as they were handed in.
+async fn seal_and_write(
+    conn: &mut PgConnection,
+    mut entries: Vec<AuditEntry>,
+    heads: block::Heads,
+    cache: &Mutex<WriterCache>,
+) -> Result<Sealed, Refused> {
+    // What each entry's check had seen: the records do not keep it (see `batch::unseal`).
+    let seen_by_entry: Vec<i64> = entries.iter().map(|e| e.revocations_seen).collect();
+    loop {
+        let mut after = heads.clone();
+        let seen = batch::revocations_seen(&entries);
+        // Sealed by value: a round that does not write turns the records back into entries,
+        // so no round clones the batch's strings.
+        let records = batch::seal(std::mem::take(&mut entries), &mut after);
+        let blocks = block::plan(&records, &mut after);
+        let known = cache.lock().known_agents(&blocks);
+        let written = write_blocks_with(conn, &blocks, seen, &known).await;
+        entries = match written {
+            Ok(Written::Done(learned)) => {
+                return Ok(Sealed {
+                    records,
+                    heads: after,
+                    blocks,
+                    known,
+                    learned,
+                })
+            }
+            Ok(Written::Revoked(revoked)) => {
+                let mut entries = batch::unseal(records, &seen_by_entry);
+                batch::apply_revocations(&mut entries, &revoked.into_iter().collect());
+                entries
+            }
+            Err(e) => return Err((e, batch::unseal(records, &seen_by_entry))),
+        };
     }
 }
 
@@ -271,6 +371,70 @@ async fn write_blocks_with(
     })
 }
 
+/// Takes up to $3 cells from the bucket $1 of $2 cells a minute ($4 nanoseconds a cell), on
+/// the database's clock, so that every instance runs on the same one. A bucket is created
+/// full. All of `SET` reads the row as it was: `granted` is what `tat` moves by.
+const TAKE_CELLS: &str = "
+INSERT INTO rate_buckets AS b (bucket, tat, granted, at)
+SELECT $1, n + LEAST($3, $2) * $4, LEAST($3, $2), n
+FROM (SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000000)::bigint AS n) c
+ON CONFLICT (bucket) DO UPDATE SET
+    granted = GREATEST(0, LEAST($3, (EXCLUDED.at + $2 * $4 - GREATEST(b.tat, EXCLUDED.at)) / $4)),
+    tat = GREATEST(b.tat, EXCLUDED.at)
+        + GREATEST(0, LEAST($3, (EXCLUDED.at + $2 * $4 - GREATEST(b.tat, EXCLUDED.at)) / $4)) * $4,
+    at = EXCLUDED.at
+RETURNING granted, tat, at";
+
+#[derive(FromRow)]
+struct TakenRow {
+    granted: i64,
+    tat: i64,
+    at: i64,
+}
+
+impl SharedBuckets for PgStore {
+    fn take_cells<'a>(&'a self, bucket: &'a str, limit: u32, want: u32) -> StoreFuture<'a, Taken> {
+        Box::pin(async move {
+            let g = Gcra { limit };
+            let row: TakenRow = sqlx::query_as(TAKE_CELLS)
+                .bind(bucket)
+                .bind(i64::from(limit))
+                .bind(i64::from(want))
+                .bind(g.interval() as i64)
+                .fetch_one(&self.pool)
+                .await?;
+            let (tat, at) = (row.tat.max(0) as u64, row.at.max(0) as u64);
+            let granted = u32::try_from(row.granted).unwrap_or(0);
+            Ok(Taken {
+                granted,
+                remaining: g.available(tat, at),
+                full_in: Duration::from_nanos(tat.saturating_sub(at)),
+                retry_in: Duration::from_nanos(if granted == 0 { g.wait(tat, at) } else { 0 }),
+            })
+        })
+    }
+
+    fn return_cells<'a>(&'a self, bucket: &'a str, limit: u32, cells: u32) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let back = i64::from(cells) * Gcra { limit }.interval() as i64;
+            sqlx::query("UPDATE rate_buckets SET tat = tat - $2 WHERE bucket = $1")
+                .bind(bucket)
+                .bind(back)
+                .execute(&self.pool)
+                .await?;
+            Ok(())
+        })
+    }
+}
+
+/// Takes the locks of the ledgers $1 (org ids) × $2 (modes), in one order so that writers
+/// locking several never wait for each other in a circle; they are held to the end of the
+/// transaction. The same keys as in `APPEND`.
+const LOCK_LEDGERS: &str = "
+SELECT pg_advisory_xact_lock(k) FROM (
+    SELECT DISTINCT hashtextextended(o || '/' || m, 7431004) AS k FROM UNNEST($1::text[], $2::text[]) AS l(o, m)
+) keys ORDER BY k";
+
 /// The whole batch append. Data-modifying CTEs all run in one snapshot, taken when the
 /// statement starts, which is after every entry of the batch was handed in: a revocation
 /// committed before that is seen by `rev`. While the revocation epoch is not above $1 (the
@@ -288,8 +452,21 @@ async fn write_blocks_with(
 /// agent the writer already knows (`known`), the totals come computed and the look-up is
 /// skipped. Returns the revoked agents (ledger NULL) or, for the agents in $24, the rows
 /// written.
+///
+/// Before it inserts, the statement takes the locks of the blocks' ledgers (`lk`, as
+/// `LOCK_LEDGERS` does; the inserts depend on it), so it waits for a writer that holds them
+/// in a transaction. Its snapshot is older than the wait, but its blocks start right after
+/// the heads its writer saw: a block another writer committed meanwhile holds the same key,
+/// and the insert fails with a conflict instead of forking the chain.
 const APPEND: &str = "
-WITH rev AS (
+WITH lk AS (
+    SELECT count(*) AS n FROM (
+        SELECT pg_advisory_xact_lock(k) FROM (
+            SELECT DISTINCT hashtextextended(o || '/' || m, 7431004) AS k
+            FROM UNNEST($2::text[], $3::text[]) AS l(o, m)
+        ) keys ORDER BY k
+    ) locked
+), rev AS (
     SELECT a.id, a.revocation_reason FROM UNNEST($16::text[], $18::int[]) AS v(id, results)
     CROSS JOIN LATERAL (
         SELECT id, revocation_reason, revoked_at FROM agents WHERE agents.id = v.id OFFSET 0
@@ -301,7 +478,7 @@ WITH rev AS (
                               n_valid, n_invalid, n_expired, n_revoked, records)
     SELECT * FROM UNNEST($2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bytea[], $7::bytea[],
                          $8::int[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bytea[])
-    WHERE NOT EXISTS (SELECT 1 FROM rev)
+    WHERE NOT EXISTS (SELECT 1 FROM rev) AND (SELECT n FROM lk) >= 0
 ), agt AS (
     INSERT INTO audit_block_agents (org_id, mode, agent_id, first_seq, results,
                                     n_valid, n_invalid, n_expired, n_revoked)
@@ -316,7 +493,7 @@ WITH rev AS (
         WHERE NOT d.known AND a.agent_id = d.agent_id AND a.org_id = d.org_id AND a.mode = d.mode
         ORDER BY a.first_seq DESC LIMIT 1
     ) p ON true
-    WHERE NOT EXISTS (SELECT 1 FROM rev)
+    WHERE NOT EXISTS (SELECT 1 FROM rev) AND (SELECT n FROM lk) >= 0
     RETURNING agent_id, org_id, mode, first_seq, n_valid, n_invalid, n_expired, n_revoked
 )
 SELECT id AS agent_id, revocation_reason AS reason, NULL AS ledger, 0::bigint AS first_seq,
@@ -442,11 +619,18 @@ impl WriterCache {
 
     /// After a committed batch: the new heads, and every agent's totals after its last block
     /// (known ones advanced by the batch, the others as the statement returned them).
-    fn wrote(&mut self, heads: block::Heads, blocks: &[Block], known: &AgentTotals, learned: AgentTotals) {
+    fn wrote(&mut self, done: Sealed) {
+        let Sealed {
+            heads,
+            blocks,
+            known,
+            learned,
+            ..
+        } = done;
         let mut after = learned;
-        for b in blocks {
+        for b in &blocks {
             for a in &b.agents {
-                if let Some(prior) = totals_of(known, &b.ledger, &a.agent_id) {
+                if let Some(prior) = totals_of(&known, &b.ledger, &a.agent_id) {
                     let total = std::array::from_fn(|i| prior[i] + a.batch_delta[i]);
                     after
                         .entry(b.ledger.clone())

@@ -10,8 +10,8 @@ use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
 use super::block::{self, result_bit, Block, Head, StoredBlock};
 use super::{
-    AgentRecord, KeyRecord, LogPage, LogQuery, NewApiKey, OrgRecord, PoolStats, Revocations,
-    SigningKeyRecord, Store, StoreError, StoreFuture,
+    AgentRecord, Appended, KeyRecord, LogPage, LogQuery, NewApiKey, OrgRecord, PoolStats, Revocations,
+    SharedBuckets, SigningKeyRecord, Store, StoreError, StoreFuture,
 };
 use crate::domain::audit::{AuditEntry, AuditRecord};
 use crate::domain::{ApiKeyKind, KeyMode, Ledger, Millis, OrgLimits, Plan, VerifyResult};
@@ -33,10 +33,15 @@ pub trait Backend: Database {
     /// records the conversion has passed.
     const LEGACY_LOG_FREEZE: &'static str;
 
-    /// `Store::append_audit`.
-    fn append_audit(store: &SqlStore<Self>, entries: Vec<AuditEntry>) -> StoreFuture<'_, Vec<AuditRecord>>;
+    /// Appends a batch as one unit: every record, or nothing and the entries back.
+    fn append(
+        store: &SqlStore<Self>,
+        entries: Vec<AuditEntry>,
+    ) -> BoxFuture<'_, Result<Vec<AuditRecord>, Refused>>;
     /// Writes planned blocks inside the caller's transaction (the legacy conversion).
     fn write_blocks<'c>(conn: &'c mut Self::Connection, blocks: &'c [Block]) -> StoreFuture<'c, ()>;
+    /// The store's shared rate-limit buckets, if a fleet shares them.
+    fn shared_buckets(store: &SqlStore<Self>) -> Option<&dyn SharedBuckets>;
     /// Rows an `UPDATE` changed (sqlx has no trait for it).
     fn rows_affected(done: &Self::QueryResult) -> u64;
     /// Connections of each pool.
@@ -44,6 +49,9 @@ pub trait Backend: Database {
     /// Closes every pool; pending work finishes first.
     fn close(store: &SqlStore<Self>) -> BoxFuture<'_, ()>;
 }
+
+/// A batch the store did not take: why, and its entries as they were handed in.
+pub type Refused = (StoreError, Vec<AuditEntry>);
 
 /// How a backend opens an exclusive transaction: `begin`, then `lock`, which waits for any
 /// other exclusive transaction to end.
@@ -479,6 +487,10 @@ where
         DB::close(self)
     }
 
+    fn shared_buckets(&self) -> Option<&dyn SharedBuckets> {
+        DB::shared_buckets(self)
+    }
+
     fn upgrade(&self) -> StoreFuture<'_, ()> {
         Box::pin(async move {
             let mut tx = self.exclusive().await?;
@@ -786,8 +798,42 @@ where
         })
     }
 
-    fn append_audit(&self, entries: Vec<AuditEntry>) -> StoreFuture<'_, Vec<AuditRecord>> {
-        DB::append_audit(self, entries)
+    fn append_audit(&self, entries: Vec<AuditEntry>) -> BoxFuture<'_, Appended> {
+        Box::pin(async move {
+            let n = entries.len();
+            let (failure, entries) = match DB::append(self, entries).await {
+                Ok(records) => return Appended::all(records),
+                Err(refused) => refused,
+            };
+            let ledgers = crate::store::batch::ledgers(&entries);
+            if failure.is_unavailable() || ledgers.len() < 2 {
+                return Appended::none(n, failure);
+            }
+            // One ledger's trouble must not fail the other ledgers' records: each alone.
+            tracing::warn!(error = %failure, ledgers = ledgers.len(), "audit batch refused; appending its ledgers one by one");
+            let mut records: Vec<Option<AuditRecord>> = (0..n).map(|_| None).collect();
+            let mut last_failure = None;
+            for ledger in &ledgers {
+                let (at, part): (Vec<usize>, Vec<AuditEntry>) = entries
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, e)| &e.ledger == ledger)
+                    .map(|(i, e)| (i, e.clone()))
+                    .unzip();
+                match DB::append(self, part).await {
+                    Ok(written) => {
+                        for (i, r) in at.into_iter().zip(written) {
+                            records[i] = Some(r);
+                        }
+                    }
+                    Err((e, _)) => last_failure = Some(e),
+                }
+            }
+            Appended {
+                records,
+                failure: last_failure,
+            }
+        })
     }
 
     fn read_log<'a>(&'a self, q: LogQuery<'a>) -> StoreFuture<'a, LogPage> {

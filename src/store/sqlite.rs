@@ -11,8 +11,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Sqlite, SqliteConnection};
 
 use super::block::{self, Block};
-use super::sql::{self, Backend, Exclusive, SqlStore};
-use super::{batch, migrate, PoolStats, Store, StoreError, StoreFuture, StoreOptions};
+use super::sql::{self, Backend, Exclusive, Refused, SqlStore};
+use super::{batch, migrate, PoolStats, SharedBuckets, Store, StoreError, StoreFuture, StoreOptions};
 use crate::domain::audit::{AuditEntry, AuditRecord};
 
 /// SQLite allows 32766 bound parameters; stay far below it.
@@ -45,7 +45,33 @@ impl SqlStore<Sqlite> {
         Ok(store)
     }
 
-    async fn append(&self, mut entries: Vec<AuditEntry>) -> Result<Vec<AuditRecord>, StoreError> {
+    /// Appends a batch in one transaction. On an error nothing was written, and the entries
+    /// come back.
+    async fn append(&self, mut entries: Vec<AuditEntry>) -> Result<Vec<AuditRecord>, Refused> {
+        let seen_by_entry: Vec<i64> = entries.iter().map(|e| e.revocations_seen).collect();
+        let (mut tx, mut heads) = match self.prepare(&mut entries).await {
+            Ok(prepared) => prepared,
+            Err(e) => return Err((e, entries)),
+        };
+        let records = batch::seal(entries, &mut heads);
+        let blocks = block::plan(&records, &mut heads);
+        let written = async {
+            write_blocks(&mut tx, &blocks).await?;
+            tx.commit().await?;
+            Ok::<_, StoreError>(())
+        };
+        match written.await {
+            Ok(()) => Ok(records),
+            Err(e) => Err((e, batch::unseal(records, &seen_by_entry))),
+        }
+    }
+
+    /// Opens the batch's transaction, re-checks revocation of its `valid` entries and reads
+    /// the heads of its ledgers.
+    async fn prepare(
+        &self,
+        entries: &mut [AuditEntry],
+    ) -> Result<(sqlx::Transaction<'static, Sqlite>, block::Heads), StoreError> {
         // IMMEDIATE takes the write lock up front, so the heads read below cannot go stale.
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
 
@@ -53,8 +79,8 @@ impl SqlStore<Sqlite> {
         let (epoch,): (i64,) = sqlx::query_as("SELECT epoch FROM revocation_epoch WHERE id = 1")
             .fetch_one(&mut *tx)
             .await?;
-        let recheck = if epoch > batch::revocations_seen(&entries) {
-            batch::valid_agent_ids(&entries)
+        let recheck = if epoch > batch::revocations_seen(entries) {
+            batch::valid_agent_ids(entries)
         } else {
             Vec::new()
         };
@@ -73,10 +99,10 @@ impl SqlStore<Sqlite> {
             }
             revoked.extend(q.fetch_all(&mut *tx).await?);
         }
-        batch::apply_revocations(&mut entries, &revoked);
+        batch::apply_revocations(entries, &revoked);
 
         let mut heads = block::Heads::new();
-        for ledger in batch::ledgers(&entries) {
+        for ledger in batch::ledgers(entries) {
             let head = sqlx::query_as(sql::LEDGER_HEAD_SQL)
                 .bind(&ledger.org_id)
                 .bind(ledger.mode.as_str())
@@ -84,11 +110,7 @@ impl SqlStore<Sqlite> {
                 .await?;
             heads.insert(ledger, sql::ledger_head(head)?);
         }
-        let records = batch::seal(entries, &mut heads);
-        let blocks = block::plan(&records, &mut heads);
-        write_blocks(&mut tx, &blocks).await?;
-        tx.commit().await?;
-        Ok(records)
+        Ok((tx, heads))
     }
 }
 
@@ -105,12 +127,20 @@ impl Backend for Sqlite {
     // The write lock is held already.
     const LEGACY_LOG_FREEZE: &'static str = "SELECT 1";
 
-    fn append_audit(store: &SqliteStore, entries: Vec<AuditEntry>) -> StoreFuture<'_, Vec<AuditRecord>> {
+    fn append(
+        store: &SqliteStore,
+        entries: Vec<AuditEntry>,
+    ) -> BoxFuture<'_, Result<Vec<AuditRecord>, Refused>> {
         Box::pin(store.append(entries))
     }
 
     fn write_blocks<'c>(conn: &'c mut SqliteConnection, blocks: &'c [Block]) -> StoreFuture<'c, ()> {
         Box::pin(write_blocks(conn, blocks))
+    }
+
+    /// One instance: its rate-limit buckets stay in its memory.
+    fn shared_buckets(_: &SqliteStore) -> Option<&dyn SharedBuckets> {
+        None
     }
 
     fn rows_affected(done: &sqlx::sqlite::SqliteQueryResult) -> u64 {

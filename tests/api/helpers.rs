@@ -27,6 +27,8 @@ pub fn in_ci() -> bool {
 pub struct TestDb {
     pub url: String,
     pg: Option<(String, String)>, // (admin url, database name)
+    /// Another instance of a fleet owns the database: dropping this leaves it.
+    borrowed: bool,
 }
 
 impl TestDb {
@@ -35,6 +37,7 @@ impl TestDb {
             None => TestDb {
                 url: format!("sqlite://{}", dir.join("agentid.db").display()),
                 pg: None,
+                borrowed: false,
             },
             Some(admin) => {
                 use sqlx::Connection;
@@ -50,6 +53,7 @@ impl TestDb {
                 TestDb {
                     url: format!("{base}/{name}"),
                     pg: Some((admin.clone(), name)),
+                    borrowed: false,
                 }
             }
         }
@@ -58,10 +62,22 @@ impl TestDb {
     pub fn is_postgres(&self) -> bool {
         self.pg.is_some()
     }
+
+    /// The same database, for another instance; the original drops it.
+    fn borrow(&self) -> TestDb {
+        TestDb {
+            url: self.url.clone(),
+            pg: self.pg.clone(),
+            borrowed: true,
+        }
+    }
 }
 
 impl Drop for TestDb {
     fn drop(&mut self) {
+        if self.borrowed {
+            return;
+        }
         if let Some((admin, name)) = self.pg.take() {
             // Drop runs inside the test's runtime: do the blocking clean-up on a thread of its own.
             let _ = std::thread::spawn(move || {
@@ -93,7 +109,7 @@ pub struct TestApp {
     pub store: SharedStore,
     pub engine: std::sync::Arc<agentid::engine::Engine>,
     pub db: TestDb,
-    _dir: tempfile::TempDir,
+    _dir: std::sync::Arc<tempfile::TempDir>,
     pub config: Config,
     handle: ServerHandle,
     task: Option<actix_web::rt::task::JoinHandle<std::io::Result<()>>>,
@@ -134,34 +150,56 @@ pub async fn spawn_app() -> TestApp {
 }
 
 pub async fn spawn_app_with(opts: Options) -> TestApp {
-    let dir = tempfile::tempdir().unwrap();
+    spawn_fleet(1, opts).await.pop().expect("one instance")
+}
+
+/// `n` instances on one database with one signing key file and one organization (made as
+/// `opts` says; `opts.tweak` applies to each instance's configuration). The last instance
+/// owns the database, so that it goes after the others.
+pub async fn spawn_fleet(n: usize, opts: Options) -> Vec<TestApp> {
+    let dir = std::sync::Arc::new(tempfile::tempdir().unwrap());
     let db = TestDb::new(dir.path()).await;
-    let mut config = test_config(&db.url, dir.path().join("signing-key.pem"));
+    let key = dir.path().join("signing-key.pem");
+    let mut config = test_config(&db.url, key);
     (opts.tweak)(&mut config);
-    let app = Application::build(config.clone()).await.expect("app starts");
-    let store = app.engine().store().clone();
-    let engine = app.engine().clone();
+    let configs = vec![config; n];
+    let mut apps = Vec::with_capacity(n);
+    for config in &configs {
+        // One after the other: the first start makes the key file the others use.
+        apps.push(Application::build(config.clone()).await.expect("app starts"));
+    }
+    let store = apps[0].engine().store().clone();
     let limits = OrgLimits::resolve(opts.plan, opts.verify_limit, opts.other_limit, None).unwrap();
     let org = admin::create_org(&store, "test org", opts.plan, limits)
         .await
         .unwrap();
-    let base = app.public_url().to_owned();
-    let metrics_url = app.metrics_addr().map(|a| format!("http://{a}/metrics"));
-    let handle = app.handle();
-    let task = actix_web::rt::spawn(app.run_until_stopped());
-    TestApp {
-        base,
-        metrics_url,
-        client: client(),
-        org,
-        store,
-        engine,
-        db,
-        _dir: dir,
-        config,
-        handle,
-        task: Some(task),
-    }
+    let mut dbs: Vec<TestDb> = (1..n).map(|_| db.borrow()).collect();
+    dbs.push(db);
+    apps.into_iter()
+        .zip(configs)
+        .zip(dbs)
+        .map(|((app, config), db)| {
+            let base = app.public_url().to_owned();
+            let metrics_url = app.metrics_addr().map(|a| format!("http://{a}/metrics"));
+            let handle = app.handle();
+            let store = app.engine().store().clone();
+            let engine = app.engine().clone();
+            let task = actix_web::rt::spawn(app.run_until_stopped());
+            TestApp {
+                base,
+                metrics_url,
+                client: client(),
+                org: org.clone(),
+                store,
+                engine,
+                db,
+                _dir: dir.clone(),
+                config,
+                handle,
+                task: Some(task),
+            }
+        })
+        .collect()
 }
 
 pub fn test_config(url: &str, key: PathBuf) -> Config {

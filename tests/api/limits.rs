@@ -105,9 +105,9 @@ async fn the_spec_table_sets_each_plans_limits() {
 async fn anonymous_buckets_pass_exactly_the_limit() {
     let app = spawn_app().await;
     // Other endpoints: 20 per minute per address.
-    let statuses = burst(&app, "/health", None, 20).await;
+    let statuses = burst(&app, "/.well-known/jwks.json", None, 20).await;
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
-    let refused = app.get("/health", None).await;
+    let refused = app.get("/.well-known/jwks.json", None).await;
     let body = refused.assert_error(429, "RATE_LIMITED");
     assert!(body["error"]["message"].as_str().unwrap().contains("20"));
     let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
@@ -178,7 +178,9 @@ async fn failed_authentication_costs_the_address_a_call() {
     let statuses = burst(&app, "/v1/agents", Some(&bad), 20).await;
     assert!(statuses.iter().all(|s| *s == 401), "{statuses:?}");
     // The address's anonymous bucket is spent: even a call without a key is refused now.
-    app.get("/health", None).await.assert_error(429, "RATE_LIMITED");
+    app.get("/openapi.json", None)
+        .await
+        .assert_error(429, "RATE_LIMITED");
     let again = crate::helpers::read(
         app.client
             .get(app.url("/v1/agents"))
@@ -255,4 +257,31 @@ async fn a_valid_key_used_by_many_connections_at_once_is_looked_up_once_and_neve
     app.get(&path, Some(&format!("pk_live_{:040}", 99)))
         .await
         .assert_error(429, "RATE_LIMITED");
+}
+
+/// A balancer's health checks are never refused and spend nobody's calls, yet carry the
+/// headers of the caller's bucket.
+#[actix_web::test]
+async fn health_is_never_limited_and_counts_against_no_bucket() {
+    let app = spawn_app().await;
+    let statuses = burst(&app, "/health", None, 60).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    let health = app.get("/health", None).await;
+    assert_eq!(health.status, 200);
+    assert_eq!(assert_headers(&health, 20), 20, "nothing was taken");
+    // The address's bucket is whole: 20 other calls still pass.
+    let statuses = burst(&app, "/.well-known/jwks.json", None, 20).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    // Spent now, and /health says so without being refused.
+    let health = app.get("/health", None).await;
+    assert_eq!(health.status, 200);
+    assert_eq!(assert_headers(&health, 20), 0);
+    // With a key: the organization's bucket, untouched by health checks.
+    for _ in 0..5 {
+        assert_eq!(app.get("/health", Some(app.secret())).await.status, 200);
+    }
+    assert_eq!(
+        assert_headers(&app.get("/health", Some(app.secret())).await, 500),
+        500
+    );
 }

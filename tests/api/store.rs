@@ -134,7 +134,7 @@ async fn batches_chain_count_and_recheck_revocation_inside_the_transaction() {
         entry(&test, &b.id, VerifyResult::Invalid),
         entry(&live, &a.id, VerifyResult::Expired),
     ];
-    let recs = s.append_audit(batch1).await.unwrap();
+    let recs = s.append_audit(batch1).await.into_result().unwrap();
     assert_eq!(recs.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 1, 2]);
 
     // Revoked in the store but not yet known to the caller: the batch must say so.
@@ -145,6 +145,7 @@ async fn batches_chain_count_and_recheck_revocation_inside_the_transaction() {
             entry(&live, &b.id, VerifyResult::Valid),
         ])
         .await
+        .into_result()
         .unwrap();
     assert_eq!(recs[0].result, VerifyResult::Revoked);
     assert_eq!(recs[0].failure_reason.as_deref(), Some("agent revoked: stolen"));
@@ -275,6 +276,7 @@ async fn batches_recheck_revocation_only_when_a_check_could_have_missed_one() {
     let recs = s
         .append_audit(vec![seen(&a.id, 1), seen(&b.id, 1)])
         .await
+        .into_result()
         .unwrap();
     assert_eq!(
         results(recs),
@@ -284,6 +286,7 @@ async fn batches_recheck_revocation_only_when_a_check_could_have_missed_one() {
     let recs = s
         .append_audit(vec![seen(&a.id, 1), seen(&b.id, 0)])
         .await
+        .into_result()
         .unwrap();
     assert_eq!(results(recs), [VerifyResult::Revoked, VerifyResult::Valid]);
     // Another revocation moves the epoch past what the first entries had seen.
@@ -291,11 +294,13 @@ async fn batches_recheck_revocation_only_when_a_check_could_have_missed_one() {
     let recs = s
         .append_audit(vec![seen(&a.id, 1), seen(&b.id, 1)])
         .await
+        .into_result()
         .unwrap();
     assert_eq!(results(recs), [VerifyResult::Revoked, VerifyResult::Revoked]);
     let recs = s
         .append_audit(vec![seen(&a.id, 2), seen(&b.id, 2)])
         .await
+        .into_result()
         .unwrap();
     assert_eq!(results(recs), [VerifyResult::Valid, VerifyResult::Valid]);
 }
@@ -323,6 +328,7 @@ async fn two_instances_appending_to_one_ledger_never_fork_the_chain() {
                 entry(&live, &a.id, VerifyResult::Valid),
             ])
             .await
+            .into_result()
             .unwrap();
         seqs.extend(recs.iter().map(|r| r.seq));
     }
@@ -354,7 +360,7 @@ async fn two_instances_appending_to_one_ledger_never_fork_the_chain() {
         let batch = (0..300)
             .map(|i| entry(&live, &a.id, VerifyResult::ALL[i % 4]))
             .collect();
-        store.append_audit(batch).await.unwrap();
+        store.append_audit(batch).await.into_result().unwrap();
         assert_eq!(
             store.get_agent(&a.id).await.unwrap().unwrap().verification_count,
             n
@@ -554,6 +560,7 @@ async fn a_per_record_database_is_converted_to_blocks_when_the_service_starts() 
     let recs = s
         .append_audit(vec![entry(&live, a, VerifyResult::Valid)])
         .await
+        .into_result()
         .unwrap();
     assert_eq!((recs[0].seq, recs[0].prev_hash), (301, chains[0].1[299].hash));
     assert_eq!(
@@ -570,4 +577,49 @@ async fn a_per_record_database_is_converted_to_blocks_when_the_service_starts() 
         s.get_agent(a).await.unwrap().unwrap().verification_count,
         of_a + 1
     );
+}
+
+/// A batch whose one ledger cannot be appended to (here its newest block is corrupt) still
+/// commits the other ledgers' records: the store tries each ledger alone.
+#[actix_web::test]
+async fn one_ledgers_trouble_does_not_fail_the_other_ledgers_records() {
+    let app = spawn_app().await;
+    let s = &app.store;
+    let good = Ledger {
+        org_id: app.org.org_id.clone(),
+        mode: KeyMode::Live,
+    };
+    let broken = Ledger {
+        org_id: "org_broken".into(),
+        mode: KeyMode::Live,
+    };
+    // A block whose last hash is 3 bytes long: no head can be read from it.
+    let blob = if app.db.is_postgres() {
+        "'\\x010203'::bytea"
+    } else {
+        "x'010203'"
+    };
+    let zeros = if app.db.is_postgres() {
+        format!("'\\x{}'::bytea", "00".repeat(32))
+    } else {
+        format!("x'{}'", "00".repeat(32))
+    };
+    app.raw_execute(&format!(
+        "INSERT INTO audit_blocks (org_id, mode, first_seq, last_seq, prev_hash, last_hash, results, \
+         n_valid, n_invalid, n_expired, n_revoked, records) \
+         VALUES ('org_broken', 'live', 1, 1, {zeros}, {blob}, 1, 1, 0, 0, 0, {blob})"
+    ))
+    .await
+    .unwrap();
+    let batch = vec![
+        entry(&good, "agt_01aaaaaaaaaaaaaaaaaaaaaaaa", VerifyResult::Valid),
+        entry(&broken, "agt_01bbbbbbbbbbbbbbbbbbbbbbbb", VerifyResult::Valid),
+        entry(&good, "agt_01aaaaaaaaaaaaaaaaaaaaaaaa", VerifyResult::Invalid),
+    ];
+    let appended = s.append_audit(batch).await;
+    assert!(appended.failure.is_some());
+    let [first, second, third] = appended.records.try_into().unwrap();
+    assert_eq!(first.map(|r| r.seq), Some(1));
+    assert!(second.is_none(), "the broken ledger's record is not written");
+    assert_eq!(third.map(|r| (r.seq, r.result)), Some((2, VerifyResult::Invalid)));
 }
