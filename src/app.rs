@@ -176,6 +176,7 @@ impl Application {
         let state = web::Data::new(AppState {
             engine: engine.clone(),
             public_url: public_url.clone(),
+            trusted_proxies: cfg.trusted_proxies.clone(),
         });
         let mut server = HttpServer::new(move || http::app(state.clone()))
             .shutdown_timeout(cfg.shutdown_timeout.as_secs())

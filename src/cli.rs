@@ -73,6 +73,10 @@ pub struct ServeArgs {
     /// HTTP worker threads [default: one per CPU]
     #[arg(long, env = "AGENTID_WORKERS")]
     pub workers: Option<usize>,
+    /// Balancers in front of the service, as CIDRs (e.g. 10.0.0.0/8,::1/128): only a peer in
+    /// one of them is believed about the client's address (X-Forwarded-For, Forwarded).
+    #[arg(long, env = "AGENTID_TRUSTED_PROXIES", default_value = "")]
+    pub trusted_proxies: String,
     /// Most audit records written in one transaction.
     #[arg(long, env = "AGENTID_AUDIT_BATCH_MAX", default_value_t = 512)]
     pub audit_batch_max: usize,
@@ -85,6 +89,21 @@ pub struct ServeArgs {
     /// Verified tokens remembered (0 disables the cache).
     #[arg(long, env = "AGENTID_TOKEN_CACHE_CAPACITY", default_value_t = 65_536)]
     pub token_cache_capacity: usize,
+}
+
+/// Comma-separated CIDR networks; a bare address is the network of that address alone.
+fn parse_nets(list: &str) -> Result<Vec<ipnet::IpNet>, String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<ipnet::IpNet>()
+                .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| {
+                    format!("--trusted-proxies: {s:?} is not a CIDR network like 10.0.0.0/8, nor an address")
+                })
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -220,6 +239,7 @@ async fn serve(args: ServeArgs) -> CliResult {
         signing_key_file: args.signing_key_file,
         metrics_bind,
         workers: args.workers,
+        trusted_proxies: parse_nets(&args.trusted_proxies)?,
         engine: EngineConfig {
             writer: WriterConfig {
                 max_batch: args.audit_batch_max.max(1),

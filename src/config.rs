@@ -20,6 +20,8 @@ pub struct Config {
     pub metrics_bind: Option<String>,
     /// HTTP worker threads; `None` means one per CPU.
     pub workers: Option<usize>,
+    /// Peers (balancers) whose `X-Forwarded-For` / `Forwarded` name the client.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Audit writer, verified-token cache, registry resync.
     pub engine: EngineConfig,
     pub store: StoreOptions,
@@ -40,6 +42,7 @@ impl Config {
             signing_key_file: PathBuf::from("./data/signing-key.pem"),
             metrics_bind: Some("127.0.0.1:9464".into()),
             workers: None,
+            trusted_proxies: Vec::new(),
             engine: EngineConfig::default(),
             store: StoreOptions::default(),
             bootstrap: true,
@@ -58,6 +61,7 @@ impl fmt::Debug for Config {
             .field("signing_key_file", &self.signing_key_file)
             .field("metrics_bind", &self.metrics_bind)
             .field("workers", &self.workers)
+            .field("trusted_proxies", &self.trusted_proxies)
             .field("engine", &self.engine)
             .finish_non_exhaustive()
     }

@@ -13,6 +13,8 @@ pub struct AppState {
     pub engine: Arc<Engine>,
     /// `{base_url}` of the spec, without a trailing slash.
     pub public_url: String,
+    /// Peers whose forwarding headers say who the client is (see `http::client`).
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 impl AppState {

@@ -4,7 +4,6 @@
 //! response, records metrics, and logs one line per request (route pattern, never the path:
 //! verify paths hold tokens).
 
-use std::net::IpAddr;
 use std::time::Instant;
 
 use actix_web::body::{BoxBody, MessageBody};
@@ -16,6 +15,7 @@ use actix_web::ResponseError;
 use actix_web::{web, HttpMessage, HttpRequest};
 use tracing::Instrument;
 
+use super::client;
 use super::context::{AppState, Auth, KeepBody, RequestCtx};
 use super::error::{code_for_status, ApiError, ErrorBody, ErrorCode, ErrorDetail, ErrorInfo};
 use super::routes::{self, Route};
@@ -35,7 +35,11 @@ pub async fn gate(
         .app_data::<web::Data<AppState>>()
         .cloned()
         .expect("AppState is registered");
-    let ip = req.peer_addr().map_or(IpAddr::from([0, 0, 0, 0]), |a| a.ip());
+    let ip = client::address(
+        req.peer_addr().map(|a| a.ip()),
+        req.headers(),
+        &state.trusted_proxies,
+    );
     let span = tracing::info_span!("request", request_id = %request_id);
     let auth = match bearer(req.headers()) {
         None => Auth::Anonymous,

@@ -3,6 +3,7 @@
 
 mod agents;
 mod auth;
+mod client;
 mod context;
 pub mod cursor;
 mod error;

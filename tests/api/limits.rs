@@ -285,3 +285,50 @@ async fn health_is_never_limited_and_counts_against_no_bucket() {
         500
     );
 }
+
+/// Behind a trusted balancer each client has its own anonymous bucket, by the address the
+/// balancer recorded; from a peer that is not trusted, the same header is ignored.
+#[actix_web::test]
+async fn forwarded_addresses_count_only_from_trusted_proxies() {
+    async fn anonymous_call(app: &TestApp, client: &str) -> u16 {
+        let res = crate::helpers::read(
+            app.client
+                .get(app.url("/.well-known/jwks.json"))
+                .insert_header(("X-Forwarded-For", format!("6.6.6.6, {client}")))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        res.status
+    }
+    let trusting = spawn_app_with(Options {
+        tweak: Box::new(|c| c.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()]),
+        ..Options::default()
+    })
+    .await;
+    for _ in 0..20 {
+        assert_eq!(anonymous_call(&trusting, "198.51.100.1").await, 200);
+    }
+    assert_eq!(anonymous_call(&trusting, "198.51.100.1").await, 429);
+    assert_eq!(
+        anonymous_call(&trusting, "198.51.100.2").await,
+        200,
+        "another client"
+    );
+    assert_eq!(
+        trusting.get("/.well-known/jwks.json", None).await.status,
+        200,
+        "the balancer itself"
+    );
+
+    let untrusting = spawn_app().await;
+    for _ in 0..20 {
+        assert_eq!(anonymous_call(&untrusting, "198.51.100.1").await, 200);
+    }
+    assert_eq!(
+        anonymous_call(&untrusting, "198.51.100.2").await,
+        429,
+        "a client cannot pick its own bucket"
+    );
+}
