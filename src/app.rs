@@ -3,7 +3,9 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix_web::dev::{Server, ServerHandle};
 use actix_web::{web, HttpServer};
@@ -57,21 +59,46 @@ pub enum StartError {
     Signals { source: std::io::Error },
 }
 
-/// Resolves at the first SIGTERM, SIGINT or SIGQUIT (handlers installed now, not at the
-/// first poll). All three stop gracefully: the framework's own handlers stopped at once on
-/// SIGQUIT, but a verify in flight is cheap to finish and its answer is already recorded.
-fn stop_signal() -> std::io::Result<impl std::future::Future<Output = ()> + Send + 'static> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut quit = signal(SignalKind::quit())?;
-    Ok(async move {
+/// The stop signals: SIGTERM, SIGINT and SIGQUIT (handlers installed when this is made, not
+/// at the first poll). All three stop gracefully: the framework's own handlers stopped at
+/// once on SIGQUIT, but a verify in flight is cheap to finish and its answer is recorded.
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> std::io::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(StopSignals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            quit: signal(SignalKind::quit())?,
+        })
+    }
+
+    /// The next stop signal's name.
+    async fn next(&mut self) -> &'static str {
         tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: stopping gracefully"),
-            _ = int.recv() => tracing::info!("SIGINT: stopping gracefully"),
-            _ = quit.recv() => tracing::info!("SIGQUIT: stopping gracefully"),
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+            _ = self.quit.recv() => "SIGQUIT",
         }
-    })
+    }
+
+    /// Resolves when the instance should stop accepting: `drain` after the first signal, in
+    /// which the instance goes on serving while `/health` says it is draining (so that a
+    /// balancer stops sending it new calls), or at a second signal.
+    async fn drained(mut self, draining: Arc<AtomicBool>, drain: Duration) {
+        let first = self.next().await;
+        draining.store(true, Ordering::SeqCst);
+        tracing::info!("{first}: draining for {drain:?}, then stopping gracefully");
+        tokio::select! {
+            _ = tokio::time::sleep(drain) => {}
+            second = self.next() => tracing::info!("{second}: stopping now"),
+        }
+    }
 }
 
 /// The key this instance signs with: the one in its key file, which must be the key the fleet
@@ -173,10 +200,12 @@ impl Application {
             .unwrap_or_else(|| format!("http://{addr}"))
             .trim_end_matches('/')
             .to_owned();
+        let draining = Arc::new(AtomicBool::new(false));
         let state = web::Data::new(AppState {
             engine: engine.clone(),
             public_url: public_url.clone(),
             trusted_proxies: cfg.trusted_proxies.clone(),
+            draining: draining.clone(),
         });
         let mut server = HttpServer::new(move || http::app(state.clone()))
             .shutdown_timeout(cfg.shutdown_timeout.as_secs())
@@ -186,9 +215,10 @@ impl Application {
             server = server.workers(n.max(1));
         }
         server = if cfg.handle_signals {
-            let stop = stop_signal().map_err(|source| StartError::Signals { source })?;
-            // Graceful: accepting stops, the workers finish their requests, then stop.
-            server.shutdown_signal(stop)
+            let signals = StopSignals::install().map_err(|source| StartError::Signals { source })?;
+            // Graceful, after the drain: accepting stops, the workers finish their requests,
+            // then stop.
+            server.shutdown_signal(signals.drained(draining, cfg.shutdown_drain))
         } else {
             server.disable_signals()
         };

@@ -77,6 +77,11 @@ pub struct ServeArgs {
     /// one of them is believed about the client's address (X-Forwarded-For, Forwarded).
     #[arg(long, env = "AGENTID_TRUSTED_PROXIES", default_value = "")]
     pub trusted_proxies: String,
+    /// After SIGTERM, SIGINT or SIGQUIT: seconds the instance goes on serving while /health
+    /// answers 503 "draining" (so that a balancer moves its traffic), before it stops
+    /// accepting, finishes what is in flight and exits.
+    #[arg(long, env = "AGENTID_SHUTDOWN_DRAIN_SECONDS", default_value_t = 5)]
+    pub shutdown_drain_seconds: u64,
     /// Most audit records written in one transaction.
     #[arg(long, env = "AGENTID_AUDIT_BATCH_MAX", default_value_t = 512)]
     pub audit_batch_max: usize,
@@ -253,6 +258,7 @@ async fn serve(args: ServeArgs) -> CliResult {
             max_connections: args.db_max_connections.max(1),
             ..StoreOptions::default()
         },
+        shutdown_drain: Duration::from_secs(args.shutdown_drain_seconds),
         ..Config::new(args.db.database_url)
     };
     tracing::info!(config = ?cfg, "starting");

@@ -30,6 +30,9 @@ pub struct Config {
     /// Stop gracefully on SIGTERM / SIGINT (off in tests, which run many servers).
     pub handle_signals: bool,
     pub shutdown_timeout: Duration,
+    /// After a stop signal: how long the instance goes on serving, `/health` answering 503
+    /// `draining`, before it stops accepting.
+    pub shutdown_drain: Duration,
 }
 
 impl Config {
@@ -48,6 +51,7 @@ impl Config {
             bootstrap: true,
             handle_signals: true,
             shutdown_timeout: Duration::from_secs(10),
+            shutdown_drain: Duration::from_secs(5),
         }
     }
 }

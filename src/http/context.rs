@@ -15,6 +15,15 @@ pub struct AppState {
     pub public_url: String,
     /// Peers whose forwarding headers say who the client is (see `http::client`).
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// A stop signal came: `/health` answers 503 `draining`, and every answer closes its
+    /// connection, until the instance stops accepting.
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl AppState {
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl AppState {

@@ -180,6 +180,13 @@ fn finish(
             HeaderValue::from_static(routes::EXPOSED_HEADERS),
         );
     }
+    if state.is_draining() {
+        // Clients move to another instance with their next call, instead of finding this
+        // connection closed under it when the instance stops.
+        res.response_mut()
+            .head_mut()
+            .set_connection_type(actix_web::http::ConnectionType::Close);
+    }
     record(route, res.request(), status, received);
     res
 }

@@ -12,7 +12,8 @@ use crate::domain::Millis;
 /// The health record.
 #[derive(Serialize, ToSchema)]
 pub struct Health {
-    /// ok when healthy, unavailable when the database cannot be reached.
+    /// ok when healthy; unavailable when the database cannot be reached; draining while the
+    /// instance finishes its work before it stops (a balancer should send it nothing new).
     #[schema(example = "ok")]
     status: &'static str,
     version: &'static str,
@@ -23,13 +24,18 @@ pub struct Health {
     get, path = "/health", tag = "service",
     responses(
         (status = 200, description = "Healthy", body = Health),
-        (status = 503, description = "The database cannot be reached (status unavailable)", body = Health),
+        (status = 503, description = "The database cannot be reached (status unavailable), or the instance is stopping (status draining)", body = Health),
     ),
 )]
 pub async fn health(state: web::Data<AppState>) -> HttpResponse {
-    let ok = state.engine.store_healthy().await;
+    let draining = state.is_draining();
+    let ok = !draining && state.engine.store_healthy().await;
     let body = Health {
-        status: if ok { "ok" } else { "unavailable" },
+        status: match (ok, draining) {
+            (true, _) => "ok",
+            (false, true) => "draining",
+            (false, false) => "unavailable",
+        },
         version: env!("CARGO_PKG_VERSION"),
         timestamp: Millis::now(),
     };

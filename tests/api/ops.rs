@@ -305,7 +305,8 @@ async fn logs_are_json_with_request_facts_and_never_hold_a_secret() {
 async fn sigterm_drains_in_flight_work_and_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
     let db = crate::helpers::TestDb::new(dir.path()).await;
-    let mut server = crate::cli::start_server(dir.path(), Some(&db.url), &[]);
+    let drain = [("AGENTID_SHUTDOWN_DRAIN_SECONDS", "1")];
+    let mut server = crate::cli::start_server(dir.path(), Some(&db.url), &drain);
     let (sk, pk) = (
         server.printed_key("secret_live"),
         server.printed_key("publishable_live"),
@@ -348,7 +349,7 @@ async fn sigterm_drains_in_flight_work_and_exits_zero() {
         unavailable += l.await.unwrap_or(0);
     }
     assert!(status.success(), "exit status {status:?}");
-    // The audit writer left its HTTP worker before any worker stopped: no batch was cut.
+    // Every request in flight was answered: the writer drains only after the workers stop.
     assert_eq!(unavailable, 0, "503 answers while stopping");
     let answered = answered.load(Ordering::SeqCst) as i64;
     assert!(answered > 20, "the load ran: {answered}");
@@ -417,5 +418,56 @@ fn org_set_limits_changes_plan_and_limits() {
     assert_eq!(
         (tweak["verify_limit"].as_u64(), tweak["other_limit"].as_u64()),
         (Some(10), Some(8))
+    );
+}
+
+/// After SIGTERM the instance goes on serving for the drain time while `/health` answers
+/// 503 `draining` (a balancer takes it out), every answer closing its connection; then it
+/// stops accepting and exits 0.
+#[actix_web::test]
+async fn sigterm_drains_behind_a_health_check_that_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::helpers::TestDb::new(dir.path()).await;
+    let drain = [("AGENTID_SHUTDOWN_DRAIN_SECONDS", "2")];
+    let mut server = crate::cli::start_server(dir.path(), Some(&db.url), &drain);
+    let sk = server.printed_key("secret_live");
+    let (_, token) = server.register(&sk, "n").await;
+    let client = crate::helpers::client();
+    let get = |path: String| {
+        let client = client.clone();
+        async move { crate::helpers::read(client.get(path).send().await.unwrap()).await }
+    };
+    let health = get(format!("{}/health", server.base)).await;
+    assert_eq!(health.status, 200);
+    assert_eq!(health.header("connection"), None);
+
+    let signalled = Instant::now();
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    actix_web::rt::time::sleep(Duration::from_millis(300)).await;
+    let health = get(format!("{}/health", server.base)).await;
+    assert_eq!(health.status, 503, "{}", health.text());
+    assert_eq!(health.json()["status"], "draining");
+    let verify = get(format!("{}/v1/verify/{token}", server.base)).await;
+    assert_eq!(verify.status, 200, "still serving while draining");
+    assert_eq!(verify.json()["valid"], true);
+    assert_eq!(verify.header("connection").as_deref(), Some("close"));
+
+    let status = loop {
+        if let Some(s) = server.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(signalled.elapsed() < Duration::from_secs(20), "no exit");
+        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "exit status {status:?}");
+    assert!(
+        signalled.elapsed() >= Duration::from_secs(2),
+        "served for the whole drain: {:?}",
+        signalled.elapsed()
     );
 }
