@@ -166,6 +166,8 @@ fn register_zeroes() {
     metrics::counter!("agentid_audit_writer_restarts_total").increment(0);
     metrics::counter!("agentid_audit_records_total").increment(0);
     metrics::counter!("agentid_audit_chain_conflicts_total").increment(0);
+    // Registered, so that it is exported (with empty buckets) before the first wait.
+    let _ = metrics::histogram!("agentid_audit_chain_lock_wait_seconds");
     metrics::gauge!("agentid_audit_queue_depth").set(0.0);
     metrics::gauge!("agentid_rate_limit_buckets").set(0.0);
 }

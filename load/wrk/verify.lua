@@ -1,5 +1,6 @@
 -- wrk script: GET /v1/verify/<token>, walking a token file round-robin (each thread from its
--- own offset), identified as a receiver with a publishable key.
+-- own offset), identified as a receiver with a publishable key: PK_KEY, or the key after the
+-- token on its line ("TOKEN KEY", for tokens of several organizations).
 -- usage: wrk ... -s verify.lua URL -- TOKENS_FILE PK_KEY
 local threads = {}
 local next_id = 0
@@ -14,9 +15,11 @@ end
 -- costs wrk ~1.4 µs a verify, on cores it may share with the server, which `/health`'s short
 -- request does not pay.
 function init(args)
-  local headers = { ["Authorization"] = "Bearer " .. args[2] }
   formatted = {}
-  for token in io.lines(args[1]) do
+  for line in io.lines(args[1]) do
+    local token, key = line:match("^(%S+)%s*(%S*)$")
+    if key == "" then key = args[2] end
+    local headers = { ["Authorization"] = "Bearer " .. key }
     formatted[#formatted + 1] = wrk.format("GET", "/v1/verify/" .. token, headers)
   end
   i = (id * math.floor(#formatted / 8)) % #formatted
