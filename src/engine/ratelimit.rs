@@ -154,23 +154,31 @@ struct LocalBuckets<K> {
     map: DashMap<K, (u32, u64)>,
 }
 
-impl<K: std::hash::Hash + Eq + Clone> LocalBuckets<K> {
+impl<K: std::hash::Hash + Eq> LocalBuckets<K> {
     fn new() -> Self {
         LocalBuckets { map: DashMap::new() }
     }
 
-    /// Takes a cell (`take`) or only looks.
-    fn check(&self, key: &K, limit: u32, now: Duration, take: bool) -> Decision {
+    /// Takes a cell (`take`) or only looks. A key is copied only for a bucket seen first.
+    fn check<Q>(&self, key: &Q, limit: u32, now: Duration, take: bool) -> Decision
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let g = Gcra { limit };
         let now = nanos(now);
-        let tat = |t: Option<u64>| t.unwrap_or(now);
         let (tat, granted) = if take {
-            let mut entry = self.map.entry(key.clone()).or_insert((limit, now));
-            let (granted, after) = g.take(entry.1, now, 1);
-            *entry = (limit, after);
-            (after, granted == 1)
+            let take_one = |entry: &mut (u32, u64)| {
+                let (granted, after) = g.take(entry.1, now, 1);
+                *entry = (limit, after);
+                (after, granted == 1)
+            };
+            match self.map.get_mut(key) {
+                Some(mut entry) => take_one(&mut entry),
+                None => take_one(&mut self.map.entry(key.to_owned()).or_insert((limit, now))),
+            }
         } else {
-            (tat(self.map.get(key).map(|e| e.1)), true)
+            (self.map.get(key).map_or(now, |e| e.1), true)
         };
         let full_in = Duration::from_nanos(tat.saturating_sub(now));
         let wait = (!granted).then(|| Duration::from_nanos(g.wait(tat, now)));
@@ -241,10 +249,10 @@ struct Leased {
     refill: tokio::sync::Mutex<()>,
 }
 
-/// Organization buckets in the store a fleet shares.
+/// Organization buckets in the store a fleet shares, by class and organization.
 struct Leases {
     store: SharedStore,
-    buckets: DashMap<String, Arc<Leased>>,
+    buckets: [DashMap<String, Arc<Leased>>; 2],
 }
 
 /// Cells an instance leases at once from a bucket of `limit` a minute.
@@ -253,10 +261,12 @@ fn lease_size(limit: u32) -> u32 {
 }
 
 impl Leases {
-    async fn check<C: Clock>(&self, clock: &C, key: String, limit: u32) -> Decision {
-        let bucket = self
-            .buckets
-            .entry(key.clone())
+    fn bucket(&self, class: Class, org_id: &str, limit: u32, now: Duration) -> Arc<Leased> {
+        let map = &self.buckets[class as usize];
+        if let Some(b) = map.get(org_id) {
+            return b.clone();
+        }
+        map.entry(org_id.to_owned())
             .or_insert_with(|| {
                 Arc::new(Leased {
                     lease: Mutex::new(Lease {
@@ -265,12 +275,16 @@ impl Leases {
                         shared_left: limit,
                         full_at: Duration::ZERO,
                         refused_until: Duration::ZERO,
-                        used_at: clock.now(),
+                        used_at: now,
                     }),
                     refill: tokio::sync::Mutex::new(()),
                 })
             })
-            .clone();
+            .clone()
+    }
+
+    async fn check<C: Clock>(&self, clock: &C, class: Class, org_id: &str, limit: u32) -> Decision {
+        let bucket = self.bucket(class, org_id, limit, clock.now());
         loop {
             if let Some(d) = Self::from_lease(&bucket, clock.now(), limit) {
                 return d;
@@ -281,6 +295,7 @@ impl Leases {
                 return d;
             }
             let buckets = self.store.shared_buckets().expect("leases run on shared buckets");
+            let key = bucket_key(org_id, class);
             match buckets.take_cells(&key, limit, lease_size(limit)).await {
                 Ok(taken) => {
                     let now = clock.now();
@@ -318,8 +333,8 @@ impl Leases {
         (now < lease.refused_until).then(|| lease.decision(now, true))
     }
 
-    fn peek<C: Clock>(&self, clock: &C, key: &str, limit: u32) -> Decision {
-        match self.buckets.get(key) {
+    fn peek<C: Clock>(&self, clock: &C, class: Class, org_id: &str, limit: u32) -> Decision {
+        match self.buckets[class as usize].get(org_id) {
             Some(b) => b.lease.lock().decision(clock.now(), false),
             None => decision(limit, limit, Duration::ZERO, None),
         }
@@ -330,14 +345,17 @@ impl Leases {
     async fn give_back<C: Clock>(&self, clock: &C, all: bool) {
         let now = clock.now();
         let mut back = Vec::new();
-        self.buckets.retain(|key, b| {
-            let mut lease = b.lease.lock();
-            let idle = now.saturating_sub(lease.used_at);
-            if lease.cells > 0 && (all || idle >= LEASE_IDLE) {
-                back.push((key.clone(), lease.limit, std::mem::take(&mut lease.cells)));
-            }
-            lease.cells > 0 || idle < Duration::from_secs(60)
-        });
+        for class in [Class::Verify, Class::Other] {
+            self.buckets[class as usize].retain(|org_id, b| {
+                let mut lease = b.lease.lock();
+                let idle = now.saturating_sub(lease.used_at);
+                if lease.cells > 0 && (all || idle >= LEASE_IDLE) {
+                    let cells = std::mem::take(&mut lease.cells);
+                    back.push((bucket_key(org_id, class), lease.limit, cells));
+                }
+                lease.cells > 0 || idle < Duration::from_secs(60)
+            });
+        }
         let Some(buckets) = self.store.shared_buckets() else {
             return;
         };
@@ -364,7 +382,8 @@ fn apply(lease: &mut Lease, taken: &Taken, now: Duration, limit: u32) {
 }
 
 enum OrgBuckets {
-    Local(LocalBuckets<(Class, String)>),
+    /// By class, then organization.
+    Local([LocalBuckets<String>; 2]),
     Shared(Leases),
 }
 
@@ -395,9 +414,9 @@ impl<C: Clock> RateLimits<C> {
         let orgs = match shared {
             Some(store) => OrgBuckets::Shared(Leases {
                 store,
-                buckets: DashMap::new(),
+                buckets: [DashMap::new(), DashMap::new()],
             }),
-            None => OrgBuckets::Local(LocalBuckets::new()),
+            None => OrgBuckets::Local([LocalBuckets::new(), LocalBuckets::new()]),
         };
         RateLimits {
             clock,
@@ -419,10 +438,10 @@ impl<C: Clock> RateLimits<C> {
         match (caller, &self.orgs) {
             (Caller::Anonymous(ip), _) => self.anonymous(ip, class, true),
             (Caller::Org { org_id, per_minute }, OrgBuckets::Local(b)) => {
-                b.check(&(class, org_id.to_owned()), per_minute, self.clock.now(), true)
+                b[class as usize].check(org_id, per_minute, self.clock.now(), true)
             }
             (Caller::Org { org_id, per_minute }, OrgBuckets::Shared(l)) => {
-                l.check(&self.clock, bucket_key(org_id, class), per_minute).await
+                l.check(&self.clock, class, org_id, per_minute).await
             }
         }
     }
@@ -433,10 +452,10 @@ impl<C: Clock> RateLimits<C> {
         match (caller, &self.orgs) {
             (Caller::Anonymous(ip), _) => self.anonymous(ip, class, false),
             (Caller::Org { org_id, per_minute }, OrgBuckets::Local(b)) => {
-                b.check(&(class, org_id.to_owned()), per_minute, self.clock.now(), false)
+                b[class as usize].check(org_id, per_minute, self.clock.now(), false)
             }
             (Caller::Org { org_id, per_minute }, OrgBuckets::Shared(l)) => {
-                l.peek(&self.clock, &bucket_key(org_id, class), per_minute)
+                l.peek(&self.clock, class, org_id, per_minute)
             }
         }
     }
@@ -457,16 +476,16 @@ impl<C: Clock> RateLimits<C> {
             b.evict_full(now);
         }
         match &self.orgs {
-            OrgBuckets::Local(b) => b.evict_full(now),
+            OrgBuckets::Local(b) => b.iter().for_each(|b| b.evict_full(now)),
             OrgBuckets::Shared(l) => l.give_back(&self.clock, all).await,
         }
     }
 
     /// Buckets currently tracked.
     pub fn tracked(&self) -> usize {
-        let orgs = match &self.orgs {
-            OrgBuckets::Local(b) => b.map.len(),
-            OrgBuckets::Shared(l) => l.buckets.len(),
+        let orgs: usize = match &self.orgs {
+            OrgBuckets::Local(b) => b.iter().map(|b| b.map.len()).sum(),
+            OrgBuckets::Shared(l) => l.buckets.iter().map(DashMap::len).sum(),
         };
         self.anon_verify.map.len() + self.anon_other.map.len() + self.key_lookups.map.len() + orgs
     }
@@ -534,27 +553,27 @@ mod tests {
 
     #[test]
     fn local_buckets_refuse_with_retry_after_and_come_back() {
-        let b: LocalBuckets<&str> = LocalBuckets::new();
+        let b: LocalBuckets<String> = LocalBuckets::new();
         let clock = FakeClock::default();
         for i in 0..5 {
-            let d = b.check(&"org_a", 5, clock.now(), true);
+            let d = b.check("org_a", 5, clock.now(), true);
             assert!(d.allowed, "call {i}");
             assert_eq!(d.remaining, 4 - i);
             assert_eq!(d.limit, 5);
         }
-        let refused = b.check(&"org_a", 5, clock.now(), true);
+        let refused = b.check("org_a", 5, clock.now(), true);
         assert!(!refused.allowed);
         assert_eq!(refused.remaining, 0);
         assert_eq!(refused.retry_after, Some(12));
-        let peeked = b.check(&"org_a", 5, clock.now(), false);
+        let peeked = b.check("org_a", 5, clock.now(), false);
         assert!(peeked.allowed && peeked.remaining == 0, "a look takes nothing");
         clock.advance(Duration::from_millis(11_999));
-        assert!(!b.check(&"org_a", 5, clock.now(), true).allowed);
+        assert!(!b.check("org_a", 5, clock.now(), true).allowed);
         clock.advance(Duration::from_millis(1));
-        let back = b.check(&"org_a", 5, clock.now(), true);
+        let back = b.check("org_a", 5, clock.now(), true);
         assert!(back.allowed);
         assert_eq!(back.remaining, 0);
-        assert!(b.check(&"org_b", 5, clock.now(), true).allowed, "per key");
+        assert!(b.check("org_b", 5, clock.now(), true).allowed, "per key");
     }
 
     #[test]
