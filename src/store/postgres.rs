@@ -84,9 +84,8 @@ impl SqlStore<Postgres> {
             Err(e) => return Err((e.into(), entries)),
         };
         let entries = match seal_and_write(&mut conn, entries, heads, &self.extra.cache).await {
-            Ok(done) => {
-                let records = done.records.clone();
-                self.extra.cache.lock().wrote(done);
+            Ok(Sealed { records, learned }) => {
+                self.extra.cache.lock().wrote(learned);
                 return Ok(records);
             }
             Err((StoreError::Conflict(_), entries)) => {
@@ -114,12 +113,11 @@ impl SqlStore<Postgres> {
             Ok(locked) => locked,
             Err(e) => return Err((e, entries)),
         };
-        let done = seal_and_write(&mut tx, entries, heads, &self.extra.cache).await?;
+        let Sealed { records, learned } = seal_and_write(&mut tx, entries, heads, &self.extra.cache).await?;
         if let Err(e) = tx.commit().await {
-            return Err((e.into(), batch::unseal(done.records, &seen_by_entry)));
+            return Err((e.into(), batch::unseal(records, &seen_by_entry)));
         }
-        let records = done.records.clone();
-        self.extra.cache.lock().wrote(done);
+        self.extra.cache.lock().wrote(learned);
         Ok(records)
     }
 
@@ -223,13 +221,19 @@ impl Backend for Postgres {
     }
 }
 
-/// A batch as written: its records, the heads after it, and what the writer's cache learns.
+/// A batch as written: its records, and what the writer's cache learns from it.
 struct Sealed {
     records: Vec<AuditRecord>,
+    learned: Learned,
+}
+
+/// What a written batch tells the writer's cache: the heads after it, its blocks, and the
+/// agents' running totals it used (`known`) and that the statement returned (`returned`).
+struct Learned {
     heads: block::Heads,
     blocks: Vec<Block>,
     known: AgentTotals,
-    learned: AgentTotals,
+    returned: AgentTotals,
 }
 
 /// Seals `entries` after `heads` and writes them with one statement on `conn` (inside its
@@ -254,13 +258,15 @@ async fn seal_and_write(
         let known = cache.lock().known_agents(&blocks);
         let written = write_blocks_with(conn, &blocks, seen, &known).await;
         entries = match written {
-            Ok(Written::Done(learned)) => {
+            Ok(Written::Done(returned)) => {
                 return Ok(Sealed {
                     records,
-                    heads: after,
-                    blocks,
-                    known,
-                    learned,
+                    learned: Learned {
+                        heads: after,
+                        blocks,
+                        known,
+                        returned,
+                    },
                 })
             }
             Ok(Written::Revoked(revoked)) => {
@@ -619,15 +625,14 @@ impl WriterCache {
 
     /// After a committed batch: the new heads, and every agent's totals after its last block
     /// (known ones advanced by the batch, the others as the statement returned them).
-    fn wrote(&mut self, done: Sealed) {
-        let Sealed {
+    fn wrote(&mut self, learned: Learned) {
+        let Learned {
             heads,
             blocks,
             known,
-            learned,
-            ..
-        } = done;
-        let mut after = learned;
+            returned,
+        } = learned;
+        let mut after = returned;
         for b in &blocks {
             for a in &b.agents {
                 if let Some(prior) = totals_of(&known, &b.ledger, &a.agent_id) {
