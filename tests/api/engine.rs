@@ -478,29 +478,9 @@ async fn cached_tokens_still_expire_and_are_still_revoked() {
 
 #[actix_web::test]
 async fn a_store_outage_fails_verify_closed_and_recovery_needs_no_restart() {
-    let Some(admin) = crate::helpers::postgres_admin_url() else {
-        eprintln!("store outage test runs against PostgreSQL only (AGENTID_TEST_DATABASE_URL)");
+    let Some((proxy, app)) = crate::proxy::app_behind_proxy().await else {
         return;
     };
-    let target: std::net::SocketAddr = admin
-        .split('@')
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or("127.0.0.1:5432")
-        .parse()
-        .unwrap();
-    let proxy = crate::proxy::Proxy::start(target).await;
-    let proxy_addr = proxy.addr;
-    let app = spawn_app_with(Options {
-        tweak: Box::new(move |c| {
-            c.database_url = c
-                .database_url
-                .replacen(&target.to_string(), &proxy_addr.to_string(), 1);
-            c.store.acquire_timeout = Duration::from_secs(1);
-        }),
-        ..Options::unlimited()
-    })
-    .await;
     let (id, token) = app.agent().await;
     let mut valid_answers = 0;
     for _ in 0..3 {

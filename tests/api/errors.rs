@@ -76,29 +76,9 @@ async fn every_response_has_a_request_id_and_docs_urls_resolve() {
 #[actix_web::test]
 async fn every_endpoint_answers_503_while_the_database_is_down() {
     use std::time::Duration;
-    let Some(admin) = crate::helpers::postgres_admin_url() else {
-        eprintln!("the outage test runs against PostgreSQL only (AGENTID_TEST_DATABASE_URL)");
+    let Some((proxy, app)) = crate::proxy::app_behind_proxy().await else {
         return;
     };
-    let target: std::net::SocketAddr = admin
-        .split('@')
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or("127.0.0.1:5432")
-        .parse()
-        .unwrap();
-    let proxy = crate::proxy::Proxy::start(target).await;
-    let proxy_addr = proxy.addr;
-    let app = crate::helpers::spawn_app_with(crate::helpers::Options {
-        tweak: Box::new(move |c| {
-            c.database_url = c
-                .database_url
-                .replacen(&target.to_string(), &proxy_addr.to_string(), 1);
-            c.store.acquire_timeout = Duration::from_secs(1);
-        }),
-        ..crate::helpers::Options::unlimited()
-    })
-    .await;
     let (id, token) = app.agent().await;
     // A second key of the organization the service has not looked up yet.
     let fresh = agentid::engine::admin::create_key(

@@ -48,3 +48,32 @@ impl Proxy {
         self.up.send_replace(true);
     }
 }
+
+/// An app (unlimited organization) whose PostgreSQL connections pass through a proxy that
+/// can be cut, with a 1 s pool timeout; `None`, with a note, on SQLite.
+pub async fn app_behind_proxy() -> Option<(Proxy, crate::helpers::TestApp)> {
+    let Some(admin) = crate::helpers::postgres_admin_url() else {
+        eprintln!("outage tests run against PostgreSQL only (AGENTID_TEST_DATABASE_URL)");
+        return None;
+    };
+    let target: SocketAddr = admin
+        .split('@')
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or("127.0.0.1:5432")
+        .parse()
+        .unwrap();
+    let proxy = Proxy::start(target).await;
+    let proxy_addr = proxy.addr;
+    let app = crate::helpers::spawn_app_with(crate::helpers::Options {
+        tweak: Box::new(move |c| {
+            c.database_url = c
+                .database_url
+                .replacen(&target.to_string(), &proxy_addr.to_string(), 1);
+            c.store.acquire_timeout = std::time::Duration::from_secs(1);
+        }),
+        ..crate::helpers::Options::unlimited()
+    })
+    .await;
+    Some((proxy, app))
+}
