@@ -298,7 +298,7 @@ impl Engine {
     /// the rate-limit cells this instance leased and did not use.
     pub async fn drain(&self) {
         self.audit.drain().await;
-        self.rate_limits.upkeep(true).await;
+        self.rate_limits.give_back(true).await;
     }
 
     /// The audit writer's next flush panics (its batch is answered 503, the writer restarts).

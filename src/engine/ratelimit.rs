@@ -468,16 +468,22 @@ impl<C: Clock> RateLimits<C> {
         buckets.check(&ip.into(), limit, self.clock.now(), take)
     }
 
-    /// Forgets local buckets that are full again, and gives back leased cells unused for a
-    /// second (every one of them with `all`, as the instance stops).
-    pub async fn upkeep(&self, all: bool) {
+    /// Forgets the buckets in memory that are full again (a walk of every bucket).
+    pub fn evict_full(&self) {
         let now = self.clock.now();
         for b in [&self.anon_verify, &self.anon_other, &self.key_lookups] {
             b.evict_full(now);
         }
-        match &self.orgs {
-            OrgBuckets::Local(b) => b.iter().for_each(|b| b.evict_full(now)),
-            OrgBuckets::Shared(l) => l.give_back(&self.clock, all).await,
+        if let OrgBuckets::Local(b) = &self.orgs {
+            b.iter().for_each(|b| b.evict_full(now));
+        }
+    }
+
+    /// Gives back leased cells unused for a second (every one of them with `all`, as the
+    /// instance stops). Nothing to do where the organizations' buckets are in memory.
+    pub async fn give_back(&self, all: bool) {
+        if let OrgBuckets::Shared(l) = &self.orgs {
+            l.give_back(&self.clock, all).await;
         }
     }
 
@@ -496,14 +502,19 @@ fn bucket_key(org_id: &str, class: Class) -> String {
     format!("{}/{org_id}", class.as_str())
 }
 
-/// Keeps the buckets, every second, for as long as it runs (see `RateLimits::upkeep`).
+/// Keeps the buckets for as long as it runs: gives back unused leased cells every second,
+/// and forgets full buckets every 30 s (a walk of every one, which a flood of addresses
+/// makes long).
 pub async fn upkeep(limits: Arc<RateLimits>) {
-    let mut ticks = tokio::time::interval(Duration::from_secs(1));
+    let mut ticks = tokio::time::interval(LEASE_IDLE);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
+    for tick in 0u64.. {
         ticks.tick().await;
-        limits.upkeep(false).await;
-        metrics::gauge!("agentid_rate_limit_buckets").set(limits.tracked() as f64);
+        limits.give_back(false).await;
+        if tick % 30 == 0 {
+            limits.evict_full();
+            metrics::gauge!("agentid_rate_limit_buckets").set(limits.tracked() as f64);
+        }
     }
 }
 

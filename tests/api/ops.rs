@@ -301,6 +301,31 @@ async fn logs_are_json_with_request_facts_and_never_hold_a_secret() {
     assert!(requests.iter().any(|r| r["route"] == "/v1/verify/{token}"));
 }
 
+/// Sends the server SIGTERM; returns when.
+fn sigterm(server: &crate::cli::Server) -> Instant {
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    Instant::now()
+}
+
+/// The server's exit status, failing the test if it has not exited 20 s after `signalled`.
+async fn exited(server: &mut crate::cli::Server, signalled: Instant) -> std::process::ExitStatus {
+    loop {
+        if let Some(s) = server.child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(
+            signalled.elapsed() < Duration::from_secs(20),
+            "no exit within 20 s of SIGTERM"
+        );
+        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[actix_web::test]
 async fn sigterm_drains_in_flight_work_and_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
@@ -326,23 +351,8 @@ async fn sigterm_drains_in_flight_work_and_exits_zero() {
         })
         .collect();
     actix_web::rt::time::sleep(Duration::from_millis(800)).await;
-    let started = Instant::now();
-    let pid = server.child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let status = loop {
-        if let Some(s) = server.child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "no exit within 20 s of SIGTERM"
-        );
-        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
-    };
+    let signalled = sigterm(&server);
+    let status = exited(&mut server, signalled).await;
     stop.store(true, Ordering::SeqCst);
     let mut unavailable = 0;
     for l in loops {
@@ -441,13 +451,7 @@ async fn sigterm_drains_behind_a_health_check_that_says_so() {
     assert_eq!(health.status, 200);
     assert_eq!(health.header("connection"), None);
 
-    let signalled = Instant::now();
-    let pid = server.child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
+    let signalled = sigterm(&server);
     actix_web::rt::time::sleep(Duration::from_millis(300)).await;
     let health = get(format!("{}/health", server.base)).await;
     assert_eq!(health.status, 503, "{}", health.text());
@@ -457,13 +461,7 @@ async fn sigterm_drains_behind_a_health_check_that_says_so() {
     assert_eq!(verify.json()["valid"], true);
     assert_eq!(verify.header("connection").as_deref(), Some("close"));
 
-    let status = loop {
-        if let Some(s) = server.child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(signalled.elapsed() < Duration::from_secs(20), "no exit");
-        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
-    };
+    let status = exited(&mut server, signalled).await;
     assert!(status.success(), "exit status {status:?}");
     assert!(
         signalled.elapsed() >= Duration::from_secs(2),
