@@ -13,7 +13,7 @@ use actix_web::{web, HttpServer};
 use crate::config::Config;
 use crate::domain::{Millis, Plan};
 use crate::engine::admin::{self, CreatedOrg};
-use crate::engine::Engine;
+use crate::engine::{Engine, EngineConfig};
 use crate::http::{self, AppState};
 use crate::store::{self, SharedStore, SigningKeyRecord, StoreError};
 use crate::token::{KeyError, KeyRing};
@@ -192,14 +192,17 @@ impl Application {
         } else {
             None
         };
-        let engine = Arc::new(Engine::start(store, Arc::new(keys), cfg.engine.clone()).await?);
-
         let public_url = cfg
             .public_url
             .clone()
             .unwrap_or_else(|| format!("http://{addr}"))
             .trim_end_matches('/')
             .to_owned();
+        let engine_cfg = EngineConfig {
+            log_host: host_of(&public_url).to_owned(),
+            ..cfg.engine.clone()
+        };
+        let engine = Arc::new(Engine::start(store, Arc::new(keys), engine_cfg).await?);
         let draining = Arc::new(AtomicBool::new(false));
         let state = web::Data::new(AppState {
             engine: engine.clone(),
@@ -305,5 +308,33 @@ mod tests {
             })
             .collect();
         assert_eq!(queued.len(), 600);
+    }
+}
+
+/// The host of a URL: no scheme, user, port or path (`https://id.example.com:8443/x` →
+/// `id.example.com`; an IPv6 address keeps its brackets).
+pub fn host_of(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if host.starts_with('[') {
+        return host.split_inclusive(']').next().unwrap_or(host);
+    }
+    host.split(':').next().unwrap_or(host)
+}
+
+#[cfg(test)]
+mod host_tests {
+    #[test]
+    fn hosts_of_public_urls() {
+        for (url, host) in [
+            ("https://id.example.com", "id.example.com"),
+            ("https://id.example.com:8443/base", "id.example.com"),
+            ("http://user:pw@127.0.0.1:8080", "127.0.0.1"),
+            ("http://[::1]:8080/", "[::1]"),
+            ("id.example.com", "id.example.com"),
+        ] {
+            assert_eq!(super::host_of(url), host, "{url}");
+        }
     }
 }

@@ -35,9 +35,19 @@ pub enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Key(KeyCommand),
-    /// Inspect the audit log.
+    /// Inspect the audit log, or witness it.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Apply the database migrations (as the database owner), and optionally grant a role
+    /// that owns nothing what the service needs.
+    Migrate {
+        #[command(flatten)]
+        db: DbArgs,
+        /// PostgreSQL role the service runs as: granted exactly what it needs (inserts only
+        /// into the audit log's tables, no TRUNCATE, nothing it could own or create).
+        #[arg(long)]
+        grant: Option<String>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -91,6 +101,10 @@ pub struct ServeArgs {
     /// Database connections.
     #[arg(long, env = "AGENTID_DB_MAX_CONNECTIONS", default_value_t = 16)]
     pub db_max_connections: u32,
+    /// A ledger of the audit log that grew gets a new signed checkpoint at most this often,
+    /// in milliseconds.
+    #[arg(long, env = "AGENTID_CHECKPOINT_INTERVAL_MS", default_value_t = 10_000)]
+    pub checkpoint_interval_ms: u64,
     /// Verified tokens remembered (0 disables the cache).
     #[arg(long, env = "AGENTID_TOKEN_CACHE_CAPACITY", default_value_t = 65_536)]
     pub token_cache_capacity: usize,
@@ -206,10 +220,49 @@ pub enum KeyCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
-    /// Recompute every ledger's hash chain from genesis; exit 1 on any break.
+    /// Recompute everything the audit log claims from its records: every hash chain, the
+    /// derived columns and per-agent rows, the Merkle trees, and the root at every stored
+    /// checkpoint (and their signatures), and at every checkpoint in --checkpoints. Prints each
+    /// failure with its ledger and seq; exit 0 only when everything holds.
     Verify {
         #[command(flatten)]
         db: DbArgs,
+        /// A file of signed checkpoints (one or more notes, as `GET /v1/log/checkpoint` answers
+        /// them), or a folder of such files (a witness's state folder, say).
+        #[arg(long)]
+        checkpoints: Option<PathBuf>,
+        /// The log key (as `/.well-known/log-key` serves it) [default: derived from the
+        /// signing key file and the public URL]
+        #[arg(long)]
+        log_key: Option<String>,
+        /// The service's signing key file, from which the log key is derived.
+        #[arg(
+            long,
+            env = "AGENTID_SIGNING_KEY_FILE",
+            default_value = "./data/signing-key.pem"
+        )]
+        signing_key_file: PathBuf,
+        /// The service's public URL (its host names the log key) [default: http://127.0.0.1:8080]
+        #[arg(long, env = "AGENTID_PUBLIC_URL")]
+        public_url: Option<String>,
+    },
+    /// Check, from your own machine, that the service's log of your ledger only grows: fetch
+    /// its checkpoint, verify it, verify a consistency proof from the one saved last time, save
+    /// it. Run it from cron. Exit 1 when the log shrank, forked or cannot prove it only grew;
+    /// 2 when the check could not be made.
+    Witness {
+        /// The service's base URL.
+        #[arg(long)]
+        url: String,
+        /// A secret key of your organization (its mode picks the ledger).
+        #[arg(long, env = "AGENTID_WITNESS_KEY", hide_env_values = true)]
+        key: String,
+        /// Folder that keeps the last checkpoint and the pinned log key (one per ledger).
+        #[arg(long)]
+        state: PathBuf,
+        /// The log key [default: /.well-known/log-key at the first run, pinned after]
+        #[arg(long)]
+        log_key: Option<String>,
     },
 }
 
@@ -218,7 +271,28 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Serve(args) => serve(args).await,
         Command::Org(cmd) => org(cmd).await,
         Command::Key(cmd) => key(cmd).await,
-        Command::Audit(AuditCommand::Verify { db }) => audit_verify(db).await,
+        Command::Audit(AuditCommand::Verify {
+            db,
+            checkpoints,
+            log_key,
+            signing_key_file,
+            public_url,
+        }) => audit_verify(db, checkpoints, log_key, signing_key_file, public_url).await,
+        Command::Audit(AuditCommand::Witness {
+            url,
+            key,
+            state,
+            log_key,
+        }) => {
+            audit_witness(crate::witness::Witness {
+                url,
+                key,
+                state,
+                log_key,
+            })
+            .await
+        }
+        Command::Migrate { db, grant } => migrate(db, grant).await,
     };
     match result {
         Ok(code) => code,
@@ -252,6 +326,7 @@ async fn serve(args: ServeArgs) -> CliResult {
                 ..WriterConfig::default()
             },
             token_cache_capacity: args.token_cache_capacity,
+            checkpoint_interval: Duration::from_millis(args.checkpoint_interval_ms.max(1)),
             ..EngineConfig::default()
         },
         store: StoreOptions {
@@ -393,22 +468,169 @@ async fn key(cmd: KeyCommand) -> CliResult {
     }
 }
 
-async fn audit_verify(db: DbArgs) -> CliResult {
+async fn audit_verify(
+    db: DbArgs,
+    checkpoints: Option<PathBuf>,
+    log_key: Option<String>,
+    signing_key_file: PathBuf,
+    public_url: Option<String>,
+) -> CliResult {
+    use crate::engine::logcheck;
+    let verifier = match log_key {
+        Some(k) => crate::token::LogVerifier::parse(&k)?,
+        None => {
+            let Some(keys) = crate::token::KeyRing::load(&signing_key_file)? else {
+                return Err(format!(
+                    "no signing key file at {} to derive the log key from: give --log-key (as \
+                     /.well-known/log-key serves it) or --signing-key-file",
+                    signing_key_file.display()
+                )
+                .into());
+            };
+            let url = public_url.unwrap_or_else(|| "http://127.0.0.1:8080".to_owned());
+            let name = crate::engine::transparency::log_key_name(crate::app::host_of(&url));
+            keys.log_key(&name).verifier().clone()
+        }
+    };
+    let given = match &checkpoints {
+        Some(path) => read_notes(path)?,
+        None => Vec::new(),
+    };
     let store = open(&db).await?;
-    let mut ok = true;
-    for r in admin::verify_chains(&store).await? {
-        let name = if r.ledger.is_service() {
-            "service".to_owned()
-        } else {
-            format!("{}/{}", r.ledger.org_id, r.ledger.mode.as_str())
-        };
-        match r.broken {
-            None => println!("ok      {name}: {} records", r.records),
-            Some(b) => {
-                ok = false;
-                println!("BROKEN  {name}: {b} (after {} good records)", r.records);
+    let report = logcheck::check(&store, &verifier, &given).await?;
+    for l in &report.ledgers {
+        let failed = report.failures.iter().filter(|f| f.ledger == l.ledger).count();
+        let status = if failed == 0 { "ok     " } else { "FAILED " };
+        println!(
+            "{status} {}: {} records, {} checkpoints recomputed{}",
+            l.ledger,
+            l.records,
+            l.checkpoints,
+            if failed == 0 {
+                String::new()
+            } else {
+                format!(", {failed} failures")
+            }
+        );
+    }
+    for f in &report.failures {
+        println!("FAIL    {f}");
+    }
+    if !given.is_empty() {
+        println!(
+            "checked {} given checkpoints from {}",
+            given.len(),
+            checkpoints
+                .as_ref()
+                .map_or(String::new(), |p| p.display().to_string())
+        );
+    }
+    Ok(if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The signed notes in a file (one or more, each ending after its signature lines) or in
+/// every file of a folder.
+fn read_notes(
+    path: &std::path::Path,
+) -> Result<Vec<crate::engine::logcheck::GivenNote>, Box<dyn std::error::Error>> {
+    let mut files = Vec::new();
+    if path.is_dir() {
+        for entry in std::fs::read_dir(path)? {
+            let p = entry?.path();
+            // A witness's state folder also holds its pinned log key and, briefly, a file
+            // being written.
+            let skip = p.file_name().is_some_and(|n| n == crate::witness::LOG_KEY_FILE)
+                || p.extension().is_some_and(|e| e == "tmp");
+            if p.is_file() && !skip {
+                files.push(p);
             }
         }
+        files.sort();
+    } else {
+        files.push(path.to_owned());
     }
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    let mut notes = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+        // Notes follow one another: each is its text, an empty line, and signature lines.
+        let mut current = String::new();
+        let mut in_sigs = false;
+        for line in text.split_inclusive('\n') {
+            if in_sigs && !line.starts_with('\u{2014}') {
+                notes.push(crate::engine::logcheck::GivenNote {
+                    source: f.display().to_string(),
+                    note: std::mem::take(&mut current),
+                });
+                in_sigs = false;
+            }
+            if line == "\n" && !current.is_empty() {
+                in_sigs = true;
+            }
+            if !(current.is_empty() && line.trim().is_empty()) {
+                current.push_str(line);
+            }
+        }
+        if !current.trim().is_empty() {
+            notes.push(crate::engine::logcheck::GivenNote {
+                source: f.display().to_string(),
+                note: current,
+            });
+        }
+    }
+    Ok(notes)
+}
+
+async fn audit_witness(w: crate::witness::Witness) -> CliResult {
+    use crate::witness::WitnessError;
+    match tokio::task::spawn_blocking(move || w.run()).await? {
+        Ok(seen) => {
+            match seen.previous {
+                Some(p) => println!(
+                    "ok: {} holds {} records, and extends the {p} seen before",
+                    seen.origin, seen.size
+                ),
+                None => println!(
+                    "ok: {} holds {} records (first checkpoint saved)",
+                    seen.origin, seen.size
+                ),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(WitnessError::Log(m)) => {
+            eprintln!("agentid audit witness: ALERT: {m}");
+            Ok(ExitCode::from(1))
+        }
+        Err(WitnessError::Check(m)) => {
+            eprintln!("agentid audit witness: cannot check: {m}");
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+async fn migrate(db: DbArgs, grant: Option<String>) -> CliResult {
+    let url = &db.database_url;
+    if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        if let Some(role) = &grant {
+            if !store::valid_role(role) {
+                return Err(format!("--grant: {role:?} is not a plain role name").into());
+            }
+        }
+        store::PgStore::migrate(url, grant.as_deref()).await?;
+    } else {
+        if grant.is_some() {
+            return Err("--grant is for PostgreSQL (SQLite has no roles)".into());
+        }
+        open(&db).await?.close().await;
+    }
+    println!(
+        "migrated{}",
+        grant.map_or(String::new(), |r| format!(
+            "; granted role {r} what the service needs"
+        ))
+    );
+    Ok(ExitCode::SUCCESS)
 }

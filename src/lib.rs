@@ -14,6 +14,7 @@ pub mod http;
 pub mod store;
 pub mod telemetry;
 pub mod token;
+pub mod witness;
 
 pub use app::Application;
 pub use config::Config;

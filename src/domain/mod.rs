@@ -4,6 +4,7 @@
 mod agent;
 pub mod audit;
 mod ids;
+pub mod merkle;
 pub mod org;
 mod time;
 

@@ -211,6 +211,43 @@ impl Ledger {
     pub fn is_service(&self) -> bool {
         self.org_id.is_empty()
     }
+
+    /// The name of this ledger in checkpoints: `<host>/agentid/<org_id>/<mode>`, with
+    /// `service` for the service's own ledger (no organization id is that word).
+    pub fn origin(&self, host: &str) -> String {
+        format!("{host}/agentid/{}/{}", self.org_name(), self.mode.as_str())
+    }
+
+    /// The ledger a checkpoint origin names, whatever its host.
+    pub fn from_origin(origin: &str) -> Option<Ledger> {
+        let mut parts = origin.rsplitn(4, '/');
+        let (mode, org, app) = (parts.next()?, parts.next()?, parts.next()?);
+        if app != "agentid" || parts.next().map_or(true, str::is_empty) || org.is_empty() {
+            return None;
+        }
+        Some(Ledger {
+            org_id: if org == "service" {
+                String::new()
+            } else {
+                org.to_owned()
+            },
+            mode: KeyMode::parse(mode)?,
+        })
+    }
+
+    fn org_name(&self) -> &str {
+        if self.is_service() {
+            "service"
+        } else {
+            &self.org_id
+        }
+    }
+}
+
+impl std::fmt::Display for Ledger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.org_name(), self.mode.as_str())
+    }
 }
 
 /// Why an agent was revoked: optional, at most 512 characters, no control characters.

@@ -120,6 +120,8 @@ struct Drain(oneshot::Sender<()>);
 pub struct AuditWriter {
     store: SharedStore,
     cfg: WriterConfig,
+    /// Told which ledgers each committed batch grew (for their checkpoints).
+    grown: Arc<super::transparency::Grown>,
     shared: Arc<Shared>,
     flushing: bool,
     linger_armed: bool,
@@ -246,6 +248,7 @@ impl AuditWriter {
                     metrics::histogram!("agentid_audit_batch_size").record(committed as f64);
                     metrics::histogram!("agentid_audit_flush_duration_seconds").record(elapsed.as_secs_f64());
                     metrics::counter!("agentid_audit_records_total").increment(committed as u64);
+                    act.grown.note(&appended.records);
                     let mut refused = Vec::new();
                     for (reply, rec) in replies.into_iter().zip(appended.records) {
                         match rec {
@@ -308,7 +311,11 @@ impl Drop for WriterThread {
 
 impl AuditHandle {
     /// Starts the writer on an arbiter thread of its own.
-    pub fn start(store: SharedStore, cfg: WriterConfig) -> (Self, WriterThread) {
+    pub fn start(
+        store: SharedStore,
+        cfg: WriterConfig,
+        grown: Arc<super::transparency::Grown>,
+    ) -> (Self, WriterThread) {
         let thread = Arbiter::new();
         let shared = Arc::new(Shared {
             state: Mutex::new(QueueState {
@@ -322,6 +329,7 @@ impl AuditHandle {
         let writer = AuditWriter {
             store,
             cfg,
+            grown,
             shared: shared.clone(),
             flushing: false,
             linger_armed: false,

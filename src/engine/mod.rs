@@ -4,8 +4,10 @@
 pub mod admin;
 mod apikeys;
 mod audit;
+pub mod logcheck;
 pub mod ratelimit;
 pub mod registry;
+pub mod transparency;
 pub mod verifier;
 
 use std::sync::Arc;
@@ -23,6 +25,7 @@ pub use registry::{AgentEntry, Registry, Revoked};
 pub use verifier::{CacheOutcome, CheckedToken};
 
 use ratelimit::RateLimits;
+use transparency::{Grown, Transparency};
 use verifier::TokenVerifier;
 
 /// How long a successful store ping answers health checks.
@@ -61,6 +64,10 @@ pub struct EngineConfig {
     pub registry_resync: Duration,
     /// How long a resolved API key is trusted before the store is asked again.
     pub key_cache_ttl: Duration,
+    /// A ledger that grew gets a new checkpoint at most this often.
+    pub checkpoint_interval: Duration,
+    /// The public host, which names the log key and every ledger's checkpoints.
+    pub log_host: String,
 }
 
 impl Default for EngineConfig {
@@ -70,6 +77,8 @@ impl Default for EngineConfig {
             token_cache_capacity: 65_536,
             registry_resync: Duration::from_secs(5),
             key_cache_ttl: apikeys::KEY_CACHE_TTL,
+            checkpoint_interval: Duration::from_secs(10),
+            log_host: "localhost".to_owned(),
         }
     }
 }
@@ -156,6 +165,7 @@ pub struct Engine {
     _audit_thread: WriterThread,
     api_keys: ApiKeys,
     rate_limits: Arc<RateLimits>,
+    transparency: Arc<Transparency>,
     /// Unix ms of the last successful store ping (health checks reuse it for a second).
     last_ping_ok: std::sync::atomic::AtomicI64,
     _background: Background,
@@ -227,8 +237,16 @@ impl Engine {
             revoked = registry.revoked_count(),
             "registry loaded"
         );
-        let (audit, audit_thread) = AuditHandle::start(store.clone(), cfg.writer);
+        let grown = Arc::new(Grown::default());
+        let (audit, audit_thread) = AuditHandle::start(store.clone(), cfg.writer, grown.clone());
         let rate_limits = Arc::new(RateLimits::new(&store));
+        let transparency = Arc::new(Transparency::new(
+            store.clone(),
+            keys.log_key(&transparency::log_key_name(&cfg.log_host)),
+            &cfg.log_host,
+            cfg.checkpoint_interval,
+            grown,
+        ));
         let background = Background(vec![
             tokio::spawn(registry::resync(
                 registry.clone(),
@@ -237,11 +255,13 @@ impl Engine {
             )),
             tokio::spawn(ratelimit::upkeep(rate_limits.clone())),
             tokio::spawn(sample_gauges(registry.clone(), store.clone())),
+            tokio::spawn(transparency.clone().run()),
         ]);
         Ok(Engine {
             counters: VerifyCounters::register(),
             last_ping_ok: std::sync::atomic::AtomicI64::new(0),
             rate_limits,
+            transparency,
             _background: background,
             api_keys: ApiKeys::new(store.clone(), cfg.key_cache_ttl),
             verifier: TokenVerifier::new(keys.public().clone(), cfg.token_cache_capacity),
@@ -259,6 +279,11 @@ impl Engine {
 
     pub fn keys(&self) -> &KeyRing {
         &self.keys
+    }
+
+    /// Checkpoints and proofs of the audit log.
+    pub fn transparency(&self) -> &Transparency {
+        &self.transparency
     }
 
     pub fn registry(&self) -> &Registry {

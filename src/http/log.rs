@@ -9,6 +9,7 @@ use super::context::AppState;
 use super::cursor::{self, CursorScope};
 use super::error::{ApiError, ErrorBody, ErrorCode};
 use crate::domain::{AgentId, Ledger, Millis, ValidationError, VerifyResult};
+use crate::engine::transparency::ProofRefused;
 use crate::store::LogQuery;
 
 pub const DEFAULT_LIMIT: u32 = 50;
@@ -44,6 +45,12 @@ pub enum LogResult {
 pub struct Record {
     #[schema(pattern = "^log_[0-9a-z]{26}$")]
     id: String,
+    /// Its place in the ledger: 1, 2, 3 … (leaf seq − 1 of the ledger's Merkle tree).
+    #[schema(minimum = 1)]
+    seq: i64,
+    /// The record hash (the hash chain's link; its leaf hash is SHA-256(0x00 ‖ hash)).
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    hash: String,
     agent_id: String,
     result: LogResult,
     /// Present on failed verifications, absent on valid ones.
@@ -154,6 +161,8 @@ pub async fn read(
         .into_iter()
         .map(|r| Record {
             id: r.id,
+            seq: r.seq,
+            hash: hex(&r.hash),
             agent_id: r.agent_id,
             result: match r.result {
                 VerifyResult::Valid => LogResult::Valid,
@@ -173,5 +182,163 @@ pub async fn read(
             has_more: page.has_more,
             total: page.total,
         },
+    }))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+fn caller_ledger(caller: &crate::engine::Caller) -> Ledger {
+    Ledger {
+        org_id: caller.org.id.clone(),
+        mode: caller.mode,
+    }
+}
+
+#[utoipa::path(
+    get, path = "/v1/log/checkpoint", tag = "audit",
+    responses(
+        (status = 200, description = "The latest signed checkpoint of the caller's ledger (its organization, this key's mode): a C2SP tlog-checkpoint signed note. Checked with the key at /.well-known/log-key. A ledger not yet checkpointed answers the empty tree's.", content_type = "text/plain", body = String),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn checkpoint(
+    state: web::Data<AppState>,
+    Issuer(caller): Issuer,
+) -> Result<HttpResponse, ApiError> {
+    let note = state
+        .engine
+        .transparency()
+        .latest_note(&caller_ledger(&caller))
+        .await?;
+    Ok(HttpResponse::Ok()
+        .content_type("text/plain; charset=utf-8")
+        .insert_header((actix_web::http::header::CACHE_CONTROL, "no-store"))
+        .body(note))
+}
+
+/// Query parameters of the inclusion proof.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct InclusionParams {
+    /// The record's `seq`, 1 ≤ seq ≤ tree_size.
+    #[param(value_type = u64, minimum = 1)]
+    seq: Option<String>,
+    /// The tree size the proof is for, at most the latest checkpoint's.
+    #[param(value_type = u64, minimum = 1)]
+    tree_size: Option<String>,
+}
+
+/// An RFC 9162 §2.1.3 inclusion proof.
+#[derive(Serialize, ToSchema)]
+pub struct InclusionProof {
+    seq: u64,
+    tree_size: u64,
+    /// The record hash (its leaf hash is SHA-256(0x00 ‖ hash)).
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    hash: String,
+    /// The audit path, leaf to root, as lowercase hex.
+    proof: Vec<String>,
+}
+
+/// Query parameters of the consistency proof.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ConsistencyParams {
+    /// The older tree size, 1 ≤ from ≤ to.
+    #[param(value_type = u64, minimum = 1)]
+    from: Option<String>,
+    /// The newer tree size, at most the latest checkpoint's.
+    #[param(value_type = u64, minimum = 1)]
+    to: Option<String>,
+}
+
+/// An RFC 9162 §2.1.4 consistency proof.
+#[derive(Serialize, ToSchema)]
+pub struct ConsistencyProof {
+    from: u64,
+    to: u64,
+    /// The proof's hashes as lowercase hex.
+    proof: Vec<String>,
+}
+
+fn tree_index(field: &'static str, value: Option<&str>) -> Result<u64, ApiError> {
+    let value = value.ok_or_else(|| ValidationError::new(field, "is required"))?;
+    Ok(value
+        .parse::<u64>()
+        .ok()
+        .filter(|n| (1..=i64::MAX as u64).contains(n))
+        .ok_or_else(|| ValidationError::new(field, "must be a positive integer"))?)
+}
+
+fn refused(e: ProofRefused, field: &'static str) -> ApiError {
+    match e {
+        ProofRefused::OutOfRange(msg) => ValidationError::new(field, msg).into(),
+        ProofRefused::Store(e) => e.into(),
+    }
+}
+
+#[utoipa::path(
+    get, path = "/v1/log/proof/inclusion", tag = "audit",
+    params(InclusionParams),
+    responses(
+        (status = 200, description = "Proof that record seq is leaf seq − 1 of the caller's ledger's tree of tree_size records", body = InclusionProof),
+        (status = 400, description = "VALIDATION_ERROR: a missing parameter, or not 1 ≤ seq ≤ tree_size ≤ the latest checkpoint's size", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn inclusion(
+    state: web::Data<AppState>,
+    Issuer(caller): Issuer,
+    params: web::Query<InclusionParams>,
+) -> Result<HttpResponse, ApiError> {
+    let seq = tree_index("seq", params.seq.as_deref())?;
+    let size = tree_index("tree_size", params.tree_size.as_deref())?;
+    let (hash, proof) = state
+        .engine
+        .transparency()
+        .inclusion(&caller_ledger(&caller), seq, size)
+        .await
+        .map_err(|e| refused(e, "tree_size"))?;
+    Ok(HttpResponse::Ok().json(InclusionProof {
+        seq,
+        tree_size: size,
+        hash: hex(&hash),
+        proof: proof.iter().map(|h| hex(h)).collect(),
+    }))
+}
+
+#[utoipa::path(
+    get, path = "/v1/log/proof/consistency", tag = "audit",
+    params(ConsistencyParams),
+    responses(
+        (status = 200, description = "Proof that the caller's ledger's tree of `from` records is a prefix of its tree of `to` records", body = ConsistencyProof),
+        (status = 400, description = "VALIDATION_ERROR: a missing parameter, or not 1 ≤ from ≤ to ≤ the latest checkpoint's size", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn consistency(
+    state: web::Data<AppState>,
+    Issuer(caller): Issuer,
+    params: web::Query<ConsistencyParams>,
+) -> Result<HttpResponse, ApiError> {
+    let from = tree_index("from", params.from.as_deref())?;
+    let to = tree_index("to", params.to.as_deref())?;
+    let proof = state
+        .engine
+        .transparency()
+        .consistency(&caller_ledger(&caller), from, to)
+        .await
+        .map_err(|e| refused(e, "to"))?;
+    Ok(HttpResponse::Ok().json(ConsistencyProof {
+        from,
+        to,
+        proof: proof.iter().map(|h| hex(h)).collect(),
     }))
 }

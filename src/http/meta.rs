@@ -73,6 +73,17 @@ pub async fn jwks(state: web::Data<AppState>) -> HttpResponse {
 }
 
 #[utoipa::path(
+    get, path = "/.well-known/log-key", tag = "service",
+    responses((status = 200, description = "The key that signs the audit log's checkpoints, as a C2SP signed-note verifier key: <name>+<8 hex digits of key hash>+<base64(0x01 ‖ Ed25519 public key)>", content_type = "text/plain", body = String)),
+)]
+pub async fn log_key(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; charset=utf-8")
+        .insert_header((header::CACHE_CONTROL, "public, max-age=3600"))
+        .body(format!("{}\n", state.engine.transparency().verifier()))
+}
+
+#[utoipa::path(
     get, path = "/docs/errors", tag = "service",
     responses((status = 200, description = "Every error code, with an anchor per code (error.docs_url points here)", content_type = "text/html", body = String)),
 )]

@@ -73,6 +73,7 @@ fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(resource(&routes::HEALTH).route(web::get().to(meta::health)))
         .service(resource(&routes::PUBLIC_KEY).route(web::get().to(meta::public_key_pem)))
         .service(resource(&routes::JWKS).route(web::get().to(meta::jwks)))
+        .service(resource(&routes::LOG_KEY).route(web::get().to(meta::log_key)))
         .service(resource(&routes::ERROR_DOCS).route(web::get().to(meta::error_docs)))
         .service(resource(&routes::OPENAPI).route(web::get().to(openapi::document)))
         // Verify is routed by its static prefix, not by its pattern's regex (see `verify::verify`).
@@ -87,5 +88,8 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .service(resource(&routes::AGENT).route(web::get().to(agents::get)))
         .service(resource(&routes::ISSUE_TOKEN).route(web::post().to(agents::issue_token)))
         .service(resource(&routes::REVOKE).route(web::post().to(agents::revoke)))
-        .service(resource(&routes::LOG).route(web::get().to(log::read)));
+        .service(resource(&routes::LOG).route(web::get().to(log::read)))
+        .service(resource(&routes::LOG_CHECKPOINT).route(web::get().to(log::checkpoint)))
+        .service(resource(&routes::INCLUSION_PROOF).route(web::get().to(log::inclusion)))
+        .service(resource(&routes::CONSISTENCY_PROOF).route(web::get().to(log::consistency)));
 }

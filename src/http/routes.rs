@@ -46,6 +46,7 @@ pub static HEALTH: Route = Route {
 };
 pub static PUBLIC_KEY: Route = public("/.well-known/public-key.pem");
 pub static JWKS: Route = public("/.well-known/jwks.json");
+pub static LOG_KEY: Route = public("/.well-known/log-key");
 pub static ERROR_DOCS: Route = other("/docs/errors");
 pub static OPENAPI: Route = other("/openapi.json");
 /// Mounted by its static prefix (`/v1/verify`), with the token as the rest of the path.
@@ -61,6 +62,9 @@ pub static AGENT: Route = other("/v1/agents/{id}");
 pub static ISSUE_TOKEN: Route = other("/v1/agents/{id}/issue-token");
 pub static REVOKE: Route = other("/v1/agents/{id}/revoke");
 pub static LOG: Route = other("/v1/log");
+pub static LOG_CHECKPOINT: Route = other("/v1/log/checkpoint");
+pub static INCLUSION_PROOF: Route = other("/v1/log/proof/inclusion");
+pub static CONSISTENCY_PROOF: Route = other("/v1/log/proof/consistency");
 /// What a path that no route takes counts as.
 pub static UNMATCHED: Route = other("unmatched");
 

@@ -322,6 +322,30 @@ pub struct StoredBlock {
     pub records: Vec<u8>,
 }
 
+/// A block row with every column, as `audit verify` checks it against its records.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct FullBlock {
+    #[sqlx(flatten)]
+    pub block: StoredBlock,
+    pub last_hash: Vec<u8>,
+    pub results: i32,
+    pub n_valid: i64,
+    pub n_invalid: i64,
+    pub n_expired: i64,
+    pub n_revoked: i64,
+}
+
+/// One `audit_block_agents` row of an agent.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct AgentBlockRow {
+    pub first_seq: i64,
+    pub results: i32,
+    pub n_valid: i64,
+    pub n_invalid: i64,
+    pub n_expired: i64,
+    pub n_revoked: i64,
+}
+
 /// What a decoded record is tested against before it is built: `(seq, agent_id, result)`.
 pub struct Probe<'a> {
     pub seq: i64,
@@ -508,6 +532,46 @@ pub fn decode(
     block: &StoredBlock,
     mut keep: impl FnMut(&Probe<'_>) -> bool,
 ) -> Result<Vec<AuditRecord>, StoreError> {
+    let mut out = Vec::new();
+    walk(block, |seq, prev_hash, raw| {
+        if keep(&Probe {
+            seq,
+            agent_id: raw.agent_id,
+            result: raw.result,
+        }) {
+            out.push(AuditRecord {
+                ledger: ledger.clone(),
+                seq,
+                id: raw.id.to_cow().into_owned(),
+                agent_id: raw.agent_id.to_owned(),
+                result: raw.result,
+                failure_reason: raw.failure_reason.map(str::to_owned),
+                latency_us: raw.latency_us,
+                requested_at: Millis(raw.requested_at),
+                prev_hash,
+                hash: raw.hash,
+            });
+        }
+    })?;
+    Ok(out)
+}
+
+/// The record hashes of a block whose `seq` lies in `seqs`, in order, appended to `out`
+/// (the leaves of the ledger's Merkle tree): nothing else is allocated.
+pub fn record_hashes(
+    block: &StoredBlock,
+    seqs: std::ops::RangeInclusive<i64>,
+    out: &mut Vec<[u8; 32]>,
+) -> Result<(), StoreError> {
+    walk(block, |seq, _, raw| {
+        if seqs.contains(&seq) {
+            out.push(raw.hash);
+        }
+    })
+}
+
+/// Reads every record of a block in sequence order: `visit(seq, prev_hash, record)`.
+fn walk(block: &StoredBlock, mut visit: impl FnMut(i64, [u8; 32], &Raw<'_, '_>)) -> Result<(), StoreError> {
     let mut r = Reader {
         bytes: &block.records,
         at: 0,
@@ -532,7 +596,6 @@ pub fn decode(
         .try_into()
         .map_err(|_| corrupt("prev_hash length"))?;
     let mut prev_time = 0i64;
-    let mut out = Vec::new();
     let mut seq = block.first_seq;
     while r.at < r.bytes.len() {
         if seq > block.last_seq {
@@ -542,24 +605,7 @@ pub fn decode(
             V1 => r.record_v1()?,
             _ => r.record_v2(&table, &mut prev_time)?,
         };
-        if keep(&Probe {
-            seq,
-            agent_id: raw.agent_id,
-            result: raw.result,
-        }) {
-            out.push(AuditRecord {
-                ledger: ledger.clone(),
-                seq,
-                id: raw.id.to_cow().into_owned(),
-                agent_id: raw.agent_id.to_owned(),
-                result: raw.result,
-                failure_reason: raw.failure_reason.map(str::to_owned),
-                latency_us: raw.latency_us,
-                requested_at: Millis(raw.requested_at),
-                prev_hash,
-                hash: raw.hash,
-            });
-        }
+        visit(seq, prev_hash, &raw);
         prev_hash = raw.hash;
         seq = seq
             .checked_add(1)
@@ -568,7 +614,7 @@ pub fn decode(
     if seq.checked_sub(1) != Some(block.last_seq) {
         return Err(corrupt("fewer records than its sequence range"));
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]

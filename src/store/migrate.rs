@@ -41,6 +41,11 @@ pub const SQLITE: Embedded = &[
         "rate buckets",
         include_str!("../../migrations/sqlite/0007_rate_buckets.sql"),
     ),
+    (
+        8,
+        "transparency",
+        include_str!("../../migrations/sqlite/0008_transparency.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (1, "init", include_str!("../../migrations/postgres/0001_init.sql")),
@@ -74,6 +79,11 @@ pub const POSTGRES: Embedded = &[
         "rate buckets",
         include_str!("../../migrations/postgres/0007_rate_buckets.sql"),
     ),
+    (
+        8,
+        "transparency",
+        include_str!("../../migrations/postgres/0008_transparency.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -101,4 +111,52 @@ impl<'s> MigrationSource<'s> for Source {
 
 pub async fn migrator(set: Embedded) -> Result<Migrator, sqlx::migrate::MigrateError> {
     Migrator::new(Source(set)).await
+}
+
+/// Whether a PostgreSQL database lacks migrations this binary has (or has ones it does not
+/// know, which the migrator then refuses): the service can start under a role that owns
+/// nothing and so could not run even `CREATE TABLE IF NOT EXISTS`, once the owner has
+/// migrated (`agentid migrate`).
+pub async fn pending_pg(pool: &sqlx::PgPool) -> Result<bool, sqlx::Error> {
+    let exists: (bool,) = sqlx::query_as("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+        .fetch_one(pool)
+        .await?;
+    if !exists.0 {
+        return Ok(true);
+    }
+    let applied: Vec<(i64,)> =
+        sqlx::query_as("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+            .fetch_all(pool)
+            .await?;
+    let applied: Vec<i64> = applied.into_iter().map(|(v,)| v).collect();
+    let known: Vec<i64> = POSTGRES.iter().map(|(v, _, _)| *v).collect();
+    Ok(applied != known)
+}
+
+/// The privileges `agentid migrate --grant ROLE` gives the service's role: everything the
+/// service does, nothing more. The audit log's tables only take inserts (their triggers
+/// refuse the rest even to a role that had more), and nothing grants TRUNCATE, ownership,
+/// or the right to create.
+pub fn grants_pg(role: &str) -> Vec<String> {
+    let r = format!("\"{role}\"");
+    vec![
+        format!("GRANT USAGE ON SCHEMA public TO {r}"),
+        format!("GRANT SELECT ON ALL TABLES IN SCHEMA public TO {r}"),
+        format!(
+            "GRANT INSERT, UPDATE, DELETE ON orgs, api_keys, agents, revocation_epoch, signing_keys, \
+             rate_buckets TO {r}"
+        ),
+        format!(
+            "GRANT INSERT ON audit_blocks, audit_block_agents, audit_tree_nodes, audit_checkpoints TO {r}"
+        ),
+        format!("GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {r}"),
+    ]
+}
+
+/// A role name `grants_pg` accepts: a plain identifier.
+pub fn valid_role(role: &str) -> bool {
+    let mut chars = role.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && role.len() <= 63
 }

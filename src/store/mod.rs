@@ -18,8 +18,11 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 
 use crate::domain::audit::{AuditEntry, AuditRecord};
+use crate::domain::merkle::{Hash, Subtree};
 use crate::domain::{ApiKeyKind, KeyMode, Ledger, Millis, OrgLimits, Plan, VerifyResult};
 
+pub use block::{AgentBlockRow, FullBlock};
+pub use migrate::valid_role;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
@@ -40,6 +43,11 @@ pub enum StoreError {
     Corrupt(String),
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error(
+        "the database needs migrations that this role may not run ({0}): run `agentid migrate` \
+         as the database owner, then start the service again"
+    )]
+    NotOwner(String),
     #[error("unsupported database URL (use sqlite://… or postgres://…)")]
     UnsupportedUrl,
 }
@@ -268,11 +276,60 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         after_seq: i64,
         limit: u32,
     ) -> StoreFuture<'a, Vec<AuditRecord>>;
-    /// Every ledger that holds records.
+    /// Every ledger that holds records or checkpoints.
     fn ledgers(&self) -> StoreFuture<'_, Vec<Ledger>>;
+
+    /// The number of records of a ledger: its newest block's last `seq`.
+    fn ledger_size<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, u64>;
+    /// The record hashes of `seq` `first..=last` of a ledger, in order: the leaves of its
+    /// Merkle tree. Fewer when the ledger ends before `last`; `Corrupt` at a gap.
+    fn record_hashes<'a>(&'a self, ledger: &'a Ledger, first: u64, last: u64) -> StoreFuture<'a, Vec<Hash>>;
+    /// Stored subtree hashes of one height with an index in `indices`, in order.
+    fn tree_nodes<'a>(
+        &'a self,
+        ledger: &'a Ledger,
+        height: u32,
+        indices: std::ops::Range<u64>,
+    ) -> StoreFuture<'a, Vec<(u64, Hash)>>;
+    /// The checkpoint of the largest tree of a ledger.
+    fn latest_checkpoint<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, Option<StoredCheckpoint>>;
+    /// Every checkpoint of a ledger, smallest tree first.
+    fn checkpoints<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, Vec<StoredCheckpoint>>;
+    /// Stores a checkpoint and the subtree hashes its tree completed since the tree of
+    /// `after` leaves, in one transaction, if that tree's checkpoint is still the latest (0:
+    /// none yet). False, and nothing written, when another instance got there first.
+    fn add_checkpoint<'a>(
+        &'a self,
+        checkpoint: &'a StoredCheckpoint,
+        after: u64,
+        nodes: &'a [(Subtree, Hash)],
+    ) -> StoreFuture<'a, bool>;
+    /// Block rows with every column, `first_seq > after`, ascending (for `audit verify`).
+    fn read_blocks<'a>(
+        &'a self,
+        ledger: &'a Ledger,
+        after: i64,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<FullBlock>>;
+    /// An agent's `audit_block_agents` rows in a ledger, ascending.
+    fn agent_rows<'a>(&'a self, ledger: &'a Ledger, agent_id: &'a str)
+        -> StoreFuture<'a, Vec<AgentBlockRow>>;
+    /// How many `audit_block_agents` rows each (ledger, agent) has.
+    fn agent_row_counts(&self) -> StoreFuture<'_, Vec<(Ledger, String, i64)>>;
 }
 
 pub type SharedStore = Arc<dyn Store>;
+
+/// A signed checkpoint of a ledger, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredCheckpoint {
+    pub ledger: Ledger,
+    pub size: u64,
+    pub root: Hash,
+    /// The C2SP signed note.
+    pub note: String,
+    pub created_at: Millis,
+}
 
 /// GCRA buckets a fleet shares, leased out in cells (see `engine::ratelimit`). A bucket of
 /// `limit` cells a minute is created full.

@@ -41,7 +41,13 @@ impl SqlStore<Postgres> {
             .acquire_timeout(opts.acquire_timeout)
             .connect_with(connect.clone())
             .await?;
-        migrate::migrator(migrate::POSTGRES).await?.run(&pool).await?;
+        if migrate::pending_pg(&pool).await? {
+            migrate::migrator(migrate::POSTGRES)
+                .await?
+                .run(&pool)
+                .await
+                .map_err(not_owner)?;
+        }
         // The audit writer's own connections, with generic plans: its statement is planned
         // once per connection instead of at every batch. PostgreSQL kept choosing a custom
         // plan for it (UNNEST arrays), and planning was ~40 % of its CPU per batch (perf).
@@ -66,6 +72,18 @@ impl SqlStore<Postgres> {
         };
         store.upgrade().await?;
         Ok(store)
+    }
+
+    /// Runs the migrations and gives `role` what the service needs (`agentid migrate`).
+    pub async fn migrate(url: &str, grant_to: Option<&str>) -> Result<(), StoreError> {
+        let store = PgStore::connect(url, &StoreOptions::default()).await?;
+        if let Some(role) = grant_to {
+            for sql in migrate::grants_pg(role) {
+                sqlx::query(&sql).execute(&store.pool).await?;
+            }
+        }
+        store.pool.close().await;
+        Ok(())
     }
 
     /// Appends a batch. First as this instance last left its ledgers (the cached heads): one
@@ -189,6 +207,9 @@ impl Backend for Postgres {
     };
     const LEGACY_LOG_EXISTS: &'static str = "SELECT to_regclass('audit_log') IS NOT NULL";
     const LEGACY_LOG_FREEZE: &'static str = "LOCK TABLE audit_log, audit_counts IN EXCLUSIVE MODE";
+    // Not the ledger's append lock: checkpointing never holds up an append.
+    const CHECKPOINT_LOCK: Option<&'static str> =
+        Some("SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2 || '/checkpoint', 7431004))");
 
     fn append(store: &PgStore, entries: Vec<AuditEntry>) -> BoxFuture<'_, Result<Vec<AuditRecord>, Refused>> {
         Box::pin(store.append(entries))
@@ -659,5 +680,21 @@ impl WriterCache {
             self.heads.remove(l);
             self.agents.remove(l);
         }
+    }
+}
+
+/// A migration refused for want of privileges says what to do about it.
+fn not_owner(e: sqlx::migrate::MigrateError) -> StoreError {
+    let denied = match &e {
+        sqlx::migrate::MigrateError::Execute(sqlx::Error::Database(db))
+        | sqlx::migrate::MigrateError::ExecuteMigration(sqlx::Error::Database(db), _) => {
+            db.code().as_deref() == Some("42501")
+        }
+        _ => false,
+    };
+    if denied {
+        StoreError::NotOwner(e.to_string())
+    } else {
+        StoreError::Migrate(e)
     }
 }

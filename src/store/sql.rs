@@ -8,12 +8,13 @@ use std::fmt;
 use futures_util::future::BoxFuture;
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
-use super::block::{self, result_bit, Block, Head, StoredBlock};
+use super::block::{self, result_bit, AgentBlockRow, Block, FullBlock, Head, StoredBlock};
 use super::{
     AgentRecord, Appended, KeyRecord, LogPage, LogQuery, NewApiKey, OrgRecord, PoolStats, Revocations,
-    SharedBuckets, SigningKeyRecord, Store, StoreError, StoreFuture,
+    SharedBuckets, SigningKeyRecord, Store, StoreError, StoreFuture, StoredCheckpoint,
 };
 use crate::domain::audit::{AuditEntry, AuditRecord};
+use crate::domain::merkle::{Hash, Subtree};
 use crate::domain::{ApiKeyKind, KeyMode, Ledger, Millis, OrgLimits, Plan, VerifyResult};
 
 /// What a backend does its own way. Implemented by the database types themselves
@@ -32,6 +33,9 @@ pub trait Backend: Database {
     /// Inside the exclusive transaction: stops an instance of an old version from committing
     /// records the conversion has passed.
     const LEGACY_LOG_FREEZE: &'static str;
+    /// Inside the exclusive transaction's `begin`, binding org and mode: waits for any other
+    /// instance checkpointing the same ledger (none needed where `begin` already serializes).
+    const CHECKPOINT_LOCK: Option<&'static str>;
 
     /// Appends a batch as one unit: every record, or nothing and the entries back.
     fn append(
@@ -357,6 +361,46 @@ const CHAIN_BLOCKS_SQL: &str = "SELECT first_seq, last_seq, prev_hash, records F
     WHERE org_id = $1 AND mode = $2 AND first_seq >= COALESCE((SELECT MAX(first_seq) FROM audit_blocks \
     WHERE org_id = $1 AND mode = $2 AND first_seq <= $3 + 1), 0) ORDER BY first_seq LIMIT $4";
 
+/// The blocks holding `seq` `$3..=$4` of a ledger, oldest first; binds org, mode, first, last.
+const RANGE_BLOCKS_SQL: &str = "SELECT first_seq, last_seq, prev_hash, records FROM audit_blocks \
+    WHERE org_id = $1 AND mode = $2 AND first_seq >= COALESCE((SELECT MAX(first_seq) FROM audit_blocks \
+    WHERE org_id = $1 AND mode = $2 AND first_seq <= $3), 0) AND first_seq <= $4 ORDER BY first_seq";
+
+const CHECKPOINT_COLUMNS: &str = "org_id, mode, tree_size, root, note, created_at";
+
+#[derive(FromRow)]
+pub struct CheckpointRow {
+    org_id: String,
+    mode: String,
+    tree_size: i64,
+    root: Vec<u8>,
+    note: String,
+    created_at: i64,
+}
+
+impl CheckpointRow {
+    fn into_record(self) -> Result<StoredCheckpoint, StoreError> {
+        Ok(StoredCheckpoint {
+            ledger: Ledger {
+                mode: parse_mode(&self.mode)?,
+                org_id: self.org_id,
+            },
+            size: u64::try_from(self.tree_size)
+                .map_err(|_| StoreError::Corrupt("checkpoint tree size".into()))?,
+            root: hash32(self.root)?,
+            note: self.note,
+            created_at: Millis(self.created_at),
+        })
+    }
+}
+
+/// Stored subtree hashes go in statements of this many rows.
+const NODES_PER_INSERT: usize = 200;
+
+fn seq_i64(n: u64) -> Result<i64, StoreError> {
+    i64::try_from(n).map_err(|_| StoreError::Corrupt(format!("sequence number {n} out of range")))
+}
+
 /// Inserts an organization and its keys inside the caller's transaction.
 async fn insert_org<DB: Database>(
     tx: &mut sqlx::Transaction<'_, DB>,
@@ -467,6 +511,11 @@ where
     for<'r> (bool,): FromRow<'r, DB::Row>,
     for<'r> (String, String): FromRow<'r, DB::Row>,
     for<'r> SigningKeyRow: FromRow<'r, DB::Row>,
+    for<'r> CheckpointRow: FromRow<'r, DB::Row>,
+    for<'r> FullBlock: FromRow<'r, DB::Row>,
+    for<'r> AgentBlockRow: FromRow<'r, DB::Row>,
+    for<'r> (i64, Vec<u8>): FromRow<'r, DB::Row>,
+    for<'r> (String, String, String, i64): FromRow<'r, DB::Row>,
 {
     fn backend(&self) -> &'static str {
         DB::BACKEND
@@ -916,16 +965,224 @@ where
 
     fn ledgers(&self) -> StoreFuture<'_, Vec<Ledger>> {
         Box::pin(async move {
-            let rows: Vec<(String, String)> =
-                sqlx::query_as("SELECT DISTINCT org_id, mode FROM audit_blocks ORDER BY org_id, mode")
-                    .fetch_all(&self.pool)
-                    .await?;
+            let rows: Vec<(String, String)> = sqlx::query_as(
+                "SELECT org_id, mode FROM audit_blocks UNION SELECT org_id, mode FROM audit_checkpoints \
+                 ORDER BY org_id, mode",
+            )
+            .fetch_all(&self.pool)
+            .await?;
             rows.into_iter()
                 .map(|(org_id, mode)| {
                     Ok(Ledger {
                         org_id,
                         mode: parse_mode(&mode)?,
                     })
+                })
+                .collect()
+        })
+    }
+
+    fn ledger_size<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, u64> {
+        Box::pin(async move {
+            let row: Option<(i64,)> = sqlx::query_as(
+                "SELECT last_seq FROM audit_blocks WHERE org_id = $1 AND mode = $2 ORDER BY first_seq DESC LIMIT 1",
+            )
+            .bind(ledger.org_id.as_str())
+            .bind(ledger.mode.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+            let last = row.map_or(0, |(n,)| n);
+            u64::try_from(last).map_err(|_| StoreError::Corrupt(format!("last_seq {last}")))
+        })
+    }
+
+    fn record_hashes<'a>(&'a self, ledger: &'a Ledger, first: u64, last: u64) -> StoreFuture<'a, Vec<Hash>> {
+        Box::pin(async move {
+            let (first, last) = (seq_i64(first)?, seq_i64(last)?);
+            let blocks: Vec<StoredBlock> = sqlx::query_as(RANGE_BLOCKS_SQL)
+                .bind(ledger.org_id.as_str())
+                .bind(ledger.mode.as_str())
+                .bind(first)
+                .bind(last)
+                .fetch_all(&self.pool)
+                .await?;
+            let mut out = Vec::with_capacity(usize::try_from(last - first + 1).unwrap_or(0).min(1 << 20));
+            let mut next = first;
+            for b in blocks.iter().filter(|b| b.last_seq >= first) {
+                if b.first_seq > next {
+                    return Err(StoreError::Corrupt(format!(
+                        "ledger {ledger}: no block holds seq {next} (the next starts at {})",
+                        b.first_seq
+                    )));
+                }
+                block::record_hashes(b, next..=last, &mut out)?;
+                next = b.last_seq + 1;
+            }
+            Ok(out)
+        })
+    }
+
+    fn tree_nodes<'a>(
+        &'a self,
+        ledger: &'a Ledger,
+        height: u32,
+        indices: std::ops::Range<u64>,
+    ) -> StoreFuture<'a, Vec<(u64, Hash)>> {
+        Box::pin(async move {
+            let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+                "SELECT idx, hash FROM audit_tree_nodes WHERE org_id = $1 AND mode = $2 AND height = $3 \
+                 AND idx >= $4 AND idx < $5 ORDER BY idx",
+            )
+            .bind(ledger.org_id.as_str())
+            .bind(ledger.mode.as_str())
+            .bind(i64::from(height))
+            .bind(seq_i64(indices.start)?)
+            .bind(seq_i64(indices.end)?)
+            .fetch_all(&self.pool)
+            .await?;
+            rows.into_iter()
+                .map(|(i, h)| Ok((i as u64, hash32(h)?)))
+                .collect()
+        })
+    }
+
+    fn latest_checkpoint<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, Option<StoredCheckpoint>> {
+        Box::pin(async move {
+            let row: Option<CheckpointRow> = sqlx::query_as(&format!(
+                "SELECT {CHECKPOINT_COLUMNS} FROM audit_checkpoints WHERE org_id = $1 AND mode = $2 \
+                 ORDER BY tree_size DESC LIMIT 1"
+            ))
+            .bind(ledger.org_id.as_str())
+            .bind(ledger.mode.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+            row.map(CheckpointRow::into_record).transpose()
+        })
+    }
+
+    fn checkpoints<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, Vec<StoredCheckpoint>> {
+        Box::pin(async move {
+            let rows: Vec<CheckpointRow> = sqlx::query_as(&format!(
+                "SELECT {CHECKPOINT_COLUMNS} FROM audit_checkpoints WHERE org_id = $1 AND mode = $2 \
+                 ORDER BY tree_size"
+            ))
+            .bind(ledger.org_id.as_str())
+            .bind(ledger.mode.as_str())
+            .fetch_all(&self.pool)
+            .await?;
+            rows.into_iter().map(CheckpointRow::into_record).collect()
+        })
+    }
+
+    fn add_checkpoint<'a>(
+        &'a self,
+        cp: &'a StoredCheckpoint,
+        after: u64,
+        nodes: &'a [(Subtree, Hash)],
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let (org, mode) = (cp.ledger.org_id.as_str(), cp.ledger.mode.as_str());
+            let mut tx = self.pool.begin_with(DB::EXCLUSIVE.begin).await?;
+            if let Some(lock) = DB::CHECKPOINT_LOCK {
+                sqlx::query(lock).bind(org).bind(mode).execute(&mut *tx).await?;
+            }
+            let (latest,): (i64,) = sqlx::query_as(
+                "SELECT COALESCE(MAX(tree_size), 0) FROM audit_checkpoints WHERE org_id = $1 AND mode = $2",
+            )
+            .bind(org)
+            .bind(mode)
+            .fetch_one(&mut *tx)
+            .await?;
+            if latest != seq_i64(after)? {
+                return Ok(false);
+            }
+            for chunk in nodes.chunks(NODES_PER_INSERT) {
+                let mut sql =
+                    String::from("INSERT INTO audit_tree_nodes (org_id, mode, height, idx, hash) VALUES ");
+                for i in 0..chunk.len() {
+                    use std::fmt::Write as _;
+                    let p = 3 + 3 * i;
+                    let sep = if i == 0 { "" } else { ", " };
+                    let _ = write!(sql, "{sep}($1, $2, ${p}, ${}, ${})", p + 1, p + 2);
+                }
+                let mut q = sqlx::query(&sql).bind(org).bind(mode);
+                for (s, h) in chunk {
+                    q = q.bind(i64::from(s.height)).bind(seq_i64(s.index)?).bind(&h[..]);
+                }
+                q.execute(&mut *tx).await?;
+            }
+            sqlx::query(&format!(
+                "INSERT INTO audit_checkpoints ({CHECKPOINT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)"
+            ))
+            .bind(org)
+            .bind(mode)
+            .bind(seq_i64(cp.size)?)
+            .bind(&cp.root[..])
+            .bind(cp.note.as_str())
+            .bind(cp.created_at.0)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(true)
+        })
+    }
+
+    fn read_blocks<'a>(
+        &'a self,
+        ledger: &'a Ledger,
+        after: i64,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<FullBlock>> {
+        Box::pin(async move {
+            Ok(sqlx::query_as(
+                "SELECT first_seq, last_seq, prev_hash, records, last_hash, results, \
+                 n_valid, n_invalid, n_expired, n_revoked FROM audit_blocks \
+                 WHERE org_id = $1 AND mode = $2 AND first_seq > $3 ORDER BY first_seq LIMIT $4",
+            )
+            .bind(ledger.org_id.as_str())
+            .bind(ledger.mode.as_str())
+            .bind(after)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?)
+        })
+    }
+
+    fn agent_rows<'a>(
+        &'a self,
+        ledger: &'a Ledger,
+        agent_id: &'a str,
+    ) -> StoreFuture<'a, Vec<AgentBlockRow>> {
+        Box::pin(async move {
+            Ok(sqlx::query_as(
+                "SELECT first_seq, results, n_valid, n_invalid, n_expired, n_revoked FROM audit_block_agents \
+                 WHERE agent_id = $1 AND org_id = $2 AND mode = $3 ORDER BY first_seq",
+            )
+            .bind(agent_id)
+            .bind(ledger.org_id.as_str())
+            .bind(ledger.mode.as_str())
+            .fetch_all(&self.pool)
+            .await?)
+        })
+    }
+
+    fn agent_row_counts(&self) -> StoreFuture<'_, Vec<(Ledger, String, i64)>> {
+        Box::pin(async move {
+            let rows: Vec<(String, String, String, i64)> = sqlx::query_as(
+                "SELECT org_id, mode, agent_id, COUNT(*) FROM audit_block_agents GROUP BY org_id, mode, agent_id",
+            )
+            .fetch_all(&self.pool)
+            .await?;
+            rows.into_iter()
+                .map(|(org_id, mode, agent, n)| {
+                    Ok((
+                        Ledger {
+                            org_id,
+                            mode: parse_mode(&mode)?,
+                        },
+                        agent,
+                        n,
+                    ))
                 })
                 .collect()
         })

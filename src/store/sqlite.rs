@@ -126,6 +126,8 @@ impl Backend for Sqlite {
         "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_log')";
     // The write lock is held already.
     const LEGACY_LOG_FREEZE: &'static str = "SELECT 1";
+    // `BEGIN IMMEDIATE` already serializes every writer.
+    const CHECKPOINT_LOCK: Option<&'static str> = None;
 
     fn append(
         store: &SqliteStore,

@@ -167,6 +167,12 @@ impl KeyRing {
         &self.mac_secret
     }
 
+    /// The key that signs the audit log's checkpoints, named `name`: derived from this key,
+    /// so every instance of a fleet has the same one.
+    pub fn log_key(&self, name: &str) -> super::LogKey {
+        super::LogKey::derive(name, &self.signing.to_bytes())
+    }
+
     pub fn sign(&self, claims: &Claims) -> String {
         super::jwt::encode(&self.signing, self.kid(), claims)
     }

@@ -3,6 +3,8 @@
 
 mod jwt;
 mod keys;
+mod note;
 
 pub use jwt::{decode, encode, Claims, RejectReason, Rejected, Unverified, MAX_TOKEN_LEN};
 pub use keys::{KeyError, KeyRing, PublicKeys};
+pub use note::{Checkpoint, LogKey, LogVerifier, NoteError, MAX_NOTE_LEN};

@@ -211,6 +211,8 @@ pub fn test_config(url: &str, key: PathBuf) -> Config {
     c.bootstrap = false;
     c.handle_signals = false;
     c.store.max_connections = 5;
+    // Checkpoints come quickly, so that tests need not wait long for one.
+    c.engine.checkpoint_interval = Duration::from_millis(200);
     c
 }
 

@@ -19,4 +19,5 @@ mod persistence;
 mod proxy;
 mod store;
 mod tokens;
+mod transparency;
 mod verify;

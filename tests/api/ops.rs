@@ -28,6 +28,7 @@ async fn the_openapi_document_covers_every_route_schema_and_error() {
         "/health",
         "/.well-known/public-key.pem",
         "/.well-known/jwks.json",
+        "/.well-known/log-key",
         "/docs/errors",
         "/openapi.json",
         "/v1/agents/register",
@@ -37,6 +38,9 @@ async fn the_openapi_document_covers_every_route_schema_and_error() {
         "/v1/agents/{id}/revoke",
         "/v1/verify/{token}",
         "/v1/log",
+        "/v1/log/checkpoint",
+        "/v1/log/proof/inclusion",
+        "/v1/log/proof/consistency",
     ]
     .into_iter()
     .collect();

@@ -1,0 +1,306 @@
+//! The audit log as a transparency log: each ledger's Merkle tree (`domain::merkle`), signed
+//! checkpoints (`token::LogKey`), and inclusion and consistency proofs.
+//!
+//! The audit writer notes which ledgers grew ([`Grown`]); the checkpointer task signs a new
+//! checkpoint of each at most every interval, off the verify path. A checkpoint is made from
+//! what is committed: the previous checkpoint's tree edge (from stored subtree hashes) and the
+//! new records' hashes, read from their blocks. It is stored with the subtree hashes the new
+//! records completed, in one transaction that first checks that the previous checkpoint is
+//! still the latest, so instances of a fleet checkpointing the same ledger never disagree.
+//! Proofs reach only up to the latest checkpoint, where every stored subtree hash exists.
+
+use std::collections::HashSet;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::domain::audit::AuditRecord;
+use crate::domain::merkle::{self, Frontier, Hash, Parts, Subtree};
+use crate::domain::{Ledger, Millis};
+use crate::store::{SharedStore, StoreError, StoredCheckpoint};
+use crate::token::{Checkpoint, LogKey, LogVerifier};
+
+/// Most records one checkpoint adds to a tree; a ledger that grew more (a log that predates
+/// checkpoints) gets there in steps, each a checkpoint of its own.
+pub const MAX_STEP: u64 = 1 << 20;
+/// Record hashes read per query while a checkpoint is made.
+const READ_CHUNK: u64 = 1 << 16;
+
+/// The ledgers the audit writer appended to since the checkpointer last looked.
+#[derive(Debug, Default)]
+pub struct Grown(Mutex<HashSet<Ledger>>);
+
+impl Grown {
+    /// Notes the ledgers of committed records (one lock per batch; a ledger is cloned only
+    /// the first time).
+    pub fn note(&self, records: &[Option<AuditRecord>]) {
+        let mut last: Option<&Ledger> = None;
+        let mut set = self.0.lock();
+        for r in records.iter().flatten() {
+            if last != Some(&r.ledger) {
+                if !set.contains(&r.ledger) {
+                    set.insert(r.ledger.clone());
+                }
+                last = Some(&r.ledger);
+            }
+        }
+    }
+
+    fn take(&self) -> HashSet<Ledger> {
+        std::mem::take(&mut *self.0.lock())
+    }
+
+    fn put_back(&self, ledger: Ledger) {
+        self.0.lock().insert(ledger);
+    }
+}
+
+/// Why a proof was not given.
+#[derive(Debug, thiserror::Error)]
+pub enum ProofRefused {
+    #[error("{0}")]
+    OutOfRange(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The log's signing key, its name, and what it signs.
+pub struct Transparency {
+    store: SharedStore,
+    key: LogKey,
+    host: String,
+    interval: Duration,
+    grown: Arc<Grown>,
+}
+
+impl std::fmt::Debug for Transparency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transparency")
+            .field("host", &self.host)
+            .field("interval", &self.interval)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The log key's name for a public host: `<host>/agentid`.
+pub fn log_key_name(host: &str) -> String {
+    format!("{host}/agentid")
+}
+
+impl Transparency {
+    pub fn new(store: SharedStore, key: LogKey, host: &str, interval: Duration, grown: Arc<Grown>) -> Self {
+        Transparency {
+            store,
+            key,
+            host: host.to_owned(),
+            interval,
+            grown,
+        }
+    }
+
+    pub fn verifier(&self) -> &LogVerifier {
+        self.key.verifier()
+    }
+
+    pub fn latest<'a>(
+        &'a self,
+        ledger: &'a Ledger,
+    ) -> impl std::future::Future<Output = Result<Option<StoredCheckpoint>, StoreError>> + 'a {
+        self.store.latest_checkpoint(ledger)
+    }
+
+    /// The signed note of a ledger's latest checkpoint; for a ledger without one, a
+    /// checkpoint of the empty tree, signed now (true of every ledger, so nothing to store).
+    pub async fn latest_note(&self, ledger: &Ledger) -> Result<String, StoreError> {
+        Ok(match self.store.latest_checkpoint(ledger).await? {
+            Some(cp) => cp.note,
+            None => self.key.sign(&Checkpoint {
+                origin: ledger.origin(&self.host),
+                size: 0,
+                root: merkle::empty_root(),
+            }),
+        })
+    }
+
+    /// Runs for as long as the engine does: every interval, checkpoints the ledgers that
+    /// grew (at start, every ledger: records may have been appended since the last one).
+    pub async fn run(self: Arc<Self>) {
+        let mut first = true;
+        // Ticks four times an interval, so a ledger waits at most a quarter interval past
+        // the age its latest checkpoint must reach.
+        let mut ticks = tokio::time::interval((self.interval / 4).max(Duration::from_millis(5)));
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            if first {
+                match self.store.ledgers().await {
+                    Ok(all) => {
+                        for l in all {
+                            self.grown.put_back(l);
+                        }
+                        first = false;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "checkpoints: cannot list the ledgers"),
+                }
+            }
+            for ledger in self.grown.take() {
+                match self.checkpoint(&ledger).await {
+                    Ok(Step::Done) => {}
+                    Ok(Step::More) => self.grown.put_back(ledger),
+                    Err(e) => {
+                        metrics::counter!("agentid_checkpoint_failures_total").increment(1);
+                        tracing::warn!(%ledger, error = %e, "checkpoint failed; trying again");
+                        self.grown.put_back(ledger);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Signs and stores one checkpoint of `ledger` if it grew since its latest one and that
+    /// one is at least an interval old.
+    pub async fn checkpoint(&self, ledger: &Ledger) -> Result<Step, StoreError> {
+        let started = std::time::Instant::now();
+        let latest = self.store.latest_checkpoint(ledger).await?;
+        let now = Millis::now();
+        let after = latest.as_ref().map_or(0, |c| c.size);
+        if let Some(c) = &latest {
+            if now.0 - c.created_at.0 < self.interval.as_millis() as i64 {
+                return Ok(Step::More);
+            }
+        }
+        let size = self.store.ledger_size(ledger).await?;
+        if size <= after {
+            return Ok(Step::Done);
+        }
+        let target = size.min(after + MAX_STEP);
+        let mut frontier = self.frontier(ledger, after).await?;
+        let mut nodes = Vec::new();
+        let mut next = after + 1;
+        while next <= target {
+            let last = target.min(next + READ_CHUNK - 1);
+            let hashes = self.store.record_hashes(ledger, next, last).await?;
+            if hashes.len() as u64 != last - next + 1 {
+                return Err(StoreError::Corrupt(format!(
+                    "ledger {ledger}: records {next}..={last} are missing"
+                )));
+            }
+            for h in &hashes {
+                frontier.push(h, |s, h| nodes.push((s, h)));
+            }
+            next = last + 1;
+        }
+        let checkpoint = Checkpoint {
+            origin: ledger.origin(&self.host),
+            size: target,
+            root: frontier.root(),
+        };
+        let stored = StoredCheckpoint {
+            ledger: ledger.clone(),
+            size: target,
+            root: checkpoint.root,
+            note: self.key.sign(&checkpoint),
+            created_at: now,
+        };
+        if self.store.add_checkpoint(&stored, after, &nodes).await? {
+            metrics::counter!("agentid_checkpoints_total").increment(1);
+            metrics::histogram!("agentid_checkpoint_duration_seconds")
+                .record(started.elapsed().as_secs_f64());
+            tracing::debug!(%ledger, size = target, "checkpoint signed");
+        }
+        Ok(if target < size { Step::More } else { Step::Done })
+    }
+
+    /// The tree's edge at `size` leaves, from stored subtree hashes.
+    async fn frontier(&self, ledger: &Ledger, size: u64) -> Result<Frontier, StoreError> {
+        let mut hashes = Vec::new();
+        for s in merkle::subtrees(0..size) {
+            hashes.push(subtree_hash(&self.store, ledger, s).await?);
+        }
+        Frontier::at(size, &hashes).ok_or_else(|| StoreError::Corrupt("tree edge".into()))
+    }
+
+    /// The inclusion proof of record `seq` in the tree of `size` records, and its hash.
+    pub async fn inclusion(
+        &self,
+        ledger: &Ledger,
+        seq: u64,
+        size: u64,
+    ) -> Result<(Hash, Vec<Hash>), ProofRefused> {
+        let latest = self.latest_size(ledger).await?;
+        if !(1 <= seq && seq <= size && size <= latest) {
+            return Err(ProofRefused::OutOfRange(format!(
+                "need 1 ≤ seq ≤ tree_size ≤ {latest} (the latest checkpoint's size)"
+            )));
+        }
+        let leaf = self.store.record_hashes(ledger, seq, seq).await?;
+        let leaf = *leaf
+            .first()
+            .ok_or_else(|| StoreError::Corrupt(format!("record {seq} is missing")))?;
+        let mut proof = Vec::new();
+        for r in merkle::inclusion_ranges(seq - 1, size) {
+            proof.push(range_hash(&self.store, ledger, r).await?);
+        }
+        Ok((leaf, proof))
+    }
+
+    /// The consistency proof from the tree of `from` records to that of `to`.
+    pub async fn consistency(&self, ledger: &Ledger, from: u64, to: u64) -> Result<Vec<Hash>, ProofRefused> {
+        let latest = self.latest_size(ledger).await?;
+        if !(1 <= from && from <= to && to <= latest) {
+            return Err(ProofRefused::OutOfRange(format!(
+                "need 1 ≤ from ≤ to ≤ {latest} (the latest checkpoint's size)"
+            )));
+        }
+        let mut proof = Vec::new();
+        for r in merkle::consistency_ranges(from, to) {
+            proof.push(range_hash(&self.store, ledger, r).await?);
+        }
+        Ok(proof)
+    }
+
+    async fn latest_size(&self, ledger: &Ledger) -> Result<u64, StoreError> {
+        Ok(self.store.latest_checkpoint(ledger).await?.map_or(0, |c| c.size))
+    }
+}
+
+/// Whether a ledger needs another checkpoint soon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Done,
+    /// It grew more than one step, or its latest checkpoint is younger than an interval.
+    More,
+}
+
+/// The hash of a range a proof names, from the stored subtree hashes (and at most a few
+/// records at its edges): one small read per subtree it splits into.
+async fn range_hash(store: &SharedStore, ledger: &Ledger, range: Range<u64>) -> Result<Hash, StoreError> {
+    let mut hashes = Vec::new();
+    for s in merkle::subtrees(range) {
+        hashes.push(subtree_hash(store, ledger, s).await?);
+    }
+    Ok(merkle::fold(&hashes))
+}
+
+async fn subtree_hash(store: &SharedStore, ledger: &Ledger, s: Subtree) -> Result<Hash, StoreError> {
+    let parts: Vec<Hash> = match s.parts() {
+        Parts::Leaves(r) => {
+            let records = store.record_hashes(ledger, r.start + 1, r.end).await?;
+            records.iter().map(merkle::leaf_hash).collect()
+        }
+        Parts::Nodes { height, indices } => {
+            let rows = store.tree_nodes(ledger, height, indices.clone()).await?;
+            rows.into_iter().map(|(_, h)| h).collect()
+        }
+    };
+    let want = 1usize << (s.height % merkle::STORED_EVERY);
+    if parts.len() != want {
+        return Err(StoreError::Corrupt(format!(
+            "ledger {ledger}: the stored hashes of subtree {}@{} are incomplete",
+            s.height, s.index
+        )));
+    }
+    Ok(merkle::perfect(&parts))
+}

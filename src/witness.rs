@@ -1,0 +1,233 @@
+//! `agentid audit witness`: what an organization runs from cron on its own machine to hold
+//! the service to its log. Each run fetches the ledger's latest checkpoint, checks its
+//! signature with the log key (pinned in the state folder at the first run), asks for a
+//! consistency proof from the checkpoint it saved last time, checks it (RFC 9162 §2.1.4.2),
+//! and saves the new checkpoint. A log that shrank, forked or cannot prove that it only grew
+//! is reported, and the saved checkpoint is kept, so every later run reports it too.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::domain::merkle::{self, Hash};
+use crate::token::{Checkpoint, LogVerifier};
+
+/// The file of the state folder holding the last checkpoint seen.
+pub const CHECKPOINT_FILE: &str = "checkpoint";
+/// The file of the state folder holding the log key, pinned at the first run.
+pub const LOG_KEY_FILE: &str = "log-key";
+
+#[derive(Debug, Clone)]
+pub struct Witness {
+    /// The service's base URL.
+    pub url: String,
+    /// A secret key of the organization (it names the ledger: its org and mode).
+    pub key: String,
+    pub state: PathBuf,
+    /// The log key, when given (else fetched at the first run and pinned).
+    pub log_key: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WitnessError {
+    /// The log misbehaved: it shrank, forked, or cannot prove it only grew.
+    #[error("{0}")]
+    Log(String),
+    /// The check could not be made (network, files, arguments).
+    #[error("{0}")]
+    Check(String),
+}
+
+/// What a run found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub origin: String,
+    pub previous: Option<u64>,
+    pub size: u64,
+}
+
+impl Witness {
+    pub fn run(&self) -> Result<Seen, WitnessError> {
+        std::fs::create_dir_all(&self.state)
+            .map_err(|e| check(format!("state folder {}: {e}", self.state.display())))?;
+        let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(30)).build();
+        let base = self.url.trim_end_matches('/');
+        let verifier = self.verifier(&agent, base)?;
+
+        let note = get(&agent, &format!("{base}/v1/log/checkpoint"), Some(&self.key))?;
+        let new = verifier
+            .open(&note)
+            .map_err(|e| WitnessError::Log(format!("the service's checkpoint does not verify: {e}")))?;
+        let saved_path = self.state.join(CHECKPOINT_FILE);
+        let old = match read_optional(&saved_path)? {
+            Some(old_note) => Some(verifier.open(&old_note).map_err(|e| {
+                check(format!(
+                    "the saved checkpoint {} does not verify: {e}",
+                    saved_path.display()
+                ))
+            })?),
+            None => None,
+        };
+        if let Some(old) = &old {
+            self.judge(&agent, base, old, &new)?;
+        }
+        write_atomic(&saved_path, note.as_bytes())
+            .map_err(|e| check(format!("cannot save {}: {e}", saved_path.display())))?;
+        Ok(Seen {
+            origin: new.origin,
+            previous: old.map(|o| o.size),
+            size: new.size,
+        })
+    }
+
+    /// The log key: as given or as served, and the same as the one pinned before.
+    fn verifier(&self, agent: &ureq::Agent, base: &str) -> Result<LogVerifier, WitnessError> {
+        let pinned_path = self.state.join(LOG_KEY_FILE);
+        let pinned = read_optional(&pinned_path)?;
+        let line = match (&self.log_key, &pinned) {
+            (Some(k), _) => k.trim().to_owned(),
+            (None, Some(p)) => p.trim().to_owned(),
+            (None, None) => get(agent, &format!("{base}/.well-known/log-key"), None)?
+                .trim()
+                .to_owned(),
+        };
+        let verifier = LogVerifier::parse(&line).map_err(|e| check(format!("log key: {e}")))?;
+        match pinned {
+            Some(p) if p.trim() != line => {
+                return Err(WitnessError::Log(format!(
+                    "the log key {line} is not the one pinned in {} ({}); a log that changes its key \
+                     cannot be held to what it signed before",
+                    pinned_path.display(),
+                    p.trim()
+                )))
+            }
+            Some(_) => {}
+            None => write_atomic(&pinned_path, format!("{line}\n").as_bytes())
+                .map_err(|e| check(format!("cannot save {}: {e}", pinned_path.display())))?,
+        }
+        Ok(verifier)
+    }
+
+    /// Whether `new` extends `old`.
+    fn judge(
+        &self,
+        agent: &ureq::Agent,
+        base: &str,
+        old: &Checkpoint,
+        new: &Checkpoint,
+    ) -> Result<(), WitnessError> {
+        if new.origin != old.origin {
+            return Err(check(format!(
+                "the checkpoint is of {}, the saved one of {}: use one state folder per ledger",
+                new.origin, old.origin
+            )));
+        }
+        if new.size < old.size {
+            return Err(WitnessError::Log(format!(
+                "the log shrank: {} holds {} records, it held {} before",
+                new.origin, new.size, old.size
+            )));
+        }
+        if new.size == old.size {
+            return if new.root == old.root {
+                Ok(())
+            } else {
+                Err(WitnessError::Log(format!(
+                    "the log forked: two different trees of {} records of {}",
+                    new.size, new.origin
+                )))
+            };
+        }
+        if old.size == 0 {
+            return Ok(()); // every tree extends the empty one
+        }
+        let url = format!(
+            "{base}/v1/log/proof/consistency?from={}&to={}",
+            old.size, new.size
+        );
+        let body = get(agent, &url, Some(&self.key)).map_err(|e| match e {
+            WitnessError::Log(m) | WitnessError::Check(m) => WitnessError::Log(format!(
+                "the log cannot prove that its {} records extend the {} seen before: {m}",
+                new.size, old.size
+            )),
+        })?;
+        let proof = parse_proof(&body, old.size, new.size).map_err(WitnessError::Log)?;
+        merkle::verify_consistency(old.size, new.size, &old.root, &new.root, &proof).map_err(|e| {
+            WitnessError::Log(format!(
+                "the log did not only grow: the tree of {} records of {} does not extend the one of {} \
+                 seen before ({e})",
+                new.size, new.origin, old.size
+            ))
+        })
+    }
+}
+
+fn check(msg: String) -> WitnessError {
+    WitnessError::Check(msg)
+}
+
+fn get(agent: &ureq::Agent, url: &str, key: Option<&str>) -> Result<String, WitnessError> {
+    let mut req = agent.get(url);
+    if let Some(k) = key {
+        req = req.set("Authorization", &format!("Bearer {k}"));
+    }
+    match req.call() {
+        Ok(res) => {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::Read::take(res.into_reader(), 1 << 20), &mut bytes)
+                .map_err(|e| check(format!("GET {url}: {e}")))?;
+            Ok(String::from_utf8_lossy(&bytes).into_owned())
+        }
+        Err(ureq::Error::Status(code, res)) => {
+            let body = res.into_string().unwrap_or_default();
+            Err(check(format!("GET {url}: {code} {}", body.trim())))
+        }
+        Err(e) => Err(check(format!("GET {url}: {e}"))),
+    }
+}
+
+/// The proof of a consistency answer, which must be for the sizes asked.
+fn parse_proof(body: &str, from: u64, to: u64) -> Result<Vec<Hash>, String> {
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        from: u64,
+        to: u64,
+        proof: Vec<String>,
+    }
+    let a: Answer = serde_json::from_str(body).map_err(|e| format!("not a consistency proof: {e}"))?;
+    if (a.from, a.to) != (from, to) {
+        return Err(format!("asked for {from}..{to}, answered {}..{}", a.from, a.to));
+    }
+    a.proof
+        .iter()
+        .map(|h| unhex(h).ok_or_else(|| format!("{h:?} is not a 32-byte hex hash")))
+        .collect()
+}
+
+fn unhex(s: &str) -> Option<Hash> {
+    if s.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+fn read_optional(path: &Path) -> Result<Option<String>, WitnessError> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(check(format!("{}: {e}", path.display()))),
+    }
+}
+
+/// Writes a file whole or not at all: a temporary file, synced, renamed over it.
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
