@@ -141,6 +141,19 @@ fn describe() {
         "agentid_store_connections",
         "Database pool connections by pool (main; writer on PostgreSQL) and state (active, idle, max)"
     );
+    describe_counter!(
+        "agentid_checkpoints_total",
+        "Signed checkpoints of the audit log's ledgers stored by this instance"
+    );
+    describe_histogram!(
+        "agentid_checkpoint_duration_seconds",
+        Unit::Seconds,
+        "Time to make and store one checkpoint (reading its new records included)"
+    );
+    describe_counter!(
+        "agentid_checkpoint_failures_total",
+        "Checkpoints that could not be made (tried again at the next tick)"
+    );
     describe_gauge!("agentid_build_info", "Build information (value 1)");
 }
 
@@ -166,6 +179,9 @@ fn register_zeroes() {
     metrics::counter!("agentid_audit_writer_restarts_total").increment(0);
     metrics::counter!("agentid_audit_records_total").increment(0);
     metrics::counter!("agentid_audit_chain_conflicts_total").increment(0);
+    metrics::counter!("agentid_checkpoints_total").increment(0);
+    metrics::counter!("agentid_checkpoint_failures_total").increment(0);
+    let _ = metrics::histogram!("agentid_checkpoint_duration_seconds");
     // Registered, so that it is exported (with empty buckets) before the first wait.
     let _ = metrics::histogram!("agentid_audit_chain_lock_wait_seconds");
     metrics::gauge!("agentid_audit_queue_depth").set(0.0);
