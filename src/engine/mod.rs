@@ -39,6 +39,9 @@ pub enum EngineError {
     AgentRevoked,
     #[error("expiry_seconds exceeds the plan maximum of {max} seconds")]
     ExpiryTooLong { max: u64 },
+    /// The agent's token would be longer than a verifier accepts (`MAX_TOKEN_LEN`).
+    #[error("the token would be {len} bytes, over the {max}-byte limit of a token")]
+    TokenTooLong { len: usize, max: usize },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -365,9 +368,10 @@ impl Engine {
             revocation_reason: None,
             verification_count: 0,
         };
+        // Signed first: an agent whose token no verifier would accept is not registered.
+        let token = self.sign(&agent, agent.issued_at, agent.expires_at)?;
         self.store.insert_agent(&agent).await?;
         self.registry.learn(&agent);
-        let token = self.sign(&agent, agent.issued_at, agent.expires_at);
         Ok(Registration { agent, token })
     }
 
@@ -409,10 +413,10 @@ impl Engine {
         let lifetime = lifetime.min(caller.org.limits.max_expiry_seconds as i64);
         let issued = Millis::from_secs(Millis::now().as_secs());
         let expires = issued.plus_secs(lifetime);
+        let token = self.sign(&agent, issued, expires)?;
         if !self.store.renew_token(&agent.id, issued, expires).await? {
             return Err(EngineError::AgentRevoked);
         }
-        let token = self.sign(&agent, issued, expires);
         Ok(IssuedToken {
             agent_id: agent.id,
             token,
@@ -443,15 +447,24 @@ impl Engine {
         Ok(stored)
     }
 
-    fn sign(&self, agent: &AgentRecord, issued: Millis, expires: Millis) -> String {
-        self.keys.sign(&Claims {
+    /// The agent's token, if it fits what verifiers accept (`MAX_TOKEN_LEN`: a token travels in
+    /// a URL path, and proxies commonly refuse request lines past 8 KiB).
+    fn sign(&self, agent: &AgentRecord, issued: Millis, expires: Millis) -> Result<String, EngineError> {
+        let token = self.keys.sign(&Claims {
             iss: agent.issuer_domain.clone(),
             sub: agent.id.clone(),
             jti: new_id(IdPrefix::Request)[4..].to_owned(),
             iat: issued.as_secs(),
             exp: expires.as_secs(),
             scopes: agent.scopes.clone(),
-        })
+        });
+        if token.len() > crate::token::MAX_TOKEN_LEN {
+            return Err(EngineError::TokenTooLong {
+                len: token.len(),
+                max: crate::token::MAX_TOKEN_LEN,
+            });
+        }
+        Ok(token)
     }
 
     /// Online verification: form, key, signature, agent, revocation, expiry; then the

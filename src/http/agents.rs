@@ -156,7 +156,7 @@ pub struct Registered {
     request_body = RegisterRequest,
     responses(
         (status = 201, description = "Registered", body = Registered),
-        (status = 400, description = "INVALID_REQUEST, VALIDATION_ERROR or EXPIRY_TOO_LONG", body = ErrorBody),
+        (status = 400, description = "INVALID_REQUEST, VALIDATION_ERROR (also when the token would exceed the 4096-byte limit of a token) or EXPIRY_TOO_LONG", body = ErrorBody),
         (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
         (status = 415, description = "INVALID_REQUEST: not application/json", body = ErrorBody),
     ),
@@ -302,6 +302,7 @@ pub struct Issued {
     params(("id" = String, Path, description = "Agent id (agt_…)")),
     responses(
         (status = 201, description = "A new token; earlier tokens stay valid until their own expiry", body = Issued),
+        (status = 400, description = "VALIDATION_ERROR: the agent's token would exceed the 4096-byte limit of a token (an agent registered before the limit was enforced)", body = ErrorBody),
         (status = 404, description = "AGENT_NOT_FOUND", body = ErrorBody),
         (status = 409, description = "AGENT_REVOKED", body = ErrorBody),
     ),

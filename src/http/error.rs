@@ -245,6 +245,13 @@ impl From<EngineError> for ApiError {
                 ErrorCode::ExpiryTooLong,
                 format!("expiry_seconds: the plan allows at most {max} seconds"),
             ),
+            EngineError::TokenTooLong { len, max } => ApiError::new(
+                ErrorCode::ValidationError,
+                format!(
+                    "scopes: the agent's token would be {len} bytes, over the {max}-byte limit of a \
+                     token (it travels in the verify URL); use fewer or shorter scopes"
+                ),
+            ),
             EngineError::Store(s) => s.into(),
         }
     }

@@ -210,3 +210,51 @@ async fn forged_and_malformed_tokens_are_invalid_and_recorded() {
         "anonymous attempts stay in the service log"
     );
 }
+
+/// Every token the service issues verifies: an agent whose token would exceed the decoder's
+/// 4096-byte cap is refused at registration, naming the limit, and the largest agent it
+/// takes verifies, as does a new token of it.
+#[actix_web::test]
+async fn the_largest_agent_the_service_registers_has_a_token_that_verifies() {
+    let app = spawn_app().await;
+    let scope = |i: usize| format!("s{i:03}:{}", "x".repeat(123));
+    let body = |n: usize| {
+        json!({
+            "name": "n".repeat(100),
+            "issuer_domain": format!("{}.example.com", "d".repeat(60)),
+            "scopes": (0..n).map(scope).collect::<Vec<_>>(),
+        })
+    };
+    let res = app
+        .post("/v1/agents/register", Some(app.secret()), Some(&body(64)))
+        .await;
+    let err = res.assert_error(400, "VALIDATION_ERROR");
+    assert!(
+        err["error"]["message"].as_str().unwrap().contains("4096-byte"),
+        "{err}"
+    );
+    let mut largest = None;
+    for n in (1..64).rev() {
+        let res = app
+            .post("/v1/agents/register", Some(app.secret()), Some(&body(n)))
+            .await;
+        if res.status == 201 {
+            largest = Some(res.json());
+            break;
+        }
+        res.assert_error(400, "VALIDATION_ERROR");
+    }
+    let agent = largest.expect("some agent fits");
+    let token = agent["token"].as_str().unwrap();
+    assert!(token.len() > 3900 && token.len() <= 4096, "{}", token.len());
+    assert_eq!(app.verify(token).await["valid"], true);
+    let id = agent["agent_id"].as_str().unwrap();
+    let res = app
+        .post(&format!("/v1/agents/{id}/issue-token"), Some(app.secret()), None)
+        .await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    assert_eq!(
+        app.verify(res.json()["token"].as_str().unwrap()).await["valid"],
+        true
+    );
+}
