@@ -93,8 +93,11 @@ impl ApiKeys {
             match self.cache.get_value_or_guard_async(&hash).await {
                 Ok((at, found)) if at.elapsed() < self.ttl => return Ok(found),
                 // Expired: drop it, so that one caller refreshes it while the others wait.
-                Ok(_) => {
-                    known = true;
+                // Only a key that was valid is refreshed free: looking a rejected key up
+                // again is charged like any unknown key, or a caller could cycle through
+                // rejected keys at one store read each per expiry.
+                Ok((_, found)) => {
+                    known = matches!(found, KeyLookup::Valid(_));
                     self.cache.remove(&hash);
                 }
                 Err(guard) => break guard,

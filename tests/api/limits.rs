@@ -259,6 +259,46 @@ async fn a_valid_key_used_by_many_connections_at_once_is_looked_up_once_and_neve
         .assert_error(429, "RATE_LIMITED");
 }
 
+/// A rejected key is cached as rejected, and looking it up again once that entry expires is
+/// charged to the address's budget like any unknown key: cycling a few bad keys cannot read
+/// the store more than the budget allows.
+#[actix_web::test]
+async fn a_rejected_key_looked_up_again_after_expiry_is_charged() {
+    let app = spawn_app_with(Options {
+        tweak: Box::new(|c| c.engine.key_cache_ttl = Duration::from_millis(100)),
+        ..Options::unlimited()
+    })
+    .await;
+    let (_, token) = app.agent().await; // one look-up: the secret key
+    let path = format!("/v1/verify/{token}");
+    let bad: Vec<String> = (0..10).map(|i| format!("pk_live_{i:040}")).collect();
+    // Within the cache's life a rejected key costs nothing more.
+    for _ in 0..3 {
+        for k in &bad {
+            app.get(&path, Some(k)).await.assert_error(401, "UNAUTHORIZED");
+        }
+    }
+    // Each round after expiry costs ten look-ups: five more rounds spend the rest of the 60
+    // (one went to the secret key, ten to the first round; the budget refills one a second,
+    // so a round or two of slack).
+    let mut throttled = false;
+    for _ in 0..8 {
+        actix_web::rt::time::sleep(Duration::from_millis(120)).await;
+        for k in &bad {
+            let res = app.get(&path, Some(k)).await;
+            if res.status == 429 {
+                throttled = true;
+            } else {
+                res.assert_error(401, "UNAUTHORIZED");
+            }
+        }
+    }
+    assert!(
+        throttled,
+        "rejected keys looked up again after expiry were never charged"
+    );
+}
+
 /// A balancer's health checks are never refused and spend nobody's calls, yet carry the
 /// headers of the caller's bucket.
 #[actix_web::test]
