@@ -71,19 +71,34 @@ impl fmt::Debug for Config {
     }
 }
 
-/// The URL with any password replaced by `***`.
+/// The URL with any password replaced by `***`: in the user part (`user:pass@`) and in the
+/// query string (`?password=…`, `sslpassword=…`, any parameter whose name holds "password").
 pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    match authority.rsplit_once('@') {
+    let (authority, path) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+    let authority = match authority.rsplit_once('@') {
         Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}{path}"),
-            None => url.to_owned(),
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => authority.to_owned(),
         },
-        None => url.to_owned(),
-    }
+        None => authority.to_owned(),
+    };
+    let path = match path.split_once('?') {
+        Some((path, query)) => {
+            let params: Vec<String> = query
+                .split('&')
+                .map(|p| match p.split_once('=') {
+                    Some((k, _)) if k.to_ascii_lowercase().contains("password") => format!("{k}=***"),
+                    _ => p.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", params.join("&"))
+        }
+        None => path.to_owned(),
+    };
+    format!("{scheme}://{authority}{path}")
 }
 
 #[cfg(test)]
@@ -98,7 +113,17 @@ mod tests {
         );
         assert_eq!(redact_url("postgres://u@db/x"), "postgres://u@db/x");
         assert_eq!(redact_url("sqlite://./data/a.db"), "sqlite://./data/a.db");
+        assert_eq!(
+            redact_url("postgres://db/x?user=u&password=hunter2&sslmode=require"),
+            "postgres://db/x?user=u&password=***&sslmode=require"
+        );
+        assert_eq!(
+            redact_url("postgres://u:a@db?sslpassword=b&PassWord=c"),
+            "postgres://u:***@db?sslpassword=***&PassWord=***"
+        );
         let cfg = Config::new("postgres://u:hunter2@h/d");
+        assert!(!format!("{cfg:?}").contains("hunter2"));
+        let cfg = Config::new("postgres://u@h/d?password=hunter2");
         assert!(!format!("{cfg:?}").contains("hunter2"));
     }
 }

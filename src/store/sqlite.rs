@@ -29,9 +29,23 @@ impl SqlStore<Sqlite> {
             .busy_timeout(Duration::from_secs(5))
             .foreign_keys(true);
         let file = connect.get_filename();
+        let io = |e| StoreError::Unavailable(sqlx::Error::Io(e));
         if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
             if !Path::new(dir).exists() {
-                std::fs::create_dir_all(dir).map_err(|e| StoreError::Unavailable(sqlx::Error::Io(e)))?;
+                std::fs::create_dir_all(dir).map_err(io)?;
+            }
+        }
+        // A new database is created readable by its owner only; SQLite gives its WAL and
+        // shared-memory files the database file's permissions.
+        if file != Path::new(":memory:") && !file.exists() {
+            let mut new = std::fs::OpenOptions::new();
+            new.write(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut new, 0o600);
+            match new.open(file) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io(e)),
             }
         }
         let pool = SqlitePoolOptions::new()

@@ -24,6 +24,11 @@ pub enum KeyError {
     Io { path: String, source: std::io::Error },
     #[error("the signing key file {path} is not an Ed25519 PKCS#8 PEM key")]
     Format { path: String },
+    #[error(
+        "the signing key file {path} can be read by others (mode {mode:o}): it must be readable by \
+         its owner only. Run: chmod 600 {path}"
+    )]
+    Exposed { path: String, mode: u32 },
 }
 
 /// The public keys that validate tokens, by `kid`, and the key that new tokens name.
@@ -115,8 +120,20 @@ impl KeyRing {
         }
     }
 
-    /// Reads the PEM key at `path`; `None` when there is no such file.
+    /// Reads the PEM key at `path`; `None` when there is no such file. Refuses a file that
+    /// its group or others may read, as ssh does.
     pub fn load(path: &Path) -> Result<Option<KeyRing>, KeyError> {
+        #[cfg(unix)]
+        if let Ok(meta) = std::fs::metadata(path) {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                return Err(KeyError::Exposed {
+                    path: path.display().to_string(),
+                    mode,
+                });
+            }
+        }
         match std::fs::read_to_string(path) {
             Ok(pem) => {
                 let key = SigningKey::from_pkcs8_pem(&pem).map_err(|_| KeyError::Format {
@@ -143,7 +160,13 @@ impl KeyRing {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
         let key = SigningKey::generate(&mut rand::rngs::OsRng);
-        let pem = key.to_pkcs8_pem(LineEnding::LF).expect("PKCS#8 encoding");
+        // PKCS#8 v1 (RFC 5208, no public key attached): what `openssl pkey` and Python's
+        // `cryptography` read; v2 with the public key is refused by both.
+        let v1 = ed25519_dalek::pkcs8::KeypairBytes {
+            secret_key: key.to_bytes(),
+            public_key: None,
+        };
+        let pem = v1.to_pkcs8_pem(LineEnding::LF).expect("PKCS#8 encoding");
         write_private(path, pem.as_bytes()).map_err(io)?;
         Ok(KeyRing::from_signing_key(key))
     }
@@ -227,6 +250,43 @@ mod tests {
             .public_key_pem()
             .starts_with("-----BEGIN PUBLIC KEY-----"));
         assert!(!format!("{ring:?}").contains("PRIVATE"));
+    }
+
+    /// The key file is PKCS#8 v1 (version 0, no public key attached), which OpenSSL and
+    /// Python's cryptography read.
+    #[test]
+    fn the_key_file_is_pkcs8_v1() {
+        use base64::engine::general_purpose::STANDARD;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("key.pem");
+        let ring = KeyRing::create(&path).unwrap();
+        let pem = std::fs::read_to_string(&path).unwrap();
+        let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+        assert!(pem.starts_with("-----BEGIN PRIVATE KEY-----\n"));
+        let der = STANDARD.decode(body).unwrap();
+        // SEQUENCE { INTEGER 0 (v1), AlgorithmIdentifier { id-Ed25519 }, OCTET STRING {
+        // OCTET STRING seed } }: 48 bytes, nothing after the seed (v2 would attach the key).
+        let mut want = vec![
+            0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20,
+        ];
+        want.extend_from_slice(&ring.signing.to_bytes());
+        assert_eq!(der, want);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_key_file_others_may_read_is_refused_with_the_fix() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("key.pem");
+        KeyRing::create(&path).unwrap();
+        for mode in [0o640, 0o604, 0o644] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let err = KeyRing::load(&path).unwrap_err().to_string();
+            assert!(err.contains("chmod 600"), "{err}");
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
+        assert!(KeyRing::load(&path).unwrap().is_some());
     }
 
     fn claims(n: i64) -> Claims {

@@ -145,14 +145,20 @@ async fn first_start_creates_everything_and_prints_keys_once() {
         .expect("secret_live printed");
     assert!(secret.starts_with("sk_live_"));
     assert!(dir.path().join("data/agentid.db").exists());
-    let key_file = dir.path().join("data/signing-key.pem");
     #[cfg(unix)]
     {
+        // The key, the database and its WAL files: readable by their owner only.
         use std::os::unix::fs::PermissionsExt;
-        assert_eq!(
-            std::fs::metadata(&key_file).unwrap().permissions().mode() & 0o777,
-            0o600
-        );
+        for f in [
+            "signing-key.pem",
+            "agentid.db",
+            "agentid.db-wal",
+            "agentid.db-shm",
+        ] {
+            let path = dir.path().join("data").join(f);
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{f}: {mode:o}");
+        }
     }
 
     // The printed key works at once.
@@ -288,4 +294,32 @@ fn serve_on_a_port_in_use_fails_cleanly_before_creating_anything() {
         assert!(!stderr.contains("panicked"), "{stderr}");
         assert!(!dir.path().join("data").exists(), "nothing is created");
     }
+}
+
+/// `serve` refuses a signing key file that its group or others may read, saying how to fix
+/// it, as ssh does; and starts once it is fixed.
+#[cfg(unix)]
+#[test]
+fn serve_refuses_a_key_file_others_may_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("data/signing-key.pem");
+    agentid::token::KeyRing::create(&key).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_agentid"))
+        .arg("serve")
+        .current_dir(dir.path())
+        .env("AGENTID_BIND", "127.0.0.1:0")
+        .env("AGENTID_METRICS_BIND", "off")
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("can be read by others") && err.contains("chmod 600"),
+        "{err}"
+    );
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    drop(start_server(dir.path(), None, &[]));
 }

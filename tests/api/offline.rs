@@ -171,3 +171,42 @@ async fn online_and_offline_agree_on_signatures_made_with_any_nonce() {
         assert_eq!(checked, 4, "both offline checks must run in CI");
     }
 }
+
+/// The signing key file the service writes is PKCS#8 v1, which OpenSSL and Python's
+/// `cryptography` read (both refuse the v2 form with the public key attached), and the key
+/// they read is the one whose public half the service publishes.
+#[actix_web::test]
+async fn openssl_and_python_cryptography_read_the_key_file() {
+    let app = spawn_app().await;
+    let published = app.get("/.well-known/public-key.pem", None).await.text();
+    let key_file = app.config.signing_key_file.clone();
+    let script = "import sys\n\
+        from cryptography.hazmat.primitives import serialization as s\n\
+        k = s.load_pem_private_key(open(sys.argv[1], 'rb').read(), password=None)\n\
+        print(k.public_key().public_bytes(s.Encoding.PEM, s.PublicFormat.SubjectPublicKeyInfo).decode(), end='')\n";
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&key_file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stderr.contains("No module named") {
+        assert!(!in_ci(), "cryptography is required in CI: {stderr}");
+        eprintln!("skipping: Python's cryptography is not installed");
+    } else {
+        assert!(out.status.success(), "{stderr}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), published);
+    }
+    match Command::new("openssl")
+        .args(["pkey", "-pubout", "-in"])
+        .arg(&key_file)
+        .output()
+    {
+        Ok(out) => {
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            assert_eq!(String::from_utf8_lossy(&out.stdout), published);
+        }
+        Err(e) => assert!(!in_ci(), "openssl is required in CI: {e}"),
+    }
+}
