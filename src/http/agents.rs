@@ -384,3 +384,77 @@ fn no_store(mut b: actix_web::HttpResponseBuilder) -> actix_web::HttpResponseBui
     b.insert_header((header::CACHE_CONTROL, "no-store"));
     b
 }
+
+/// The request-body parsers never panic: arbitrary bytes, and JSON objects with the
+/// fields of a register or revoke body holding arbitrary values (fixed seed).
+#[cfg(test)]
+mod props {
+    use actix_web::test::TestRequest;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn json_value() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::from),
+            any::<i64>().prop_map(serde_json::Value::from),
+            any::<f64>().prop_map(serde_json::Value::from),
+            proptest::collection::vec(any::<char>(), 0..140)
+                .prop_map(|c| serde_json::Value::from(String::from_iter(c))),
+        ];
+        // Arrays up to 70 long: past the 64 scopes a body may hold.
+        leaf.prop_recursive(2, 80, 70, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..70).prop_map(serde_json::Value::from),
+                proptest::collection::hash_map("[a-z_]{0,12}", inner, 0..4)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn fields() -> impl Strategy<Value = Vec<(&'static str, serde_json::Value)>> {
+        let names = prop_oneof![
+            Just("name"),
+            Just("issuer_domain"),
+            Just("scopes"),
+            Just("description"),
+            Just("expiry_seconds"),
+            Just("reason"),
+            Just("other"),
+        ];
+        proptest::collection::vec((names, json_value()), 0..7)
+    }
+
+    fn parse_both(body: &[u8]) {
+        let req = TestRequest::default()
+            .insert_header((header::CONTENT_TYPE, "application/json"))
+            .to_http_request();
+        let body = Bytes::copy_from_slice(body);
+        if let Ok(r) = json_body::<RegisterRequest>(&req, &body) {
+            let _ = r.parse();
+        }
+        let _ = json_body::<RevokeRequest>(&req, &body).map(|r| r.reason.map(|s| RevokeReason::parse(&s)));
+    }
+
+    proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: 256,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(31),
+            failure_persistence: None,
+            ..Default::default()
+        })]
+
+        #[test]
+        fn any_bytes(b in proptest::collection::vec(any::<u8>(), 0..3000)) {
+            parse_both(&b);
+        }
+
+        #[test]
+        fn objects_with_the_bodies_fields(f in fields()) {
+            let obj: serde_json::Map<String, serde_json::Value> =
+                f.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+            parse_both(serde_json::to_string(&obj).unwrap().as_bytes());
+        }
+    }
+}

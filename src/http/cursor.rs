@@ -98,3 +98,32 @@ mod tests {
         assert_eq!(decode(&secret, &scope, &URL_SAFE_NO_PAD.encode(tampered)), None);
     }
 }
+
+/// The cursor decoder never panics, whatever it is given (fixed seed).
+#[cfg(test)]
+mod props {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::domain::KeyMode;
+
+    proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: 256,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(31),
+            failure_persistence: None,
+            ..Default::default()
+        })]
+
+        #[test]
+        fn any_text_and_changed_cursors(s in "\\PC{0,200}", at in any::<usize>(), byte in any::<u8>()) {
+            let ledger = Ledger { org_id: "org_1".into(), mode: KeyMode::Live };
+            let scope = CursorScope { ledger: &ledger, agent_id: None, result: None };
+            let _ = decode(&[9; 32], &scope, &s);
+            let mut b = encode(&[9; 32], &scope, 12345).into_bytes();
+            let at = at % b.len();
+            b[at] = byte;
+            let _ = decode(&[9; 32], &scope, &String::from_utf8_lossy(&b));
+        }
+    }
+}

@@ -183,3 +183,53 @@ mod tests {
         }
     }
 }
+
+/// The decoder never panics, whatever it is given: arbitrary text, arbitrary bytes, and valid
+/// tokens with one byte changed or cut short (fixed seed: the same cases in every run).
+#[cfg(test)]
+mod props {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn valid() -> String {
+        let key = SigningKey::from_bytes(&[3; 32]);
+        let claims = Claims {
+            iss: "example.com".into(),
+            sub: "agt_01jd0000000000000000000000".into(),
+            jti: "01jd0000000000000000000000".into(),
+            iat: 1_795_000_000,
+            exp: 1_795_086_400,
+            scopes: vec!["read:x".into()],
+        };
+        encode(&key, "kid", &claims)
+    }
+
+    proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: 256,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(31),
+            failure_persistence: None,
+            ..Default::default()
+        })]
+
+        #[test]
+        fn any_text(s in "\\PC{0,600}") {
+            let _ = decode(&s);
+        }
+
+        #[test]
+        fn any_bytes(b in proptest::collection::vec(any::<u8>(), 0..5000)) {
+            let _ = decode(&String::from_utf8_lossy(&b));
+        }
+
+        #[test]
+        fn a_valid_token_changed_or_cut(at in any::<usize>(), byte in any::<u8>(), cut in any::<bool>()) {
+            let t = valid();
+            let mut b = t.into_bytes();
+            let at = at % b.len();
+            if cut { b.truncate(at) } else { b[at] = byte }
+            let _ = decode(&String::from_utf8_lossy(&b));
+        }
+    }
+}
