@@ -105,9 +105,10 @@ pub struct ServeArgs {
     /// in milliseconds.
     #[arg(long, env = "AGENTID_CHECKPOINT_INTERVAL_MS", default_value_t = 10_000)]
     pub checkpoint_interval_ms: u64,
-    /// Verified tokens remembered (0 disables the cache).
-    #[arg(long, env = "AGENTID_TOKEN_CACHE_CAPACITY", default_value_t = 65_536)]
-    pub token_cache_capacity: usize,
+    /// Bytes of verified tokens (with their claims and answers) remembered; 0 disables the
+    /// cache.
+    #[arg(long, env = "AGENTID_TOKEN_CACHE_BYTES", default_value_t = 64 << 20)]
+    pub token_cache_bytes: u64,
 }
 
 /// Comma-separated CIDR networks; a bare address is the network of that address alone.
@@ -325,7 +326,7 @@ async fn serve(args: ServeArgs) -> CliResult {
                 linger: Duration::from_millis(args.audit_linger_ms),
                 ..WriterConfig::default()
             },
-            token_cache_capacity: args.token_cache_capacity,
+            token_cache_bytes: args.token_cache_bytes,
             checkpoint_interval: Duration::from_millis(args.checkpoint_interval_ms.max(1)),
             ..EngineConfig::default()
         },

@@ -61,8 +61,8 @@ pub enum VerifyError {
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     pub writer: WriterConfig,
-    /// Verified tokens remembered; 0 disables the cache.
-    pub token_cache_capacity: usize,
+    /// Bytes of verified tokens (and their answers) remembered; 0 disables the cache.
+    pub token_cache_bytes: u64,
     /// How often the registry pulls revocations committed by other instances.
     pub registry_resync: Duration,
     /// How long a resolved API key is trusted before the store is asked again.
@@ -77,7 +77,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             writer: WriterConfig::default(),
-            token_cache_capacity: 65_536,
+            token_cache_bytes: 64 << 20,
             registry_resync: Duration::from_secs(5),
             key_cache_ttl: apikeys::KEY_CACHE_TTL,
             checkpoint_interval: Duration::from_secs(10),
@@ -267,7 +267,7 @@ impl Engine {
             transparency,
             _background: background,
             api_keys: ApiKeys::new(store.clone(), cfg.key_cache_ttl),
-            verifier: TokenVerifier::new(keys.public().clone(), cfg.token_cache_capacity),
+            verifier: TokenVerifier::new(keys.public().clone(), cfg.token_cache_bytes),
             store,
             keys,
             registry,
@@ -287,6 +287,17 @@ impl Engine {
     /// Checkpoints and proofs of the audit log.
     pub fn transparency(&self) -> &Transparency {
         &self.transparency
+    }
+
+    /// A valid token's answer was rendered for the first time: its cache entry now holds it
+    /// and is weighed again.
+    pub fn answer_rendered(&self, token: &str, checked: &Arc<verifier::CheckedToken>) {
+        self.verifier.reweigh(token, checked);
+    }
+
+    /// The bytes the verified-token cache holds.
+    pub fn token_cache_bytes(&self) -> u64 {
+        self.verifier.cached_bytes()
     }
 
     pub fn registry(&self) -> &Registry {

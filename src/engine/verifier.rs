@@ -10,8 +10,49 @@ use crate::token::{self, Claims, PublicKeys, Rejected};
 
 /// Token string → a token whose signature has been checked. Keyed by the whole token, so
 /// two different strings never share an entry; expiry and revocation are not cached (they
-/// are checked on every call).
-type TokenCache = quick_cache::sync::Cache<Box<str>, Arc<CheckedToken>>;
+/// are checked on every call). Bounded by bytes, not entries: a token may be 4 KiB and its
+/// answer as much again, so a count of entries bounds nothing useful.
+type TokenCache = quick_cache::sync::Cache<Box<str>, Entry, TokenWeight>;
+
+/// A cached token and the weight it was inserted with: the weight must stay what it was
+/// while the entry is in the cache, even once the shared token gains its rendered answer.
+#[derive(Clone)]
+struct Entry {
+    checked: Arc<CheckedToken>,
+    weight: u64,
+}
+
+impl Entry {
+    fn new(token: &str, checked: Arc<CheckedToken>) -> Self {
+        Entry {
+            weight: weight(token, &checked),
+            checked,
+        }
+    }
+}
+
+/// What an entry costs beside its strings: the key's and the value's allocations and the
+/// cache's own bookkeeping (measured order of magnitude, rounded up).
+const ENTRY_OVERHEAD: u64 = 256;
+
+/// The bytes an entry holds: the token, the claims' strings, and the rendered answer once
+/// there is one (the entry is inserted again then, see `TokenVerifier::reweigh`).
+fn weight(token: &str, checked: &CheckedToken) -> u64 {
+    let c = &checked.claims;
+    let claims =
+        c.iss.len() + c.sub.len() + c.jti.len() + c.scopes.iter().map(|s| s.len() + 24).sum::<usize>();
+    let answer = checked.valid_answer.get().map_or(0, |a| a.len());
+    (token.len() + claims + answer) as u64 + ENTRY_OVERHEAD
+}
+
+#[derive(Debug, Clone, Copy)]
+struct TokenWeight;
+
+impl quick_cache::Weighter<Box<str>, Entry> for TokenWeight {
+    fn weight(&self, _: &Box<str>, entry: &Entry) -> u64 {
+        entry.weight
+    }
+}
 
 /// The claims of a token whose signature checked out, and what its answers can reuse.
 #[derive(Debug)]
@@ -35,6 +76,11 @@ impl CheckedToken {
     pub fn valid_answer(&self, render: impl FnOnce() -> String) -> &str {
         self.valid_answer.get_or_init(|| render().into_boxed_str())
     }
+
+    /// Whether the valid answer has been rendered.
+    pub fn has_answer(&self) -> bool {
+        self.valid_answer.get().is_some()
+    }
 }
 
 /// Whether a check was answered from the cache (for metrics).
@@ -51,19 +97,38 @@ pub struct TokenVerifier {
 }
 
 impl TokenVerifier {
-    /// `cache_capacity` verified tokens are remembered; 0 disables the cache.
-    pub fn new(keys: Arc<PublicKeys>, cache_capacity: usize) -> Self {
+    /// Verified tokens are remembered up to `cache_bytes` (tokens, claims and answers); 0
+    /// disables the cache.
+    pub fn new(keys: Arc<PublicKeys>, cache_bytes: u64) -> Self {
         TokenVerifier {
             keys,
-            cache: (cache_capacity > 0).then(|| TokenCache::new(cache_capacity)),
+            cache: (cache_bytes > 0).then(|| {
+                // A typical entry (a ~330-byte token and its answer) weighs about 1 KiB.
+                let items = usize::try_from(cache_bytes / 1024).unwrap_or(usize::MAX).max(16);
+                TokenCache::with_weighter(items, cache_bytes, TokenWeight)
+            }),
         }
+    }
+
+    /// Weighs a cached token again, after its answer was rendered.
+    pub fn reweigh(&self, token: &str, checked: &Arc<CheckedToken>) {
+        if let Some(cache) = &self.cache {
+            if cache.get(token).is_some_and(|e| Arc::ptr_eq(&e.checked, checked)) {
+                cache.insert(token.into(), Entry::new(token, checked.clone()));
+            }
+        }
+    }
+
+    /// The bytes the cache holds now (its entries' weights).
+    pub fn cached_bytes(&self) -> u64 {
+        self.cache.as_ref().map_or(0, |c| c.weight())
     }
 
     /// A token with a valid signature from a known key, as the cache keeps it.
     pub fn check(&self, token: &str) -> (Result<Arc<CheckedToken>, Rejected>, CacheOutcome) {
         let outcome = match &self.cache {
             Some(cache) => match cache.get(token) {
-                Some(checked) => return (Ok(checked), CacheOutcome::Hit),
+                Some(entry) => return (Ok(entry.checked), CacheOutcome::Hit),
                 None => CacheOutcome::Miss,
             },
             None => CacheOutcome::Disabled,
@@ -82,8 +147,41 @@ impl TokenVerifier {
         }
         let checked = Arc::new(CheckedToken::new(unverified.claims));
         if let Some(cache) = &self.cache {
-            cache.insert(token.into(), checked.clone());
+            cache.insert(token.into(), Entry::new(token, checked.clone()));
         }
         Ok(checked)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::token::KeyRing;
+
+    /// The cache holds at most its bytes, however large the tokens: tokens near the 4 KiB
+    /// cap with rendered answers fill it by bytes, not by count.
+    #[test]
+    fn the_cache_is_bounded_by_bytes() {
+        let ring = KeyRing::from_signing_key(ed25519_dalek::SigningKey::from_bytes(&[5; 32]));
+        let cap = 256 * 1024;
+        let v = TokenVerifier::new(ring.public().clone(), cap);
+        for i in 0..400 {
+            let token = ring.sign(&Claims {
+                iss: "example.com".into(),
+                sub: format!("agt_{i}"),
+                jti: format!("{i}"),
+                iat: 1,
+                exp: i64::MAX / 2,
+                scopes: (0..20).map(|j| format!("s{j}:{}", "x".repeat(120))).collect(),
+            });
+            assert!(token.len() > 3000 && token.len() <= crate::token::MAX_TOKEN_LEN);
+            let (checked, _) = v.check(&token);
+            let checked = checked.unwrap();
+            checked.valid_answer(|| "a".repeat(3000));
+            v.reweigh(&token, &checked);
+            assert!(v.cached_bytes() <= cap, "{} > {cap}", v.cached_bytes());
+        }
+        // Full, by bytes: some 40 entries of ~9 KB, not 400.
+        assert!(v.cached_bytes() > cap / 2, "{}", v.cached_bytes());
     }
 }

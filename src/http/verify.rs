@@ -90,10 +90,16 @@ pub async fn verify(state: web::Data<AppState>, req: HttpRequest) -> Result<Http
         Auth::Anonymous | Auth::Key(_) | Auth::Unverifiable => {}
     }
     let v = state.engine.verify(token, context::received(&req)).await?;
+    let unrendered = v.valid.as_ref().filter(|t| !t.token.has_answer());
+    let answer = body(&v);
+    if let Some(t) = unrendered {
+        // The cache entry holds the rendered answer from now on: weigh it again.
+        state.engine.answer_rendered(token, &t.token);
+    }
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .content_type("application/json")
-        .body(body(&v)))
+        .body(answer))
 }
 
 /// The answer's JSON.

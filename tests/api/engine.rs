@@ -414,7 +414,7 @@ async fn cold_tokens(app: &TestApp, n: usize) -> (String, Vec<String>) {
 async fn among_cold_tokens_exactly_the_forged_one_is_refused() {
     let app = Rc::new(
         spawn_app_with(Options {
-            tweak: Box::new(|c| c.engine.token_cache_capacity = 0),
+            tweak: Box::new(|c| c.engine.token_cache_bytes = 0),
             ..Options::unlimited()
         })
         .await,
