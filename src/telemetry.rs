@@ -123,7 +123,7 @@ fn describe() {
     describe_gauge!("agentid_registry_agents", "Agents in the in-memory registry");
     describe_counter!(
         "agentid_rate_limited_total",
-        "Calls refused with 429 by class (verify, other, key_lookup)"
+        "Calls refused with 429 by class (verify, verify_publishable, other, key_lookup)"
     );
     describe_counter!(
         "agentid_api_key_lookups_total",
@@ -169,7 +169,7 @@ fn register_zeroes() {
     for outcome in ["found", "rejected", "throttled"] {
         metrics::counter!("agentid_api_key_lookups_total", "outcome" => outcome).increment(0);
     }
-    for class in ["verify", "other", "key_lookup"] {
+    for class in ["verify", "verify_publishable", "other", "key_lookup"] {
         metrics::counter!("agentid_rate_limited_total", "class" => class).increment(0);
     }
     for outcome in ["granted", "empty"] {

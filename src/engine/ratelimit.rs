@@ -36,6 +36,10 @@ const LEASE_IDLE: Duration = Duration::from_secs(1);
 pub enum Class {
     Verify,
     Other,
+    /// The share of an organization's verify limit that calls with its publishable keys may
+    /// take (they take a cell of `Verify` too): a `pk_` key ships inside apps, so anyone may
+    /// hold it, and must not be able to spend what the secret-key receivers need.
+    Publishable,
 }
 
 impl Class {
@@ -43,8 +47,15 @@ impl Class {
         match self {
             Class::Verify => "verify",
             Class::Other => "other",
+            Class::Publishable => "verify_publishable",
         }
     }
+}
+
+/// What the publishable keys of an organization with a verify limit of `verify_limit` may
+/// take a minute, together: half of it (at least one call).
+pub fn publishable_share(verify_limit: u32) -> u32 {
+    (verify_limit / 2).max(1)
 }
 
 /// Whose bucket a call is taken from.
@@ -252,7 +263,7 @@ struct Leased {
 /// Organization buckets in the store a fleet shares, by class and organization.
 struct Leases {
     store: SharedStore,
-    buckets: [DashMap<String, Arc<Leased>>; 2],
+    buckets: [DashMap<String, Arc<Leased>>; 3],
 }
 
 /// Cells an instance leases at once from a bucket of `limit` a minute.
@@ -345,7 +356,7 @@ impl Leases {
     async fn give_back<C: Clock>(&self, clock: &C, all: bool) {
         let now = clock.now();
         let mut back = Vec::new();
-        for class in [Class::Verify, Class::Other] {
+        for class in [Class::Verify, Class::Other, Class::Publishable] {
             self.buckets[class as usize].retain(|org_id, b| {
                 let mut lease = b.lease.lock();
                 let idle = now.saturating_sub(lease.used_at);
@@ -383,7 +394,7 @@ fn apply(lease: &mut Lease, taken: &Taken, now: Duration, limit: u32) {
 
 enum OrgBuckets {
     /// By class, then organization.
-    Local([LocalBuckets<String>; 2]),
+    Local([LocalBuckets<String>; 3]),
     Shared(Leases),
 }
 
@@ -414,9 +425,9 @@ impl<C: Clock> RateLimits<C> {
         let orgs = match shared {
             Some(store) => OrgBuckets::Shared(Leases {
                 store,
-                buckets: [DashMap::new(), DashMap::new()],
+                buckets: [DashMap::new(), DashMap::new(), DashMap::new()],
             }),
-            None => OrgBuckets::Local([LocalBuckets::new(), LocalBuckets::new()]),
+            None => OrgBuckets::Local([LocalBuckets::new(), LocalBuckets::new(), LocalBuckets::new()]),
         };
         RateLimits {
             clock,
@@ -446,6 +457,28 @@ impl<C: Clock> RateLimits<C> {
         }
     }
 
+    /// A verify call with a publishable key: a cell of the organization's publishable share,
+    /// then one of its verify bucket. Returns the verify bucket's decision, with what the
+    /// caller has left being the smaller of the two; or, when the share refused, the share's
+    /// decision and `true`.
+    pub async fn check_publishable_verify(&self, org_id: &str, verify_limit: u32) -> (Decision, bool) {
+        let share = Caller::Org {
+            org_id,
+            per_minute: publishable_share(verify_limit),
+        };
+        let first = self.check(share, Class::Publishable).await;
+        if !first.allowed {
+            return (first, true);
+        }
+        let all = Caller::Org {
+            org_id,
+            per_minute: verify_limit,
+        };
+        let mut second = self.check(all, Class::Verify).await;
+        second.remaining = second.remaining.min(first.remaining);
+        (second, false)
+    }
+
     /// What the caller's bucket for the class holds, taking nothing (for calls that never
     /// count, which still carry the headers).
     pub fn peek(&self, caller: Caller<'_>, class: Class) -> Decision {
@@ -462,7 +495,7 @@ impl<C: Clock> RateLimits<C> {
 
     fn anonymous(&self, ip: IpAddr, class: Class, take: bool) -> Decision {
         let (buckets, limit) = match class {
-            Class::Verify => (&self.anon_verify, ANON_VERIFY_PER_MINUTE),
+            Class::Verify | Class::Publishable => (&self.anon_verify, ANON_VERIFY_PER_MINUTE),
             Class::Other => (&self.anon_other, ANON_OTHER_PER_MINUTE),
         };
         buckets.check(&ip.into(), limit, self.clock.now(), take)

@@ -19,7 +19,7 @@ use super::client;
 use super::context::{AppState, Auth, KeepBody, RequestCtx};
 use super::error::{code_for_status, ApiError, ErrorBody, ErrorCode, ErrorDetail, ErrorInfo};
 use super::routes::{self, Route};
-use crate::domain::{new_id, IdPrefix};
+use crate::domain::{new_id, ApiKeyKind, IdPrefix};
 use crate::engine::ratelimit::{Caller as RateCaller, Class, Decision};
 use crate::engine::KeyLookup;
 
@@ -65,21 +65,39 @@ pub async fn gate(
         Auth::Key(c) => RateCaller::Org {
             org_id: &c.org.id,
             per_minute: match class {
-                Class::Verify => c.org.limits.verify_per_minute,
+                Class::Verify | Class::Publishable => c.org.limits.verify_per_minute,
                 Class::Other => c.org.limits.other_per_minute,
             },
         },
         _ => RateCaller::Anonymous(ip),
     };
     let limits = state.engine.rate_limits();
-    let decision = if route.counted {
-        limits.check(who, class).await
-    } else {
-        limits.peek(who, class)
+    let (decision, share_refused) = match &auth {
+        Auth::Key(c) if route.counted && class == Class::Verify && c.kind == ApiKeyKind::Publishable => {
+            limits
+                .check_publishable_verify(&c.org.id, c.org.limits.verify_per_minute)
+                .await
+        }
+        _ if route.counted => (limits.check(who, class).await, false),
+        _ => (limits.peek(who, class), false),
     };
     if !decision.allowed {
-        metrics::counter!("agentid_rate_limited_total", "class" => class.as_str()).increment(1);
-        let why = format!("rate limit of {} calls per minute reached", decision.limit);
+        let (label, why) = if share_refused {
+            (
+                Class::Publishable.as_str(),
+                format!(
+                    "publishable keys may make {} of the organization's verify calls per minute (half its \
+                     limit, the rest is kept for its secret keys); that share is used up",
+                    decision.limit
+                ),
+            )
+        } else {
+            (
+                class.as_str(),
+                format!("rate limit of {} calls per minute reached", decision.limit),
+            )
+        };
+        metrics::counter!("agentid_rate_limited_total", "class" => label).increment(1);
         let res = too_many(req, &decision, &why);
         let _entered = span.enter();
         return Ok(finish(route, res, &state, &request_id, received, &decision));

@@ -151,11 +151,10 @@ async fn organization_buckets_pass_exactly_the_limit_per_class() {
     refused.assert_error(429, "RATE_LIMITED");
     assert!(refused.header("retry-after").is_some());
 
-    let pk = app.org.keys.publishable_live.clone();
     let path = format!("/v1/verify/{token}");
-    let statuses = burst(&app, &path, Some(&pk), 12).await;
+    let statuses = burst(&app, &path, Some(&sk), 12).await;
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
-    app.get(&path, Some(&pk)).await.assert_error(429, "RATE_LIMITED");
+    app.get(&path, Some(&sk)).await.assert_error(429, "RATE_LIMITED");
     // Test keys share the organization's buckets.
     app.get("/v1/agents", Some(&app.org.keys.secret_test))
         .await
@@ -169,6 +168,36 @@ async fn organization_buckets_pass_exactly_the_limit_per_class() {
         app.get("/v1/agents", Some(&other.keys.secret_live)).await.status,
         200
     );
+}
+
+/// Whoever holds an organization's publishable key (it ships inside apps) can spend at most
+/// half of its verify limit: the other half stays for its secret-key receivers.
+#[actix_web::test]
+async fn a_publishable_key_cannot_starve_its_organizations_secret_keys() {
+    let app = spawn_app_with(Options {
+        plan: Plan::Enterprise,
+        verify_limit: Some(20),
+        other_limit: Some(100),
+        ..Options::default()
+    })
+    .await;
+    let (_, token) = app.agent().await;
+    let path = format!("/v1/verify/{token}");
+    let pk = app.org.keys.publishable_live.clone();
+    let statuses = burst(&app, &path, Some(&pk), 10).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    let refused = app.get(&path, Some(&pk)).await;
+    let body = refused.assert_error(429, "RATE_LIMITED");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("publishable"),
+        "{body}"
+    );
+    assert_eq!(refused.header("x-ratelimit-limit").as_deref(), Some("10"));
+    // The secret-key receivers still have the rest of the limit.
+    let sk = app.org.keys.secret_live.clone();
+    let statuses = burst(&app, &path, Some(&sk), 10).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    app.get(&path, Some(&sk)).await.assert_error(429, "RATE_LIMITED");
 }
 
 #[actix_web::test]
