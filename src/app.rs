@@ -129,9 +129,13 @@ async fn fleet_signing_key(store: &SharedStore, path: &Path) -> Result<(KeyRing,
     };
     let recorded = if recorded.is_empty() {
         let ours = SigningKeyRecord {
-            kid: ring.kid().to_owned(),
-            public_key: ring.public_key_bytes(),
-            created_at: Millis::now(),
+            activates_at: None,
+            ..SigningKeyRecord::new(
+                ring.kid().to_owned(),
+                ring.public_key_bytes(),
+                None,
+                Millis::now(),
+            )
         };
         store.record_first_signing_key(&ours).await?
     } else {

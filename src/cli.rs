@@ -38,6 +38,9 @@ pub enum Command {
     /// Inspect the audit log, or witness it.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Rotate the fleet's token signing keys.
+    #[command(subcommand)]
+    SigningKey(SigningKeyCommand),
     /// Apply the database migrations (as the database owner), and optionally grant a role
     /// that owns nothing what the service needs.
     Migrate {
@@ -220,6 +223,41 @@ pub enum KeyCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum SigningKeyCommand {
+    /// Print every signing key as JSON: kid, state (next, active, retired), created_at,
+    /// activates_at.
+    List {
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Add a signing key: in JWKS at once, signing once --publish-for has passed. The key it
+    /// replaces keeps validating until its last token expires. Running instances follow
+    /// within 10 s. The private key is stored sealed under the signing key file.
+    Rotate {
+        #[command(flatten)]
+        db: DbArgs,
+        /// How long the new key is published before it signs (0s: at once; receivers that
+        /// cached JWKS then meet a kid they have not seen).
+        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+        publish_for: Duration,
+        /// The key file every instance starts with (it seals the new key).
+        #[arg(
+            long,
+            env = "AGENTID_SIGNING_KEY_FILE",
+            default_value = "./data/signing-key.pem"
+        )]
+        signing_key_file: PathBuf,
+    },
+    /// Retire a key now: every token it signed is TOKEN_INVALID online, and it leaves JWKS.
+    /// Refused for the only active key.
+    Retire {
+        kid: String,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum AuditCommand {
     /// Recompute everything the audit log claims from its records: every hash chain, the
     /// derived columns and per-agent rows, the Merkle trees, and the root at every stored
@@ -294,6 +332,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             .await
         }
         Command::Migrate { db, grant } => migrate(db, grant).await,
+        Command::SigningKey(cmd) => signing_key(cmd).await,
     };
     match result {
         Ok(code) => code,
@@ -634,4 +673,87 @@ async fn migrate(db: DbArgs, grant: Option<String>) -> CliResult {
         ))
     );
     Ok(ExitCode::SUCCESS)
+}
+
+async fn signing_key(cmd: SigningKeyCommand) -> CliResult {
+    use crate::engine::signing::{states, KeyState, KeyView};
+    let views = |keys: &[crate::store::SigningKeyRecord]| -> Vec<KeyView> {
+        let (st, _) = states(keys, Millis::now());
+        keys.iter()
+            .zip(st)
+            .map(|(k, state)| KeyView {
+                kid: k.kid.clone(),
+                state,
+                created_at: k.created_at,
+                activates_at: k.activates_at,
+            })
+            .collect()
+    };
+    match cmd {
+        SigningKeyCommand::List { db } => {
+            let store = open(&db).await?;
+            println!("{}", serde_json::to_string(&views(&store.signing_keys().await?))?);
+            Ok(ExitCode::SUCCESS)
+        }
+        SigningKeyCommand::Rotate {
+            db,
+            publish_for,
+            signing_key_file,
+        } => {
+            let Some(root) = crate::token::KeyRing::load(&signing_key_file)? else {
+                return Err(format!("no signing key file at {}", signing_key_file.display()).into());
+            };
+            let store = open(&db).await?;
+            let recorded = store.signing_keys().await?;
+            if !recorded.iter().any(|k| k.kid == root.kid()) {
+                return Err(format!(
+                    "{} is not this fleet's key file (its key {} is not recorded)",
+                    signing_key_file.display(),
+                    root.kid()
+                )
+                .into());
+            }
+            let key = ed25519_dalek::SigningKey::generate(&mut rand::rngs::OsRng);
+            let kid = crate::token::thumbprint(&key.verifying_key());
+            let sealed = root.seal_key(&kid, &key.to_bytes());
+            let at = Millis(Millis::now().0 + publish_for.as_millis() as i64);
+            let record = crate::store::SigningKeyRecord::new(
+                kid.clone(),
+                key.verifying_key().to_bytes(),
+                Some(sealed),
+                at,
+            );
+            store.add_signing_key(&record).await?;
+            let all = store.signing_keys().await?;
+            let view = views(&all)
+                .into_iter()
+                .find(|v| v.kid == kid)
+                .expect("just added");
+            println!("{}", serde_json::to_string(&view)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        SigningKeyCommand::Retire { kid, db } => {
+            let store = open(&db).await?;
+            let keys = store.signing_keys().await?;
+            let (st, _) = states(&keys, Millis::now());
+            let Some(i) = keys.iter().position(|k| k.kid == kid) else {
+                eprintln!("agentid: no signing key {kid}");
+                return Ok(ExitCode::FAILURE);
+            };
+            let active = st.iter().filter(|s| **s == KeyState::Active).count();
+            if st[i] == KeyState::Active && active == 1 {
+                eprintln!(
+                    "agentid: {kid} is the only active key; rotate first (agentid signing-key rotate \
+                     --publish-for 0s), then retire it"
+                );
+                return Ok(ExitCode::FAILURE);
+            }
+            if !store.retire_signing_key(&kid, Millis::now()).await? {
+                eprintln!("agentid: {kid} is retired already");
+                return Ok(ExitCode::FAILURE);
+            }
+            println!("retired {kid} (running instances refuse its tokens within 10 s)");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
 }

@@ -7,6 +7,7 @@ mod audit;
 pub mod logcheck;
 pub mod ratelimit;
 pub mod registry;
+pub mod signing;
 pub mod transparency;
 pub mod verifier;
 
@@ -25,6 +26,7 @@ pub use registry::{AgentEntry, Registry, Revoked};
 pub use verifier::{CacheOutcome, CheckedToken};
 
 use ratelimit::RateLimits;
+use signing::{KeySet, SigningKeys};
 use transparency::{Grown, Transparency};
 use verifier::TokenVerifier;
 
@@ -67,6 +69,8 @@ pub struct EngineConfig {
     pub registry_resync: Duration,
     /// How long a resolved API key is trusted before the store is asked again.
     pub key_cache_ttl: Duration,
+    /// How often the fleet's signing keys are read again (rotations, retirements).
+    pub key_refresh: Duration,
     /// A ledger that grew gets a new checkpoint at most this often.
     pub checkpoint_interval: Duration,
     /// The public host, which names the log key and every ledger's checkpoints.
@@ -80,6 +84,7 @@ impl Default for EngineConfig {
             token_cache_bytes: 64 << 20,
             registry_resync: Duration::from_secs(5),
             key_cache_ttl: apikeys::KEY_CACHE_TTL,
+            key_refresh: Duration::from_secs(5),
             checkpoint_interval: Duration::from_secs(10),
             log_host: "localhost".to_owned(),
         }
@@ -162,8 +167,9 @@ pub struct Engine {
     counters: VerifyCounters,
     store: SharedStore,
     keys: Arc<KeyRing>,
+    signing: Arc<SigningKeys>,
     registry: Arc<Registry>,
-    verifier: TokenVerifier,
+    verifier: Arc<TokenVerifier>,
     audit: AuditHandle,
     _audit_thread: WriterThread,
     api_keys: ApiKeys,
@@ -183,6 +189,38 @@ impl Drop for Background {
             task.abort();
         }
     }
+}
+
+/// Follows the fleet's signing keys: rotations and retirements reach this instance within
+/// `every`.
+async fn follow_keys(
+    signing: Arc<SigningKeys>,
+    verifier: Arc<TokenVerifier>,
+    store: SharedStore,
+    every: Duration,
+) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        if let Err(e) = refresh_keys(&signing, &verifier, &store).await {
+            tracing::warn!(error = %e, "cannot read the signing keys; keeping the ones in use");
+        }
+    }
+}
+
+async fn refresh_keys(
+    signing: &SigningKeys,
+    verifier: &TokenVerifier,
+    store: &SharedStore,
+) -> Result<(), StoreError> {
+    let keys = store.signing_keys().await?;
+    if let Some(public) = signing.update(&keys, Millis::now())? {
+        tracing::info!(signing = public.current_kid(), "signing keys changed");
+        verifier.set_keys(public);
+    }
+    Ok(())
 }
 
 /// Samples the gauges of the registry and of the store's pools, for as long as it runs.
@@ -240,6 +278,14 @@ impl Engine {
             revoked = registry.revoked_count(),
             "registry loaded"
         );
+        let signing = Arc::new(SigningKeys::new(
+            keys.clone(),
+            KeySet::build(&keys, &store.signing_keys().await?, Millis::now())?,
+        ));
+        let verifier = Arc::new(TokenVerifier::new(
+            signing.current().public().clone(),
+            cfg.token_cache_bytes,
+        ));
         let grown = Arc::new(Grown::default());
         let (audit, audit_thread) = AuditHandle::start(store.clone(), cfg.writer, grown.clone());
         let rate_limits = Arc::new(RateLimits::new(&store));
@@ -259,6 +305,12 @@ impl Engine {
             tokio::spawn(ratelimit::upkeep(rate_limits.clone())),
             tokio::spawn(sample_gauges(registry.clone(), store.clone())),
             tokio::spawn(transparency.clone().run()),
+            tokio::spawn(follow_keys(
+                signing.clone(),
+                verifier.clone(),
+                store.clone(),
+                cfg.key_refresh,
+            )),
         ]);
         Ok(Engine {
             counters: VerifyCounters::register(),
@@ -267,9 +319,10 @@ impl Engine {
             transparency,
             _background: background,
             api_keys: ApiKeys::new(store.clone(), cfg.key_cache_ttl),
-            verifier: TokenVerifier::new(keys.public().clone(), cfg.token_cache_bytes),
+            verifier,
             store,
             keys,
+            signing,
             registry,
             audit,
             _audit_thread: audit_thread,
@@ -280,8 +333,19 @@ impl Engine {
         &self.store
     }
 
+    /// The key file's key: the cursor MAC secret and the log key come from it.
     pub fn keys(&self) -> &KeyRing {
         &self.keys
+    }
+
+    /// The keys that validate tokens now (JWKS), and the signing key's (PEM).
+    pub fn public_keys(&self) -> Arc<crate::token::PublicKeys> {
+        self.verifier.keys()
+    }
+
+    /// Reads the fleet's signing keys now, as the periodic refresh does (tests).
+    pub async fn refresh_keys(&self) -> Result<(), StoreError> {
+        refresh_keys(&self.signing, &self.verifier, &self.store).await
     }
 
     /// Checkpoints and proofs of the audit log.
@@ -380,7 +444,7 @@ impl Engine {
             verification_count: 0,
         };
         // Signed first: an agent whose token no verifier would accept is not registered.
-        let token = self.sign(&agent, agent.issued_at, agent.expires_at)?;
+        let token = self.sign(&agent, agent.issued_at, agent.expires_at).await?;
         self.store.insert_agent(&agent).await?;
         self.registry.learn(&agent);
         Ok(Registration { agent, token })
@@ -424,7 +488,7 @@ impl Engine {
         let lifetime = lifetime.min(caller.org.limits.max_expiry_seconds as i64);
         let issued = Millis::from_secs(Millis::now().as_secs());
         let expires = issued.plus_secs(lifetime);
-        let token = self.sign(&agent, issued, expires)?;
+        let token = self.sign(&agent, issued, expires).await?;
         if !self.store.renew_token(&agent.id, issued, expires).await? {
             return Err(EngineError::AgentRevoked);
         }
@@ -460,8 +524,15 @@ impl Engine {
 
     /// The agent's token, if it fits what verifiers accept (`MAX_TOKEN_LEN`: a token travels in
     /// a URL path, and proxies commonly refuse request lines past 8 KiB).
-    fn sign(&self, agent: &AgentRecord, issued: Millis, expires: Millis) -> Result<String, EngineError> {
-        let token = self.keys.sign(&Claims {
+    /// The signing key notes the token's expiry, so that it stays in the key set at least
+    /// until then after a rotation.
+    async fn sign(
+        &self,
+        agent: &AgentRecord,
+        issued: Millis,
+        expires: Millis,
+    ) -> Result<String, EngineError> {
+        let (token, kid) = self.signing.sign(&Claims {
             iss: agent.issuer_domain.clone(),
             sub: agent.id.clone(),
             jti: new_id(IdPrefix::Request)[4..].to_owned(),
@@ -475,6 +546,7 @@ impl Engine {
                 max: crate::token::MAX_TOKEN_LEN,
             });
         }
+        self.store.note_token_expiry(&kid, expires).await?;
         Ok(token)
     }
 

@@ -92,7 +92,8 @@ pub enum CacheOutcome {
 }
 
 pub struct TokenVerifier {
-    keys: Arc<PublicKeys>,
+    /// Replaced when the fleet's keys change (a rotation, a retirement).
+    keys: parking_lot::RwLock<Arc<PublicKeys>>,
     cache: Option<TokenCache>,
 }
 
@@ -101,13 +102,27 @@ impl TokenVerifier {
     /// disables the cache.
     pub fn new(keys: Arc<PublicKeys>, cache_bytes: u64) -> Self {
         TokenVerifier {
-            keys,
+            keys: parking_lot::RwLock::new(keys),
             cache: (cache_bytes > 0).then(|| {
                 // A typical entry (a ~330-byte token and its answer) weighs about 1 KiB.
                 let items = usize::try_from(cache_bytes / 1024).unwrap_or(usize::MAX).max(16);
                 TokenCache::with_weighter(items, cache_bytes, TokenWeight)
             }),
         }
+    }
+
+    /// Validates with `keys` from now on. Every cached token is forgotten: one signed by a key
+    /// that left the set must not verify from the cache.
+    pub fn set_keys(&self, keys: Arc<PublicKeys>) {
+        *self.keys.write() = keys;
+        if let Some(cache) = &self.cache {
+            cache.clear();
+        }
+    }
+
+    /// The keys that validate tokens now.
+    pub fn keys(&self) -> Arc<PublicKeys> {
+        self.keys.read().clone()
     }
 
     /// Weighs a cached token again, after its answer was rendered.
@@ -139,7 +154,7 @@ impl TokenVerifier {
     /// Decode and signature check; caches what passes.
     fn check_signature(&self, token: &str) -> Result<Arc<CheckedToken>, Rejected> {
         let unverified = token::decode(token)?;
-        if let Err(reason) = self.keys.verify(&unverified) {
+        if let Err(reason) = self.keys.read().verify(&unverified) {
             return Err(Rejected {
                 reason,
                 sub: Some(unverified.claims.sub),

@@ -58,18 +58,36 @@ pub async fn public_key_pem(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("application/x-pem-file")
         .insert_header((header::CACHE_CONTROL, "public, max-age=3600"))
-        .body(state.engine.keys().public().public_key_pem().to_owned())
+        .body(state.engine.public_keys().public_key_pem().to_owned())
 }
 
 #[utoipa::path(
     get, path = "/.well-known/jwks.json", tag = "service",
-    responses((status = 200, description = "JWK set of every key that validates unexpired tokens", body = Object)),
+    responses(
+        (status = 200, description = "JWK set of every key that validates unexpired tokens: the signing key, a key about to sign, and a replaced key until its last token expires. Cache it; on a token whose kid it lacks, fetch it again (at most once a minute). Also answers HEAD; honours If-None-Match with its ETag.", body = Object),
+        (status = 304, description = "Not modified: the ETag in If-None-Match is the current one"),
+    ),
 )]
-pub async fn jwks(state: web::Data<AppState>) -> HttpResponse {
-    HttpResponse::Ok()
-        .content_type("application/json")
-        .insert_header((header::CACHE_CONTROL, "public, max-age=3600"))
-        .body(state.engine.keys().public().jwks_json().to_owned())
+pub async fn jwks(state: web::Data<AppState>, req: actix_web::HttpRequest) -> HttpResponse {
+    let keys = state.engine.public_keys();
+    let body = keys.jwks_json();
+    let etag = format!("\"{}\"", &crate::token::thumbprint_of_text(body)[..22]);
+    let fresh = req
+        .headers()
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+    let mut res = if fresh {
+        HttpResponse::NotModified()
+    } else {
+        HttpResponse::Ok()
+    };
+    res.insert_header((header::CACHE_CONTROL, "public, max-age=300"))
+        .insert_header((header::ETAG, etag));
+    if fresh {
+        return res.finish();
+    }
+    res.content_type("application/json").body(body.to_owned())
 }
 
 #[utoipa::path(

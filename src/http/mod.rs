@@ -72,7 +72,11 @@ fn resource(
 fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(resource(&routes::HEALTH).route(web::get().to(meta::health)))
         .service(resource(&routes::PUBLIC_KEY).route(web::get().to(meta::public_key_pem)))
-        .service(resource(&routes::JWKS).route(web::get().to(meta::jwks)))
+        .service(
+            resource(&routes::JWKS)
+                .route(web::get().to(meta::jwks))
+                .route(web::head().to(meta::jwks)),
+        )
         .service(resource(&routes::LOG_KEY).route(web::get().to(meta::log_key)))
         .service(resource(&routes::ERROR_DOCS).route(web::get().to(meta::error_docs)))
         .service(resource(&routes::OPENAPI).route(web::get().to(openapi::document)))

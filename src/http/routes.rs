@@ -77,7 +77,7 @@ pub fn cors() -> actix_cors::Cors {
     actix_cors::Cors::default()
         .allow_any_origin()
         .send_wildcard()
-        .allowed_methods(["GET"])
+        .allowed_methods(["GET", "HEAD"])
         .allow_any_header()
         .expose_headers(EXPOSED_HEADERS.split(", "))
         .max_age(86_400)

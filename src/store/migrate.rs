@@ -46,6 +46,11 @@ pub const SQLITE: Embedded = &[
         "transparency",
         include_str!("../../migrations/sqlite/0008_transparency.sql"),
     ),
+    (
+        9,
+        "key rotation",
+        include_str!("../../migrations/sqlite/0009_key_rotation.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (1, "init", include_str!("../../migrations/postgres/0001_init.sql")),
@@ -83,6 +88,11 @@ pub const POSTGRES: Embedded = &[
         8,
         "transparency",
         include_str!("../../migrations/postgres/0008_transparency.sql"),
+    ),
+    (
+        9,
+        "key rotation",
+        include_str!("../../migrations/postgres/0009_key_rotation.sql"),
     ),
 ];
 

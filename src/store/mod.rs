@@ -115,13 +115,51 @@ impl fmt::Debug for NewApiKey {
     }
 }
 
-/// A signing key's public half, as the fleet records it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A signing key as the fleet records it.
+#[derive(Clone, PartialEq, Eq)]
 pub struct SigningKeyRecord {
     /// RFC 7638 thumbprint.
     pub kid: String,
     pub public_key: [u8; 32],
     pub created_at: Millis,
+    /// The private half sealed under the key file (`KeyRing::seal_key`); `None` for the key
+    /// file's own key.
+    pub sealed: Option<Vec<u8>>,
+    /// When it starts signing (`None`: at `created_at`).
+    pub activates_at: Option<Millis>,
+    /// Retired by hand: its tokens no longer verify.
+    pub retired_at: Option<Millis>,
+    /// The latest expiry of a token it signed.
+    pub last_expires_at: Option<Millis>,
+}
+
+impl SigningKeyRecord {
+    /// A key recorded now, signing from `activates_at`.
+    pub fn new(kid: String, public_key: [u8; 32], sealed: Option<Vec<u8>>, activates_at: Millis) -> Self {
+        SigningKeyRecord {
+            kid,
+            public_key,
+            created_at: Millis::now(),
+            sealed,
+            activates_at: Some(activates_at),
+            retired_at: None,
+            last_expires_at: None,
+        }
+    }
+
+    pub fn activates(&self) -> Millis {
+        self.activates_at.unwrap_or(self.created_at)
+    }
+}
+
+impl fmt::Debug for SigningKeyRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SigningKeyRecord")
+            .field("kid", &self.kid)
+            .field("activates_at", &self.activates_at)
+            .field("retired_at", &self.retired_at)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What a presented key resolves to.
@@ -219,6 +257,13 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         &'a self,
         key: &'a SigningKeyRecord,
     ) -> StoreFuture<'a, Vec<SigningKeyRecord>>;
+
+    /// Records one more signing key (a rotation).
+    fn add_signing_key<'a>(&'a self, key: &'a SigningKeyRecord) -> StoreFuture<'a, ()>;
+    /// Retires a key by hand; false when no such key is recorded or it was retired already.
+    fn retire_signing_key<'a>(&'a self, kid: &'a str, at: Millis) -> StoreFuture<'a, bool>;
+    /// Notes that `kid` signed a token expiring at `expires_at` (kept when later).
+    fn note_token_expiry<'a>(&'a self, kid: &'a str, expires_at: Millis) -> StoreFuture<'a, ()>;
 
     fn count_orgs(&self) -> StoreFuture<'_, i64>;
     /// Creates the organization with its keys if the store has none yet (an exclusive

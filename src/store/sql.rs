@@ -464,10 +464,14 @@ where
 }
 
 #[derive(FromRow)]
-struct SigningKeyRow {
+pub struct SigningKeyRow {
     kid: String,
     public_key: Vec<u8>,
     created_at: i64,
+    private_key: Option<Vec<u8>>,
+    activates_at: Option<i64>,
+    retired_at: Option<i64>,
+    last_expires_at: Option<i64>,
 }
 
 impl SigningKeyRow {
@@ -480,12 +484,40 @@ impl SigningKeyRow {
             kid: self.kid,
             public_key,
             created_at: Millis(self.created_at),
+            sealed: self.private_key,
+            activates_at: self.activates_at.map(Millis),
+            retired_at: self.retired_at.map(Millis),
+            last_expires_at: self.last_expires_at.map(Millis),
         })
     }
 }
 
-const SIGNING_KEYS_SQL: &str =
-    "SELECT kid, public_key, created_at FROM signing_keys ORDER BY created_at, kid";
+const SIGNING_KEYS_SQL: &str = "SELECT kid, public_key, created_at, private_key, activates_at, retired_at, \
+     last_expires_at FROM signing_keys ORDER BY created_at, kid";
+
+const INSERT_SIGNING_KEY_SQL: &str = "INSERT INTO signing_keys \
+     (kid, public_key, created_at, private_key, activates_at, retired_at, last_expires_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7)";
+
+fn insert_signing_key<'q, DB: Database>(
+    key: &'q SigningKeyRecord,
+) -> sqlx::query::Query<'q, DB, DB::Arguments<'q>>
+where
+    &'q [u8]: Encode<'q, DB> + Type<DB>,
+    &'q str: Encode<'q, DB> + Type<DB>,
+    Option<&'q [u8]>: Encode<'q, DB> + Type<DB>,
+    i64: Encode<'q, DB> + Type<DB>,
+    Option<i64>: Encode<'q, DB> + Type<DB>,
+{
+    sqlx::query(INSERT_SIGNING_KEY_SQL)
+        .bind(key.kid.as_str())
+        .bind(&key.public_key[..])
+        .bind(key.created_at.0)
+        .bind(key.sealed.as_deref())
+        .bind(key.activates_at.map(|m| m.0))
+        .bind(key.retired_at.map(|m| m.0))
+        .bind(key.last_expires_at.map(|m| m.0))
+}
 
 /// The SQL both backends run alike. The bounds say what sqlx must be able to do with the
 /// backend's types; both `Sqlite` and `Postgres` can.
@@ -498,6 +530,7 @@ where
     for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'q> Option<i64>: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q [u8]>: Encode<'q, DB> + Type<DB>,
     for<'q> String: Encode<'q, DB> + Type<DB>,
     for<'r> AgentRow: FromRow<'r, DB::Row>,
     for<'r> RevokedAgentRow: FromRow<'r, DB::Row>,
@@ -609,12 +642,7 @@ where
             if !recorded.is_empty() {
                 return recorded.into_iter().map(SigningKeyRow::into_record).collect();
             }
-            sqlx::query("INSERT INTO signing_keys (kid, public_key, created_at) VALUES ($1, $2, $3)")
-                .bind(key.kid.as_str())
-                .bind(&key.public_key[..])
-                .bind(key.created_at.0)
-                .execute(&mut *tx)
-                .await?;
+            insert_signing_key::<DB>(key).execute(&mut *tx).await?;
             tx.commit().await?;
             Ok(vec![key.clone()])
         })
@@ -632,6 +660,39 @@ where
             insert_org(&mut tx, org, keys).await?;
             tx.commit().await?;
             Ok(true)
+        })
+    }
+
+    fn add_signing_key<'a>(&'a self, key: &'a SigningKeyRecord) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            insert_signing_key::<DB>(key).execute(&self.pool).await?;
+            Ok(())
+        })
+    }
+
+    fn retire_signing_key<'a>(&'a self, kid: &'a str, at: Millis) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let done =
+                sqlx::query("UPDATE signing_keys SET retired_at = $2 WHERE kid = $1 AND retired_at IS NULL")
+                    .bind(kid)
+                    .bind(at.0)
+                    .execute(&self.pool)
+                    .await?;
+            Ok(DB::rows_affected(&done) == 1)
+        })
+    }
+
+    fn note_token_expiry<'a>(&'a self, kid: &'a str, expires_at: Millis) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            sqlx::query(
+                "UPDATE signing_keys SET last_expires_at = $2 \
+                 WHERE kid = $1 AND (last_expires_at IS NULL OR last_expires_at < $2)",
+            )
+            .bind(kid)
+            .bind(expires_at.0)
+            .execute(&self.pool)
+            .await?;
+            Ok(())
         })
     }
 

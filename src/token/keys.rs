@@ -43,21 +43,33 @@ pub struct PublicKeys {
 impl PublicKeys {
     /// The key set of one key, which is also the current one.
     pub fn single(key: VerifyingKey) -> Self {
-        let kid = thumbprint(&key);
-        let pem = key
+        PublicKeys::new(&key, &[key])
+    }
+
+    /// The key set of `keys` (every key that validates tokens, in JWKS order), with `current`
+    /// the one new tokens are signed with (its PEM is the one served).
+    pub fn new(current: &VerifyingKey, keys: &[VerifyingKey]) -> Self {
+        let pem = current
             .to_public_key_pem(LineEnding::LF)
             .expect("an Ed25519 public key encodes as SPKI");
-        let jwks = serde_json::json!({"keys": [{
-            "kty": "OKP", "crv": "Ed25519", "x": URL_SAFE_NO_PAD.encode(key.as_bytes()),
-            "kid": kid, "alg": "EdDSA", "use": "sig",
-        }]})
-        .to_string();
+        let jwk = |k: &VerifyingKey| {
+            serde_json::json!({
+                "kty": "OKP", "crv": "Ed25519", "x": URL_SAFE_NO_PAD.encode(k.as_bytes()),
+                "kid": thumbprint(k), "alg": "EdDSA", "use": "sig",
+            })
+        };
+        let jwks = serde_json::json!({"keys": keys.iter().map(jwk).collect::<Vec<_>>()}).to_string();
         PublicKeys {
-            by_kid: HashMap::from([(kid.clone(), key)]),
-            current: kid,
+            by_kid: keys.iter().map(|k| (thumbprint(k), *k)).collect(),
+            current: thumbprint(current),
             pem,
             jwks,
         }
+    }
+
+    /// The `kid` of every key of the set.
+    pub fn kids(&self) -> impl Iterator<Item = &str> {
+        self.by_kid.keys().map(String::as_str)
     }
 
     /// The `kid` of the key new tokens are signed with.
@@ -190,6 +202,62 @@ impl KeyRing {
         &self.mac_secret
     }
 
+    /// Seals the seed of another signing key (`kid`) for the database, under a key derived
+    /// from this one (AES-256-GCM, the `kid` as associated data): `1 ‖ nonce ‖ ciphertext`.
+    pub fn seal_key(&self, kid: &str, seed: &[u8; 32]) -> Vec<u8> {
+        use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
+        let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &self.kek()).expect("a 32-byte key"));
+        let mut nonce = [0u8; 12];
+        rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut nonce);
+        let mut sealed = seed.to_vec();
+        key.seal_in_place_append_tag(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(kid.as_bytes()),
+            &mut sealed,
+        )
+        .expect("sealing 32 bytes");
+        let mut out = vec![SEALED_V1];
+        out.extend_from_slice(&nonce);
+        out.extend_from_slice(&sealed);
+        out
+    }
+
+    /// Opens what `seal_key` sealed for `kid`; `None` when it was sealed under another key
+    /// file, for another `kid`, or altered.
+    pub fn open_key(&self, kid: &str, sealed: &[u8]) -> Option<SigningKey> {
+        use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
+        let (&version, rest) = sealed.split_first()?;
+        if version != SEALED_V1 || rest.len() != 12 + 32 + 16 {
+            return None;
+        }
+        let (nonce, ciphertext) = rest.split_at(12);
+        let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &self.kek()).ok()?);
+        let mut buf = ciphertext.to_vec();
+        let seed = key
+            .open_in_place(
+                Nonce::try_assume_unique_for_key(nonce).ok()?,
+                Aad::from(kid.as_bytes()),
+                &mut buf,
+            )
+            .ok()?;
+        let seed: [u8; 32] = seed.try_into().ok()?;
+        Some(SigningKey::from_bytes(&seed))
+    }
+
+    /// The key-encryption key: derived from this key, never stored.
+    fn kek(&self) -> [u8; 32] {
+        Sha256::new()
+            .chain_update(b"agentid key-encryption key v1")
+            .chain_update(self.signing.to_bytes())
+            .finalize()
+            .into()
+    }
+
+    /// This key's signing half, for the signing key set it belongs to.
+    pub fn signing_key(&self) -> &SigningKey {
+        &self.signing
+    }
+
     /// The key that signs the audit log's checkpoints, named `name`: derived from this key,
     /// so every instance of a fleet has the same one.
     pub fn log_key(&self, name: &str) -> super::LogKey {
@@ -201,7 +269,16 @@ impl KeyRing {
     }
 }
 
-fn thumbprint(key: &VerifyingKey) -> String {
+/// A short content hash of a text (base64url SHA-256), for ETags.
+pub fn thumbprint_of_text(text: &str) -> String {
+    URL_SAFE_NO_PAD.encode(Sha256::digest(text.as_bytes()))
+}
+
+/// The version byte of a sealed signing key.
+const SEALED_V1: u8 = 1;
+
+/// The RFC 7638 thumbprint of a key: its `kid`.
+pub fn thumbprint(key: &VerifyingKey) -> String {
     // RFC 7638: members in lexicographic order, no white space.
     let jwk = format!(
         r#"{{"crv":"Ed25519","kty":"OKP","x":"{}"}}"#,
@@ -250,6 +327,24 @@ mod tests {
             .public_key_pem()
             .starts_with("-----BEGIN PUBLIC KEY-----"));
         assert!(!format!("{ring:?}").contains("PRIVATE"));
+    }
+
+    /// A rotated key is stored sealed: only the same key file opens it, and only for its kid.
+    #[test]
+    fn sealed_keys_open_only_under_their_key_file_and_kid() {
+        let root = KeyRing::from_signing_key(SigningKey::from_bytes(&[1; 32]));
+        let other = KeyRing::from_signing_key(SigningKey::from_bytes(&[2; 32]));
+        let seed = [7u8; 32];
+        let sealed = root.seal_key("kid-a", &seed);
+        assert_eq!(sealed.len(), 1 + 12 + 32 + 16);
+        assert!(!sealed.windows(32).any(|w| w == seed), "never in the clear");
+        assert_eq!(root.open_key("kid-a", &sealed).unwrap().to_bytes(), seed);
+        assert!(root.open_key("kid-b", &sealed).is_none());
+        assert!(other.open_key("kid-a", &sealed).is_none());
+        let mut bent = sealed.clone();
+        bent[20] ^= 1;
+        assert!(root.open_key("kid-a", &bent).is_none());
+        assert_ne!(root.seal_key("kid-a", &seed), sealed, "a fresh nonce each time");
     }
 
     /// The key file is PKCS#8 v1 (version 0, no public key attached), which OpenSSL and

@@ -6,5 +6,5 @@ mod keys;
 mod note;
 
 pub use jwt::{decode, encode, Claims, RejectReason, Rejected, Unverified, MAX_TOKEN_LEN};
-pub use keys::{KeyError, KeyRing, PublicKeys};
+pub use keys::{thumbprint, thumbprint_of_text, KeyError, KeyRing, PublicKeys};
 pub use note::{Checkpoint, LogKey, LogVerifier, NoteError, MAX_NOTE_LEN};

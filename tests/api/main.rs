@@ -17,6 +17,7 @@ mod offline;
 mod ops;
 mod persistence;
 mod proxy;
+mod rotation;
 mod store;
 mod tokens;
 mod transparency;

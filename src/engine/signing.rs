@@ -1,0 +1,218 @@
+//! The fleet's signing keys and their rotation.
+//!
+//! The key file holds the fleet's first key (the root: it also seals the others, and derives
+//! the cursor MAC secret and the log key, so neither changes with a rotation). Keys added by
+//! `agentid signing-key rotate` are stored in the database, their private halves sealed under
+//! the root. Each key is, at a given time:
+//! - `next`: published in JWKS, not signing yet (`activates_at` is ahead);
+//! - `active`: validates tokens; the newest active key signs;
+//! - `retired`: retired by hand, or replaced by a newer active key and past the expiry of the
+//!   last token it signed. Its tokens no longer verify and it leaves JWKS.
+//!
+//! Every instance reads the keys every few seconds ([`refresh`]), so a rotation or a
+//! retirement reaches the fleet with no file copied anywhere.
+
+use std::sync::Arc;
+
+use ed25519_dalek::{SigningKey, VerifyingKey};
+use parking_lot::RwLock;
+use serde::Serialize;
+
+use crate::domain::Millis;
+use crate::store::{SigningKeyRecord, StoreError};
+use crate::token::{Claims, KeyRing, PublicKeys};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyState {
+    Next,
+    Active,
+    Retired,
+}
+
+/// One key as `agentid signing-key list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KeyView {
+    pub kid: String,
+    pub state: KeyState,
+    pub created_at: Millis,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub activates_at: Option<Millis>,
+}
+
+/// Each recorded key's state at `now`, and the index of the key that signs (the newest
+/// active one), if any is active.
+pub fn states(keys: &[SigningKeyRecord], now: Millis) -> (Vec<KeyState>, Option<usize>) {
+    // Not retired (by hand) at `now`.
+    let live = |k: &SigningKeyRecord| k.retired_at.map_or(true, |at| at > now);
+    let signer = keys
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| live(k) && k.activates() <= now)
+        .max_by_key(|(_, k)| (k.activates(), k.created_at))
+        .map(|(i, _)| i);
+    let states = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            if !live(k) {
+                KeyState::Retired
+            } else if k.activates() > now {
+                KeyState::Next
+            } else if Some(i) == signer {
+                KeyState::Active
+            } else if k.last_expires_at.is_some_and(|e| e > now) {
+                // Replaced, but tokens it signed are still valid.
+                KeyState::Active
+            } else {
+                KeyState::Retired
+            }
+        })
+        .collect();
+    (states, signer)
+}
+
+/// The key set in force: who signs, and what validates.
+pub struct KeySet {
+    kid: String,
+    signer: SigningKey,
+    public: Arc<PublicKeys>,
+    /// The kids of the validating keys and the signer, to tell whether a refresh changed
+    /// anything.
+    fingerprint: String,
+}
+
+impl KeySet {
+    /// The key set of the recorded keys at `now`. A key the root cannot open (sealed under
+    /// another key file) is an error: every instance must be able to sign with the active key.
+    pub fn build(root: &KeyRing, keys: &[SigningKeyRecord], now: Millis) -> Result<KeySet, StoreError> {
+        let (states, signer) = states(keys, now);
+        let signer = signer.ok_or_else(|| StoreError::Corrupt("no active signing key is recorded".into()))?;
+        let record = &keys[signer];
+        let signing = match &record.sealed {
+            None if record.kid == root.kid() => root.signing_key().clone(),
+            None => {
+                return Err(StoreError::Corrupt(format!(
+                    "signing key {} has no private key here: it is another key file's",
+                    record.kid
+                )))
+            }
+            Some(sealed) => root.open_key(&record.kid, sealed).ok_or_else(|| {
+                StoreError::Corrupt(format!(
+                    "signing key {} cannot be opened with this key file (it was sealed under another)",
+                    record.kid
+                ))
+            })?,
+        };
+        let mut validating = Vec::new();
+        let mut fingerprint = format!("{}:", record.kid);
+        for (k, state) in keys.iter().zip(&states) {
+            if *state != KeyState::Retired {
+                let key = VerifyingKey::from_bytes(&k.public_key)
+                    .map_err(|_| StoreError::Corrupt(format!("public key of signing key {}", k.kid)))?;
+                validating.push(key);
+                fingerprint.push_str(&k.kid);
+                fingerprint.push(',');
+            }
+        }
+        Ok(KeySet {
+            kid: record.kid.clone(),
+            public: Arc::new(PublicKeys::new(&signing.verifying_key(), &validating)),
+            signer: signing,
+            fingerprint,
+        })
+    }
+
+    pub fn public(&self) -> &Arc<PublicKeys> {
+        &self.public
+    }
+}
+
+/// The key set this instance uses, replaced when the recorded keys change.
+pub struct SigningKeys {
+    root: Arc<KeyRing>,
+    current: RwLock<Arc<KeySet>>,
+}
+
+impl SigningKeys {
+    pub fn new(root: Arc<KeyRing>, first: KeySet) -> Self {
+        SigningKeys {
+            root,
+            current: RwLock::new(Arc::new(first)),
+        }
+    }
+
+    pub fn root(&self) -> &KeyRing {
+        &self.root
+    }
+
+    pub fn current(&self) -> Arc<KeySet> {
+        self.current.read().clone()
+    }
+
+    /// Signs with the active key; returns the token and the key's `kid`.
+    pub fn sign(&self, claims: &Claims) -> (String, String) {
+        let set = self.current();
+        (
+            crate::token::encode(&set.signer, &set.kid, claims),
+            set.kid.clone(),
+        )
+    }
+
+    /// Builds the key set of `keys` at `now`; replaces the current one when it differs and
+    /// returns the new public keys then.
+    pub fn update(
+        &self,
+        keys: &[SigningKeyRecord],
+        now: Millis,
+    ) -> Result<Option<Arc<PublicKeys>>, StoreError> {
+        let next = KeySet::build(&self.root, keys, now)?;
+        if next.fingerprint == self.current.read().fingerprint {
+            return Ok(None);
+        }
+        let public = next.public.clone();
+        *self.current.write() = Arc::new(next);
+        Ok(Some(public))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(kid: &str, created: i64, activates: Option<i64>) -> SigningKeyRecord {
+        SigningKeyRecord {
+            kid: kid.into(),
+            public_key: [0; 32],
+            created_at: Millis(created),
+            sealed: None,
+            activates_at: activates.map(Millis),
+            retired_at: None,
+            last_expires_at: None,
+        }
+    }
+
+    #[test]
+    fn states_follow_activation_replacement_expiry_and_retirement() {
+        let mut a = key("a", 0, None);
+        a.last_expires_at = Some(Millis(500));
+        let b = key("b", 100, Some(200));
+        let keys = vec![a.clone(), b.clone()];
+        use KeyState::*;
+        assert_eq!(states(&keys, Millis(150)), (vec![Active, Next], Some(0)));
+        // b signs from 200; a validates until its last token expires at 500.
+        assert_eq!(states(&keys, Millis(300)), (vec![Active, Active], Some(1)));
+        assert_eq!(states(&keys, Millis(600)), (vec![Retired, Active], Some(1)));
+        // Retired by hand: at once.
+        let mut a2 = a.clone();
+        a2.retired_at = Some(Millis(250));
+        assert_eq!(
+            states(&[a2, b.clone()], Millis(300)),
+            (vec![Retired, Active], Some(1))
+        );
+        // Retiring the newer one puts the older back to signing.
+        let mut b2 = b;
+        b2.retired_at = Some(Millis(250));
+        assert_eq!(states(&[a, b2], Millis(300)), (vec![Active, Retired], Some(0)));
+    }
+}
