@@ -52,12 +52,12 @@ pub async fn health(state: web::Data<AppState>) -> HttpResponse {
 
 #[utoipa::path(
     get, path = "/.well-known/public-key.pem", tag = "service",
-    responses((status = 200, description = "SPKI PEM of the current signing key, for offline validation", content_type = "application/x-pem-file", body = String)),
+    responses((status = 200, description = "SPKI PEM of the key that signs new tokens, for offline validation (after a rotation it changes: receivers that keep several keys use jwks.json)", content_type = "application/x-pem-file", body = String)),
 )]
 pub async fn public_key_pem(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("application/x-pem-file")
-        .insert_header((header::CACHE_CONTROL, "public, max-age=3600"))
+        .insert_header((header::CACHE_CONTROL, "public, max-age=300"))
         .body(state.engine.public_keys().public_key_pem().to_owned())
 }
 
