@@ -575,10 +575,16 @@ where
 
     fn upgrade(&self) -> StoreFuture<'_, ()> {
         Box::pin(async move {
+            // Looked at without a lock first: every start and every command opens the store,
+            // and the exclusive transaction would make each wait for the running writers.
+            let (exists,): (bool,) = sqlx::query_as(DB::LEGACY_LOG_EXISTS).fetch_one(&self.pool).await?;
+            if !exists {
+                return Ok(());
+            }
             let mut tx = self.exclusive().await?;
             let (exists,): (bool,) = sqlx::query_as(DB::LEGACY_LOG_EXISTS).fetch_one(&mut *tx).await?;
             if !exists {
-                return Ok(());
+                return Ok(()); // another instance converted it meanwhile
             }
             sqlx::query(DB::LEGACY_LOG_FREEZE).execute(&mut *tx).await?;
             let mut heads = block::Heads::new();
