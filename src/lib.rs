@@ -18,3 +18,18 @@ pub mod witness;
 
 pub use app::Application;
 pub use config::Config;
+
+/// What the unit tests share.
+#[cfg(test)]
+pub(crate) mod testing {
+    /// A proptest configuration with a fixed seed and no failure files: CI runs the same
+    /// cases every time.
+    pub fn fixed_seed(seed: u64, cases: u32) -> proptest::test_runner::Config {
+        proptest::test_runner::Config {
+            cases,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(seed),
+            failure_persistence: None,
+            ..Default::default()
+        }
+    }
+}

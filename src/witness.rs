@@ -200,19 +200,8 @@ fn parse_proof(body: &str, from: u64, to: u64) -> Result<Vec<Hash>, String> {
     }
     a.proof
         .iter()
-        .map(|h| unhex(h).ok_or_else(|| format!("{h:?} is not a 32-byte hex hash")))
+        .map(|h| crate::domain::unhex32(h).ok_or_else(|| format!("{h:?} is not a 32-byte hex hash")))
         .collect()
-}
-
-fn unhex(s: &str) -> Option<Hash> {
-    if s.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
 }
 
 fn read_optional(path: &Path) -> Result<Option<String>, WitnessError> {

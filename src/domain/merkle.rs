@@ -488,7 +488,6 @@ mod tests {
         use std::collections::HashMap;
 
         use proptest::prelude::*;
-        use proptest::test_runner::{Config, RngSeed};
 
         use super::super::*;
         use super::record;
@@ -517,7 +516,7 @@ mod tests {
 
         proptest! {
             // A fixed seed: CI runs the same cases every time.
-            #![proptest_config(Config { cases: 48, rng_seed: RngSeed::Fixed(9162), failure_persistence: None, ..Config::default() })]
+            #![proptest_config(crate::testing::fixed_seed(9162, 48))]
 
             #[test]
             fn proofs_built_from_stored_subtrees_verify(size in 1u64..5000, a in any::<u64>(), b in any::<u64>()) {

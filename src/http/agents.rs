@@ -438,12 +438,7 @@ mod props {
     }
 
     proptest! {
-        #![proptest_config(proptest::test_runner::Config {
-            cases: 256,
-            rng_seed: proptest::test_runner::RngSeed::Fixed(31),
-            failure_persistence: None,
-            ..Default::default()
-        })]
+        #![proptest_config(crate::testing::fixed_seed(31, 256))]
 
         #[test]
         fn any_bytes(b in proptest::collection::vec(any::<u8>(), 0..3000)) {

@@ -108,12 +108,7 @@ mod props {
     use crate::domain::KeyMode;
 
     proptest! {
-        #![proptest_config(proptest::test_runner::Config {
-            cases: 256,
-            rng_seed: proptest::test_runner::RngSeed::Fixed(31),
-            failure_persistence: None,
-            ..Default::default()
-        })]
+        #![proptest_config(crate::testing::fixed_seed(31, 256))]
 
         #[test]
         fn any_text_and_changed_cursors(s in "\\PC{0,200}", at in any::<usize>(), byte in any::<u8>()) {

@@ -8,7 +8,7 @@ use super::auth::Issuer;
 use super::context::AppState;
 use super::cursor::{self, CursorScope};
 use super::error::{ApiError, ErrorBody, ErrorCode};
-use crate::domain::{AgentId, Ledger, Millis, ValidationError, VerifyResult};
+use crate::domain::{hex, AgentId, Ledger, Millis, ValidationError, VerifyResult};
 use crate::engine::transparency::ProofRefused;
 use crate::store::LogQuery;
 
@@ -183,15 +183,6 @@ pub async fn read(
             total: page.total,
         },
     }))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
 }
 
 fn caller_ledger(caller: &crate::engine::Caller) -> Ledger {

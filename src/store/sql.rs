@@ -577,7 +577,9 @@ where
         Box::pin(async move {
             // Looked at without a lock first: every start and every command opens the store,
             // and the exclusive transaction would make each wait for the running writers.
-            let (exists,): (bool,) = sqlx::query_as(DB::LEGACY_LOG_EXISTS).fetch_one(&self.pool).await?;
+            let (exists,): (bool,) = sqlx::query_as(DB::LEGACY_LOG_EXISTS)
+                .fetch_one(&self.pool)
+                .await?;
             if !exists {
                 return Ok(());
             }

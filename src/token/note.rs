@@ -14,6 +14,7 @@ use base64::Engine as _;
 use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use sha2::{Digest, Sha256};
 
+use crate::domain::hex;
 use crate::domain::merkle::Hash;
 
 /// The Ed25519 signature type of C2SP signed notes.
@@ -245,10 +246,6 @@ fn key_id(name: &str, key: &VerifyingKey) -> [u8; 4] {
 
 fn valid_name(name: &str) -> bool {
     !name.is_empty() && !name.chars().any(|c| c == '+' || c.is_whitespace())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
