@@ -251,6 +251,8 @@ pub enum SigningKeyCommand {
     /// Retire a key now: every token it signed is TOKEN_INVALID online, and it leaves JWKS.
     /// Refused for the only active key.
     Retire {
+        /// The key's kid (a kid may begin with '-', which is read as the kid, not a flag).
+        #[arg(allow_hyphen_values = true)]
         kid: String,
         #[command(flatten)]
         db: DbArgs,
@@ -754,6 +756,23 @@ async fn signing_key(cmd: SigningKeyCommand) -> CliResult {
             }
             println!("retired {kid} (running instances refuse its tokens within 10 s)");
             Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, Command, SigningKeyCommand};
+
+    /// A kid is base64url and may begin with '-': it is still the kid, not a flag.
+    #[test]
+    fn a_kid_that_begins_with_a_dash_is_a_kid() {
+        let cli = Cli::try_parse_from(["agentid", "signing-key", "retire", "-3abc_x"]).unwrap();
+        match cli.command {
+            Command::SigningKey(SigningKeyCommand::Retire { kid, .. }) => assert_eq!(kid, "-3abc_x"),
+            other => panic!("{other:?}"),
         }
     }
 }
