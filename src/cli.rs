@@ -764,7 +764,7 @@ async fn signing_key(cmd: SigningKeyCommand) -> CliResult {
 mod tests {
     use clap::Parser;
 
-    use super::{Cli, Command, SigningKeyCommand};
+    use super::{read_notes, Cli, Command, SigningKeyCommand};
 
     /// A kid is base64url and may begin with '-': it is still the kid, not a flag.
     #[test]
@@ -773,6 +773,27 @@ mod tests {
         match cli.command {
             Command::SigningKey(SigningKeyCommand::Retire { kid, .. }) => assert_eq!(kid, "-3abc_x"),
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// A file of several signed notes, with or without blank lines between them, gives each.
+    #[test]
+    fn a_file_of_notes_gives_each_note() {
+        let key = crate::token::LogKey::derive("h/agentid", &[1; 32]);
+        let note = |size| {
+            key.sign(&crate::token::Checkpoint {
+                origin: "h/agentid/org_1/live".into(),
+                size,
+                root: [size as u8; 32],
+            })
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("notes");
+        std::fs::write(&file, format!("{}{}\n{}", note(1), note(2), note(3))).unwrap();
+        let got: Vec<String> = read_notes(&file).unwrap().into_iter().map(|g| g.note).collect();
+        assert_eq!(got, vec![note(1), note(2), note(3)]);
+        for n in &got {
+            key.verifier().open(n).unwrap();
         }
     }
 }

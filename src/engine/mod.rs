@@ -359,11 +359,6 @@ impl Engine {
         self.verifier.reweigh(token, checked);
     }
 
-    /// The bytes the verified-token cache holds.
-    pub fn token_cache_bytes(&self) -> u64 {
-        self.verifier.cached_bytes()
-    }
-
     pub fn registry(&self) -> &Registry {
         &self.registry
     }

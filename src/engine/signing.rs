@@ -142,10 +142,6 @@ impl SigningKeys {
         }
     }
 
-    pub fn root(&self) -> &KeyRing {
-        &self.root
-    }
-
     pub fn current(&self) -> Arc<KeySet> {
         self.current.read().clone()
     }

@@ -104,13 +104,6 @@ impl Transparency {
         self.key.verifier()
     }
 
-    pub fn latest<'a>(
-        &'a self,
-        ledger: &'a Ledger,
-    ) -> impl std::future::Future<Output = Result<Option<StoredCheckpoint>, StoreError>> + 'a {
-        self.store.latest_checkpoint(ledger)
-    }
-
     /// The signed note of a ledger's latest checkpoint; for a ledger without one, a
     /// checkpoint of the empty tree, signed now (true of every ledger, so nothing to store).
     pub async fn latest_note(&self, ledger: &Ledger) -> Result<String, StoreError> {
@@ -215,10 +208,7 @@ impl Transparency {
 
     /// The tree's edge at `size` leaves, from stored subtree hashes.
     async fn frontier(&self, ledger: &Ledger, size: u64) -> Result<Frontier, StoreError> {
-        let mut hashes = Vec::new();
-        for s in merkle::subtrees(0..size) {
-            hashes.push(subtree_hash(&self.store, ledger, s).await?);
-        }
+        let hashes = subtree_hashes(&self.store, ledger, 0..size).await?;
         Frontier::at(size, &hashes).ok_or_else(|| StoreError::Corrupt("tree edge".into()))
     }
 
@@ -277,11 +267,20 @@ pub enum Step {
 /// The hash of a range a proof names, from the stored subtree hashes (and at most a few
 /// records at its edges): one small read per subtree it splits into.
 async fn range_hash(store: &SharedStore, ledger: &Ledger, range: Range<u64>) -> Result<Hash, StoreError> {
+    Ok(merkle::fold(&subtree_hashes(store, ledger, range).await?))
+}
+
+/// The hashes of the subtrees a range splits into (`merkle::subtrees`), in order.
+async fn subtree_hashes(
+    store: &SharedStore,
+    ledger: &Ledger,
+    range: Range<u64>,
+) -> Result<Vec<Hash>, StoreError> {
     let mut hashes = Vec::new();
     for s in merkle::subtrees(range) {
         hashes.push(subtree_hash(store, ledger, s).await?);
     }
-    Ok(merkle::fold(&hashes))
+    Ok(hashes)
 }
 
 async fn subtree_hash(store: &SharedStore, ledger: &Ledger, s: Subtree) -> Result<Hash, StoreError> {

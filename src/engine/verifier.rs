@@ -135,6 +135,7 @@ impl TokenVerifier {
     }
 
     /// The bytes the cache holds now (its entries' weights).
+    #[cfg(test)]
     pub fn cached_bytes(&self) -> u64 {
         self.cache.as_ref().map_or(0, |c| c.weight())
     }

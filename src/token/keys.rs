@@ -67,11 +67,6 @@ impl PublicKeys {
         }
     }
 
-    /// The `kid` of every key of the set.
-    pub fn kids(&self) -> impl Iterator<Item = &str> {
-        self.by_kid.keys().map(String::as_str)
-    }
-
     /// The `kid` of the key new tokens are signed with.
     pub fn current_kid(&self) -> &str {
         &self.current
