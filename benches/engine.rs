@@ -9,9 +9,10 @@ use agentid::domain::audit::{AuditEntry, AuditRecord, GENESIS};
 use agentid::domain::{KeyMode, Ledger, Millis, VerifyResult};
 use agentid::engine::registry::Registry;
 use agentid::engine::{AgentEntry, CheckedToken, ValidToken, Verification};
+use agentid::keys::KeyRing;
 use agentid::store::AgentRecord;
 use agentid::store::{batch, block};
-use agentid::token::{decode, Claims, KeyRing};
+use agentid::token::{decode, Claims};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ed25519_dalek::SigningKey;
 

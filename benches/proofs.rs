@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentid::domain::audit::AuditEntry;
-use agentid::domain::merkle;
 use agentid::domain::{KeyMode, Ledger, Millis, VerifyResult};
-use agentid::engine::transparency::{Grown, Step, Transparency};
 use agentid::store::{self, SharedStore, StoreOptions};
-use agentid::token::LogKey;
+use agentid::tlog::checkpointer::{Grown, Step, Transparency};
+use agentid::tlog::note::LogKey;
+use agentid::tlog::tree;
 use criterion::{black_box, Criterion};
 
 fn ledger() -> Ledger {
@@ -66,7 +66,7 @@ async fn build(store: &SharedStore, t: &Transparency, n: u64) {
 
 /// Reads one proof needs: one per subtree of each of its ranges, one for the record.
 fn reads(ranges: Vec<std::ops::Range<u64>>) -> usize {
-    ranges.into_iter().map(|r| merkle::subtrees(r).len()).sum()
+    ranges.into_iter().map(|r| tree::subtrees(r).len()).sum()
 }
 
 fn main() {
@@ -107,8 +107,8 @@ fn main() {
         |f: &dyn Fn(u64) -> usize| sample.iter().map(|&s| f(s)).sum::<usize>() as f64 / sample.len() as f64;
     eprintln!(
         "reads per proof (mean of 1000 positions): inclusion {:.1}, consistency {:.1}",
-        1.0 + avg(&|s| reads(merkle::inclusion_ranges(s - 1, n))),
-        avg(&|s| reads(merkle::consistency_ranges(s, n))),
+        1.0 + avg(&|s| reads(tree::inclusion_ranges(s - 1, n))),
+        avg(&|s| reads(tree::consistency_ranges(s, n))),
     );
 
     let mut c = Criterion::default()

@@ -2,7 +2,6 @@
 //! port 0 with their own database.
 
 use std::net::{SocketAddr, TcpListener};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,12 +10,12 @@ use actix_web::dev::{Server, ServerHandle};
 use actix_web::{web, HttpServer};
 
 use crate::config::Config;
-use crate::domain::{Millis, Plan};
-use crate::engine::admin::{self, CreatedOrg};
+use crate::domain::Plan;
+use crate::engine::admin::{self, AdminError, CreatedOrg};
 use crate::engine::{Engine, EngineConfig};
 use crate::http::{self, AppState};
-use crate::store::{self, SharedStore, SigningKeyRecord, StoreError};
-use crate::token::{KeyError, KeyRing};
+use crate::keys::KeyError;
+use crate::store::{self, StoreError};
 
 /// Connections the kernel completes and queues for the server before it accepts them (the
 /// kernel caps it at `net.core.somaxconn`; actix-server's own default). The standard
@@ -36,27 +35,26 @@ fn listen(addr: &str) -> std::io::Result<TcpListener> {
 pub enum StartError {
     #[error(transparent)]
     Key(#[from] KeyError),
-    #[error(
-        "the database records the fleet's signing key {fleet_kid}, but the key file {path} does \
-         not exist: copy the key file of an instance that runs there (a new key is made only \
-         for a database that records none)"
-    )]
-    FleetKeyMissing { path: String, fleet_kid: String },
-    #[error(
-        "the signing key file {path} holds key {file_kid}, but the database records the fleet's \
-         signing key {fleet_kid}: every instance must start with the same key file"
-    )]
-    FleetKeyMismatch {
-        path: String,
-        file_kid: String,
-        fleet_kid: String,
-    },
+    /// The fleet's signing key does not match the key file (`AdminError::FleetKey…`).
+    #[error(transparent)]
+    Admin(AdminError),
     #[error("cannot open the database: {0}")]
     Store(#[from] StoreError),
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: String, source: std::io::Error },
     #[error("cannot handle signals: {source}")]
     Signals { source: std::io::Error },
+}
+
+/// The bootstrap's key and store errors read as the start's own.
+impl From<AdminError> for StartError {
+    fn from(e: AdminError) -> Self {
+        match e {
+            AdminError::Key(e) => StartError::Key(e),
+            AdminError::Store(e) => StartError::Store(e),
+            other => StartError::Admin(other),
+        }
+    }
 }
 
 /// The stop signals: SIGTERM, SIGINT and SIGQUIT (handlers installed when this is made, not
@@ -101,64 +99,6 @@ impl StopSignals {
     }
 }
 
-/// The key this instance signs with: the one in its key file, which must be the key the fleet
-/// recorded in the database. A database that records none takes this instance's, made now if
-/// the file does not exist; otherwise a missing file or another key stops the start. Returns
-/// whether the key was made now.
-async fn fleet_signing_key(store: &SharedStore, path: &Path) -> Result<(KeyRing, bool), StartError> {
-    let recorded = store.signing_keys().await?;
-    let (ring, created) = match (KeyRing::load(path)?, recorded.is_empty()) {
-        (Some(ring), _) => (ring, false),
-        (None, true) => match KeyRing::create(path) {
-            Ok(ring) => (ring, true),
-            // Another process on this machine made it meanwhile.
-            Err(KeyError::Io { source, .. }) if source.kind() == std::io::ErrorKind::AlreadyExists => {
-                let ring = KeyRing::load(path)?.ok_or_else(|| KeyError::Format {
-                    path: path.display().to_string(),
-                })?;
-                (ring, false)
-            }
-            Err(e) => return Err(e.into()),
-        },
-        (None, false) => {
-            return Err(StartError::FleetKeyMissing {
-                path: path.display().to_string(),
-                fleet_kid: recorded[0].kid.clone(),
-            })
-        }
-    };
-    let recorded = if recorded.is_empty() {
-        let ours = SigningKeyRecord {
-            activates_at: None,
-            ..SigningKeyRecord::new(
-                ring.kid().to_owned(),
-                ring.public_key_bytes(),
-                None,
-                Millis::now(),
-            )
-        };
-        store.record_first_signing_key(&ours).await?
-    } else {
-        recorded
-    };
-    if recorded
-        .iter()
-        .any(|r| r.kid == ring.kid() && r.public_key == ring.public_key_bytes())
-    {
-        return Ok((ring, created));
-    }
-    if created {
-        // Another instance recorded its key first: ours was never used. Leave no stray key
-        // behind, so that the next start says the file is missing.
-        let _ = std::fs::remove_file(path);
-    }
-    Err(StartError::FleetKeyMismatch {
-        path: path.display().to_string(),
-        file_kid: ring.kid().to_owned(),
-        fleet_kid: recorded[0].kid.clone(),
-    })
-}
-
 pub struct Application {
     addr: SocketAddr,
     metrics: Option<(SocketAddr, ServerHandle)>,
@@ -188,7 +128,7 @@ impl Application {
             None => None,
         };
         let store = store::connect(&cfg.database_url, &cfg.store).await?;
-        let (keys, created_signing_key) = fleet_signing_key(&store, &cfg.signing_key_file).await?;
+        let (keys, created_signing_key) = admin::fleet_signing_key(&store, &cfg.signing_key_file).await?;
         let bootstrapped = if cfg.bootstrap && store.count_orgs().await? == 0 {
             let plan = Plan::Developer;
             let limits = plan.default_limits().expect("developer has defaults");

@@ -1,5 +1,6 @@
-//! The command line: `serve`, `org`, `key`, `audit`. Every flag of `serve` has an
-//! environment variable behind it (DESIGN.md "Running").
+//! The command line: `serve`, `migrate`, `org`, `key`, `signing-key`, `audit`. It parses
+//! arguments and calls the engine's rules (`engine::admin`); every flag of `serve` has an
+//! environment variable behind it, and its default is the one `Config` and the engine use.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::Config;
+use crate::config::{self, Config};
 use crate::domain::{ApiKeyKind, KeyMode, Millis, OrgLimits, Plan};
 use crate::engine::{admin, hash_key, EngineConfig, WriterConfig};
 use crate::store::{self, SharedStore, StoreOptions};
@@ -56,7 +57,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct DbArgs {
     /// sqlite://PATH (embedded) or postgres://USER@HOST:PORT/DB
-    #[arg(long, env = "DATABASE_URL", default_value = "sqlite://./data/agentid.db")]
+    #[arg(long, env = "DATABASE_URL", default_value = config::DEFAULT_DATABASE_URL)]
     pub database_url: String,
 }
 
@@ -65,7 +66,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub db: DbArgs,
     /// Address to listen on.
-    #[arg(long, env = "AGENTID_BIND", default_value = "127.0.0.1:8080")]
+    #[arg(long, env = "AGENTID_BIND", default_value = config::DEFAULT_BIND)]
     pub bind: String,
     /// Public base URL used in verify_url, public_key_url and docs_url [default: http://BIND]
     #[arg(long, env = "AGENTID_PUBLIC_URL")]
@@ -74,11 +75,11 @@ pub struct ServeArgs {
     #[arg(
         long,
         env = "AGENTID_SIGNING_KEY_FILE",
-        default_value = "./data/signing-key.pem"
+        default_value = config::DEFAULT_SIGNING_KEY_FILE
     )]
     pub signing_key_file: PathBuf,
     /// Prometheus metrics listener ("off" disables it).
-    #[arg(long, env = "AGENTID_METRICS_BIND", default_value = "127.0.0.1:9464")]
+    #[arg(long, env = "AGENTID_METRICS_BIND", default_value = config::DEFAULT_METRICS_BIND)]
     pub metrics_bind: String,
     /// Log format on stderr.
     #[arg(long, env = "AGENTID_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -93,24 +94,24 @@ pub struct ServeArgs {
     /// After SIGTERM, SIGINT or SIGQUIT: seconds the instance goes on serving while /health
     /// answers 503 "draining" (so that a balancer moves its traffic), before it stops
     /// accepting, finishes what is in flight and exits.
-    #[arg(long, env = "AGENTID_SHUTDOWN_DRAIN_SECONDS", default_value_t = 5)]
+    #[arg(long, env = "AGENTID_SHUTDOWN_DRAIN_SECONDS", default_value_t = Config::new(config::DEFAULT_DATABASE_URL).shutdown_drain.as_secs())]
     pub shutdown_drain_seconds: u64,
     /// Most audit records written in one transaction.
-    #[arg(long, env = "AGENTID_AUDIT_BATCH_MAX", default_value_t = 512)]
+    #[arg(long, env = "AGENTID_AUDIT_BATCH_MAX", default_value_t = WriterConfig::default().max_batch)]
     pub audit_batch_max: usize,
     /// How long a partly filled audit batch waits for more records, in milliseconds.
-    #[arg(long, env = "AGENTID_AUDIT_LINGER_MS", default_value_t = 0)]
+    #[arg(long, env = "AGENTID_AUDIT_LINGER_MS", default_value_t = WriterConfig::default().linger.as_millis() as u64)]
     pub audit_linger_ms: u64,
     /// Database connections.
-    #[arg(long, env = "AGENTID_DB_MAX_CONNECTIONS", default_value_t = 16)]
+    #[arg(long, env = "AGENTID_DB_MAX_CONNECTIONS", default_value_t = StoreOptions::default().max_connections)]
     pub db_max_connections: u32,
     /// A ledger of the audit log that grew gets a new signed checkpoint at most this often,
     /// in milliseconds.
-    #[arg(long, env = "AGENTID_CHECKPOINT_INTERVAL_MS", default_value_t = 10_000)]
+    #[arg(long, env = "AGENTID_CHECKPOINT_INTERVAL_MS", default_value_t = EngineConfig::default().checkpoint_interval.as_millis() as u64)]
     pub checkpoint_interval_ms: u64,
     /// Bytes of verified tokens (with their claims and answers) remembered; 0 disables the
     /// cache.
-    #[arg(long, env = "AGENTID_TOKEN_CACHE_BYTES", default_value_t = 64 << 20)]
+    #[arg(long, env = "AGENTID_TOKEN_CACHE_BYTES", default_value_t = EngineConfig::default().token_cache_bytes)]
     pub token_cache_bytes: u64,
 }
 
@@ -244,7 +245,7 @@ pub enum SigningKeyCommand {
         #[arg(
             long,
             env = "AGENTID_SIGNING_KEY_FILE",
-            default_value = "./data/signing-key.pem"
+            default_value = config::DEFAULT_SIGNING_KEY_FILE
         )]
         signing_key_file: PathBuf,
     },
@@ -280,7 +281,7 @@ pub enum AuditCommand {
         #[arg(
             long,
             env = "AGENTID_SIGNING_KEY_FILE",
-            default_value = "./data/signing-key.pem"
+            default_value = config::DEFAULT_SIGNING_KEY_FILE
         )]
         signing_key_file: PathBuf,
         /// The service's public URL (its host names the log key) [default: http://127.0.0.1:8080]
@@ -325,7 +326,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             state,
             log_key,
         }) => {
-            audit_witness(crate::witness::Witness {
+            audit_witness(crate::tlog::witness::Witness {
                 url,
                 key,
                 state,
@@ -439,25 +440,13 @@ async fn org(cmd: OrgCommand) -> CliResult {
             db,
         } => {
             let store = open(&db).await?;
-            let Some(mut record) = store.get_org(&org).await? else {
-                eprintln!("agentid: no organization {org}");
-                return Ok(ExitCode::FAILURE);
+            let change = admin::LimitChange {
+                plan: plan.map(Plan::from),
+                verify_limit,
+                other_limit,
+                max_expiry_seconds,
             };
-            let new_plan = plan.map(Plan::from).unwrap_or(record.plan);
-            // An enterprise organization that stays enterprise keeps the custom limits it
-            // does not name; any other takes the new plan's (only enterprise has custom ones).
-            let keep_custom = new_plan == record.plan && new_plan == Plan::Enterprise;
-            fn keep<T>(keep_custom: bool, current: T, named: Option<T>) -> Option<T> {
-                named.or(keep_custom.then_some(current))
-            }
-            record.limits = OrgLimits::resolve(
-                new_plan,
-                keep(keep_custom, record.limits.verify_per_minute, verify_limit),
-                keep(keep_custom, record.limits.other_per_minute, other_limit),
-                keep(keep_custom, record.limits.max_expiry_seconds, max_expiry_seconds),
-            )?;
-            record.plan = new_plan;
-            store.update_org(&record).await?;
+            let record = admin::set_limits(&store, &org, change).await?;
             println!(
                 "{}",
                 serde_json::json!({
@@ -517,11 +506,11 @@ async fn audit_verify(
     signing_key_file: PathBuf,
     public_url: Option<String>,
 ) -> CliResult {
-    use crate::engine::logcheck;
+    use crate::tlog::check as logcheck;
     let verifier = match log_key {
-        Some(k) => crate::token::LogVerifier::parse(&k)?,
+        Some(k) => crate::tlog::note::LogVerifier::parse(&k)?,
         None => {
-            let Some(keys) = crate::token::KeyRing::load(&signing_key_file)? else {
+            let Some(keys) = crate::keys::KeyRing::load(&signing_key_file)? else {
                 return Err(format!(
                     "no signing key file at {} to derive the log key from: give --log-key (as \
                      /.well-known/log-key serves it) or --signing-key-file",
@@ -530,12 +519,12 @@ async fn audit_verify(
                 .into());
             };
             let url = public_url.unwrap_or_else(|| "http://127.0.0.1:8080".to_owned());
-            let name = crate::engine::transparency::log_key_name(crate::app::host_of(&url));
+            let name = crate::tlog::checkpointer::log_key_name(crate::app::host_of(&url));
             keys.log_key(&name).verifier().clone()
         }
     };
     let given = match &checkpoints {
-        Some(path) => read_notes(path)?,
+        Some(path) => crate::tlog::note::notes_in(path)?,
         None => Vec::new(),
     };
     let store = open(&db).await?;
@@ -574,60 +563,8 @@ async fn audit_verify(
     })
 }
 
-/// The signed notes in a file (one or more, each ending after its signature lines) or in
-/// every file of a folder.
-fn read_notes(
-    path: &std::path::Path,
-) -> Result<Vec<crate::engine::logcheck::GivenNote>, Box<dyn std::error::Error>> {
-    let mut files = Vec::new();
-    if path.is_dir() {
-        for entry in std::fs::read_dir(path)? {
-            let p = entry?.path();
-            // A witness's state folder also holds its pinned log key and, briefly, a file
-            // being written.
-            let skip = p.file_name().is_some_and(|n| n == crate::witness::LOG_KEY_FILE)
-                || p.extension().is_some_and(|e| e == "tmp");
-            if p.is_file() && !skip {
-                files.push(p);
-            }
-        }
-        files.sort();
-    } else {
-        files.push(path.to_owned());
-    }
-    let mut notes = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display()))?;
-        // Notes follow one another: each is its text, an empty line, and signature lines.
-        let mut current = String::new();
-        let mut in_sigs = false;
-        for line in text.split_inclusive('\n') {
-            if in_sigs && !line.starts_with('\u{2014}') {
-                notes.push(crate::engine::logcheck::GivenNote {
-                    source: f.display().to_string(),
-                    note: std::mem::take(&mut current),
-                });
-                in_sigs = false;
-            }
-            if line == "\n" && !current.is_empty() {
-                in_sigs = true;
-            }
-            if !(current.is_empty() && line.trim().is_empty()) {
-                current.push_str(line);
-            }
-        }
-        if !current.trim().is_empty() {
-            notes.push(crate::engine::logcheck::GivenNote {
-                source: f.display().to_string(),
-                note: current,
-            });
-        }
-    }
-    Ok(notes)
-}
-
-async fn audit_witness(w: crate::witness::Witness) -> CliResult {
-    use crate::witness::WitnessError;
+async fn audit_witness(w: crate::tlog::witness::Witness) -> CliResult {
+    use crate::tlog::witness::WitnessError;
     match tokio::task::spawn_blocking(move || w.run()).await? {
         Ok(seen) => {
             match seen.previous {
@@ -678,93 +615,37 @@ async fn migrate(db: DbArgs, grant: Option<String>) -> CliResult {
 }
 
 async fn signing_key(cmd: SigningKeyCommand) -> CliResult {
-    use crate::engine::signing::{states, KeyState, KeyView};
-    let views = |keys: &[crate::store::SigningKeyRecord]| -> Vec<KeyView> {
-        let (st, _) = states(keys, Millis::now());
-        keys.iter()
-            .zip(st)
-            .map(|(k, state)| KeyView {
-                kid: k.kid.clone(),
-                state,
-                created_at: k.created_at,
-                activates_at: k.activates_at,
-            })
-            .collect()
-    };
     match cmd {
         SigningKeyCommand::List { db } => {
             let store = open(&db).await?;
-            println!("{}", serde_json::to_string(&views(&store.signing_keys().await?))?);
-            Ok(ExitCode::SUCCESS)
+            println!("{}", serde_json::to_string(&admin::signing_keys(&store).await?)?);
         }
         SigningKeyCommand::Rotate {
             db,
             publish_for,
             signing_key_file,
         } => {
-            let Some(root) = crate::token::KeyRing::load(&signing_key_file)? else {
-                return Err(format!("no signing key file at {}", signing_key_file.display()).into());
+            let Some(root) = crate::keys::KeyRing::load(&signing_key_file)? else {
+                return Err(admin::AdminError::NoKeyFile(signing_key_file.display().to_string()).into());
             };
             let store = open(&db).await?;
-            let recorded = store.signing_keys().await?;
-            if !recorded.iter().any(|k| k.kid == root.kid()) {
-                return Err(format!(
-                    "{} is not this fleet's key file (its key {} is not recorded)",
-                    signing_key_file.display(),
-                    root.kid()
-                )
-                .into());
-            }
-            let key = ed25519_dalek::SigningKey::generate(&mut rand::rngs::OsRng);
-            let kid = crate::token::thumbprint(&key.verifying_key());
-            let sealed = root.seal_key(&kid, &key.to_bytes());
-            let at = Millis(Millis::now().0 + publish_for.as_millis() as i64);
-            let record = crate::store::SigningKeyRecord::new(
-                kid.clone(),
-                key.verifying_key().to_bytes(),
-                Some(sealed),
-                at,
-            );
-            store.add_signing_key(&record).await?;
-            let all = store.signing_keys().await?;
-            let view = views(&all)
-                .into_iter()
-                .find(|v| v.kid == kid)
-                .expect("just added");
+            let view = admin::rotate_signing_key(&store, &root, &signing_key_file, publish_for).await?;
             println!("{}", serde_json::to_string(&view)?);
-            Ok(ExitCode::SUCCESS)
         }
         SigningKeyCommand::Retire { kid, db } => {
             let store = open(&db).await?;
-            let keys = store.signing_keys().await?;
-            let (st, _) = states(&keys, Millis::now());
-            let Some(i) = keys.iter().position(|k| k.kid == kid) else {
-                eprintln!("agentid: no signing key {kid}");
-                return Ok(ExitCode::FAILURE);
-            };
-            let active = st.iter().filter(|s| **s == KeyState::Active).count();
-            if st[i] == KeyState::Active && active == 1 {
-                eprintln!(
-                    "agentid: {kid} is the only active key; rotate first (agentid signing-key rotate \
-                     --publish-for 0s), then retire it"
-                );
-                return Ok(ExitCode::FAILURE);
-            }
-            if !store.retire_signing_key(&kid, Millis::now()).await? {
-                eprintln!("agentid: {kid} is retired already");
-                return Ok(ExitCode::FAILURE);
-            }
+            admin::retire_signing_key(&store, &kid).await?;
             println!("retired {kid} (running instances refuse its tokens within 10 s)");
-            Ok(ExitCode::SUCCESS)
         }
     }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]
 mod tests {
     use clap::Parser;
 
-    use super::{read_notes, Cli, Command, SigningKeyCommand};
+    use super::{Cli, Command, SigningKeyCommand};
 
     /// A kid is base64url and may begin with '-': it is still the kid, not a flag.
     #[test]
@@ -773,27 +654,6 @@ mod tests {
         match cli.command {
             Command::SigningKey(SigningKeyCommand::Retire { kid, .. }) => assert_eq!(kid, "-3abc_x"),
             other => panic!("{other:?}"),
-        }
-    }
-
-    /// A file of several signed notes, with or without blank lines between them, gives each.
-    #[test]
-    fn a_file_of_notes_gives_each_note() {
-        let key = crate::token::LogKey::derive("h/agentid", &[1; 32]);
-        let note = |size| {
-            key.sign(&crate::token::Checkpoint {
-                origin: "h/agentid/org_1/live".into(),
-                size,
-                root: [size as u8; 32],
-            })
-        };
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("notes");
-        std::fs::write(&file, format!("{}{}\n{}", note(1), note(2), note(3))).unwrap();
-        let got: Vec<String> = read_notes(&file).unwrap().into_iter().map(|g| g.note).collect();
-        assert_eq!(got, vec![note(1), note(2), note(3)]);
-        for n in &got {
-            key.verifier().open(n).unwrap();
         }
     }
 }

@@ -8,6 +8,12 @@ use std::time::Duration;
 use crate::engine::EngineConfig;
 use crate::store::StoreOptions;
 
+/// Defaults of `serve` (its flags name these, so each is written once).
+pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://./data/agentid.db";
+pub const DEFAULT_SIGNING_KEY_FILE: &str = "./data/signing-key.pem";
+pub const DEFAULT_METRICS_BIND: &str = "127.0.0.1:9464";
+
 #[derive(Clone)]
 pub struct Config {
     /// Address to listen on, e.g. `127.0.0.1:8080` (port 0 picks a free port).
@@ -36,14 +42,14 @@ pub struct Config {
 }
 
 impl Config {
-    /// Defaults of DESIGN.md "Running", for the given database.
+    /// The defaults, for the given database.
     pub fn new(database_url: impl Into<String>) -> Self {
         Config {
-            bind: "127.0.0.1:8080".into(),
+            bind: DEFAULT_BIND.into(),
             database_url: database_url.into(),
             public_url: None,
-            signing_key_file: PathBuf::from("./data/signing-key.pem"),
-            metrics_bind: Some("127.0.0.1:9464".into()),
+            signing_key_file: PathBuf::from(DEFAULT_SIGNING_KEY_FILE),
+            metrics_bind: Some(DEFAULT_METRICS_BIND.into()),
             workers: None,
             trusted_proxies: Vec::new(),
             engine: EngineConfig::default(),

@@ -1,8 +1,10 @@
 //! agentid: identity and verification service for AI agents.
 //!
-//! The crate is split by ownership (see `ARCHITECTURE.md`):
-//! `http` speaks HTTP, `domain` holds validated values, `token` signs and checks JWTs,
-//! `engine` owns the in-memory state and the verify path, `store` owns persistence.
+//! The crate is split by ownership, in layers that import only downward (see
+//! `ARCHITECTURE.md`): `domain` holds validated values; `token` encodes and checks JWTs;
+//! `keys` holds the key file's key and the key set in force; `tlog` makes the audit log
+//! verifiable; `store` owns persistence; `engine` the in-memory state, the verify path and
+//! the rules; `http` speaks HTTP; `app` and `cli` wire and drive it.
 #![forbid(unsafe_code)]
 
 pub mod app;
@@ -11,10 +13,11 @@ pub mod config;
 pub mod domain;
 pub mod engine;
 pub mod http;
+pub mod keys;
 pub mod store;
 pub mod telemetry;
+pub mod tlog;
 pub mod token;
-pub mod witness;
 
 pub use app::Application;
 pub use config::Config;

@@ -112,10 +112,6 @@ fn describe() {
         Unit::Seconds,
         "Time an audit batch waited for its ledgers' locks after a conflict"
     );
-    describe_counter!(
-        "agentid_audit_writer_restarts_total",
-        "Audit writer restarts by its supervisor"
-    );
     describe_gauge!(
         "agentid_revocation_index_size",
         "Revoked agents in the in-memory index"
@@ -176,7 +172,6 @@ fn register_zeroes() {
         metrics::counter!("agentid_rate_limit_leases_total", "outcome" => outcome).increment(0);
     }
     metrics::counter!("agentid_audit_flush_failures_total").increment(0);
-    metrics::counter!("agentid_audit_writer_restarts_total").increment(0);
     metrics::counter!("agentid_audit_records_total").increment(0);
     metrics::counter!("agentid_audit_chain_conflicts_total").increment(0);
     metrics::counter!("agentid_checkpoints_total").increment(0);

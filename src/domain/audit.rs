@@ -132,7 +132,17 @@ fn json_str(out: &mut Vec<u8>, s: &str) {
     }
 }
 
-/// Where a chain stops being what it claims to be.
+/// The text a revoked verification records as its failure reason.
+pub fn revoked_failure_reason(reason: Option<&str>) -> String {
+    match reason {
+        Some(r) if !r.is_empty() => format!("agent revoked: {r}"),
+        _ => "agent revoked".to_owned(),
+    }
+}
+
+/// Where a chain stops being what it claims to be (tests and the store's unit tests: the
+/// service checks chains in `tlog::check`).
+#[cfg(any(test, feature = "test-hooks"))]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("chain broken at seq {seq}: {problem}")]
 pub struct ChainBreak {
@@ -142,11 +152,13 @@ pub struct ChainBreak {
 
 /// Walks records in ascending order and checks links, hashes and sequence continuity.
 /// Returns the head `(seq, hash)` that the next record must follow.
+#[cfg(any(test, feature = "test-hooks"))]
 pub struct ChainChecker {
     seq: i64,
     head: [u8; 32],
 }
 
+#[cfg(any(test, feature = "test-hooks"))]
 impl Default for ChainChecker {
     fn default() -> Self {
         ChainChecker {
@@ -156,6 +168,7 @@ impl Default for ChainChecker {
     }
 }
 
+#[cfg(any(test, feature = "test-hooks"))]
 impl ChainChecker {
     pub fn push(&mut self, rec: &AuditRecord) -> Result<(), ChainBreak> {
         let brk = |problem| {

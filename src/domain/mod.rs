@@ -3,12 +3,13 @@
 
 mod agent;
 pub mod audit;
+mod gcra;
 mod ids;
-pub mod merkle;
 pub mod org;
 mod time;
 
 pub use agent::{AgentFields, AgentStatus, Description, ExpirySeconds, IssuerDomain, Name, Scopes};
+pub use gcra::Gcra;
 pub use ids::{new_id, AgentId, IdPrefix};
 pub use org::{ApiKeyKind, KeyMode, Ledger, OrgLimits, Plan, RevokeReason};
 pub use time::Millis;
@@ -60,16 +61,19 @@ impl VerifyResult {
         Self::ALL.into_iter().find(|r| r.as_str() == s)
     }
 
-    /// The `error` string of a `valid:false` verify answer.
-    pub fn error_code(self) -> Option<&'static str> {
-        match self {
-            VerifyResult::Valid => None,
-            VerifyResult::Invalid => Some("TOKEN_INVALID"),
-            VerifyResult::Expired => Some("TOKEN_EXPIRED"),
-            VerifyResult::Revoked => Some("TOKEN_REVOKED"),
-        }
+    /// Its place in [`VerifyResult::ALL`]: the index of running totals ([`Totals`]).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Its bit in a set of results (which results a stored block of records holds).
+    pub fn bit(self) -> i32 {
+        1 << self.index()
     }
 }
+
+/// Running totals of a ledger or an agent, per result, indexed by [`VerifyResult::index`].
+pub type Totals = [i64; 4];
 
 /// Lower-case hex of bytes (record hashes, proof hashes, key ids).
 pub fn hex(bytes: &[u8]) -> String {

@@ -124,6 +124,44 @@ impl OrgLimits {
     }
 }
 
+impl OrgLimits {
+    /// The limits an organization on `plan` runs under, given what is stored: the spec's
+    /// table on every plan but enterprise, and never a token maximum over the plan's (rows
+    /// written before custom limits became enterprise-only may hold other values; they are
+    /// not enforced).
+    pub fn in_force(plan: Plan, stored: OrgLimits) -> OrgLimits {
+        plan.default_limits().unwrap_or(OrgLimits {
+            max_expiry_seconds: stored.max_expiry_seconds.min(plan.max_expiry_seconds()),
+            ..stored
+        })
+    }
+
+    /// The limits after a change of plan or limits (`agentid org set-limits`): an
+    /// enterprise organization that stays enterprise keeps the custom limits it does not
+    /// name; any other takes the new plan's (only enterprise has custom ones).
+    pub fn change(
+        current_plan: Plan,
+        current: OrgLimits,
+        plan: Option<Plan>,
+        verify: Option<u32>,
+        other: Option<u32>,
+        max_expiry: Option<u64>,
+    ) -> Result<(Plan, OrgLimits), ValidationError> {
+        let new_plan = plan.unwrap_or(current_plan);
+        let keep_custom = new_plan == current_plan && new_plan == Plan::Enterprise;
+        fn keep<T>(keep_custom: bool, current: T, named: Option<T>) -> Option<T> {
+            named.or(keep_custom.then_some(current))
+        }
+        let limits = OrgLimits::resolve(
+            new_plan,
+            keep(keep_custom, current.verify_per_minute, verify),
+            keep(keep_custom, current.other_per_minute, other),
+            keep(keep_custom, current.max_expiry_seconds, max_expiry),
+        )?;
+        Ok((new_plan, limits))
+    }
+}
+
 /// Secret keys act for the issuer; publishable keys only identify a receiver on verify.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ApiKeyKind {

@@ -4,11 +4,8 @@
 pub mod admin;
 mod apikeys;
 mod audit;
-pub mod logcheck;
 pub mod ratelimit;
 pub mod registry;
-pub mod signing;
-pub mod transparency;
 pub mod verifier;
 
 use std::sync::Arc;
@@ -16,8 +13,10 @@ use std::time::{Duration, Instant};
 
 use crate::domain::audit::{AuditEntry, AuditRecord};
 use crate::domain::{new_id, AgentFields, AgentId, IdPrefix, Ledger, Millis, RevokeReason, VerifyResult};
-use crate::store::{AgentRecord, OrgRecord, Revocations, SharedStore, StoreError};
-use crate::token::{Claims, KeyRing, RejectReason};
+use crate::keys::{KeyRing, KeySet, SigningKeys};
+use crate::store::{AgentRecord, LogPage, LogQuery, OrgRecord, Revocations, SharedStore, StoreError};
+use crate::tlog::checkpointer::{self, Grown, Transparency};
+use crate::token::{Claims, RejectReason};
 
 pub use apikeys::{generate_key, hash_key, ApiKeys, Caller, KeyLookup};
 use audit::WriterThread;
@@ -26,8 +25,6 @@ pub use registry::{AgentEntry, Registry, Revoked};
 pub use verifier::{CacheOutcome, CheckedToken};
 
 use ratelimit::RateLimits;
-use signing::{KeySet, SigningKeys};
-use transparency::{Grown, Transparency};
 use verifier::TokenVerifier;
 
 /// How long a successful store ping answers health checks.
@@ -135,7 +132,7 @@ struct Checked {
 /// The verify path's counters, registered once: `metrics::counter!` with labels looks the
 /// series up (hashing its labels) on every call.
 struct VerifyCounters {
-    /// Indexed by `block::result_index`.
+    /// Indexed by `VerifyResult::index`.
     results: [metrics::Counter; 4],
     unrecorded: metrics::Counter,
     cache_hit: metrics::Counter,
@@ -150,7 +147,7 @@ impl VerifyCounters {
             |r: VerifyResult| metrics::counter!("agentid_verify_results_total", "result" => r.as_str());
         let cache = |o: &'static str| metrics::counter!("agentid_token_cache_requests_total", "outcome" => o);
         VerifyCounters {
-            // `ALL` is in `result_index` order (the block encoding relies on it too).
+            // `ALL` is in `index` order.
             results: VerifyResult::ALL.map(result),
             unrecorded: metrics::counter!("agentid_verify_results_total", "result" => "unrecorded"),
             cache_hit: cache("hit"),
@@ -159,7 +156,7 @@ impl VerifyCounters {
     }
 
     fn result(&self, r: VerifyResult) -> &metrics::Counter {
-        &self.results[crate::store::block::result_index(r)]
+        &self.results[r.index()]
     }
 }
 
@@ -216,11 +213,16 @@ async fn refresh_keys(
     store: &SharedStore,
 ) -> Result<(), StoreError> {
     let keys = store.signing_keys().await?;
-    if let Some(public) = signing.update(&keys, Millis::now())? {
+    if let Some(public) = signing.update(&keys, Millis::now()).map_err(recorded_keys)? {
         tracing::info!(signing = public.current_kid(), "signing keys changed");
         verifier.set_keys(public);
     }
     Ok(())
+}
+
+/// Recorded keys that make no key set are stored values the service did not write.
+fn recorded_keys(e: crate::keys::KeyError) -> StoreError {
+    StoreError::Corrupt(e.to_string())
 }
 
 /// Samples the gauges of the registry and of the store's pools, for as long as it runs.
@@ -280,7 +282,7 @@ impl Engine {
         );
         let signing = Arc::new(SigningKeys::new(
             keys.clone(),
-            KeySet::build(&keys, &store.signing_keys().await?, Millis::now())?,
+            KeySet::build(&keys, &store.signing_keys().await?, Millis::now()).map_err(recorded_keys)?,
         ));
         let verifier = Arc::new(TokenVerifier::new(
             signing.current().public().clone(),
@@ -291,7 +293,7 @@ impl Engine {
         let rate_limits = Arc::new(RateLimits::new(&store));
         let transparency = Arc::new(Transparency::new(
             store.clone(),
-            keys.log_key(&transparency::log_key_name(&cfg.log_host)),
+            keys.log_key(&checkpointer::log_key_name(&cfg.log_host)),
             &cfg.log_host,
             cfg.checkpoint_interval,
             grown,
@@ -339,11 +341,12 @@ impl Engine {
     }
 
     /// The keys that validate tokens now (JWKS), and the signing key's (PEM).
-    pub fn public_keys(&self) -> Arc<crate::token::PublicKeys> {
+    pub fn public_keys(&self) -> Arc<crate::keys::PublicKeys> {
         self.verifier.keys()
     }
 
     /// Reads the fleet's signing keys now, as the periodic refresh does (tests).
+    #[cfg(feature = "test-hooks")]
     pub async fn refresh_keys(&self) -> Result<(), StoreError> {
         refresh_keys(&self.signing, &self.verifier, &self.store).await
     }
@@ -399,7 +402,7 @@ impl Engine {
         self.rate_limits.give_back(true).await;
     }
 
-    /// The audit writer's next flush panics (its batch is answered 503, the writer restarts).
+    /// The audit writer's next flush panics (its batch is answered 503, the writer goes on).
     #[cfg(feature = "test-hooks")]
     pub fn inject_audit_panic(&self) {
         self.audit.inject_flush_panic();
@@ -466,6 +469,12 @@ impl Engine {
         } else {
             Err(EngineError::AgentNotFound)
         }
+    }
+
+    /// A page of a ledger's records, newest first (the caller's ledger: handlers build the
+    /// query from the caller).
+    pub async fn read_log(&self, q: LogQuery<'_>) -> Result<LogPage, StoreError> {
+        self.store.read_log(q).await
     }
 
     pub async fn list_agents(&self, caller: &Caller) -> Result<Vec<AgentRecord>, EngineError> {
@@ -622,7 +631,9 @@ impl Engine {
         let (result, failure_reason) = if let Some(rev) = self.registry.revocation(&claims.sub) {
             (
                 VerifyResult::Revoked,
-                Some(crate::store::revoked_failure_reason(rev.reason.as_deref())),
+                Some(crate::domain::audit::revoked_failure_reason(
+                    rev.reason.as_deref(),
+                )),
             )
         } else if Millis::from_secs(claims.exp) <= now {
             (

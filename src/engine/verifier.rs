@@ -6,7 +6,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use crate::token::{self, Claims, PublicKeys, Rejected};
+use crate::keys::PublicKeys;
+use crate::token::{self, Claims, Rejected};
 
 /// Token string → a token whose signature has been checked. Keyed by the whole token, so
 /// two different strings never share an entry; expiry and revocation are not cached (they
@@ -172,7 +173,7 @@ impl TokenVerifier {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::token::KeyRing;
+    use crate::keys::KeyRing;
 
     /// The cache holds at most its bytes, however large the tokens: tokens near the 4 KiB
     /// cap with rendered answers fill it by bytes, not by count.

@@ -63,7 +63,7 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             ErrorCode::AgentRevoked => "AGENT_REVOKED",
             ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
-            // DESIGN.md files a wrong content type under INVALID_REQUEST (status 415).
+            // A wrong content type is an INVALID_REQUEST (status 415).
             ErrorCode::UnsupportedMediaType => "INVALID_REQUEST",
             ErrorCode::RateLimited => "RATE_LIMITED",
             ErrorCode::InternalError => "INTERNAL_ERROR",

@@ -9,8 +9,8 @@ use super::context::AppState;
 use super::cursor::{self, CursorScope};
 use super::error::{ApiError, ErrorBody, ErrorCode};
 use crate::domain::{hex, AgentId, Ledger, Millis, ValidationError, VerifyResult};
-use crate::engine::transparency::ProofRefused;
 use crate::store::LogQuery;
+use crate::tlog::checkpointer::ProofRefused;
 
 pub const DEFAULT_LIMIT: u32 = 50;
 pub const MAX_LIMIT: u32 = 200;
@@ -142,7 +142,6 @@ pub async fn read(
         .transpose()?;
     let page = state
         .engine
-        .store()
         .read_log(LogQuery {
             ledger: &ledger,
             agent_id,

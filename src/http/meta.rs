@@ -71,7 +71,7 @@ pub async fn public_key_pem(state: web::Data<AppState>) -> HttpResponse {
 pub async fn jwks(state: web::Data<AppState>, req: actix_web::HttpRequest) -> HttpResponse {
     let keys = state.engine.public_keys();
     let body = keys.jwks_json();
-    let etag = format!("\"{}\"", &crate::token::thumbprint_of_text(body)[..22]);
+    let etag = format!("\"{}\"", &crate::keys::thumbprint_of_text(body)[..22]);
     let fresh = req
         .headers()
         .get(header::IF_NONE_MATCH)

@@ -8,7 +8,7 @@ use crate::domain::{new_id, IdPrefix, Ledger, VerifyResult};
 
 use super::block::Head;
 pub use super::block::Heads;
-use super::revoked_failure_reason;
+use crate::domain::audit::revoked_failure_reason;
 
 /// Distinct agent ids of entries that are about to be recorded as `valid`.
 pub fn valid_agent_ids(entries: &[AuditEntry]) -> Vec<String> {

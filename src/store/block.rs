@@ -40,7 +40,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use crate::domain::audit::AuditRecord;
-use crate::domain::{Ledger, Millis, VerifyResult};
+use crate::domain::{Ledger, Millis, Totals, VerifyResult};
 
 use super::StoreError;
 
@@ -57,23 +57,6 @@ const ULID_TEXTS: [(u8, &str); 2] = [(1, "agt_"), (2, "log_")];
 /// Version 2 tag bits: the result index, and whether a failure reason follows.
 const TAG_RESULT: u8 = 0b011;
 const TAG_REASON: u8 = 0b100;
-
-/// Running totals of a ledger or an agent, indexed by [`result_index`].
-pub type Totals = [i64; 4];
-
-pub fn result_index(r: VerifyResult) -> usize {
-    match r {
-        VerifyResult::Valid => 0,
-        VerifyResult::Invalid => 1,
-        VerifyResult::Expired => 2,
-        VerifyResult::Revoked => 3,
-    }
-}
-
-/// The bit of a result in a block's `results` set.
-pub fn result_bit(r: VerifyResult) -> i32 {
-    1 << result_index(r)
-}
 
 /// Where a ledger stands: its last record and its running totals.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,12 +137,12 @@ pub fn plan(records: &[AuditRecord], heads: &mut Heads) -> Vec<Block> {
             let mut results = 0;
             let mut agents: BTreeMap<&str, (i32, Totals)> = BTreeMap::new();
             for r in chunk {
-                let i = result_index(r.result);
+                let i = r.result.index();
                 running[i] += 1;
-                results |= result_bit(r.result);
+                results |= r.result.bit();
                 if !r.agent_id.is_empty() {
                     let a = agents.entry(&r.agent_id).or_default();
-                    a.0 |= result_bit(r.result);
+                    a.0 |= r.result.bit();
                     a.1[i] += 1;
                     batch_agents.entry(&r.agent_id).or_default()[i] += 1;
                 }
@@ -286,7 +269,7 @@ pub fn encode(records: &[&AuditRecord]) -> Vec<u8> {
     let mut prev_time = 0i64;
     for r in records {
         let reason = r.failure_reason.as_deref();
-        body.push(result_index(r.result) as u8 | if reason.is_some() { TAG_REASON } else { 0 });
+        body.push(r.result.index() as u8 | if reason.is_some() { TAG_REASON } else { 0 });
         put_text(&mut body, &r.id);
         let agent = match last_agent {
             Some((a, i)) if a == r.agent_id => i,
@@ -830,7 +813,7 @@ mod tests {
         }
         let mut out = vec![V1];
         for r in records {
-            out.push(result_index(r.result) as u8);
+            out.push(r.result.index() as u8);
             put_str(&mut out, &r.id);
             put_str(&mut out, &r.agent_id);
             match &r.failure_reason {

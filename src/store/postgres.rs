@@ -12,12 +12,11 @@ use parking_lot::Mutex;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{FromRow, PgConnection, PgPool, Postgres};
 
-use super::block::{self, Block, BlockAgent, Totals};
-use super::sql::{self, Backend, Exclusive, Refused, SqlStore};
+use super::block::{self, Block, BlockAgent};
+use super::sql::{self, Backend, Exclusive, LogPlan, Refused, SqlStore};
 use super::{batch, migrate, PoolStats, SharedBuckets, Store, StoreError, StoreFuture, StoreOptions, Taken};
 use crate::domain::audit::{AuditEntry, AuditRecord};
-use crate::domain::Ledger;
-use crate::engine::ratelimit::Gcra;
+use crate::domain::{Gcra, Ledger, Totals};
 
 pub type PgStore = SqlStore<Postgres>;
 
@@ -210,6 +209,10 @@ impl Backend for Postgres {
     // Not the ledger's append lock: checkpointing never holds up an append.
     const CHECKPOINT_LOCK: Option<&'static str> =
         Some("SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2 || '/checkpoint', 7431004))");
+    const LOG_PLAN: LogPlan = LogPlan {
+        name_index: false,
+        lateral_join: true,
+    };
 
     fn append(store: &PgStore, entries: Vec<AuditEntry>) -> BoxFuture<'_, Result<Vec<AuditRecord>, Refused>> {
         Box::pin(store.append(entries))
@@ -498,7 +501,7 @@ WITH lk AS (
     CROSS JOIN LATERAL (
         SELECT id, revocation_reason, revoked_at FROM agents WHERE agents.id = v.id OFFSET 0
     ) a
-    WHERE v.results & 1 <> 0 AND a.revoked_at IS NOT NULL  -- 1: block::result_bit(Valid)
+    WHERE v.results & 1 <> 0 AND a.revoked_at IS NOT NULL  -- 1: VerifyResult::Valid.bit()
       AND (SELECT epoch FROM revocation_epoch WHERE id = 1) > $1::bigint
 ), blk AS (
     INSERT INTO audit_blocks (org_id, mode, first_seq, last_seq, prev_hash, last_hash, results,

@@ -8,14 +8,14 @@ use std::fmt;
 use futures_util::future::BoxFuture;
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
-use super::block::{self, result_bit, AgentBlockRow, Block, FullBlock, Head, StoredBlock};
+use super::block::{self, AgentBlockRow, Block, FullBlock, Head, StoredBlock};
 use super::{
-    AgentRecord, Appended, KeyRecord, LogPage, LogQuery, NewApiKey, OrgRecord, PoolStats, Revocations,
-    SharedBuckets, SigningKeyRecord, Store, StoreError, StoreFuture, StoredCheckpoint,
+    AgentRecord, Appended, CheckedBlock, KeyRecord, LogPage, LogQuery, NewApiKey, OrgRecord, PoolStats,
+    Revocations, SharedBuckets, SigningKeyRecord, Store, StoreError, StoreFuture, StoredCheckpoint,
 };
 use crate::domain::audit::{AuditEntry, AuditRecord};
-use crate::domain::merkle::{Hash, Subtree};
-use crate::domain::{ApiKeyKind, KeyMode, Ledger, Millis, OrgLimits, Plan, VerifyResult};
+use crate::domain::{ApiKeyKind, KeyMode, Ledger, Millis, OrgLimits, Plan, Totals, VerifyResult};
+use crate::tlog::tree::{Hash, Subtree};
 
 /// What a backend does its own way. Implemented by the database types themselves
 /// (`sqlx::Sqlite`, `sqlx::Postgres`).
@@ -36,6 +36,9 @@ pub trait Backend: Database {
     /// Inside the exclusive transaction's `begin`, binding org and mode: waits for any other
     /// instance checkpointing the same ledger (none needed where `begin` already serializes).
     const CHECKPOINT_LOCK: Option<&'static str>;
+    /// How a page of the log must be written for this backend's planner to use the indexes
+    /// (see `log_blocks_sql`).
+    const LOG_PLAN: LogPlan;
 
     /// Appends a batch as one unit: every record, or nothing and the entries back.
     fn append(
@@ -52,6 +55,16 @@ pub trait Backend: Database {
     fn pools(store: &SqlStore<Self>) -> Vec<PoolStats>;
     /// Closes every pool; pending work finishes first.
     fn close(store: &SqlStore<Self>) -> BoxFuture<'_, ()>;
+}
+
+/// How a log page's SQL is written for a backend's planner.
+pub struct LogPlan {
+    /// Name the failure's partial index (`INDEXED BY`): SQLite, without statistics, prefers
+    /// the primary key to an equally long partial index.
+    pub name_index: bool,
+    /// Look each block of an agent's rows up through a fenced `LATERAL` (PostgreSQL, on tables
+    /// not analyzed yet, joined with a scan of every block of the ledger per agent row).
+    pub lateral_join: bool,
 }
 
 /// A batch the store did not take: why, and its entries as they were handed in.
@@ -152,9 +165,7 @@ struct OrgRow {
 }
 
 impl OrgRow {
-    /// The organization with the limits it runs under: the spec's table on every plan but
-    /// enterprise, and never a token maximum over the plan's (rows written before custom
-    /// limits became enterprise-only may hold other values; they are not enforced).
+    /// The organization with the limits it runs under ([`OrgLimits::in_force`]).
     fn into_record(self) -> Result<OrgRecord, StoreError> {
         let corrupt = || StoreError::Corrupt(format!("limits of organization {}", self.id));
         let plan =
@@ -166,10 +177,7 @@ impl OrgRow {
         };
         Ok(OrgRecord {
             plan,
-            limits: plan.default_limits().unwrap_or(OrgLimits {
-                max_expiry_seconds: stored.max_expiry_seconds.min(plan.max_expiry_seconds()),
-                ..stored
-            }),
+            limits: OrgLimits::in_force(plan, stored),
             id: self.id,
             name: self.name,
             created_at: Millis(self.created_at),
@@ -218,7 +226,7 @@ struct TotalsRow {
     n_revoked: i64,
 }
 
-impl From<TotalsRow> for block::Totals {
+impl From<TotalsRow> for Totals {
     fn from(t: TotalsRow) -> Self {
         [t.n_valid, t.n_invalid, t.n_expired, t.n_revoked]
     }
@@ -308,12 +316,12 @@ fn scopes_json(scopes: &[String]) -> String {
 /// whether more follow. The result test is written into the SQL as a literal (one of four
 /// fixed bits) in exactly the form of the partial index of that failure's blocks, so both
 /// planners use it, generic plans included.
-fn log_blocks_sql(q: &LogQuery<'_>, sqlite: bool) -> String {
+fn log_blocks_sql(q: &LogQuery<'_>, plan: &LogPlan) -> String {
     use std::fmt::Write;
-    // SQLite, without statistics, prefers the primary key to an equally long partial index:
-    // name the failure's index.
     let indexed_by = |table: &str| match q.result {
-        Some(r) if sqlite && r != VerifyResult::Valid => format!(" INDEXED BY {table}_{}", r.as_str()),
+        Some(r) if plan.name_index && r != VerifyResult::Valid => {
+            format!(" INDEXED BY {table}_{}", r.as_str())
+        }
         _ => String::new(),
     };
     let mut sql = String::from("SELECT b.first_seq, b.last_seq, b.prev_hash, b.records FROM ");
@@ -323,7 +331,7 @@ fn log_blocks_sql(q: &LogQuery<'_>, sqlite: bool) -> String {
         // Each block by its primary key. PostgreSQL, on tables not analyzed yet, joined with a
         // scan of every block of the ledger per agent row (a page of 200 took 100 ms on 170k
         // records); the LATERAL, fenced by OFFSET 0, leaves it only the key look-up.
-        let join = if sqlite {
+        let join = if !plan.lateral_join {
             "JOIN audit_blocks b ON b.org_id = t.org_id AND b.mode = t.mode AND b.first_seq = t.first_seq"
         } else {
             "CROSS JOIN LATERAL (SELECT x.first_seq, x.last_seq, x.prev_hash, x.records FROM audit_blocks x \
@@ -344,7 +352,7 @@ fn log_blocks_sql(q: &LogQuery<'_>, sqlite: bool) -> String {
         "b"
     };
     if let Some(r) = q.result {
-        let _ = write!(sql, " AND ({t}.results & {}) <> 0", result_bit(r));
+        let _ = write!(sql, " AND ({t}.results & {}) <> 0", r.bit());
     }
     if q.before_seq.is_some() {
         n += 1;
@@ -357,6 +365,7 @@ fn log_blocks_sql(q: &LogQuery<'_>, sqlite: bool) -> String {
 /// The blocks holding the records after `after_seq`, oldest first; binds org, mode,
 /// after_seq, number of blocks. Starts at the block holding `after_seq + 1`, found on the
 /// primary key, so reading a long chain page by page costs the same at its end.
+#[cfg(feature = "test-hooks")]
 const CHAIN_BLOCKS_SQL: &str = "SELECT first_seq, last_seq, prev_hash, records FROM audit_blocks \
     WHERE org_id = $1 AND mode = $2 AND first_seq >= COALESCE((SELECT MAX(first_seq) FROM audit_blocks \
     WHERE org_id = $1 AND mode = $2 AND first_seq <= $3 + 1), 0) ORDER BY first_seq LIMIT $4";
@@ -956,7 +965,7 @@ where
 
     fn read_log<'a>(&'a self, q: LogQuery<'a>) -> StoreFuture<'a, LogPage> {
         Box::pin(async move {
-            let sql = log_blocks_sql(&q, DB::BACKEND == "sqlite");
+            let sql = log_blocks_sql(&q, &DB::LOG_PLAN);
             let mut query = sqlx::query_as::<_, StoredBlock>(&sql)
                 .bind(q.ledger.org_id.as_str())
                 .bind(q.ledger.mode.as_str());
@@ -992,18 +1001,19 @@ where
             }
             .fetch_optional(&self.pool)
             .await?;
-            let totals: block::Totals = totals.map_or([0; 4], Into::into);
+            let totals: Totals = totals.map_or([0; 4], Into::into);
             Ok(LogPage {
                 records,
                 has_more,
                 total: match q.result {
-                    Some(r) => totals[block::result_index(r)],
+                    Some(r) => totals[r.index()],
                     None => totals.iter().sum(),
                 },
             })
         })
     }
 
+    #[cfg(feature = "test-hooks")]
     fn read_chain<'a>(
         &'a self,
         ledger: &'a Ledger,
@@ -1201,9 +1211,9 @@ where
         ledger: &'a Ledger,
         after: i64,
         limit: u32,
-    ) -> StoreFuture<'a, Vec<FullBlock>> {
+    ) -> StoreFuture<'a, Vec<CheckedBlock>> {
         Box::pin(async move {
-            Ok(sqlx::query_as(
+            let rows: Vec<FullBlock> = sqlx::query_as(
                 "SELECT first_seq, last_seq, prev_hash, records, last_hash, results, \
                  n_valid, n_invalid, n_expired, n_revoked FROM audit_blocks \
                  WHERE org_id = $1 AND mode = $2 AND first_seq > $3 ORDER BY first_seq LIMIT $4",
@@ -1213,7 +1223,18 @@ where
             .bind(after)
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
-            .await?)
+            .await?;
+            Ok(rows
+                .into_iter()
+                .map(|b| CheckedBlock {
+                    first_seq: b.block.first_seq,
+                    last_seq: b.block.last_seq,
+                    records: block::decode(ledger, &b.block, |_| true),
+                    last_hash: b.last_hash,
+                    results: b.results,
+                    totals: [b.n_valid, b.n_invalid, b.n_expired, b.n_revoked],
+                })
+                .collect())
         })
     }
 

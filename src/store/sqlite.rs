@@ -11,7 +11,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Sqlite, SqliteConnection};
 
 use super::block::{self, Block};
-use super::sql::{self, Backend, Exclusive, Refused, SqlStore};
+use super::sql::{self, Backend, Exclusive, LogPlan, Refused, SqlStore};
 use super::{batch, migrate, PoolStats, SharedBuckets, Store, StoreError, StoreFuture, StoreOptions};
 use crate::domain::audit::{AuditEntry, AuditRecord};
 
@@ -142,6 +142,10 @@ impl Backend for Sqlite {
     const LEGACY_LOG_FREEZE: &'static str = "SELECT 1";
     // `BEGIN IMMEDIATE` already serializes every writer.
     const CHECKPOINT_LOCK: Option<&'static str> = None;
+    const LOG_PLAN: LogPlan = LogPlan {
+        name_index: true,
+        lateral_join: false,
+    };
 
     fn append(
         store: &SqliteStore,

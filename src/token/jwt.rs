@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 /// Tokens longer than this are refused before any parsing.
 pub const MAX_TOKEN_LEN: usize = 4096;
 
-/// The claims of an agentid token (DESIGN.md "Tokens and keys").
+/// The claims of an agentid token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Claims {

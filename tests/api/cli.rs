@@ -304,7 +304,7 @@ fn serve_refuses_a_key_file_others_may_read() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("data/signing-key.pem");
-    agentid::token::KeyRing::create(&key).unwrap();
+    agentid::keys::KeyRing::create(&key).unwrap();
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_agentid"))
         .arg("serve")

@@ -209,7 +209,7 @@ async fn a_crashing_writer_is_restarted_and_loses_no_acknowledged_record() {
     app.verify_as_receiver(&token)
         .await
         .assert_error(503, "AUDIT_UNAVAILABLE");
-    // The supervisor restarted the writer; verification works again.
+    // The writer went on; verification works again.
     for _ in 0..3 {
         assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
         answered += 1;

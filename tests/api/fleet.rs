@@ -1,6 +1,7 @@
 //! Several instances on one database: one signing key for the fleet, one first organization.
 
 use agentid::app::StartError;
+use agentid::engine::admin::AdminError;
 use agentid::Application;
 
 use crate::helpers::{test_config, TestDb};
@@ -36,14 +37,14 @@ async fn an_instance_with_another_or_no_key_file_refuses_to_start() {
 
     // Another key file: refused, naming both keys.
     let other_key = dir.path().join("other.pem");
-    agentid::token::KeyRing::create(&other_key).unwrap();
-    let other_kid = agentid::token::KeyRing::load(&other_key)
+    agentid::keys::KeyRing::create(&other_key).unwrap();
+    let other_kid = agentid::keys::KeyRing::load(&other_key)
         .unwrap()
         .unwrap()
         .kid()
         .to_owned();
     match build(&db, &other_key, false).await {
-        Err(e @ StartError::FleetKeyMismatch { .. }) => {
+        Err(e @ StartError::Admin(AdminError::FleetKeyMismatch { .. })) => {
             let said = e.to_string();
             assert!(said.contains(&fleet_kid) && said.contains(&other_kid), "{said}");
         }
@@ -54,7 +55,9 @@ async fn an_instance_with_another_or_no_key_file_refuses_to_start() {
     // No key file: refused, and none is made.
     let missing = dir.path().join("missing.pem");
     match build(&db, &missing, false).await {
-        Err(e @ StartError::FleetKeyMissing { .. }) => assert!(e.to_string().contains(&fleet_kid), "{e}"),
+        Err(e @ StartError::Admin(AdminError::FleetKeyMissing { .. })) => {
+            assert!(e.to_string().contains(&fleet_kid), "{e}")
+        }
         Err(e) => panic!("another error: {e}"),
         Ok(_) => panic!("started without the fleet's key"),
     }
@@ -84,7 +87,7 @@ async fn instances_started_at_once_create_one_first_organization() {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new(dir.path()).await;
     let key = dir.path().join("fleet.pem");
-    agentid::token::KeyRing::create(&key).unwrap();
+    agentid::keys::KeyRing::create(&key).unwrap();
     let apps = futures_util::future::join_all((0..3).map(|_| build(&db, &key, true))).await;
     let apps: Vec<Application> = apps.into_iter().map(|a| a.expect("starts")).collect();
     let created: Vec<_> = apps.iter().filter_map(|a| a.bootstrapped.as_ref()).collect();

@@ -1,8 +1,10 @@
-//! The one integration-test binary (see STYLE.md): every test drives a real server over HTTP.
+//! The one integration-test binary: each test gets its own database and, most of them, a
+//! real server they drive over HTTP; the rest call the engine, the store or the binary.
 //! Backend: SQLite by default; PostgreSQL when AGENTID_TEST_DATABASE_URL=postgres://… .
 
 mod helpers;
 
+mod admin;
 mod agents;
 mod auth;
 mod cli;

@@ -70,7 +70,7 @@ async fn pyjwt_and_jose_validate_tokens_with_the_pem_alone() {
     }
 
     // A token from another key must fail offline too.
-    let other = agentid::token::KeyRing::from_signing_key(ed25519_dalek::SigningKey::from_bytes(&[3; 32]));
+    let other = agentid::keys::KeyRing::from_signing_key(ed25519_dalek::SigningKey::from_bytes(&[3; 32]));
     let foreign = other.sign(&agentid::token::Claims {
         iss: "offline.example".into(),
         sub: a["agent_id"].as_str().unwrap().into(),

@@ -195,7 +195,7 @@ async fn keys_rotate_across_the_fleet_and_retired_keys_stop_verifying() {
     assert_eq!(res.status, 200, "{}", res.text());
     assert_eq!(b.get("/.well-known/log-key", None).await.text(), log_key);
     let note = a.get("/v1/log/checkpoint", Some(a.secret())).await.text();
-    agentid::token::LogVerifier::parse(&log_key)
+    agentid::tlog::note::LogVerifier::parse(&log_key)
         .unwrap()
         .open(&note)
         .unwrap();

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use agentid::domain::audit::AuditRecord;
 use agentid::domain::{KeyMode, Ledger};
-use agentid::engine::logcheck::{self, GivenNote};
 use agentid::store::block;
-use agentid::token::LogVerifier;
+use agentid::tlog::check as logcheck;
+use agentid::tlog::note::GivenNote;
+use agentid::tlog::note::LogVerifier;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use ed25519_dalek::{Signature, VerifyingKey};
@@ -256,13 +257,8 @@ fn blob(b: &[u8], app: &TestApp) -> String {
 async fn blocks(app: &TestApp) -> Vec<(i64, Vec<AuditRecord>)> {
     let ledger = live(app);
     let rows = app.store.read_blocks(&ledger, 0, 10_000).await.unwrap();
-    rows.iter()
-        .map(|b| {
-            (
-                b.block.first_seq,
-                block::decode(&ledger, &b.block, |_| true).unwrap(),
-            )
-        })
+    rows.into_iter()
+        .map(|b| (b.first_seq, b.records.unwrap()))
         .collect()
 }
 
@@ -394,7 +390,7 @@ async fn proofs_verify_with_an_independent_verifier_for_random_sizes() {
         let got = roots_from_subproof(a, b, old, &proof, true);
         assert_eq!(got, Some((old, mth(&hashes[..b]))), "consistency {a} → {b}");
         // And the service's own verifier agrees.
-        agentid::domain::merkle::verify_consistency(a as u64, b as u64, &old, &mth(&hashes[..b]), &proof)
+        agentid::tlog::tree::verify_consistency(a as u64, b as u64, &old, &mth(&hashes[..b]), &proof)
             .unwrap();
     }
 }
@@ -757,7 +753,7 @@ async fn the_witness_refuses_a_log_key_other_than_the_pinned_one() {
     checkpoint_at(&app, 2).await;
     let state = tempfile::tempdir().unwrap();
     assert!(witness(&app, state.path()).await.status.success());
-    let other = agentid::token::LogKey::derive("elsewhere/agentid", &[1; 32]);
+    let other = agentid::tlog::note::LogKey::derive("elsewhere/agentid", &[1; 32]);
     std::fs::write(state.path().join("log-key"), format!("{}\n", other.verifier())).unwrap();
     let out = witness(&app, state.path()).await;
     let err = String::from_utf8_lossy(&out.stderr);

@@ -10,12 +10,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
+pub use super::note::GivenNote;
+use super::note::{Checkpoint, LogVerifier};
+use super::tree::{Frontier, Hash, Subtree};
 use crate::domain::audit::AuditRecord;
-use crate::domain::merkle::{Frontier, Hash, Subtree};
-use crate::domain::Ledger;
-use crate::store::block::{self, result_bit, result_index, Totals};
-use crate::store::{AgentBlockRow, FullBlock, SharedStore, StoreError};
-use crate::token::{Checkpoint, LogVerifier};
+use crate::domain::{Ledger, Totals};
+use crate::store::{AgentBlockRow, CheckedBlock, SharedStore, StoreError};
 
 /// Blocks read per query.
 const PAGE: u32 = 256;
@@ -55,13 +55,6 @@ impl Report {
     pub fn ok(&self) -> bool {
         self.failures.is_empty()
     }
-}
-
-/// A checkpoint from outside the database: where it came from, and its signed note.
-#[derive(Debug, Clone)]
-pub struct GivenNote {
-    pub source: String,
-    pub note: String,
 }
 
 /// A checkpoint a ledger's tree must match.
@@ -204,7 +197,7 @@ impl<'a> LedgerCheck<'a> {
             });
         }
         // The empty tree has one root, and every ledger extends it.
-        claims.retain(|c| c.size > 0 || c.root == crate::domain::merkle::empty_root());
+        claims.retain(|c| c.size > 0 || c.root == crate::tlog::tree::empty_root());
         claims.sort_by_key(|c| c.size);
         let mut pending = claims.into_iter().peekable();
 
@@ -221,7 +214,7 @@ impl<'a> LedgerCheck<'a> {
         loop {
             let blocks = self.store.read_blocks(&self.ledger, after, PAGE).await?;
             let Some(last) = blocks.last() else { break };
-            after = last.block.first_seq;
+            after = last.first_seq;
             for b in &blocks {
                 self.block(b, &mut walk, &mut pending);
             }
@@ -266,11 +259,11 @@ impl<'a> LedgerCheck<'a> {
 
     fn block(
         &mut self,
-        b: &FullBlock,
+        b: &CheckedBlock,
         walk: &mut Walk,
         pending: &mut std::iter::Peekable<impl Iterator<Item = Claim>>,
     ) {
-        let first = b.block.first_seq.max(0) as u64;
+        let first = b.first_seq.max(0) as u64;
         if first != walk.next {
             if first > walk.next {
                 self.fail(
@@ -282,7 +275,7 @@ impl<'a> LedgerCheck<'a> {
             }
             walk.tree = None;
         }
-        let records = match block::decode(&self.ledger, &b.block, |_| true) {
+        let records = match &b.records {
             Ok(r) => r,
             Err(e) => {
                 self.fail(
@@ -290,15 +283,15 @@ impl<'a> LedgerCheck<'a> {
                     format!("unreadable block ({e}); checking goes on after it"),
                 );
                 walk.tree = None;
-                walk.next = b.block.last_seq.max(0) as u64 + 1;
+                walk.next = b.last_seq.max(0) as u64 + 1;
                 walk.prev = b.last_hash.as_slice().try_into().unwrap_or([0; 32]);
-                walk.totals = [b.n_valid, b.n_invalid, b.n_expired, b.n_revoked];
+                walk.totals = b.totals;
                 return;
             }
         };
         let mut results = 0;
         let mut in_block: BTreeMap<&str, (i32, Totals)> = BTreeMap::new();
-        for r in &records {
+        for r in records {
             let seq = r.seq as u64;
             if r.prev_hash != walk.prev {
                 self.fail(
@@ -313,13 +306,13 @@ impl<'a> LedgerCheck<'a> {
                 );
             }
             walk.prev = r.hash;
-            results |= result_bit(r.result);
-            walk.totals[result_index(r.result)] += 1;
+            results |= r.result.bit();
+            walk.totals[r.result.index()] += 1;
             // Records that name no agent (forgeries of unknown agents) have no agent rows.
             if !r.agent_id.is_empty() {
                 let agent = in_block.entry(&r.agent_id).or_insert((0, [0; 4]));
-                agent.0 |= result_bit(r.result);
-                agent.1[result_index(r.result)] += 1;
+                agent.0 |= r.result.bit();
+                agent.1[r.result.index()] += 1;
             }
             self.grow_tree(r, walk, pending);
             walk.next = seq + 1;
@@ -337,7 +330,7 @@ impl<'a> LedgerCheck<'a> {
                 ),
             );
         }
-        let stored_totals = [b.n_valid, b.n_invalid, b.n_expired, b.n_revoked];
+        let stored_totals = b.totals;
         if stored_totals != walk.totals {
             self.fail(
                 Some(first),
@@ -356,7 +349,7 @@ impl<'a> LedgerCheck<'a> {
                 .entry(agent.to_owned())
                 .or_default()
                 .push(AgentBlockRow {
-                    first_seq: b.block.first_seq,
+                    first_seq: b.first_seq,
                     results,
                     n_valid: totals[0],
                     n_invalid: totals[1],

@@ -16,11 +16,11 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use super::note::{Checkpoint, LogKey, LogVerifier};
+use super::tree::{self, Frontier, Hash, Parts, Subtree};
 use crate::domain::audit::AuditRecord;
-use crate::domain::merkle::{self, Frontier, Hash, Parts, Subtree};
 use crate::domain::{Ledger, Millis};
 use crate::store::{SharedStore, StoreError, StoredCheckpoint};
-use crate::token::{Checkpoint, LogKey, LogVerifier};
 
 /// Most records one checkpoint adds to a tree; a ledger that grew more (a log that predates
 /// checkpoints) gets there in steps, each a checkpoint of its own.
@@ -112,7 +112,7 @@ impl Transparency {
             None => self.key.sign(&Checkpoint {
                 origin: ledger.origin(&self.host),
                 size: 0,
-                root: merkle::empty_root(),
+                root: tree::empty_root(),
             }),
         })
     }
@@ -230,7 +230,7 @@ impl Transparency {
             .first()
             .ok_or_else(|| StoreError::Corrupt(format!("record {seq} is missing")))?;
         let mut proof = Vec::new();
-        for r in merkle::inclusion_ranges(seq - 1, size) {
+        for r in tree::inclusion_ranges(seq - 1, size) {
             proof.push(range_hash(&self.store, ledger, r).await?);
         }
         Ok((leaf, proof))
@@ -245,7 +245,7 @@ impl Transparency {
             )));
         }
         let mut proof = Vec::new();
-        for r in merkle::consistency_ranges(from, to) {
+        for r in tree::consistency_ranges(from, to) {
             proof.push(range_hash(&self.store, ledger, r).await?);
         }
         Ok(proof)
@@ -267,17 +267,17 @@ pub enum Step {
 /// The hash of a range a proof names, from the stored subtree hashes (and at most a few
 /// records at its edges): one small read per subtree it splits into.
 async fn range_hash(store: &SharedStore, ledger: &Ledger, range: Range<u64>) -> Result<Hash, StoreError> {
-    Ok(merkle::fold(&subtree_hashes(store, ledger, range).await?))
+    Ok(tree::fold(&subtree_hashes(store, ledger, range).await?))
 }
 
-/// The hashes of the subtrees a range splits into (`merkle::subtrees`), in order.
+/// The hashes of the subtrees a range splits into (`tree::subtrees`), in order.
 async fn subtree_hashes(
     store: &SharedStore,
     ledger: &Ledger,
     range: Range<u64>,
 ) -> Result<Vec<Hash>, StoreError> {
     let mut hashes = Vec::new();
-    for s in merkle::subtrees(range) {
+    for s in tree::subtrees(range) {
         hashes.push(subtree_hash(store, ledger, s).await?);
     }
     Ok(hashes)
@@ -287,19 +287,19 @@ async fn subtree_hash(store: &SharedStore, ledger: &Ledger, s: Subtree) -> Resul
     let parts: Vec<Hash> = match s.parts() {
         Parts::Leaves(r) => {
             let records = store.record_hashes(ledger, r.start + 1, r.end).await?;
-            records.iter().map(merkle::leaf_hash).collect()
+            records.iter().map(tree::leaf_hash).collect()
         }
         Parts::Nodes { height, indices } => {
             let rows = store.tree_nodes(ledger, height, indices.clone()).await?;
             rows.into_iter().map(|(_, h)| h).collect()
         }
     };
-    let want = 1usize << (s.height % merkle::STORED_EVERY);
+    let want = 1usize << (s.height % tree::STORED_EVERY);
     if parts.len() != want {
         return Err(StoreError::Corrupt(format!(
             "ledger {ledger}: the stored hashes of subtree {}@{} are incomplete",
             s.height, s.index
         )));
     }
-    Ok(merkle::perfect(&parts))
+    Ok(tree::perfect(&parts))
 }

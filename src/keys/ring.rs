@@ -1,9 +1,7 @@
-//! Keys. The signing key (PKCS#8 PEM on disk, created 0600 on first start) is held by
-//! [`KeyRing`], which signs tokens and derives the service's MAC secret. The verify path holds
-//! only [`PublicKeys`]: the public keys by `kid` (RFC 7638 JWK thumbprint), with the PEM and
-//! JWKS forms the well-known endpoints serve. Nothing secret is reachable from a verification.
+//! The key file's key: [`KeyRing`] reads or creates the PKCS#8 PEM file (0600), derives the
+//! service's secrets from it (the cursor MAC secret, the log key, the key that seals rotated
+//! signing keys in the database) and seals and opens those keys.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::io::Write;
 use std::path::Path;
@@ -12,11 +10,12 @@ use std::sync::Arc;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use ed25519_dalek::pkcs8::spki::der::pem::LineEnding;
-use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePrivateKey, EncodePublicKey};
+use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePrivateKey};
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use sha2::{Digest, Sha256};
 
-use super::jwt::{Claims, RejectReason, Unverified};
+use super::PublicKeys;
+use crate::tlog::note::LogKey;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
@@ -29,72 +28,9 @@ pub enum KeyError {
          its owner only. Run: chmod 600 {path}"
     )]
     Exposed { path: String, mode: u32 },
-}
-
-/// The public keys that validate tokens, by `kid`, and the key that new tokens name.
-#[derive(Debug)]
-pub struct PublicKeys {
-    current: String,
-    by_kid: HashMap<String, VerifyingKey>,
-    pem: String,
-    jwks: String,
-}
-
-impl PublicKeys {
-    /// The key set of one key, which is also the current one.
-    pub fn single(key: VerifyingKey) -> Self {
-        PublicKeys::new(&key, &[key])
-    }
-
-    /// The key set of `keys` (every key that validates tokens, in JWKS order), with `current`
-    /// the one new tokens are signed with (its PEM is the one served).
-    pub fn new(current: &VerifyingKey, keys: &[VerifyingKey]) -> Self {
-        let pem = current
-            .to_public_key_pem(LineEnding::LF)
-            .expect("an Ed25519 public key encodes as SPKI");
-        let jwk = |k: &VerifyingKey| {
-            serde_json::json!({
-                "kty": "OKP", "crv": "Ed25519", "x": URL_SAFE_NO_PAD.encode(k.as_bytes()),
-                "kid": thumbprint(k), "alg": "EdDSA", "use": "sig",
-            })
-        };
-        let jwks = serde_json::json!({"keys": keys.iter().map(jwk).collect::<Vec<_>>()}).to_string();
-        PublicKeys {
-            by_kid: keys.iter().map(|k| (thumbprint(k), *k)).collect(),
-            current: thumbprint(current),
-            pem,
-            jwks,
-        }
-    }
-
-    /// The `kid` of the key new tokens are signed with.
-    pub fn current_kid(&self) -> &str {
-        &self.current
-    }
-
-    /// The public key a token names, if the set holds it.
-    pub fn get(&self, kid: &str) -> Option<&VerifyingKey> {
-        self.by_kid.get(kid)
-    }
-
-    /// SPKI PEM of the current key.
-    pub fn public_key_pem(&self) -> &str {
-        &self.pem
-    }
-
-    pub fn jwks_json(&self) -> &str {
-        &self.jwks
-    }
-
-    /// Checks a token's signature with the public key its `kid` names, by RFC 8032
-    /// verification in its strict form (`ed25519_dalek::VerifyingKey::verify_strict`): it
-    /// refuses non-canonical encodings and small-order points, so it accepts exactly what
-    /// PyJWT and jose accept offline, whoever made the signature.
-    pub fn verify(&self, token: &Unverified<'_>) -> Result<(), RejectReason> {
-        let key = self.get(&token.kid).ok_or(RejectReason::UnknownKey)?;
-        key.verify_strict(token.signing_input, &token.signature)
-            .map_err(|_| RejectReason::BadSignature)
-    }
+    /// The keys the database records cannot make a key set.
+    #[error("{0}")]
+    Recorded(String),
 }
 
 /// The signing key and what is derived from it.
@@ -255,12 +191,15 @@ impl KeyRing {
 
     /// The key that signs the audit log's checkpoints, named `name`: derived from this key,
     /// so every instance of a fleet has the same one.
-    pub fn log_key(&self, name: &str) -> super::LogKey {
-        super::LogKey::derive(name, &self.signing.to_bytes())
+    pub fn log_key(&self, name: &str) -> LogKey {
+        LogKey::derive(name, &self.signing.to_bytes())
     }
 
-    pub fn sign(&self, claims: &Claims) -> String {
-        super::jwt::encode(&self.signing, self.kid(), claims)
+    /// Signs with the key file's key, whatever key the fleet signs with now (tests only: the
+    /// service signs with `SigningKeys`, which follows rotations).
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub fn sign(&self, claims: &crate::token::Claims) -> String {
+        crate::token::encode(&self.signing, self.kid(), claims)
     }
 }
 
@@ -294,6 +233,7 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use crate::token::{Claims, RejectReason, Unverified};
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
     use curve25519_dalek::constants::{ED25519_BASEPOINT_POINT, EIGHT_TORSION};
     use curve25519_dalek::scalar::Scalar;

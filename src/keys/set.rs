@@ -9,18 +9,66 @@
 //! - `retired`: retired by hand, or replaced by a newer active key and past the expiry of the
 //!   last token it signed. Its tokens no longer verify and it leaves JWKS.
 //!
-//! Every instance reads the keys every few seconds ([`refresh`]), so a rotation or a
+//! Every instance reads the keys every few seconds (the engine hands them in), so a rotation or a
 //! retirement reaches the fleet with no file copied anywhere.
 
+use std::fmt;
 use std::sync::Arc;
 
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use parking_lot::RwLock;
 use serde::Serialize;
 
+use super::{KeyError, KeyRing, PublicKeys};
 use crate::domain::Millis;
-use crate::store::{SigningKeyRecord, StoreError};
-use crate::token::{Claims, KeyRing, PublicKeys};
+use crate::token::Claims;
+
+/// A signing key as the fleet records it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SigningKeyRecord {
+    /// RFC 7638 thumbprint.
+    pub kid: String,
+    pub public_key: [u8; 32],
+    pub created_at: Millis,
+    /// The private half sealed under the key file ([`KeyRing::seal_key`]); `None` for the key
+    /// file's own key.
+    pub sealed: Option<Vec<u8>>,
+    /// When it starts signing (`None`: at `created_at`).
+    pub activates_at: Option<Millis>,
+    /// Retired by hand: its tokens no longer verify.
+    pub retired_at: Option<Millis>,
+    /// The latest expiry of a token it signed.
+    pub last_expires_at: Option<Millis>,
+}
+
+impl SigningKeyRecord {
+    /// A key recorded now, signing from `activates_at`.
+    pub fn new(kid: String, public_key: [u8; 32], sealed: Option<Vec<u8>>, activates_at: Millis) -> Self {
+        SigningKeyRecord {
+            kid,
+            public_key,
+            created_at: Millis::now(),
+            sealed,
+            activates_at: Some(activates_at),
+            retired_at: None,
+            last_expires_at: None,
+        }
+    }
+
+    pub fn activates(&self) -> Millis {
+        self.activates_at.unwrap_or(self.created_at)
+    }
+}
+
+impl fmt::Debug for SigningKeyRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SigningKeyRecord")
+            .field("kid", &self.kid)
+            .field("activates_at", &self.activates_at)
+            .field("retired_at", &self.retired_at)
+            .finish_non_exhaustive()
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -85,20 +133,20 @@ pub struct KeySet {
 impl KeySet {
     /// The key set of the recorded keys at `now`. A key the root cannot open (sealed under
     /// another key file) is an error: every instance must be able to sign with the active key.
-    pub fn build(root: &KeyRing, keys: &[SigningKeyRecord], now: Millis) -> Result<KeySet, StoreError> {
+    pub fn build(root: &KeyRing, keys: &[SigningKeyRecord], now: Millis) -> Result<KeySet, KeyError> {
         let (states, signer) = states(keys, now);
-        let signer = signer.ok_or_else(|| StoreError::Corrupt("no active signing key is recorded".into()))?;
+        let signer = signer.ok_or_else(|| KeyError::Recorded("no active signing key is recorded".into()))?;
         let record = &keys[signer];
         let signing = match &record.sealed {
             None if record.kid == root.kid() => root.signing_key().clone(),
             None => {
-                return Err(StoreError::Corrupt(format!(
+                return Err(KeyError::Recorded(format!(
                     "signing key {} has no private key here: it is another key file's",
                     record.kid
                 )))
             }
             Some(sealed) => root.open_key(&record.kid, sealed).ok_or_else(|| {
-                StoreError::Corrupt(format!(
+                KeyError::Recorded(format!(
                     "signing key {} cannot be opened with this key file (it was sealed under another)",
                     record.kid
                 ))
@@ -109,7 +157,7 @@ impl KeySet {
         for (k, state) in keys.iter().zip(&states) {
             if *state != KeyState::Retired {
                 let key = VerifyingKey::from_bytes(&k.public_key)
-                    .map_err(|_| StoreError::Corrupt(format!("public key of signing key {}", k.kid)))?;
+                    .map_err(|_| KeyError::Recorded(format!("public key of signing key {}", k.kid)))?;
                 validating.push(key);
                 fingerprint.push_str(&k.kid);
                 fingerprint.push(',');
@@ -161,7 +209,7 @@ impl SigningKeys {
         &self,
         keys: &[SigningKeyRecord],
         now: Millis,
-    ) -> Result<Option<Arc<PublicKeys>>, StoreError> {
+    ) -> Result<Option<Arc<PublicKeys>>, KeyError> {
         let next = KeySet::build(&self.root, keys, now)?;
         if next.fingerprint == self.current.read().fingerprint {
             return Ok(None);

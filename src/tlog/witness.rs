@@ -9,8 +9,8 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::domain::merkle::{self, Hash};
-use crate::token::{Checkpoint, LogVerifier};
+use super::note::{Checkpoint, LogVerifier};
+use super::tree::{self, Hash};
 
 /// The file of the state folder holding the last checkpoint seen.
 pub const CHECKPOINT_FILE: &str = "checkpoint";
@@ -152,7 +152,7 @@ impl Witness {
             )),
         })?;
         let proof = parse_proof(&body, old.size, new.size).map_err(WitnessError::Log)?;
-        merkle::verify_consistency(old.size, new.size, &old.root, &new.root, &proof).map_err(|e| {
+        tree::verify_consistency(old.size, new.size, &old.root, &new.root, &proof).map_err(|e| {
             WitnessError::Log(format!(
                 "the log did not only grow: the tree of {} records of {} does not extend the one of {} \
                  seen before ({e})",

@@ -15,7 +15,7 @@ use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use sha2::{Digest, Sha256};
 
 use crate::domain::hex;
-use crate::domain::merkle::Hash;
+use crate::tlog::tree::Hash;
 
 /// The Ed25519 signature type of C2SP signed notes.
 const ED25519: u8 = 0x01;
@@ -248,6 +248,64 @@ fn valid_name(name: &str) -> bool {
     !name.is_empty() && !name.chars().any(|c| c == '+' || c.is_whitespace())
 }
 
+/// A checkpoint from outside the database: where it came from, and its signed note.
+#[derive(Debug, Clone)]
+pub struct GivenNote {
+    pub source: String,
+    pub note: String,
+}
+
+/// The signed notes in a file (one or more, each ending after its signature lines) or in
+/// every file of a folder.
+pub fn notes_in(path: &std::path::Path) -> Result<Vec<GivenNote>, String> {
+    let mut files = Vec::new();
+    if path.is_dir() {
+        let io = |e: std::io::Error| format!("{}: {e}", path.display());
+        for entry in std::fs::read_dir(path).map_err(io)? {
+            let p = entry.map_err(io)?.path();
+            // A witness's state folder also holds its pinned log key and, briefly, a file
+            // being written.
+            let skip = p.file_name().is_some_and(|n| n == super::witness::LOG_KEY_FILE)
+                || p.extension().is_some_and(|e| e == "tmp");
+            if p.is_file() && !skip {
+                files.push(p);
+            }
+        }
+        files.sort();
+    } else {
+        files.push(path.to_owned());
+    }
+    let mut notes = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+        // Notes follow one another: each is its text, an empty line, and signature lines.
+        let mut current = String::new();
+        let mut in_sigs = false;
+        for line in text.split_inclusive('\n') {
+            if in_sigs && !line.starts_with('\u{2014}') {
+                notes.push(GivenNote {
+                    source: f.display().to_string(),
+                    note: std::mem::take(&mut current),
+                });
+                in_sigs = false;
+            }
+            if line == "\n" && !current.is_empty() {
+                in_sigs = true;
+            }
+            if !(current.is_empty() && line.trim().is_empty()) {
+                current.push_str(line);
+            }
+        }
+        if !current.trim().is_empty() {
+            notes.push(GivenNote {
+                source: f.display().to_string(),
+                note: current,
+            });
+        }
+    }
+    Ok(notes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,5 +373,26 @@ mod tests {
         assert!(Checkpoint::parse("\n12\nCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQk=\n").is_err());
         let c = Checkpoint::parse("o\n12\nCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQk=\next\n").unwrap();
         assert_eq!(c.size, 12);
+    }
+
+    /// A file of several signed notes, with or without blank lines between them, gives each.
+    #[test]
+    fn a_file_of_notes_gives_each_note() {
+        let key = LogKey::derive("h/agentid", &[1; 32]);
+        let note = |size| {
+            key.sign(&Checkpoint {
+                origin: "h/agentid/org_1/live".into(),
+                size,
+                root: [size as u8; 32],
+            })
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("notes");
+        std::fs::write(&file, format!("{}{}\n{}", note(1), note(2), note(3))).unwrap();
+        let got: Vec<String> = notes_in(&file).unwrap().into_iter().map(|g| g.note).collect();
+        assert_eq!(got, vec![note(1), note(2), note(3)]);
+        for n in &got {
+            key.verifier().open(n).unwrap();
+        }
     }
 }
