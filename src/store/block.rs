@@ -109,8 +109,8 @@ pub struct Block {
 
 /// Cuts sealed records into blocks: per ledger, in sequence order, at most [`BLOCK_MAX`]
 /// each, and a new block wherever the records do not link (a gap or a `prev_hash` that is not
-/// the previous hash: only a legacy table being converted can hold such a break, and a block
-/// must keep it visible). `heads` holds each ledger's running totals before the records and
+/// the previous hash: sealed batches hold none, and a block must keep any such break
+/// visible). `heads` holds each ledger's running totals before the records and
 /// is advanced past them (only the totals: sealing moved the rest); a ledger missing from it
 /// starts at zero.
 pub fn plan(records: &[AuditRecord], heads: &mut Heads) -> Vec<Block> {

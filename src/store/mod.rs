@@ -207,8 +207,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// The rate-limit buckets the store keeps for every instance that uses it, when it is
     /// one a fleet shares (PostgreSQL); `None` for one that serves one instance (SQLite).
     fn shared_buckets(&self) -> Option<&dyn SharedBuckets>;
-    /// Brings data an older version wrote up to the current schema where migrations cannot
-    /// (the per-record audit log of schema 1 and 2 becomes blocks); `connect` calls it.
+    /// Drops the empty per-record audit log tables that migration 1 creates (blocks replaced
+    /// them), and refuses a database whose per-record log holds records (a pre-release
+    /// version's); `connect` calls it.
     fn upgrade(&self) -> StoreFuture<'_, ()>;
 
     /// The signing keys the fleet has recorded (one until keys rotate), oldest first.

@@ -205,7 +205,6 @@ impl Backend for Postgres {
         lock: "SELECT pg_advisory_xact_lock(7431003)",
     };
     const LEGACY_LOG_EXISTS: &'static str = "SELECT to_regclass('audit_log') IS NOT NULL";
-    const LEGACY_LOG_FREEZE: &'static str = "LOCK TABLE audit_log, audit_counts IN EXCLUSIVE MODE";
     // Not the ledger's append lock: checkpointing never holds up an append.
     const CHECKPOINT_LOCK: Option<&'static str> =
         Some("SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2 || '/checkpoint', 7431004))");
@@ -216,10 +215,6 @@ impl Backend for Postgres {
 
     fn append(store: &PgStore, entries: Vec<AuditEntry>) -> BoxFuture<'_, Result<Vec<AuditRecord>, Refused>> {
         Box::pin(store.append(entries))
-    }
-
-    fn write_blocks<'c>(conn: &'c mut PgConnection, blocks: &'c [Block]) -> StoreFuture<'c, ()> {
-        Box::pin(write_blocks(conn, blocks))
     }
 
     fn shared_buckets(store: &PgStore) -> Option<&dyn SharedBuckets> {
@@ -301,13 +296,6 @@ async fn seal_and_write(
             Err(e) => return Err((e, batch::unseal(records, &seen_by_entry))),
         };
     }
-}
-
-/// `write_blocks_with` with no revocation re-check and no agent's totals known (the
-/// legacy conversion).
-async fn write_blocks(conn: &mut PgConnection, blocks: &[Block]) -> Result<(), StoreError> {
-    write_blocks_with(conn, blocks, i64::MAX, &AgentTotals::new()).await?;
-    Ok(())
 }
 
 /// Writes planned blocks in one statement (one round trip; its own transaction unless

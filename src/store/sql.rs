@@ -8,7 +8,7 @@ use std::fmt;
 use futures_util::future::BoxFuture;
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
-use super::block::{self, AgentBlockRow, Block, FullBlock, Head, StoredBlock};
+use super::block::{self, AgentBlockRow, FullBlock, Head, StoredBlock};
 use super::{
     AgentRecord, Appended, CheckedBlock, KeyRecord, LogPage, LogQuery, NewApiKey, OrgRecord, PoolStats,
     Revocations, SharedBuckets, SigningKeyRecord, Store, StoreError, StoreFuture, StoredCheckpoint,
@@ -26,13 +26,10 @@ pub trait Backend: Database {
     type Extra: Send + Sync + fmt::Debug + 'static;
     /// A transaction that no other such transaction runs beside, on any instance: the
     /// store's one-time work (recording the fleet's signing key, the first organization,
-    /// converting a per-record log) takes it.
+    /// dropping the empty per-record log tables) takes it.
     const EXCLUSIVE: Exclusive;
     /// Selects whether the per-record `audit_log` of schema 1 and 2 still exists.
     const LEGACY_LOG_EXISTS: &'static str;
-    /// Inside the exclusive transaction: stops an instance of an old version from committing
-    /// records the conversion has passed.
-    const LEGACY_LOG_FREEZE: &'static str;
     /// Inside the exclusive transaction's `begin`, binding org and mode: waits for any other
     /// instance checkpointing the same ledger (none needed where `begin` already serializes).
     const CHECKPOINT_LOCK: Option<&'static str>;
@@ -45,8 +42,6 @@ pub trait Backend: Database {
         store: &SqlStore<Self>,
         entries: Vec<AuditEntry>,
     ) -> BoxFuture<'_, Result<Vec<AuditRecord>, Refused>>;
-    /// Writes planned blocks inside the caller's transaction (the legacy conversion).
-    fn write_blocks<'c>(conn: &'c mut Self::Connection, blocks: &'c [Block]) -> StoreFuture<'c, ()>;
     /// The store's shared rate-limit buckets, if a fleet shares them.
     fn shared_buckets(store: &SqlStore<Self>) -> Option<&dyn SharedBuckets>;
     /// Rows an `UPDATE` changed (sqlx has no trait for it).
@@ -251,50 +246,6 @@ struct RevocationRow {
     reason: Option<String>,
     epoch: i64,
 }
-
-/// A row of the per-record `audit_log` table of schema versions 1 and 2, read once to
-/// convert it to blocks.
-#[derive(FromRow)]
-struct LegacyRecordRow {
-    org_id: String,
-    mode: String,
-    seq: i64,
-    id: String,
-    agent_id: String,
-    result: String,
-    failure_reason: Option<String>,
-    latency_us: i64,
-    requested_at: i64,
-    prev_hash: Vec<u8>,
-    hash: Vec<u8>,
-}
-
-impl LegacyRecordRow {
-    fn into_record(self) -> Result<AuditRecord, StoreError> {
-        Ok(AuditRecord {
-            ledger: Ledger {
-                org_id: self.org_id,
-                mode: parse_mode(&self.mode)?,
-            },
-            seq: self.seq,
-            id: self.id,
-            agent_id: self.agent_id,
-            result: VerifyResult::parse(&self.result)
-                .ok_or_else(|| StoreError::Corrupt(format!("audit result {}", self.result)))?,
-            failure_reason: self.failure_reason,
-            latency_us: self.latency_us,
-            requested_at: Millis(self.requested_at),
-            prev_hash: hash32(self.prev_hash)?,
-            hash: hash32(self.hash)?,
-        })
-    }
-}
-
-/// Rows of the legacy `audit_log` after a position, in ledger and sequence order; binds org,
-/// mode, seq, limit.
-const LEGACY_PAGE_SQL: &str = "SELECT org_id, mode, seq, id, agent_id, result, failure_reason, \
-    latency_us, requested_at, prev_hash, hash FROM audit_log WHERE (org_id, mode, seq) > ($1, $2, $3) \
-    ORDER BY org_id, mode, seq LIMIT $4";
 
 pub fn hash32(v: Vec<u8>) -> Result<[u8; 32], StoreError> {
     v.try_into()
@@ -547,7 +498,6 @@ where
     for<'r> KeyRow: FromRow<'r, DB::Row>,
     for<'r> TotalsRow: FromRow<'r, DB::Row>,
     for<'r> RevocationRow: FromRow<'r, DB::Row>,
-    for<'r> LegacyRecordRow: FromRow<'r, DB::Row>,
     for<'r> StoredBlock: FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> (bool,): FromRow<'r, DB::Row>,
@@ -595,49 +545,23 @@ where
             let mut tx = self.exclusive().await?;
             let (exists,): (bool,) = sqlx::query_as(DB::LEGACY_LOG_EXISTS).fetch_one(&mut *tx).await?;
             if !exists {
-                return Ok(()); // another instance converted it meanwhile
+                return Ok(()); // another instance dropped it meanwhile
             }
-            sqlx::query(DB::LEGACY_LOG_FREEZE).execute(&mut *tx).await?;
-            let mut heads = block::Heads::new();
-            let mut after = (String::new(), String::new(), 0i64);
-            let mut converted = 0usize;
-            loop {
-                let rows: Vec<LegacyRecordRow> = sqlx::query_as(LEGACY_PAGE_SQL)
-                    .bind(after.0.as_str())
-                    .bind(after.1.as_str())
-                    .bind(after.2)
-                    .bind(10_000i64)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                let Some(last) = rows.last() else { break };
-                after = (last.org_id.clone(), last.mode.clone(), last.seq);
-                converted += rows.len();
-                let records = rows
-                    .into_iter()
-                    .map(|r| {
-                        let at = format!("{}/{} seq {}", r.org_id, r.mode, r.seq);
-                        r.into_record().map_err(|e| {
-                            StoreError::Corrupt(format!(
-                                "converting audit_log to blocks, record {at}: {e}; the old tables \
-                                 are unchanged (repair or remove that row, then start again)"
-                            ))
-                        })
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                let blocks = block::plan(&records, &mut heads);
-                DB::write_blocks(&mut *tx, &blocks).await?;
+            let (held,): (bool,) = sqlx::query_as("SELECT EXISTS (SELECT 1 FROM audit_log)")
+                .fetch_one(&mut *tx)
+                .await?;
+            if held {
+                return Err(StoreError::Corrupt(
+                    "this database holds a per-record audit log (schema 1 or 2, written by a \
+                     pre-release version), which this version does not read; its tables are \
+                     unchanged"
+                        .into(),
+                ));
             }
+            // Empty, as every database migration 1 created is: the blocks replace it.
             sqlx::query("DROP TABLE audit_counts").execute(&mut *tx).await?;
             sqlx::query("DROP TABLE audit_log").execute(&mut *tx).await?;
             tx.commit().await?;
-            // A new database has the table too (migration 1 creates it): say nothing then.
-            if converted > 0 {
-                tracing::info!(
-                    records = converted,
-                    ledgers = heads.len(),
-                    "converted the audit log to blocks"
-                );
-            }
             Ok(())
         })
     }

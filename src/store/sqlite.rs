@@ -12,7 +12,7 @@ use sqlx::{Sqlite, SqliteConnection};
 
 use super::block::{self, Block};
 use super::sql::{self, Backend, Exclusive, LogPlan, Refused, SqlStore};
-use super::{batch, migrate, PoolStats, SharedBuckets, Store, StoreError, StoreFuture, StoreOptions};
+use super::{batch, migrate, PoolStats, SharedBuckets, Store, StoreError, StoreOptions};
 use crate::domain::audit::{AuditEntry, AuditRecord};
 
 /// SQLite allows 32766 bound parameters; stay far below it.
@@ -138,8 +138,6 @@ impl Backend for Sqlite {
     };
     const LEGACY_LOG_EXISTS: &'static str =
         "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_log')";
-    // The write lock is held already.
-    const LEGACY_LOG_FREEZE: &'static str = "SELECT 1";
     // `BEGIN IMMEDIATE` already serializes every writer.
     const CHECKPOINT_LOCK: Option<&'static str> = None;
     const LOG_PLAN: LogPlan = LogPlan {
@@ -152,10 +150,6 @@ impl Backend for Sqlite {
         entries: Vec<AuditEntry>,
     ) -> BoxFuture<'_, Result<Vec<AuditRecord>, Refused>> {
         Box::pin(store.append(entries))
-    }
-
-    fn write_blocks<'c>(conn: &'c mut SqliteConnection, blocks: &'c [Block]) -> StoreFuture<'c, ()> {
-        Box::pin(write_blocks(conn, blocks))
     }
 
     /// One instance: its rate-limit buckets stay in its memory.

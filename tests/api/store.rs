@@ -382,90 +382,28 @@ async fn two_instances_appending_to_one_ledger_never_fork_the_chain() {
     other.close().await;
 }
 
-/// Schema 3 stores the log as blocks: a database the per-record schema (versions 1 and 2)
-/// wrote is converted when the service starts. Every record keeps its place and hash, the
-/// totals and counts are recounted from the records, a chain that was already broken stays
-/// broken where it was, and new records continue the chains.
+/// Schema 3 stores the log as blocks. A database whose per-record log (schema 1 and 2, a
+/// pre-release layout) holds records is refused with its tables unchanged, never opened as an
+/// empty log that new records would fork; an empty one, as every new database has after
+/// migration 1, is dropped.
 #[actix_web::test]
-async fn a_per_record_database_is_converted_to_blocks_when_the_service_starts() {
-    use agentid::domain::audit::{AuditRecord, GENESIS};
+async fn a_per_record_log_with_records_is_refused_and_an_empty_one_dropped() {
     use agentid::store::migrate;
     let dir = tempfile::tempdir().unwrap();
     let db = crate::helpers::TestDb::new(dir.path()).await;
-    let (org, a) = ("org_01eeeeeeeeeeeeeeeeeeeeeeee", "agt_01eeeeeeeeeeeeeeeeeeeeeeee");
-    let live = Ledger {
-        org_id: org.into(),
-        mode: KeyMode::Live,
+    let org = "org_01eeeeeeeeeeeeeeeeeeeeeeee";
+    let zeros = if db.is_postgres() {
+        format!("'\\x{}'::bytea", "00".repeat(32))
+    } else {
+        format!("X'{}'", "00".repeat(32))
     };
-    let service = Ledger {
-        org_id: String::new(),
-        mode: KeyMode::Live,
-    };
-    let blob = |h: &[u8]| {
-        let hex: String = h.iter().map(|b| format!("{b:02x}")).collect();
-        if db.is_postgres() {
-            format!("'\\x{hex}'::bytea")
-        } else {
-            format!("X'{hex}'")
-        }
-    };
-    let mut stmts = vec![
+    let stmts = [
         format!("INSERT INTO orgs VALUES ('{org}', 'o', 'free', 100, 100, 3600, 1)"),
         format!(
-            "INSERT INTO agents (id, org_id, mode, name, issuer_domain, description, scopes, created_at, \
-             issued_at, expires_at) VALUES ('{a}', '{org}', 'live', 'n', 'x.example', '', '[]', 1, 1000, 2000)"
+            "INSERT INTO audit_log VALUES ('{org}', 'live', 1, 'log_1', '', 'invalid', NULL, 1, 1, {zeros}, {zeros})"
         ),
     ];
-    // The org's ledger: 300 records (more than two blocks), every seventh expired, one in
-    // three naming no agent; the service ledger: three records whose third does not link.
-    let mut chains: Vec<(Ledger, Vec<AuditRecord>)> = vec![(live.clone(), vec![]), (service.clone(), vec![])];
-    for i in 0..300 {
-        let (agent, result) = match i {
-            _ if i % 3 == 2 => ("", VerifyResult::Invalid),
-            _ if i % 7 == 0 => (a, VerifyResult::Expired),
-            _ => (a, VerifyResult::Valid),
-        };
-        let prev = chains[0].1.last().map_or(GENESIS, |r| r.hash);
-        let rec = AuditRecord::seal(
-            entry(&live, agent, result),
-            format!("log_{i:026}"),
-            i as i64 + 1,
-            prev,
-        );
-        chains[0].1.push(rec);
-    }
-    for (i, agent) in ["", "", "agt_01ffffffffffffffffffffffff"].into_iter().enumerate() {
-        let prev = if i == 2 {
-            [9; 32]
-        } else {
-            chains[1].1.last().map_or(GENESIS, |r| r.hash)
-        };
-        let rec = AuditRecord::seal(
-            entry(&service, agent, VerifyResult::Invalid),
-            format!("log_s{i:025}"),
-            i as i64 + 1,
-            prev,
-        );
-        chains[1].1.push(rec);
-    }
-    for r in chains.iter().flat_map(|c| &c.1) {
-        stmts.push(format!(
-            "INSERT INTO audit_log VALUES ('{}', 'live', {}, '{}', '{}', '{}', {}, {}, {}, {}, {})",
-            r.ledger.org_id,
-            r.seq,
-            r.id,
-            r.agent_id,
-            r.result.as_str(),
-            r.failure_reason
-                .as_ref()
-                .map_or("NULL".to_string(), |f| format!("'{f}'")),
-            r.latency_us,
-            r.requested_at.0,
-            blob(&r.prev_hash),
-            blob(&r.hash),
-        ));
-    }
-    // The per-record schema (migrations 1 and 2) only, then the rows above.
+    // The per-record schema (migrations 1 and 2) only, then a record.
     macro_rules! per_record_schema {
         ($pool:expr, $set:expr) => {{
             let pool = $pool;
@@ -490,93 +428,15 @@ async fn a_per_record_database_is_converted_to_blocks_when_the_service_starts() 
             .unwrap();
         per_record_schema!(pool, migrate::SQLITE);
     }
-
-    let s = agentid::store::connect(&db.url, &Default::default())
+    let refused = agentid::store::connect(&db.url, &Default::default())
         .await
-        .unwrap();
-    let of_a = chains[0].1.iter().filter(|r| r.agent_id == a).count() as i64;
-    let expired = chains[0]
-        .1
-        .iter()
-        .filter(|r| r.result == VerifyResult::Expired)
-        .count() as i64;
-    assert_eq!(s.get_agent(a).await.unwrap().unwrap().verification_count, of_a);
-    let page = |ledger: Ledger, agent_id: Option<&'static str>, result: Option<VerifyResult>| {
-        let s = s.clone();
-        async move {
-            let q = LogQuery {
-                ledger: &ledger,
-                agent_id,
-                result,
-                before_seq: Some(290),
-                limit: 200,
-            };
-            s.read_log(q).await.unwrap()
-        }
-    };
-    assert_eq!(page(live.clone(), None, None).await.total, 300);
-    assert_eq!(page(live.clone(), Some(a), None).await.total, of_a);
-    assert_eq!(
-        page(live.clone(), None, Some(VerifyResult::Invalid)).await.total,
-        100
-    );
-    let p = page(live.clone(), Some(a), Some(VerifyResult::Expired)).await;
-    assert_eq!(p.total, expired);
-    let want: Vec<i64> = chains[0]
-        .1
-        .iter()
-        .rev()
-        .filter(|r| r.seq < 290 && r.result == VerifyResult::Expired)
-        .map(|r| r.seq)
-        .collect();
-    assert_eq!(p.records.iter().map(|r| r.seq).collect::<Vec<_>>(), want);
-    assert!(!p.has_more);
-    let p = page(live.clone(), None, None).await;
-    assert_eq!(p.records.len(), 200);
-    assert!(p.has_more);
-    assert_eq!(
-        p.records[0], chains[0].1[288],
-        "seq 289, exactly as it was written"
-    );
-    assert_eq!(page(service.clone(), None, None).await.total, 3);
-    assert_eq!(
-        page(service.clone(), Some("agt_01ffffffffffffffffffffffff"), None)
-            .await
-            .total,
-        1
-    );
+        .expect_err("a per-record log with records is refused");
+    assert!(refused.to_string().contains("per-record audit log"), "{refused}");
 
-    let mut reports = agentid::engine::admin::verify_chains(&s).await.unwrap();
-    reports.sort_by(|x, y| x.ledger.cmp(&y.ledger));
-    assert_eq!(reports[0].ledger, service);
-    assert_eq!(reports[0].broken.as_ref().map(|b| b.seq), Some(3), "{reports:?}");
-    assert_eq!(reports[1].ledger, live);
-    assert!(
-        reports[1].broken.is_none() && reports[1].records == 300,
-        "{reports:?}"
-    );
-
-    // New records continue the converted chain and its totals.
-    let recs = s
-        .append_audit(vec![entry(&live, a, VerifyResult::Valid)])
-        .await
-        .into_result()
-        .unwrap();
-    assert_eq!((recs[0].seq, recs[0].prev_hash), (301, chains[0].1[299].hash));
-    assert_eq!(
-        s.get_agent(a).await.unwrap().unwrap().verification_count,
-        of_a + 1
-    );
-    assert_eq!(page(live.clone(), None, None).await.total, 301);
-    drop(s);
-    // Starting again finds nothing left to convert.
-    let s = agentid::store::connect(&db.url, &Default::default())
-        .await
-        .unwrap();
-    assert_eq!(
-        s.get_agent(a).await.unwrap().unwrap().verification_count,
-        of_a + 1
-    );
+    // A new database: migration 1's empty tables are gone once it is open.
+    let fresh = spawn_app().await;
+    let gone = fresh.raw_execute("SELECT 1 FROM audit_log").await;
+    assert!(gone.is_err(), "audit_log is dropped");
 }
 
 /// A batch whose one ledger cannot be appended to (here its newest block is corrupt) still
