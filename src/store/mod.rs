@@ -1,6 +1,8 @@
 //! Persistence boundary: the `Store` trait, its records and errors, and the two backends
 //! (SQLite, the embedded default; PostgreSQL, for production), chosen by the URL scheme.
 
+mod agents;
+mod audit;
 /// The batch and block encodings are the store's own; the benchmarks reach them through the
 /// test hooks.
 #[cfg(feature = "test-hooks")]
@@ -16,24 +18,32 @@ mod block;
 pub mod migrate;
 #[cfg(not(feature = "test-hooks"))]
 mod migrate;
+mod orgs;
 mod postgres;
+mod signing;
 mod sql;
 mod sqlite;
+mod tree;
 
 use std::fmt;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 
-use crate::domain::audit::{AuditEntry, AuditRecord};
+use crate::domain::audit::AuditRecord;
 use crate::domain::{ApiKeyKind, KeyMode, Ledger, Millis, OrgLimits, Plan, Totals, VerifyResult};
-use crate::tlog::tree::{Hash, Subtree};
+use crate::tlog::tree::Hash;
 
 pub use crate::keys::SigningKeyRecord;
+pub use agents::AgentStore;
+pub use audit::AuditStore;
 pub use block::AgentBlockRow;
 pub use migrate::valid_role;
+pub use orgs::OrgStore;
 pub use postgres::PgStore;
+pub use signing::SigningKeyStore;
 pub use sqlite::SqliteStore;
+pub use tree::TreeStore;
 
 pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
 
@@ -196,8 +206,11 @@ impl PoolStats {
     }
 }
 
-/// The persistence boundary. Each method is one short transaction at most.
-pub trait Store: Send + Sync + fmt::Debug + 'static {
+/// The persistence boundary, one trait per concern; each method is one short transaction
+/// at most. `Store` is all of them, with what concerns the database as a whole.
+pub trait Store:
+    OrgStore + AgentStore + SigningKeyStore + AuditStore + TreeStore + Send + Sync + fmt::Debug + 'static
+{
     fn backend(&self) -> &'static str;
     /// Connections of each of the store's pools.
     fn pool_stats(&self) -> Vec<PoolStats>;
@@ -211,121 +224,6 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// them), and refuses a database whose per-record log holds records (a pre-release
     /// version's); `connect` calls it.
     fn upgrade(&self) -> StoreFuture<'_, ()>;
-
-    /// The signing keys the fleet has recorded (one until keys rotate), oldest first.
-    fn signing_keys(&self) -> StoreFuture<'_, Vec<SigningKeyRecord>>;
-    /// Records `key` as the fleet's signing key unless one is recorded already (an exclusive
-    /// transaction, so instances starting at once agree). Returns what is recorded after.
-    fn record_first_signing_key<'a>(
-        &'a self,
-        key: &'a SigningKeyRecord,
-    ) -> StoreFuture<'a, Vec<SigningKeyRecord>>;
-
-    /// Records one more signing key (a rotation).
-    fn add_signing_key<'a>(&'a self, key: &'a SigningKeyRecord) -> StoreFuture<'a, ()>;
-    /// Retires a key by hand; false when no such key is recorded or it was retired already.
-    fn retire_signing_key<'a>(&'a self, kid: &'a str, at: Millis) -> StoreFuture<'a, bool>;
-    /// Notes that `kid` signed a token expiring at `expires_at` (kept when later).
-    fn note_token_expiry<'a>(&'a self, kid: &'a str, expires_at: Millis) -> StoreFuture<'a, ()>;
-
-    fn count_orgs(&self) -> StoreFuture<'_, i64>;
-    /// Creates the organization with its keys if the store has none yet (an exclusive
-    /// transaction, so of instances starting at once on an empty store exactly one does).
-    /// Returns whether it did.
-    fn create_first_org<'a>(&'a self, org: &'a OrgRecord, keys: &'a [NewApiKey]) -> StoreFuture<'a, bool>;
-    /// Creates an organization together with its first keys (one transaction).
-    fn create_org<'a>(&'a self, org: &'a OrgRecord, keys: &'a [NewApiKey]) -> StoreFuture<'a, ()>;
-    /// Changes plan and limits; false when no such organization exists.
-    fn update_org<'a>(&'a self, org: &'a OrgRecord) -> StoreFuture<'a, bool>;
-    fn get_org<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<OrgRecord>>;
-
-    fn insert_key<'a>(&'a self, key: &'a NewApiKey) -> StoreFuture<'a, ()>;
-    fn find_key<'a>(&'a self, key_hash: &'a [u8; 32]) -> StoreFuture<'a, Option<KeyRecord>>;
-    /// Disables a key for good; false when no such key exists.
-    fn disable_key<'a>(&'a self, key_hash: &'a [u8; 32], at: Millis) -> StoreFuture<'a, bool>;
-
-    fn insert_agent<'a>(&'a self, agent: &'a AgentRecord) -> StoreFuture<'a, ()>;
-    /// Any organization's agent: callers check ownership.
-    fn get_agent<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<AgentRecord>>;
-    /// An organization's agents in one mode, newest first.
-    fn list_agents<'a>(&'a self, org_id: &'a str, mode: KeyMode) -> StoreFuture<'a, Vec<AgentRecord>>;
-    /// All agents with an id greater than `after_id`, in id order (for loading the registry).
-    fn scan_agents<'a>(&'a self, after_id: &'a str, limit: u32) -> StoreFuture<'a, Vec<AgentRecord>>;
-    /// Records a newly issued token; false (and no change) when the agent is revoked or missing.
-    fn renew_token<'a>(&'a self, id: &'a str, issued_at: Millis, expires_at: Millis)
-        -> StoreFuture<'a, bool>;
-    /// Revokes once; a second call changes nothing. Returns the agent as stored afterwards,
-    /// with the revocation epoch its revocation was stamped with (none for an agent revoked
-    /// before the store had epochs).
-    fn revoke_agent<'a>(
-        &'a self,
-        id: &'a str,
-        at: Millis,
-        reason: Option<&'a str>,
-    ) -> StoreFuture<'a, Option<(AgentRecord, Option<i64>)>>;
-
-    /// The committed revocation epoch and every agent revoked with a higher epoch than
-    /// `after`, read in one snapshot (for instances to learn each other's revocations).
-    fn revocations_after(&self, after: i64) -> StoreFuture<'_, Revocations>;
-
-    /// Appends a batch in one transaction: re-checks revocation of `valid` entries inside it
-    /// (agent by agent only when a revocation was committed with a higher epoch than the
-    /// lowest `revocations_seen` of those entries), chains each ledger, updates the counters.
-    /// Returns the records in entry order, as committed. When the batch is refused for
-    /// another reason than an unreachable store, each of its ledgers is tried alone, so that
-    /// one ledger's trouble does not fail the others' records.
-    fn append_audit(&self, entries: Vec<AuditEntry>) -> BoxFuture<'_, Appended>;
-    /// A page of a ledger, newest first, with the exact total of matching records.
-    fn read_log<'a>(&'a self, q: LogQuery<'a>) -> StoreFuture<'a, LogPage>;
-    /// Records of a ledger with `seq > after_seq`, ascending (tests' chain verification).
-    #[cfg(feature = "test-hooks")]
-    fn read_chain<'a>(
-        &'a self,
-        ledger: &'a Ledger,
-        after_seq: i64,
-        limit: u32,
-    ) -> StoreFuture<'a, Vec<AuditRecord>>;
-    /// Every ledger that holds records or checkpoints.
-    fn ledgers(&self) -> StoreFuture<'_, Vec<Ledger>>;
-
-    /// The number of records of a ledger: its newest block's last `seq`.
-    fn ledger_size<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, u64>;
-    /// The record hashes of `seq` `first..=last` of a ledger, in order: the leaves of its
-    /// Merkle tree. Fewer when the ledger ends before `last`; `Corrupt` at a gap.
-    fn record_hashes<'a>(&'a self, ledger: &'a Ledger, first: u64, last: u64) -> StoreFuture<'a, Vec<Hash>>;
-    /// Stored subtree hashes of one height with an index in `indices`, in order.
-    fn tree_nodes<'a>(
-        &'a self,
-        ledger: &'a Ledger,
-        height: u32,
-        indices: std::ops::Range<u64>,
-    ) -> StoreFuture<'a, Vec<(u64, Hash)>>;
-    /// The checkpoint of the largest tree of a ledger.
-    fn latest_checkpoint<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, Option<StoredCheckpoint>>;
-    /// Every checkpoint of a ledger, smallest tree first.
-    fn checkpoints<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, Vec<StoredCheckpoint>>;
-    /// Stores a checkpoint and the subtree hashes its tree completed since the tree of
-    /// `after` leaves, in one transaction, if that tree's checkpoint is still the latest (0:
-    /// none yet). False, and nothing written, when another instance got there first.
-    fn add_checkpoint<'a>(
-        &'a self,
-        checkpoint: &'a StoredCheckpoint,
-        after: u64,
-        nodes: &'a [(Subtree, Hash)],
-    ) -> StoreFuture<'a, bool>;
-    /// Stored blocks with `first_seq > after`, ascending, decoded, with what their rows
-    /// claim of them (for `audit verify`).
-    fn read_blocks<'a>(
-        &'a self,
-        ledger: &'a Ledger,
-        after: i64,
-        limit: u32,
-    ) -> StoreFuture<'a, Vec<CheckedBlock>>;
-    /// An agent's `audit_block_agents` rows in a ledger, ascending.
-    fn agent_rows<'a>(&'a self, ledger: &'a Ledger, agent_id: &'a str)
-        -> StoreFuture<'a, Vec<AgentBlockRow>>;
-    /// How many `audit_block_agents` rows each (ledger, agent) has.
-    fn agent_row_counts(&self) -> StoreFuture<'_, Vec<(Ledger, String, i64)>>;
 }
 
 pub type SharedStore = Arc<dyn Store>;

@@ -14,7 +14,9 @@ use sqlx::{FromRow, PgConnection, PgPool, Postgres};
 
 use super::block::{self, Block, BlockAgent};
 use super::sql::{self, Backend, Exclusive, LogPlan, Refused, SqlStore};
-use super::{batch, migrate, PoolStats, SharedBuckets, Store, StoreError, StoreFuture, StoreOptions, Taken};
+use super::{
+    audit, batch, migrate, PoolStats, SharedBuckets, Store, StoreError, StoreFuture, StoreOptions, Taken,
+};
 use crate::domain::audit::{AuditEntry, AuditRecord};
 use crate::domain::{Gcra, Ledger, Totals};
 
@@ -158,12 +160,12 @@ impl SqlStore<Postgres> {
         metrics::histogram!("agentid_audit_chain_lock_wait_seconds").record(waiting.elapsed().as_secs_f64());
         let mut heads = block::Heads::new();
         for ledger in ledgers {
-            let head = sqlx::query_as(sql::LEDGER_HEAD_SQL)
+            let head = sqlx::query_as(audit::LEDGER_HEAD_SQL)
                 .bind(&ledger.org_id)
                 .bind(ledger.mode.as_str())
                 .fetch_optional(&mut *tx)
                 .await?;
-            heads.insert(ledger, sql::ledger_head(head)?);
+            heads.insert(ledger, audit::ledger_head(head)?);
         }
         Ok((tx, heads))
     }
@@ -186,12 +188,12 @@ impl SqlStore<Postgres> {
                 .collect()
         };
         for ledger in missing {
-            let head = sqlx::query_as(sql::LEDGER_HEAD_SQL)
+            let head = sqlx::query_as(audit::LEDGER_HEAD_SQL)
                 .bind(&ledger.org_id)
                 .bind(ledger.mode.as_str())
                 .fetch_optional(&self.extra.pool)
                 .await?;
-            heads.insert(ledger, sql::ledger_head(head)?);
+            heads.insert(ledger, audit::ledger_head(head)?);
         }
         Ok(heads)
     }

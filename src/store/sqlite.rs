@@ -11,8 +11,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Sqlite, SqliteConnection};
 
 use super::block::{self, Block};
-use super::sql::{self, Backend, Exclusive, LogPlan, Refused, SqlStore};
-use super::{batch, migrate, PoolStats, SharedBuckets, Store, StoreError, StoreOptions};
+use super::sql::{Backend, Exclusive, LogPlan, Refused, SqlStore};
+use super::{audit, batch, migrate, PoolStats, SharedBuckets, Store, StoreError, StoreOptions};
 use crate::domain::audit::{AuditEntry, AuditRecord};
 
 /// SQLite allows 32766 bound parameters; stay far below it.
@@ -117,12 +117,12 @@ impl SqlStore<Sqlite> {
 
         let mut heads = block::Heads::new();
         for ledger in batch::ledgers(entries) {
-            let head = sqlx::query_as(sql::LEDGER_HEAD_SQL)
+            let head = sqlx::query_as(audit::LEDGER_HEAD_SQL)
                 .bind(&ledger.org_id)
                 .bind(ledger.mode.as_str())
                 .fetch_optional(&mut *tx)
                 .await?;
-            heads.insert(ledger, sql::ledger_head(head)?);
+            heads.insert(ledger, audit::ledger_head(head)?);
         }
         Ok((tx, heads))
     }
