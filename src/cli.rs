@@ -507,10 +507,11 @@ async fn audit_verify(
     public_url: Option<String>,
 ) -> CliResult {
     use crate::tlog::check as logcheck;
+    let root = crate::keys::KeyRing::load(&signing_key_file)?;
     let verifier = match log_key {
         Some(k) => crate::tlog::note::LogVerifier::parse(&k)?,
         None => {
-            let Some(keys) = crate::keys::KeyRing::load(&signing_key_file)? else {
+            let Some(keys) = &root else {
                 return Err(format!(
                     "no signing key file at {} to derive the log key from: give --log-key (as \
                      /.well-known/log-key serves it) or --signing-key-file",
@@ -556,7 +557,27 @@ async fn audit_verify(
                 .map_or(String::new(), |p| p.display().to_string())
         );
     }
-    Ok(if report.ok() {
+    // The signing keys: every recorded key must be one the key file vouches for.
+    let unvouched = match &root {
+        Some(root) => {
+            let unvouched = admin::unvouched_signing_keys(&store, root).await?;
+            if unvouched.is_empty() {
+                println!("ok      signing keys: every recorded key is vouched for by the key file");
+            }
+            for u in &unvouched {
+                println!("FAIL    {u}");
+            }
+            unvouched.len()
+        }
+        None => {
+            println!(
+                "skipped signing keys: no key file at {} to check them with",
+                signing_key_file.display()
+            );
+            0
+        }
+    };
+    Ok(if report.ok() && unvouched == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::domain::{new_id, ApiKeyKind, IdPrefix, KeyMode, Millis, OrgLimits, Plan, ValidationError};
-use crate::keys::{states, thumbprint, KeyError, KeyRing, KeyState, KeyView, SigningKeyRecord};
+use crate::keys::{states, thumbprint, KeyError, KeyRing, KeyState, KeyView, SigningKeyRecord, Unvouched};
 use crate::store::{NewApiKey, OrgRecord, SharedStore, StoreError};
 
 use super::apikeys::generate_key;
@@ -214,8 +214,8 @@ pub async fn rotate_signing_key(
     }
     let key = ed25519_dalek::SigningKey::generate(&mut rand::rngs::OsRng);
     let kid = thumbprint(&key.verifying_key());
-    let sealed = root.seal_key(&kid, &key.to_bytes());
     let at = Millis(Millis::now().0 + publish_for.as_millis() as i64);
+    let sealed = root.seal_key(&kid, at, &key.to_bytes());
     let record = SigningKeyRecord::new(kid.clone(), key.verifying_key().to_bytes(), Some(sealed), at);
     store.add_signing_key(&record).await?;
     let all = store.signing_keys().await?;
@@ -223,6 +223,15 @@ pub async fn rotate_signing_key(
         .into_iter()
         .find(|v| v.kid == kid)
         .ok_or(AdminError::NoSigningKey(kid))
+}
+
+/// The recorded signing keys that the key file `root` does not vouch for (see
+/// [`crate::keys::vouch`]): for `audit verify`.
+pub async fn unvouched_signing_keys(
+    store: &SharedStore,
+    root: &KeyRing,
+) -> Result<Vec<Unvouched>, StoreError> {
+    Ok(crate::keys::vouched(root, &store.signing_keys().await?).1)
 }
 
 /// Retires a signing key now; refused for the only active key.

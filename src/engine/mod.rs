@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::domain::audit::{AuditEntry, AuditRecord};
 use crate::domain::{new_id, AgentFields, AgentId, IdPrefix, Ledger, Millis, RevokeReason, VerifyResult};
-use crate::keys::{KeyRing, KeySet, SigningKeys};
+use crate::keys::{KeyRing, SigningKeys};
 use crate::store::{AgentRecord, LogPage, LogQuery, OrgRecord, Revocations, SharedStore, StoreError};
 use crate::tlog::checkpointer::{self, Grown, Transparency};
 use crate::token::{Claims, RejectReason};
@@ -213,11 +213,22 @@ async fn refresh_keys(
     store: &SharedStore,
 ) -> Result<(), StoreError> {
     let keys = store.signing_keys().await?;
-    if let Some(public) = signing.update(&keys, Millis::now()).map_err(recorded_keys)? {
+    let refreshed = signing.update(&keys, Millis::now()).map_err(recorded_keys)?;
+    report_unvouched(&refreshed.unvouched);
+    if let Some(public) = refreshed.changed {
         tracing::info!(signing = public.current_kid(), "signing keys changed");
         verifier.set_keys(public);
     }
     Ok(())
+}
+
+/// Recorded signing keys the key file does not vouch for: written with database access
+/// alone, or altered. They are ignored; each is an alarm, once per instance.
+fn report_unvouched(unvouched: &[crate::keys::Unvouched]) {
+    for u in unvouched {
+        tracing::error!(kid = %u.kid, why = u.why, "integrity alarm: a recorded signing key is ignored");
+        metrics::counter!("agentid_integrity_failures_total", "what" => "signing_key").increment(1);
+    }
 }
 
 /// Recorded keys that make no key set are stored values the service did not write.
@@ -280,10 +291,11 @@ impl Engine {
             revoked = registry.revoked_count(),
             "registry loaded"
         );
-        let signing = Arc::new(SigningKeys::new(
-            keys.clone(),
-            KeySet::build(&keys, &store.signing_keys().await?, Millis::now()).map_err(recorded_keys)?,
-        ));
+        let (signing, unvouched) =
+            SigningKeys::new(keys.clone(), &store.signing_keys().await?, Millis::now())
+                .map_err(recorded_keys)?;
+        report_unvouched(&unvouched);
+        let signing = Arc::new(signing);
         let verifier = Arc::new(TokenVerifier::new(
             signing.current().public().clone(),
             cfg.token_cache_bytes,

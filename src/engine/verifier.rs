@@ -113,9 +113,12 @@ impl TokenVerifier {
     }
 
     /// Validates with `keys` from now on. Every cached token is forgotten: one signed by a key
-    /// that left the set must not verify from the cache.
+    /// that left the set must not verify from the cache. The cache is cleared under the write
+    /// lock, and a check inserts under the read lock it verified with: so no check that used
+    /// the old keys can insert after the clear.
     pub fn set_keys(&self, keys: Arc<PublicKeys>) {
-        *self.keys.write() = keys;
+        let mut current = self.keys.write();
+        *current = keys;
         if let Some(cache) = &self.cache {
             cache.clear();
         }
@@ -156,24 +159,81 @@ impl TokenVerifier {
     /// Decode and signature check; caches what passes.
     fn check_signature(&self, token: &str) -> Result<Arc<CheckedToken>, Rejected> {
         let unverified = token::decode(token)?;
-        if let Err(reason) = self.keys.read().verify(&unverified) {
+        // Held until the insert (see `set_keys`).
+        let keys = self.keys.read();
+        if let Err(reason) = keys.verify(&unverified) {
             return Err(Rejected {
                 reason,
                 sub: Some(unverified.claims.sub),
             });
         }
         let checked = Arc::new(CheckedToken::new(unverified.claims));
+        #[cfg(test)]
+        tests::BEFORE_INSERT.with(|hook| hook.borrow_mut().as_mut().map(|f| f()));
         if let Some(cache) = &self.cache {
             cache.insert(token.into(), Entry::new(token, checked.clone()));
         }
+        drop(keys);
         Ok(checked)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
+
     use super::*;
     use crate::keys::KeyRing;
+
+    thread_local! {
+        /// Runs between a check's signature check and its cache insert.
+        pub static BEFORE_INSERT: RefCell<Option<Box<dyn FnMut()>>> = RefCell::new(None);
+    }
+
+    fn claims(sub: &str) -> Claims {
+        Claims {
+            iss: "example.com".into(),
+            sub: sub.into(),
+            jti: "j".into(),
+            iat: 1,
+            exp: i64::MAX / 2,
+            scopes: vec![],
+        }
+    }
+
+    /// A retirement that reaches the instance while a check of the retired key's token is
+    /// between its signature check and its cache insert: once `set_keys` has returned, the
+    /// token is not in the cache, and the next check refuses it.
+    #[test]
+    fn a_key_set_change_during_a_check_leaves_no_stale_entry() {
+        let old = KeyRing::from_signing_key(ed25519_dalek::SigningKey::from_bytes(&[5; 32]));
+        let new = KeyRing::from_signing_key(ed25519_dalek::SigningKey::from_bytes(&[6; 32]));
+        let v = Arc::new(TokenVerifier::new(old.public().clone(), 1 << 20));
+        let token = old.sign(&claims("agt_1"));
+        let (changer, changed) = (v.clone(), new.public().clone());
+        let (tx, rx) = std::sync::mpsc::channel();
+        BEFORE_INSERT.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move || {
+                let (changer, changed, tx) = (changer.clone(), changed.clone(), tx.clone());
+                std::thread::spawn(move || {
+                    changer.set_keys(changed);
+                    tx.send(()).unwrap();
+                });
+                // Gives the retirement every chance to land before the insert.
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }))
+        });
+        assert!(v.check(&token).0.is_ok(), "checked with the keys of its start");
+        BEFORE_INSERT.with(|hook| *hook.borrow_mut() = None);
+        rx.recv().unwrap();
+        assert_eq!(
+            v.cached_bytes(),
+            0,
+            "the retired key's token was cached after the clear"
+        );
+        let (again, outcome) = v.check(&token);
+        assert!(again.is_err(), "answered from the cache: {outcome:?}");
+    }
 
     /// The cache holds at most its bytes, however large the tokens: tokens near the 4 KiB
     /// cap with rendered answers fill it by bytes, not by count.

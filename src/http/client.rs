@@ -34,24 +34,27 @@ pub fn address(peer: Option<IpAddr>, headers: &HeaderMap, trusted: &[IpNet]) -> 
 
 /// The addresses the proxies recorded, outermost first: `X-Forwarded-For` when present,
 /// else the `for` parameters of `Forwarded` (RFC 7239). `None` for an entry that is not an
-/// address.
+/// address. Values are read as bytes: a client behind the proxy writes the left part of
+/// `X-Forwarded-For` (nginx's `$proxy_add_x_forwarded_for` appends to it), and a byte that
+/// is not visible ASCII there must spoil only its own entry, never make the header count as
+/// absent and hand the choice to `Forwarded`, which the client may also have written.
 fn forwarded_for(headers: &HeaderMap) -> Vec<Option<IpAddr>> {
-    let xff: Vec<&str> = headers
-        .get_all("x-forwarded-for")
-        .filter_map(|v| v.to_str().ok())
-        .collect();
-    if !xff.is_empty() {
-        return xff
-            .iter()
-            .flat_map(|v| v.split(','))
-            .map(|hop| parse_node(hop.trim()))
+    let hops = |name: &'static str| {
+        headers
+            .get_all(name)
+            .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+            .map(|entry| std::str::from_utf8(entry).ok().map(str::trim))
+    };
+    if headers.contains_key("x-forwarded-for") {
+        return hops("x-forwarded-for")
+            .map(|hop| hop.and_then(parse_node))
             .collect();
     }
-    headers
-        .get_all("forwarded")
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
+    hops("forwarded")
         .filter_map(|element| {
+            let Some(element) = element else {
+                return Some(None);
+            };
             element.split(';').find_map(|pair| {
                 let (name, value) = pair.trim().split_once('=')?;
                 name.trim()
@@ -105,6 +108,42 @@ mod tests {
 
     fn nets(list: &[&str]) -> Vec<IpNet> {
         list.iter().map(|n| n.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn a_byte_outside_ascii_spoils_only_its_own_entry() {
+        let trusted = nets(&["10.0.0.0/8"]);
+        let peer = Some(ip("10.0.0.1"));
+        let mut h = HeaderMap::new();
+        h.append(
+            HeaderName::from_static("x-forwarded-for"),
+            HeaderValue::from_bytes(b"1.2.3.4\xff, 198.51.100.9").unwrap(),
+        );
+        h.append(
+            HeaderName::from_static("forwarded"),
+            HeaderValue::from_static("for=5.6.7.8"),
+        );
+        assert_eq!(address(peer, &h, &trusted), ip("198.51.100.9"));
+        let mut h = HeaderMap::new();
+        h.append(
+            HeaderName::from_static("x-forwarded-for"),
+            HeaderValue::from_bytes(b"\xff\xfe").unwrap(),
+        );
+        h.append(
+            HeaderName::from_static("forwarded"),
+            HeaderValue::from_static("for=5.6.7.8"),
+        );
+        assert_eq!(address(peer, &h, &trusted), ip("10.0.0.1"), "the proxy itself");
+        let mut h = HeaderMap::new();
+        h.append(
+            HeaderName::from_static("forwarded"),
+            HeaderValue::from_bytes(b"for=5.6.7.8, for=\"\xff\"").unwrap(),
+        );
+        assert_eq!(
+            address(peer, &h, &trusted),
+            ip("10.0.0.1"),
+            "an unreadable last hop"
+        );
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub async fn gate(
         &state.trusted_proxies,
     );
     let span = tracing::info_span!("request", request_id = %request_id);
-    let auth = match bearer(req.headers()) {
+    let auth = match bearer(req.headers()).filter(|_| !route.keyless) {
         None => Auth::Anonymous,
         Some(None) => Auth::Rejected,
         Some(Some(key)) => match state.engine.authenticate(key, ip).await {

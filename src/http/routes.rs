@@ -17,6 +17,9 @@ pub struct Route {
     /// Any origin may call it without a key: CORS `*` (preflight included), also on the
     /// answers the gate makes itself.
     pub public: bool,
+    /// A public document: an `Authorization` header is not even read (no key look-up, no
+    /// charge, no error), and the headers describe the address's anonymous bucket.
+    pub keyless: bool,
 }
 
 const fn other(pattern: &'static str) -> Route {
@@ -25,15 +28,20 @@ const fn other(pattern: &'static str) -> Route {
         class: Class::Other,
         counted: true,
         public: false,
+        keyless: false,
     }
 }
 
-const fn public(pattern: &'static str) -> Route {
+/// A public document, served from memory: never limited and charged to no bucket, so that
+/// receivers behind one address, or a co-tenant of theirs, cannot starve each other of keys,
+/// and a publishable key cannot spend its organization's calls on them.
+const fn document(pattern: &'static str) -> Route {
     Route {
         pattern,
         class: Class::Other,
-        counted: true,
+        counted: false,
         public: true,
+        keyless: true,
     }
 }
 
@@ -43,18 +51,20 @@ pub static HEALTH: Route = Route {
     class: Class::Other,
     counted: false,
     public: true,
+    keyless: false,
 };
-pub static PUBLIC_KEY: Route = public("/.well-known/public-key.pem");
-pub static JWKS: Route = public("/.well-known/jwks.json");
-pub static LOG_KEY: Route = public("/.well-known/log-key");
-pub static ERROR_DOCS: Route = other("/docs/errors");
-pub static OPENAPI: Route = other("/openapi.json");
+pub static PUBLIC_KEY: Route = document("/.well-known/public-key.pem");
+pub static JWKS: Route = document("/.well-known/jwks.json");
+pub static LOG_KEY: Route = document("/.well-known/log-key");
+pub static ERROR_DOCS: Route = document("/docs/errors");
+pub static OPENAPI: Route = document("/openapi.json");
 /// Mounted by its static prefix (`/v1/verify`), with the token as the rest of the path.
 pub static VERIFY: Route = Route {
     pattern: "/v1/verify/{token}",
     class: Class::Verify,
     counted: true,
     public: true,
+    keyless: false,
 };
 pub static REGISTER: Route = other("/v1/agents/register");
 pub static AGENTS: Route = other("/v1/agents");

@@ -9,4 +9,6 @@ mod set;
 
 pub use public::PublicKeys;
 pub use ring::{thumbprint, thumbprint_of_text, KeyError, KeyRing};
-pub use set::{states, KeySet, KeyState, KeyView, SigningKeyRecord, SigningKeys};
+pub use set::{
+    states, vouch, vouched, KeySet, KeyState, KeyView, Refreshed, SigningKeyRecord, SigningKeys, Unvouched,
+};

@@ -15,6 +15,7 @@ use ed25519_dalek::{SigningKey, VerifyingKey};
 use sha2::{Digest, Sha256};
 
 use super::PublicKeys;
+use crate::domain::Millis;
 use crate::tlog::note::LogKey;
 
 #[derive(Debug, thiserror::Error)]
@@ -133,9 +134,11 @@ impl KeyRing {
         &self.mac_secret
     }
 
-    /// Seals the seed of another signing key (`kid`) for the database, under a key derived
-    /// from this one (AES-256-GCM, the `kid` as associated data): `1 ‖ nonce ‖ ciphertext`.
-    pub fn seal_key(&self, kid: &str, seed: &[u8; 32]) -> Vec<u8> {
+    /// Seals the seed of another signing key (`kid`, signing from `activates`) for the
+    /// database, under a key derived from this one: AES-256-GCM with the `kid` and the
+    /// activation time as associated data, so that neither can be changed in the database
+    /// without the seal failing to open. `2 ‖ nonce ‖ ciphertext`.
+    pub fn seal_key(&self, kid: &str, activates: Millis, seed: &[u8; 32]) -> Vec<u8> {
         use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
         let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &self.kek()).expect("a 32-byte key"));
         let mut nonce = [0u8; 12];
@@ -143,22 +146,23 @@ impl KeyRing {
         let mut sealed = seed.to_vec();
         key.seal_in_place_append_tag(
             Nonce::assume_unique_for_key(nonce),
-            Aad::from(kid.as_bytes()),
+            Aad::from(sealed_aad(SEALED_V2, kid, activates)),
             &mut sealed,
         )
         .expect("sealing 32 bytes");
-        let mut out = vec![SEALED_V1];
+        let mut out = vec![SEALED_V2];
         out.extend_from_slice(&nonce);
         out.extend_from_slice(&sealed);
         out
     }
 
-    /// Opens what `seal_key` sealed for `kid`; `None` when it was sealed under another key
-    /// file, for another `kid`, or altered.
-    pub fn open_key(&self, kid: &str, sealed: &[u8]) -> Option<SigningKey> {
+    /// Opens what `seal_key` sealed for `kid` and `activates`; `None` when it was sealed under
+    /// another key file, for another `kid` or activation time, or altered. (Keys sealed by
+    /// versions before 2 bound the `kid` only.)
+    pub fn open_key(&self, kid: &str, activates: Millis, sealed: &[u8]) -> Option<SigningKey> {
         use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
         let (&version, rest) = sealed.split_first()?;
-        if version != SEALED_V1 || rest.len() != 12 + 32 + 16 {
+        if !matches!(version, SEALED_V1 | SEALED_V2) || rest.len() != 12 + 32 + 16 {
             return None;
         }
         let (nonce, ciphertext) = rest.split_at(12);
@@ -167,7 +171,7 @@ impl KeyRing {
         let seed = key
             .open_in_place(
                 Nonce::try_assume_unique_for_key(nonce).ok()?,
-                Aad::from(kid.as_bytes()),
+                Aad::from(sealed_aad(version, kid, activates)),
                 &mut buf,
             )
             .ok()?;
@@ -208,8 +212,20 @@ pub fn thumbprint_of_text(text: &str) -> String {
     URL_SAFE_NO_PAD.encode(Sha256::digest(text.as_bytes()))
 }
 
-/// The version byte of a sealed signing key.
+/// The version byte of a sealed signing key: 1 bound the `kid`, 2 binds the activation
+/// time too.
 const SEALED_V1: u8 = 1;
+const SEALED_V2: u8 = 2;
+
+/// The associated data of a sealed key of `version`.
+fn sealed_aad(version: u8, kid: &str, activates: Millis) -> Vec<u8> {
+    let mut aad = kid.as_bytes().to_vec();
+    if version >= SEALED_V2 {
+        aad.push(0);
+        aad.extend_from_slice(&activates.0.to_be_bytes());
+    }
+    aad
+}
 
 /// The RFC 7638 thumbprint of a key: its `kid`.
 pub fn thumbprint(key: &VerifyingKey) -> String {
@@ -270,16 +286,31 @@ mod tests {
         let root = KeyRing::from_signing_key(SigningKey::from_bytes(&[1; 32]));
         let other = KeyRing::from_signing_key(SigningKey::from_bytes(&[2; 32]));
         let seed = [7u8; 32];
-        let sealed = root.seal_key("kid-a", &seed);
+        let at = Millis(1_000);
+        let sealed = root.seal_key("kid-a", at, &seed);
         assert_eq!(sealed.len(), 1 + 12 + 32 + 16);
         assert!(!sealed.windows(32).any(|w| w == seed), "never in the clear");
-        assert_eq!(root.open_key("kid-a", &sealed).unwrap().to_bytes(), seed);
-        assert!(root.open_key("kid-b", &sealed).is_none());
-        assert!(other.open_key("kid-a", &sealed).is_none());
+        assert_eq!(root.open_key("kid-a", at, &sealed).unwrap().to_bytes(), seed);
+        assert!(root.open_key("kid-b", at, &sealed).is_none());
+        assert!(
+            root.open_key("kid-a", Millis(999), &sealed).is_none(),
+            "activation moved"
+        );
+        assert!(other.open_key("kid-a", at, &sealed).is_none());
         let mut bent = sealed.clone();
         bent[20] ^= 1;
-        assert!(root.open_key("kid-a", &bent).is_none());
-        assert_ne!(root.seal_key("kid-a", &seed), sealed, "a fresh nonce each time");
+        assert!(root.open_key("kid-a", at, &bent).is_none());
+        let mut downgraded = sealed.clone();
+        downgraded[0] = SEALED_V1;
+        assert!(
+            root.open_key("kid-a", at, &downgraded).is_none(),
+            "no way back to version 1"
+        );
+        assert_ne!(
+            root.seal_key("kid-a", at, &seed),
+            sealed,
+            "a fresh nonce each time"
+        );
     }
 
     /// The key file is PKCS#8 v1 (version 0, no public key attached), which OpenSSL and

@@ -12,6 +12,7 @@
 //! Every instance reads the keys every few seconds (the engine hands them in), so a rotation or a
 //! retirement reaches the fleet with no file copied anywhere.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -128,47 +129,132 @@ pub struct KeySet {
     /// The kids of the validating keys and the signer, to tell whether a refresh changed
     /// anything.
     fingerprint: String,
+    /// The vouched-for keys that were retired at `now`.
+    retired: Vec<String>,
+}
+
+/// A recorded key that does not count, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Unvouched {
+    pub kid: String,
+    pub why: &'static str,
+}
+
+impl fmt::Display for Unvouched {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "signing key {:?} is not vouched for by the key file: {}",
+            self.kid, self.why
+        )
+    }
+}
+
+/// Whether the key file (`root`) vouches for a recorded key. Its `kid` must be the RFC 7638
+/// thumbprint of its public key, and either it is the key file's own key, or its sealed
+/// private half opens under the key file (bound to its `kid` and activation time) and
+/// derives exactly its public key. A row written with database access alone (no private
+/// half, or one sealed under another key file), a public key swapped under a sealed half,
+/// or an activation time moved, never counts.
+pub fn vouch(root: &KeyRing, key: &SigningKeyRecord) -> Result<(), Unvouched> {
+    let refuse = |why| {
+        Err(Unvouched {
+            kid: key.kid.clone(),
+            why,
+        })
+    };
+    let Ok(public) = VerifyingKey::from_bytes(&key.public_key) else {
+        return refuse("its public key is not an Ed25519 point");
+    };
+    if super::thumbprint(&public) != key.kid {
+        return refuse("its kid is not the thumbprint of its public key");
+    }
+    match &key.sealed {
+        None if key.public_key == root.public_key_bytes() => Ok(()),
+        None => refuse("it has no private half, and it is not the key file's key"),
+        Some(sealed) => match root.open_key(&key.kid, key.activates(), sealed) {
+            Some(private) if private.verifying_key().to_bytes() == key.public_key => Ok(()),
+            Some(_) => refuse("its sealed private half belongs to another public key"),
+            None => refuse(
+                "its sealed private half does not open under the key file for its kid and \
+                 activation time",
+            ),
+        },
+    }
+}
+
+/// The recorded keys the key file vouches for, and the others.
+pub fn vouched(root: &KeyRing, keys: &[SigningKeyRecord]) -> (Vec<SigningKeyRecord>, Vec<Unvouched>) {
+    let mut good = Vec::with_capacity(keys.len());
+    let mut bad = Vec::new();
+    for k in keys {
+        match vouch(root, k) {
+            Ok(()) => good.push(k.clone()),
+            Err(u) => bad.push(u),
+        }
+    }
+    (good, bad)
 }
 
 impl KeySet {
-    /// The key set of the recorded keys at `now`. A key the root cannot open (sealed under
-    /// another key file) is an error: every instance must be able to sign with the active key.
-    pub fn build(root: &KeyRing, keys: &[SigningKeyRecord], now: Millis) -> Result<KeySet, KeyError> {
-        let (states, signer) = states(keys, now);
-        let signer = signer.ok_or_else(|| KeyError::Recorded("no active signing key is recorded".into()))?;
+    /// The key set of the recorded keys at `now`, of those the key file vouches for (see
+    /// [`vouch`]), with every key in `retired` retired whatever its row now says. A key the
+    /// root cannot open is no key: every instance must be able to sign with the active key.
+    pub fn build(
+        root: &KeyRing,
+        keys: &[SigningKeyRecord],
+        retired: &HashSet<String>,
+        now: Millis,
+    ) -> Result<(KeySet, Vec<Unvouched>), KeyError> {
+        let (mut keys, unvouched) = vouched(root, keys);
+        for k in keys.iter_mut().filter(|k| retired.contains(&k.kid)) {
+            k.retired_at = Some(Millis(i64::MIN));
+        }
+        let (states, signer) = states(&keys, now);
+        let signer = signer.ok_or_else(|| {
+            KeyError::Recorded(if unvouched.is_empty() {
+                "no active signing key is recorded".into()
+            } else {
+                format!(
+                    "no active signing key is recorded that the key file vouches for ({})",
+                    unvouched
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )
+            })
+        })?;
         let record = &keys[signer];
         let signing = match &record.sealed {
-            None if record.kid == root.kid() => root.signing_key().clone(),
-            None => {
-                return Err(KeyError::Recorded(format!(
-                    "signing key {} has no private key here: it is another key file's",
-                    record.kid
-                )))
-            }
-            Some(sealed) => root.open_key(&record.kid, sealed).ok_or_else(|| {
-                KeyError::Recorded(format!(
-                    "signing key {} cannot be opened with this key file (it was sealed under another)",
-                    record.kid
-                ))
-            })?,
+            None => root.signing_key().clone(),
+            Some(sealed) => root
+                .open_key(&record.kid, record.activates(), sealed)
+                .expect("a vouched-for key opens"),
         };
         let mut validating = Vec::new();
+        let mut retired_now = Vec::new();
         let mut fingerprint = format!("{}:", record.kid);
         for (k, state) in keys.iter().zip(&states) {
-            if *state != KeyState::Retired {
-                let key = VerifyingKey::from_bytes(&k.public_key)
-                    .map_err(|_| KeyError::Recorded(format!("public key of signing key {}", k.kid)))?;
+            if *state == KeyState::Retired {
+                retired_now.push(k.kid.clone());
+            } else {
+                let key = VerifyingKey::from_bytes(&k.public_key).expect("a vouched-for key is a point");
                 validating.push(key);
                 fingerprint.push_str(&k.kid);
                 fingerprint.push(',');
             }
         }
-        Ok(KeySet {
-            kid: record.kid.clone(),
-            public: Arc::new(PublicKeys::new(&signing.verifying_key(), &validating)),
-            signer: signing,
-            fingerprint,
-        })
+        Ok((
+            KeySet {
+                kid: record.kid.clone(),
+                public: Arc::new(PublicKeys::new(&signing.verifying_key(), &validating)),
+                signer: signing,
+                fingerprint,
+                retired: retired_now,
+            },
+            unvouched,
+        ))
     }
 
     pub fn public(&self) -> &Arc<PublicKeys> {
@@ -176,18 +262,42 @@ impl KeySet {
     }
 }
 
-/// The key set this instance uses, replaced when the recorded keys change.
+/// The key set this instance uses, replaced when the recorded keys change. It never goes
+/// back: a key it has once seen retired stays retired here whatever the database says later
+/// (a `retired_at` set back to NULL, a replaced key's `last_expires_at` pushed out).
 pub struct SigningKeys {
     root: Arc<KeyRing>,
     current: RwLock<Arc<KeySet>>,
+    /// Every key this instance has seen retired.
+    retired: RwLock<HashSet<String>>,
+    /// The unvouched keys already reported, so that each is reported once.
+    reported: RwLock<HashSet<Unvouched>>,
+}
+
+/// What a refresh of the key set found.
+#[derive(Default)]
+pub struct Refreshed {
+    /// The new public keys, when the key set changed.
+    pub changed: Option<Arc<PublicKeys>>,
+    /// Recorded keys the key file does not vouch for, not reported before.
+    pub unvouched: Vec<Unvouched>,
 }
 
 impl SigningKeys {
-    pub fn new(root: Arc<KeyRing>, first: KeySet) -> Self {
-        SigningKeys {
+    /// The key set of `keys` at `now`, and the keys the key file does not vouch for.
+    pub fn new(
+        root: Arc<KeyRing>,
+        keys: &[SigningKeyRecord],
+        now: Millis,
+    ) -> Result<(Self, Vec<Unvouched>), KeyError> {
+        let (first, unvouched) = KeySet::build(&root, keys, &HashSet::new(), now)?;
+        let signing = SigningKeys {
             root,
+            retired: RwLock::new(first.retired.iter().cloned().collect()),
+            reported: RwLock::new(unvouched.iter().cloned().collect()),
             current: RwLock::new(Arc::new(first)),
-        }
+        };
+        Ok((signing, unvouched))
     }
 
     pub fn current(&self) -> Arc<KeySet> {
@@ -203,20 +313,29 @@ impl SigningKeys {
         )
     }
 
-    /// Builds the key set of `keys` at `now`; replaces the current one when it differs and
-    /// returns the new public keys then.
-    pub fn update(
-        &self,
-        keys: &[SigningKeyRecord],
-        now: Millis,
-    ) -> Result<Option<Arc<PublicKeys>>, KeyError> {
-        let next = KeySet::build(&self.root, keys, now)?;
+    /// Builds the key set of `keys` at `now`, and replaces the current one when it differs.
+    pub fn update(&self, keys: &[SigningKeyRecord], now: Millis) -> Result<Refreshed, KeyError> {
+        let (next, unvouched) = KeySet::build(&self.root, keys, &self.retired.read(), now)?;
+        self.retired.write().extend(next.retired.iter().cloned());
+        let unvouched = {
+            let mut reported = self.reported.write();
+            unvouched
+                .into_iter()
+                .filter(|u| reported.insert(u.clone()))
+                .collect()
+        };
         if next.fingerprint == self.current.read().fingerprint {
-            return Ok(None);
+            return Ok(Refreshed {
+                changed: None,
+                unvouched,
+            });
         }
         let public = next.public.clone();
         *self.current.write() = Arc::new(next);
-        Ok(Some(public))
+        Ok(Refreshed {
+            changed: Some(public),
+            unvouched,
+        })
     }
 }
 

@@ -51,6 +51,11 @@ pub const SQLITE: Embedded = &[
         "key rotation",
         include_str!("../../migrations/sqlite/0009_key_rotation.sql"),
     ),
+    (
+        10,
+        "one-way facts",
+        include_str!("../../migrations/sqlite/0010_one_way_facts.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (1, "init", include_str!("../../migrations/postgres/0001_init.sql")),
@@ -93,6 +98,11 @@ pub const POSTGRES: Embedded = &[
         9,
         "key rotation",
         include_str!("../../migrations/postgres/0009_key_rotation.sql"),
+    ),
+    (
+        10,
+        "one-way facts",
+        include_str!("../../migrations/postgres/0010_one_way_facts.sql"),
     ),
 ];
 

@@ -105,9 +105,9 @@ async fn the_spec_table_sets_each_plans_limits() {
 async fn anonymous_buckets_pass_exactly_the_limit() {
     let app = spawn_app().await;
     // Other endpoints: 20 per minute per address.
-    let statuses = burst(&app, "/.well-known/jwks.json", None, 20).await;
-    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
-    let refused = app.get("/.well-known/jwks.json", None).await;
+    let statuses = burst(&app, "/v1/agents", None, 20).await;
+    assert!(statuses.iter().all(|s| *s == 401), "{statuses:?}");
+    let refused = app.get("/v1/agents", None).await;
     let body = refused.assert_error(429, "RATE_LIMITED");
     assert!(body["error"]["message"].as_str().unwrap().contains("20"));
     let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
@@ -207,7 +207,7 @@ async fn failed_authentication_costs_the_address_a_call() {
     let statuses = burst(&app, "/v1/agents", Some(&bad), 20).await;
     assert!(statuses.iter().all(|s| *s == 401), "{statuses:?}");
     // The address's anonymous bucket is spent: even a call without a key is refused now.
-    app.get("/openapi.json", None)
+    app.get("/v1/agents", None)
         .await
         .assert_error(429, "RATE_LIMITED");
     let again = crate::helpers::read(
@@ -339,8 +339,8 @@ async fn health_is_never_limited_and_counts_against_no_bucket() {
     assert_eq!(health.status, 200);
     assert_eq!(assert_headers(&health, 20), 20, "nothing was taken");
     // The address's bucket is whole: 20 other calls still pass.
-    let statuses = burst(&app, "/.well-known/jwks.json", None, 20).await;
-    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    let statuses = burst(&app, "/nope", None, 20).await;
+    assert!(statuses.iter().all(|s| *s == 404), "{statuses:?}");
     // Spent now, and /health says so without being refused.
     let health = app.get("/health", None).await;
     assert_eq!(health.status, 200);
@@ -362,7 +362,7 @@ async fn forwarded_addresses_count_only_from_trusted_proxies() {
     async fn anonymous_call(app: &TestApp, client: &str) -> u16 {
         let res = crate::helpers::read(
             app.client
-                .get(app.url("/.well-known/jwks.json"))
+                .get(app.url("/nope"))
                 .insert_header(("X-Forwarded-For", format!("6.6.6.6, {client}")))
                 .send()
                 .await
@@ -377,27 +377,125 @@ async fn forwarded_addresses_count_only_from_trusted_proxies() {
     })
     .await;
     for _ in 0..20 {
-        assert_eq!(anonymous_call(&trusting, "198.51.100.1").await, 200);
+        assert_eq!(anonymous_call(&trusting, "198.51.100.1").await, 404);
     }
     assert_eq!(anonymous_call(&trusting, "198.51.100.1").await, 429);
     assert_eq!(
         anonymous_call(&trusting, "198.51.100.2").await,
-        200,
+        404,
         "another client"
     );
     assert_eq!(
-        trusting.get("/.well-known/jwks.json", None).await.status,
-        200,
+        trusting.get("/nope", None).await.status,
+        404,
         "the balancer itself"
     );
 
     let untrusting = spawn_app().await;
     for _ in 0..20 {
-        assert_eq!(anonymous_call(&untrusting, "198.51.100.1").await, 200);
+        assert_eq!(anonymous_call(&untrusting, "198.51.100.1").await, 404);
     }
     assert_eq!(
         anonymous_call(&untrusting, "198.51.100.2").await,
         429,
         "a client cannot pick its own bucket"
     );
+}
+
+/// A client behind a trusted proxy that writes a byte outside visible ASCII into its own
+/// `X-Forwarded-For` cannot make the header unreadable and have its `Forwarded` believed:
+/// headers are read as bytes, and the hop the proxy appended still names the client.
+#[actix_web::test]
+async fn an_unreadable_forwarded_for_never_hands_the_choice_to_the_client() {
+    let app = spawn_app_with(Options {
+        tweak: Box::new(|c| c.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()]),
+        ..Options::default()
+    })
+    .await;
+    let call = |xff: &'static [u8], forwarded: String| {
+        let req = app
+            .client
+            .get(app.url("/nope"))
+            .insert_header((
+                "X-Forwarded-For",
+                actix_web::http::header::HeaderValue::from_bytes(xff).unwrap(),
+            ))
+            .insert_header(("Forwarded", forwarded));
+        async move { crate::helpers::read(req.send().await.unwrap()).await.status }
+    };
+    // As nginx's `$proxy_add_x_forwarded_for` writes it: the client's own text, then the
+    // address nginx saw. Each call claims a fresh `Forwarded` address; all are one client.
+    for i in 0..20 {
+        assert_eq!(
+            call(b"1.2.3.4\xff, 198.51.100.9", format!("for=203.0.113.{i}")).await,
+            404
+        );
+    }
+    assert_eq!(
+        call(b"1.2.3.4\xff, 198.51.100.9", "for=203.0.113.200".into()).await,
+        429,
+        "the address the proxy appended is the bucket, not the client's Forwarded"
+    );
+    // Nothing readable at all: the proxy's own address (here the test's, 127.0.0.1).
+    for i in 0..20 {
+        assert_eq!(call(b"\xff\xfe", format!("for=192.0.2.{i}")).await, 404);
+    }
+    assert_eq!(call(b"\xff\xfe", "for=192.0.2.200".into()).await, 429);
+    assert_eq!(app.get("/nope", None).await.status, 429, "the proxy's own bucket");
+}
+
+/// Public documents are served like /health: never refused, charged to no bucket, and a
+/// key sent with them is ignored (a publishable key is charged on verify only), so neither
+/// a receiver fleet behind one address nor a co-tenant can starve anyone of them, and a
+/// `pk_` key cannot spend its organization's calls.
+#[actix_web::test]
+async fn public_documents_are_never_limited_and_charge_no_bucket() {
+    let app = spawn_app().await;
+    let docs = [
+        "/.well-known/jwks.json",
+        "/.well-known/public-key.pem",
+        "/.well-known/log-key",
+        "/docs/errors",
+        "/openapi.json",
+    ];
+    for doc in docs {
+        let statuses = burst(&app, doc, None, 30).await;
+        assert!(statuses.iter().all(|s| *s == 200), "{doc}: {statuses:?}");
+        let head = crate::helpers::read(app.client.head(app.url(doc)).send().await.unwrap()).await;
+        assert_ne!(head.status, 429, "{doc}");
+    }
+    let etag = app
+        .get("/.well-known/jwks.json", None)
+        .await
+        .header("etag")
+        .unwrap();
+    for _ in 0..30 {
+        let res = crate::helpers::read(
+            app.client
+                .get(app.url("/.well-known/jwks.json"))
+                .insert_header(("If-None-Match", etag.clone()))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(res.status, 304);
+    }
+    // The address's anonymous bucket is whole.
+    let statuses = burst(&app, "/nope", None, 20).await;
+    assert!(statuses.iter().all(|s| *s == 404), "{statuses:?}");
+
+    // Keys are ignored: a publishable key, a secret key, a key that does not exist.
+    let pk = app.org.keys.publishable_live.clone();
+    let bogus = format!("sk_live_{}", "x".repeat(40));
+    for key in [pk.as_str(), app.secret(), bogus.as_str(), "not a bearer token"] {
+        for doc in docs {
+            let res = app.get(doc, Some(key)).await;
+            assert_eq!(res.status, 200, "{doc} with {key:.8}");
+        }
+    }
+    // The organization's "other" bucket (500 a minute here) is untouched.
+    let res = app.get("/v1/agents", Some(app.secret())).await;
+    assert_eq!(res.status, 200);
+    assert_eq!(assert_headers(&res, 500), 499, "only this call was charged");
 }

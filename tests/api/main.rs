@@ -12,6 +12,7 @@ mod engine;
 mod errors;
 mod fleet;
 mod health;
+mod integrity;
 mod isolation;
 mod limits;
 mod log;

@@ -1,0 +1,168 @@
+//! The database is checked, not trusted: what someone who can write its rows (the SQLite
+//! file, or PostgreSQL as the service's own role) tries, and what stops or catches it.
+//! The SQL runs on a direct connection as the database's owner, which can do at least what
+//! the role `agentid migrate --grant` sets up can (it cannot drop the owner's triggers either).
+
+use agentid::domain::Millis;
+use agentid::engine::admin;
+use agentid::keys::thumbprint;
+use agentid::token::Claims;
+use ed25519_dalek::SigningKey;
+use std::time::Duration;
+
+use crate::helpers::{spawn_app, TestApp};
+
+/// A byte string as an SQL literal of the test's backend.
+fn blob(app: &TestApp, bytes: &[u8]) -> String {
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    if app.db.is_postgres() {
+        format!("'\\x{hex}'::bytea")
+    } else {
+        format!("X'{hex}'")
+    }
+}
+
+/// A token as a forger who holds `key` would make it for `agent`.
+fn forge(key: &SigningKey, kid: &str, agent: &str) -> String {
+    let now = Millis::now().0 / 1000;
+    agentid::token::encode(
+        key,
+        kid,
+        &Claims {
+            iss: "evil.example".into(),
+            sub: agent.into(),
+            jti: "forged".into(),
+            iat: now,
+            exp: now + 3600,
+            scopes: vec!["admin:everything".into()],
+        },
+    )
+}
+
+/// `agentid audit verify` on the app's database and key file: exit code and output.
+fn audit_verify(app: &TestApp) -> (Option<i32>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentid"))
+        .args(["audit", "verify", "--database-url", &app.db.url])
+        .arg("--signing-key-file")
+        .arg(&app.config.signing_key_file)
+        .args(["--public-url", &app.base])
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// One INSERT puts a key of the attacker's in `signing_keys`: it is not published, validates
+/// no token (online), and is reported, by the instances and by `audit verify`; after a
+/// restart too. A valid sealed half copied from a real key does not vouch for another kid.
+#[actix_web::test]
+async fn a_signing_key_written_into_the_database_validates_nothing() {
+    let metrics = agentid::telemetry::metrics_handle();
+    let app = spawn_app().await;
+    let (agent, token) = app.agent().await;
+    let evil = SigningKey::from_bytes(&[66; 32]);
+    let kid = thumbprint(&evil.verifying_key());
+    let sql = format!(
+        "INSERT INTO signing_keys (kid, public_key, created_at, private_key, activates_at, \
+         retired_at, last_expires_at) VALUES ('{kid}', {}, 1, NULL, NULL, NULL, 4102444800000)",
+        blob(&app, evil.verifying_key().as_bytes())
+    );
+    app.raw_execute(&sql).await.unwrap();
+    // A rotated key's sealed half, copied under the attacker's kid and public key.
+    let root = agentid::keys::KeyRing::load(&app.config.signing_key_file)
+        .unwrap()
+        .unwrap();
+    let rotated = admin::rotate_signing_key(&app.store, &root, &app.config.signing_key_file, Duration::ZERO)
+        .await
+        .unwrap();
+    let evil2 = SigningKey::from_bytes(&[67; 32]);
+    let kid2 = thumbprint(&evil2.verifying_key());
+    app.raw_execute(&format!(
+        "INSERT INTO signing_keys (kid, public_key, created_at, private_key, activates_at, \
+         retired_at, last_expires_at) SELECT '{kid2}', {}, 1, private_key, activates_at, NULL, \
+         4102444800000 FROM signing_keys WHERE kid = '{}'",
+        blob(&app, evil2.verifying_key().as_bytes()),
+        rotated.kid
+    ))
+    .await
+    .unwrap();
+    app.engine.refresh_keys().await.unwrap();
+
+    let jwks = app.get("/.well-known/jwks.json", None).await.text();
+    assert!(jwks.contains(&rotated.kid), "the real rotation is published");
+    for (key, kid) in [(&evil, &kid), (&evil2, &kid2)] {
+        assert!(!jwks.contains(kid.as_str()), "{jwks}");
+        let res = app.verify(&forge(key, kid, &agent)).await;
+        assert_eq!(res["valid"], false, "{res}");
+        assert_eq!(res["error"], "TOKEN_INVALID", "{res}");
+    }
+    assert_eq!(
+        app.verify(&token).await["valid"],
+        true,
+        "the real key still validates"
+    );
+
+    let metrics = metrics.render();
+    assert!(
+        metrics.contains("agentid_integrity_failures_total{what=\"signing_key\"}"),
+        "{metrics}"
+    );
+    let (code, out) = audit_verify(&app);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains(&format!("FAIL    signing key \"{kid}\"")), "{out}");
+    assert!(out.contains(&format!("FAIL    signing key \"{kid2}\"")), "{out}");
+
+    let app = app.restart().await;
+    let res = app.verify(&forge(&evil, &kid, &agent)).await;
+    assert_eq!(res["error"], "TOKEN_INVALID", "{res}");
+}
+
+/// The rows that would undo a retirement or a revocation do not change: a retired key's
+/// `retired_at` set back to NULL, an agent renamed so that a fresh row can take its id, the
+/// revocation epoch deleted or moved back.
+#[actix_web::test]
+async fn retirement_and_revocation_cannot_be_undone_in_the_database() {
+    let app = spawn_app().await;
+    let (agent, token) = app.agent().await;
+    let root = agentid::keys::KeyRing::load(&app.config.signing_key_file)
+        .unwrap()
+        .unwrap();
+    admin::rotate_signing_key(&app.store, &root, &app.config.signing_key_file, Duration::ZERO)
+        .await
+        .unwrap();
+    admin::retire_signing_key(&app.store, root.kid()).await.unwrap();
+    app.engine.refresh_keys().await.unwrap();
+    assert_eq!(app.verify(&token).await["error"], "TOKEN_INVALID");
+
+    let (other, other_token) = app.agent().await;
+    assert_eq!(app.revoke(&other, None).await.status, 200);
+    for sql in [
+        format!(
+            "UPDATE signing_keys SET retired_at = NULL WHERE kid = '{}'",
+            root.kid()
+        ),
+        format!("DELETE FROM signing_keys WHERE kid = '{}'", root.kid()),
+        format!("UPDATE agents SET id = id || 'x' WHERE id = '{other}'"),
+        "DELETE FROM revocation_epoch".to_owned(),
+        "UPDATE revocation_epoch SET epoch = 0".to_owned(),
+    ] {
+        let err = app.raw_execute(&sql).await.expect_err(&sql).to_string();
+        assert!(
+            ["never changes", "is final", "is kept", "only grows"]
+                .iter()
+                .any(|m| err.contains(m)),
+            "{sql}: {err}"
+        );
+    }
+    // Nothing moved: after a restart (a new instance) the key is retired, the agent revoked.
+    let app = app.restart().await;
+    assert_eq!(app.verify(&token).await["error"], "TOKEN_INVALID");
+    assert_eq!(app.verify(&other_token).await["error"], "TOKEN_REVOKED");
+    let _ = agent;
+}
