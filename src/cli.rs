@@ -287,6 +287,8 @@ pub enum AuditCommand {
         /// The service's public URL (its host names the log key) [default: http://127.0.0.1:8080]
         #[arg(long, env = "AGENTID_PUBLIC_URL")]
         public_url: Option<String>,
+        #[command(flatten)]
+        staleness: StalenessArgs,
     },
     /// Check, from your own machine, that the service's log of your ledger only grows: fetch
     /// its checkpoint, verify it, verify a consistency proof from the one saved last time, save
@@ -305,7 +307,27 @@ pub enum AuditCommand {
         /// The log key [default: /.well-known/log-key at the first run, pinned after]
         #[arg(long)]
         log_key: Option<String>,
+        #[command(flatten)]
+        staleness: StalenessArgs,
     },
+}
+
+/// When records that no checkpoint covers are an alarm.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StalenessArgs {
+    /// The service's checkpoint interval, in milliseconds (as `serve` takes it).
+    #[arg(long, env = "AGENTID_CHECKPOINT_INTERVAL_MS", default_value_t = EngineConfig::default().checkpoint_interval.as_millis() as u64)]
+    pub checkpoint_interval_ms: u64,
+    /// Fail when a record has gone uncovered by any checkpoint for more than this many
+    /// checkpoint intervals (the checkpointer stopped, or was stopped).
+    #[arg(long, env = "AGENTID_STALE_AFTER_INTERVALS", default_value_t = 6)]
+    pub stale_after_intervals: u32,
+}
+
+impl StalenessArgs {
+    fn limit(&self) -> Duration {
+        Duration::from_millis(self.checkpoint_interval_ms.max(1)) * self.stale_after_intervals.max(1)
+    }
 }
 
 pub async fn run(cli: Cli) -> ExitCode {
@@ -319,18 +341,31 @@ pub async fn run(cli: Cli) -> ExitCode {
             log_key,
             signing_key_file,
             public_url,
-        }) => audit_verify(db, checkpoints, log_key, signing_key_file, public_url).await,
+            staleness,
+        }) => {
+            audit_verify(
+                db,
+                checkpoints,
+                log_key,
+                signing_key_file,
+                public_url,
+                staleness.limit(),
+            )
+            .await
+        }
         Command::Audit(AuditCommand::Witness {
             url,
             key,
             state,
             log_key,
+            staleness,
         }) => {
             audit_witness(crate::tlog::witness::Witness {
                 url,
                 key,
                 state,
                 log_key,
+                stale_after: staleness.limit(),
             })
             .await
         }
@@ -505,6 +540,7 @@ async fn audit_verify(
     log_key: Option<String>,
     signing_key_file: PathBuf,
     public_url: Option<String>,
+    stale_after: Duration,
 ) -> CliResult {
     use crate::tlog::check as logcheck;
     let root = crate::keys::KeyRing::load(&signing_key_file)?;
@@ -529,7 +565,7 @@ async fn audit_verify(
         None => Vec::new(),
     };
     let store = open(&db).await?;
-    let report = logcheck::check(&store, &verifier, &given).await?;
+    let report = logcheck::check(&store, &verifier, &given, stale_after).await?;
     for l in &report.ledgers {
         let failed = report.failures.iter().filter(|f| f.ledger == l.ledger).count();
         let status = if failed == 0 { "ok     " } else { "FAILED " };

@@ -14,26 +14,29 @@ pub trait TreeStore {
     /// The record hashes of `seq` `first..=last` of a ledger, in order: the leaves of its
     /// Merkle tree. Fewer when the ledger ends before `last`; `Corrupt` at a gap.
     fn record_hashes<'a>(&'a self, ledger: &'a Ledger, first: u64, last: u64) -> StoreFuture<'a, Vec<Hash>>;
-    /// Stored subtree hashes of one height with an index in `indices`, in order.
+    /// Stored subtree hashes of one height with an index in `indices`, in order, as stored
+    /// (a row the service did not write may hold anything: callers compare or check them).
     fn tree_nodes<'a>(
         &'a self,
         ledger: &'a Ledger,
         height: u32,
         indices: std::ops::Range<u64>,
-    ) -> StoreFuture<'a, Vec<(u64, Hash)>>;
+    ) -> StoreFuture<'a, Vec<(u64, Vec<u8>)>>;
     /// The checkpoint of the largest tree of a ledger.
     fn latest_checkpoint<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, Option<StoredCheckpoint>>;
     /// Every checkpoint of a ledger, smallest tree first.
     fn checkpoints<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, Vec<StoredCheckpoint>>;
     /// Stores a checkpoint and the subtree hashes its tree completed since the tree of
     /// `after` leaves, in one transaction, if that tree's checkpoint is still the latest (0:
-    /// none yet). False, and nothing written, when another instance got there first.
+    /// none yet). `None`, and nothing written, when another instance got there first. A
+    /// subtree already stored is not written again (rows are never replaced): `Some` lists
+    /// those stored with another hash than the tree's, which the service did not write.
     fn add_checkpoint<'a>(
         &'a self,
         checkpoint: &'a StoredCheckpoint,
         after: u64,
         nodes: &'a [(Subtree, Hash)],
-    ) -> StoreFuture<'a, bool>;
+    ) -> StoreFuture<'a, Option<Vec<Subtree>>>;
 }
 
 /// The blocks holding `seq` `$3..=$4` of a ledger, oldest first; binds org, mode, first, last.
@@ -116,7 +119,7 @@ where
         ledger: &'a Ledger,
         height: u32,
         indices: std::ops::Range<u64>,
-    ) -> StoreFuture<'a, Vec<(u64, Hash)>> {
+    ) -> StoreFuture<'a, Vec<(u64, Vec<u8>)>> {
         Box::pin(async move {
             let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as(
                 "SELECT idx, hash FROM audit_tree_nodes WHERE org_id = $1 AND mode = $2 AND height = $3 \
@@ -129,9 +132,7 @@ where
             .bind(seq_i64(indices.end)?)
             .fetch_all(&self.pool)
             .await?;
-            rows.into_iter()
-                .map(|(i, h)| Ok((i as u64, hash32(h)?)))
-                .collect()
+            Ok(rows.into_iter().map(|(i, h)| (i as u64, h)).collect())
         })
     }
 
@@ -168,7 +169,7 @@ where
         cp: &'a StoredCheckpoint,
         after: u64,
         nodes: &'a [(Subtree, Hash)],
-    ) -> StoreFuture<'a, bool> {
+    ) -> StoreFuture<'a, Option<Vec<Subtree>>> {
         Box::pin(async move {
             let (org, mode) = (cp.ledger.org_id.as_str(), cp.ledger.mode.as_str());
             let mut tx = self.pool.begin_with(DB::EXCLUSIVE.begin).await?;
@@ -183,9 +184,48 @@ where
             .fetch_one(&mut *tx)
             .await?;
             if latest != seq_i64(after)? {
-                return Ok(false);
+                return Ok(None);
             }
-            for chunk in nodes.chunks(NODES_PER_INSERT) {
+            // What is stored already where this tree's subtrees go: only junk can be (rows are
+            // written with their checkpoint, and this tree's checkpoint is not stored yet).
+            let mut held = std::collections::HashMap::new();
+            let mut heights: Vec<u32> = nodes.iter().map(|(s, _)| s.height).collect();
+            heights.dedup();
+            for height in heights {
+                let at = nodes
+                    .iter()
+                    .filter(|(s, _)| s.height == height)
+                    .map(|(s, _)| s.index);
+                let (lo, hi) = (at.clone().min().unwrap_or(0), at.max().unwrap_or(0));
+                let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+                    "SELECT idx, hash FROM audit_tree_nodes WHERE org_id = $1 AND mode = $2 \
+                     AND height = $3 AND idx >= $4 AND idx <= $5",
+                )
+                .bind(org)
+                .bind(mode)
+                .bind(i64::from(height))
+                .bind(seq_i64(lo)?)
+                .bind(seq_i64(hi)?)
+                .fetch_all(&mut *tx)
+                .await?;
+                for (idx, hash) in rows {
+                    held.insert((height, idx as u64), hash);
+                }
+            }
+            let mut foreign = Vec::new();
+            let fresh: Vec<&(Subtree, Hash)> = nodes
+                .iter()
+                .filter(|(s, h)| match held.get(&(s.height, s.index)) {
+                    None => true,
+                    Some(stored) => {
+                        if stored[..] != h[..] {
+                            foreign.push(*s);
+                        }
+                        false
+                    }
+                })
+                .collect();
+            for chunk in fresh.chunks(NODES_PER_INSERT) {
                 let mut sql =
                     String::from("INSERT INTO audit_tree_nodes (org_id, mode, height, idx, hash) VALUES ");
                 for i in 0..chunk.len() {
@@ -212,7 +252,7 @@ where
             .execute(&mut *tx)
             .await?;
             tx.commit().await?;
-            Ok(true)
+            Ok(Some(foreign))
         })
     }
 }

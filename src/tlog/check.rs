@@ -9,12 +9,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::time::Duration;
 
 pub use super::note::GivenNote;
 use super::note::{Checkpoint, LogVerifier};
 use super::tree::{Frontier, Hash, Subtree};
 use crate::domain::audit::AuditRecord;
-use crate::domain::{Ledger, Totals};
+use crate::domain::{Ledger, Millis, Totals};
 use crate::store::{AgentBlockRow, CheckedBlock, SharedStore, StoreError};
 
 /// Blocks read per query.
@@ -66,10 +67,13 @@ struct Claim {
 }
 
 /// Checks every ledger. `given`: checkpoints from outside, each checked with `verifier`.
+/// `stale_after`: a ledger whose records no checkpoint has covered for longer fails (the
+/// checkpointer stopped, or was stopped).
 pub async fn check(
     store: &SharedStore,
     verifier: &LogVerifier,
     given: &[GivenNote],
+    stale_after: Duration,
 ) -> Result<Report, StoreError> {
     let mut report = Report::default();
     let mut claims: BTreeMap<Ledger, Vec<Claim>> = BTreeMap::new();
@@ -108,7 +112,7 @@ pub async fn check(
     for ledger in ledgers {
         let given = claims.remove(&ledger).unwrap_or_default();
         let counts = agent_counts.remove(&ledger).unwrap_or_default();
-        let mut c = LedgerCheck::new(store, verifier, ledger, counts);
+        let mut c = LedgerCheck::new(store, verifier, ledger, counts, stale_after);
         c.run(given).await?;
         report.ledgers.push(c.summary);
         report.failures.extend(c.failures);
@@ -121,6 +125,7 @@ struct LedgerCheck<'a> {
     verifier: &'a LogVerifier,
     ledger: Ledger,
     stored_agent_rows: HashMap<String, i64>,
+    stale_after: Duration,
     summary: LedgerSummary,
     failures: Vec<Failure>,
 }
@@ -146,10 +151,12 @@ impl<'a> LedgerCheck<'a> {
         verifier: &'a LogVerifier,
         ledger: Ledger,
         counts: HashMap<String, i64>,
+        stale_after: Duration,
     ) -> Self {
         LedgerCheck {
             store,
             verifier,
+            stale_after,
             summary: LedgerSummary {
                 ledger: ledger.clone(),
                 records: 0,
@@ -210,9 +217,19 @@ impl<'a> LedgerCheck<'a> {
             tree: Some(Frontier::default()),
             nodes: Vec::new(),
         };
+        // The first record no checkpoint covers, and when it was made.
+        let mut first_uncovered: Option<(u64, Millis)> = None;
         let mut after = 0i64;
         loop {
             let blocks = self.store.read_blocks(&self.ledger, after, PAGE).await?;
+            if first_uncovered.is_none() {
+                first_uncovered = blocks
+                    .iter()
+                    .filter_map(|b| b.records.as_ref().ok())
+                    .flatten()
+                    .find(|r| r.seq as u64 > nodes_until)
+                    .map(|r| (r.seq as u64, r.requested_at));
+            }
             let Some(last) = blocks.last() else { break };
             after = last.first_seq;
             for b in &blocks {
@@ -248,6 +265,20 @@ impl<'a> LedgerCheck<'a> {
                     format!(
                         "{}: its root cannot be recomputed past a missing or unreadable record",
                         claim.source
+                    ),
+                );
+            }
+        }
+        if let Some((seq, at)) = first_uncovered {
+            let age = Millis::now().0.saturating_sub(at.0);
+            if age > self.stale_after.as_millis() as i64 {
+                self.fail(
+                    Some(seq),
+                    format!(
+                        "no checkpoint covers the records from here on, the first made {} s ago (allowed: \
+                         {} s): checkpoints stopped",
+                        age / 1000,
+                        self.stale_after.as_secs()
                     ),
                 );
             }
@@ -412,7 +443,7 @@ impl<'a> LedgerCheck<'a> {
         }
         for (height, computed) in by_height {
             let (lo, hi) = (computed[0].0, computed[computed.len() - 1].0 + 1);
-            let stored: HashMap<u64, Hash> = self
+            let stored: HashMap<u64, Vec<u8>> = self
                 .store
                 .tree_nodes(&self.ledger, height, lo..hi)
                 .await?
@@ -426,7 +457,7 @@ impl<'a> LedgerCheck<'a> {
                         seq,
                         format!("the stored hash of subtree {height}@{index} is missing"),
                     ),
-                    Some(h) if *h != hash => self.fail(
+                    Some(h) if h[..] != hash[..] => self.fail(
                         seq,
                         format!("the stored hash of subtree {height}@{index} is not the records'"),
                     ),

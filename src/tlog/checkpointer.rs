@@ -1,5 +1,5 @@
-//! The audit log as a transparency log: each ledger's Merkle tree (`domain::merkle`), signed
-//! checkpoints (`token::LogKey`), and inclusion and consistency proofs.
+//! The audit log as a transparency log: each ledger's Merkle tree (`tree`), signed
+//! checkpoints (`note::LogKey`), and inclusion and consistency proofs.
 //!
 //! The audit writer notes which ledgers grew ([`Grown`]); the checkpointer task signs a new
 //! checkpoint of each at most every interval, off the verify path. A checkpoint is made from
@@ -8,8 +8,15 @@
 //! records completed, in one transaction that first checks that the previous checkpoint is
 //! still the latest, so instances of a fleet checkpointing the same ledger never disagree.
 //! Proofs reach only up to the latest checkpoint, where every stored subtree hash exists.
+//!
+//! Stored rows are checked, not trusted: the tree edge read from stored subtree hashes must
+//! give the latest checkpoint's (signed) root, else it is recomputed from the records; and a
+//! row found where a new subtree hash goes (junk written into the database) neither stops
+//! the checkpoint nor takes its place. Both are integrity alarms. How far checkpoints lag
+//! behind the records is a metric, and `audit verify` and the witness fail on a lag of
+//! several intervals.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,6 +64,12 @@ impl Grown {
     }
 }
 
+/// Something stored that the service did not write: logged, and counted by `what`.
+fn alarm(what: &'static str, message: &str) {
+    tracing::error!(what, "integrity alarm: {message}");
+    metrics::counter!("agentid_integrity_failures_total", "what" => what).increment(1);
+}
+
 /// Why a proof was not given.
 #[derive(Debug, thiserror::Error)]
 pub enum ProofRefused {
@@ -73,6 +86,9 @@ pub struct Transparency {
     host: String,
     interval: Duration,
     grown: Arc<Grown>,
+    /// Per ledger with records no checkpoint covers: since when the checkpointer has seen
+    /// it so (for the lag metrics).
+    uncovered: Mutex<HashMap<Ledger, (u64, Millis)>>,
 }
 
 impl std::fmt::Debug for Transparency {
@@ -97,6 +113,7 @@ impl Transparency {
             host: host.to_owned(),
             interval,
             grown,
+            uncovered: Mutex::default(),
         }
     }
 
@@ -165,11 +182,38 @@ impl Transparency {
             }
         }
         let size = self.store.ledger_size(ledger).await?;
+        self.note_lag(ledger, after, size, now);
         if size <= after {
             return Ok(Step::Done);
         }
         let target = size.min(after + MAX_STEP);
-        let mut frontier = self.frontier(ledger, after).await?;
+        let stored_edge = match self.frontier(ledger, after).await {
+            Err(StoreError::Corrupt(e)) => Err(e),
+            Err(e) => return Err(e),
+            Ok(f) => match &latest {
+                Some(c) if f.root() != c.root => Err("they do not give its root".to_owned()),
+                _ => Ok(f),
+            },
+        };
+        let mut frontier = match stored_edge {
+            Ok(f) => f,
+            Err(why) => {
+                alarm(
+                    "tree_node",
+                    &format!(
+                        "ledger {ledger}: the stored subtree hashes up to the checkpoint of {after} records \
+                         cannot be used ({why}); the tree edge is recomputed from the records"
+                    ),
+                );
+                self.frontier_from_records(ledger, after).await?
+            }
+        };
+        if let Some(c) = latest.as_ref().filter(|c| frontier.root() != c.root) {
+            return Err(StoreError::Corrupt(format!(
+                "ledger {ledger}: its first {} records do not give the root of their checkpoint",
+                c.size
+            )));
+        }
         let mut nodes = Vec::new();
         let mut next = after + 1;
         while next <= target {
@@ -197,13 +241,58 @@ impl Transparency {
             note: self.key.sign(&checkpoint),
             created_at: now,
         };
-        if self.store.add_checkpoint(&stored, after, &nodes).await? {
+        if let Some(foreign) = self.store.add_checkpoint(&stored, after, &nodes).await? {
             metrics::counter!("agentid_checkpoints_total").increment(1);
             metrics::histogram!("agentid_checkpoint_duration_seconds")
                 .record(started.elapsed().as_secs_f64());
             tracing::debug!(%ledger, size = target, "checkpoint signed");
+            for s in foreign {
+                alarm(
+                    "tree_node",
+                    &format!(
+                        "ledger {ledger}: a subtree hash the service did not write is stored at height {} \
+                         index {}; the checkpoint of {target} records is signed over the records",
+                        s.height, s.index
+                    ),
+                );
+            }
+            self.note_lag(ledger, target, size, now);
         }
         Ok(if target < size { Step::More } else { Step::Done })
+    }
+
+    /// Notes that `ledger` holds `size` records of which its checkpoints cover `covered`,
+    /// and sets the lag gauges to the largest lag of any ledger.
+    fn note_lag(&self, ledger: &Ledger, covered: u64, size: u64, now: Millis) {
+        let mut uncovered = self.uncovered.lock();
+        if size > covered {
+            let since = uncovered.get(ledger).map_or(now, |(_, since)| *since);
+            uncovered.insert(ledger.clone(), (size - covered, since));
+        } else {
+            uncovered.remove(ledger);
+        }
+        let records = uncovered.values().map(|(n, _)| *n).max().unwrap_or(0);
+        let seconds = uncovered
+            .values()
+            .map(|(_, since)| (now.0 - since.0).max(0))
+            .max()
+            .unwrap_or(0);
+        metrics::gauge!("agentid_checkpoint_lag_records").set(records as f64);
+        metrics::gauge!("agentid_checkpoint_lag_seconds").set(seconds as f64 / 1000.0);
+    }
+
+    /// The tree's edge at `size` leaves, from the records themselves.
+    async fn frontier_from_records(&self, ledger: &Ledger, size: u64) -> Result<Frontier, StoreError> {
+        let mut frontier = Frontier::at(0, &[]).ok_or_else(|| StoreError::Corrupt("tree edge".into()))?;
+        let mut next = 1;
+        while next <= size {
+            let last = size.min(next + READ_CHUNK - 1);
+            for h in self.store.record_hashes(ledger, next, last).await? {
+                frontier.push(&h, |_, _| {});
+            }
+            next = last + 1;
+        }
+        Ok(frontier)
     }
 
     /// The tree's edge at `size` leaves, from stored subtree hashes.
@@ -291,7 +380,15 @@ async fn subtree_hash(store: &SharedStore, ledger: &Ledger, s: Subtree) -> Resul
         }
         Parts::Nodes { height, indices } => {
             let rows = store.tree_nodes(ledger, height, indices.clone()).await?;
-            rows.into_iter().map(|(_, h)| h).collect()
+            rows.into_iter()
+                .map(|(i, h)| {
+                    h.try_into().map_err(|_| {
+                        StoreError::Corrupt(format!(
+                            "ledger {ledger}: the stored hash of subtree {height}@{i} is not 32 bytes"
+                        ))
+                    })
+                })
+                .collect::<Result<_, _>>()?
         }
     };
     let want = 1usize << (s.height % tree::STORED_EVERY);

@@ -11,11 +11,15 @@ use std::time::Duration;
 
 use super::note::{Checkpoint, LogVerifier};
 use super::tree::{self, Hash};
+use crate::domain::Millis;
 
 /// The file of the state folder holding the last checkpoint seen.
 pub const CHECKPOINT_FILE: &str = "checkpoint";
 /// The file of the state folder holding the log key, pinned at the first run.
 pub const LOG_KEY_FILE: &str = "log-key";
+/// The file of the state folder holding `<records> <unix ms>`: the ledger held that many
+/// records, more than its checkpoint covered, at that time.
+pub const UNCOVERED_FILE: &str = "uncovered";
 
 #[derive(Debug, Clone)]
 pub struct Witness {
@@ -26,6 +30,8 @@ pub struct Witness {
     pub state: PathBuf,
     /// The log key, when given (else fetched at the first run and pinned).
     pub log_key: Option<String>,
+    /// Records that no checkpoint has covered for longer are an alarm.
+    pub stale_after: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -73,11 +79,67 @@ impl Witness {
         }
         write_atomic(&saved_path, note.as_bytes())
             .map_err(|e| check(format!("cannot save {}: {e}", saved_path.display())))?;
+        self.coverage(&agent, base, &new)?;
         Ok(Seen {
             origin: new.origin,
             previous: old.map(|o| o.size),
             size: new.size,
         })
+    }
+
+    /// Whether the checkpoint still covers the ledger's records within `stale_after`: the
+    /// newest record, if no checkpoint covers it, must be younger; and records this witness
+    /// saw uncovered on an earlier run must be covered once `stale_after` has passed since.
+    fn coverage(&self, agent: &ureq::Agent, base: &str, cp: &Checkpoint) -> Result<(), WitnessError> {
+        let page = get(agent, &format!("{base}/v1/log?limit=1"), Some(&self.key))?;
+        let page: serde_json::Value =
+            serde_json::from_str(&page).map_err(|e| check(format!("GET /v1/log: {e}")))?;
+        let newest = page["data"].get(0);
+        let held = newest.and_then(|r| r["seq"].as_u64()).unwrap_or(0);
+        let now = Millis::now();
+        let limit = self.stale_after.as_millis() as i64;
+        let path = self.state.join(UNCOVERED_FILE);
+        let stale = |records: u64, since: i64| {
+            WitnessError::Log(format!(
+                "checkpoints stopped: {} holds {records} records, no checkpoint covers more than {} \
+                 of them, and the uncovered ones have been there for {} s (allowed: {} s)",
+                cp.origin,
+                cp.size,
+                (now.0 - since) / 1000,
+                limit / 1000
+            ))
+        };
+        if held <= cp.size {
+            return match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(check(format!("cannot remove {}: {e}", path.display())))
+                }
+                _ => Ok(()),
+            };
+        }
+        let made = newest
+            .and_then(|r| r["requested_at"].as_str())
+            .and_then(|t| humantime::parse_rfc3339(t).ok())
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as i64)
+            .ok_or_else(|| check("GET /v1/log: a record without a readable requested_at".into()))?;
+        if now.0 - made > limit {
+            return Err(stale(held, made));
+        }
+        let saved = read_optional(&path)?.and_then(|s| {
+            let (n, t) = s.trim().split_once(' ')?;
+            Some((n.parse::<u64>().ok()?, t.parse::<i64>().ok()?))
+        });
+        match saved {
+            Some((n, since)) if n > cp.size => {
+                if now.0 - since > limit {
+                    return Err(stale(n, since));
+                }
+            }
+            _ => write_atomic(&path, format!("{held} {}\n", now.0).as_bytes())
+                .map_err(|e| check(format!("cannot save {}: {e}", path.display())))?,
+        }
+        Ok(())
     }
 
     /// The log key: as given or as served, and the same as the one pinned before.

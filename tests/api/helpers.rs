@@ -419,3 +419,23 @@ impl Drop for TestApp {
         }
     }
 }
+
+/// Runs `agentid audit witness` for `app`'s live ledger off the test's thread (the service's
+/// tasks run there), with `extra` arguments.
+pub async fn witness(app: &TestApp, state: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_agentid"));
+    cmd.args([
+        "audit",
+        "witness",
+        "--url",
+        &app.base,
+        "--key",
+        app.secret(),
+        "--state",
+    ])
+    .arg(state)
+    .args(extra);
+    tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap()
+}

@@ -41,21 +41,7 @@ fn forge(key: &SigningKey, kid: &str, agent: &str) -> String {
 
 /// `agentid audit verify` on the app's database and key file: exit code and output.
 fn audit_verify(app: &TestApp) -> (Option<i32>, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentid"))
-        .args(["audit", "verify", "--database-url", &app.db.url])
-        .arg("--signing-key-file")
-        .arg(&app.config.signing_key_file)
-        .args(["--public-url", &app.base])
-        .output()
-        .unwrap();
-    (
-        out.status.code(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    audit_verify_with(app, &[])
 }
 
 /// One INSERT puts a key of the attacker's in `signing_keys`: it is not published, validates
@@ -165,4 +151,140 @@ async fn retirement_and_revocation_cannot_be_undone_in_the_database() {
     assert_eq!(app.verify(&token).await["error"], "TOKEN_INVALID");
     assert_eq!(app.verify(&other_token).await["error"], "TOKEN_REVOKED");
     let _ = agent;
+}
+
+/// `n` verifications of one fresh agent's token: `n` records in the caller's live ledger.
+async fn records(app: &TestApp, n: usize) {
+    let (_, token) = app.agent().await;
+    for _ in 0..n {
+        assert_eq!(app.verify_as_receiver(&token).await.status, 200);
+    }
+}
+
+/// The size of the caller's live ledger's latest checkpoint.
+async fn checkpointed(app: &TestApp) -> u64 {
+    let note = app.get("/v1/log/checkpoint", Some(app.secret())).await.text();
+    note.lines().nth(1).unwrap().parse().unwrap()
+}
+
+/// Waits until a checkpoint covers `size` records of the caller's live ledger.
+async fn covered(app: &TestApp, size: u64) {
+    for _ in 0..200 {
+        if checkpointed(app).await >= size {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "no checkpoint of {size} records came (the latest holds {})",
+        checkpointed(app).await
+    );
+}
+
+/// One row where the checkpointer writes the next subtree hash used to stop every later
+/// checkpoint (the no-replace trigger refused them all). Now the checkpoint is made over the
+/// records anyway, later ones too, and the row is an integrity alarm and an `audit verify`
+/// failure.
+#[actix_web::test]
+async fn a_junk_subtree_hash_neither_stops_nor_bends_checkpoints() {
+    let metrics = agentid::telemetry::metrics_handle();
+    let app = spawn_app().await;
+    records(&app, 30).await;
+    covered(&app, 30).await;
+    let latest = checkpointed(&app).await;
+    let org = &app.org.org_id;
+    app.raw_execute(&format!(
+        "INSERT INTO audit_tree_nodes VALUES ('{org}', 'live', 4, {}, {})",
+        latest / 16,
+        blob(&app, &[0])
+    ))
+    .await
+    .unwrap();
+    records(&app, 20).await;
+    covered(&app, latest + 20).await;
+    records(&app, 20).await;
+    covered(&app, latest + 40).await;
+    let rendered = metrics.render();
+    assert!(
+        rendered.contains("agentid_integrity_failures_total{what=\"tree_node\"}"),
+        "{rendered}"
+    );
+    assert!(rendered.contains("agentid_checkpoint_lag_records"), "{rendered}");
+
+    let (code, out) = audit_verify(&app);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(&format!(
+            "the stored hash of subtree 4@{} is not the records'",
+            latest / 16
+        )),
+        "{out}"
+    );
+    // Every checkpoint's root is the records' root: the junk is the only failure.
+    assert_eq!(out.lines().filter(|l| l.starts_with("FAIL ")).count(), 1, "{out}");
+}
+
+/// Records that no checkpoint has covered for longer than N checkpoint intervals fail
+/// `audit verify` and the witness; within the limit both pass.
+#[actix_web::test]
+async fn records_left_uncovered_by_checkpoints_are_an_alarm() {
+    // A checkpointer that does not come round during the test.
+    let app = crate::helpers::spawn_app_with(crate::helpers::Options {
+        tweak: Box::new(|c| c.engine.checkpoint_interval = Duration::from_secs(3600)),
+        ..Default::default()
+    })
+    .await;
+    records(&app, 3).await;
+    assert_eq!(checkpointed(&app).await, 0);
+    let (code, out) = audit_verify(&app);
+    assert_eq!(code, Some(0), "within 6 intervals of 10 s: {out}");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let strict = ["--checkpoint-interval-ms", "100", "--stale-after-intervals", "3"];
+    let (code, out) = audit_verify_with(&app, &strict);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("seq 1: no checkpoint covers the records from here on"),
+        "{out}"
+    );
+
+    let state = tempfile::tempdir().unwrap();
+    let out = crate::helpers::witness(&app, state.path(), &[]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = crate::helpers::witness(&app, state.path(), &strict).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("ALERT: checkpoints stopped"), "{err}");
+
+    // Busy traffic: the newest record is always fresh, yet records this witness saw
+    // uncovered on an earlier run are still uncovered past the limit.
+    let state = tempfile::tempdir().unwrap();
+    let limit = ["--checkpoint-interval-ms", "500", "--stale-after-intervals", "2"];
+    records(&app, 1).await;
+    let out = crate::helpers::witness(&app, state.path(), &limit).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    records(&app, 1).await;
+    let out = crate::helpers::witness(&app, state.path(), &limit).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("ALERT: checkpoints stopped"), "{err}");
+}
+
+fn audit_verify_with(app: &TestApp, extra: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentid"))
+        .args(["audit", "verify", "--database-url", &app.db.url])
+        .arg("--signing-key-file")
+        .arg(&app.config.signing_key_file)
+        .args(["--public-url", &app.base])
+        .args(extra)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
 }

@@ -271,7 +271,9 @@ async fn audit(app: &TestApp, given: &[String]) -> logcheck::Report {
             note: n.clone(),
         })
         .collect();
-    logcheck::check(&app.store, &v, &given).await.unwrap()
+    logcheck::check(&app.store, &v, &given, std::time::Duration::from_secs(3600))
+        .await
+        .unwrap()
 }
 
 fn failures(r: &logcheck::Report) -> String {
@@ -671,22 +673,8 @@ async fn audit_verify_goes_on_past_an_unreadable_block_and_exits_non_zero() {
 
 // ---- The witness ---------------------------------------------------------------------------------
 
-/// Runs `agentid audit witness` off the test's thread (the service's tasks run there).
 async fn witness(app: &TestApp, state: &std::path::Path) -> std::process::Output {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_agentid"));
-    cmd.args([
-        "audit",
-        "witness",
-        "--url",
-        &app.base,
-        "--key",
-        app.secret(),
-        "--state",
-    ])
-    .arg(state);
-    tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap()
+    crate::helpers::witness(app, state, &[]).await
 }
 
 #[actix_web::test]
