@@ -150,6 +150,19 @@ fn describe() {
         "agentid_checkpoint_failures_total",
         "Checkpoints that could not be made (tried again at the next tick)"
     );
+    describe_gauge!(
+        "agentid_checkpoint_lag_records",
+        "Most records of a ledger beyond its latest checkpoint (of the ledgers this instance checkpoints)"
+    );
+    describe_gauge!(
+        "agentid_checkpoint_lag_seconds",
+        Unit::Seconds,
+        "Longest time a ledger has had records beyond its latest checkpoint"
+    );
+    describe_counter!(
+        "agentid_integrity_failures_total",
+        "Stored rows the service did not write, by what they are (signing_key, tree_node): each is an alarm"
+    );
     describe_gauge!("agentid_build_info", "Build information (value 1)");
 }
 
@@ -176,6 +189,11 @@ fn register_zeroes() {
     metrics::counter!("agentid_audit_chain_conflicts_total").increment(0);
     metrics::counter!("agentid_checkpoints_total").increment(0);
     metrics::counter!("agentid_checkpoint_failures_total").increment(0);
+    for what in ["signing_key", "tree_node"] {
+        metrics::counter!("agentid_integrity_failures_total", "what" => what).increment(0);
+    }
+    metrics::gauge!("agentid_checkpoint_lag_records").set(0.0);
+    metrics::gauge!("agentid_checkpoint_lag_seconds").set(0.0);
     let _ = metrics::histogram!("agentid_checkpoint_duration_seconds");
     // Registered, so that it is exported (with empty buckets) before the first wait.
     let _ = metrics::histogram!("agentid_audit_chain_lock_wait_seconds");
