@@ -245,7 +245,15 @@ pub async fn retire_signing_key(store: &SharedStore, kid: &str) -> Result<(), Ad
     if st[i] == KeyState::Active && active == 1 {
         return Err(AdminError::OnlyActiveKey(kid.to_owned()));
     }
-    if !store.retire_signing_key(kid, Millis::now()).await? {
+    // Retirements are committed to in the order of their times (`tlog::commit`): a later
+    // one never takes an earlier time than one recorded, whatever the clocks of a fleet say.
+    let latest = keys
+        .iter()
+        .filter_map(|k| k.retired_at)
+        .max()
+        .unwrap_or(Millis(0));
+    let at = Millis(Millis::now().0.max(latest.0 + 1));
+    if !store.retire_signing_key(kid, at).await? {
         return Err(AdminError::RetiredAlready(kid.to_owned()));
     }
     Ok(())

@@ -332,3 +332,99 @@ pub async fn consistency(
         proof: proof.iter().map(|h| hex(h)).collect(),
     }))
 }
+
+/// Where to start each list of `GET /v1/log/commitments` (default 0: from its first entry).
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct CommitmentParams {
+    /// Entries of the revocation list from this index on.
+    #[param(value_type = Option<u64>, minimum = 0)]
+    revocations_from: Option<String>,
+    /// Entries of the retired-key list from this index on.
+    #[param(value_type = Option<u64>, minimum = 0)]
+    retired_keys_from: Option<String>,
+}
+
+/// Most entries of each list in one answer.
+pub const COMMITMENT_PAGE: usize = 1000;
+
+/// A page of one list a checkpoint commits to.
+#[derive(Serialize, ToSchema)]
+pub struct CommittedList {
+    /// Entries the list holds in all.
+    total: u64,
+    /// The index of `entries[0]`.
+    from: u64,
+    /// In list order, at most 1000.
+    entries: Vec<CommittedEntry>,
+}
+
+/// One entry: an agent id and when it was revoked, or a kid and when it was retired.
+#[derive(Serialize, ToSchema)]
+pub struct CommittedEntry {
+    id: String,
+    at: Millis,
+}
+
+/// The lists the caller's ledger's checkpoints commit to, as the database holds them now.
+#[derive(Serialize, ToSchema)]
+pub struct Committed {
+    revocations: CommittedList,
+    retired_keys: CommittedList,
+}
+
+fn list_from(field: &'static str, value: Option<&str>) -> Result<u64, ApiError> {
+    match value {
+        None => Ok(0),
+        Some(v) => Ok(v
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n <= i64::MAX as u64)
+            .ok_or_else(|| ValidationError::new(field, "must be a non-negative integer"))?),
+    }
+}
+
+fn page(list: &[(String, Millis)], from: u64) -> CommittedList {
+    CommittedList {
+        total: list.len() as u64,
+        from,
+        entries: list
+            .iter()
+            .skip(usize::try_from(from).unwrap_or(usize::MAX))
+            .take(COMMITMENT_PAGE)
+            .map(|(id, at)| CommittedEntry {
+                id: id.clone(),
+                at: *at,
+            })
+            .collect(),
+    }
+}
+
+#[utoipa::path(
+    get, path = "/v1/log/commitments", tag = "audit",
+    params(CommitmentParams),
+    responses(
+        (status = 200, description = "The lists the caller's ledger's checkpoints commit to in their extension lines `agentid-revocations <count> <hash>` and `agentid-retired-keys <count> <hash>`: the ledger's revocations (in revocation order) and the fleet's key retirements (by time), each a hash chain: h0 = 32 zero bytes, h(i+1) = SHA-256(list name ‖ LF ‖ h(i) ‖ id ‖ LF ‖ at in decimal ms ‖ LF). A witness checks that each new checkpoint's lists extend the ones it saw.", body = Committed),
+        (status = 400, description = "VALIDATION_ERROR: an index that is not a non-negative integer", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn commitments(
+    state: web::Data<AppState>,
+    Issuer(caller): Issuer,
+    params: web::Query<CommitmentParams>,
+) -> Result<HttpResponse, ApiError> {
+    let revocations_from = list_from("revocations_from", params.revocations_from.as_deref())?;
+    let retired_from = list_from("retired_keys_from", params.retired_keys_from.as_deref())?;
+    let lists = state
+        .engine
+        .transparency()
+        .committed(&caller_ledger(&caller))
+        .await?;
+    Ok(HttpResponse::Ok()
+        .insert_header((actix_web::http::header::CACHE_CONTROL, "no-store"))
+        .json(Committed {
+            revocations: page(&lists.revocations, revocations_from),
+            retired_keys: page(&lists.retired_keys, retired_from),
+        }))
+}

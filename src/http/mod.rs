@@ -94,6 +94,7 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .service(resource(&routes::REVOKE).route(web::post().to(agents::revoke)))
         .service(resource(&routes::LOG).route(web::get().to(log::read)))
         .service(resource(&routes::LOG_CHECKPOINT).route(web::get().to(log::checkpoint)))
+        .service(resource(&routes::LOG_COMMITMENTS).route(web::get().to(log::commitments)))
         .service(resource(&routes::INCLUSION_PROOF).route(web::get().to(log::inclusion)))
         .service(resource(&routes::CONSISTENCY_PROOF).route(web::get().to(log::consistency)));
 }

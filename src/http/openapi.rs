@@ -47,6 +47,7 @@ impl ToSchema for Millis {}
         super::verify::verify,
         super::log::read,
         super::log::checkpoint,
+        super::log::commitments,
         super::log::inclusion,
         super::log::consistency,
     ),

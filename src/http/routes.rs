@@ -73,6 +73,7 @@ pub static ISSUE_TOKEN: Route = other("/v1/agents/{id}/issue-token");
 pub static REVOKE: Route = other("/v1/agents/{id}/revoke");
 pub static LOG: Route = other("/v1/log");
 pub static LOG_CHECKPOINT: Route = other("/v1/log/checkpoint");
+pub static LOG_COMMITMENTS: Route = other("/v1/log/commitments");
 pub static INCLUSION_PROOF: Route = other("/v1/log/proof/inclusion");
 pub static CONSISTENCY_PROOF: Route = other("/v1/log/proof/consistency");
 /// What a path that no route takes counts as.

@@ -4,10 +4,13 @@ use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, IntoArguments, Type};
 
 use super::sql::{parse_mode, Backend, SqlStore};
 use super::{AgentRecord, Revocations, StoreError, StoreFuture};
-use crate::domain::{KeyMode, Millis};
+use crate::domain::{KeyMode, Ledger, Millis};
 
 /// Agents: registered, given tokens, revoked for good.
 pub trait AgentStore {
+    /// A ledger's revoked agents and when, in the order of their revocations: by revocation
+    /// epoch (agents revoked before there were epochs first, by time).
+    fn revocations_of<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, Vec<(String, Millis)>>;
     fn insert_agent<'a>(&'a self, agent: &'a AgentRecord) -> StoreFuture<'a, ()>;
     /// Any organization's agent: callers check ownership.
     fn get_agent<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<AgentRecord>>;
@@ -125,7 +128,22 @@ where
     for<'r> i64: Decode<'r, DB> + Type<DB>,
     for<'r> Option<i64>: Decode<'r, DB> + Type<DB>,
     for<'r> &'r str: ColumnIndex<DB::Row>,
+    usize: ColumnIndex<DB::Row>,
 {
+    fn revocations_of<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, Vec<(String, Millis)>> {
+        Box::pin(async move {
+            let rows: Vec<(String, i64)> = sqlx::query_as(
+                "SELECT id, revoked_at FROM agents WHERE org_id = $1 AND mode = $2 AND revoked_at IS NOT NULL \
+                 ORDER BY COALESCE(revoked_epoch, 0), revoked_at, id",
+            )
+            .bind(ledger.org_id.as_str())
+            .bind(ledger.mode.as_str())
+            .fetch_all(&self.pool)
+            .await?;
+            Ok(rows.into_iter().map(|(id, at)| (id, Millis(at))).collect())
+        })
+    }
+
     fn insert_agent<'a>(&'a self, a: &'a AgentRecord) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let sql = format!(

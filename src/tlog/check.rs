@@ -11,8 +11,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::time::Duration;
 
+use super::checkpointer::committed_lists;
+use super::commit::{self, Commitments, List};
 pub use super::note::GivenNote;
-use super::note::{Checkpoint, LogVerifier};
+use super::note::LogVerifier;
 use super::tree::{Frontier, Hash, Subtree};
 use crate::domain::audit::AuditRecord;
 use crate::domain::{Ledger, Millis, Totals};
@@ -64,6 +66,8 @@ struct Claim {
     size: u64,
     root: Hash,
     source: String,
+    /// What it commits to besides the records, if it says (`tlog::commit`).
+    extensions: Vec<String>,
 }
 
 /// Checks every ledger. `given`: checkpoints from outside, each checked with `verifier`.
@@ -84,6 +88,7 @@ pub async fn check(
                     size: cp.size,
                     root: cp.root,
                     source: g.source.clone(),
+                    extensions: cp.extensions,
                 }),
                 None => report.failures.push(Failure {
                     ledger: Ledger::service(),
@@ -183,17 +188,22 @@ impl<'a> LedgerCheck<'a> {
         let nodes_until = stored.last().map_or(0, |c| c.size);
         for cp in &stored {
             let source = format!("stored checkpoint of {} records", cp.size);
+            let mut extensions = Vec::new();
             match self.verifier.open(&cp.note) {
-                Ok(Checkpoint { origin, size, root }) => {
-                    if Ledger::from_origin(&origin).as_ref() != Some(&self.ledger)
-                        || size != cp.size
-                        || root != cp.root
+                Ok(note) => {
+                    if Ledger::from_origin(&note.origin).as_ref() != Some(&self.ledger)
+                        || note.size != cp.size
+                        || note.root != cp.root
                     {
                         self.fail(
                             None,
-                            format!("{source}: its signed note says {origin} at {size} records"),
+                            format!(
+                                "{source}: its signed note says {} at {} records",
+                                note.origin, note.size
+                            ),
                         );
                     }
+                    extensions = note.extensions;
                 }
                 Err(e) => self.fail(None, format!("{source}: {e}")),
             }
@@ -201,8 +211,10 @@ impl<'a> LedgerCheck<'a> {
                 size: cp.size,
                 root: cp.root,
                 source,
+                extensions,
             });
         }
+        self.check_commitments(&claims).await?;
         // The empty tree has one root, and every ledger extends it.
         claims.retain(|c| c.size > 0 || c.root == crate::tlog::tree::empty_root());
         claims.sort_by_key(|c| c.size);
@@ -426,6 +438,47 @@ impl<'a> LedgerCheck<'a> {
                 self.summary.checkpoints += 1;
             }
         }
+    }
+
+    /// Whether the database still holds the revocations and key retirements each checkpoint
+    /// commits to: one undone (an earlier row put back) is a failure.
+    async fn check_commitments(&mut self, claims: &[Claim]) -> Result<(), StoreError> {
+        let lists = committed_lists(self.store, &self.ledger).await?;
+        for claim in claims {
+            let c = match Commitments::parse(&claim.extensions) {
+                Ok(Some(c)) => c,
+                Ok(None) => continue,
+                Err(e) => {
+                    self.fail(None, format!("{}: {e}", claim.source));
+                    continue;
+                }
+            };
+            if !commit::holds(List::Revocations, &lists.revocations, &c.revocations) {
+                self.fail(
+                    None,
+                    format!(
+                        "{}: it commits to {} revocations of this ledger, which the database no longer holds \
+                         (it holds {}): a revocation was undone",
+                        claim.source,
+                        c.revocations.count,
+                        lists.revocations.len()
+                    ),
+                );
+            }
+            if !commit::holds(List::RetiredKeys, &lists.retired_keys, &c.retired_keys) {
+                self.fail(
+                    None,
+                    format!(
+                        "{}: it commits to {} retired signing keys, which the database no longer holds \
+                         (it holds {}): a retirement was undone",
+                        claim.source,
+                        c.retired_keys.count,
+                        lists.retired_keys.len()
+                    ),
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Compares computed subtree hashes with the stored ones (which exist up to the latest

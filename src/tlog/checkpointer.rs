@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use super::commit::{self, Commitment, Commitments, List};
 use super::note::{Checkpoint, LogKey, LogVerifier};
 use super::tree::{self, Frontier, Hash, Parts, Subtree};
 use crate::domain::audit::AuditRecord;
@@ -62,6 +63,42 @@ impl Grown {
     fn put_back(&self, ledger: Ledger) {
         self.0.lock().insert(ledger);
     }
+}
+
+/// The lists a checkpoint of a ledger commits to, as the database holds them now.
+#[derive(Debug, Default)]
+pub struct CommittedLists {
+    /// The ledger's revocations, in revocation order.
+    pub revocations: Vec<(String, Millis)>,
+    /// The fleet's retired keys, by time of retirement (then kid).
+    pub retired_keys: Vec<(String, Millis)>,
+}
+
+impl CommittedLists {
+    pub fn commitments(&self) -> Commitments {
+        let of = |list, entries: &[(String, Millis)]| {
+            Commitment::of(list, entries.iter().map(|(id, at)| (id.as_str(), *at)))
+        };
+        Commitments {
+            revocations: of(List::Revocations, &self.revocations),
+            retired_keys: of(List::RetiredKeys, &self.retired_keys),
+        }
+    }
+}
+
+/// Reads the lists a checkpoint of `ledger` commits to.
+pub async fn committed_lists(store: &SharedStore, ledger: &Ledger) -> Result<CommittedLists, StoreError> {
+    let mut retired_keys: Vec<(String, Millis)> = store
+        .signing_keys()
+        .await?
+        .into_iter()
+        .filter_map(|k| Some((k.kid, k.retired_at?)))
+        .collect();
+    retired_keys.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+    Ok(CommittedLists {
+        revocations: store.revocations_of(ledger).await?,
+        retired_keys,
+    })
 }
 
 /// Something stored that the service did not write: logged, and counted by `what`.
@@ -121,6 +158,11 @@ impl Transparency {
         self.key.verifier()
     }
 
+    /// The lists a checkpoint of `ledger` commits to, as the database holds them now.
+    pub async fn committed(&self, ledger: &Ledger) -> Result<CommittedLists, StoreError> {
+        committed_lists(&self.store, ledger).await
+    }
+
     /// The signed note of a ledger's latest checkpoint; for a ledger without one, a
     /// checkpoint of the empty tree, signed now (true of every ledger, so nothing to store).
     pub async fn latest_note(&self, ledger: &Ledger) -> Result<String, StoreError> {
@@ -130,6 +172,7 @@ impl Transparency {
                 origin: ledger.origin(&self.host),
                 size: 0,
                 root: tree::empty_root(),
+                extensions: Vec::new(),
             }),
         })
     }
@@ -229,10 +272,16 @@ impl Transparency {
             }
             next = last + 1;
         }
+        let lists = committed_lists(&self.store, ledger).await?;
+        let commitments = lists.commitments();
+        if let Some(c) = &latest {
+            self.check_commitments(ledger, c, &lists);
+        }
         let checkpoint = Checkpoint {
             origin: ledger.origin(&self.host),
             size: target,
             root: frontier.root(),
+            extensions: commitments.lines(),
         };
         let stored = StoredCheckpoint {
             ledger: ledger.clone(),
@@ -259,6 +308,38 @@ impl Transparency {
             self.note_lag(ledger, target, size, now);
         }
         Ok(if target < size { Step::More } else { Step::Done })
+    }
+
+    /// Whether the lists still hold what the latest checkpoint committed to. A revocation or a
+    /// retirement undone in the database is an alarm here (the new checkpoint is signed over
+    /// what the database holds, so the witness and `audit verify` catch it too).
+    fn check_commitments(&self, ledger: &Ledger, latest: &StoredCheckpoint, lists: &CommittedLists) {
+        let Ok(cp) = self.key.verifier().open(&latest.note) else {
+            return; // not a note of this key: `audit verify` reports it
+        };
+        let Ok(Some(old)) = Commitments::parse(&cp.extensions) else {
+            return;
+        };
+        if !commit::holds(List::Revocations, &lists.revocations, &old.revocations) {
+            alarm(
+                "revocation",
+                &format!(
+                    "ledger {ledger}: the database no longer holds the {} revocations the checkpoint of {} \
+                     records commits to: a revocation was undone",
+                    old.revocations.count, latest.size
+                ),
+            );
+        }
+        if !commit::holds(List::RetiredKeys, &lists.retired_keys, &old.retired_keys) {
+            alarm(
+                "retired_key",
+                &format!(
+                    "the database no longer holds the {} key retirements the checkpoint of {} records of \
+                     {ledger} commits to: a retirement was undone",
+                    old.retired_keys.count, latest.size
+                ),
+            );
+        }
     }
 
     /// Notes that `ledger` holds `size` records of which its checkpoints cover `covered`,

@@ -30,15 +30,22 @@ pub struct Checkpoint {
     pub origin: String,
     pub size: u64,
     pub root: Hash,
+    /// Extension lines after the root (see `tlog::commit`), signed with the rest.
+    pub extensions: Vec<String>,
 }
 
 impl Checkpoint {
-    /// The signed text: origin, size, root, each on its line.
+    /// The signed text: origin, size, root and any extension lines, each on its line.
     pub fn text(&self) -> String {
-        format!("{}\n{}\n{}\n", self.origin, self.size, STANDARD.encode(self.root))
+        let mut text = format!("{}\n{}\n{}\n", self.origin, self.size, STANDARD.encode(self.root));
+        for line in &self.extensions {
+            text.push_str(line);
+            text.push('\n');
+        }
+        text
     }
 
-    /// Parses a checkpoint's text (extension lines after the root are allowed and ignored).
+    /// Parses a checkpoint's text, extension lines after the root included.
     pub fn parse(text: &str) -> Result<Checkpoint, NoteError> {
         let body = text
             .strip_suffix('\n')
@@ -66,13 +73,15 @@ impl Checkpoint {
             .ok_or(NoteError::Format(
                 "the root hash is not 32 bytes of standard base64",
             ))?;
-        if lines.any(str::is_empty) {
+        let extensions: Vec<String> = lines.map(str::to_owned).collect();
+        if extensions.iter().any(String::is_empty) {
             return Err(NoteError::Format("empty extension line"));
         }
         Ok(Checkpoint {
             origin: origin.to_owned(),
             size,
             root,
+            extensions,
         })
     }
 }
@@ -319,6 +328,7 @@ mod tests {
             origin: "example.com/agentid/org_1/live".into(),
             size: 12,
             root: [9; 32],
+            extensions: vec!["agentid-x 1".into()],
         }
     }
 
@@ -373,6 +383,7 @@ mod tests {
         assert!(Checkpoint::parse("\n12\nCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQk=\n").is_err());
         let c = Checkpoint::parse("o\n12\nCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQk=\next\n").unwrap();
         assert_eq!(c.size, 12);
+        assert_eq!(c.extensions, ["ext"]);
     }
 
     /// A file of several signed notes, with or without blank lines between them, gives each.
@@ -384,6 +395,7 @@ mod tests {
                 origin: "h/agentid/org_1/live".into(),
                 size,
                 root: [size as u8; 32],
+                extensions: Vec::new(),
             })
         };
         let dir = tempfile::tempdir().unwrap();

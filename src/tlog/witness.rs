@@ -9,6 +9,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::commit::{self, Commitment, Commitments, List};
 use super::note::{Checkpoint, LogVerifier};
 use super::tree::{self, Hash};
 use crate::domain::Millis;
@@ -77,6 +78,7 @@ impl Witness {
         if let Some(old) = &old {
             self.judge(&agent, base, old, &new)?;
         }
+        self.lists(&agent, base, old.as_ref(), &new)?;
         write_atomic(&saved_path, note.as_bytes())
             .map_err(|e| check(format!("cannot save {}: {e}", saved_path.display())))?;
         self.coverage(&agent, base, &new)?;
@@ -85,6 +87,79 @@ impl Witness {
             previous: old.map(|o| o.size),
             size: new.size,
         })
+    }
+
+    /// Whether the lists `new` commits to (the ledger's revocations, the fleet's key
+    /// retirements) extend what `old` committed to: an entry taken out (a revocation undone
+    /// in the database, a key un-retired) is a log that did not only grow.
+    fn lists(
+        &self,
+        agent: &ureq::Agent,
+        base: &str,
+        old: Option<&Checkpoint>,
+        new: &Checkpoint,
+    ) -> Result<(), WitnessError> {
+        let log = WitnessError::Log;
+        let Some(now) = Commitments::parse(&new.extensions).map_err(log)? else {
+            return Ok(()); // the service commits to no lists
+        };
+        let before = match old {
+            Some(o) => Commitments::parse(&o.extensions).map_err(log)?,
+            None => None,
+        };
+        let before = before.unwrap_or(Commitments {
+            revocations: Commitment::EMPTY,
+            retired_keys: Commitment::EMPTY,
+        });
+        for (list, earlier, later, param) in [
+            (
+                List::Revocations,
+                before.revocations,
+                now.revocations,
+                "revocations",
+            ),
+            (
+                List::RetiredKeys,
+                before.retired_keys,
+                now.retired_keys,
+                "retired_keys",
+            ),
+        ] {
+            let what = match list {
+                List::Revocations => "revocation",
+                List::RetiredKeys => "key retirement",
+            };
+            if later.count < earlier.count {
+                return Err(WitnessError::Log(format!(
+                    "the log did not only grow: {} commits to {} {what}s, {} before: one was undone",
+                    new.origin, later.count, earlier.count
+                )));
+            }
+            let mut entries: Vec<(String, Millis)> = Vec::new();
+            while (earlier.count + entries.len() as u64) < later.count {
+                let from = earlier.count + entries.len() as u64;
+                let body = get(
+                    agent,
+                    &format!("{base}/v1/log/commitments?{param}_from={from}"),
+                    Some(&self.key),
+                )?;
+                let page = parse_entries(&body, param)
+                    .map_err(|e| check(format!("GET /v1/log/commitments: {e}")))?;
+                if page.is_empty() {
+                    break;
+                }
+                entries.extend(page);
+            }
+            let walk = entries.iter().map(|(id, at)| (id.as_str(), *at));
+            if !commit::extends(list, &earlier, &later, walk) {
+                return Err(WitnessError::Log(format!(
+                    "the log did not only grow: the {what}s {} commits to ({}) do not extend the {} seen \
+                     before: one was undone",
+                    new.origin, later.count, earlier.count
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Whether the checkpoint still covers the ledger's records within `stale_after`: the
@@ -222,6 +297,26 @@ impl Witness {
             ))
         })
     }
+}
+
+/// The entries of one list of a `GET /v1/log/commitments` answer.
+fn parse_entries(body: &str, list: &str) -> Result<Vec<(String, Millis)>, String> {
+    let v: serde_json::Value = serde_json::from_str(body).map_err(|e| e.to_string())?;
+    let entries = v[list]["entries"]
+        .as_array()
+        .ok_or_else(|| format!("no {list}.entries"))?;
+    entries
+        .iter()
+        .map(|e| {
+            let id = e["id"].as_str().ok_or("an entry without an id")?;
+            let at = e["at"]
+                .as_str()
+                .and_then(|t| humantime::parse_rfc3339(t).ok())
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .ok_or("an entry without a readable time")?;
+            Ok((id.to_owned(), Millis(at.as_millis() as i64)))
+        })
+        .collect()
 }
 
 fn check(msg: String) -> WitnessError {

@@ -290,3 +290,72 @@ fn audit_verify_with(app: &TestApp, extra: &[&str]) -> (Option<i32>, String) {
         ),
     )
 }
+
+/// Someone who can get past the triggers (the SQLite file's holder, PostgreSQL's owner) puts
+/// an agent's row back as it was before its revocation and a key's row as it was before its
+/// retirement. A new instance believes the rows (this is detected, not prevented), but every
+/// checkpoint made since committed to both lists: `audit verify` fails at it, the instance
+/// that makes the next checkpoint alarms, and the witness's next run alerts.
+#[actix_web::test]
+async fn a_revocation_or_retirement_undone_behind_the_triggers_is_caught() {
+    let metrics = agentid::telemetry::metrics_handle();
+    let app = spawn_app().await;
+    let root = agentid::keys::KeyRing::load(&app.config.signing_key_file)
+        .unwrap()
+        .unwrap();
+    let (agent, token) = app.agent().await;
+    assert_eq!(app.revoke(&agent, Some("leaked")).await.status, 200);
+    admin::rotate_signing_key(&app.store, &root, &app.config.signing_key_file, Duration::ZERO)
+        .await
+        .unwrap();
+    admin::retire_signing_key(&app.store, root.kid()).await.unwrap();
+    app.engine.refresh_keys().await.unwrap();
+    records(&app, 3).await;
+    covered(&app, 3).await;
+    let note = app.get("/v1/log/checkpoint", Some(app.secret())).await.text();
+    assert!(note.contains("\nagentid-revocations 1 "), "{note}");
+    assert!(note.contains("\nagentid-retired-keys 1 "), "{note}");
+    let listed = app.get("/v1/log/commitments", Some(app.secret())).await.json();
+    assert_eq!(
+        listed["revocations"]["entries"][0]["id"],
+        agent.as_str(),
+        "{listed}"
+    );
+    assert_eq!(listed["retired_keys"]["entries"][0]["id"], root.kid(), "{listed}");
+    let state = tempfile::tempdir().unwrap();
+    let out = crate::helpers::witness(&app, state.path(), &[]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (code, out) = audit_verify(&app);
+    assert_eq!(code, Some(0), "{out}");
+
+    crate::helpers::tamper(
+        &app,
+        &format!(
+            "UPDATE agents SET revoked_at = NULL, revocation_reason = NULL, revoked_epoch = NULL \
+             WHERE id = '{agent}'; UPDATE signing_keys SET retired_at = NULL WHERE kid = '{}';",
+            root.kid()
+        ),
+    )
+    .await;
+    let app = app.restart().await;
+    assert_eq!(
+        app.verify(&token).await["valid"],
+        true,
+        "a new instance believes the rows"
+    );
+
+    let (code, out) = audit_verify(&app);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("a revocation was undone"), "{out}");
+    assert!(out.contains("a retirement was undone"), "{out}");
+
+    let before = integrity_failures(metrics, "revocation");
+    records(&app, 2).await;
+    covered(&app, 3 + 1 + 2).await;
+    assert!(integrity_failures(metrics, "revocation") > before);
+    assert!(integrity_failures(metrics, "retired_key") >= 1.0);
+    let out = crate::helpers::witness(&app, state.path(), &[]).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("ALERT: the log did not only grow"), "{err}");
+}

@@ -195,35 +195,8 @@ async fn verifier(app: &TestApp) -> LogVerifier {
     LogVerifier::parse(&app.get("/.well-known/log-key", None).await.text()).unwrap()
 }
 
-/// Runs SQL past the log's protections, as someone holding the database would: on
-/// PostgreSQL as superuser with triggers off for the session, on SQLite with them dropped.
 async fn tamper(app: &TestApp, sql: &str) {
-    if app.db.is_postgres() {
-        let pool = sqlx::PgPool::connect(&app.db.url).await.unwrap();
-        let mut c = pool.acquire().await.unwrap();
-        sqlx::raw_sql(&format!("SET session_replication_role = replica; {sql}"))
-            .execute(&mut *c)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
-        drop(c);
-        pool.close().await;
-    } else {
-        let pool = sqlx::SqlitePool::connect(&app.db.url).await.unwrap();
-        let triggers: Vec<(String,)> =
-            sqlx::query_as("SELECT name FROM sqlite_master WHERE type = 'trigger'")
-                .fetch_all(&pool)
-                .await
-                .unwrap();
-        let mut script = String::new();
-        for (t,) in triggers {
-            script.push_str(&format!("DROP TRIGGER {t};"));
-        }
-        sqlx::raw_sql(&format!("{script} {sql}"))
-            .execute(&pool)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
-        pool.close().await;
-    }
+    crate::helpers::tamper(app, sql).await
 }
 
 /// Replaces the records of a block row (triggers off), as bytes.

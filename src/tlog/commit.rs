@@ -1,0 +1,212 @@
+//! What a checkpoint commits to besides its ledger's records: the ledger's revocations and
+//! the fleet's key retirements. Each is an append-only list (revocations in the order of
+//! the revocation epoch, retirements in the order of their time), committed to as a hash
+//! chain: its length and the hash after its last entry. A checkpoint note carries both as
+//! extension lines, signed with the rest. `audit verify` recomputes them from the database
+//! at every stored or given checkpoint, and the witness checks that each new checkpoint's
+//! lists extend the ones it saw before. So putting an earlier row back (an agent unrevoked,
+//! a key un-retired) is caught like a log that did not only grow.
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use sha2::{Digest, Sha256};
+
+use super::tree::Hash;
+use crate::domain::Millis;
+
+/// The two lists a checkpoint commits to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum List {
+    /// The ledger's revoked agents: `(agent id, revoked at)`.
+    Revocations,
+    /// The fleet's retired signing keys: `(kid, retired at)`.
+    RetiredKeys,
+}
+
+impl List {
+    /// The extension line's first word.
+    pub fn name(self) -> &'static str {
+        match self {
+            List::Revocations => "agentid-revocations",
+            List::RetiredKeys => "agentid-retired-keys",
+        }
+    }
+}
+
+/// A list's length and the chain hash after its last entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Commitment {
+    pub count: u64,
+    pub hash: Hash,
+}
+
+impl Commitment {
+    /// The empty list's.
+    pub const EMPTY: Commitment = Commitment {
+        count: 0,
+        hash: [0; 32],
+    };
+
+    /// The commitment after one more entry: `SHA-256(name ‖ 0x0A ‖ hash ‖ id ‖ 0x0A ‖ at ‖
+    /// 0x0A)`, `at` in decimal milliseconds.
+    pub fn then(&self, list: List, id: &str, at: Millis) -> Commitment {
+        Commitment {
+            count: self.count + 1,
+            hash: Sha256::new()
+                .chain_update(list.name().as_bytes())
+                .chain_update(b"\n")
+                .chain_update(self.hash)
+                .chain_update(id.as_bytes())
+                .chain_update(b"\n")
+                .chain_update(at.0.to_string().as_bytes())
+                .chain_update(b"\n")
+                .finalize()
+                .into(),
+        }
+    }
+
+    /// The commitment to `entries`, in order.
+    pub fn of<'a>(list: List, entries: impl IntoIterator<Item = (&'a str, Millis)>) -> Commitment {
+        entries
+            .into_iter()
+            .fold(Commitment::EMPTY, |c, (id, at)| c.then(list, id, at))
+    }
+
+    /// The commitment after each prefix of `entries`: element `i` is that of the first `i`.
+    pub fn prefixes<'a>(list: List, entries: impl IntoIterator<Item = (&'a str, Millis)>) -> Vec<Commitment> {
+        let mut out = vec![Commitment::EMPTY];
+        for (id, at) in entries {
+            let next = out[out.len() - 1].then(list, id, at);
+            out.push(next);
+        }
+        out
+    }
+
+    /// The extension line: `<list name> <count> <base64 hash>`.
+    pub fn line(&self, list: List) -> String {
+        format!("{} {} {}", list.name(), self.count, STANDARD.encode(self.hash))
+    }
+}
+
+/// What a checkpoint commits to, read from its extension lines; `None` when it has none
+/// (checkpoints made before they carried them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Commitments {
+    pub revocations: Commitment,
+    pub retired_keys: Commitment,
+}
+
+impl Commitments {
+    /// The extension lines of a checkpoint.
+    pub fn lines(&self) -> Vec<String> {
+        vec![
+            self.revocations.line(List::Revocations),
+            self.retired_keys.line(List::RetiredKeys),
+        ]
+    }
+
+    /// Reads the commitments of a checkpoint's extension lines: both or none.
+    pub fn parse(extensions: &[String]) -> Result<Option<Commitments>, String> {
+        let find = |list: List| -> Result<Option<Commitment>, String> {
+            let mut found = None;
+            for line in extensions {
+                let mut words = line.split(' ');
+                if words.next() != Some(list.name()) {
+                    continue;
+                }
+                let bad = || {
+                    format!(
+                        "the extension line {line:?} is not `{} <count> <hash>`",
+                        list.name()
+                    )
+                };
+                let count = words.next().and_then(|c| c.parse().ok()).ok_or_else(bad)?;
+                let hash = words
+                    .next()
+                    .and_then(|h| STANDARD.decode(h).ok())
+                    .and_then(|h| Hash::try_from(h).ok())
+                    .ok_or_else(bad)?;
+                if words.next().is_some() || found.is_some() {
+                    return Err(bad());
+                }
+                found = Some(Commitment { count, hash });
+            }
+            Ok(found)
+        };
+        match (find(List::Revocations)?, find(List::RetiredKeys)?) {
+            (Some(revocations), Some(retired_keys)) => Ok(Some(Commitments {
+                revocations,
+                retired_keys,
+            })),
+            (None, None) => Ok(None),
+            _ => Err("a checkpoint commits to one list without the other".into()),
+        }
+    }
+}
+
+/// Whether the first `c.count` of `entries` (a whole list, in order) are what `c` commits to.
+pub fn holds(list: List, entries: &[(String, Millis)], c: &Commitment) -> bool {
+    usize::try_from(c.count).is_ok_and(|n| n <= entries.len())
+        && Commitment::of(
+            list,
+            entries[..c.count as usize]
+                .iter()
+                .map(|(id, at)| (id.as_str(), *at)),
+        ) == *c
+}
+
+/// Whether `later` can extend `earlier` by `entries` (the entries after `earlier.count`).
+pub fn extends<'a>(
+    list: List,
+    earlier: &Commitment,
+    later: &Commitment,
+    entries: impl IntoIterator<Item = (&'a str, Millis)>,
+) -> bool {
+    let mut c = *earlier;
+    for (id, at) in entries {
+        if c.count == later.count {
+            break;
+        }
+        c = c.then(list, id, at);
+    }
+    c == *later
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commitments_chain_and_read_back() {
+        let entries = [("agt_a", Millis(1)), ("agt_b", Millis(2)), ("agt_c", Millis(3))];
+        let all = Commitment::of(List::Revocations, entries);
+        let prefixes = Commitment::prefixes(List::Revocations, entries);
+        assert_eq!(prefixes.len(), 4);
+        assert_eq!(prefixes[3], all);
+        assert_eq!(prefixes[0], Commitment::EMPTY);
+        assert!(extends(
+            List::Revocations,
+            &prefixes[1],
+            &all,
+            entries[1..].iter().copied()
+        ));
+        // One entry taken out, another put in its place: the same length, another hash.
+        let swapped = [("agt_a", Millis(1)), ("agt_x", Millis(2)), ("agt_c", Millis(3))];
+        assert!(!extends(
+            List::Revocations,
+            &prefixes[1],
+            &Commitment::of(List::Revocations, swapped),
+            entries[1..].iter().copied()
+        ));
+        // The lists do not share hashes.
+        assert_ne!(Commitment::of(List::RetiredKeys, entries), all);
+        let c = Commitments {
+            revocations: all,
+            retired_keys: Commitment::EMPTY,
+        };
+        assert_eq!(Commitments::parse(&c.lines()), Ok(Some(c)));
+        assert_eq!(Commitments::parse(&[]), Ok(None));
+        assert!(Commitments::parse(&c.lines()[..1]).is_err());
+        assert!(Commitments::parse(&["agentid-revocations 1".into(), c.lines()[1].clone()]).is_err());
+    }
+}
