@@ -161,7 +161,7 @@ fn describe() {
     );
     describe_counter!(
         "agentid_integrity_failures_total",
-        "Stored rows the service did not write, by what they are (signing_key, tree_node, revocation, retired_key): each is an alarm"
+        "Stored rows the service did not write, by what they are (signing_key, tree_node, checkpoint, revocation, retired_key): each is an alarm"
     );
     describe_gauge!("agentid_build_info", "Build information (value 1)");
 }
@@ -189,7 +189,13 @@ fn register_zeroes() {
     metrics::counter!("agentid_audit_chain_conflicts_total").increment(0);
     metrics::counter!("agentid_checkpoints_total").increment(0);
     metrics::counter!("agentid_checkpoint_failures_total").increment(0);
-    for what in ["signing_key", "tree_node", "revocation", "retired_key"] {
+    for what in [
+        "signing_key",
+        "tree_node",
+        "checkpoint",
+        "revocation",
+        "retired_key",
+    ] {
         metrics::counter!("agentid_integrity_failures_total", "what" => what).increment(0);
     }
     metrics::gauge!("agentid_checkpoint_lag_records").set(0.0);

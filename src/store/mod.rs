@@ -43,7 +43,7 @@ pub use orgs::OrgStore;
 pub use postgres::PgStore;
 pub use signing::SigningKeyStore;
 pub use sqlite::SqliteStore;
-pub use tree::TreeStore;
+pub use tree::{Added, TreeStore};
 
 pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
 

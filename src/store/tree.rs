@@ -23,20 +23,40 @@ pub trait TreeStore {
         indices: std::ops::Range<u64>,
     ) -> StoreFuture<'a, Vec<(u64, Vec<u8>)>>;
     /// The checkpoint of the largest tree of a ledger.
-    fn latest_checkpoint<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, Option<StoredCheckpoint>>;
+    /// Up to `limit` stored checkpoints of a ledger of at most `at_most` records, largest first.
+    /// Rows are as stored: the caller tells the log key's from junk.
+    fn latest_checkpoints<'a>(
+        &'a self,
+        ledger: &'a Ledger,
+        at_most: u64,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<StoredCheckpoint>>;
     /// Every checkpoint of a ledger, smallest tree first.
     fn checkpoints<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, Vec<StoredCheckpoint>>;
     /// Stores a checkpoint and the subtree hashes its tree completed since the tree of
-    /// `after` leaves, in one transaction, if that tree's checkpoint is still the latest (0:
-    /// none yet). `None`, and nothing written, when another instance got there first. A
-    /// subtree already stored is not written again (rows are never replaced): `Some` lists
-    /// those stored with another hash than the tree's, which the service did not write.
+    /// `after` leaves, in one transaction, unless a checkpoint of more than `after` records
+    /// that `ours` accepts is stored already (another instance got there first). Rows `ours`
+    /// refuses are junk: passed over, unless one holds this checkpoint's size. A subtree
+    /// already stored is not written again (rows are never replaced): `Stored` lists those
+    /// stored with another hash than the tree's, which the service did not write.
     fn add_checkpoint<'a>(
         &'a self,
         checkpoint: &'a StoredCheckpoint,
         after: u64,
         nodes: &'a [(Subtree, Hash)],
-    ) -> StoreFuture<'a, Option<Vec<Subtree>>>;
+        ours: &'a (dyn Fn(&StoredCheckpoint) -> bool + Send + Sync),
+    ) -> StoreFuture<'a, Added>;
+}
+
+/// What `add_checkpoint` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Added {
+    /// Stored; with the subtrees found stored already with another hash.
+    Stored(Vec<Subtree>),
+    /// Nothing written: another instance stored a checkpoint past `after` first.
+    Raced,
+    /// Nothing written: a junk row holds this checkpoint's size.
+    SizeTaken,
 }
 
 /// The blocks holding `seq` `$3..=$4` of a ledger, oldest first; binds org, mode, first, last.
@@ -136,17 +156,24 @@ where
         })
     }
 
-    fn latest_checkpoint<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, Option<StoredCheckpoint>> {
+    fn latest_checkpoints<'a>(
+        &'a self,
+        ledger: &'a Ledger,
+        at_most: u64,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<StoredCheckpoint>> {
         Box::pin(async move {
-            let row: Option<CheckpointRow> = sqlx::query_as(&format!(
+            let rows: Vec<CheckpointRow> = sqlx::query_as(&format!(
                 "SELECT {CHECKPOINT_COLUMNS} FROM audit_checkpoints WHERE org_id = $1 AND mode = $2 \
-                 ORDER BY tree_size DESC LIMIT 1"
+                 AND tree_size <= $3 ORDER BY tree_size DESC LIMIT $4"
             ))
             .bind(ledger.org_id.as_str())
             .bind(ledger.mode.as_str())
-            .fetch_optional(&self.pool)
+            .bind(i64::try_from(at_most).unwrap_or(i64::MAX))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
             .await?;
-            row.map(CheckpointRow::into_record).transpose()
+            rows.into_iter().map(CheckpointRow::into_record).collect()
         })
     }
 
@@ -169,22 +196,32 @@ where
         cp: &'a StoredCheckpoint,
         after: u64,
         nodes: &'a [(Subtree, Hash)],
-    ) -> StoreFuture<'a, Option<Vec<Subtree>>> {
+        ours: &'a (dyn Fn(&StoredCheckpoint) -> bool + Send + Sync),
+    ) -> StoreFuture<'a, Added> {
         Box::pin(async move {
             let (org, mode) = (cp.ledger.org_id.as_str(), cp.ledger.mode.as_str());
             let mut tx = self.pool.begin_with(DB::EXCLUSIVE.begin).await?;
             if let Some(lock) = DB::CHECKPOINT_LOCK {
                 sqlx::query(lock).bind(org).bind(mode).execute(&mut *tx).await?;
             }
-            let (latest,): (i64,) = sqlx::query_as(
-                "SELECT COALESCE(MAX(tree_size), 0) FROM audit_checkpoints WHERE org_id = $1 AND mode = $2",
-            )
+            let past: Vec<CheckpointRow> = sqlx::query_as(&format!(
+                "SELECT {CHECKPOINT_COLUMNS} FROM audit_checkpoints WHERE org_id = $1 AND mode = $2 \
+                 AND tree_size > $3 ORDER BY tree_size"
+            ))
             .bind(org)
             .bind(mode)
-            .fetch_one(&mut *tx)
+            .bind(seq_i64(after)?)
+            .fetch_all(&mut *tx)
             .await?;
-            if latest != seq_i64(after)? {
-                return Ok(None);
+            let mut taken = false;
+            for row in past {
+                taken |= row.tree_size == seq_i64(cp.size)?;
+                if row.into_record().is_ok_and(|c| ours(&c)) {
+                    return Ok(Added::Raced);
+                }
+            }
+            if taken {
+                return Ok(Added::SizeTaken);
             }
             // What is stored already where this tree's subtrees go: only junk can be (rows are
             // written with their checkpoint, and this tree's checkpoint is not stored yet).
@@ -252,7 +289,7 @@ where
             .execute(&mut *tx)
             .await?;
             tx.commit().await?;
-            Ok(Some(foreign))
+            Ok(Added::Stored(foreign))
         })
     }
 }

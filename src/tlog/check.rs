@@ -184,8 +184,9 @@ impl<'a> LedgerCheck<'a> {
     async fn run(&mut self, given: Vec<Claim>) -> Result<(), StoreError> {
         let mut claims = given;
         let stored = self.store.checkpoints(&self.ledger).await?;
-        // Subtree hashes are stored up to the latest stored checkpoint.
-        let nodes_until = stored.last().map_or(0, |c| c.size);
+        // Subtree hashes are stored up to the latest checkpoint the log key signed (rows it
+        // did not sign are junk, reported below).
+        let mut nodes_until = 0;
         for cp in &stored {
             let source = format!("stored checkpoint of {} records", cp.size);
             let mut extensions = Vec::new();
@@ -202,6 +203,8 @@ impl<'a> LedgerCheck<'a> {
                                 note.origin, note.size
                             ),
                         );
+                    } else {
+                        nodes_until = nodes_until.max(cp.size);
                     }
                     extensions = note.extensions;
                 }

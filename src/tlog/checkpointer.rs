@@ -28,11 +28,13 @@ use super::note::{Checkpoint, LogKey, LogVerifier};
 use super::tree::{self, Frontier, Hash, Parts, Subtree};
 use crate::domain::audit::AuditRecord;
 use crate::domain::{Ledger, Millis};
-use crate::store::{SharedStore, StoreError, StoredCheckpoint};
+use crate::store::{Added, SharedStore, StoreError, StoredCheckpoint};
 
 /// Most records one checkpoint adds to a tree; a ledger that grew more (a log that predates
 /// checkpoints) gets there in steps, each a checkpoint of its own.
 pub const MAX_STEP: u64 = 1 << 20;
+/// Checkpoint rows read, largest first, to find the latest one the log key signed.
+const JUNK_READ: u32 = 64;
 /// Record hashes read per query while a checkpoint is made.
 const READ_CHUNK: u64 = 1 << 16;
 
@@ -126,6 +128,8 @@ pub struct Transparency {
     /// Per ledger with records no checkpoint covers: since when the checkpointer has seen
     /// it so (for the lag metrics).
     uncovered: Mutex<HashMap<Ledger, (u64, Millis)>>,
+    /// Checkpoint sizes of a ledger that junk rows hold.
+    taken: Mutex<HashSet<(Ledger, u64)>>,
 }
 
 impl std::fmt::Debug for Transparency {
@@ -151,6 +155,7 @@ impl Transparency {
             interval,
             grown,
             uncovered: Mutex::default(),
+            taken: Mutex::default(),
         }
     }
 
@@ -166,7 +171,8 @@ impl Transparency {
     /// The signed note of a ledger's latest checkpoint; for a ledger without one, a
     /// checkpoint of the empty tree, signed now (true of every ledger, so nothing to store).
     pub async fn latest_note(&self, ledger: &Ledger) -> Result<String, StoreError> {
-        Ok(match self.store.latest_checkpoint(ledger).await? {
+        let size = self.store.ledger_size(ledger).await?;
+        Ok(match self.latest_signed(ledger, size, false).await? {
             Some(cp) => cp.note,
             None => self.key.sign(&Checkpoint {
                 origin: ledger.origin(&self.host),
@@ -216,7 +222,8 @@ impl Transparency {
     /// one is at least an interval old.
     pub async fn checkpoint(&self, ledger: &Ledger) -> Result<Step, StoreError> {
         let started = std::time::Instant::now();
-        let latest = self.store.latest_checkpoint(ledger).await?;
+        let size = self.store.ledger_size(ledger).await?;
+        let latest = self.latest_signed(ledger, size, true).await?;
         let now = Millis::now();
         let after = latest.as_ref().map_or(0, |c| c.size);
         if let Some(c) = &latest {
@@ -224,12 +231,18 @@ impl Transparency {
                 return Ok(Step::More);
             }
         }
-        let size = self.store.ledger_size(ledger).await?;
         self.note_lag(ledger, after, size, now);
         if size <= after {
             return Ok(Step::Done);
         }
-        let target = size.min(after + MAX_STEP);
+        let mut target = size.min(after + MAX_STEP);
+        {
+            // Sizes a junk row holds: a checkpoint a record short of one is as good.
+            let taken = self.taken.lock();
+            while target > after + 1 && taken.contains(&(ledger.clone(), target)) {
+                target -= 1;
+            }
+        }
         let stored_edge = match self.frontier(ledger, after).await {
             Err(StoreError::Corrupt(e)) => Err(e),
             Err(e) => return Err(e),
@@ -290,7 +303,23 @@ impl Transparency {
             note: self.key.sign(&checkpoint),
             created_at: now,
         };
-        if let Some(foreign) = self.store.add_checkpoint(&stored, after, &nodes).await? {
+        let ours = |c: &StoredCheckpoint| self.signed(ledger, c);
+        let foreign = match self.store.add_checkpoint(&stored, after, &nodes, &ours).await? {
+            Added::Stored(foreign) => Some(foreign),
+            Added::Raced => None,
+            Added::SizeTaken => {
+                alarm(
+                    "checkpoint",
+                    &format!(
+                        "ledger {ledger}: a checkpoint row the log key did not sign holds size {target}; \
+                         the checkpoint is made a record short of it"
+                    ),
+                );
+                self.taken.lock().insert((ledger.clone(), target));
+                return Ok(Step::More);
+            }
+        };
+        if let Some(foreign) = foreign {
             metrics::counter!("agentid_checkpoints_total").increment(1);
             metrics::histogram!("agentid_checkpoint_duration_seconds")
                 .record(started.elapsed().as_secs_f64());
@@ -422,7 +451,49 @@ impl Transparency {
     }
 
     async fn latest_size(&self, ledger: &Ledger) -> Result<u64, StoreError> {
-        Ok(self.store.latest_checkpoint(ledger).await?.map_or(0, |c| c.size))
+        let size = self.store.ledger_size(ledger).await?;
+        Ok(self
+            .latest_signed(ledger, size, false)
+            .await?
+            .map_or(0, |c| c.size))
+    }
+
+    /// The ledger's latest checkpoint of at most `size` records that this log key signed,
+    /// as stored. Other rows are junk written into the database: passed over (an alarm when
+    /// `report`), up to `JUNK_READ` of them.
+    pub async fn latest_signed(
+        &self,
+        ledger: &Ledger,
+        size: u64,
+        report: bool,
+    ) -> Result<Option<StoredCheckpoint>, StoreError> {
+        let rows = self.store.latest_checkpoints(ledger, size, JUNK_READ).await?;
+        let found = rows.iter().position(|c| self.signed(ledger, c));
+        let junk = found.unwrap_or(rows.len());
+        if report && junk > 0 {
+            alarm(
+                "checkpoint",
+                &format!("ledger {ledger}: {junk} checkpoint rows the log key did not sign; passed over"),
+            );
+        }
+        match found {
+            Some(i) => Ok(Some(rows[i].clone())),
+            None if rows.len() < JUNK_READ as usize => Ok(None),
+            None => Err(StoreError::Corrupt(format!(
+                "ledger {ledger}: none of its latest {JUNK_READ} checkpoint rows is signed by the log key"
+            ))),
+        }
+    }
+
+    /// Whether a stored checkpoint is this log key's signature of exactly its ledger, size
+    /// and root.
+    fn signed(&self, ledger: &Ledger, c: &StoredCheckpoint) -> bool {
+        self.key.verifier().open(&c.note).is_ok_and(|n| {
+            n.origin == ledger.origin(&self.host)
+                && n.size == c.size
+                && n.root == c.root
+                && &c.ledger == ledger
+        })
     }
 }
 

@@ -303,13 +303,14 @@ async fn a_revocation_or_retirement_undone_behind_the_triggers_is_caught() {
     let root = agentid::keys::KeyRing::load(&app.config.signing_key_file)
         .unwrap()
         .unwrap();
-    let (agent, token) = app.agent().await;
-    assert_eq!(app.revoke(&agent, Some("leaked")).await.status, 200);
+    let (_, old_key_token) = app.agent().await;
     admin::rotate_signing_key(&app.store, &root, &app.config.signing_key_file, Duration::ZERO)
         .await
         .unwrap();
     admin::retire_signing_key(&app.store, root.kid()).await.unwrap();
     app.engine.refresh_keys().await.unwrap();
+    let (agent, token) = app.agent().await;
+    assert_eq!(app.revoke(&agent, Some("leaked")).await.status, 200);
     records(&app, 3).await;
     covered(&app, 3).await;
     let note = app.get("/v1/log/checkpoint", Some(app.secret())).await.text();
@@ -337,12 +338,17 @@ async fn a_revocation_or_retirement_undone_behind_the_triggers_is_caught() {
         ),
     )
     .await;
+    // The instance that saw the revocation and the retirement keeps them.
+    app.engine.refresh_keys().await.unwrap();
+    assert_eq!(app.verify(&token).await["error"], "TOKEN_REVOKED");
+    assert_eq!(app.verify(&old_key_token).await["error"], "TOKEN_INVALID");
     let app = app.restart().await;
     assert_eq!(
         app.verify(&token).await["valid"],
         true,
         "a new instance believes the rows"
     );
+    assert_eq!(app.verify(&old_key_token).await["valid"], true);
 
     let (code, out) = audit_verify(&app);
     assert_eq!(code, Some(1), "{out}");
@@ -351,11 +357,46 @@ async fn a_revocation_or_retirement_undone_behind_the_triggers_is_caught() {
 
     let before = integrity_failures(metrics, "revocation");
     records(&app, 2).await;
-    covered(&app, 3 + 1 + 2).await;
+    covered(&app, 3 + 4 + 2).await;
     assert!(integrity_failures(metrics, "revocation") > before);
     assert!(integrity_failures(metrics, "retired_key") >= 1.0);
     let out = crate::helpers::witness(&app, state.path(), &[]).await;
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("ALERT: the log did not only grow"), "{err}");
+}
+
+/// Junk checkpoint rows: one far beyond the ledger (it was the latest by size, and every
+/// checkpoint after it stopped), and one at each size the next checkpoint could take. The
+/// checkpoints go on past them, the note served is the log key's (the witness agrees), and
+/// `audit verify` reports the junk.
+#[actix_web::test]
+async fn junk_checkpoint_rows_neither_stop_nor_stand_in_for_checkpoints() {
+    let metrics = agentid::telemetry::metrics_handle();
+    let app = spawn_app().await;
+    let state = tempfile::tempdir().unwrap();
+    records(&app, 10).await;
+    covered(&app, 10).await;
+    let out = crate::helpers::witness(&app, state.path(), &[]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let org = &app.org.org_id;
+    for size in [1_000_000, 11, 12, 13, 14, 15] {
+        app.raw_execute(&format!(
+            "INSERT INTO audit_checkpoints (org_id, mode, tree_size, root, note, created_at) \
+             VALUES ('{org}', 'live', {size}, {}, 'junk', 1)",
+            blob(&app, &[1; 32])
+        ))
+        .await
+        .unwrap();
+    }
+    let before = integrity_failures(metrics, "checkpoint");
+    records(&app, 5).await;
+    records(&app, 5).await;
+    covered(&app, 20).await;
+    assert!(integrity_failures(metrics, "checkpoint") > before);
+    let out = crate::helpers::witness(&app, state.path(), &[]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (code, out) = audit_verify(&app);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("stored checkpoint of 1000000 records"), "{out}");
 }
