@@ -28,6 +28,7 @@ fn claims(n: usize) -> Claims {
         iat: 1_795_000_000,
         exp: 1_795_086_400,
         scopes: vec!["read:invoices".into(), "write:invoices".into()],
+        status: None,
     }
 }
 
@@ -186,6 +187,7 @@ fn revocation(c: &mut Criterion) {
             expires_at: Millis(0),
             revoked_at: None,
             revocation_reason: None,
+            status: None,
             verification_count: 0,
         });
     }

@@ -144,6 +144,7 @@ impl Application {
             .to_owned();
         let engine_cfg = EngineConfig {
             log_host: host_of(&public_url).to_owned(),
+            public_url: public_url.clone(),
             ..cfg.engine.clone()
         };
         let engine = Arc::new(Engine::start(store, Arc::new(keys), engine_cfg).await?);

@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::{self, Config};
 use crate::domain::{ApiKeyKind, KeyMode, Millis, OrgLimits, Plan};
+use crate::engine::status::StatusConfig;
 use crate::engine::{admin, hash_key, EngineConfig, WriterConfig};
 use crate::store::{self, SharedStore, StoreOptions};
 use crate::telemetry::{self, LogFormat};
@@ -113,6 +114,27 @@ pub struct ServeArgs {
     /// cache.
     #[arg(long, env = "AGENTID_TOKEN_CACHE_BYTES", default_value_t = EngineConfig::default().token_cache_bytes)]
     pub token_cache_bytes: u64,
+    /// Places of each Token Status List (a multiple of 8, up to 16777216); a new list opens
+    /// once half of the newest one's places are taken.
+    #[arg(long, env = "AGENTID_STATUS_LIST_SIZE", default_value_t = StatusConfig::default().size,
+          value_parser = parse_list_size)]
+    pub status_list_size: u64,
+    /// How long receivers may cache a status list, in seconds (its `ttl` and `max-age`).
+    #[arg(long, env = "AGENTID_STATUS_LIST_TTL", default_value_t = StatusConfig::default().ttl.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub status_list_ttl: u64,
+}
+
+fn parse_list_size(s: &str) -> Result<u64, String> {
+    let n: u64 = s.parse().map_err(|_| format!("{s:?} is not a whole number"))?;
+    if !(StatusConfig::MIN_SIZE..=StatusConfig::MAX_SIZE).contains(&n) || n % 8 != 0 {
+        return Err(format!(
+            "a status list holds a multiple of 8 places, from {} to {}",
+            StatusConfig::MIN_SIZE,
+            StatusConfig::MAX_SIZE
+        ));
+    }
+    Ok(n)
 }
 
 /// Comma-separated CIDR networks; a bare address is the network of that address alone.
@@ -405,6 +427,10 @@ async fn serve(args: ServeArgs) -> CliResult {
             },
             token_cache_bytes: args.token_cache_bytes,
             checkpoint_interval: Duration::from_millis(args.checkpoint_interval_ms.max(1)),
+            status: StatusConfig {
+                size: args.status_list_size,
+                ttl: Duration::from_secs(args.status_list_ttl),
+            },
             ..EngineConfig::default()
         },
         store: StoreOptions {

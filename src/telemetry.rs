@@ -163,6 +163,15 @@ fn describe() {
         "agentid_integrity_failures_total",
         "Stored rows the service did not write, by what they are (signing_key, tree_node, checkpoint, revocation, retired_key): each is an alarm"
     );
+    describe_histogram!(
+        "agentid_status_list_publish_delay_seconds",
+        Unit::Seconds,
+        "From a revocation's commit to this instance serving a status list that holds it"
+    );
+    describe_counter!(
+        "agentid_status_list_requests_total",
+        "Status list requests by outcome (ok, not_modified, not_found, not_acceptable)"
+    );
     describe_gauge!("agentid_build_info", "Build information (value 1)");
 }
 
@@ -199,6 +208,10 @@ fn register_zeroes() {
         metrics::counter!("agentid_integrity_failures_total", "what" => what).increment(0);
     }
     metrics::gauge!("agentid_checkpoint_lag_records").set(0.0);
+    for outcome in ["ok", "not_modified", "not_found", "not_acceptable"] {
+        metrics::counter!("agentid_status_list_requests_total", "outcome" => outcome).increment(0);
+    }
+    let _ = metrics::histogram!("agentid_status_list_publish_delay_seconds");
     metrics::gauge!("agentid_checkpoint_lag_seconds").set(0.0);
     let _ = metrics::histogram!("agentid_checkpoint_duration_seconds");
     // Registered, so that it is exported (with empty buckets) before the first wait.

@@ -8,6 +8,7 @@ pub enum IdPrefix {
     Org,
     Log,
     Request,
+    StatusList,
 }
 
 impl IdPrefix {
@@ -17,6 +18,7 @@ impl IdPrefix {
             IdPrefix::Org => "org_",
             IdPrefix::Log => "log_",
             IdPrefix::Request => "req_",
+            IdPrefix::StatusList => "sl_",
         }
     }
 }

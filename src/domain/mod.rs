@@ -6,12 +6,14 @@ pub mod audit;
 mod gcra;
 mod ids;
 pub mod org;
+mod status;
 mod time;
 
 pub use agent::{AgentFields, AgentStatus, Description, ExpirySeconds, IssuerDomain, Name, Scopes};
 pub use gcra::Gcra;
 pub use ids::{new_id, AgentId, IdPrefix};
 pub use org::{ApiKeyKind, KeyMode, Ledger, OrgLimits, Plan, RevokeReason};
+pub use status::{StatusBits, StatusPlace};
 pub use time::Millis;
 
 /// A value broke one of the field rules. `field` is the request field it came from.

@@ -6,15 +6,20 @@ mod apikeys;
 mod audit;
 pub mod ratelimit;
 pub mod registry;
+pub mod status;
 pub mod verifier;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::domain::audit::{AuditEntry, AuditRecord};
-use crate::domain::{new_id, AgentFields, AgentId, IdPrefix, Ledger, Millis, RevokeReason, VerifyResult};
+use crate::domain::{
+    new_id, AgentFields, AgentId, IdPrefix, Ledger, Millis, RevokeReason, StatusPlace, VerifyResult,
+};
 use crate::keys::{KeyRing, SigningKeys};
-use crate::store::{AgentRecord, LogPage, LogQuery, OrgRecord, Revocations, SharedStore, StoreError};
+use crate::store::{
+    AgentRecord, LogPage, LogQuery, OrgRecord, Placing, Revocations, SharedStore, StoreError,
+};
 use crate::tlog::checkpointer::{self, Grown, Transparency};
 use crate::token::{Claims, RejectReason};
 
@@ -25,6 +30,7 @@ pub use registry::{AgentEntry, Registry, Revoked};
 pub use verifier::{CacheOutcome, CheckedToken};
 
 use ratelimit::RateLimits;
+use status::StatusLists;
 use verifier::TokenVerifier;
 
 /// How long a successful store ping answers health checks.
@@ -72,6 +78,9 @@ pub struct EngineConfig {
     pub checkpoint_interval: Duration,
     /// The public host, which names the log key and every ledger's checkpoints.
     pub log_host: String,
+    /// The public URL: status lists' `iss` and the base of their URIs.
+    pub public_url: String,
+    pub status: status::StatusConfig,
 }
 
 impl Default for EngineConfig {
@@ -79,11 +88,14 @@ impl Default for EngineConfig {
         EngineConfig {
             writer: WriterConfig::default(),
             token_cache_bytes: 64 << 20,
-            registry_resync: Duration::from_secs(5),
+            // Status lists on every instance hold a revocation within 2 s of its commit.
+            registry_resync: Duration::from_secs(1),
             key_cache_ttl: apikeys::KEY_CACHE_TTL,
             key_refresh: Duration::from_secs(5),
             checkpoint_interval: Duration::from_secs(10),
             log_host: "localhost".to_owned(),
+            public_url: "http://localhost".to_owned(),
+            status: status::StatusConfig::default(),
         }
     }
 }
@@ -172,6 +184,7 @@ pub struct Engine {
     api_keys: ApiKeys,
     rate_limits: Arc<RateLimits>,
     transparency: Arc<Transparency>,
+    status: Arc<StatusLists>,
     /// Unix ms of the last successful store ping (health checks reuse it for a second).
     last_ping_ok: std::sync::atomic::AtomicI64,
     _background: Background,
@@ -274,17 +287,21 @@ impl Engine {
         // (`i64::MAX`: the epoch alone, no agent).
         let epoch = store.revocations_after(i64::MAX).await?.epoch;
         let mut after = String::new();
+        let mut revoked_places = Vec::new();
         loop {
             let page = store.scan_agents(&after, 1000).await?;
             let Some(last) = page.last() else { break };
             after = last.id.clone();
             for a in &page {
                 registry.learn(a);
+                if let (Some(place), Some(at)) = (&a.status, a.revoked_at) {
+                    revoked_places.push((place.clone(), at));
+                }
             }
         }
-        registry.caught_up(Revocations {
+        registry.caught_up(&Revocations {
             epoch,
-            revoked: Vec::new(),
+            ..Revocations::default()
         });
         tracing::info!(
             agents = registry.agent_count(),
@@ -300,6 +317,18 @@ impl Engine {
             signing.current().public().clone(),
             cfg.token_cache_bytes,
         ));
+        let status = Arc::new(StatusLists::new(
+            cfg.status.clone(),
+            &cfg.public_url,
+            signing.clone(),
+        ));
+        for (id, size) in store.status_lists().await? {
+            status.learn_list(&id, size);
+        }
+        for (place, at) in &revoked_places {
+            status.revoke(place, *at);
+        }
+        status.publish();
         let grown = Arc::new(Grown::default());
         let (audit, audit_thread) = AuditHandle::start(store.clone(), cfg.writer, grown.clone());
         let rate_limits = Arc::new(RateLimits::new(&store));
@@ -313,9 +342,11 @@ impl Engine {
         let background = Background(vec![
             tokio::spawn(registry::resync(
                 registry.clone(),
+                status.clone(),
                 store.clone(),
                 cfg.registry_resync,
             )),
+            tokio::spawn(status::publisher(status.clone())),
             tokio::spawn(ratelimit::upkeep(rate_limits.clone())),
             tokio::spawn(sample_gauges(registry.clone(), store.clone())),
             tokio::spawn(transparency.clone().run()),
@@ -331,6 +362,7 @@ impl Engine {
             last_ping_ok: std::sync::atomic::AtomicI64::new(0),
             rate_limits,
             transparency,
+            status,
             _background: background,
             api_keys: ApiKeys::new(store.clone(), cfg.key_cache_ttl),
             verifier,
@@ -345,6 +377,23 @@ impl Engine {
 
     pub fn store(&self) -> &SharedStore {
         &self.store
+    }
+
+    /// How a new place is drawn: at random (herd privacy), in the newest list while half of
+    /// it is free.
+    fn placing(&self) -> Placing {
+        let cfg = self.status.config();
+        Placing {
+            new_list: new_id(IdPrefix::StatusList),
+            size: cfg.size,
+            fill: cfg.fill(),
+            draws: (0..64).map(|_| rand::random::<u64>()).collect(),
+        }
+    }
+
+    /// The status lists, as this instance serves them.
+    pub fn status_lists(&self) -> &StatusLists {
+        &self.status
     }
 
     /// The key file's key: the cursor MAC secret and the log key come from it.
@@ -451,11 +500,31 @@ impl Engine {
             expires_at: issued.plus_secs(fields.expiry.get() as i64),
             revoked_at: None,
             revocation_reason: None,
+            status: None,
             verification_count: 0,
         };
-        // Signed first: an agent whose token no verifier would accept is not registered.
+        // An agent whose token no verifier would accept is not registered: a token with the
+        // longest place and URI a list can give is signed first.
+        let longest = StatusPlace {
+            list: new_id(IdPrefix::StatusList),
+            idx: u64::MAX,
+        };
+        self.sign(
+            &AgentRecord {
+                status: Some(longest),
+                ..agent.clone()
+            },
+            agent.issued_at,
+            agent.expires_at,
+        )
+        .await?;
+        let (place, size) = self.store.insert_agent_placed(&agent, &self.placing()).await?;
+        self.status.learn_list(&place.list, size);
+        let agent = AgentRecord {
+            status: Some(place),
+            ..agent
+        };
         let token = self.sign(&agent, agent.issued_at, agent.expires_at).await?;
-        self.store.insert_agent(&agent).await?;
         self.registry.learn(&agent);
         Ok(Registration { agent, token })
     }
@@ -496,9 +565,19 @@ impl Engine {
     /// Issues a new token. Allowed for expired agents (they become active again), refused
     /// for revoked ones. Earlier tokens stay valid until their own expiry.
     pub async fn issue_token(&self, caller: &Caller, id: &str) -> Result<IssuedToken, EngineError> {
-        let agent = self.agent(caller, id).await?;
+        let mut agent = self.agent(caller, id).await?;
         if agent.revoked_at.is_some() {
             return Err(EngineError::AgentRevoked);
+        }
+        if agent.status.is_none() {
+            // Registered before status lists: its tokens from now on carry a place too.
+            let (place, size) = self
+                .store
+                .place_agent(&agent.id, &self.placing())
+                .await?
+                .ok_or(EngineError::AgentNotFound)?;
+            self.status.learn_list(&place.list, size);
+            agent.status = Some(place);
         }
         let lifetime = (agent.expires_at.0 - agent.issued_at.0).max(1000) / 1000;
         let lifetime = lifetime.min(caller.org.limits.max_expiry_seconds as i64);
@@ -535,6 +614,9 @@ impl Engine {
             .ok_or(EngineError::AgentNotFound)?;
         self.registry
             .revoked(&stored.id, stored.revocation_reason.clone(), epoch);
+        if let (Some(place), Some(at)) = (&stored.status, stored.revoked_at) {
+            self.status.revoke(place, at);
+        }
         Ok(stored)
     }
 
@@ -555,6 +637,7 @@ impl Engine {
             iat: issued.as_secs(),
             exp: expires.as_secs(),
             scopes: agent.scopes.clone(),
+            status: agent.status.as_ref().map(|p| self.status.claim(p)),
         });
         if token.len() > crate::token::MAX_TOKEN_LEN {
             return Err(EngineError::TokenTooLong {

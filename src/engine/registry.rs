@@ -19,6 +19,7 @@ use std::time::Duration;
 use dashmap::DashMap;
 use parking_lot::Mutex;
 
+use super::status::StatusLists;
 use crate::domain::KeyMode;
 use crate::store::{AgentRecord, Revocations, SharedStore};
 
@@ -105,9 +106,9 @@ impl Registry {
 
     /// What the store said of every revocation above the watermark (a load or a resync):
     /// they go into the index, and then the watermark reaches the store's epoch.
-    pub fn caught_up(&self, r: Revocations) {
-        for (id, reason) in r.revoked {
-            self.mark_revoked(&id, reason);
+    pub fn caught_up(&self, r: &Revocations) {
+        for (id, reason) in &r.revoked {
+            self.mark_revoked(id, reason.clone());
         }
         let mut epochs = self.epochs.lock();
         let seen = epochs.reach(r.epoch);
@@ -162,14 +163,28 @@ impl EpochWatermark {
 /// Pulls the revocations other instances committed, every `every`, for as long as it runs.
 /// Revocations at or below the watermark are in the index; it asks for the others. Any that
 /// this instance learns of meanwhile are marked twice, which is harmless.
-pub async fn resync(registry: Arc<Registry>, store: SharedStore, every: Duration) {
+/// The status lists learn the same revocations, and the lists other instances opened.
+pub async fn resync(registry: Arc<Registry>, status: Arc<StatusLists>, store: SharedStore, every: Duration) {
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await; // the first tick is immediate, and the registry was just loaded
     loop {
         ticks.tick().await;
+        match store.status_lists().await {
+            Ok(lists) => {
+                for (id, size) in lists {
+                    status.learn_list(&id, size);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "status list resync failed; retrying"),
+        }
         match store.revocations_after(registry.revocations_seen()).await {
-            Ok(r) => registry.caught_up(r),
+            Ok(r) => {
+                for (place, at) in &r.places {
+                    status.revoke(place, *at);
+                }
+                registry.caught_up(&r);
+            }
             Err(e) => tracing::warn!(error = %e, "revocation resync failed; retrying"),
         }
     }

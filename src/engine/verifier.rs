@@ -198,6 +198,7 @@ mod tests {
             iat: 1,
             exp: i64::MAX / 2,
             scopes: vec![],
+            status: None,
         }
     }
 
@@ -250,6 +251,7 @@ mod tests {
                 iat: 1,
                 exp: i64::MAX / 2,
                 scopes: (0..20).map(|j| format!("s{j}:{}", "x".repeat(120))).collect(),
+                status: None,
             });
             assert!(token.len() > 3000 && token.len() <= crate::token::MAX_TOKEN_LEN);
             let (checked, _) = v.check(&token);

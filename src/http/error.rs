@@ -21,6 +21,7 @@ pub enum ErrorCode {
     AgentNotFound,
     NotFound,
     MethodNotAllowed,
+    NotAcceptable,
     AgentRevoked,
     PayloadTooLarge,
     UnsupportedMediaType,
@@ -31,7 +32,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 16] = [
+    pub const ALL: [ErrorCode; 17] = [
         ErrorCode::InvalidRequest,
         ErrorCode::ValidationError,
         ErrorCode::ExpiryTooLong,
@@ -41,6 +42,7 @@ impl ErrorCode {
         ErrorCode::AgentNotFound,
         ErrorCode::NotFound,
         ErrorCode::MethodNotAllowed,
+        ErrorCode::NotAcceptable,
         ErrorCode::AgentRevoked,
         ErrorCode::PayloadTooLarge,
         ErrorCode::UnsupportedMediaType,
@@ -61,6 +63,7 @@ impl ErrorCode {
             ErrorCode::AgentNotFound => "AGENT_NOT_FOUND",
             ErrorCode::NotFound => "NOT_FOUND",
             ErrorCode::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            ErrorCode::NotAcceptable => "NOT_ACCEPTABLE",
             ErrorCode::AgentRevoked => "AGENT_REVOKED",
             ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             // A wrong content type is an INVALID_REQUEST (status 415).
@@ -82,6 +85,7 @@ impl ErrorCode {
             ErrorCode::Forbidden => StatusCode::FORBIDDEN,
             ErrorCode::AgentNotFound | ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ErrorCode::NotAcceptable => StatusCode::NOT_ACCEPTABLE,
             ErrorCode::AgentRevoked => StatusCode::CONFLICT,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -114,8 +118,9 @@ impl ErrorCode {
             ErrorCode::Unauthorized => "The API key is missing, malformed, unknown or disabled (401, with `WWW-Authenticate: Bearer`).",
             ErrorCode::Forbidden => "A publishable key (`pk_`) was used on an endpoint that needs a secret key (`sk_`) (403).",
             ErrorCode::AgentNotFound => "No agent with this id exists for the calling organization and mode (404).",
-            ErrorCode::NotFound => "No such route (404).",
+            ErrorCode::NotFound => "No such route, or no such status list (404).",
             ErrorCode::MethodNotAllowed => "The route exists but not for this HTTP method (405).",
+            ErrorCode::NotAcceptable => "The `Accept` header allows no form the resource has: a status list is served only as `application/statuslist+jwt` (406).",
             ErrorCode::AgentRevoked => "The agent is revoked; revocation is permanent, so no new token can be issued. Register a new agent instead (409).",
             ErrorCode::PayloadTooLarge => "The request body is over 64 KiB (413).",
             ErrorCode::UnsupportedMediaType => "The body must be sent with `Content-Type: application/json` (415, code INVALID_REQUEST).",
@@ -292,6 +297,7 @@ pub fn code_for_status(status: StatusCode) -> ErrorCode {
         403 => ErrorCode::Forbidden,
         404 => ErrorCode::NotFound,
         405 => ErrorCode::MethodNotAllowed,
+        406 => ErrorCode::NotAcceptable,
         413 => ErrorCode::PayloadTooLarge,
         415 => ErrorCode::UnsupportedMediaType,
         429 => ErrorCode::RateLimited,

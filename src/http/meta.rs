@@ -7,6 +7,7 @@ use utoipa::ToSchema;
 
 use super::context::AppState;
 use super::context::KeepBody;
+use super::error::{ApiError, ErrorBody, ErrorCode};
 use crate::domain::Millis;
 
 /// The health record.
@@ -110,4 +111,71 @@ pub async fn error_docs() -> HttpResponse {
         .content_type("text/html; charset=utf-8")
         .insert_header((header::CACHE_CONTROL, "public, max-age=86400"))
         .body(super::error::docs_page())
+}
+
+/// Whether an `Accept` header allows a signed status list: absent, `*/*` or
+/// `application/statuslist+jwt` among its media ranges (parameters ignored).
+fn accepts_status_list(req: &actix_web::HttpRequest) -> bool {
+    let Some(accept) = req.headers().get(header::ACCEPT) else {
+        return true;
+    };
+    let Ok(accept) = accept.to_str() else {
+        return false;
+    };
+    accept.split(',').any(|range| {
+        let media = range.split(';').next().unwrap_or("").trim();
+        media == "*/*" || media.eq_ignore_ascii_case("application/statuslist+jwt")
+    })
+}
+
+#[utoipa::path(
+    get, path = "/v1/status/{id}", tag = "service",
+    params(("id" = String, Path, description = "The list's id, as the `uri` of a token's `status.status_list` names it")),
+    responses(
+        (status = 200, description = "The Token Status List (draft-ietf-oauth-status-list) as a compact JWS signed with a key in /.well-known/jwks.json: header typ statuslist+jwt; claims iss, sub (the URI), iat, exp, ttl and status_list {bits: 1, lst: base64url of the zlib-compressed bits}. The status of index i is bit i mod 8 of byte i / 8, least significant first; 1 is revoked. Public, never rate limited. Also answers HEAD; honours If-None-Match with its ETag.", content_type = "application/statuslist+jwt", body = String),
+        (status = 304, description = "Not modified: the ETag in If-None-Match is the current one"),
+        (status = 404, description = "NOT_FOUND: no such status list", body = ErrorBody),
+        (status = 406, description = "NOT_ACCEPTABLE: the Accept header allows neither application/statuslist+jwt nor */*", body = ErrorBody),
+    ),
+)]
+pub async fn status_list(
+    state: web::Data<AppState>,
+    req: actix_web::HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let outcome = |o: &'static str| {
+        metrics::counter!("agentid_status_list_requests_total", "outcome" => o).increment(1)
+    };
+    if !accepts_status_list(&req) {
+        outcome("not_acceptable");
+        return Err(ApiError::new(
+            ErrorCode::NotAcceptable,
+            "a status list is served as application/statuslist+jwt: send that in Accept, or */*, or no Accept",
+        ));
+    }
+    let Some(list) = state.engine.status_lists().get(&id) else {
+        outcome("not_found");
+        return Err(ApiError::new(ErrorCode::NotFound, "no such status list"));
+    };
+    let ttl = state.engine.status_lists().config().ttl.as_secs();
+    let fresh = req
+        .headers()
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == list.etag || t.trim() == "*"));
+    let mut res = if fresh {
+        outcome("not_modified");
+        HttpResponse::NotModified()
+    } else {
+        outcome("ok");
+        HttpResponse::Ok()
+    };
+    res.insert_header((header::CACHE_CONTROL, format!("public, max-age={ttl}")))
+        .insert_header((header::ETAG, list.etag.clone()));
+    if fresh {
+        return Ok(res.finish());
+    }
+    Ok(res
+        .content_type("application/statuslist+jwt")
+        .body(list.jwt.clone()))
 }

@@ -80,6 +80,11 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .service(resource(&routes::LOG_KEY).route(web::get().to(meta::log_key)))
         .service(resource(&routes::ERROR_DOCS).route(web::get().to(meta::error_docs)))
         .service(resource(&routes::OPENAPI).route(web::get().to(openapi::document)))
+        .service(
+            resource(&routes::STATUS_LIST)
+                .route(web::get().to(meta::status_list))
+                .route(web::head().to(meta::status_list)),
+        )
         // Verify is routed by its static prefix, not by its pattern's regex (see `verify::verify`).
         .service(
             web::scope("/v1/verify")

@@ -48,6 +48,7 @@ impl ToSchema for Millis {}
         super::log::read,
         super::log::checkpoint,
         super::log::commitments,
+        super::meta::status_list,
         super::log::inclusion,
         super::log::consistency,
     ),

@@ -58,6 +58,8 @@ pub static JWKS: Route = document("/.well-known/jwks.json");
 pub static LOG_KEY: Route = document("/.well-known/log-key");
 pub static ERROR_DOCS: Route = document("/docs/errors");
 pub static OPENAPI: Route = document("/openapi.json");
+/// Token Status Lists: public documents like the keys.
+pub static STATUS_LIST: Route = document("/v1/status/{id}");
 /// Mounted by its static prefix (`/v1/verify`), with the token as the rest of the path.
 pub static VERIFY: Route = Route {
     pattern: "/v1/verify/{token}",

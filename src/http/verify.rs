@@ -167,6 +167,7 @@ mod tests {
             iat: 1_795_000_000,
             exp: 1_795_003_600,
             scopes: vec!["read:a".into(), "back\\slash".into()],
+            status: None,
         }));
         let t = ValidToken {
             token: token.clone(),

@@ -358,6 +358,7 @@ mod tests {
             iat: n,
             exp: n + 1,
             scopes: vec!["read:x".into()],
+            status: None,
         }
     }
 

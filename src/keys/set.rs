@@ -313,6 +313,20 @@ impl SigningKeys {
         )
     }
 
+    /// Signs a JSON payload as a JWS of type `typ` with the active key; returns it and the kid.
+    pub fn sign_json(&self, typ: &str, payload: &serde_json::Value) -> (String, String) {
+        let set = self.current();
+        (
+            crate::token::encode_json(&set.signer, &set.kid, typ, payload),
+            set.kid.clone(),
+        )
+    }
+
+    /// The kid of the active key.
+    pub fn signing_kid(&self) -> String {
+        self.current().kid.clone()
+    }
+
     /// Builds the key set of `keys` at `now`, and replaces the current one when it differs.
     pub fn update(&self, keys: &[SigningKeyRecord], now: Millis) -> Result<Refreshed, KeyError> {
         let (next, unvouched) = KeySet::build(&self.root, keys, &self.retired.read(), now)?;

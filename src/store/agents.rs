@@ -1,10 +1,10 @@
 //! Agents, and what instances learn of each other's revocations.
 
-use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, IntoArguments, Type};
+use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Type};
 
 use super::sql::{parse_mode, Backend, SqlStore};
 use super::{AgentRecord, Revocations, StoreError, StoreFuture};
-use crate::domain::{KeyMode, Ledger, Millis};
+use crate::domain::{KeyMode, Ledger, Millis, StatusPlace};
 
 /// Agents: registered, given tokens, revoked for good.
 pub trait AgentStore {
@@ -12,6 +12,22 @@ pub trait AgentStore {
     /// epoch (agents revoked before there were epochs first, by time).
     fn revocations_of<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, Vec<(String, Millis)>>;
     fn insert_agent<'a>(&'a self, agent: &'a AgentRecord) -> StoreFuture<'a, ()>;
+    /// Inserts a new agent at a free place of the newest status list, in a transaction that
+    /// no other placement runs beside: see [`Placing`]. Returns the place and its list's size.
+    fn insert_agent_placed<'a>(
+        &'a self,
+        agent: &'a AgentRecord,
+        placing: &'a Placing,
+    ) -> StoreFuture<'a, (StatusPlace, u64)>;
+    /// Gives an agent registered before status lists a place (one it has already stays).
+    /// `None` when there is no such agent.
+    fn place_agent<'a>(
+        &'a self,
+        id: &'a str,
+        placing: &'a Placing,
+    ) -> StoreFuture<'a, Option<(StatusPlace, u64)>>;
+    /// Every status list: id and number of places.
+    fn status_lists(&self) -> StoreFuture<'_, Vec<(String, u64)>>;
     /// Any organization's agent: callers check ownership.
     fn get_agent<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<AgentRecord>>;
     /// An organization's agents in one mode, newest first.
@@ -37,14 +53,14 @@ pub trait AgentStore {
 
 /// The stored columns of `agents`, in insert order.
 const AGENT_INSERT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, description, scopes, \
-    created_at, issued_at, expires_at, revoked_at, revocation_reason";
+    created_at, issued_at, expires_at, revoked_at, revocation_reason, status_list, status_idx";
 
 /// What an agent read selects (`FROM agents`, not aliased): the stored columns, then
 /// `verification_count`: the running totals of the agent's newest block row in each mode's
 /// ledger (records are counted where they were written), two look-ups on a primary key. The
 /// audit batch writes those rows anyway, so counting needs no write to the agent row.
 const AGENT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, description, scopes, \
-    created_at, issued_at, expires_at, revoked_at, revocation_reason, \
+    created_at, issued_at, expires_at, revoked_at, revocation_reason, status_list, status_idx, \
     COALESCE((SELECT c.n_valid + c.n_invalid + c.n_expired + c.n_revoked FROM audit_block_agents c \
      WHERE c.org_id = agents.org_id AND c.mode = 'live' AND c.agent_id = agents.id \
      ORDER BY c.first_seq DESC LIMIT 1), 0) + \
@@ -69,6 +85,8 @@ struct AgentRow {
     expires_at: i64,
     revoked_at: Option<i64>,
     revocation_reason: Option<String>,
+    status_list: Option<String>,
+    status_idx: Option<i64>,
     verification_count: i64,
 }
 
@@ -89,6 +107,7 @@ impl AgentRow {
             expires_at: Millis(self.expires_at),
             revoked_at: self.revoked_at.map(Millis),
             revocation_reason: self.revocation_reason,
+            status: place(self.status_list, self.status_idx)?,
             verification_count: self.verification_count,
         })
     }
@@ -108,6 +127,131 @@ struct RevocationRow {
     id: Option<String>,
     reason: Option<String>,
     epoch: i64,
+    revoked_at: Option<i64>,
+    status_list: Option<String>,
+    status_idx: Option<i64>,
+}
+
+/// A stored status place: both columns or neither.
+fn place(list: Option<String>, idx: Option<i64>) -> Result<Option<StatusPlace>, StoreError> {
+    match (list, idx) {
+        (None, None) => Ok(None),
+        (Some(list), Some(idx)) if idx >= 0 => Ok(Some(StatusPlace {
+            list,
+            idx: idx as u64,
+        })),
+        (list, idx) => Err(StoreError::Corrupt(format!("status place {list:?} {idx:?}"))),
+    }
+}
+
+/// How a new agent gets its status place: in the newest list while it has fewer than
+/// `fill` places taken, else in a new list `new_list` of `size` places; at the first of
+/// `draws` (modulo the list's size) that is free.
+#[derive(Debug, Clone)]
+pub struct Placing {
+    pub new_list: String,
+    pub size: u64,
+    pub fill: u64,
+    pub draws: Vec<u64>,
+}
+
+/// Takes a free place, as `Placing` says, inside the caller's exclusive transaction: the
+/// place, and its list's size.
+async fn allocate<DB: Database>(
+    tx: &mut sqlx::Transaction<'_, DB>,
+    placing: &Placing,
+    now: Millis,
+) -> Result<(StatusPlace, u64), StoreError>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> bool: Decode<'r, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    let newest: Option<(String, i64, i64)> = sqlx::query_as(
+        "SELECT id, size, allocated FROM status_lists ORDER BY created_at DESC, id DESC LIMIT 1",
+    )
+    .fetch_optional(&mut **tx)
+    .await?;
+    let (list, size) = match newest {
+        Some((id, size, allocated)) if size > 0 && (allocated as u64) < placing.fill.min(size as u64) => {
+            (id, size as u64)
+        }
+        _ => {
+            let size =
+                i64::try_from(placing.size).map_err(|_| StoreError::Corrupt("status list size".into()))?;
+            sqlx::query("INSERT INTO status_lists (id, size, allocated, created_at) VALUES ($1, $2, 0, $3)")
+                .bind(placing.new_list.as_str())
+                .bind(size)
+                .bind(now.0)
+                .execute(&mut **tx)
+                .await?;
+            (placing.new_list.clone(), placing.size)
+        }
+    };
+    for draw in &placing.draws {
+        let idx = (draw % size) as i64;
+        let (taken,): (bool,) =
+            sqlx::query_as("SELECT EXISTS (SELECT 1 FROM agents WHERE status_list = $1 AND status_idx = $2)")
+                .bind(list.as_str())
+                .bind(idx)
+                .fetch_one(&mut **tx)
+                .await?;
+        if !taken {
+            sqlx::query("UPDATE status_lists SET allocated = allocated + 1 WHERE id = $1")
+                .bind(list.as_str())
+                .execute(&mut **tx)
+                .await?;
+            return Ok((
+                StatusPlace {
+                    list,
+                    idx: idx as u64,
+                },
+                size,
+            ));
+        }
+    }
+    Err(StoreError::Corrupt("no free place found in a status list".into()))
+}
+
+fn insert_agent_sql() -> String {
+    format!(
+        "INSERT INTO agents ({AGENT_INSERT_COLUMNS}) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+    )
+}
+
+/// The `INSERT` of an agent (alone, or inside a placement's transaction).
+fn insert_agent<'q, DB: Database>(
+    sql: &'q str,
+    a: &'q AgentRecord,
+    scopes: &'q str,
+) -> sqlx::query::Query<'q, DB, DB::Arguments<'q>>
+where
+    &'q str: Encode<'q, DB> + Type<DB>,
+    Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    i64: Encode<'q, DB> + Type<DB>,
+    Option<i64>: Encode<'q, DB> + Type<DB>,
+{
+    sqlx::query(sql)
+        .bind(a.id.as_str())
+        .bind(a.org_id.as_str())
+        .bind(a.mode.as_str())
+        .bind(a.name.as_str())
+        .bind(a.issuer_domain.as_str())
+        .bind(a.description.as_str())
+        .bind(scopes)
+        .bind(a.created_at.0)
+        .bind(a.issued_at.0)
+        .bind(a.expires_at.0)
+        .bind(a.revoked_at.map(|m| m.0))
+        .bind(a.revocation_reason.as_deref())
+        .bind(a.status.as_ref().map(|p| p.list.as_str()))
+        .bind(a.status.as_ref().map(|p| p.idx as i64))
 }
 
 fn scopes_json(scopes: &[String]) -> String {
@@ -127,6 +271,7 @@ where
     for<'r> Option<String>: Decode<'r, DB> + Type<DB>,
     for<'r> i64: Decode<'r, DB> + Type<DB>,
     for<'r> Option<i64>: Decode<'r, DB> + Type<DB>,
+    for<'r> bool: Decode<'r, DB> + Type<DB>,
     for<'r> &'r str: ColumnIndex<DB::Row>,
     usize: ColumnIndex<DB::Row>,
 {
@@ -146,26 +291,81 @@ where
 
     fn insert_agent<'a>(&'a self, a: &'a AgentRecord) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            let sql = format!(
-                "INSERT INTO agents ({AGENT_INSERT_COLUMNS}) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
-            );
-            sqlx::query(&sql)
-                .bind(a.id.as_str())
-                .bind(a.org_id.as_str())
-                .bind(a.mode.as_str())
-                .bind(a.name.as_str())
-                .bind(a.issuer_domain.as_str())
-                .bind(a.description.as_str())
-                .bind(scopes_json(&a.scopes))
-                .bind(a.created_at.0)
-                .bind(a.issued_at.0)
-                .bind(a.expires_at.0)
-                .bind(a.revoked_at.map(|m| m.0))
-                .bind(a.revocation_reason.as_deref())
-                .execute(&self.pool)
-                .await?;
+            let sql = insert_agent_sql();
+            let scopes = scopes_json(&a.scopes);
+            insert_agent(&sql, a, &scopes).execute(&self.pool).await?;
             Ok(())
+        })
+    }
+
+    fn insert_agent_placed<'a>(
+        &'a self,
+        a: &'a AgentRecord,
+        placing: &'a Placing,
+    ) -> StoreFuture<'a, (StatusPlace, u64)> {
+        Box::pin(async move {
+            let mut tx = self.exclusive().await?;
+            let (place, size) = allocate(&mut tx, placing, a.created_at).await?;
+            let placed = AgentRecord {
+                status: Some(place.clone()),
+                ..a.clone()
+            };
+            let sql = insert_agent_sql();
+            let scopes = scopes_json(&placed.scopes);
+            insert_agent(&sql, &placed, &scopes).execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok((place, size))
+        })
+    }
+
+    fn place_agent<'a>(
+        &'a self,
+        id: &'a str,
+        placing: &'a Placing,
+    ) -> StoreFuture<'a, Option<(StatusPlace, u64)>> {
+        Box::pin(async move {
+            let mut tx = self.exclusive().await?;
+            let row: Option<(Option<String>, Option<i64>)> =
+                sqlx::query_as("SELECT status_list, status_idx FROM agents WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            let Some((list, idx)) = row else {
+                return Ok(None);
+            };
+            if let Some(place) = place(list, idx)? {
+                let (size,): (i64,) = sqlx::query_as("SELECT size FROM status_lists WHERE id = $1")
+                    .bind(place.list.as_str())
+                    .fetch_one(&mut *tx)
+                    .await?;
+                return Ok(Some((place, size as u64)));
+            }
+            let (place, size) = allocate(&mut tx, placing, Millis::now()).await?;
+            sqlx::query(
+                "UPDATE agents SET status_list = $2, status_idx = $3 WHERE id = $1 AND status_list IS NULL",
+            )
+            .bind(id)
+            .bind(place.list.as_str())
+            .bind(place.idx as i64)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(Some((place, size)))
+        })
+    }
+
+    fn status_lists(&self) -> StoreFuture<'_, Vec<(String, u64)>> {
+        Box::pin(async move {
+            let rows: Vec<(String, i64)> = sqlx::query_as("SELECT id, size FROM status_lists ORDER BY id")
+                .fetch_all(&self.pool)
+                .await?;
+            rows.into_iter()
+                .map(|(id, size)| {
+                    u64::try_from(size)
+                        .map(|n| (id, n))
+                        .map_err(|_| StoreError::Corrupt("status list size".into()))
+                })
+                .collect()
         })
     }
 
@@ -252,10 +452,12 @@ where
             // One statement, so the epoch and the list come from the same snapshot; the
             // epoch's row is the one without an agent id.
             let rows: Vec<RevocationRow> = sqlx::query_as(
-                "SELECT CAST(NULL AS TEXT) AS id, CAST(NULL AS TEXT) AS reason, epoch \
-                 FROM revocation_epoch WHERE id = 1 \
+                "SELECT CAST(NULL AS TEXT) AS id, CAST(NULL AS TEXT) AS reason, epoch, \
+                 CAST(NULL AS BIGINT) AS revoked_at, CAST(NULL AS TEXT) AS status_list, \
+                 CAST(NULL AS BIGINT) AS status_idx FROM revocation_epoch WHERE id = 1 \
                  UNION ALL \
-                 SELECT id, revocation_reason, revoked_epoch FROM agents WHERE revoked_epoch > $1",
+                 SELECT id, revocation_reason, revoked_epoch, revoked_at, status_list, status_idx \
+                 FROM agents WHERE revoked_epoch > $1",
             )
             .bind(after)
             .fetch_all(&self.pool)
@@ -263,7 +465,12 @@ where
             let mut out = Revocations::default();
             for row in rows {
                 match row.id {
-                    Some(id) => out.revoked.push((id, row.reason)),
+                    Some(id) => {
+                        if let Some(p) = place(row.status_list, row.status_idx)? {
+                            out.places.push((p, Millis(row.revoked_at.unwrap_or(0))));
+                        }
+                        out.revoked.push((id, row.reason));
+                    }
                     None => out.epoch = row.epoch,
                 }
             }

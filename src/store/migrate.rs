@@ -56,6 +56,11 @@ pub const SQLITE: Embedded = &[
         "one-way facts",
         include_str!("../../migrations/sqlite/0010_one_way_facts.sql"),
     ),
+    (
+        11,
+        "status lists",
+        include_str!("../../migrations/sqlite/0011_status_lists.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (1, "init", include_str!("../../migrations/postgres/0001_init.sql")),
@@ -103,6 +108,11 @@ pub const POSTGRES: Embedded = &[
         10,
         "one-way facts",
         include_str!("../../migrations/postgres/0010_one_way_facts.sql"),
+    ),
+    (
+        11,
+        "status lists",
+        include_str!("../../migrations/postgres/0011_status_lists.sql"),
     ),
 ];
 
@@ -164,7 +174,7 @@ pub fn grants_pg(role: &str) -> Vec<String> {
         format!("GRANT SELECT ON ALL TABLES IN SCHEMA public TO {r}"),
         format!(
             "GRANT INSERT, UPDATE, DELETE ON orgs, api_keys, agents, revocation_epoch, signing_keys, \
-             rate_buckets TO {r}"
+             rate_buckets, status_lists TO {r}"
         ),
         format!(
             "GRANT INSERT ON audit_blocks, audit_block_agents, audit_tree_nodes, audit_checkpoints TO {r}"

@@ -31,11 +31,13 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 
 use crate::domain::audit::AuditRecord;
-use crate::domain::{ApiKeyKind, KeyMode, Ledger, Millis, OrgLimits, Plan, Totals, VerifyResult};
+use crate::domain::{
+    ApiKeyKind, KeyMode, Ledger, Millis, OrgLimits, Plan, StatusPlace, Totals, VerifyResult,
+};
 use crate::tlog::tree::Hash;
 
 pub use crate::keys::SigningKeyRecord;
-pub use agents::AgentStore;
+pub use agents::{AgentStore, Placing};
 pub use audit::AuditStore;
 pub use block::AgentBlockRow;
 pub use migrate::valid_role;
@@ -157,6 +159,8 @@ pub struct AgentRecord {
     pub expires_at: Millis,
     pub revoked_at: Option<Millis>,
     pub revocation_reason: Option<String>,
+    /// Its place in a Token Status List (none for agents registered before lists).
+    pub status: Option<StatusPlace>,
     pub verification_count: i64,
 }
 
@@ -319,6 +323,8 @@ pub struct Revocations {
     pub epoch: i64,
     /// Agents revoked with an epoch above the one asked about, with their reasons.
     pub revoked: Vec<(String, Option<String>)>,
+    /// The status places of those that have one, with when they were revoked.
+    pub places: Vec<(StatusPlace, Millis)>,
 }
 
 /// Tuning that is the operator's to set.

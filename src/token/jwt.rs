@@ -19,6 +19,23 @@ pub struct Claims {
     pub iat: i64,
     pub exp: i64,
     pub scopes: Vec<String>,
+    /// The agent's place in a Token Status List (tokens issued before lists have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+}
+
+/// `{"status_list": {"idx": …, "uri": …}}`, exactly.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Status {
+    pub status_list: StatusListRef,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusListRef {
+    pub idx: u64,
+    pub uri: String,
 }
 
 #[derive(Deserialize)]
@@ -76,6 +93,18 @@ pub fn encode(key: &SigningKey, kid: &str, claims: &Claims) -> String {
     out.push('.');
     let payload = serde_json::to_vec(claims).expect("claims serialize");
     URL_SAFE_NO_PAD.encode_string(payload, &mut out);
+    let sig = key.sign(out.as_bytes());
+    out.push('.');
+    URL_SAFE_NO_PAD.encode_string(sig.to_bytes(), &mut out);
+    out
+}
+
+/// A compact JWS (EdDSA) of any JSON payload, with header `typ` (Token Status Lists).
+pub fn encode_json(key: &SigningKey, kid: &str, typ: &str, payload: &serde_json::Value) -> String {
+    let header = serde_json::json!({"alg": "EdDSA", "kid": kid, "typ": typ});
+    let mut out = URL_SAFE_NO_PAD.encode(header.to_string());
+    out.push('.');
+    URL_SAFE_NO_PAD.encode_string(payload.to_string(), &mut out);
     let sig = key.sign(out.as_bytes());
     out.push('.');
     URL_SAFE_NO_PAD.encode_string(sig.to_bytes(), &mut out);
@@ -140,6 +169,7 @@ mod tests {
             iat: 1,
             exp: 2,
             scopes: vec!["read:x".into()],
+            status: None,
         }
     }
 
@@ -166,6 +196,28 @@ mod tests {
     }
 
     #[test]
+    fn the_status_claim_is_read_in_exactly_its_shape() {
+        let key = SigningKey::from_bytes(&[7u8; 32]);
+        let mut c = claims();
+        c.status = Some(Status {
+            status_list: StatusListRef {
+                idx: 7,
+                uri: "https://id.example.com/v1/status/sl_1".into(),
+            },
+        });
+        let t = encode(&key, "k1", &c);
+        assert_eq!(decode(&t).unwrap().claims, c);
+        let payload =
+            String::from_utf8(URL_SAFE_NO_PAD.decode(t.split('.').nth(1).unwrap()).unwrap()).unwrap();
+        assert!(
+            payload.ends_with(
+                r#""status":{"status_list":{"idx":7,"uri":"https://id.example.com/v1/status/sl_1"}}}"#
+            ),
+            "{payload}"
+        );
+    }
+
+    #[test]
     fn duplicate_and_unknown_claims_are_malformed() {
         let h = URL_SAFE_NO_PAD.encode(r#"{"alg":"EdDSA","kid":"k","typ":"JWT"}"#);
         let sig = URL_SAFE_NO_PAD.encode([0u8; 64]);
@@ -173,6 +225,11 @@ mod tests {
             r#"{"iss":"a","sub":"b","sub":"c","jti":"j","iat":1,"exp":2,"scopes":[]}"#,
             r#"{"iss":"a","sub":"b","jti":"j","iat":1,"exp":2,"scopes":[],"admin":true}"#,
             r#"{"iss":"a","sub":"b","jti":"j","iat":1.5,"exp":2,"scopes":[]}"#,
+            r#"{"iss":"a","sub":"b","jti":"j","iat":1,"exp":2,"scopes":[],"status":{}}"#,
+            r#"{"iss":"a","sub":"b","jti":"j","iat":1,"exp":2,"scopes":[],"status":{"status_list":{"idx":1}}}"#,
+            r#"{"iss":"a","sub":"b","jti":"j","iat":1,"exp":2,"scopes":[],"status":{"status_list":{"idx":-1,"uri":"u"}}}"#,
+            r#"{"iss":"a","sub":"b","jti":"j","iat":1,"exp":2,"scopes":[],"status":{"status_list":{"idx":1,"uri":"u","x":1}}}"#,
+            r#"{"iss":"a","sub":"b","jti":"j","iat":1,"exp":2,"scopes":[],"status":{"status_list":{"idx":1,"uri":"u"},"x":1}}"#,
         ] {
             let t = format!("{h}.{}.{sig}", URL_SAFE_NO_PAD.encode(payload));
             assert_eq!(
@@ -201,6 +258,7 @@ mod props {
             iat: 1_795_000_000,
             exp: 1_795_086_400,
             scopes: vec!["read:x".into()],
+            status: None,
         };
         encode(&key, "kid", &claims)
     }

@@ -2,4 +2,7 @@
 
 mod jwt;
 
-pub use jwt::{decode, encode, Claims, RejectReason, Rejected, Unverified, MAX_TOKEN_LEN};
+pub use jwt::{
+    decode, encode, encode_json, Claims, RejectReason, Rejected, Status, StatusListRef, Unverified,
+    MAX_TOKEN_LEN,
+};

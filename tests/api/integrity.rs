@@ -35,6 +35,7 @@ fn forge(key: &SigningKey, kid: &str, agent: &str) -> String {
             iat: now,
             exp: now + 3600,
             scopes: vec!["admin:everything".into()],
+            status: None,
         },
     )
 }
@@ -329,6 +330,7 @@ async fn a_revocation_or_retirement_undone_behind_the_triggers_is_caught() {
     let (code, out) = audit_verify(&app);
     assert_eq!(code, Some(0), "{out}");
 
+    let before = integrity_failures(metrics, "revocation");
     crate::helpers::tamper(
         &app,
         &format!(
@@ -355,7 +357,6 @@ async fn a_revocation_or_retirement_undone_behind_the_triggers_is_caught() {
     assert!(out.contains("a revocation was undone"), "{out}");
     assert!(out.contains("a retirement was undone"), "{out}");
 
-    let before = integrity_failures(metrics, "revocation");
     records(&app, 2).await;
     covered(&app, 3 + 4 + 2).await;
     assert!(integrity_failures(metrics, "revocation") > before);

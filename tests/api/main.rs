@@ -21,6 +21,7 @@ mod ops;
 mod persistence;
 mod proxy;
 mod rotation;
+mod status;
 mod store;
 mod tokens;
 mod transparency;

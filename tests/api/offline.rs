@@ -10,18 +10,23 @@ use crate::helpers::{in_ci, spawn_app};
 /// What `script` (run by `program`) says of the token in `token` with the key in `pem`: the
 /// claims, or the library's complaint; `None` when the library is not installed here.
 fn run(program: &str, script: &str, token: &Path, pem: &Path) -> Option<Result<serde_json::Value, String>> {
+    run_with(program, script, &[token.as_os_str(), pem.as_os_str()])
+}
+
+/// What `script` (run by `program` with `args`) prints as JSON, or its complaint; `None`
+/// when its library is not installed here (never in CI).
+pub fn run_with(
+    program: &str,
+    script: &str,
+    args: &[&std::ffi::OsStr],
+) -> Option<Result<serde_json::Value, String>> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     if script.ends_with(".mjs") && !root.join("tests/offline/node_modules/jose").exists() {
         assert!(!in_ci(), "jose is required in CI (npm ci --prefix tests/offline)");
         eprintln!("skipping jose: run `npm ci --prefix tests/offline`");
         return None;
     }
-    let out = match Command::new(program)
-        .arg(root.join(script))
-        .arg(token)
-        .arg(pem)
-        .output()
-    {
+    let out = match Command::new(program).arg(root.join(script)).args(args).output() {
         Ok(o) => o,
         Err(e) => {
             assert!(!in_ci(), "{program} is required in CI: {e}");
@@ -39,7 +44,7 @@ fn run(program: &str, script: &str, token: &Path, pem: &Path) -> Option<Result<s
     if !out.status.success() {
         return Some(Err(stderr.into_owned()));
     }
-    Some(Ok(serde_json::from_slice(&out.stdout).expect("claims JSON")))
+    Some(Ok(serde_json::from_slice(&out.stdout).expect("JSON on stdout")))
 }
 
 const VALIDATORS: [(&str, &str); 2] = [
@@ -78,6 +83,7 @@ async fn pyjwt_and_jose_validate_tokens_with_the_pem_alone() {
         iat: 0,
         exp: i64::MAX / 2000,
         scopes: vec![],
+        status: None,
     });
     std::fs::write(&token_file, foreign).unwrap();
     let py = Command::new("python3")

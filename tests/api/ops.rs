@@ -40,6 +40,7 @@ async fn the_openapi_document_covers_every_route_schema_and_error() {
         "/v1/log",
         "/v1/log/checkpoint",
         "/v1/log/commitments",
+        "/v1/status/{id}",
         "/v1/log/proof/inclusion",
         "/v1/log/proof/consistency",
     ]

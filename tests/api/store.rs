@@ -23,6 +23,7 @@ pub fn agent(id: &str, org: &str) -> AgentRecord {
         expires_at: Millis(2000),
         revoked_at: None,
         revocation_reason: None,
+        status: None,
         verification_count: 0,
     }
 }

@@ -1,0 +1,343 @@
+//! Token Status Lists: the `status` claim, the signed lists, and how soon they show a
+//! revocation, on one instance and across a fleet.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use ed25519_dalek::{Signature, VerifyingKey};
+use serde_json::Value;
+
+use crate::helpers::{spawn_app, spawn_app_with, spawn_fleet, Options, Resp, TestApp};
+
+/// A JWT's part `i` (0 header, 1 claims) as JSON.
+fn part(jwt: &str, i: usize) -> Value {
+    let bytes = URL_SAFE_NO_PAD.decode(jwt.split('.').nth(i).unwrap()).unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// The `status.status_list` of a token: (idx, uri).
+fn place(token: &str) -> (u64, String) {
+    let claims = part(token, 1);
+    let list = &claims["status"]["status_list"];
+    (
+        list["idx"].as_u64().unwrap(),
+        list["uri"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// GET a list by its URI, with extra headers.
+async fn fetch(app: &TestApp, uri: &str, headers: &[(&str, &str)]) -> Resp {
+    let mut req = app.client.get(uri);
+    for (name, value) in headers {
+        req = req.insert_header((*name, *value));
+    }
+    crate::helpers::read(req.send().await.unwrap()).await
+}
+
+/// Checks a served list's signature against JWKS and form; returns its claims.
+async fn checked_list(app: &TestApp, uri: &str) -> Value {
+    let res = fetch(app, uri, &[]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(
+        res.header("content-type").as_deref(),
+        Some("application/statuslist+jwt")
+    );
+    assert_eq!(res.header("cache-control").as_deref(), Some("public, max-age=60"));
+    assert!(res.header("etag").is_some());
+    let jwt = res.text();
+    let header = part(&jwt, 0);
+    assert_eq!(header["alg"], "EdDSA");
+    assert_eq!(header["typ"], "statuslist+jwt");
+    let jwks = app.get("/.well-known/jwks.json", None).await.json();
+    let jwk = jwks["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["kid"] == header["kid"])
+        .unwrap_or_else(|| panic!("kid {} is not in JWKS", header["kid"]));
+    let x: [u8; 32] = URL_SAFE_NO_PAD
+        .decode(jwk["x"].as_str().unwrap())
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let (input, sig) = jwt.rsplit_once('.').unwrap();
+    let sig = Signature::from_slice(&URL_SAFE_NO_PAD.decode(sig).unwrap()).unwrap();
+    VerifyingKey::from_bytes(&x)
+        .unwrap()
+        .verify_strict(input.as_bytes(), &sig)
+        .expect("the list's signature checks with its kid in JWKS");
+    let claims = part(&jwt, 1);
+    assert_eq!(claims["iss"], app.base.as_str());
+    assert_eq!(claims["sub"], uri);
+    assert_eq!(claims["ttl"], 60);
+    assert!(claims["exp"].as_i64().unwrap() >= claims["iat"].as_i64().unwrap() + 60);
+    assert_eq!(claims["status_list"]["bits"], 1);
+    claims
+}
+
+/// The status (0 or 1) at `idx` of a list's claims.
+fn status_at(claims: &Value, idx: u64) -> u8 {
+    let lst = URL_SAFE_NO_PAD
+        .decode(claims["status_list"]["lst"].as_str().unwrap())
+        .unwrap();
+    let bytes = miniz_oxide::inflate::decompress_to_vec_zlib(&lst).expect("zlib");
+    (bytes[(idx / 8) as usize] >> (idx % 8)) & 1
+}
+
+/// Polls `app`'s list until `idx` reads 1; how long it took.
+async fn until_revoked(app: &TestApp, uri: &str, idx: u64) -> Duration {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(5) {
+        let claims = part(&fetch(app, uri, &[]).await.text(), 1);
+        if status_at(&claims, idx) == 1 {
+            return started.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{uri} never showed {idx} revoked");
+}
+
+#[actix_web::test]
+async fn a_token_names_its_place_and_the_list_shows_its_revocation() {
+    let app = spawn_app().await;
+    let (agent, token) = app.agent().await;
+    let (_, other) = app.agent().await;
+    let (idx, uri) = place(&token);
+    assert!(uri.starts_with(&format!("{}/v1/status/sl_", app.base)), "{uri}");
+    assert_eq!(place(&other).1, uri, "one list while it has room");
+    let reissued = app
+        .post(
+            &format!("/v1/agents/{agent}/issue-token"),
+            Some(app.secret()),
+            None,
+        )
+        .await
+        .json();
+    assert_eq!(
+        place(reissued["token"].as_str().unwrap()),
+        (idx, uri.clone()),
+        "the place is kept"
+    );
+
+    let claims = checked_list(&app, &uri).await;
+    assert_eq!(status_at(&claims, idx), 0);
+    assert_eq!(app.revoke(&agent, None).await.status, 200);
+    let took = until_revoked(&app, &uri, idx).await;
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    let claims = checked_list(&app, &uri).await;
+    assert_eq!(status_at(&claims, place(&other).0), 0, "others stay valid");
+
+    // Caching, HEAD, content negotiation, unknown lists; keys ignored, never limited.
+    let etag = fetch(&app, &uri, &[]).await.header("etag").unwrap();
+    assert_eq!(
+        fetch(&app, &uri, &[("If-None-Match", etag.as_str())])
+            .await
+            .status,
+        304
+    );
+    let head = crate::helpers::read(app.client.head(&uri).send().await.unwrap()).await;
+    assert_eq!(head.status, 200);
+    assert!(head.text().is_empty());
+    for ok in [
+        "*/*",
+        "application/statuslist+jwt",
+        "text/html, application/statuslist+jwt;q=0.9",
+    ] {
+        assert_eq!(fetch(&app, &uri, &[("Accept", ok)]).await.status, 200, "{ok}");
+    }
+    fetch(&app, &uri, &[("Accept", "application/json")])
+        .await
+        .assert_error(406, "NOT_ACCEPTABLE");
+    fetch(&app, &format!("{}/v1/status/sl_nope", app.base), &[])
+        .await
+        .assert_error(404, "NOT_FOUND");
+    let auth = format!("Bearer {}", app.org.keys.publishable_live);
+    for _ in 0..40 {
+        assert_eq!(
+            fetch(&app, &uri, &[("Authorization", auth.as_str())])
+                .await
+                .status,
+            200
+        );
+    }
+    let cors = fetch(&app, &uri, &[("Origin", "https://receiver.example")]).await;
+    assert_eq!(cors.header("access-control-allow-origin").as_deref(), Some("*"));
+    let metrics = agentid::telemetry::metrics_handle().render();
+    assert!(
+        metrics.contains("agentid_status_list_publish_delay_seconds_count"),
+        "{metrics}"
+    );
+}
+
+/// Places are drawn at random among the free ones, unique, inside the list; a full list
+/// (past half its places) gives way to a new one.
+#[actix_web::test]
+async fn places_are_random_unique_and_lists_open_as_they_fill() {
+    let app = spawn_app_with(Options {
+        tweak: Box::new(|c| c.engine.status.size = 64),
+        ..Options::unlimited()
+    })
+    .await;
+    let mut places = Vec::new();
+    for _ in 0..40 {
+        places.push(place(&app.agent().await.1));
+    }
+    let lists: Vec<&String> = places
+        .iter()
+        .map(|(_, uri)| uri)
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(lists.len(), 2, "32 places of 64, then a new list: {lists:?}");
+    assert!(places.iter().all(|(idx, _)| *idx < 64));
+    let unique: HashSet<_> = places.iter().collect();
+    assert_eq!(unique.len(), places.len(), "{places:?}");
+    let first: Vec<u64> = places[..32].iter().map(|(i, _)| *i).collect();
+    let mut sorted = first.clone();
+    sorted.sort_unstable();
+    assert_ne!(
+        first, sorted,
+        "an index says nothing of the order of registration"
+    );
+    for uri in lists {
+        checked_list(&app, uri).await;
+    }
+}
+
+/// Revoked on one instance, shown by the other's list within 2 s; and two instances
+/// registering at once never share a place.
+#[actix_web::test]
+async fn a_fleet_serves_one_revocation_everywhere_and_never_shares_a_place() {
+    let fleet = spawn_fleet(2, Options::unlimited()).await;
+    let (a, b) = (&fleet[0], &fleet[1]);
+    let (from_a, from_b) = futures_util::future::join(register(a), register(b)).await;
+    let places: Vec<(u64, String)> = from_a.iter().chain(&from_b).map(|t| place(t)).collect();
+    let unique: HashSet<_> = places.iter().collect();
+    assert_eq!(unique.len(), 50, "{places:?}");
+
+    let token = &from_a[0];
+    let agent = part(token, 1)["sub"].as_str().unwrap().to_owned();
+    let (idx, uri) = place(token);
+    let on_b = uri.replace(&a.base, &b.base);
+    checked_list(b, &on_b).await;
+    assert_eq!(a.revoke(&agent, None).await.status, 200);
+    let took = until_revoked(b, &on_b, idx).await;
+    assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+/// Lists are signed by the key that signs tokens: after a rotation activates a new key,
+/// the list carries its kid.
+#[actix_web::test]
+async fn lists_follow_the_signing_key() {
+    let app = spawn_app().await;
+    let (_, token) = app.agent().await;
+    let (_, uri) = place(&token);
+    let root = agentid::keys::KeyRing::load(&app.config.signing_key_file)
+        .unwrap()
+        .unwrap();
+    assert_eq!(part(&fetch(&app, &uri, &[]).await.text(), 0)["kid"], root.kid());
+    let rotated = agentid::engine::admin::rotate_signing_key(
+        &app.store,
+        &root,
+        &app.config.signing_key_file,
+        Duration::ZERO,
+    )
+    .await
+    .unwrap();
+    app.engine.refresh_keys().await.unwrap();
+    let started = Instant::now();
+    loop {
+        let res = fetch(&app, &uri, &[]).await;
+        if part(&res.text(), 0)["kid"] == rotated.kid.as_str() {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(2), "still {}", res.text());
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    checked_list(&app, &uri).await;
+}
+
+/// 25 registrations on `app`, one after the other: their tokens.
+async fn register(app: &TestApp) -> Vec<String> {
+    let mut tokens = Vec::new();
+    for _ in 0..25 {
+        tokens.push(app.agent().await.1);
+    }
+    tokens
+}
+
+/// A receiver written with stock libraries (jose and @sd-jwt/jwt-status-list in Node;
+/// PyJWT and zlib in Python) reads the agent's status from the list the token names: valid,
+/// then, after the revocation, revoked.
+#[actix_web::test]
+async fn stock_receivers_read_a_revocation_from_the_list() {
+    let app = spawn_app().await;
+    let (agent, token) = app.agent().await;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, &token).unwrap();
+    let (idx, _) = place(&token);
+    let receivers = [
+        ("node", "tests/offline/status_jose.mjs"),
+        ("python3", "tests/offline/status_pyjwt.py"),
+    ];
+    // Off the test's thread: the scripts call the server, which runs on it.
+    let ask = |program: &'static str, script: &'static str| {
+        let (token_file, base) = (token_file.clone(), app.base.clone());
+        tokio::task::spawn_blocking(move || {
+            crate::offline::run_with(program, script, &[token_file.as_os_str(), base.as_ref()])
+        })
+    };
+    for (program, script) in receivers {
+        let Some(seen) = ask(program, script).await.unwrap() else {
+            continue;
+        };
+        let seen = seen.unwrap_or_else(|e| panic!("{script}: {e}"));
+        assert_eq!(seen, serde_json::json!({"idx": idx, "status": 0}), "{script}");
+    }
+    assert_eq!(app.revoke(&agent, None).await.status, 200);
+    for (program, script) in receivers {
+        let started = Instant::now();
+        loop {
+            let Some(seen) = ask(program, script).await.unwrap() else {
+                break;
+            };
+            let seen = seen.unwrap_or_else(|e| panic!("{script}: {e}"));
+            if seen["status"] == 1 {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(2), "{script}: {seen}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// An agent registered before status lists (stored without a place) gets one with its next
+/// token, and keeps it.
+#[actix_web::test]
+async fn an_agent_from_before_lists_gets_a_place_with_its_next_token() {
+    let app = spawn_app().await;
+    let (agent, _) = app.agent().await;
+    let mut old = app.store.get_agent(&agent).await.unwrap().unwrap();
+    old.id = agentid::domain::AgentId::generate().as_str().to_owned();
+    old.status = None;
+    app.store.insert_agent(&old).await.unwrap();
+    let issue = || async {
+        let res = app
+            .post(
+                &format!("/v1/agents/{}/issue-token", old.id),
+                Some(app.secret()),
+                None,
+            )
+            .await
+            .json();
+        place(res["token"].as_str().unwrap())
+    };
+    let (idx, uri) = issue().await;
+    assert_eq!(issue().await, (idx, uri.clone()), "the place is kept");
+    assert_eq!(status_at(&checked_list(&app, &uri).await, idx), 0);
+    assert_eq!(app.revoke(&old.id, None).await.status, 200);
+    until_revoked(&app, &uri, idx).await;
+}
