@@ -242,9 +242,34 @@ fn rate_limit(c: &mut Criterion) {
     g.finish();
 }
 
+/// A status list of 1,048,576 places, a share of them revoked at random places: the `lst`
+/// encoding's time, and its size on the wire (printed once per share).
+fn status_list(c: &mut Criterion) {
+    use agentid::domain::StatusBits;
+    let mut g = c.benchmark_group("status_list");
+    for percent in [0u64, 1, 10] {
+        let size = 1 << 20;
+        let mut bits = StatusBits::new(size);
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..size * percent / 100 {
+            // xorshift: a fixed sequence of random places
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            bits.revoke(x % size);
+        }
+        eprintln!(
+            "status_list: 1048576 places, {percent}% revoked: lst {} bytes",
+            bits.lst().len()
+        );
+        g.bench_function(format!("lst_{percent}pct"), |b| b.iter(|| black_box(&bits).lst()));
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
-    targets = token_paths, audit, answer, revocation, rate_limit
+    targets = token_paths, audit, answer, revocation, rate_limit, status_list
 }
 criterion_main!(benches);
