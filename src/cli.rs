@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::{self, Config};
 use crate::domain::{ApiKeyKind, KeyMode, Millis, OrgLimits, Plan};
+use crate::engine::ssf::SsfConfig;
 use crate::engine::status::StatusConfig;
 use crate::engine::{admin, hash_key, EngineConfig, WriterConfig};
 use crate::store::{self, SharedStore, StoreOptions};
@@ -123,6 +124,10 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTID_STATUS_LIST_TTL", default_value_t = StatusConfig::default().ttl.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub status_list_ttl: u64,
+    /// Allow Shared Signals push endpoints on http:// and on loopback or private addresses
+    /// (development and tests only: a stream's owner could otherwise reach internal hosts).
+    #[arg(long, env = "AGENTID_SSF_ALLOW_INSECURE_ENDPOINTS", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false)]
+    pub ssf_allow_insecure_endpoints: bool,
 }
 
 fn parse_list_size(s: &str) -> Result<u64, String> {
@@ -430,6 +435,9 @@ async fn serve(args: ServeArgs) -> CliResult {
             status: StatusConfig {
                 size: args.status_list_size,
                 ttl: Duration::from_secs(args.status_list_ttl),
+            },
+            ssf: SsfConfig {
+                allow_insecure_endpoints: args.ssf_allow_insecure_endpoints,
             },
             ..EngineConfig::default()
         },

@@ -172,6 +172,19 @@ fn describe() {
         "agentid_status_list_requests_total",
         "Status list requests by outcome (ok, not_modified, not_found, not_acceptable)"
     );
+    describe_histogram!(
+        "agentid_ssf_delivery_delay_seconds",
+        Unit::Seconds,
+        "Shared Signals: from a revocation's commit to the receiver's 202 (push) or to the SET handed to a poll"
+    );
+    describe_counter!(
+        "agentid_ssf_deliveries_total",
+        "Shared Signals deliveries by outcome (delivered, refused, failed, expired, acknowledged, dropped)"
+    );
+    describe_gauge!(
+        "agentid_ssf_pending_events",
+        "Shared Signals events owed to streams, not yet delivered"
+    );
     describe_gauge!("agentid_build_info", "Build information (value 1)");
 }
 
@@ -212,6 +225,18 @@ fn register_zeroes() {
         metrics::counter!("agentid_status_list_requests_total", "outcome" => outcome).increment(0);
     }
     let _ = metrics::histogram!("agentid_status_list_publish_delay_seconds");
+    for outcome in [
+        "delivered",
+        "refused",
+        "failed",
+        "expired",
+        "acknowledged",
+        "dropped",
+    ] {
+        metrics::counter!("agentid_ssf_deliveries_total", "outcome" => outcome).increment(0);
+    }
+    let _ = metrics::histogram!("agentid_ssf_delivery_delay_seconds");
+    metrics::gauge!("agentid_ssf_pending_events").set(0.0);
     metrics::gauge!("agentid_checkpoint_lag_seconds").set(0.0);
     let _ = metrics::histogram!("agentid_checkpoint_duration_seconds");
     // Registered, so that it is exported (with empty buckets) before the first wait.

@@ -9,6 +9,8 @@ pub enum IdPrefix {
     Log,
     Request,
     StatusList,
+    Stream,
+    Event,
 }
 
 impl IdPrefix {
@@ -19,6 +21,8 @@ impl IdPrefix {
             IdPrefix::Log => "log_",
             IdPrefix::Request => "req_",
             IdPrefix::StatusList => "sl_",
+            IdPrefix::Stream => "ssf_",
+            IdPrefix::Event => "evt_",
         }
     }
 }

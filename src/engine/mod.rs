@@ -6,6 +6,7 @@ mod apikeys;
 mod audit;
 pub mod ratelimit;
 pub mod registry;
+pub mod ssf;
 pub mod status;
 pub mod verifier;
 
@@ -81,6 +82,7 @@ pub struct EngineConfig {
     /// The public URL: status lists' `iss` and the base of their URIs.
     pub public_url: String,
     pub status: status::StatusConfig,
+    pub ssf: ssf::SsfConfig,
 }
 
 impl Default for EngineConfig {
@@ -96,6 +98,7 @@ impl Default for EngineConfig {
             log_host: "localhost".to_owned(),
             public_url: "http://localhost".to_owned(),
             status: status::StatusConfig::default(),
+            ssf: ssf::SsfConfig::default(),
         }
     }
 }
@@ -185,6 +188,7 @@ pub struct Engine {
     rate_limits: Arc<RateLimits>,
     transparency: Arc<Transparency>,
     status: Arc<StatusLists>,
+    ssf: Arc<ssf::Ssf>,
     /// Unix ms of the last successful store ping (health checks reuse it for a second).
     last_ping_ok: std::sync::atomic::AtomicI64,
     _background: Background,
@@ -329,6 +333,12 @@ impl Engine {
             status.revoke(place, *at);
         }
         status.publish();
+        let ssf = Arc::new(ssf::Ssf::new(
+            store.clone(),
+            signing.clone(),
+            &cfg.public_url,
+            cfg.ssf.clone(),
+        ));
         let grown = Arc::new(Grown::default());
         let (audit, audit_thread) = AuditHandle::start(store.clone(), cfg.writer, grown.clone());
         let rate_limits = Arc::new(RateLimits::new(&store));
@@ -347,6 +357,7 @@ impl Engine {
                 cfg.registry_resync,
             )),
             tokio::spawn(status::publisher(status.clone())),
+            tokio::spawn(ssf::deliverer(ssf.clone())),
             tokio::spawn(ratelimit::upkeep(rate_limits.clone())),
             tokio::spawn(sample_gauges(registry.clone(), store.clone())),
             tokio::spawn(transparency.clone().run()),
@@ -363,6 +374,7 @@ impl Engine {
             rate_limits,
             transparency,
             status,
+            ssf,
             _background: background,
             api_keys: ApiKeys::new(store.clone(), cfg.key_cache_ttl),
             verifier,
@@ -389,6 +401,11 @@ impl Engine {
             fill: cfg.fill(),
             draws: (0..64).map(|_| rand::random::<u64>()).collect(),
         }
+    }
+
+    /// The Shared Signals transmitter.
+    pub fn ssf(&self) -> &ssf::Ssf {
+        &self.ssf
     }
 
     /// The status lists, as this instance serves them.
@@ -617,6 +634,8 @@ impl Engine {
         if let (Some(place), Some(at)) = (&stored.status, stored.revoked_at) {
             self.status.revoke(place, at);
         }
+        // The revocation's events were queued in its transaction: push them now.
+        self.ssf.wake();
         Ok(stored)
     }
 

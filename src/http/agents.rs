@@ -80,7 +80,10 @@ pub struct RevokeRequest {
 /// Enforces `Content-Type: application/json` and parses the body into `T`. A body that is not
 /// a JSON object is INVALID_REQUEST; a field of the wrong type, a missing or an unknown field
 /// is VALIDATION_ERROR, with the field's path in the message.
-fn json_body<T: serde::de::DeserializeOwned>(req: &HttpRequest, body: &Bytes) -> Result<T, ApiError> {
+pub(super) fn json_body<T: serde::de::DeserializeOwned>(
+    req: &HttpRequest,
+    body: &Bytes,
+) -> Result<T, ApiError> {
     let ct = req
         .headers()
         .get(header::CONTENT_TYPE)

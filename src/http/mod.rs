@@ -12,6 +12,7 @@ mod log;
 mod meta;
 pub mod openapi;
 pub mod routes;
+mod ssf;
 mod verify;
 
 use actix_web::body::MessageBody;
@@ -100,6 +101,24 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .service(resource(&routes::LOG).route(web::get().to(log::read)))
         .service(resource(&routes::LOG_CHECKPOINT).route(web::get().to(log::checkpoint)))
         .service(resource(&routes::LOG_COMMITMENTS).route(web::get().to(log::commitments)))
+        .service(resource(&routes::SSF_CONFIGURATION).route(web::get().to(ssf::configuration)))
+        .service(
+            resource(&routes::SSF_STREAMS)
+                .route(web::post().to(ssf::create))
+                .route(web::get().to(ssf::read))
+                .route(web::put().to(ssf::replace))
+                .route(web::patch().to(ssf::update))
+                .route(web::delete().to(ssf::delete)),
+        )
+        .service(
+            resource(&routes::SSF_STATUS)
+                .route(web::get().to(ssf::status))
+                .route(web::post().to(ssf::set_status)),
+        )
+        .service(resource(&routes::SSF_SUBJECTS_ADD).route(web::post().to(ssf::add_subject)))
+        .service(resource(&routes::SSF_SUBJECTS_REMOVE).route(web::post().to(ssf::remove_subject)))
+        .service(resource(&routes::SSF_VERIFY).route(web::post().to(ssf::verify)))
+        .service(resource(&routes::SSF_POLL).route(web::post().to(ssf::poll)))
         .service(resource(&routes::INCLUSION_PROOF).route(web::get().to(log::inclusion)))
         .service(resource(&routes::CONSISTENCY_PROOF).route(web::get().to(log::consistency)));
 }

@@ -49,6 +49,18 @@ impl ToSchema for Millis {}
         super::log::checkpoint,
         super::log::commitments,
         super::meta::status_list,
+        super::ssf::configuration,
+        super::ssf::create,
+        super::ssf::read,
+        super::ssf::replace,
+        super::ssf::update,
+        super::ssf::delete,
+        super::ssf::status,
+        super::ssf::set_status,
+        super::ssf::add_subject,
+        super::ssf::remove_subject,
+        super::ssf::verify,
+        super::ssf::poll,
         super::log::inclusion,
         super::log::consistency,
     ),
@@ -91,7 +103,17 @@ impl Modify for Shared {
             ),
         );
         for item in api.paths.paths.values_mut() {
-            for op in [&mut item.get, &mut item.post].into_iter().flatten() {
+            for op in [
+                &mut item.get,
+                &mut item.post,
+                &mut item.put,
+                &mut item.patch,
+                &mut item.delete,
+                &mut item.head,
+            ]
+            .into_iter()
+            .flatten()
+            {
                 shared_responses(op);
             }
         }

@@ -78,6 +78,22 @@ pub static LOG_CHECKPOINT: Route = other("/v1/log/checkpoint");
 pub static LOG_COMMITMENTS: Route = other("/v1/log/commitments");
 pub static INCLUSION_PROOF: Route = other("/v1/log/proof/inclusion");
 pub static CONSISTENCY_PROOF: Route = other("/v1/log/proof/consistency");
+/// Shared Signals: discovery is a public document; streams are the issuer's (secret keys).
+pub static SSF_CONFIGURATION: Route = document("/.well-known/ssf-configuration");
+pub static SSF_STREAMS: Route = other("/ssf/streams");
+pub static SSF_STATUS: Route = other("/ssf/status");
+pub static SSF_SUBJECTS_ADD: Route = other("/ssf/subjects/add");
+pub static SSF_SUBJECTS_REMOVE: Route = other("/ssf/subjects/remove");
+pub static SSF_VERIFY: Route = other("/ssf/verify");
+/// A receiver polls with its stream's poll token, which is no API key: the key is not looked
+/// up, and the call counts against the caller's address.
+pub static SSF_POLL: Route = Route {
+    pattern: "/ssf/poll/{stream_id}",
+    class: Class::Other,
+    counted: true,
+    public: false,
+    keyless: true,
+};
 /// What a path that no route takes counts as.
 pub static UNMATCHED: Route = other("unmatched");
 

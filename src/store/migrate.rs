@@ -61,6 +61,7 @@ pub const SQLITE: Embedded = &[
         "status lists",
         include_str!("../../migrations/sqlite/0011_status_lists.sql"),
     ),
+    (12, "ssf", include_str!("../../migrations/sqlite/0012_ssf.sql")),
 ];
 pub const POSTGRES: Embedded = &[
     (1, "init", include_str!("../../migrations/postgres/0001_init.sql")),
@@ -114,6 +115,7 @@ pub const POSTGRES: Embedded = &[
         "status lists",
         include_str!("../../migrations/postgres/0011_status_lists.sql"),
     ),
+    (12, "ssf", include_str!("../../migrations/postgres/0012_ssf.sql")),
 ];
 
 #[derive(Debug)]
@@ -174,7 +176,7 @@ pub fn grants_pg(role: &str) -> Vec<String> {
         format!("GRANT SELECT ON ALL TABLES IN SCHEMA public TO {r}"),
         format!(
             "GRANT INSERT, UPDATE, DELETE ON orgs, api_keys, agents, revocation_epoch, signing_keys, \
-             rate_buckets, status_lists TO {r}"
+             rate_buckets, status_lists, ssf_streams, ssf_subjects, ssf_events TO {r}"
         ),
         format!(
             "GRANT INSERT ON audit_blocks, audit_block_agents, audit_tree_nodes, audit_checkpoints TO {r}"

@@ -23,6 +23,7 @@ mod postgres;
 mod signing;
 mod sql;
 mod sqlite;
+mod ssf;
 mod tree;
 
 use std::fmt;
@@ -45,6 +46,7 @@ pub use orgs::OrgStore;
 pub use postgres::PgStore;
 pub use signing::SigningKeyStore;
 pub use sqlite::SqliteStore;
+pub use ssf::{SsfEvent, SsfStore, StreamRecord};
 pub use tree::{Added, TreeStore};
 
 pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
@@ -213,7 +215,16 @@ impl PoolStats {
 /// The persistence boundary, one trait per concern; each method is one short transaction
 /// at most. `Store` is all of them, with what concerns the database as a whole.
 pub trait Store:
-    OrgStore + AgentStore + SigningKeyStore + AuditStore + TreeStore + Send + Sync + fmt::Debug + 'static
+    OrgStore
+    + AgentStore
+    + SigningKeyStore
+    + AuditStore
+    + TreeStore
+    + SsfStore
+    + Send
+    + Sync
+    + fmt::Debug
+    + 'static
 {
     fn backend(&self) -> &'static str;
     /// Connections of each of the store's pools.

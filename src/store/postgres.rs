@@ -214,6 +214,7 @@ impl Backend for Postgres {
         name_index: false,
         lateral_join: true,
     };
+    const SKIP_LOCKED: &'static str = " FOR UPDATE OF s SKIP LOCKED";
 
     fn append(store: &PgStore, entries: Vec<AuditEntry>) -> BoxFuture<'_, Result<Vec<AuditRecord>, Refused>> {
         Box::pin(store.append(entries))

@@ -36,6 +36,9 @@ pub trait Backend: Database {
     /// How a page of the log must be written for this backend's planner to use the indexes
     /// (see `log_blocks_sql`).
     const LOG_PLAN: LogPlan;
+    /// Appended to the query that picks streams to deliver, so that instances delivering at
+    /// once pass over each other's (PostgreSQL: `FOR UPDATE … SKIP LOCKED`).
+    const SKIP_LOCKED: &'static str;
 
     /// Appends a batch as one unit: every record, or nothing and the entries back.
     fn append(
@@ -111,8 +114,12 @@ where
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
     for<'r> bool: sqlx::Decode<'r, DB> + sqlx::Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
-    SqlStore<DB>:
-        super::OrgStore + super::AgentStore + super::SigningKeyStore + super::AuditStore + super::TreeStore,
+    SqlStore<DB>: super::OrgStore
+        + super::AgentStore
+        + super::SigningKeyStore
+        + super::AuditStore
+        + super::TreeStore
+        + super::SsfStore,
 {
     fn backend(&self) -> &'static str {
         DB::BACKEND

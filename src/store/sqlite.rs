@@ -144,6 +144,7 @@ impl Backend for Sqlite {
         name_index: true,
         lateral_join: false,
     };
+    const SKIP_LOCKED: &'static str = "";
 
     fn append(
         store: &SqliteStore,

@@ -101,7 +101,7 @@ pub fn start_server_logging(
     spawn_server(dir, db_url, extra_env, Stdio::from(file))
 }
 
-fn spawn_server(dir: &Path, db_url: Option<&str>, extra_env: &[(&str, &str)], stderr: Stdio) -> Server {
+pub fn spawn_server(dir: &Path, db_url: Option<&str>, extra_env: &[(&str, &str)], stderr: Stdio) -> Server {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentid"));
     cmd.arg("serve")
         .current_dir(dir)

@@ -213,6 +213,8 @@ pub fn test_config(url: &str, key: PathBuf) -> Config {
     c.store.max_connections = 5;
     // Checkpoints come quickly, so that tests need not wait long for one.
     c.engine.checkpoint_interval = Duration::from_millis(200);
+    // Receivers in the tests listen on 127.0.0.1 over plain HTTP.
+    c.engine.ssf.allow_insecure_endpoints = true;
     c
 }
 
@@ -469,4 +471,35 @@ pub async fn tamper(app: &TestApp, sql: &str) {
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
         pool.close().await;
     }
+}
+
+/// Checks a compact JWS's EdDSA signature with the key its `kid` names in the app's JWKS (as
+/// a receiver would); returns its header and claims.
+pub async fn checked_with_jwks(app: &TestApp, jws: &str) -> (Value, Value) {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine as _;
+    let part = |i: usize| -> Value {
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(jws.split('.').nth(i).unwrap()).unwrap()).unwrap()
+    };
+    let header = part(0);
+    assert_eq!(header["alg"], "EdDSA");
+    let jwks = app.get("/.well-known/jwks.json", None).await.json();
+    let jwk = jwks["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["kid"] == header["kid"])
+        .unwrap_or_else(|| panic!("kid {} is not in JWKS", header["kid"]));
+    let x: [u8; 32] = URL_SAFE_NO_PAD
+        .decode(jwk["x"].as_str().unwrap())
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let (input, sig) = jws.rsplit_once('.').unwrap();
+    let sig = ed25519_dalek::Signature::from_slice(&URL_SAFE_NO_PAD.decode(sig).unwrap()).unwrap();
+    ed25519_dalek::VerifyingKey::from_bytes(&x)
+        .unwrap()
+        .verify_strict(input.as_bytes(), &sig)
+        .expect("the signature checks with its kid in JWKS");
+    (header, part(1))
 }

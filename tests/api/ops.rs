@@ -41,6 +41,13 @@ async fn the_openapi_document_covers_every_route_schema_and_error() {
         "/v1/log/checkpoint",
         "/v1/log/commitments",
         "/v1/status/{id}",
+        "/.well-known/ssf-configuration",
+        "/ssf/streams",
+        "/ssf/status",
+        "/ssf/subjects/add",
+        "/ssf/subjects/remove",
+        "/ssf/verify",
+        "/ssf/poll/{stream_id}",
         "/v1/log/proof/inclusion",
         "/v1/log/proof/consistency",
     ]

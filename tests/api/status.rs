@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
-use ed25519_dalek::{Signature, VerifyingKey};
 use serde_json::Value;
 
 use crate::helpers::{spawn_app, spawn_app_with, spawn_fleet, Options, Resp, TestApp};
@@ -47,28 +46,8 @@ async fn checked_list(app: &TestApp, uri: &str) -> Value {
     assert_eq!(res.header("cache-control").as_deref(), Some("public, max-age=60"));
     assert!(res.header("etag").is_some());
     let jwt = res.text();
-    let header = part(&jwt, 0);
-    assert_eq!(header["alg"], "EdDSA");
+    let (header, claims) = crate::helpers::checked_with_jwks(app, &jwt).await;
     assert_eq!(header["typ"], "statuslist+jwt");
-    let jwks = app.get("/.well-known/jwks.json", None).await.json();
-    let jwk = jwks["keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["kid"] == header["kid"])
-        .unwrap_or_else(|| panic!("kid {} is not in JWKS", header["kid"]));
-    let x: [u8; 32] = URL_SAFE_NO_PAD
-        .decode(jwk["x"].as_str().unwrap())
-        .unwrap()
-        .try_into()
-        .unwrap();
-    let (input, sig) = jwt.rsplit_once('.').unwrap();
-    let sig = Signature::from_slice(&URL_SAFE_NO_PAD.decode(sig).unwrap()).unwrap();
-    VerifyingKey::from_bytes(&x)
-        .unwrap()
-        .verify_strict(input.as_bytes(), &sig)
-        .expect("the list's signature checks with its kid in JWKS");
-    let claims = part(&jwt, 1);
     assert_eq!(claims["iss"], app.base.as_str());
     assert_eq!(claims["sub"], uri);
     assert_eq!(claims["ttl"], 60);

@@ -1,0 +1,559 @@
+//! The Shared Signals transmitter, against a receiver written here from RFC 8935 and RFC
+//! 8417 alone: it takes `application/secevent+jwt` POSTs, answers 202, and the test checks
+//! each SET's signature through JWKS.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+
+use crate::helpers::{spawn_app, spawn_app_with, Options, Resp, TestApp};
+
+const REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
+const VERIFICATION: &str = "https://schemas.openid.net/secevent/ssf/event-type/verification";
+
+/// A push receiver: what it was sent, and whether it is up (down: 503).
+#[derive(Clone, Default)]
+struct Receiver {
+    got: Arc<Mutex<Vec<String>>>,
+    down: Arc<AtomicBool>,
+}
+
+impl Receiver {
+    async fn start() -> (Receiver, String) {
+        let r = Receiver::default();
+        let state = r.clone();
+        let server = HttpServer::new(move || {
+            let state = state.clone();
+            App::new().route(
+                "/events",
+                web::post().to(move |req: HttpRequest, body: web::Bytes| {
+                    let state = state.clone();
+                    async move {
+                        if state.down.load(Ordering::SeqCst) {
+                            return HttpResponse::ServiceUnavailable().finish();
+                        }
+                        let ct = req.headers().get("content-type").and_then(|v| v.to_str().ok());
+                        if ct != Some("application/secevent+jwt") {
+                            return HttpResponse::BadRequest()
+                                .json(json!({"err": "invalid_request", "description": "content type"}));
+                        }
+                        state.got.lock().push(String::from_utf8_lossy(&body).into_owned());
+                        HttpResponse::Accepted().finish()
+                    }
+                }),
+            )
+        })
+        .workers(1)
+        .bind("127.0.0.1:0")
+        .unwrap();
+        let addr = server.addrs()[0];
+        actix_web::rt::spawn(server.run());
+        (r, format!("http://{addr}/events"))
+    }
+
+    /// Waits until `n` SETs have arrived; all of them.
+    async fn wait_for(&self, n: usize, within: Duration) -> Vec<String> {
+        let started = Instant::now();
+        loop {
+            let got = self.got.lock().clone();
+            if got.len() >= n || started.elapsed() > within {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn part(jwt: &str, i: usize) -> Value {
+    serde_json::from_slice(&URL_SAFE_NO_PAD.decode(jwt.split('.').nth(i).unwrap()).unwrap()).unwrap()
+}
+
+/// A SET's claims, once its signature checks with its kid in JWKS and its header is a SET's.
+async fn checked_set(app: &TestApp, set: &str) -> Value {
+    let (header, claims) = crate::helpers::checked_with_jwks(app, set).await;
+    assert_eq!(header["typ"], "secevent+jwt");
+    assert_eq!(claims["iss"], app.base.as_str());
+    assert!(
+        claims.get("sub").is_none() && claims.get("exp").is_none(),
+        "{claims}"
+    );
+    claims
+}
+
+async fn send(app: &TestApp, method: &str, path: &str, key: Option<&str>, body: Option<Value>) -> Resp {
+    let mut req = app.client.request(method.parse().unwrap(), app.url(path));
+    if let Some(k) = key {
+        req = req.insert_header(("Authorization", format!("Bearer {k}")));
+    }
+    let res = match body {
+        Some(b) => req.send_json(&b).await,
+        None => req.send().await,
+    };
+    crate::helpers::read(res.unwrap()).await
+}
+
+async fn push_stream(app: &TestApp, url: &str) -> String {
+    let res = send(
+        app,
+        "POST",
+        "/ssf/streams",
+        Some(app.secret()),
+        Some(
+            json!({"delivery": {"method": "urn:ietf:rfc:8935", "endpoint_url": url},
+                    "events_requested": [REVOKED, VERIFICATION, "urn:example:unsupported"],
+                    "description": "partner"}),
+        ),
+    )
+    .await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    res.json()["stream_id"].as_str().unwrap().to_owned()
+}
+
+#[actix_web::test]
+async fn discovery_and_streams_belong_to_their_organization_and_mode() {
+    let app = spawn_app().await;
+    let conf = app.get("/.well-known/ssf-configuration", None).await.json();
+    assert_eq!(conf["spec_version"], "1_0");
+    assert_eq!(conf["issuer"], app.base.as_str());
+    assert_eq!(conf["jwks_uri"], format!("{}/.well-known/jwks.json", app.base));
+    assert_eq!(
+        conf["delivery_methods_supported"],
+        json!(["urn:ietf:rfc:8935", "urn:ietf:rfc:8936"])
+    );
+    assert_eq!(conf["default_subjects"], "ALL");
+    for e in [
+        "configuration_endpoint",
+        "status_endpoint",
+        "add_subject_endpoint",
+        "remove_subject_endpoint",
+        "verification_endpoint",
+    ] {
+        assert!(conf[e].as_str().unwrap().starts_with(&app.base), "{e}");
+    }
+
+    let (_, url) = Receiver::start().await;
+    let res = send(&app, "POST", "/ssf/streams", Some(app.secret()),
+        Some(json!({"delivery": {"method": "urn:ietf:rfc:8935", "endpoint_url": url}, "events_requested": [REVOKED, "urn:x"]}))).await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    let created = res.json();
+    let id = created["stream_id"].as_str().unwrap().to_owned();
+    assert_eq!(created["iss"], app.base.as_str());
+    assert_eq!(
+        created["aud"],
+        url.trim_end_matches("/events"),
+        "the push endpoint's origin"
+    );
+    assert_eq!(created["events_delivered"], json!([REVOKED]));
+    assert_eq!(created["events_supported"], json!([REVOKED, VERIFICATION]));
+
+    let q = format!("/ssf/streams?stream_id={id}");
+    assert_eq!(
+        send(&app, "GET", &q, Some(app.secret()), None).await.json()["stream_id"],
+        id.as_str()
+    );
+    assert_eq!(
+        send(&app, "GET", "/ssf/streams", Some(app.secret()), None)
+            .await
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let patched = send(
+        &app,
+        "PATCH",
+        "/ssf/streams",
+        Some(app.secret()),
+        Some(json!({"stream_id": id, "description": "d"})),
+    )
+    .await;
+    assert_eq!(patched.json()["description"], "d", "{}", patched.text());
+    let put = send(&app, "PUT", "/ssf/streams", Some(app.secret()),
+        Some(json!({"stream_id": id, "delivery": {"method": "urn:ietf:rfc:8935", "endpoint_url": url}, "events_requested": [VERIFICATION], "aud": "partner"}))).await;
+    assert_eq!(put.json()["aud"], "partner", "{}", put.text());
+    let status = send(
+        &app,
+        "POST",
+        "/ssf/status",
+        Some(app.secret()),
+        Some(json!({"stream_id": id, "status": "paused"})),
+    )
+    .await;
+    assert_eq!(status.json()["status"], "paused");
+    assert_eq!(
+        send(
+            &app,
+            "GET",
+            &format!("/ssf/status?stream_id={id}"),
+            Some(app.secret()),
+            None
+        )
+        .await
+        .json()["status"],
+        "paused"
+    );
+
+    // Who may: no key 401, a publishable key 403, another organization or mode 404.
+    send(&app, "GET", &q, None, None)
+        .await
+        .assert_error(401, "UNAUTHORIZED");
+    send(&app, "GET", &q, Some(&app.org.keys.publishable_live), None)
+        .await
+        .assert_error(403, "FORBIDDEN");
+    send(&app, "GET", &q, Some(&app.org.keys.secret_test), None)
+        .await
+        .assert_error(404, "NOT_FOUND");
+    let other = agentid::engine::admin::create_org(
+        &app.store,
+        "other",
+        agentid::domain::Plan::Developer,
+        agentid::domain::Plan::Developer.default_limits().unwrap(),
+    )
+    .await
+    .unwrap();
+    send(&app, "GET", &q, Some(&other.keys.secret_live), None)
+        .await
+        .assert_error(404, "NOT_FOUND");
+    send(&app, "DELETE", &q, Some(&other.keys.secret_live), None)
+        .await
+        .assert_error(404, "NOT_FOUND");
+    assert_eq!(
+        send(&app, "GET", "/ssf/streams", Some(&other.keys.secret_live), None)
+            .await
+            .json(),
+        json!([])
+    );
+
+    assert_eq!(
+        send(&app, "DELETE", &q, Some(app.secret()), None).await.status,
+        204
+    );
+    send(&app, "GET", &q, Some(app.secret()), None)
+        .await
+        .assert_error(404, "NOT_FOUND");
+}
+
+/// A revocation reaches the receiver as one signed SET, as SSF and CAEP say; so does a
+/// verification event with its state.
+#[actix_web::test]
+async fn a_revocation_is_pushed_as_one_signed_set() {
+    let app = spawn_app().await;
+    let (receiver, url) = Receiver::start().await;
+    let stream = push_stream(&app, &url).await;
+    let (agent, _) = app.agent().await;
+    assert_eq!(app.revoke(&agent, Some("key leaked")).await.status, 200);
+    let got = receiver.wait_for(1, Duration::from_secs(3)).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    let claims = checked_set(&app, &got[0]).await;
+    assert_eq!(claims["aud"], url.trim_end_matches("/events"));
+    assert!(claims["jti"].as_str().is_some_and(|j| !j.is_empty()));
+    assert_eq!(
+        claims["sub_id"],
+        json!({"format": "iss_sub", "iss": "example.com", "sub": agent})
+    );
+    let event = &claims["events"][REVOKED];
+    assert!(
+        event["event_timestamp"].as_i64().unwrap() > 1_700_000_000,
+        "{claims}"
+    );
+    assert_eq!(event["reason_admin"], json!({"en": "key leaked"}));
+
+    let res = send(
+        &app,
+        "POST",
+        "/ssf/verify",
+        Some(app.secret()),
+        Some(json!({"stream_id": stream, "state": "s-42"})),
+    )
+    .await;
+    assert_eq!(res.status, 204, "{}", res.text());
+    let got = receiver.wait_for(2, Duration::from_secs(3)).await;
+    assert_eq!(got.len(), 2);
+    let claims = checked_set(&app, &got[1]).await;
+    assert_eq!(claims["events"][VERIFICATION]["state"], "s-42");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(receiver.got.lock().len(), 2, "each event once");
+}
+
+/// A receiver that is down at the revocation gets the event, once, when it is back; events
+/// keep their order.
+#[actix_web::test]
+async fn a_receiver_that_was_down_gets_its_events_in_order_when_back() {
+    let app = spawn_app().await;
+    let (receiver, url) = Receiver::start().await;
+    push_stream(&app, &url).await;
+    receiver.down.store(true, Ordering::SeqCst);
+    let (a, _) = app.agent().await;
+    let (b, _) = app.agent().await;
+    assert_eq!(app.revoke(&a, None).await.status, 200);
+    assert_eq!(app.revoke(&b, None).await.status, 200);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(receiver.got.lock().is_empty());
+    receiver.down.store(false, Ordering::SeqCst);
+    let got = receiver.wait_for(2, Duration::from_secs(6)).await;
+    assert_eq!(got.len(), 2, "{got:?}");
+    let subs: Vec<Value> = got.iter().map(|s| part(s, 1)["sub_id"]["sub"].clone()).collect();
+    assert_eq!(subs, [json!(a), json!(b)]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(receiver.got.lock().len(), 2);
+}
+
+/// Poll delivery (RFC 8936): pending SETs come back until acknowledged, never after.
+#[actix_web::test]
+async fn poll_returns_sets_until_they_are_acknowledged() {
+    let app = spawn_app().await;
+    let res = send(
+        &app,
+        "POST",
+        "/ssf/streams",
+        Some(app.secret()),
+        Some(json!({"delivery": {"method": "urn:ietf:rfc:8936"}, "events_requested": [REVOKED]})),
+    )
+    .await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    let created = res.json();
+    let id = created["stream_id"].as_str().unwrap().to_owned();
+    let token = created["poll_token"].as_str().unwrap().to_owned();
+    let poll_url = created["delivery"]["endpoint_url"].as_str().unwrap().to_owned();
+    assert_eq!(poll_url, format!("{}/ssf/poll/{id}", app.base));
+    assert_eq!(created["aud"], id.as_str());
+    assert!(
+        send(
+            &app,
+            "GET",
+            &format!("/ssf/streams?stream_id={id}"),
+            Some(app.secret()),
+            None
+        )
+        .await
+        .json()
+        .get("poll_token")
+        .is_none(),
+        "shown once"
+    );
+    let path = format!("/ssf/poll/{id}");
+    let (agent, _) = app.agent().await;
+    assert_eq!(app.revoke(&agent, None).await.status, 200);
+    let poll = |ack: Vec<String>| {
+        let (path, token) = (path.clone(), token.clone());
+        let app = &app;
+        async move {
+            send(
+                app,
+                "POST",
+                &path,
+                Some(&token),
+                Some(json!({"returnImmediately": true, "ack": ack})),
+            )
+            .await
+        }
+    };
+    let first = poll(vec![]).await.json();
+    let sets = first["sets"].as_object().unwrap();
+    assert_eq!(sets.len(), 1, "{first}");
+    let (jti, set) = sets.iter().next().unwrap();
+    let claims = checked_set(&app, set.as_str().unwrap()).await;
+    assert_eq!(claims["sub_id"]["sub"], agent.as_str());
+    assert_eq!(
+        poll(vec![]).await.json()["sets"].as_object().unwrap().len(),
+        1,
+        "not yet acknowledged"
+    );
+    let after = poll(vec![jti.clone()]).await.json();
+    assert_eq!(after["sets"], json!({}), "{after}");
+    assert_eq!(after["moreAvailable"], false);
+    send(
+        &app,
+        "POST",
+        &path,
+        Some("pt_wrong"),
+        Some(json!({"returnImmediately": true})),
+    )
+    .await
+    .assert_error(401, "UNAUTHORIZED");
+    send(
+        &app,
+        "POST",
+        &path,
+        Some(app.secret()),
+        Some(json!({"returnImmediately": true})),
+    )
+    .await
+    .assert_error(401, "UNAUTHORIZED");
+}
+
+/// Once subjects are added, a stream carries only theirs.
+#[actix_web::test]
+async fn subjects_narrow_a_stream_to_their_agents() {
+    let app = spawn_app().await;
+    let (receiver, url) = Receiver::start().await;
+    let stream = push_stream(&app, &url).await;
+    let (a, _) = app.agent().await;
+    let (b, _) = app.agent().await;
+    let add = send(
+        &app,
+        "POST",
+        "/ssf/subjects/add",
+        Some(app.secret()),
+        Some(json!({"stream_id": stream, "subject": {"format": "iss_sub", "iss": "example.com", "sub": a}})),
+    )
+    .await;
+    assert_eq!(add.status, 200, "{}", add.text());
+    send(
+        &app,
+        "POST",
+        "/ssf/subjects/add",
+        Some(app.secret()),
+        Some(
+            json!({"stream_id": stream, "subject": {"format": "iss_sub", "iss": "other.example", "sub": b}}),
+        ),
+    )
+    .await
+    .assert_error(400, "VALIDATION_ERROR");
+    assert_eq!(app.revoke(&b, None).await.status, 200);
+    assert_eq!(app.revoke(&a, None).await.status, 200);
+    let got = receiver.wait_for(1, Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let got = if got.len() == 1 {
+        receiver.got.lock().clone()
+    } else {
+        got
+    };
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(part(&got[0], 1)["sub_id"]["sub"], a.as_str());
+}
+
+/// Push endpoints must be https and public: no loopback, private, link-local or
+/// unspecified address (checked at creation, and again before each delivery).
+#[actix_web::test]
+async fn push_endpoints_must_be_public_https() {
+    let app = spawn_app_with(Options {
+        tweak: Box::new(|c| c.engine.ssf.allow_insecure_endpoints = false),
+        ..Options::default()
+    })
+    .await;
+    for url in [
+        "http://example.com/events",
+        "https://127.0.0.1/events",
+        "https://10.0.0.7/events",
+        "https://169.254.169.254/latest/meta-data",
+        "https://[::1]/events",
+        "https://localhost/events",
+    ] {
+        let res = send(&app, "POST", "/ssf/streams", Some(app.secret()),
+            Some(json!({"delivery": {"method": "urn:ietf:rfc:8935", "endpoint_url": url}, "events_requested": [REVOKED]}))).await;
+        let body = res.assert_error(400, "VALIDATION_ERROR");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("delivery.endpoint_url"),
+            "{url}: {body}"
+        );
+    }
+}
+
+/// Events are written in the revocation's own transaction: a service killed (SIGKILL)
+/// between the revocation and the delivery delivers after its restart.
+#[actix_web::test]
+async fn an_event_survives_a_kill_between_commit_and_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::helpers::TestDb::new(dir.path()).await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentid"))
+        .args([
+            "org",
+            "create",
+            "--name",
+            "K",
+            "--plan",
+            "growth",
+            "--database-url",
+            &db.url,
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let sk = serde_json::from_slice::<Value>(&out.stdout).unwrap()["keys"]["secret_live"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let env = [("AGENTID_SSF_ALLOW_INSECURE_ENDPOINTS", "1")];
+    let start = || crate::cli::spawn_server(dir.path(), Some(&db.url), &env, std::process::Stdio::null());
+    let (receiver, url) = Receiver::start().await;
+    receiver.down.store(true, Ordering::SeqCst);
+    let client = crate::helpers::client();
+    let call = |method: &'static str, base: String, path: &'static str, body: Value| {
+        let (client, sk) = (client.clone(), sk.clone());
+        async move {
+            let res = client
+                .request(method.parse().unwrap(), format!("{base}{path}"))
+                .insert_header(("Authorization", format!("Bearer {sk}")))
+                .send_json(&body)
+                .await
+                .unwrap();
+            crate::helpers::read(res).await.json()
+        }
+    };
+    let mut server = start();
+    call("POST", server.base.clone(), "/ssf/streams",
+        json!({"delivery": {"method": "urn:ietf:rfc:8935", "endpoint_url": url}, "events_requested": [REVOKED]})).await;
+    let agent = call(
+        "POST",
+        server.base.clone(),
+        "/v1/agents/register",
+        json!({"name": "k", "issuer_domain": "example.com", "scopes": ["read:x"]}),
+    )
+    .await;
+    let id = agent["agent_id"].as_str().unwrap().to_owned();
+    let res = client
+        .post(format!("{}/v1/agents/{id}/revoke", server.base))
+        .insert_header(("Authorization", format!("Bearer {sk}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    assert!(receiver.got.lock().is_empty());
+
+    receiver.down.store(false, Ordering::SeqCst);
+    let mut server = start();
+    let got = receiver.wait_for(1, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(part(&got[0], 1)["sub_id"]["sub"], id.as_str());
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+}
+
+/// Two instances on one database, revocations on both: every event delivered, none twice.
+#[actix_web::test]
+async fn a_fleet_delivers_every_event_once() {
+    let fleet = crate::helpers::spawn_fleet(2, Options::unlimited()).await;
+    let (receiver, url) = Receiver::start().await;
+    push_stream(&fleet[0], &url).await;
+    let mut agents = Vec::new();
+    for i in 0..20 {
+        let app = &fleet[i % 2];
+        let (id, _) = app.agent().await;
+        assert_eq!(app.revoke(&id, None).await.status, 200);
+        agents.push(id);
+    }
+    receiver.wait_for(20, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let got = receiver.got.lock().clone();
+    let subs: Vec<String> = got
+        .iter()
+        .map(|s| part(s, 1)["sub_id"]["sub"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(subs.len(), 20, "{subs:?}");
+    let unique: std::collections::HashSet<_> = subs.iter().collect();
+    assert_eq!(unique.len(), 20, "a duplicate: {subs:?}");
+}
