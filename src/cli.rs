@@ -128,6 +128,11 @@ pub struct ServeArgs {
     /// (development and tests only: a stream's owner could otherwise reach internal hosts).
     #[arg(long, env = "AGENTID_SSF_ALLOW_INSECURE_ENDPOINTS", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false)]
     pub ssf_allow_insecure_endpoints: bool,
+    /// How long an instance holds a Shared Signals push stream it delivers, in seconds (at
+    /// least 12: a push may take 10); after a crash its events wait this long.
+    #[arg(long, env = "AGENTID_SSF_LEASE_SECONDS", default_value_t = SsfConfig::default().lease.as_secs(),
+          value_parser = clap::value_parser!(u64).range(12..=3600))]
+    pub ssf_lease_seconds: u64,
 }
 
 fn parse_list_size(s: &str) -> Result<u64, String> {
@@ -438,6 +443,7 @@ async fn serve(args: ServeArgs) -> CliResult {
             },
             ssf: SsfConfig {
                 allow_insecure_endpoints: args.ssf_allow_insecure_endpoints,
+                lease: Duration::from_secs(args.ssf_lease_seconds),
             },
             ..EngineConfig::default()
         },

@@ -34,17 +34,27 @@ const MAX_EVENTS_REQUESTED: usize = 16;
 const MAX_TEXT: usize = 512;
 /// A push that takes longer failed.
 const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a stream is leased to the instance delivering it.
-const LEASE: Duration = Duration::from_secs(60);
 /// Attempts stop this long after the event.
 const GIVE_UP_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// How long a poll with `returnImmediately: false` waits for an event.
 pub const POLL_WAIT: Duration = Duration::from_secs(30);
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct SsfConfig {
     /// Allow `http://` and loopback or private push endpoints (development and tests).
     pub allow_insecure_endpoints: bool,
+    /// How long an instance holds a push stream it delivers: after a crash, the stream's
+    /// events wait this long for another instance (or the restarted one).
+    pub lease: Duration,
+}
+
+impl Default for SsfConfig {
+    fn default() -> Self {
+        SsfConfig {
+            allow_insecure_endpoints: false,
+            lease: Duration::from_secs(30),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -568,7 +578,7 @@ pub async fn deliverer(ssf: Arc<Ssf>) {
 async fn deliver_due(ssf: &Arc<Ssf>) -> Result<(), StoreError> {
     loop {
         let now = Millis::now();
-        let until = Millis(now.0 + LEASE.as_millis() as i64);
+        let until = Millis(now.0 + ssf.cfg.lease.as_millis() as i64);
         let streams = ssf.store.claim_streams(now, until, 16).await?;
         if streams.is_empty() {
             return Ok(());
@@ -601,8 +611,9 @@ async fn deliver_stream(ssf: &Arc<Ssf>, stream: &StreamRecord) -> Result<(), Sto
         .await
         .unwrap_or_else(|e| Err(e.to_string()));
     for event in ssf.store.pending_events(&stream.id, 500).await? {
-        if started.elapsed() >= LEASE / 2 {
-            break; // the lease would run out: the next pass goes on
+        // A pass ends while a push that times out would still end within the lease.
+        if started.elapsed() + PUSH_TIMEOUT >= ssf.cfg.lease.saturating_sub(Duration::from_secs(1)) {
+            break;
         }
         let pushed = match &agent {
             Ok(agent) => {

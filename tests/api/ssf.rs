@@ -485,7 +485,11 @@ async fn an_event_survives_a_kill_between_commit_and_delivery() {
         .as_str()
         .unwrap()
         .to_owned();
-    let env = [("AGENTID_SSF_ALLOW_INSECURE_ENDPOINTS", "1")];
+    // The shortest lease: a pass the kill cut short holds the stream until it runs out.
+    let env = [
+        ("AGENTID_SSF_ALLOW_INSECURE_ENDPOINTS", "1"),
+        ("AGENTID_SSF_LEASE_SECONDS", "12"),
+    ];
     let start = || crate::cli::spawn_server(dir.path(), Some(&db.url), &env, std::process::Stdio::null());
     let (receiver, url) = Receiver::start().await;
     receiver.down.store(true, Ordering::SeqCst);
@@ -526,7 +530,7 @@ async fn an_event_survives_a_kill_between_commit_and_delivery() {
 
     receiver.down.store(false, Ordering::SeqCst);
     let mut server = start();
-    let got = receiver.wait_for(1, Duration::from_secs(10)).await;
+    let got = receiver.wait_for(1, Duration::from_secs(20)).await;
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(part(&got[0], 1)["sub_id"]["sub"], id.as_str());
     server.child.kill().unwrap();
