@@ -146,6 +146,11 @@ fn shared_responses(op: &mut Operation) {
     // is still refused (401), but any kind of key is accepted, so there is no 403.
     let key_optional = security.contains(&SecurityRequirement::default());
     let mut extra = vec![ErrorCode::RateLimited, ErrorCode::InternalError];
+    // Every JSON body is refused alike: 415 without `Content-Type: application/json`, 400
+    // when it is not a JSON object or a field breaks a rule.
+    if op.request_body.is_some() {
+        extra.extend([ErrorCode::UnsupportedMediaType, ErrorCode::InvalidRequest]);
+    }
     if !security.is_empty() {
         extra.extend([ErrorCode::Unauthorized, ErrorCode::ServiceUnavailable]);
         if !key_optional {

@@ -224,10 +224,19 @@ pub async fn create(
         .json(config(&state, stream, token)))
 }
 
+/// One stream (with `stream_id`), or every stream of the caller's organization and mode.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum Streams {
+    One(Box<StreamConfig>),
+    All(Vec<StreamConfig>),
+}
+
 #[utoipa::path(
     get, path = "/ssf/streams", tag = "ssf", params(StreamQuery),
     responses(
-        (status = 200, description = "A stream's configuration; without stream_id, an array of every stream of the caller's organization and mode", body = StreamConfig),
+        (status = 200, description = "A stream's configuration; without stream_id, an array of every stream of the caller's organization and mode", body = Streams),
+        (status = 400, description = "VALIDATION_ERROR: a malformed query", body = ErrorBody),
         (status = 404, description = "NOT_FOUND: no such stream of this organization and mode", body = ErrorBody),
     ),
     security(("bearer" = [])),
@@ -239,11 +248,11 @@ pub async fn read(
 ) -> Result<HttpResponse, ApiError> {
     let ssf = state.engine.ssf();
     Ok(match &q.stream_id {
-        Some(id) => HttpResponse::Ok().json(config(
+        Some(id) => HttpResponse::Ok().json(Streams::One(Box::new(config(
             &state,
             ssf.get(&caller.org.id, caller.mode, id).await?,
             None,
-        )),
+        )))),
         None => {
             let all: Vec<StreamConfig> = ssf
                 .list(&caller.org.id, caller.mode)
@@ -251,7 +260,7 @@ pub async fn read(
                 .into_iter()
                 .map(|s| config(&state, s, None))
                 .collect();
-            HttpResponse::Ok().json(all)
+            HttpResponse::Ok().json(Streams::All(all))
         }
     })
 }
@@ -327,6 +336,7 @@ pub async fn update(
     delete, path = "/ssf/streams", tag = "ssf", params(StreamQuery),
     responses(
         (status = 204, description = "Deleted, with the events it was owed"),
+        (status = 400, description = "VALIDATION_ERROR: stream_id is required", body = ErrorBody),
         (status = 404, description = "NOT_FOUND", body = ErrorBody),
     ),
     security(("bearer" = [])),
@@ -365,6 +375,7 @@ pub struct StatusChange {
     get, path = "/ssf/status", tag = "ssf", params(StreamQuery),
     responses(
         (status = 200, description = "The stream's status", body = StreamStatus),
+        (status = 400, description = "VALIDATION_ERROR: stream_id is required", body = ErrorBody),
         (status = 404, description = "NOT_FOUND", body = ErrorBody),
     ),
     security(("bearer" = [])),
