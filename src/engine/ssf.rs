@@ -610,6 +610,11 @@ async fn deliver_stream(ssf: &Arc<Ssf>, stream: &StreamRecord) -> Result<(), Sto
     let agent = tokio::task::spawn_blocking(move || pusher(&url2, allow))
         .await
         .unwrap_or_else(|e| Err(e.to_string()));
+    // Delivered events are marked done a chunk at a time (one commit, not one per event): a
+    // crash between a push and its mark sends that SET again, as at-least-once allows.
+    let mut done: Vec<i64> = Vec::new();
+    let outcome =
+        |o: &'static str| metrics::counter!("agentid_ssf_deliveries_total", "outcome" => o).increment(1);
     for event in ssf.store.pending_events(&stream.id, 500).await? {
         // A pass ends while a push that times out would still end within the lease.
         if started.elapsed() + PUSH_TIMEOUT >= ssf.cfg.lease.saturating_sub(Duration::from_secs(1)) {
@@ -626,36 +631,40 @@ async fn deliver_stream(ssf: &Arc<Ssf>, stream: &StreamRecord) -> Result<(), Sto
             Err(e) => Pushed::Failed(e.clone()),
         };
         let now = Millis::now();
-        let outcome =
-            |o: &'static str| metrics::counter!("agentid_ssf_deliveries_total", "outcome" => o).increment(1);
         match pushed {
             Pushed::Delivered => {
                 metrics::histogram!("agentid_ssf_delivery_delay_seconds")
                     .record((now.0 - event.event_at.0).max(0) as f64 / 1000.0);
                 outcome("delivered");
-                ssf.store.event_done(event.seq, now).await?;
+                done.push(event.seq);
             }
             Pushed::Refused(body) => {
                 outcome("refused");
                 tracing::warn!(stream = %stream.id, jti = %event.jti, body = %body, "receiver refused a SET (400); not retried");
-                ssf.store.event_done(event.seq, now).await?;
+                done.push(event.seq);
             }
             Pushed::Failed(why) => {
                 if now.0 - event.event_at.0 > GIVE_UP_AFTER.as_millis() as i64 {
                     outcome("expired");
                     tracing::warn!(stream = %stream.id, jti = %event.jti, "gave up a SET after 24 h of failed pushes");
-                    ssf.store.event_done(event.seq, now).await?;
+                    done.push(event.seq);
                     continue;
                 }
                 outcome("failed");
                 let attempts = event.attempts + 1;
                 let next = Millis(now.0 + backoff(attempts).as_millis() as i64);
                 tracing::info!(stream = %stream.id, jti = %event.jti, attempts, error = %why, "push failed; trying again later");
+                ssf.store.events_done(&done, now).await?;
                 ssf.store.event_retry(event.seq, attempts, next).await?;
                 return Ok(());
             }
         }
+        if done.len() >= 64 {
+            ssf.store.events_done(&done, now).await?;
+            done.clear();
+        }
     }
+    ssf.store.events_done(&done, Millis::now()).await?;
     Ok(())
 }
 

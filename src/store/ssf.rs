@@ -72,8 +72,8 @@ pub trait SsfStore {
     fn release_stream<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()>;
     /// A stream's pending events, oldest first.
     fn pending_events<'a>(&'a self, stream_id: &'a str, limit: u32) -> StoreFuture<'a, Vec<SsfEvent>>;
-    /// Marks an event done (delivered, acknowledged, refused for good or given up).
-    fn event_done(&self, seq: i64, at: Millis) -> StoreFuture<'_, ()>;
+    /// Marks events done (delivered, refused for good or given up), in one statement.
+    fn events_done<'a>(&'a self, seqs: &'a [i64], at: Millis) -> StoreFuture<'a, ()>;
     /// Notes a failed attempt and when to try again.
     fn event_retry(&self, seq: i64, attempts: i32, next: Millis) -> StoreFuture<'_, ()>;
     /// Marks the stream's pending events with these `jti`s done (poll acknowledgements).
@@ -394,13 +394,20 @@ where
         })
     }
 
-    fn event_done(&self, seq: i64, at: Millis) -> StoreFuture<'_, ()> {
+    fn events_done<'a>(&'a self, seqs: &'a [i64], at: Millis) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            sqlx::query("UPDATE ssf_events SET done_at = $2 WHERE seq = $1 AND done_at IS NULL")
-                .bind(seq)
-                .bind(at.0)
-                .execute(&self.pool)
-                .await?;
+            for chunk in seqs.chunks(500) {
+                let params: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
+                let sql = format!(
+                    "UPDATE ssf_events SET done_at = $1 WHERE done_at IS NULL AND seq IN ({})",
+                    params.join(", ")
+                );
+                let mut q = sqlx::query(&sql).bind(at.0);
+                for seq in chunk {
+                    q = q.bind(*seq);
+                }
+                q.execute(&self.pool).await?;
+            }
             Ok(())
         })
     }
