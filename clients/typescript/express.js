@@ -14,7 +14,7 @@ export function agentIdMiddleware(verifier, { scopes = [] } = {}) {
       req.agent = await verifier.verify(token, { scopes });
     } catch (e) {
       if (!(e instanceof VerificationError)) return next(e);
-      if (e.code !== "UNAVAILABLE") res.setHeader("WWW-Authenticate", 'Bearer error="invalid_token"');
+      res.setHeader("WWW-Authenticate", 'Bearer error="invalid_token"');
       res.statusCode = STATUS[e.code] || 401;
       res.setHeader("Content-Type", "application/json");
       res.end(JSON.stringify({ error: e.code }));

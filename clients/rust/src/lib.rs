@@ -572,3 +572,114 @@ impl Verifier {
         Ok(())
     }
 }
+
+/// A tower layer (axum and other tower services) that verifies the request's agent token.
+#[cfg(feature = "tower")]
+pub mod tower {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+
+    use super::{Error, Verifier};
+
+    /// Verifies `Authorization: Bearer <token>` (with these `scopes`) before the inner
+    /// service sees the request. On success the [`super::Agent`] is in the request's
+    /// extensions; otherwise the answer is 401 (403 for `INSUFFICIENT_SCOPE`, 503 for
+    /// `UNAVAILABLE`) with `{"error": code}` and `WWW-Authenticate: Bearer
+    /// error="invalid_token"`.
+    #[derive(Clone)]
+    pub struct AgentIdLayer {
+        verifier: Verifier,
+        scopes: Arc<Vec<String>>,
+    }
+
+    impl AgentIdLayer {
+        pub fn new(verifier: Verifier, scopes: &[&str]) -> Self {
+            AgentIdLayer {
+                verifier,
+                scopes: Arc::new(scopes.iter().map(|s| s.to_string()).collect()),
+            }
+        }
+    }
+
+    impl<S> tower_layer::Layer<S> for AgentIdLayer {
+        type Service = AgentId<S>;
+
+        fn layer(&self, inner: S) -> AgentId<S> {
+            AgentId {
+                inner,
+                layer: self.clone(),
+            }
+        }
+    }
+
+    #[derive(Clone)]
+    pub struct AgentId<S> {
+        inner: S,
+        layer: AgentIdLayer,
+    }
+
+    /// The answer to a refused token.
+    pub fn refusal<B: From<String>>(e: &Error) -> http::Response<B> {
+        let status = match e {
+            Error::InsufficientScope(_) => 403,
+            Error::Unavailable(_) => 503,
+            _ => 401,
+        };
+        http::Response::builder()
+            .status(status)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::WWW_AUTHENTICATE, "Bearer error=\"invalid_token\"")
+            .body(B::from(format!("{{\"error\":\"{}\"}}", e.code())))
+            .expect("a valid response")
+    }
+
+    impl<S, B, R> tower_service::Service<http::Request<B>> for AgentId<S>
+    where
+        S: tower_service::Service<http::Request<B>, Response = http::Response<R>> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        B: Send + 'static,
+        R: From<String> + 'static,
+    {
+        type Response = http::Response<R>;
+        type Error = S::Error;
+        type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            self.inner.poll_ready(cx)
+        }
+
+        fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+            // The service that was polled ready answers; a clone takes its place.
+            let clone = self.inner.clone();
+            let mut inner = std::mem::replace(&mut self.inner, clone);
+            let layer = self.layer.clone();
+            Box::pin(async move {
+                let token = req
+                    .headers()
+                    .get(http::header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| {
+                        v.get(..7)
+                            .filter(|p| p.eq_ignore_ascii_case("bearer "))
+                            .map(|_| v[7..].trim())
+                    })
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_owned);
+                let scopes: Vec<&str> = layer.scopes.iter().map(String::as_str).collect();
+                let verified = match token {
+                    Some(t) => layer.verifier.verify_with_scopes(&t, &scopes).await,
+                    None => Err(Error::Invalid("no bearer token".into())),
+                };
+                match verified {
+                    Ok(agent) => {
+                        req.extensions_mut().insert(agent);
+                        inner.call(req).await
+                    }
+                    Err(e) => Ok(refusal(&e)),
+                }
+            })
+        }
+    }
+}

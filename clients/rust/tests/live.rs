@@ -278,3 +278,56 @@ async fn an_unreachable_list_fails_closed_or_open() {
     assert_eq!(code(closed.verify(&token).await), "UNAVAILABLE");
     assert_eq!(open.verify(&token).await.unwrap().agent_id, id);
 }
+
+#[cfg(feature = "tower")]
+#[tokio::test(flavor = "current_thread")]
+async fn the_tower_layer_answers_401_403_and_200() {
+    use std::future::{ready, Ready};
+    use std::task::{Context, Poll};
+
+    use agentid_verifier::tower::AgentIdLayer;
+    use tower_layer::Layer;
+    use tower_service::Service;
+
+    /// Answers with the agent id the layer put in the extensions.
+    #[derive(Clone)]
+    struct Echo;
+    impl Service<http::Request<()>> for Echo {
+        type Response = http::Response<String>;
+        type Error = std::convert::Infallible;
+        type Future = Ready<Result<Self::Response, Self::Error>>;
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, req: http::Request<()>) -> Self::Future {
+            let agent = req.extensions().get::<agentid_verifier::Agent>().unwrap();
+            ready(Ok(http::Response::new(agent.agent_id.clone())))
+        }
+    }
+
+    let s = Server::start();
+    let (id, token) = s.register(json!({}));
+    let v = Verifier::builder(&s.base).build().unwrap();
+    let call = |scopes: &[&str], auth: Option<String>| {
+        let mut svc = AgentIdLayer::new(v.clone(), scopes).layer(Echo);
+        let mut req = http::Request::builder();
+        if let Some(a) = auth {
+            req = req.header("Authorization", a);
+        }
+        let req = req.body(()).unwrap();
+        async move { svc.call(req).await.unwrap() }
+    };
+    let res = call(&[], None).await;
+    assert_eq!(res.status(), 401);
+    assert_eq!(res.body(), r#"{"error":"TOKEN_INVALID"}"#);
+    assert_eq!(
+        res.headers()["www-authenticate"],
+        r#"Bearer error="invalid_token""#
+    );
+    assert_eq!(
+        call(&["admin:x"], Some(format!("Bearer {token}"))).await.status(),
+        403
+    );
+    let ok = call(&["read:orders"], Some(format!("Bearer {token}"))).await;
+    assert_eq!((ok.status().as_u16(), ok.body().as_str()), (200, id.as_str()));
+}

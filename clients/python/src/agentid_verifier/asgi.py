@@ -21,9 +21,11 @@ STATUS = {"INSUFFICIENT_SCOPE": 403, "UNAVAILABLE": 503}
 def refusal(error: VerificationError):
     """Status, headers and body of the answer to a refused token."""
     body = json.dumps({"error": error.code}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if error.code != "UNAVAILABLE":
-        headers.append((b"www-authenticate", b'Bearer error="invalid_token"'))
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"www-authenticate", b'Bearer error="invalid_token"'),
+    ]
     return STATUS.get(error.code, 401), headers, body
 
 
