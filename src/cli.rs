@@ -248,10 +248,13 @@ pub enum KeyCommand {
         db: DbArgs,
     },
     /// Disable a key for good. The key is read from standard input, so it stays out of
-    /// shell history and process listings.
+    /// shell history and process listings: `echo "$KEY" | agentid key disable`.
     Disable {
         #[command(flatten)]
         db: DbArgs,
+        /// Not taken: a key given here would be in the shell's history (read from stdin).
+        #[arg(hide = true)]
+        key: Option<String>,
     },
 }
 
@@ -559,7 +562,15 @@ async fn key(cmd: KeyCommand) -> CliResult {
                 }
             }
         }
-        KeyCommand::Disable { db } => {
+        KeyCommand::Disable { db, key } => {
+            if key.is_some() {
+                return Err(
+                    "the key is read from standard input, not from the command line (where \
+                     shell history and process listings would keep it): \
+                     echo \"$KEY\" | agentid key disable"
+                        .into(),
+                );
+            }
             let mut line = String::new();
             std::io::stdin().read_line(&mut line)?;
             let store = open(&db).await?;

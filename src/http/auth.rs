@@ -11,6 +11,10 @@ use super::error::{ApiError, ErrorCode};
 use crate::domain::ApiKeyKind;
 use crate::engine::Caller;
 
+/// What a key sent without its scheme (or with another one) is told.
+pub const NOT_BEARER: &str =
+    "the Authorization header must be `Bearer <key>`: use Authorization: Bearer <key>";
+
 /// A caller holding a secret key (`sk_live_`, `sk_test_`): the issuer side of the API.
 pub struct Issuer(pub Arc<Caller>);
 
@@ -34,6 +38,7 @@ fn issuer(req: &HttpRequest) -> Result<Issuer, ApiError> {
             "missing API key: send Authorization: Bearer <secret key>",
         )),
         Auth::Rejected => Err(ApiError::unauthorized("invalid, unknown or disabled API key")),
+        Auth::NotBearer => Err(ApiError::unauthorized(NOT_BEARER)),
         Auth::Unverifiable => Err(ApiError::new(
             ErrorCode::ServiceUnavailable,
             "the API key cannot be checked right now; retry shortly",

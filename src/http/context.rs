@@ -42,8 +42,10 @@ pub enum Auth {
     /// No `Authorization` header.
     Anonymous,
     Key(Arc<Caller>),
-    /// A header that is malformed or names no usable key.
+    /// A key that names no usable key (unknown, disabled, malformed).
     Rejected,
+    /// An `Authorization` header that is not `Bearer <key>` (a bare key, another scheme).
+    NotBearer,
     /// The key could not be checked (store unreachable).
     Unverifiable,
 }

@@ -307,6 +307,25 @@ pub fn code_for_status(status: StatusCode) -> ErrorCode {
     }
 }
 
+/// Text for HTML: escaped, with `backticked` spans as `<code>`.
+fn inline_code(text: &str) -> String {
+    let escaped = text
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    let mut out = String::with_capacity(escaped.len() + 16);
+    for (i, part) in escaped.split('`').enumerate() {
+        if i % 2 == 1 {
+            out.push_str("<code>");
+            out.push_str(part);
+            out.push_str("</code>");
+        } else {
+            out.push_str(part);
+        }
+    }
+    out
+}
+
 /// The HTML page `error.docs_url` points into (`/docs/errors#CODE`).
 pub fn docs_page() -> String {
     let mut html = String::from(
@@ -328,7 +347,7 @@ pub fn docs_page() -> String {
         html.push_str(&format!(
             "<h2{anchor}>{name} <small>({})</small></h2><p>{}</p>",
             code.status().as_u16(),
-            code.describe()
+            inline_code(code.describe())
         ));
     }
     for (name, text) in [
@@ -358,6 +377,15 @@ mod tests {
             res.extensions().get::<ErrorInfo>().unwrap().code,
             "INTERNAL_ERROR"
         );
+    }
+
+    /// The page is HTML: no Markdown backticks show, markup in a description is escaped.
+    #[test]
+    fn the_error_page_renders_code_spans_as_html() {
+        let page = docs_page();
+        assert!(!page.contains('`'), "a backtick shows literally");
+        assert!(page.contains("<code>Content-Type: application/json</code>"));
+        assert_eq!(inline_code("a `<b>` & c"), "a <code>&lt;b&gt;</code> &amp; c");
     }
 
     #[test]

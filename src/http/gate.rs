@@ -43,7 +43,7 @@ pub async fn gate(
     let span = tracing::info_span!("request", request_id = %request_id);
     let auth = match bearer(req.headers()).filter(|_| !route.keyless) {
         None => Auth::Anonymous,
-        Some(None) => Auth::Rejected,
+        Some(None) => Auth::NotBearer,
         Some(Some(key)) => match state.engine.authenticate(key, ip).await {
             Ok(KeyLookup::Valid(caller)) => Auth::Key(caller),
             Ok(KeyLookup::Rejected) => Auth::Rejected,

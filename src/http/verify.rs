@@ -87,6 +87,7 @@ pub async fn verify(state: web::Data<AppState>, req: HttpRequest) -> Result<Http
                 "invalid, unknown or disabled API key (verify needs none; omit the header or send a valid pk_ key)",
             ))
         }
+        Auth::NotBearer => return Err(ApiError::unauthorized(super::auth::NOT_BEARER)),
         Auth::Anonymous | Auth::Key(_) | Auth::Unverifiable => {}
     }
     let v = state.engine.verify(token, context::received(&req)).await?;

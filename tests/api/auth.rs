@@ -140,3 +140,35 @@ async fn verify_needs_no_key_but_refuses_a_bad_one() {
         .await
         .assert_error(401, "UNAUTHORIZED");
 }
+
+/// A valid key sent without its scheme (or with another one) is told how to send it, not
+/// called unknown; on verify too.
+#[actix_web::test]
+async fn a_key_sent_without_bearer_is_told_how_to_send_it() {
+    let app = spawn_app().await;
+    let (_, token) = app.agent().await;
+    for (path, header) in [
+        ("/v1/agents".to_owned(), app.secret().to_owned()),
+        ("/v1/agents".to_owned(), format!("Token {}", app.secret())),
+        (
+            format!("/v1/verify/{token}"),
+            app.org.keys.publishable_live.clone(),
+        ),
+    ] {
+        let res = crate::helpers::read(
+            app.client
+                .get(app.url(&path))
+                .insert_header(("Authorization", header.clone()))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        let body = res.assert_error(401, "UNAUTHORIZED");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("use Authorization: Bearer <key>"),
+            "{header}: {message}"
+        );
+    }
+}

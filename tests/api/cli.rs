@@ -323,3 +323,20 @@ fn serve_refuses_a_key_file_others_may_read() {
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
     drop(start_server(dir.path(), None, &[]));
 }
+
+/// `key disable` takes the key from standard input; one given as an argument is refused with
+/// a message that says so, not clap's "unexpected argument".
+#[test]
+fn key_disable_says_the_key_is_read_from_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_agentid"))
+        .args(["key", "disable", "sk_live_x"])
+        .current_dir(dir.path())
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("read from standard input"), "{err}");
+    assert!(err.contains("| agentid key disable"), "{err}");
+}
