@@ -213,6 +213,11 @@ pub enum OrgCommand {
         #[command(flatten)]
         db: DbArgs,
     },
+    /// Print every organization as JSON: org_id, name, plan, created_at.
+    List {
+        #[command(flatten)]
+        db: DbArgs,
+    },
     /// Change an organization's plan or limits (running servers see it within 10 s).
     SetLimits {
         #[arg(long)]
@@ -236,6 +241,14 @@ pub enum OrgCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum KeyCommand {
+    /// Print an organization's keys as JSON: kind, mode, the key's prefix and last four
+    /// characters (never the key), created_at, disabled.
+    List {
+        #[arg(long)]
+        org: String,
+        #[command(flatten)]
+        db: DbArgs,
+    },
     /// Create one more key for an organization and print it (shown once).
     Create {
         #[arg(long)]
@@ -493,6 +506,21 @@ async fn serve(args: ServeArgs) -> CliResult {
 
 async fn org(cmd: OrgCommand) -> CliResult {
     match cmd {
+        OrgCommand::List { db } => {
+            let store = open(&db).await?;
+            let orgs: Vec<serde_json::Value> = store
+                .list_orgs()
+                .await?
+                .into_iter()
+                .map(|o| {
+                    serde_json::json!({
+                        "org_id": o.id, "name": o.name, "plan": o.plan.as_str(), "created_at": o.created_at,
+                    })
+                })
+                .collect();
+            println!("{}", serde_json::to_string(&orgs)?);
+            Ok(ExitCode::SUCCESS)
+        }
         OrgCommand::Create {
             name,
             plan,
@@ -541,6 +569,15 @@ async fn org(cmd: OrgCommand) -> CliResult {
 
 async fn key(cmd: KeyCommand) -> CliResult {
     match cmd {
+        KeyCommand::List { org, db } => {
+            let store = open(&db).await?;
+            if store.get_org(&org).await?.is_none() {
+                eprintln!("agentid: no organization {org} (`agentid org list` shows them)");
+                return Ok(ExitCode::FAILURE);
+            }
+            println!("{}", serde_json::to_string(&store.list_keys(&org).await?)?);
+            Ok(ExitCode::SUCCESS)
+        }
         KeyCommand::Create { org, kind, mode, db } => {
             let kind = match kind {
                 KindArg::Secret => ApiKeyKind::Secret,

@@ -42,7 +42,7 @@ pub use agents::{AgentStore, Placing};
 pub use audit::AuditStore;
 pub use block::AgentBlockRow;
 pub use migrate::valid_role;
-pub use orgs::OrgStore;
+pub use orgs::{KeyListing, OrgStore};
 pub use postgres::PgStore;
 pub use signing::SigningKeyStore;
 pub use sqlite::SqliteStore;

@@ -20,8 +20,23 @@ pub trait OrgStore {
     fn get_org<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<OrgRecord>>;
     fn insert_key<'a>(&'a self, key: &'a NewApiKey) -> StoreFuture<'a, ()>;
     fn find_key<'a>(&'a self, key_hash: &'a [u8; 32]) -> StoreFuture<'a, Option<KeyRecord>>;
+    /// Every organization, oldest first.
+    fn list_orgs(&self) -> StoreFuture<'_, Vec<OrgRecord>>;
+    /// An organization's keys as stored (never the key: its display hint), oldest first.
+    fn list_keys<'a>(&'a self, org_id: &'a str) -> StoreFuture<'a, Vec<KeyListing>>;
     /// Disables a key for good; false when no such key exists.
     fn disable_key<'a>(&'a self, key_hash: &'a [u8; 32], at: Millis) -> StoreFuture<'a, bool>;
+}
+
+/// A key as `agentid key list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KeyListing {
+    pub kind: &'static str,
+    pub mode: &'static str,
+    /// Its prefix and last four characters, as shown when it was made.
+    pub key: String,
+    pub created_at: Millis,
+    pub disabled: bool,
 }
 
 const ORG_COLUMNS: &str = "id, name, plan, verify_limit, other_limit, max_expiry_seconds, created_at";
@@ -212,6 +227,39 @@ where
                 mode: parse_mode(&row.mode)?,
                 disabled: row.disabled_at.is_some(),
             }))
+        })
+    }
+
+    fn list_orgs(&self) -> StoreFuture<'_, Vec<OrgRecord>> {
+        Box::pin(async move {
+            let sql = format!("SELECT {ORG_COLUMNS} FROM orgs ORDER BY created_at, id");
+            let rows: Vec<OrgRow> = sqlx::query_as(&sql).fetch_all(&self.pool).await?;
+            rows.into_iter().map(OrgRow::into_record).collect()
+        })
+    }
+
+    fn list_keys<'a>(&'a self, org_id: &'a str) -> StoreFuture<'a, Vec<KeyListing>> {
+        Box::pin(async move {
+            let rows: Vec<(String, String, String, i64, Option<i64>)> = sqlx::query_as(
+                "SELECT kind, mode, hint, created_at, disabled_at FROM api_keys WHERE org_id = $1 \
+                 ORDER BY created_at, hint",
+            )
+            .bind(org_id)
+            .fetch_all(&self.pool)
+            .await?;
+            rows.into_iter()
+                .map(|(kind, mode, hint, created_at, disabled_at)| {
+                    Ok(KeyListing {
+                        kind: ApiKeyKind::parse(&kind)
+                            .ok_or_else(|| StoreError::Corrupt(format!("key kind {kind}")))?
+                            .as_str(),
+                        mode: parse_mode(&mode)?.as_str(),
+                        key: hint,
+                        created_at: Millis(created_at),
+                        disabled: disabled_at.is_some(),
+                    })
+                })
+                .collect()
         })
     }
 

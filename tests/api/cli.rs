@@ -340,3 +340,60 @@ fn key_disable_says_the_key_is_read_from_stdin() {
     assert!(err.contains("read from standard input"), "{err}");
     assert!(err.contains("| agentid key disable"), "{err}");
 }
+
+/// A lost org id is found again, and an organization's keys are listed, never shown.
+#[actix_web::test]
+async fn org_list_and_key_list_find_things_again_without_showing_a_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::helpers::TestDb::new(dir.path()).await;
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_agentid"))
+            .args(args)
+            .args(["--database-url", &db.url])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, created, err) = run(&["org", "create", "--name", "Acme", "--plan", "growth"]);
+    assert!(ok, "{err}");
+    let created: serde_json::Value = serde_json::from_str(&created).unwrap();
+    let id = created["org_id"].as_str().unwrap();
+    let (ok, listed, _) = run(&["org", "list"]);
+    assert!(ok);
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["org_id"] == id && o["name"] == "Acme" && o["plan"] == "growth"),
+        "{listed}"
+    );
+    let (ok, keys, _) = run(&["key", "list", "--org", id]);
+    assert!(ok);
+    for field in [
+        "secret_live",
+        "secret_test",
+        "publishable_live",
+        "publishable_test",
+    ] {
+        assert!(
+            !keys.contains(created["keys"][field].as_str().unwrap()),
+            "a key was shown: {keys}"
+        );
+    }
+    let keys: serde_json::Value = serde_json::from_str(&keys).unwrap();
+    assert_eq!(keys.as_array().unwrap().len(), 4, "{keys}");
+    assert!(keys
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|k| k["key"].as_str().unwrap().contains('…') && k["disabled"] == false));
+    let (ok, _, err) = run(&["key", "list", "--org", "org_nope"]);
+    assert!(!ok && err.contains("org list"), "{err}");
+}
