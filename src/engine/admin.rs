@@ -241,8 +241,13 @@ pub async fn retire_signing_key(store: &SharedStore, kid: &str) -> Result<(), Ad
     let Some(i) = keys.iter().position(|k| k.kid == kid) else {
         return Err(AdminError::NoSigningKey(kid.to_owned()));
     };
-    let active = st.iter().filter(|s| **s == KeyState::Active).count();
-    if st[i] == KeyState::Active && active == 1 {
+    // The signer may go only when another activated key (a replaced one) can sign instead.
+    let others = st
+        .iter()
+        .enumerate()
+        .filter(|(j, s)| *j != i && matches!(s, KeyState::Active | KeyState::Replaced))
+        .count();
+    if st[i] == KeyState::Active && others == 0 {
         return Err(AdminError::OnlyActiveKey(kid.to_owned()));
     }
     // Retirements are committed to in the order of their times (`tlog::commit`): a later

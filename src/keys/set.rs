@@ -5,9 +5,11 @@
 //! `agentid signing-key rotate` are stored in the database, their private halves sealed under
 //! the root. Each key is, at a given time:
 //! - `next`: published in JWKS, not signing yet (`activates_at` is ahead);
-//! - `active`: validates tokens; the newest active key signs;
-//! - `retired`: retired by hand, or replaced by a newer active key and past the expiry of the
-//!   last token it signed. Its tokens no longer verify and it leaves JWKS.
+//! - `active`: the one key that signs (the newest activated one); it validates tokens;
+//! - `replaced`: a newer key signs, but tokens this one signed have not all expired: it still
+//!   validates them;
+//! - `retired`: retired by hand, or replaced and past the expiry of the last token it signed.
+//!   Its tokens no longer verify and it leaves JWKS.
 //!
 //! Every instance reads the keys every few seconds (the engine hands them in), so a rotation or a
 //! retirement reaches the fleet with no file copied anywhere.
@@ -76,6 +78,7 @@ impl fmt::Debug for SigningKeyRecord {
 pub enum KeyState {
     Next,
     Active,
+    Replaced,
     Retired,
 }
 
@@ -112,7 +115,7 @@ pub fn states(keys: &[SigningKeyRecord], now: Millis) -> (Vec<KeyState>, Option<
                 KeyState::Active
             } else if k.last_expires_at.is_some_and(|e| e > now) {
                 // Replaced, but tokens it signed are still valid.
-                KeyState::Active
+                KeyState::Replaced
             } else {
                 KeyState::Retired
             }
@@ -378,7 +381,7 @@ mod tests {
         use KeyState::*;
         assert_eq!(states(&keys, Millis(150)), (vec![Active, Next], Some(0)));
         // b signs from 200; a validates until its last token expires at 500.
-        assert_eq!(states(&keys, Millis(300)), (vec![Active, Active], Some(1)));
+        assert_eq!(states(&keys, Millis(300)), (vec![Replaced, Active], Some(1)));
         assert_eq!(states(&keys, Millis(600)), (vec![Retired, Active], Some(1)));
         // Retired by hand: at once.
         let mut a2 = a.clone();

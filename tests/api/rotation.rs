@@ -168,7 +168,8 @@ async fn keys_rotate_across_the_fleet_and_retired_keys_stop_verifying() {
         .collect();
     assert_eq!(
         states,
-        vec![(old_kid.as_str(), "active"), (new_kid.as_str(), "active")]
+        vec![(old_kid.as_str(), "replaced"), (new_kid.as_str(), "active")],
+        "one key active at a time"
     );
 
     // Retire the old key: its tokens are refused online and it leaves JWKS everywhere.
