@@ -470,8 +470,15 @@ async fn serve(args: ServeArgs) -> CliResult {
         shutdown_drain: Duration::from_secs(args.shutdown_drain_seconds),
         ..Config::new(args.db.database_url)
     };
-    tracing::info!(config = ?cfg, "starting");
+    let database = crate::config::redact_url(&cfg.database_url);
+    tracing::debug!(config = ?cfg, "starting");
     let app = Application::build(cfg).await?;
+    tracing::info!(
+        listening = %app.addr(),
+        public_url = app.public_url(),
+        %database,
+        "serving"
+    );
     if app.created_signing_key {
         println!("agentid: created a new signing key");
     }

@@ -73,6 +73,9 @@ pub enum StoreError {
     NotOwner(String),
     #[error("unsupported database URL (use sqlite://… or postgres://…)")]
     UnsupportedUrl,
+    /// The database could not be reached at start: where, and why.
+    #[error("cannot reach the database at {target}: {cause}")]
+    Unreachable { target: String, cause: String },
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -105,7 +108,7 @@ fn is_outage_code(code: &str) -> bool {
 
 impl StoreError {
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_))
+        matches!(self, StoreError::Unavailable(_) | StoreError::Unreachable { .. })
     }
 }
 

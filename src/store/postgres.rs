@@ -32,9 +32,43 @@ pub struct Writer {
     cache: Mutex<WriterCache>,
 }
 
+/// Opens one connection first, so that a database that cannot be reached is named, with why,
+/// rather than reported as a pool that timed out.
+async fn reachable(connect: &PgConnectOptions, within: std::time::Duration) -> Result<(), StoreError> {
+    use sqlx::{ConnectOptions, Connection};
+    let target = format!(
+        "{}:{}/{}",
+        connect.get_host(),
+        connect.get_port(),
+        connect.get_database().unwrap_or("(default)")
+    );
+    let cause = match tokio::time::timeout(within, connect.connect()).await {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            return Ok(());
+        }
+        Err(_) => format!("no answer within {} s (timed out)", within.as_secs_f32()),
+        Ok(Err(sqlx::Error::Io(e))) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            "connection refused (is PostgreSQL running there, and listening on that port?)".to_owned()
+        }
+        Ok(Err(sqlx::Error::Database(e))) => match e.code().as_deref() {
+            Some("28P01") | Some("28000") => format!(
+                "authentication failed for user {:?} ({})",
+                connect.get_username(),
+                e.message()
+            ),
+            Some("3D000") => format!("no such database ({})", e.message()),
+            _ => e.message().to_owned(),
+        },
+        Ok(Err(e)) => e.to_string(),
+    };
+    Err(StoreError::Unreachable { target, cause })
+}
+
 impl SqlStore<Postgres> {
     pub async fn connect(url: &str, opts: &StoreOptions) -> Result<Self, StoreError> {
         let connect = PgConnectOptions::from_str(url)?.application_name("agentid");
+        reachable(&connect, opts.acquire_timeout).await?;
         // API calls and reads ping a connection before using it (the default), so a
         // connection broken by an outage is replaced instead of failing the next call.
         let pool = PgPoolOptions::new()

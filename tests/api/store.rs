@@ -484,3 +484,24 @@ async fn one_ledgers_trouble_does_not_fail_the_other_ledgers_records() {
     assert!(second.is_none(), "the broken ledger's record is not written");
     assert_eq!(third.map(|r| (r.seq, r.result)), Some((2, VerifyResult::Invalid)));
 }
+
+/// A PostgreSQL that cannot be reached is named (host, port, database) with why, not
+/// reported as a pool that timed out.
+#[actix_web::test]
+async fn an_unreachable_postgres_is_named_with_why() {
+    let opts = agentid::store::StoreOptions::default();
+    let err = agentid::store::connect("postgres://postgres@127.0.0.1:1/test", &opts)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("127.0.0.1:1/test"), "{err}");
+    assert!(err.contains("connection refused"), "{err}");
+    if let Some(admin) = crate::helpers::postgres_admin_url() {
+        let base = admin.rsplit_once('/').unwrap().0;
+        let err = agentid::store::connect(&format!("{base}/agentid_no_such_database"), &opts)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no such database"), "{err}");
+    }
+}
