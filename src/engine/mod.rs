@@ -579,6 +579,19 @@ impl Engine {
         Ok(self.store.list_agents(&caller.org.id, caller.mode).await?)
     }
 
+    /// A page of the caller's agents, newest first: up to `limit`, after the agent `before`.
+    pub async fn list_agents_page(
+        &self,
+        caller: &Caller,
+        before: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<AgentRecord>, EngineError> {
+        Ok(self
+            .store
+            .list_agents_page(&caller.org.id, caller.mode, before, limit)
+            .await?)
+    }
+
     /// Issues a new token. Allowed for expired agents (they become active again), refused
     /// for revoked ones. Earlier tokens stay valid until their own expiry.
     pub async fn issue_token(&self, caller: &Caller, id: &str) -> Result<IssuedToken, EngineError> {

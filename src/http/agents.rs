@@ -4,14 +4,15 @@ use actix_web::http::header;
 use actix_web::web::{self, Bytes};
 use actix_web::{HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::auth::Issuer;
 use super::context::AppState;
+use super::cursor;
 use super::error::{ApiError, ErrorBody, ErrorCode};
 use crate::domain::{
-    AgentFields, AgentStatus, Description, ExpirySeconds, IssuerDomain, Millis, Name, RevokeReason, Scopes,
-    ValidationError,
+    AgentFields, AgentStatus, Description, ExpirySeconds, IssuerDomain, Ledger, Millis, Name, RevokeReason,
+    Scopes, ValidationError,
 };
 use crate::store::AgentRecord;
 
@@ -234,30 +235,98 @@ pub struct AgentDetail {
     verification_count: i64,
 }
 
+/// Paging of `GET /v1/agents`: without either, the whole array (as the spec says).
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListParams {
+    /// Page size, 1 to 200; with it (or a cursor) the answer is one page, and a `Link:
+    /// <…>; rel="next"` header names the next one while there is one.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 200)]
+    limit: Option<String>,
+    /// Opaque cursor from the previous page's `Link` header.
+    cursor: Option<String>,
+}
+
 #[utoipa::path(
-    get, path = "/v1/agents", tag = "agents",
-    responses((status = 200, description = "The caller's agents (this key's mode), newest first", body = Vec<AgentSummary>)),
+    get, path = "/v1/agents", tag = "agents", params(ListParams),
+    responses(
+        (status = 200, description = "The caller's agents (this key's mode), newest first: all of them, or a page of `limit` with a `Link: <…>; rel=\"next\"` header (RFC 8288) while more follow", body = Vec<AgentSummary>,
+         headers(("Link" = String, description = "The next page, when there is one"))),
+        (status = 400, description = "VALIDATION_ERROR (limit) or INVALID_CURSOR", body = ErrorBody),
+    ),
     security(("bearer" = [])),
 )]
-pub async fn list(state: web::Data<AppState>, Issuer(caller): Issuer) -> Result<HttpResponse, ApiError> {
+pub async fn list(
+    state: web::Data<AppState>,
+    Issuer(caller): Issuer,
+    params: web::Query<ListParams>,
+) -> Result<HttpResponse, ApiError> {
     let now = Millis::now();
-    let agents: Vec<AgentSummary> = state
-        .engine
-        .list_agents(&caller)
-        .await?
-        .into_iter()
-        .map(|a| AgentSummary {
-            status: status(&a, now),
-            id: a.id,
-            name: a.name,
-            issuer_domain: a.issuer_domain,
-            scopes: a.scopes,
-            created_at: a.created_at,
-            expires_at: a.expires_at,
-            verification_count: a.verification_count,
+    let summary = |a: AgentRecord| AgentSummary {
+        status: status(&a, now),
+        id: a.id,
+        name: a.name,
+        issuer_domain: a.issuer_domain,
+        scopes: a.scopes,
+        created_at: a.created_at,
+        expires_at: a.expires_at,
+        verification_count: a.verification_count,
+    };
+    if params.limit.is_none() && params.cursor.is_none() {
+        let agents: Vec<AgentSummary> = state
+            .engine
+            .list_agents(&caller)
+            .await?
+            .into_iter()
+            .map(summary)
+            .collect();
+        return Ok(HttpResponse::Ok().json(agents));
+    }
+    let limit = match params.limit.as_deref() {
+        None => super::log::DEFAULT_LIMIT,
+        Some(l) => l
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=super::log::MAX_LIMIT).contains(n))
+            .ok_or_else(|| ValidationError::new("limit", "must be an integer from 1 to 200"))?,
+    };
+    let ledger = Ledger {
+        org_id: caller.org.id.clone(),
+        mode: caller.mode,
+    };
+    let secret = state.engine.keys().mac_secret();
+    let before = params
+        .cursor
+        .as_deref()
+        .map(|c| {
+            cursor::decode_agent(secret, &ledger, c).ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::InvalidCursor,
+                    "cursor was not issued for this organization and mode",
+                )
+            })
         })
-        .collect();
-    Ok(HttpResponse::Ok().json(agents))
+        .transpose()?;
+    let mut page = state
+        .engine
+        .list_agents_page(&caller, before.as_deref(), limit + 1)
+        .await?;
+    let more = page.len() > limit as usize;
+    page.truncate(limit as usize);
+    let next = more
+        .then(|| page.last().map(|a| cursor::encode_agent(secret, &ledger, &a.id)))
+        .flatten();
+    let mut res = HttpResponse::Ok();
+    if let Some(c) = next {
+        res.insert_header((
+            header::LINK,
+            format!(
+                "<{}/v1/agents?limit={limit}&cursor={c}>; rel=\"next\"",
+                state.public_url
+            ),
+        ));
+    }
+    Ok(res.json(page.into_iter().map(summary).collect::<Vec<_>>()))
 }
 
 #[utoipa::path(

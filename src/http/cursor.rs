@@ -56,6 +56,43 @@ pub fn decode(secret: &[u8; 32], scope: &CursorScope<'_>, cursor: &str) -> Optio
     (ok && seq > 0).then_some(seq)
 }
 
+/// A cursor of `GET /v1/agents`: the last agent id of a page, bound by an HMAC to the
+/// organization and mode that listed it.
+pub fn encode_agent(secret: &[u8; 32], ledger: &Ledger, agent_id: &str) -> String {
+    let mut raw = agent_id.as_bytes().to_vec();
+    raw.extend_from_slice(&agent_mac(secret, ledger, agent_id).finalize().into_bytes()[..MAC_LEN]);
+    URL_SAFE_NO_PAD.encode(raw)
+}
+
+/// The agent id a `GET /v1/agents` cursor stands for, or `None` if this service did not issue
+/// it for this organization and mode.
+pub fn decode_agent(secret: &[u8; 32], ledger: &Ledger, cursor: &str) -> Option<String> {
+    if cursor.len() > 128 {
+        return None;
+    }
+    let raw = URL_SAFE_NO_PAD.decode(cursor).ok()?;
+    let (id, tag) = raw.split_at(raw.len().checked_sub(MAC_LEN)?);
+    let id = std::str::from_utf8(id).ok()?;
+    agent_mac(secret, ledger, id)
+        .verify_truncated_left(tag)
+        .is_ok()
+        .then(|| id.to_owned())
+}
+
+fn agent_mac(secret: &[u8; 32], ledger: &Ledger, agent_id: &str) -> Hmac<Sha256> {
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(secret).expect("HMAC takes any key length");
+    for part in [
+        b"agentid agents cursor v1".as_slice(),
+        ledger.org_id.as_bytes(),
+        ledger.mode.as_str().as_bytes(),
+        agent_id.as_bytes(),
+    ] {
+        m.update(&(part.len() as u32).to_be_bytes());
+        m.update(part);
+    }
+    m
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,6 +32,14 @@ pub trait AgentStore {
     fn get_agent<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<AgentRecord>>;
     /// An organization's agents in one mode, newest first.
     fn list_agents<'a>(&'a self, org_id: &'a str, mode: KeyMode) -> StoreFuture<'a, Vec<AgentRecord>>;
+    /// A page of them, newest first: at most `limit`, with an id below `before` when given.
+    fn list_agents_page<'a>(
+        &'a self,
+        org_id: &'a str,
+        mode: KeyMode,
+        before: Option<&'a str>,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<AgentRecord>>;
     /// All agents with an id greater than `after_id`, in id order (for loading the registry).
     fn scan_agents<'a>(&'a self, after_id: &'a str, limit: u32) -> StoreFuture<'a, Vec<AgentRecord>>;
     /// Records a newly issued token; false (and no change) when the agent is revoked or missing.
@@ -374,6 +382,31 @@ where
             let sql = format!("SELECT {AGENT_COLUMNS} FROM agents WHERE id = $1");
             let row: Option<AgentRow> = sqlx::query_as(&sql).bind(id).fetch_optional(&self.pool).await?;
             row.map(AgentRow::into_record).transpose()
+        })
+    }
+
+    fn list_agents_page<'a>(
+        &'a self,
+        org_id: &'a str,
+        mode: KeyMode,
+        before: Option<&'a str>,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<AgentRecord>> {
+        Box::pin(async move {
+            let below = if before.is_some() { "AND id < $4 " } else { "" };
+            let sql = format!(
+                "SELECT {AGENT_COLUMNS} FROM agents WHERE org_id = $1 AND mode = $2 {below}\
+                 ORDER BY id DESC LIMIT $3"
+            );
+            let mut q = sqlx::query_as(&sql)
+                .bind(org_id)
+                .bind(mode.as_str())
+                .bind(i64::from(limit));
+            if let Some(b) = before {
+                q = q.bind(b);
+            }
+            let rows: Vec<AgentRow> = q.fetch_all(&self.pool).await?;
+            rows.into_iter().map(AgentRow::into_record).collect()
         })
     }
 

@@ -377,3 +377,70 @@ async fn revoke_takes_an_optional_reason_and_checks_it() {
         .await
         .assert_error(404, "AGENT_NOT_FOUND");
 }
+
+/// `GET /v1/agents` gives the whole array by default, and pages with `limit`: a `Link:
+/// <…>; rel="next"` header leads through every agent once, newest first; a cursor is bound
+/// to its organization and mode.
+#[actix_web::test]
+async fn the_agent_list_pages_with_a_link_to_the_next() {
+    let app = crate::helpers::spawn_app_with(crate::helpers::Options::unlimited()).await;
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(app.agent().await.0);
+    }
+    ids.reverse(); // newest first
+    let all = app.get("/v1/agents", Some(app.secret())).await;
+    assert!(all.header("link").is_none());
+    let listed: Vec<String> = all
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(listed, ids);
+
+    let mut seen = Vec::new();
+    let mut path = "/v1/agents?limit=2".to_owned();
+    loop {
+        let res = app.get(&path, Some(app.secret())).await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        seen.extend(
+            res.json()
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a["id"].as_str().unwrap().to_owned()),
+        );
+        let Some(link) = res.header("link") else { break };
+        assert!(link.ends_with(r#">; rel="next""#), "{link}");
+        let url = link.trim_start_matches('<').split('>').next().unwrap();
+        path = url.strip_prefix(&app.base).unwrap().to_owned();
+    }
+    assert_eq!(seen, ids, "every agent once, newest first");
+
+    let page = app.get("/v1/agents?limit=2", Some(app.secret())).await;
+    let link = page.header("link").unwrap();
+    let cursor = link
+        .split("cursor=")
+        .nth(1)
+        .unwrap()
+        .split('>')
+        .next()
+        .unwrap()
+        .to_owned();
+    app.get(&format!("/v1/agents?cursor={cursor}x"), Some(app.secret()))
+        .await
+        .assert_error(400, "INVALID_CURSOR");
+    app.get(
+        &format!("/v1/agents?cursor={cursor}"),
+        Some(&app.org.keys.secret_test),
+    )
+    .await
+    .assert_error(400, "INVALID_CURSOR");
+    for bad in ["0", "201", "x"] {
+        app.get(&format!("/v1/agents?limit={bad}"), Some(app.secret()))
+            .await
+            .assert_error(400, "VALIDATION_ERROR");
+    }
+}
