@@ -431,8 +431,23 @@ pub async fn run(cli: Cli) -> ExitCode {
 
 type CliResult = Result<ExitCode, Box<dyn std::error::Error>>;
 
+/// The database a command (not `serve`, not `migrate`) works on: it must exist.
 async fn open(db: &DbArgs) -> Result<SharedStore, store::StoreError> {
-    store::connect(&db.database_url, &StoreOptions::default()).await
+    let opts = StoreOptions {
+        create: store::Create::Nothing,
+        ..StoreOptions::default()
+    };
+    store::connect(&db.database_url, &opts).await
+}
+
+/// What `serve` and `migrate` may create: the default database with its folder; a database
+/// at a path given, in a folder that exists.
+fn may_create(url: &str) -> store::Create {
+    if url == config::DEFAULT_DATABASE_URL {
+        store::Create::FileAndFolder
+    } else {
+        store::Create::File
+    }
 }
 
 async fn serve(args: ServeArgs) -> CliResult {
@@ -465,6 +480,7 @@ async fn serve(args: ServeArgs) -> CliResult {
         },
         store: StoreOptions {
             max_connections: args.db_max_connections.max(1),
+            create: may_create(&args.db.database_url),
             ..StoreOptions::default()
         },
         shutdown_drain: Duration::from_secs(args.shutdown_drain_seconds),
@@ -755,7 +771,11 @@ async fn migrate(db: DbArgs, grant: Option<String>) -> CliResult {
         if grant.is_some() {
             return Err("--grant is for PostgreSQL (SQLite has no roles)".into());
         }
-        open(&db).await?.close().await;
+        let opts = StoreOptions {
+            create: may_create(url),
+            ..StoreOptions::default()
+        };
+        store::connect(url, &opts).await?.close().await;
     }
     println!(
         "migrated{}",

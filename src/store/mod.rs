@@ -73,6 +73,9 @@ pub enum StoreError {
     NotOwner(String),
     #[error("unsupported database URL (use sqlite://… or postgres://…)")]
     UnsupportedUrl,
+    /// A SQLite database that this command may not create.
+    #[error("no database at {path}: {why}")]
+    NoDatabase { path: String, why: String },
     /// The database could not be reached at start: where, and why.
     #[error("cannot reach the database at {target}: {cause}")]
     Unreachable { target: String, cause: String },
@@ -346,6 +349,20 @@ pub struct Revocations {
 pub struct StoreOptions {
     pub max_connections: u32,
     pub acquire_timeout: std::time::Duration,
+    /// What opening a SQLite database that does not exist may create.
+    pub create: Create,
+}
+
+/// What opening a SQLite database may create, so that a command run from the wrong folder,
+/// or given a mistyped path, does not quietly work on a new, empty database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Create {
+    /// Nothing: the database must exist (every command but `serve` and `migrate`).
+    Nothing,
+    /// The file, in a folder that exists (`serve` and `migrate` given a path).
+    File,
+    /// The file and its folder (the default database, `./data/agentid.db`).
+    FileAndFolder,
 }
 
 impl Default for StoreOptions {
@@ -353,6 +370,7 @@ impl Default for StoreOptions {
         StoreOptions {
             max_connections: 16,
             acquire_timeout: std::time::Duration::from_secs(3),
+            create: Create::FileAndFolder,
         }
     }
 }

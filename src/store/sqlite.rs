@@ -12,7 +12,7 @@ use sqlx::{Sqlite, SqliteConnection};
 
 use super::block::{self, Block};
 use super::sql::{Backend, Exclusive, LogPlan, Refused, SqlStore};
-use super::{audit, batch, migrate, PoolStats, SharedBuckets, Store, StoreError, StoreOptions};
+use super::{audit, batch, migrate, Create, PoolStats, SharedBuckets, Store, StoreError, StoreOptions};
 use crate::domain::audit::{AuditEntry, AuditRecord};
 
 /// SQLite allows 32766 bound parameters; stay far below it.
@@ -30,9 +30,32 @@ impl SqlStore<Sqlite> {
             .foreign_keys(true);
         let file = connect.get_filename();
         let io = |e| StoreError::Unavailable(sqlx::Error::Io(e));
-        if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
-            if !Path::new(dir).exists() {
-                std::fs::create_dir_all(dir).map_err(io)?;
+        if file != Path::new(":memory:") && !file.exists() {
+            let missing = |why: String| StoreError::NoDatabase {
+                path: file.display().to_string(),
+                why,
+            };
+            let dir = file.parent().filter(|d| !d.as_os_str().is_empty());
+            match opts.create {
+                Create::Nothing => {
+                    return Err(missing(format!(
+                        "the file does not exist (from {url}). Point DATABASE_URL or --database-url at the \
+                         service's database, or create this one with `agentid migrate` or `agentid serve`"
+                    )))
+                }
+                Create::File => {
+                    if let Some(dir) = dir.filter(|d| !d.exists()) {
+                        return Err(missing(format!(
+                            "its folder {} does not exist; create it, or give another path",
+                            dir.display()
+                        )));
+                    }
+                }
+                Create::FileAndFolder => {
+                    if let Some(dir) = dir.filter(|d| !d.exists()) {
+                        std::fs::create_dir_all(dir).map_err(io)?;
+                    }
+                }
             }
         }
         // A new database is created readable by its owner only; SQLite gives its WAL and

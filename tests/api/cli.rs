@@ -230,6 +230,10 @@ fn org_create_refuses_bad_input_clearly() {
             .output()
             .unwrap()
     };
+    assert!(
+        run(&["migrate"]).status.success(),
+        "only serve and migrate create a database"
+    );
     let out = run(&["org", "create", "--name", "E", "--plan", "enterprise"]);
     assert!(!out.status.success());
     assert!(
@@ -359,6 +363,7 @@ async fn org_list_and_key_list_find_things_again_without_showing_a_key() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
+    assert!(run(&["migrate"]).0, "only serve and migrate create a database");
     let (ok, created, err) = run(&["org", "create", "--name", "Acme", "--plan", "growth"]);
     assert!(ok, "{err}");
     let created: serde_json::Value = serde_json::from_str(&created).unwrap();
@@ -396,4 +401,45 @@ async fn org_list_and_key_list_find_things_again_without_showing_a_key() {
         .all(|k| k["key"].as_str().unwrap().contains('…') && k["disabled"] == false));
     let (ok, _, err) = run(&["key", "list", "--org", "org_nope"]);
     assert!(!ok && err.contains("org list"), "{err}");
+}
+
+/// Every command but `serve` and `migrate` refuses to create a database: run from another
+/// folder, or given a mistyped path, it says which database it looked for instead of
+/// quietly working on a new, empty one. `serve` makes the default folder only.
+#[test]
+fn commands_never_make_a_database_they_were_not_asked_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_agentid"))
+            .args(args)
+            .current_dir(dir.path())
+            .env_remove("DATABASE_URL")
+            .env("AGENTID_SIGNING_KEY_FILE", dir.path().join("key.pem"))
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for args in [
+        &["org", "create", "--name", "A", "--plan", "free"][..],
+        &["org", "list"],
+        &["signing-key", "list"],
+        &["key", "list", "--org", "org_x"],
+    ] {
+        let (ok, err) = run(args);
+        assert!(!ok, "{args:?} succeeded");
+        assert!(
+            err.contains("no database at ./data/agentid.db"),
+            "{args:?}: {err}"
+        );
+        assert!(err.contains("agentid migrate"), "{args:?}: {err}");
+    }
+    assert!(!dir.path().join("data").exists(), "a folder was made");
+    let elsewhere = format!("sqlite://{}/missing/folder/x.db", dir.path().display());
+    let (ok, err) = run(&["serve", "--database-url", &elsewhere]);
+    assert!(!ok);
+    assert!(err.contains("folder") && err.contains("does not exist"), "{err}");
+    assert!(!dir.path().join("missing").exists());
 }

@@ -406,6 +406,17 @@ fn org_set_limits_changes_plan_and_limits() {
         );
         serde_json::from_slice::<Value>(&out.stdout).unwrap()
     };
+    let migrated = Command::new(env!("CARGO_BIN_EXE_agentid"))
+        .arg("migrate")
+        .current_dir(dir.path())
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    assert!(
+        migrated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&migrated.stderr)
+    );
     let org = run(&["org", "create", "--name", "A", "--plan", "free"]);
     let id = org["org_id"].as_str().unwrap();
     let changed = run(&["org", "set-limits", "--org", id, "--plan", "growth"]);

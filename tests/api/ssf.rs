@@ -466,6 +466,16 @@ async fn push_endpoints_must_be_public_https() {
 async fn an_event_survives_a_kill_between_commit_and_delivery() {
     let dir = tempfile::tempdir().unwrap();
     let db = crate::helpers::TestDb::new(dir.path()).await;
+    let migrated = std::process::Command::new(env!("CARGO_BIN_EXE_agentid"))
+        .args(["migrate", "--database-url", &db.url])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        migrated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&migrated.stderr)
+    );
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentid"))
         .args([
             "org",

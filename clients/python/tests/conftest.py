@@ -18,6 +18,7 @@ class Server:
         self.dir = tempfile.mkdtemp()
         self.db = f"sqlite://{self.dir}/agentid.db"
         self.key_file = os.path.join(self.dir, "signing-key.pem")
+        self.cli("migrate")  # only serve and migrate create a database
         org = json.loads(self.cli("org", "create", "--name", "py", "--plan", "growth"))
         self.sk = org["keys"]["secret_live"]
         self.pk = org["keys"]["publishable_live"]

@@ -49,6 +49,7 @@ impl Server {
             _dir: dir,
             env,
         };
+        s.cli(&["migrate"]); // only serve and migrate create a database
         let org: Value =
             serde_json::from_str(&s.cli(&["org", "create", "--name", "rs", "--plan", "growth"])).unwrap();
         s.sk = org["keys"]["secret_live"].as_str().unwrap().to_owned();

@@ -14,6 +14,7 @@ export async function startServer() {
   const dir = mkdtempSync(join(tmpdir(), "agentid-ts-"));
   const env = { ...process.env, DATABASE_URL: `sqlite://${dir}/agentid.db`, AGENTID_SIGNING_KEY_FILE: join(dir, "key.pem") };
   const cli = (...args) => execFileSync(BIN, args, { env, cwd: dir, encoding: "utf8" });
+  cli("migrate"); // only serve and migrate create a database
   const org = JSON.parse(cli("org", "create", "--name", "ts", "--plan", "growth"));
   const proc = spawn(BIN, ["serve"], {
     cwd: dir,
