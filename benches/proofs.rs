@@ -31,12 +31,14 @@ fn entry(i: u64) -> AuditEntry {
     AuditEntry {
         ledger: ledger(),
         agent_id: format!("agt_01jd{:022}", i % 50),
-        result: if i % 97 == 0 {
+        result: if i.is_multiple_of(97) {
             VerifyResult::Invalid
         } else {
             VerifyResult::Valid
         },
-        failure_reason: (i % 97 == 0).then(|| "signature does not verify".to_owned()),
+        failure_reason: i
+            .is_multiple_of(97)
+            .then(|| "signature does not verify".to_owned()),
         latency_us: 100 + (i % 50) as i64,
         requested_at: Millis(1_795_000_000_000 + (i / 100) as i64),
         revocations_seen: 0,

@@ -137,7 +137,7 @@ pub struct ServeArgs {
 
 fn parse_list_size(s: &str) -> Result<u64, String> {
     let n: u64 = s.parse().map_err(|_| format!("{s:?} is not a whole number"))?;
-    if !(StatusConfig::MIN_SIZE..=StatusConfig::MAX_SIZE).contains(&n) || n % 8 != 0 {
+    if !(StatusConfig::MIN_SIZE..=StatusConfig::MAX_SIZE).contains(&n) || !n.is_multiple_of(8) {
         return Err(format!(
             "a status list holds a multiple of 8 places, from {} to {}",
             StatusConfig::MIN_SIZE,
@@ -481,6 +481,7 @@ async fn serve(args: ServeArgs) -> CliResult {
         store: StoreOptions {
             max_connections: args.db_max_connections.max(1),
             create: may_create(&args.db.database_url),
+            serve_lock: true,
             ..StoreOptions::default()
         },
         shutdown_drain: Duration::from_secs(args.shutdown_drain_seconds),

@@ -260,7 +260,7 @@ impl Ledger {
     pub fn from_origin(origin: &str) -> Option<Ledger> {
         let mut parts = origin.rsplitn(4, '/');
         let (mode, org, app) = (parts.next()?, parts.next()?, parts.next()?);
-        if app != "agentid" || parts.next().map_or(true, str::is_empty) || org.is_empty() {
+        if app != "agentid" || parts.next().is_none_or(str::is_empty) || org.is_empty() {
             return None;
         }
         Some(Ledger {

@@ -162,7 +162,7 @@ impl StatusLists {
             let stale = list
                 .served
                 .as_ref()
-                .map_or(true, |s| s.kid != kid || s.signed.elapsed() >= self.cfg.ttl / 2);
+                .is_none_or(|s| s.kid != kid || s.signed.elapsed() >= self.cfg.ttl / 2);
             if !(list.dirty || stale) {
                 continue;
             }

@@ -96,7 +96,7 @@ pub struct KeyView {
 /// active one), if any is active.
 pub fn states(keys: &[SigningKeyRecord], now: Millis) -> (Vec<KeyState>, Option<usize>) {
     // Not retired (by hand) at `now`.
-    let live = |k: &SigningKeyRecord| k.retired_at.map_or(true, |at| at > now);
+    let live = |k: &SigningKeyRecord| k.retired_at.is_none_or(|at| at > now);
     let signer = keys
         .iter()
         .enumerate()

@@ -227,9 +227,9 @@ where
             let mut records = Vec::with_capacity(want);
             for b in &blocks {
                 let mut found = block::decode(q.ledger, b, |p| {
-                    q.before_seq.map_or(true, |before| p.seq < before)
-                        && q.agent_id.map_or(true, |a| p.agent_id == a)
-                        && q.result.map_or(true, |r| p.result == r)
+                    q.before_seq.is_none_or(|before| p.seq < before)
+                        && q.agent_id.is_none_or(|a| p.agent_id == a)
+                        && q.result.is_none_or(|r| p.result == r)
                 })?;
                 found.reverse();
                 records.extend(found);

@@ -76,6 +76,12 @@ pub enum StoreError {
     /// A SQLite database that this command may not create.
     #[error("no database at {path}: {why}")]
     NoDatabase { path: String, why: String },
+    /// Another `serve` holds this SQLite database.
+    #[error(
+        "{holder} is serving this database already (it holds {lock}): SQLite serves one instance. \
+         Stop that one, give this one another database, or run a fleet on PostgreSQL"
+    )]
+    Locked { lock: String, holder: String },
     /// The database could not be reached at start: where, and why.
     #[error("cannot reach the database at {target}: {cause}")]
     Unreachable { target: String, cause: String },
@@ -351,6 +357,9 @@ pub struct StoreOptions {
     pub acquire_timeout: std::time::Duration,
     /// What opening a SQLite database that does not exist may create.
     pub create: Create,
+    /// Hold the SQLite database for this process alone (`serve`): a second store opened so
+    /// fails with [`StoreError::Locked`]. PostgreSQL ignores it.
+    pub serve_lock: bool,
 }
 
 /// What opening a SQLite database may create, so that a command run from the wrong folder,
@@ -371,6 +380,7 @@ impl Default for StoreOptions {
             max_connections: 16,
             acquire_timeout: std::time::Duration::from_secs(3),
             create: Create::FileAndFolder,
+            serve_lock: false,
         }
     }
 }

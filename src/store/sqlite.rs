@@ -58,6 +58,13 @@ impl SqlStore<Sqlite> {
                 }
             }
         }
+        // One server a database: taken before anything is written, so that a second `serve`
+        // creates nothing (say, a default organization whose keys no one would see).
+        let lock = if opts.serve_lock && file != Path::new(":memory:") {
+            Some(ServeLock::take(file)?)
+        } else {
+            None
+        };
         // A new database is created readable by its owner only; SQLite gives its WAL and
         // shared-memory files the database file's permissions.
         if file != Path::new(":memory:") && !file.exists() {
@@ -77,7 +84,7 @@ impl SqlStore<Sqlite> {
             .connect_with(connect)
             .await?;
         migrate::migrator(migrate::SQLITE).await?.run(&pool).await?;
-        let store = SqlStore { pool, extra: () };
+        let store = SqlStore { pool, extra: lock };
         store.upgrade().await?;
         Ok(store)
     }
@@ -151,9 +158,55 @@ impl SqlStore<Sqlite> {
     }
 }
 
+/// `serve`'s hold on a SQLite database: an advisory lock on `<database>.lock`, which holds
+/// the server's process id. Released when the store is dropped, or the process ends however
+/// it ends. Commands other than `serve` do not take it, so they keep working beside a server.
+#[derive(Debug)]
+pub struct ServeLock {
+    _file: std::fs::File,
+}
+
+impl ServeLock {
+    fn take(database: &Path) -> Result<ServeLock, StoreError> {
+        use std::io::{Read, Seek, Write};
+        let mut path = database.as_os_str().to_owned();
+        path.push(".lock");
+        let path = std::path::PathBuf::from(path);
+        let io = |e| StoreError::Unavailable(sqlx::Error::Io(e));
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = holder.trim();
+                return Err(StoreError::Locked {
+                    lock: path.display().to_string(),
+                    holder: if holder.is_empty() {
+                        "another process".into()
+                    } else {
+                        format!("process {holder}")
+                    },
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+        }
+        file.set_len(0).map_err(io)?;
+        file.rewind().map_err(io)?;
+        writeln!(file, "{}", std::process::id()).map_err(io)?;
+        Ok(ServeLock { _file: file })
+    }
+}
+
 impl Backend for Sqlite {
     const BACKEND: &'static str = "sqlite";
-    type Extra = ();
+    type Extra = Option<ServeLock>;
     // BEGIN IMMEDIATE takes the database's write lock first.
     const EXCLUSIVE: Exclusive = Exclusive {
         begin: "BEGIN IMMEDIATE",

@@ -61,7 +61,7 @@ impl Subtree {
 
     /// Whether the store keeps this subtree's hash.
     pub fn is_stored(&self) -> bool {
-        self.height > 0 && self.height % STORED_EVERY == 0
+        self.height > 0 && self.height.is_multiple_of(STORED_EVERY)
     }
 
     /// The stored hashes or leaves this subtree's hash folds from.

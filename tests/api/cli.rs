@@ -300,6 +300,55 @@ fn serve_on_a_port_in_use_fails_cleanly_before_creating_anything() {
     }
 }
 
+/// SQLite serves one instance: a second `serve` on the same database refuses to start,
+/// naming the lock and the process that holds it, and creates nothing; the other commands
+/// keep working beside the server; once it stops, the database serves again.
+#[actix_web::test]
+async fn a_second_serve_on_one_sqlite_database_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = start_server(dir.path(), None, &[]);
+    let second = Command::new(env!("CARGO_BIN_EXE_agentid"))
+        .arg("serve")
+        .current_dir(dir.path())
+        .env("AGENTID_BIND", "127.0.0.1:0")
+        .env("AGENTID_METRICS_BIND", "off")
+        .env("RUST_LOG", "warn")
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{stderr}");
+    let pid = first.child.id();
+    assert!(
+        stderr.contains(&format!("process {pid} is serving this database already"))
+            && stderr.contains("data/agentid.db.lock"),
+        "{stderr}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&second.stdout).contains("sk_live_"),
+        "no second set of keys"
+    );
+
+    let listed = Command::new(env!("CARGO_BIN_EXE_agentid"))
+        .args(["org", "list"])
+        .current_dir(dir.path())
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    let orgs: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(orgs.as_array().map(Vec::len), Some(1), "{orgs}");
+
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    let again = start_server(dir.path(), None, &[]);
+    assert!(again.base.starts_with("http://"));
+}
+
 /// `serve` refuses a signing key file that its group or others may read, saying how to fix
 /// it, as ssh does; and starts once it is fixed.
 #[cfg(unix)]

@@ -19,10 +19,6 @@ pub fn postgres_admin_url() -> Option<String> {
         .filter(|u| u.starts_with("postgres"))
 }
 
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
-
 /// A database that exists for one test.
 pub struct TestDb {
     pub url: String,

@@ -20,6 +20,7 @@ mod offline;
 mod ops;
 mod persistence;
 mod proxy;
+mod readme;
 mod rotation;
 mod ssf;
 mod status;

@@ -1,56 +1,13 @@
-//! Offline mode: a receiver validates a token with a stock JWT library and the PEM key alone.
-//! With CI=true the libraries must be present (.ci/run installs them); elsewhere a missing
-//! library skips its check with a note.
+//! Offline mode: a receiver validates a token with a stock JWT library (PyJWT, jose) and the
+//! published keys alone, with the README's own snippets (see `readme`).
 
-use std::path::Path;
 use std::process::Command;
 
-use crate::helpers::{in_ci, spawn_app};
+use crate::helpers::spawn_app;
+use crate::readme;
 
-/// What `script` (run by `program`) says of the token in `token` with the key in `pem`: the
-/// claims, or the library's complaint; `None` when the library is not installed here.
-fn run(program: &str, script: &str, token: &Path, pem: &Path) -> Option<Result<serde_json::Value, String>> {
-    run_with(program, script, &[token.as_os_str(), pem.as_os_str()])
-}
-
-/// What `script` (run by `program` with `args`) prints as JSON, or its complaint; `None`
-/// when its library is not installed here (never in CI).
-pub fn run_with(
-    program: &str,
-    script: &str,
-    args: &[&std::ffi::OsStr],
-) -> Option<Result<serde_json::Value, String>> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    if script.ends_with(".mjs") && !root.join("tests/offline/node_modules/jose").exists() {
-        assert!(!in_ci(), "jose is required in CI (npm ci --prefix tests/offline)");
-        eprintln!("skipping jose: run `npm ci --prefix tests/offline`");
-        return None;
-    }
-    let out = match Command::new(program).arg(root.join(script)).args(args).output() {
-        Ok(o) => o,
-        Err(e) => {
-            assert!(!in_ci(), "{program} is required in CI: {e}");
-            eprintln!("skipping {script}: {program} not found");
-            return None;
-        }
-    };
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let missing = stderr.contains("No module named") || stderr.contains("Cannot find package");
-    if missing {
-        assert!(!in_ci(), "{script}: library missing in CI: {stderr}");
-        eprintln!("skipping {script}: library not installed ({stderr})");
-        return None;
-    }
-    if !out.status.success() {
-        return Some(Err(stderr.into_owned()));
-    }
-    Some(Ok(serde_json::from_slice(&out.stdout).expect("JSON on stdout")))
-}
-
-const VALIDATORS: [(&str, &str); 2] = [
-    ("python3", "tests/offline/verify_pyjwt.py"),
-    ("node", "tests/offline/verify_jose.mjs"),
-];
+/// The README's PEM snippets: what each says of `token`, with `agentid.pem` in `dir`.
+const PEM_SNIPPETS: [&str; 2] = ["verify_pem.py", "verify_pem.mjs"];
 
 #[actix_web::test]
 async fn pyjwt_and_jose_validate_tokens_with_the_pem_alone() {
@@ -60,18 +17,14 @@ async fn pyjwt_and_jose_validate_tokens_with_the_pem_alone() {
         .await;
     let pem = app.get("/.well-known/public-key.pem", None).await.text();
     let dir = tempfile::tempdir().unwrap();
-    let (token_file, pem_file) = (dir.path().join("token"), dir.path().join("key.pem"));
-    std::fs::write(&token_file, a["token"].as_str().unwrap()).unwrap();
-    std::fs::write(&pem_file, &pem).unwrap();
+    std::fs::write(dir.path().join("agentid.pem"), &pem).unwrap();
+    let token = a["token"].as_str().unwrap();
 
-    let mut checked = 0;
-    for (program, script) in VALIDATORS {
-        if let Some(claims) = run(program, script, &token_file, &pem_file) {
-            let claims = claims.unwrap_or_else(|e| panic!("{script} rejected the token: {e}"));
-            assert_eq!(claims["sub"], a["agent_id"], "{script}");
-            assert_eq!(claims["iss"], "offline.example", "{script}");
-            checked += 1;
-        }
+    for name in PEM_SNIPPETS {
+        let claims = readme::run(name, dir.path(), token, &app.base)
+            .unwrap_or_else(|e| panic!("{name} rejected the token: {e}"));
+        assert_eq!(claims["sub"], a["agent_id"], "{name}");
+        assert_eq!(claims["iss"], "offline.example", "{name}");
     }
 
     // A token from another key must fail offline too.
@@ -85,22 +38,12 @@ async fn pyjwt_and_jose_validate_tokens_with_the_pem_alone() {
         scopes: vec![],
         status: None,
     });
-    std::fs::write(&token_file, foreign).unwrap();
-    let py = Command::new("python3")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/offline/verify_pyjwt.py"))
-        .arg(&token_file)
-        .arg(&pem_file)
-        .output();
-    if let Ok(out) = py {
-        if checked > 0 {
-            assert!(
-                !out.status.success(),
-                "PyJWT accepted a token signed by another key"
-            );
-        }
-    }
-    if in_ci() {
-        assert_eq!(checked, 2, "both offline checks must run in CI");
+    for name in PEM_SNIPPETS {
+        let seen = readme::run(name, dir.path(), &foreign, &app.base);
+        assert!(
+            seen.is_err(),
+            "{name} accepted a token signed by another key: {seen:?}"
+        );
     }
 }
 
@@ -150,10 +93,8 @@ async fn online_and_offline_agree_on_signatures_made_with_any_nonce() {
     ];
 
     let dir = tempfile::tempdir().unwrap();
-    let (token_file, pem_file) = (dir.path().join("token"), dir.path().join("key.pem"));
     let pem = app.get("/.well-known/public-key.pem", None).await.text();
-    std::fs::write(&pem_file, &pem).unwrap();
-    let mut checked = 0;
+    std::fs::write(dir.path().join("agentid.pem"), &pem).unwrap();
     for (what, token, valid) in &cases {
         let online = app.verify_as_receiver(token).await.json();
         if *valid {
@@ -165,16 +106,10 @@ async fn online_and_offline_agree_on_signatures_made_with_any_nonce() {
                 "{what}"
             );
         }
-        std::fs::write(&token_file, token).unwrap();
-        for (program, script) in VALIDATORS {
-            if let Some(offline) = run(program, script, &token_file, &pem_file) {
-                assert_eq!(offline.is_ok(), *valid, "{script}, {what}: {offline:?}");
-                checked += 1;
-            }
+        for name in PEM_SNIPPETS {
+            let offline = readme::run(name, dir.path(), token, &app.base);
+            assert_eq!(offline.is_ok(), *valid, "{name}, {what}: {offline:?}");
         }
-    }
-    if in_ci() {
-        assert_eq!(checked, 4, "both offline checks must run in CI");
     }
 }
 
@@ -190,29 +125,19 @@ async fn openssl_and_python_cryptography_read_the_key_file() {
         from cryptography.hazmat.primitives import serialization as s\n\
         k = s.load_pem_private_key(open(sys.argv[1], 'rb').read(), password=None)\n\
         print(k.public_key().public_bytes(s.Encoding.PEM, s.PublicFormat.SubjectPublicKeyInfo).decode(), end='')\n";
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .arg(&key_file)
+    let dir = tempfile::tempdir().unwrap();
+    let out = readme::shell(dir.path(), r#"python3 -c "$SCRIPT" "$KEY""#)
+        .env("SCRIPT", script)
+        .env("KEY", &key_file)
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if stderr.contains("No module named") {
-        assert!(!in_ci(), "cryptography is required in CI: {stderr}");
-        eprintln!("skipping: Python's cryptography is not installed");
-    } else {
-        assert!(out.status.success(), "{stderr}");
-        assert_eq!(String::from_utf8_lossy(&out.stdout), published);
-    }
-    match Command::new("openssl")
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), published);
+    let out = Command::new("openssl")
         .args(["pkey", "-pubout", "-in"])
         .arg(&key_file)
         .output()
-    {
-        Ok(out) => {
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-            assert_eq!(String::from_utf8_lossy(&out.stdout), published);
-        }
-        Err(e) => assert!(!in_ci(), "openssl is required in CI: {e}"),
-    }
+        .expect("this test needs the openssl command");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), published);
 }

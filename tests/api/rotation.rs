@@ -6,7 +6,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use serde_json::Value;
 
-use crate::helpers::{in_ci, spawn_fleet, Options, TestApp};
+use crate::helpers::{spawn_fleet, Options, TestApp};
 
 /// `agentid signing-key …` against the fleet's database, off the test's thread.
 async fn signing_key(app: &TestApp, args: &[&str]) -> std::process::Output {
@@ -57,29 +57,18 @@ macro_rules! eventually {
     }};
 }
 
-/// PyJWT with the JWK set alone: the claims, or None where PyJWT is not installed.
-async fn pyjwt_jwks(app: &TestApp, token: &str) -> Option<Result<Value, String>> {
+/// What the README's JWKS snippets (PyJWT's `PyJWKClient`, jose's `createRemoteJWKSet`) say
+/// of `token`: the claims, or their complaint, each.
+async fn stock_jwks(app: &TestApp, token: &str) -> Vec<(&'static str, Result<Value, String>)> {
     let dir = tempfile::tempdir().unwrap();
-    let (t, j) = (dir.path().join("token"), dir.path().join("jwks.json"));
-    std::fs::write(&t, token).unwrap();
-    std::fs::write(&j, app.get("/.well-known/jwks.json", None).await.text()).unwrap();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/offline/verify_pyjwt_jwks.py");
-    let out = std::process::Command::new("python3")
-        .arg(script)
-        .arg(&t)
-        .arg(&j)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    if stderr.contains("No module named") {
-        assert!(!in_ci(), "PyJWT is required in CI: {stderr}");
-        return None;
+    let mut seen = Vec::new();
+    for name in ["verify_jwks.py", "verify_jwks.mjs"] {
+        seen.push((
+            name,
+            crate::readme::run_beside(name, dir.path(), token, &app.base).await,
+        ));
     }
-    Some(if out.status.success() {
-        Ok(serde_json::from_slice(&out.stdout).unwrap())
-    } else {
-        Err(stderr)
-    })
+    seen
 }
 
 #[actix_web::test]
@@ -147,15 +136,12 @@ async fn keys_rotate_across_the_fleet_and_retired_keys_stop_verifying() {
             "PEM is the active key"
         );
     }
-    if let Some(r) = pyjwt_jwks(a, &old_token).await {
-        assert_eq!(
-            r.unwrap()["sub"],
-            agent.as_str(),
-            "the old token validates offline through JWKS"
-        );
-    }
-    if let Some(r) = pyjwt_jwks(a, &new_token).await {
-        assert_eq!(r.unwrap()["sub"], agent.as_str());
+    for token in [&old_token, &new_token] {
+        for (name, seen) in stock_jwks(a, token).await {
+            let claims =
+                seen.unwrap_or_else(|e| panic!("{name}: both keys validate offline through JWKS: {e}"));
+            assert_eq!(claims["sub"], agent.as_str(), "{name}");
+        }
     }
 
     let listed = signing_key(a, &["list"]).await;
@@ -181,8 +167,11 @@ async fn keys_rotate_across_the_fleet_and_retired_keys_stop_verifying() {
         assert_eq!(app.verify(&old_token).await["error"], "TOKEN_INVALID");
         assert_eq!(app.verify(&new_token).await["valid"], true);
     }
-    if let Some(r) = pyjwt_jwks(a, &old_token).await {
-        assert!(r.is_err(), "JWKS no longer holds the retired key");
+    for (name, seen) in stock_jwks(a, &old_token).await {
+        assert!(
+            seen.is_err(),
+            "{name}: JWKS no longer holds the retired key: {seen:?}"
+        );
     }
     // The only active key cannot be retired.
     let out = signing_key(a, &["retire", &new_kid]).await;

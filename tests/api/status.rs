@@ -255,39 +255,25 @@ async fn stock_receivers_read_a_revocation_from_the_list() {
     let app = spawn_app().await;
     let (agent, token) = app.agent().await;
     let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, &token).unwrap();
     let (idx, _) = place(&token);
-    let receivers = [
-        ("node", "tests/offline/status_jose.mjs"),
-        ("python3", "tests/offline/status_pyjwt.py"),
-    ];
-    // Off the test's thread: the scripts call the server, which runs on it.
-    let ask = |program: &'static str, script: &'static str| {
-        let (token_file, base) = (token_file.clone(), app.base.clone());
-        tokio::task::spawn_blocking(move || {
-            crate::offline::run_with(program, script, &[token_file.as_os_str(), base.as_ref()])
-        })
-    };
-    for (program, script) in receivers {
-        let Some(seen) = ask(program, script).await.unwrap() else {
-            continue;
-        };
-        let seen = seen.unwrap_or_else(|e| panic!("{script}: {e}"));
-        assert_eq!(seen, serde_json::json!({"idx": idx, "status": 0}), "{script}");
+    let receivers = ["status.mjs", "status.py"];
+    for name in receivers {
+        let seen = crate::readme::run_beside(name, dir.path(), &token, &app.base)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(seen, serde_json::json!({"idx": idx, "status": 0}), "{name}");
     }
     assert_eq!(app.revoke(&agent, None).await.status, 200);
-    for (program, script) in receivers {
+    for name in receivers {
         let started = Instant::now();
         loop {
-            let Some(seen) = ask(program, script).await.unwrap() else {
-                break;
-            };
-            let seen = seen.unwrap_or_else(|e| panic!("{script}: {e}"));
+            let seen = crate::readme::run_beside(name, dir.path(), &token, &app.base)
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
             if seen["status"] == 1 {
                 break;
             }
-            assert!(started.elapsed() < Duration::from_secs(2), "{script}: {seen}");
+            assert!(started.elapsed() < Duration::from_secs(2), "{name}: {seen}");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

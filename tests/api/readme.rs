@@ -1,0 +1,343 @@
+//! The README runs as written. Its walkthrough and its receiver snippets are taken from
+//! README.md itself and run against a live server: the walkthrough's shell block as it stands
+//! (with the server's address for `http://127.0.0.1:8080`, and `agentid` on the PATH naming
+//! the test's database), and each Python and JavaScript snippet saved under the file name on
+//! its first line (`# NAME: COMMAND`) and run with the command there. The other tests that
+//! need a stock receiver (`offline`, `rotation`, `status`) run these same snippets, so no copy
+//! can drift from what the README shows.
+//!
+//! PyJWT, `cryptography` and jose are fetched when missing (PyJWT into the target directory,
+//! jose with `npm ci --prefix tests/offline`); a machine without `python3` or `node` fails
+//! these tests with a message that says so, never passes them unrun.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::helpers::spawn_app;
+
+const README: &str = include_str!("../../README.md");
+
+/// A fenced block of the README, with the `## ` section it sits in.
+struct Block {
+    section: String,
+    lang: String,
+    text: String,
+}
+
+fn blocks() -> Vec<Block> {
+    let (mut out, mut section, mut open) = (Vec::new(), String::new(), None::<Block>);
+    for line in README.lines() {
+        match open.as_mut() {
+            Some(_) if line.starts_with("```") => out.extend(open.take()),
+            Some(block) => {
+                block.text.push_str(line);
+                block.text.push('\n');
+            }
+            None => {
+                if let Some(lang) = line.strip_prefix("```") {
+                    open = Some(Block {
+                        section: section.clone(),
+                        lang: lang.trim().to_owned(),
+                        text: String::new(),
+                    });
+                } else if let Some(h) = line.strip_prefix("## ") {
+                    section = h.to_owned();
+                }
+            }
+        }
+    }
+    assert!(open.is_none(), "README.md has a code block that never closes");
+    out
+}
+
+/// The shell blocks of the README section titled `title`.
+fn shell_blocks(title: &str) -> Vec<String> {
+    let found: Vec<String> = blocks()
+        .into_iter()
+        .filter(|b| b.section == title && b.lang == "sh")
+        .map(|b| b.text)
+        .collect();
+    assert!(
+        !found.is_empty(),
+        "README.md has no sh block under \"## {title}\""
+    );
+    found
+}
+
+/// A whole-file snippet: its name, the command that runs it, its text.
+pub struct Snippet {
+    pub name: String,
+    pub command: String,
+    pub text: String,
+}
+
+/// Every Python and JavaScript block of the README whose first line is `# NAME: COMMAND` or
+/// `// NAME: COMMAND`.
+fn snippets() -> Vec<Snippet> {
+    blocks()
+        .into_iter()
+        .filter(|b| b.lang == "python" || b.lang == "js")
+        .filter_map(|b| {
+            let first = b.text.lines().next()?;
+            let head = first.strip_prefix("# ").or_else(|| first.strip_prefix("// "))?;
+            let (name, command) = head.split_once(": ")?;
+            (name.ends_with(".py") || name.ends_with(".mjs")).then(|| Snippet {
+                name: name.to_owned(),
+                command: command.to_owned(),
+                text: b.text.clone(),
+            })
+        })
+        .collect()
+}
+
+pub fn snippet(name: &str) -> Snippet {
+    snippets()
+        .into_iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("README.md has no snippet {name}"))
+}
+
+/// Where PyJWT is when Python lacks it (fetched there once), and whether it is ready.
+struct Tools {
+    pythonpath: Option<PathBuf>,
+}
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn succeeds(cmd: &mut Command) -> Result<bool, String> {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    cmd.output().map(|o| o.status.success()).map_err(|e| {
+        format!("`{program}` cannot run here ({e}); the README's receiver snippets need python3 and node")
+    })
+}
+
+fn fetch(cmd: &mut Command, what: &str) -> Result<(), String> {
+    let out = cmd.output().map_err(|e| format!("{what}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("{what} failed: {}", String::from_utf8_lossy(&out.stderr)))
+    }
+}
+
+fn provision() -> Result<Tools, String> {
+    let has_pyjwt = |path: Option<&Path>| {
+        let mut cmd = Command::new("python3");
+        cmd.args(["-c", "import jwt, cryptography"]);
+        if let Some(p) = path {
+            cmd.env("PYTHONPATH", p);
+        }
+        succeeds(&mut cmd)
+    };
+    let mut pythonpath = None;
+    if !has_pyjwt(None)? {
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("offline-python");
+        if !has_pyjwt(Some(&target))? {
+            fetch(
+                Command::new("python3")
+                    .args([
+                        "-m",
+                        "pip",
+                        "install",
+                        "--quiet",
+                        "--disable-pip-version-check",
+                        "--target",
+                    ])
+                    .arg(&target)
+                    .arg("-r")
+                    .arg(root().join("tests/offline/requirements.txt")),
+                "installing PyJWT and cryptography (pip install --target target/tmp/offline-python)",
+            )?;
+        }
+        pythonpath = Some(target);
+    }
+    succeeds(Command::new("node").arg("--version"))?;
+    let modules = root().join("tests/offline/node_modules");
+    if !modules.join("jose").exists() || !modules.join("@sd-jwt/jwt-status-list").exists() {
+        fetch(
+            Command::new("npm")
+                .args(["ci", "--no-audit", "--no-fund", "--loglevel=error", "--prefix"])
+                .arg(root().join("tests/offline")),
+            "npm ci --prefix tests/offline",
+        )?;
+    }
+    Ok(Tools { pythonpath })
+}
+
+fn tools() -> &'static Tools {
+    static TOOLS: OnceLock<Result<Tools, String>> = OnceLock::new();
+    TOOLS
+        .get_or_init(provision)
+        .as_ref()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A shell in `dir` with the receivers' libraries at hand.
+pub fn shell(dir: &Path, script: &str) -> Command {
+    let tools = tools();
+    let mut cmd = Command::new("bash");
+    cmd.args(["-euo", "pipefail", "-c", script]).current_dir(dir);
+    if let Some(p) = &tools.pythonpath {
+        cmd.env("PYTHONPATH", p);
+    }
+    cmd
+}
+
+/// Saves the README's snippet `name` in `dir` and runs it as its first line says, with
+/// `TOKEN` and `BASE` set: what it prints as JSON, or its complaint. Blocking: call it off
+/// the thread of a server it talks to.
+pub fn run(name: &str, dir: &Path, token: &str, base: &str) -> Result<Value, String> {
+    let s = snippet(name);
+    std::fs::write(dir.join(&s.name), &s.text).unwrap();
+    let modules = dir.join("node_modules");
+    if s.name.ends_with(".mjs") && !modules.exists() {
+        std::os::unix::fs::symlink(root().join("tests/offline/node_modules"), modules).unwrap();
+    }
+    let out = shell(dir, &s.command)
+        .env("TOKEN", token)
+        .env("BASE", base)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() {
+        return Err(stderr);
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| {
+        format!(
+            "{name} printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// [`run`] off the test's thread, for snippets that call the test's own server.
+pub async fn run_beside(name: &'static str, dir: &Path, token: &str, base: &str) -> Result<Value, String> {
+    let (dir, token, base) = (dir.to_owned(), token.to_owned(), base.to_owned());
+    tokio::task::spawn_blocking(move || run(name, &dir, &token, &base))
+        .await
+        .unwrap()
+}
+
+#[test]
+fn the_readme_names_every_snippet_it_shows() {
+    let names: Vec<String> = snippets().into_iter().map(|s| s.name).collect();
+    for name in [
+        "verify_jwks.py",
+        "verify_jwks.mjs",
+        "verify_pem.py",
+        "verify_pem.mjs",
+        "status.py",
+        "status.mjs",
+    ] {
+        assert!(
+            names.iter().any(|n| n == name),
+            "{name} is not in README.md: {names:?}"
+        );
+    }
+    // A Python or JavaScript block that is a whole program must say how to run it; the
+    // libraries' examples (which need an app around them) are the only fragments.
+    for b in blocks().iter().filter(|b| b.lang == "python" || b.lang == "js") {
+        let named = snippets().iter().any(|s| s.text == b.text);
+        let fragment = b.text.contains("agentid_verifier") || b.text.contains("@agentid/verifier");
+        assert!(
+            named || fragment,
+            "a README snippet without `NAME: COMMAND`:\n{}",
+            b.text
+        );
+    }
+}
+
+/// The walkthrough as written (issue, verify, revoke, read the log), then the offline
+/// section's key download and every snippet, in a folder of their own.
+#[actix_web::test]
+async fn the_walkthrough_and_snippets_run_as_written() {
+    let app = spawn_app().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut script = shell_blocks("Walkthrough: issue → verify → revoke → log").concat();
+    assert!(script.contains("export BASE=http://127.0.0.1:8080\n"));
+    script = script.replace("http://127.0.0.1:8080", &app.base);
+    script.push_str(&shell_blocks("Offline validation").concat());
+    let bin = Path::new(env!("CARGO_BIN_EXE_agentid"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let mut cmd = shell(dir.path(), &script);
+    cmd.env("PATH", path).env("DATABASE_URL", &app.db.url);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "the walkthrough failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // curl prints each answer without a newline after it.
+    let answers: Vec<Value> = serde_json::Deserializer::from_str(&stdout)
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("not JSON answers ({e}): {stdout}"));
+    let [registered, valid, revoked, refused, log] = &answers[..] else {
+        panic!("five answers expected: {stdout}");
+    };
+    let (agent, token) = (
+        registered["agent_id"].as_str().unwrap(),
+        registered["token"].as_str().unwrap(),
+    );
+    assert_eq!(registered["issuer"], "example.com");
+    assert_eq!(
+        (&valid["valid"], &valid["agent_id"]),
+        (&Value::Bool(true), &registered["agent_id"])
+    );
+    assert_eq!(revoked["revoked"], true);
+    assert_eq!(
+        refused,
+        &serde_json::json!({"valid": false, "error": "TOKEN_REVOKED"})
+    );
+    let results: Vec<&Value> = log["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["result"])
+        .collect();
+    assert_eq!(results, ["revoked", "valid"], "{log}");
+    assert!(dir.path().join("agentid.pem").exists());
+
+    // Offline, the revoked agent's token still validates with the keys alone ...
+    for name in [
+        "verify_jwks.py",
+        "verify_jwks.mjs",
+        "verify_pem.py",
+        "verify_pem.mjs",
+    ] {
+        let claims = run_beside(name, dir.path(), token, &app.base)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            (claims["sub"].as_str(), &claims["iss"]),
+            (Some(agent), &Value::from("example.com")),
+            "{name}"
+        );
+    }
+    // ... and the status list shows it revoked (within 2 s of the revocation).
+    for name in ["status.py", "status.mjs"] {
+        let started = Instant::now();
+        loop {
+            let seen = run_beside(name, dir.path(), token, &app.base)
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            if seen["status"] == 1 {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(3), "{name}: {seen}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
