@@ -1,0 +1,40 @@
+"""The README's receiver.py, taken from README.md and run as its first line says, against the
+live server: it trusts a valid token, then refuses it once the agent is revoked."""
+
+import os
+import re
+import subprocess
+import time
+
+from conftest import ROOT
+
+
+def snippet(name):
+    """The README block whose first line is `# NAME: COMMAND`: its text and the command."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    for block in re.findall(r"^```python\n(.*?)^```", readme, re.S | re.M):
+        first = block.split("\n", 1)[0]
+        if first.startswith(f"# {name}: "):
+            return block, first.split(": ", 1)[1]
+    raise AssertionError(f"README.md has no snippet {name}")
+
+
+def test_the_readme_receiver_runs_as_written(server, tmp_path):
+    text, command = snippet("receiver.py")
+    (tmp_path / "receiver.py").write_text(text)
+    agent, token = server.register(scopes=["read:invoices"])
+    env = dict(os.environ, TOKEN=token, BASE=server.base)
+
+    def run():
+        out = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert run().startswith(f"trusted: {agent} example.com ['read:invoices']")
+    server.revoke(agent)
+    deadline = time.monotonic() + 5
+    while (seen := run()) != "refused: TOKEN_REVOKED":
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.2)
