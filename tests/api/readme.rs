@@ -254,39 +254,61 @@ fn the_readme_names_every_snippet_it_shows() {
     }
 }
 
-/// The walkthrough as written (issue, verify, revoke, read the log), then the offline
-/// section's key download and every snippet, in a folder of their own.
+/// The walkthrough as written (issue, verify, revoke, read the log), then in the same shell
+/// the blocks that go on from it (the offline section's key download, Shared Signals,
+/// organizations and keys, the log's proofs, key rotation), then every snippet, in a folder
+/// of their own. Between blocks the test adds only a marker, and before the log's proofs a
+/// wait for the first checkpoint.
 #[actix_web::test]
 async fn the_walkthrough_and_snippets_run_as_written() {
     let app = spawn_app().await;
     let dir = tempfile::tempdir().unwrap();
-    let mut script = shell_blocks("Walkthrough: issue → verify → revoke → log").concat();
-    assert!(script.contains("export BASE=http://127.0.0.1:8080\n"));
-    script = script.replace("http://127.0.0.1:8080", &app.base);
-    script.push_str(&shell_blocks("Offline validation").concat());
+    let walkthrough = shell_blocks("Walkthrough: issue → verify → revoke → log").concat();
+    assert!(walkthrough.contains("export BASE=http://127.0.0.1:8080\n"));
+    let marker = "printf '\\n::block::\\n'\n";
+    let checkpointed = "until [ \"$(curl -s $BASE/v1/log/checkpoint -H \"Authorization: Bearer $SK\" | sed -n 2p)\" -gt 0 ]; \
+                        do sleep 0.1; done\n";
+    let script = [
+        walkthrough.replace("http://127.0.0.1:8080", &app.base),
+        shell_blocks("Offline validation").concat(),
+        shell_blocks("Telling your receivers (Shared Signals)").concat(),
+        shell_blocks("Organizations and keys").concat(),
+        format!("{checkpointed}{}", shell_blocks("Keeping the log honest")[0]),
+        shell_blocks("Rotating signing keys").concat(),
+    ]
+    .join(marker);
     let bin = Path::new(env!("CARGO_BIN_EXE_agentid"))
         .parent()
         .unwrap()
         .to_owned();
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
     let mut cmd = shell(dir.path(), &script);
-    cmd.env("PATH", path).env("DATABASE_URL", &app.db.url);
+    cmd.env("PATH", path)
+        .env("DATABASE_URL", &app.db.url)
+        .env("AGENTID_SIGNING_KEY_FILE", &app.config.signing_key_file);
     let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
         .await
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "the walkthrough failed:\n{stdout}\n{}",
+        "the README's commands failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let parts: Vec<&str> = stdout.split("\n::block::\n").collect();
+    let [walked, offline, ssf, orgs, proofs, rotation] = &parts[..] else {
+        panic!("six blocks' output expected: {stdout}");
+    };
     // curl prints each answer without a newline after it.
-    let answers: Vec<Value> = serde_json::Deserializer::from_str(&stdout)
-        .into_iter()
-        .collect::<Result<_, _>>()
-        .unwrap_or_else(|e| panic!("not JSON answers ({e}): {stdout}"));
+    let json = |text: &str| -> Vec<Value> {
+        serde_json::Deserializer::from_str(text)
+            .into_iter()
+            .collect::<Result<_, _>>()
+            .unwrap_or_else(|e| panic!("not JSON answers ({e}): {text}"))
+    };
+    let answers = json(walked);
     let [registered, valid, revoked, refused, log] = &answers[..] else {
-        panic!("five answers expected: {stdout}");
+        panic!("five answers expected: {walked}");
     };
     let (agent, token) = (
         registered["agent_id"].as_str().unwrap(),
@@ -309,7 +331,35 @@ async fn the_walkthrough_and_snippets_run_as_written() {
         .map(|r| &r["result"])
         .collect();
     assert_eq!(results, ["revoked", "valid"], "{log}");
-    assert!(dir.path().join("agentid.pem").exists());
+    assert!(offline.is_empty() && dir.path().join("agentid.pem").exists());
+
+    // Shared Signals: discovery, the stream, its configuration, the poll with the SETs.
+    let ssf = json(ssf);
+    assert_eq!(ssf[0]["spec_version"], "1_0", "{ssf:?}");
+    assert_eq!(ssf[1]["delivery"]["method"], "urn:ietf:rfc:8936", "{ssf:?}");
+    let polled = ssf.last().unwrap();
+    assert!(
+        !polled["sets"].as_object().unwrap().is_empty(),
+        "the poll holds the SETs: {polled}"
+    );
+    // Organizations and keys: the second organization, the lists, the log verified.
+    assert!(
+        orgs.contains("\"name\":\"Acme\"") && orgs.contains("\"disabled\":true"),
+        "{orgs}"
+    );
+    assert!(orgs.contains("ok "), "audit verify: {orgs}");
+    // The log: key, checkpoint, commitments and both proofs.
+    assert!(proofs.contains("\nagentid-revocations "), "{proofs}");
+    let proved = json(&proofs[proofs.find("\n{").expect("JSON after the checkpoint")..]);
+    assert!(
+        proved.iter().filter(|p| p["proof"].is_array()).count() == 2,
+        "{proofs}"
+    );
+    // Rotation: the new key listed next, then retired.
+    assert!(
+        rotation.contains("\"state\":\"next\"") && rotation.ends_with('\n'),
+        "{rotation}"
+    );
 
     // Offline, the revoked agent's token still validates with the keys alone ...
     for name in [
