@@ -1,7 +1,8 @@
 # Sourced by load/cpu-per-request and load/instructions-per-request (set -euo pipefail, BIN,
 # PORT and NAME set first): a fresh PostgreSQL database with an enterprise organization (SK,
 # PK), a work directory (WORK), `start_server` / `stop_server`, and a hot token in
-# $WORK/hot.txt once `register_hot` ran. Everything is removed on exit.
+# $WORK/hot.txt once `register_hot` ran, 20,000 cold ones in $WORK/tokens.txt once `mint_cold`
+# ran. Everything is removed on exit.
 ADMIN=postgres://postgres@127.0.0.1:5432
 DB=agentid_${NAME}_$$
 URL=$ADMIN/$DB WORK=$(mktemp -d)
@@ -39,4 +40,20 @@ register_hot() {
   curl -sf -X POST -H "Authorization: Bearer $SK" -H 'content-type: application/json' \
     -d "{\"name\":\"$NAME\",\"issuer_domain\":\"$NAME.example\",\"scopes\":[\"read:$NAME\"]}" \
     "http://127.0.0.1:$PORT/v1/agents/register" | json '["token"]' >"$WORK/hot.txt"
+}
+# Registers 100 agents and mints 20,000 tokens for them (200 each, in turn) into
+# $WORK/tokens.txt: a cold stream, every token used once per pass.
+mint_cold() {
+  python3 - "http://127.0.0.1:$PORT" "$SK" >"$WORK/tokens.txt" <<'PY'
+import concurrent.futures, json, sys, urllib.request
+base, sk = sys.argv[1], sys.argv[2]
+def call(path, body=None):
+    req = urllib.request.Request(base + path, method="POST", data=json.dumps(body or {}).encode(),
+                                 headers={"Authorization": f"Bearer {sk}", "Content-Type": "application/json"})
+    return json.load(urllib.request.urlopen(req))
+ids = [call("/v1/agents/register", {"name": f"cold-{i}", "issuer_domain": "cold.example",
+                                    "scopes": ["read:cold"]})["agent_id"] for i in range(100)]
+with concurrent.futures.ThreadPoolExecutor(8) as pool:
+    print("\n".join(pool.map(lambda i: call(f"/v1/agents/{ids[i % 100]}/issue-token")["token"], range(20000))))
+PY
 }
