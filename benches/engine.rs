@@ -47,6 +47,17 @@ fn token_paths(c: &mut Criterion) {
     g.bench_function("decode+verify", |b| {
         b.iter(|| keys.verify(&decode(black_box(&token)).unwrap()).unwrap())
     });
+    // The strict check alone: ours (fixed-base tables), and ed25519-dalek's `verify_strict`
+    // whose acceptance it keeps.
+    let decoded = decode(&token).unwrap();
+    g.bench_function("check", |b| b.iter(|| keys.verify(black_box(&decoded)).unwrap()));
+    let key = *keys.get(keys.current_kid()).unwrap();
+    g.bench_function("verify_strict", |b| {
+        b.iter(|| {
+            key.verify_strict(black_box(decoded.signing_input), &decoded.signature)
+                .unwrap()
+        })
+    });
     // The other well-kept Ed25519 implementation (BoringSSL-derived assembly), same token.
     let public = ring::signature::UnparsedPublicKey::new(
         &ring::signature::ED25519,

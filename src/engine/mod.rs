@@ -434,10 +434,10 @@ impl Engine {
         &self.transparency
     }
 
-    /// A valid token's answer was rendered for the first time: its cache entry now holds it
-    /// and is weighed again.
+    /// A valid token's answer was rendered for the first time: the token is cached with it
+    /// (or its entry, cached before it had one, is weighed again).
     pub fn answer_rendered(&self, token: &str, checked: &Arc<verifier::CheckedToken>) {
-        self.verifier.reweigh(token, checked);
+        self.verifier.remember(token, checked);
     }
 
     pub fn registry(&self) -> &Registry {
@@ -728,7 +728,8 @@ impl Engine {
     async fn check(&self, token: &str, now: Millis) -> Result<Checked, StoreError> {
         // Before the revocation index is read (see `Registry::revocations_seen`).
         let revocations_seen = self.registry.revocations_seen();
-        let (checked, cache) = self.verifier.check(token);
+        let raw = token;
+        let (checked, cache) = self.verifier.check(raw);
         match cache {
             CacheOutcome::Hit => self.counters.cache_hit.increment(1),
             CacheOutcome::Miss => self.counters.cache_miss.increment(1),
@@ -773,6 +774,10 @@ impl Engine {
         } else {
             (VerifyResult::Valid, None)
         };
+        if cache == CacheOutcome::Miss && result != VerifyResult::Valid {
+            // No answer to render: cached now (a valid one is, once rendered, by the caller).
+            self.verifier.remember(raw, &token);
+        }
         let agent_id = claims.sub.clone();
         Ok(Checked {
             ledger,

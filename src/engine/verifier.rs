@@ -2,7 +2,9 @@
 //! A token is decoded strictly and its signature checked with the public key its `kid`
 //! names (`PublicKeys::verify`, RFC 8032 strict verification): the verify path holds no
 //! secret, and accepts exactly what offline validators accept. A token that passes is
-//! cached under its whole string, so a hot token costs one look-up.
+//! cached under its whole string once its answer is known (`TokenVerifier::remember`: one
+//! insert a token, with the rendered answer when it is valid), so a hot token costs one
+//! look-up.
 
 use std::sync::{Arc, OnceLock};
 
@@ -36,8 +38,8 @@ impl Entry {
 /// cache's own bookkeeping (measured order of magnitude, rounded up).
 const ENTRY_OVERHEAD: u64 = 256;
 
-/// The bytes an entry holds: the token, the claims' strings, and the rendered answer once
-/// there is one (the entry is inserted again then, see `TokenVerifier::reweigh`).
+/// The bytes an entry holds: the token, the claims' strings, and the rendered answer if
+/// there is one (an entry that gains one is inserted again, see `TokenVerifier::remember`).
 fn weight(token: &str, checked: &CheckedToken) -> u64 {
     let c = &checked.claims;
     let claims =
@@ -63,13 +65,21 @@ pub struct CheckedToken {
     /// on the first valid answer: it is made of the claims and the agent's registry entry,
     /// and an entry never changes once the registry has it.
     valid_answer: OnceLock<Box<str>>,
+    /// The key set generation its signature was checked with (see `TokenVerifier::remember`).
+    keys_generation: u64,
 }
 
 impl CheckedToken {
+    /// Claims checked with the first key set (tests and benchmarks build them).
     pub fn new(claims: Claims) -> Self {
+        CheckedToken::checked_in(claims, 0)
+    }
+
+    fn checked_in(claims: Claims, keys_generation: u64) -> Self {
         CheckedToken {
             claims,
             valid_answer: OnceLock::new(),
+            keys_generation,
         }
     }
 
@@ -93,8 +103,9 @@ pub enum CacheOutcome {
 }
 
 pub struct TokenVerifier {
-    /// Replaced when the fleet's keys change (a rotation, a retirement).
-    keys: parking_lot::RwLock<Arc<PublicKeys>>,
+    /// Replaced when the fleet's keys change (a rotation, a retirement), with a generation
+    /// that counts the replacements.
+    keys: parking_lot::RwLock<(Arc<PublicKeys>, u64)>,
     cache: Option<TokenCache>,
 }
 
@@ -103,7 +114,7 @@ impl TokenVerifier {
     /// disables the cache.
     pub fn new(keys: Arc<PublicKeys>, cache_bytes: u64) -> Self {
         TokenVerifier {
-            keys: parking_lot::RwLock::new(keys),
+            keys: parking_lot::RwLock::new((keys, 0)),
             cache: (cache_bytes > 0).then(|| {
                 // A typical entry (a ~330-byte token and its answer) weighs about 1 KiB.
                 let items = usize::try_from(cache_bytes / 1024).unwrap_or(usize::MAX).max(16);
@@ -114,11 +125,12 @@ impl TokenVerifier {
 
     /// Validates with `keys` from now on. Every cached token is forgotten: one signed by a key
     /// that left the set must not verify from the cache. The cache is cleared under the write
-    /// lock, and a check inserts under the read lock it verified with: so no check that used
-    /// the old keys can insert after the clear.
+    /// lock that also moves the generation on, and `remember` inserts under the read lock
+    /// only a token checked in the generation it reads: so no token checked with the old keys
+    /// can be inserted after the clear.
     pub fn set_keys(&self, keys: Arc<PublicKeys>) {
         let mut current = self.keys.write();
-        *current = keys;
+        *current = (keys, current.1 + 1);
         if let Some(cache) = &self.cache {
             cache.clear();
         }
@@ -126,15 +138,20 @@ impl TokenVerifier {
 
     /// The keys that validate tokens now.
     pub fn keys(&self) -> Arc<PublicKeys> {
-        self.keys.read().clone()
+        self.keys.read().0.clone()
     }
 
-    /// Weighs a cached token again, after its answer was rendered.
-    pub fn reweigh(&self, token: &str, checked: &Arc<CheckedToken>) {
-        if let Some(cache) = &self.cache {
-            if cache.get(token).is_some_and(|e| Arc::ptr_eq(&e.checked, checked)) {
-                cache.insert(token.into(), Entry::new(token, checked.clone()));
-            }
+    /// Caches a checked token, once its answer is known: for a valid one, once the answer is
+    /// rendered, so that a miss inserts once, with the weight the entry keeps. Called again
+    /// for a cached entry that has just gained its answer, it weighs the entry again. Nothing
+    /// is inserted if the key set changed since the check.
+    pub fn remember(&self, token: &str, checked: &Arc<CheckedToken>) {
+        #[cfg(test)]
+        tests::BEFORE_INSERT.with(|hook| hook.borrow_mut().as_mut().map(|f| f()));
+        let Some(cache) = &self.cache else { return };
+        let keys = self.keys.read();
+        if keys.1 == checked.keys_generation {
+            cache.insert(token.into(), Entry::new(token, checked.clone()));
         }
     }
 
@@ -156,25 +173,18 @@ impl TokenVerifier {
         (self.check_signature(token), outcome)
     }
 
-    /// Decode and signature check; caches what passes.
+    /// Decode and signature check (the caller remembers what passes).
     fn check_signature(&self, token: &str) -> Result<Arc<CheckedToken>, Rejected> {
         let unverified = token::decode(token)?;
-        // Held until the insert (see `set_keys`).
         let keys = self.keys.read();
-        if let Err(reason) = keys.verify(&unverified) {
+        let generation = keys.1;
+        if let Err(reason) = keys.0.verify(&unverified) {
             return Err(Rejected {
                 reason,
                 sub: Some(unverified.claims.sub),
             });
         }
-        let checked = Arc::new(CheckedToken::new(unverified.claims));
-        #[cfg(test)]
-        tests::BEFORE_INSERT.with(|hook| hook.borrow_mut().as_mut().map(|f| f()));
-        if let Some(cache) = &self.cache {
-            cache.insert(token.into(), Entry::new(token, checked.clone()));
-        }
-        drop(keys);
-        Ok(checked)
+        Ok(Arc::new(CheckedToken::checked_in(unverified.claims, generation)))
     }
 }
 
@@ -186,7 +196,7 @@ mod tests {
     use crate::keys::KeyRing;
 
     thread_local! {
-        /// Runs between a check's signature check and its cache insert.
+        /// Runs in `remember` before it takes the key lock.
         pub static BEFORE_INSERT: RefCell<Option<Box<dyn FnMut()>>> = RefCell::new(None);
     }
 
@@ -224,7 +234,8 @@ mod tests {
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }))
         });
-        assert!(v.check(&token).0.is_ok(), "checked with the keys of its start");
+        let checked = v.check(&token).0.expect("checked with the keys of its start");
+        v.remember(&token, &checked);
         BEFORE_INSERT.with(|hook| *hook.borrow_mut() = None);
         rx.recv().unwrap();
         assert_eq!(
@@ -234,6 +245,37 @@ mod tests {
         );
         let (again, outcome) = v.check(&token);
         assert!(again.is_err(), "answered from the cache: {outcome:?}");
+    }
+
+    /// A check inserts nothing: a token is answered from the cache once it is remembered
+    /// (its answer known), and remembering it again after a key set change does nothing.
+    #[test]
+    fn a_token_is_cached_when_remembered_and_only_in_its_key_generation() {
+        let ring = KeyRing::from_signing_key(ed25519_dalek::SigningKey::from_bytes(&[5; 32]));
+        let v = TokenVerifier::new(ring.public().clone(), 1 << 20);
+        let token = ring.sign(&claims("agt_1"));
+        let (first, outcome) = v.check(&token);
+        assert_eq!(outcome, CacheOutcome::Miss);
+        assert_eq!(
+            v.check(&token).1,
+            CacheOutcome::Miss,
+            "a check alone cached the token"
+        );
+        let first = first.unwrap();
+        first.valid_answer(|| "{\"valid\":true,".into());
+        v.remember(&token, &first);
+        let (hit, outcome) = v.check(&token);
+        assert_eq!(outcome, CacheOutcome::Hit);
+        assert!(Arc::ptr_eq(&hit.unwrap(), &first) && first.has_answer());
+
+        v.set_keys(ring.public().clone());
+        assert_eq!(v.cached_bytes(), 0);
+        v.remember(&token, &first);
+        assert_eq!(
+            v.check(&token).1,
+            CacheOutcome::Miss,
+            "checked with the previous key set"
+        );
     }
 
     /// The cache holds at most its bytes, however large the tokens: tokens near the 4 KiB
@@ -257,7 +299,7 @@ mod tests {
             let (checked, _) = v.check(&token);
             let checked = checked.unwrap();
             checked.valid_answer(|| "a".repeat(3000));
-            v.reweigh(&token, &checked);
+            v.remember(&token, &checked);
             assert!(v.cached_bytes() <= cap, "{} > {cap}", v.cached_bytes());
         }
         // Full, by bytes: some 40 entries of ~9 KB, not 400.
