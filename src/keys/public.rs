@@ -3,6 +3,7 @@
 //! signature check. Nothing secret is reachable from a verification.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -89,12 +90,15 @@ impl PublicKeys {
 }
 
 /// A public key ready for the strict check: with a fixed-base table of `-A` (30 KiB), built
-/// once per key, so that the check is two fixed-base multiplications instead of one
-/// double-base multiplication with a table of `A` built on every call.
+/// on the key's first check, so that the check is two fixed-base multiplications instead of
+/// one double-base multiplication with a table of `A` built on every call. Built lazily: the
+/// key set is rebuilt (and mostly thrown away unchanged) at every refresh of the fleet's
+/// keys, and a table costs many checks.
 struct CheckKey {
     key: VerifyingKey,
-    /// `None` for a small-order `A`, which the strict check refuses whatever the signature.
-    minus_a: Option<Box<EdwardsBasepointTable>>,
+    /// `None` inside for a small-order `A`, which the strict check refuses whatever the
+    /// signature.
+    minus_a: OnceLock<Option<Box<EdwardsBasepointTable>>>,
 }
 
 impl std::fmt::Debug for CheckKey {
@@ -105,8 +109,10 @@ impl std::fmt::Debug for CheckKey {
 
 impl CheckKey {
     fn new(key: &VerifyingKey) -> Self {
-        let minus_a = (!key.is_weak()).then(|| Box::new(EdwardsBasepointTable::create(&-key.to_edwards())));
-        CheckKey { key: *key, minus_a }
+        CheckKey {
+            key: *key,
+            minus_a: OnceLock::new(),
+        }
     }
 
     /// `verify_strict`'s acceptance, computed another way. `verify_strict` accepts when `s`
@@ -118,7 +124,11 @@ impl CheckKey {
     /// not of small order"; when `encode(P) != R` both refuse. The property test
     /// `the_check_accepts_exactly_what_verify_strict_accepts` holds the two together.
     fn verify(&self, message: &[u8], signature: &ed25519_dalek::Signature) -> bool {
-        let Some(minus_a) = &self.minus_a else {
+        let minus_a = self.minus_a.get_or_init(|| {
+            let key = &self.key;
+            (!key.is_weak()).then(|| Box::new(EdwardsBasepointTable::create(&-key.to_edwards())))
+        });
+        let Some(minus_a) = minus_a else {
             return false;
         };
         let Some(s) = Option::<Scalar>::from(Scalar::from_canonical_bytes(*signature.s_bytes())) else {
