@@ -575,20 +575,17 @@ impl Engine {
         self.store.read_log(q).await
     }
 
-    pub async fn list_agents(&self, caller: &Caller) -> Result<Vec<AgentRecord>, EngineError> {
-        Ok(self.store.list_agents(&caller.org.id, caller.mode).await?)
-    }
-
-    /// A page of the caller's agents, newest first: up to `limit`, after the agent `before`.
-    pub async fn list_agents_page(
+    /// The caller's agents, newest first: after the agent `before` when given, up to `limit`
+    /// when given.
+    pub async fn list_agents(
         &self,
         caller: &Caller,
         before: Option<&str>,
-        limit: u32,
+        limit: Option<u32>,
     ) -> Result<Vec<AgentRecord>, EngineError> {
         Ok(self
             .store
-            .list_agents_page(&caller.org.id, caller.mode, before, limit)
+            .list_agents(&caller.org.id, caller.mode, before, limit)
             .await?)
     }
 

@@ -275,21 +275,14 @@ pub async fn list(
     if params.limit.is_none() && params.cursor.is_none() {
         let agents: Vec<AgentSummary> = state
             .engine
-            .list_agents(&caller)
+            .list_agents(&caller, None, None)
             .await?
             .into_iter()
             .map(summary)
             .collect();
         return Ok(HttpResponse::Ok().json(agents));
     }
-    let limit = match params.limit.as_deref() {
-        None => super::log::DEFAULT_LIMIT,
-        Some(l) => l
-            .parse::<u32>()
-            .ok()
-            .filter(|n| (1..=super::log::MAX_LIMIT).contains(n))
-            .ok_or_else(|| ValidationError::new("limit", "must be an integer from 1 to 200"))?,
-    };
+    let limit = super::log::page_limit(params.limit.as_deref())?;
     let ledger = Ledger {
         org_id: caller.org.id.clone(),
         mode: caller.mode,
@@ -309,7 +302,7 @@ pub async fn list(
         .transpose()?;
     let mut page = state
         .engine
-        .list_agents_page(&caller, before.as_deref(), limit + 1)
+        .list_agents(&caller, before.as_deref(), Some(limit + 1))
         .await?;
     let more = page.len() > limit as usize;
     page.truncate(limit as usize);

@@ -12,8 +12,20 @@ use crate::domain::{hex, AgentId, Ledger, Millis, ValidationError, VerifyResult}
 use crate::store::LogQuery;
 use crate::tlog::checkpointer::ProofRefused;
 
-pub const DEFAULT_LIMIT: u32 = 50;
-pub const MAX_LIMIT: u32 = 200;
+const DEFAULT_LIMIT: u32 = 50;
+const MAX_LIMIT: u32 = 200;
+
+/// A page size given as text: 1 to 200, 50 when absent (`GET /v1/log`, `GET /v1/agents`).
+pub fn page_limit(raw: Option<&str>) -> Result<u32, ValidationError> {
+    match raw {
+        None => Ok(DEFAULT_LIMIT),
+        Some(s) => s
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=MAX_LIMIT).contains(n))
+            .ok_or_else(|| ValidationError::new("limit", "must be an integer from 1 to 200")),
+    }
+}
 
 /// Query parameters, kept as text so that each bad value gets its own clear error.
 #[derive(Deserialize, IntoParams)]
@@ -92,14 +104,7 @@ pub async fn read(
     Issuer(caller): Issuer,
     params: web::Query<LogParams>,
 ) -> Result<HttpResponse, ApiError> {
-    let limit = match params.limit.as_deref() {
-        None => DEFAULT_LIMIT,
-        Some(s) => s
-            .parse::<u32>()
-            .ok()
-            .filter(|n| (1..=MAX_LIMIT).contains(n))
-            .ok_or_else(|| ValidationError::new("limit", "must be an integer from 1 to 200"))?,
-    };
+    let limit = page_limit(params.limit.as_deref())?;
     let result = params
         .result
         .as_deref()

@@ -30,15 +30,14 @@ pub trait AgentStore {
     fn status_lists(&self) -> StoreFuture<'_, Vec<(String, u64)>>;
     /// Any organization's agent: callers check ownership.
     fn get_agent<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<AgentRecord>>;
-    /// An organization's agents in one mode, newest first.
-    fn list_agents<'a>(&'a self, org_id: &'a str, mode: KeyMode) -> StoreFuture<'a, Vec<AgentRecord>>;
-    /// A page of them, newest first: at most `limit`, with an id below `before` when given.
-    fn list_agents_page<'a>(
+    /// An organization's agents in one mode, newest first: with an id below `before` when
+    /// given, at most `limit` when given.
+    fn list_agents<'a>(
         &'a self,
         org_id: &'a str,
         mode: KeyMode,
         before: Option<&'a str>,
-        limit: u32,
+        limit: Option<u32>,
     ) -> StoreFuture<'a, Vec<AgentRecord>>;
     /// All agents with an id greater than `after_id`, in id order (for loading the registry).
     fn scan_agents<'a>(&'a self, after_id: &'a str, limit: u32) -> StoreFuture<'a, Vec<AgentRecord>>;
@@ -385,12 +384,12 @@ where
         })
     }
 
-    fn list_agents_page<'a>(
+    fn list_agents<'a>(
         &'a self,
         org_id: &'a str,
         mode: KeyMode,
         before: Option<&'a str>,
-        limit: u32,
+        limit: Option<u32>,
     ) -> StoreFuture<'a, Vec<AgentRecord>> {
         Box::pin(async move {
             let below = if before.is_some() { "AND id < $4 " } else { "" };
@@ -401,25 +400,12 @@ where
             let mut q = sqlx::query_as(&sql)
                 .bind(org_id)
                 .bind(mode.as_str())
-                .bind(i64::from(limit));
+                // No limit: the largest one both backends take.
+                .bind(limit.map_or(i64::MAX, i64::from));
             if let Some(b) = before {
                 q = q.bind(b);
             }
             let rows: Vec<AgentRow> = q.fetch_all(&self.pool).await?;
-            rows.into_iter().map(AgentRow::into_record).collect()
-        })
-    }
-
-    fn list_agents<'a>(&'a self, org_id: &'a str, mode: KeyMode) -> StoreFuture<'a, Vec<AgentRecord>> {
-        Box::pin(async move {
-            let sql = format!(
-                "SELECT {AGENT_COLUMNS} FROM agents WHERE org_id = $1 AND mode = $2 ORDER BY id DESC"
-            );
-            let rows: Vec<AgentRow> = sqlx::query_as(&sql)
-                .bind(org_id)
-                .bind(mode.as_str())
-                .fetch_all(&self.pool)
-                .await?;
             rows.into_iter().map(AgentRow::into_record).collect()
         })
     }

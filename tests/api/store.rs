@@ -97,14 +97,18 @@ async fn agents_round_trip_revoke_once_and_refuse_renewal_when_revoked() {
     let b = agent("agt_01bbbbbbbbbbbbbbbbbbbbbbbb", &org);
     s.insert_agent(&b).await.unwrap();
     let listed: Vec<String> = s
-        .list_agents(&org, KeyMode::Live)
+        .list_agents(&org, KeyMode::Live, None, None)
         .await
         .unwrap()
         .into_iter()
         .map(|a| a.id)
         .collect();
     assert_eq!(listed, [b.id.clone(), a.id.clone()], "newest first");
-    assert!(s.list_agents(&org, KeyMode::Test).await.unwrap().is_empty());
+    assert!(s
+        .list_agents(&org, KeyMode::Test, None, None)
+        .await
+        .unwrap()
+        .is_empty());
     let scanned = s.scan_agents(&a.id, 10).await.unwrap();
     assert_eq!(scanned.len(), 1);
     assert_eq!(scanned[0].id, b.id);
