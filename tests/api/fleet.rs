@@ -190,6 +190,56 @@ async fn one_ledger_written_by_three_instances_at_once_answers_and_records_every
     assert_eq!(next["data"].as_array().unwrap().len(), 200);
 }
 
+/// Instances taking turns on one ledger, in runs of one to three calls: a batch meets the
+/// ledger either as its instance left it (cached head and agent totals used as they are) or
+/// moved by another (a conflict, then the locked path). In every case the running totals
+/// stay exact: each agent's and each result's total is what was answered, and the chain
+/// verifies.
+#[actix_web::test]
+async fn instances_taking_turns_on_one_ledger_keep_its_totals_exact() {
+    let Some(apps) = fleet(crate::helpers::Options::unlimited()).await else {
+        return;
+    };
+    let (first, first_token) = apps[0].agent().await;
+    let (second, second_token) = apps[0].agent().await;
+    let conflicts_before = conflicts();
+    // Which instance answers next, and how many calls in a row.
+    let instance = [0, 1, 0, 2, 2, 0, 1, 1, 0, 2, 1, 0];
+    let run_of = [3, 1, 2, 3, 1, 1, 3, 2, 3, 2, 1, 2];
+    let mut answered = [0u64; 2];
+    for i in 0..36 {
+        let (app, run) = (instance[i % 12], run_of[i % 12]);
+        for call in 0..run {
+            let which = (i + call) % 2;
+            let token = [&first_token, &second_token][which];
+            let res = apps[app].verify_as_receiver(token).await;
+            assert_eq!(res.status, 200, "{}", res.text());
+            assert_eq!(res.json()["valid"], true);
+            answered[which] += 1;
+        }
+    }
+    assert!(
+        conflicts() > conflicts_before,
+        "some batches found the chain moved"
+    );
+    for (app, (id, n)) in apps
+        .iter()
+        .cycle()
+        .zip([(&first, answered[0]), (&second, answered[1])])
+    {
+        let page = app.log(&format!("?agent_id={id}&limit=1")).await;
+        assert_eq!(page["pagination"]["total"], n, "{id}");
+        let valid = app.log(&format!("?agent_id={id}&result=valid&limit=1")).await;
+        assert_eq!(valid["pagination"]["total"], n, "{id}");
+    }
+    let all = apps[1].log("?limit=1").await;
+    assert_eq!(all["pagination"]["total"], answered[0] + answered[1]);
+    let reports = agentid::engine::admin::verify_chains(&apps[0].store)
+        .await
+        .unwrap();
+    assert!(reports.iter().all(|r| r.broken.is_none()), "{reports:?}");
+}
+
 /// A plan's limit holds for the fleet: a free organization's 60 other calls a minute are 60
 /// however the calls are spread over three instances, and the headers count the fleet's
 /// bucket down.
