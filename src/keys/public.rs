@@ -263,7 +263,8 @@ mod tests {
                 }
             }
         }
-        // A point with y < 19 and its non-canonical encoding, as a key's R: refused by both.
+        // The non-canonical `R`s tried above decode to real points (y + p with y < 19 still
+        // decompresses), so both refuse them for the encoding, not for a failed decoding.
         assert!(
             CompressedEdwardsY(plus_p(EIGHT_TORSION[0].compress().to_bytes()).unwrap())
                 .decompress()
