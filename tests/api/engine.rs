@@ -136,8 +136,11 @@ async fn a_forgery_naming_an_agent_registered_elsewhere_lands_in_its_owners_ledg
 /// skip that look-up only while nothing was revoked beyond what the index holds.
 #[actix_web::test]
 async fn a_revocation_made_elsewhere_is_honoured_on_the_next_verify() {
+    // The resync must not learn the revocation between the revoke and the verify: the verify
+    // follows a resync that has just run, a whole interval before the next.
+    let resync = Duration::from_secs(2);
     let app = spawn_app_with(Options {
-        tweak: Box::new(|c| c.engine.registry_resync = Duration::from_millis(200)),
+        tweak: Box::new(move |c| c.engine.registry_resync = resync),
         ..Options::unlimited()
     })
     .await;
@@ -145,6 +148,7 @@ async fn a_revocation_made_elsewhere_is_honoured_on_the_next_verify() {
     let (local, local_token) = app.agent().await;
     let (remote, remote_token) = app.agent().await;
     let (_, bystander_token) = app.agent().await;
+    let (earlier, _) = app.agent().await;
     for t in [&local_token, &remote_token, &bystander_token] {
         assert_eq!(app.verify_as_receiver(t).await.json()["valid"], true);
     }
@@ -158,12 +162,26 @@ async fn a_revocation_made_elsewhere_is_honoured_on_the_next_verify() {
     let other = agentid::store::connect(&app.db.url, &Default::default())
         .await
         .unwrap();
-    let (_, epoch) = other
-        .revoke_agent(&remote, agentid::domain::Millis::now(), Some("elsewhere"))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(epoch, Some(2));
+    let revoke_elsewhere = |id: String, reason: &'static str| {
+        let other = &other;
+        async move {
+            let (_, epoch) = other
+                .revoke_agent(&id, agentid::domain::Millis::now(), Some(reason))
+                .await
+                .unwrap()
+                .unwrap();
+            epoch
+        }
+    };
+    // A revocation elsewhere that the resync learns: it has just run when the index has it.
+    assert_eq!(revoke_elsewhere(earlier.clone(), "earlier").await, Some(2));
+    let waited = std::time::Instant::now();
+    while registry.revocations_seen() < 2 {
+        assert!(waited.elapsed() < 3 * resync, "the resync never learned it");
+        actix_web::rt::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert!(registry.revocation(&earlier).is_some());
+    assert_eq!(revoke_elsewhere(remote.clone(), "elsewhere").await, Some(3));
     assert!(registry.revocation(&remote).is_none(), "not known here yet");
     let res = app.verify_as_receiver(&remote_token).await;
     assert_eq!(res.json(), json!({"valid": false, "error": "TOKEN_REVOKED"}));
@@ -180,12 +198,12 @@ async fn a_revocation_made_elsewhere_is_honoured_on_the_next_verify() {
 
     // The resync brings the watermark to the store's epoch; batches skip the look-ups again.
     for _ in 0..50 {
-        if registry.revocations_seen() == 2 {
+        if registry.revocations_seen() == 3 {
             break;
         }
         actix_web::rt::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(registry.revocations_seen(), 2);
+    assert_eq!(registry.revocations_seen(), 3);
     for t in [&local_token, &remote_token] {
         assert_eq!(app.verify_as_receiver(t).await.json()["valid"], false);
     }
