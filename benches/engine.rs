@@ -29,6 +29,7 @@ fn claims(n: usize) -> Claims {
         exp: 1_795_086_400,
         scopes: vec!["read:invoices".into(), "write:invoices".into()],
         status: None,
+        livemode: None,
     }
 }
 

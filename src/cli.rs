@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::{self, Config};
 use crate::domain::{ApiKeyKind, KeyMode, Millis, OrgLimits, Plan};
+use crate::engine::domains::{DomainConfig, IssuerPolicy};
 use crate::engine::ssf::SsfConfig;
 use crate::engine::status::StatusConfig;
 use crate::engine::{admin, hash_key, EngineConfig, WriterConfig};
@@ -44,6 +45,9 @@ pub enum Command {
     /// Rotate the fleet's token signing keys.
     #[command(subcommand)]
     SigningKey(SigningKeyCommand),
+    /// Grant, release and list the issuer domains organizations hold.
+    #[command(subcommand)]
+    Domain(DomainCommand),
     /// Apply the database migrations (as the database owner), and optionally grant a role
     /// that owns nothing what the service needs.
     Migrate {
@@ -133,6 +137,25 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTID_SSF_LEASE_SECONDS", default_value_t = SsfConfig::default().lease.as_secs(),
           value_parser = clap::value_parser!(u64).range(12..=3600))]
     pub ssf_lease_seconds: u64,
+    /// Who may issue under an issuer domain: `verified`, only an organization that proved
+    /// the name (or that the operator granted it); `open`, anyone, for single-tenant and
+    /// development deployments (a token's issuer then proves nothing).
+    #[arg(long, env = "AGENTID_ISSUER_DOMAINS", value_enum, default_value_t = IssuerDomainsArg::Verified)]
+    pub issuer_domains: IssuerDomainsArg,
+    /// The DNS server issuer-domain checks ask, as IP:PORT [default: the system's resolver]
+    #[arg(long, env = "AGENTID_DNS_RESOLVER")]
+    pub dns_resolver: Option<std::net::SocketAddr>,
+    /// Let issuer-domain checks reach loopback and private addresses, and fetch
+    /// http://<domain>/.well-known/agentid-domain-verification (port 80) when HTTPS fails
+    /// (development and tests only).
+    #[arg(long, env = "AGENTID_DOMAIN_VERIFICATION_ALLOW_INSECURE", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false)]
+    pub domain_verification_allow_insecure: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IssuerDomainsArg {
+    Verified,
+    Open,
 }
 
 fn parse_list_size(s: &str) -> Result<u64, String> {
@@ -309,6 +332,58 @@ pub enum SigningKeyCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum DomainCommand {
+    /// Grant an organization an issuer domain with no challenge (`method: operator`: the
+    /// name and every name below it). A name another organization holds needs --force, and
+    /// then revokes that organization's agents under it.
+    Approve {
+        /// The organization: its org_id, or a name only it has.
+        #[arg(long)]
+        org: String,
+        domain: String,
+        /// Take the name from the organization that holds it.
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        keys: KeyFileArgs,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Print who holds which name as JSON: held names (with their method), pending claims (with
+    /// --org), and names agents use that none of their organizations holds (`unheld`).
+    List {
+        #[arg(long)]
+        org: Option<String>,
+        #[command(flatten)]
+        keys: KeyFileArgs,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// End an organization's holding (or claim) of a name. Its agents keep their tokens until
+    /// they expire, and get no new ones.
+    Release {
+        #[arg(long)]
+        org: String,
+        domain: String,
+        #[command(flatten)]
+        keys: KeyFileArgs,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+/// The key file every instance starts with: it seals (and vouches for) who holds a name.
+#[derive(Debug, Args)]
+pub struct KeyFileArgs {
+    #[arg(
+        long,
+        env = "AGENTID_SIGNING_KEY_FILE",
+        default_value = config::DEFAULT_SIGNING_KEY_FILE
+    )]
+    pub signing_key_file: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
 pub enum AuditCommand {
     /// Recompute everything the audit log claims from its records: every hash chain, the
     /// derived columns and per-agent rows, the Merkle trees, and the root at every stored
@@ -419,6 +494,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         }
         Command::Migrate { db, grant } => migrate(db, grant).await,
         Command::SigningKey(cmd) => signing_key(cmd).await,
+        Command::Domain(cmd) => domain(cmd).await,
     };
     match result {
         Ok(code) => code,
@@ -476,6 +552,14 @@ async fn serve(args: ServeArgs) -> CliResult {
                 allow_insecure_endpoints: args.ssf_allow_insecure_endpoints,
                 lease: Duration::from_secs(args.ssf_lease_seconds),
             },
+            domains: DomainConfig::new(
+                match args.issuer_domains {
+                    IssuerDomainsArg::Verified => IssuerPolicy::Verified,
+                    IssuerDomainsArg::Open => IssuerPolicy::Open,
+                },
+                args.dns_resolver,
+                args.domain_verification_allow_insecure,
+            ),
             ..EngineConfig::default()
         },
         store: StoreOptions {
@@ -508,9 +592,18 @@ async fn serve(args: ServeArgs) -> CliResult {
         println!("  secret_test       {}", org.keys.secret_test);
         println!("  publishable_live  {}", org.keys.publishable_live);
         println!("  publishable_test  {}", org.keys.publishable_test);
+        if app.engine().domains().policy() == IssuerPolicy::Verified {
+            println!(
+                "agentid: try it: an organization issues under names it holds. Grant it one (from this \
+                 folder), then register an agent under it:"
+            );
+            println!("  agentid domain approve --org {} demo.example", org.org_id);
+        } else {
+            println!("agentid: try it:");
+        }
         println!(
-            "agentid: try: curl -s -X POST {}/v1/agents/register -H 'Authorization: Bearer {}' \
-             -H 'Content-Type: application/json' -d '{{\"name\":\"demo\",\"issuer_domain\":\"example.com\",\"scopes\":[\"read:docs\"]}}'",
+            "  curl -s -X POST {}/v1/agents/register -H 'Authorization: Bearer {}' \
+             -H 'Content-Type: application/json' -d '{{\"name\":\"demo\",\"issuer_domain\":\"demo.example\",\"scopes\":[\"read:docs\"]}}'",
             app.public_url(),
             org.keys.secret_live
         );
@@ -725,7 +818,21 @@ async fn audit_verify(
             0
         }
     };
-    Ok(if report.ok() && unvouched == 0 {
+    // Who holds which issuer domain: every event vouched for, none missing, one holder a name.
+    let holdings = match &root {
+        Some(root) => {
+            let failures = crate::engine::grants::check_holdings(&store, root).await?;
+            if failures.is_empty() {
+                println!("ok      issuer domains: every holding event is vouched for by the key file");
+            }
+            for f in &failures {
+                println!("FAIL    {f}");
+            }
+            failures.len()
+        }
+        None => 0,
+    };
+    Ok(if report.ok() && unvouched == 0 && holdings == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
@@ -784,6 +891,67 @@ async fn migrate(db: DbArgs, grant: Option<String>) -> CliResult {
             "; granted role {r} what the service needs"
         ))
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What every `agentid domain` command starts from: the database, the fleet's key file
+/// (which seals and vouches for who holds a name) and, when named, the organization.
+async fn operator(
+    db: &DbArgs,
+    keys: &KeyFileArgs,
+    org: Option<&str>,
+) -> Result<(SharedStore, crate::keys::KeyRing, Option<crate::store::OrgRecord>), Box<dyn std::error::Error>>
+{
+    use crate::engine::grants;
+    let store = open(db).await?;
+    let root = grants::fleet_key_file(&store, &keys.signing_key_file).await?;
+    let org = match org {
+        Some(o) => Some(grants::find_org(&store, o).await?),
+        None => None,
+    };
+    Ok((store, root, org))
+}
+
+async fn domain(cmd: DomainCommand) -> CliResult {
+    use crate::engine::grants;
+    match cmd {
+        DomainCommand::Approve {
+            org,
+            domain,
+            force,
+            keys,
+            db,
+        } => {
+            let (store, root, org) = operator(&db, &keys, Some(&org)).await?;
+            let org = org.expect("named");
+            let held = grants::approve(&store, &root, &org, &domain, force).await?;
+            println!(
+                "{}",
+                serde_json::json!({
+                    "domain": held.holding.domain, "org_id": org.id, "method": held.holding.method.as_str(),
+                    "verified_at": held.holding.at,
+                    "taken_from": held.ended.iter().filter(|h| h.org_id != org.id)
+                        .map(|h| serde_json::json!({"domain": h.domain, "org_id": h.org_id})).collect::<Vec<_>>(),
+                    "revoked_agents": held.revoked.len(),
+                })
+            );
+        }
+        DomainCommand::List { org, keys, db } => {
+            let (store, root, org) = operator(&db, &keys, org.as_deref()).await?;
+            let listed = grants::list(&store, &root, org.as_ref()).await?;
+            println!("{}", serde_json::to_string(&listed)?);
+        }
+        DomainCommand::Release {
+            org,
+            domain,
+            keys,
+            db,
+        } => {
+            let (store, root, org) = operator(&db, &keys, Some(&org)).await?;
+            grants::release(&store, &root, &org.expect("named"), &domain).await?;
+            println!("released (its agents keep their tokens until they expire, and get no new ones)");
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -4,6 +4,7 @@
 mod agent;
 pub mod audit;
 mod gcra;
+pub mod holding;
 mod ids;
 pub mod org;
 mod status;

@@ -107,8 +107,13 @@ pub async fn create_key(
 
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
-    #[error("no organization {0}")]
+    #[error("no organization {0} (`agentid org list` shows them)")]
     NoOrg(String),
+    #[error("{count} organizations are named {name}: give the org_id (`agentid org list` shows them)")]
+    AmbiguousOrg { name: String, count: usize },
+    /// An operator's change that the rules refuse: why.
+    #[error("{0}")]
+    Refused(String),
     #[error(transparent)]
     Invalid(#[from] ValidationError),
     #[error("no signing key {0}")]

@@ -4,6 +4,9 @@
 pub mod admin;
 mod apikeys;
 mod audit;
+pub mod domains;
+pub mod grants;
+pub mod outbound;
 pub mod ratelimit;
 pub mod registry;
 pub mod ssf;
@@ -15,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use crate::domain::audit::{AuditEntry, AuditRecord};
 use crate::domain::{
-    new_id, AgentFields, AgentId, IdPrefix, Ledger, Millis, RevokeReason, StatusPlace, VerifyResult,
+    new_id, AgentFields, AgentId, IdPrefix, IssuerDomain, KeyMode, Ledger, Millis, RevokeReason, StatusPlace,
+    VerifyResult,
 };
 use crate::keys::{KeyRing, SigningKeys};
 use crate::store::{
@@ -83,6 +87,7 @@ pub struct EngineConfig {
     pub public_url: String,
     pub status: status::StatusConfig,
     pub ssf: ssf::SsfConfig,
+    pub domains: domains::DomainConfig,
 }
 
 impl Default for EngineConfig {
@@ -99,6 +104,7 @@ impl Default for EngineConfig {
             public_url: "http://localhost".to_owned(),
             status: status::StatusConfig::default(),
             ssf: ssf::SsfConfig::default(),
+            domains: domains::DomainConfig::default(),
         }
     }
 }
@@ -189,6 +195,7 @@ pub struct Engine {
     transparency: Arc<Transparency>,
     status: Arc<StatusLists>,
     ssf: Arc<ssf::Ssf>,
+    domains: domains::Domains,
     /// Unix ms of the last successful store ping (health checks reuse it for a second).
     last_ping_ok: std::sync::atomic::AtomicI64,
     _background: Background,
@@ -368,7 +375,15 @@ impl Engine {
                 cfg.key_refresh,
             )),
         ]);
+        if cfg.domains.policy == domains::IssuerPolicy::Open {
+            tracing::warn!(
+                "issuer domains are open: any organization may issue under any name, and a token's \
+                 issuer proves nothing (for single-tenant and development deployments only)"
+            );
+        }
+        let domains = domains::Domains::new(store.clone(), keys.clone(), cfg.domains.clone());
         Ok(Engine {
+            domains,
             counters: VerifyCounters::register(),
             last_ping_ok: std::sync::atomic::AtomicI64::new(0),
             rate_limits,
@@ -391,11 +406,12 @@ impl Engine {
         &self.store
     }
 
-    /// How a new place is drawn: at random (herd privacy), in the newest list while half of
-    /// it is free.
-    fn placing(&self) -> Placing {
+    /// How a new place is drawn: at random (herd privacy), in the newest list of the mode
+    /// while half of it is free.
+    fn placing(&self, mode: KeyMode) -> Placing {
         let cfg = self.status.config();
         Placing {
+            mode,
             new_list: new_id(IdPrefix::StatusList),
             size: cfg.size,
             fill: cfg.fill(),
@@ -535,7 +551,10 @@ impl Engine {
             agent.expires_at,
         )
         .await?;
-        let (place, size) = self.store.insert_agent_placed(&agent, &self.placing()).await?;
+        let (place, size) = self
+            .store
+            .insert_agent_placed(&agent, &self.placing(caller.mode), self.domains.issuer_check())
+            .await?;
         self.status.learn_list(&place.list, size);
         let agent = AgentRecord {
             status: Some(place),
@@ -600,7 +619,7 @@ impl Engine {
             // Registered before status lists: its tokens from now on carry a place too.
             let (place, size) = self
                 .store
-                .place_agent(&agent.id, &self.placing())
+                .place_agent(&agent.id, &self.placing(agent.mode))
                 .await?
                 .ok_or(EngineError::AgentNotFound)?;
             self.status.learn_list(&place.list, size);
@@ -611,7 +630,11 @@ impl Engine {
         let issued = Millis::from_secs(Millis::now().as_secs());
         let expires = issued.plus_secs(lifetime);
         let token = self.sign(&agent, issued, expires).await?;
-        if !self.store.renew_token(&agent.id, issued, expires).await? {
+        if !self
+            .store
+            .renew_token(&agent.id, issued, expires, self.domains.issuer_check())
+            .await?
+        {
             return Err(EngineError::AgentRevoked);
         }
         Ok(IssuedToken {
@@ -639,14 +662,52 @@ impl Engine {
             )
             .await?
             .ok_or(EngineError::AgentNotFound)?;
-        self.registry
-            .revoked(&stored.id, stored.revocation_reason.clone(), epoch);
-        if let (Some(place), Some(at)) = (&stored.status, stored.revoked_at) {
-            self.status.revoke(place, at);
-        }
-        // The revocation's events were queued in its transaction: push them now.
-        self.ssf.wake();
+        self.revoked(std::slice::from_ref(&(stored.clone(), epoch)));
         Ok(stored)
+    }
+
+    /// Revocations this instance committed, into memory: the revocation index, the status
+    /// lists, and a wake of the Shared Signals deliverer (the events were queued in the
+    /// revocations' transaction).
+    fn revoked(&self, revoked: &[(AgentRecord, Option<i64>)]) {
+        for (agent, epoch) in revoked {
+            self.registry
+                .revoked(&agent.id, agent.revocation_reason.clone(), *epoch);
+            if let (Some(place), Some(at)) = (&agent.status, agent.revoked_at) {
+                self.status.revoke(place, at);
+            }
+        }
+        if !revoked.is_empty() {
+            self.ssf.wake();
+        }
+    }
+
+    /// Issuer domains: claims, proofs, holdings.
+    pub fn domains(&self) -> &domains::Domains {
+        &self.domains
+    }
+
+    /// Proves the caller's claim of a name. When the name changes hands, the agents of other
+    /// organizations under it are revoked, here at once (in memory too) and on other
+    /// instances by their next check.
+    pub async fn verify_domain(
+        &self,
+        caller: &Caller,
+        name: &IssuerDomain,
+    ) -> Result<domains::DomainView, domains::DomainError> {
+        let (view, held) = self.domains.verify(&caller.org.id, name).await?;
+        if let Some(held) = held {
+            if !held.revoked.is_empty() {
+                tracing::info!(
+                    domain = %name.as_str(),
+                    org_id = %caller.org.id,
+                    revoked = held.revoked.len(),
+                    "issuer domain changed hands; the former holders' agents under it are revoked"
+                );
+            }
+            self.revoked(&held.revoked);
+        }
+        Ok(view)
     }
 
     /// The agent's token, if it fits what verifiers accept (`MAX_TOKEN_LEN`: a token travels in
@@ -667,6 +728,7 @@ impl Engine {
             exp: expires.as_secs(),
             scopes: agent.scopes.clone(),
             status: agent.status.as_ref().map(|p| self.status.claim(p)),
+            livemode: (agent.mode == KeyMode::Test).then_some(false),
         });
         if token.len() > crate::token::MAX_TOKEN_LEN {
             return Err(EngineError::TokenTooLong {

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
+use super::outbound;
 use crate::domain::{new_id, IdPrefix, KeyMode, Millis};
 use crate::keys::SigningKeys;
 use crate::store::{SharedStore, SsfEvent, StoreError, StreamRecord};
@@ -422,72 +423,10 @@ fn origin_of(url: &str) -> Option<String> {
     (!authority.is_empty()).then(|| format!("{scheme}://{authority}"))
 }
 
-/// `host` and `port` of an `http(s)` URL.
-fn host_port(url: &str) -> Result<(bool, String, u16), String> {
-    let (scheme, rest) = url.split_once("://").ok_or("is not an absolute URL")?;
-    let https = match scheme {
-        "https" => true,
-        "http" => false,
-        _ => return Err("must be an https:// URL".into()),
-    };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    if authority.contains('@') {
-        return Err("must not carry credentials".into());
-    }
-    let default = if https { 443 } else { 80 };
-    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
-        let (host, after) = v6.split_once(']').ok_or("has a malformed IPv6 host")?;
-        let port = match after.strip_prefix(':') {
-            Some(p) => p.parse().map_err(|_| "has a malformed port")?,
-            None => default,
-        };
-        (host.to_owned(), port)
-    } else {
-        match authority.rsplit_once(':') {
-            Some((h, p)) => (h.to_owned(), p.parse().map_err(|_| "has a malformed port")?),
-            None => (authority.to_owned(), default),
-        }
-    };
-    if host.is_empty() {
-        return Err("has no host".into());
-    }
-    Ok((https, host, port))
-}
-
-/// Whether an address may receive pushes: not loopback, private, link-local, shared
-/// (100.64/10), unique-local, multicast, broadcast or unspecified.
-fn public_address(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => {
-            let o = v4.octets();
-            !(v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_multicast()
-                || v4.is_documentation()
-                || o[0] == 0
-                || (o[0] == 100 && (o[1] & 0xC0) == 64))
-        }
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => public_address(IpAddr::V4(v4)),
-            None => {
-                let s = v6.segments();
-                !(v6.is_loopback()
-                    || v6.is_unspecified()
-                    || v6.is_multicast()
-                    || (s[0] & 0xfe00) == 0xfc00
-                    || (s[0] & 0xffc0) == 0xfe80)
-            }
-        },
-    }
-}
-
-/// The addresses a push to `url` may use: all it resolves to, each public (unless insecure
-/// endpoints are allowed, for development).
+/// The addresses a push to `url` may use: all it resolves to, each globally reachable
+/// (`outbound`; unless insecure endpoints are allowed, for development).
 fn vetted_addresses(url: &str, allow_insecure: bool) -> Result<Vec<SocketAddr>, String> {
-    let (https, host, port) = host_port(url)?;
+    let (https, host, port) = outbound::host_port(url)?;
     if !https && !allow_insecure {
         return Err("must be an https:// URL".into());
     }
@@ -495,17 +434,8 @@ fn vetted_addresses(url: &str, allow_insecure: bool) -> Result<Vec<SocketAddr>, 
         .to_socket_addrs()
         .map_err(|e| format!("does not resolve ({e})"))?
         .collect();
-    if addrs.is_empty() {
-        return Err("does not resolve".into());
-    }
-    if !allow_insecure {
-        if let Some(bad) = addrs.iter().find(|a| !public_address(a.ip())) {
-            return Err(format!(
-                "resolves to {}, a loopback, private, link-local or unspecified address",
-                bad.ip()
-            ));
-        }
-    }
+    let ips: Vec<IpAddr> = addrs.iter().map(SocketAddr::ip).collect();
+    outbound::check_addresses(&ips, allow_insecure)?;
     Ok(addrs)
 }
 
@@ -674,25 +604,33 @@ mod tests {
 
     #[test]
     fn push_endpoints_must_be_public_https() {
+        let local = "not a globally reachable address";
         for (url, why) in [
             ("http://example.com/x", "https"),
             ("ftp://example.com/x", "https"),
-            ("https://127.0.0.1/x", "loopback"),
-            ("https://10.1.2.3/x", "private"),
-            ("https://169.254.169.254/latest", "link-local"),
-            ("https://[::1]/x", "loopback"),
-            ("https://[fd00::1]:8443/x", "private"),
-            ("https://0.0.0.0/x", "unspecified"),
+            ("https://127.0.0.1/x", local),
+            ("https://10.1.2.3/x", local),
+            ("https://169.254.169.254/latest", local),
+            ("https://[::1]/x", local),
+            ("https://[fd00::1]:8443/x", local),
+            ("https://0.0.0.0/x", local),
             ("https://user:pw@example.com/x", "credentials"),
-            ("https://localhost:9/x", "loopback"),
+            ("https://localhost:9/x", local),
+            // Each names a loopback or reserved address in a form the old rule let through.
+            ("https://[64:ff9b::7f00:1]/x", local),
+            ("https://[::7f00:1]/x", local),
+            ("https://[2002:7f00:1::]/x", local),
+            ("https://[2001:0:4136:e378:8000:63bf:80ff:fffe]/x", local),
+            ("https://[fec0::1]/x", local),
+            ("https://[100::1]/x", local),
+            ("https://198.18.0.1/x", local),
+            ("https://240.0.0.1/x", local),
+            ("https://192.0.0.1/x", local),
         ] {
             let err = check_endpoint(url, false).expect_err(url);
             assert!(err.contains(why), "{url}: {err}");
         }
         assert!(check_endpoint("http://127.0.0.1:9/x", true).is_ok());
-        assert!(public_address("93.184.216.34".parse().unwrap()));
-        assert!(!public_address("100.64.0.1".parse().unwrap()));
-        assert!(!public_address("::ffff:192.168.0.1".parse().unwrap()));
         assert_eq!(
             origin_of("https://r.example:8443/ssf?x"),
             Some("https://r.example:8443".into())

@@ -209,6 +209,7 @@ mod tests {
             exp: i64::MAX / 2,
             scopes: vec![],
             status: None,
+            livemode: None,
         }
     }
 
@@ -294,6 +295,7 @@ mod tests {
                 exp: i64::MAX / 2,
                 scopes: (0..20).map(|j| format!("s{j}:{}", "x".repeat(120))).collect(),
                 status: None,
+                livemode: None,
             });
             assert!(token.len() > 3000 && token.len() <= crate::token::MAX_TOKEN_LEN);
             let (checked, _) = v.check(&token);

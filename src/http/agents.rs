@@ -161,6 +161,7 @@ pub struct Registered {
     responses(
         (status = 201, description = "Registered", body = Registered),
         (status = 400, description = "INVALID_REQUEST, VALIDATION_ERROR (also when the token would exceed the 4096-byte limit of a token) or EXPIRY_TOO_LONG", body = ErrorBody),
+        (status = 403, description = "ISSUER_DOMAIN_NOT_VERIFIED: the organization does not hold the issuer_domain (or FORBIDDEN: a publishable key)", body = ErrorBody),
         (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
         (status = 415, description = "INVALID_REQUEST: not application/json", body = ErrorBody),
     ),
@@ -368,6 +369,7 @@ pub struct Issued {
     responses(
         (status = 201, description = "A new token; earlier tokens stay valid until their own expiry", body = Issued),
         (status = 400, description = "VALIDATION_ERROR: the agent's token would exceed the 4096-byte limit of a token (an agent registered before the limit was enforced)", body = ErrorBody),
+        (status = 403, description = "ISSUER_DOMAIN_NOT_VERIFIED: the organization no longer holds the agent's issuer_domain (or FORBIDDEN: a publishable key)", body = ErrorBody),
         (status = 404, description = "AGENT_NOT_FOUND", body = ErrorBody),
         (status = 409, description = "AGENT_REVOKED", body = ErrorBody),
     ),

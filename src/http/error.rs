@@ -23,6 +23,10 @@ pub enum ErrorCode {
     MethodNotAllowed,
     NotAcceptable,
     AgentRevoked,
+    DomainNotFound,
+    DomainNotVerified,
+    IssuerDomainNotVerified,
+    TooManyDomains,
     PayloadTooLarge,
     UnsupportedMediaType,
     RateLimited,
@@ -32,7 +36,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 17] = [
+    pub const ALL: [ErrorCode; 21] = [
         ErrorCode::InvalidRequest,
         ErrorCode::ValidationError,
         ErrorCode::ExpiryTooLong,
@@ -44,6 +48,10 @@ impl ErrorCode {
         ErrorCode::MethodNotAllowed,
         ErrorCode::NotAcceptable,
         ErrorCode::AgentRevoked,
+        ErrorCode::DomainNotFound,
+        ErrorCode::DomainNotVerified,
+        ErrorCode::IssuerDomainNotVerified,
+        ErrorCode::TooManyDomains,
         ErrorCode::PayloadTooLarge,
         ErrorCode::UnsupportedMediaType,
         ErrorCode::RateLimited,
@@ -65,6 +73,10 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             ErrorCode::NotAcceptable => "NOT_ACCEPTABLE",
             ErrorCode::AgentRevoked => "AGENT_REVOKED",
+            ErrorCode::DomainNotFound => "DOMAIN_NOT_FOUND",
+            ErrorCode::DomainNotVerified => "DOMAIN_NOT_VERIFIED",
+            ErrorCode::IssuerDomainNotVerified => "ISSUER_DOMAIN_NOT_VERIFIED",
+            ErrorCode::TooManyDomains => "TOO_MANY_DOMAINS",
             ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             // A wrong content type is an INVALID_REQUEST (status 415).
             ErrorCode::UnsupportedMediaType => "INVALID_REQUEST",
@@ -82,11 +94,14 @@ impl ErrorCode {
             | ErrorCode::ExpiryTooLong
             | ErrorCode::InvalidCursor => StatusCode::BAD_REQUEST,
             ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
-            ErrorCode::Forbidden => StatusCode::FORBIDDEN,
-            ErrorCode::AgentNotFound | ErrorCode::NotFound => StatusCode::NOT_FOUND,
+            ErrorCode::Forbidden | ErrorCode::IssuerDomainNotVerified => StatusCode::FORBIDDEN,
+            ErrorCode::AgentNotFound | ErrorCode::NotFound | ErrorCode::DomainNotFound => {
+                StatusCode::NOT_FOUND
+            }
+            ErrorCode::DomainNotVerified => StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::NotAcceptable => StatusCode::NOT_ACCEPTABLE,
-            ErrorCode::AgentRevoked => StatusCode::CONFLICT,
+            ErrorCode::AgentRevoked | ErrorCode::TooManyDomains => StatusCode::CONFLICT,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
@@ -122,6 +137,10 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => "The route exists but not for this HTTP method (405).",
             ErrorCode::NotAcceptable => "The `Accept` header allows no form the resource has: a status list is served only as `application/statuslist+jwt` (406).",
             ErrorCode::AgentRevoked => "The agent is revoked; revocation is permanent, so no new token can be issued. Register a new agent instead (409).",
+            ErrorCode::DomainNotFound => "The organization has neither claimed nor holds this domain (404). Claim it with `POST /v1/domains`.",
+            ErrorCode::DomainNotVerified => "The domain's proof was not found, or cannot take the name: the message says what each lookup (the TXT record, the HTTPS file) found (422).",
+            ErrorCode::IssuerDomainNotVerified => "The organization does not hold the `issuer_domain` (nor a name above it by DNS), or another organization does: claim it with `POST /v1/domains` and prove it with `POST /v1/domains/{domain}/verify` (403).",
+            ErrorCode::TooManyDomains => "The organization has as many pending domain claims as it may (100): verify or release some first (409).",
             ErrorCode::PayloadTooLarge => "The request body is over 64 KiB (413).",
             ErrorCode::UnsupportedMediaType => "The body must be sent with `Content-Type: application/json` (415, code INVALID_REQUEST).",
             ErrorCode::RateLimited => "The rate limit of this key's organization, or of this client address, is used up; retry after `Retry-After` seconds (429).",
@@ -226,6 +245,21 @@ impl From<ValidationError> for ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
+        if let StoreError::NotHeld { domain, elsewhere } = &e {
+            let whose = if *elsewhere {
+                "another organization holds it"
+            } else {
+                "this organization has not verified it, nor a name above it by DNS"
+            };
+            return ApiError::new(
+                ErrorCode::IssuerDomainNotVerified,
+                format!(
+                    "issuer_domain {domain}: {whose}. Claim it with POST /v1/domains {{\"domain\":\"{domain}\"}}, \
+                     publish the challenge it answers (a TXT record or an HTTPS file), then POST \
+                     /v1/domains/{domain}/verify"
+                ),
+            );
+        }
         if e.is_unavailable() {
             tracing::warn!(error = %e, "store unavailable");
             ApiError::new(

@@ -348,6 +348,9 @@ pub struct CommitmentParams {
     /// Entries of the retired-key list from this index on.
     #[param(value_type = Option<u64>, minimum = 0)]
     retired_keys_from: Option<String>,
+    /// Entries of the issuer-domain list from this index on.
+    #[param(value_type = Option<u64>, minimum = 0)]
+    domains_from: Option<String>,
 }
 
 /// Most entries of each list in one answer.
@@ -364,7 +367,9 @@ pub struct CommittedList {
     entries: Vec<CommittedEntry>,
 }
 
-/// One entry: an agent id and when it was revoked, or a kid and when it was retired.
+/// One entry: an agent id and when it was revoked, a kid and when it was retired, or an
+/// issuer-domain event (`<seq> <hold|release|migrated> <domain> <org_id> <method>`, `-` for
+/// what it lacks) and when it happened.
 #[derive(Serialize, ToSchema)]
 pub struct CommittedEntry {
     id: String,
@@ -376,6 +381,7 @@ pub struct CommittedEntry {
 pub struct Committed {
     revocations: CommittedList,
     retired_keys: CommittedList,
+    domains: CommittedList,
 }
 
 fn list_from(field: &'static str, value: Option<&str>) -> Result<u64, ApiError> {
@@ -409,7 +415,7 @@ fn page(list: &[(String, Millis)], from: u64) -> CommittedList {
     get, path = "/v1/log/commitments", tag = "audit",
     params(CommitmentParams),
     responses(
-        (status = 200, description = "The lists the caller's ledger's checkpoints commit to in their extension lines `agentid-revocations <count> <hash>` and `agentid-retired-keys <count> <hash>`: the ledger's revocations (in revocation order) and the fleet's key retirements (by time), each a hash chain: h0 = 32 zero bytes, h(i+1) = SHA-256(list name ‖ LF ‖ h(i) ‖ id ‖ LF ‖ at in decimal ms ‖ LF). A witness checks that each new checkpoint's lists extend the ones it saw.", body = Committed),
+        (status = 200, description = "The lists the caller's ledger's checkpoints commit to in their extension lines `agentid-revocations <count> <hash>`, `agentid-retired-keys <count> <hash>` and `agentid-domains <count> <hash>`: the ledger's revocations (in revocation order), the fleet's key retirements (by time) and the fleet's issuer-domain holding events (in order), each a hash chain: h0 = 32 zero bytes, h(i+1) = SHA-256(list name ‖ LF ‖ h(i) ‖ id ‖ LF ‖ at in decimal ms ‖ LF). A witness checks that each new checkpoint's lists extend the ones it saw.", body = Committed),
         (status = 400, description = "VALIDATION_ERROR: an index that is not a non-negative integer", body = ErrorBody),
     ),
     security(("bearer" = [])),
@@ -421,6 +427,7 @@ pub async fn commitments(
 ) -> Result<HttpResponse, ApiError> {
     let revocations_from = list_from("revocations_from", params.revocations_from.as_deref())?;
     let retired_from = list_from("retired_keys_from", params.retired_keys_from.as_deref())?;
+    let domains_from = list_from("domains_from", params.domains_from.as_deref())?;
     let lists = state
         .engine
         .transparency()
@@ -431,5 +438,6 @@ pub async fn commitments(
         .json(Committed {
             revocations: page(&lists.revocations, revocations_from),
             retired_keys: page(&lists.retired_keys, retired_from),
+            domains: page(&lists.domains, domains_from),
         }))
 }

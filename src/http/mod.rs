@@ -6,6 +6,7 @@ mod auth;
 mod client;
 mod context;
 pub mod cursor;
+mod domains;
 mod error;
 mod gate;
 mod log;
@@ -98,6 +99,17 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .service(resource(&routes::AGENT).route(web::get().to(agents::get)))
         .service(resource(&routes::ISSUE_TOKEN).route(web::post().to(agents::issue_token)))
         .service(resource(&routes::REVOKE).route(web::post().to(agents::revoke)))
+        .service(
+            resource(&routes::DOMAINS)
+                .route(web::post().to(domains::claim))
+                .route(web::get().to(domains::list)),
+        )
+        .service(
+            resource(&routes::DOMAIN)
+                .route(web::get().to(domains::get))
+                .route(web::delete().to(domains::release)),
+        )
+        .service(resource(&routes::DOMAIN_VERIFY).route(web::post().to(domains::verify)))
         .service(resource(&routes::LOG).route(web::get().to(log::read)))
         .service(resource(&routes::LOG_CHECKPOINT).route(web::get().to(log::checkpoint)))
         .service(resource(&routes::LOG_COMMITMENTS).route(web::get().to(log::commitments)))

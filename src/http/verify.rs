@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 use super::context::AppState;
 use super::context::{self, Auth};
 use super::error::{ApiError, ErrorBody, ErrorCode};
-use crate::domain::{Millis, VerifyResult};
+use crate::domain::{KeyMode, Millis, VerifyResult};
 use crate::engine::{ValidToken, Verification};
 
 /// A valid token. `verified_at` must stay the last member: the answer is written as the
@@ -26,6 +26,8 @@ pub struct ValidBody<'a> {
     description: &'a str,
     issued_at: Millis,
     expires_at: Millis,
+    /// False for a token issued in test mode (with an sk_test_ key).
+    livemode: bool,
     verified_at: Millis,
 }
 
@@ -132,6 +134,7 @@ fn valid_body(t: &ValidToken, verified_at: Millis) -> String {
             description: &t.agent.description,
             issued_at: Millis::from_secs(c.iat),
             expires_at: Millis::from_secs(c.exp),
+            livemode: t.agent.mode == KeyMode::Live,
             verified_at: Millis(0),
         }))
         .expect("verify answers serialize");
@@ -155,7 +158,6 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::domain::KeyMode;
     use crate::engine::{AgentEntry, CheckedToken};
     use crate::token::Claims;
 
@@ -169,6 +171,7 @@ mod tests {
             exp: 1_795_003_600,
             scopes: vec!["read:a".into(), "back\\slash".into()],
             status: None,
+            livemode: None,
         }));
         let t = ValidToken {
             token: token.clone(),
@@ -189,6 +192,7 @@ mod tests {
                 description: &t.agent.description,
                 issued_at: Millis::from_secs(token.claims.iat),
                 expires_at: Millis::from_secs(token.claims.exp),
+                livemode: true,
                 verified_at,
             }))
             .unwrap();

@@ -193,6 +193,82 @@ impl KeyRing {
         &self.signing
     }
 
+    /// A key derived from this one for `purpose`, never stored.
+    fn derived(&self, purpose: &[u8]) -> [u8; 32] {
+        Sha256::new()
+            .chain_update(purpose)
+            .chain_update(self.signing.to_bytes())
+            .finalize()
+            .into()
+    }
+
+    /// HMAC-SHA-256 of `bytes` under the key derived for `purpose`.
+    fn hmac(&self, purpose: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+        use hmac::{Hmac, Mac};
+        let mut m =
+            <Hmac<Sha256> as Mac>::new_from_slice(&self.derived(purpose)).expect("HMAC takes any key length");
+        for p in parts {
+            m.update(p);
+        }
+        m.finalize().into_bytes().into()
+    }
+
+    /// The MAC of an event of the issuer-domain holdings (`DomainEvent::canonical`): an
+    /// event counts only when the key file vouches for it, so a row written with database
+    /// access alone gives nobody a name.
+    pub fn domain_event_mac(&self, canonical: &[u8]) -> [u8; 32] {
+        self.hmac(b"agentid domain holdings v1", &[canonical])
+    }
+
+    /// Whether `mac` is the MAC of an event's canonical bytes (constant time).
+    pub fn domain_event_vouched(&self, canonical: &[u8], mac: &[u8; 32]) -> bool {
+        use hmac::{Hmac, Mac};
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.derived(b"agentid domain holdings v1"))
+            .expect("HMAC takes any key length");
+        m.update(canonical);
+        m.verify_slice(mac).is_ok()
+    }
+
+    /// Whether the key file vouches for an issuer-domain event: its MAC checks, or it is a
+    /// holding the migration carried over (unsealed, before the first `migrated` event, at
+    /// `migrated`), or that event itself. Anything else was written with database access
+    /// alone.
+    pub fn vouches_for_domain_event(
+        &self,
+        e: &crate::domain::holding::DomainEvent,
+        migrated: Option<i64>,
+    ) -> bool {
+        use crate::domain::holding::{EventKind, ProofMethod};
+        match &e.mac {
+            Some(mac) => self.domain_event_vouched(&e.canonical(), mac),
+            None => match e.kind {
+                EventKind::Hold => {
+                    e.method == Some(ProofMethod::Existing) && migrated.is_some_and(|m| e.seq < m)
+                }
+                EventKind::Migrated => migrated == Some(e.seq),
+                EventKind::Release => false,
+            },
+        }
+    }
+
+    /// The challenge value an organization publishes to prove a name: bound to the
+    /// organization, the name and the claim's random `nonce`, so one organization's value
+    /// proves nothing for another, and nobody can compute it without the key file (not even
+    /// from the database).
+    pub fn domain_challenge(&self, org_id: &str, domain: &str, nonce: &str) -> String {
+        let mac = self.hmac(
+            b"agentid domain challenge v1",
+            &[
+                org_id.as_bytes(),
+                b"\n",
+                domain.as_bytes(),
+                b"\n",
+                nonce.as_bytes(),
+            ],
+        );
+        URL_SAFE_NO_PAD.encode(mac)
+    }
+
     /// The key that signs the audit log's checkpoints, named `name`: derived from this key,
     /// so every instance of a fleet has the same one.
     pub fn log_key(&self, name: &str) -> LogKey {
@@ -359,6 +435,7 @@ mod tests {
             exp: n + 1,
             scopes: vec!["read:x".into()],
             status: None,
+            livemode: None,
         }
     }
 

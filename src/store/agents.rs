@@ -2,9 +2,11 @@
 
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Type};
 
+use super::domains::check_issuer;
 use super::sql::{parse_mode, Backend, SqlStore};
 use super::{AgentRecord, Revocations, StoreError, StoreFuture};
 use crate::domain::{KeyMode, Ledger, Millis, StatusPlace};
+use crate::keys::KeyRing;
 
 /// Agents: registered, given tokens, revoked for good.
 pub trait AgentStore {
@@ -12,12 +14,16 @@ pub trait AgentStore {
     /// epoch (agents revoked before there were epochs first, by time).
     fn revocations_of<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, Vec<(String, Millis)>>;
     fn insert_agent<'a>(&'a self, agent: &'a AgentRecord) -> StoreFuture<'a, ()>;
-    /// Inserts a new agent at a free place of the newest status list, in a transaction that
-    /// no other placement runs beside: see [`Placing`]. Returns the place and its list's size.
+    /// Inserts a new agent at a free place of the newest status list of its mode, in a
+    /// transaction that no other placement (and no change of who holds a name) runs beside:
+    /// see [`Placing`]. With `issuer`, only when its organization may issue under its issuer
+    /// domain (`StoreError::NotHeld` otherwise), read in the same transaction. Returns the
+    /// place and its list's size.
     fn insert_agent_placed<'a>(
         &'a self,
         agent: &'a AgentRecord,
         placing: &'a Placing,
+        issuer: Option<&'a KeyRing>,
     ) -> StoreFuture<'a, (StatusPlace, u64)>;
     /// Gives an agent registered before status lists a place (one it has already stays).
     /// `None` when there is no such agent.
@@ -42,8 +48,15 @@ pub trait AgentStore {
     /// All agents with an id greater than `after_id`, in id order (for loading the registry).
     fn scan_agents<'a>(&'a self, after_id: &'a str, limit: u32) -> StoreFuture<'a, Vec<AgentRecord>>;
     /// Records a newly issued token; false (and no change) when the agent is revoked or missing.
-    fn renew_token<'a>(&'a self, id: &'a str, issued_at: Millis, expires_at: Millis)
-        -> StoreFuture<'a, bool>;
+    /// With `issuer`, only when the agent's organization may still issue under its issuer
+    /// domain (`StoreError::NotHeld` otherwise), read in the same exclusive transaction.
+    fn renew_token<'a>(
+        &'a self,
+        id: &'a str,
+        issued_at: Millis,
+        expires_at: Millis,
+        issuer: Option<&'a KeyRing>,
+    ) -> StoreFuture<'a, bool>;
     /// Revokes once; a second call changes nothing. Returns the agent as stored afterwards,
     /// with the revocation epoch its revocation was stamped with (none for an agent revoked
     /// before the store had epochs).
@@ -151,11 +164,12 @@ fn place(list: Option<String>, idx: Option<i64>) -> Result<Option<StatusPlace>, 
     }
 }
 
-/// How a new agent gets its status place: in the newest list while it has fewer than
-/// `fill` places taken, else in a new list `new_list` of `size` places; at the first of
-/// `draws` (modulo the list's size) that is free.
+/// How a new agent gets its status place: in the newest list of its mode while it has fewer
+/// than `fill` places taken, else in a new list `new_list` of `size` places; at the first of
+/// `draws` (modulo the list's size) that is free. Test and live agents never share a list.
 #[derive(Debug, Clone)]
 pub struct Placing {
+    pub mode: KeyMode,
     pub new_list: String,
     pub size: u64,
     pub fill: u64,
@@ -180,8 +194,10 @@ where
     usize: ColumnIndex<DB::Row>,
 {
     let newest: Option<(String, i64, i64)> = sqlx::query_as(
-        "SELECT id, size, allocated FROM status_lists ORDER BY created_at DESC, id DESC LIMIT 1",
+        "SELECT id, size, allocated FROM status_lists WHERE mode = $1 \
+         ORDER BY created_at DESC, id DESC LIMIT 1",
     )
+    .bind(placing.mode.as_str())
     .fetch_optional(&mut **tx)
     .await?;
     let (list, size) = match newest {
@@ -191,12 +207,15 @@ where
         _ => {
             let size =
                 i64::try_from(placing.size).map_err(|_| StoreError::Corrupt("status list size".into()))?;
-            sqlx::query("INSERT INTO status_lists (id, size, allocated, created_at) VALUES ($1, $2, 0, $3)")
-                .bind(placing.new_list.as_str())
-                .bind(size)
-                .bind(now.0)
-                .execute(&mut **tx)
-                .await?;
+            sqlx::query(
+                "INSERT INTO status_lists (id, size, allocated, created_at, mode) VALUES ($1, $2, 0, $3, $4)",
+            )
+            .bind(placing.new_list.as_str())
+            .bind(size)
+            .bind(now.0)
+            .bind(placing.mode.as_str())
+            .execute(&mut **tx)
+            .await?;
             (placing.new_list.clone(), placing.size)
         }
     };
@@ -261,6 +280,47 @@ where
         .bind(a.status.as_ref().map(|p| p.idx as i64))
 }
 
+/// Revokes the agents `ids` (those not revoked yet) inside the caller's transaction, at `at`
+/// for `reason`; returns them as stored after, with the revocation epoch each was stamped
+/// with (the epoch trigger of migration 0004 moves and stamps it).
+pub(super) async fn revoke_in<DB>(
+    tx: &mut sqlx::Transaction<'_, DB>,
+    ids: &[String],
+    at: Millis,
+    reason: &str,
+) -> Result<Vec<(AgentRecord, Option<i64>)>, StoreError>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<String>: Decode<'r, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<i64>: Decode<'r, DB> + Type<DB>,
+    for<'r> &'r str: ColumnIndex<DB::Row>,
+{
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        sqlx::query(
+            "UPDATE agents SET revoked_at = $2, revocation_reason = $3 WHERE id = $1 AND revoked_at IS NULL",
+        )
+        .bind(id.as_str())
+        .bind(at.0)
+        .bind(reason)
+        .execute(&mut **tx)
+        .await?;
+        let sql = format!("SELECT {AGENT_COLUMNS}, revoked_epoch FROM agents WHERE id = $1");
+        let row: RevokedAgentRow = sqlx::query_as(&sql)
+            .bind(id.as_str())
+            .fetch_one(&mut **tx)
+            .await?;
+        out.push((row.agent.into_record()?, row.revoked_epoch));
+    }
+    Ok(out)
+}
+
 fn scopes_json(scopes: &[String]) -> String {
     serde_json::to_string(scopes).expect("strings serialize")
 }
@@ -278,6 +338,7 @@ where
     for<'r> Option<String>: Decode<'r, DB> + Type<DB>,
     for<'r> i64: Decode<'r, DB> + Type<DB>,
     for<'r> Option<i64>: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<Vec<u8>>: Decode<'r, DB> + Type<DB>,
     for<'r> bool: Decode<'r, DB> + Type<DB>,
     for<'r> &'r str: ColumnIndex<DB::Row>,
     usize: ColumnIndex<DB::Row>,
@@ -309,9 +370,13 @@ where
         &'a self,
         a: &'a AgentRecord,
         placing: &'a Placing,
+        issuer: Option<&'a KeyRing>,
     ) -> StoreFuture<'a, (StatusPlace, u64)> {
         Box::pin(async move {
             let mut tx = self.exclusive().await?;
+            if let Some(keys) = issuer {
+                check_issuer(&mut tx, keys, &a.org_id, &a.issuer_domain).await?;
+            }
             let (place, size) = allocate(&mut tx, placing, a.created_at).await?;
             let placed = AgentRecord {
                 status: Some(place.clone()),
@@ -427,16 +492,30 @@ where
         id: &'a str,
         issued_at: Millis,
         expires_at: Millis,
+        issuer: Option<&'a KeyRing>,
     ) -> StoreFuture<'a, bool> {
         Box::pin(async move {
-            let done = sqlx::query(
+            let renew = sqlx::query(
                 "UPDATE agents SET issued_at = $2, expires_at = $3 WHERE id = $1 AND revoked_at IS NULL",
             )
             .bind(id)
             .bind(issued_at.0)
-            .bind(expires_at.0)
-            .execute(&self.pool)
-            .await?;
+            .bind(expires_at.0);
+            let Some(keys) = issuer else {
+                return Ok(DB::rows_affected(&renew.execute(&self.pool).await?) == 1);
+            };
+            let mut tx = self.exclusive().await?;
+            let agent: Option<(String, String)> =
+                sqlx::query_as("SELECT org_id, issuer_domain FROM agents WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            let Some((org_id, domain)) = agent else {
+                return Ok(false);
+            };
+            check_issuer(&mut tx, keys, &org_id, &domain).await?;
+            let done = renew.execute(&mut *tx).await?;
+            tx.commit().await?;
             Ok(DB::rows_affected(&done) == 1)
         })
     }

@@ -62,6 +62,11 @@ pub const SQLITE: Embedded = &[
         include_str!("../../migrations/sqlite/0011_status_lists.sql"),
     ),
     (12, "ssf", include_str!("../../migrations/sqlite/0012_ssf.sql")),
+    (
+        13,
+        "issuer domains",
+        include_str!("../../migrations/sqlite/0013_issuer_domains.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (1, "init", include_str!("../../migrations/postgres/0001_init.sql")),
@@ -116,6 +121,11 @@ pub const POSTGRES: Embedded = &[
         include_str!("../../migrations/postgres/0011_status_lists.sql"),
     ),
     (12, "ssf", include_str!("../../migrations/postgres/0012_ssf.sql")),
+    (
+        13,
+        "issuer domains",
+        include_str!("../../migrations/postgres/0013_issuer_domains.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -176,10 +186,11 @@ pub fn grants_pg(role: &str) -> Vec<String> {
         format!("GRANT SELECT ON ALL TABLES IN SCHEMA public TO {r}"),
         format!(
             "GRANT INSERT, UPDATE, DELETE ON orgs, api_keys, agents, revocation_epoch, signing_keys, \
-             rate_buckets, status_lists, ssf_streams, ssf_subjects, ssf_events TO {r}"
+             rate_buckets, status_lists, ssf_streams, ssf_subjects, ssf_events, domain_claims TO {r}"
         ),
         format!(
-            "GRANT INSERT ON audit_blocks, audit_block_agents, audit_tree_nodes, audit_checkpoints TO {r}"
+            "GRANT INSERT ON audit_blocks, audit_block_agents, audit_tree_nodes, audit_checkpoints, \
+             domain_events TO {r}"
         ),
         format!("GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {r}"),
     ]

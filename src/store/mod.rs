@@ -13,6 +13,7 @@ mod batch;
 pub mod block;
 #[cfg(not(feature = "test-hooks"))]
 mod block;
+mod domains;
 /// Migrations embedded in the binary; the tests build older schemas with them.
 #[cfg(feature = "test-hooks")]
 pub mod migrate;
@@ -41,6 +42,7 @@ pub use crate::keys::SigningKeyRecord;
 pub use agents::{AgentStore, Placing};
 pub use audit::AuditStore;
 pub use block::AgentBlockRow;
+pub use domains::{Attempt, Claimed, DomainClaim, DomainStore, Held, RELEASED_REASON, REPLACED_REASON};
 pub use migrate::valid_role;
 pub use orgs::{KeyListing, OrgStore};
 pub use postgres::PgStore;
@@ -82,6 +84,10 @@ pub enum StoreError {
          Stop that one, give this one another database, or run a fleet on PostgreSQL"
     )]
     Locked { lock: String, holder: String },
+    /// The organization may not issue under the issuer domain: it holds no name that covers
+    /// it (`elsewhere`: another organization's holding does).
+    #[error("the organization does not hold the issuer domain {domain}")]
+    NotHeld { domain: String, elsewhere: bool },
     /// The database could not be reached at start: where, and why.
     #[error("cannot reach the database at {target}: {cause}")]
     Unreachable { target: String, cause: String },
@@ -233,6 +239,7 @@ pub trait Store:
     + AuditStore
     + TreeStore
     + SsfStore
+    + DomainStore
     + Send
     + Sync
     + fmt::Debug

@@ -119,7 +119,8 @@ where
         + super::SigningKeyStore
         + super::AuditStore
         + super::TreeStore
-        + super::SsfStore,
+        + super::SsfStore
+        + super::DomainStore,
 {
     fn backend(&self) -> &'static str {
         DB::BACKEND

@@ -468,6 +468,18 @@ impl<'a> LedgerCheck<'a> {
                     ),
                 );
             }
+            if !commit::holds(List::Domains, &lists.domains, &c.domains) {
+                self.fail(
+                    None,
+                    format!(
+                        "{}: it commits to {} issuer-domain events, which the database no longer holds \
+                         (it holds {}): who holds a name was rewritten",
+                        claim.source,
+                        c.domains.count,
+                        lists.domains.len()
+                    ),
+                );
+            }
             if !commit::holds(List::RetiredKeys, &lists.retired_keys, &c.retired_keys) {
                 self.fail(
                     None,

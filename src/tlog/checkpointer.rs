@@ -74,16 +74,26 @@ pub struct CommittedLists {
     pub revocations: Vec<(String, Millis)>,
     /// The fleet's retired keys, by time of retirement (then kid).
     pub retired_keys: Vec<(String, Millis)>,
+    /// The fleet's issuer-domain holding events, in order.
+    pub domains: Vec<(String, Millis)>,
 }
 
 impl CommittedLists {
     pub fn commitments(&self) -> Commitments {
-        let of = |list, entries: &[(String, Millis)]| {
-            Commitment::of(list, entries.iter().map(|(id, at)| (id.as_str(), *at)))
-        };
+        let of = |list| Commitment::of(list, self.get(list).iter().map(|(id, at)| (id.as_str(), *at)));
         Commitments {
-            revocations: of(List::Revocations, &self.revocations),
-            retired_keys: of(List::RetiredKeys, &self.retired_keys),
+            revocations: of(List::Revocations),
+            retired_keys: of(List::RetiredKeys),
+            domains: of(List::Domains),
+        }
+    }
+
+    /// One list's entries.
+    pub fn get(&self, list: List) -> &[(String, Millis)] {
+        match list {
+            List::Revocations => &self.revocations,
+            List::RetiredKeys => &self.retired_keys,
+            List::Domains => &self.domains,
         }
     }
 }
@@ -97,9 +107,16 @@ pub async fn committed_lists(store: &SharedStore, ledger: &Ledger) -> Result<Com
         .filter_map(|k| Some((k.kid, k.retired_at?)))
         .collect();
     retired_keys.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+    let domains = store
+        .domain_events()
+        .await?
+        .into_iter()
+        .map(|e| (e.commitment_id(), e.at))
+        .collect();
     Ok(CommittedLists {
         revocations: store.revocations_of(ledger).await?,
         retired_keys,
+        domains,
     })
 }
 
@@ -366,6 +383,16 @@ impl Transparency {
                     "the database no longer holds the {} key retirements the checkpoint of {} records of \
                      {ledger} commits to: a retirement was undone",
                     old.retired_keys.count, latest.size
+                ),
+            );
+        }
+        if !commit::holds(List::Domains, &lists.domains, &old.domains) {
+            alarm(
+                "domain_event",
+                &format!(
+                    "the database no longer holds the {} issuer-domain events the checkpoint of {} records \
+                     of {ledger} commits to: who holds a name was rewritten",
+                    old.domains.count, latest.size
                 ),
             );
         }

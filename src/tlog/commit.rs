@@ -1,11 +1,12 @@
-//! What a checkpoint commits to besides its ledger's records: the ledger's revocations and
-//! the fleet's key retirements. Each is an append-only list (revocations in the order of
-//! the revocation epoch, retirements in the order of their time), committed to as a hash
-//! chain: its length and the hash after its last entry. A checkpoint note carries both as
-//! extension lines, signed with the rest. `audit verify` recomputes them from the database
-//! at every stored or given checkpoint, and the witness checks that each new checkpoint's
-//! lists extend the ones it saw before. So putting an earlier row back (an agent unrevoked,
-//! a key un-retired) is caught like a log that did not only grow.
+//! What a checkpoint commits to besides its ledger's records: the ledger's revocations, the
+//! fleet's key retirements, and the fleet's issuer-domain holdings. Each is an append-only
+//! list (revocations in the order of the revocation epoch, retirements in the order of their
+//! time, holding events in order), committed to as a hash chain: its length and the hash
+//! after its last entry. A checkpoint note carries them as extension lines, signed with the
+//! rest. `audit verify` recomputes them from the database at every stored or given
+//! checkpoint, and the witness checks that each new checkpoint's lists extend the ones it saw
+//! before. So putting an earlier row back (an agent unrevoked, a key un-retired, a name
+//! handed back) is caught like a log that did not only grow.
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
@@ -14,21 +15,44 @@ use sha2::{Digest, Sha256};
 use super::tree::Hash;
 use crate::domain::Millis;
 
-/// The two lists a checkpoint commits to.
+/// The lists a checkpoint commits to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum List {
     /// The ledger's revoked agents: `(agent id, revoked at)`.
     Revocations,
     /// The fleet's retired signing keys: `(kid, retired at)`.
     RetiredKeys,
+    /// The fleet's issuer-domain holding events: `(DomainEvent::commitment_id, at)`.
+    Domains,
 }
 
 impl List {
+    pub const ALL: [List; 3] = [List::Revocations, List::RetiredKeys, List::Domains];
+
     /// The extension line's first word.
     pub fn name(self) -> &'static str {
         match self {
             List::Revocations => "agentid-revocations",
             List::RetiredKeys => "agentid-retired-keys",
+            List::Domains => "agentid-domains",
+        }
+    }
+
+    /// Its entries' name in `GET /v1/log/commitments` (and its `…_from` parameter).
+    pub fn param(self) -> &'static str {
+        match self {
+            List::Revocations => "revocations",
+            List::RetiredKeys => "retired_keys",
+            List::Domains => "domains",
+        }
+    }
+
+    /// What one entry is, in words.
+    pub fn entry(self) -> &'static str {
+        match self {
+            List::Revocations => "revocation",
+            List::RetiredKeys => "key retirement",
+            List::Domains => "issuer-domain event",
         }
     }
 }
@@ -94,18 +118,27 @@ impl Commitment {
 pub struct Commitments {
     pub revocations: Commitment,
     pub retired_keys: Commitment,
+    /// Empty in a checkpoint made before checkpoints committed to it.
+    pub domains: Commitment,
 }
 
 impl Commitments {
     /// The extension lines of a checkpoint.
     pub fn lines(&self) -> Vec<String> {
-        vec![
-            self.revocations.line(List::Revocations),
-            self.retired_keys.line(List::RetiredKeys),
-        ]
+        List::ALL.iter().map(|l| self.get(*l).line(*l)).collect()
     }
 
-    /// Reads the commitments of a checkpoint's extension lines: both or none.
+    /// The commitment to one list.
+    pub fn get(&self, list: List) -> Commitment {
+        match list {
+            List::Revocations => self.revocations,
+            List::RetiredKeys => self.retired_keys,
+            List::Domains => self.domains,
+        }
+    }
+
+    /// Reads the commitments of a checkpoint's extension lines: revocations and retirements
+    /// both or none; a checkpoint made before it committed to the domains commits to none.
     pub fn parse(extensions: &[String]) -> Result<Option<Commitments>, String> {
         let find = |list: List| -> Result<Option<Commitment>, String> {
             let mut found = None;
@@ -133,12 +166,14 @@ impl Commitments {
             }
             Ok(found)
         };
+        let domains = find(List::Domains)?;
         match (find(List::Revocations)?, find(List::RetiredKeys)?) {
             (Some(revocations), Some(retired_keys)) => Ok(Some(Commitments {
                 revocations,
                 retired_keys,
+                domains: domains.unwrap_or(Commitment::EMPTY),
             })),
-            (None, None) => Ok(None),
+            (None, None) if domains.is_none() => Ok(None),
             _ => Err("a checkpoint commits to one list without the other".into()),
         }
     }
@@ -203,10 +238,15 @@ mod tests {
         let c = Commitments {
             revocations: all,
             retired_keys: Commitment::EMPTY,
+            domains: Commitment::of(List::Domains, entries),
         };
         assert_eq!(Commitments::parse(&c.lines()), Ok(Some(c)));
         assert_eq!(Commitments::parse(&[]), Ok(None));
         assert!(Commitments::parse(&c.lines()[..1]).is_err());
+        assert!(Commitments::parse(&c.lines()[2..]).is_err());
+        // A checkpoint made before the domains were committed to commits to none.
+        let before = Commitments::parse(&c.lines()[..2]).unwrap().unwrap();
+        assert_eq!(before.domains, Commitment::EMPTY);
         assert!(Commitments::parse(&["agentid-revocations 1".into(), c.lines()[1].clone()]).is_err());
     }
 }

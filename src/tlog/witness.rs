@@ -110,25 +110,10 @@ impl Witness {
         let before = before.unwrap_or(Commitments {
             revocations: Commitment::EMPTY,
             retired_keys: Commitment::EMPTY,
+            domains: Commitment::EMPTY,
         });
-        for (list, earlier, later, param) in [
-            (
-                List::Revocations,
-                before.revocations,
-                now.revocations,
-                "revocations",
-            ),
-            (
-                List::RetiredKeys,
-                before.retired_keys,
-                now.retired_keys,
-                "retired_keys",
-            ),
-        ] {
-            let what = match list {
-                List::Revocations => "revocation",
-                List::RetiredKeys => "key retirement",
-            };
+        for list in List::ALL {
+            let (earlier, later, param, what) = (before.get(list), now.get(list), list.param(), list.entry());
             if later.count < earlier.count {
                 return Err(WitnessError::Log(format!(
                     "the log did not only grow: {} commits to {} {what}s, {} before: one was undone",

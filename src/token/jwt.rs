@@ -22,6 +22,10 @@ pub struct Claims {
     /// The agent's place in a Token Status List (tokens issued before lists have none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<Status>,
+    /// `false` on a token issued with a test-mode key; live tokens carry no such claim (and
+    /// `true` is refused as malformed: the service never writes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub livemode: Option<bool>,
 }
 
 /// `{"status_list": {"idx": …, "uri": …}}`, exactly.
@@ -121,9 +125,9 @@ pub fn decode(token: &str) -> Result<Unverified<'_>, Rejected> {
     let (Some(h), Some(p), Some(s), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
         return reject(RejectReason::Malformed, None);
     };
-    let claims: Claims = match b64_json(p) {
-        Some(c) => c,
-        None => return reject(RejectReason::Malformed, loose_sub(p)),
+    let claims: Claims = match b64_json::<Claims>(p) {
+        Some(c) if c.livemode != Some(true) => c,
+        _ => return reject(RejectReason::Malformed, loose_sub(p)),
     };
     let sub = Some(claims.sub.clone());
     let header: Header = match b64_json(h) {
@@ -170,6 +174,7 @@ mod tests {
             exp: 2,
             scopes: vec!["read:x".into()],
             status: None,
+            livemode: None,
         }
     }
 
@@ -259,6 +264,7 @@ mod props {
             exp: 1_795_086_400,
             scopes: vec!["read:x".into()],
             status: None,
+            livemode: None,
         };
         encode(&key, "kid", &claims)
     }

@@ -129,6 +129,25 @@ pub fn spawn_server(dir: &Path, db_url: Option<&str>, extra_env: &[(&str, &str)]
     };
     // Keep draining stdout so the server never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
+    // The organization a first start created issues under example.com, as the operator grants.
+    if let Some(org) = stdout.iter().find_map(|l| {
+        l.strip_prefix("agentid: created organization default (")
+            .and_then(|r| r.split(',').next())
+    }) {
+        let mut approve = Command::new(env!("CARGO_BIN_EXE_agentid"));
+        approve
+            .args(["domain", "approve", "--org", org, "example.com"])
+            .current_dir(dir)
+            .env_remove("DATABASE_URL");
+        if let Some(url) = db_url {
+            approve.env("DATABASE_URL", url);
+        }
+        for (k, v) in extra_env {
+            approve.env(k, v);
+        }
+        let out = approve.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
     Server { child, base, stdout }
 }
 
@@ -161,12 +180,26 @@ async fn first_start_creates_everything_and_prints_keys_once() {
         }
     }
 
-    // The printed key works at once.
+    // The printed key works at once, under the name the printed command grants.
+    let approve = server
+        .stdout
+        .iter()
+        .find_map(|l| l.trim().strip_prefix("agentid domain approve "))
+        .unwrap_or_else(|| panic!("no grant printed: {out}"));
+    assert!(approve.contains(" demo.example"), "{approve}");
+    let out = Command::new(env!("CARGO_BIN_EXE_agentid"))
+        .args(["domain", "approve"])
+        .args(approve.split_whitespace())
+        .current_dir(dir.path())
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let c = client();
     let res = read(
         c.post(format!("{}/v1/agents/register", server.base))
             .insert_header(("Authorization", format!("Bearer {secret}")))
-            .send_json(&json!({"name": "demo", "issuer_domain": "example.com", "scopes": ["read:docs"]}))
+            .send_json(&json!({"name": "demo", "issuer_domain": "demo.example", "scopes": ["read:docs"]}))
             .await
             .unwrap(),
     )
@@ -491,4 +524,72 @@ fn commands_never_make_a_database_they_were_not_asked_to() {
     assert!(!ok);
     assert!(err.contains("folder") && err.contains("does not exist"), "{err}");
     assert!(!dir.path().join("missing").exists());
+}
+
+/// `agentid domain approve / list / release`: by org id or by a name only one organization
+/// has; never with a key file that is not the fleet's.
+#[actix_web::test]
+async fn the_operator_grants_lists_and_releases_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let _server = start_server(dir.path(), None, &[]);
+    let agentid = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_agentid"))
+            .args(args)
+            .current_dir(dir.path())
+            .env_remove("DATABASE_URL")
+            .env_remove("AGENTID_SIGNING_KEY_FILE")
+            .output()
+            .unwrap()
+    };
+    for _ in 0..2 {
+        assert!(agentid(&["org", "create", "--name", "Twin", "--plan", "free"])
+            .status
+            .success());
+    }
+    let out = agentid(&["org", "create", "--name", "Acme", "--plan", "free"]);
+    let acme: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let acme_id = acme["org_id"].as_str().unwrap();
+
+    let out = agentid(&["domain", "approve", "--org", "Acme", "acme.example"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let granted: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (&granted["org_id"], &granted["method"]),
+        (&json!(acme_id), &json!("operator"))
+    );
+    let out = agentid(&["domain", "approve", "--org", "Twin", "twin.example"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("2 organizations are named Twin"));
+    let out = agentid(&[
+        "domain",
+        "approve",
+        "--org",
+        "Twin",
+        "acme.example",
+        "--signing-key-file",
+        "/nonexistent",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no signing key file"),
+        "{out:?}"
+    );
+    let out = agentid(&["domain", "approve", "--org", "default", "acme.example"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--force"),
+        "{out:?}"
+    );
+
+    let out = agentid(&["domain", "list", "--org", acme_id]);
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        listed,
+        json!([{"domain": "acme.example", "status": "held", "org_ids": [acme_id], "method": "operator",
+                "since": granted["verified_at"]}])
+    );
+    let out = agentid(&["domain", "release", "--org", acme_id, "ACME.example"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = agentid(&["domain", "list", "--org", acme_id]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
+    let out = agentid(&["domain", "release", "--org", acme_id, "acme.example"]);
+    assert!(!out.status.success());
 }

@@ -8,6 +8,8 @@ use actix_web::dev::ServerHandle;
 use agentid::config::Config;
 use agentid::domain::{OrgLimits, Plan};
 use agentid::engine::admin::{self, CreatedOrg};
+use agentid::engine::grants;
+use agentid::keys::KeyRing;
 use agentid::store::SharedStore;
 use agentid::Application;
 use serde_json::Value;
@@ -115,6 +117,8 @@ pub struct Options {
     pub plan: Plan,
     pub verify_limit: Option<u32>,
     pub other_limit: Option<u32>,
+    /// The issuer domains the operator grants the test organization.
+    pub domains: &'static [&'static str],
     pub tweak: Box<dyn FnOnce(&mut Config)>,
 }
 
@@ -124,6 +128,7 @@ impl Default for Options {
             plan: Plan::Developer,
             verify_limit: None,
             other_limit: None,
+            domains: &TEST_DOMAINS,
             tweak: Box::new(|_| {}),
         }
     }
@@ -156,7 +161,7 @@ pub async fn spawn_fleet(n: usize, opts: Options) -> Vec<TestApp> {
     let dir = std::sync::Arc::new(tempfile::tempdir().unwrap());
     let db = TestDb::new(dir.path()).await;
     let key = dir.path().join("signing-key.pem");
-    let mut config = test_config(&db.url, key);
+    let mut config = test_config(&db.url, key.clone());
     (opts.tweak)(&mut config);
     let configs = vec![config; n];
     let mut apps = Vec::with_capacity(n);
@@ -169,6 +174,16 @@ pub async fn spawn_fleet(n: usize, opts: Options) -> Vec<TestApp> {
     let org = admin::create_org(&store, "test org", opts.plan, limits)
         .await
         .unwrap();
+    // The names the tests register agents under are the test organization's.
+    let keys = KeyRing::load(&key)
+        .unwrap()
+        .expect("the first start made the key file");
+    let record = store.get_org(&org.org_id).await.unwrap().unwrap();
+    for domain in opts.domains {
+        grants::approve(&store, &keys, &record, domain, false)
+            .await
+            .unwrap();
+    }
     let mut dbs: Vec<TestDb> = (1..n).map(|_| db.borrow()).collect();
     dbs.push(db);
     apps.into_iter()
@@ -197,6 +212,16 @@ pub async fn spawn_fleet(n: usize, opts: Options) -> Vec<TestApp> {
         })
         .collect()
 }
+
+/// The issuer domains the test organization holds (by the operator's grant, so with every
+/// name below them).
+pub const TEST_DOMAINS: [&str; 5] = [
+    "example.com",
+    "offline.example",
+    "a.io",
+    "scouts.example",
+    "ex.com",
+];
 
 pub fn test_config(url: &str, key: PathBuf) -> Config {
     let mut c = Config::new(url);
@@ -391,6 +416,22 @@ impl TestApp {
         self.handle = app.handle();
         self.task = Some(actix_web::rt::spawn(app.run_until_stopped()));
         self
+    }
+
+    /// The key file's key ring (what seals who holds a name).
+    pub fn key_ring(&self) -> KeyRing {
+        KeyRing::load(&self.config.signing_key_file).unwrap().unwrap()
+    }
+
+    /// The operator grants `domain` to organization `org_id` (`agentid domain approve`).
+    pub async fn grant(
+        &self,
+        org_id: &str,
+        domain: &str,
+        force: bool,
+    ) -> Result<agentid::store::Held, admin::AdminError> {
+        let org = self.store.get_org(org_id).await.unwrap().unwrap();
+        grants::approve(&self.store, &self.key_ring(), &org, domain, force).await
     }
 
     /// A direct connection to the test database, for what the API cannot do.

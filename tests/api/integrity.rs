@@ -36,6 +36,7 @@ fn forge(key: &SigningKey, kid: &str, agent: &str) -> String {
             exp: now + 3600,
             scopes: vec!["admin:everything".into()],
             status: None,
+            livemode: None,
         },
     )
 }
@@ -400,4 +401,132 @@ async fn junk_checkpoint_rows_neither_stop_nor_stand_in_for_checkpoints() {
     let (code, out) = audit_verify(&app);
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("stored checkpoint of 1000000 records"), "{out}");
+}
+
+/// Someone who can write the database gives another organization a name: a hold event of
+/// their own (no MAC of the key file, a wrong one, or a real event's copied to a new
+/// place) counts nowhere; the rows already there cannot be changed or deleted.
+#[actix_web::test]
+async fn who_holds_a_name_cannot_be_written_into_the_database() {
+    let metrics = agentid::telemetry::metrics_handle();
+    let app = spawn_app().await;
+    let limits =
+        agentid::domain::OrgLimits::resolve(agentid::domain::Plan::Developer, None, None, None).unwrap();
+    let b = admin::create_org(&app.store, "b", agentid::domain::Plan::Developer, limits)
+        .await
+        .unwrap();
+    let before = integrity_failures(metrics, "domain_event");
+    let (seq,): (i64,) = if app.db.is_postgres() {
+        let pool = sqlx::PgPool::connect(&app.db.url).await.unwrap();
+        sqlx::query_as("SELECT MAX(seq) FROM domain_events")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    } else {
+        let pool = sqlx::SqlitePool::connect(&app.db.url).await.unwrap();
+        sqlx::query_as("SELECT MAX(seq) FROM domain_events")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    let org_b = &b.org_id;
+    let forged = blob(&app, &[7u8; 32]);
+    for sql in [
+        // A hold without a MAC, one with a made-up MAC, and a copy of a real grant's row.
+        format!(
+            "INSERT INTO domain_events VALUES ({}, 'hold', 'bank.example', '{org_b}', 'dns', 1, 1, NULL, NULL)",
+            seq + 1
+        ),
+        format!(
+            "INSERT INTO domain_events VALUES ({}, 'release', 'example.com', '{}', NULL, 1, 1, 'x', {forged})",
+            seq + 1,
+            app.org.org_id
+        ),
+        format!(
+            "INSERT INTO domain_events VALUES ({}, 'hold', 'example.com', '{org_b}', 'operator', 1, 1, NULL, {forged})",
+            seq + 2
+        ),
+        format!(
+            "INSERT INTO domain_events SELECT {}, kind, domain, org_id, method, at, claimed_at, reason, mac \
+             FROM domain_events WHERE domain = 'a.io'",
+            seq + 3
+        ),
+    ] {
+        // The first is refused by the triggers; the others are rows the service ignores.
+        let _ = app.raw_execute(&sql).await;
+    }
+    for name in ["bank.example", "example.com", "a.io"] {
+        app.post(
+            "/v1/agents/register",
+            Some(&b.keys.secret_live),
+            Some(&serde_json::json!({"name": "n", "issuer_domain": name, "scopes": ["read:x"]})),
+        )
+        .await
+        .assert_error(403, "ISSUER_DOMAIN_NOT_VERIFIED");
+    }
+    // The test organization still holds what it was granted.
+    app.agent().await;
+    assert!(integrity_failures(metrics, "domain_event") > before);
+    for sql in [
+        "UPDATE domain_events SET org_id = 'org_x' WHERE domain = 'example.com'".to_owned(),
+        "DELETE FROM domain_events WHERE domain = 'example.com'".to_owned(),
+        format!(
+            "INSERT INTO domain_events VALUES ({}, 'hold', 'x.example', '{org_b}', 'dns', 1, 1, NULL, NULL)",
+            seq + 10
+        ),
+    ] {
+        assert!(app.raw_execute(&sql).await.is_err(), "{sql} was let through");
+    }
+    let (code, out) = audit_verify(&app);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("the key file does not vouch for it"), "{out}");
+}
+
+/// Behind the triggers (the database's owner), a name handed back to its former holder is
+/// only detected: the checkpoints committed to the events that moved it, so `audit verify`
+/// fails.
+#[actix_web::test]
+async fn a_name_handed_back_behind_the_triggers_is_caught() {
+    let app = spawn_app().await;
+    let limits =
+        agentid::domain::OrgLimits::resolve(agentid::domain::Plan::Developer, None, None, None).unwrap();
+    let b = admin::create_org(&app.store, "b", agentid::domain::Plan::Developer, limits)
+        .await
+        .unwrap();
+    // The name moves to B, and a checkpoint commits to that.
+    app.grant(&b.org_id, "example.com", true).await.unwrap();
+    let registered = app
+        .register_with(
+            &b.keys.secret_live,
+            serde_json::json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"]}),
+        )
+        .await;
+    let token = registered["token"].as_str().unwrap();
+    for _ in 0..3 {
+        assert_eq!(app.verify(token).await["valid"], true);
+    }
+    let note = {
+        let mut note = String::new();
+        for _ in 0..200 {
+            note = app
+                .get("/v1/log/checkpoint", Some(&b.keys.secret_live))
+                .await
+                .text();
+            if note.lines().nth(1) == Some("3") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        note
+    };
+    assert!(note.contains("\nagentid-domains "), "{note}");
+    // The events that moved the name go.
+    crate::helpers::tamper(
+        &app,
+        "DELETE FROM domain_events WHERE seq > (SELECT MAX(seq) - 2 FROM domain_events)",
+    )
+    .await;
+    let (code, out) = audit_verify(&app);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("who holds a name was rewritten"), "{out}");
 }

@@ -3,6 +3,8 @@
 use agentid::domain::{OrgLimits, Plan};
 use agentid::engine::admin;
 
+use serde_json::json;
+
 use crate::helpers::spawn_app;
 
 #[actix_web::test]
@@ -74,4 +76,71 @@ async fn test_and_live_data_are_separate() {
     assert_eq!(live_log["pagination"]["total"], 1);
     assert_eq!(test_log["pagination"]["total"], 1);
     assert_eq!(test_log["data"][0]["agent_id"], test_id);
+}
+
+/// A test-mode token says so (`livemode: false`, which live tokens never carry), online
+/// verification says which it is, and test agents' places are in lists of their own: a test
+/// revocation changes no list that live tokens point at.
+#[actix_web::test]
+async fn test_mode_tokens_say_so_and_keep_to_lists_of_their_own() {
+    use crate::status::{checked_list, part, place, status_at, until_revoked};
+    let app = spawn_app().await;
+    let test_key = app.org.keys.secret_test.clone();
+    let t = app
+        .register_with(
+            &test_key,
+            serde_json::json!({"name": "t", "issuer_domain": "example.com", "scopes": ["read:x"]}),
+        )
+        .await;
+    let (test_id, test_token) = (t["agent_id"].as_str().unwrap(), t["token"].as_str().unwrap());
+    let (_, live_token) = app.agent().await;
+    assert_eq!(part(test_token, 1)["livemode"], false);
+    assert!(
+        part(&live_token, 1).get("livemode").is_none(),
+        "{}",
+        part(&live_token, 1)
+    );
+    let test_answer = app.verify(test_token).await;
+    assert_eq!(
+        (&test_answer["valid"], &test_answer["livemode"]),
+        (&json!(true), &json!(false))
+    );
+    assert_eq!(app.verify(&live_token).await["livemode"], true);
+    // A token that claims `livemode: true` is not one the service wrote.
+    let mut forged = part(&live_token, 1);
+    forged["livemode"] = json!(true);
+    let signed = app.engine.keys().sign(&serde_json::from_value(json!({
+        "iss": forged["iss"], "sub": forged["sub"], "jti": "j", "iat": forged["iat"], "exp": forged["exp"],
+        "scopes": forged["scopes"]
+    })).unwrap());
+    assert_eq!(
+        app.verify(&signed).await["valid"],
+        true,
+        "the same claims without it pass"
+    );
+    let (h, _, sig) = {
+        let mut parts = signed.split('.');
+        (
+            parts.next().unwrap().to_owned(),
+            parts.next(),
+            parts.next().unwrap().to_owned(),
+        )
+    };
+    use base64::Engine as _;
+    let payload = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(forged.to_string());
+    assert_eq!(
+        app.verify(&format!("{h}.{payload}.{sig}")).await["error"],
+        "TOKEN_INVALID"
+    );
+
+    let (test_idx, test_uri) = place(test_token);
+    let (live_idx, live_uri) = place(&live_token);
+    assert_ne!(test_uri, live_uri, "test and live agents share a list");
+    let live_before = checked_list(&app, &live_uri).await;
+    app.post(&format!("/v1/agents/{test_id}/revoke"), Some(&test_key), None)
+        .await;
+    until_revoked(&app, &test_uri, test_idx).await;
+    let live_after = checked_list(&app, &live_uri).await;
+    assert_eq!(live_after["status_list"], live_before["status_list"]);
+    assert_eq!(status_at(&live_after, live_idx), 0);
 }

@@ -2,12 +2,14 @@
 //! real server they drive over HTTP; the rest call the engine, the store or the binary.
 //! Backend: SQLite by default; PostgreSQL when AGENTID_TEST_DATABASE_URL=postgres://… .
 
+mod dns;
 mod helpers;
 
 mod admin;
 mod agents;
 mod auth;
 pub mod cli;
+mod domains;
 mod engine;
 mod errors;
 mod fleet;
@@ -23,7 +25,7 @@ mod proxy;
 mod readme;
 mod rotation;
 mod ssf;
-mod status;
+pub mod status;
 mod store;
 mod tokens;
 mod transparency;

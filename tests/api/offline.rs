@@ -37,6 +37,7 @@ async fn pyjwt_and_jose_validate_tokens_with_the_pem_alone() {
         exp: i64::MAX / 2000,
         scopes: vec![],
         status: None,
+        livemode: None,
     });
     for name in PEM_SNIPPETS {
         let seen = readme::run(name, dir.path(), &foreign, &app.base);

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::helpers::spawn_app;
+use crate::helpers::{spawn_app_with, Options};
 
 const README: &str = include_str!("../../README.md");
 
@@ -261,7 +261,13 @@ fn the_readme_names_every_snippet_it_shows() {
 /// wait for the first checkpoint.
 #[actix_web::test]
 async fn the_walkthrough_and_snippets_run_as_written() {
-    let app = spawn_app().await;
+    // The walkthrough's own organization is granted example.com: the test organization
+    // holds no name.
+    let app = spawn_app_with(Options {
+        domains: &[],
+        ..Options::default()
+    })
+    .await;
     let dir = tempfile::tempdir().unwrap();
     let walkthrough = shell_blocks("Walkthrough: issue → verify → revoke → log").concat();
     assert!(walkthrough.contains("export BASE=http://127.0.0.1:8080\n"));
@@ -391,4 +397,79 @@ async fn the_walkthrough_and_snippets_run_as_written() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// "Trusting an issuer" as written: the claim, then (once the test's DNS server publishes
+/// the record the claim asks for) the proof, an agent under a name below it, the lists.
+#[actix_web::test]
+async fn trusting_an_issuer_runs_as_written() {
+    let dns = crate::dns::TestDns::start().await;
+    let addr = dns.addr;
+    let app = spawn_app_with(Options {
+        tweak: Box::new(move |c| c.engine.domains.dns_resolver = Some(addr)),
+        ..Options::default()
+    })
+    .await;
+    let blocks = shell_blocks("Trusting an issuer");
+    let [claim, prove] = &blocks[..] else {
+        panic!("two blocks expected: {blocks:?}");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bin = Path::new(env!("CARGO_BIN_EXE_agentid"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let run = |script: &str| {
+        let mut cmd = shell(dir.path(), script);
+        cmd.env("PATH", &path)
+            .env("BASE", &app.base)
+            .env("SK", app.secret())
+            .env("DATABASE_URL", &app.db.url)
+            .env("AGENTID_SIGNING_KEY_FILE", &app.config.signing_key_file);
+        async move {
+            let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+                .await
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                out.status.success(),
+                "{stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            serde_json::Deserializer::from_str(&stdout)
+                .into_iter()
+                .collect::<Result<Vec<Value>, _>>()
+                .unwrap_or_else(|e| panic!("not JSON answers ({e}): {stdout}"))
+        }
+    };
+    let claimed = run(claim).await;
+    let challenge = &claimed[0]["challenge"]["dns"];
+    assert_eq!(claimed[0]["status"], "pending", "{claimed:?}");
+    dns.txt(
+        challenge["name"].as_str().unwrap(),
+        &[challenge["value"].as_str().unwrap()],
+    );
+    let proved = run(prove).await;
+    let [verified, registered, listed, operator] = &proved[..] else {
+        panic!("four answers expected: {proved:?}");
+    };
+    assert_eq!(
+        (&verified["status"], &verified["method"]),
+        (&Value::from("verified"), &Value::from("dns"))
+    );
+    assert_eq!(registered["issuer"], "eu.billing.example.net", "{registered}");
+    assert!(listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|d| d["domain"] == "billing.example.net"));
+    assert!(
+        operator
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["domain"] == "billing.example.net" && d["status"] == "held" && d["method"] == "dns"),
+        "{operator}"
+    );
 }

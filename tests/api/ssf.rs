@@ -491,10 +491,8 @@ async fn an_event_survives_a_kill_between_commit_and_delivery() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let sk = serde_json::from_slice::<Value>(&out.stdout).unwrap()["keys"]["secret_live"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let org = serde_json::from_slice::<Value>(&out.stdout).unwrap();
+    let sk = org["keys"]["secret_live"].as_str().unwrap().to_owned();
     // The shortest lease: a pass the kill cut short holds the stream until it runs out.
     let env = [
         ("AGENTID_SSF_ALLOW_INSECURE_ENDPOINTS", "1"),
@@ -517,6 +515,24 @@ async fn an_event_survives_a_kill_between_commit_and_delivery() {
         }
     };
     let mut server = start();
+    // Its first start made the key file the grant is sealed with.
+    let granted = std::process::Command::new(env!("CARGO_BIN_EXE_agentid"))
+        .args([
+            "domain",
+            "approve",
+            "--org",
+            org["org_id"].as_str().unwrap(),
+            "example.com",
+        ])
+        .args(["--database-url", &db.url])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        granted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&granted.stderr)
+    );
     call("POST", server.base.clone(), "/ssf/streams",
         json!({"delivery": {"method": "urn:ietf:rfc:8935", "endpoint_url": url}, "events_requested": [REVOKED]})).await;
     let agent = call(

@@ -11,13 +11,13 @@ use serde_json::Value;
 use crate::helpers::{spawn_app, spawn_app_with, spawn_fleet, Options, Resp, TestApp};
 
 /// A JWT's part `i` (0 header, 1 claims) as JSON.
-fn part(jwt: &str, i: usize) -> Value {
+pub(crate) fn part(jwt: &str, i: usize) -> Value {
     let bytes = URL_SAFE_NO_PAD.decode(jwt.split('.').nth(i).unwrap()).unwrap();
     serde_json::from_slice(&bytes).unwrap()
 }
 
 /// The `status.status_list` of a token: (idx, uri).
-fn place(token: &str) -> (u64, String) {
+pub(crate) fn place(token: &str) -> (u64, String) {
     let claims = part(token, 1);
     let list = &claims["status"]["status_list"];
     (
@@ -27,7 +27,7 @@ fn place(token: &str) -> (u64, String) {
 }
 
 /// GET a list by its URI, with extra headers.
-async fn fetch(app: &TestApp, uri: &str, headers: &[(&str, &str)]) -> Resp {
+pub(crate) async fn fetch(app: &TestApp, uri: &str, headers: &[(&str, &str)]) -> Resp {
     let mut req = app.client.get(uri);
     for (name, value) in headers {
         req = req.insert_header((*name, *value));
@@ -36,7 +36,7 @@ async fn fetch(app: &TestApp, uri: &str, headers: &[(&str, &str)]) -> Resp {
 }
 
 /// Checks a served list's signature against JWKS and form; returns its claims.
-async fn checked_list(app: &TestApp, uri: &str) -> Value {
+pub(crate) async fn checked_list(app: &TestApp, uri: &str) -> Value {
     let res = fetch(app, uri, &[]).await;
     assert_eq!(res.status, 200, "{}", res.text());
     assert_eq!(
@@ -57,7 +57,7 @@ async fn checked_list(app: &TestApp, uri: &str) -> Value {
 }
 
 /// The status (0 or 1) at `idx` of a list's claims.
-fn status_at(claims: &Value, idx: u64) -> u8 {
+pub(crate) fn status_at(claims: &Value, idx: u64) -> u8 {
     let lst = URL_SAFE_NO_PAD
         .decode(claims["status_list"]["lst"].as_str().unwrap())
         .unwrap();
@@ -66,7 +66,7 @@ fn status_at(claims: &Value, idx: u64) -> u8 {
 }
 
 /// Polls `app`'s list until `idx` reads 1; how long it took.
-async fn until_revoked(app: &TestApp, uri: &str, idx: u64) -> Duration {
+pub(crate) async fn until_revoked(app: &TestApp, uri: &str, idx: u64) -> Duration {
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(5) {
         let claims = part(&fetch(app, uri, &[]).await.text(), 1);

@@ -49,7 +49,10 @@ async fn agents_round_trip_revoke_once_and_refuse_renewal_when_revoked() {
     s.insert_agent(&a).await.unwrap();
     assert_eq!(s.get_agent(&a.id).await.unwrap(), Some(a.clone()));
     assert!(s.insert_agent(&a).await.is_err(), "ids are unique");
-    assert!(s.renew_token(&a.id, Millis(5000), Millis(9000)).await.unwrap());
+    assert!(s
+        .renew_token(&a.id, Millis(5000), Millis(9000), None)
+        .await
+        .unwrap());
     assert_eq!(s.revocations_after(0).await.unwrap(), Default::default());
     let (first, first_epoch) = s
         .revoke_agent(&a.id, Millis(10), Some("r1"))
@@ -83,7 +86,7 @@ async fn agents_round_trip_revoke_once_and_refuse_renewal_when_revoked() {
     );
     assert!(after(1).await.unwrap().revoked.is_empty());
     assert_eq!(after(i64::MAX).await.unwrap().epoch, 1);
-    assert!(!s.renew_token(&a.id, Millis(30), Millis(40)).await.unwrap());
+    assert!(!s.renew_token(&a.id, Millis(30), Millis(40), None).await.unwrap());
     assert_eq!(
         s.get_agent(&a.id).await.unwrap().unwrap().expires_at,
         Millis(9000)
@@ -508,4 +511,104 @@ async fn an_unreachable_postgres_is_named_with_why() {
             .to_string();
         assert!(err.contains("no such database"), "{err}");
     }
+}
+
+/// Migration 13 gives each organization the issuer domains its agents used where no other
+/// organization used the name (that name alone, `existing`); a name several used goes to
+/// none of them, and `domain list` says so.
+#[actix_web::test]
+async fn names_in_use_before_proofs_go_to_their_only_user() {
+    use agentid::store::migrate;
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::helpers::TestDb::new(dir.path()).await;
+    let orgs = [
+        "org_01aaaaaaaaaaaaaaaaaaaaaaaa",
+        "org_01bbbbbbbbbbbbbbbbbbbbbbbb",
+        "org_01cccccccccccccccccccccc",
+    ];
+    let mut stmts: Vec<String> = orgs
+        .iter()
+        .map(|o| {
+            format!(
+                "INSERT INTO orgs (id, name, plan, verify_limit, other_limit, max_expiry_seconds, created_at) \
+                 VALUES ('{o}', '{o}', 'free', 100, 100, 3600, 1)"
+            )
+        })
+        .collect();
+    for (i, (org, mode, domain)) in [
+        (0, "live", "solo.example"),
+        (0, "test", "solo.example"),
+        (1, "live", "shared.example"),
+        (2, "live", "shared.example"),
+        (1, "live", "bee.example"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        stmts.push(format!(
+            "INSERT INTO agents (id, org_id, mode, name, issuer_domain, description, scopes, created_at, \
+             issued_at, expires_at) VALUES ('agt_01dddddddddddddddddddddd{i:02}', '{}', '{mode}', 'n', \
+             '{domain}', '', '[\"read:x\"]', {}, 1, 2)",
+            orgs[org],
+            100 + i
+        ));
+    }
+    macro_rules! before_proofs {
+        ($pool:expr, $set:expr) => {{
+            let pool = $pool;
+            migrate::migrator(&$set[..12])
+                .await
+                .unwrap()
+                .run(&pool)
+                .await
+                .unwrap();
+            for s in &stmts {
+                sqlx::query(s).execute(&pool).await.unwrap();
+            }
+            pool.close().await;
+        }};
+    }
+    if db.is_postgres() {
+        before_proofs!(sqlx::PgPool::connect(&db.url).await.unwrap(), migrate::POSTGRES);
+    } else {
+        let opts = db.url.parse::<sqlx::sqlite::SqliteConnectOptions>().unwrap();
+        let pool = sqlx::SqlitePool::connect_with(opts.create_if_missing(true))
+            .await
+            .unwrap();
+        before_proofs!(pool, migrate::SQLITE);
+    }
+    let store = agentid::store::connect(&db.url, &Default::default())
+        .await
+        .unwrap();
+    // Any key file: what the migration carried over is vouched for by its place.
+    let keys = agentid::keys::KeyRing::from_signing_key(ed25519_dalek::SigningKey::from_bytes(&[9; 32]));
+    let held: Vec<(String, String, &str)> = store
+        .holdings(&keys, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|h| (h.domain, h.org_id, h.method.as_str()))
+        .collect();
+    assert_eq!(
+        held,
+        [
+            ("bee.example".to_owned(), orgs[1].to_owned(), "existing"),
+            ("solo.example".to_owned(), orgs[0].to_owned(), "existing"),
+        ]
+    );
+    let listed = agentid::engine::grants::list(&store, &keys, None).await.unwrap();
+    let shared = listed.iter().find(|l| l.domain == "shared.example").unwrap();
+    assert_eq!(
+        (shared.status, shared.org_ids.clone()),
+        ("unheld", vec![orgs[1].to_owned(), orgs[2].to_owned()])
+    );
+    // That name alone: nothing below it.
+    let over = store.holdings_over(&keys, "eu.solo.example").await.unwrap();
+    assert!(agentid::domain::holding::may_issue(orgs[0], "eu.solo.example", &over).is_err());
+    assert!(agentid::domain::holding::may_issue(
+        orgs[0],
+        "solo.example",
+        &store.holdings_over(&keys, "solo.example").await.unwrap()
+    )
+    .is_ok());
 }

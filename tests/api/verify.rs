@@ -23,6 +23,7 @@ async fn a_valid_token_answers_with_the_agent_identity() {
             "expires_at",
             "issued_at",
             "issuer",
+            "livemode",
             "name",
             "scopes",
             "valid",
