@@ -11,6 +11,8 @@ export interface Agent {
   scopes: string[];
   issuedAt: Date;
   expiresAt: Date;
+  /** False for a test-mode token (accepted only with `allowTest`). */
+  livemode: boolean;
 }
 
 export interface VerifierOptions {
@@ -28,6 +30,8 @@ export interface VerifierOptions {
   kidRefetchInterval?: number;
   /** Seconds a fetch may take (5). */
   timeout?: number;
+  /** Accept test-mode tokens (`livemode: false`, issued with an sk_test_ key): false. */
+  allowTest?: boolean;
 }
 
 export class Verifier {

@@ -41,9 +41,11 @@ function b64url(text) {
 export class Verifier {
   /**
    * @param {{baseUrl: string, issuers?: string[], leeway?: number, listGrace?: number,
-   *          failOpen?: boolean, kidRefetchInterval?: number, timeout?: number}} options
+   *          failOpen?: boolean, kidRefetchInterval?: number, timeout?: number,
+   *          allowTest?: boolean}} options
    */
-  constructor({ baseUrl, issuers, leeway = 30, listGrace = 300, failOpen = false, kidRefetchInterval = 60, timeout = 5 }) {
+  constructor({ baseUrl, issuers, leeway = 30, listGrace = 300, failOpen = false, kidRefetchInterval = 60, timeout = 5, allowTest = false }) {
+    this.allowTest = allowTest;
     this.baseUrl = baseUrl.replace(/\/+$/, "");
     this.issuers = issuers ? new Set(issuers) : null;
     this.leeway = leeway;
@@ -185,6 +187,7 @@ export class Verifier {
     const c = await this.decode(token, "JWT", ["exp", "iat", "sub", "iss"]);
     if (c.iat > Date.now() / 1000 + this.leeway) fail("TOKEN_INVALID", "issued in the future");
     if (this.issuers && !this.issuers.has(c.iss)) fail("TOKEN_INVALID", `issuer ${c.iss} is not accepted`);
+    const livemode = this.livemode(c.livemode);
     if (this.revoked.has(c.sub)) fail("TOKEN_REVOKED", "revoked (a pushed event)");
     if (c.status !== undefined) {
       const ref = c.status?.status_list;
@@ -202,7 +205,17 @@ export class Verifier {
       scopes: granted,
       issuedAt: new Date(c.iat * 1000),
       expiresAt: new Date(c.exp * 1000),
+      livemode,
     };
+  }
+
+  /** Whether a token is live; a test-mode one (`livemode: false`) is refused unless
+   * `allowTest`. */
+  livemode(value = true) {
+    if (value === true) return true;
+    if (value === false && this.allowTest) return false;
+    if (value === false) fail("TOKEN_INVALID", "a test-mode token (livemode false); build the Verifier with allowTest: true to accept it");
+    fail("TOKEN_INVALID", "malformed livemode claim");
   }
 
   /** Asks the service (`GET /v1/verify/:token`), which sees revocation at once. */
@@ -222,12 +235,14 @@ export class Verifier {
       const code = ["TOKEN_REVOKED", "TOKEN_EXPIRED"].includes(a.error) ? a.error : "TOKEN_INVALID";
       fail(code, a.error);
     }
+    const livemode = this.livemode(a.livemode);
     return {
       agentId: a.agent_id,
       issuer: a.issuer,
       scopes: a.scopes || [],
       issuedAt: new Date(a.issued_at),
       expiresAt: new Date(a.expires_at),
+      livemode,
     };
   }
 

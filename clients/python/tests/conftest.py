@@ -20,7 +20,9 @@ class Server:
         self.key_file = os.path.join(self.dir, "signing-key.pem")
         self.cli("migrate")  # only serve and migrate create a database
         org = json.loads(self.cli("org", "create", "--name", "py", "--plan", "growth"))
+        self.org_id = org["org_id"]
         self.sk = org["keys"]["secret_live"]
+        self.sk_test = org["keys"]["secret_test"]
         self.pk = org["keys"]["publishable_live"]
         env = dict(os.environ, DATABASE_URL=self.db, AGENTID_BIND="127.0.0.1:0",
                    AGENTID_METRICS_BIND="off", AGENTID_SIGNING_KEY_FILE=self.key_file,
@@ -34,6 +36,8 @@ class Server:
                 break
         else:
             raise RuntimeError("agentid did not start")
+        # The organization issues under example.com (the serve above made the key file).
+        self.cli("domain", "approve", "--org", self.org_id, "example.com")
 
     def cli(self, *args):
         env = dict(os.environ, DATABASE_URL=self.db, AGENTID_SIGNING_KEY_FILE=self.key_file)
@@ -52,9 +56,9 @@ class Server:
             text = res.read()
             return json.loads(text) if text else None
 
-    def register(self, scopes=("read:orders",), **extra):
+    def register(self, scopes=("read:orders",), key=None, **extra):
         body = {"name": "bot", "issuer_domain": "example.com", "scopes": list(scopes), **extra}
-        a = self.call("POST", "/v1/agents/register", body)
+        a = self.call("POST", "/v1/agents/register", body, key=key)
         return a["agent_id"], a["token"]
 
     def revoke(self, agent_id):

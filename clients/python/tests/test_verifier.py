@@ -139,3 +139,19 @@ def test_an_unreachable_list_fails_closed_or_open():
         closed.verify(token)
     assert e.value.code == "UNAVAILABLE"
     assert opened.verify(token).agent_id == agent_id
+
+
+def test_a_test_mode_token_is_refused_unless_allowed(server):
+    """Attack: a token issued with an sk_test_ key offered to a default verifier."""
+    _, token = server.register(key=server.sk_test)
+    assert jwt.decode(token, options={"verify_signature": False})["livemode"] is False
+    for verify in (Verifier(server.base).verify, Verifier(server.base).verify_online):
+        with pytest.raises(TokenInvalid) as e:
+            verify(token)
+        assert e.value.code == "TOKEN_INVALID" and "allow_test" in str(e.value)
+    allowed = Verifier(server.base, allow_test=True)
+    assert allowed.verify(token).livemode is False
+    assert allowed.verify_online(token).livemode is False
+    _, live = server.register()
+    assert Verifier(server.base).verify(live).livemode is True
+    assert Verifier(server.base).verify_online(live).livemode is True

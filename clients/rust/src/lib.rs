@@ -72,6 +72,8 @@ pub struct Agent {
     pub scopes: Vec<String>,
     pub issued_at: SystemTime,
     pub expires_at: SystemTime,
+    /// False for a test-mode token (accepted only with [`Builder::allow_test`]).
+    pub livemode: bool,
 }
 
 /// How a [`Verifier`] is made.
@@ -81,6 +83,7 @@ pub struct Builder {
     leeway: Duration,
     list_grace: Duration,
     fail_open: bool,
+    allow_test: bool,
     kid_refetch: Duration,
     timeout: Duration,
 }
@@ -106,6 +109,12 @@ impl Builder {
         self.fail_open = yes;
         self
     }
+    /// Accept test-mode tokens (`"livemode": false`, issued with an `sk_test_` key); refused
+    /// as `TOKEN_INVALID` otherwise (false).
+    pub fn allow_test(mut self, yes: bool) -> Self {
+        self.allow_test = yes;
+        self
+    }
     /// Least time between refetches of the keys for unknown kids (60 s).
     pub fn kid_refetch_interval(mut self, d: Duration) -> Self {
         self.kid_refetch = d;
@@ -127,6 +136,7 @@ impl Builder {
                 leeway: self.leeway.as_secs() as i64,
                 list_grace: self.list_grace,
                 fail_open: self.fail_open,
+                allow_test: self.allow_test,
                 kid_refetch: self.kid_refetch,
                 state: Mutex::default(),
                 fetching: tokio::sync::Mutex::default(),
@@ -167,6 +177,7 @@ struct Inner {
     leeway: i64,
     list_grace: Duration,
     fail_open: bool,
+    allow_test: bool,
     kid_refetch: Duration,
     state: Mutex<State>,
     /// Held while fetching: concurrent verifications share one fetch.
@@ -212,6 +223,7 @@ impl Verifier {
             leeway: Duration::from_secs(30),
             list_grace: Duration::from_secs(300),
             fail_open: false,
+            allow_test: false,
             kid_refetch: Duration::from_secs(60),
             timeout: Duration::from_secs(5),
         }
@@ -456,6 +468,7 @@ impl Verifier {
         if self.inner.issuers.as_ref().is_some_and(|i| !i.contains(iss)) {
             return Err(invalid(format!("issuer {iss} is not accepted")));
         }
+        let livemode = self.livemode(c.get("livemode"))?;
         if self.inner.state.lock().revoked.contains(sub) {
             return Err(Error::Revoked);
         }
@@ -488,7 +501,21 @@ impl Verifier {
             scopes: granted,
             issued_at: UNIX_EPOCH + Duration::from_secs(iat.max(0) as u64),
             expires_at: UNIX_EPOCH + Duration::from_secs(exp.max(0) as u64),
+            livemode,
         })
+    }
+
+    /// Whether a token is live (no `livemode`, or `true`); a test-mode one is refused
+    /// unless `allow_test`.
+    fn livemode(&self, value: Option<&Value>) -> Result<bool, Error> {
+        match value {
+            None | Some(Value::Bool(true)) => Ok(true),
+            Some(Value::Bool(false)) if self.inner.allow_test => Ok(false),
+            Some(Value::Bool(false)) => Err(invalid(
+                "a test-mode token (livemode false); build the Verifier with .allow_test(true) to accept it",
+            )),
+            Some(_) => Err(invalid("malformed livemode claim")),
+        }
     }
 
     /// Asks the service (`GET /v1/verify/:token`), which sees revocation at once.
@@ -525,6 +552,7 @@ impl Verifier {
                 other => invalid(other.unwrap_or("TOKEN_INVALID")),
             });
         }
+        let livemode = self.livemode(answer.get("livemode"))?;
         // The answer's times are RFC 3339; the token's own claims hold them as seconds.
         let claims = token
             .split('.')
@@ -544,6 +572,7 @@ impl Verifier {
                 .collect(),
             issued_at: secs(&claims["iat"]),
             expires_at: secs(&claims["exp"]),
+            livemode,
         })
     }
 

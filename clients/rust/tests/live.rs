@@ -15,6 +15,7 @@ struct Server {
     child: Child,
     base: String,
     sk: String,
+    sk_test: String,
     pk: String,
     _dir: PathBuf,
     env: Vec<(String, String)>,
@@ -45,6 +46,7 @@ impl Server {
             child: Command::new("true").spawn().unwrap(),
             base: String::new(),
             sk: String::new(),
+            sk_test: String::new(),
             pk: String::new(),
             _dir: dir,
             env,
@@ -53,6 +55,7 @@ impl Server {
         let org: Value =
             serde_json::from_str(&s.cli(&["org", "create", "--name", "rs", "--plan", "growth"])).unwrap();
         s.sk = org["keys"]["secret_live"].as_str().unwrap().to_owned();
+        s.sk_test = org["keys"]["secret_test"].as_str().unwrap().to_owned();
         s.pk = org["keys"]["publishable_live"].as_str().unwrap().to_owned();
         let mut child = Command::new(bin())
             .arg("serve")
@@ -75,6 +78,14 @@ impl Server {
         };
         std::thread::spawn(move || for _ in lines {});
         s.child = child;
+        // The organization issues under example.com (the serve above made the key file).
+        s.cli(&[
+            "domain",
+            "approve",
+            "--org",
+            org["org_id"].as_str().unwrap(),
+            "example.com",
+        ]);
         s
     }
 
@@ -108,11 +119,15 @@ impl Server {
     }
 
     fn register(&self, extra: Value) -> (String, String) {
+        self.register_with(extra, None)
+    }
+
+    fn register_with(&self, extra: Value, key: Option<&str>) -> (String, String) {
         let mut body = json!({"name": "bot", "issuer_domain": "example.com", "scopes": ["read:orders"]});
         body.as_object_mut()
             .unwrap()
             .extend(extra.as_object().unwrap().clone());
-        let a = self.call("POST", "/v1/agents/register", Some(body), None);
+        let a = self.call("POST", "/v1/agents/register", Some(body), key);
         (
             a["agent_id"].as_str().unwrap().to_owned(),
             a["token"].as_str().unwrap().to_owned(),
@@ -331,4 +346,21 @@ async fn the_tower_layer_answers_401_403_and_200() {
     );
     let ok = call(&["read:orders"], Some(format!("Bearer {token}"))).await;
     assert_eq!((ok.status().as_u16(), ok.body().as_str()), (200, id.as_str()));
+}
+
+/// Attack: a test-mode token offered to a default verifier.
+#[tokio::test(flavor = "current_thread")]
+async fn a_test_mode_token_is_refused_unless_allowed() {
+    let s = Server::start();
+    let sk_test = s.sk_test.clone();
+    let (_, token) = s.register_with(json!({}), Some(&sk_test));
+    let strict = Verifier::builder(&s.base).build().unwrap();
+    assert_eq!(code(strict.verify(&token).await), "TOKEN_INVALID");
+    assert_eq!(code(strict.verify_online(&token, None).await), "TOKEN_INVALID");
+    let allowed = Verifier::builder(&s.base).allow_test(true).build().unwrap();
+    assert!(!allowed.verify(&token).await.unwrap().livemode);
+    assert!(!allowed.verify_online(&token, None).await.unwrap().livemode);
+    let (_, live) = s.register(json!({}));
+    assert!(strict.verify(&live).await.unwrap().livemode);
+    assert!(strict.verify_online(&live, None).await.unwrap().livemode);
 }

@@ -28,6 +28,8 @@ export async function startServer() {
     });
     proc.on("exit", () => reject(new Error("agentid exited")));
   });
+  // The organization issues under example.com (the serve above made the key file).
+  cli("domain", "approve", "--org", org.org_id, "example.com");
   const call = async (method, path, body, key = org.keys.secret_live) => {
     const res = await fetch(base + path, {
       method,
@@ -42,8 +44,8 @@ export async function startServer() {
     org,
     cli,
     call,
-    register: async (extra = {}) => {
-      const a = await call("POST", "/v1/agents/register", { name: "bot", issuer_domain: "example.com", scopes: ["read:orders"], ...extra });
+    register: async (extra = {}, key = undefined) => {
+      const a = await call("POST", "/v1/agents/register", { name: "bot", issuer_domain: "example.com", scopes: ["read:orders"], ...extra }, key);
       return [a.agent_id, a.token];
     },
     revoke: (id) => call("POST", `/v1/agents/${id}/revoke`),

@@ -134,3 +134,17 @@ test("an unreachable list fails closed, or open when asked", async () => {
   assert.equal(await code(closed.verify(token)), "UNAVAILABLE");
   assert.equal((await opened.verify(token)).agentId, id);
 });
+
+test("a test-mode token is refused unless allowTest", async () => {
+  const [, token] = await s.register({}, s.org.keys.secret_test);
+  assert.equal(JSON.parse(Buffer.from(token.split(".")[1], "base64url")).livemode, false);
+  const strict = new Verifier({ baseUrl: s.base });
+  assert.equal(await code(strict.verify(token)), "TOKEN_INVALID");
+  assert.equal(await code(strict.verifyOnline(token)), "TOKEN_INVALID");
+  const allowed = new Verifier({ baseUrl: s.base, allowTest: true });
+  assert.equal((await allowed.verify(token)).livemode, false);
+  assert.equal((await allowed.verifyOnline(token)).livemode, false);
+  const [, live] = await s.register();
+  assert.equal((await strict.verify(live)).livemode, true);
+  assert.equal((await strict.verifyOnline(live)).livemode, true);
+});

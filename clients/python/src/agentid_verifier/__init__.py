@@ -77,6 +77,8 @@ class Agent:
     scopes: List[str]
     issued_at: datetime
     expires_at: datetime
+    #: False for a test-mode token (accepted only with ``allow_test=True``).
+    livemode: bool = True
 
 
 def _utc(seconds: float) -> datetime:
@@ -108,7 +110,8 @@ class Verifier:
     ``ttl`` a status list that cannot be refetched is still used; ``fail_open`` judges a
     token on signature and claims alone when its list cannot be had (by default such a token
     is ``UNAVAILABLE``). ``kid_refetch_interval`` bounds refetches of the keys for unknown
-    ``kid``s.
+    ``kid``s. A test-mode token (``"livemode": false``, issued with an ``sk_test_`` key) is
+    ``TOKEN_INVALID`` unless ``allow_test``.
     """
 
     def __init__(
@@ -120,6 +123,7 @@ class Verifier:
         fail_open: bool = False,
         timeout: float = 5.0,
         kid_refetch_interval: float = 60.0,
+        allow_test: bool = False,
     ):
         self.base_url = base_url.rstrip("/")
         self.issuers = set(issuers) if issuers is not None else None
@@ -128,6 +132,7 @@ class Verifier:
         self.fail_open = fail_open
         self.timeout = timeout
         self.kid_refetch_interval = kid_refetch_interval
+        self.allow_test = allow_test
         self._lock = threading.Lock()
         self._fetching: Dict[str, threading.Lock] = {}
         self._docs: Dict[str, _Document] = {}
@@ -269,6 +274,7 @@ class Verifier:
             raise TokenInvalid("issued in the future")
         if self.issuers is not None and claims["iss"] not in self.issuers:
             raise TokenInvalid(f"issuer {claims['iss']!r} is not accepted")
+        livemode = self._livemode(claims.get("livemode", True))
         if claims["sub"] in self._revoked:
             raise TokenRevoked("revoked (a pushed event)")
         status = claims.get("status")
@@ -290,7 +296,18 @@ class Verifier:
             scopes=list(granted),
             issued_at=_utc(claims["iat"]),
             expires_at=_utc(claims["exp"]),
+            livemode=livemode,
         )
+
+    def _livemode(self, livemode: object) -> bool:
+        """Whether a token is live; a test-mode one is refused unless ``allow_test``."""
+        if livemode is True:
+            return True
+        if livemode is False and self.allow_test:
+            return False
+        if livemode is False:
+            raise TokenInvalid("a test-mode token (livemode false); build the Verifier with allow_test=True to accept it")
+        raise TokenInvalid("malformed livemode claim")
 
     def verify_online(self, token: str, key: Optional[str] = None) -> Agent:
         """Asks the service (``GET /v1/verify/:token``), which sees revocation at once and
@@ -309,6 +326,8 @@ class Verifier:
             error = answer.get("error", "TOKEN_INVALID")
             raise {"TOKEN_REVOKED": TokenRevoked, "TOKEN_EXPIRED": TokenExpired}.get(error, TokenInvalid)(error)
 
+        livemode = self._livemode(answer.get("livemode", True))
+
         def when(text: str) -> datetime:
             return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
@@ -318,6 +337,7 @@ class Verifier:
             scopes=list(answer.get("scopes", [])),
             issued_at=when(answer["issued_at"]),
             expires_at=when(answer["expires_at"]),
+            livemode=livemode,
         )
 
     def handle_set(self, set_jwt: str) -> None:
