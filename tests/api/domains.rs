@@ -557,6 +557,69 @@ async fn the_https_check_follows_no_redirect() {
     assert_eq!(target.hits(), 0, "the redirect was followed");
 }
 
+/// The HTTPS check reads at most 4 KiB and waits at most 5 s.
+#[actix_web::test]
+async fn the_https_check_is_bounded_in_size_and_time() {
+    let big = Http::start(b"");
+    let w = world_with(Reach {
+        insecure: true,
+        doors: TestDoors {
+            https_port: Some(closed_port()),
+            http_port: Some(big.port),
+            extra_roots: Vec::new(),
+        },
+    })
+    .await;
+    let claim = w.claim(w.a(), "bank.example").await.json();
+    let value = claim["challenge"]["https"]["content"].as_str().unwrap();
+    // The value, then padding: 5,000 bytes.
+    big.answer(ok(&format!("{value}{}", " ".repeat(5000 - value.len()))));
+    w.dns.addr("bank.example", "127.0.0.1".parse().unwrap());
+    let body = w
+        .verify(w.a(), "bank.example")
+        .await
+        .assert_error(422, "DOMAIN_NOT_VERIFIED");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("larger than 4096 bytes"),
+        "{body}"
+    );
+
+    // A server that takes the request and never answers.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let held: Vec<_> = silent.incoming().take(4).collect();
+        std::thread::sleep(Duration::from_secs(30));
+        drop(held);
+    });
+    let w = world_with(Reach {
+        insecure: true,
+        doors: TestDoors {
+            https_port: Some(port),
+            http_port: Some(port),
+            extra_roots: Vec::new(),
+        },
+    })
+    .await;
+    w.claim(w.a(), "bank.example").await;
+    w.dns.addr("bank.example", "127.0.0.1".parse().unwrap());
+    let started = std::time::Instant::now();
+    let body = w
+        .verify(w.a(), "bank.example")
+        .await
+        .assert_error(422, "DOMAIN_NOT_VERIFIED");
+    let took = started.elapsed();
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("timed out"),
+        "{body}"
+    );
+    // HTTPS, then HTTP (the insecure flag): 5 s each at most, well before the server lets go.
+    assert!(took < Duration::from_secs(25), "{took:?}");
+}
+
 /// Attack: a DNS answer points the HTTPS check at 127.0.0.1, without the insecure flag.
 #[actix_web::test]
 async fn the_https_check_connects_only_to_globally_reachable_addresses() {
