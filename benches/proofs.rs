@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use agentid::domain::audit::AuditEntry;
 use agentid::domain::{KeyMode, Ledger, Millis, VerifyResult};
+use agentid::engine::transparency::checkpointer::{Grown, Step, Transparency};
 use agentid::store::{self, SharedStore, StoreOptions};
-use agentid::tlog::checkpointer::{Grown, Step, Transparency};
 use agentid::tlog::note::LogKey;
 use agentid::tlog::tree;
 use criterion::{black_box, Criterion};

@@ -483,7 +483,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             log_key,
             staleness,
         }) => {
-            audit_witness(crate::tlog::witness::Witness {
+            audit_witness(crate::witness::Witness {
                 url,
                 key,
                 state,
@@ -747,7 +747,7 @@ async fn audit_verify(
     public_url: Option<String>,
     stale_after: Duration,
 ) -> CliResult {
-    use crate::tlog::check as logcheck;
+    use agentid_engine::transparency::check as logcheck;
     let root = crate::keys::KeyRing::load(&signing_key_file)?;
     let verifier = match log_key {
         Some(k) => crate::tlog::note::LogVerifier::parse(&k)?,
@@ -761,12 +761,12 @@ async fn audit_verify(
                 .into());
             };
             let url = public_url.unwrap_or_else(|| "http://127.0.0.1:8080".to_owned());
-            let name = crate::tlog::checkpointer::log_key_name(crate::app::host_of(&url));
+            let name = agentid_engine::transparency::checkpointer::log_key_name(crate::app::host_of(&url));
             keys.log_key(&name).verifier().clone()
         }
     };
     let given = match &checkpoints {
-        Some(path) => crate::tlog::note::notes_in(path)?,
+        Some(path) => crate::witness::notes_in(path)?,
         None => Vec::new(),
     };
     let store = open(&db).await?;
@@ -839,8 +839,8 @@ async fn audit_verify(
     })
 }
 
-async fn audit_witness(w: crate::tlog::witness::Witness) -> CliResult {
-    use crate::tlog::witness::WitnessError;
+async fn audit_witness(w: crate::witness::Witness) -> CliResult {
+    use crate::witness::WitnessError;
     match tokio::task::spawn_blocking(move || w.run()).await? {
         Ok(seen) => {
             match seen.previous {

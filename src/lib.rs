@@ -1,38 +1,22 @@
-//! agentid: identity and verification service for AI agents.
+//! agentid: identity and verification service for AI agents. This package is the binary,
+//! `app` (wiring) and `cli` (the command line), on the layers below it, each a crate that
+//! can name only the ones beneath it (see `ARCHITECTURE.md`):
+//! `agentid-core` (domain values, tokens, keys, the log's pure half, the store's records) ←
+//! `agentid-store` ← `agentid-engine` (the use cases) ← `agentid-http`.
 //!
-//! The crate is split by ownership, in layers that import only downward (see
-//! `ARCHITECTURE.md`): `domain` holds validated values; `token` encodes and checks JWTs;
-//! `keys` holds the key file's key and the key set in force; `tlog` makes the audit log
-//! verifiable; `store` owns persistence; `engine` the in-memory state, the verify path and
-//! the rules; `http` speaks HTTP; `app` and `cli` wire and drive it.
+//! The layers are re-exported under their old names, for the tests and benchmarks that
+//! drive them.
 #![forbid(unsafe_code)]
 
 pub mod app;
 pub mod cli;
 pub mod config;
-pub mod domain;
-pub mod engine;
-pub mod http;
-pub mod keys;
-pub mod store;
 pub mod telemetry;
-pub mod tlog;
-pub mod token;
+pub mod witness;
 
+pub use agentid_core::{domain, keys, records, tlog, token};
+pub use agentid_engine as engine;
+pub use agentid_http as http;
+pub use agentid_store as store;
 pub use app::Application;
 pub use config::Config;
-
-/// What the unit tests share.
-#[cfg(test)]
-pub(crate) mod testing {
-    /// A proptest configuration with a fixed seed and no failure files: CI runs the same
-    /// cases every time.
-    pub fn fixed_seed(seed: u64, cases: u32) -> proptest::test_runner::Config {
-        proptest::test_runner::Config {
-            cases,
-            rng_seed: proptest::test_runner::RngSeed::Fixed(seed),
-            failure_persistence: None,
-            ..Default::default()
-        }
-    }
-}

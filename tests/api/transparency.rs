@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use agentid::domain::audit::AuditRecord;
 use agentid::domain::{KeyMode, Ledger};
+use agentid::engine::transparency::check as logcheck;
 use agentid::store::block;
-use agentid::tlog::check as logcheck;
 use agentid::tlog::note::GivenNote;
 use agentid::tlog::note::LogVerifier;
 use base64::engine::general_purpose::STANDARD;

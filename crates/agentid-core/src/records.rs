@@ -1,0 +1,199 @@
+//! The records the store keeps and returns: what every layer above it reads, so that none
+//! of them needs the store's own types to name an agent, an organization or a stream.
+
+use std::fmt;
+
+use crate::domain::audit::AuditRecord;
+use crate::domain::holding::Holding;
+use crate::domain::{ApiKeyKind, KeyMode, Ledger, Millis, OrgLimits, Plan, StatusPlace, VerifyResult};
+use crate::tlog::tree::Hash;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrgRecord {
+    pub id: String,
+    pub name: String,
+    pub plan: Plan,
+    pub limits: OrgLimits,
+    pub created_at: Millis,
+}
+
+/// An API key as stored: only its SHA-256 and a display hint.
+#[derive(Clone)]
+pub struct NewApiKey {
+    pub key_hash: [u8; 32],
+    pub org_id: String,
+    pub kind: ApiKeyKind,
+    pub mode: KeyMode,
+    pub hint: String,
+    pub created_at: Millis,
+}
+
+impl fmt::Debug for NewApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NewApiKey")
+            .field("org_id", &self.org_id)
+            .field("hint", &self.hint)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a presented key resolves to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRecord {
+    pub org: OrgRecord,
+    pub kind: ApiKeyKind,
+    pub mode: KeyMode,
+    pub disabled: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentRecord {
+    pub id: String,
+    pub org_id: String,
+    pub mode: KeyMode,
+    pub name: String,
+    pub issuer_domain: String,
+    pub description: String,
+    pub scopes: Vec<String>,
+    pub created_at: Millis,
+    pub issued_at: Millis,
+    pub expires_at: Millis,
+    pub revoked_at: Option<Millis>,
+    pub revocation_reason: Option<String>,
+    /// Its place in a Token Status List (none for agents registered before lists).
+    pub status: Option<StatusPlace>,
+    pub verification_count: i64,
+}
+
+impl AgentRecord {
+    pub fn ledger(&self) -> Ledger {
+        Ledger {
+            org_id: self.org_id.clone(),
+            mode: self.mode,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct LogQuery<'a> {
+    pub ledger: &'a Ledger,
+    pub agent_id: Option<&'a str>,
+    pub result: Option<VerifyResult>,
+    /// Only records with a smaller sequence number (the cursor).
+    pub before_seq: Option<i64>,
+    pub limit: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogPage {
+    pub records: Vec<AuditRecord>,
+    pub has_more: bool,
+    pub total: i64,
+}
+
+/// A signed checkpoint of a ledger, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredCheckpoint {
+    pub ledger: Ledger,
+    pub size: u64,
+    pub root: Hash,
+    /// The C2SP signed note.
+    pub note: String,
+    pub created_at: Millis,
+}
+
+/// What the store knows of revocations after a given epoch. Every revocation moves the
+/// store's revocation epoch by one in its own transaction and is stamped with the new value
+/// (a trigger does both, migration 0004), so an instance that holds every revocation up to
+/// epoch K in memory knows that nothing was revoked since while the epoch is still K.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Revocations {
+    /// The committed epoch: no revocation has a higher one.
+    pub epoch: i64,
+    /// Agents revoked with an epoch above the one asked about, with their reasons.
+    pub revoked: Vec<(String, Option<String>)>,
+    /// The status places of those that have one, with when they were revoked.
+    pub places: Vec<(StatusPlace, Millis)>,
+}
+
+/// A stream as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamRecord {
+    pub id: String,
+    pub org_id: String,
+    pub mode: KeyMode,
+    pub aud: String,
+    /// `urn:ietf:rfc:8935` (push) or `urn:ietf:rfc:8936` (poll).
+    pub method: String,
+    pub endpoint_url: Option<String>,
+    pub poll_token_hash: Option<Vec<u8>>,
+    pub events_requested: Vec<String>,
+    /// Revocations are among the events delivered.
+    pub revocations: bool,
+    pub description: Option<String>,
+    /// `enabled`, `paused` or `disabled`.
+    pub status: String,
+    pub created_at: Millis,
+}
+
+/// An event a stream is owed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SsfEvent {
+    pub seq: i64,
+    pub stream_id: String,
+    pub jti: String,
+    /// `session-revoked` or `verification`.
+    pub kind: String,
+    pub agent_id: Option<String>,
+    pub issuer: Option<String>,
+    pub reason: Option<String>,
+    pub state: Option<String>,
+    pub event_at: Millis,
+    pub attempts: i32,
+}
+
+/// A name an organization has claimed and not yet proven.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DomainClaim {
+    pub org_id: String,
+    pub domain: String,
+    /// The challenge value is derived from it (`KeyRing::domain_challenge`).
+    pub nonce: String,
+    pub created_at: Millis,
+}
+
+/// What claiming a name came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claimed {
+    New(DomainClaim),
+    /// The organization had claimed it already: that claim.
+    Pending(DomainClaim),
+    /// The organization holds it already.
+    Held(Holding),
+    /// The organization has `max` pending claims already.
+    TooMany {
+        max: u32,
+    },
+}
+
+/// Whether a verification attempt may go ahead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attempt {
+    Allowed,
+    /// The claim's attempts of the last minute are used up: the next is allowed this much later.
+    Wait(std::time::Duration),
+    /// No such claim.
+    NoClaim,
+}
+
+/// A name held, and what that changed.
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub holding: Holding,
+    /// Holdings that ended (other organizations' that the new one covers, and a holding of
+    /// the organization's own that it replaces).
+    pub ended: Vec<Holding>,
+    /// Other organizations' agents revoked because they issued under a name that changed
+    /// hands, with the revocation epoch each was stamped with.
+    pub revoked: Vec<(AgentRecord, Option<i64>)>,
+}

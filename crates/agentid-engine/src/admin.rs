@@ -1,0 +1,370 @@
+//! The operator's rules: organizations and their limits, API keys, and the fleet's signing
+//! keys (the first key's bootstrap, rotation, retirement). The CLI parses arguments and calls
+//! these; `app` calls the bootstrap at start.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use agentid_core::domain::{new_id, ApiKeyKind, IdPrefix, KeyMode, Millis, OrgLimits, Plan, ValidationError};
+use agentid_core::keys::{
+    states, thumbprint, KeyError, KeyRing, KeyState, KeyView, SigningKeyRecord, Unvouched,
+};
+use agentid_store::{NewApiKey, OrgRecord, SharedStore, StoreError};
+
+use super::apikeys::generate_key;
+
+/// The four keys an organization starts with, shown once.
+#[derive(Clone, Serialize)]
+pub struct OrgKeys {
+    pub secret_live: String,
+    pub secret_test: String,
+    pub publishable_live: String,
+    pub publishable_test: String,
+}
+
+impl std::fmt::Debug for OrgKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OrgKeys { .. }")
+    }
+}
+
+/// What `agentid org create` prints (scripts rely on its shape).
+#[derive(Debug, Clone, Serialize)]
+pub struct CreatedOrg {
+    pub org_id: String,
+    pub name: String,
+    pub plan: &'static str,
+    pub keys: OrgKeys,
+}
+
+pub async fn create_org(
+    store: &SharedStore,
+    name: &str,
+    plan: Plan,
+    limits: OrgLimits,
+) -> Result<CreatedOrg, StoreError> {
+    let (org, stored, created) = new_org(name, plan, limits);
+    store.create_org(&org, &stored).await?;
+    Ok(created)
+}
+
+/// Creates the organization unless the store has one already: of instances starting at once
+/// on an empty store, exactly one creates it (and shows its keys).
+pub async fn create_first_org(
+    store: &SharedStore,
+    name: &str,
+    plan: Plan,
+    limits: OrgLimits,
+) -> Result<Option<CreatedOrg>, StoreError> {
+    let (org, stored, created) = new_org(name, plan, limits);
+    Ok(store.create_first_org(&org, &stored).await?.then_some(created))
+}
+
+/// A new organization with its four keys: as stored, and as shown once.
+fn new_org(name: &str, plan: Plan, limits: OrgLimits) -> (OrgRecord, Vec<NewApiKey>, CreatedOrg) {
+    let org = OrgRecord {
+        id: new_id(IdPrefix::Org),
+        name: name.to_owned(),
+        plan,
+        limits,
+        created_at: Millis::now(),
+    };
+    let mut stored = Vec::with_capacity(4);
+    let mut key = |kind, mode| {
+        let (k, s) = generate_key(&org.id, kind, mode);
+        stored.push(s);
+        k
+    };
+    let keys = OrgKeys {
+        secret_live: key(ApiKeyKind::Secret, KeyMode::Live),
+        secret_test: key(ApiKeyKind::Secret, KeyMode::Test),
+        publishable_live: key(ApiKeyKind::Publishable, KeyMode::Live),
+        publishable_test: key(ApiKeyKind::Publishable, KeyMode::Test),
+    };
+    let created = CreatedOrg {
+        org_id: org.id.clone(),
+        name: org.name.clone(),
+        plan: plan.as_str(),
+        keys,
+    };
+    (org, stored, created)
+}
+
+/// Creates one more key for an organization; returns it (shown once).
+pub async fn create_key(
+    store: &SharedStore,
+    org_id: &str,
+    kind: ApiKeyKind,
+    mode: KeyMode,
+) -> Result<Option<String>, StoreError> {
+    if store.get_org(org_id).await?.is_none() {
+        return Ok(None);
+    }
+    let (key, stored) = generate_key(org_id, kind, mode);
+    store.insert_key(&stored).await?;
+    Ok(Some(key))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("no organization {0} (`agentid org list` shows them)")]
+    NoOrg(String),
+    #[error("{count} organizations are named {name}: give the org_id (`agentid org list` shows them)")]
+    AmbiguousOrg { name: String, count: usize },
+    /// An operator's change that the rules refuse: why.
+    #[error("{0}")]
+    Refused(String),
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    #[error("no signing key {0}")]
+    NoSigningKey(String),
+    #[error(
+        "{0} is the only active key; rotate first (agentid signing-key rotate --publish-for 0s), \
+         then retire it"
+    )]
+    OnlyActiveKey(String),
+    #[error("{0} is retired already")]
+    RetiredAlready(String),
+    #[error("no signing key file at {0}")]
+    NoKeyFile(String),
+    #[error("{path} is not this fleet's key file (its key {kid} is not recorded)")]
+    NotFleetKeyFile { path: String, kid: String },
+    #[error(
+        "the database records the fleet's signing key {fleet_kid}, but the key file {path} does \
+         not exist: copy the key file of an instance that runs there (a new key is made only \
+         for a database that records none)"
+    )]
+    FleetKeyMissing { path: String, fleet_kid: String },
+    #[error(
+        "the signing key file {path} holds key {file_kid}, but the database records the fleet's \
+         signing key {fleet_kid}: every instance must start with the same key file"
+    )]
+    FleetKeyMismatch {
+        path: String,
+        file_kid: String,
+        fleet_kid: String,
+    },
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What `agentid org set-limits` sets.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LimitChange {
+    pub plan: Option<Plan>,
+    pub verify_limit: Option<u32>,
+    pub other_limit: Option<u32>,
+    pub max_expiry_seconds: Option<u64>,
+}
+
+/// Changes an organization's plan or limits (`OrgLimits::change`); returns it as stored.
+pub async fn set_limits(
+    store: &SharedStore,
+    org_id: &str,
+    change: LimitChange,
+) -> Result<OrgRecord, AdminError> {
+    let Some(mut org) = store.get_org(org_id).await? else {
+        return Err(AdminError::NoOrg(org_id.to_owned()));
+    };
+    let (plan, limits) = OrgLimits::change(
+        org.plan,
+        org.limits,
+        change.plan,
+        change.verify_limit,
+        change.other_limit,
+        change.max_expiry_seconds,
+    )?;
+    org.plan = plan;
+    org.limits = limits;
+    if !store.update_org(&org).await? {
+        return Err(AdminError::NoOrg(org_id.to_owned()));
+    }
+    Ok(org)
+}
+
+/// Every recorded signing key with its state now, oldest first.
+pub async fn signing_keys(store: &SharedStore) -> Result<Vec<KeyView>, StoreError> {
+    Ok(views(&store.signing_keys().await?, Millis::now()))
+}
+
+fn views(keys: &[SigningKeyRecord], now: Millis) -> Vec<KeyView> {
+    let (st, _) = states(keys, now);
+    keys.iter()
+        .zip(st)
+        .map(|(k, state)| KeyView {
+            kid: k.kid.clone(),
+            state,
+            created_at: k.created_at,
+            activates_at: k.activates_at,
+        })
+        .collect()
+}
+
+/// Adds a signing key, sealed under the key file's key (`root`, which must be the fleet's):
+/// published at once, signing once `publish_for` has passed.
+pub async fn rotate_signing_key(
+    store: &SharedStore,
+    root: &KeyRing,
+    root_path: &Path,
+    publish_for: Duration,
+) -> Result<KeyView, AdminError> {
+    let recorded = store.signing_keys().await?;
+    if !recorded.iter().any(|k| k.kid == root.kid()) {
+        return Err(AdminError::NotFleetKeyFile {
+            path: root_path.display().to_string(),
+            kid: root.kid().to_owned(),
+        });
+    }
+    let key = ed25519_dalek::SigningKey::generate(&mut rand::rngs::OsRng);
+    let kid = thumbprint(&key.verifying_key());
+    let at = Millis(Millis::now().0 + publish_for.as_millis() as i64);
+    let sealed = root.seal_key(&kid, at, &key.to_bytes());
+    let record = SigningKeyRecord::new(kid.clone(), key.verifying_key().to_bytes(), Some(sealed), at);
+    store.add_signing_key(&record).await?;
+    let all = store.signing_keys().await?;
+    views(&all, Millis::now())
+        .into_iter()
+        .find(|v| v.kid == kid)
+        .ok_or(AdminError::NoSigningKey(kid))
+}
+
+/// The recorded signing keys that the key file `root` does not vouch for (see
+/// [`agentid_core::keys::vouch`]): for `audit verify`.
+pub async fn unvouched_signing_keys(
+    store: &SharedStore,
+    root: &KeyRing,
+) -> Result<Vec<Unvouched>, StoreError> {
+    Ok(agentid_core::keys::vouched(root, &store.signing_keys().await?).1)
+}
+
+/// Retires a signing key now; refused for the only active key.
+pub async fn retire_signing_key(store: &SharedStore, kid: &str) -> Result<(), AdminError> {
+    let keys = store.signing_keys().await?;
+    let (st, _) = states(&keys, Millis::now());
+    let Some(i) = keys.iter().position(|k| k.kid == kid) else {
+        return Err(AdminError::NoSigningKey(kid.to_owned()));
+    };
+    // The signer may go only when another activated key (a replaced one) can sign instead.
+    let others = st
+        .iter()
+        .enumerate()
+        .filter(|(j, s)| *j != i && matches!(s, KeyState::Active | KeyState::Replaced))
+        .count();
+    if st[i] == KeyState::Active && others == 0 {
+        return Err(AdminError::OnlyActiveKey(kid.to_owned()));
+    }
+    // Retirements are committed to in the order of their times (`tlog::commit`): a later
+    // one never takes an earlier time than one recorded, whatever the clocks of a fleet say.
+    let latest = keys
+        .iter()
+        .filter_map(|k| k.retired_at)
+        .max()
+        .unwrap_or(Millis(0));
+    let at = Millis(Millis::now().0.max(latest.0 + 1));
+    if !store.retire_signing_key(kid, at).await? {
+        return Err(AdminError::RetiredAlready(kid.to_owned()));
+    }
+    Ok(())
+}
+
+/// The key this instance signs with: the one in its key file, which must be the key the fleet
+/// recorded in the database. A database that records none takes this instance's, made now if
+/// the file does not exist; otherwise a missing file or another key stops the start. Returns
+/// whether the key was made now.
+pub async fn fleet_signing_key(store: &SharedStore, path: &Path) -> Result<(KeyRing, bool), AdminError> {
+    let recorded = store.signing_keys().await?;
+    let (ring, created) = match (KeyRing::load(path)?, recorded.is_empty()) {
+        (Some(ring), _) => (ring, false),
+        (None, true) => match KeyRing::create(path) {
+            Ok(ring) => (ring, true),
+            // Another process on this machine made it meanwhile.
+            Err(KeyError::Io { source, .. }) if source.kind() == std::io::ErrorKind::AlreadyExists => {
+                let ring = KeyRing::load(path)?.ok_or_else(|| KeyError::Format {
+                    path: path.display().to_string(),
+                })?;
+                (ring, false)
+            }
+            Err(e) => return Err(e.into()),
+        },
+        (None, false) => {
+            return Err(AdminError::FleetKeyMissing {
+                path: path.display().to_string(),
+                fleet_kid: recorded[0].kid.clone(),
+            })
+        }
+    };
+    let recorded = if recorded.is_empty() {
+        let ours = SigningKeyRecord {
+            activates_at: None,
+            ..SigningKeyRecord::new(
+                ring.kid().to_owned(),
+                ring.public_key_bytes(),
+                None,
+                Millis::now(),
+            )
+        };
+        store.record_first_signing_key(&ours).await?
+    } else {
+        recorded
+    };
+    if recorded
+        .iter()
+        .any(|r| r.kid == ring.kid() && r.public_key == ring.public_key_bytes())
+    {
+        return Ok((ring, created));
+    }
+    if created {
+        // Another instance recorded its key first: ours was never used. Leave no stray key
+        // behind, so that the next start says the file is missing.
+        let _ = std::fs::remove_file(path);
+    }
+    Err(AdminError::FleetKeyMismatch {
+        path: path.display().to_string(),
+        file_kid: ring.kid().to_owned(),
+        fleet_kid: recorded[0].kid.clone(),
+    })
+}
+
+/// The outcome of recomputing one ledger's chain from genesis (tests: `audit verify` is
+/// `tlog::check`).
+#[cfg(feature = "test-hooks")]
+#[derive(Debug, Clone)]
+pub struct ChainReport {
+    pub ledger: agentid_core::domain::Ledger,
+    /// Records checked, and the break if there is one.
+    pub records: i64,
+    pub broken: Option<agentid_core::domain::audit::ChainBreak>,
+}
+
+/// Recomputes every ledger's hash chain from genesis (tests).
+#[cfg(feature = "test-hooks")]
+pub async fn verify_chains(store: &SharedStore) -> Result<Vec<ChainReport>, StoreError> {
+    let mut reports = Vec::new();
+    for ledger in store.ledgers().await? {
+        let mut checker = agentid_core::domain::audit::ChainChecker::default();
+        let mut broken = None;
+        'pages: loop {
+            let (after, _) = checker.head();
+            let page = store.read_chain(&ledger, after, 1000).await?;
+            if page.is_empty() {
+                break;
+            }
+            for rec in &page {
+                if let Err(b) = checker.push(rec) {
+                    broken = Some(b);
+                    break 'pages;
+                }
+            }
+        }
+        reports.push(ChainReport {
+            records: checker.head().0,
+            ledger,
+            broken,
+        });
+    }
+    Ok(reports)
+}

@@ -1,0 +1,131 @@
+//! API keys: generation, hashing, and a short-lived cache of what a presented key resolves to,
+//! so that authenticated calls do not each cost a database round trip.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::distributions::{Alphanumeric, DistString};
+use sha2::{Digest, Sha256};
+
+use agentid_core::domain::org::{key_prefix, parse_key_prefix};
+use agentid_core::domain::{ApiKeyKind, KeyMode, Millis};
+use agentid_store::{KeyRecord, NewApiKey, OrgRecord, SharedStore, StoreError};
+
+/// How long a resolved key is trusted before the store is asked again (the default of
+/// `EngineConfig::key_cache_ttl`); bounds how late a disabled key or a changed plan is noticed.
+pub const KEY_CACHE_TTL: Duration = Duration::from_secs(10);
+const KEY_CACHE_CAPACITY: usize = 10_000;
+
+/// Who is calling, as resolved from a valid key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub org: OrgRecord,
+    pub mode: KeyMode,
+    pub kind: ApiKeyKind,
+}
+
+/// The result of looking up a presented key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyLookup {
+    Valid(Arc<Caller>),
+    /// Malformed, unknown or disabled: all the same to the caller (401).
+    Rejected,
+    /// Not in the cache, and the caller's address may not have more keys looked up now.
+    Throttled(crate::ratelimit::Decision),
+}
+
+/// SHA-256 of the whole key. Keys carry ≥ 160 random bits, so a fast hash is the right one.
+pub fn hash_key(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
+}
+
+/// A new random key (`sk_live_` + 40 alphanumerics, about 238 bits) and its stored form.
+pub fn generate_key(org_id: &str, kind: ApiKeyKind, mode: KeyMode) -> (String, NewApiKey) {
+    let secret = Alphanumeric.sample_string(&mut rand::rngs::OsRng, 40);
+    let key = format!("{}{secret}", key_prefix(kind, mode));
+    let hint = format!("{}…{}", key_prefix(kind, mode), &secret[secret.len() - 4..]);
+    let stored = NewApiKey {
+        key_hash: hash_key(&key),
+        org_id: org_id.to_owned(),
+        kind,
+        mode,
+        hint,
+        created_at: Millis::now(),
+    };
+    (key, stored)
+}
+
+pub struct ApiKeys {
+    store: SharedStore,
+    cache: quick_cache::sync::Cache<[u8; 32], (Instant, KeyLookup)>,
+    ttl: Duration,
+}
+
+impl ApiKeys {
+    pub fn new(store: SharedStore, ttl: Duration) -> Self {
+        ApiKeys {
+            store,
+            cache: quick_cache::sync::Cache::new(KEY_CACHE_CAPACITY),
+            ttl,
+        }
+    }
+
+    /// What the key resolves to. A key the cache does not know costs a store look-up, which
+    /// `may_load` must allow first; refreshing a key the cache held is not charged. Callers
+    /// presenting the same key at once share one look-up: the first holds the cache slot's
+    /// guard, the others wait for what it finds (without this, every connection of a busy
+    /// receiver missed together when the entry expired, and the unknown-key budget answered
+    /// some of them 429).
+    pub async fn lookup(
+        &self,
+        presented: &str,
+        may_load: impl FnOnce() -> crate::ratelimit::Decision,
+    ) -> Result<KeyLookup, StoreError> {
+        let Some((kind, mode)) = parse_key_prefix(presented) else {
+            return Ok(KeyLookup::Rejected);
+        };
+        if presented.len() > 128 || !presented.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Ok(KeyLookup::Rejected);
+        }
+        let hash = hash_key(presented);
+        let mut known = false;
+        let guard = loop {
+            match self.cache.get_value_or_guard_async(&hash).await {
+                Ok((at, found)) if at.elapsed() < self.ttl => return Ok(found),
+                // Expired: drop it, so that one caller refreshes it while the others wait.
+                // Only a key that was valid is refreshed free: looking a rejected key up
+                // again is charged like any unknown key, or a caller could cycle through
+                // rejected keys at one store read each per expiry.
+                Ok((_, found)) => {
+                    known = matches!(found, KeyLookup::Valid(_));
+                    self.cache.remove(&hash);
+                }
+                Err(guard) => break guard,
+            }
+        };
+        if !known {
+            let allowed = may_load();
+            if !allowed.allowed {
+                metrics::counter!("agentid_api_key_lookups_total", "outcome" => "throttled").increment(1);
+                return Ok(KeyLookup::Throttled(allowed));
+            }
+        }
+        let found = match self.store.find_key(&hash).await? {
+            Some(KeyRecord {
+                org,
+                kind: k,
+                mode: m,
+                disabled: false,
+            }) if k == kind && m == mode => KeyLookup::Valid(Arc::new(Caller { org, mode, kind })),
+            _ => KeyLookup::Rejected,
+        };
+        let outcome = if matches!(found, KeyLookup::Valid(_)) {
+            "found"
+        } else {
+            "rejected"
+        };
+        metrics::counter!("agentid_api_key_lookups_total", "outcome" => outcome).increment(1);
+        let _ = guard.insert((Instant::now(), found.clone()));
+        Ok(found)
+    }
+}

@@ -1,0 +1,499 @@
+//! Issuer domains: an organization claims a name, proves it (a DNS TXT record, or a file at
+//! a well-known HTTPS path, as ACME's dns-01 and http-01 do), and from then on issues under
+//! it; under the `verified` policy nothing else may. Who holds what, and what a name changing
+//! hands does, are `domain::holding`'s rules, applied in the store's exclusive transaction.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hickory_resolver::config::{ConnectionConfig, NameServerConfig, ResolveHosts, ResolverConfig};
+use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::proto::rr::RData;
+use hickory_resolver::TokioResolver;
+
+use super::outbound::{self, Fetched, Fetcher};
+use agentid_core::domain::holding::{Grant, Holding, ProofMethod};
+use agentid_core::domain::{IssuerDomain, Millis, ValidationError};
+use agentid_core::keys::KeyRing;
+use agentid_store::{Attempt, Claimed, DomainClaim, Held, SharedStore, StoreError};
+
+/// Pending claims an organization may have at once.
+pub const MAX_PENDING: u32 = 100;
+/// Verification attempts of one claim in any minute.
+pub const ATTEMPTS_PER_MINUTE: usize = 10;
+/// The label under which the TXT record is looked up.
+pub const DNS_LABEL: &str = "_agentid-challenge";
+/// What the TXT record says, before the value.
+pub const TXT_PREFIX: &str = "agentid-domain-verification=";
+/// Where the HTTPS file is.
+pub const WELL_KNOWN_PATH: &str = "/.well-known/agentid-domain-verification";
+/// The HTTPS check's bounds.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+const FETCH_MAX_BYTES: usize = 4096;
+/// How long one DNS query may take, how many tries it gets, and how long a lookup may take
+/// in all (its queries over UDP and TCP, A and AAAA together): a verification takes at most
+/// two lookups and one fetch, 15 s.
+const DNS_TIMEOUT: Duration = Duration::from_secs(2);
+const DNS_ATTEMPTS: usize = 2;
+const LOOKUP_DEADLINE: Duration = Duration::from_secs(5);
+/// How much of an answer a failure message repeats.
+const MESSAGE_MAX: usize = 300;
+
+/// Whether an organization must hold the issuer domains it registers agents under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IssuerPolicy {
+    /// Only under names it proved or the operator granted (the default).
+    Verified,
+    /// Under any name (single-tenant and development deployments).
+    Open,
+}
+
+#[derive(Debug, Clone)]
+pub struct DomainConfig {
+    pub policy: IssuerPolicy,
+    /// The DNS server the checks ask (`None`: the system's, from /etc/resolv.conf).
+    pub dns_resolver: Option<SocketAddr>,
+    /// Let the HTTPS check reach loopback and private addresses, and fall back to
+    /// `http://<name>` (port 80) when HTTPS fails: development and tests only.
+    pub allow_insecure: bool,
+    /// What only the tests may change.
+    #[cfg(feature = "test-hooks")]
+    pub test: TestDoors,
+}
+
+impl DomainConfig {
+    pub fn new(policy: IssuerPolicy, dns_resolver: Option<SocketAddr>, allow_insecure: bool) -> Self {
+        DomainConfig {
+            policy,
+            dns_resolver,
+            allow_insecure,
+            #[cfg(feature = "test-hooks")]
+            test: TestDoors::default(),
+        }
+    }
+}
+
+impl Default for DomainConfig {
+    fn default() -> Self {
+        DomainConfig::new(IssuerPolicy::Verified, None, false)
+    }
+}
+
+/// The tests' own servers: the ports the HTTPS and HTTP checks connect to (443 and 80
+/// otherwise), and a root certificate (DER) their TLS server's certificate chains to.
+#[cfg(feature = "test-hooks")]
+#[derive(Debug, Clone, Default)]
+pub struct TestDoors {
+    pub https_port: Option<u16>,
+    pub http_port: Option<u16>,
+    pub extra_roots: Vec<Vec<u8>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DomainError {
+    #[error("{0}")]
+    Invalid(#[from] ValidationError),
+    #[error("this organization has no claim of {0}")]
+    NotFound(String),
+    #[error("an organization has at most {max} pending domain claims: verify or release some first")]
+    TooMany { max: u32 },
+    /// No proof held, or the proof cannot take the name: what each lookup found.
+    #[error("{0}")]
+    NotVerified(String),
+    #[error("at most {ATTEMPTS_PER_MINUTE} verification attempts a minute per domain")]
+    RateLimited(Duration),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A domain as its organization sees it.
+#[derive(Debug, Clone)]
+pub struct DomainView {
+    pub domain: String,
+    /// Held (`Some`), or claimed and pending.
+    pub holding: Option<Holding>,
+    pub created_at: Millis,
+    /// While pending: what to publish.
+    pub challenge: Option<Challenge>,
+}
+
+/// What an organization publishes to prove a name, either way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Challenge {
+    /// `_agentid-challenge.<name>`
+    pub dns_name: String,
+    /// `agentid-domain-verification=<value>`
+    pub dns_value: String,
+    /// `https://<name>/.well-known/agentid-domain-verification`
+    pub https_url: String,
+    /// `<value>`
+    pub https_content: String,
+}
+
+/// Issuer domains: claims, proofs, holdings.
+pub struct Domains {
+    store: SharedStore,
+    keys: Arc<KeyRing>,
+    cfg: DomainConfig,
+    fetcher: Fetcher,
+}
+
+impl Domains {
+    pub fn new(store: SharedStore, keys: Arc<KeyRing>, cfg: DomainConfig) -> Self {
+        #[cfg(feature = "test-hooks")]
+        let roots = cfg.test.extra_roots.clone();
+        #[cfg(not(feature = "test-hooks"))]
+        let roots = Vec::new();
+        Domains {
+            fetcher: Fetcher::new(FETCH_TIMEOUT, FETCH_MAX_BYTES, &roots),
+            store,
+            keys,
+            cfg,
+        }
+    }
+
+    pub fn policy(&self) -> IssuerPolicy {
+        self.cfg.policy
+    }
+
+    /// What register and issue-token check issuer domains with: the key file that vouches
+    /// for holdings under the `verified` policy, nothing under `open`.
+    pub fn issuer_check(&self) -> Option<&KeyRing> {
+        (self.cfg.policy == IssuerPolicy::Verified).then_some(&*self.keys)
+    }
+
+    fn challenge(&self, claim: &DomainClaim) -> Challenge {
+        let value = self
+            .keys
+            .domain_challenge(&claim.org_id, &claim.domain, &claim.nonce);
+        Challenge {
+            dns_name: format!("{DNS_LABEL}.{}", claim.domain),
+            dns_value: format!("{TXT_PREFIX}{value}"),
+            https_url: format!("https://{}{WELL_KNOWN_PATH}", claim.domain),
+            https_content: value,
+        }
+    }
+
+    fn pending(&self, claim: &DomainClaim) -> DomainView {
+        DomainView {
+            domain: claim.domain.clone(),
+            holding: None,
+            created_at: claim.created_at,
+            challenge: Some(self.challenge(claim)),
+        }
+    }
+
+    fn held(h: Holding) -> DomainView {
+        DomainView {
+            domain: h.domain.clone(),
+            created_at: h.claimed_at,
+            holding: Some(h),
+            challenge: None,
+        }
+    }
+
+    /// Claims a name (pending until proven); true when the claim is new. A name the
+    /// organization holds, or has claimed, answers as it is.
+    pub async fn claim(&self, org_id: &str, name: &IssuerDomain) -> Result<(DomainView, bool), DomainError> {
+        use base64::Engine as _;
+        let claim = DomainClaim {
+            org_id: org_id.to_owned(),
+            domain: name.as_str().to_owned(),
+            nonce: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>()),
+            created_at: Millis::now(),
+        };
+        match self.store.claim_domain(&self.keys, &claim, MAX_PENDING).await? {
+            Claimed::New(c) => Ok((self.pending(&c), true)),
+            Claimed::Pending(c) => Ok((self.pending(&c), false)),
+            Claimed::Held(h) => Ok((Self::held(h), false)),
+            Claimed::TooMany { max } => Err(DomainError::TooMany { max }),
+        }
+    }
+
+    /// The organization's domains: held ones and pending claims, by name.
+    pub async fn list(&self, org_id: &str) -> Result<Vec<DomainView>, DomainError> {
+        let mut out: Vec<DomainView> = self
+            .store
+            .holdings(&self.keys, Some(org_id))
+            .await?
+            .into_iter()
+            .map(Self::held)
+            .collect();
+        for c in self.store.domain_claims(org_id).await? {
+            if !out.iter().any(|d| d.domain == c.domain) {
+                out.push(self.pending(&c));
+            }
+        }
+        out.sort_by(|a, b| a.domain.cmp(&b.domain));
+        Ok(out)
+    }
+
+    /// One of the organization's domains.
+    pub async fn get(&self, org_id: &str, name: &IssuerDomain) -> Result<DomainView, DomainError> {
+        if let Some(h) = self.held_by(org_id, name.as_str()).await? {
+            return Ok(Self::held(h));
+        }
+        match self.store.domain_claim(org_id, name.as_str()).await? {
+            Some(c) => Ok(self.pending(&c)),
+            None => Err(DomainError::NotFound(name.as_str().to_owned())),
+        }
+    }
+
+    async fn held_by(&self, org_id: &str, name: &str) -> Result<Option<Holding>, StoreError> {
+        Ok(self
+            .store
+            .holdings_over(&self.keys, name)
+            .await?
+            .into_iter()
+            .find(|h| h.domain == name && h.org_id == org_id))
+    }
+
+    /// Proves a claim: DNS first, then HTTPS. On success the organization holds the name,
+    /// as `holding::plan_hold` says (what it takes from others is in `Held`). A name the
+    /// organization holds already answers as it is, with no check.
+    pub async fn verify(
+        &self,
+        org_id: &str,
+        name: &IssuerDomain,
+    ) -> Result<(DomainView, Option<Held>), DomainError> {
+        let name = name.as_str();
+        if let Some(h) = self.held_by(org_id, name).await? {
+            return Ok((Self::held(h), None));
+        }
+        let Some(claim) = self.store.domain_claim(org_id, name).await? else {
+            return Err(DomainError::NotFound(name.to_owned()));
+        };
+        match self
+            .store
+            .domain_attempt(org_id, name, Millis::now(), ATTEMPTS_PER_MINUTE)
+            .await?
+        {
+            Attempt::Allowed => {}
+            Attempt::Wait(d) => return Err(DomainError::RateLimited(d)),
+            Attempt::NoClaim => return Err(DomainError::NotFound(name.to_owned())),
+        }
+        let value = self.challenge(&claim).https_content;
+        let (method, mut found) = self.prove(name, &value).await;
+        let Some(method) = method else {
+            return Err(DomainError::NotVerified(found.join("; ")));
+        };
+        let held = self
+            .store
+            .hold_domain(
+                &self.keys,
+                org_id,
+                name,
+                Grant::Proof(method),
+                claim.created_at,
+                Millis::now(),
+            )
+            .await?;
+        match held {
+            Ok(held) => Ok((Self::held(held.holding.clone()), Some(held))),
+            Err(refused) => {
+                found.push(refused.to_string());
+                Err(DomainError::NotVerified(found.join("; ")))
+            }
+        }
+    }
+
+    /// Ends the organization's holding of the name and its claim of it. Its agents keep
+    /// their tokens until they expire, and get no new ones.
+    pub async fn release(&self, org_id: &str, name: &IssuerDomain) -> Result<(), DomainError> {
+        if self
+            .store
+            .release_domain(&self.keys, org_id, name.as_str(), Millis::now())
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(DomainError::NotFound(name.as_str().to_owned()))
+        }
+    }
+
+    /// Tries the DNS proof, then the HTTPS one: the method that proved the name, and what
+    /// each lookup found.
+    async fn prove(&self, name: &str, value: &str) -> (Option<ProofMethod>, Vec<String>) {
+        let mut found = Vec::new();
+        let resolver = match self.resolver() {
+            Ok(r) => r,
+            Err(e) => return (None, vec![format!("no DNS resolver: {e}")]),
+        };
+        match check_txt(&resolver, name, value).await {
+            Ok(()) => return (Some(ProofMethod::Dns), found),
+            Err(why) => found.push(why),
+        }
+        match self.check_https(&resolver, name, value).await {
+            Ok(()) => (Some(ProofMethod::Https), found),
+            Err(why) => {
+                found.extend(why);
+                (None, found)
+            }
+        }
+    }
+
+    /// A resolver for one verification: the configured server (or the system's), no cache
+    /// (a proof is always fresh), no hosts file.
+    fn resolver(&self) -> Result<TokioResolver, String> {
+        let provider = TokioRuntimeProvider::default();
+        let mut builder = match self.cfg.dns_resolver {
+            Some(addr) => {
+                let connection = |mut c: ConnectionConfig| {
+                    c.port = addr.port();
+                    c
+                };
+                let server = NameServerConfig::new(
+                    addr.ip(),
+                    true,
+                    vec![
+                        connection(ConnectionConfig::udp()),
+                        connection(ConnectionConfig::tcp()),
+                    ],
+                );
+                TokioResolver::builder_with_config(ResolverConfig::from_name_servers(vec![server]), provider)
+            }
+            None => TokioResolver::builder(provider).map_err(|e| e.to_string())?,
+        };
+        let o = builder.options_mut();
+        o.cache_size = 0;
+        o.timeout = DNS_TIMEOUT;
+        o.attempts = DNS_ATTEMPTS;
+        o.use_hosts_file = ResolveHosts::Never;
+        builder.build().map_err(|e| e.to_string())
+    }
+
+    /// The HTTPS proof: the name's addresses (each globally reachable, unless insecure
+    /// checks are allowed), then the file, with no redirect, 5 s and 4 KiB at most. With
+    /// insecure checks allowed, `http://` when HTTPS fails.
+    async fn check_https(
+        &self,
+        resolver: &TokioResolver,
+        name: &str,
+        value: &str,
+    ) -> Result<(), Vec<String>> {
+        let shown = format!("https://{name}{WELL_KNOWN_PATH}");
+        let ips: Vec<IpAddr> =
+            match tokio::time::timeout(LOOKUP_DEADLINE, resolver.lookup_ip(format!("{name}."))).await {
+                Ok(Ok(l)) => l.iter().collect(),
+                Ok(Err(e)) => return Err(vec![format!("{shown}: {}", dns_failure(&e))]),
+                Err(_) => return Err(vec![format!("{shown}: the DNS lookup timed out")]),
+            };
+        if let Err(why) = outbound::check_addresses(&ips, self.cfg.allow_insecure) {
+            return Err(vec![format!("{shown}: {name} {why}")]);
+        }
+        let mut found = Vec::new();
+        let mut schemes = vec![("https", 443u16)];
+        if self.cfg.allow_insecure {
+            schemes.push(("http", 80));
+        }
+        for (scheme, port) in schemes {
+            let port = self.test_port(scheme).unwrap_or(port);
+            let url = if port == 443 || port == 80 {
+                format!("{scheme}://{name}{WELL_KNOWN_PATH}")
+            } else {
+                format!("{scheme}://{name}:{port}{WELL_KNOWN_PATH}")
+            };
+            let addrs: Vec<SocketAddr> = ips.iter().map(|ip| SocketAddr::new(*ip, port)).collect();
+            let fetcher = self.fetcher.clone();
+            let (fetch_url, expected) = (url.clone(), value.to_owned());
+            let fetched = tokio::task::spawn_blocking(move || fetcher.get(&fetch_url, addrs))
+                .await
+                .unwrap_or_else(|e| Fetched::Failed(e.to_string()));
+            match fetched {
+                Fetched::Body(body) if body.trim_ascii() == expected.as_bytes() => return Ok(()),
+                Fetched::Body(body) => found.push(format!(
+                    "{url}: the file is not this claim's challenge ({} bytes: {})",
+                    body.len(),
+                    cut(&String::from_utf8_lossy(&body))
+                )),
+                Fetched::Failed(why) => found.push(format!("{url}: {why}")),
+            }
+        }
+        Err(found)
+    }
+
+    #[cfg(feature = "test-hooks")]
+    fn test_port(&self, scheme: &str) -> Option<u16> {
+        match scheme {
+            "https" => self.cfg.test.https_port,
+            _ => self.cfg.test.http_port,
+        }
+    }
+
+    #[cfg(not(feature = "test-hooks"))]
+    fn test_port(&self, _scheme: &str) -> Option<u16> {
+        None
+    }
+}
+
+/// The DNS proof: a TXT record at `_agentid-challenge.<name>` that says
+/// `agentid-domain-verification=<value>` (a record's strings joined).
+async fn check_txt(resolver: &TokioResolver, name: &str, value: &str) -> Result<(), String> {
+    let label = format!("{DNS_LABEL}.{name}");
+    let expected = format!("{TXT_PREFIX}{value}");
+    let lookup = match tokio::time::timeout(LOOKUP_DEADLINE, resolver.txt_lookup(format!("{label}."))).await {
+        Ok(Ok(l)) => l,
+        Ok(Err(e)) => return Err(format!("TXT {label}: {}", dns_failure(&e))),
+        Err(_) => return Err(format!("TXT {label}: the DNS lookup timed out")),
+    };
+    let mut records = 0;
+    for record in lookup.answers() {
+        if let RData::TXT(txt) = &record.data {
+            records += 1;
+            let joined: Vec<u8> = txt.txt_data.iter().flat_map(|s| s.iter().copied()).collect();
+            if joined == expected.as_bytes() {
+                return Ok(());
+            }
+        }
+    }
+    Err(format!(
+        "TXT {label}: {records} record{}, none is {expected}",
+        if records == 1 { "" } else { "s" }
+    ))
+}
+
+/// A failed lookup in a few words.
+fn dns_failure(e: &hickory_resolver::net::NetError) -> String {
+    if e.is_nx_domain() {
+        "no such name (NXDOMAIN)".into()
+    } else if e.is_no_records_found() {
+        "no record".into()
+    } else if matches!(e, hickory_resolver::net::NetError::Timeout) {
+        "the DNS lookup timed out".into()
+    } else {
+        format!("the lookup failed ({})", cut(&e.to_string()))
+    }
+}
+
+/// At most `MESSAGE_MAX` characters of what a server sent, with control characters shown
+/// escaped: a message repeats it, and must not carry a line break or a terminal escape.
+fn cut(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .flat_map(char::escape_debug)
+        .take(MESSAGE_MAX)
+        .collect();
+    if text
+        .chars()
+        .flat_map(char::escape_debug)
+        .nth(MESSAGE_MAX)
+        .is_some()
+    {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut;
+
+    #[test]
+    fn what_a_server_sent_is_cut_and_escaped() {
+        assert_eq!(cut("plain"), "plain");
+        assert_eq!(cut("a\nb\u{1b}[31m"), "a\\nb\\u{1b}[31m");
+        let long = "x".repeat(1000);
+        assert_eq!(cut(&long).chars().count(), super::MESSAGE_MAX + 1);
+    }
+}

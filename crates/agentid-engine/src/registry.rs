@@ -1,0 +1,210 @@
+//! The registry: what a verify answer needs about each agent, and the revocation index.
+//! Both live in `DashMap`s that the verify path reads without locks or awaits. Entries
+//! never change once written (an agent's name, scopes and owner are fixed at registration;
+//! revocation only ever adds), so readers can never see a half-updated agent, and writers
+//! (registrations, revocations, cold misses, the resync task) never conflict: every write
+//! is an insert-if-absent, in any order. The one ordered piece is the epoch watermark below,
+//! kept under a mutex.
+//!
+//! Beside the index, `revocations_seen`: the revocation epoch (see `store::Revocations`) up
+//! to which every revocation is in the index. A verification reads it before it looks at the
+//! index and hands it to the audit writer with its entry, and the store re-checks a batch's
+//! `valid` entries agent by agent only when a revocation was committed above it.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use parking_lot::Mutex;
+
+use super::status::StatusLists;
+use agentid_core::domain::KeyMode;
+use agentid_store::{AgentRecord, Revocations, SharedStore};
+
+/// The fixed facts about an agent that verification uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentEntry {
+    pub org_id: String,
+    pub mode: KeyMode,
+    pub name: String,
+    pub description: String,
+}
+
+impl From<&AgentRecord> for AgentEntry {
+    fn from(a: &AgentRecord) -> Self {
+        AgentEntry {
+            org_id: a.org_id.clone(),
+            mode: a.mode,
+            name: a.name.clone(),
+            description: a.description.clone(),
+        }
+    }
+}
+
+/// A revoked agent and the reason given, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revoked {
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Default)]
+pub struct Registry {
+    agents: DashMap<String, Arc<AgentEntry>>,
+    revoked: DashMap<String, Revoked>,
+    /// Every revocation with an epoch up to this one is in `revoked` (`epochs.seen`, kept
+    /// here too so that the verify path reads it without a lock).
+    revocations_seen: AtomicI64,
+    epochs: Mutex<EpochWatermark>,
+}
+
+impl Registry {
+    pub fn agent(&self, id: &str) -> Option<Arc<AgentEntry>> {
+        self.agents.get(id).map(|e| Arc::clone(e.value()))
+    }
+
+    pub fn revocation(&self, id: &str) -> Option<Revoked> {
+        self.revoked.get(id).map(|r| r.value().clone())
+    }
+
+    /// The epoch up to which every revocation is in the index. Read it before looking an
+    /// agent up: a revocation the look-up missed then has a higher epoch.
+    pub fn revocations_seen(&self) -> i64 {
+        self.revocations_seen.load(Ordering::Acquire)
+    }
+
+    /// Adds what the store says about an agent (registration, load, or a cold miss).
+    pub fn learn(&self, a: &AgentRecord) -> Arc<AgentEntry> {
+        if a.revoked_at.is_some() {
+            self.mark_revoked(&a.id, a.revocation_reason.clone());
+        }
+        let entry = Arc::new(AgentEntry::from(a));
+        self.agents
+            .entry(a.id.clone())
+            .or_insert_with(|| Arc::clone(&entry))
+            .clone()
+    }
+
+    /// Puts a revocation into the index. Revocation is permanent: the first reason recorded
+    /// stays.
+    pub fn mark_revoked(&self, id: &str, reason: Option<String>) {
+        self.revoked.entry(id.to_owned()).or_insert(Revoked { reason });
+    }
+
+    /// A revocation this instance committed, with the epoch the store stamped it with
+    /// (none for an agent revoked before the store had epochs): into the index, then into
+    /// the watermark.
+    pub fn revoked(&self, id: &str, reason: Option<String>, epoch: Option<i64>) {
+        self.mark_revoked(id, reason);
+        if let Some(epoch) = epoch {
+            let mut epochs = self.epochs.lock();
+            let seen = epochs.add(epoch);
+            self.revocations_seen.store(seen, Ordering::Release);
+        }
+    }
+
+    /// What the store said of every revocation above the watermark (a load or a resync):
+    /// they go into the index, and then the watermark reaches the store's epoch.
+    pub fn caught_up(&self, r: &Revocations) {
+        for (id, reason) in &r.revoked {
+            self.mark_revoked(id, reason.clone());
+        }
+        let mut epochs = self.epochs.lock();
+        let seen = epochs.reach(r.epoch);
+        self.revocations_seen.store(seen, Ordering::Release);
+    }
+
+    pub fn agent_count(&self) -> usize {
+        self.agents.len()
+    }
+
+    pub fn revoked_count(&self) -> usize {
+        self.revoked.len()
+    }
+}
+
+/// Where `revocations_seen` stands, and the epochs above it already in the index. It moves
+/// only over an unbroken run of epochs: this instance's revocations arrive with their epochs,
+/// possibly out of order, and another instance's fill the gaps only when a resync reads them.
+#[derive(Debug, Default)]
+struct EpochWatermark {
+    seen: i64,
+    /// In the index, but above `seen` with a gap below them.
+    ahead: BTreeSet<i64>,
+}
+
+impl EpochWatermark {
+    /// The revocation with this epoch is in the index. Returns the watermark.
+    fn add(&mut self, epoch: i64) -> i64 {
+        if epoch > self.seen {
+            self.ahead.insert(epoch);
+        }
+        self.close_gaps()
+    }
+
+    /// Every revocation up to `epoch` is in the index. Returns the watermark.
+    fn reach(&mut self, epoch: i64) -> i64 {
+        self.seen = self.seen.max(epoch);
+        let seen = self.seen;
+        self.ahead.retain(|&e| e > seen);
+        self.close_gaps()
+    }
+
+    fn close_gaps(&mut self) -> i64 {
+        while self.ahead.first() == Some(&(self.seen + 1)) {
+            self.ahead.pop_first();
+            self.seen += 1;
+        }
+        self.seen
+    }
+}
+
+/// Pulls the revocations other instances committed, every `every`, for as long as it runs.
+/// Revocations at or below the watermark are in the index; it asks for the others. Any that
+/// this instance learns of meanwhile are marked twice, which is harmless.
+/// The status lists learn the same revocations, and the lists other instances opened.
+pub async fn resync(registry: Arc<Registry>, status: Arc<StatusLists>, store: SharedStore, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await; // the first tick is immediate, and the registry was just loaded
+    loop {
+        ticks.tick().await;
+        match store.status_lists().await {
+            Ok(lists) => {
+                for (id, size) in lists {
+                    status.learn_list(&id, size);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "status list resync failed; retrying"),
+        }
+        match store.revocations_after(registry.revocations_seen()).await {
+            Ok(r) => {
+                for (place, at) in &r.places {
+                    status.revoke(place, *at);
+                }
+                registry.caught_up(&r);
+            }
+            Err(e) => tracing::warn!(error = %e, "revocation resync failed; retrying"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EpochWatermark;
+
+    #[test]
+    fn the_watermark_moves_only_over_an_unbroken_run_of_epochs() {
+        let mut w = EpochWatermark::default();
+        assert_eq!(w.add(2), 0, "epoch 1 is missing");
+        assert_eq!(w.add(4), 0);
+        assert_eq!(w.add(1), 2, "1 and 2 are in, 3 is not");
+        assert_eq!(w.add(2), 2, "an epoch seen twice changes nothing");
+        assert_eq!(w.reach(3), 4, "a resync that read up to 3 joins the 4 held ahead");
+        assert_eq!(w.reach(1), 4, "it never moves back");
+        assert_eq!(w.add(6), 4);
+        assert_eq!(w.reach(7), 7, "a resync past what is held ahead drops it");
+        assert!(w.ahead.is_empty());
+    }
+}

@@ -1,0 +1,576 @@
+//! `agentid audit verify`: recomputes everything the audit log claims from its records.
+//!
+//! Per ledger, block by block: the hash chain (every record's hash, every link), the block
+//! rows' derived columns (`last_hash`, `results`, running totals) and the per-agent rows, the
+//! Merkle tree's stored subtree hashes, and the root at every checkpoint: the ones stored
+//! in the database (their signatures too) and any given from outside (a witness's). A damaged
+//! block is reported and passed over, so every ledger is checked; every failure names its
+//! ledger and, where it has one, the `seq`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::time::Duration;
+
+use super::checkpointer::committed_lists;
+use agentid_core::domain::audit::AuditRecord;
+use agentid_core::domain::{Ledger, Millis, Totals};
+use agentid_core::tlog::commit::{self, Commitments, List};
+pub use agentid_core::tlog::note::GivenNote;
+use agentid_core::tlog::note::LogVerifier;
+use agentid_core::tlog::tree::{Frontier, Hash, Subtree};
+use agentid_store::{AgentBlockRow, CheckedBlock, SharedStore, StoreError};
+
+/// Blocks read per query.
+const PAGE: u32 = 256;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub ledger: Ledger,
+    pub seq: Option<u64>,
+    pub what: String,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.seq {
+            Some(seq) => write!(f, "{} seq {seq}: {}", self.ledger, self.what),
+            None => write!(f, "{}: {}", self.ledger, self.what),
+        }
+    }
+}
+
+/// What was checked of one ledger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerSummary {
+    pub ledger: Ledger,
+    pub records: u64,
+    /// Checkpoints whose root was recomputed (stored and given).
+    pub checkpoints: usize,
+}
+
+#[derive(Debug, Default)]
+pub struct Report {
+    pub ledgers: Vec<LedgerSummary>,
+    pub failures: Vec<Failure>,
+}
+
+impl Report {
+    pub fn ok(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+/// A checkpoint a ledger's tree must match.
+#[derive(Debug, Clone)]
+struct Claim {
+    size: u64,
+    root: Hash,
+    source: String,
+    /// What it commits to besides the records, if it says (`tlog::commit`).
+    extensions: Vec<String>,
+}
+
+/// Checks every ledger. `given`: checkpoints from outside, each checked with `verifier`.
+/// `stale_after`: a ledger whose records no checkpoint has covered for longer fails (the
+/// checkpointer stopped, or was stopped).
+pub async fn check(
+    store: &SharedStore,
+    verifier: &LogVerifier,
+    given: &[GivenNote],
+    stale_after: Duration,
+) -> Result<Report, StoreError> {
+    let mut report = Report::default();
+    let mut claims: BTreeMap<Ledger, Vec<Claim>> = BTreeMap::new();
+    for g in given {
+        match verifier.open(&g.note) {
+            Ok(cp) => match Ledger::from_origin(&cp.origin) {
+                Some(ledger) => claims.entry(ledger).or_default().push(Claim {
+                    size: cp.size,
+                    root: cp.root,
+                    source: g.source.clone(),
+                    extensions: cp.extensions,
+                }),
+                None => report.failures.push(Failure {
+                    ledger: Ledger::service(),
+                    seq: None,
+                    what: format!("{}: origin {:?} names no ledger", g.source, cp.origin),
+                }),
+            },
+            Err(e) => report.failures.push(Failure {
+                ledger: Ledger::service(),
+                seq: None,
+                what: format!("{}: {e}", g.source),
+            }),
+        }
+    }
+    let mut ledgers = store.ledgers().await?;
+    for l in claims.keys() {
+        if !ledgers.contains(l) {
+            ledgers.push(l.clone());
+        }
+    }
+    ledgers.sort();
+    let mut agent_counts: HashMap<Ledger, HashMap<String, i64>> = HashMap::new();
+    for (ledger, agent, n) in store.agent_row_counts().await? {
+        agent_counts.entry(ledger).or_default().insert(agent, n);
+    }
+    for ledger in ledgers {
+        let given = claims.remove(&ledger).unwrap_or_default();
+        let counts = agent_counts.remove(&ledger).unwrap_or_default();
+        let mut c = LedgerCheck::new(store, verifier, ledger, counts, stale_after);
+        c.run(given).await?;
+        report.ledgers.push(c.summary);
+        report.failures.extend(c.failures);
+    }
+    Ok(report)
+}
+
+struct LedgerCheck<'a> {
+    store: &'a SharedStore,
+    verifier: &'a LogVerifier,
+    ledger: Ledger,
+    stored_agent_rows: HashMap<String, i64>,
+    stale_after: Duration,
+    summary: LedgerSummary,
+    failures: Vec<Failure>,
+}
+
+/// Where the walk through a ledger's blocks stands.
+struct Walk {
+    /// The next `seq` expected.
+    next: u64,
+    /// The hash the next record must follow.
+    prev: Hash,
+    totals: Totals,
+    agent_totals: HashMap<String, Totals>,
+    expected_agent_rows: HashMap<String, Vec<AgentBlockRow>>,
+    /// The tree so far; `None` once a record is missing or unreadable.
+    tree: Option<Frontier>,
+    /// Stored-height subtrees computed and not yet compared with the stored ones.
+    nodes: Vec<(Subtree, Hash)>,
+}
+
+impl<'a> LedgerCheck<'a> {
+    fn new(
+        store: &'a SharedStore,
+        verifier: &'a LogVerifier,
+        ledger: Ledger,
+        counts: HashMap<String, i64>,
+        stale_after: Duration,
+    ) -> Self {
+        LedgerCheck {
+            store,
+            verifier,
+            stale_after,
+            summary: LedgerSummary {
+                ledger: ledger.clone(),
+                records: 0,
+                checkpoints: 0,
+            },
+            ledger,
+            stored_agent_rows: counts,
+            failures: Vec::new(),
+        }
+    }
+
+    fn fail(&mut self, seq: Option<u64>, what: impl Into<String>) {
+        self.failures.push(Failure {
+            ledger: self.ledger.clone(),
+            seq,
+            what: what.into(),
+        });
+    }
+
+    async fn run(&mut self, given: Vec<Claim>) -> Result<(), StoreError> {
+        let mut claims = given;
+        let stored = self.store.checkpoints(&self.ledger).await?;
+        // Subtree hashes are stored up to the latest checkpoint the log key signed (rows it
+        // did not sign are junk, reported below).
+        let mut nodes_until = 0;
+        for cp in &stored {
+            let source = format!("stored checkpoint of {} records", cp.size);
+            let mut extensions = Vec::new();
+            match self.verifier.open(&cp.note) {
+                Ok(note) => {
+                    if Ledger::from_origin(&note.origin).as_ref() != Some(&self.ledger)
+                        || note.size != cp.size
+                        || note.root != cp.root
+                    {
+                        self.fail(
+                            None,
+                            format!(
+                                "{source}: its signed note says {} at {} records",
+                                note.origin, note.size
+                            ),
+                        );
+                    } else {
+                        nodes_until = nodes_until.max(cp.size);
+                    }
+                    extensions = note.extensions;
+                }
+                Err(e) => self.fail(None, format!("{source}: {e}")),
+            }
+            claims.push(Claim {
+                size: cp.size,
+                root: cp.root,
+                source,
+                extensions,
+            });
+        }
+        self.check_commitments(&claims).await?;
+        // The empty tree has one root, and every ledger extends it.
+        claims.retain(|c| c.size > 0 || c.root == agentid_core::tlog::tree::empty_root());
+        claims.sort_by_key(|c| c.size);
+        let mut pending = claims.into_iter().peekable();
+
+        let mut walk = Walk {
+            next: 1,
+            prev: agentid_core::domain::audit::GENESIS,
+            totals: [0; 4],
+            agent_totals: HashMap::new(),
+            expected_agent_rows: HashMap::new(),
+            tree: Some(Frontier::default()),
+            nodes: Vec::new(),
+        };
+        // The first record no checkpoint covers, and when it was made.
+        let mut first_uncovered: Option<(u64, Millis)> = None;
+        let mut after = 0i64;
+        loop {
+            let blocks = self.store.read_blocks(&self.ledger, after, PAGE).await?;
+            if first_uncovered.is_none() {
+                first_uncovered = blocks
+                    .iter()
+                    .filter_map(|b| b.records.as_ref().ok())
+                    .flatten()
+                    .find(|r| r.seq as u64 > nodes_until)
+                    .map(|r| (r.seq as u64, r.requested_at));
+            }
+            let Some(last) = blocks.last() else { break };
+            after = last.first_seq;
+            for b in &blocks {
+                self.block(b, &mut walk, &mut pending);
+            }
+            self.compare_nodes(&mut walk.nodes, nodes_until).await?;
+        }
+        // Roots at sizes the walk passed were compared there; these lie beyond its end.
+        for claim in pending {
+            if claim.size == 0 {
+                continue;
+            }
+            let held = walk.next - 1;
+            if held == 0 && walk.tree.is_some() {
+                self.fail(
+                    None,
+                    format!(
+                        "{}: the ledger is gone ({} records were checkpointed)",
+                        claim.source, claim.size
+                    ),
+                );
+            } else if claim.size > held {
+                self.fail(
+                    Some(held + 1),
+                    format!(
+                        "{}: the ledger ends at {held} records, the checkpoint holds {}: records were cut off",
+                        claim.source, claim.size
+                    ),
+                );
+            } else {
+                self.fail(
+                    None,
+                    format!(
+                        "{}: its root cannot be recomputed past a missing or unreadable record",
+                        claim.source
+                    ),
+                );
+            }
+        }
+        if let Some((seq, at)) = first_uncovered {
+            let age = Millis::now().0.saturating_sub(at.0);
+            if age > self.stale_after.as_millis() as i64 {
+                self.fail(
+                    Some(seq),
+                    format!(
+                        "no checkpoint covers the records from here on, the first made {} s ago (allowed: \
+                         {} s): checkpoints stopped",
+                        age / 1000,
+                        self.stale_after.as_secs()
+                    ),
+                );
+            }
+        }
+        self.compare_agent_rows(walk.expected_agent_rows).await?;
+        self.summary.records = walk.next - 1;
+        Ok(())
+    }
+
+    fn block(
+        &mut self,
+        b: &CheckedBlock,
+        walk: &mut Walk,
+        pending: &mut std::iter::Peekable<impl Iterator<Item = Claim>>,
+    ) {
+        let first = b.first_seq.max(0) as u64;
+        if first != walk.next {
+            if first > walk.next {
+                self.fail(
+                    Some(walk.next),
+                    format!("records {}..{} are missing", walk.next, first - 1),
+                );
+            } else {
+                self.fail(Some(first), "a block overlaps the previous one");
+            }
+            walk.tree = None;
+        }
+        let records = match &b.records {
+            Ok(r) => r,
+            Err(e) => {
+                self.fail(
+                    Some(first),
+                    format!("unreadable block ({e}); checking goes on after it"),
+                );
+                walk.tree = None;
+                walk.next = b.last_seq.max(0) as u64 + 1;
+                walk.prev = b.last_hash.as_slice().try_into().unwrap_or([0; 32]);
+                walk.totals = b.totals;
+                return;
+            }
+        };
+        let mut results = 0;
+        let mut in_block: BTreeMap<&str, (i32, Totals)> = BTreeMap::new();
+        for r in records {
+            let seq = r.seq as u64;
+            if r.prev_hash != walk.prev {
+                self.fail(
+                    Some(seq),
+                    "does not follow the previous record's hash (the chain is broken)",
+                );
+            }
+            if r.hash != r.compute_hash() {
+                self.fail(
+                    Some(seq),
+                    "its hash is not the hash of its contents (the record was edited)",
+                );
+            }
+            walk.prev = r.hash;
+            results |= r.result.bit();
+            walk.totals[r.result.index()] += 1;
+            // Records that name no agent (forgeries of unknown agents) have no agent rows.
+            if !r.agent_id.is_empty() {
+                let agent = in_block.entry(&r.agent_id).or_insert((0, [0; 4]));
+                agent.0 |= r.result.bit();
+                agent.1[r.result.index()] += 1;
+            }
+            self.grow_tree(r, walk, pending);
+            walk.next = seq + 1;
+        }
+        let last_hash: Option<Hash> = records.last().map(|r| r.hash);
+        if last_hash.as_ref().map(|h| &h[..]) != Some(b.last_hash.as_slice()) {
+            self.fail(Some(first), "the block's last_hash is not its last record's hash");
+        }
+        if results != b.results {
+            self.fail(
+                Some(first),
+                format!(
+                    "the block's results are {} but its records hold {results}",
+                    b.results
+                ),
+            );
+        }
+        let stored_totals = b.totals;
+        if stored_totals != walk.totals {
+            self.fail(
+                Some(first),
+                format!(
+                    "the block's running totals are {stored_totals:?} but its records count {:?}",
+                    walk.totals
+                ),
+            );
+        }
+        for (agent, (results, delta)) in in_block {
+            let totals = walk.agent_totals.entry(agent.to_owned()).or_insert([0; 4]);
+            for i in 0..4 {
+                totals[i] += delta[i];
+            }
+            walk.expected_agent_rows
+                .entry(agent.to_owned())
+                .or_default()
+                .push(AgentBlockRow {
+                    first_seq: b.first_seq,
+                    results,
+                    n_valid: totals[0],
+                    n_invalid: totals[1],
+                    n_expired: totals[2],
+                    n_revoked: totals[3],
+                });
+        }
+    }
+
+    fn grow_tree(
+        &mut self,
+        r: &AuditRecord,
+        walk: &mut Walk,
+        pending: &mut std::iter::Peekable<impl Iterator<Item = Claim>>,
+    ) {
+        let Some(tree) = walk.tree.as_mut() else { return };
+        let nodes = &mut walk.nodes;
+        tree.push(&r.hash, |s, h| nodes.push((s, h)));
+        let size = tree.size();
+        let root = pending
+            .peek()
+            .is_some_and(|c| c.size <= size)
+            .then(|| tree.root());
+        while let Some(claim) = pending.next_if(|c| c.size <= size) {
+            if claim.size < size {
+                // Passed while the tree was broken: reported at the end as not recomputable.
+                self.fail(
+                    None,
+                    format!(
+                        "{}: its root cannot be recomputed past a missing or unreadable record",
+                        claim.source
+                    ),
+                );
+            } else if root.as_ref() != Some(&claim.root) {
+                self.fail(
+                    Some(size),
+                    format!(
+                        "{}: the tree of the first {size} records has another root (records were rewritten)",
+                        claim.source
+                    ),
+                );
+            } else {
+                self.summary.checkpoints += 1;
+            }
+        }
+    }
+
+    /// Whether the database still holds the revocations and key retirements each checkpoint
+    /// commits to: one undone (an earlier row put back) is a failure.
+    async fn check_commitments(&mut self, claims: &[Claim]) -> Result<(), StoreError> {
+        let lists = committed_lists(self.store, &self.ledger).await?;
+        for claim in claims {
+            let c = match Commitments::parse(&claim.extensions) {
+                Ok(Some(c)) => c,
+                Ok(None) => continue,
+                Err(e) => {
+                    self.fail(None, format!("{}: {e}", claim.source));
+                    continue;
+                }
+            };
+            if !commit::holds(List::Revocations, &lists.revocations, &c.revocations) {
+                self.fail(
+                    None,
+                    format!(
+                        "{}: it commits to {} revocations of this ledger, which the database no longer holds \
+                         (it holds {}): a revocation was undone",
+                        claim.source,
+                        c.revocations.count,
+                        lists.revocations.len()
+                    ),
+                );
+            }
+            if !commit::holds(List::Domains, &lists.domains, &c.domains) {
+                self.fail(
+                    None,
+                    format!(
+                        "{}: it commits to {} issuer-domain events, which the database no longer holds \
+                         (it holds {}): who holds a name was rewritten",
+                        claim.source,
+                        c.domains.count,
+                        lists.domains.len()
+                    ),
+                );
+            }
+            if !commit::holds(List::RetiredKeys, &lists.retired_keys, &c.retired_keys) {
+                self.fail(
+                    None,
+                    format!(
+                        "{}: it commits to {} retired signing keys, which the database no longer holds \
+                         (it holds {}): a retirement was undone",
+                        claim.source,
+                        c.retired_keys.count,
+                        lists.retired_keys.len()
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Compares computed subtree hashes with the stored ones (which exist up to the latest
+    /// stored checkpoint).
+    async fn compare_nodes(
+        &mut self,
+        nodes: &mut Vec<(Subtree, Hash)>,
+        until: u64,
+    ) -> Result<(), StoreError> {
+        let mut by_height: BTreeMap<u32, Vec<(u64, Hash)>> = BTreeMap::new();
+        for (s, h) in nodes.drain(..) {
+            if s.leaves().end <= until {
+                by_height.entry(s.height).or_default().push((s.index, h));
+            }
+        }
+        for (height, computed) in by_height {
+            let (lo, hi) = (computed[0].0, computed[computed.len() - 1].0 + 1);
+            let stored: HashMap<u64, Vec<u8>> = self
+                .store
+                .tree_nodes(&self.ledger, height, lo..hi)
+                .await?
+                .into_iter()
+                .collect();
+            for (index, hash) in computed {
+                let s = Subtree { height, index };
+                let seq = Some(s.leaves().start + 1);
+                match stored.get(&index) {
+                    None => self.fail(
+                        seq,
+                        format!("the stored hash of subtree {height}@{index} is missing"),
+                    ),
+                    Some(h) if h[..] != hash[..] => self.fail(
+                        seq,
+                        format!("the stored hash of subtree {height}@{index} is not the records'"),
+                    ),
+                    Some(_) => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn compare_agent_rows(
+        &mut self,
+        expected: HashMap<String, Vec<AgentBlockRow>>,
+    ) -> Result<(), StoreError> {
+        let mut agents: Vec<_> = expected.into_iter().collect();
+        agents.sort_by(|a, b| a.0.cmp(&b.0));
+        for (agent, rows) in agents {
+            self.stored_agent_rows.remove(&agent);
+            let stored = self.store.agent_rows(&self.ledger, &agent).await?;
+            if stored == rows {
+                continue;
+            }
+            let at = rows
+                .iter()
+                .zip(&stored)
+                .find(|(a, b)| a != b)
+                .map(|(a, _)| a.first_seq)
+                .or_else(|| {
+                    rows.get(stored.len())
+                        .or(stored.get(rows.len()))
+                        .map(|r| r.first_seq)
+                });
+            self.fail(
+                at.map(|s| s.max(0) as u64),
+                format!("the per-agent rows of {agent:?} are not what its records say"),
+            );
+        }
+        let mut extra: Vec<_> = self.stored_agent_rows.drain().collect();
+        extra.sort();
+        for (agent, n) in extra {
+            self.fail(
+                None,
+                format!("{n} per-agent rows of {agent:?}, who has no records here"),
+            );
+        }
+        Ok(())
+    }
+}

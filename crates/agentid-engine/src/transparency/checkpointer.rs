@@ -1,0 +1,581 @@
+//! The audit log as a transparency log: each ledger's Merkle tree (`tree`), signed
+//! checkpoints (`note::LogKey`), and inclusion and consistency proofs.
+//!
+//! The audit writer notes which ledgers grew ([`Grown`]); the checkpointer task signs a new
+//! checkpoint of each at most every interval, off the verify path. A checkpoint is made from
+//! what is committed: the previous checkpoint's tree edge (from stored subtree hashes) and the
+//! new records' hashes, read from their blocks. It is stored with the subtree hashes the new
+//! records completed, in one transaction that first checks that the previous checkpoint is
+//! still the latest, so instances of a fleet checkpointing the same ledger never disagree.
+//! Proofs reach only up to the latest checkpoint, where every stored subtree hash exists.
+//!
+//! Stored rows are checked, not trusted: the tree edge read from stored subtree hashes must
+//! give the latest checkpoint's (signed) root, else it is recomputed from the records; and a
+//! row found where a new subtree hash goes (junk written into the database) neither stops
+//! the checkpoint nor takes its place. Both are integrity alarms. How far checkpoints lag
+//! behind the records is a metric, and `audit verify` and the witness fail on a lag of
+//! several intervals.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use agentid_core::domain::audit::AuditRecord;
+use agentid_core::domain::{Ledger, Millis};
+use agentid_core::tlog::commit::{self, Commitment, Commitments, List};
+use agentid_core::tlog::note::{Checkpoint, LogKey, LogVerifier};
+use agentid_core::tlog::tree::{self, Frontier, Hash, Parts, Subtree};
+use agentid_store::{Added, SharedStore, StoreError, StoredCheckpoint};
+
+/// Most records one checkpoint adds to a tree; a ledger that grew more (a log that predates
+/// checkpoints) gets there in steps, each a checkpoint of its own.
+pub const MAX_STEP: u64 = 1 << 20;
+/// Checkpoint rows read, largest first, to find the latest one the log key signed.
+const JUNK_READ: u32 = 64;
+/// Record hashes read per query while a checkpoint is made.
+const READ_CHUNK: u64 = 1 << 16;
+
+/// The ledgers the audit writer appended to since the checkpointer last looked.
+#[derive(Debug, Default)]
+pub struct Grown(Mutex<HashSet<Ledger>>);
+
+impl Grown {
+    /// Notes the ledgers of committed records (one lock per batch; a ledger is cloned only
+    /// the first time).
+    pub fn note(&self, records: &[Option<AuditRecord>]) {
+        let mut last: Option<&Ledger> = None;
+        let mut set = self.0.lock();
+        for r in records.iter().flatten() {
+            if last != Some(&r.ledger) {
+                if !set.contains(&r.ledger) {
+                    set.insert(r.ledger.clone());
+                }
+                last = Some(&r.ledger);
+            }
+        }
+    }
+
+    fn take(&self) -> HashSet<Ledger> {
+        std::mem::take(&mut *self.0.lock())
+    }
+
+    fn put_back(&self, ledger: Ledger) {
+        self.0.lock().insert(ledger);
+    }
+}
+
+/// The lists a checkpoint of a ledger commits to, as the database holds them now.
+#[derive(Debug, Default)]
+pub struct CommittedLists {
+    /// The ledger's revocations, in revocation order.
+    pub revocations: Vec<(String, Millis)>,
+    /// The fleet's retired keys, by time of retirement (then kid).
+    pub retired_keys: Vec<(String, Millis)>,
+    /// The fleet's issuer-domain holding events, in order.
+    pub domains: Vec<(String, Millis)>,
+}
+
+impl CommittedLists {
+    pub fn commitments(&self) -> Commitments {
+        let of = |list| Commitment::of(list, self.get(list).iter().map(|(id, at)| (id.as_str(), *at)));
+        Commitments {
+            revocations: of(List::Revocations),
+            retired_keys: of(List::RetiredKeys),
+            domains: of(List::Domains),
+        }
+    }
+
+    /// One list's entries.
+    pub fn get(&self, list: List) -> &[(String, Millis)] {
+        match list {
+            List::Revocations => &self.revocations,
+            List::RetiredKeys => &self.retired_keys,
+            List::Domains => &self.domains,
+        }
+    }
+}
+
+/// Reads the lists a checkpoint of `ledger` commits to.
+pub async fn committed_lists(store: &SharedStore, ledger: &Ledger) -> Result<CommittedLists, StoreError> {
+    let mut retired_keys: Vec<(String, Millis)> = store
+        .signing_keys()
+        .await?
+        .into_iter()
+        .filter_map(|k| Some((k.kid, k.retired_at?)))
+        .collect();
+    retired_keys.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+    let domains = store
+        .domain_events()
+        .await?
+        .into_iter()
+        .map(|e| (e.commitment_id(), e.at))
+        .collect();
+    Ok(CommittedLists {
+        revocations: store.revocations_of(ledger).await?,
+        retired_keys,
+        domains,
+    })
+}
+
+/// Something stored that the service did not write: logged, and counted by `what`.
+fn alarm(what: &'static str, message: &str) {
+    tracing::error!(what, "integrity alarm: {message}");
+    metrics::counter!("agentid_integrity_failures_total", "what" => what).increment(1);
+}
+
+/// Why a proof was not given.
+#[derive(Debug, thiserror::Error)]
+pub enum ProofRefused {
+    #[error("{0}")]
+    OutOfRange(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The log's signing key, its name, and what it signs.
+pub struct Transparency {
+    store: SharedStore,
+    key: LogKey,
+    host: String,
+    interval: Duration,
+    grown: Arc<Grown>,
+    /// Per ledger with records no checkpoint covers: since when the checkpointer has seen
+    /// it so (for the lag metrics).
+    uncovered: Mutex<HashMap<Ledger, (u64, Millis)>>,
+    /// Checkpoint sizes of a ledger that junk rows hold.
+    taken: Mutex<HashSet<(Ledger, u64)>>,
+}
+
+impl std::fmt::Debug for Transparency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transparency")
+            .field("host", &self.host)
+            .field("interval", &self.interval)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The log key's name for a public host: `<host>/agentid`.
+pub fn log_key_name(host: &str) -> String {
+    format!("{host}/agentid")
+}
+
+impl Transparency {
+    pub fn new(store: SharedStore, key: LogKey, host: &str, interval: Duration, grown: Arc<Grown>) -> Self {
+        Transparency {
+            store,
+            key,
+            host: host.to_owned(),
+            interval,
+            grown,
+            uncovered: Mutex::default(),
+            taken: Mutex::default(),
+        }
+    }
+
+    pub fn verifier(&self) -> &LogVerifier {
+        self.key.verifier()
+    }
+
+    /// The lists a checkpoint of `ledger` commits to, as the database holds them now.
+    pub async fn committed(&self, ledger: &Ledger) -> Result<CommittedLists, StoreError> {
+        committed_lists(&self.store, ledger).await
+    }
+
+    /// The signed note of a ledger's latest checkpoint; for a ledger without one, a
+    /// checkpoint of the empty tree, signed now (true of every ledger, so nothing to store).
+    pub async fn latest_note(&self, ledger: &Ledger) -> Result<String, StoreError> {
+        let size = self.store.ledger_size(ledger).await?;
+        Ok(match self.latest_signed(ledger, size, false).await? {
+            Some(cp) => cp.note,
+            None => self.key.sign(&Checkpoint {
+                origin: ledger.origin(&self.host),
+                size: 0,
+                root: tree::empty_root(),
+                extensions: Vec::new(),
+            }),
+        })
+    }
+
+    /// Runs for as long as the engine does: every interval, checkpoints the ledgers that
+    /// grew (at start, every ledger: records may have been appended since the last one).
+    pub async fn run(self: Arc<Self>) {
+        let mut first = true;
+        // Ticks four times an interval, so a ledger waits at most a quarter interval past
+        // the age its latest checkpoint must reach.
+        let mut ticks = tokio::time::interval((self.interval / 4).max(Duration::from_millis(5)));
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            if first {
+                match self.store.ledgers().await {
+                    Ok(all) => {
+                        for l in all {
+                            self.grown.put_back(l);
+                        }
+                        first = false;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "checkpoints: cannot list the ledgers"),
+                }
+            }
+            for ledger in self.grown.take() {
+                match self.checkpoint(&ledger).await {
+                    Ok(Step::Done) => {}
+                    Ok(Step::More) => self.grown.put_back(ledger),
+                    Err(e) => {
+                        metrics::counter!("agentid_checkpoint_failures_total").increment(1);
+                        tracing::warn!(%ledger, error = %e, "checkpoint failed; trying again");
+                        self.grown.put_back(ledger);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Signs and stores one checkpoint of `ledger` if it grew since its latest one and that
+    /// one is at least an interval old.
+    pub async fn checkpoint(&self, ledger: &Ledger) -> Result<Step, StoreError> {
+        let started = std::time::Instant::now();
+        let size = self.store.ledger_size(ledger).await?;
+        let latest = self.latest_signed(ledger, size, true).await?;
+        let now = Millis::now();
+        let after = latest.as_ref().map_or(0, |c| c.size);
+        if let Some(c) = &latest {
+            if now.0 - c.created_at.0 < self.interval.as_millis() as i64 {
+                return Ok(Step::More);
+            }
+        }
+        self.note_lag(ledger, after, size, now);
+        if size <= after {
+            return Ok(Step::Done);
+        }
+        let mut target = size.min(after + MAX_STEP);
+        {
+            // Sizes a junk row holds: a checkpoint a record short of one is as good.
+            let taken = self.taken.lock();
+            while target > after + 1 && taken.contains(&(ledger.clone(), target)) {
+                target -= 1;
+            }
+        }
+        let stored_edge = match self.frontier(ledger, after).await {
+            Err(StoreError::Corrupt(e)) => Err(e),
+            Err(e) => return Err(e),
+            Ok(f) => match &latest {
+                Some(c) if f.root() != c.root => Err("they do not give its root".to_owned()),
+                _ => Ok(f),
+            },
+        };
+        let mut frontier = match stored_edge {
+            Ok(f) => f,
+            Err(why) => {
+                alarm(
+                    "tree_node",
+                    &format!(
+                        "ledger {ledger}: the stored subtree hashes up to the checkpoint of {after} records \
+                         cannot be used ({why}); the tree edge is recomputed from the records"
+                    ),
+                );
+                self.frontier_from_records(ledger, after).await?
+            }
+        };
+        if let Some(c) = latest.as_ref().filter(|c| frontier.root() != c.root) {
+            return Err(StoreError::Corrupt(format!(
+                "ledger {ledger}: its first {} records do not give the root of their checkpoint",
+                c.size
+            )));
+        }
+        let mut nodes = Vec::new();
+        let mut next = after + 1;
+        while next <= target {
+            let last = target.min(next + READ_CHUNK - 1);
+            let hashes = self.store.record_hashes(ledger, next, last).await?;
+            if hashes.len() as u64 != last - next + 1 {
+                return Err(StoreError::Corrupt(format!(
+                    "ledger {ledger}: records {next}..={last} are missing"
+                )));
+            }
+            for h in &hashes {
+                frontier.push(h, |s, h| nodes.push((s, h)));
+            }
+            next = last + 1;
+        }
+        let lists = committed_lists(&self.store, ledger).await?;
+        let commitments = lists.commitments();
+        if let Some(c) = &latest {
+            self.check_commitments(ledger, c, &lists);
+        }
+        let checkpoint = Checkpoint {
+            origin: ledger.origin(&self.host),
+            size: target,
+            root: frontier.root(),
+            extensions: commitments.lines(),
+        };
+        let stored = StoredCheckpoint {
+            ledger: ledger.clone(),
+            size: target,
+            root: checkpoint.root,
+            note: self.key.sign(&checkpoint),
+            created_at: now,
+        };
+        let ours = |c: &StoredCheckpoint| self.signed(ledger, c);
+        let foreign = match self.store.add_checkpoint(&stored, after, &nodes, &ours).await? {
+            Added::Stored(foreign) => Some(foreign),
+            Added::Raced => None,
+            Added::SizeTaken => {
+                alarm(
+                    "checkpoint",
+                    &format!(
+                        "ledger {ledger}: a checkpoint row the log key did not sign holds size {target}; \
+                         the checkpoint is made a record short of it"
+                    ),
+                );
+                self.taken.lock().insert((ledger.clone(), target));
+                return Ok(Step::More);
+            }
+        };
+        if let Some(foreign) = foreign {
+            metrics::counter!("agentid_checkpoints_total").increment(1);
+            metrics::histogram!("agentid_checkpoint_duration_seconds")
+                .record(started.elapsed().as_secs_f64());
+            tracing::debug!(%ledger, size = target, "checkpoint signed");
+            for s in foreign {
+                alarm(
+                    "tree_node",
+                    &format!(
+                        "ledger {ledger}: a subtree hash the service did not write is stored at height {} \
+                         index {}; the checkpoint of {target} records is signed over the records",
+                        s.height, s.index
+                    ),
+                );
+            }
+            self.note_lag(ledger, target, size, now);
+        }
+        Ok(if target < size { Step::More } else { Step::Done })
+    }
+
+    /// Whether the lists still hold what the latest checkpoint committed to. A revocation or a
+    /// retirement undone in the database is an alarm here (the new checkpoint is signed over
+    /// what the database holds, so the witness and `audit verify` catch it too).
+    fn check_commitments(&self, ledger: &Ledger, latest: &StoredCheckpoint, lists: &CommittedLists) {
+        let Ok(cp) = self.key.verifier().open(&latest.note) else {
+            return; // not a note of this key: `audit verify` reports it
+        };
+        let Ok(Some(old)) = Commitments::parse(&cp.extensions) else {
+            return;
+        };
+        if !commit::holds(List::Revocations, &lists.revocations, &old.revocations) {
+            alarm(
+                "revocation",
+                &format!(
+                    "ledger {ledger}: the database no longer holds the {} revocations the checkpoint of {} \
+                     records commits to: a revocation was undone",
+                    old.revocations.count, latest.size
+                ),
+            );
+        }
+        if !commit::holds(List::RetiredKeys, &lists.retired_keys, &old.retired_keys) {
+            alarm(
+                "retired_key",
+                &format!(
+                    "the database no longer holds the {} key retirements the checkpoint of {} records of \
+                     {ledger} commits to: a retirement was undone",
+                    old.retired_keys.count, latest.size
+                ),
+            );
+        }
+        if !commit::holds(List::Domains, &lists.domains, &old.domains) {
+            alarm(
+                "domain_event",
+                &format!(
+                    "the database no longer holds the {} issuer-domain events the checkpoint of {} records \
+                     of {ledger} commits to: who holds a name was rewritten",
+                    old.domains.count, latest.size
+                ),
+            );
+        }
+    }
+
+    /// Notes that `ledger` holds `size` records of which its checkpoints cover `covered`,
+    /// and sets the lag gauges to the largest lag of any ledger.
+    fn note_lag(&self, ledger: &Ledger, covered: u64, size: u64, now: Millis) {
+        let mut uncovered = self.uncovered.lock();
+        if size > covered {
+            let since = uncovered.get(ledger).map_or(now, |(_, since)| *since);
+            uncovered.insert(ledger.clone(), (size - covered, since));
+        } else {
+            uncovered.remove(ledger);
+        }
+        let records = uncovered.values().map(|(n, _)| *n).max().unwrap_or(0);
+        let seconds = uncovered
+            .values()
+            .map(|(_, since)| (now.0 - since.0).max(0))
+            .max()
+            .unwrap_or(0);
+        metrics::gauge!("agentid_checkpoint_lag_records").set(records as f64);
+        metrics::gauge!("agentid_checkpoint_lag_seconds").set(seconds as f64 / 1000.0);
+    }
+
+    /// The tree's edge at `size` leaves, from the records themselves.
+    async fn frontier_from_records(&self, ledger: &Ledger, size: u64) -> Result<Frontier, StoreError> {
+        let mut frontier = Frontier::at(0, &[]).ok_or_else(|| StoreError::Corrupt("tree edge".into()))?;
+        let mut next = 1;
+        while next <= size {
+            let last = size.min(next + READ_CHUNK - 1);
+            for h in self.store.record_hashes(ledger, next, last).await? {
+                frontier.push(&h, |_, _| {});
+            }
+            next = last + 1;
+        }
+        Ok(frontier)
+    }
+
+    /// The tree's edge at `size` leaves, from stored subtree hashes.
+    async fn frontier(&self, ledger: &Ledger, size: u64) -> Result<Frontier, StoreError> {
+        let hashes = subtree_hashes(&self.store, ledger, 0..size).await?;
+        Frontier::at(size, &hashes).ok_or_else(|| StoreError::Corrupt("tree edge".into()))
+    }
+
+    /// The inclusion proof of record `seq` in the tree of `size` records, and its hash.
+    pub async fn inclusion(
+        &self,
+        ledger: &Ledger,
+        seq: u64,
+        size: u64,
+    ) -> Result<(Hash, Vec<Hash>), ProofRefused> {
+        let latest = self.latest_size(ledger).await?;
+        if !(1 <= seq && seq <= size && size <= latest) {
+            return Err(ProofRefused::OutOfRange(format!(
+                "need 1 ≤ seq ≤ tree_size ≤ {latest} (the latest checkpoint's size)"
+            )));
+        }
+        let leaf = self.store.record_hashes(ledger, seq, seq).await?;
+        let leaf = *leaf
+            .first()
+            .ok_or_else(|| StoreError::Corrupt(format!("record {seq} is missing")))?;
+        let mut proof = Vec::new();
+        for r in tree::inclusion_ranges(seq - 1, size) {
+            proof.push(range_hash(&self.store, ledger, r).await?);
+        }
+        Ok((leaf, proof))
+    }
+
+    /// The consistency proof from the tree of `from` records to that of `to`.
+    pub async fn consistency(&self, ledger: &Ledger, from: u64, to: u64) -> Result<Vec<Hash>, ProofRefused> {
+        let latest = self.latest_size(ledger).await?;
+        if !(1 <= from && from <= to && to <= latest) {
+            return Err(ProofRefused::OutOfRange(format!(
+                "need 1 ≤ from ≤ to ≤ {latest} (the latest checkpoint's size)"
+            )));
+        }
+        let mut proof = Vec::new();
+        for r in tree::consistency_ranges(from, to) {
+            proof.push(range_hash(&self.store, ledger, r).await?);
+        }
+        Ok(proof)
+    }
+
+    async fn latest_size(&self, ledger: &Ledger) -> Result<u64, StoreError> {
+        let size = self.store.ledger_size(ledger).await?;
+        Ok(self
+            .latest_signed(ledger, size, false)
+            .await?
+            .map_or(0, |c| c.size))
+    }
+
+    /// The ledger's latest checkpoint of at most `size` records that this log key signed,
+    /// as stored. Other rows are junk written into the database: passed over (an alarm when
+    /// `report`), up to `JUNK_READ` of them.
+    pub async fn latest_signed(
+        &self,
+        ledger: &Ledger,
+        size: u64,
+        report: bool,
+    ) -> Result<Option<StoredCheckpoint>, StoreError> {
+        let rows = self.store.latest_checkpoints(ledger, size, JUNK_READ).await?;
+        let found = rows.iter().position(|c| self.signed(ledger, c));
+        let junk = found.unwrap_or(rows.len());
+        if report && junk > 0 {
+            alarm(
+                "checkpoint",
+                &format!("ledger {ledger}: {junk} checkpoint rows the log key did not sign; passed over"),
+            );
+        }
+        match found {
+            Some(i) => Ok(Some(rows[i].clone())),
+            None if rows.len() < JUNK_READ as usize => Ok(None),
+            None => Err(StoreError::Corrupt(format!(
+                "ledger {ledger}: none of its latest {JUNK_READ} checkpoint rows is signed by the log key"
+            ))),
+        }
+    }
+
+    /// Whether a stored checkpoint is this log key's signature of exactly its ledger, size
+    /// and root.
+    fn signed(&self, ledger: &Ledger, c: &StoredCheckpoint) -> bool {
+        self.key.verifier().open(&c.note).is_ok_and(|n| {
+            n.origin == ledger.origin(&self.host)
+                && n.size == c.size
+                && n.root == c.root
+                && &c.ledger == ledger
+        })
+    }
+}
+
+/// Whether a ledger needs another checkpoint soon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Done,
+    /// It grew more than one step, or its latest checkpoint is younger than an interval.
+    More,
+}
+
+/// The hash of a range a proof names, from the stored subtree hashes (and at most a few
+/// records at its edges): one small read per subtree it splits into.
+async fn range_hash(store: &SharedStore, ledger: &Ledger, range: Range<u64>) -> Result<Hash, StoreError> {
+    Ok(tree::fold(&subtree_hashes(store, ledger, range).await?))
+}
+
+/// The hashes of the subtrees a range splits into (`tree::subtrees`), in order.
+async fn subtree_hashes(
+    store: &SharedStore,
+    ledger: &Ledger,
+    range: Range<u64>,
+) -> Result<Vec<Hash>, StoreError> {
+    let mut hashes = Vec::new();
+    for s in tree::subtrees(range) {
+        hashes.push(subtree_hash(store, ledger, s).await?);
+    }
+    Ok(hashes)
+}
+
+async fn subtree_hash(store: &SharedStore, ledger: &Ledger, s: Subtree) -> Result<Hash, StoreError> {
+    let parts: Vec<Hash> = match s.parts() {
+        Parts::Leaves(r) => {
+            let records = store.record_hashes(ledger, r.start + 1, r.end).await?;
+            records.iter().map(tree::leaf_hash).collect()
+        }
+        Parts::Nodes { height, indices } => {
+            let rows = store.tree_nodes(ledger, height, indices.clone()).await?;
+            rows.into_iter()
+                .map(|(i, h)| {
+                    h.try_into().map_err(|_| {
+                        StoreError::Corrupt(format!(
+                            "ledger {ledger}: the stored hash of subtree {height}@{i} is not 32 bytes"
+                        ))
+                    })
+                })
+                .collect::<Result<_, _>>()?
+        }
+    };
+    let want = 1usize << (s.height % tree::STORED_EVERY);
+    if parts.len() != want {
+        return Err(StoreError::Corrupt(format!(
+            "ledger {ledger}: the stored hashes of subtree {}@{} are incomplete",
+            s.height, s.index
+        )));
+    }
+    Ok(tree::perfect(&parts))
+}

@@ -1,0 +1,7 @@
+//! The audit log made verifiable, where it reads the store: the checkpointer (signs each
+//! grown ledger's checkpoint, serves inclusion and consistency proofs from stored subtree
+//! hashes) and `agentid audit verify` (`check`: recomputes everything the log claims). The
+//! pure half (tree, notes, commitments) is `agentid_core::tlog`.
+
+pub mod check;
+pub mod checkpointer;

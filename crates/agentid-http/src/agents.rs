@@ -1,0 +1,525 @@
+//! Issuer endpoints: register, list, get, issue-token, revoke.
+
+use actix_web::http::header;
+use actix_web::web::{self, Bytes};
+use actix_web::{HttpRequest, HttpResponse};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::auth::Issuer;
+use super::context::AppState;
+use super::cursor;
+use super::error::{ApiError, ErrorBody, ErrorCode};
+use super::openapi::Timestamp;
+use agentid_core::domain::{
+    AgentFields, AgentStatus, Description, ExpirySeconds, IssuerDomain, Ledger, Millis, Name, RevokeReason,
+    Scopes, ValidationError,
+};
+use agentid_core::records::AgentRecord;
+
+/// `POST /v1/agents/register` body. Unknown fields are refused.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterRequest {
+    /// Human-readable name, 1–128 characters, no control characters, not only white space.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\s\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$",
+        example = "Billing bot"
+    )]
+    name: String,
+    /// A DNS host name; stored lower-case and embedded in the token as `iss`.
+    #[schema(
+        max_length = 253,
+        pattern = r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$",
+        example = "billing.example.com"
+    )]
+    issuer_domain: String,
+    /// 1–64 distinct scopes of the form `action:resource`.
+    #[schema(min_items = 1, max_items = 64, value_type = Vec<ScopeString>, example = json!(["read:invoices"]))]
+    scopes: Vec<String>,
+    /// Optional context, at most 1024 characters (newline and tab allowed).
+    #[schema(max_length = 1024, pattern = r"^[^\u0000-\u0008\u000b-\u001f\u007f-\u009f]*$")]
+    #[serde(default)]
+    description: Option<String>,
+    /// Token lifetime in seconds (default 86400; the plan caps it: EXPIRY_TOO_LONG).
+    #[schema(minimum = 1, example = 86400)]
+    #[serde(default)]
+    expiry_seconds: Option<u64>,
+}
+
+/// One scope: `action:resource`, lower-case, at most 128 characters (the rule
+/// `domain::Scopes` checks).
+/// (Written by hand: the derive takes no `max_length` on a newtype.)
+pub struct ScopeString;
+
+impl utoipa::PartialSchema for ScopeString {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some("`action:resource`, lower-case, at most 128 characters"))
+            .pattern(Some(r"^[a-z0-9_.-]+:[a-z0-9_.*/-]+$"))
+            .max_length(Some(128))
+            .examples(["read:invoices"])
+            .into()
+    }
+}
+
+impl ToSchema for ScopeString {}
+
+/// `POST /v1/agents/{id}/revoke` body (optional).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RevokeRequest {
+    /// Why; stored with the agent and in the audit log. At most 512 characters, no control characters.
+    #[schema(max_length = 512, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$")]
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// Enforces `Content-Type: application/json` and parses the body into `T`. A body that is not
+/// a JSON object is INVALID_REQUEST; a field of the wrong type, a missing or an unknown field
+/// is VALIDATION_ERROR, with the field's path in the message.
+pub(super) fn json_body<T: serde::de::DeserializeOwned>(
+    req: &HttpRequest,
+    body: &Bytes,
+) -> Result<T, ApiError> {
+    let ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let essence = ct.split(';').next().unwrap_or("").trim();
+    if !essence.eq_ignore_ascii_case("application/json") {
+        return Err(ApiError::new(
+            ErrorCode::UnsupportedMediaType,
+            "the body must be JSON sent with Content-Type: application/json",
+        ));
+    }
+    let value = match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(v @ serde_json::Value::Object(_)) => v,
+        Ok(_) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                "the body must be a JSON object",
+            ))
+        }
+        Err(e) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("the body is not valid JSON ({e})"),
+            ))
+        }
+    };
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let message = if path == "." {
+            e.inner().to_string()
+        } else {
+            format!("{path}: {}", e.inner())
+        };
+        ApiError::new(ErrorCode::ValidationError, message)
+    })
+}
+
+impl RegisterRequest {
+    fn parse(self) -> Result<AgentFields, ValidationError> {
+        Ok(AgentFields {
+            name: Name::parse(&self.name)?,
+            issuer_domain: IssuerDomain::parse(&self.issuer_domain)?,
+            scopes: Scopes::parse(&self.scopes)?,
+            description: Description::parse(self.description.as_deref().unwrap_or(""))?,
+            expiry: self
+                .expiry_seconds
+                .map_or(Ok(ExpirySeconds::DEFAULT), ExpirySeconds::parse)?,
+        })
+    }
+}
+
+/// A newly registered agent and its first token (shown only here).
+#[derive(Serialize, ToSchema)]
+pub struct Registered {
+    #[schema(pattern = "^agt_[0-9a-z]{26}$")]
+    agent_id: String,
+    name: String,
+    /// Echoes the issuer_domain (lower-case).
+    issuer: String,
+    scopes: Vec<String>,
+    /// Compact JWS, alg EdDSA. Shown only in this response.
+    token: String,
+    #[schema(value_type = Timestamp)]
+    expires_at: Millis,
+    /// {base_url}/v1/verify/{token}
+    verify_url: String,
+    /// {base_url}/.well-known/public-key.pem
+    public_key_url: String,
+}
+
+#[utoipa::path(
+    post, path = "/v1/agents/register", tag = "agents",
+    request_body = RegisterRequest,
+    responses(
+        (status = 201, description = "Registered", body = Registered),
+        (status = 400, description = "INVALID_REQUEST, VALIDATION_ERROR (also when the token would exceed the 4096-byte limit of a token) or EXPIRY_TOO_LONG", body = ErrorBody),
+        (status = 403, description = "ISSUER_DOMAIN_NOT_VERIFIED: the organization does not hold the issuer_domain (or FORBIDDEN: a publishable key)", body = ErrorBody),
+        (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
+        (status = 415, description = "INVALID_REQUEST: not application/json", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn register(
+    state: web::Data<AppState>,
+    Issuer(caller): Issuer,
+    req: HttpRequest,
+    body: Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let fields = json_body::<RegisterRequest>(&req, &body)?.parse()?;
+    let reg = state.engine.register(&caller, fields).await?;
+    tracing::info!(agent_id = %reg.agent.id, org_id = %caller.org.id, "agent registered");
+    Ok(no_store(HttpResponse::Created()).json(Registered {
+        verify_url: state.verify_url(&reg.token),
+        public_key_url: state.public_key_url(),
+        agent_id: reg.agent.id,
+        name: reg.agent.name,
+        issuer: reg.agent.issuer_domain,
+        scopes: reg.agent.scopes,
+        token: reg.token,
+        expires_at: reg.agent.expires_at,
+    }))
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Active,
+    Expired,
+    Revoked,
+}
+
+fn status(a: &AgentRecord, now: Millis) -> Status {
+    match AgentStatus::of(a.revoked_at.is_some(), a.expires_at, now) {
+        AgentStatus::Active => Status::Active,
+        AgentStatus::Expired => Status::Expired,
+        AgentStatus::Revoked => Status::Revoked,
+    }
+}
+
+/// An agent in list form.
+#[derive(Serialize, ToSchema)]
+pub struct AgentSummary {
+    #[schema(pattern = "^agt_[0-9a-z]{26}$")]
+    id: String,
+    name: String,
+    issuer_domain: String,
+    scopes: Vec<String>,
+    status: Status,
+    #[schema(value_type = Timestamp)]
+    created_at: Millis,
+    /// Expiry of the latest token.
+    #[schema(value_type = Timestamp)]
+    expires_at: Millis,
+    verification_count: i64,
+}
+
+/// An agent in full.
+#[derive(Serialize, ToSchema)]
+pub struct AgentDetail {
+    #[schema(pattern = "^agt_[0-9a-z]{26}$")]
+    id: String,
+    name: String,
+    issuer_domain: String,
+    description: String,
+    scopes: Vec<String>,
+    status: Status,
+    #[schema(value_type = Timestamp)]
+    created_at: Millis,
+    #[schema(value_type = Timestamp)]
+    expires_at: Millis,
+    #[schema(value_type = Option<Timestamp>)]
+    revoked_at: Option<Millis>,
+    revocation_reason: Option<String>,
+    verification_count: i64,
+}
+
+/// Paging of `GET /v1/agents`: without either, the whole array (as the spec says).
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListParams {
+    /// Page size, 1 to 200; with it (or a cursor) the answer is one page, and a `Link:
+    /// <…>; rel="next"` header names the next one while there is one.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 200)]
+    limit: Option<String>,
+    /// Opaque cursor from the previous page's `Link` header.
+    cursor: Option<String>,
+}
+
+#[utoipa::path(
+    get, path = "/v1/agents", tag = "agents", params(ListParams),
+    responses(
+        (status = 200, description = "The caller's agents (this key's mode), newest first: all of them, or a page of `limit` with a `Link: <…>; rel=\"next\"` header (RFC 8288) while more follow", body = Vec<AgentSummary>,
+         headers(("Link" = String, description = "The next page, when there is one"))),
+        (status = 400, description = "VALIDATION_ERROR (limit) or INVALID_CURSOR", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn list(
+    state: web::Data<AppState>,
+    Issuer(caller): Issuer,
+    params: web::Query<ListParams>,
+) -> Result<HttpResponse, ApiError> {
+    let now = Millis::now();
+    let summary = |a: AgentRecord| AgentSummary {
+        status: status(&a, now),
+        id: a.id,
+        name: a.name,
+        issuer_domain: a.issuer_domain,
+        scopes: a.scopes,
+        created_at: a.created_at,
+        expires_at: a.expires_at,
+        verification_count: a.verification_count,
+    };
+    if params.limit.is_none() && params.cursor.is_none() {
+        let agents: Vec<AgentSummary> = state
+            .engine
+            .list_agents(&caller, None, None)
+            .await?
+            .into_iter()
+            .map(summary)
+            .collect();
+        return Ok(HttpResponse::Ok().json(agents));
+    }
+    let limit = super::log::page_limit(params.limit.as_deref())?;
+    let ledger = Ledger {
+        org_id: caller.org.id.clone(),
+        mode: caller.mode,
+    };
+    let secret = state.engine.keys().mac_secret();
+    let before = params
+        .cursor
+        .as_deref()
+        .map(|c| {
+            cursor::decode_agent(secret, &ledger, c).ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::InvalidCursor,
+                    "cursor was not issued for this organization and mode",
+                )
+            })
+        })
+        .transpose()?;
+    let mut page = state
+        .engine
+        .list_agents(&caller, before.as_deref(), Some(limit + 1))
+        .await?;
+    let more = page.len() > limit as usize;
+    page.truncate(limit as usize);
+    let next = more
+        .then(|| page.last().map(|a| cursor::encode_agent(secret, &ledger, &a.id)))
+        .flatten();
+    let mut res = HttpResponse::Ok();
+    if let Some(c) = next {
+        res.insert_header((
+            header::LINK,
+            format!(
+                "<{}/v1/agents?limit={limit}&cursor={c}>; rel=\"next\"",
+                state.public_url
+            ),
+        ));
+    }
+    Ok(res.json(page.into_iter().map(summary).collect::<Vec<_>>()))
+}
+
+#[utoipa::path(
+    get, path = "/v1/agents/{id}", tag = "agents",
+    params(("id" = String, Path, description = "Agent id (agt_…)")),
+    responses(
+        (status = 200, description = "The agent", body = AgentDetail),
+        (status = 404, description = "AGENT_NOT_FOUND", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn get(
+    state: web::Data<AppState>,
+    Issuer(caller): Issuer,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let a = state.engine.agent(&caller, &id).await?;
+    Ok(HttpResponse::Ok().json(AgentDetail {
+        status: status(&a, Millis::now()),
+        id: a.id,
+        name: a.name,
+        issuer_domain: a.issuer_domain,
+        description: a.description,
+        scopes: a.scopes,
+        created_at: a.created_at,
+        expires_at: a.expires_at,
+        revoked_at: a.revoked_at,
+        revocation_reason: a.revocation_reason,
+        verification_count: a.verification_count,
+    }))
+}
+
+/// A new token (shown only here).
+#[derive(Serialize, ToSchema)]
+pub struct Issued {
+    #[schema(pattern = "^agt_[0-9a-z]{26}$")]
+    agent_id: String,
+    token: String,
+    #[schema(value_type = Timestamp)]
+    expires_at: Millis,
+    verify_url: String,
+}
+
+#[utoipa::path(
+    post, path = "/v1/agents/{id}/issue-token", tag = "agents",
+    params(("id" = String, Path, description = "Agent id (agt_…)")),
+    responses(
+        (status = 201, description = "A new token; earlier tokens stay valid until their own expiry", body = Issued),
+        (status = 400, description = "VALIDATION_ERROR: the agent's token would exceed the 4096-byte limit of a token (an agent registered before the limit was enforced)", body = ErrorBody),
+        (status = 403, description = "ISSUER_DOMAIN_NOT_VERIFIED: the organization no longer holds the agent's issuer_domain (or FORBIDDEN: a publishable key)", body = ErrorBody),
+        (status = 404, description = "AGENT_NOT_FOUND", body = ErrorBody),
+        (status = 409, description = "AGENT_REVOKED", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn issue_token(
+    state: web::Data<AppState>,
+    Issuer(caller): Issuer,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let issued = state.engine.issue_token(&caller, &id).await?;
+    tracing::info!(agent_id = %issued.agent_id, "token issued");
+    Ok(no_store(HttpResponse::Created()).json(Issued {
+        verify_url: state.verify_url(&issued.token),
+        agent_id: issued.agent_id,
+        token: issued.token,
+        expires_at: issued.expires_at,
+    }))
+}
+
+/// The revocation as stored (a repeated revoke returns the first one).
+#[derive(Serialize, ToSchema)]
+pub struct RevokedBody {
+    revoked: bool,
+    #[schema(pattern = "^agt_[0-9a-z]{26}$")]
+    agent_id: String,
+    #[schema(value_type = Timestamp)]
+    revoked_at: Millis,
+    /// The reason given, or null when none was.
+    reason: Option<String>,
+}
+
+#[utoipa::path(
+    post, path = "/v1/agents/{id}/revoke", tag = "agents",
+    params(("id" = String, Path, description = "Agent id (agt_…)")),
+    request_body(content = Option<RevokeRequest>, description = "Optional; send with Content-Type: application/json"),
+    responses(
+        (status = 200, description = "Revoked (idempotent)", body = RevokedBody),
+        (status = 400, description = "INVALID_REQUEST or VALIDATION_ERROR", body = ErrorBody),
+        (status = 404, description = "AGENT_NOT_FOUND", body = ErrorBody),
+        (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
+        (status = 415, description = "INVALID_REQUEST: not application/json", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn revoke(
+    state: web::Data<AppState>,
+    Issuer(caller): Issuer,
+    id: web::Path<String>,
+    req: HttpRequest,
+    body: Bytes,
+) -> Result<HttpResponse, ApiError> {
+    // The body is optional; when there is one, it must be a JSON object.
+    let reason = if body.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        json_body::<RevokeRequest>(&req, &body)?
+            .reason
+            .as_deref()
+            .map(RevokeReason::parse)
+            .transpose()?
+    };
+    let (a, revoked_at) = state.engine.revoke(&caller, &id, reason).await?;
+    tracing::info!(agent_id = %a.id, "agent revoked");
+    Ok(HttpResponse::Ok().json(RevokedBody {
+        revoked: true,
+        agent_id: a.id,
+        revoked_at,
+        reason: a.revocation_reason,
+    }))
+}
+
+fn no_store(mut b: actix_web::HttpResponseBuilder) -> actix_web::HttpResponseBuilder {
+    b.insert_header((header::CACHE_CONTROL, "no-store"));
+    b
+}
+
+/// The request-body parsers never panic: arbitrary bytes, and JSON objects with the
+/// fields of a register or revoke body holding arbitrary values (fixed seed).
+#[cfg(test)]
+mod props {
+    use actix_web::test::TestRequest;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn json_value() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::from),
+            any::<i64>().prop_map(serde_json::Value::from),
+            any::<f64>().prop_map(serde_json::Value::from),
+            proptest::collection::vec(any::<char>(), 0..140)
+                .prop_map(|c| serde_json::Value::from(String::from_iter(c))),
+        ];
+        // Arrays up to 70 long: past the 64 scopes a body may hold.
+        leaf.prop_recursive(2, 80, 70, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..70).prop_map(serde_json::Value::from),
+                proptest::collection::hash_map("[a-z_]{0,12}", inner, 0..4)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn fields() -> impl Strategy<Value = Vec<(&'static str, serde_json::Value)>> {
+        let names = prop_oneof![
+            Just("name"),
+            Just("issuer_domain"),
+            Just("scopes"),
+            Just("description"),
+            Just("expiry_seconds"),
+            Just("reason"),
+            Just("other"),
+        ];
+        proptest::collection::vec((names, json_value()), 0..7)
+    }
+
+    fn parse_both(body: &[u8]) {
+        let req = TestRequest::default()
+            .insert_header((header::CONTENT_TYPE, "application/json"))
+            .to_http_request();
+        let body = Bytes::copy_from_slice(body);
+        if let Ok(r) = json_body::<RegisterRequest>(&req, &body) {
+            let _ = r.parse();
+        }
+        let _ = json_body::<RevokeRequest>(&req, &body).map(|r| r.reason.map(|s| RevokeReason::parse(&s)));
+    }
+
+    proptest! {
+        #![proptest_config(agentid_core::testing::fixed_seed(31, 256))]
+
+        #[test]
+        fn any_bytes(b in proptest::collection::vec(any::<u8>(), 0..3000)) {
+            parse_both(&b);
+        }
+
+        #[test]
+        fn objects_with_the_bodies_fields(f in fields()) {
+            let obj: serde_json::Map<String, serde_json::Value> =
+                f.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+            parse_both(serde_json::to_string(&obj).unwrap().as_bytes());
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! What every handler can reach: the application's state, and what the gate learned about
+//! the request and left in its extensions.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix_web::{HttpMessage, HttpRequest};
+
+use agentid_engine::{Caller, Engine};
+
+/// What every handler can reach.
+pub struct AppState {
+    pub engine: Arc<Engine>,
+    /// `{base_url}` of the spec, without a trailing slash.
+    pub public_url: String,
+    /// Peers whose forwarding headers say who the client is (see `http::client`).
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// A stop signal came: `/health` answers 503 `draining`, and every answer closes its
+    /// connection, until the instance stops accepting.
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl AppState {
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl AppState {
+    pub fn verify_url(&self, token: &str) -> String {
+        format!("{}/v1/verify/{token}", self.public_url)
+    }
+
+    pub fn public_key_url(&self) -> String {
+        format!("{}/.well-known/public-key.pem", self.public_url)
+    }
+}
+
+/// What the gate learned about the caller's credentials.
+#[derive(Debug, Clone)]
+pub enum Auth {
+    /// No `Authorization` header.
+    Anonymous,
+    Key(Arc<Caller>),
+    /// A key that names no usable key (unknown, disabled, malformed).
+    Rejected,
+    /// An `Authorization` header that is not `Bearer <key>` (a bare key, another scheme).
+    NotBearer,
+    /// The key could not be checked (store unreachable).
+    Unverifiable,
+}
+
+/// Per-request facts the gate puts into the request extensions.
+#[derive(Debug, Clone)]
+pub struct RequestCtx {
+    pub received: Instant,
+    pub auth: Auth,
+}
+
+/// Set on a response whose error status comes with its own documented body (health).
+#[derive(Debug, Clone, Copy)]
+pub struct KeepBody;
+
+pub fn auth(req: &HttpRequest) -> Auth {
+    req.extensions()
+        .get::<RequestCtx>()
+        .map_or(Auth::Anonymous, |c| c.auth.clone())
+}
+
+/// When the request arrived (as the gate saw it).
+pub fn received(req: &HttpRequest) -> Instant {
+    req.extensions()
+        .get::<RequestCtx>()
+        .map_or_else(Instant::now, |c| c.received)
+}

@@ -1,0 +1,432 @@
+//! The one place where failures become HTTP: each `ErrorCode` has its status, and the
+//! standard error body (`error.code`, `message`, `request_id`, `docs_url`) is written by the
+//! gate middleware for every error response, whatever produced it.
+
+use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+
+use agentid_core::domain::ValidationError;
+use agentid_engine::StoreError;
+use agentid_engine::{AuditError, EngineError, VerifyError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    InvalidRequest,
+    ValidationError,
+    ExpiryTooLong,
+    InvalidCursor,
+    Unauthorized,
+    Forbidden,
+    AgentNotFound,
+    NotFound,
+    MethodNotAllowed,
+    NotAcceptable,
+    AgentRevoked,
+    DomainNotFound,
+    DomainNotVerified,
+    IssuerDomainNotVerified,
+    TooManyDomains,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    RateLimited,
+    InternalError,
+    AuditUnavailable,
+    ServiceUnavailable,
+}
+
+impl ErrorCode {
+    pub const ALL: [ErrorCode; 21] = [
+        ErrorCode::InvalidRequest,
+        ErrorCode::ValidationError,
+        ErrorCode::ExpiryTooLong,
+        ErrorCode::InvalidCursor,
+        ErrorCode::Unauthorized,
+        ErrorCode::Forbidden,
+        ErrorCode::AgentNotFound,
+        ErrorCode::NotFound,
+        ErrorCode::MethodNotAllowed,
+        ErrorCode::NotAcceptable,
+        ErrorCode::AgentRevoked,
+        ErrorCode::DomainNotFound,
+        ErrorCode::DomainNotVerified,
+        ErrorCode::IssuerDomainNotVerified,
+        ErrorCode::TooManyDomains,
+        ErrorCode::PayloadTooLarge,
+        ErrorCode::UnsupportedMediaType,
+        ErrorCode::RateLimited,
+        ErrorCode::InternalError,
+        ErrorCode::AuditUnavailable,
+        ErrorCode::ServiceUnavailable,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidRequest => "INVALID_REQUEST",
+            ErrorCode::ValidationError => "VALIDATION_ERROR",
+            ErrorCode::ExpiryTooLong => "EXPIRY_TOO_LONG",
+            ErrorCode::InvalidCursor => "INVALID_CURSOR",
+            ErrorCode::Unauthorized => "UNAUTHORIZED",
+            ErrorCode::Forbidden => "FORBIDDEN",
+            ErrorCode::AgentNotFound => "AGENT_NOT_FOUND",
+            ErrorCode::NotFound => "NOT_FOUND",
+            ErrorCode::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            ErrorCode::NotAcceptable => "NOT_ACCEPTABLE",
+            ErrorCode::AgentRevoked => "AGENT_REVOKED",
+            ErrorCode::DomainNotFound => "DOMAIN_NOT_FOUND",
+            ErrorCode::DomainNotVerified => "DOMAIN_NOT_VERIFIED",
+            ErrorCode::IssuerDomainNotVerified => "ISSUER_DOMAIN_NOT_VERIFIED",
+            ErrorCode::TooManyDomains => "TOO_MANY_DOMAINS",
+            ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            // A wrong content type is an INVALID_REQUEST (status 415).
+            ErrorCode::UnsupportedMediaType => "INVALID_REQUEST",
+            ErrorCode::RateLimited => "RATE_LIMITED",
+            ErrorCode::InternalError => "INTERNAL_ERROR",
+            ErrorCode::AuditUnavailable => "AUDIT_UNAVAILABLE",
+            ErrorCode::ServiceUnavailable => "SERVICE_UNAVAILABLE",
+        }
+    }
+
+    pub fn status(self) -> StatusCode {
+        match self {
+            ErrorCode::InvalidRequest
+            | ErrorCode::ValidationError
+            | ErrorCode::ExpiryTooLong
+            | ErrorCode::InvalidCursor => StatusCode::BAD_REQUEST,
+            ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
+            ErrorCode::Forbidden | ErrorCode::IssuerDomainNotVerified => StatusCode::FORBIDDEN,
+            ErrorCode::AgentNotFound | ErrorCode::NotFound | ErrorCode::DomainNotFound => {
+                StatusCode::NOT_FOUND
+            }
+            ErrorCode::DomainNotVerified => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ErrorCode::NotAcceptable => StatusCode::NOT_ACCEPTABLE,
+            ErrorCode::AgentRevoked | ErrorCode::TooManyDomains => StatusCode::CONFLICT,
+            ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::AuditUnavailable | ErrorCode::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The message of an error the service answers without more to say (an error actix
+    /// produced, or a routing error a handler answers itself).
+    pub fn default_message(self) -> &'static str {
+        match self {
+            ErrorCode::NotFound => "no such route",
+            ErrorCode::MethodNotAllowed => "this route does not accept that method",
+            ErrorCode::PayloadTooLarge => "the request body is over 64 KiB",
+            ErrorCode::UnsupportedMediaType => "unsupported content type",
+            ErrorCode::InternalError => "an unexpected error occurred",
+            _ => "the request could not be processed",
+        }
+    }
+
+    /// One line for the error documentation page.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidRequest => "The body is not valid JSON, is not a JSON object, or the request is otherwise malformed (400). A wrong Content-Type answers 415 with this code.",
+            ErrorCode::ValidationError => "A field breaks a rule; the message names the field (400). Also a log `limit` outside 1..=200 or an unknown `result` filter.",
+            ErrorCode::ExpiryTooLong => "`expiry_seconds` is above the maximum token lifetime of the organization's plan (400).",
+            ErrorCode::InvalidCursor => "The `cursor` was not issued by this service for this query (400).",
+            ErrorCode::Unauthorized => "The API key is missing, malformed, unknown or disabled (401, with `WWW-Authenticate: Bearer`).",
+            ErrorCode::Forbidden => "A publishable key (`pk_`) was used on an endpoint that needs a secret key (`sk_`) (403).",
+            ErrorCode::AgentNotFound => "No agent with this id exists for the calling organization and mode (404).",
+            ErrorCode::NotFound => "No such route, or no such status list (404).",
+            ErrorCode::MethodNotAllowed => "The route exists but not for this HTTP method (405).",
+            ErrorCode::NotAcceptable => "The `Accept` header allows no form the resource has: a status list is served only as `application/statuslist+jwt` (406).",
+            ErrorCode::AgentRevoked => "The agent is revoked; revocation is permanent, so no new token can be issued. Register a new agent instead (409).",
+            ErrorCode::DomainNotFound => "The organization has neither claimed nor holds this domain (404). Claim it with `POST /v1/domains`.",
+            ErrorCode::DomainNotVerified => "The domain's proof was not found, or cannot take the name: the message says what each lookup (the TXT record, the HTTPS file) found (422).",
+            ErrorCode::IssuerDomainNotVerified => "The organization does not hold the `issuer_domain` (nor a name above it by DNS), or another organization does: claim it with `POST /v1/domains` and prove it with `POST /v1/domains/{domain}/verify` (403).",
+            ErrorCode::TooManyDomains => "The organization has as many pending domain claims as it may (100): verify or release some first (409).",
+            ErrorCode::PayloadTooLarge => "The request body is over 64 KiB (413).",
+            ErrorCode::UnsupportedMediaType => "The body must be sent with `Content-Type: application/json` (415, code INVALID_REQUEST).",
+            ErrorCode::RateLimited => "The rate limit of this key's organization, or of this client address, is used up; retry after `Retry-After` seconds (429).",
+            ErrorCode::InternalError => "Something unexpected failed; the request id identifies it in the service's logs (500).",
+            ErrorCode::AuditUnavailable => "The audit log cannot record right now (or the store cannot give the agent a token names), so no verification is answered (fail closed). Retry shortly (503).",
+            ErrorCode::ServiceUnavailable => "The database cannot be reached right now. Retry shortly (503).",
+        }
+    }
+}
+
+/// An API error. The gate middleware turns it into the standard body.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+/// The standard error body.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// Machine-readable code, e.g. AGENT_NOT_FOUND.
+    pub code: String,
+    /// Human-readable text.
+    pub message: String,
+    /// The request's id, also in the X-Request-Id header.
+    #[schema(pattern = "^req_[0-9a-z]{26}$")]
+    pub request_id: String,
+    /// A page on the error: {base_url}/docs/errors#CODE.
+    pub docs_url: String,
+}
+
+/// Marker left in the response extensions for the gate to render.
+#[derive(Debug, Clone)]
+pub struct ErrorInfo {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            message: message.into(),
+            headers: Vec::new(),
+        }
+    }
+
+    pub fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.headers.push((name, value));
+        self
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        ApiError::new(ErrorCode::Unauthorized, message).with_header(
+            actix_web::http::header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer"),
+        )
+    }
+
+    pub fn internal(err: &dyn std::error::Error) -> Self {
+        tracing::error!(error = %err, "internal error");
+        ApiError::new(ErrorCode::InternalError, "an unexpected error occurred")
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code.as_str(), self.message)
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.code.status()
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut res = HttpResponse::build(self.code.status());
+        for (name, value) in &self.headers {
+            res.insert_header((name.clone(), value.clone()));
+        }
+        let mut res = res.finish();
+        res.extensions_mut().insert(ErrorInfo {
+            code: self.code.as_str(),
+            message: self.message.clone(),
+        });
+        res
+    }
+}
+
+impl From<ValidationError> for ApiError {
+    fn from(e: ValidationError) -> Self {
+        ApiError::new(ErrorCode::ValidationError, e.to_string())
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        if let StoreError::NotHeld { domain, elsewhere } = &e {
+            let whose = if *elsewhere {
+                "another organization holds it"
+            } else {
+                "this organization has not verified it, nor a name above it by DNS"
+            };
+            return ApiError::new(
+                ErrorCode::IssuerDomainNotVerified,
+                format!(
+                    "issuer_domain {domain}: {whose}. Claim it with POST /v1/domains {{\"domain\":\"{domain}\"}}, \
+                     publish the challenge it answers (a TXT record or an HTTPS file), then POST \
+                     /v1/domains/{domain}/verify"
+                ),
+            );
+        }
+        if e.is_unavailable() {
+            tracing::warn!(error = %e, "store unavailable");
+            ApiError::new(
+                ErrorCode::ServiceUnavailable,
+                "the database is unavailable; retry shortly",
+            )
+        } else {
+            ApiError::internal(&e)
+        }
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::AgentNotFound => ApiError::new(ErrorCode::AgentNotFound, "no agent with this id"),
+            EngineError::AgentRevoked => ApiError::new(
+                ErrorCode::AgentRevoked,
+                "the agent is revoked; register a new agent instead",
+            ),
+            EngineError::ExpiryTooLong { max } => ApiError::new(
+                ErrorCode::ExpiryTooLong,
+                format!("expiry_seconds: the plan allows at most {max} seconds"),
+            ),
+            EngineError::TokenTooLong { len, max } => ApiError::new(
+                ErrorCode::ValidationError,
+                format!(
+                    "scopes: the agent's token would be {len} bytes, over the {max}-byte limit of a \
+                     token (it travels in the verify URL); use fewer or shorter scopes"
+                ),
+            ),
+            EngineError::Store(s) => s.into(),
+        }
+    }
+}
+
+impl From<AuditError> for ApiError {
+    fn from(e: AuditError) -> Self {
+        ApiError::new(
+            ErrorCode::AuditUnavailable,
+            format!("the verification could not be recorded ({e}); retry shortly"),
+        )
+    }
+}
+
+/// Verify has one 503 code for receivers to retry on: a store that cannot be reached cannot
+/// record the verification either, whichever part of it failed first.
+impl From<VerifyError> for ApiError {
+    fn from(e: VerifyError) -> Self {
+        match e {
+            VerifyError::Unrecorded(a) => a.into(),
+            VerifyError::AgentUnreadable(s) if s.is_unavailable() => {
+                tracing::warn!(error = %s, "verify: the token's agent could not be read");
+                ApiError::new(
+                    ErrorCode::AuditUnavailable,
+                    "the store cannot be reached, so the verification can be neither checked nor recorded; retry shortly",
+                )
+            }
+            VerifyError::AgentUnreadable(s) => ApiError::internal(&s),
+        }
+    }
+}
+
+/// The code for an error response that did not come from an `ApiError` (actix itself).
+pub fn code_for_status(status: StatusCode) -> ErrorCode {
+    match status.as_u16() {
+        400 => ErrorCode::InvalidRequest,
+        401 => ErrorCode::Unauthorized,
+        403 => ErrorCode::Forbidden,
+        404 => ErrorCode::NotFound,
+        405 => ErrorCode::MethodNotAllowed,
+        406 => ErrorCode::NotAcceptable,
+        413 => ErrorCode::PayloadTooLarge,
+        415 => ErrorCode::UnsupportedMediaType,
+        429 => ErrorCode::RateLimited,
+        503 => ErrorCode::ServiceUnavailable,
+        s if s < 500 => ErrorCode::InvalidRequest,
+        _ => ErrorCode::InternalError,
+    }
+}
+
+/// Text for HTML: escaped, with `backticked` spans as `<code>`.
+fn inline_code(text: &str) -> String {
+    let escaped = text
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    let mut out = String::with_capacity(escaped.len() + 16);
+    for (i, part) in escaped.split('`').enumerate() {
+        if i % 2 == 1 {
+            out.push_str("<code>");
+            out.push_str(part);
+            out.push_str("</code>");
+        } else {
+            out.push_str(part);
+        }
+    }
+    out
+}
+
+/// The HTML page `error.docs_url` points into (`/docs/errors#CODE`).
+pub fn docs_page() -> String {
+    let mut html = String::from(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>agentid error codes</title></head>\
+         <body><h1>agentid error codes</h1><p>Every error answer has the body \
+         <code>{\"error\":{\"code\",\"message\",\"request_id\",\"docs_url\"}}</code>. \
+         Token failures of <code>GET /v1/verify/:token</code> are not errors: they answer 200 with \
+         <code>valid:false</code> and one of TOKEN_INVALID, TOKEN_REVOKED, TOKEN_EXPIRED.</p>",
+    );
+    let mut seen = Vec::new();
+    for code in ErrorCode::ALL {
+        let name = code.as_str();
+        let anchor = if seen.contains(&name) {
+            String::new()
+        } else {
+            format!(" id=\"{name}\"")
+        };
+        seen.push(name);
+        html.push_str(&format!(
+            "<h2{anchor}>{name} <small>({})</small></h2><p>{}</p>",
+            code.status().as_u16(),
+            inline_code(code.describe())
+        ));
+    }
+    for (name, text) in [
+        ("TOKEN_INVALID", "Verify answer: the token is malformed, over 4 KiB, not EdDSA, signed by an unknown key, has a bad signature, or names no agent."),
+        ("TOKEN_REVOKED", "Verify answer: the token's agent is revoked."),
+        ("TOKEN_EXPIRED", "Verify answer: the token's exp has passed."),
+    ] {
+        html.push_str(&format!("<h2 id=\"{name}\">{name}</h2><p>{text}</p>"));
+    }
+    html.push_str("</body></html>");
+    html
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unexpected_errors_are_500_without_detail() {
+        let e: ApiError = StoreError::Corrupt("secret table detail".into()).into();
+        assert_eq!(e.code, ErrorCode::InternalError);
+        assert_eq!(e.code.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(!e.message.contains("secret"));
+        let res = e.error_response();
+        assert_eq!(res.status(), 500);
+        assert_eq!(
+            res.extensions().get::<ErrorInfo>().unwrap().code,
+            "INTERNAL_ERROR"
+        );
+    }
+
+    /// The page is HTML: no Markdown backticks show, markup in a description is escaped.
+    #[test]
+    fn the_error_page_renders_code_spans_as_html() {
+        let page = docs_page();
+        assert!(!page.contains('`'), "a backtick shows literally");
+        assert!(page.contains("<code>Content-Type: application/json</code>"));
+        assert_eq!(inline_code("a `<b>` & c"), "a <code>&lt;b&gt;</code> &amp; c");
+    }
+
+    #[test]
+    fn every_code_has_a_status_and_a_description() {
+        for code in ErrorCode::ALL {
+            assert!(code.status().is_client_error() || code.status().is_server_error());
+            assert!(!code.describe().is_empty());
+        }
+    }
+}

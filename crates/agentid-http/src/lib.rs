@@ -1,0 +1,137 @@
+//! HTTP: routes, the gate middleware, extractors, request parsing and response shapes.
+//! Nothing below this module knows about actix-web.
+#![forbid(unsafe_code)]
+
+mod agents;
+mod auth;
+mod client;
+mod context;
+pub mod cursor;
+mod domains;
+mod error;
+mod gate;
+mod log;
+mod meta;
+pub mod openapi;
+pub mod routes;
+mod ssf;
+mod verify;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
+use actix_web::middleware::{from_fn, Condition};
+use actix_web::web;
+
+use routes::Route;
+
+pub use context::AppState;
+pub use error::{ApiError, ErrorCode};
+/// The verify answer's JSON, for the benchmarks.
+#[cfg(feature = "test-hooks")]
+pub use verify::body as verify_answer_body;
+
+/// Request bodies larger than this are refused with 413.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// Builds the whole HTTP application for one worker: every route of the table, each behind
+/// its own gate, and the gate of `UNMATCHED` in front of the answer to any other path.
+pub fn app(
+    state: web::Data<AppState>,
+) -> actix_web::App<
+    impl ServiceFactory<
+        ServiceRequest,
+        Config = (),
+        Response = ServiceResponse<impl MessageBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    actix_web::App::new()
+        .app_data(state)
+        .app_data(web::PayloadConfig::new(MAX_BODY))
+        .configure(routes)
+        .default_service(
+            web::to(gate::no_route).wrap(from_fn(|req, next| gate::gate(&routes::UNMATCHED, req, next))),
+        )
+}
+
+/// A resource for `route`: its pattern, CORS when it is public, and its gate outermost.
+fn resource(
+    route: &'static Route,
+) -> actix_web::Resource<
+    impl ServiceFactory<
+        ServiceRequest,
+        Config = (),
+        Response = ServiceResponse<impl MessageBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    web::resource(route.pattern)
+        .wrap(Condition::new(route.public, routes::cors()))
+        .wrap(from_fn(move |req, next| gate::gate(route, req, next)))
+}
+
+fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(resource(&routes::HEALTH).route(web::get().to(meta::health)))
+        .service(resource(&routes::PUBLIC_KEY).route(web::get().to(meta::public_key_pem)))
+        .service(
+            resource(&routes::JWKS)
+                .route(web::get().to(meta::jwks))
+                .route(web::head().to(meta::jwks)),
+        )
+        .service(resource(&routes::LOG_KEY).route(web::get().to(meta::log_key)))
+        .service(resource(&routes::ERROR_DOCS).route(web::get().to(meta::error_docs)))
+        .service(resource(&routes::OPENAPI).route(web::get().to(openapi::document)))
+        .service(
+            resource(&routes::STATUS_LIST)
+                .route(web::get().to(meta::status_list))
+                .route(web::head().to(meta::status_list)),
+        )
+        // Verify is routed by its static prefix, not by its pattern's regex (see `verify::verify`).
+        .service(
+            web::scope("/v1/verify")
+                .wrap(Condition::new(routes::VERIFY.public, routes::cors()))
+                .wrap(from_fn(|req, next| gate::gate(&routes::VERIFY, req, next)))
+                .default_service(web::to(verify::verify)),
+        )
+        .service(resource(&routes::REGISTER).route(web::post().to(agents::register)))
+        .service(resource(&routes::AGENTS).route(web::get().to(agents::list)))
+        .service(resource(&routes::AGENT).route(web::get().to(agents::get)))
+        .service(resource(&routes::ISSUE_TOKEN).route(web::post().to(agents::issue_token)))
+        .service(resource(&routes::REVOKE).route(web::post().to(agents::revoke)))
+        .service(
+            resource(&routes::DOMAINS)
+                .route(web::post().to(domains::claim))
+                .route(web::get().to(domains::list)),
+        )
+        .service(
+            resource(&routes::DOMAIN)
+                .route(web::get().to(domains::get))
+                .route(web::delete().to(domains::release)),
+        )
+        .service(resource(&routes::DOMAIN_VERIFY).route(web::post().to(domains::verify)))
+        .service(resource(&routes::LOG).route(web::get().to(log::read)))
+        .service(resource(&routes::LOG_CHECKPOINT).route(web::get().to(log::checkpoint)))
+        .service(resource(&routes::LOG_COMMITMENTS).route(web::get().to(log::commitments)))
+        .service(resource(&routes::SSF_CONFIGURATION).route(web::get().to(ssf::configuration)))
+        .service(
+            resource(&routes::SSF_STREAMS)
+                .route(web::post().to(ssf::create))
+                .route(web::get().to(ssf::read))
+                .route(web::put().to(ssf::replace))
+                .route(web::patch().to(ssf::update))
+                .route(web::delete().to(ssf::delete)),
+        )
+        .service(
+            resource(&routes::SSF_STATUS)
+                .route(web::get().to(ssf::status))
+                .route(web::post().to(ssf::set_status)),
+        )
+        .service(resource(&routes::SSF_SUBJECTS_ADD).route(web::post().to(ssf::add_subject)))
+        .service(resource(&routes::SSF_SUBJECTS_REMOVE).route(web::post().to(ssf::remove_subject)))
+        .service(resource(&routes::SSF_VERIFY).route(web::post().to(ssf::verify)))
+        .service(resource(&routes::SSF_POLL).route(web::post().to(ssf::poll)))
+        .service(resource(&routes::INCLUSION_PROOF).route(web::get().to(log::inclusion)))
+        .service(resource(&routes::CONSISTENCY_PROOF).route(web::get().to(log::consistency)));
+}

@@ -1,0 +1,222 @@
+//! The OpenAPI 3 document, generated from the handlers' `#[utoipa::path]` annotations and the
+//! request/response types they really use. Served at `/openapi.json`. Headers and error
+//! answers that every operation shares (rate limits, request id, 429, 500, auth failures) are
+//! added by one modifier instead of being repeated on each handler.
+
+use std::sync::OnceLock;
+
+use actix_web::HttpResponse;
+use utoipa::openapi::path::Operation;
+use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{HeaderBuilder, RefOr, ResponseBuilder, Schema};
+use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
+
+use super::error::{ErrorBody, ErrorCode};
+
+/// What every time in an answer is (`Millis` as the domain serializes it): the schema of the
+/// fields that hold one.
+pub struct Timestamp;
+
+impl PartialSchema for Timestamp {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
+            .description(Some(
+                "ISO 8601 UTC with milliseconds, e.g. 2026-11-22T09:49:06.123Z",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for Timestamp {}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "agentid"),
+    paths(
+        super::meta::health,
+        super::meta::public_key_pem,
+        super::meta::jwks,
+        super::meta::log_key,
+        super::meta::error_docs,
+        document,
+        super::agents::register,
+        super::agents::list,
+        super::agents::get,
+        super::agents::issue_token,
+        super::agents::revoke,
+        super::domains::claim,
+        super::domains::list,
+        super::domains::get,
+        super::domains::verify,
+        super::domains::release,
+        super::verify::verify,
+        super::log::read,
+        super::log::checkpoint,
+        super::log::commitments,
+        super::meta::status_list,
+        super::ssf::configuration,
+        super::ssf::create,
+        super::ssf::read,
+        super::ssf::replace,
+        super::ssf::update,
+        super::ssf::delete,
+        super::ssf::status,
+        super::ssf::set_status,
+        super::ssf::add_subject,
+        super::ssf::remove_subject,
+        super::ssf::verify,
+        super::ssf::poll,
+        super::log::inclusion,
+        super::log::consistency,
+    ),
+    components(schemas(ErrorBody)),
+    modifiers(&Shared),
+    tags(
+        (name = "agents", description = "Issuer side: secret keys (sk_live_, sk_test_)"),
+        (name = "domains", description = "Issuer domains: an organization issues only under names it proved (DNS TXT or an HTTPS file) or the operator granted"),
+        (name = "verify", description = "Receiver side: no credentials (a pk_ key moves you to your organization's limit)"),
+        (name = "audit", description = "The hash-chained verification log: pages, signed checkpoints, inclusion and consistency proofs (RFC 9162)"),
+        (name = "service", description = "Health and keys for offline validation"),
+    ),
+)]
+pub struct ApiDoc;
+
+/// The shared parts of every operation.
+struct Shared;
+
+impl Modify for Shared {
+    fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
+        let listed: Vec<String> = ErrorCode::ALL
+            .iter()
+            .map(|c| format!("{} ({})", c.as_str(), c.status().as_u16()))
+            .collect();
+        api.info.description = Some(format!(
+            "Identity and verification for AI agents: register, issue, verify, revoke, audit. \
+             Every error answer has the standard body (ErrorBody) and the same id in X-Request-Id. \
+             Error codes: {}. Token failures on verify are answers (200, valid false): TOKEN_INVALID, \
+             TOKEN_REVOKED, TOKEN_EXPIRED. Every response carries X-RateLimit-Limit, X-RateLimit-Remaining \
+             and X-RateLimit-Reset.",
+            listed.join(", ")
+        ));
+        let components = api.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("An API key: sk_live_…, sk_test_…, pk_live_…, pk_test_…"))
+                    .build(),
+            ),
+        );
+        for item in api.paths.paths.values_mut() {
+            for op in [
+                &mut item.get,
+                &mut item.post,
+                &mut item.put,
+                &mut item.patch,
+                &mut item.delete,
+                &mut item.head,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                shared_responses(op);
+            }
+        }
+    }
+}
+
+fn error_response(code: ErrorCode) -> RefOr<utoipa::openapi::Response> {
+    let codes: Vec<&str> = ErrorCode::ALL
+        .iter()
+        .filter(|c| c.status() == code.status())
+        .map(|c| c.as_str())
+        .collect();
+    ResponseBuilder::new()
+        .description(format!(
+            "Standard error body; error.code one of {}",
+            codes.join(", ")
+        ))
+        .content(
+            "application/json",
+            utoipa::openapi::ContentBuilder::new()
+                .schema(Some(ErrorBody::schema()))
+                .build(),
+        )
+        .into()
+}
+
+fn shared_responses(op: &mut Operation) {
+    let security = op.security.as_deref().unwrap_or_default();
+    // An empty requirement among the alternatives makes the key optional (verify): a bad key
+    // is still refused (401), but any kind of key is accepted, so there is no 403.
+    let key_optional = security.contains(&SecurityRequirement::default());
+    let mut extra = vec![ErrorCode::RateLimited, ErrorCode::InternalError];
+    // Every JSON body is refused alike: 415 without `Content-Type: application/json`, 400
+    // when it is not a JSON object or a field breaks a rule.
+    if op.request_body.is_some() {
+        extra.extend([ErrorCode::UnsupportedMediaType, ErrorCode::InvalidRequest]);
+    }
+    if !security.is_empty() {
+        extra.extend([ErrorCode::Unauthorized, ErrorCode::ServiceUnavailable]);
+        if !key_optional {
+            extra.push(ErrorCode::Forbidden);
+        }
+    }
+    for code in extra {
+        op.responses
+            .responses
+            .entry(code.status().as_u16().to_string())
+            .or_insert_with(|| error_response(code));
+    }
+    let int = |desc: &str| {
+        HeaderBuilder::new()
+            .schema(ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0)))
+            .description(Some(desc))
+            .build()
+    };
+    for resp in op.responses.responses.values_mut() {
+        if let RefOr::T(r) = resp {
+            r.headers.insert(
+                "X-RateLimit-Limit".into(),
+                int("Calls allowed per minute in this bucket"),
+            );
+            r.headers
+                .insert("X-RateLimit-Remaining".into(), int("Calls left before 429"));
+            r.headers.insert(
+                "X-RateLimit-Reset".into(),
+                int("Unix seconds when the bucket is full again"),
+            );
+            r.headers.insert(
+                "X-Request-Id".into(),
+                HeaderBuilder::new()
+                    .schema(
+                        ObjectBuilder::new()
+                            .schema_type(Type::String)
+                            .pattern(Some("^req_[0-9a-z]{26}$")),
+                    )
+                    .description(Some("Request identifier, equal to error.request_id on errors"))
+                    .build(),
+            );
+        }
+    }
+}
+
+#[utoipa::path(
+    get, path = "/openapi.json", tag = "service",
+    responses((status = 200, description = "This document", body = Object)),
+)]
+pub async fn document() -> HttpResponse {
+    static DOC: OnceLock<String> = OnceLock::new();
+    let json = DOC.get_or_init(|| {
+        ApiDoc::openapi()
+            .to_pretty_json()
+            .expect("the document serializes")
+    });
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(json.as_str())
+}

@@ -1,0 +1,116 @@
+//! The route table: for each route, what the router, the gate and the metrics know of it.
+//! The router mounts each route with its facts (`super::app`), the gate reads its rate-limit
+//! class and whether it is public, and metrics and logs name the route by its pattern.
+
+use agentid_engine::ratelimit::Class;
+
+/// The facts of one route.
+#[derive(Debug)]
+pub struct Route {
+    /// As the router matches it, and as metrics and logs name it (never the path: verify
+    /// paths hold tokens).
+    pub pattern: &'static str,
+    /// The rate-limit bucket its calls count against, or would (see `counted`).
+    pub class: Class,
+    /// Its calls take a cell of the bucket. The headers describe the bucket either way.
+    pub counted: bool,
+    /// Any origin may call it without a key: CORS `*` (preflight included), also on the
+    /// answers the gate makes itself.
+    pub public: bool,
+    /// A public document: an `Authorization` header is not even read (no key look-up, no
+    /// charge, no error), and the headers describe the address's anonymous bucket.
+    pub keyless: bool,
+}
+
+const fn other(pattern: &'static str) -> Route {
+    Route {
+        pattern,
+        class: Class::Other,
+        counted: true,
+        public: false,
+        keyless: false,
+    }
+}
+
+/// A public document, served from memory: never limited and charged to no bucket, so that
+/// receivers behind one address, or a co-tenant of theirs, cannot starve each other of keys,
+/// and a publishable key cannot spend its organization's calls on them.
+const fn document(pattern: &'static str) -> Route {
+    Route {
+        pattern,
+        class: Class::Other,
+        counted: false,
+        public: true,
+        keyless: true,
+    }
+}
+
+/// Never limited: a balancer's health checks must not spend anyone's calls, nor be refused.
+pub static HEALTH: Route = Route {
+    pattern: "/health",
+    class: Class::Other,
+    counted: false,
+    public: true,
+    keyless: false,
+};
+pub static PUBLIC_KEY: Route = document("/.well-known/public-key.pem");
+pub static JWKS: Route = document("/.well-known/jwks.json");
+pub static LOG_KEY: Route = document("/.well-known/log-key");
+pub static ERROR_DOCS: Route = document("/docs/errors");
+pub static OPENAPI: Route = document("/openapi.json");
+/// Token Status Lists: public documents like the keys.
+pub static STATUS_LIST: Route = document("/v1/status/{id}");
+/// Mounted by its static prefix (`/v1/verify`), with the token as the rest of the path.
+pub static VERIFY: Route = Route {
+    pattern: "/v1/verify/{token}",
+    class: Class::Verify,
+    counted: true,
+    public: true,
+    keyless: false,
+};
+pub static REGISTER: Route = other("/v1/agents/register");
+pub static AGENTS: Route = other("/v1/agents");
+pub static AGENT: Route = other("/v1/agents/{id}");
+pub static ISSUE_TOKEN: Route = other("/v1/agents/{id}/issue-token");
+pub static REVOKE: Route = other("/v1/agents/{id}/revoke");
+pub static DOMAINS: Route = other("/v1/domains");
+pub static DOMAIN: Route = other("/v1/domains/{domain}");
+pub static DOMAIN_VERIFY: Route = other("/v1/domains/{domain}/verify");
+pub static LOG: Route = other("/v1/log");
+pub static LOG_CHECKPOINT: Route = other("/v1/log/checkpoint");
+pub static LOG_COMMITMENTS: Route = other("/v1/log/commitments");
+pub static INCLUSION_PROOF: Route = other("/v1/log/proof/inclusion");
+pub static CONSISTENCY_PROOF: Route = other("/v1/log/proof/consistency");
+/// Shared Signals: discovery is a public document; streams are the issuer's (secret keys).
+pub static SSF_CONFIGURATION: Route = document("/.well-known/ssf-configuration");
+pub static SSF_STREAMS: Route = other("/ssf/streams");
+pub static SSF_STATUS: Route = other("/ssf/status");
+pub static SSF_SUBJECTS_ADD: Route = other("/ssf/subjects/add");
+pub static SSF_SUBJECTS_REMOVE: Route = other("/ssf/subjects/remove");
+pub static SSF_VERIFY: Route = other("/ssf/verify");
+/// A receiver polls with its stream's poll token, which is no API key: the key is not looked
+/// up, and the call counts against the caller's address.
+pub static SSF_POLL: Route = Route {
+    pattern: "/ssf/poll/{stream_id}",
+    class: Class::Other,
+    counted: true,
+    public: false,
+    keyless: true,
+};
+/// What a path that no route takes counts as.
+pub static UNMATCHED: Route = other("unmatched");
+
+/// The response headers a browser caller of a public route may read.
+pub const EXPOSED_HEADERS: &str =
+    "x-request-id, x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset, retry-after";
+
+/// CORS for the public routes.
+pub fn cors() -> actix_cors::Cors {
+    actix_cors::Cors::default()
+        .allow_any_origin()
+        .send_wildcard()
+        .allowed_methods(["GET", "HEAD"])
+        .allow_any_header()
+        .expose_headers(EXPOSED_HEADERS.split(", "))
+        .max_age(86_400)
+}

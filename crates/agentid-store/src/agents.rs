@@ -1,0 +1,578 @@
+//! Agents, and what instances learn of each other's revocations.
+
+use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Type};
+
+use super::domains::check_issuer;
+use super::sql::{parse_mode, Backend, SqlStore};
+use super::{AgentRecord, Revocations, StoreError, StoreFuture};
+use agentid_core::domain::{KeyMode, Ledger, Millis, StatusPlace};
+use agentid_core::keys::KeyRing;
+
+/// Agents: registered, given tokens, revoked for good.
+pub trait AgentStore {
+    /// A ledger's revoked agents and when, in the order of their revocations: by revocation
+    /// epoch (agents revoked before there were epochs first, by time).
+    fn revocations_of<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, Vec<(String, Millis)>>;
+    fn insert_agent<'a>(&'a self, agent: &'a AgentRecord) -> StoreFuture<'a, ()>;
+    /// Inserts a new agent at a free place of the newest status list of its mode, in a
+    /// transaction that no other placement (and no change of who holds a name) runs beside:
+    /// see [`Placing`]. With `issuer`, only when its organization may issue under its issuer
+    /// domain (`StoreError::NotHeld` otherwise), read in the same transaction. Returns the
+    /// place and its list's size.
+    fn insert_agent_placed<'a>(
+        &'a self,
+        agent: &'a AgentRecord,
+        placing: &'a Placing,
+        issuer: Option<&'a KeyRing>,
+    ) -> StoreFuture<'a, (StatusPlace, u64)>;
+    /// Gives an agent registered before status lists a place (one it has already stays).
+    /// `None` when there is no such agent.
+    fn place_agent<'a>(
+        &'a self,
+        id: &'a str,
+        placing: &'a Placing,
+    ) -> StoreFuture<'a, Option<(StatusPlace, u64)>>;
+    /// Every status list: id and number of places.
+    fn status_lists(&self) -> StoreFuture<'_, Vec<(String, u64)>>;
+    /// Any organization's agent: callers check ownership.
+    fn get_agent<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<AgentRecord>>;
+    /// An organization's agents in one mode, newest first: with an id below `before` when
+    /// given, at most `limit` when given.
+    fn list_agents<'a>(
+        &'a self,
+        org_id: &'a str,
+        mode: KeyMode,
+        before: Option<&'a str>,
+        limit: Option<u32>,
+    ) -> StoreFuture<'a, Vec<AgentRecord>>;
+    /// All agents with an id greater than `after_id`, in id order (for loading the registry).
+    fn scan_agents<'a>(&'a self, after_id: &'a str, limit: u32) -> StoreFuture<'a, Vec<AgentRecord>>;
+    /// Records a newly issued token; false (and no change) when the agent is revoked or missing.
+    /// With `issuer`, only when the agent's organization may still issue under its issuer
+    /// domain (`StoreError::NotHeld` otherwise), read in the same exclusive transaction.
+    fn renew_token<'a>(
+        &'a self,
+        id: &'a str,
+        issued_at: Millis,
+        expires_at: Millis,
+        issuer: Option<&'a KeyRing>,
+    ) -> StoreFuture<'a, bool>;
+    /// Revokes once; a second call changes nothing. Returns the agent as stored afterwards,
+    /// with the revocation epoch its revocation was stamped with (none for an agent revoked
+    /// before the store had epochs).
+    fn revoke_agent<'a>(
+        &'a self,
+        id: &'a str,
+        at: Millis,
+        reason: Option<&'a str>,
+    ) -> StoreFuture<'a, Option<(AgentRecord, Option<i64>)>>;
+    /// The committed revocation epoch and every agent revoked with a higher epoch than
+    /// `after`, read in one snapshot (for instances to learn each other's revocations).
+    fn revocations_after(&self, after: i64) -> StoreFuture<'_, Revocations>;
+}
+
+/// The stored columns of `agents`, in insert order.
+const AGENT_INSERT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, description, scopes, \
+    created_at, issued_at, expires_at, revoked_at, revocation_reason, status_list, status_idx";
+
+/// What an agent read selects (`FROM agents`, not aliased): the stored columns, then
+/// `verification_count`: the running totals of the agent's newest block row in each mode's
+/// ledger (records are counted where they were written), two look-ups on a primary key. The
+/// audit batch writes those rows anyway, so counting needs no write to the agent row.
+const AGENT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, description, scopes, \
+    created_at, issued_at, expires_at, revoked_at, revocation_reason, status_list, status_idx, \
+    COALESCE((SELECT c.n_valid + c.n_invalid + c.n_expired + c.n_revoked FROM audit_block_agents c \
+     WHERE c.org_id = agents.org_id AND c.mode = 'live' AND c.agent_id = agents.id \
+     ORDER BY c.first_seq DESC LIMIT 1), 0) + \
+    COALESCE((SELECT c.n_valid + c.n_invalid + c.n_expired + c.n_revoked FROM audit_block_agents c \
+     WHERE c.org_id = agents.org_id AND c.mode = 'test' AND c.agent_id = agents.id \
+     ORDER BY c.first_seq DESC LIMIT 1), 0) \
+    AS verification_count";
+
+/// An agent as `AGENT_COLUMNS` selects it.
+#[derive(FromRow)]
+struct AgentRow {
+    id: String,
+    org_id: String,
+    mode: String,
+    name: String,
+    issuer_domain: String,
+    description: String,
+    /// A JSON array of strings.
+    scopes: String,
+    created_at: i64,
+    issued_at: i64,
+    expires_at: i64,
+    revoked_at: Option<i64>,
+    revocation_reason: Option<String>,
+    status_list: Option<String>,
+    status_idx: Option<i64>,
+    verification_count: i64,
+}
+
+impl AgentRow {
+    fn into_record(self) -> Result<AgentRecord, StoreError> {
+        let scopes: Vec<String> = serde_json::from_str(&self.scopes)
+            .map_err(|_| StoreError::Corrupt(format!("scopes of {}", self.id)))?;
+        Ok(AgentRecord {
+            mode: parse_mode(&self.mode)?,
+            id: self.id,
+            org_id: self.org_id,
+            name: self.name,
+            issuer_domain: self.issuer_domain,
+            description: self.description,
+            scopes,
+            created_at: Millis(self.created_at),
+            issued_at: Millis(self.issued_at),
+            expires_at: Millis(self.expires_at),
+            revoked_at: self.revoked_at.map(Millis),
+            revocation_reason: self.revocation_reason,
+            status: place(self.status_list, self.status_idx)?,
+            verification_count: self.verification_count,
+        })
+    }
+}
+
+/// An agent right after a revocation, with the epoch the revocation was stamped with.
+#[derive(FromRow)]
+struct RevokedAgentRow {
+    #[sqlx(flatten)]
+    agent: AgentRow,
+    revoked_epoch: Option<i64>,
+}
+
+/// One row of `revocations_after`: the epoch's own row has no agent.
+#[derive(FromRow)]
+struct RevocationRow {
+    id: Option<String>,
+    reason: Option<String>,
+    epoch: i64,
+    revoked_at: Option<i64>,
+    status_list: Option<String>,
+    status_idx: Option<i64>,
+}
+
+/// A stored status place: both columns or neither.
+fn place(list: Option<String>, idx: Option<i64>) -> Result<Option<StatusPlace>, StoreError> {
+    match (list, idx) {
+        (None, None) => Ok(None),
+        (Some(list), Some(idx)) if idx >= 0 => Ok(Some(StatusPlace {
+            list,
+            idx: idx as u64,
+        })),
+        (list, idx) => Err(StoreError::Corrupt(format!("status place {list:?} {idx:?}"))),
+    }
+}
+
+/// How a new agent gets its status place: in the newest list of its mode while it has fewer
+/// than `fill` places taken, else in a new list `new_list` of `size` places; at the first of
+/// `draws` (modulo the list's size) that is free. Test and live agents never share a list.
+#[derive(Debug, Clone)]
+pub struct Placing {
+    pub mode: KeyMode,
+    pub new_list: String,
+    pub size: u64,
+    pub fill: u64,
+    pub draws: Vec<u64>,
+}
+
+/// Takes a free place, as `Placing` says, inside the caller's exclusive transaction: the
+/// place, and its list's size.
+async fn allocate<DB: Database>(
+    tx: &mut sqlx::Transaction<'_, DB>,
+    placing: &Placing,
+    now: Millis,
+) -> Result<(StatusPlace, u64), StoreError>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> bool: Decode<'r, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    let newest: Option<(String, i64, i64)> = sqlx::query_as(
+        "SELECT id, size, allocated FROM status_lists WHERE mode = $1 \
+         ORDER BY created_at DESC, id DESC LIMIT 1",
+    )
+    .bind(placing.mode.as_str())
+    .fetch_optional(&mut **tx)
+    .await?;
+    let (list, size) = match newest {
+        Some((id, size, allocated)) if size > 0 && (allocated as u64) < placing.fill.min(size as u64) => {
+            (id, size as u64)
+        }
+        _ => {
+            let size =
+                i64::try_from(placing.size).map_err(|_| StoreError::Corrupt("status list size".into()))?;
+            sqlx::query(
+                "INSERT INTO status_lists (id, size, allocated, created_at, mode) VALUES ($1, $2, 0, $3, $4)",
+            )
+            .bind(placing.new_list.as_str())
+            .bind(size)
+            .bind(now.0)
+            .bind(placing.mode.as_str())
+            .execute(&mut **tx)
+            .await?;
+            (placing.new_list.clone(), placing.size)
+        }
+    };
+    for draw in &placing.draws {
+        let idx = (draw % size) as i64;
+        let (taken,): (bool,) =
+            sqlx::query_as("SELECT EXISTS (SELECT 1 FROM agents WHERE status_list = $1 AND status_idx = $2)")
+                .bind(list.as_str())
+                .bind(idx)
+                .fetch_one(&mut **tx)
+                .await?;
+        if !taken {
+            sqlx::query("UPDATE status_lists SET allocated = allocated + 1 WHERE id = $1")
+                .bind(list.as_str())
+                .execute(&mut **tx)
+                .await?;
+            return Ok((
+                StatusPlace {
+                    list,
+                    idx: idx as u64,
+                },
+                size,
+            ));
+        }
+    }
+    Err(StoreError::Corrupt("no free place found in a status list".into()))
+}
+
+fn insert_agent_sql() -> String {
+    format!(
+        "INSERT INTO agents ({AGENT_INSERT_COLUMNS}) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+    )
+}
+
+/// The `INSERT` of an agent (alone, or inside a placement's transaction).
+fn insert_agent<'q, DB: Database>(
+    sql: &'q str,
+    a: &'q AgentRecord,
+    scopes: &'q str,
+) -> sqlx::query::Query<'q, DB, DB::Arguments<'q>>
+where
+    &'q str: Encode<'q, DB> + Type<DB>,
+    Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    i64: Encode<'q, DB> + Type<DB>,
+    Option<i64>: Encode<'q, DB> + Type<DB>,
+{
+    sqlx::query(sql)
+        .bind(a.id.as_str())
+        .bind(a.org_id.as_str())
+        .bind(a.mode.as_str())
+        .bind(a.name.as_str())
+        .bind(a.issuer_domain.as_str())
+        .bind(a.description.as_str())
+        .bind(scopes)
+        .bind(a.created_at.0)
+        .bind(a.issued_at.0)
+        .bind(a.expires_at.0)
+        .bind(a.revoked_at.map(|m| m.0))
+        .bind(a.revocation_reason.as_deref())
+        .bind(a.status.as_ref().map(|p| p.list.as_str()))
+        .bind(a.status.as_ref().map(|p| p.idx as i64))
+}
+
+/// Revokes the agents `ids` (those not revoked yet) inside the caller's transaction, at `at`
+/// for `reason`; returns them as stored after, with the revocation epoch each was stamped
+/// with (the epoch trigger of migration 0004 moves and stamps it).
+pub(super) async fn revoke_in<DB>(
+    tx: &mut sqlx::Transaction<'_, DB>,
+    ids: &[String],
+    at: Millis,
+    reason: &str,
+) -> Result<Vec<(AgentRecord, Option<i64>)>, StoreError>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<String>: Decode<'r, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<i64>: Decode<'r, DB> + Type<DB>,
+    for<'r> &'r str: ColumnIndex<DB::Row>,
+{
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        sqlx::query(
+            "UPDATE agents SET revoked_at = $2, revocation_reason = $3 WHERE id = $1 AND revoked_at IS NULL",
+        )
+        .bind(id.as_str())
+        .bind(at.0)
+        .bind(reason)
+        .execute(&mut **tx)
+        .await?;
+        let sql = format!("SELECT {AGENT_COLUMNS}, revoked_epoch FROM agents WHERE id = $1");
+        let row: RevokedAgentRow = sqlx::query_as(&sql)
+            .bind(id.as_str())
+            .fetch_one(&mut **tx)
+            .await?;
+        out.push((row.agent.into_record()?, row.revoked_epoch));
+    }
+    Ok(out)
+}
+
+fn scopes_json(scopes: &[String]) -> String {
+    serde_json::to_string(scopes).expect("strings serialize")
+}
+
+impl<DB: Backend> AgentStore for SqlStore<DB>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<i64>: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<String>: Decode<'r, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<i64>: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<Vec<u8>>: Decode<'r, DB> + Type<DB>,
+    for<'r> bool: Decode<'r, DB> + Type<DB>,
+    for<'r> &'r str: ColumnIndex<DB::Row>,
+    usize: ColumnIndex<DB::Row>,
+{
+    fn revocations_of<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, Vec<(String, Millis)>> {
+        Box::pin(async move {
+            let rows: Vec<(String, i64)> = sqlx::query_as(
+                "SELECT id, revoked_at FROM agents WHERE org_id = $1 AND mode = $2 AND revoked_at IS NOT NULL \
+                 ORDER BY COALESCE(revoked_epoch, 0), revoked_at, id",
+            )
+            .bind(ledger.org_id.as_str())
+            .bind(ledger.mode.as_str())
+            .fetch_all(&self.pool)
+            .await?;
+            Ok(rows.into_iter().map(|(id, at)| (id, Millis(at))).collect())
+        })
+    }
+
+    fn insert_agent<'a>(&'a self, a: &'a AgentRecord) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let sql = insert_agent_sql();
+            let scopes = scopes_json(&a.scopes);
+            insert_agent(&sql, a, &scopes).execute(&self.pool).await?;
+            Ok(())
+        })
+    }
+
+    fn insert_agent_placed<'a>(
+        &'a self,
+        a: &'a AgentRecord,
+        placing: &'a Placing,
+        issuer: Option<&'a KeyRing>,
+    ) -> StoreFuture<'a, (StatusPlace, u64)> {
+        Box::pin(async move {
+            let mut tx = self.exclusive().await?;
+            if let Some(keys) = issuer {
+                check_issuer(&mut tx, keys, &a.org_id, &a.issuer_domain).await?;
+            }
+            let (place, size) = allocate(&mut tx, placing, a.created_at).await?;
+            let placed = AgentRecord {
+                status: Some(place.clone()),
+                ..a.clone()
+            };
+            let sql = insert_agent_sql();
+            let scopes = scopes_json(&placed.scopes);
+            insert_agent(&sql, &placed, &scopes).execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok((place, size))
+        })
+    }
+
+    fn place_agent<'a>(
+        &'a self,
+        id: &'a str,
+        placing: &'a Placing,
+    ) -> StoreFuture<'a, Option<(StatusPlace, u64)>> {
+        Box::pin(async move {
+            let mut tx = self.exclusive().await?;
+            let row: Option<(Option<String>, Option<i64>)> =
+                sqlx::query_as("SELECT status_list, status_idx FROM agents WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            let Some((list, idx)) = row else {
+                return Ok(None);
+            };
+            if let Some(place) = place(list, idx)? {
+                let (size,): (i64,) = sqlx::query_as("SELECT size FROM status_lists WHERE id = $1")
+                    .bind(place.list.as_str())
+                    .fetch_one(&mut *tx)
+                    .await?;
+                return Ok(Some((place, size as u64)));
+            }
+            let (place, size) = allocate(&mut tx, placing, Millis::now()).await?;
+            sqlx::query(
+                "UPDATE agents SET status_list = $2, status_idx = $3 WHERE id = $1 AND status_list IS NULL",
+            )
+            .bind(id)
+            .bind(place.list.as_str())
+            .bind(place.idx as i64)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(Some((place, size)))
+        })
+    }
+
+    fn status_lists(&self) -> StoreFuture<'_, Vec<(String, u64)>> {
+        Box::pin(async move {
+            let rows: Vec<(String, i64)> = sqlx::query_as("SELECT id, size FROM status_lists ORDER BY id")
+                .fetch_all(&self.pool)
+                .await?;
+            rows.into_iter()
+                .map(|(id, size)| {
+                    u64::try_from(size)
+                        .map(|n| (id, n))
+                        .map_err(|_| StoreError::Corrupt("status list size".into()))
+                })
+                .collect()
+        })
+    }
+
+    fn get_agent<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<AgentRecord>> {
+        Box::pin(async move {
+            let sql = format!("SELECT {AGENT_COLUMNS} FROM agents WHERE id = $1");
+            let row: Option<AgentRow> = sqlx::query_as(&sql).bind(id).fetch_optional(&self.pool).await?;
+            row.map(AgentRow::into_record).transpose()
+        })
+    }
+
+    fn list_agents<'a>(
+        &'a self,
+        org_id: &'a str,
+        mode: KeyMode,
+        before: Option<&'a str>,
+        limit: Option<u32>,
+    ) -> StoreFuture<'a, Vec<AgentRecord>> {
+        Box::pin(async move {
+            let below = if before.is_some() { "AND id < $4 " } else { "" };
+            let sql = format!(
+                "SELECT {AGENT_COLUMNS} FROM agents WHERE org_id = $1 AND mode = $2 {below}\
+                 ORDER BY id DESC LIMIT $3"
+            );
+            let mut q = sqlx::query_as(&sql)
+                .bind(org_id)
+                .bind(mode.as_str())
+                // No limit: the largest one both backends take.
+                .bind(limit.map_or(i64::MAX, i64::from));
+            if let Some(b) = before {
+                q = q.bind(b);
+            }
+            let rows: Vec<AgentRow> = q.fetch_all(&self.pool).await?;
+            rows.into_iter().map(AgentRow::into_record).collect()
+        })
+    }
+
+    fn scan_agents<'a>(&'a self, after_id: &'a str, limit: u32) -> StoreFuture<'a, Vec<AgentRecord>> {
+        Box::pin(async move {
+            let sql = format!("SELECT {AGENT_COLUMNS} FROM agents WHERE id > $1 ORDER BY id LIMIT $2");
+            let rows: Vec<AgentRow> = sqlx::query_as(&sql)
+                .bind(after_id)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+            rows.into_iter().map(AgentRow::into_record).collect()
+        })
+    }
+
+    fn renew_token<'a>(
+        &'a self,
+        id: &'a str,
+        issued_at: Millis,
+        expires_at: Millis,
+        issuer: Option<&'a KeyRing>,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let renew = sqlx::query(
+                "UPDATE agents SET issued_at = $2, expires_at = $3 WHERE id = $1 AND revoked_at IS NULL",
+            )
+            .bind(id)
+            .bind(issued_at.0)
+            .bind(expires_at.0);
+            let Some(keys) = issuer else {
+                return Ok(DB::rows_affected(&renew.execute(&self.pool).await?) == 1);
+            };
+            let mut tx = self.exclusive().await?;
+            let agent: Option<(String, String)> =
+                sqlx::query_as("SELECT org_id, issuer_domain FROM agents WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            let Some((org_id, domain)) = agent else {
+                return Ok(false);
+            };
+            check_issuer(&mut tx, keys, &org_id, &domain).await?;
+            let done = renew.execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(DB::rows_affected(&done) == 1)
+        })
+    }
+
+    fn revoke_agent<'a>(
+        &'a self,
+        id: &'a str,
+        at: Millis,
+        reason: Option<&'a str>,
+    ) -> StoreFuture<'a, Option<(AgentRecord, Option<i64>)>> {
+        Box::pin(async move {
+            // The trigger of migration 0004 moves the revocation epoch and stamps it.
+            sqlx::query(
+                "UPDATE agents SET revoked_at = $2, revocation_reason = $3 \
+                 WHERE id = $1 AND revoked_at IS NULL",
+            )
+            .bind(id)
+            .bind(at.0)
+            .bind(reason)
+            .execute(&self.pool)
+            .await?;
+            let sql = format!("SELECT {AGENT_COLUMNS}, revoked_epoch FROM agents WHERE id = $1");
+            let row: Option<RevokedAgentRow> =
+                sqlx::query_as(&sql).bind(id).fetch_optional(&self.pool).await?;
+            row.map(|r| Ok((r.agent.into_record()?, r.revoked_epoch)))
+                .transpose()
+        })
+    }
+
+    fn revocations_after(&self, after: i64) -> StoreFuture<'_, Revocations> {
+        Box::pin(async move {
+            // One statement, so the epoch and the list come from the same snapshot; the
+            // epoch's row is the one without an agent id.
+            let rows: Vec<RevocationRow> = sqlx::query_as(
+                "SELECT CAST(NULL AS TEXT) AS id, CAST(NULL AS TEXT) AS reason, epoch, \
+                 CAST(NULL AS BIGINT) AS revoked_at, CAST(NULL AS TEXT) AS status_list, \
+                 CAST(NULL AS BIGINT) AS status_idx FROM revocation_epoch WHERE id = 1 \
+                 UNION ALL \
+                 SELECT id, revocation_reason, revoked_epoch, revoked_at, status_list, status_idx \
+                 FROM agents WHERE revoked_epoch > $1",
+            )
+            .bind(after)
+            .fetch_all(&self.pool)
+            .await?;
+            let mut out = Revocations::default();
+            for row in rows {
+                match row.id {
+                    Some(id) => {
+                        if let Some(p) = place(row.status_list, row.status_idx)? {
+                            out.places.push((p, Millis(row.revoked_at.unwrap_or(0))));
+                        }
+                        out.revoked.push((id, row.reason));
+                    }
+                    None => out.epoch = row.epoch,
+                }
+            }
+            Ok(out)
+        })
+    }
+}

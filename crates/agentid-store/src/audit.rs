@@ -1,0 +1,396 @@
+//! The audit ledgers: appending batches, reading pages, and what `audit verify` reads.
+
+use futures_util::future::BoxFuture;
+use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, IntoArguments, Type};
+
+use super::block::{self, AgentBlockRow, FullBlock, Head, StoredBlock};
+use super::sql::{hash32, parse_mode, Backend, LogPlan, SqlStore};
+use super::{Appended, CheckedBlock, LogPage, LogQuery, StoreError, StoreFuture};
+use agentid_core::domain::audit::{AuditEntry, AuditRecord};
+use agentid_core::domain::{Ledger, Totals, VerifyResult};
+
+/// The audit ledgers, one per organization and mode.
+pub trait AuditStore {
+    /// Appends a batch in one transaction: re-checks revocation of `valid` entries inside it
+    /// (agent by agent only when a revocation was committed with a higher epoch than the
+    /// lowest `revocations_seen` of those entries), chains each ledger, updates the counters.
+    /// Returns the records in entry order, as committed. When the batch is refused for
+    /// another reason than an unreachable store, each of its ledgers is tried alone, so that
+    /// one ledger's trouble does not fail the others' records.
+    fn append_audit(&self, entries: Vec<AuditEntry>) -> BoxFuture<'_, Appended>;
+    /// A page of a ledger, newest first, with the exact total of matching records.
+    fn read_log<'a>(&'a self, q: LogQuery<'a>) -> StoreFuture<'a, LogPage>;
+    /// Records of a ledger with `seq > after_seq`, ascending (tests' chain verification).
+    #[cfg(feature = "test-hooks")]
+    fn read_chain<'a>(
+        &'a self,
+        ledger: &'a Ledger,
+        after_seq: i64,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<AuditRecord>>;
+    /// Every ledger that holds records or checkpoints.
+    fn ledgers(&self) -> StoreFuture<'_, Vec<Ledger>>;
+    /// The number of records of a ledger: its newest block's last `seq`.
+    fn ledger_size<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, u64>;
+    /// Stored blocks with `first_seq > after`, ascending, decoded, with what their rows
+    /// claim of them (for `audit verify`).
+    fn read_blocks<'a>(
+        &'a self,
+        ledger: &'a Ledger,
+        after: i64,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<CheckedBlock>>;
+    /// An agent's `audit_block_agents` rows in a ledger, ascending.
+    fn agent_rows<'a>(&'a self, ledger: &'a Ledger, agent_id: &'a str)
+        -> StoreFuture<'a, Vec<AgentBlockRow>>;
+    /// How many `audit_block_agents` rows each (ledger, agent) has.
+    fn agent_row_counts(&self) -> StoreFuture<'_, Vec<(Ledger, String, i64)>>;
+}
+
+/// The newest block of a ledger; binds org, mode. Read as a [`HeadRow`].
+pub const LEDGER_HEAD_SQL: &str = "SELECT last_seq, last_hash, n_valid, n_invalid, n_expired, n_revoked \
+    FROM audit_blocks WHERE org_id = $1 AND mode = $2 ORDER BY first_seq DESC LIMIT 1";
+
+#[derive(FromRow)]
+pub struct HeadRow {
+    last_seq: i64,
+    last_hash: Vec<u8>,
+    #[sqlx(flatten)]
+    totals: TotalsRow,
+}
+
+/// Where the next record of a ledger goes: after its newest block, or at genesis.
+pub fn ledger_head(row: Option<HeadRow>) -> Result<Head, StoreError> {
+    match row {
+        Some(h) => Ok(Head {
+            seq: h.last_seq,
+            hash: hash32(h.last_hash)?,
+            totals: h.totals.into(),
+        }),
+        None => Ok(Head::default()),
+    }
+}
+
+/// Running totals of a ledger or an agent, as stored.
+#[derive(FromRow)]
+struct TotalsRow {
+    n_valid: i64,
+    n_invalid: i64,
+    n_expired: i64,
+    n_revoked: i64,
+}
+
+impl From<TotalsRow> for Totals {
+    fn from(t: TotalsRow) -> Self {
+        [t.n_valid, t.n_invalid, t.n_expired, t.n_revoked]
+    }
+}
+
+/// Running totals of the newest block row of a ledger, or of an agent in it; binds org,
+/// mode, [agent].
+fn totals_sql(by_agent: bool) -> &'static str {
+    if by_agent {
+        "SELECT n_valid, n_invalid, n_expired, n_revoked FROM audit_block_agents \
+         WHERE org_id = $1 AND mode = $2 AND agent_id = $3 ORDER BY first_seq DESC LIMIT 1"
+    } else {
+        "SELECT n_valid, n_invalid, n_expired, n_revoked FROM audit_blocks \
+         WHERE org_id = $1 AND mode = $2 ORDER BY first_seq DESC LIMIT 1"
+    }
+}
+
+/// The blocks a page of `GET /v1/log` reads, newest first; binds in order: org, mode,
+/// [agent], [before], number of blocks. Every block it returns holds at least one matching
+/// record (the agent's rows and the result bits say so exactly), except that the block
+/// holding `before` may hold none below it: `limit + 2` blocks always fill a page and tell
+/// whether more follow. The result test is written into the SQL as a literal (one of four
+/// fixed bits) in exactly the form of the partial index of that failure's blocks, so both
+/// planners use it, generic plans included.
+fn log_blocks_sql(q: &LogQuery<'_>, plan: &LogPlan) -> String {
+    use std::fmt::Write;
+    let indexed_by = |table: &str| match q.result {
+        Some(r) if plan.name_index && r != VerifyResult::Valid => {
+            format!(" INDEXED BY {table}_{}", r.as_str())
+        }
+        _ => String::new(),
+    };
+    let mut sql = String::from("SELECT b.first_seq, b.last_seq, b.prev_hash, b.records FROM ");
+    let mut n = 2;
+    let t = if q.agent_id.is_some() {
+        n += 1;
+        // Each block by its primary key. PostgreSQL, on tables not analyzed yet, joined with a
+        // scan of every block of the ledger per agent row (a page of 200 took 100 ms on 170k
+        // records); the LATERAL, fenced by OFFSET 0, leaves it only the key look-up.
+        let join = if !plan.lateral_join {
+            "JOIN audit_blocks b ON b.org_id = t.org_id AND b.mode = t.mode AND b.first_seq = t.first_seq"
+        } else {
+            "CROSS JOIN LATERAL (SELECT x.first_seq, x.last_seq, x.prev_hash, x.records FROM audit_blocks x \
+             WHERE x.org_id = t.org_id AND x.mode = t.mode AND x.first_seq = t.first_seq OFFSET 0) b"
+        };
+        let _ = write!(
+            sql,
+            "audit_block_agents t{} {join} WHERE t.org_id = $1 AND t.mode = $2 AND t.agent_id = $3",
+            indexed_by("audit_block_agents")
+        );
+        "t"
+    } else {
+        let _ = write!(
+            sql,
+            "audit_blocks b{} WHERE b.org_id = $1 AND b.mode = $2",
+            indexed_by("audit_blocks")
+        );
+        "b"
+    };
+    if let Some(r) = q.result {
+        let _ = write!(sql, " AND ({t}.results & {}) <> 0", r.bit());
+    }
+    if q.before_seq.is_some() {
+        n += 1;
+        let _ = write!(sql, " AND {t}.first_seq < ${n}");
+    }
+    let _ = write!(sql, " ORDER BY {t}.first_seq DESC LIMIT ${}", n + 1);
+    sql
+}
+
+/// The blocks holding the records after `after_seq`, oldest first; binds org, mode,
+/// after_seq, number of blocks. Starts at the block holding `after_seq + 1`, found on the
+/// primary key, so reading a long chain page by page costs the same at its end.
+#[cfg(feature = "test-hooks")]
+const CHAIN_BLOCKS_SQL: &str = "SELECT first_seq, last_seq, prev_hash, records FROM audit_blocks \
+    WHERE org_id = $1 AND mode = $2 AND first_seq >= COALESCE((SELECT MAX(first_seq) FROM audit_blocks \
+    WHERE org_id = $1 AND mode = $2 AND first_seq <= $3 + 1), 0) ORDER BY first_seq LIMIT $4";
+
+impl<DB: Backend> AuditStore for SqlStore<DB>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> i32: Decode<'r, DB> + Type<DB>,
+    for<'r> &'r str: ColumnIndex<DB::Row>,
+    usize: ColumnIndex<DB::Row>,
+{
+    fn append_audit(&self, entries: Vec<AuditEntry>) -> BoxFuture<'_, Appended> {
+        Box::pin(async move {
+            let n = entries.len();
+            let (failure, entries) = match DB::append(self, entries).await {
+                Ok(records) => return Appended::all(records),
+                Err(refused) => refused,
+            };
+            let ledgers = crate::batch::ledgers(&entries);
+            if failure.is_unavailable() || ledgers.len() < 2 {
+                return Appended::none(n, failure);
+            }
+            // One ledger's trouble must not fail the other ledgers' records: each alone.
+            tracing::warn!(error = %failure, ledgers = ledgers.len(), "audit batch refused; appending its ledgers one by one");
+            let mut records: Vec<Option<AuditRecord>> = (0..n).map(|_| None).collect();
+            let mut last_failure = None;
+            for ledger in &ledgers {
+                let (at, part): (Vec<usize>, Vec<AuditEntry>) = entries
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, e)| &e.ledger == ledger)
+                    .map(|(i, e)| (i, e.clone()))
+                    .unzip();
+                match DB::append(self, part).await {
+                    Ok(written) => {
+                        for (i, r) in at.into_iter().zip(written) {
+                            records[i] = Some(r);
+                        }
+                    }
+                    Err((e, _)) => last_failure = Some(e),
+                }
+            }
+            Appended {
+                records,
+                failure: last_failure,
+            }
+        })
+    }
+
+    fn read_log<'a>(&'a self, q: LogQuery<'a>) -> StoreFuture<'a, LogPage> {
+        Box::pin(async move {
+            let sql = log_blocks_sql(&q, &DB::LOG_PLAN);
+            let mut query = sqlx::query_as::<_, StoredBlock>(&sql)
+                .bind(q.ledger.org_id.as_str())
+                .bind(q.ledger.mode.as_str());
+            if let Some(agent) = q.agent_id {
+                query = query.bind(agent);
+            }
+            if let Some(before) = q.before_seq {
+                query = query.bind(before);
+            }
+            let blocks = query.bind(i64::from(q.limit) + 2).fetch_all(&self.pool).await?;
+            let want = q.limit as usize + 1;
+            let mut records = Vec::with_capacity(want);
+            for b in &blocks {
+                let mut found = block::decode(q.ledger, b, |p| {
+                    q.before_seq.is_none_or(|before| p.seq < before)
+                        && q.agent_id.is_none_or(|a| p.agent_id == a)
+                        && q.result.is_none_or(|r| p.result == r)
+                })?;
+                found.reverse();
+                records.extend(found);
+                if records.len() >= want {
+                    break;
+                }
+            }
+            let has_more = records.len() > q.limit as usize;
+            records.truncate(q.limit as usize);
+            let query = sqlx::query_as(totals_sql(q.agent_id.is_some()))
+                .bind(q.ledger.org_id.as_str())
+                .bind(q.ledger.mode.as_str());
+            let totals: Option<TotalsRow> = match q.agent_id {
+                Some(agent) => query.bind(agent),
+                None => query,
+            }
+            .fetch_optional(&self.pool)
+            .await?;
+            let totals: Totals = totals.map_or([0; 4], Into::into);
+            Ok(LogPage {
+                records,
+                has_more,
+                total: match q.result {
+                    Some(r) => totals[r.index()],
+                    None => totals.iter().sum(),
+                },
+            })
+        })
+    }
+
+    #[cfg(feature = "test-hooks")]
+    fn read_chain<'a>(
+        &'a self,
+        ledger: &'a Ledger,
+        after_seq: i64,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<AuditRecord>> {
+        Box::pin(async move {
+            // Every block holds at least one record: `limit + 1` blocks hold `limit`
+            // records after `after_seq` if there are that many.
+            let blocks: Vec<StoredBlock> = sqlx::query_as(CHAIN_BLOCKS_SQL)
+                .bind(ledger.org_id.as_str())
+                .bind(ledger.mode.as_str())
+                .bind(after_seq)
+                .bind(i64::from(limit) + 1)
+                .fetch_all(&self.pool)
+                .await?;
+            let mut records = Vec::new();
+            for b in &blocks {
+                records.extend(block::decode(ledger, b, |p| p.seq > after_seq)?);
+                if records.len() >= limit as usize {
+                    break;
+                }
+            }
+            records.truncate(limit as usize);
+            Ok(records)
+        })
+    }
+
+    fn ledgers(&self) -> StoreFuture<'_, Vec<Ledger>> {
+        Box::pin(async move {
+            let rows: Vec<(String, String)> = sqlx::query_as(
+                "SELECT org_id, mode FROM audit_blocks UNION SELECT org_id, mode FROM audit_checkpoints \
+                 ORDER BY org_id, mode",
+            )
+            .fetch_all(&self.pool)
+            .await?;
+            rows.into_iter()
+                .map(|(org_id, mode)| {
+                    Ok(Ledger {
+                        org_id,
+                        mode: parse_mode(&mode)?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn ledger_size<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, u64> {
+        Box::pin(async move {
+            let row: Option<(i64,)> = sqlx::query_as(
+                "SELECT last_seq FROM audit_blocks WHERE org_id = $1 AND mode = $2 ORDER BY first_seq DESC LIMIT 1",
+            )
+            .bind(ledger.org_id.as_str())
+            .bind(ledger.mode.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+            let last = row.map_or(0, |(n,)| n);
+            u64::try_from(last).map_err(|_| StoreError::Corrupt(format!("last_seq {last}")))
+        })
+    }
+
+    fn read_blocks<'a>(
+        &'a self,
+        ledger: &'a Ledger,
+        after: i64,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<CheckedBlock>> {
+        Box::pin(async move {
+            let rows: Vec<FullBlock> = sqlx::query_as(
+                "SELECT first_seq, last_seq, prev_hash, records, last_hash, results, \
+                 n_valid, n_invalid, n_expired, n_revoked FROM audit_blocks \
+                 WHERE org_id = $1 AND mode = $2 AND first_seq > $3 ORDER BY first_seq LIMIT $4",
+            )
+            .bind(ledger.org_id.as_str())
+            .bind(ledger.mode.as_str())
+            .bind(after)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+            Ok(rows
+                .into_iter()
+                .map(|b| CheckedBlock {
+                    first_seq: b.block.first_seq,
+                    last_seq: b.block.last_seq,
+                    records: block::decode(ledger, &b.block, |_| true),
+                    last_hash: b.last_hash,
+                    results: b.results,
+                    totals: [b.n_valid, b.n_invalid, b.n_expired, b.n_revoked],
+                })
+                .collect())
+        })
+    }
+
+    fn agent_rows<'a>(
+        &'a self,
+        ledger: &'a Ledger,
+        agent_id: &'a str,
+    ) -> StoreFuture<'a, Vec<AgentBlockRow>> {
+        Box::pin(async move {
+            Ok(sqlx::query_as(
+                "SELECT first_seq, results, n_valid, n_invalid, n_expired, n_revoked FROM audit_block_agents \
+                 WHERE agent_id = $1 AND org_id = $2 AND mode = $3 ORDER BY first_seq",
+            )
+            .bind(agent_id)
+            .bind(ledger.org_id.as_str())
+            .bind(ledger.mode.as_str())
+            .fetch_all(&self.pool)
+            .await?)
+        })
+    }
+
+    fn agent_row_counts(&self) -> StoreFuture<'_, Vec<(Ledger, String, i64)>> {
+        Box::pin(async move {
+            let rows: Vec<(String, String, String, i64)> = sqlx::query_as(
+                "SELECT org_id, mode, agent_id, COUNT(*) FROM audit_block_agents GROUP BY org_id, mode, agent_id",
+            )
+            .fetch_all(&self.pool)
+            .await?;
+            rows.into_iter()
+                .map(|(org_id, mode, agent, n)| {
+                    Ok((
+                        Ledger {
+                            org_id,
+                            mode: parse_mode(&mode)?,
+                        },
+                        agent,
+                        n,
+                    ))
+                })
+                .collect()
+        })
+    }
+}

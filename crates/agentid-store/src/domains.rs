@@ -1,0 +1,586 @@
+//! Issuer domains: organizations' pending claims, and the append-only list of holding events
+//! (who holds which name). Every change of who holds what runs in the store's exclusive
+//! transaction, as registration does, so that no agent is registered under a name while the
+//! name changes hands.
+
+use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Type};
+
+use super::agents::revoke_in;
+use super::sql::{Backend, SqlStore};
+use super::{Attempt, Claimed, DomainClaim, Held, StoreError, StoreFuture};
+use agentid_core::domain::holding::{self, DomainEvent, EventKind, Grant, HoldRefused, Holding, ProofMethod};
+use agentid_core::domain::Millis;
+use agentid_core::keys::KeyRing;
+
+/// The reason a holding's release records when its organization gives it up.
+pub const RELEASED_REASON: &str = "released by its organization";
+/// ... when the organization's own new holding of the name replaces it.
+pub const REPLACED_REASON: &str = "replaced by a new holding of the same organization";
+
+pub trait DomainStore {
+    /// Every event of the holdings list, in order.
+    fn domain_events(&self) -> StoreFuture<'_, Vec<DomainEvent>>;
+    /// The holdings in force that the key file vouches for (`vouched`), of one organization,
+    /// or of every organization.
+    fn holdings<'a>(&'a self, keys: &'a KeyRing, org_id: Option<&'a str>) -> StoreFuture<'a, Vec<Holding>>;
+    /// The holdings in force (vouched for) of `name` and of every name above it.
+    fn holdings_over<'a>(&'a self, keys: &'a KeyRing, name: &'a str) -> StoreFuture<'a, Vec<Holding>>;
+    /// Claims a name for an organization, at most `max` pending claims each.
+    fn claim_domain<'a>(
+        &'a self,
+        keys: &'a KeyRing,
+        claim: &'a DomainClaim,
+        max: u32,
+    ) -> StoreFuture<'a, Claimed>;
+    fn domain_claim<'a>(&'a self, org_id: &'a str, domain: &'a str) -> StoreFuture<'a, Option<DomainClaim>>;
+    fn domain_claims<'a>(&'a self, org_id: &'a str) -> StoreFuture<'a, Vec<DomainClaim>>;
+    /// Counts a verification attempt of a claim, at most `per_minute` in any minute.
+    fn domain_attempt<'a>(
+        &'a self,
+        org_id: &'a str,
+        domain: &'a str,
+        now: Millis,
+        per_minute: usize,
+    ) -> StoreFuture<'a, Attempt>;
+    /// The organization holds `domain` from `now` on, as `grant` says (`holding::plan_hold`):
+    /// the holdings it covers end, other organizations' agents under it are revoked, and the
+    /// organization's claim of it is done. All in one exclusive transaction.
+    fn hold_domain<'a>(
+        &'a self,
+        keys: &'a KeyRing,
+        org_id: &'a str,
+        domain: &'a str,
+        grant: Grant,
+        claimed_at: Millis,
+        now: Millis,
+    ) -> StoreFuture<'a, Result<Held, HoldRefused>>;
+    /// The issuer domains agents use, with the organizations that use each (all of them, or
+    /// one organization's), by name.
+    fn issuer_domains_in_use<'a>(&'a self, org_id: Option<&'a str>)
+        -> StoreFuture<'a, Vec<(String, String)>>;
+    /// Ends the organization's holding of `domain` and drops its claim of it; false when it
+    /// had neither. Its agents keep their tokens.
+    fn release_domain<'a>(
+        &'a self,
+        keys: &'a KeyRing,
+        org_id: &'a str,
+        domain: &'a str,
+        now: Millis,
+    ) -> StoreFuture<'a, bool>;
+}
+
+#[derive(FromRow)]
+struct EventRow {
+    seq: i64,
+    kind: String,
+    domain: String,
+    org_id: String,
+    method: Option<String>,
+    at: i64,
+    claimed_at: i64,
+    reason: Option<String>,
+    mac: Option<Vec<u8>>,
+}
+
+impl EventRow {
+    fn into_event(self) -> Result<DomainEvent, StoreError> {
+        let bad = |what: &str| StoreError::Corrupt(format!("issuer-domain event {}: {what}", self.seq));
+        Ok(DomainEvent {
+            kind: EventKind::parse(&self.kind).ok_or_else(|| bad("kind"))?,
+            method: match &self.method {
+                Some(m) => Some(ProofMethod::parse(m).ok_or_else(|| bad("method"))?),
+                None => None,
+            },
+            mac: match &self.mac {
+                Some(m) => Some(m.as_slice().try_into().map_err(|_| bad("mac"))?),
+                None => None,
+            },
+            seq: self.seq,
+            domain: self.domain,
+            org_id: self.org_id,
+            at: Millis(self.at),
+            claimed_at: Millis(self.claimed_at),
+            reason: self.reason,
+        })
+    }
+}
+
+#[derive(FromRow)]
+struct ClaimRow {
+    org_id: String,
+    domain: String,
+    nonce: String,
+    created_at: i64,
+}
+
+impl From<ClaimRow> for DomainClaim {
+    fn from(r: ClaimRow) -> Self {
+        DomainClaim {
+            org_id: r.org_id,
+            domain: r.domain,
+            nonce: r.nonce,
+            created_at: Millis(r.created_at),
+        }
+    }
+}
+
+const EVENT_COLUMNS: &str = "seq, kind, domain, org_id, method, at, claimed_at, reason, mac";
+const CLAIM_COLUMNS: &str = "org_id, domain, nonce, created_at";
+/// The event that closes what the migration carried over: unsealed events count up to it.
+const MIGRATED_SEQ_SQL: &str = "SELECT MIN(seq) FROM domain_events WHERE kind = 'migrated'";
+
+/// Whether the key file vouches for an event: its MAC checks, or it is a holding the
+/// migration carried over (unsealed, before the event that closed them). Anything else is
+/// a row written with database access alone: ignored, and an alarm.
+fn vouched(keys: &KeyRing, e: &DomainEvent, migrated: Option<i64>) -> bool {
+    let ok = keys.vouches_for_domain_event(e, migrated);
+    if !ok {
+        tracing::error!(seq = e.seq, domain = %e.domain, "integrity alarm: an issuer-domain event the key file does not vouch for is ignored");
+        metrics::counter!("agentid_integrity_failures_total", "what" => "domain_event").increment(1);
+    }
+    ok
+}
+
+/// The `IN (…)` list of `n` parameters from `$first` on.
+fn params(first: usize, n: usize) -> String {
+    (first..first + n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The holdings in force (vouched for by the key file) of the names `names`, and (with
+/// `below`) of every name below `below`, read inside the caller's transaction.
+async fn holdings_in<DB>(
+    tx: &mut sqlx::Transaction<'_, DB>,
+    keys: &KeyRing,
+    names: &[String],
+    below: Option<&str>,
+) -> Result<Vec<Holding>, StoreError>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<String>: Decode<'r, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<i64>: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<Vec<u8>>: Decode<'r, DB> + Type<DB>,
+    for<'r> &'r str: ColumnIndex<DB::Row>,
+    usize: ColumnIndex<DB::Row>,
+{
+    let (migrated,): (Option<i64>,) = sqlx::query_as(MIGRATED_SEQ_SQL).fetch_one(&mut **tx).await?;
+    let mut sql = format!(
+        "SELECT {EVENT_COLUMNS} FROM domain_events WHERE domain IN ({})",
+        params(1, names.len())
+    );
+    if below.is_some() {
+        // Names are letters, digits, hyphens and dots: nothing LIKE reads as a wildcard.
+        sql.push_str(&format!(" OR domain LIKE '%.' || ${}", names.len() + 1));
+    }
+    sql.push_str(" ORDER BY seq");
+    let mut q = sqlx::query_as::<DB, EventRow>(&sql);
+    for n in names {
+        q = q.bind(n.as_str());
+    }
+    if let Some(b) = below {
+        q = q.bind(b);
+    }
+    let mut events = Vec::new();
+    for r in q.fetch_all(&mut **tx).await? {
+        let e = r.into_event()?;
+        if vouched(keys, &e, migrated) {
+            events.push(e);
+        }
+    }
+    Ok(holding::current(&events))
+}
+
+/// Seals `events` with the key file and appends them, numbered after the last event; the
+/// number of the last one.
+async fn append<DB>(
+    tx: &mut sqlx::Transaction<'_, DB>,
+    keys: &KeyRing,
+    events: Vec<DomainEvent>,
+) -> Result<i64, StoreError>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> Option<i64>: Decode<'r, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    let (last,): (Option<i64>,) = sqlx::query_as("SELECT MAX(seq) FROM domain_events")
+        .fetch_one(&mut **tx)
+        .await?;
+    let mut seq = last.unwrap_or(0);
+    for mut event in events {
+        seq += 1;
+        event.seq = seq;
+        let mac = keys.domain_event_mac(&event.canonical());
+        sqlx::query(&format!(
+            "INSERT INTO domain_events ({EVENT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+        ))
+        .bind(event.seq)
+        .bind(event.kind.as_str())
+        .bind(event.domain.as_str())
+        .bind(event.org_id.as_str())
+        .bind(event.method.map(ProofMethod::as_str))
+        .bind(event.at.0)
+        .bind(event.claimed_at.0)
+        .bind(event.reason.as_deref())
+        .bind(&mac[..])
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(seq)
+}
+
+/// The attempts of the last minute, from their stored form (`ms,ms,…`).
+fn recent_attempts(stored: &str, now: Millis) -> Vec<i64> {
+    stored
+        .split(',')
+        .filter_map(|t| t.parse::<i64>().ok())
+        .filter(|t| now.0 - t < 60_000 && *t <= now.0)
+        .collect()
+}
+
+impl<DB: Backend> DomainStore for SqlStore<DB>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<i64>: Encode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<String>: Decode<'r, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<i64>: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<Vec<u8>>: Decode<'r, DB> + Type<DB>,
+    for<'r> bool: Decode<'r, DB> + Type<DB>,
+    for<'r> &'r str: ColumnIndex<DB::Row>,
+    usize: ColumnIndex<DB::Row>,
+{
+    fn domain_events(&self) -> StoreFuture<'_, Vec<DomainEvent>> {
+        Box::pin(async move {
+            let rows: Vec<EventRow> =
+                sqlx::query_as(&format!("SELECT {EVENT_COLUMNS} FROM domain_events ORDER BY seq"))
+                    .fetch_all(&self.pool)
+                    .await?;
+            rows.into_iter().map(EventRow::into_event).collect()
+        })
+    }
+
+    fn holdings<'a>(&'a self, keys: &'a KeyRing, org_id: Option<&'a str>) -> StoreFuture<'a, Vec<Holding>> {
+        Box::pin(async move {
+            let (migrated,): (Option<i64>,) = sqlx::query_as(MIGRATED_SEQ_SQL).fetch_one(&self.pool).await?;
+            // Every event of every name the organization ever held: a name's latest event
+            // says whether it still does.
+            let rows: Vec<EventRow> = match org_id {
+                Some(org) => {
+                    sqlx::query_as(&format!(
+                        "SELECT {EVENT_COLUMNS} FROM domain_events WHERE domain IN \
+                         (SELECT domain FROM domain_events WHERE org_id = $1) ORDER BY seq"
+                    ))
+                    .bind(org)
+                    .fetch_all(&self.pool)
+                    .await?
+                }
+                None => {
+                    sqlx::query_as(&format!("SELECT {EVENT_COLUMNS} FROM domain_events ORDER BY seq"))
+                        .fetch_all(&self.pool)
+                        .await?
+                }
+            };
+            let mut events = Vec::with_capacity(rows.len());
+            for r in rows {
+                let e = r.into_event()?;
+                if vouched(keys, &e, migrated) {
+                    events.push(e);
+                }
+            }
+            Ok(holding::current(&events)
+                .into_iter()
+                .filter(|h| org_id.is_none_or(|o| h.org_id == o))
+                .collect())
+        })
+    }
+
+    fn holdings_over<'a>(&'a self, keys: &'a KeyRing, name: &'a str) -> StoreFuture<'a, Vec<Holding>> {
+        Box::pin(async move {
+            let mut tx = self.pool.begin().await?;
+            holdings_in(&mut tx, keys, &holding::name_and_parents(name), None).await
+        })
+    }
+
+    fn claim_domain<'a>(
+        &'a self,
+        keys: &'a KeyRing,
+        claim: &'a DomainClaim,
+        max: u32,
+    ) -> StoreFuture<'a, Claimed> {
+        Box::pin(async move {
+            let mut tx = self.exclusive().await?;
+            let held = holdings_in(&mut tx, keys, std::slice::from_ref(&claim.domain), None).await?;
+            if let Some(h) = held.into_iter().find(|h| h.org_id == claim.org_id) {
+                return Ok(Claimed::Held(h));
+            }
+            let existing: Option<ClaimRow> = sqlx::query_as(&format!(
+                "SELECT {CLAIM_COLUMNS} FROM domain_claims WHERE org_id = $1 AND domain = $2"
+            ))
+            .bind(claim.org_id.as_str())
+            .bind(claim.domain.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(row) = existing {
+                return Ok(Claimed::Pending(row.into()));
+            }
+            let (pending,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM domain_claims WHERE org_id = $1")
+                .bind(claim.org_id.as_str())
+                .fetch_one(&mut *tx)
+                .await?;
+            if pending >= i64::from(max) {
+                return Ok(Claimed::TooMany { max });
+            }
+            sqlx::query(
+                "INSERT INTO domain_claims (org_id, domain, nonce, created_at) VALUES ($1, $2, $3, $4)",
+            )
+            .bind(claim.org_id.as_str())
+            .bind(claim.domain.as_str())
+            .bind(claim.nonce.as_str())
+            .bind(claim.created_at.0)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(Claimed::New(claim.clone()))
+        })
+    }
+
+    fn domain_claim<'a>(&'a self, org_id: &'a str, domain: &'a str) -> StoreFuture<'a, Option<DomainClaim>> {
+        Box::pin(async move {
+            let row: Option<ClaimRow> = sqlx::query_as(&format!(
+                "SELECT {CLAIM_COLUMNS} FROM domain_claims WHERE org_id = $1 AND domain = $2"
+            ))
+            .bind(org_id)
+            .bind(domain)
+            .fetch_optional(&self.pool)
+            .await?;
+            Ok(row.map(Into::into))
+        })
+    }
+
+    fn domain_claims<'a>(&'a self, org_id: &'a str) -> StoreFuture<'a, Vec<DomainClaim>> {
+        Box::pin(async move {
+            let rows: Vec<ClaimRow> = sqlx::query_as(&format!(
+                "SELECT {CLAIM_COLUMNS} FROM domain_claims WHERE org_id = $1 ORDER BY domain"
+            ))
+            .bind(org_id)
+            .fetch_all(&self.pool)
+            .await?;
+            Ok(rows.into_iter().map(Into::into).collect())
+        })
+    }
+
+    fn domain_attempt<'a>(
+        &'a self,
+        org_id: &'a str,
+        domain: &'a str,
+        now: Millis,
+        per_minute: usize,
+    ) -> StoreFuture<'a, Attempt> {
+        Box::pin(async move {
+            let mut tx = self.exclusive().await?;
+            let row: Option<(String,)> =
+                sqlx::query_as("SELECT attempts FROM domain_claims WHERE org_id = $1 AND domain = $2")
+                    .bind(org_id)
+                    .bind(domain)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            let Some((stored,)) = row else {
+                return Ok(Attempt::NoClaim);
+            };
+            let mut recent = recent_attempts(&stored, now);
+            if recent.len() >= per_minute {
+                let oldest = recent.iter().min().copied().unwrap_or(now.0);
+                let wait = (oldest + 60_000 - now.0).max(1);
+                return Ok(Attempt::Wait(std::time::Duration::from_millis(wait as u64)));
+            }
+            recent.push(now.0);
+            let stored = recent.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+            sqlx::query("UPDATE domain_claims SET attempts = $3 WHERE org_id = $1 AND domain = $2")
+                .bind(org_id)
+                .bind(domain)
+                .bind(stored.as_str())
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(Attempt::Allowed)
+        })
+    }
+
+    fn hold_domain<'a>(
+        &'a self,
+        keys: &'a KeyRing,
+        org_id: &'a str,
+        domain: &'a str,
+        grant: Grant,
+        claimed_at: Millis,
+        now: Millis,
+    ) -> StoreFuture<'a, Result<Held, HoldRefused>> {
+        Box::pin(async move {
+            let mut tx = self.exclusive().await?;
+            let names = holding::name_and_parents(domain);
+            let related = holdings_in(&mut tx, keys, &names, Some(domain)).await?;
+            let plan = match holding::plan_hold(org_id, domain, grant, &related) {
+                Ok(p) => p,
+                Err(refused) => return Ok(Err(refused)),
+            };
+            let mut events: Vec<DomainEvent> = plan
+                .ends
+                .iter()
+                .map(|end| {
+                    let reason = if end.org_id == org_id {
+                        REPLACED_REASON
+                    } else {
+                        holding::TAKEN_REASON
+                    };
+                    DomainEvent::release(&end.domain, &end.org_id, now, reason)
+                })
+                .collect();
+            let hold = DomainEvent::hold(domain, org_id, grant.method(), now, claimed_at);
+            let mut holding = hold.holding().expect("a hold");
+            events.push(hold);
+            holding.seq = append(&mut tx, keys, events).await?;
+            sqlx::query("DELETE FROM domain_claims WHERE org_id = $1 AND domain = $2")
+                .bind(org_id)
+                .bind(domain)
+                .execute(&mut *tx)
+                .await?;
+            let (name, below) = &plan.revokes;
+            let mut select = String::from(
+                "SELECT id FROM agents WHERE org_id <> $1 AND revoked_at IS NULL AND (issuer_domain = $2",
+            );
+            if *below {
+                select.push_str(" OR issuer_domain LIKE '%.' || $2");
+            }
+            select.push_str(") ORDER BY id");
+            let ids: Vec<(String,)> = sqlx::query_as(&select)
+                .bind(org_id)
+                .bind(name.as_str())
+                .fetch_all(&mut *tx)
+                .await?;
+            let ids: Vec<String> = ids.into_iter().map(|(id,)| id).collect();
+            let revoked = revoke_in(&mut tx, &ids, now, holding::TAKEN_REASON).await?;
+            tx.commit().await?;
+            Ok(Ok(Held {
+                holding,
+                ended: plan.ends,
+                revoked,
+            }))
+        })
+    }
+
+    fn issuer_domains_in_use<'a>(
+        &'a self,
+        org_id: Option<&'a str>,
+    ) -> StoreFuture<'a, Vec<(String, String)>> {
+        Box::pin(async move {
+            let rows: Vec<(String, String)> =
+                match org_id {
+                    Some(org) => {
+                        sqlx::query_as(
+                            "SELECT DISTINCT issuer_domain, org_id FROM agents WHERE org_id = $1 \
+                         ORDER BY issuer_domain, org_id",
+                        )
+                        .bind(org)
+                        .fetch_all(&self.pool)
+                        .await?
+                    }
+                    None => sqlx::query_as(
+                        "SELECT DISTINCT issuer_domain, org_id FROM agents ORDER BY issuer_domain, org_id",
+                    )
+                    .fetch_all(&self.pool)
+                    .await?,
+                };
+            Ok(rows)
+        })
+    }
+
+    fn release_domain<'a>(
+        &'a self,
+        keys: &'a KeyRing,
+        org_id: &'a str,
+        domain: &'a str,
+        now: Millis,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let mut tx = self.exclusive().await?;
+            let held = holdings_in(&mut tx, keys, &[domain.to_owned()], None)
+                .await?
+                .into_iter()
+                .any(|h| h.org_id == org_id);
+            if held {
+                let event = DomainEvent::release(domain, org_id, now, RELEASED_REASON);
+                append(&mut tx, keys, vec![event]).await?;
+            }
+            let dropped = sqlx::query("DELETE FROM domain_claims WHERE org_id = $1 AND domain = $2")
+                .bind(org_id)
+                .bind(domain)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(held || DB::rows_affected(&dropped) > 0)
+        })
+    }
+}
+
+/// Whether `org_id` may issue under `domain`, read inside the caller's transaction: one of
+/// its holdings (vouched for) covers the name, and no other organization's does.
+pub(super) async fn check_issuer<DB>(
+    tx: &mut sqlx::Transaction<'_, DB>,
+    keys: &KeyRing,
+    org_id: &str,
+    domain: &str,
+) -> Result<(), StoreError>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<String>: Decode<'r, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<i64>: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<Vec<u8>>: Decode<'r, DB> + Type<DB>,
+    for<'r> &'r str: ColumnIndex<DB::Row>,
+    usize: ColumnIndex<DB::Row>,
+{
+    let held = holdings_in(tx, keys, &holding::name_and_parents(domain), None).await?;
+    holding::may_issue(org_id, domain, &held).map_err(|why| StoreError::NotHeld {
+        domain: domain.to_owned(),
+        elsewhere: why == holding::NotCovered::HeldElsewhere,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attempts_of_the_last_minute() {
+        let now = Millis(1_000_000);
+        assert_eq!(recent_attempts("", now), Vec::<i64>::new());
+        assert_eq!(
+            recent_attempts("939999,940001,999999,garbage,2000000", now),
+            vec![940001, 999999]
+        );
+    }
+}

@@ -1,0 +1,217 @@
+//! Migrations embedded in the binary, one folder per backend under `migrations/`.
+
+use std::borrow::Cow;
+
+use futures_util::future::BoxFuture;
+use sqlx::error::BoxDynError;
+use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
+
+/// `(version, description, sql)` of each migration, in order.
+type Embedded = &'static [(i64, &'static str, &'static str)];
+
+pub const SQLITE: Embedded = &[
+    (
+        1,
+        "init",
+        include_str!("../../../migrations/sqlite/0001_init.sql"),
+    ),
+    (
+        2,
+        "counts per result",
+        include_str!("../../../migrations/sqlite/0002_counts_per_result.sql"),
+    ),
+    (
+        3,
+        "audit blocks",
+        include_str!("../../../migrations/sqlite/0003_audit_blocks.sql"),
+    ),
+    (
+        4,
+        "revocation epoch",
+        include_str!("../../../migrations/sqlite/0004_revocation_epoch.sql"),
+    ),
+    (
+        5,
+        "block encoding 2",
+        include_str!("../../../migrations/sqlite/0005_block_encoding_2.sql"),
+    ),
+    (
+        6,
+        "signing keys",
+        include_str!("../../../migrations/sqlite/0006_signing_keys.sql"),
+    ),
+    (
+        7,
+        "rate buckets",
+        include_str!("../../../migrations/sqlite/0007_rate_buckets.sql"),
+    ),
+    (
+        8,
+        "transparency",
+        include_str!("../../../migrations/sqlite/0008_transparency.sql"),
+    ),
+    (
+        9,
+        "key rotation",
+        include_str!("../../../migrations/sqlite/0009_key_rotation.sql"),
+    ),
+    (
+        10,
+        "one-way facts",
+        include_str!("../../../migrations/sqlite/0010_one_way_facts.sql"),
+    ),
+    (
+        11,
+        "status lists",
+        include_str!("../../../migrations/sqlite/0011_status_lists.sql"),
+    ),
+    (12, "ssf", include_str!("../../../migrations/sqlite/0012_ssf.sql")),
+    (
+        13,
+        "issuer domains",
+        include_str!("../../../migrations/sqlite/0013_issuer_domains.sql"),
+    ),
+];
+pub const POSTGRES: Embedded = &[
+    (
+        1,
+        "init",
+        include_str!("../../../migrations/postgres/0001_init.sql"),
+    ),
+    (
+        2,
+        "counts per result",
+        include_str!("../../../migrations/postgres/0002_counts_per_result.sql"),
+    ),
+    (
+        3,
+        "audit blocks",
+        include_str!("../../../migrations/postgres/0003_audit_blocks.sql"),
+    ),
+    (
+        4,
+        "revocation epoch",
+        include_str!("../../../migrations/postgres/0004_revocation_epoch.sql"),
+    ),
+    (
+        5,
+        "block encoding 2",
+        include_str!("../../../migrations/postgres/0005_block_encoding_2.sql"),
+    ),
+    (
+        6,
+        "signing keys",
+        include_str!("../../../migrations/postgres/0006_signing_keys.sql"),
+    ),
+    (
+        7,
+        "rate buckets",
+        include_str!("../../../migrations/postgres/0007_rate_buckets.sql"),
+    ),
+    (
+        8,
+        "transparency",
+        include_str!("../../../migrations/postgres/0008_transparency.sql"),
+    ),
+    (
+        9,
+        "key rotation",
+        include_str!("../../../migrations/postgres/0009_key_rotation.sql"),
+    ),
+    (
+        10,
+        "one-way facts",
+        include_str!("../../../migrations/postgres/0010_one_way_facts.sql"),
+    ),
+    (
+        11,
+        "status lists",
+        include_str!("../../../migrations/postgres/0011_status_lists.sql"),
+    ),
+    (
+        12,
+        "ssf",
+        include_str!("../../../migrations/postgres/0012_ssf.sql"),
+    ),
+    (
+        13,
+        "issuer domains",
+        include_str!("../../../migrations/postgres/0013_issuer_domains.sql"),
+    ),
+];
+
+#[derive(Debug)]
+struct Source(Embedded);
+
+impl<'s> MigrationSource<'s> for Source {
+    fn resolve(self) -> BoxFuture<'s, Result<Vec<Migration>, BoxDynError>> {
+        Box::pin(async move {
+            Ok(self
+                .0
+                .iter()
+                .map(|(version, desc, sql)| {
+                    Migration::new(
+                        *version,
+                        Cow::Borrowed(*desc),
+                        MigrationType::Simple,
+                        Cow::Borrowed(*sql),
+                        false,
+                    )
+                })
+                .collect())
+        })
+    }
+}
+
+pub async fn migrator(set: Embedded) -> Result<Migrator, sqlx::migrate::MigrateError> {
+    Migrator::new(Source(set)).await
+}
+
+/// Whether a PostgreSQL database lacks migrations this binary has (or has ones it does not
+/// know, which the migrator then refuses): the service can start under a role that owns
+/// nothing and so could not run even `CREATE TABLE IF NOT EXISTS`, once the owner has
+/// migrated (`agentid migrate`).
+pub async fn pending_pg(pool: &sqlx::PgPool) -> Result<bool, sqlx::Error> {
+    let exists: (bool,) = sqlx::query_as("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+        .fetch_one(pool)
+        .await?;
+    if !exists.0 {
+        return Ok(true);
+    }
+    let applied: Vec<(i64,)> =
+        sqlx::query_as("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+            .fetch_all(pool)
+            .await?;
+    let applied: Vec<i64> = applied.into_iter().map(|(v,)| v).collect();
+    let known: Vec<i64> = POSTGRES.iter().map(|(v, _, _)| *v).collect();
+    Ok(applied != known)
+}
+
+/// The privileges `agentid migrate --grant ROLE` gives the service's role: everything the
+/// service does, nothing more. The audit log's tables only take inserts (their triggers
+/// refuse the rest even to a role that had more), and nothing grants TRUNCATE, ownership,
+/// or the right to create.
+pub fn grants_pg(role: &str) -> Vec<String> {
+    let r = format!("\"{role}\"");
+    vec![
+        format!("GRANT USAGE ON SCHEMA public TO {r}"),
+        format!("GRANT SELECT ON ALL TABLES IN SCHEMA public TO {r}"),
+        format!(
+            "GRANT INSERT, UPDATE, DELETE ON orgs, api_keys, agents, revocation_epoch, signing_keys, \
+             rate_buckets, status_lists, ssf_streams, ssf_subjects, ssf_events, domain_claims TO {r}"
+        ),
+        format!(
+            "GRANT INSERT ON audit_blocks, audit_block_agents, audit_tree_nodes, audit_checkpoints, \
+             domain_events TO {r}"
+        ),
+        format!("GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {r}"),
+    ]
+}
+
+/// A role name `grants_pg` accepts: a plain identifier.
+pub fn valid_role(role: &str) -> bool {
+    let mut chars = role.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && role.len() <= 63
+}

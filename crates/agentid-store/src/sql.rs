@@ -1,0 +1,181 @@
+//! What both backends share: [`SqlStore`], on any [`Backend`]. Each concern's SQL (both
+//! SQLite and PostgreSQL accept it) and typed rows live in its own file (`orgs.rs`,
+//! `agents.rs`, `signing.rs`, `audit.rs`, `tree.rs`), each implemented once for every
+//! backend. A backend (`sqlite.rs`, `postgres.rs`) supplies only what differs, as the items
+//! of [`Backend`]: connecting, appending an audit batch, locks, planner hints, its pools.
+//!
+//! The bounds of those generic impls name only what sqlx must do with column types
+//! (`i64`, `String`, byte strings and their `Option`s); rows decode through them, so a new
+//! row type adds no bound.
+
+use std::fmt;
+
+use futures_util::future::BoxFuture;
+use sqlx::{Database, Executor, IntoArguments, Pool};
+
+use super::{PoolStats, SharedBuckets, Store, StoreError, StoreFuture};
+use agentid_core::domain::audit::{AuditEntry, AuditRecord};
+use agentid_core::domain::KeyMode;
+
+/// What a backend does its own way. Implemented by the database types themselves
+/// (`sqlx::Sqlite`, `sqlx::Postgres`).
+pub trait Backend: Database {
+    /// As `Store::backend` names it.
+    const BACKEND: &'static str;
+    /// What the backend keeps beside its main pool.
+    type Extra: Send + Sync + fmt::Debug + 'static;
+    /// A transaction that no other such transaction runs beside, on any instance: the
+    /// store's one-time work (recording the fleet's signing key, the first organization,
+    /// dropping the empty per-record log tables) takes it.
+    const EXCLUSIVE: Exclusive;
+    /// Selects whether the per-record `audit_log` of schema 1 and 2 still exists.
+    const LEGACY_LOG_EXISTS: &'static str;
+    /// Inside the exclusive transaction's `begin`, binding org and mode: waits for any other
+    /// instance checkpointing the same ledger (none needed where `begin` already serializes).
+    const CHECKPOINT_LOCK: Option<&'static str>;
+    /// How a page of the log must be written for this backend's planner to use the indexes
+    /// (see `log_blocks_sql`).
+    const LOG_PLAN: LogPlan;
+    /// Appended to the query that picks streams to deliver, so that instances delivering at
+    /// once pass over each other's (PostgreSQL: `FOR UPDATE … SKIP LOCKED`).
+    const SKIP_LOCKED: &'static str;
+
+    /// Appends a batch as one unit: every record, or nothing and the entries back.
+    fn append(
+        store: &SqlStore<Self>,
+        entries: Vec<AuditEntry>,
+    ) -> BoxFuture<'_, Result<Vec<AuditRecord>, Refused>>;
+    /// The store's shared rate-limit buckets, if a fleet shares them.
+    fn shared_buckets(store: &SqlStore<Self>) -> Option<&dyn SharedBuckets>;
+    /// Rows an `UPDATE` changed (sqlx has no trait for it).
+    fn rows_affected(done: &Self::QueryResult) -> u64;
+    /// Connections of each pool.
+    fn pools(store: &SqlStore<Self>) -> Vec<PoolStats>;
+    /// Closes every pool; pending work finishes first.
+    fn close(store: &SqlStore<Self>) -> BoxFuture<'_, ()>;
+}
+
+/// How a log page's SQL is written for a backend's planner.
+pub struct LogPlan {
+    /// Name the failure's partial index (`INDEXED BY`): SQLite, without statistics, prefers
+    /// the primary key to an equally long partial index.
+    pub name_index: bool,
+    /// Look each block of an agent's rows up through a fenced `LATERAL` (PostgreSQL, on tables
+    /// not analyzed yet, joined with a scan of every block of the ledger per agent row).
+    pub lateral_join: bool,
+}
+
+/// A batch the store did not take: why, and its entries as they were handed in.
+pub type Refused = (StoreError, Vec<AuditEntry>);
+
+/// How a backend opens an exclusive transaction: `begin`, then `lock`, which waits for any
+/// other exclusive transaction to end.
+pub struct Exclusive {
+    pub begin: &'static str,
+    pub lock: &'static str,
+}
+
+/// A store on a SQL database: its main pool, and what its backend keeps beside it.
+#[derive(Debug)]
+pub struct SqlStore<DB: Backend> {
+    pub(super) pool: Pool<DB>,
+    pub(super) extra: DB::Extra,
+}
+
+pub fn hash32(v: Vec<u8>) -> Result<[u8; 32], StoreError> {
+    v.try_into()
+        .map_err(|_| StoreError::Corrupt("audit hash length".into()))
+}
+
+pub fn parse_mode(s: &str) -> Result<KeyMode, StoreError> {
+    KeyMode::parse(s).ok_or_else(|| StoreError::Corrupt(format!("mode {s}")))
+}
+
+pub fn seq_i64(n: u64) -> Result<i64, StoreError> {
+    i64::try_from(n).map_err(|_| StoreError::Corrupt(format!("sequence number {n} out of range")))
+}
+
+impl<DB: Backend> SqlStore<DB>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+{
+    /// Opens an exclusive transaction (`Backend::EXCLUSIVE`).
+    pub(super) async fn exclusive(&self) -> Result<sqlx::Transaction<'static, DB>, StoreError> {
+        let mut tx = self.pool.begin_with(DB::EXCLUSIVE.begin).await?;
+        sqlx::query(DB::EXCLUSIVE.lock).execute(&mut *tx).await?;
+        Ok(tx)
+    }
+}
+
+impl<DB: Backend> Store for SqlStore<DB>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'r> bool: sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+    SqlStore<DB>: super::OrgStore
+        + super::AgentStore
+        + super::SigningKeyStore
+        + super::AuditStore
+        + super::TreeStore
+        + super::SsfStore
+        + super::DomainStore,
+{
+    fn backend(&self) -> &'static str {
+        DB::BACKEND
+    }
+
+    fn pool_stats(&self) -> Vec<PoolStats> {
+        DB::pools(self)
+    }
+
+    fn ping(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            sqlx::query("SELECT 1").execute(&self.pool).await?;
+            Ok(())
+        })
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        DB::close(self)
+    }
+
+    fn shared_buckets(&self) -> Option<&dyn SharedBuckets> {
+        DB::shared_buckets(self)
+    }
+
+    fn upgrade(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            // Looked at without a lock first: every start and every command opens the store,
+            // and the exclusive transaction would make each wait for the running writers.
+            let (exists,): (bool,) = sqlx::query_as(DB::LEGACY_LOG_EXISTS)
+                .fetch_one(&self.pool)
+                .await?;
+            if !exists {
+                return Ok(());
+            }
+            let mut tx = self.exclusive().await?;
+            let (exists,): (bool,) = sqlx::query_as(DB::LEGACY_LOG_EXISTS).fetch_one(&mut *tx).await?;
+            if !exists {
+                return Ok(()); // another instance dropped it meanwhile
+            }
+            let (held,): (bool,) = sqlx::query_as("SELECT EXISTS (SELECT 1 FROM audit_log)")
+                .fetch_one(&mut *tx)
+                .await?;
+            if held {
+                return Err(StoreError::Corrupt(
+                    "this database holds a per-record audit log (schema 1 or 2, written by a \
+                     pre-release version), which this version does not read; its tables are \
+                     unchanged"
+                        .into(),
+                ));
+            }
+            // Empty, as every database migration 1 created is: the blocks replace it.
+            sqlx::query("DROP TABLE audit_counts").execute(&mut *tx).await?;
+            sqlx::query("DROP TABLE audit_log").execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+}
