@@ -612,3 +612,117 @@ async fn names_in_use_before_proofs_go_to_their_only_user() {
     )
     .is_ok());
 }
+
+/// Who gets a revocation's Shared Signals event, decided in one statement both backends run:
+/// the agent's organization's and mode's streams that carry revocations, enabled or paused,
+/// with no subjects or the agent among them; once, at the revocation, not again.
+#[actix_web::test]
+async fn a_revocation_reaches_exactly_the_streams_that_cover_it() {
+    use agentid::store::StreamRecord;
+    let app = spawn_app().await;
+    let s = &app.store;
+    let org = app.org.org_id.clone();
+    let other = agentid::engine::admin::create_org(
+        s,
+        "other",
+        agentid::domain::Plan::Free,
+        agentid::domain::Plan::Free.default_limits().unwrap(),
+    )
+    .await
+    .unwrap()
+    .org_id;
+    let stream = |id: &str, org: &str, mode: KeyMode, status: &str, revocations: bool| StreamRecord {
+        id: id.into(),
+        org_id: org.into(),
+        mode,
+        aud: "a".into(),
+        method: "urn:ietf:rfc:8936".into(),
+        endpoint_url: None,
+        poll_token_hash: None,
+        events_requested: Vec::new(),
+        revocations,
+        description: None,
+        status: status.into(),
+        created_at: Millis(1),
+    };
+    let streams = [
+        ("ssf_all", org.as_str(), KeyMode::Live, "enabled", true, true),
+        ("ssf_paused", org.as_str(), KeyMode::Live, "paused", true, true),
+        (
+            "ssf_disabled",
+            org.as_str(),
+            KeyMode::Live,
+            "disabled",
+            true,
+            false,
+        ),
+        (
+            "ssf_no_revocations",
+            org.as_str(),
+            KeyMode::Live,
+            "enabled",
+            false,
+            false,
+        ),
+        (
+            "ssf_subject_x",
+            org.as_str(),
+            KeyMode::Live,
+            "enabled",
+            true,
+            true,
+        ),
+        (
+            "ssf_subject_y",
+            org.as_str(),
+            KeyMode::Live,
+            "enabled",
+            true,
+            false,
+        ),
+        (
+            "ssf_test_mode",
+            org.as_str(),
+            KeyMode::Test,
+            "enabled",
+            true,
+            false,
+        ),
+        (
+            "ssf_other_org",
+            other.as_str(),
+            KeyMode::Live,
+            "enabled",
+            true,
+            false,
+        ),
+    ];
+    for (id, o, mode, status, revocations, _) in &streams {
+        s.insert_stream(&stream(id, o, *mode, status, *revocations))
+            .await
+            .unwrap();
+    }
+    let x = agent("agt_01xxxxxxxxxxxxxxxxxxxxxxxx", &org);
+    s.insert_agent(&x).await.unwrap();
+    s.add_subject("ssf_subject_x", &x.id).await.unwrap();
+    s.add_subject("ssf_subject_y", "agt_01yyyyyyyyyyyyyyyyyyyyyyyy")
+        .await
+        .unwrap();
+    s.revoke_agent(&x.id, Millis(5000), Some("why")).await.unwrap();
+    s.revoke_agent(&x.id, Millis(6000), Some("again")).await.unwrap();
+    for (id, _, _, _, _, gets) in &streams {
+        let events = s.pending_events(id, 10).await.unwrap();
+        assert_eq!(events.len(), usize::from(*gets), "{id}: {events:?}");
+        for e in events {
+            assert_eq!(
+                (
+                    e.kind.as_str(),
+                    e.agent_id.as_deref(),
+                    e.reason.as_deref(),
+                    e.event_at
+                ),
+                ("session-revoked", Some(x.id.as_str()), Some("why"), Millis(5000))
+            );
+        }
+    }
+}

@@ -1,9 +1,13 @@
-//! Agents, and what instances learn of each other's revocations.
+//! Agents: registered (each with its status place), read, given tokens, revoked; and what
+//! instances learn of each other's revocations.
 
-use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Type};
+use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, IntoArguments, Type};
 
-use super::domains::check_issuer;
-use super::sql::{parse_mode, Backend, SqlStore};
+use super::agent_rows::{insert_agent, insert_agent_sql, place, scopes_json, AgentRow, AGENT_COLUMNS};
+use super::holdings::check_issuer;
+use super::places::{allocate, Placing};
+use super::revoke::revoke_in;
+use super::sql::{Backend, SqlStore};
 use super::{AgentRecord, Revocations, StoreError, StoreFuture};
 use agentid_core::domain::{KeyMode, Ledger, Millis, StatusPlace};
 use agentid_core::keys::KeyRing;
@@ -71,76 +75,6 @@ pub trait AgentStore {
     fn revocations_after(&self, after: i64) -> StoreFuture<'_, Revocations>;
 }
 
-/// The stored columns of `agents`, in insert order.
-const AGENT_INSERT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, description, scopes, \
-    created_at, issued_at, expires_at, revoked_at, revocation_reason, status_list, status_idx";
-
-/// What an agent read selects (`FROM agents`, not aliased): the stored columns, then
-/// `verification_count`: the running totals of the agent's newest block row in each mode's
-/// ledger (records are counted where they were written), two look-ups on a primary key. The
-/// audit batch writes those rows anyway, so counting needs no write to the agent row.
-const AGENT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, description, scopes, \
-    created_at, issued_at, expires_at, revoked_at, revocation_reason, status_list, status_idx, \
-    COALESCE((SELECT c.n_valid + c.n_invalid + c.n_expired + c.n_revoked FROM audit_block_agents c \
-     WHERE c.org_id = agents.org_id AND c.mode = 'live' AND c.agent_id = agents.id \
-     ORDER BY c.first_seq DESC LIMIT 1), 0) + \
-    COALESCE((SELECT c.n_valid + c.n_invalid + c.n_expired + c.n_revoked FROM audit_block_agents c \
-     WHERE c.org_id = agents.org_id AND c.mode = 'test' AND c.agent_id = agents.id \
-     ORDER BY c.first_seq DESC LIMIT 1), 0) \
-    AS verification_count";
-
-/// An agent as `AGENT_COLUMNS` selects it.
-#[derive(FromRow)]
-struct AgentRow {
-    id: String,
-    org_id: String,
-    mode: String,
-    name: String,
-    issuer_domain: String,
-    description: String,
-    /// A JSON array of strings.
-    scopes: String,
-    created_at: i64,
-    issued_at: i64,
-    expires_at: i64,
-    revoked_at: Option<i64>,
-    revocation_reason: Option<String>,
-    status_list: Option<String>,
-    status_idx: Option<i64>,
-    verification_count: i64,
-}
-
-impl AgentRow {
-    fn into_record(self) -> Result<AgentRecord, StoreError> {
-        let scopes: Vec<String> = serde_json::from_str(&self.scopes)
-            .map_err(|_| StoreError::Corrupt(format!("scopes of {}", self.id)))?;
-        Ok(AgentRecord {
-            mode: parse_mode(&self.mode)?,
-            id: self.id,
-            org_id: self.org_id,
-            name: self.name,
-            issuer_domain: self.issuer_domain,
-            description: self.description,
-            scopes,
-            created_at: Millis(self.created_at),
-            issued_at: Millis(self.issued_at),
-            expires_at: Millis(self.expires_at),
-            revoked_at: self.revoked_at.map(Millis),
-            revocation_reason: self.revocation_reason,
-            status: place(self.status_list, self.status_idx)?,
-            verification_count: self.verification_count,
-        })
-    }
-}
-
-/// An agent right after a revocation, with the epoch the revocation was stamped with.
-#[derive(FromRow)]
-struct RevokedAgentRow {
-    #[sqlx(flatten)]
-    agent: AgentRow,
-    revoked_epoch: Option<i64>,
-}
-
 /// One row of `revocations_after`: the epoch's own row has no agent.
 #[derive(FromRow)]
 struct RevocationRow {
@@ -150,179 +84,6 @@ struct RevocationRow {
     revoked_at: Option<i64>,
     status_list: Option<String>,
     status_idx: Option<i64>,
-}
-
-/// A stored status place: both columns or neither.
-fn place(list: Option<String>, idx: Option<i64>) -> Result<Option<StatusPlace>, StoreError> {
-    match (list, idx) {
-        (None, None) => Ok(None),
-        (Some(list), Some(idx)) if idx >= 0 => Ok(Some(StatusPlace {
-            list,
-            idx: idx as u64,
-        })),
-        (list, idx) => Err(StoreError::Corrupt(format!("status place {list:?} {idx:?}"))),
-    }
-}
-
-/// How a new agent gets its status place: in the newest list of its mode while it has fewer
-/// than `fill` places taken, else in a new list `new_list` of `size` places; at the first of
-/// `draws` (modulo the list's size) that is free. Test and live agents never share a list.
-#[derive(Debug, Clone)]
-pub struct Placing {
-    pub mode: KeyMode,
-    pub new_list: String,
-    pub size: u64,
-    pub fill: u64,
-    pub draws: Vec<u64>,
-}
-
-/// Takes a free place, as `Placing` says, inside the caller's exclusive transaction: the
-/// place, and its list's size.
-async fn allocate<DB: Database>(
-    tx: &mut sqlx::Transaction<'_, DB>,
-    placing: &Placing,
-    now: Millis,
-) -> Result<(StatusPlace, u64), StoreError>
-where
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'r> String: Decode<'r, DB> + Type<DB>,
-    for<'r> i64: Decode<'r, DB> + Type<DB>,
-    for<'r> bool: Decode<'r, DB> + Type<DB>,
-    usize: ColumnIndex<DB::Row>,
-{
-    let newest: Option<(String, i64, i64)> = sqlx::query_as(
-        "SELECT id, size, allocated FROM status_lists WHERE mode = $1 \
-         ORDER BY created_at DESC, id DESC LIMIT 1",
-    )
-    .bind(placing.mode.as_str())
-    .fetch_optional(&mut **tx)
-    .await?;
-    let (list, size) = match newest {
-        Some((id, size, allocated)) if size > 0 && (allocated as u64) < placing.fill.min(size as u64) => {
-            (id, size as u64)
-        }
-        _ => {
-            let size =
-                i64::try_from(placing.size).map_err(|_| StoreError::Corrupt("status list size".into()))?;
-            sqlx::query(
-                "INSERT INTO status_lists (id, size, allocated, created_at, mode) VALUES ($1, $2, 0, $3, $4)",
-            )
-            .bind(placing.new_list.as_str())
-            .bind(size)
-            .bind(now.0)
-            .bind(placing.mode.as_str())
-            .execute(&mut **tx)
-            .await?;
-            (placing.new_list.clone(), placing.size)
-        }
-    };
-    for draw in &placing.draws {
-        let idx = (draw % size) as i64;
-        let (taken,): (bool,) =
-            sqlx::query_as("SELECT EXISTS (SELECT 1 FROM agents WHERE status_list = $1 AND status_idx = $2)")
-                .bind(list.as_str())
-                .bind(idx)
-                .fetch_one(&mut **tx)
-                .await?;
-        if !taken {
-            sqlx::query("UPDATE status_lists SET allocated = allocated + 1 WHERE id = $1")
-                .bind(list.as_str())
-                .execute(&mut **tx)
-                .await?;
-            return Ok((
-                StatusPlace {
-                    list,
-                    idx: idx as u64,
-                },
-                size,
-            ));
-        }
-    }
-    Err(StoreError::Corrupt("no free place found in a status list".into()))
-}
-
-fn insert_agent_sql() -> String {
-    format!(
-        "INSERT INTO agents ({AGENT_INSERT_COLUMNS}) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
-    )
-}
-
-/// The `INSERT` of an agent (alone, or inside a placement's transaction).
-fn insert_agent<'q, DB: Database>(
-    sql: &'q str,
-    a: &'q AgentRecord,
-    scopes: &'q str,
-) -> sqlx::query::Query<'q, DB, DB::Arguments<'q>>
-where
-    &'q str: Encode<'q, DB> + Type<DB>,
-    Option<&'q str>: Encode<'q, DB> + Type<DB>,
-    i64: Encode<'q, DB> + Type<DB>,
-    Option<i64>: Encode<'q, DB> + Type<DB>,
-{
-    sqlx::query(sql)
-        .bind(a.id.as_str())
-        .bind(a.org_id.as_str())
-        .bind(a.mode.as_str())
-        .bind(a.name.as_str())
-        .bind(a.issuer_domain.as_str())
-        .bind(a.description.as_str())
-        .bind(scopes)
-        .bind(a.created_at.0)
-        .bind(a.issued_at.0)
-        .bind(a.expires_at.0)
-        .bind(a.revoked_at.map(|m| m.0))
-        .bind(a.revocation_reason.as_deref())
-        .bind(a.status.as_ref().map(|p| p.list.as_str()))
-        .bind(a.status.as_ref().map(|p| p.idx as i64))
-}
-
-/// Revokes the agents `ids` (those not revoked yet) inside the caller's transaction, at `at`
-/// for `reason`; returns them as stored after, with the revocation epoch each was stamped
-/// with (the epoch trigger of migration 0004 moves and stamps it).
-pub(super) async fn revoke_in<DB>(
-    tx: &mut sqlx::Transaction<'_, DB>,
-    ids: &[String],
-    at: Millis,
-    reason: &str,
-) -> Result<Vec<(AgentRecord, Option<i64>)>, StoreError>
-where
-    DB: Database,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'r> String: Decode<'r, DB> + Type<DB>,
-    for<'r> Option<String>: Decode<'r, DB> + Type<DB>,
-    for<'r> i64: Decode<'r, DB> + Type<DB>,
-    for<'r> Option<i64>: Decode<'r, DB> + Type<DB>,
-    for<'r> &'r str: ColumnIndex<DB::Row>,
-{
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        sqlx::query(
-            "UPDATE agents SET revoked_at = $2, revocation_reason = $3 WHERE id = $1 AND revoked_at IS NULL",
-        )
-        .bind(id.as_str())
-        .bind(at.0)
-        .bind(reason)
-        .execute(&mut **tx)
-        .await?;
-        let sql = format!("SELECT {AGENT_COLUMNS}, revoked_epoch FROM agents WHERE id = $1");
-        let row: RevokedAgentRow = sqlx::query_as(&sql)
-            .bind(id.as_str())
-            .fetch_one(&mut **tx)
-            .await?;
-        out.push((row.agent.into_record()?, row.revoked_epoch));
-    }
-    Ok(out)
-}
-
-fn scopes_json(scopes: &[String]) -> String {
-    serde_json::to_string(scopes).expect("strings serialize")
 }
 
 impl<DB: Backend> AgentStore for SqlStore<DB>
@@ -527,21 +288,10 @@ where
         reason: Option<&'a str>,
     ) -> StoreFuture<'a, Option<(AgentRecord, Option<i64>)>> {
         Box::pin(async move {
-            // The trigger of migration 0004 moves the revocation epoch and stamps it.
-            sqlx::query(
-                "UPDATE agents SET revoked_at = $2, revocation_reason = $3 \
-                 WHERE id = $1 AND revoked_at IS NULL",
-            )
-            .bind(id)
-            .bind(at.0)
-            .bind(reason)
-            .execute(&self.pool)
-            .await?;
-            let sql = format!("SELECT {AGENT_COLUMNS}, revoked_epoch FROM agents WHERE id = $1");
-            let row: Option<RevokedAgentRow> =
-                sqlx::query_as(&sql).bind(id).fetch_optional(&self.pool).await?;
-            row.map(|r| Ok((r.agent.into_record()?, r.revoked_epoch)))
-                .transpose()
+            let mut tx = self.pool.begin().await?;
+            let revoked = revoke_in(&mut tx, &[id.to_owned()], at, reason).await?;
+            tx.commit().await?;
+            Ok(revoked.into_iter().next())
         })
     }
 

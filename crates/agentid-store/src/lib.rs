@@ -2,6 +2,7 @@
 //! (SQLite, the embedded default; PostgreSQL, for production), chosen by the URL scheme.
 #![forbid(unsafe_code)]
 
+mod agent_rows;
 mod agents;
 mod audit;
 /// The batch and block encodings are the store's own; the benchmarks reach them through the
@@ -15,13 +16,16 @@ pub mod block;
 #[cfg(not(feature = "test-hooks"))]
 mod block;
 mod domains;
+mod holdings;
 /// Migrations embedded in the binary; the tests build older schemas with them.
 #[cfg(feature = "test-hooks")]
 pub mod migrate;
 #[cfg(not(feature = "test-hooks"))]
 mod migrate;
 mod orgs;
+mod places;
 mod postgres;
+mod revoke;
 mod signing;
 mod sql;
 mod sqlite;
@@ -41,12 +45,13 @@ pub use agentid_core::records::{
     AgentRecord, Attempt, Claimed, DomainClaim, Held, KeyRecord, LogPage, LogQuery, NewApiKey, OrgRecord,
     Revocations, SsfEvent, StoredCheckpoint, StreamRecord,
 };
-pub use agents::{AgentStore, Placing};
+pub use agents::AgentStore;
 pub use audit::AuditStore;
 pub use block::AgentBlockRow;
 pub use domains::{DomainStore, RELEASED_REASON, REPLACED_REASON};
 pub use migrate::valid_role;
 pub use orgs::{KeyListing, OrgStore};
+pub use places::Placing;
 pub use postgres::PgStore;
 pub use signing::SigningKeyStore;
 pub use sqlite::SqliteStore;

@@ -71,6 +71,11 @@ pub const SQLITE: Embedded = &[
         "issuer domains",
         include_str!("../../../migrations/sqlite/0013_issuer_domains.sql"),
     ),
+    (
+        14,
+        "ssf events in rust",
+        include_str!("../../../migrations/sqlite/0014_ssf_events_in_rust.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -137,6 +142,11 @@ pub const POSTGRES: Embedded = &[
         13,
         "issuer domains",
         include_str!("../../../migrations/postgres/0013_issuer_domains.sql"),
+    ),
+    (
+        14,
+        "ssf events in rust",
+        include_str!("../../../migrations/postgres/0014_ssf_events_in_rust.sql"),
     ),
 ];
 

@@ -1,0 +1,130 @@
+//! An agent's row: the columns an insert writes and a read selects, and how a row becomes
+//! an `AgentRecord`.
+
+use sqlx::{Database, Encode, FromRow, Type};
+
+use super::sql::parse_mode;
+use super::{AgentRecord, StoreError};
+use agentid_core::domain::{Millis, StatusPlace};
+
+/// The stored columns of `agents`, in insert order.
+pub(crate) const AGENT_INSERT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, description, scopes, \
+    created_at, issued_at, expires_at, revoked_at, revocation_reason, status_list, status_idx";
+
+/// What an agent read selects (`FROM agents`, not aliased): the stored columns, then
+/// `verification_count`: the running totals of the agent's newest block row in each mode's
+/// ledger (records are counted where they were written), two look-ups on a primary key. The
+/// audit batch writes those rows anyway, so counting needs no write to the agent row.
+pub(crate) const AGENT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, description, scopes, \
+    created_at, issued_at, expires_at, revoked_at, revocation_reason, status_list, status_idx, \
+    COALESCE((SELECT c.n_valid + c.n_invalid + c.n_expired + c.n_revoked FROM audit_block_agents c \
+     WHERE c.org_id = agents.org_id AND c.mode = 'live' AND c.agent_id = agents.id \
+     ORDER BY c.first_seq DESC LIMIT 1), 0) + \
+    COALESCE((SELECT c.n_valid + c.n_invalid + c.n_expired + c.n_revoked FROM audit_block_agents c \
+     WHERE c.org_id = agents.org_id AND c.mode = 'test' AND c.agent_id = agents.id \
+     ORDER BY c.first_seq DESC LIMIT 1), 0) \
+    AS verification_count";
+
+/// An agent as `AGENT_COLUMNS` selects it.
+#[derive(FromRow)]
+pub(crate) struct AgentRow {
+    id: String,
+    org_id: String,
+    mode: String,
+    name: String,
+    issuer_domain: String,
+    description: String,
+    /// A JSON array of strings.
+    scopes: String,
+    created_at: i64,
+    issued_at: i64,
+    expires_at: i64,
+    revoked_at: Option<i64>,
+    revocation_reason: Option<String>,
+    status_list: Option<String>,
+    status_idx: Option<i64>,
+    verification_count: i64,
+}
+
+impl AgentRow {
+    pub(crate) fn into_record(self) -> Result<AgentRecord, StoreError> {
+        let scopes: Vec<String> = serde_json::from_str(&self.scopes)
+            .map_err(|_| StoreError::Corrupt(format!("scopes of {}", self.id)))?;
+        Ok(AgentRecord {
+            mode: parse_mode(&self.mode)?,
+            id: self.id,
+            org_id: self.org_id,
+            name: self.name,
+            issuer_domain: self.issuer_domain,
+            description: self.description,
+            scopes,
+            created_at: Millis(self.created_at),
+            issued_at: Millis(self.issued_at),
+            expires_at: Millis(self.expires_at),
+            revoked_at: self.revoked_at.map(Millis),
+            revocation_reason: self.revocation_reason,
+            status: place(self.status_list, self.status_idx)?,
+            verification_count: self.verification_count,
+        })
+    }
+}
+
+/// An agent right after a revocation, with the epoch the revocation was stamped with.
+#[derive(FromRow)]
+pub(crate) struct RevokedAgentRow {
+    #[sqlx(flatten)]
+    pub(crate) agent: AgentRow,
+    pub(crate) revoked_epoch: Option<i64>,
+}
+
+/// A stored status place: both columns or neither.
+pub(crate) fn place(list: Option<String>, idx: Option<i64>) -> Result<Option<StatusPlace>, StoreError> {
+    match (list, idx) {
+        (None, None) => Ok(None),
+        (Some(list), Some(idx)) if idx >= 0 => Ok(Some(StatusPlace {
+            list,
+            idx: idx as u64,
+        })),
+        (list, idx) => Err(StoreError::Corrupt(format!("status place {list:?} {idx:?}"))),
+    }
+}
+
+pub(crate) fn insert_agent_sql() -> String {
+    format!(
+        "INSERT INTO agents ({AGENT_INSERT_COLUMNS}) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+    )
+}
+
+/// The `INSERT` of an agent (alone, or inside a placement's transaction).
+pub(crate) fn insert_agent<'q, DB: Database>(
+    sql: &'q str,
+    a: &'q AgentRecord,
+    scopes: &'q str,
+) -> sqlx::query::Query<'q, DB, DB::Arguments<'q>>
+where
+    &'q str: Encode<'q, DB> + Type<DB>,
+    Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    i64: Encode<'q, DB> + Type<DB>,
+    Option<i64>: Encode<'q, DB> + Type<DB>,
+{
+    sqlx::query(sql)
+        .bind(a.id.as_str())
+        .bind(a.org_id.as_str())
+        .bind(a.mode.as_str())
+        .bind(a.name.as_str())
+        .bind(a.issuer_domain.as_str())
+        .bind(a.description.as_str())
+        .bind(scopes)
+        .bind(a.created_at.0)
+        .bind(a.issued_at.0)
+        .bind(a.expires_at.0)
+        .bind(a.revoked_at.map(|m| m.0))
+        .bind(a.revocation_reason.as_deref())
+        .bind(a.status.as_ref().map(|p| p.list.as_str()))
+        .bind(a.status.as_ref().map(|p| p.idx as i64))
+}
+
+pub(crate) fn scopes_json(scopes: &[String]) -> String {
+    serde_json::to_string(scopes).expect("strings serialize")
+}
