@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use agentid::domain::audit::{AuditEntry, AuditRecord, GENESIS};
 use agentid::domain::{KeyMode, Ledger, Millis, VerifyResult};
-use agentid::engine::registry::Registry;
+use agentid::engine::Registry;
 use agentid::engine::{AgentEntry, CheckedToken, ValidToken, Verification};
 use agentid::keys::KeyRing;
 use agentid::store::AgentRecord;

@@ -82,7 +82,12 @@ async fn agents_round_trip_revoke_once_and_refuse_renewal_when_revoked() {
     assert_eq!(after(1).await.unwrap().epoch, 1);
     assert_eq!(
         after(0).await.unwrap().revoked,
-        [(a.id.clone(), Some("r1".to_owned()))]
+        [agentid::store::Revocation {
+            agent_id: a.id.clone(),
+            reason: Some("r1".to_owned()),
+            at: Millis(10),
+            place: None,
+        }]
     );
     assert!(after(1).await.unwrap().revoked.is_empty());
     assert_eq!(after(i64::MAX).await.unwrap().epoch, 1);

@@ -107,13 +107,21 @@ pub struct StoredCheckpoint {
 /// (a trigger does both, migration 0004), so an instance that holds every revocation up to
 /// epoch K in memory knows that nothing was revoked since while the epoch is still K.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Revocations {
+pub struct RevokedSince {
     /// The committed epoch: no revocation has a higher one.
     pub epoch: i64,
-    /// Agents revoked with an epoch above the one asked about, with their reasons.
-    pub revoked: Vec<(String, Option<String>)>,
-    /// The status places of those that have one, with when they were revoked.
-    pub places: Vec<(StatusPlace, Millis)>,
+    /// Agents revoked with an epoch above the one asked about.
+    pub revoked: Vec<Revocation>,
+}
+
+/// One agent's revocation, as the instances learn it from each other.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revocation {
+    pub agent_id: String,
+    pub reason: Option<String>,
+    pub at: Millis,
+    /// Its status place (none for an agent registered before status lists).
+    pub place: Option<StatusPlace>,
 }
 
 /// A stream as stored.

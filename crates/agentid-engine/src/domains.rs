@@ -16,7 +16,9 @@ use super::outbound::{self, Fetched, Fetcher};
 use agentid_core::domain::holding::{Grant, Holding, ProofMethod};
 use agentid_core::domain::{IssuerDomain, Millis, ValidationError};
 use agentid_core::keys::KeyRing;
-use agentid_store::{Attempt, Claimed, DomainClaim, Held, SharedStore, StoreError};
+use agentid_store::{Attempt, Claimed, DomainClaim, SharedStore, StoreError};
+
+use crate::revocations::Revocations;
 
 /// Pending claims an organization may have at once.
 pub const MAX_PENDING: u32 = 100;
@@ -136,11 +138,17 @@ pub struct Domains {
     store: SharedStore,
     keys: Arc<KeyRing>,
     cfg: DomainConfig,
+    revocations: Arc<Revocations>,
     fetcher: Fetcher,
 }
 
 impl Domains {
-    pub fn new(store: SharedStore, keys: Arc<KeyRing>, cfg: DomainConfig) -> Self {
+    pub(crate) fn new(
+        store: SharedStore,
+        keys: Arc<KeyRing>,
+        cfg: DomainConfig,
+        revocations: Arc<Revocations>,
+    ) -> Self {
         #[cfg(feature = "test-hooks")]
         let roots = cfg.test.extra_roots.clone();
         #[cfg(not(feature = "test-hooks"))]
@@ -150,6 +158,7 @@ impl Domains {
             store,
             keys,
             cfg,
+            revocations,
         }
     }
 
@@ -250,16 +259,13 @@ impl Domains {
     }
 
     /// Proves a claim: DNS first, then HTTPS. On success the organization holds the name,
-    /// as `holding::plan_hold` says (what it takes from others is in `Held`). A name the
-    /// organization holds already answers as it is, with no check.
-    pub async fn verify(
-        &self,
-        org_id: &str,
-        name: &IssuerDomain,
-    ) -> Result<(DomainView, Option<Held>), DomainError> {
+    /// as `holding::plan_hold` says; other organizations' agents under what it takes are
+    /// revoked, here at once (in memory too) and on other instances by their next check. A
+    /// name the organization holds already answers as it is, with no check.
+    pub async fn verify(&self, org_id: &str, name: &IssuerDomain) -> Result<DomainView, DomainError> {
         let name = name.as_str();
         if let Some(h) = self.held_by(org_id, name).await? {
-            return Ok((Self::held(h), None));
+            return Ok(Self::held(h));
         }
         let Some(claim) = self.store.domain_claim(org_id, name).await? else {
             return Err(DomainError::NotFound(name.to_owned()));
@@ -290,7 +296,18 @@ impl Domains {
             )
             .await?;
         match held {
-            Ok(held) => Ok((Self::held(held.holding.clone()), Some(held))),
+            Ok(held) => {
+                if !held.revoked.is_empty() {
+                    tracing::info!(
+                        domain = %name,
+                        org_id,
+                        revoked = held.revoked.len(),
+                        "issuer domain changed hands; the former holders' agents under it are revoked"
+                    );
+                }
+                self.revocations.committed(&held.revoked);
+                Ok(Self::held(held.holding))
+            }
             Err(refused) => {
                 found.push(refused.to_string());
                 Err(DomainError::NotVerified(found.join("; ")))

@@ -6,7 +6,7 @@
 //! is an insert-if-absent, in any order. The one ordered piece is the epoch watermark below,
 //! kept under a mutex.
 //!
-//! Beside the index, `revocations_seen`: the revocation epoch (see `store::Revocations`) up
+//! Beside the index, `revocations_seen`: the revocation epoch (see `agentid_store::RevokedSince`) up
 //! to which every revocation is in the index. A verification reads it before it looks at the
 //! index and hands it to the audit writer with its entry, and the store re-checks a batch's
 //! `valid` entries agent by agent only when a revocation was committed above it.
@@ -14,14 +14,12 @@
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use dashmap::DashMap;
 use parking_lot::Mutex;
 
-use super::status::StatusLists;
 use agentid_core::domain::KeyMode;
-use agentid_store::{AgentRecord, Revocations, SharedStore};
+use agentid_store::AgentRecord;
 
 /// The fixed facts about an agent that verification uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,10 +73,8 @@ impl Registry {
     }
 
     /// Adds what the store says about an agent (registration, load, or a cold miss).
+    /// (A revoked agent's revocation goes in through `Revocations`, with its status bit.)
     pub fn learn(&self, a: &AgentRecord) -> Arc<AgentEntry> {
-        if a.revoked_at.is_some() {
-            self.mark_revoked(&a.id, a.revocation_reason.clone());
-        }
         let entry = Arc::new(AgentEntry::from(a));
         self.agents
             .entry(a.id.clone())
@@ -86,32 +82,23 @@ impl Registry {
             .clone()
     }
 
-    /// Puts a revocation into the index. Revocation is permanent: the first reason recorded
-    /// stays.
+    /// Puts a revocation into the index (`Revocations` does, with the status bit).
+    /// Revocation is permanent: the first reason recorded stays.
     pub fn mark_revoked(&self, id: &str, reason: Option<String>) {
         self.revoked.entry(id.to_owned()).or_insert(Revoked { reason });
     }
 
-    /// A revocation this instance committed, with the epoch the store stamped it with
-    /// (none for an agent revoked before the store had epochs): into the index, then into
-    /// the watermark.
-    pub fn revoked(&self, id: &str, reason: Option<String>, epoch: Option<i64>) {
-        self.mark_revoked(id, reason);
-        if let Some(epoch) = epoch {
-            let mut epochs = self.epochs.lock();
-            let seen = epochs.add(epoch);
-            self.revocations_seen.store(seen, Ordering::Release);
-        }
+    /// The revocation stamped with `epoch` is in the index (this instance committed it).
+    pub(crate) fn epoch_seen(&self, epoch: i64) {
+        let mut epochs = self.epochs.lock();
+        let seen = epochs.add(epoch);
+        self.revocations_seen.store(seen, Ordering::Release);
     }
 
-    /// What the store said of every revocation above the watermark (a load or a resync):
-    /// they go into the index, and then the watermark reaches the store's epoch.
-    pub fn caught_up(&self, r: &Revocations) {
-        for (id, reason) in &r.revoked {
-            self.mark_revoked(id, reason.clone());
-        }
+    /// Every revocation up to `epoch` is in the index (a load or a resync read them).
+    pub(crate) fn reach_epoch(&self, epoch: i64) {
         let mut epochs = self.epochs.lock();
-        let seen = epochs.reach(r.epoch);
+        let seen = epochs.reach(epoch);
         self.revocations_seen.store(seen, Ordering::Release);
     }
 
@@ -157,36 +144,6 @@ impl EpochWatermark {
             self.seen += 1;
         }
         self.seen
-    }
-}
-
-/// Pulls the revocations other instances committed, every `every`, for as long as it runs.
-/// Revocations at or below the watermark are in the index; it asks for the others. Any that
-/// this instance learns of meanwhile are marked twice, which is harmless.
-/// The status lists learn the same revocations, and the lists other instances opened.
-pub async fn resync(registry: Arc<Registry>, status: Arc<StatusLists>, store: SharedStore, every: Duration) {
-    let mut ticks = tokio::time::interval(every);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ticks.tick().await; // the first tick is immediate, and the registry was just loaded
-    loop {
-        ticks.tick().await;
-        match store.status_lists().await {
-            Ok(lists) => {
-                for (id, size) in lists {
-                    status.learn_list(&id, size);
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "status list resync failed; retrying"),
-        }
-        match store.revocations_after(registry.revocations_seen()).await {
-            Ok(r) => {
-                for (place, at) in &r.places {
-                    status.revoke(place, *at);
-                }
-                registry.caught_up(&r);
-            }
-            Err(e) => tracing::warn!(error = %e, "revocation resync failed; retrying"),
-        }
     }
 }
 

@@ -176,7 +176,7 @@ pub async fn register(
     body: Bytes,
 ) -> Result<HttpResponse, ApiError> {
     let fields = json_body::<RegisterRequest>(&req, &body)?.parse()?;
-    let reg = state.engine.register(&caller, fields).await?;
+    let reg = state.engine.agents().register(&caller, fields).await?;
     tracing::info!(agent_id = %reg.agent.id, org_id = %caller.org.id, "agent registered");
     Ok(no_store(HttpResponse::Created()).json(Registered {
         verify_url: state.verify_url(&reg.token),
@@ -283,7 +283,8 @@ pub async fn list(
     if params.limit.is_none() && params.cursor.is_none() {
         let agents: Vec<AgentSummary> = state
             .engine
-            .list_agents(&caller, None, None)
+            .agents()
+            .list(&caller, None, None)
             .await?
             .into_iter()
             .map(summary)
@@ -310,7 +311,8 @@ pub async fn list(
         .transpose()?;
     let mut page = state
         .engine
-        .list_agents(&caller, before.as_deref(), Some(limit + 1))
+        .agents()
+        .list(&caller, before.as_deref(), Some(limit + 1))
         .await?;
     let more = page.len() > limit as usize;
     page.truncate(limit as usize);
@@ -344,7 +346,7 @@ pub async fn get(
     Issuer(caller): Issuer,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let a = state.engine.agent(&caller, &id).await?;
+    let a = state.engine.agents().get(&caller, &id).await?;
     Ok(HttpResponse::Ok().json(AgentDetail {
         status: status(&a, Millis::now()),
         id: a.id,
@@ -388,7 +390,7 @@ pub async fn issue_token(
     Issuer(caller): Issuer,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let issued = state.engine.issue_token(&caller, &id).await?;
+    let issued = state.engine.agents().issue_token(&caller, &id).await?;
     tracing::info!(agent_id = %issued.agent_id, "token issued");
     Ok(no_store(HttpResponse::Created()).json(Issued {
         verify_url: state.verify_url(&issued.token),
@@ -440,7 +442,7 @@ pub async fn revoke(
             .map(RevokeReason::parse)
             .transpose()?
     };
-    let (a, revoked_at) = state.engine.revoke(&caller, &id, reason).await?;
+    let (a, revoked_at) = state.engine.agents().revoke(&caller, &id, reason).await?;
     tracing::info!(agent_id = %a.id, "agent revoked");
     Ok(HttpResponse::Ok().json(RevokedBody {
         revoked: true,

@@ -231,7 +231,7 @@ pub async fn verify(
     domain: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let name = parse_name("domain", &domain)?;
-    let view = state.engine.verify_domain(&caller, &name).await?;
+    let view = state.engine.domains().verify(&caller.org.id, &name).await?;
     tracing::info!(domain = %name.as_str(), org_id = %caller.org.id, "issuer domain verified");
     Ok(HttpResponse::Ok().json(body(view)))
 }

@@ -126,7 +126,7 @@ pub async fn read(
         })
         .transpose()?;
     if let Some(id) = agent_id {
-        state.engine.ensure_owned(&caller, id).await?;
+        state.engine.agents().ensure_owned(&caller, id).await?;
     }
     let ledger = Ledger {
         org_id: caller.org.id.clone(),

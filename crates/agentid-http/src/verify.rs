@@ -10,11 +10,11 @@ use super::context::AppState;
 use super::context::{self, Auth};
 use super::error::{ApiError, ErrorBody, ErrorCode};
 use super::openapi::Timestamp;
-use agentid_core::domain::{KeyMode, Millis, VerifyResult};
-use agentid_engine::{ValidToken, Verification};
+use agentid_core::domain::{Millis, VerifyResult};
+use agentid_engine::Verification;
 
-/// A valid token. `verified_at` must stay the last member: the answer is written as the
-/// rest, rendered once per cached token, followed by it (see `valid_body`).
+/// A valid token: the schema of what the engine renders (`agentid_engine::ValidAnswer`; a
+/// test holds the two to one JSON).
 #[derive(Serialize, ToSchema)]
 pub struct ValidBody<'a> {
     /// Always true.
@@ -58,6 +58,8 @@ pub enum TokenError {
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum VerifyAnswer<'a> {
+    /// Rendered by the engine; this is its schema.
+    #[cfg_attr(not(test), allow(dead_code))]
     Valid(ValidBody<'a>),
     Invalid(InvalidBody),
 }
@@ -96,65 +98,30 @@ pub async fn verify(state: web::Data<AppState>, req: HttpRequest) -> Result<Http
         Auth::NotBearer => return Err(ApiError::unauthorized(super::auth::NOT_BEARER)),
         Auth::Anonymous | Auth::Key(_) | Auth::Unverifiable => {}
     }
-    let v = state.engine.verify(token, context::received(&req)).await?;
-    let unrendered = v.valid.as_ref().filter(|t| !t.token.has_answer());
+    let v = state
+        .engine
+        .verify()
+        .verify(token, context::received(&req))
+        .await?;
     let answer = body(&v);
-    if let Some(t) = unrendered {
-        // The cache entry holds the rendered answer from now on: weigh it again.
-        state.engine.answer_rendered(token, &t.token);
-    }
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .content_type("application/json")
         .body(answer))
 }
 
-/// The answer's JSON.
+/// The answer's JSON: the engine's rendering of a valid one, else the error.
 pub fn body(v: &Verification) -> String {
-    let error = match (&v.valid, v.result) {
-        (Some(t), VerifyResult::Valid) => return valid_body(t, v.verified_at),
-        (_, VerifyResult::Revoked) => TokenError::TokenRevoked,
-        (_, VerifyResult::Expired) => TokenError::TokenExpired,
-        (_, VerifyResult::Valid | VerifyResult::Invalid) => TokenError::TokenInvalid,
+    if let Some(valid) = v.valid_json() {
+        return valid;
+    }
+    let error = match v.result {
+        VerifyResult::Revoked => TokenError::TokenRevoked,
+        VerifyResult::Expired => TokenError::TokenExpired,
+        VerifyResult::Valid | VerifyResult::Invalid => TokenError::TokenInvalid,
     };
     serde_json::to_string(&VerifyAnswer::Invalid(InvalidBody { valid: false, error }))
         .expect("verify answers serialize")
-}
-
-/// The valid answer. Its members but `verified_at` depend only on the token and the agent,
-/// so they are serialized once per cached token (with `verified_at` at the epoch, which is
-/// then cut off) and each answer appends its own `verified_at`. Serializing all of it on
-/// every call was about a third of the verify handler's own time under hot load (perf).
-fn valid_body(t: &ValidToken, verified_at: Millis) -> String {
-    const EPOCH_TAIL: &str = r#""verified_at":"1970-01-01T00:00:00.000Z"}"#;
-    let fixed = t.token.valid_answer(|| {
-        let c = &t.token.claims;
-        let mut all = serde_json::to_string(&VerifyAnswer::Valid(ValidBody {
-            valid: true,
-            agent_id: &c.sub,
-            name: &t.agent.name,
-            issuer: &c.iss,
-            scopes: &c.scopes,
-            description: &t.agent.description,
-            issued_at: Millis::from_secs(c.iat),
-            expires_at: Millis::from_secs(c.exp),
-            livemode: t.agent.mode == KeyMode::Live,
-            verified_at: Millis(0),
-        }))
-        .expect("verify answers serialize");
-        let fixed_len = all
-            .strip_suffix(EPOCH_TAIL)
-            .expect("verified_at is the last member")
-            .len();
-        all.truncate(fixed_len);
-        all
-    });
-    let mut out = String::with_capacity(fixed.len() + EPOCH_TAIL.len());
-    out.push_str(fixed);
-    out.push_str("\"verified_at\":\"");
-    verified_at.write_rfc3339(&mut out);
-    out.push_str("\"}");
-    out
 }
 
 #[cfg(test)]
@@ -162,8 +129,9 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use agentid_core::domain::KeyMode;
     use agentid_core::token::Claims;
-    use agentid_engine::{AgentEntry, CheckedToken};
+    use agentid_engine::{AgentEntry, CheckedToken, ValidToken};
 
     #[test]
     fn valid_answer_is_the_serialized_valid_body_on_every_call() {

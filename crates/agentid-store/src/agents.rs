@@ -8,7 +8,7 @@ use super::holdings::check_issuer;
 use super::places::{allocate, Placing};
 use super::revoke::revoke_in;
 use super::sql::{Backend, SqlStore};
-use super::{AgentRecord, Revocations, StoreError, StoreFuture};
+use super::{AgentRecord, Revocation, RevokedSince, StoreError, StoreFuture};
 use agentid_core::domain::{KeyMode, Ledger, Millis, StatusPlace};
 use agentid_core::keys::KeyRing;
 
@@ -72,7 +72,7 @@ pub trait AgentStore {
     ) -> StoreFuture<'a, Option<(AgentRecord, Option<i64>)>>;
     /// The committed revocation epoch and every agent revoked with a higher epoch than
     /// `after`, read in one snapshot (for instances to learn each other's revocations).
-    fn revocations_after(&self, after: i64) -> StoreFuture<'_, Revocations>;
+    fn revocations_after(&self, after: i64) -> StoreFuture<'_, RevokedSince>;
 }
 
 /// One row of `revocations_after`: the epoch's own row has no agent.
@@ -295,7 +295,7 @@ where
         })
     }
 
-    fn revocations_after(&self, after: i64) -> StoreFuture<'_, Revocations> {
+    fn revocations_after(&self, after: i64) -> StoreFuture<'_, RevokedSince> {
         Box::pin(async move {
             // One statement, so the epoch and the list come from the same snapshot; the
             // epoch's row is the one without an agent id.
@@ -310,15 +310,15 @@ where
             .bind(after)
             .fetch_all(&self.pool)
             .await?;
-            let mut out = Revocations::default();
+            let mut out = RevokedSince::default();
             for row in rows {
                 match row.id {
-                    Some(id) => {
-                        if let Some(p) = place(row.status_list, row.status_idx)? {
-                            out.places.push((p, Millis(row.revoked_at.unwrap_or(0))));
-                        }
-                        out.revoked.push((id, row.reason));
-                    }
+                    Some(id) => out.revoked.push(Revocation {
+                        agent_id: id,
+                        reason: row.reason,
+                        at: Millis(row.revoked_at.unwrap_or(0)),
+                        place: place(row.status_list, row.status_idx)?,
+                    }),
                     None => out.epoch = row.epoch,
                 }
             }

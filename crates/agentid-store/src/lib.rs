@@ -43,7 +43,7 @@ use agentid_core::domain::Totals;
 pub use agentid_core::keys::SigningKeyRecord;
 pub use agentid_core::records::{
     AgentRecord, Attempt, Claimed, DomainClaim, Held, KeyRecord, LogPage, LogQuery, NewApiKey, OrgRecord,
-    Revocations, SsfEvent, StoredCheckpoint, StreamRecord,
+    Revocation, RevokedSince, SsfEvent, StoredCheckpoint, StreamRecord,
 };
 pub use agents::AgentStore;
 pub use audit::AuditStore;

@@ -1,0 +1,249 @@
+//! The issuer's use cases: register an agent (with its status place, under an issuer domain
+//! its organization holds), read and list agents, issue a token, revoke for good.
+
+use std::sync::Arc;
+
+use agentid_core::domain::{
+    new_id, AgentFields, AgentId, IdPrefix, KeyMode, Millis, RevokeReason, StatusPlace,
+};
+use agentid_core::keys::{KeyRing, SigningKeys};
+use agentid_core::token::Claims;
+use agentid_store::{AgentRecord, OrgRecord, Placing, SharedStore, StoreError};
+
+use crate::apikeys::Caller;
+use crate::registry::Registry;
+use crate::revocations::Revocations;
+use crate::status::StatusLists;
+use crate::EngineError;
+
+/// A freshly registered agent and its first token.
+#[derive(Debug, Clone)]
+pub struct Registration {
+    pub agent: AgentRecord,
+    pub token: String,
+}
+
+/// A newly issued token.
+#[derive(Debug, Clone)]
+pub struct IssuedToken {
+    pub agent_id: String,
+    pub token: String,
+    pub expires_at: Millis,
+}
+
+pub struct Agents {
+    pub(crate) store: SharedStore,
+    pub(crate) signing: Arc<SigningKeys>,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) status: Arc<StatusLists>,
+    pub(crate) revocations: Arc<Revocations>,
+    /// Under the `verified` issuer-domain policy, the key file that vouches for who holds a
+    /// name: registrations and tokens are refused under names the organization does not hold.
+    pub(crate) issuer_check: Option<Arc<KeyRing>>,
+}
+
+impl Agents {
+    /// How a new place is drawn: at random (herd privacy), in the newest list of the mode
+    /// while half of it is free.
+    fn placing(&self, mode: KeyMode) -> Placing {
+        let cfg = self.status.config();
+        Placing {
+            mode,
+            new_list: new_id(IdPrefix::StatusList),
+            size: cfg.size,
+            fill: cfg.fill(),
+            draws: (0..64).map(|_| rand::random::<u64>()).collect(),
+        }
+    }
+
+    pub async fn register(&self, caller: &Caller, fields: AgentFields) -> Result<Registration, EngineError> {
+        check_expiry(&caller.org, fields.expiry.get())?;
+        let now = Millis::now();
+        let issued = Millis::from_secs(now.as_secs());
+        let id = AgentId::generate();
+        let agent = AgentRecord {
+            id: id.as_str().to_owned(),
+            org_id: caller.org.id.clone(),
+            mode: caller.mode,
+            name: fields.name.as_str().to_owned(),
+            issuer_domain: fields.issuer_domain.as_str().to_owned(),
+            description: fields.description.as_str().to_owned(),
+            scopes: fields.scopes.into_vec(),
+            created_at: now,
+            issued_at: issued,
+            expires_at: issued.plus_secs(fields.expiry.get() as i64),
+            revoked_at: None,
+            revocation_reason: None,
+            status: None,
+            verification_count: 0,
+        };
+        // An agent whose token no verifier would accept is not registered: a token with the
+        // longest place and URI a list can give is signed first.
+        let longest = StatusPlace {
+            list: new_id(IdPrefix::StatusList),
+            idx: u64::MAX,
+        };
+        self.sign(
+            &AgentRecord {
+                status: Some(longest),
+                ..agent.clone()
+            },
+            agent.issued_at,
+            agent.expires_at,
+        )
+        .await?;
+        let (place, size) = self
+            .store
+            .insert_agent_placed(&agent, &self.placing(caller.mode), self.issuer_check.as_deref())
+            .await?;
+        self.status.learn_list(&place.list, size);
+        let agent = AgentRecord {
+            status: Some(place),
+            ..agent
+        };
+        let token = self.sign(&agent, agent.issued_at, agent.expires_at).await?;
+        self.registry.learn(&agent);
+        Ok(Registration { agent, token })
+    }
+
+    /// The caller's agent, or `AgentNotFound` (also for other organizations' and modes' agents).
+    pub async fn get(&self, caller: &Caller, id: &str) -> Result<AgentRecord, EngineError> {
+        if AgentId::parse(id).is_none() {
+            return Err(EngineError::AgentNotFound);
+        }
+        match self.store.get_agent(id).await? {
+            Some(a) if a.org_id == caller.org.id && a.mode == caller.mode => Ok(a),
+            _ => Err(EngineError::AgentNotFound),
+        }
+    }
+
+    /// Succeeds when the agent exists and belongs to the caller's organization and mode.
+    pub async fn ensure_owned(&self, caller: &Caller, id: &str) -> Result<(), EngineError> {
+        let owner = match self.registry.agent(id) {
+            Some(a) => Some((a.org_id.clone(), a.mode)),
+            None if AgentId::parse(id).is_some() => {
+                self.store.get_agent(id).await?.map(|a| (a.org_id, a.mode))
+            }
+            None => None,
+        };
+        match owner {
+            Some((org, mode)) if org == caller.org.id && mode == caller.mode => Ok(()),
+            _ => Err(EngineError::AgentNotFound),
+        }
+    }
+
+    /// The caller's agents, newest first: after the agent `before` when given, up to `limit`
+    /// when given.
+    pub async fn list(
+        &self,
+        caller: &Caller,
+        before: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<Vec<AgentRecord>, EngineError> {
+        Ok(self
+            .store
+            .list_agents(&caller.org.id, caller.mode, before, limit)
+            .await?)
+    }
+
+    /// Issues a new token. Allowed for expired agents (they become active again), refused
+    /// for revoked ones. Earlier tokens stay valid until their own expiry.
+    pub async fn issue_token(&self, caller: &Caller, id: &str) -> Result<IssuedToken, EngineError> {
+        let mut agent = self.get(caller, id).await?;
+        if agent.revoked_at.is_some() {
+            return Err(EngineError::AgentRevoked);
+        }
+        if agent.status.is_none() {
+            // Registered before status lists: its tokens from now on carry a place too.
+            let (place, size) = self
+                .store
+                .place_agent(&agent.id, &self.placing(agent.mode))
+                .await?
+                .ok_or(EngineError::AgentNotFound)?;
+            self.status.learn_list(&place.list, size);
+            agent.status = Some(place);
+        }
+        let lifetime = (agent.expires_at.0 - agent.issued_at.0).max(1000) / 1000;
+        let lifetime = lifetime.min(caller.org.limits.max_expiry_seconds as i64);
+        let issued = Millis::from_secs(Millis::now().as_secs());
+        let expires = issued.plus_secs(lifetime);
+        let token = self.sign(&agent, issued, expires).await?;
+        if !self
+            .store
+            .renew_token(&agent.id, issued, expires, self.issuer_check.as_deref())
+            .await?
+        {
+            return Err(EngineError::AgentRevoked);
+        }
+        Ok(IssuedToken {
+            agent_id: agent.id,
+            token,
+            expires_at: expires,
+        })
+    }
+
+    /// Revokes for good: commit to the store, then memory (`Revocations`), then answer. A
+    /// second revoke returns what the first one stored. The agent as stored, and when it was
+    /// revoked.
+    pub async fn revoke(
+        &self,
+        caller: &Caller,
+        id: &str,
+        reason: Option<RevokeReason>,
+    ) -> Result<(AgentRecord, Millis), EngineError> {
+        let agent = self.get(caller, id).await?;
+        let (stored, epoch) = self
+            .store
+            .revoke_agent(
+                &agent.id,
+                Millis::now(),
+                reason.as_ref().map(RevokeReason::as_str),
+            )
+            .await?
+            .ok_or(EngineError::AgentNotFound)?;
+        let at = stored.revoked_at.ok_or_else(|| {
+            StoreError::Corrupt(format!("revoked agent {} has no revocation time", stored.id))
+        })?;
+        self.revocations
+            .committed(std::slice::from_ref(&(stored.clone(), epoch)));
+        Ok((stored, at))
+    }
+
+    /// The agent's token, if it fits what verifiers accept (`MAX_TOKEN_LEN`: a token travels in
+    /// a URL path, and proxies commonly refuse request lines past 8 KiB).
+    /// The signing key notes the token's expiry, so that it stays in the key set at least
+    /// until then after a rotation.
+    async fn sign(
+        &self,
+        agent: &AgentRecord,
+        issued: Millis,
+        expires: Millis,
+    ) -> Result<String, EngineError> {
+        let (token, kid) = self.signing.sign(&Claims {
+            iss: agent.issuer_domain.clone(),
+            sub: agent.id.clone(),
+            jti: new_id(IdPrefix::Request)[4..].to_owned(),
+            iat: issued.as_secs(),
+            exp: expires.as_secs(),
+            scopes: agent.scopes.clone(),
+            status: agent.status.as_ref().map(|p| self.status.claim(p)),
+            livemode: (agent.mode == KeyMode::Test).then_some(false),
+        });
+        if token.len() > agentid_core::token::MAX_TOKEN_LEN {
+            return Err(EngineError::TokenTooLong {
+                len: token.len(),
+                max: agentid_core::token::MAX_TOKEN_LEN,
+            });
+        }
+        self.store.note_token_expiry(&kid, expires).await?;
+        Ok(token)
+    }
+}
+
+fn check_expiry(org: &OrgRecord, requested: u64) -> Result<(), EngineError> {
+    let max = org.limits.max_expiry_seconds;
+    if requested > max {
+        return Err(EngineError::ExpiryTooLong { max });
+    }
+    Ok(())
+}

@@ -1,0 +1,322 @@
+//! Online verification: form, key, signature, agent, revocation, expiry; then the audit
+//! record is committed, and only then is the outcome returned, with its answer rendered. The
+//! use case owns the verified-token cache: a token is cached once its answer is known, the
+//! valid answer's fixed part with it, so a hot token costs one look-up and one write of
+//! `verified_at`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use agentid_core::domain::audit::{revoked_failure_reason, AuditEntry};
+use agentid_core::domain::{AgentId, KeyMode, Ledger, Millis, VerifyResult};
+use agentid_core::token::RejectReason;
+use agentid_store::{SharedStore, StoreError};
+
+use crate::audit::AuditHandle;
+use crate::registry::{AgentEntry, Registry};
+use crate::revocations::Revocations;
+use crate::verifier::{CacheOutcome, CheckedToken, TokenVerifier};
+use crate::VerifyError;
+
+/// The outcome of one online verification, after its audit record is committed.
+#[derive(Debug, Clone)]
+pub struct Verification {
+    pub result: VerifyResult,
+    /// Present exactly when `result` is `Valid`.
+    pub valid: Option<ValidToken>,
+    pub verified_at: Millis,
+}
+
+#[derive(Debug, Clone)]
+pub struct ValidToken {
+    pub token: Arc<CheckedToken>,
+    pub agent: Arc<AgentEntry>,
+}
+
+/// The valid answer, as it is sent. `verified_at` stays the last member: the rest is
+/// rendered once per cached token and each answer appends its own `verified_at`
+/// (serializing all of it on every call was about a third of the handler's time under hot
+/// load, by perf).
+#[derive(serde::Serialize)]
+pub struct ValidAnswer<'a> {
+    pub valid: bool,
+    pub agent_id: &'a str,
+    pub name: &'a str,
+    pub issuer: &'a str,
+    pub scopes: &'a [String],
+    pub description: &'a str,
+    pub issued_at: Millis,
+    pub expires_at: Millis,
+    pub livemode: bool,
+    pub verified_at: Millis,
+}
+
+impl ValidToken {
+    /// The answer's members, at `verified_at`.
+    pub fn answer(&self, verified_at: Millis) -> ValidAnswer<'_> {
+        let c = &self.token.claims;
+        ValidAnswer {
+            valid: true,
+            agent_id: &c.sub,
+            name: &self.agent.name,
+            issuer: &c.iss,
+            scopes: &c.scopes,
+            description: &self.agent.description,
+            issued_at: Millis::from_secs(c.iat),
+            expires_at: Millis::from_secs(c.exp),
+            livemode: self.agent.mode == KeyMode::Live,
+            verified_at,
+        }
+    }
+
+    /// The answer's fixed part (all of it but `verified_at` and the closing brace), rendered
+    /// the first time.
+    fn fixed_part(&self) -> &str {
+        self.token.valid_answer(|| {
+            let mut all = serde_json::to_string(&self.answer(Millis(0))).expect("answers serialize");
+            let fixed_len = all
+                .strip_suffix(EPOCH_TAIL)
+                .expect("verified_at is the last member")
+                .len();
+            all.truncate(fixed_len);
+            all
+        })
+    }
+}
+
+const EPOCH_TAIL: &str = r#""verified_at":"1970-01-01T00:00:00.000Z"}"#;
+
+impl Verification {
+    /// The valid answer's JSON; `None` for a token that does not pass.
+    pub fn valid_json(&self) -> Option<String> {
+        let t = self.valid.as_ref()?;
+        let fixed = t.fixed_part();
+        let mut out = String::with_capacity(fixed.len() + EPOCH_TAIL.len());
+        out.push_str(fixed);
+        out.push_str("\"verified_at\":\"");
+        self.verified_at.write_rfc3339(&mut out);
+        out.push_str("\"}");
+        Some(out)
+    }
+}
+
+/// What the checks concluded before the audit record was written.
+struct Outcome {
+    ledger: Ledger,
+    agent_id: String,
+    result: VerifyResult,
+    failure_reason: Option<String>,
+    valid: Option<ValidToken>,
+    /// `Registry::revocations_seen` as the check began.
+    revocations_seen: i64,
+    /// The token's cache entry is to be written once its answer is known.
+    cache_it: bool,
+}
+
+/// The verify path's counters, registered once: `metrics::counter!` with labels looks the
+/// series up (hashing its labels) on every call.
+struct Counters {
+    /// Indexed by `VerifyResult::index`.
+    results: [metrics::Counter; 4],
+    unrecorded: metrics::Counter,
+    cache_hit: metrics::Counter,
+    cache_miss: metrics::Counter,
+}
+
+impl Counters {
+    fn register() -> Self {
+        // Handles taken before the recorder is installed would count nowhere.
+        crate::recorder::handle();
+        let result =
+            |r: VerifyResult| metrics::counter!("agentid_verify_results_total", "result" => r.as_str());
+        let cache = |o: &'static str| metrics::counter!("agentid_token_cache_requests_total", "outcome" => o);
+        Counters {
+            // `ALL` is in `index` order.
+            results: VerifyResult::ALL.map(result),
+            unrecorded: metrics::counter!("agentid_verify_results_total", "result" => "unrecorded"),
+            cache_hit: cache("hit"),
+            cache_miss: cache("miss"),
+        }
+    }
+}
+
+pub struct Verify {
+    counters: Counters,
+    store: SharedStore,
+    registry: Arc<Registry>,
+    tokens: Arc<TokenVerifier>,
+    audit: AuditHandle,
+    revocations: Arc<Revocations>,
+}
+
+impl Verify {
+    pub(crate) fn new(
+        store: SharedStore,
+        registry: Arc<Registry>,
+        tokens: Arc<TokenVerifier>,
+        audit: AuditHandle,
+        revocations: Arc<Revocations>,
+    ) -> Self {
+        Verify {
+            counters: Counters::register(),
+            store,
+            registry,
+            tokens,
+            audit,
+            revocations,
+        }
+    }
+
+    /// Verifies `token` (received at `received`), records it, and answers.
+    pub async fn verify(&self, token: &str, received: Instant) -> Result<Verification, VerifyError> {
+        let now = Millis::now();
+        let checked = match self.check(token, now).await {
+            Ok(c) => c,
+            Err(e) => {
+                self.counters.unrecorded.increment(1);
+                return Err(VerifyError::AgentUnreadable(e));
+            }
+        };
+        let entry = AuditEntry {
+            ledger: checked.ledger,
+            agent_id: checked.agent_id,
+            result: checked.result,
+            failure_reason: checked.failure_reason,
+            latency_us: received.elapsed().as_micros() as i64,
+            requested_at: now,
+            revocations_seen: checked.revocations_seen,
+        };
+        let record = match self.audit.append(entry).await {
+            Ok(r) => r,
+            Err(e) => {
+                self.counters.unrecorded.increment(1);
+                return Err(e.into());
+            }
+        };
+        self.counters.results[record.result.index()].increment(1);
+        if record.result == VerifyResult::Revoked && checked.result == VerifyResult::Valid {
+            // Another instance revoked the agent; the store told us inside the audit transaction.
+            // Boxed, as every rare branch of this path is: each request's future is as large as
+            // its largest await, and a hot verify's is moved into its task and touched again
+            // when its batch commits.
+            Box::pin(self.revocations.seen_elsewhere(&self.store, &record.agent_id)).await;
+        }
+        let verification = Verification {
+            result: record.result,
+            valid: checked.valid.filter(|_| record.result == VerifyResult::Valid),
+            verified_at: now,
+        };
+        if let (true, Some(v)) = (checked.cache_it, &verification.valid) {
+            // The answer is rendered before the entry is written, so it is weighed with it.
+            v.fixed_part();
+            self.tokens.remember(token, &v.token);
+        }
+        Ok(verification)
+    }
+
+    /// The outcome of the checks, or the store's error when the agent had to be read from
+    /// it and could not be.
+    async fn check(&self, raw: &str, now: Millis) -> Result<Outcome, StoreError> {
+        // Before the revocation index is read (see `Registry::revocations_seen`).
+        let revocations_seen = self.registry.revocations_seen();
+        let (checked, cache) = self.tokens.check(raw);
+        match cache {
+            CacheOutcome::Hit => self.counters.cache_hit.increment(1),
+            CacheOutcome::Miss => self.counters.cache_miss.increment(1),
+            CacheOutcome::Disabled => {}
+        }
+        let token = match checked {
+            Ok(t) => t,
+            Err(rej) => {
+                // A forgery is recorded in the ledger of the agent it names, wherever that
+                // agent was registered.
+                let sub = rej.sub.filter(|s| AgentId::parse(s).is_some());
+                let owner = match &sub {
+                    Some(s) => self.find_agent(s).await?,
+                    None => None,
+                };
+                return Ok(invalid(sub, owner, rej.reason, revocations_seen));
+            }
+        };
+        let claims = &token.claims;
+        let Some(agent) = self.find_agent(&claims.sub).await? else {
+            return Ok(invalid(None, None, RejectReason::UnknownAgent, revocations_seen));
+        };
+        let ledger = Ledger {
+            org_id: agent.org_id.clone(),
+            mode: agent.mode,
+        };
+        let (result, failure_reason) = if let Some(rev) = self.registry.revocation(&claims.sub) {
+            (
+                VerifyResult::Revoked,
+                Some(revoked_failure_reason(rev.reason.as_deref())),
+            )
+        } else if Millis::from_secs(claims.exp) <= now {
+            let at = Millis::from_secs(claims.exp).to_rfc3339();
+            (VerifyResult::Expired, Some(format!("token expired at {at}")))
+        } else {
+            (VerifyResult::Valid, None)
+        };
+        let miss = cache == CacheOutcome::Miss;
+        if miss && result != VerifyResult::Valid {
+            // No answer to render: cached now (a valid one is, once its record is committed).
+            self.tokens.remember(raw, &token);
+        }
+        // A valid token is cached (or, cached before it had an answer, weighed again) once its
+        // answer is rendered.
+        let cache_it = result == VerifyResult::Valid && (miss || !token.has_answer());
+        Ok(Outcome {
+            ledger,
+            agent_id: claims.sub.clone(),
+            result,
+            failure_reason,
+            valid: (result == VerifyResult::Valid).then(|| ValidToken { token, agent }),
+            revocations_seen,
+            cache_it,
+        })
+    }
+
+    /// The agent with this id: from the registry, else (registered through another
+    /// instance) from the store, learned on the way.
+    async fn find_agent(&self, id: &str) -> Result<Option<Arc<AgentEntry>>, StoreError> {
+        match self.registry.agent(id) {
+            Some(a) => Ok(Some(a)),
+            // Boxed: a rare await on the verify path (see `verify`).
+            None => Box::pin(self.agent_from_store(id)).await,
+        }
+    }
+
+    /// An agent the registry does not hold, read from the store and learned (a revoked one
+    /// with its revocation).
+    async fn agent_from_store(&self, id: &str) -> Result<Option<Arc<AgentEntry>>, StoreError> {
+        let Some(a) = self.store.get_agent(id).await? else {
+            return Ok(None);
+        };
+        self.revocations.learn(&a);
+        Ok(Some(self.registry.learn(&a)))
+    }
+}
+
+/// An invalid token is recorded in the ledger of the agent it names (`sub`, well formed)
+/// when that agent exists (`owner`: its owner sees forgery attempts), otherwise in the
+/// service's own ledger.
+fn invalid(
+    sub: Option<String>,
+    owner: Option<Arc<AgentEntry>>,
+    reason: RejectReason,
+    revocations_seen: i64,
+) -> Outcome {
+    let ledger = owner.map_or_else(Ledger::service, |a| Ledger {
+        org_id: a.org_id.clone(),
+        mode: a.mode,
+    });
+    Outcome {
+        ledger,
+        agent_id: sub.unwrap_or_default(),
+        result: VerifyResult::Invalid,
+        failure_reason: Some(reason.describe().to_owned()),
+        valid: None,
+        revocations_seen,
+        cache_it: false,
+    }
+}
