@@ -8,7 +8,7 @@ use std::time::Duration;
 use agentid::domain::audit::{AuditEntry, AuditRecord, GENESIS};
 use agentid::domain::{KeyMode, Ledger, Millis, VerifyResult};
 use agentid::engine::Registry;
-use agentid::engine::{AgentEntry, CheckedToken, ValidToken, Verification};
+use agentid::engine::{AgentEntry, ValidToken, Verification, VerifiedToken};
 use agentid::keys::KeyRing;
 use agentid::store::AgentRecord;
 use agentid::store::{batch, block};
@@ -155,7 +155,7 @@ fn answer(c: &mut Criterion) {
         name: "invoice-bot".into(),
         description: "Reads and writes invoices for the billing team".into(),
     });
-    let verification = |token: Arc<CheckedToken>| Verification {
+    let verification = |token: Arc<VerifiedToken>| Verification {
         result: VerifyResult::Valid,
         valid: Some(ValidToken {
             token,
@@ -163,7 +163,7 @@ fn answer(c: &mut Criterion) {
         }),
         verified_at: Millis(1_795_000_123_456),
     };
-    let cached = verification(Arc::new(CheckedToken::new(claims(1))));
+    let cached = verification(Arc::new(VerifiedToken::new(claims(1))));
     agentid::http::verify_answer_body(&cached);
     let mut g = c.benchmark_group("answer");
     g.bench_function("valid (cached token)", |b| {
@@ -171,7 +171,7 @@ fn answer(c: &mut Criterion) {
     });
     g.bench_function("valid (first answer of a token)", |b| {
         b.iter_batched(
-            || verification(Arc::new(CheckedToken::new(claims(1)))),
+            || verification(Arc::new(VerifiedToken::new(claims(1)))),
             |v| agentid::http::verify_answer_body(&v),
             criterion::BatchSize::SmallInput,
         )
@@ -219,7 +219,7 @@ fn revocation(c: &mut Criterion) {
 }
 
 fn rate_limit(c: &mut Criterion) {
-    use agentid::engine::ratelimit::{Caller, Class, RateLimits};
+    use agentid::engine::ratelimit::{Class, RateLimits, RateSubject};
     use futures_util::FutureExt;
     // Organization buckets in memory (one instance); the checks complete without waiting.
     let limits = RateLimits::in_memory();
@@ -228,7 +228,7 @@ fn rate_limit(c: &mut Criterion) {
         b.iter(|| {
             limits
                 .check(
-                    black_box(Caller::Org {
+                    black_box(RateSubject::Org {
                         org_id: "org_01jd0000000000000000000000",
                         per_minute: 1_000_000_000,
                     }),
@@ -244,7 +244,7 @@ fn rate_limit(c: &mut Criterion) {
             n = n.wrapping_add(1);
             limits
                 .check(
-                    black_box(Caller::Anonymous(std::net::IpAddr::from(n.to_be_bytes()))),
+                    black_box(RateSubject::Anonymous(std::net::IpAddr::from(n.to_be_bytes()))),
                     Class::Verify,
                 )
                 .now_or_never()

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use agentid::domain::audit::AuditEntry;
 use agentid::domain::{KeyMode, Ledger, Millis, VerifyResult};
-use agentid::engine::transparency::checkpointer::{Grown, Step, Transparency};
+use agentid::engine::transparency::checkpointer::{GrownLedgers, Step, Transparency};
 use agentid::store::{self, SharedStore, StoreOptions};
 use agentid::tlog::note::LogKey;
 use agentid::tlog::tree;
@@ -91,7 +91,7 @@ fn main() {
         LogKey::derive("bench/agentid", &[7; 32]),
         "bench",
         Duration::ZERO,
-        Arc::new(Grown::default()),
+        Arc::new(GrownLedgers::default()),
     );
     rt.block_on(build(&store, &t, n));
 

@@ -696,7 +696,7 @@ async fn the_witness_catches_a_cut_tail_even_with_the_stored_checkpoints_cut_too
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("the log shrank"), "{err}");
 
-    // Grown past the saved size again: a different tree, which cannot be proved to extend it.
+    // GrownLedgers past the saved size again: a different tree, which cannot be proved to extend it.
     fill(&app, 15).await;
     checkpoint_at(&app, 36).await;
     let out = witness(&app, state.path()).await;

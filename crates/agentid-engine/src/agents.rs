@@ -8,7 +8,7 @@ use agentid_core::domain::{
 };
 use agentid_core::keys::{KeyRing, SigningKeys};
 use agentid_core::token::Claims;
-use agentid_store::{AgentRecord, OrgRecord, Placing, SharedStore, StoreError};
+use agentid_store::{AgentRecord, OrgRecord, PlaceDraw, SharedStore, StoreError};
 
 use crate::apikeys::Caller;
 use crate::registry::Registry;
@@ -45,9 +45,9 @@ pub struct Agents {
 impl Agents {
     /// How a new place is drawn: at random (herd privacy), in the newest list of the mode
     /// while half of it is free.
-    fn placing(&self, mode: KeyMode) -> Placing {
+    fn placing(&self, mode: KeyMode) -> PlaceDraw {
         let cfg = self.status.config();
-        Placing {
+        PlaceDraw {
             mode,
             new_list: new_id(IdPrefix::StatusList),
             size: cfg.size,

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use actix::Arbiter;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::transparency::checkpointer::Grown;
+use crate::transparency::checkpointer::GrownLedgers;
 use agentid_core::domain::audit::{AuditEntry, AuditRecord};
 use agentid_store::SharedStore;
 
@@ -89,7 +89,7 @@ impl Drop for WriterThread {
 
 impl AuditHandle {
     /// Starts the writer on an arbiter thread of its own.
-    pub fn start(store: SharedStore, cfg: WriterConfig, grown: Arc<Grown>) -> (Self, WriterThread) {
+    pub fn start(store: SharedStore, cfg: WriterConfig, grown: Arc<GrownLedgers>) -> (Self, WriterThread) {
         let thread = Arbiter::new();
         let (tx, rx) = mpsc::channel(cfg.max_queue.max(1));
         let handle = AuditHandle {
@@ -138,7 +138,7 @@ struct Writer {
     store: SharedStore,
     cfg: WriterConfig,
     /// Told which ledgers each committed batch grew (for their checkpoints).
-    grown: Arc<Grown>,
+    grown: Arc<GrownLedgers>,
     #[cfg(feature = "test-hooks")]
     panic_next_flush: Arc<std::sync::atomic::AtomicBool>,
 }

@@ -36,7 +36,7 @@ pub use agents::{Agents, IssuedToken, Registration};
 pub use apikeys::{generate_key, hash_key, Caller, KeyLookup};
 pub use audit::{AuditError, WriterConfig};
 pub use registry::{AgentEntry, Registry, Revoked};
-pub use verifier::CheckedToken;
+pub use verifier::VerifiedToken;
 pub use verify::{ValidAnswer, ValidToken, Verification, Verify};
 
 use apikeys::ApiKeys;

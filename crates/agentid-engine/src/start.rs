@@ -19,7 +19,7 @@ use crate::registry::Registry;
 use crate::revocations::{self, Revocations};
 use crate::ssf::{self, Ssf};
 use crate::status::{self, StatusLists};
-use crate::transparency::checkpointer::{self, Grown, Transparency};
+use crate::transparency::checkpointer::{self, GrownLedgers, Transparency};
 use crate::verifier::TokenVerifier;
 use crate::verify::Verify;
 use crate::{Engine, EngineConfig};
@@ -70,7 +70,7 @@ impl Engine {
             signing.current().public().clone(),
             cfg.token_cache_bytes,
         ));
-        let grown = Arc::new(Grown::default());
+        let grown = Arc::new(GrownLedgers::default());
         let (audit, audit_thread) = AuditHandle::start(store.clone(), cfg.writer, grown.clone());
         let rate_limits = Arc::new(RateLimits::new(&store));
         let transparency = Arc::new(Transparency::new(

@@ -21,12 +21,12 @@ type TokenCache = quick_cache::sync::Cache<Box<str>, Entry, TokenWeight>;
 /// while the entry is in the cache, even once the shared token gains its rendered answer.
 #[derive(Clone)]
 struct Entry {
-    checked: Arc<CheckedToken>,
+    checked: Arc<VerifiedToken>,
     weight: u64,
 }
 
 impl Entry {
-    fn new(token: &str, checked: Arc<CheckedToken>) -> Self {
+    fn new(token: &str, checked: Arc<VerifiedToken>) -> Self {
         Entry {
             weight: weight(token, &checked),
             checked,
@@ -40,7 +40,7 @@ const ENTRY_OVERHEAD: u64 = 256;
 
 /// The bytes an entry holds: the token, the claims' strings, and the rendered answer if
 /// there is one (an entry that gains one is inserted again, see `TokenVerifier::remember`).
-fn weight(token: &str, checked: &CheckedToken) -> u64 {
+fn weight(token: &str, checked: &VerifiedToken) -> u64 {
     let c = &checked.claims;
     let claims =
         c.iss.len() + c.sub.len() + c.jti.len() + c.scopes.iter().map(|s| s.len() + 24).sum::<usize>();
@@ -59,7 +59,7 @@ impl quick_cache::Weighter<Box<str>, Entry> for TokenWeight {
 
 /// The claims of a token whose signature checked out, and what its answers can reuse.
 #[derive(Debug)]
-pub struct CheckedToken {
+pub struct VerifiedToken {
     pub claims: Claims,
     /// The part of the token's valid answer that never changes, rendered by the HTTP layer
     /// on the first valid answer: it is made of the claims and the agent's registry entry,
@@ -69,14 +69,14 @@ pub struct CheckedToken {
     keys_generation: u64,
 }
 
-impl CheckedToken {
+impl VerifiedToken {
     /// Claims checked with the first key set (tests and benchmarks build them).
     pub fn new(claims: Claims) -> Self {
-        CheckedToken::checked_in(claims, 0)
+        VerifiedToken::checked_in(claims, 0)
     }
 
     fn checked_in(claims: Claims, keys_generation: u64) -> Self {
-        CheckedToken {
+        VerifiedToken {
             claims,
             valid_answer: OnceLock::new(),
             keys_generation,
@@ -145,7 +145,7 @@ impl TokenVerifier {
     /// rendered, so that a miss inserts once, with the weight the entry keeps. Called again
     /// for a cached entry that has just gained its answer, it weighs the entry again. Nothing
     /// is inserted if the key set changed since the check.
-    pub fn remember(&self, token: &str, checked: &Arc<CheckedToken>) {
+    pub fn remember(&self, token: &str, checked: &Arc<VerifiedToken>) {
         let Some(cache) = &self.cache else { return };
         let keys = self.keys.read();
         if keys.1 == checked.keys_generation {
@@ -160,7 +160,7 @@ impl TokenVerifier {
     }
 
     /// A token with a valid signature from a known key, as the cache keeps it.
-    pub fn check(&self, token: &str) -> (Result<Arc<CheckedToken>, Rejected>, CacheOutcome) {
+    pub fn check(&self, token: &str) -> (Result<Arc<VerifiedToken>, Rejected>, CacheOutcome) {
         let outcome = match &self.cache {
             Some(cache) => match cache.get(token) {
                 Some(entry) => return (Ok(entry.checked), CacheOutcome::Hit),
@@ -172,7 +172,7 @@ impl TokenVerifier {
     }
 
     /// Decode and signature check (the caller remembers what passes).
-    fn check_signature(&self, token: &str) -> Result<Arc<CheckedToken>, Rejected> {
+    fn check_signature(&self, token: &str) -> Result<Arc<VerifiedToken>, Rejected> {
         let unverified = token::decode(token)?;
         let keys = self.keys.read();
         let generation = keys.1;
@@ -182,7 +182,7 @@ impl TokenVerifier {
                 sub: Some(unverified.claims.sub),
             });
         }
-        Ok(Arc::new(CheckedToken::checked_in(unverified.claims, generation)))
+        Ok(Arc::new(VerifiedToken::checked_in(unverified.claims, generation)))
     }
 }
 

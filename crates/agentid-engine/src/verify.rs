@@ -15,7 +15,7 @@ use agentid_store::{SharedStore, StoreError};
 use crate::audit::AuditHandle;
 use crate::registry::{AgentEntry, Registry};
 use crate::revocations::Revocations;
-use crate::verifier::{CacheOutcome, CheckedToken, TokenVerifier};
+use crate::verifier::{CacheOutcome, TokenVerifier, VerifiedToken};
 use crate::VerifyError;
 
 /// The outcome of one online verification, after its audit record is committed.
@@ -29,7 +29,7 @@ pub struct Verification {
 
 #[derive(Debug, Clone)]
 pub struct ValidToken {
-    pub token: Arc<CheckedToken>,
+    pub token: Arc<VerifiedToken>,
     pub agent: Arc<AgentEntry>,
 }
 

@@ -20,7 +20,7 @@ use super::context::{AppState, Auth, KeepBody, RequestCtx};
 use super::error::{code_for_status, ApiError, ErrorBody, ErrorCode, ErrorDetail, ErrorInfo};
 use super::routes::{self, Route};
 use agentid_core::domain::{new_id, ApiKeyKind, IdPrefix};
-use agentid_engine::ratelimit::{Caller as RateCaller, Class, Decision};
+use agentid_engine::ratelimit::{Class, Decision, RateSubject};
 use agentid_engine::KeyLookup;
 
 /// The gate of `route`: every request the route takes passes it first.
@@ -62,14 +62,14 @@ pub async fn gate(
     let class = route.class;
     // A key that does not check out still costs its address a call: no free retries.
     let who = match &auth {
-        Auth::Key(c) => RateCaller::Org {
+        Auth::Key(c) => RateSubject::Org {
             org_id: &c.org.id,
             per_minute: match class {
                 Class::Verify | Class::Publishable => c.org.limits.verify_per_minute,
                 Class::Other => c.org.limits.other_per_minute,
             },
         },
-        _ => RateCaller::Anonymous(ip),
+        _ => RateSubject::Anonymous(ip),
     };
     let limits = state.engine.rate_limits();
     let (decision, share_refused) = match &auth {

@@ -11,7 +11,7 @@ use super::error::{ApiError, ErrorBody, ErrorCode};
 use super::openapi::Timestamp;
 use agentid_core::domain::{hex, AgentId, Ledger, Millis, ValidationError, VerifyResult};
 use agentid_core::records::LogQuery;
-use agentid_engine::transparency::checkpointer::ProofRefused;
+use agentid_engine::transparency::ProofRefused;
 
 const DEFAULT_LIMIT: u32 = 50;
 const MAX_LIMIT: u32 = 200;

@@ -131,11 +131,11 @@ mod tests {
     use super::*;
     use agentid_core::domain::KeyMode;
     use agentid_core::token::Claims;
-    use agentid_engine::{AgentEntry, CheckedToken, ValidToken};
+    use agentid_engine::{AgentEntry, ValidToken, VerifiedToken};
 
     #[test]
     fn valid_answer_is_the_serialized_valid_body_on_every_call() {
-        let token = Arc::new(CheckedToken::new(Claims {
+        let token = Arc::new(VerifiedToken::new(Claims {
             iss: "quote\"s.example".into(),
             sub: "agt_01jd0000000000000000000000".into(),
             jti: "01jd0000000000000000000001".into(),

@@ -5,7 +5,7 @@ use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, IntoArguments, Type};
 
 use super::agent_rows::{insert_agent, insert_agent_sql, place, scopes_json, AgentRow, AGENT_COLUMNS};
 use super::holdings::check_issuer;
-use super::places::{allocate, Placing};
+use super::places::{allocate, PlaceDraw};
 use super::revoke::revoke_in;
 use super::sql::{Backend, SqlStore};
 use super::{AgentRecord, Revocation, RevokedSince, StoreError, StoreFuture};
@@ -20,13 +20,13 @@ pub trait AgentStore {
     fn insert_agent<'a>(&'a self, agent: &'a AgentRecord) -> StoreFuture<'a, ()>;
     /// Inserts a new agent at a free place of the newest status list of its mode, in a
     /// transaction that no other placement (and no change of who holds a name) runs beside:
-    /// see [`Placing`]. With `issuer`, only when its organization may issue under its issuer
+    /// see [`PlaceDraw`]. With `issuer`, only when its organization may issue under its issuer
     /// domain (`StoreError::NotHeld` otherwise), read in the same transaction. Returns the
     /// place and its list's size.
     fn insert_agent_placed<'a>(
         &'a self,
         agent: &'a AgentRecord,
-        placing: &'a Placing,
+        placing: &'a PlaceDraw,
         issuer: Option<&'a KeyRing>,
     ) -> StoreFuture<'a, (StatusPlace, u64)>;
     /// Gives an agent registered before status lists a place (one it has already stays).
@@ -34,7 +34,7 @@ pub trait AgentStore {
     fn place_agent<'a>(
         &'a self,
         id: &'a str,
-        placing: &'a Placing,
+        placing: &'a PlaceDraw,
     ) -> StoreFuture<'a, Option<(StatusPlace, u64)>>;
     /// Every status list: id and number of places.
     fn status_lists(&self) -> StoreFuture<'_, Vec<(String, u64)>>;
@@ -130,7 +130,7 @@ where
     fn insert_agent_placed<'a>(
         &'a self,
         a: &'a AgentRecord,
-        placing: &'a Placing,
+        placing: &'a PlaceDraw,
         issuer: Option<&'a KeyRing>,
     ) -> StoreFuture<'a, (StatusPlace, u64)> {
         Box::pin(async move {
@@ -154,7 +154,7 @@ where
     fn place_agent<'a>(
         &'a self,
         id: &'a str,
-        placing: &'a Placing,
+        placing: &'a PlaceDraw,
     ) -> StoreFuture<'a, Option<(StatusPlace, u64)>> {
         Box::pin(async move {
             let mut tx = self.exclusive().await?;

@@ -5,7 +5,7 @@ use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, IntoArguments, Type};
 
 use super::block::{self, AgentBlockRow, FullBlock, Head, StoredBlock};
 use super::sql::{hash32, parse_mode, Backend, LogPlan, SqlStore};
-use super::{Appended, CheckedBlock, LogPage, LogQuery, StoreError, StoreFuture};
+use super::{Appended, DecodedBlock, LogPage, LogQuery, StoreError, StoreFuture};
 use agentid_core::domain::audit::{AuditEntry, AuditRecord};
 use agentid_core::domain::{Ledger, Totals, VerifyResult};
 
@@ -39,7 +39,7 @@ pub trait AuditStore {
         ledger: &'a Ledger,
         after: i64,
         limit: u32,
-    ) -> StoreFuture<'a, Vec<CheckedBlock>>;
+    ) -> StoreFuture<'a, Vec<DecodedBlock>>;
     /// An agent's `audit_block_agents` rows in a ledger, ascending.
     fn agent_rows<'a>(&'a self, ledger: &'a Ledger, agent_id: &'a str)
         -> StoreFuture<'a, Vec<AgentBlockRow>>;
@@ -327,7 +327,7 @@ where
         ledger: &'a Ledger,
         after: i64,
         limit: u32,
-    ) -> StoreFuture<'a, Vec<CheckedBlock>> {
+    ) -> StoreFuture<'a, Vec<DecodedBlock>> {
         Box::pin(async move {
             let rows: Vec<FullBlock> = sqlx::query_as(
                 "SELECT first_seq, last_seq, prev_hash, records, last_hash, results, \
@@ -342,7 +342,7 @@ where
             .await?;
             Ok(rows
                 .into_iter()
-                .map(|b| CheckedBlock {
+                .map(|b| DecodedBlock {
                     first_seq: b.block.first_seq,
                     last_seq: b.block.last_seq,
                     records: block::decode(ledger, &b.block, |_| true),

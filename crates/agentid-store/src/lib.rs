@@ -51,7 +51,7 @@ pub use block::AgentBlockRow;
 pub use domains::{DomainStore, RELEASED_REASON, REPLACED_REASON};
 pub use migrate::valid_role;
 pub use orgs::{KeyListing, OrgStore};
-pub use places::Placing;
+pub use places::PlaceDraw;
 pub use postgres::PgStore;
 pub use signing::SigningKeyStore;
 pub use sqlite::SqliteStore;
@@ -189,7 +189,7 @@ pub type SharedStore = Arc<dyn Store>;
 /// A stored block of a ledger's records (one batch's), decoded, and what its row claims of
 /// them, for `audit verify` to recompute.
 #[derive(Debug)]
-pub struct CheckedBlock {
+pub struct DecodedBlock {
     pub first_seq: i64,
     pub last_seq: i64,
     /// The records, or why they cannot be read.

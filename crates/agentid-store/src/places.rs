@@ -9,7 +9,7 @@ use agentid_core::domain::{KeyMode, Millis, StatusPlace};
 /// than `fill` places taken, else in a new list `new_list` of `size` places; at the first of
 /// `draws` (modulo the list's size) that is free. Test and live agents never share a list.
 #[derive(Debug, Clone)]
-pub struct Placing {
+pub struct PlaceDraw {
     pub mode: KeyMode,
     pub new_list: String,
     pub size: u64,
@@ -17,11 +17,11 @@ pub struct Placing {
     pub draws: Vec<u64>,
 }
 
-/// Takes a free place, as `Placing` says, inside the caller's exclusive transaction: the
+/// Takes a free place, as `PlaceDraw` says, inside the caller's exclusive transaction: the
 /// place, and its list's size.
 pub(crate) async fn allocate<DB: Database>(
     tx: &mut sqlx::Transaction<'_, DB>,
-    placing: &Placing,
+    placing: &PlaceDraw,
     now: Millis,
 ) -> Result<(StatusPlace, u64), StoreError>
 where

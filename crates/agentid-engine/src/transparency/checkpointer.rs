@@ -1,7 +1,7 @@
 //! The audit log as a transparency log: each ledger's Merkle tree (`tree`), signed
 //! checkpoints (`note::LogKey`), and inclusion and consistency proofs.
 //!
-//! The audit writer notes which ledgers grew ([`Grown`]); the checkpointer task signs a new
+//! The audit writer notes which ledgers grew ([`GrownLedgers`]); the checkpointer task signs a new
 //! checkpoint of each at most every interval, off the verify path. A checkpoint is made from
 //! what is committed: the previous checkpoint's tree edge (from stored subtree hashes) and the
 //! new records' hashes, read from their blocks. It is stored with the subtree hashes the new
@@ -17,7 +17,6 @@
 //! several intervals.
 
 use std::collections::{HashMap, HashSet};
-use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,10 +24,12 @@ use parking_lot::Mutex;
 
 use agentid_core::domain::audit::AuditRecord;
 use agentid_core::domain::{Ledger, Millis};
-use agentid_core::tlog::commit::{self, Commitment, Commitments, List};
 use agentid_core::tlog::note::{Checkpoint, LogKey, LogVerifier};
-use agentid_core::tlog::tree::{self, Frontier, Hash, Parts, Subtree};
+use agentid_core::tlog::tree::{self, Frontier};
 use agentid_store::{Added, SharedStore, StoreError, StoredCheckpoint};
+
+use super::lists::{committed_lists, CommittedLists};
+use super::proofs::subtree_hashes;
 
 /// Most records one checkpoint adds to a tree; a ledger that grew more (a log that predates
 /// checkpoints) gets there in steps, each a checkpoint of its own.
@@ -40,9 +41,9 @@ const READ_CHUNK: u64 = 1 << 16;
 
 /// The ledgers the audit writer appended to since the checkpointer last looked.
 #[derive(Debug, Default)]
-pub struct Grown(Mutex<HashSet<Ledger>>);
+pub struct GrownLedgers(Mutex<HashSet<Ledger>>);
 
-impl Grown {
+impl GrownLedgers {
     /// Notes the ledgers of committed records (one lock per batch; a ledger is cloned only
     /// the first time).
     pub fn note(&self, records: &[Option<AuditRecord>]) {
@@ -67,81 +68,19 @@ impl Grown {
     }
 }
 
-/// The lists a checkpoint of a ledger commits to, as the database holds them now.
-#[derive(Debug, Default)]
-pub struct CommittedLists {
-    /// The ledger's revocations, in revocation order.
-    pub revocations: Vec<(String, Millis)>,
-    /// The fleet's retired keys, by time of retirement (then kid).
-    pub retired_keys: Vec<(String, Millis)>,
-    /// The fleet's issuer-domain holding events, in order.
-    pub domains: Vec<(String, Millis)>,
-}
-
-impl CommittedLists {
-    pub fn commitments(&self) -> Commitments {
-        let of = |list| Commitment::of(list, self.get(list).iter().map(|(id, at)| (id.as_str(), *at)));
-        Commitments {
-            revocations: of(List::Revocations),
-            retired_keys: of(List::RetiredKeys),
-            domains: of(List::Domains),
-        }
-    }
-
-    /// One list's entries.
-    pub fn get(&self, list: List) -> &[(String, Millis)] {
-        match list {
-            List::Revocations => &self.revocations,
-            List::RetiredKeys => &self.retired_keys,
-            List::Domains => &self.domains,
-        }
-    }
-}
-
-/// Reads the lists a checkpoint of `ledger` commits to.
-pub async fn committed_lists(store: &SharedStore, ledger: &Ledger) -> Result<CommittedLists, StoreError> {
-    let mut retired_keys: Vec<(String, Millis)> = store
-        .signing_keys()
-        .await?
-        .into_iter()
-        .filter_map(|k| Some((k.kid, k.retired_at?)))
-        .collect();
-    retired_keys.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
-    let domains = store
-        .domain_events()
-        .await?
-        .into_iter()
-        .map(|e| (e.commitment_id(), e.at))
-        .collect();
-    Ok(CommittedLists {
-        revocations: store.revocations_of(ledger).await?,
-        retired_keys,
-        domains,
-    })
-}
-
 /// Something stored that the service did not write: logged, and counted by `what`.
-fn alarm(what: &'static str, message: &str) {
+pub(super) fn alarm(what: &'static str, message: &str) {
     tracing::error!(what, "integrity alarm: {message}");
     metrics::counter!("agentid_integrity_failures_total", "what" => what).increment(1);
 }
 
-/// Why a proof was not given.
-#[derive(Debug, thiserror::Error)]
-pub enum ProofRefused {
-    #[error("{0}")]
-    OutOfRange(String),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
 /// The log's signing key, its name, and what it signs.
 pub struct Transparency {
-    store: SharedStore,
-    key: LogKey,
+    pub(super) store: SharedStore,
+    pub(super) key: LogKey,
     host: String,
     interval: Duration,
-    grown: Arc<Grown>,
+    grown: Arc<GrownLedgers>,
     /// Per ledger with records no checkpoint covers: since when the checkpointer has seen
     /// it so (for the lag metrics).
     uncovered: Mutex<HashMap<Ledger, (u64, Millis)>>,
@@ -164,7 +103,13 @@ pub fn log_key_name(host: &str) -> String {
 }
 
 impl Transparency {
-    pub fn new(store: SharedStore, key: LogKey, host: &str, interval: Duration, grown: Arc<Grown>) -> Self {
+    pub fn new(
+        store: SharedStore,
+        key: LogKey,
+        host: &str,
+        interval: Duration,
+        grown: Arc<GrownLedgers>,
+    ) -> Self {
         Transparency {
             store,
             key,
@@ -356,48 +301,6 @@ impl Transparency {
         Ok(if target < size { Step::More } else { Step::Done })
     }
 
-    /// Whether the lists still hold what the latest checkpoint committed to. A revocation or a
-    /// retirement undone in the database is an alarm here (the new checkpoint is signed over
-    /// what the database holds, so the witness and `audit verify` catch it too).
-    fn check_commitments(&self, ledger: &Ledger, latest: &StoredCheckpoint, lists: &CommittedLists) {
-        let Ok(cp) = self.key.verifier().open(&latest.note) else {
-            return; // not a note of this key: `audit verify` reports it
-        };
-        let Ok(Some(old)) = Commitments::parse(&cp.extensions) else {
-            return;
-        };
-        if !commit::holds(List::Revocations, &lists.revocations, &old.revocations) {
-            alarm(
-                "revocation",
-                &format!(
-                    "ledger {ledger}: the database no longer holds the {} revocations the checkpoint of {} \
-                     records commits to: a revocation was undone",
-                    old.revocations.count, latest.size
-                ),
-            );
-        }
-        if !commit::holds(List::RetiredKeys, &lists.retired_keys, &old.retired_keys) {
-            alarm(
-                "retired_key",
-                &format!(
-                    "the database no longer holds the {} key retirements the checkpoint of {} records of \
-                     {ledger} commits to: a retirement was undone",
-                    old.retired_keys.count, latest.size
-                ),
-            );
-        }
-        if !commit::holds(List::Domains, &lists.domains, &old.domains) {
-            alarm(
-                "domain_event",
-                &format!(
-                    "the database no longer holds the {} issuer-domain events the checkpoint of {} records \
-                     of {ledger} commits to: who holds a name was rewritten",
-                    old.domains.count, latest.size
-                ),
-            );
-        }
-    }
-
     /// Notes that `ledger` holds `size` records of which its checkpoints cover `covered`,
     /// and sets the lag gauges to the largest lag of any ledger.
     fn note_lag(&self, ledger: &Ledger, covered: u64, size: u64, now: Millis) {
@@ -436,53 +339,6 @@ impl Transparency {
     async fn frontier(&self, ledger: &Ledger, size: u64) -> Result<Frontier, StoreError> {
         let hashes = subtree_hashes(&self.store, ledger, 0..size).await?;
         Frontier::at(size, &hashes).ok_or_else(|| StoreError::Corrupt("tree edge".into()))
-    }
-
-    /// The inclusion proof of record `seq` in the tree of `size` records, and its hash.
-    pub async fn inclusion(
-        &self,
-        ledger: &Ledger,
-        seq: u64,
-        size: u64,
-    ) -> Result<(Hash, Vec<Hash>), ProofRefused> {
-        let latest = self.latest_size(ledger).await?;
-        if !(1 <= seq && seq <= size && size <= latest) {
-            return Err(ProofRefused::OutOfRange(format!(
-                "need 1 ≤ seq ≤ tree_size ≤ {latest} (the latest checkpoint's size)"
-            )));
-        }
-        let leaf = self.store.record_hashes(ledger, seq, seq).await?;
-        let leaf = *leaf
-            .first()
-            .ok_or_else(|| StoreError::Corrupt(format!("record {seq} is missing")))?;
-        let mut proof = Vec::new();
-        for r in tree::inclusion_ranges(seq - 1, size) {
-            proof.push(range_hash(&self.store, ledger, r).await?);
-        }
-        Ok((leaf, proof))
-    }
-
-    /// The consistency proof from the tree of `from` records to that of `to`.
-    pub async fn consistency(&self, ledger: &Ledger, from: u64, to: u64) -> Result<Vec<Hash>, ProofRefused> {
-        let latest = self.latest_size(ledger).await?;
-        if !(1 <= from && from <= to && to <= latest) {
-            return Err(ProofRefused::OutOfRange(format!(
-                "need 1 ≤ from ≤ to ≤ {latest} (the latest checkpoint's size)"
-            )));
-        }
-        let mut proof = Vec::new();
-        for r in tree::consistency_ranges(from, to) {
-            proof.push(range_hash(&self.store, ledger, r).await?);
-        }
-        Ok(proof)
-    }
-
-    async fn latest_size(&self, ledger: &Ledger) -> Result<u64, StoreError> {
-        let size = self.store.ledger_size(ledger).await?;
-        Ok(self
-            .latest_signed(ledger, size, false)
-            .await?
-            .map_or(0, |c| c.size))
     }
 
     /// The ledger's latest checkpoint of at most `size` records that this log key signed,
@@ -530,52 +386,4 @@ pub enum Step {
     Done,
     /// It grew more than one step, or its latest checkpoint is younger than an interval.
     More,
-}
-
-/// The hash of a range a proof names, from the stored subtree hashes (and at most a few
-/// records at its edges): one small read per subtree it splits into.
-async fn range_hash(store: &SharedStore, ledger: &Ledger, range: Range<u64>) -> Result<Hash, StoreError> {
-    Ok(tree::fold(&subtree_hashes(store, ledger, range).await?))
-}
-
-/// The hashes of the subtrees a range splits into (`tree::subtrees`), in order.
-async fn subtree_hashes(
-    store: &SharedStore,
-    ledger: &Ledger,
-    range: Range<u64>,
-) -> Result<Vec<Hash>, StoreError> {
-    let mut hashes = Vec::new();
-    for s in tree::subtrees(range) {
-        hashes.push(subtree_hash(store, ledger, s).await?);
-    }
-    Ok(hashes)
-}
-
-async fn subtree_hash(store: &SharedStore, ledger: &Ledger, s: Subtree) -> Result<Hash, StoreError> {
-    let parts: Vec<Hash> = match s.parts() {
-        Parts::Leaves(r) => {
-            let records = store.record_hashes(ledger, r.start + 1, r.end).await?;
-            records.iter().map(tree::leaf_hash).collect()
-        }
-        Parts::Nodes { height, indices } => {
-            let rows = store.tree_nodes(ledger, height, indices.clone()).await?;
-            rows.into_iter()
-                .map(|(i, h)| {
-                    h.try_into().map_err(|_| {
-                        StoreError::Corrupt(format!(
-                            "ledger {ledger}: the stored hash of subtree {height}@{i} is not 32 bytes"
-                        ))
-                    })
-                })
-                .collect::<Result<_, _>>()?
-        }
-    };
-    let want = 1usize << (s.height % tree::STORED_EVERY);
-    if parts.len() != want {
-        return Err(StoreError::Corrupt(format!(
-            "ledger {ledger}: the stored hashes of subtree {}@{} are incomplete",
-            s.height, s.index
-        )));
-    }
-    Ok(tree::perfect(&parts))
 }

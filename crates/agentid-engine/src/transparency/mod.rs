@@ -5,3 +5,8 @@
 
 pub mod check;
 pub mod checkpointer;
+mod lists;
+mod proofs;
+
+pub use lists::{committed_lists, CommittedLists};
+pub use proofs::ProofRefused;

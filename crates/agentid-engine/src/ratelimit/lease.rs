@@ -1,0 +1,260 @@
+//! Organization buckets in the store a fleet shares, leased out in cells: an instance takes
+//! about a hundredth of the limit at a time, hands those out itself, and gives back what it
+//! did not use within a second.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use parking_lot::Mutex;
+
+use super::{bucket_key, decision, Class, Clock, Decision, LEASE_IDLE};
+use agentid_store::{SharedStore, Taken};
+
+/// The cells an instance leased from one shared bucket.
+#[derive(Debug)]
+struct Lease {
+    limit: u32,
+    /// Leased and not handed out yet.
+    cells: u32,
+    /// Cells the shared bucket held after the last lease.
+    shared_left: u32,
+    /// When the shared bucket is full again, as of the last lease (clock time).
+    full_at: Duration,
+    /// The shared bucket had no cell to lease: refuse until then without asking again.
+    refused_until: Duration,
+    /// The last time a cell was handed out or leased.
+    used_at: Duration,
+}
+
+impl Lease {
+    fn decision(&self, now: Duration, refused: bool) -> Decision {
+        let wait = refused.then(|| self.refused_until.saturating_sub(now));
+        decision(
+            self.limit,
+            self.cells + self.shared_left,
+            self.full_at.saturating_sub(now),
+            wait,
+        )
+    }
+}
+
+/// One shared bucket as this instance sees it: its lease, and a lock that one caller holds
+/// while it takes a new lease (the others wait for what it brings).
+#[derive(Debug)]
+struct Leased {
+    lease: Mutex<Lease>,
+    refill: tokio::sync::Mutex<()>,
+}
+
+/// Organization buckets in the store a fleet shares, by class and organization.
+pub(crate) struct Leases {
+    store: SharedStore,
+    buckets: [DashMap<String, Arc<Leased>>; 3],
+}
+
+/// Cells an instance leases at once from a bucket of `limit` a minute.
+fn lease_size(limit: u32) -> u32 {
+    (limit / 100).max(1)
+}
+
+impl Leases {
+    pub(crate) fn new(store: SharedStore) -> Self {
+        Leases {
+            store,
+            buckets: [DashMap::new(), DashMap::new(), DashMap::new()],
+        }
+    }
+
+    /// Buckets currently tracked.
+    pub(crate) fn tracked(&self) -> usize {
+        self.buckets.iter().map(DashMap::len).sum()
+    }
+
+    fn bucket(&self, class: Class, org_id: &str, limit: u32, now: Duration) -> Arc<Leased> {
+        let map = &self.buckets[class as usize];
+        if let Some(b) = map.get(org_id) {
+            return b.clone();
+        }
+        map.entry(org_id.to_owned())
+            .or_insert_with(|| {
+                Arc::new(Leased {
+                    lease: Mutex::new(Lease {
+                        limit,
+                        cells: 0,
+                        shared_left: limit,
+                        full_at: Duration::ZERO,
+                        refused_until: Duration::ZERO,
+                        used_at: now,
+                    }),
+                    refill: tokio::sync::Mutex::new(()),
+                })
+            })
+            .clone()
+    }
+
+    pub(crate) async fn check<C: Clock>(
+        &self,
+        clock: &C,
+        class: Class,
+        org_id: &str,
+        limit: u32,
+    ) -> Decision {
+        let bucket = self.bucket(class, org_id, limit, clock.now());
+        loop {
+            if let Some(d) = Self::from_lease(&bucket, clock.now(), limit) {
+                return d;
+            }
+            let _refill = bucket.refill.lock().await;
+            // Someone else may have leased while this caller waited.
+            if let Some(d) = Self::from_lease(&bucket, clock.now(), limit) {
+                return d;
+            }
+            let buckets = self.store.shared_buckets().expect("leases run on shared buckets");
+            let key = bucket_key(org_id, class);
+            match buckets.take_cells(&key, limit, lease_size(limit)).await {
+                Ok(taken) => {
+                    let now = clock.now();
+                    let mut lease = bucket.lease.lock();
+                    metrics::counter!("agentid_rate_limit_leases_total",
+                        "outcome" => if taken.granted > 0 { "granted" } else { "empty" })
+                    .increment(1);
+                    apply(&mut lease, &taken, now, limit);
+                }
+                Err(e) => {
+                    // The store is unreachable: the call will most likely fail there too.
+                    // Let it through rather than answer 429 for the store's outage.
+                    tracing::warn!(error = %e, "cannot lease rate-limit cells; the call passes");
+                    let lease = bucket.lease.lock();
+                    return decision(limit, lease.shared_left, Duration::ZERO, None);
+                }
+            }
+        }
+    }
+
+    /// A decision from the lease alone: a leased cell, or a refusal while the shared bucket
+    /// is known to be empty. `None`: a new lease is needed.
+    fn from_lease(bucket: &Leased, now: Duration, limit: u32) -> Option<Decision> {
+        let mut lease = bucket.lease.lock();
+        if lease.limit != limit {
+            // The plan changed: what was leased under the old limit is worth other cells.
+            lease.limit = limit;
+            lease.refused_until = Duration::ZERO;
+        }
+        if lease.cells > 0 {
+            lease.cells -= 1;
+            lease.used_at = now;
+            return Some(lease.decision(now, false));
+        }
+        (now < lease.refused_until).then(|| lease.decision(now, true))
+    }
+
+    pub(crate) fn peek<C: Clock>(&self, clock: &C, class: Class, org_id: &str, limit: u32) -> Decision {
+        match self.buckets[class as usize].get(org_id) {
+            Some(b) => b.lease.lock().decision(clock.now(), false),
+            None => decision(limit, limit, Duration::ZERO, None),
+        }
+    }
+
+    /// Gives back cells that went unused for a while (all of them with `all`), and forgets
+    /// buckets with nothing leased that were idle for a minute.
+    pub(crate) async fn give_back<C: Clock>(&self, clock: &C, all: bool) {
+        let now = clock.now();
+        let mut back = Vec::new();
+        for class in [Class::Verify, Class::Other, Class::Publishable] {
+            self.buckets[class as usize].retain(|org_id, b| {
+                let mut lease = b.lease.lock();
+                let idle = now.saturating_sub(lease.used_at);
+                if lease.cells > 0 && (all || idle >= LEASE_IDLE) {
+                    let cells = std::mem::take(&mut lease.cells);
+                    back.push((bucket_key(org_id, class), lease.limit, cells));
+                }
+                lease.cells > 0 || idle < Duration::from_secs(60)
+            });
+        }
+        let Some(buckets) = self.store.shared_buckets() else {
+            return;
+        };
+        for (key, limit, cells) in back {
+            if let Err(e) = buckets.return_cells(&key, limit, cells).await {
+                tracing::warn!(error = %e, "cannot give leased rate-limit cells back");
+            }
+        }
+    }
+}
+
+/// A new lease's cells and what it says of the shared bucket.
+fn apply(lease: &mut Lease, taken: &Taken, now: Duration, limit: u32) {
+    lease.limit = limit;
+    lease.cells += taken.granted;
+    lease.shared_left = taken.remaining;
+    lease.full_at = now + taken.full_in;
+    lease.used_at = now;
+    lease.refused_until = if taken.granted == 0 {
+        now + taken.retry_in
+    } else {
+        Duration::ZERO
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ratelimit::FakeClock;
+
+    #[test]
+    fn a_lease_hands_out_its_cells_then_asks_again() {
+        let clock = FakeClock::default();
+        let bucket = Leased {
+            lease: Mutex::new(Lease {
+                limit: 500,
+                cells: 0,
+                shared_left: 500,
+                full_at: Duration::ZERO,
+                refused_until: Duration::ZERO,
+                used_at: Duration::ZERO,
+            }),
+            refill: tokio::sync::Mutex::new(()),
+        };
+        assert!(
+            Leases::from_lease(&bucket, clock.now(), 500).is_none(),
+            "nothing leased yet"
+        );
+        let taken = Taken {
+            granted: 5,
+            remaining: 480,
+            full_in: Duration::from_secs(2),
+            retry_in: Duration::ZERO,
+        };
+        apply(&mut bucket.lease.lock(), &taken, clock.now(), 500);
+        for left in (0..5).rev() {
+            let d = Leases::from_lease(&bucket, clock.now(), 500).expect("a leased cell");
+            assert!(d.allowed);
+            assert_eq!(d.remaining, 480 + left);
+        }
+        assert!(Leases::from_lease(&bucket, clock.now(), 500).is_none());
+        // An empty shared bucket is not asked again before its next cell.
+        let empty = Taken {
+            granted: 0,
+            remaining: 0,
+            full_in: Duration::from_secs(60),
+            retry_in: Duration::from_millis(120),
+        };
+        apply(&mut bucket.lease.lock(), &empty, clock.now(), 500);
+        let refused = Leases::from_lease(&bucket, clock.now(), 500).expect("known empty");
+        assert!(!refused.allowed);
+        assert_eq!(refused.retry_after, Some(1));
+        clock.advance(Duration::from_millis(120));
+        assert!(
+            Leases::from_lease(&bucket, clock.now(), 500).is_none(),
+            "ask again"
+        );
+    }
+
+    #[test]
+    fn lease_sizes_are_a_hundredth_of_the_limit_and_at_least_one() {
+        assert_eq!(lease_size(60), 1);
+        assert_eq!(lease_size(500), 5);
+        assert_eq!(lease_size(50_000), 500);
+    }
+}

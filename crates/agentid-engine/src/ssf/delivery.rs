@@ -1,0 +1,165 @@
+//! Delivering push streams' events: the deliverer leases a stream (no other instance
+//! delivers it meanwhile), posts its pending events in order, and on a failure waits and
+//! tries again: 1 s, doubling, at most 5 min apart, for 24 h.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::vetting::pusher;
+use super::{Ssf, GIVE_UP_AFTER, MAX_PENDING, PUSH_TIMEOUT};
+use agentid_core::domain::Millis;
+use agentid_store::{StoreError, StreamRecord};
+
+/// What a push came to.
+enum Pushed {
+    Delivered,
+    /// 400: the receiver refused the SET for good (logged, not retried).
+    Refused(String),
+    Failed(String),
+}
+
+/// POSTs a SET (blocking).
+fn push(agent: &ureq::Agent, url: &str, set: &str) -> Pushed {
+    match agent
+        .post(url)
+        .set("Content-Type", "application/secevent+jwt")
+        .set("Accept", "application/json")
+        .send_string(set)
+    {
+        Ok(r) if r.status() == 202 => Pushed::Delivered,
+        Ok(r) => Pushed::Failed(format!("answered {}", r.status())),
+        Err(ureq::Error::Status(400, r)) => {
+            Pushed::Refused(r.into_string().unwrap_or_default().chars().take(300).collect())
+        }
+        Err(ureq::Error::Status(code, _)) => Pushed::Failed(format!("answered {code}")),
+        Err(e) => Pushed::Failed(e.to_string()),
+    }
+}
+
+/// When to try an event again after its `attempts`-th failure: 1 s, doubling, at most 5 min.
+fn backoff(attempts: i32) -> Duration {
+    Duration::from_secs(1u64 << attempts.clamp(1, 10).saturating_sub(1) as u32).min(Duration::from_secs(300))
+}
+
+/// Delivers push streams' events for as long as it runs.
+pub async fn deliverer(ssf: Arc<Ssf>) {
+    let mut sampled = Instant::now() - Duration::from_secs(60);
+    loop {
+        if let Err(e) = deliver_due(&ssf).await {
+            tracing::warn!(error = %e, "event delivery failed; retrying");
+        }
+        if sampled.elapsed() >= Duration::from_secs(5) {
+            sampled = Instant::now();
+            if let Ok(n) = ssf.store.pending_count().await {
+                metrics::gauge!("agentid_ssf_pending_events").set(n as f64);
+            }
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(250), ssf.wake.notified()).await;
+    }
+}
+
+/// One pass: every push stream with an event due, one after the other.
+async fn deliver_due(ssf: &Arc<Ssf>) -> Result<(), StoreError> {
+    loop {
+        let now = Millis::now();
+        let until = Millis(now.0 + ssf.cfg.lease.as_millis() as i64);
+        let streams = ssf.store.claim_streams(now, until, 16).await?;
+        if streams.is_empty() {
+            return Ok(());
+        }
+        for stream in streams {
+            let result = deliver_stream(ssf, &stream).await;
+            ssf.store.release_stream(&stream.id).await?;
+            result?;
+        }
+    }
+}
+
+/// Posts a leased stream's pending events in order; stops at the first that fails.
+async fn deliver_stream(ssf: &Arc<Ssf>, stream: &StreamRecord) -> Result<(), StoreError> {
+    let dropped = ssf
+        .store
+        .drop_excess(&stream.id, MAX_PENDING, Millis::now())
+        .await?;
+    if dropped > 0 {
+        metrics::counter!("agentid_ssf_deliveries_total", "outcome" => "dropped").increment(dropped);
+        tracing::warn!(stream = %stream.id, dropped, "stream owed too many events; the oldest were dropped");
+    }
+    let Some(url) = stream.endpoint_url.clone() else {
+        return Ok(());
+    };
+    let started = Instant::now();
+    // The endpoint is checked again (https, public addresses) before every pass.
+    let (url2, allow) = (url.clone(), ssf.cfg.allow_insecure_endpoints);
+    let agent = tokio::task::spawn_blocking(move || pusher(&url2, allow))
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
+    // Delivered events are marked done a chunk at a time (one commit, not one per event): a
+    // crash between a push and its mark sends that SET again, as at-least-once allows.
+    let mut done: Vec<i64> = Vec::new();
+    let outcome =
+        |o: &'static str| metrics::counter!("agentid_ssf_deliveries_total", "outcome" => o).increment(1);
+    for event in ssf.store.pending_events(&stream.id, 500).await? {
+        // A pass ends while a push that times out would still end within the lease.
+        if started.elapsed() + PUSH_TIMEOUT >= ssf.cfg.lease.saturating_sub(Duration::from_secs(1)) {
+            break;
+        }
+        let pushed = match &agent {
+            Ok(agent) => {
+                let set = ssf.sign(stream, &event);
+                let (agent, url) = (agent.clone(), url.clone());
+                tokio::task::spawn_blocking(move || push(&agent, &url, &set))
+                    .await
+                    .unwrap_or_else(|e| Pushed::Failed(e.to_string()))
+            }
+            Err(e) => Pushed::Failed(e.clone()),
+        };
+        let now = Millis::now();
+        match pushed {
+            Pushed::Delivered => {
+                metrics::histogram!("agentid_ssf_delivery_delay_seconds")
+                    .record((now.0 - event.event_at.0).max(0) as f64 / 1000.0);
+                outcome("delivered");
+                done.push(event.seq);
+            }
+            Pushed::Refused(body) => {
+                outcome("refused");
+                tracing::warn!(stream = %stream.id, jti = %event.jti, body = %body, "receiver refused a SET (400); not retried");
+                done.push(event.seq);
+            }
+            Pushed::Failed(why) => {
+                if now.0 - event.event_at.0 > GIVE_UP_AFTER.as_millis() as i64 {
+                    outcome("expired");
+                    tracing::warn!(stream = %stream.id, jti = %event.jti, "gave up a SET after 24 h of failed pushes");
+                    done.push(event.seq);
+                    continue;
+                }
+                outcome("failed");
+                let attempts = event.attempts + 1;
+                let next = Millis(now.0 + backoff(attempts).as_millis() as i64);
+                tracing::info!(stream = %stream.id, jti = %event.jti, attempts, error = %why, "push failed; trying again later");
+                ssf.store.events_done(&done, now).await?;
+                ssf.store.event_retry(event.seq, attempts, next).await?;
+                return Ok(());
+            }
+        }
+        if done.len() >= 64 {
+            ssf.store.events_done(&done, now).await?;
+            done.clear();
+        }
+    }
+    ssf.store.events_done(&done, Millis::now()).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_pushes_wait_longer_each_time_up_to_five_minutes() {
+        assert_eq!(backoff(1), Duration::from_secs(1));
+        assert_eq!(backoff(3), Duration::from_secs(4));
+        assert_eq!(backoff(40), Duration::from_secs(300));
+    }
+}

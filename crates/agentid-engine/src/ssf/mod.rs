@@ -1,0 +1,345 @@
+//! An OpenID Shared Signals (SSF 1.0) transmitter: an organization's streams to its
+//! receivers, and the delivery of a CAEP `session-revoked` Security Event Token (RFC 8417)
+//! for each revocation, pushed (RFC 8935) or polled (RFC 8936).
+//!
+//! A revocation writes its stream's events in its own transaction (a trigger), so they
+//! survive a crash. The deliverer leases one push stream at a time (no other instance
+//! delivers it meanwhile), posts its pending events in order, and on a failure waits and
+//! tries again: 1 s, doubling, at most 5 min apart, for 24 h. SETs are signed at delivery
+//! with the key that signs tokens.
+//!
+//! Here: the stream rules (what an owner may create and change). `vetting`: which push
+//! endpoints may be reached; `delivery`: the deliverer; `poll`: SETs signed and polled.
+
+mod delivery;
+mod poll;
+mod vetting;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
+
+use agentid_core::domain::{new_id, IdPrefix, KeyMode, Millis};
+use agentid_core::keys::SigningKeys;
+use agentid_store::{SharedStore, StoreError, StreamRecord};
+
+pub use delivery::deliverer;
+pub use vetting::check_endpoint;
+use vetting::origin_of;
+
+pub const PUSH: &str = "urn:ietf:rfc:8935";
+pub const POLL: &str = "urn:ietf:rfc:8936";
+pub const SESSION_REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
+pub const VERIFICATION: &str = "https://schemas.openid.net/secevent/ssf/event-type/verification";
+pub const EVENTS_SUPPORTED: [&str; 2] = [SESSION_REVOKED, VERIFICATION];
+
+/// Streams an organization may have.
+pub const MAX_STREAMS: i64 = 10;
+/// Events a stream may be owed; past this the oldest are dropped (and counted).
+pub const MAX_PENDING: u32 = 10_000;
+/// Bounds of what a stream's owner sends.
+const MAX_EVENTS_REQUESTED: usize = 16;
+const MAX_TEXT: usize = 512;
+/// A push that takes longer failed.
+const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Attempts stop this long after the event.
+const GIVE_UP_AFTER: Duration = Duration::from_secs(24 * 3600);
+/// How long a poll with `returnImmediately: false` waits for an event.
+pub const POLL_WAIT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone)]
+pub struct SsfConfig {
+    /// Allow `http://` and loopback or private push endpoints (development and tests).
+    pub allow_insecure_endpoints: bool,
+    /// How long an instance holds a push stream it delivers: after a crash, the stream's
+    /// events wait this long for another instance (or the restarted one).
+    pub lease: Duration,
+}
+
+impl Default for SsfConfig {
+    fn default() -> Self {
+        SsfConfig {
+            allow_insecure_endpoints: false,
+            lease: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SsfError {
+    #[error("{field}: {message}")]
+    Invalid { field: &'static str, message: String },
+    #[error("no such stream")]
+    NotFound,
+    #[error("an organization has at most {MAX_STREAMS} streams")]
+    TooMany,
+    #[error("poll token missing or not this stream's")]
+    BadPollToken,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> SsfError {
+    SsfError::Invalid {
+        field,
+        message: message.into(),
+    }
+}
+
+/// What a stream's owner sends to create or replace it.
+#[derive(Debug, Clone, Default)]
+pub struct StreamInput {
+    pub method: String,
+    pub endpoint_url: Option<String>,
+    pub events_requested: Vec<String>,
+    pub description: Option<String>,
+    pub aud: Option<String>,
+}
+
+pub struct Ssf {
+    store: SharedStore,
+    signing: Arc<SigningKeys>,
+    /// The public URL: SETs' `iss`, and the base of poll URLs.
+    public_url: String,
+    cfg: SsfConfig,
+    /// Woken when an event is queued on this instance.
+    wake: Notify,
+}
+
+impl Ssf {
+    pub fn new(store: SharedStore, signing: Arc<SigningKeys>, public_url: &str, cfg: SsfConfig) -> Self {
+        Ssf {
+            store,
+            signing,
+            public_url: public_url.trim_end_matches('/').to_owned(),
+            cfg,
+            wake: Notify::new(),
+        }
+    }
+
+    pub fn public_url(&self) -> &str {
+        &self.public_url
+    }
+
+    /// Where a poll stream's receiver polls.
+    pub fn poll_url(&self, stream_id: &str) -> String {
+        format!("{}/ssf/poll/{stream_id}", self.public_url)
+    }
+
+    /// New events may be due: deliver now rather than at the next tick.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Checks a push endpoint (https, every address public), resolving it off the async
+    /// threads.
+    async fn vet(&self, input: &StreamInput) -> Result<(), SsfError> {
+        let Some(url) = input.endpoint_url.clone().filter(|_| input.method == PUSH) else {
+            return Ok(());
+        };
+        if url.len() > MAX_TEXT {
+            return Err(invalid(
+                "delivery.endpoint_url",
+                format!("at most {MAX_TEXT} characters"),
+            ));
+        }
+        let allow = self.cfg.allow_insecure_endpoints;
+        tokio::task::spawn_blocking(move || check_endpoint(&url, allow))
+            .await
+            .map_err(|e| invalid("delivery.endpoint_url", e.to_string()))?
+            .map_err(|m| invalid("delivery.endpoint_url", m))
+    }
+
+    /// A stream built from `input` (its endpoint vetted), keeping `base`'s identity.
+    fn build(&self, base: StreamRecord, input: StreamInput) -> Result<StreamRecord, SsfError> {
+        let (endpoint_url, default_aud) = match input.method.as_str() {
+            PUSH => {
+                let url = input
+                    .endpoint_url
+                    .ok_or_else(|| invalid("delivery.endpoint_url", "is required for push delivery"))?;
+                let origin =
+                    origin_of(&url).ok_or_else(|| invalid("delivery.endpoint_url", "is not a URL"))?;
+                (Some(url), origin)
+            }
+            POLL => (None, base.id.clone()),
+            other => {
+                return Err(invalid(
+                    "delivery.method",
+                    format!("{other:?} is not {PUSH} (push) or {POLL} (poll)"),
+                ))
+            }
+        };
+        if input.events_requested.len() > MAX_EVENTS_REQUESTED
+            || input
+                .events_requested
+                .iter()
+                .any(|e| e.is_empty() || e.len() > MAX_TEXT)
+        {
+            return Err(invalid(
+                "events_requested",
+                format!("at most {MAX_EVENTS_REQUESTED} event type URIs of 1 to {MAX_TEXT} characters"),
+            ));
+        }
+        for (field, text) in [("description", &input.description), ("aud", &input.aud)] {
+            if text.as_ref().is_some_and(|t| t.is_empty() || t.len() > MAX_TEXT) {
+                return Err(invalid(field, format!("must be 1 to {MAX_TEXT} characters")));
+            }
+        }
+        Ok(StreamRecord {
+            aud: input.aud.unwrap_or(default_aud),
+            method: input.method,
+            endpoint_url,
+            revocations: input.events_requested.iter().any(|e| e == SESSION_REVOKED),
+            events_requested: input.events_requested,
+            description: input.description,
+            ..base
+        })
+    }
+
+    /// Creates a stream of the organization's, in its key's mode. For poll delivery, also the
+    /// poll token (shown this once; only its hash is kept).
+    pub async fn create(
+        &self,
+        org_id: &str,
+        mode: KeyMode,
+        input: StreamInput,
+    ) -> Result<(StreamRecord, Option<String>), SsfError> {
+        if self.store.count_streams(org_id).await? >= MAX_STREAMS {
+            return Err(SsfError::TooMany);
+        }
+        self.vet(&input).await?;
+        let base = StreamRecord {
+            id: new_id(IdPrefix::Stream),
+            org_id: org_id.to_owned(),
+            mode,
+            aud: String::new(),
+            method: String::new(),
+            endpoint_url: None,
+            poll_token_hash: None,
+            events_requested: Vec::new(),
+            revocations: false,
+            description: None,
+            status: "enabled".to_owned(),
+            created_at: Millis::now(),
+        };
+        let poll = input.method == POLL;
+        let mut stream = self.build(base, input)?;
+        let token = poll.then(|| {
+            use base64::Engine as _;
+            let token = format!(
+                "pt_{}",
+                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>())
+            );
+            stream.poll_token_hash = Some(Sha256::digest(token.as_bytes()).to_vec());
+            token
+        });
+        self.store.insert_stream(&stream).await?;
+        Ok((stream, token))
+    }
+
+    /// The caller's stream: another organization's, or another mode's, is not found.
+    pub async fn get(&self, org_id: &str, mode: KeyMode, id: &str) -> Result<StreamRecord, SsfError> {
+        match self.store.get_stream(id).await? {
+            Some(s) if s.org_id == org_id && s.mode == mode => Ok(s),
+            _ => Err(SsfError::NotFound),
+        }
+    }
+
+    pub async fn list(&self, org_id: &str, mode: KeyMode) -> Result<Vec<StreamRecord>, SsfError> {
+        Ok(self.store.list_streams(org_id, mode).await?)
+    }
+
+    /// Replaces what the owner may change. The delivery method stays what it was.
+    pub async fn replace(
+        &self,
+        org_id: &str,
+        mode: KeyMode,
+        id: &str,
+        input: StreamInput,
+    ) -> Result<StreamRecord, SsfError> {
+        let current = self.get(org_id, mode, id).await?;
+        if input.method != current.method {
+            return Err(invalid(
+                "delivery.method",
+                "a stream's delivery method does not change",
+            ));
+        }
+        self.vet(&input).await?;
+        let stream = self.build(current, input)?;
+        if !self.store.update_stream(&stream).await? {
+            return Err(SsfError::NotFound);
+        }
+        Ok(stream)
+    }
+
+    pub async fn delete(&self, org_id: &str, mode: KeyMode, id: &str) -> Result<(), SsfError> {
+        self.get(org_id, mode, id).await?;
+        self.store.delete_stream(id).await?;
+        Ok(())
+    }
+
+    pub async fn set_status(
+        &self,
+        org_id: &str,
+        mode: KeyMode,
+        id: &str,
+        status: &str,
+    ) -> Result<StreamRecord, SsfError> {
+        if !matches!(status, "enabled" | "paused" | "disabled") {
+            return Err(invalid("status", "must be enabled, paused or disabled"));
+        }
+        let mut stream = self.get(org_id, mode, id).await?;
+        stream.status = status.to_owned();
+        self.store.update_stream(&stream).await?;
+        self.wake();
+        Ok(stream)
+    }
+
+    /// Adds (or removes) an agent of the stream's organization and mode to what it carries.
+    pub async fn subject(
+        &self,
+        org_id: &str,
+        mode: KeyMode,
+        id: &str,
+        iss: &str,
+        sub: &str,
+        add: bool,
+    ) -> Result<(), SsfError> {
+        let stream = self.get(org_id, mode, id).await?;
+        let agent = self.store.get_agent(sub).await?;
+        if !agent.is_some_and(|a| a.org_id == org_id && a.mode == mode && a.issuer_domain == iss) {
+            return Err(invalid(
+                "subject",
+                "names no agent of this organization and mode (iss is its issuer_domain, sub its agent_id)",
+            ));
+        }
+        if add {
+            self.store.add_subject(&stream.id, sub).await?;
+        } else {
+            self.store.remove_subject(&stream.id, sub).await?;
+        }
+        Ok(())
+    }
+
+    /// Queues a verification event carrying `state` (SSF §8.1.4).
+    pub async fn verify(
+        &self,
+        org_id: &str,
+        mode: KeyMode,
+        id: &str,
+        state: Option<&str>,
+    ) -> Result<(), SsfError> {
+        if state.is_some_and(|s| s.len() > MAX_TEXT) {
+            return Err(invalid("state", format!("at most {MAX_TEXT} characters")));
+        }
+        let stream = self.get(org_id, mode, id).await?;
+        let jti = new_id(IdPrefix::Event);
+        self.store
+            .add_verification(&stream.id, &jti, state, Millis::now())
+            .await?;
+        self.wake();
+        Ok(())
+    }
+}

@@ -1,0 +1,92 @@
+//! The SET of an event, signed when it is sent, and poll delivery (RFC 8936).
+
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use super::{Ssf, SsfError, POLL_WAIT, SESSION_REVOKED, VERIFICATION};
+use agentid_core::domain::Millis;
+use agentid_store::{SsfEvent, StreamRecord};
+
+impl Ssf {
+    /// The SET of an event, signed now.
+    pub fn sign(&self, stream: &StreamRecord, event: &SsfEvent) -> String {
+        let mut claims = serde_json::json!({
+            "iss": self.public_url,
+            "aud": stream.aud,
+            "jti": event.jti,
+            "iat": Millis::now().as_secs(),
+        });
+        match event.kind.as_str() {
+            "verification" => {
+                claims["sub_id"] = serde_json::json!({"format": "opaque", "id": stream.id});
+                let mut body = serde_json::json!({});
+                if let Some(state) = &event.state {
+                    body["state"] = state.as_str().into();
+                }
+                claims["events"] = serde_json::json!({ VERIFICATION: body });
+            }
+            _ => {
+                claims["sub_id"] = serde_json::json!({
+                    "format": "iss_sub",
+                    "iss": event.issuer,
+                    "sub": event.agent_id,
+                });
+                let mut body = serde_json::json!({"event_timestamp": event.event_at.as_secs()});
+                if let Some(reason) = event.reason.as_deref().filter(|r| !r.is_empty()) {
+                    body["reason_admin"] = serde_json::json!({ "en": reason });
+                }
+                claims["events"] = serde_json::json!({ SESSION_REVOKED: body });
+            }
+        }
+        self.signing.sign_json("secevent+jwt", &claims).0
+    }
+
+    /// A poll (RFC 8936): acknowledges `ack` (and `set_errs`, which the receiver also has
+    /// done with), then answers up to `max` pending SETs, waiting for one up to `POLL_WAIT`
+    /// unless `immediately`.
+    pub async fn poll(
+        &self,
+        id: &str,
+        token: Option<&str>,
+        ack: &[String],
+        max: u32,
+        immediately: bool,
+    ) -> Result<(Vec<(String, String)>, bool), SsfError> {
+        let stream = self.store.get_stream(id).await?.ok_or(SsfError::NotFound)?;
+        let expected = stream.poll_token_hash.as_deref().ok_or(SsfError::NotFound)?;
+        let given = token.map(|t| Sha256::digest(t.as_bytes()));
+        if given.as_deref() != Some(expected) {
+            return Err(SsfError::BadPollToken);
+        }
+        if !ack.is_empty() {
+            let n = self.store.ack_events(id, ack, Millis::now()).await?;
+            metrics::counter!("agentid_ssf_deliveries_total", "outcome" => "acknowledged").increment(n);
+        }
+        let started = Instant::now();
+        loop {
+            let events = if stream.status == "enabled" {
+                self.store.pending_events(id, max + 1).await?
+            } else {
+                Vec::new()
+            };
+            if !events.is_empty() || immediately || started.elapsed() >= POLL_WAIT {
+                let more = events.len() > max as usize;
+                let now = Millis::now();
+                let sets = events
+                    .iter()
+                    .take(max as usize)
+                    .map(|e| {
+                        if e.attempts == 0 {
+                            metrics::histogram!("agentid_ssf_delivery_delay_seconds")
+                                .record((now.0 - e.event_at.0).max(0) as f64 / 1000.0);
+                        }
+                        (e.jti.clone(), self.sign(&stream, e))
+                    })
+                    .collect();
+                return Ok((sets, more));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
