@@ -312,7 +312,25 @@ pub async fn read(
     }
 }
 
+/// Checks every ledger with `audit verify`'s own checker (chains, blocks, checkpoints) and
+/// fails the test on any finding.
+pub async fn log_holds(
+    store: &SharedStore,
+    verifier: &agentid::tlog::note::LogVerifier,
+) -> agentid::engine::transparency::check::Report {
+    let report = agentid::engine::transparency::check::check(store, verifier, &[], Duration::from_secs(3600))
+        .await
+        .unwrap();
+    assert!(report.ok(), "{:?}", report.failures);
+    report
+}
+
 impl TestApp {
+    /// [`log_holds`] on this instance's store, with its log key.
+    pub async fn log_holds(&self) -> agentid::engine::transparency::check::Report {
+        log_holds(&self.store, self.engine.transparency().verifier()).await
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }

@@ -20,14 +20,6 @@ pub trait AuditStore {
     fn append_audit(&self, entries: Vec<AuditEntry>) -> BoxFuture<'_, Appended>;
     /// A page of a ledger, newest first, with the exact total of matching records.
     fn read_log<'a>(&'a self, q: LogQuery<'a>) -> StoreFuture<'a, LogPage>;
-    /// Records of a ledger with `seq > after_seq`, ascending (tests' chain verification).
-    #[cfg(feature = "test-hooks")]
-    fn read_chain<'a>(
-        &'a self,
-        ledger: &'a Ledger,
-        after_seq: i64,
-        limit: u32,
-    ) -> StoreFuture<'a, Vec<AuditRecord>>;
     /// Every ledger that holds records or checkpoints.
     fn ledgers(&self) -> StoreFuture<'_, Vec<Ledger>>;
     /// The number of records of a ledger: its newest block's last `seq`.
@@ -151,14 +143,6 @@ fn log_blocks_sql(q: &LogQuery<'_>, plan: &LogPlan) -> String {
     sql
 }
 
-/// The blocks holding the records after `after_seq`, oldest first; binds org, mode,
-/// after_seq, number of blocks. Starts at the block holding `after_seq + 1`, found on the
-/// primary key, so reading a long chain page by page costs the same at its end.
-#[cfg(feature = "test-hooks")]
-const CHAIN_BLOCKS_SQL: &str = "SELECT first_seq, last_seq, prev_hash, records FROM audit_blocks \
-    WHERE org_id = $1 AND mode = $2 AND first_seq >= COALESCE((SELECT MAX(first_seq) FROM audit_blocks \
-    WHERE org_id = $1 AND mode = $2 AND first_seq <= $3 + 1), 0) ORDER BY first_seq LIMIT $4";
-
 impl<DB: Backend> AuditStore for SqlStore<DB>
 where
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
@@ -257,35 +241,6 @@ where
                     None => totals.iter().sum(),
                 },
             })
-        })
-    }
-
-    #[cfg(feature = "test-hooks")]
-    fn read_chain<'a>(
-        &'a self,
-        ledger: &'a Ledger,
-        after_seq: i64,
-        limit: u32,
-    ) -> StoreFuture<'a, Vec<AuditRecord>> {
-        Box::pin(async move {
-            // Every block holds at least one record: `limit + 1` blocks hold `limit`
-            // records after `after_seq` if there are that many.
-            let blocks: Vec<StoredBlock> = sqlx::query_as(CHAIN_BLOCKS_SQL)
-                .bind(ledger.org_id.as_str())
-                .bind(ledger.mode.as_str())
-                .bind(after_seq)
-                .bind(i64::from(limit) + 1)
-                .fetch_all(&self.pool)
-                .await?;
-            let mut records = Vec::new();
-            for b in &blocks {
-                records.extend(block::decode(ledger, b, |p| p.seq > after_seq)?);
-                if records.len() >= limit as usize {
-                    break;
-                }
-            }
-            records.truncate(limit as usize);
-            Ok(records)
         })
     }
 

@@ -140,62 +140,6 @@ pub fn revoked_failure_reason(reason: Option<&str>) -> String {
     }
 }
 
-/// Where a chain stops being what it claims to be (tests and the store's unit tests: the
-/// service checks chains in `tlog::check`).
-#[cfg(any(test, feature = "test-hooks"))]
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("chain broken at seq {seq}: {problem}")]
-pub struct ChainBreak {
-    pub seq: i64,
-    pub problem: &'static str,
-}
-
-/// Walks records in ascending order and checks links, hashes and sequence continuity.
-/// Returns the head `(seq, hash)` that the next record must follow.
-#[cfg(any(test, feature = "test-hooks"))]
-pub struct ChainChecker {
-    seq: i64,
-    head: [u8; 32],
-}
-
-#[cfg(any(test, feature = "test-hooks"))]
-impl Default for ChainChecker {
-    fn default() -> Self {
-        ChainChecker {
-            seq: 0,
-            head: GENESIS,
-        }
-    }
-}
-
-#[cfg(any(test, feature = "test-hooks"))]
-impl ChainChecker {
-    pub fn push(&mut self, rec: &AuditRecord) -> Result<(), ChainBreak> {
-        let brk = |problem| {
-            Err(ChainBreak {
-                seq: rec.seq,
-                problem,
-            })
-        };
-        if rec.seq != self.seq + 1 {
-            return brk("sequence number gap");
-        }
-        if rec.prev_hash != self.head {
-            return brk("prev_hash does not match the previous record's hash");
-        }
-        if rec.compute_hash() != rec.hash {
-            return brk("hash does not match the record's contents");
-        }
-        self.seq = rec.seq;
-        self.head = rec.hash;
-        Ok(())
-    }
-
-    pub fn head(&self) -> (i64, [u8; 32]) {
-        (self.seq, self.head)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,28 +158,6 @@ mod tests {
             requested_at: Millis(1000),
             revocations_seen: 0,
         }
-    }
-
-    #[test]
-    fn chain_detects_edits_gaps_and_reorders() {
-        let a = AuditRecord::seal(entry("a"), "log_a".into(), 1, GENESIS);
-        let b = AuditRecord::seal(entry("b"), "log_b".into(), 2, a.hash);
-        let mut c = ChainChecker::default();
-        c.push(&a).unwrap();
-        c.push(&b).unwrap();
-        assert_eq!(c.head(), (2, b.hash));
-
-        let mut edited = b.clone();
-        edited.result = VerifyResult::Invalid;
-        let mut c = ChainChecker::default();
-        c.push(&a).unwrap();
-        assert_eq!(
-            c.push(&edited).unwrap_err().problem,
-            "hash does not match the record's contents"
-        );
-
-        let mut c = ChainChecker::default();
-        assert!(c.push(&b).is_err());
     }
 
     /// How the canonical bytes were first defined: `serde_json` of the members in order.
