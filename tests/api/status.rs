@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
+use agentid::domain::KeyMode;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use serde_json::Value;
@@ -279,30 +280,66 @@ async fn stock_receivers_read_a_revocation_from_the_list() {
     }
 }
 
-/// An agent registered before status lists (stored without a place) gets one with its next
-/// token, and keeps it.
+/// Agents registered before status lists (stored without a place) get one from migration
+/// 15: each mode's on a list of their own, full from the start so that no new agent is drawn
+/// into it. Their next token carries the place and their revocation sets its bit.
 #[actix_web::test]
-async fn an_agent_from_before_lists_gets_a_place_with_its_next_token() {
+async fn agents_from_before_lists_are_placed_by_the_migration() {
     let app = spawn_app().await;
     let (agent, _) = app.agent().await;
-    let mut old = app.store.get_agent(&agent).await.unwrap().unwrap();
-    old.id = agentid::domain::AgentId::generate().as_str().to_owned();
-    old.status = None;
-    app.store.insert_agent(&old).await.unwrap();
-    let issue = || async {
-        let res = app
-            .post(
-                &format!("/v1/agents/{}/issue-token", old.id),
-                Some(app.secret()),
-                None,
-            )
-            .await
-            .json();
-        place(res["token"].as_str().unwrap())
-    };
-    let (idx, uri) = issue().await;
-    assert_eq!(issue().await, (idx, uri.clone()), "the place is kept");
+    let template = app.store.get_agent(&agent).await.unwrap().unwrap();
+    let mut old = Vec::new();
+    for mode in [KeyMode::Live, KeyMode::Live, KeyMode::Test] {
+        let mut a = template.clone();
+        a.id = agentid::domain::AgentId::generate().as_str().to_owned();
+        a.mode = mode;
+        a.status = None;
+        app.store.insert_agent(&a).await.unwrap();
+        old.push(a.id);
+    }
+    // As a database the migration has not reached yet.
+    app.raw_execute("DELETE FROM _sqlx_migrations WHERE version = 15")
+        .await
+        .unwrap();
+    let app = app.restart().await;
+
+    let mut places = Vec::new();
+    for id in &old {
+        places.push(
+            app.store
+                .get_agent(id)
+                .await
+                .unwrap()
+                .unwrap()
+                .status
+                .expect("placed"),
+        );
+    }
+    let template_list = template.status.unwrap().list;
+    let (live, test) = (&places[0].list, &places[2].list);
+    assert_eq!(&places[1].list, live, "one list for a mode's agents");
+    assert!(live != test && *live != template_list && *test != template_list);
+    assert_ne!(places[0].idx, places[1].idx);
+    assert!(places.iter().all(|p| p.idx < 2));
+    let sizes: std::collections::HashMap<String, u64> =
+        app.store.status_lists().await.unwrap().into_iter().collect();
+    assert_eq!((sizes[live], sizes[test]), (8, 8));
+
+    // A new agent goes elsewhere; an old one's next token carries its place.
+    let (_, fresh) = app.agent().await;
+    assert!(!place(&fresh).1.ends_with(live.as_str()));
+    let res = app
+        .post(
+            &format!("/v1/agents/{}/issue-token", old[0]),
+            Some(app.secret()),
+            None,
+        )
+        .await
+        .json();
+    let (idx, uri) = place(res["token"].as_str().unwrap());
+    assert_eq!(idx, places[0].idx);
+    assert!(uri.ends_with(live.as_str()), "{uri}");
     assert_eq!(status_at(&checked_list(&app, &uri).await, idx), 0);
-    assert_eq!(app.revoke(&old.id, None).await.status, 200);
+    assert_eq!(app.revoke(&old[0], None).await.status, 200);
     until_revoked(&app, &uri, idx).await;
 }

@@ -60,7 +60,7 @@ pub struct AgentRecord {
     pub expires_at: Millis,
     pub revoked_at: Option<Millis>,
     pub revocation_reason: Option<String>,
-    /// Its place in a Token Status List (none for agents registered before lists).
+    /// Its place in a Token Status List (none only before `Agents::register` placed it).
     pub status: Option<StatusPlace>,
     pub verification_count: i64,
 }
@@ -120,7 +120,8 @@ pub struct Revocation {
     pub agent_id: String,
     pub reason: Option<String>,
     pub at: Millis,
-    /// Its status place (none for an agent registered before status lists).
+    /// Its status place (every stored agent has one: migration 15 placed those registered
+    /// before status lists).
     pub place: Option<StatusPlace>,
 }
 

@@ -149,19 +149,9 @@ impl Agents {
     /// Issues a new token. Allowed for expired agents (they become active again), refused
     /// for revoked ones. Earlier tokens stay valid until their own expiry.
     pub async fn issue_token(&self, caller: &Caller, id: &str) -> Result<IssuedToken, EngineError> {
-        let mut agent = self.get(caller, id).await?;
+        let agent = self.get(caller, id).await?;
         if agent.revoked_at.is_some() {
             return Err(EngineError::AgentRevoked);
-        }
-        if agent.status.is_none() {
-            // Registered before status lists: its tokens from now on carry a place too.
-            let (place, size) = self
-                .store
-                .place_agent(&agent.id, &self.placing(agent.mode))
-                .await?
-                .ok_or(EngineError::AgentNotFound)?;
-            self.status.learn_list(&place.list, size);
-            agent.status = Some(place);
         }
         let lifetime = (agent.expires_at.0 - agent.issued_at.0).max(1000) / 1000;
         let lifetime = lifetime.min(caller.org.limits.max_expiry_seconds as i64);

@@ -17,6 +17,9 @@ pub trait AgentStore {
     /// A ledger's revoked agents and when, in the order of their revocations: by revocation
     /// epoch (agents revoked before there were epochs first, by time).
     fn revocations_of<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, Vec<(String, Millis)>>;
+    /// Inserts an agent as given, with or without a place (tests: the service registers
+    /// with [`AgentStore::insert_agent_placed`]).
+    #[cfg(feature = "test-hooks")]
     fn insert_agent<'a>(&'a self, agent: &'a AgentRecord) -> StoreFuture<'a, ()>;
     /// Inserts a new agent at a free place of the newest status list of its mode, in a
     /// transaction that no other placement (and no change of who holds a name) runs beside:
@@ -29,13 +32,6 @@ pub trait AgentStore {
         placing: &'a PlaceDraw,
         issuer: Option<&'a KeyRing>,
     ) -> StoreFuture<'a, (StatusPlace, u64)>;
-    /// Gives an agent registered before status lists a place (one it has already stays).
-    /// `None` when there is no such agent.
-    fn place_agent<'a>(
-        &'a self,
-        id: &'a str,
-        placing: &'a PlaceDraw,
-    ) -> StoreFuture<'a, Option<(StatusPlace, u64)>>;
     /// Every status list: id and number of places.
     fn status_lists(&self) -> StoreFuture<'_, Vec<(String, u64)>>;
     /// Any organization's agent: callers check ownership.
@@ -118,6 +114,7 @@ where
         })
     }
 
+    #[cfg(feature = "test-hooks")]
     fn insert_agent<'a>(&'a self, a: &'a AgentRecord) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let sql = insert_agent_sql();
@@ -148,42 +145,6 @@ where
             insert_agent(&sql, &placed, &scopes).execute(&mut *tx).await?;
             tx.commit().await?;
             Ok((place, size))
-        })
-    }
-
-    fn place_agent<'a>(
-        &'a self,
-        id: &'a str,
-        placing: &'a PlaceDraw,
-    ) -> StoreFuture<'a, Option<(StatusPlace, u64)>> {
-        Box::pin(async move {
-            let mut tx = self.exclusive().await?;
-            let row: Option<(Option<String>, Option<i64>)> =
-                sqlx::query_as("SELECT status_list, status_idx FROM agents WHERE id = $1")
-                    .bind(id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-            let Some((list, idx)) = row else {
-                return Ok(None);
-            };
-            if let Some(place) = place(list, idx)? {
-                let (size,): (i64,) = sqlx::query_as("SELECT size FROM status_lists WHERE id = $1")
-                    .bind(place.list.as_str())
-                    .fetch_one(&mut *tx)
-                    .await?;
-                return Ok(Some((place, size as u64)));
-            }
-            let (place, size) = allocate(&mut tx, placing, Millis::now()).await?;
-            sqlx::query(
-                "UPDATE agents SET status_list = $2, status_idx = $3 WHERE id = $1 AND status_list IS NULL",
-            )
-            .bind(id)
-            .bind(place.list.as_str())
-            .bind(place.idx as i64)
-            .execute(&mut *tx)
-            .await?;
-            tx.commit().await?;
-            Ok(Some((place, size)))
         })
     }
 

@@ -178,10 +178,6 @@ pub trait Store:
     /// The rate-limit buckets the store keeps for every instance that uses it, when it is
     /// one a fleet shares (PostgreSQL); `None` for one that serves one instance (SQLite).
     fn shared_buckets(&self) -> Option<&dyn SharedBuckets>;
-    /// Drops the empty per-record audit log tables that migration 1 creates (blocks replaced
-    /// them), and refuses a database whose per-record log holds records (a pre-release
-    /// version's); `connect` calls it.
-    fn upgrade(&self) -> StoreFuture<'_, ()>;
 }
 
 pub type SharedStore = Arc<dyn Store>;

@@ -76,6 +76,11 @@ pub const SQLITE: Embedded = &[
         "ssf events in rust",
         include_str!("../../../migrations/sqlite/0014_ssf_events_in_rust.sql"),
     ),
+    (
+        15,
+        "prerelease data",
+        include_str!("../../../migrations/sqlite/0015_prerelease_data.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -147,6 +152,11 @@ pub const POSTGRES: Embedded = &[
         14,
         "ssf events in rust",
         include_str!("../../../migrations/postgres/0014_ssf_events_in_rust.sql"),
+    ),
+    (
+        15,
+        "prerelease data",
+        include_str!("../../../migrations/postgres/0015_prerelease_data.sql"),
     ),
 ];
 

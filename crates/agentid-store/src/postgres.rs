@@ -14,9 +14,7 @@ use sqlx::{FromRow, PgConnection, PgPool, Postgres};
 
 use super::block::{self, Block, BlockAgent};
 use super::sql::{self, Backend, Exclusive, LogPlan, Refused, SqlStore};
-use super::{
-    audit, batch, migrate, PoolStats, SharedBuckets, Store, StoreError, StoreFuture, StoreOptions, Taken,
-};
+use super::{audit, batch, migrate, PoolStats, SharedBuckets, StoreError, StoreFuture, StoreOptions, Taken};
 use agentid_core::domain::audit::{AuditEntry, AuditRecord};
 use agentid_core::domain::{Gcra, Ledger, Totals};
 
@@ -105,7 +103,6 @@ impl SqlStore<Postgres> {
                 cache: Mutex::default(),
             },
         };
-        store.upgrade().await?;
         Ok(store)
     }
 
@@ -240,7 +237,6 @@ impl Backend for Postgres {
         begin: "BEGIN",
         lock: "SELECT pg_advisory_xact_lock(7431003)",
     };
-    const LEGACY_LOG_EXISTS: &'static str = "SELECT to_regclass('audit_log') IS NOT NULL";
     // Not the ledger's append lock: checkpointing never holds up an append.
     const CHECKPOINT_LOCK: Option<&'static str> =
         Some("SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2 || '/checkpoint', 7431004))");

@@ -25,11 +25,9 @@ pub trait Backend: Database {
     /// What the backend keeps beside its main pool.
     type Extra: Send + Sync + fmt::Debug + 'static;
     /// A transaction that no other such transaction runs beside, on any instance: the
-    /// store's one-time work (recording the fleet's signing key, the first organization,
-    /// dropping the empty per-record log tables) takes it.
+    /// store's one-time work (recording the fleet's signing key, the first organization)
+    /// takes it.
     const EXCLUSIVE: Exclusive;
-    /// Selects whether the per-record `audit_log` of schema 1 and 2 still exists.
-    const LEGACY_LOG_EXISTS: &'static str;
     /// Inside the exclusive transaction's `begin`, binding org and mode: waits for any other
     /// instance checkpointing the same ledger (none needed where `begin` already serializes).
     const CHECKPOINT_LOCK: Option<&'static str>;
@@ -143,39 +141,5 @@ where
 
     fn shared_buckets(&self) -> Option<&dyn SharedBuckets> {
         DB::shared_buckets(self)
-    }
-
-    fn upgrade(&self) -> StoreFuture<'_, ()> {
-        Box::pin(async move {
-            // Looked at without a lock first: every start and every command opens the store,
-            // and the exclusive transaction would make each wait for the running writers.
-            let (exists,): (bool,) = sqlx::query_as(DB::LEGACY_LOG_EXISTS)
-                .fetch_one(&self.pool)
-                .await?;
-            if !exists {
-                return Ok(());
-            }
-            let mut tx = self.exclusive().await?;
-            let (exists,): (bool,) = sqlx::query_as(DB::LEGACY_LOG_EXISTS).fetch_one(&mut *tx).await?;
-            if !exists {
-                return Ok(()); // another instance dropped it meanwhile
-            }
-            let (held,): (bool,) = sqlx::query_as("SELECT EXISTS (SELECT 1 FROM audit_log)")
-                .fetch_one(&mut *tx)
-                .await?;
-            if held {
-                return Err(StoreError::Corrupt(
-                    "this database holds a per-record audit log (schema 1 or 2, written by a \
-                     pre-release version), which this version does not read; its tables are \
-                     unchanged"
-                        .into(),
-                ));
-            }
-            // Empty, as every database migration 1 created is: the blocks replace it.
-            sqlx::query("DROP TABLE audit_counts").execute(&mut *tx).await?;
-            sqlx::query("DROP TABLE audit_log").execute(&mut *tx).await?;
-            tx.commit().await?;
-            Ok(())
-        })
     }
 }

@@ -12,7 +12,7 @@ use sqlx::{Sqlite, SqliteConnection};
 
 use super::block::{self, Block};
 use super::sql::{Backend, Exclusive, LogPlan, Refused, SqlStore};
-use super::{audit, batch, migrate, Create, PoolStats, SharedBuckets, Store, StoreError, StoreOptions};
+use super::{audit, batch, migrate, Create, PoolStats, SharedBuckets, StoreError, StoreOptions};
 use agentid_core::domain::audit::{AuditEntry, AuditRecord};
 
 /// SQLite allows 32766 bound parameters; stay far below it.
@@ -85,7 +85,6 @@ impl SqlStore<Sqlite> {
             .await?;
         migrate::migrator(migrate::SQLITE).await?.run(&pool).await?;
         let store = SqlStore { pool, extra: lock };
-        store.upgrade().await?;
         Ok(store)
     }
 
@@ -212,8 +211,6 @@ impl Backend for Sqlite {
         begin: "BEGIN IMMEDIATE",
         lock: "SELECT 1",
     };
-    const LEGACY_LOG_EXISTS: &'static str =
-        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_log')";
     // `BEGIN IMMEDIATE` already serializes every writer.
     const CHECKPOINT_LOCK: Option<&'static str> = None;
     const LOG_PLAN: LogPlan = LogPlan {
