@@ -1,0 +1,249 @@
+//! `agentid audit verify` and `agentid audit witness`: checking the log, and holding it to
+//! "only ever grew".
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Subcommand;
+
+use super::{open, CliResult, DbArgs};
+use crate::config;
+use crate::engine::{admin, EngineConfig};
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Recompute everything the audit log claims from its records: every hash chain, the
+    /// derived columns and per-agent rows, the Merkle trees, and the root at every stored
+    /// checkpoint (and their signatures), and at every checkpoint in --checkpoints. Prints each
+    /// failure with its ledger and seq; exit 0 only when everything holds.
+    Verify {
+        #[command(flatten)]
+        db: DbArgs,
+        /// A file of signed checkpoints (one or more notes, as `GET /v1/log/checkpoint` answers
+        /// them), or a folder of such files (a witness's state folder, say).
+        #[arg(long)]
+        checkpoints: Option<PathBuf>,
+        /// The log key (as `/.well-known/log-key` serves it) [default: derived from the
+        /// signing key file and the public URL]
+        #[arg(long)]
+        log_key: Option<String>,
+        /// The service's signing key file, from which the log key is derived.
+        #[arg(
+            long,
+            env = "AGENTID_SIGNING_KEY_FILE",
+            default_value = config::DEFAULT_SIGNING_KEY_FILE
+        )]
+        signing_key_file: PathBuf,
+        /// The service's public URL (its host names the log key) [default: http://127.0.0.1:8080]
+        #[arg(long, env = "AGENTID_PUBLIC_URL")]
+        public_url: Option<String>,
+        #[command(flatten)]
+        staleness: StalenessArgs,
+    },
+    /// Check, from your own machine, that the service's log of your ledger only grows: fetch
+    /// its checkpoint, verify it, verify a consistency proof from the one saved last time, save
+    /// it. Run it from cron. Exit 1 when the log shrank, forked or cannot prove it only grew;
+    /// 2 when the check could not be made.
+    Witness {
+        /// The service's base URL.
+        #[arg(long)]
+        url: String,
+        /// A secret key of your organization (its mode picks the ledger).
+        #[arg(long, env = "AGENTID_WITNESS_KEY", hide_env_values = true)]
+        key: String,
+        /// Folder that keeps the last checkpoint and the pinned log key (one per ledger).
+        #[arg(long)]
+        state: PathBuf,
+        /// The log key [default: /.well-known/log-key at the first run, pinned after]
+        #[arg(long)]
+        log_key: Option<String>,
+        #[command(flatten)]
+        staleness: StalenessArgs,
+    },
+}
+
+/// When records that no checkpoint covers are an alarm.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StalenessArgs {
+    /// The service's checkpoint interval, in milliseconds (as `serve` takes it).
+    #[arg(long, env = "AGENTID_CHECKPOINT_INTERVAL_MS", default_value_t = EngineConfig::default().checkpoint_interval.as_millis() as u64)]
+    pub checkpoint_interval_ms: u64,
+    /// Fail when a record has gone uncovered by any checkpoint for more than this many
+    /// checkpoint intervals (the checkpointer stopped, or was stopped).
+    #[arg(long, env = "AGENTID_STALE_AFTER_INTERVALS", default_value_t = 6)]
+    pub stale_after_intervals: u32,
+}
+
+/// Runs `agentid audit …`.
+pub(super) async fn run(cmd: AuditCommand) -> CliResult {
+    match cmd {
+        AuditCommand::Verify {
+            db,
+            checkpoints,
+            log_key,
+            signing_key_file,
+            public_url,
+            staleness,
+        } => {
+            verify(
+                db,
+                checkpoints,
+                log_key,
+                signing_key_file,
+                public_url,
+                staleness.limit(),
+            )
+            .await
+        }
+        AuditCommand::Witness {
+            url,
+            key,
+            state,
+            log_key,
+            staleness,
+        } => {
+            witness(crate::witness::Witness {
+                url,
+                key,
+                state,
+                log_key,
+                stale_after: staleness.limit(),
+            })
+            .await
+        }
+    }
+}
+
+impl StalenessArgs {
+    fn limit(&self) -> Duration {
+        Duration::from_millis(self.checkpoint_interval_ms.max(1)) * self.stale_after_intervals.max(1)
+    }
+}
+
+pub(super) async fn verify(
+    db: DbArgs,
+    checkpoints: Option<PathBuf>,
+    log_key: Option<String>,
+    signing_key_file: PathBuf,
+    public_url: Option<String>,
+    stale_after: Duration,
+) -> CliResult {
+    use agentid_engine::transparency::check as logcheck;
+    let root = crate::keys::KeyRing::load(&signing_key_file)?;
+    let verifier = match log_key {
+        Some(k) => crate::tlog::note::LogVerifier::parse(&k)?,
+        None => {
+            let Some(keys) = &root else {
+                return Err(format!(
+                    "no signing key file at {} to derive the log key from: give --log-key (as \
+                     /.well-known/log-key serves it) or --signing-key-file",
+                    signing_key_file.display()
+                )
+                .into());
+            };
+            let url = public_url.unwrap_or_else(|| "http://127.0.0.1:8080".to_owned());
+            let name = agentid_engine::transparency::checkpointer::log_key_name(crate::app::host_of(&url));
+            keys.log_key(&name).verifier().clone()
+        }
+    };
+    let given = match &checkpoints {
+        Some(path) => crate::witness::notes_in(path)?,
+        None => Vec::new(),
+    };
+    let store = open(&db).await?;
+    let report = logcheck::check(&store, &verifier, &given, stale_after).await?;
+    for l in &report.ledgers {
+        let failed = report.failures.iter().filter(|f| f.ledger == l.ledger).count();
+        let status = if failed == 0 { "ok     " } else { "FAILED " };
+        println!(
+            "{status} {}: {} records, {} checkpoints recomputed{}",
+            l.ledger,
+            l.records,
+            l.checkpoints,
+            if failed == 0 {
+                String::new()
+            } else {
+                format!(", {failed} failures")
+            }
+        );
+    }
+    for f in &report.failures {
+        println!("FAIL    {f}");
+    }
+    if !given.is_empty() {
+        println!(
+            "checked {} given checkpoints from {}",
+            given.len(),
+            checkpoints
+                .as_ref()
+                .map_or(String::new(), |p| p.display().to_string())
+        );
+    }
+    // The signing keys: every recorded key must be one the key file vouches for.
+    let unvouched = match &root {
+        Some(root) => {
+            let unvouched = admin::unvouched_signing_keys(&store, root).await?;
+            if unvouched.is_empty() {
+                println!("ok      signing keys: every recorded key is vouched for by the key file");
+            }
+            for u in &unvouched {
+                println!("FAIL    {u}");
+            }
+            unvouched.len()
+        }
+        None => {
+            println!(
+                "skipped signing keys: no key file at {} to check them with",
+                signing_key_file.display()
+            );
+            0
+        }
+    };
+    // Who holds which issuer domain: every event vouched for, none missing, one holder a name.
+    let holdings = match &root {
+        Some(root) => {
+            let failures = crate::engine::grants::check_holdings(&store, root).await?;
+            if failures.is_empty() {
+                println!("ok      issuer domains: every holding event is vouched for by the key file");
+            }
+            for f in &failures {
+                println!("FAIL    {f}");
+            }
+            failures.len()
+        }
+        None => 0,
+    };
+    Ok(if report.ok() && unvouched == 0 && holdings == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+pub(super) async fn witness(w: crate::witness::Witness) -> CliResult {
+    use crate::witness::WitnessError;
+    match tokio::task::spawn_blocking(move || w.run()).await? {
+        Ok(seen) => {
+            match seen.previous {
+                Some(p) => println!(
+                    "ok: {} holds {} records, and extends the {p} seen before",
+                    seen.origin, seen.size
+                ),
+                None => println!(
+                    "ok: {} holds {} records (first checkpoint saved)",
+                    seen.origin, seen.size
+                ),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(WitnessError::Log(m)) => {
+            eprintln!("agentid audit witness: ALERT: {m}");
+            Ok(ExitCode::from(1))
+        }
+        Err(WitnessError::Check(m)) => {
+            eprintln!("agentid audit witness: cannot check: {m}");
+            Ok(ExitCode::from(2))
+        }
+    }
+}

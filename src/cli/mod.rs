@@ -1,0 +1,128 @@
+//! The command line: `serve`, `migrate`, `org`, `key`, `signing-key`, `domain`, `audit`. It
+//! parses arguments and calls the engine's rules (`engine::admin`); every flag of `serve` has
+//! an environment variable behind it, and its default is the one `Config` and the engine use.
+//! One file per group of commands: `serve`, `org` (organizations and API keys), `audit`
+//! (verify and witness), `operator` (migrations, signing keys, issuer domains).
+
+mod audit;
+mod operator;
+mod org;
+mod serve;
+
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config;
+use crate::store::{self, SharedStore, StoreOptions};
+
+pub use audit::{AuditCommand, StalenessArgs};
+pub use operator::{DomainCommand, KeyFileArgs, SigningKeyCommand};
+pub use org::{KeyCommand, KindArg, ModeArg, OrgCommand, PlanArg};
+pub use serve::{IssuerDomainsArg, ServeArgs};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "agentid",
+    version,
+    about = "Identity and verification service for AI agents"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP service.
+    Serve(ServeArgs),
+    /// Manage organizations.
+    #[command(subcommand)]
+    Org(OrgCommand),
+    /// Manage API keys.
+    #[command(subcommand)]
+    Key(KeyCommand),
+    /// Inspect the audit log, or witness it.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+    /// Rotate the fleet's token signing keys.
+    #[command(subcommand)]
+    SigningKey(SigningKeyCommand),
+    /// Grant, release and list the issuer domains organizations hold.
+    #[command(subcommand)]
+    Domain(DomainCommand),
+    /// Apply the database migrations (as the database owner), and optionally grant a role
+    /// that owns nothing what the service needs.
+    Migrate {
+        #[command(flatten)]
+        db: DbArgs,
+        /// PostgreSQL role the service runs as: granted exactly what it needs (inserts only
+        /// into the audit log's tables, no TRUNCATE, nothing it could own or create).
+        #[arg(long)]
+        grant: Option<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct DbArgs {
+    /// sqlite://PATH (embedded) or postgres://USER@HOST:PORT/DB
+    #[arg(long, env = "DATABASE_URL", default_value = config::DEFAULT_DATABASE_URL)]
+    pub database_url: String,
+}
+
+pub async fn run(cli: Cli) -> ExitCode {
+    let result = match cli.command {
+        Command::Serve(args) => serve::serve(args).await,
+        Command::Org(cmd) => org::org(cmd).await,
+        Command::Key(cmd) => org::key(cmd).await,
+        Command::Audit(cmd) => audit::run(cmd).await,
+        Command::Migrate { db, grant } => operator::migrate(db, grant).await,
+        Command::SigningKey(cmd) => operator::signing_key(cmd).await,
+        Command::Domain(cmd) => operator::domain(cmd).await,
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("agentid: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+pub(super) type CliResult = Result<ExitCode, Box<dyn std::error::Error>>;
+
+/// The database a command (not `serve`, not `migrate`) works on: it must exist.
+pub(super) async fn open(db: &DbArgs) -> Result<SharedStore, store::StoreError> {
+    let opts = StoreOptions {
+        create: store::Create::Nothing,
+        ..StoreOptions::default()
+    };
+    store::connect(&db.database_url, &opts).await
+}
+
+/// What `serve` and `migrate` may create: the default database with its folder; a database
+/// at a path given, in a folder that exists.
+pub(super) fn may_create(url: &str) -> store::Create {
+    if url == config::DEFAULT_DATABASE_URL {
+        store::Create::FileAndFolder
+    } else {
+        store::Create::File
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, Command, SigningKeyCommand};
+
+    /// A kid is base64url and may begin with '-': it is still the kid, not a flag.
+    #[test]
+    fn a_kid_that_begins_with_a_dash_is_a_kid() {
+        let cli = Cli::try_parse_from(["agentid", "signing-key", "retire", "-3abc_x"]).unwrap();
+        match cli.command {
+            Command::SigningKey(SigningKeyCommand::Retire { kid, .. }) => assert_eq!(kid, "-3abc_x"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! `agentid serve`: its flags, each with an environment variable, and the service it starts.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use super::{may_create, CliResult, DbArgs};
+use crate::config::{self, Config};
+use crate::engine::domains::{DomainConfig, IssuerPolicy};
+use crate::engine::ssf::SsfConfig;
+use crate::engine::status::StatusConfig;
+use crate::engine::{EngineConfig, WriterConfig};
+use crate::store::StoreOptions;
+use crate::telemetry::{self, LogFormat};
+use crate::Application;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Address to listen on.
+    #[arg(long, env = "AGENTID_BIND", default_value = config::DEFAULT_BIND)]
+    pub bind: String,
+    /// Public base URL used in verify_url, public_key_url and docs_url [default: http://BIND]
+    #[arg(long, env = "AGENTID_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    /// PKCS#8 PEM Ed25519 signing key; created (mode 0600) when absent.
+    #[arg(
+        long,
+        env = "AGENTID_SIGNING_KEY_FILE",
+        default_value = config::DEFAULT_SIGNING_KEY_FILE
+    )]
+    pub signing_key_file: PathBuf,
+    /// Prometheus metrics listener ("off" disables it).
+    #[arg(long, env = "AGENTID_METRICS_BIND", default_value = config::DEFAULT_METRICS_BIND)]
+    pub metrics_bind: String,
+    /// Log format on stderr.
+    #[arg(long, env = "AGENTID_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// HTTP worker threads [default: one per CPU]
+    #[arg(long, env = "AGENTID_WORKERS")]
+    pub workers: Option<usize>,
+    /// Balancers in front of the service, as CIDRs (e.g. 10.0.0.0/8,::1/128): only a peer in
+    /// one of them is believed about the client's address (X-Forwarded-For, Forwarded).
+    #[arg(long, env = "AGENTID_TRUSTED_PROXIES", default_value = "")]
+    pub trusted_proxies: String,
+    /// After SIGTERM, SIGINT or SIGQUIT: seconds the instance goes on serving while /health
+    /// answers 503 "draining" (so that a balancer moves its traffic), before it stops
+    /// accepting, finishes what is in flight and exits.
+    #[arg(long, env = "AGENTID_SHUTDOWN_DRAIN_SECONDS", default_value_t = Config::new(config::DEFAULT_DATABASE_URL).shutdown_drain.as_secs())]
+    pub shutdown_drain_seconds: u64,
+    /// Most audit records written in one transaction.
+    #[arg(long, env = "AGENTID_AUDIT_BATCH_MAX", default_value_t = WriterConfig::default().max_batch)]
+    pub audit_batch_max: usize,
+    /// How long a partly filled audit batch waits for more records, in milliseconds.
+    #[arg(long, env = "AGENTID_AUDIT_LINGER_MS", default_value_t = WriterConfig::default().linger.as_millis() as u64)]
+    pub audit_linger_ms: u64,
+    /// Database connections.
+    #[arg(long, env = "AGENTID_DB_MAX_CONNECTIONS", default_value_t = StoreOptions::default().max_connections)]
+    pub db_max_connections: u32,
+    /// A ledger of the audit log that grew gets a new signed checkpoint at most this often,
+    /// in milliseconds.
+    #[arg(long, env = "AGENTID_CHECKPOINT_INTERVAL_MS", default_value_t = EngineConfig::default().checkpoint_interval.as_millis() as u64)]
+    pub checkpoint_interval_ms: u64,
+    /// Bytes of verified tokens (with their claims and answers) remembered; 0 disables the
+    /// cache.
+    #[arg(long, env = "AGENTID_TOKEN_CACHE_BYTES", default_value_t = EngineConfig::default().token_cache_bytes)]
+    pub token_cache_bytes: u64,
+    /// Places of each Token Status List (a multiple of 8, up to 16777216); a new list opens
+    /// once half of the newest one's places are taken.
+    #[arg(long, env = "AGENTID_STATUS_LIST_SIZE", default_value_t = StatusConfig::default().size,
+          value_parser = parse_list_size)]
+    pub status_list_size: u64,
+    /// How long receivers may cache a status list, in seconds (its `ttl` and `max-age`).
+    #[arg(long, env = "AGENTID_STATUS_LIST_TTL", default_value_t = StatusConfig::default().ttl.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub status_list_ttl: u64,
+    /// Allow Shared Signals push endpoints on http:// and on loopback or private addresses
+    /// (development and tests only: a stream's owner could otherwise reach internal hosts).
+    #[arg(long, env = "AGENTID_SSF_ALLOW_INSECURE_ENDPOINTS", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false)]
+    pub ssf_allow_insecure_endpoints: bool,
+    /// How long an instance holds a Shared Signals push stream it delivers, in seconds (at
+    /// least 12: a push may take 10); after a crash its events wait this long.
+    #[arg(long, env = "AGENTID_SSF_LEASE_SECONDS", default_value_t = SsfConfig::default().lease.as_secs(),
+          value_parser = clap::value_parser!(u64).range(12..=3600))]
+    pub ssf_lease_seconds: u64,
+    /// Who may issue under an issuer domain: `verified`, only an organization that proved
+    /// the name (or that the operator granted it); `open`, anyone, for single-tenant and
+    /// development deployments (a token's issuer then proves nothing).
+    #[arg(long, env = "AGENTID_ISSUER_DOMAINS", value_enum, default_value_t = IssuerDomainsArg::Verified)]
+    pub issuer_domains: IssuerDomainsArg,
+    /// The DNS server issuer-domain checks ask, as IP:PORT [default: the system's resolver]
+    #[arg(long, env = "AGENTID_DNS_RESOLVER")]
+    pub dns_resolver: Option<std::net::SocketAddr>,
+    /// Let issuer-domain checks reach loopback and private addresses, and fetch
+    /// http://<domain>/.well-known/agentid-domain-verification (port 80) when HTTPS fails
+    /// (development and tests only).
+    #[arg(long, env = "AGENTID_DOMAIN_VERIFICATION_ALLOW_INSECURE", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false)]
+    pub domain_verification_allow_insecure: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IssuerDomainsArg {
+    Verified,
+    Open,
+}
+
+fn parse_list_size(s: &str) -> Result<u64, String> {
+    let n: u64 = s.parse().map_err(|_| format!("{s:?} is not a whole number"))?;
+    if !(StatusConfig::MIN_SIZE..=StatusConfig::MAX_SIZE).contains(&n) || !n.is_multiple_of(8) {
+        return Err(format!(
+            "a status list holds a multiple of 8 places, from {} to {}",
+            StatusConfig::MIN_SIZE,
+            StatusConfig::MAX_SIZE
+        ));
+    }
+    Ok(n)
+}
+
+/// Comma-separated CIDR networks; a bare address is the network of that address alone.
+fn parse_nets(list: &str) -> Result<Vec<ipnet::IpNet>, String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<ipnet::IpNet>()
+                .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| {
+                    format!("--trusted-proxies: {s:?} is not a CIDR network like 10.0.0.0/8, nor an address")
+                })
+        })
+        .collect()
+}
+
+pub(super) async fn serve(args: ServeArgs) -> CliResult {
+    telemetry::init(args.log_format);
+    let metrics_bind = (args.metrics_bind != "off").then_some(args.metrics_bind);
+    let cfg = Config {
+        bind: args.bind,
+        public_url: args.public_url,
+        signing_key_file: args.signing_key_file,
+        metrics_bind,
+        workers: args.workers,
+        trusted_proxies: parse_nets(&args.trusted_proxies)?,
+        engine: EngineConfig {
+            writer: WriterConfig {
+                max_batch: args.audit_batch_max.max(1),
+                linger: Duration::from_millis(args.audit_linger_ms),
+                ..WriterConfig::default()
+            },
+            token_cache_bytes: args.token_cache_bytes,
+            checkpoint_interval: Duration::from_millis(args.checkpoint_interval_ms.max(1)),
+            status: StatusConfig {
+                size: args.status_list_size,
+                ttl: Duration::from_secs(args.status_list_ttl),
+            },
+            ssf: SsfConfig {
+                allow_insecure_endpoints: args.ssf_allow_insecure_endpoints,
+                lease: Duration::from_secs(args.ssf_lease_seconds),
+            },
+            domains: DomainConfig::new(
+                match args.issuer_domains {
+                    IssuerDomainsArg::Verified => IssuerPolicy::Verified,
+                    IssuerDomainsArg::Open => IssuerPolicy::Open,
+                },
+                args.dns_resolver,
+                args.domain_verification_allow_insecure,
+            ),
+            ..EngineConfig::default()
+        },
+        store: StoreOptions {
+            max_connections: args.db_max_connections.max(1),
+            create: may_create(&args.db.database_url),
+            serve_lock: true,
+            ..StoreOptions::default()
+        },
+        shutdown_drain: Duration::from_secs(args.shutdown_drain_seconds),
+        ..Config::new(args.db.database_url)
+    };
+    let database = crate::config::redact_url(&cfg.database_url);
+    tracing::debug!(config = ?cfg, "starting");
+    let app = Application::build(cfg).await?;
+    tracing::info!(
+        listening = %app.addr(),
+        public_url = app.public_url(),
+        %database,
+        "serving"
+    );
+    if app.created_signing_key {
+        println!("agentid: created a new signing key");
+    }
+    if let Some(org) = &app.bootstrapped {
+        println!(
+            "agentid: created organization {} ({}, plan {}). Its API keys are shown this once and will not be shown again:",
+            org.name, org.org_id, org.plan
+        );
+        println!("  secret_live       {}", org.keys.secret_live);
+        println!("  secret_test       {}", org.keys.secret_test);
+        println!("  publishable_live  {}", org.keys.publishable_live);
+        println!("  publishable_test  {}", org.keys.publishable_test);
+        if app.engine().domains().policy() == IssuerPolicy::Verified {
+            println!(
+                "agentid: try it: an organization issues under names it holds. Grant it one (from this \
+                 folder), then register an agent under it:"
+            );
+            println!("  agentid domain approve --org {} demo.example", org.org_id);
+        } else {
+            println!("agentid: try it:");
+        }
+        println!(
+            "  curl -s -X POST {}/v1/agents/register -H 'Authorization: Bearer {}' \
+             -H 'Content-Type: application/json' -d '{{\"name\":\"demo\",\"issuer_domain\":\"demo.example\",\"scopes\":[\"read:docs\"]}}'",
+            app.public_url(),
+            org.keys.secret_live
+        );
+    }
+    if let Some(m) = app.metrics_addr() {
+        println!("agentid: metrics on http://{m}/metrics");
+    }
+    // Last: scripts wait for this line.
+    println!(
+        "agentid: listening on http://{} (public URL {})",
+        app.addr(),
+        app.public_url()
+    );
+    app.run_until_stopped().await?;
+    Ok(ExitCode::SUCCESS)
+}
