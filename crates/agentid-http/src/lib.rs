@@ -117,21 +117,21 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .service(resource(&routes::SSF_CONFIGURATION).route(web::get().to(ssf::configuration)))
         .service(
             resource(&routes::SSF_STREAMS)
-                .route(web::post().to(ssf::create))
-                .route(web::get().to(ssf::read))
-                .route(web::put().to(ssf::replace))
-                .route(web::patch().to(ssf::update))
-                .route(web::delete().to(ssf::delete)),
+                .route(web::post().to(ssf::streams::create))
+                .route(web::get().to(ssf::streams::read))
+                .route(web::put().to(ssf::streams::replace))
+                .route(web::patch().to(ssf::streams::update))
+                .route(web::delete().to(ssf::streams::delete)),
         )
         .service(
             resource(&routes::SSF_STATUS)
-                .route(web::get().to(ssf::status))
-                .route(web::post().to(ssf::set_status)),
+                .route(web::get().to(ssf::streams::status))
+                .route(web::post().to(ssf::streams::set_status)),
         )
-        .service(resource(&routes::SSF_SUBJECTS_ADD).route(web::post().to(ssf::add_subject)))
-        .service(resource(&routes::SSF_SUBJECTS_REMOVE).route(web::post().to(ssf::remove_subject)))
-        .service(resource(&routes::SSF_VERIFY).route(web::post().to(ssf::verify)))
-        .service(resource(&routes::SSF_POLL).route(web::post().to(ssf::poll)))
+        .service(resource(&routes::SSF_SUBJECTS_ADD).route(web::post().to(ssf::events::add_subject)))
+        .service(resource(&routes::SSF_SUBJECTS_REMOVE).route(web::post().to(ssf::events::remove_subject)))
+        .service(resource(&routes::SSF_VERIFY).route(web::post().to(ssf::events::verify)))
+        .service(resource(&routes::SSF_POLL).route(web::post().to(ssf::events::poll)))
         .service(resource(&routes::INCLUSION_PROOF).route(web::get().to(log::inclusion)))
         .service(resource(&routes::CONSISTENCY_PROOF).route(web::get().to(log::consistency)));
 }
