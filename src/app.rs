@@ -21,7 +21,7 @@ use crate::store::{self, StoreError};
 /// kernel caps it at `net.core.somaxconn`; actix-server's own default). The standard
 /// library's 128 made a burst of new connections (a load balancer's, or a load test's ~170
 /// at once) lose SYNs, and those clients waited a full second for their retransmit.
-pub const LISTEN_BACKLOG: i32 = 2048;
+pub(crate) const LISTEN_BACKLOG: i32 = 2048;
 
 /// Binds `addr` and listens with [`LISTEN_BACKLOG`].
 fn listen(addr: &str) -> std::io::Result<TcpListener> {
@@ -192,7 +192,7 @@ impl Application {
         })
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 

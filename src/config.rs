@@ -9,10 +9,10 @@ use crate::engine::EngineConfig;
 use crate::store::StoreOptions;
 
 /// Defaults of `serve` (its flags name these, so each is written once).
-pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
-pub const DEFAULT_DATABASE_URL: &str = "sqlite://./data/agentid.db";
-pub const DEFAULT_SIGNING_KEY_FILE: &str = "./data/signing-key.pem";
-pub const DEFAULT_METRICS_BIND: &str = "127.0.0.1:9464";
+pub(crate) const DEFAULT_BIND: &str = "127.0.0.1:8080";
+pub(crate) const DEFAULT_DATABASE_URL: &str = "sqlite://./data/agentid.db";
+pub(crate) const DEFAULT_SIGNING_KEY_FILE: &str = "./data/signing-key.pem";
+pub(crate) const DEFAULT_METRICS_BIND: &str = "127.0.0.1:9464";
 
 #[derive(Clone)]
 pub struct Config {
@@ -20,7 +20,7 @@ pub struct Config {
     pub bind: String,
     pub database_url: String,
     /// `{base_url}`; defaults to `http://` + the bound address.
-    pub public_url: Option<String>,
+    pub(crate) public_url: Option<String>,
     pub signing_key_file: PathBuf,
     /// Prometheus listener; `None` disables it.
     pub metrics_bind: Option<String>,
@@ -35,10 +35,10 @@ pub struct Config {
     pub bootstrap: bool,
     /// Stop gracefully on SIGTERM / SIGINT (off in tests, which run many servers).
     pub handle_signals: bool,
-    pub shutdown_timeout: Duration,
+    pub(crate) shutdown_timeout: Duration,
     /// After a stop signal: how long the instance goes on serving, `/health` answering 503
     /// `draining`, before it stops accepting.
-    pub shutdown_drain: Duration,
+    pub(crate) shutdown_drain: Duration,
 }
 
 impl Config {
@@ -79,7 +79,7 @@ impl fmt::Debug for Config {
 
 /// The URL with any password replaced by `***`: in the user part (`user:pass@`) and in the
 /// query string (`?password=…`, `sslpassword=…`, any parameter whose name holds "password").
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };

@@ -12,11 +12,10 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod telemetry;
-pub mod witness;
+pub(crate) mod witness;
 
 pub use agentid_core::{domain, keys, records, tlog, token};
 pub use agentid_engine as engine;
 pub use agentid_http as http;
 pub use agentid_store as store;
 pub use app::Application;
-pub use config::Config;

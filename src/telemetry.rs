@@ -13,14 +13,14 @@ use tracing_subscriber::EnvFilter;
 pub use agentid_engine::recorder::handle as metrics_handle;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     #[default]
     Text,
     Json,
 }
 
 /// Installs the global subscriber once; later calls (tests) are ignored.
-pub fn init(format: LogFormat) {
+pub(crate) fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let colour = colour(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR"));
     let builder = tracing_subscriber::fmt()
@@ -45,7 +45,7 @@ fn colour(stderr_is_terminal: bool, no_color: Option<std::ffi::OsString>) -> boo
 }
 
 /// Serves `GET /metrics` on its own listener. Returns the bound address and the server.
-pub fn serve_metrics(
+pub(crate) fn serve_metrics(
     listener: std::net::TcpListener,
 ) -> std::io::Result<(std::net::SocketAddr, actix_web::dev::Server)> {
     let handle = metrics_handle();

@@ -15,28 +15,28 @@ use agentid_core::tlog::note::{Checkpoint, LogVerifier};
 use agentid_core::tlog::tree::{self, Hash};
 
 /// The file of the state folder holding the last checkpoint seen.
-pub const CHECKPOINT_FILE: &str = "checkpoint";
+pub(crate) const CHECKPOINT_FILE: &str = "checkpoint";
 /// The file of the state folder holding the log key, pinned at the first run.
-pub const LOG_KEY_FILE: &str = "log-key";
+pub(crate) const LOG_KEY_FILE: &str = "log-key";
 /// The file of the state folder holding `<records> <unix ms>`: the ledger held that many
 /// records, more than its checkpoint covered, at that time.
-pub const UNCOVERED_FILE: &str = "uncovered";
+pub(crate) const UNCOVERED_FILE: &str = "uncovered";
 
 #[derive(Debug, Clone)]
-pub struct Witness {
+pub(crate) struct Witness {
     /// The service's base URL.
-    pub url: String,
+    pub(crate) url: String,
     /// A secret key of the organization (it names the ledger: its org and mode).
-    pub key: String,
-    pub state: PathBuf,
+    pub(crate) key: String,
+    pub(crate) state: PathBuf,
     /// The log key, when given (else fetched at the first run and pinned).
-    pub log_key: Option<String>,
+    pub(crate) log_key: Option<String>,
     /// Records that no checkpoint has covered for longer are an alarm.
-    pub stale_after: Duration,
+    pub(crate) stale_after: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum WitnessError {
+pub(crate) enum WitnessError {
     /// The log misbehaved: it shrank, forked, or cannot prove it only grew.
     #[error("{0}")]
     Log(String),
@@ -47,10 +47,10 @@ pub enum WitnessError {
 
 /// What a run found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Seen {
-    pub origin: String,
-    pub previous: Option<u64>,
-    pub size: u64,
+pub(crate) struct Seen {
+    pub(crate) origin: String,
+    pub(crate) previous: Option<u64>,
+    pub(crate) size: u64,
 }
 
 impl Witness {
@@ -365,7 +365,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// The signed notes in a file (one or more, each ending after its signature lines) or in
 /// every file of a folder.
-pub fn notes_in(path: &std::path::Path) -> Result<Vec<agentid_core::tlog::note::GivenNote>, String> {
+pub(crate) fn notes_in(path: &std::path::Path) -> Result<Vec<agentid_core::tlog::note::GivenNote>, String> {
     let mut files = Vec::new();
     if path.is_dir() {
         let io = |e: std::io::Error| format!("{}: {e}", path.display());

@@ -12,7 +12,7 @@ use crate::config;
 use crate::engine::{admin, EngineConfig};
 
 #[derive(Debug, Subcommand)]
-pub enum AuditCommand {
+pub(crate) enum AuditCommand {
     /// Recompute everything the audit log claims from its records: every hash chain, the
     /// derived columns and per-agent rows, the Merkle trees, and the root at every stored
     /// checkpoint (and their signatures), and at every checkpoint in --checkpoints. Prints each
@@ -65,14 +65,14 @@ pub enum AuditCommand {
 
 /// When records that no checkpoint covers are an alarm.
 #[derive(Debug, Clone, clap::Args)]
-pub struct StalenessArgs {
+pub(crate) struct StalenessArgs {
     /// The service's checkpoint interval, in milliseconds (as `serve` takes it).
     #[arg(long, env = "AGENTID_CHECKPOINT_INTERVAL_MS", default_value_t = EngineConfig::default().checkpoint_interval.as_millis() as u64)]
-    pub checkpoint_interval_ms: u64,
+    pub(crate) checkpoint_interval_ms: u64,
     /// Fail when a record has gone uncovered by any checkpoint for more than this many
     /// checkpoint intervals (the checkpointer stopped, or was stopped).
     #[arg(long, env = "AGENTID_STALE_AFTER_INTERVALS", default_value_t = 6)]
-    pub stale_after_intervals: u32,
+    pub(crate) stale_after_intervals: u32,
 }
 
 /// Runs `agentid audit …`.

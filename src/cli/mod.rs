@@ -16,10 +16,10 @@ use clap::{Args, Parser, Subcommand};
 use crate::config;
 use crate::store::{self, SharedStore, StoreOptions};
 
-pub use audit::{AuditCommand, StalenessArgs};
-pub use operator::{DomainCommand, KeyFileArgs, SigningKeyCommand};
-pub use org::{KeyCommand, KindArg, ModeArg, OrgCommand, PlanArg};
-pub use serve::{IssuerDomainsArg, ServeArgs};
+use audit::AuditCommand;
+use operator::{DomainCommand, SigningKeyCommand};
+use org::{KeyCommand, OrgCommand};
+use serve::ServeArgs;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -29,11 +29,11 @@ pub use serve::{IssuerDomainsArg, ServeArgs};
 )]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run the HTTP service.
     Serve(ServeArgs),
     /// Manage organizations.
@@ -64,10 +64,10 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
-pub struct DbArgs {
+pub(crate) struct DbArgs {
     /// sqlite://PATH (embedded) or postgres://USER@HOST:PORT/DB
     #[arg(long, env = "DATABASE_URL", default_value = config::DEFAULT_DATABASE_URL)]
-    pub database_url: String,
+    pub(crate) database_url: String,
 }
 
 pub async fn run(cli: Cli) -> ExitCode {

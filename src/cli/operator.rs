@@ -13,7 +13,7 @@ use crate::engine::admin;
 use crate::store::{self, SharedStore, StoreOptions};
 
 #[derive(Debug, Subcommand)]
-pub enum SigningKeyCommand {
+pub(crate) enum SigningKeyCommand {
     /// Print every signing key as JSON: kid, state (next, active, retired), created_at,
     /// activates_at.
     List {
@@ -50,7 +50,7 @@ pub enum SigningKeyCommand {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum DomainCommand {
+pub(crate) enum DomainCommand {
     /// Grant an organization an issuer domain with no challenge (`method: operator`: the
     /// name and every name below it). A name another organization holds needs --force, and
     /// then revokes that organization's agents under it.
@@ -92,13 +92,13 @@ pub enum DomainCommand {
 
 /// The key file every instance starts with: it seals (and vouches for) who holds a name.
 #[derive(Debug, Args)]
-pub struct KeyFileArgs {
+pub(crate) struct KeyFileArgs {
     #[arg(
         long,
         env = "AGENTID_SIGNING_KEY_FILE",
         default_value = config::DEFAULT_SIGNING_KEY_FILE
     )]
-    pub signing_key_file: PathBuf,
+    pub(crate) signing_key_file: PathBuf,
 }
 
 pub(super) async fn migrate(db: DbArgs, grant: Option<String>) -> CliResult {
@@ -109,7 +109,7 @@ pub(super) async fn migrate(db: DbArgs, grant: Option<String>) -> CliResult {
                 return Err(format!("--grant: {role:?} is not a plain role name").into());
             }
         }
-        store::PgStore::migrate(url, grant.as_deref()).await?;
+        store::migrate_postgres(url, grant.as_deref()).await?;
     } else {
         if grant.is_some() {
             return Err("--grant is for PostgreSQL (SQLite has no roles)".into());

@@ -9,7 +9,7 @@ use crate::domain::{ApiKeyKind, KeyMode, Millis, OrgLimits, Plan};
 use crate::engine::{admin, hash_key};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum PlanArg {
+pub(crate) enum PlanArg {
     Free,
     Developer,
     Growth,
@@ -28,19 +28,19 @@ impl From<PlanArg> for Plan {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum KindArg {
+pub(crate) enum KindArg {
     Secret,
     Publishable,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum ModeArg {
+pub(crate) enum ModeArg {
     Live,
     Test,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum OrgCommand {
+pub(crate) enum OrgCommand {
     /// Create an organization and print it with its four keys (shown once) as JSON.
     Create {
         #[arg(long)]
@@ -86,7 +86,7 @@ pub enum OrgCommand {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum KeyCommand {
+pub(crate) enum KeyCommand {
     /// Print an organization's keys as JSON: kind, mode, the key's prefix and last four
     /// characters (never the key), created_at, disabled.
     List {

@@ -17,92 +17,92 @@ use crate::telemetry::{self, LogFormat};
 use crate::Application;
 
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     #[command(flatten)]
-    pub db: DbArgs,
+    pub(crate) db: DbArgs,
     /// Address to listen on.
     #[arg(long, env = "AGENTID_BIND", default_value = config::DEFAULT_BIND)]
-    pub bind: String,
+    pub(crate) bind: String,
     /// Public base URL used in verify_url, public_key_url and docs_url [default: http://BIND]
     #[arg(long, env = "AGENTID_PUBLIC_URL")]
-    pub public_url: Option<String>,
+    pub(crate) public_url: Option<String>,
     /// PKCS#8 PEM Ed25519 signing key; created (mode 0600) when absent.
     #[arg(
         long,
         env = "AGENTID_SIGNING_KEY_FILE",
         default_value = config::DEFAULT_SIGNING_KEY_FILE
     )]
-    pub signing_key_file: PathBuf,
+    pub(crate) signing_key_file: PathBuf,
     /// Prometheus metrics listener ("off" disables it).
     #[arg(long, env = "AGENTID_METRICS_BIND", default_value = config::DEFAULT_METRICS_BIND)]
-    pub metrics_bind: String,
+    pub(crate) metrics_bind: String,
     /// Log format on stderr.
     #[arg(long, env = "AGENTID_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
+    pub(crate) log_format: LogFormat,
     /// HTTP worker threads [default: one per CPU]
     #[arg(long, env = "AGENTID_WORKERS")]
-    pub workers: Option<usize>,
+    pub(crate) workers: Option<usize>,
     /// Balancers in front of the service, as CIDRs (e.g. 10.0.0.0/8,::1/128): only a peer in
     /// one of them is believed about the client's address (X-Forwarded-For, Forwarded).
     #[arg(long, env = "AGENTID_TRUSTED_PROXIES", default_value = "")]
-    pub trusted_proxies: String,
+    pub(crate) trusted_proxies: String,
     /// After SIGTERM, SIGINT or SIGQUIT: seconds the instance goes on serving while /health
     /// answers 503 "draining" (so that a balancer moves its traffic), before it stops
     /// accepting, finishes what is in flight and exits.
     #[arg(long, env = "AGENTID_SHUTDOWN_DRAIN_SECONDS", default_value_t = Config::new(config::DEFAULT_DATABASE_URL).shutdown_drain.as_secs())]
-    pub shutdown_drain_seconds: u64,
+    pub(crate) shutdown_drain_seconds: u64,
     /// Most audit records written in one transaction.
     #[arg(long, env = "AGENTID_AUDIT_BATCH_MAX", default_value_t = WriterConfig::default().max_batch)]
-    pub audit_batch_max: usize,
+    pub(crate) audit_batch_max: usize,
     /// How long a partly filled audit batch waits for more records, in milliseconds.
     #[arg(long, env = "AGENTID_AUDIT_LINGER_MS", default_value_t = WriterConfig::default().linger.as_millis() as u64)]
-    pub audit_linger_ms: u64,
+    pub(crate) audit_linger_ms: u64,
     /// Database connections.
     #[arg(long, env = "AGENTID_DB_MAX_CONNECTIONS", default_value_t = StoreOptions::default().max_connections)]
-    pub db_max_connections: u32,
+    pub(crate) db_max_connections: u32,
     /// A ledger of the audit log that grew gets a new signed checkpoint at most this often,
     /// in milliseconds.
     #[arg(long, env = "AGENTID_CHECKPOINT_INTERVAL_MS", default_value_t = EngineConfig::default().checkpoint_interval.as_millis() as u64)]
-    pub checkpoint_interval_ms: u64,
+    pub(crate) checkpoint_interval_ms: u64,
     /// Bytes of verified tokens (with their claims and answers) remembered; 0 disables the
     /// cache.
     #[arg(long, env = "AGENTID_TOKEN_CACHE_BYTES", default_value_t = EngineConfig::default().token_cache_bytes)]
-    pub token_cache_bytes: u64,
+    pub(crate) token_cache_bytes: u64,
     /// Places of each Token Status List (a multiple of 8, up to 16777216); a new list opens
     /// once half of the newest one's places are taken.
     #[arg(long, env = "AGENTID_STATUS_LIST_SIZE", default_value_t = StatusConfig::default().size,
           value_parser = parse_list_size)]
-    pub status_list_size: u64,
+    pub(crate) status_list_size: u64,
     /// How long receivers may cache a status list, in seconds (its `ttl` and `max-age`).
     #[arg(long, env = "AGENTID_STATUS_LIST_TTL", default_value_t = StatusConfig::default().ttl.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
-    pub status_list_ttl: u64,
+    pub(crate) status_list_ttl: u64,
     /// Allow Shared Signals push endpoints on http:// and on loopback or private addresses
     /// (development and tests only: a stream's owner could otherwise reach internal hosts).
     #[arg(long, env = "AGENTID_SSF_ALLOW_INSECURE_ENDPOINTS", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false)]
-    pub ssf_allow_insecure_endpoints: bool,
+    pub(crate) ssf_allow_insecure_endpoints: bool,
     /// How long an instance holds a Shared Signals push stream it delivers, in seconds (at
     /// least 12: a push may take 10); after a crash its events wait this long.
     #[arg(long, env = "AGENTID_SSF_LEASE_SECONDS", default_value_t = SsfConfig::default().lease.as_secs(),
           value_parser = clap::value_parser!(u64).range(12..=3600))]
-    pub ssf_lease_seconds: u64,
+    pub(crate) ssf_lease_seconds: u64,
     /// Who may issue under an issuer domain: `verified`, only an organization that proved
     /// the name (or that the operator granted it); `open`, anyone, for single-tenant and
     /// development deployments (a token's issuer then proves nothing).
     #[arg(long, env = "AGENTID_ISSUER_DOMAINS", value_enum, default_value_t = IssuerDomainsArg::Verified)]
-    pub issuer_domains: IssuerDomainsArg,
+    pub(crate) issuer_domains: IssuerDomainsArg,
     /// The DNS server issuer-domain checks ask, as IP:PORT [default: the system's resolver]
     #[arg(long, env = "AGENTID_DNS_RESOLVER")]
-    pub dns_resolver: Option<std::net::SocketAddr>,
+    pub(crate) dns_resolver: Option<std::net::SocketAddr>,
     /// Let issuer-domain checks reach loopback and private addresses, and fetch
     /// http://<domain>/.well-known/agentid-domain-verification (port 80) when HTTPS fails
     /// (development and tests only).
     #[arg(long, env = "AGENTID_DOMAIN_VERIFICATION_ALLOW_INSECURE", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false)]
-    pub domain_verification_allow_insecure: bool,
+    pub(crate) domain_verification_allow_insecure: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum IssuerDomainsArg {
+pub(crate) enum IssuerDomainsArg {
     Verified,
     Open,
 }

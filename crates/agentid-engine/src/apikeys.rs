@@ -13,7 +13,7 @@ use agentid_store::{KeyRecord, NewApiKey, OrgRecord, SharedStore, StoreError};
 
 /// How long a resolved key is trusted before the store is asked again (the default of
 /// `EngineConfig::key_cache_ttl`); bounds how late a disabled key or a changed plan is noticed.
-pub const KEY_CACHE_TTL: Duration = Duration::from_secs(10);
+pub(crate) const KEY_CACHE_TTL: Duration = Duration::from_secs(10);
 const KEY_CACHE_CAPACITY: usize = 10_000;
 
 /// Who is calling, as resolved from a valid key.
@@ -55,7 +55,7 @@ pub fn generate_key(org_id: &str, kind: ApiKeyKind, mode: KeyMode) -> (String, N
     (key, stored)
 }
 
-pub struct ApiKeys {
+pub(crate) struct ApiKeys {
     store: SharedStore,
     cache: quick_cache::sync::Cache<[u8; 32], (Instant, KeyLookup)>,
     ttl: Duration,
@@ -76,7 +76,7 @@ impl ApiKeys {
     /// guard, the others wait for what it finds (without this, every connection of a busy
     /// receiver missed together when the entry expired, and the unknown-key budget answered
     /// some of them 429).
-    pub async fn lookup(
+    pub(crate) async fn lookup(
         &self,
         presented: &str,
         may_load: impl FnOnce() -> crate::ratelimit::Decision,

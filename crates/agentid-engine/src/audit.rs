@@ -70,7 +70,7 @@ enum Msg {
 
 /// A cheap, cloneable handle to the writer.
 #[derive(Clone)]
-pub struct AuditHandle {
+pub(crate) struct AuditHandle {
     tx: mpsc::Sender<Msg>,
     /// Fault injection: the next flush task panics.
     #[cfg(feature = "test-hooks")]
@@ -79,7 +79,7 @@ pub struct AuditHandle {
 
 /// The writer's thread. It stops when this is dropped (with the engine), and the writer
 /// with it, answering whatever is still queued.
-pub struct WriterThread(Arbiter);
+pub(crate) struct WriterThread(Arbiter);
 
 impl Drop for WriterThread {
     fn drop(&mut self) {
@@ -109,7 +109,7 @@ impl AuditHandle {
     }
 
     /// Hands in an entry and waits until it is committed (or refused).
-    pub async fn append(&self, entry: AuditEntry) -> Result<AuditRecord, AuditError> {
+    pub(crate) async fn append(&self, entry: AuditEntry) -> Result<AuditRecord, AuditError> {
         let (reply, rx) = oneshot::channel();
         match self.tx.try_send(Msg::Entry { entry, reply }) {
             Ok(()) => rx.await.unwrap_or(Err(AuditError::Stopped)),
@@ -128,7 +128,7 @@ impl AuditHandle {
 
     /// The next batch's flush panics: its waiters get 503 and the writer goes on.
     #[cfg(feature = "test-hooks")]
-    pub fn inject_flush_panic(&self) {
+    pub(crate) fn inject_flush_panic(&self) {
         self.panic_next_flush
             .store(true, std::sync::atomic::Ordering::SeqCst);
     }

@@ -100,10 +100,10 @@ pub struct Listed {
     pub org_ids: Vec<String>,
     /// `held`: dns, https, operator or existing.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub method: Option<&'static str>,
+    pub(crate) method: Option<&'static str>,
     /// `held`: since when; `pending`: when claimed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub since: Option<Millis>,
+    pub(crate) since: Option<Millis>,
 }
 
 /// Who holds which name, what is pending, and which names agents use that nobody holds: of

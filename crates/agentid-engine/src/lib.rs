@@ -49,7 +49,7 @@ use transparency::checkpointer::Transparency;
 use verifier::TokenVerifier;
 
 /// How long a successful store ping answers health checks.
-pub const HEALTH_REUSE_MS: i64 = 1000;
+pub(crate) const HEALTH_REUSE_MS: i64 = 1000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {

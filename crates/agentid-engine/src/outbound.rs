@@ -92,7 +92,7 @@ fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
 }
 
 /// Whether the IANA registries call `ip` globally reachable (see the module's text).
-pub fn globally_reachable(ip: IpAddr) -> bool {
+pub(crate) fn globally_reachable(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => longest_match(IpAddr::V4(v4), V4_SPECIAL).unwrap_or(true),
         IpAddr::V6(v6) => {
@@ -107,7 +107,7 @@ pub fn globally_reachable(ip: IpAddr) -> bool {
 
 /// Refuses addresses that are not globally reachable, unless `allow_local` (development and
 /// tests). At least one address is needed.
-pub fn check_addresses(addrs: &[IpAddr], allow_local: bool) -> Result<(), String> {
+pub(crate) fn check_addresses(addrs: &[IpAddr], allow_local: bool) -> Result<(), String> {
     if addrs.is_empty() {
         return Err("resolves to no address".into());
     }
@@ -122,7 +122,7 @@ pub fn check_addresses(addrs: &[IpAddr], allow_local: bool) -> Result<(), String
 }
 
 /// `https?`, host and port of an `http(s)` URL.
-pub fn host_port(url: &str) -> Result<(bool, String, u16), String> {
+pub(crate) fn host_port(url: &str) -> Result<(bool, String, u16), String> {
     let (scheme, rest) = url.split_once("://").ok_or("is not an absolute URL")?;
     let https = match scheme {
         "https" => true,
@@ -156,9 +156,9 @@ pub fn host_port(url: &str) -> Result<(bool, String, u16), String> {
 /// How the service's own HTTP fetches go: at most `max_bytes` read, `timeout` in all, no
 /// redirect followed, TLS checked against the web's roots (and, in tests, theirs).
 #[derive(Clone)]
-pub struct Fetcher {
-    pub timeout: Duration,
-    pub max_bytes: usize,
+pub(crate) struct Fetcher {
+    pub(crate) timeout: Duration,
+    pub(crate) max_bytes: usize,
     tls: Arc<rustls::ClientConfig>,
 }
 
@@ -173,7 +173,7 @@ impl std::fmt::Debug for Fetcher {
 
 /// What a fetch found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Fetched {
+pub(crate) enum Fetched {
     /// 200, and its body (at most `max_bytes`).
     Body(Vec<u8>),
     /// Anything else, said in a few words: `answered 404`, `connection refused`, …

@@ -213,4 +213,4 @@ fn register_zeroes() {
 }
 
 /// How often gauges that are sampled (not pushed) are refreshed.
-pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const SAMPLE_EVERY: Duration = Duration::from_secs(5);

@@ -44,7 +44,7 @@ impl From<&AgentRecord> for AgentEntry {
 /// A revoked agent and the reason given, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Revoked {
-    pub reason: Option<String>,
+    pub(crate) reason: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -102,11 +102,11 @@ impl Registry {
         self.revocations_seen.store(seen, Ordering::Release);
     }
 
-    pub fn agent_count(&self) -> usize {
+    pub(crate) fn agent_count(&self) -> usize {
         self.agents.len()
     }
 
-    pub fn revoked_count(&self) -> usize {
+    pub(crate) fn revoked_count(&self) -> usize {
         self.revoked.len()
     }
 }

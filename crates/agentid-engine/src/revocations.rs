@@ -22,7 +22,7 @@ pub(crate) struct Revocations {
 }
 
 impl Revocations {
-    pub(crate) fn new(registry: Arc<Registry>, status: Arc<StatusLists>, ssf: Arc<Ssf>) -> Self {
+    pub fn new(registry: Arc<Registry>, status: Arc<StatusLists>, ssf: Arc<Ssf>) -> Self {
         Revocations {
             registry,
             status,
@@ -40,7 +40,7 @@ impl Revocations {
 
     /// An agent as the store holds it: revoked ones are marked (at start, and for an agent
     /// the verify path reads from the store).
-    pub(crate) fn learn(&self, a: &AgentRecord) {
+    pub fn learn(&self, a: &AgentRecord) {
         if let Some(at) = a.revoked_at {
             self.mark(
                 &a.id,
@@ -51,7 +51,7 @@ impl Revocations {
     }
 
     /// Revocations this instance committed, with the epoch each was stamped with.
-    pub(crate) fn committed(&self, revoked: &[(AgentRecord, Option<i64>)]) {
+    pub fn committed(&self, revoked: &[(AgentRecord, Option<i64>)]) {
         for (agent, epoch) in revoked {
             self.learn(agent);
             if let Some(epoch) = epoch {
@@ -91,7 +91,7 @@ impl Revocations {
 /// and the status lists they opened. Revocations at or below the watermark are in the index;
 /// it asks for the others. Any that this instance learns of meanwhile are marked twice,
 /// which is harmless.
-pub(crate) async fn resync(revocations: Arc<Revocations>, store: SharedStore, every: Duration) {
+pub async fn resync(revocations: Arc<Revocations>, store: SharedStore, every: Duration) {
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await; // the first tick is immediate, and the registry was just loaded

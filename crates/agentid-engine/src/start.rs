@@ -186,7 +186,7 @@ async fn follow_keys(
     }
 }
 
-pub(crate) async fn refresh_keys(
+pub async fn refresh_keys(
     signing: &SigningKeys,
     tokens: &TokenVerifier,
     store: &SharedStore,

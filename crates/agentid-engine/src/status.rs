@@ -20,9 +20,9 @@ use agentid_core::keys::SigningKeys;
 use agentid_core::token::{Status, StatusListRef};
 
 /// How often changed lists are signed again.
-pub const PUBLISH_EVERY: Duration = Duration::from_millis(100);
+pub(crate) const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 /// The media type of a signed list.
-pub const MEDIA_TYPE: &str = "statuslist+jwt";
+pub(crate) const MEDIA_TYPE: &str = "statuslist+jwt";
 
 #[derive(Debug, Clone)]
 pub struct StatusConfig {
@@ -48,7 +48,7 @@ impl StatusConfig {
 
     /// A new list opens once the newest holds this many places: half its size, so a random
     /// draw finds a free place at the first try at least half the time.
-    pub fn fill(&self) -> u64 {
+    pub(crate) fn fill(&self) -> u64 {
         self.size / 2
     }
 }
@@ -82,7 +82,7 @@ pub struct StatusLists {
 }
 
 impl StatusLists {
-    pub fn new(cfg: StatusConfig, base: &str, signing: Arc<SigningKeys>) -> Self {
+    pub(crate) fn new(cfg: StatusConfig, base: &str, signing: Arc<SigningKeys>) -> Self {
         StatusLists {
             cfg,
             base: base.trim_end_matches('/').to_owned(),
@@ -97,7 +97,7 @@ impl StatusLists {
     }
 
     /// The URI of a list.
-    pub fn uri(&self, list: &str) -> String {
+    pub(crate) fn uri(&self, list: &str) -> String {
         format!("{}/v1/status/{list}", self.base)
     }
 
@@ -112,7 +112,7 @@ impl StatusLists {
     }
 
     /// Learns a list of `size` places and signs it (known already: nothing changes).
-    pub fn learn_list(&self, id: &str, size: u64) {
+    pub(crate) fn learn_list(&self, id: &str, size: u64) {
         if self.lists.read().contains_key(id) {
             return;
         }
@@ -208,7 +208,7 @@ impl StatusLists {
 /// large list takes tens of milliseconds (1,048,576 places, 10 % revoked: ~40 ms), so it runs
 /// off the async threads, and a pass that took long makes the next wait four times as long:
 /// under a storm of revocations publishing takes at most a fifth of a core.
-pub async fn publisher(lists: Arc<StatusLists>) {
+pub(crate) async fn publisher(lists: Arc<StatusLists>) {
     loop {
         let pass = lists.clone();
         let took = tokio::task::spawn_blocking(move || {

@@ -84,25 +84,25 @@ impl VerifiedToken {
     }
 
     /// The rendered fixed part of the valid answer, rendering it with `render` the first time.
-    pub fn valid_answer(&self, render: impl FnOnce() -> String) -> &str {
+    pub(crate) fn valid_answer(&self, render: impl FnOnce() -> String) -> &str {
         self.valid_answer.get_or_init(|| render().into_boxed_str())
     }
 
     /// Whether the valid answer has been rendered.
-    pub fn has_answer(&self) -> bool {
+    pub(crate) fn has_answer(&self) -> bool {
         self.valid_answer.get().is_some()
     }
 }
 
 /// Whether a check was answered from the cache (for metrics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CacheOutcome {
+pub(crate) enum CacheOutcome {
     Hit,
     Miss,
     Disabled,
 }
 
-pub struct TokenVerifier {
+pub(crate) struct TokenVerifier {
     /// Replaced when the fleet's keys change (a rotation, a retirement), with a generation
     /// that counts the replacements.
     keys: parking_lot::RwLock<(Arc<PublicKeys>, u64)>,
@@ -128,7 +128,7 @@ impl TokenVerifier {
     /// lock that also moves the generation on, and `remember` inserts under the read lock
     /// only a token checked in the generation it reads: so no token checked with the old keys
     /// can be inserted after the clear.
-    pub fn set_keys(&self, keys: Arc<PublicKeys>) {
+    pub(crate) fn set_keys(&self, keys: Arc<PublicKeys>) {
         let mut current = self.keys.write();
         *current = (keys, current.1 + 1);
         if let Some(cache) = &self.cache {
@@ -145,7 +145,7 @@ impl TokenVerifier {
     /// rendered, so that a miss inserts once, with the weight the entry keeps. Called again
     /// for a cached entry that has just gained its answer, it weighs the entry again. Nothing
     /// is inserted if the key set changed since the check.
-    pub fn remember(&self, token: &str, checked: &Arc<VerifiedToken>) {
+    pub(crate) fn remember(&self, token: &str, checked: &Arc<VerifiedToken>) {
         let Some(cache) = &self.cache else { return };
         let keys = self.keys.read();
         if keys.1 == checked.keys_generation {
@@ -155,7 +155,7 @@ impl TokenVerifier {
 
     /// The bytes the cache holds now (its entries' weights).
     #[cfg(test)]
-    pub fn cached_bytes(&self) -> u64 {
+    pub(crate) fn cached_bytes(&self) -> u64 {
         self.cache.as_ref().map_or(0, |c| c.weight())
     }
 

@@ -39,16 +39,16 @@ pub struct ValidToken {
 /// load, by perf).
 #[derive(serde::Serialize)]
 pub struct ValidAnswer<'a> {
-    pub valid: bool,
-    pub agent_id: &'a str,
-    pub name: &'a str,
-    pub issuer: &'a str,
-    pub scopes: &'a [String],
-    pub description: &'a str,
-    pub issued_at: Millis,
-    pub expires_at: Millis,
-    pub livemode: bool,
-    pub verified_at: Millis,
+    pub(crate) valid: bool,
+    pub(crate) agent_id: &'a str,
+    pub(crate) name: &'a str,
+    pub(crate) issuer: &'a str,
+    pub(crate) scopes: &'a [String],
+    pub(crate) description: &'a str,
+    pub(crate) issued_at: Millis,
+    pub(crate) expires_at: Millis,
+    pub(crate) livemode: bool,
+    pub(crate) verified_at: Millis,
 }
 
 impl ValidToken {

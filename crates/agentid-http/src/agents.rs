@@ -20,7 +20,7 @@ use agentid_core::records::AgentRecord;
 /// `POST /v1/agents/register` body. Unknown fields are refused.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RegisterRequest {
+pub(crate) struct RegisterRequest {
     /// Human-readable name, 1–128 characters, no control characters, not only white space.
     #[schema(
         min_length = 1,
@@ -52,7 +52,7 @@ pub struct RegisterRequest {
 /// One scope: `action:resource`, lower-case, at most 128 characters (the rule
 /// `domain::Scopes` checks).
 /// (Written by hand: the derive takes no `max_length` on a newtype.)
-pub struct ScopeString;
+pub(crate) struct ScopeString;
 
 impl utoipa::PartialSchema for ScopeString {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
@@ -72,7 +72,7 @@ impl ToSchema for ScopeString {}
 /// `POST /v1/agents/{id}/revoke` body (optional).
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RevokeRequest {
+pub(crate) struct RevokeRequest {
     /// Why; stored with the agent and in the audit log. At most 512 characters, no control characters.
     #[schema(max_length = 512, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$")]
     #[serde(default)]
@@ -140,7 +140,7 @@ impl RegisterRequest {
 
 /// A newly registered agent and its first token (shown only here).
 #[derive(Serialize, ToSchema)]
-pub struct Registered {
+pub(crate) struct Registered {
     #[schema(pattern = "^agt_[0-9a-z]{26}$")]
     agent_id: String,
     name: String,
@@ -169,7 +169,7 @@ pub struct Registered {
     ),
     security(("bearer" = [])),
 )]
-pub async fn register(
+pub(crate) async fn register(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
     req: HttpRequest,
@@ -208,7 +208,7 @@ fn status(a: &AgentRecord, now: Millis) -> Status {
 
 /// An agent in list form.
 #[derive(Serialize, ToSchema)]
-pub struct AgentSummary {
+pub(crate) struct AgentSummary {
     #[schema(pattern = "^agt_[0-9a-z]{26}$")]
     id: String,
     name: String,
@@ -225,7 +225,7 @@ pub struct AgentSummary {
 
 /// An agent in full.
 #[derive(Serialize, ToSchema)]
-pub struct AgentDetail {
+pub(crate) struct AgentDetail {
     #[schema(pattern = "^agt_[0-9a-z]{26}$")]
     id: String,
     name: String,
@@ -246,7 +246,7 @@ pub struct AgentDetail {
 /// Paging of `GET /v1/agents`: without either, the whole array (as the spec says).
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct ListParams {
+pub(crate) struct ListParams {
     /// Page size, 1 to 200; with it (or a cursor) the answer is one page, and a `Link:
     /// <…>; rel="next"` header names the next one while there is one.
     #[param(value_type = Option<u32>, minimum = 1, maximum = 200)]
@@ -364,7 +364,7 @@ pub async fn get(
 
 /// A new token (shown only here).
 #[derive(Serialize, ToSchema)]
-pub struct Issued {
+pub(crate) struct Issued {
     #[schema(pattern = "^agt_[0-9a-z]{26}$")]
     agent_id: String,
     token: String,
@@ -385,7 +385,7 @@ pub struct Issued {
     ),
     security(("bearer" = [])),
 )]
-pub async fn issue_token(
+pub(crate) async fn issue_token(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
     id: web::Path<String>,
@@ -402,7 +402,7 @@ pub async fn issue_token(
 
 /// The revocation as stored (a repeated revoke returns the first one).
 #[derive(Serialize, ToSchema)]
-pub struct RevokedBody {
+pub(crate) struct RevokedBody {
     revoked: bool,
     #[schema(pattern = "^agt_[0-9a-z]{26}$")]
     agent_id: String,

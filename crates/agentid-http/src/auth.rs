@@ -12,11 +12,11 @@ use agentid_core::domain::ApiKeyKind;
 use agentid_engine::Caller;
 
 /// What a key sent without its scheme (or with another one) is told.
-pub const NOT_BEARER: &str =
+pub(crate) const NOT_BEARER: &str =
     "the Authorization header must be `Bearer <key>`: use Authorization: Bearer <key>";
 
 /// A caller holding a secret key (`sk_live_`, `sk_test_`): the issuer side of the API.
-pub struct Issuer(pub Arc<Caller>);
+pub(crate) struct Issuer(pub Arc<Caller>);
 
 impl FromRequest for Issuer {
     type Error = ApiError;

@@ -11,7 +11,7 @@ use actix_web::http::header::HeaderMap;
 use ipnet::IpNet;
 
 /// The client's address for a request from `peer` with `headers`.
-pub fn address(peer: Option<IpAddr>, headers: &HeaderMap, trusted: &[IpNet]) -> IpAddr {
+pub(crate) fn address(peer: Option<IpAddr>, headers: &HeaderMap, trusted: &[IpNet]) -> IpAddr {
     let peer = peer.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), canonical);
     let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
     if !is_trusted(&peer) {

@@ -21,24 +21,24 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn is_draining(&self) -> bool {
+    pub(crate) fn is_draining(&self) -> bool {
         self.draining.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
 impl AppState {
-    pub fn verify_url(&self, token: &str) -> String {
+    pub(crate) fn verify_url(&self, token: &str) -> String {
         format!("{}/v1/verify/{token}", self.public_url)
     }
 
-    pub fn public_key_url(&self) -> String {
+    pub(crate) fn public_key_url(&self) -> String {
         format!("{}/.well-known/public-key.pem", self.public_url)
     }
 }
 
 /// What the gate learned about the caller's credentials.
 #[derive(Debug, Clone)]
-pub enum Auth {
+pub(crate) enum Auth {
     /// No `Authorization` header.
     Anonymous,
     Key(Arc<Caller>),
@@ -52,23 +52,23 @@ pub enum Auth {
 
 /// Per-request facts the gate puts into the request extensions.
 #[derive(Debug, Clone)]
-pub struct RequestCtx {
-    pub received: Instant,
-    pub auth: Auth,
+pub(crate) struct RequestCtx {
+    pub(crate) received: Instant,
+    pub(crate) auth: Auth,
 }
 
 /// Set on a response whose error status comes with its own documented body (health).
 #[derive(Debug, Clone, Copy)]
-pub struct KeepBody;
+pub(crate) struct KeepBody;
 
-pub fn auth(req: &HttpRequest) -> Auth {
+pub(crate) fn auth(req: &HttpRequest) -> Auth {
     req.extensions()
         .get::<RequestCtx>()
         .map_or(Auth::Anonymous, |c| c.auth.clone())
 }
 
 /// When the request arrived (as the gate saw it).
-pub fn received(req: &HttpRequest) -> Instant {
+pub(crate) fn received(req: &HttpRequest) -> Instant {
     req.extensions()
         .get::<RequestCtx>()
         .map_or_else(Instant::now, |c| c.received)

@@ -10,10 +10,10 @@ use sha2::Sha256;
 use agentid_core::domain::{Ledger, VerifyResult};
 
 /// What a cursor is valid for.
-pub struct CursorScope<'a> {
-    pub ledger: &'a Ledger,
-    pub agent_id: Option<&'a str>,
-    pub result: Option<VerifyResult>,
+pub(crate) struct CursorScope<'a> {
+    pub(crate) ledger: &'a Ledger,
+    pub(crate) agent_id: Option<&'a str>,
+    pub(crate) result: Option<VerifyResult>,
 }
 
 const MAC_LEN: usize = 16;
@@ -58,7 +58,7 @@ pub fn decode(secret: &[u8; 32], scope: &CursorScope<'_>, cursor: &str) -> Optio
 
 /// A cursor of `GET /v1/agents`: the last agent id of a page, bound by an HMAC to the
 /// organization and mode that listed it.
-pub fn encode_agent(secret: &[u8; 32], ledger: &Ledger, agent_id: &str) -> String {
+pub(crate) fn encode_agent(secret: &[u8; 32], ledger: &Ledger, agent_id: &str) -> String {
     let mut raw = agent_id.as_bytes().to_vec();
     raw.extend_from_slice(&agent_mac(secret, ledger, agent_id).finalize().into_bytes()[..MAC_LEN]);
     URL_SAFE_NO_PAD.encode(raw)
@@ -66,7 +66,7 @@ pub fn encode_agent(secret: &[u8; 32], ledger: &Ledger, agent_id: &str) -> Strin
 
 /// The agent id a `GET /v1/agents` cursor stands for, or `None` if this service did not issue
 /// it for this organization and mode.
-pub fn decode_agent(secret: &[u8; 32], ledger: &Ledger, cursor: &str) -> Option<String> {
+pub(crate) fn decode_agent(secret: &[u8; 32], ledger: &Ledger, cursor: &str) -> Option<String> {
     if cursor.len() > 128 {
         return None;
     }

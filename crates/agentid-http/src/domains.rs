@@ -36,7 +36,7 @@ impl From<DomainError> for ApiError {
 /// `POST /v1/domains` body. Unknown fields are refused.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ClaimRequest {
+pub(crate) struct ClaimRequest {
     /// A DNS host name, as `issuer_domain` takes it (lower-cased).
     #[schema(
         max_length = 253,
@@ -48,7 +48,7 @@ pub struct ClaimRequest {
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum DomainStatus {
+pub(crate) enum DomainStatus {
     Pending,
     Verified,
 }
@@ -56,7 +56,7 @@ pub enum DomainStatus {
 /// How the organization came to hold the name.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum Method {
+pub(crate) enum Method {
     /// A TXT record: the name and every name below it.
     Dns,
     /// A file at the well-known HTTPS path: that host alone.
@@ -69,7 +69,7 @@ pub enum Method {
 
 /// A domain of the caller's organization.
 #[derive(Serialize, ToSchema)]
-pub struct DomainBody {
+pub(crate) struct DomainBody {
     domain: String,
     status: DomainStatus,
     /// Null while pending.
@@ -85,13 +85,13 @@ pub struct DomainBody {
 
 /// Publish either.
 #[derive(Serialize, ToSchema)]
-pub struct ChallengeBody {
+pub(crate) struct ChallengeBody {
     dns: DnsChallenge,
     https: HttpsChallenge,
 }
 
 #[derive(Serialize, ToSchema)]
-pub struct DnsChallenge {
+pub(crate) struct DnsChallenge {
     /// `_agentid-challenge.<domain>`
     name: String,
     /// Always TXT.
@@ -102,7 +102,7 @@ pub struct DnsChallenge {
 }
 
 #[derive(Serialize, ToSchema)]
-pub struct HttpsChallenge {
+pub(crate) struct HttpsChallenge {
     /// `https://<domain>/.well-known/agentid-domain-verification`
     url: String,
     /// What the file holds: the value alone.
@@ -111,7 +111,7 @@ pub struct HttpsChallenge {
 
 /// The caller's domains.
 #[derive(Serialize, ToSchema)]
-pub struct DomainList {
+pub(crate) struct DomainList {
     data: Vec<DomainBody>,
 }
 
@@ -159,7 +159,7 @@ fn body(d: DomainView) -> DomainBody {
     ),
     security(("bearer" = [])),
 )]
-pub async fn claim(
+pub(crate) async fn claim(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
     req: HttpRequest,
@@ -181,7 +181,10 @@ pub async fn claim(
     responses((status = 200, description = "The organization's domains, held and pending, by name", body = DomainList)),
     security(("bearer" = [])),
 )]
-pub async fn list(state: web::Data<AppState>, Issuer(caller): Issuer) -> Result<HttpResponse, ApiError> {
+pub(crate) async fn list(
+    state: web::Data<AppState>,
+    Issuer(caller): Issuer,
+) -> Result<HttpResponse, ApiError> {
     let data = state
         .engine
         .domains()

@@ -87,7 +87,7 @@ impl ErrorCode {
         }
     }
 
-    pub fn status(self) -> StatusCode {
+    pub(crate) fn status(self) -> StatusCode {
         match self {
             ErrorCode::InvalidRequest
             | ErrorCode::ValidationError
@@ -112,7 +112,7 @@ impl ErrorCode {
 
     /// The message of an error the service answers without more to say (an error actix
     /// produced, or a routing error a handler answers itself).
-    pub fn default_message(self) -> &'static str {
+    pub(crate) fn default_message(self) -> &'static str {
         match self {
             ErrorCode::NotFound => "no such route",
             ErrorCode::MethodNotAllowed => "this route does not accept that method",
@@ -154,39 +154,39 @@ impl ErrorCode {
 /// An API error. The gate middleware turns it into the standard body.
 #[derive(Debug, Clone)]
 pub struct ApiError {
-    pub code: ErrorCode,
-    pub message: String,
-    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub(crate) code: ErrorCode,
+    pub(crate) message: String,
+    pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 /// The standard error body.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
-pub struct ErrorBody {
-    pub error: ErrorDetail,
+pub(crate) struct ErrorBody {
+    pub(crate) error: ErrorDetail,
 }
 
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
-pub struct ErrorDetail {
+pub(crate) struct ErrorDetail {
     /// Machine-readable code, e.g. AGENT_NOT_FOUND.
-    pub code: String,
+    pub(crate) code: String,
     /// Human-readable text.
-    pub message: String,
+    pub(crate) message: String,
     /// The request's id, also in the X-Request-Id header.
     #[schema(pattern = "^req_[0-9a-z]{26}$")]
-    pub request_id: String,
+    pub(crate) request_id: String,
     /// A page on the error: {base_url}/docs/errors#CODE.
-    pub docs_url: String,
+    pub(crate) docs_url: String,
 }
 
 /// Marker left in the response extensions for the gate to render.
 #[derive(Debug, Clone)]
-pub struct ErrorInfo {
-    pub code: &'static str,
-    pub message: String,
+pub(crate) struct ErrorInfo {
+    pub(crate) code: &'static str,
+    pub(crate) message: String,
 }
 
 impl ApiError {
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         ApiError {
             code,
             message: message.into(),
@@ -194,19 +194,19 @@ impl ApiError {
         }
     }
 
-    pub fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+    pub(crate) fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Self {
         self.headers.push((name, value));
         self
     }
 
-    pub fn unauthorized(message: impl Into<String>) -> Self {
+    pub(crate) fn unauthorized(message: impl Into<String>) -> Self {
         ApiError::new(ErrorCode::Unauthorized, message).with_header(
             actix_web::http::header::WWW_AUTHENTICATE,
             HeaderValue::from_static("Bearer"),
         )
     }
 
-    pub fn internal(err: &dyn std::error::Error) -> Self {
+    pub(crate) fn internal(err: &dyn std::error::Error) -> Self {
         tracing::error!(error = %err, "internal error");
         ApiError::new(ErrorCode::InternalError, "an unexpected error occurred")
     }
@@ -324,7 +324,7 @@ impl From<VerifyError> for ApiError {
 }
 
 /// The code for an error response that did not come from an `ApiError` (actix itself).
-pub fn code_for_status(status: StatusCode) -> ErrorCode {
+pub(crate) fn code_for_status(status: StatusCode) -> ErrorCode {
     match status.as_u16() {
         400 => ErrorCode::InvalidRequest,
         401 => ErrorCode::Unauthorized,
@@ -361,7 +361,7 @@ fn inline_code(text: &str) -> String {
 }
 
 /// The HTML page `error.docs_url` points into (`/docs/errors#CODE`).
-pub fn docs_page() -> String {
+pub(crate) fn docs_page() -> String {
     let mut html = String::from(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>agentid error codes</title></head>\
          <body><h1>agentid error codes</h1><p>Every error answer has the body \

@@ -24,7 +24,7 @@ use agentid_engine::ratelimit::{Class, Decision, RateSubject};
 use agentid_engine::KeyLookup;
 
 /// The gate of `route`: every request the route takes passes it first.
-pub async fn gate(
+pub(crate) async fn gate(
     route: &'static Route,
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
@@ -309,7 +309,7 @@ fn status_label(s: StatusCode) -> std::borrow::Cow<'static, str> {
 }
 
 /// Unknown routes.
-pub async fn no_route() -> Result<actix_web::HttpResponse, ApiError> {
+pub(crate) async fn no_route() -> Result<actix_web::HttpResponse, ApiError> {
     Err(ApiError::new(
         ErrorCode::NotFound,
         ErrorCode::NotFound.default_message(),

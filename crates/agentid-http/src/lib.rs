@@ -6,14 +6,14 @@ mod agents;
 mod auth;
 mod client;
 mod context;
-pub mod cursor;
+pub(crate) mod cursor;
 mod domains;
 mod error;
 mod gate;
 mod log;
 mod meta;
-pub mod openapi;
-pub mod routes;
+pub(crate) mod openapi;
+pub(crate) mod routes;
 mod ssf;
 mod verify;
 
@@ -31,7 +31,7 @@ pub use error::{ApiError, ErrorCode};
 pub use verify::body as verify_answer_body;
 
 /// Request bodies larger than this are refused with 413.
-pub const MAX_BODY: usize = 64 * 1024;
+pub(crate) const MAX_BODY: usize = 64 * 1024;
 
 /// Builds the whole HTTP application for one worker: every route of the table, each behind
 /// its own gate, and the gate of `UNMATCHED` in front of the answer to any other path.

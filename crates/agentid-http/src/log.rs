@@ -17,7 +17,7 @@ const DEFAULT_LIMIT: u32 = 50;
 const MAX_LIMIT: u32 = 200;
 
 /// A page size given as text: 1 to 200, 50 when absent (`GET /v1/log`, `GET /v1/agents`).
-pub fn page_limit(raw: Option<&str>) -> Result<u32, ValidationError> {
+pub(crate) fn page_limit(raw: Option<&str>) -> Result<u32, ValidationError> {
     match raw {
         None => Ok(DEFAULT_LIMIT),
         Some(s) => s
@@ -31,7 +31,7 @@ pub fn page_limit(raw: Option<&str>) -> Result<u32, ValidationError> {
 /// Query parameters, kept as text so that each bad value gets its own clear error.
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct LogParams {
+pub(crate) struct LogParams {
     /// Page size, 1 to 200 (default 50).
     #[param(value_type = Option<u32>, minimum = 1, maximum = 200)]
     limit: Option<String>,
@@ -46,7 +46,7 @@ pub struct LogParams {
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum LogResult {
+pub(crate) enum LogResult {
     Valid,
     Invalid,
     Expired,
@@ -55,7 +55,7 @@ pub enum LogResult {
 
 /// One verification.
 #[derive(Serialize, ToSchema)]
-pub struct Record {
+pub(crate) struct Record {
     #[schema(pattern = "^log_[0-9a-z]{26}$")]
     id: String,
     /// Its place in the ledger: 1, 2, 3 … (leaf seq − 1 of the ledger's Merkle tree).
@@ -75,7 +75,7 @@ pub struct Record {
 }
 
 #[derive(Serialize, ToSchema)]
-pub struct Pagination {
+pub(crate) struct Pagination {
     /// Opaque cursor for the next page; null on the last page.
     cursor: Option<String>,
     #[serde(rename = "hasMore")]
@@ -85,7 +85,7 @@ pub struct Pagination {
 }
 
 #[derive(Serialize, ToSchema)]
-pub struct Page {
+pub(crate) struct Page {
     /// Newest first.
     data: Vec<Record>,
     pagination: Pagination,
@@ -205,7 +205,7 @@ fn caller_ledger(caller: &agentid_engine::Caller) -> Ledger {
     ),
     security(("bearer" = [])),
 )]
-pub async fn checkpoint(
+pub(crate) async fn checkpoint(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
 ) -> Result<HttpResponse, ApiError> {
@@ -223,7 +223,7 @@ pub async fn checkpoint(
 /// Query parameters of the inclusion proof.
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct InclusionParams {
+pub(crate) struct InclusionParams {
     /// The record's `seq`, 1 ≤ seq ≤ tree_size.
     #[param(value_type = u64, minimum = 1)]
     seq: Option<String>,
@@ -234,7 +234,7 @@ pub struct InclusionParams {
 
 /// An RFC 9162 §2.1.3 inclusion proof.
 #[derive(Serialize, ToSchema)]
-pub struct InclusionProof {
+pub(crate) struct InclusionProof {
     seq: u64,
     tree_size: u64,
     /// The record hash (its leaf hash is SHA-256(0x00 ‖ hash)).
@@ -247,7 +247,7 @@ pub struct InclusionProof {
 /// Query parameters of the consistency proof.
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct ConsistencyParams {
+pub(crate) struct ConsistencyParams {
     /// The older tree size, 1 ≤ from ≤ to.
     #[param(value_type = u64, minimum = 1)]
     from: Option<String>,
@@ -258,7 +258,7 @@ pub struct ConsistencyParams {
 
 /// An RFC 9162 §2.1.4 consistency proof.
 #[derive(Serialize, ToSchema)]
-pub struct ConsistencyProof {
+pub(crate) struct ConsistencyProof {
     from: u64,
     to: u64,
     /// The proof's hashes as lowercase hex.
@@ -290,7 +290,7 @@ fn refused(e: ProofRefused, field: &'static str) -> ApiError {
     ),
     security(("bearer" = [])),
 )]
-pub async fn inclusion(
+pub(crate) async fn inclusion(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
     params: web::Query<InclusionParams>,
@@ -320,7 +320,7 @@ pub async fn inclusion(
     ),
     security(("bearer" = [])),
 )]
-pub async fn consistency(
+pub(crate) async fn consistency(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
     params: web::Query<ConsistencyParams>,
@@ -343,7 +343,7 @@ pub async fn consistency(
 /// Where to start each list of `GET /v1/log/commitments` (default 0: from its first entry).
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct CommitmentParams {
+pub(crate) struct CommitmentParams {
     /// Entries of the revocation list from this index on.
     #[param(value_type = Option<u64>, minimum = 0)]
     revocations_from: Option<String>,
@@ -356,11 +356,11 @@ pub struct CommitmentParams {
 }
 
 /// Most entries of each list in one answer.
-pub const COMMITMENT_PAGE: usize = 1000;
+pub(crate) const COMMITMENT_PAGE: usize = 1000;
 
 /// A page of one list a checkpoint commits to.
 #[derive(Serialize, ToSchema)]
-pub struct CommittedList {
+pub(crate) struct CommittedList {
     /// Entries the list holds in all.
     total: u64,
     /// The index of `entries[0]`.
@@ -373,7 +373,7 @@ pub struct CommittedList {
 /// issuer-domain event (`<seq> <hold|release|migrated> <domain> <org_id> <method>`, `-` for
 /// what it lacks) and when it happened.
 #[derive(Serialize, ToSchema)]
-pub struct CommittedEntry {
+pub(crate) struct CommittedEntry {
     id: String,
     #[schema(value_type = Timestamp)]
     at: Millis,
@@ -381,7 +381,7 @@ pub struct CommittedEntry {
 
 /// The lists the caller's ledger's checkpoints commit to, as the database holds them now.
 #[derive(Serialize, ToSchema)]
-pub struct Committed {
+pub(crate) struct Committed {
     revocations: CommittedList,
     retired_keys: CommittedList,
     domains: CommittedList,
@@ -423,7 +423,7 @@ fn page(list: &[(String, Millis)], from: u64) -> CommittedList {
     ),
     security(("bearer" = [])),
 )]
-pub async fn commitments(
+pub(crate) async fn commitments(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
     params: web::Query<CommitmentParams>,

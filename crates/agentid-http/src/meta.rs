@@ -13,7 +13,7 @@ use agentid_core::domain::Millis;
 
 /// The health record.
 #[derive(Serialize, ToSchema)]
-pub struct Health {
+pub(crate) struct Health {
     /// ok when healthy; unavailable when the database cannot be reached; draining while the
     /// instance finishes its work before it stops (a balancer should send it nothing new).
     #[schema(example = "ok")]
@@ -30,7 +30,7 @@ pub struct Health {
         (status = 503, description = "The database cannot be reached (status unavailable), or the instance is stopping (status draining)", body = Health),
     ),
 )]
-pub async fn health(state: web::Data<AppState>) -> HttpResponse {
+pub(crate) async fn health(state: web::Data<AppState>) -> HttpResponse {
     let draining = state.is_draining();
     let ok = !draining && state.engine.store_healthy().await;
     let body = Health {
@@ -108,7 +108,7 @@ pub async fn log_key(state: web::Data<AppState>) -> HttpResponse {
     get, path = "/docs/errors", tag = "service",
     responses((status = 200, description = "Every error code, with an anchor per code (error.docs_url points here)", content_type = "text/html", body = String)),
 )]
-pub async fn error_docs() -> HttpResponse {
+pub(crate) async fn error_docs() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")
         .insert_header((header::CACHE_CONTROL, "public, max-age=86400"))

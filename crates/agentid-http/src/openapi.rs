@@ -16,7 +16,7 @@ use super::error::{ErrorBody, ErrorCode};
 
 /// What every time in an answer is (`Millis` as the domain serializes it): the schema of the
 /// fields that hold one.
-pub struct Timestamp;
+pub(crate) struct Timestamp;
 
 impl PartialSchema for Timestamp {
     fn schema() -> RefOr<Schema> {
@@ -82,7 +82,7 @@ impl ToSchema for Timestamp {}
         (name = "service", description = "Health and keys for offline validation"),
     ),
 )]
-pub struct ApiDoc;
+pub(crate) struct ApiDoc;
 
 /// The shared parts of every operation.
 struct Shared;
@@ -209,7 +209,7 @@ fn shared_responses(op: &mut Operation) {
     get, path = "/openapi.json", tag = "service",
     responses((status = 200, description = "This document", body = Object)),
 )]
-pub async fn document() -> HttpResponse {
+pub(crate) async fn document() -> HttpResponse {
     static DOC: OnceLock<String> = OnceLock::new();
     let json = DOC.get_or_init(|| {
         ApiDoc::openapi()

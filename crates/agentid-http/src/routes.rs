@@ -6,20 +6,20 @@ use agentid_engine::ratelimit::Class;
 
 /// The facts of one route.
 #[derive(Debug)]
-pub struct Route {
+pub(crate) struct Route {
     /// As the router matches it, and as metrics and logs name it (never the path: verify
     /// paths hold tokens).
-    pub pattern: &'static str,
+    pub(crate) pattern: &'static str,
     /// The rate-limit bucket its calls count against, or would (see `counted`).
-    pub class: Class,
+    pub(crate) class: Class,
     /// Its calls take a cell of the bucket. The headers describe the bucket either way.
-    pub counted: bool,
+    pub(crate) counted: bool,
     /// Any origin may call it without a key: CORS `*` (preflight included), also on the
     /// answers the gate makes itself.
-    pub public: bool,
+    pub(crate) public: bool,
     /// A public document: an `Authorization` header is not even read (no key look-up, no
     /// charge, no error), and the headers describe the address's anonymous bucket.
-    pub keyless: bool,
+    pub(crate) keyless: bool,
 }
 
 const fn other(pattern: &'static str) -> Route {
@@ -46,51 +46,51 @@ const fn document(pattern: &'static str) -> Route {
 }
 
 /// Never limited: a balancer's health checks must not spend anyone's calls, nor be refused.
-pub static HEALTH: Route = Route {
+pub(crate) static HEALTH: Route = Route {
     pattern: "/health",
     class: Class::Other,
     counted: false,
     public: true,
     keyless: false,
 };
-pub static PUBLIC_KEY: Route = document("/.well-known/public-key.pem");
-pub static JWKS: Route = document("/.well-known/jwks.json");
-pub static LOG_KEY: Route = document("/.well-known/log-key");
-pub static ERROR_DOCS: Route = document("/docs/errors");
-pub static OPENAPI: Route = document("/openapi.json");
+pub(crate) static PUBLIC_KEY: Route = document("/.well-known/public-key.pem");
+pub(crate) static JWKS: Route = document("/.well-known/jwks.json");
+pub(crate) static LOG_KEY: Route = document("/.well-known/log-key");
+pub(crate) static ERROR_DOCS: Route = document("/docs/errors");
+pub(crate) static OPENAPI: Route = document("/openapi.json");
 /// Token Status Lists: public documents like the keys.
-pub static STATUS_LIST: Route = document("/v1/status/{id}");
+pub(crate) static STATUS_LIST: Route = document("/v1/status/{id}");
 /// Mounted by its static prefix (`/v1/verify`), with the token as the rest of the path.
-pub static VERIFY: Route = Route {
+pub(crate) static VERIFY: Route = Route {
     pattern: "/v1/verify/{token}",
     class: Class::Verify,
     counted: true,
     public: true,
     keyless: false,
 };
-pub static REGISTER: Route = other("/v1/agents/register");
-pub static AGENTS: Route = other("/v1/agents");
-pub static AGENT: Route = other("/v1/agents/{id}");
-pub static ISSUE_TOKEN: Route = other("/v1/agents/{id}/issue-token");
-pub static REVOKE: Route = other("/v1/agents/{id}/revoke");
-pub static DOMAINS: Route = other("/v1/domains");
-pub static DOMAIN: Route = other("/v1/domains/{domain}");
-pub static DOMAIN_VERIFY: Route = other("/v1/domains/{domain}/verify");
-pub static LOG: Route = other("/v1/log");
-pub static LOG_CHECKPOINT: Route = other("/v1/log/checkpoint");
-pub static LOG_COMMITMENTS: Route = other("/v1/log/commitments");
-pub static INCLUSION_PROOF: Route = other("/v1/log/proof/inclusion");
-pub static CONSISTENCY_PROOF: Route = other("/v1/log/proof/consistency");
+pub(crate) static REGISTER: Route = other("/v1/agents/register");
+pub(crate) static AGENTS: Route = other("/v1/agents");
+pub(crate) static AGENT: Route = other("/v1/agents/{id}");
+pub(crate) static ISSUE_TOKEN: Route = other("/v1/agents/{id}/issue-token");
+pub(crate) static REVOKE: Route = other("/v1/agents/{id}/revoke");
+pub(crate) static DOMAINS: Route = other("/v1/domains");
+pub(crate) static DOMAIN: Route = other("/v1/domains/{domain}");
+pub(crate) static DOMAIN_VERIFY: Route = other("/v1/domains/{domain}/verify");
+pub(crate) static LOG: Route = other("/v1/log");
+pub(crate) static LOG_CHECKPOINT: Route = other("/v1/log/checkpoint");
+pub(crate) static LOG_COMMITMENTS: Route = other("/v1/log/commitments");
+pub(crate) static INCLUSION_PROOF: Route = other("/v1/log/proof/inclusion");
+pub(crate) static CONSISTENCY_PROOF: Route = other("/v1/log/proof/consistency");
 /// Shared Signals: discovery is a public document; streams are the issuer's (secret keys).
-pub static SSF_CONFIGURATION: Route = document("/.well-known/ssf-configuration");
-pub static SSF_STREAMS: Route = other("/ssf/streams");
-pub static SSF_STATUS: Route = other("/ssf/status");
-pub static SSF_SUBJECTS_ADD: Route = other("/ssf/subjects/add");
-pub static SSF_SUBJECTS_REMOVE: Route = other("/ssf/subjects/remove");
-pub static SSF_VERIFY: Route = other("/ssf/verify");
+pub(crate) static SSF_CONFIGURATION: Route = document("/.well-known/ssf-configuration");
+pub(crate) static SSF_STREAMS: Route = other("/ssf/streams");
+pub(crate) static SSF_STATUS: Route = other("/ssf/status");
+pub(crate) static SSF_SUBJECTS_ADD: Route = other("/ssf/subjects/add");
+pub(crate) static SSF_SUBJECTS_REMOVE: Route = other("/ssf/subjects/remove");
+pub(crate) static SSF_VERIFY: Route = other("/ssf/verify");
 /// A receiver polls with its stream's poll token, which is no API key: the key is not looked
 /// up, and the call counts against the caller's address.
-pub static SSF_POLL: Route = Route {
+pub(crate) static SSF_POLL: Route = Route {
     pattern: "/ssf/poll/{stream_id}",
     class: Class::Other,
     counted: true,
@@ -98,14 +98,14 @@ pub static SSF_POLL: Route = Route {
     keyless: true,
 };
 /// What a path that no route takes counts as.
-pub static UNMATCHED: Route = other("unmatched");
+pub(crate) static UNMATCHED: Route = other("unmatched");
 
 /// The response headers a browser caller of a public route may read.
-pub const EXPOSED_HEADERS: &str =
+pub(crate) const EXPOSED_HEADERS: &str =
     "x-request-id, x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset, retry-after";
 
 /// CORS for the public routes.
-pub fn cors() -> actix_cors::Cors {
+pub(crate) fn cors() -> actix_cors::Cors {
     actix_cors::Cors::default()
         .allow_any_origin()
         .send_wildcard()

@@ -16,7 +16,7 @@ use agentid_engine::Verification;
 /// A valid token: the schema of what the engine renders (`agentid_engine::ValidAnswer`; a
 /// test holds the two to one JSON).
 #[derive(Serialize, ToSchema)]
-pub struct ValidBody<'a> {
+pub(crate) struct ValidBody<'a> {
     /// Always true.
     valid: bool,
     #[schema(pattern = "^agt_[0-9a-z]{26}$")]
@@ -37,7 +37,7 @@ pub struct ValidBody<'a> {
 
 /// A token that does not pass.
 #[derive(Serialize, ToSchema)]
-pub struct InvalidBody {
+pub(crate) struct InvalidBody {
     /// Always false.
     valid: bool,
     error: TokenError,
@@ -45,7 +45,7 @@ pub struct InvalidBody {
 
 #[derive(Serialize, ToSchema, Clone, Copy)]
 #[allow(clippy::enum_variant_names)]
-pub enum TokenError {
+pub(crate) enum TokenError {
     #[serde(rename = "TOKEN_INVALID")]
     TokenInvalid,
     #[serde(rename = "TOKEN_REVOKED")]
@@ -57,7 +57,7 @@ pub enum TokenError {
 /// The verification result: the valid form or the invalid form.
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
-pub enum VerifyAnswer<'a> {
+pub(crate) enum VerifyAnswer<'a> {
     /// Rendered by the engine; this is its schema.
     #[cfg_attr(not(test), allow(dead_code))]
     Valid(ValidBody<'a>),

@@ -97,7 +97,7 @@ pub(crate) fn insert_agent_sql() -> String {
 }
 
 /// The `INSERT` of an agent (alone, or inside a placement's transaction).
-pub(crate) fn insert_agent<'q, DB: Database>(
+pub fn insert_agent<'q, DB: Database>(
     sql: &'q str,
     a: &'q AgentRecord,
     scopes: &'q str,

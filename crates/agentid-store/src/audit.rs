@@ -40,11 +40,12 @@ pub trait AuditStore {
 }
 
 /// The newest block of a ledger; binds org, mode. Read as a [`HeadRow`].
-pub const LEDGER_HEAD_SQL: &str = "SELECT last_seq, last_hash, n_valid, n_invalid, n_expired, n_revoked \
+pub(crate) const LEDGER_HEAD_SQL: &str =
+    "SELECT last_seq, last_hash, n_valid, n_invalid, n_expired, n_revoked \
     FROM audit_blocks WHERE org_id = $1 AND mode = $2 ORDER BY first_seq DESC LIMIT 1";
 
 #[derive(FromRow)]
-pub struct HeadRow {
+pub(crate) struct HeadRow {
     last_seq: i64,
     last_hash: Vec<u8>,
     #[sqlx(flatten)]
@@ -52,7 +53,7 @@ pub struct HeadRow {
 }
 
 /// Where the next record of a ledger goes: after its newest block, or at genesis.
-pub fn ledger_head(row: Option<HeadRow>) -> Result<Head, StoreError> {
+pub(crate) fn ledger_head(row: Option<HeadRow>) -> Result<Head, StoreError> {
     match row {
         Some(h) => Ok(Head {
             seq: h.last_seq,

@@ -37,7 +37,7 @@ pub fn revocations_seen(entries: &[AuditEntry]) -> i64 {
 
 /// Turns `valid` entries of agents the store knows as revoked into `revoked` ones. This is
 /// what makes a revocation committed by another instance binding before an answer is sent.
-pub fn apply_revocations(entries: &mut [AuditEntry], revoked: &HashMap<String, Option<String>>) {
+pub(crate) fn apply_revocations(entries: &mut [AuditEntry], revoked: &HashMap<String, Option<String>>) {
     if revoked.is_empty() {
         return;
     }
@@ -79,7 +79,7 @@ pub fn seal(entries: Vec<AuditEntry>, heads: &mut Heads) -> Vec<AuditRecord> {
 /// Records of a batch that was not written, back as the entries they were sealed from, in
 /// order (`seen`: each entry's `revocations_seen`, which a record does not keep). Their ids
 /// and places in the chains are dropped: the next round seals them afresh.
-pub fn unseal(records: Vec<AuditRecord>, seen: &[i64]) -> Vec<AuditEntry> {
+pub(crate) fn unseal(records: Vec<AuditRecord>, seen: &[i64]) -> Vec<AuditEntry> {
     debug_assert_eq!(records.len(), seen.len());
     records
         .into_iter()

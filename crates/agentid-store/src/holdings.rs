@@ -53,7 +53,7 @@ pub(crate) const MIGRATED_SEQ_SQL: &str = "SELECT MIN(seq) FROM domain_events WH
 /// Whether the key file vouches for an event: its MAC checks, or it is a holding the
 /// migration carried over (unsealed, before the event that closed them). Anything else is
 /// a row written with database access alone: ignored, and an alarm.
-pub(crate) fn vouched(keys: &KeyRing, e: &DomainEvent, migrated: Option<i64>) -> bool {
+pub fn vouched(keys: &KeyRing, e: &DomainEvent, migrated: Option<i64>) -> bool {
     let ok = keys.vouches_for_domain_event(e, migrated);
     if !ok {
         tracing::error!(seq = e.seq, domain = %e.domain, "integrity alarm: an issuer-domain event the key file does not vouch for is ignored");
@@ -120,7 +120,7 @@ where
 
 /// Seals `events` with the key file and appends them, numbered after the last event; the
 /// number of the last one.
-pub(crate) async fn append<DB>(
+pub async fn append<DB>(
     tx: &mut sqlx::Transaction<'_, DB>,
     keys: &KeyRing,
     events: Vec<DomainEvent>,

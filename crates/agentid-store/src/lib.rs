@@ -52,13 +52,13 @@ pub use domains::{DomainStore, RELEASED_REASON, REPLACED_REASON};
 pub use migrate::valid_role;
 pub use orgs::{KeyListing, OrgStore};
 pub use places::PlaceDraw;
-pub use postgres::PgStore;
+use postgres::PgStore;
 pub use signing::SigningKeyStore;
-pub use sqlite::SqliteStore;
+use sqlite::SqliteStore;
 pub use ssf::SsfStore;
 pub use tree::{Added, TreeStore};
 
-pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
+pub(crate) type StoreFuture<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -229,14 +229,14 @@ pub struct Appended {
 }
 
 impl Appended {
-    pub fn all(records: Vec<AuditRecord>) -> Self {
+    pub(crate) fn all(records: Vec<AuditRecord>) -> Self {
         Appended {
             records: records.into_iter().map(Some).collect(),
             failure: None,
         }
     }
 
-    pub fn none(n: usize, failure: StoreError) -> Self {
+    pub(crate) fn none(n: usize, failure: StoreError) -> Self {
         Appended {
             records: (0..n).map(|_| None).collect(),
             failure: Some(failure),
@@ -296,6 +296,12 @@ pub async fn connect(url: &str, opts: &StoreOptions) -> Result<SharedStore, Stor
     } else {
         Err(StoreError::UnsupportedUrl)
     }
+}
+
+/// Runs the migrations of the PostgreSQL database `url` names and gives `grant_to` what the
+/// service needs (`agentid migrate`).
+pub async fn migrate_postgres(url: &str, grant_to: Option<&str>) -> Result<(), StoreError> {
+    PgStore::migrate(url, grant_to).await
 }
 
 #[cfg(test)]

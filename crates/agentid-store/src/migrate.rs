@@ -191,7 +191,7 @@ pub async fn migrator(set: Embedded) -> Result<Migrator, sqlx::migrate::MigrateE
 /// know, which the migrator then refuses): the service can start under a role that owns
 /// nothing and so could not run even `CREATE TABLE IF NOT EXISTS`, once the owner has
 /// migrated (`agentid migrate`).
-pub async fn pending_pg(pool: &sqlx::PgPool) -> Result<bool, sqlx::Error> {
+pub(crate) async fn pending_pg(pool: &sqlx::PgPool) -> Result<bool, sqlx::Error> {
     let exists: (bool,) = sqlx::query_as("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
         .fetch_one(pool)
         .await?;
@@ -211,7 +211,7 @@ pub async fn pending_pg(pool: &sqlx::PgPool) -> Result<bool, sqlx::Error> {
 /// service does, nothing more. The audit log's tables only take inserts (their triggers
 /// refuse the rest even to a role that had more), and nothing grants TRUNCATE, ownership,
 /// or the right to create.
-pub fn grants_pg(role: &str) -> Vec<String> {
+pub(crate) fn grants_pg(role: &str) -> Vec<String> {
     let r = format!("\"{role}\"");
     vec![
         format!("GRANT USAGE ON SCHEMA public TO {r}"),

@@ -31,12 +31,12 @@ pub trait OrgStore {
 /// A key as `agentid key list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct KeyListing {
-    pub kind: &'static str,
-    pub mode: &'static str,
+    pub(crate) kind: &'static str,
+    pub(crate) mode: &'static str,
     /// Its prefix and last four characters, as shown when it was made.
-    pub key: String,
-    pub created_at: Millis,
-    pub disabled: bool,
+    pub(crate) key: String,
+    pub(crate) created_at: Millis,
+    pub(crate) disabled: bool,
 }
 
 const ORG_COLUMNS: &str = "id, name, plan, verify_limit, other_limit, max_expiry_seconds, created_at";

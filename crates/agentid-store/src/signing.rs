@@ -25,7 +25,7 @@ pub trait SigningKeyStore {
 }
 
 #[derive(FromRow)]
-pub struct SigningKeyRow {
+pub(crate) struct SigningKeyRow {
     kid: String,
     public_key: Vec<u8>,
     created_at: i64,

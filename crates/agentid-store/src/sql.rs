@@ -19,7 +19,7 @@ use agentid_core::domain::KeyMode;
 
 /// What a backend does its own way. Implemented by the database types themselves
 /// (`sqlx::Sqlite`, `sqlx::Postgres`).
-pub trait Backend: Database {
+pub(crate) trait Backend: Database {
     /// As `Store::backend` names it.
     const BACKEND: &'static str;
     /// What the backend keeps beside its main pool.
@@ -54,42 +54,42 @@ pub trait Backend: Database {
 }
 
 /// How a log page's SQL is written for a backend's planner.
-pub struct LogPlan {
+pub(crate) struct LogPlan {
     /// Name the failure's partial index (`INDEXED BY`): SQLite, without statistics, prefers
     /// the primary key to an equally long partial index.
-    pub name_index: bool,
+    pub(crate) name_index: bool,
     /// Look each block of an agent's rows up through a fenced `LATERAL` (PostgreSQL, on tables
     /// not analyzed yet, joined with a scan of every block of the ledger per agent row).
-    pub lateral_join: bool,
+    pub(crate) lateral_join: bool,
 }
 
 /// A batch the store did not take: why, and its entries as they were handed in.
-pub type Refused = (StoreError, Vec<AuditEntry>);
+pub(crate) type Refused = (StoreError, Vec<AuditEntry>);
 
 /// How a backend opens an exclusive transaction: `begin`, then `lock`, which waits for any
 /// other exclusive transaction to end.
-pub struct Exclusive {
-    pub begin: &'static str,
-    pub lock: &'static str,
+pub(crate) struct Exclusive {
+    pub(crate) begin: &'static str,
+    pub(crate) lock: &'static str,
 }
 
 /// A store on a SQL database: its main pool, and what its backend keeps beside it.
 #[derive(Debug)]
-pub struct SqlStore<DB: Backend> {
+pub(crate) struct SqlStore<DB: Backend> {
     pub(super) pool: Pool<DB>,
     pub(super) extra: DB::Extra,
 }
 
-pub fn hash32(v: Vec<u8>) -> Result<[u8; 32], StoreError> {
+pub(crate) fn hash32(v: Vec<u8>) -> Result<[u8; 32], StoreError> {
     v.try_into()
         .map_err(|_| StoreError::Corrupt("audit hash length".into()))
 }
 
-pub fn parse_mode(s: &str) -> Result<KeyMode, StoreError> {
+pub(crate) fn parse_mode(s: &str) -> Result<KeyMode, StoreError> {
     KeyMode::parse(s).ok_or_else(|| StoreError::Corrupt(format!("mode {s}")))
 }
 
-pub fn seq_i64(n: u64) -> Result<i64, StoreError> {
+pub(crate) fn seq_i64(n: u64) -> Result<i64, StoreError> {
     i64::try_from(n).map_err(|_| StoreError::Corrupt(format!("sequence number {n} out of range")))
 }
 

@@ -18,7 +18,7 @@ use agentid_core::domain::audit::{AuditEntry, AuditRecord};
 /// SQLite allows 32766 bound parameters; stay far below it.
 const IN_CHUNK: usize = 500;
 
-pub type SqliteStore = SqlStore<Sqlite>;
+pub(crate) type SqliteStore = SqlStore<Sqlite>;
 
 impl SqlStore<Sqlite> {
     pub async fn connect(url: &str, opts: &StoreOptions) -> Result<Self, StoreError> {
@@ -161,7 +161,7 @@ impl SqlStore<Sqlite> {
 /// the server's process id. Released when the store is dropped, or the process ends however
 /// it ends. Commands other than `serve` do not take it, so they keep working beside a server.
 #[derive(Debug)]
-pub struct ServeLock {
+pub(crate) struct ServeLock {
     _file: std::fs::File,
 }
 

@@ -67,7 +67,7 @@ const RANGE_BLOCKS_SQL: &str = "SELECT first_seq, last_seq, prev_hash, records F
 const CHECKPOINT_COLUMNS: &str = "org_id, mode, tree_size, root, note, created_at";
 
 #[derive(FromRow)]
-pub struct CheckpointRow {
+pub(crate) struct CheckpointRow {
     org_id: String,
     mode: String,
     tree_size: i64,

@@ -68,7 +68,7 @@ impl IssuerDomain {
 pub struct Scopes(Vec<String>);
 
 impl Scopes {
-    pub const MAX: usize = 64;
+    pub(crate) const MAX: usize = 64;
 
     pub fn parse<S: AsRef<str>>(items: &[S]) -> Result<Self, ValidationError> {
         if items.is_empty() {
@@ -92,10 +92,6 @@ impl Scopes {
             out.push(s.to_owned());
         }
         Ok(Scopes(out))
-    }
-
-    pub fn as_slice(&self) -> &[String] {
-        &self.0
     }
 
     pub fn into_vec(self) -> Vec<String> {

@@ -60,7 +60,7 @@ impl AuditRecord {
 
     /// The bytes the chain hashes, as a vector (the tests' view of `write_canonical`).
     #[cfg(test)]
-    pub fn canonical_bytes(&self) -> Vec<u8> {
+    pub(crate) fn canonical_bytes(&self) -> Vec<u8> {
         let mut out = Vec::new();
         self.write_canonical(&mut out);
         out

@@ -46,7 +46,7 @@ impl ProofMethod {
     }
 
     /// Whether a holding by this method also covers the names below its name.
-    pub fn covers_below(self) -> bool {
+    pub(crate) fn covers_below(self) -> bool {
         matches!(self, ProofMethod::Dns | ProofMethod::Operator)
     }
 }
@@ -244,7 +244,7 @@ pub fn name_and_parents(name: &str) -> Vec<String> {
 }
 
 /// Whether `name` is `ancestor` or below it.
-pub fn is_at_or_below(name: &str, ancestor: &str) -> bool {
+pub(crate) fn is_at_or_below(name: &str, ancestor: &str) -> bool {
     name == ancestor
         || name
             .strip_suffix(ancestor)

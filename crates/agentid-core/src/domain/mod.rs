@@ -21,8 +21,8 @@ pub use time::Millis;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]
 pub struct ValidationError {
-    pub field: &'static str,
-    pub message: String,
+    pub(crate) field: &'static str,
+    pub(crate) message: String,
 }
 
 impl ValidationError {

@@ -44,10 +44,10 @@ impl Plan {
     }
 
     /// Enterprise's maximum token lifetime: one year.
-    pub const ENTERPRISE_MAX_EXPIRY: u64 = 365 * DAY;
+    pub(crate) const ENTERPRISE_MAX_EXPIRY: u64 = 365 * DAY;
 
     /// The longest token lifetime the spec's table allows on this plan.
-    pub fn max_expiry_seconds(self) -> u64 {
+    pub(crate) fn max_expiry_seconds(self) -> u64 {
         self.default_limits()
             .map_or(Self::ENTERPRISE_MAX_EXPIRY, |l| l.max_expiry_seconds)
     }

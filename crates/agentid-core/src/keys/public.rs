@@ -30,7 +30,7 @@ pub struct PublicKeys {
 
 impl PublicKeys {
     /// The key set of one key, which is also the current one.
-    pub fn single(key: VerifyingKey) -> Self {
+    pub(crate) fn single(key: VerifyingKey) -> Self {
         PublicKeys::new(&key, &[key])
     }
 

@@ -159,7 +159,7 @@ impl KeyRing {
     /// Opens what `seal_key` sealed for `kid` and `activates`; `None` when it was sealed under
     /// another key file, for another `kid` or activation time, or altered. (Keys sealed by
     /// versions before 2 bound the `kid` only.)
-    pub fn open_key(&self, kid: &str, activates: Millis, sealed: &[u8]) -> Option<SigningKey> {
+    pub(crate) fn open_key(&self, kid: &str, activates: Millis, sealed: &[u8]) -> Option<SigningKey> {
         use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
         let (&version, rest) = sealed.split_first()?;
         if !matches!(version, SEALED_V1 | SEALED_V2) || rest.len() != 12 + 32 + 16 {
@@ -189,7 +189,7 @@ impl KeyRing {
     }
 
     /// This key's signing half, for the signing key set it belongs to.
-    pub fn signing_key(&self) -> &SigningKey {
+    pub(crate) fn signing_key(&self) -> &SigningKey {
         &self.signing
     }
 
@@ -221,7 +221,7 @@ impl KeyRing {
     }
 
     /// Whether `mac` is the MAC of an event's canonical bytes (constant time).
-    pub fn domain_event_vouched(&self, canonical: &[u8], mac: &[u8; 32]) -> bool {
+    pub(crate) fn domain_event_vouched(&self, canonical: &[u8], mac: &[u8; 32]) -> bool {
         use hmac::{Hmac, Mac};
         let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.derived(b"agentid domain holdings v1"))
             .expect("HMAC takes any key length");

@@ -58,7 +58,7 @@ impl SigningKeyRecord {
         }
     }
 
-    pub fn activates(&self) -> Millis {
+    pub(crate) fn activates(&self) -> Millis {
         self.activates_at.unwrap_or(self.created_at)
     }
 }

@@ -30,7 +30,7 @@ impl List {
     pub const ALL: [List; 3] = [List::Revocations, List::RetiredKeys, List::Domains];
 
     /// The extension line's first word.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             List::Revocations => "agentid-revocations",
             List::RetiredKeys => "agentid-retired-keys",
@@ -61,7 +61,7 @@ impl List {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Commitment {
     pub count: u64,
-    pub hash: Hash,
+    pub(crate) hash: Hash,
 }
 
 impl Commitment {
@@ -73,7 +73,7 @@ impl Commitment {
 
     /// The commitment after one more entry: `SHA-256(name ‖ 0x0A ‖ hash ‖ id ‖ 0x0A ‖ at ‖
     /// 0x0A)`, `at` in decimal milliseconds.
-    pub fn then(&self, list: List, id: &str, at: Millis) -> Commitment {
+    pub(crate) fn then(&self, list: List, id: &str, at: Millis) -> Commitment {
         Commitment {
             count: self.count + 1,
             hash: Sha256::new()
@@ -97,7 +97,11 @@ impl Commitment {
     }
 
     /// The commitment after each prefix of `entries`: element `i` is that of the first `i`.
-    pub fn prefixes<'a>(list: List, entries: impl IntoIterator<Item = (&'a str, Millis)>) -> Vec<Commitment> {
+    #[cfg(test)]
+    pub(crate) fn prefixes<'a>(
+        list: List,
+        entries: impl IntoIterator<Item = (&'a str, Millis)>,
+    ) -> Vec<Commitment> {
         let mut out = vec![Commitment::EMPTY];
         for (id, at) in entries {
             let next = out[out.len() - 1].then(list, id, at);
@@ -107,7 +111,7 @@ impl Commitment {
     }
 
     /// The extension line: `<list name> <count> <base64 hash>`.
-    pub fn line(&self, list: List) -> String {
+    pub(crate) fn line(&self, list: List) -> String {
         format!("{} {} {}", list.name(), self.count, STANDARD.encode(self.hash))
     }
 }

@@ -22,7 +22,7 @@ const ED25519: u8 = 0x01;
 /// The signature line's prefix: an em dash and a space.
 const SIG_PREFIX: &str = "\u{2014} ";
 /// Notes larger than this are refused unread (a checkpoint is ~150 bytes).
-pub const MAX_NOTE_LEN: usize = 16 * 1024;
+pub(crate) const MAX_NOTE_LEN: usize = 16 * 1024;
 
 /// A tree head: the origin names the ledger.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +36,7 @@ pub struct Checkpoint {
 
 impl Checkpoint {
     /// The signed text: origin, size, root and any extension lines, each on its line.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let mut text = format!("{}\n{}\n{}\n", self.origin, self.size, STANDARD.encode(self.root));
         for line in &self.extensions {
             text.push_str(line);
@@ -161,10 +161,6 @@ impl LogVerifier {
             name: name.to_owned(),
             key,
         }
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
     }
 
     /// Parses `<name>+<hash>+<base64(0x01 ‖ key)>`; the hash must be the key's.

@@ -24,7 +24,7 @@ pub fn leaf_hash(record_hash: &Hash) -> Hash {
     h.finalize().into()
 }
 
-pub fn node_hash(left: &Hash, right: &Hash) -> Hash {
+pub(crate) fn node_hash(left: &Hash, right: &Hash) -> Hash {
     let mut h = Sha256::new();
     h.update([1u8]);
     h.update(left);
@@ -60,7 +60,7 @@ impl Subtree {
     }
 
     /// Whether the store keeps this subtree's hash.
-    pub fn is_stored(&self) -> bool {
+    pub(crate) fn is_stored(&self) -> bool {
         self.height > 0 && self.height.is_multiple_of(STORED_EVERY)
     }
 
@@ -247,7 +247,8 @@ pub enum ProofError {
 
 /// Checks an inclusion proof (RFC 9162 §2.1.3.2) of the leaf whose record hash is
 /// `record_hash`, at 0-based `index`, in the tree of `size` leaves with `root`.
-pub fn verify_inclusion(
+#[cfg(test)]
+pub(crate) fn verify_inclusion(
     index: u64,
     size: u64,
     record_hash: &Hash,

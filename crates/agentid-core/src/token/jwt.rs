@@ -86,7 +86,7 @@ pub struct Rejected {
 #[derive(Debug, Clone)]
 pub struct Unverified<'t> {
     pub claims: Claims,
-    pub kid: String,
+    pub(crate) kid: String,
     pub signing_input: &'t [u8],
     pub signature: Signature,
 }

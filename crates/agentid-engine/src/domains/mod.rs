@@ -18,15 +18,15 @@ use agentid_store::{Attempt, Claimed, DomainClaim, SharedStore, StoreError};
 use crate::revocations::Revocations;
 
 /// Pending claims an organization may have at once.
-pub const MAX_PENDING: u32 = 100;
+pub(crate) const MAX_PENDING: u32 = 100;
 /// Verification attempts of one claim in any minute.
-pub const ATTEMPTS_PER_MINUTE: usize = 10;
+pub(crate) const ATTEMPTS_PER_MINUTE: usize = 10;
 /// The label under which the TXT record is looked up.
-pub const DNS_LABEL: &str = "_agentid-challenge";
+pub(crate) const DNS_LABEL: &str = "_agentid-challenge";
 /// What the TXT record says, before the value.
-pub const TXT_PREFIX: &str = "agentid-domain-verification=";
+pub(crate) const TXT_PREFIX: &str = "agentid-domain-verification=";
 /// Where the HTTPS file is.
-pub const WELL_KNOWN_PATH: &str = "/.well-known/agentid-domain-verification";
+pub(crate) const WELL_KNOWN_PATH: &str = "/.well-known/agentid-domain-verification";
 /// The HTTPS check's bounds.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 const FETCH_MAX_BYTES: usize = 4096;
@@ -161,12 +161,6 @@ impl Domains {
 
     pub fn policy(&self) -> IssuerPolicy {
         self.cfg.policy
-    }
-
-    /// What register and issue-token check issuer domains with: the key file that vouches
-    /// for holdings under the `verified` policy, nothing under `open`.
-    pub fn issuer_check(&self) -> Option<&KeyRing> {
-        (self.cfg.policy == IssuerPolicy::Verified).then_some(&*self.keys)
     }
 
     fn challenge(&self, claim: &DomainClaim) -> Challenge {

@@ -93,13 +93,7 @@ impl Leases {
             .clone()
     }
 
-    pub(crate) async fn check<C: Clock>(
-        &self,
-        clock: &C,
-        class: Class,
-        org_id: &str,
-        limit: u32,
-    ) -> Decision {
+    pub async fn check<C: Clock>(&self, clock: &C, class: Class, org_id: &str, limit: u32) -> Decision {
         let bucket = self.bucket(class, org_id, limit, clock.now());
         loop {
             if let Some(d) = Self::from_lease(&bucket, clock.now(), limit) {
@@ -149,7 +143,7 @@ impl Leases {
         (now < lease.refused_until).then(|| lease.decision(now, true))
     }
 
-    pub(crate) fn peek<C: Clock>(&self, clock: &C, class: Class, org_id: &str, limit: u32) -> Decision {
+    pub fn peek<C: Clock>(&self, clock: &C, class: Class, org_id: &str, limit: u32) -> Decision {
         match self.buckets[class as usize].get(org_id) {
             Some(b) => b.lease.lock().decision(clock.now(), false),
             None => decision(limit, limit, Duration::ZERO, None),
@@ -158,7 +152,7 @@ impl Leases {
 
     /// Gives back cells that went unused for a while (all of them with `all`), and forgets
     /// buckets with nothing leased that were idle for a minute.
-    pub(crate) async fn give_back<C: Clock>(&self, clock: &C, all: bool) {
+    pub async fn give_back<C: Clock>(&self, clock: &C, all: bool) {
         let now = clock.now();
         let mut back = Vec::new();
         for class in [Class::Verify, Class::Other, Class::Publishable] {

@@ -20,7 +20,7 @@ impl<K: std::hash::Hash + Eq> LocalBuckets<K> {
     }
 
     /// Takes a cell (`take`) or only looks. A key is copied only for a bucket seen first.
-    pub(crate) fn check<Q>(&self, key: &Q, limit: u32, now: Duration, take: bool) -> Decision
+    pub fn check<Q>(&self, key: &Q, limit: u32, now: Duration, take: bool) -> Decision
     where
         K: std::borrow::Borrow<Q>,
         Q: std::hash::Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -56,7 +56,7 @@ impl<K: std::hash::Hash + Eq> LocalBuckets<K> {
 /// The key of an anonymous caller's buckets: its IPv4 address, or the /64 of its IPv6 one
 /// (a single host commonly holds a whole /64).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct AddressKey(IpAddr);
+pub(crate) struct AddressKey(IpAddr);
 
 impl From<IpAddr> for AddressKey {
     fn from(ip: IpAddr) -> Self {

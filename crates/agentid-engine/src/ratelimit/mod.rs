@@ -27,11 +27,11 @@ use lease::Leases;
 use local::{AddressKey, LocalBuckets};
 
 /// Unauthenticated calls: the spec's lowest tier.
-pub const ANON_VERIFY_PER_MINUTE: u32 = 100;
-pub const ANON_OTHER_PER_MINUTE: u32 = 20;
+pub(crate) const ANON_VERIFY_PER_MINUTE: u32 = 100;
+pub(crate) const ANON_OTHER_PER_MINUTE: u32 = 20;
 /// Database look-ups of API keys the cache has not seen, per client address: bounds what a
 /// flood of random keys costs the store. Refreshing a key the cache held is not charged.
-pub const KEY_LOOKUPS_PER_MINUTE: u32 = 60;
+pub(crate) const KEY_LOOKUPS_PER_MINUTE: u32 = 60;
 /// A leased cell that goes unused this long goes back to the shared bucket.
 pub(crate) const LEASE_IDLE: Duration = Duration::from_secs(1);
 
@@ -57,7 +57,7 @@ impl Class {
 
 /// What the publishable keys of an organization with a verify limit of `verify_limit` may
 /// take a minute, together: half of it (at least one call).
-pub fn publishable_share(verify_limit: u32) -> u32 {
+pub(crate) fn publishable_share(verify_limit: u32) -> u32 {
     (verify_limit / 2).max(1)
 }
 
@@ -154,7 +154,7 @@ impl RateLimits {
 
 impl<C: Clock> RateLimits<C> {
     /// Organization buckets leased from `shared` (a store that has shared buckets), or here.
-    pub fn with_clock(shared: Option<SharedStore>, clock: C) -> Self {
+    pub(crate) fn with_clock(shared: Option<SharedStore>, clock: C) -> Self {
         let orgs = match shared {
             Some(store) => OrgBuckets::Shared(Leases::new(store)),
             None => OrgBuckets::Local([LocalBuckets::new(), LocalBuckets::new(), LocalBuckets::new()]),
@@ -169,7 +169,7 @@ impl<C: Clock> RateLimits<C> {
     }
 
     /// May this address have one more unknown key looked up in the store?
-    pub fn check_key_lookup(&self, ip: IpAddr) -> Decision {
+    pub(crate) fn check_key_lookup(&self, ip: IpAddr) -> Decision {
         self.key_lookups
             .check(&ip.into(), KEY_LOOKUPS_PER_MINUTE, self.clock.now(), true)
     }
@@ -232,7 +232,7 @@ impl<C: Clock> RateLimits<C> {
     }
 
     /// Forgets the buckets in memory that are full again (a walk of every bucket).
-    pub fn evict_full(&self) {
+    pub(crate) fn evict_full(&self) {
         let now = self.clock.now();
         for b in [&self.anon_verify, &self.anon_other, &self.key_lookups] {
             b.evict_full(now);
@@ -244,14 +244,14 @@ impl<C: Clock> RateLimits<C> {
 
     /// Gives back leased cells unused for a second (every one of them with `all`, as the
     /// instance stops). Nothing to do where the organizations' buckets are in memory.
-    pub async fn give_back(&self, all: bool) {
+    pub(crate) async fn give_back(&self, all: bool) {
         if let OrgBuckets::Shared(l) = &self.orgs {
             l.give_back(&self.clock, all).await;
         }
     }
 
     /// Buckets currently tracked.
-    pub fn tracked(&self) -> usize {
+    pub(crate) fn tracked(&self) -> usize {
         let orgs: usize = match &self.orgs {
             OrgBuckets::Local(b) => b.iter().map(|b| b.map.len()).sum(),
             OrgBuckets::Shared(l) => l.tracked(),
@@ -268,7 +268,7 @@ pub(crate) fn bucket_key(org_id: &str, class: Class) -> String {
 /// Keeps the buckets for as long as it runs: gives back unused leased cells every second,
 /// and forgets full buckets every 30 s (a walk of every one, which a flood of addresses
 /// makes long).
-pub async fn upkeep(limits: Arc<RateLimits>) {
+pub(crate) async fn upkeep(limits: Arc<RateLimits>) {
     let mut ticks = tokio::time::interval(LEASE_IDLE);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     for tick in 0u64.. {

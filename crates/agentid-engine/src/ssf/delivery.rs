@@ -42,7 +42,7 @@ fn backoff(attempts: i32) -> Duration {
 }
 
 /// Delivers push streams' events for as long as it runs.
-pub async fn deliverer(ssf: Arc<Ssf>) {
+pub(crate) async fn deliverer(ssf: Arc<Ssf>) {
     let mut sampled = Instant::now() - Duration::from_secs(60);
     loop {
         if let Err(e) = deliver_due(&ssf).await {

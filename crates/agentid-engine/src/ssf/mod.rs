@@ -25,20 +25,21 @@ use agentid_core::domain::{new_id, IdPrefix, KeyMode, Millis};
 use agentid_core::keys::SigningKeys;
 use agentid_store::{SharedStore, StoreError, StreamRecord};
 
-pub use delivery::deliverer;
-pub use vetting::check_endpoint;
+pub(crate) use delivery::deliverer;
+pub(crate) use vetting::check_endpoint;
 use vetting::origin_of;
 
 pub const PUSH: &str = "urn:ietf:rfc:8935";
 pub const POLL: &str = "urn:ietf:rfc:8936";
-pub const SESSION_REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
+pub(crate) const SESSION_REVOKED: &str =
+    "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
 pub const VERIFICATION: &str = "https://schemas.openid.net/secevent/ssf/event-type/verification";
 pub const EVENTS_SUPPORTED: [&str; 2] = [SESSION_REVOKED, VERIFICATION];
 
 /// Streams an organization may have.
-pub const MAX_STREAMS: i64 = 10;
+pub(crate) const MAX_STREAMS: i64 = 10;
 /// Events a stream may be owed; past this the oldest are dropped (and counted).
-pub const MAX_PENDING: u32 = 10_000;
+pub(crate) const MAX_PENDING: u32 = 10_000;
 /// Bounds of what a stream's owner sends.
 const MAX_EVENTS_REQUESTED: usize = 16;
 const MAX_TEXT: usize = 512;
@@ -47,7 +48,7 @@ const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Attempts stop this long after the event.
 const GIVE_UP_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// How long a poll with `returnImmediately: false` waits for an event.
-pub const POLL_WAIT: Duration = Duration::from_secs(30);
+pub(crate) const POLL_WAIT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone)]
 pub struct SsfConfig {
@@ -109,7 +110,12 @@ pub struct Ssf {
 }
 
 impl Ssf {
-    pub fn new(store: SharedStore, signing: Arc<SigningKeys>, public_url: &str, cfg: SsfConfig) -> Self {
+    pub(crate) fn new(
+        store: SharedStore,
+        signing: Arc<SigningKeys>,
+        public_url: &str,
+        cfg: SsfConfig,
+    ) -> Self {
         Ssf {
             store,
             signing,
@@ -129,7 +135,7 @@ impl Ssf {
     }
 
     /// New events may be due: deliver now rather than at the next tick.
-    pub fn wake(&self) {
+    pub(crate) fn wake(&self) {
         self.wake.notify_one();
     }
 

@@ -31,7 +31,7 @@ fn vetted_addresses(url: &str, allow_insecure: bool) -> Result<Vec<SocketAddr>, 
 }
 
 /// Checks a push endpoint: https, and every address it resolves to is public.
-pub fn check_endpoint(url: &str, allow_insecure: bool) -> Result<(), String> {
+pub(crate) fn check_endpoint(url: &str, allow_insecure: bool) -> Result<(), String> {
     vetted_addresses(url, allow_insecure).map(|_| ())
 }
 

@@ -33,7 +33,7 @@ use super::proofs::subtree_hashes;
 
 /// Most records one checkpoint adds to a tree; a ledger that grew more (a log that predates
 /// checkpoints) gets there in steps, each a checkpoint of its own.
-pub const MAX_STEP: u64 = 1 << 20;
+pub(crate) const MAX_STEP: u64 = 1 << 20;
 /// Checkpoint rows read, largest first, to find the latest one the log key signed.
 const JUNK_READ: u32 = 64;
 /// Record hashes read per query while a checkpoint is made.
@@ -46,7 +46,7 @@ pub struct GrownLedgers(Mutex<HashSet<Ledger>>);
 impl GrownLedgers {
     /// Notes the ledgers of committed records (one lock per batch; a ledger is cloned only
     /// the first time).
-    pub fn note(&self, records: &[Option<AuditRecord>]) {
+    pub(crate) fn note(&self, records: &[Option<AuditRecord>]) {
         let mut last: Option<&Ledger> = None;
         let mut set = self.0.lock();
         for r in records.iter().flatten() {

@@ -14,7 +14,7 @@ use agentid_core::domain::ValidationError;
 /// An agent as a subject: `iss` its issuer_domain, `sub` its agent_id.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Subject {
+pub(crate) struct Subject {
     /// `iss_sub`.
     format: String,
     iss: String,
@@ -23,7 +23,7 @@ pub struct Subject {
 
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct SubjectChange {
+pub(crate) struct SubjectChange {
     stream_id: String,
     subject: Subject,
     #[serde(default)]
@@ -65,7 +65,7 @@ async fn subject(
     ),
     security(("bearer" = [])),
 )]
-pub async fn add_subject(
+pub(crate) async fn add_subject(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
     req: HttpRequest,
@@ -84,7 +84,7 @@ pub async fn add_subject(
     ),
     security(("bearer" = [])),
 )]
-pub async fn remove_subject(
+pub(crate) async fn remove_subject(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
     req: HttpRequest,
@@ -96,7 +96,7 @@ pub async fn remove_subject(
 
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct VerificationRequest {
+pub(crate) struct VerificationRequest {
     stream_id: String,
     #[serde(default)]
     state: Option<String>,
@@ -128,7 +128,7 @@ pub async fn verify(
 
 /// An RFC 8936 poll.
 #[derive(Deserialize, ToSchema)]
-pub struct PollRequest {
+pub(crate) struct PollRequest {
     #[serde(default, rename = "maxEvents")]
     max_events: Option<u32>,
     #[serde(default, rename = "returnImmediately")]
@@ -140,7 +140,7 @@ pub struct PollRequest {
 }
 
 #[derive(Serialize, ToSchema)]
-pub struct PollResponse {
+pub(crate) struct PollResponse {
     sets: std::collections::BTreeMap<String, String>,
     #[serde(rename = "moreAvailable")]
     more_available: bool,

@@ -34,7 +34,7 @@ impl From<SsfError> for ApiError {
 
 /// The transmitter's configuration (SSF §7.1).
 #[derive(Serialize, ToSchema)]
-pub struct Configuration {
+pub(crate) struct Configuration {
     spec_version: &'static str,
     issuer: String,
     jwks_uri: String,

@@ -16,7 +16,7 @@ use agentid_engine::ssf::{StreamInput, EVENTS_SUPPORTED, POLL};
 /// How a stream's SETs travel.
 #[derive(Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Delivery {
+pub(crate) struct Delivery {
     /// `urn:ietf:rfc:8935` (push) or `urn:ietf:rfc:8936` (poll).
     method: String,
     /// Push: the receiver's https URL. Poll (answers only): the URL to poll.
@@ -27,7 +27,7 @@ pub struct Delivery {
 /// A stream to create or replace (SSF §8.1.1).
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct StreamRequest {
+pub(crate) struct StreamRequest {
     /// Required to replace or update; absent to create.
     #[serde(default)]
     stream_id: Option<String>,
@@ -44,7 +44,7 @@ pub struct StreamRequest {
 /// A change of some of a stream's fields (SSF §8.1.1.3).
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct StreamPatch {
+pub(crate) struct StreamPatch {
     stream_id: String,
     #[serde(default)]
     delivery: Option<Delivery>,
@@ -58,7 +58,7 @@ pub struct StreamPatch {
 
 /// A stream's configuration (SSF §8.1.1).
 #[derive(Serialize, ToSchema)]
-pub struct StreamConfig {
+pub(crate) struct StreamConfig {
     stream_id: String,
     iss: String,
     aud: String,
@@ -119,7 +119,7 @@ fn input(
 /// `?stream_id=`.
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct StreamQuery {
+pub(crate) struct StreamQuery {
     /// The stream; absent on GET: every stream of the caller's organization and mode.
     stream_id: Option<String>,
 }
@@ -162,7 +162,7 @@ pub async fn create(
 /// One stream (with `stream_id`), or every stream of the caller's organization and mode.
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
-pub enum Streams {
+pub(crate) enum Streams {
     One(Box<StreamConfig>),
     All(Vec<StreamConfig>),
 }
@@ -291,7 +291,7 @@ pub async fn delete(
 
 /// A stream's status (SSF §8.1.2).
 #[derive(Serialize, ToSchema)]
-pub struct StreamStatus {
+pub(crate) struct StreamStatus {
     stream_id: String,
     /// `enabled`, `paused` (events are kept) or `disabled` (events are dropped).
     status: String,
@@ -299,7 +299,7 @@ pub struct StreamStatus {
 
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct StatusChange {
+pub(crate) struct StatusChange {
     stream_id: String,
     status: String,
     #[serde(default)]

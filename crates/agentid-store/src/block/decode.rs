@@ -209,7 +209,7 @@ pub fn decode(
 
 /// The record hashes of a block whose `seq` lies in `seqs`, in order, appended to `out`
 /// (the leaves of the ledger's Merkle tree): nothing else is allocated.
-pub fn record_hashes(
+pub(crate) fn record_hashes(
     block: &StoredBlock,
     seqs: std::ops::RangeInclusive<i64>,
     out: &mut Vec<[u8; 32]>,

@@ -46,7 +46,7 @@ use super::StoreError;
 
 /// Records per block at most. Bounds the work of a filtered page (a page reads at most
 /// `limit + 2` blocks) while a block still spreads its row costs over many records.
-pub const BLOCK_MAX: usize = 128;
+pub(crate) const BLOCK_MAX: usize = 128;
 
 const V1: u8 = 1;
 const V2: u8 = 2;
@@ -61,9 +61,9 @@ const TAG_REASON: u8 = 0b100;
 /// Where a ledger stands: its last record and its running totals.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Head {
-    pub seq: i64,
-    pub hash: [u8; 32],
-    pub totals: Totals,
+    pub(crate) seq: i64,
+    pub(crate) hash: [u8; 32],
+    pub(crate) totals: Totals,
 }
 
 impl Default for Head {
@@ -81,30 +81,30 @@ pub type Heads = HashMap<Ledger, Head>;
 
 /// One agent's share of a block.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BlockAgent {
-    pub agent_id: String,
-    pub results: i32,
+pub(crate) struct BlockAgent {
+    pub(crate) agent_id: String,
+    pub(crate) results: i32,
     /// Records of this agent in this block, per result.
-    pub delta: Totals,
+    pub(crate) delta: Totals,
     /// Records of this agent in this batch's blocks of the ledger up to this one: what a
     /// statement that sees only the rows committed before the batch adds to the agent's last
     /// running totals.
-    pub batch_delta: Totals,
+    pub(crate) batch_delta: Totals,
 }
 
 /// One `audit_blocks` row and its `audit_block_agents` rows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Block {
-    pub ledger: Ledger,
-    pub first_seq: i64,
-    pub last_seq: i64,
-    pub prev_hash: [u8; 32],
-    pub last_hash: [u8; 32],
-    pub results: i32,
+    pub(crate) ledger: Ledger,
+    pub(crate) first_seq: i64,
+    pub(crate) last_seq: i64,
+    pub(crate) prev_hash: [u8; 32],
+    pub(crate) last_hash: [u8; 32],
+    pub(crate) results: i32,
     /// The ledger's running totals after this block.
-    pub totals: Totals,
-    pub records: Vec<u8>,
-    pub agents: Vec<BlockAgent>,
+    pub(crate) totals: Totals,
+    pub(crate) records: Vec<u8>,
+    pub(crate) agents: Vec<BlockAgent>,
 }
 
 /// Cuts sealed records into blocks: per ledger, in sequence order, at most [`BLOCK_MAX`]
@@ -174,24 +174,24 @@ pub fn plan(records: &[AuditRecord], heads: &mut Heads) -> Vec<Block> {
 
 /// A stored block as read back: the row's columns the decoding needs.
 #[derive(Debug, Clone, sqlx::FromRow)]
-pub struct StoredBlock {
-    pub first_seq: i64,
-    pub last_seq: i64,
-    pub prev_hash: Vec<u8>,
-    pub records: Vec<u8>,
+pub(crate) struct StoredBlock {
+    pub(crate) first_seq: i64,
+    pub(crate) last_seq: i64,
+    pub(crate) prev_hash: Vec<u8>,
+    pub(crate) records: Vec<u8>,
 }
 
 /// A block row with every column, as `audit verify` checks it against its records.
 #[derive(Debug, Clone, sqlx::FromRow)]
-pub struct FullBlock {
+pub(crate) struct FullBlock {
     #[sqlx(flatten)]
-    pub block: StoredBlock,
-    pub last_hash: Vec<u8>,
-    pub results: i32,
-    pub n_valid: i64,
-    pub n_invalid: i64,
-    pub n_expired: i64,
-    pub n_revoked: i64,
+    pub(crate) block: StoredBlock,
+    pub(crate) last_hash: Vec<u8>,
+    pub(crate) results: i32,
+    pub(crate) n_valid: i64,
+    pub(crate) n_invalid: i64,
+    pub(crate) n_expired: i64,
+    pub(crate) n_revoked: i64,
 }
 
 /// One `audit_block_agents` row of an agent.
@@ -206,10 +206,10 @@ pub struct AgentBlockRow {
 }
 
 /// What a decoded record is tested against before it is built: `(seq, agent_id, result)`.
-pub struct Probe<'a> {
-    pub seq: i64,
-    pub agent_id: &'a str,
-    pub result: VerifyResult,
+pub(crate) struct Probe<'a> {
+    pub(crate) seq: i64,
+    pub(crate) agent_id: &'a str,
+    pub(crate) result: VerifyResult,
 }
 
 mod decode;
@@ -221,7 +221,7 @@ mod tests;
 
 #[cfg(test)]
 use decode::*;
-pub use decode::{decode, record_hashes};
+pub(crate) use decode::{decode, record_hashes};
 pub use encode::encode;
 #[cfg(test)]
 use encode::*;

@@ -21,11 +21,11 @@ mod buckets;
 
 use append::{seal_and_write, Sealed, WriterCache, LOCK_LEDGERS};
 
-pub type PgStore = SqlStore<Postgres>;
+pub(crate) type PgStore = SqlStore<Postgres>;
 
 /// The audit writer's side of the store.
 #[derive(Debug)]
-pub struct Writer {
+pub(crate) struct Writer {
     /// Its connections (generic plans, see `connect`), opened on the writer's thread at its
     /// first batch.
     pool: PgPool,
