@@ -10,7 +10,8 @@ use super::auth::Issuer;
 use super::context::AppState;
 use super::cursor;
 use super::error::{ApiError, ErrorBody, ErrorCode};
-use super::openapi::Timestamp;
+use super::input::json_body;
+use super::schema::Timestamp;
 use agentid_core::domain::{
     AgentFields, AgentStatus, Description, ExpirySeconds, IssuerDomain, Ledger, Millis, Name, RevokeReason,
     Scopes, ValidationError,
@@ -77,51 +78,6 @@ pub(crate) struct RevokeRequest {
     #[schema(max_length = 512, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$")]
     #[serde(default)]
     reason: Option<String>,
-}
-
-/// Enforces `Content-Type: application/json` and parses the body into `T`. A body that is not
-/// a JSON object is INVALID_REQUEST; a field of the wrong type, a missing or an unknown field
-/// is VALIDATION_ERROR, with the field's path in the message.
-pub(super) fn json_body<T: serde::de::DeserializeOwned>(
-    req: &HttpRequest,
-    body: &Bytes,
-) -> Result<T, ApiError> {
-    let ct = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let essence = ct.split(';').next().unwrap_or("").trim();
-    if !essence.eq_ignore_ascii_case("application/json") {
-        return Err(ApiError::new(
-            ErrorCode::UnsupportedMediaType,
-            "the body must be JSON sent with Content-Type: application/json",
-        ));
-    }
-    let value = match serde_json::from_slice::<serde_json::Value>(body) {
-        Ok(v @ serde_json::Value::Object(_)) => v,
-        Ok(_) => {
-            return Err(ApiError::new(
-                ErrorCode::InvalidRequest,
-                "the body must be a JSON object",
-            ))
-        }
-        Err(e) => {
-            return Err(ApiError::new(
-                ErrorCode::InvalidRequest,
-                format!("the body is not valid JSON ({e})"),
-            ))
-        }
-    };
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = e.path().to_string();
-        let message = if path == "." {
-            e.inner().to_string()
-        } else {
-            format!("{path}: {}", e.inner())
-        };
-        ApiError::new(ErrorCode::ValidationError, message)
-    })
 }
 
 impl RegisterRequest {
@@ -291,7 +247,7 @@ pub async fn list(
             .collect();
         return Ok(HttpResponse::Ok().json(agents));
     }
-    let limit = super::log::page_limit(params.limit.as_deref())?;
+    let limit = super::input::page_limit(params.limit.as_deref())?;
     let ledger = Ledger {
         org_id: caller.org.id.clone(),
         mode: caller.mode,

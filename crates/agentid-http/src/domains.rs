@@ -7,11 +7,11 @@ use actix_web::{HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::agents::json_body;
 use super::auth::Issuer;
 use super::context::AppState;
 use super::error::{ApiError, ErrorBody, ErrorCode};
-use super::openapi::Timestamp;
+use super::input::json_body;
+use super::schema::Timestamp;
 use agentid_core::domain::holding::parse_name;
 use agentid_core::domain::Millis;
 use agentid_engine::domains::{DomainError, DomainView};

@@ -10,10 +10,12 @@ pub(crate) mod cursor;
 mod domains;
 mod error;
 mod gate;
+mod input;
 mod log;
 mod meta;
 pub(crate) mod openapi;
 pub(crate) mod routes;
+mod schema;
 mod ssf;
 mod verify;
 

@@ -8,25 +8,11 @@ use super::auth::Issuer;
 use super::context::AppState;
 use super::cursor::{self, CursorScope};
 use super::error::{ApiError, ErrorBody, ErrorCode};
-use super::openapi::Timestamp;
+use super::input::page_limit;
+use super::schema::Timestamp;
 use agentid_core::domain::{hex, AgentId, Ledger, Millis, ValidationError, VerifyResult};
 use agentid_core::records::LogQuery;
 use agentid_engine::transparency::ProofRefused;
-
-const DEFAULT_LIMIT: u32 = 50;
-const MAX_LIMIT: u32 = 200;
-
-/// A page size given as text: 1 to 200, 50 when absent (`GET /v1/log`, `GET /v1/agents`).
-pub(crate) fn page_limit(raw: Option<&str>) -> Result<u32, ValidationError> {
-    match raw {
-        None => Ok(DEFAULT_LIMIT),
-        Some(s) => s
-            .parse::<u32>()
-            .ok()
-            .filter(|n| (1..=MAX_LIMIT).contains(n))
-            .ok_or_else(|| ValidationError::new("limit", "must be an integer from 1 to 200")),
-    }
-}
 
 /// Query parameters, kept as text so that each bad value gets its own clear error.
 #[derive(Deserialize, IntoParams)]

@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 use super::context::AppState;
 use super::context::KeepBody;
 use super::error::{ApiError, ErrorBody, ErrorCode};
-use super::openapi::Timestamp;
+use super::schema::Timestamp;
 use agentid_core::domain::Millis;
 
 /// The health record.

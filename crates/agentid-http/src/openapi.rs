@@ -7,30 +7,12 @@ use std::sync::OnceLock;
 
 use actix_web::HttpResponse;
 use utoipa::openapi::path::Operation;
-use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
-use utoipa::openapi::{HeaderBuilder, RefOr, ResponseBuilder, Schema};
-use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
+use utoipa::openapi::{HeaderBuilder, RefOr, ResponseBuilder};
+use utoipa::{Modify, OpenApi, PartialSchema};
 
 use super::error::{ErrorBody, ErrorCode};
-
-/// What every time in an answer is (`Millis` as the domain serializes it): the schema of the
-/// fields that hold one.
-pub(crate) struct Timestamp;
-
-impl PartialSchema for Timestamp {
-    fn schema() -> RefOr<Schema> {
-        ObjectBuilder::new()
-            .schema_type(Type::String)
-            .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
-            .description(Some(
-                "ISO 8601 UTC with milliseconds, e.g. 2026-11-22T09:49:06.123Z",
-            ))
-            .into()
-    }
-}
-
-impl ToSchema for Timestamp {}
 
 #[derive(OpenApi)]
 #[openapi(

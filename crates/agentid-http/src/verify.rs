@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 use super::context::AppState;
 use super::context::{self, Auth};
 use super::error::{ApiError, ErrorBody, ErrorCode};
-use super::openapi::Timestamp;
+use super::schema::Timestamp;
 use agentid_core::domain::{Millis, VerifyResult};
 use agentid_engine::Verification;
 

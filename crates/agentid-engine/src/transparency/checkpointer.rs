@@ -28,8 +28,8 @@ use agentid_core::tlog::note::{Checkpoint, LogKey, LogVerifier};
 use agentid_core::tlog::tree::{self, Frontier};
 use agentid_store::{Added, SharedStore, StoreError, StoredCheckpoint};
 
-use super::lists::{committed_lists, CommittedLists};
-use super::proofs::subtree_hashes;
+use super::lists::{broken_commitments, committed_lists, CommittedLists};
+use super::subtrees::subtree_hashes;
 
 /// Most records one checkpoint adds to a tree; a ledger that grew more (a log that predates
 /// checkpoints) gets there in steps, each a checkpoint of its own.
@@ -69,7 +69,7 @@ impl GrownLedgers {
 }
 
 /// Something stored that the service did not write: logged, and counted by `what`.
-pub(super) fn alarm(what: &'static str, message: &str) {
+fn alarm(what: &'static str, message: &str) {
     tracing::error!(what, "integrity alarm: {message}");
     metrics::counter!("agentid_integrity_failures_total", "what" => what).increment(1);
 }
@@ -250,7 +250,9 @@ impl Transparency {
         let lists = committed_lists(&self.store, ledger).await?;
         let commitments = lists.commitments();
         if let Some(c) = &latest {
-            self.check_commitments(ledger, c, &lists);
+            for (what, message) in broken_commitments(self.key.verifier(), ledger, c, &lists) {
+                alarm(what, &message);
+            }
         }
         let checkpoint = Checkpoint {
             origin: ledger.origin(&self.host),

@@ -5,7 +5,7 @@ use agentid_core::domain::{Ledger, Millis};
 use agentid_core::tlog::commit::{self, Commitment, Commitments, List};
 use agentid_store::{SharedStore, StoreError, StoredCheckpoint};
 
-use super::checkpointer::{alarm, Transparency};
+use agentid_core::tlog::note::LogVerifier;
 
 /// The lists a checkpoint of a ledger commits to, as the database holds them now.
 #[derive(Debug, Default)]
@@ -60,51 +60,52 @@ pub async fn committed_lists(store: &SharedStore, ledger: &Ledger) -> Result<Com
     })
 }
 
-impl Transparency {
-    /// Whether the lists still hold what the latest checkpoint committed to. A revocation or a
-    /// retirement undone in the database is an alarm here (the new checkpoint is signed over
-    /// what the database holds, so the witness and `audit verify` catch it too).
-    pub(super) fn check_commitments(
-        &self,
-        ledger: &Ledger,
-        latest: &StoredCheckpoint,
-        lists: &CommittedLists,
-    ) {
-        let Ok(cp) = self.key.verifier().open(&latest.note) else {
-            return; // not a note of this key: `audit verify` reports it
-        };
-        let Ok(Some(old)) = Commitments::parse(&cp.extensions) else {
-            return;
-        };
-        if !commit::holds(List::Revocations, &lists.revocations, &old.revocations) {
-            alarm(
-                "revocation",
-                &format!(
-                    "ledger {ledger}: the database no longer holds the {} revocations the checkpoint of {} \
-                     records commits to: a revocation was undone",
-                    old.revocations.count, latest.size
-                ),
-            );
-        }
-        if !commit::holds(List::RetiredKeys, &lists.retired_keys, &old.retired_keys) {
-            alarm(
-                "retired_key",
-                &format!(
-                    "the database no longer holds the {} key retirements the checkpoint of {} records of \
-                     {ledger} commits to: a retirement was undone",
-                    old.retired_keys.count, latest.size
-                ),
-            );
-        }
-        if !commit::holds(List::Domains, &lists.domains, &old.domains) {
-            alarm(
-                "domain_event",
-                &format!(
-                    "the database no longer holds the {} issuer-domain events the checkpoint of {} records \
-                     of {ledger} commits to: who holds a name was rewritten",
-                    old.domains.count, latest.size
-                ),
-            );
-        }
+/// What no longer holds of what the latest checkpoint committed to, as `(what, message)`
+/// integrity alarms. A revocation or a retirement undone in the database is an alarm (the new
+/// checkpoint is signed over what the database holds, so the witness and `audit verify` catch
+/// it too).
+pub(super) fn broken_commitments(
+    verifier: &LogVerifier,
+    ledger: &Ledger,
+    latest: &StoredCheckpoint,
+    lists: &CommittedLists,
+) -> Vec<(&'static str, String)> {
+    let mut alarms = Vec::new();
+    let Ok(cp) = verifier.open(&latest.note) else {
+        return alarms; // not a note of this key: `audit verify` reports it
+    };
+    let Ok(Some(old)) = Commitments::parse(&cp.extensions) else {
+        return alarms;
+    };
+    if !commit::holds(List::Revocations, &lists.revocations, &old.revocations) {
+        alarms.push((
+            "revocation",
+            format!(
+                "ledger {ledger}: the database no longer holds the {} revocations the checkpoint of {} \
+                 records commits to: a revocation was undone",
+                old.revocations.count, latest.size
+            ),
+        ));
     }
+    if !commit::holds(List::RetiredKeys, &lists.retired_keys, &old.retired_keys) {
+        alarms.push((
+            "retired_key",
+            format!(
+                "the database no longer holds the {} key retirements the checkpoint of {} records of \
+                 {ledger} commits to: a retirement was undone",
+                old.retired_keys.count, latest.size
+            ),
+        ));
+    }
+    if !commit::holds(List::Domains, &lists.domains, &old.domains) {
+        alarms.push((
+            "domain_event",
+            format!(
+                "the database no longer holds the {} issuer-domain events the checkpoint of {} records \
+                 of {ledger} commits to: who holds a name was rewritten",
+                old.domains.count, latest.size
+            ),
+        ));
+    }
+    alarms
 }

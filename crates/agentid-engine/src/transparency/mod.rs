@@ -7,6 +7,7 @@ pub mod check;
 pub mod checkpointer;
 mod lists;
 mod proofs;
+mod subtrees;
 
 pub use lists::{committed_lists, CommittedLists};
 pub use proofs::ProofRefused;

@@ -1,13 +1,12 @@
 //! Inclusion and consistency proofs (RFC 9162 §2.1.3, §2.1.4), up to the latest checkpoint,
 //! from stored subtree hashes: a proof is O(log n) small reads.
 
-use std::ops::Range;
-
 use agentid_core::domain::Ledger;
-use agentid_core::tlog::tree::{self, Hash, Parts, Subtree};
-use agentid_store::{SharedStore, StoreError};
+use agentid_core::tlog::tree::{self, Hash};
+use agentid_store::StoreError;
 
 use super::checkpointer::Transparency;
+use super::subtrees::range_hash;
 
 /// Why a proof was not given.
 #[derive(Debug, thiserror::Error)]
@@ -65,52 +64,4 @@ impl Transparency {
             .await?
             .map_or(0, |c| c.size))
     }
-}
-
-/// The hash of a range a proof names, from the stored subtree hashes (and at most a few
-/// records at its edges): one small read per subtree it splits into.
-async fn range_hash(store: &SharedStore, ledger: &Ledger, range: Range<u64>) -> Result<Hash, StoreError> {
-    Ok(tree::fold(&subtree_hashes(store, ledger, range).await?))
-}
-
-/// The hashes of the subtrees a range splits into (`tree::subtrees`), in order.
-pub(super) async fn subtree_hashes(
-    store: &SharedStore,
-    ledger: &Ledger,
-    range: Range<u64>,
-) -> Result<Vec<Hash>, StoreError> {
-    let mut hashes = Vec::new();
-    for s in tree::subtrees(range) {
-        hashes.push(subtree_hash(store, ledger, s).await?);
-    }
-    Ok(hashes)
-}
-
-async fn subtree_hash(store: &SharedStore, ledger: &Ledger, s: Subtree) -> Result<Hash, StoreError> {
-    let parts: Vec<Hash> = match s.parts() {
-        Parts::Leaves(r) => {
-            let records = store.record_hashes(ledger, r.start + 1, r.end).await?;
-            records.iter().map(tree::leaf_hash).collect()
-        }
-        Parts::Nodes { height, indices } => {
-            let rows = store.tree_nodes(ledger, height, indices.clone()).await?;
-            rows.into_iter()
-                .map(|(i, h)| {
-                    h.try_into().map_err(|_| {
-                        StoreError::Corrupt(format!(
-                            "ledger {ledger}: the stored hash of subtree {height}@{i} is not 32 bytes"
-                        ))
-                    })
-                })
-                .collect::<Result<_, _>>()?
-        }
-    };
-    let want = 1usize << (s.height % tree::STORED_EVERY);
-    if parts.len() != want {
-        return Err(StoreError::Corrupt(format!(
-            "ledger {ledger}: the stored hashes of subtree {}@{} are incomplete",
-            s.height, s.index
-        )));
-    }
-    Ok(tree::perfect(&parts))
 }

@@ -6,10 +6,10 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::agents::json_body;
 use crate::auth::Issuer;
 use crate::context::AppState;
 use crate::error::{ApiError, ErrorBody};
+use crate::input::json_body;
 use agentid_core::domain::ValidationError;
 /// An agent as a subject: `iss` its issuer_domain, `sub` its agent_id.
 #[derive(Deserialize, ToSchema)]

@@ -6,10 +6,10 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::agents::json_body;
 use crate::auth::Issuer;
 use crate::context::AppState;
 use crate::error::{ApiError, ErrorBody};
+use crate::input::json_body;
 use agentid_core::domain::ValidationError;
 use agentid_core::records::StreamRecord;
 use agentid_engine::ssf::{StreamInput, EVENTS_SUPPORTED, POLL};

@@ -1,0 +1,69 @@
+//! What handlers share of reading a request: JSON bodies and page sizes, each bad value with
+//! its own clear error.
+
+use actix_web::http::header;
+use actix_web::web::Bytes;
+use actix_web::HttpRequest;
+
+use crate::error::{ApiError, ErrorCode};
+use agentid_core::domain::ValidationError;
+
+const DEFAULT_LIMIT: u32 = 50;
+const MAX_LIMIT: u32 = 200;
+
+/// A page size given as text: 1 to 200, 50 when absent (`GET /v1/log`, `GET /v1/agents`).
+pub(crate) fn page_limit(raw: Option<&str>) -> Result<u32, ValidationError> {
+    match raw {
+        None => Ok(DEFAULT_LIMIT),
+        Some(s) => s
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=MAX_LIMIT).contains(n))
+            .ok_or_else(|| ValidationError::new("limit", "must be an integer from 1 to 200")),
+    }
+}
+
+/// Enforces `Content-Type: application/json` and parses the body into `T`. A body that is not
+/// a JSON object is INVALID_REQUEST; a field of the wrong type, a missing or an unknown field
+/// is VALIDATION_ERROR, with the field's path in the message.
+pub(crate) fn json_body<T: serde::de::DeserializeOwned>(
+    req: &HttpRequest,
+    body: &Bytes,
+) -> Result<T, ApiError> {
+    let ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let essence = ct.split(';').next().unwrap_or("").trim();
+    if !essence.eq_ignore_ascii_case("application/json") {
+        return Err(ApiError::new(
+            ErrorCode::UnsupportedMediaType,
+            "the body must be JSON sent with Content-Type: application/json",
+        ));
+    }
+    let value = match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(v @ serde_json::Value::Object(_)) => v,
+        Ok(_) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                "the body must be a JSON object",
+            ))
+        }
+        Err(e) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("the body is not valid JSON ({e})"),
+            ))
+        }
+    };
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let message = if path == "." {
+            e.inner().to_string()
+        } else {
+            format!("{path}: {}", e.inner())
+        };
+        ApiError::new(ErrorCode::ValidationError, message)
+    })
+}
