@@ -3,14 +3,11 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 /// mimalloc instead of glibc malloc: the verify path allocates on HTTP workers and frees on
 /// the audit writer's thread (and back), which cost ~5 µs a hot verify with glibc's.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[actix_web::main]
-async fn main() -> ExitCode {
-    agentid::cli::run(agentid::cli::Cli::parse()).await
+fn main() -> ExitCode {
+    agentid::cli::main()
 }

@@ -6,8 +6,11 @@
 
 use std::io::IsTerminal;
 
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
 use actix_web::{web, HttpResponse, HttpServer};
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::{LevelFilter, Targets};
 
 /// The process's Prometheus recorder (the engine installs it).
 pub use agentid_engine::recorder::handle as metrics_handle;
@@ -21,18 +24,24 @@ pub(crate) enum LogFormat {
 
 /// Installs the global subscriber once; later calls (tests) are ignored.
 pub(crate) fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|v| v.parse::<Targets>().ok())
+        .unwrap_or_else(|| Targets::new().with_default(LevelFilter::INFO));
     let colour = colour(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR"));
+    // The builder's own filter lets everything through: `filter` decides.
     let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+        .with_max_level(LevelFilter::TRACE)
         .with_ansi(colour)
         .with_writer(std::io::stderr);
     let _ = match format {
-        LogFormat::Text => builder.try_init(),
+        LogFormat::Text => builder.finish().with(filter).try_init(),
         LogFormat::Json => builder
             .json()
             .flatten_event(true)
             .with_current_span(true)
+            .finish()
+            .with(filter)
             .try_init(),
     };
 }

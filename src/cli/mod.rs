@@ -70,6 +70,14 @@ pub(crate) struct DbArgs {
     pub(crate) database_url: String,
 }
 
+/// The binary's `main`: parses the command line and runs it on actix's runtime. Here rather
+/// than in `main.rs`, so that the command's whole future is compiled once, in this crate (a
+/// `block_on` in the binary instantiated it again there: ~25 s of every first build).
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    actix_web::rt::System::new().block_on(run(cli))
+}
+
 pub async fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve::serve(args).await,
