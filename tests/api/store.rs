@@ -713,9 +713,10 @@ async fn a_revocation_reaches_exactly_the_streams_that_cover_it() {
         ),
     ];
     for (id, o, mode, status, revocations, _) in &streams {
-        s.insert_stream(&stream(id, o, *mode, status, *revocations))
+        assert!(s
+            .insert_stream(&stream(id, o, *mode, status, *revocations), 10)
             .await
-            .unwrap();
+            .unwrap());
     }
     let x = agent("agt_01xxxxxxxxxxxxxxxxxxxxxxxx", &org);
     s.insert_agent(&x).await.unwrap();

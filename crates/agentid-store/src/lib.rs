@@ -55,7 +55,7 @@ pub use places::PlaceDraw;
 use postgres::PgStore;
 pub use signing::SigningKeyStore;
 use sqlite::SqliteStore;
-pub use ssf::SsfStore;
+pub use ssf::{SsfStore, MAX_PENDING};
 pub use tree::{Added, TreeStore};
 
 pub(crate) type StoreFuture<'a, T> = BoxFuture<'a, Result<T, StoreError>>;

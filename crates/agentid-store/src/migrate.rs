@@ -81,6 +81,11 @@ pub const SQLITE: Embedded = &[
         "prerelease data",
         include_str!("../../../migrations/sqlite/0015_prerelease_data.sql"),
     ),
+    (
+        16,
+        "ssf bounded outbox",
+        include_str!("../../../migrations/sqlite/0016_ssf_bounded_outbox.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -157,6 +162,11 @@ pub const POSTGRES: Embedded = &[
         15,
         "prerelease data",
         include_str!("../../../migrations/postgres/0015_prerelease_data.sql"),
+    ),
+    (
+        16,
+        "ssf bounded outbox",
+        include_str!("../../../migrations/postgres/0016_ssf_bounded_outbox.sql"),
     ),
 ];
 

@@ -7,8 +7,9 @@ use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Type};
 
 use super::agent_rows::{RevokedAgentRow, AGENT_COLUMNS};
 use super::sql::Backend;
+use super::ssf::{enqueue, NewEvent};
 use super::{AgentRecord, StoreError};
-use agentid_core::domain::{new_id, IdPrefix, Millis};
+use agentid_core::domain::Millis;
 
 /// The streams that get an event when the agent `$1` of organization `$2`, mode `$3`, is
 /// revoked: that organization's and mode's streams that carry revocations, enabled or paused
@@ -21,7 +22,8 @@ pub(crate) const RECIPIENTS: &str = "SELECT s.id FROM ssf_streams s \
      ORDER BY s.id";
 
 /// Revokes the agents `ids` (those not revoked yet) inside the caller's transaction, at `at`
-/// for `reason`, and queues one `session-revoked` event for each stream `RECIPIENTS` names;
+/// for `reason`, and queues one `session-revoked` event for each stream `RECIPIENTS` names
+/// (within each stream's bound, `ssf::enqueue`);
 /// returns them as stored after, with the revocation epoch each was stamped with (the epoch
 /// trigger of migration 0004 moves and stamps it). An agent revoked already is returned as
 /// it is, and owes no new event.
@@ -84,6 +86,7 @@ where
     for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
     usize: ColumnIndex<DB::Row>,
 {
     let streams: Vec<(String,)> = sqlx::query_as(RECIPIENTS)
@@ -92,19 +95,16 @@ where
         .bind(agent.mode.as_str())
         .fetch_all(&mut **tx)
         .await?;
+    let event = NewEvent {
+        kind: "session-revoked",
+        agent_id: Some(agent.id.as_str()),
+        issuer: Some(agent.issuer_domain.as_str()),
+        reason: agent.revocation_reason.as_deref(),
+        state: None,
+        at,
+    };
     for (stream,) in streams {
-        sqlx::query(
-            "INSERT INTO ssf_events (stream_id, jti, kind, agent_id, issuer, reason, event_at, next_attempt_at) \
-             VALUES ($1, $2, 'session-revoked', $3, $4, $5, $6, $6)",
-        )
-        .bind(stream.as_str())
-        .bind(new_id(IdPrefix::Event).as_str())
-        .bind(agent.id.as_str())
-        .bind(agent.issuer_domain.as_str())
-        .bind(agent.revocation_reason.as_deref())
-        .bind(at.0)
-        .execute(&mut **tx)
-        .await?;
+        enqueue(tx, &stream, &event).await?;
     }
     Ok(())
 }

@@ -1,18 +1,29 @@
 //! OpenID Shared Signals: streams, their subjects, and the outbox of events they are owed.
-//! A revocation's events are written by a trigger in the revocation's own transaction
-//! (migration 12); the delivery task leases a stream at a time, so one instance of a fleet
-//! delivers its events, in order.
+//! A revocation's events are written in the revocation's own transaction (`revoke.rs`); the
+//! delivery task leases a stream at a time, so one instance of a fleet delivers its events,
+//! in order.
+//!
+//! The outbox holds only what is owed: an event delivered, acknowledged, refused for good or
+//! given up is deleted. Each stream keeps its own counts (`pending`, `dropped`) and when its
+//! oldest event is due (`next_due_at`), kept in the transaction that changes its events, so
+//! neither the bound of [`MAX_PENDING`] nor "is anything due?" costs more as events wait.
 
 use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, IntoArguments, Type};
 
 use super::sql::{parse_mode, Backend, SqlStore};
 use super::{SsfEvent, StoreError, StoreFuture, StreamRecord};
-use agentid_core::domain::{KeyMode, Millis};
+use agentid_core::domain::{new_id, IdPrefix, KeyMode, Millis};
+
+/// Events a stream may be owed, whatever its delivery method and state: an event written past
+/// it drops the stream's oldest, which is counted in the stream's `dropped`.
+pub const MAX_PENDING: i64 = 10_000;
 
 /// Streams, subjects and the event outbox.
 pub trait SsfStore {
-    fn count_streams<'a>(&'a self, org_id: &'a str) -> StoreFuture<'a, i64>;
-    fn insert_stream<'a>(&'a self, stream: &'a StreamRecord) -> StoreFuture<'a, ()>;
+    /// Stores a new stream unless its organization has `max` streams already (false then):
+    /// counted and written in one exclusive transaction, so that concurrent creations cannot
+    /// pass the bound together.
+    fn insert_stream<'a>(&'a self, stream: &'a StreamRecord, max: i64) -> StoreFuture<'a, bool>;
     fn get_stream<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<StreamRecord>>;
     /// An organization's streams in one mode, oldest first.
     fn list_streams<'a>(&'a self, org_id: &'a str, mode: KeyMode) -> StoreFuture<'a, Vec<StreamRecord>>;
@@ -26,7 +37,6 @@ pub trait SsfStore {
     fn add_verification<'a>(
         &'a self,
         stream_id: &'a str,
-        jti: &'a str,
         state: Option<&'a str>,
         at: Millis,
     ) -> StoreFuture<'a, ()>;
@@ -36,17 +46,96 @@ pub trait SsfStore {
     fn release_stream<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()>;
     /// A stream's pending events, oldest first.
     fn pending_events<'a>(&'a self, stream_id: &'a str, limit: u32) -> StoreFuture<'a, Vec<SsfEvent>>;
-    /// Marks events done (delivered, refused for good or given up), in one statement.
-    fn events_done<'a>(&'a self, seqs: &'a [i64], at: Millis) -> StoreFuture<'a, ()>;
-    /// Notes a failed attempt and when to try again.
-    fn event_retry(&self, seq: i64, attempts: i32, next: Millis) -> StoreFuture<'_, ()>;
-    /// Marks the stream's pending events with these `jti`s done (poll acknowledgements).
-    fn ack_events<'a>(&'a self, stream_id: &'a str, jtis: &'a [String], at: Millis) -> StoreFuture<'a, u64>;
-    /// Drops a stream's oldest pending events past `keep`; how many.
-    fn drop_excess<'a>(&'a self, stream_id: &'a str, keep: u32, at: Millis) -> StoreFuture<'a, u64>;
-    /// Events pending in all streams.
-    fn pending_count(&self) -> StoreFuture<'_, i64>;
+    /// Deletes a stream's events that are done (delivered, refused for good or given up).
+    fn events_done<'a>(&'a self, stream_id: &'a str, seqs: &'a [i64]) -> StoreFuture<'a, ()>;
+    /// Notes a failed attempt at the stream's oldest event, and when to try again.
+    fn event_retry<'a>(
+        &'a self,
+        stream_id: &'a str,
+        seq: i64,
+        attempts: i32,
+        next: Millis,
+    ) -> StoreFuture<'a, ()>;
+    /// Deletes the stream's events with these `jti`s (poll acknowledgements); how many.
+    fn ack_events<'a>(&'a self, stream_id: &'a str, jtis: &'a [String]) -> StoreFuture<'a, u64>;
+    /// Events owed and events dropped, over all streams: `(pending, dropped)`.
+    fn outbox_totals(&self) -> StoreFuture<'_, (i64, i64)>;
 }
+
+/// An event to queue on a stream.
+pub(crate) struct NewEvent<'a> {
+    pub(crate) kind: &'a str,
+    pub(crate) agent_id: Option<&'a str>,
+    pub(crate) issuer: Option<&'a str>,
+    pub(crate) reason: Option<&'a str>,
+    pub(crate) state: Option<&'a str>,
+    pub(crate) at: Millis,
+}
+
+/// Queues `event` on `stream_id` inside the caller's transaction, and keeps the bound: past
+/// [`MAX_PENDING`] the stream's oldest events are deleted and counted as dropped. Costs the
+/// same however many events wait (the stream's row keeps the count; its row lock orders
+/// concurrent writers).
+pub(crate) async fn enqueue<DB: Backend>(
+    tx: &mut sqlx::Transaction<'_, DB>,
+    stream_id: &str,
+    event: &NewEvent<'_>,
+) -> Result<(), StoreError>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    sqlx::query(
+        "INSERT INTO ssf_events (stream_id, jti, kind, agent_id, issuer, reason, state, event_at, \
+         next_attempt_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)",
+    )
+    .bind(stream_id)
+    .bind(new_id(IdPrefix::Event).as_str())
+    .bind(event.kind)
+    .bind(event.agent_id)
+    .bind(event.issuer)
+    .bind(event.reason)
+    .bind(event.state)
+    .bind(event.at.0)
+    .execute(&mut **tx)
+    .await?;
+    let (pending,): (i64,) = sqlx::query_as(
+        "UPDATE ssf_streams SET pending = pending + 1, next_due_at = COALESCE(next_due_at, $2) \
+         WHERE id = $1 RETURNING pending",
+    )
+    .bind(stream_id)
+    .bind(event.at.0)
+    .fetch_one(&mut **tx)
+    .await?;
+    if pending > MAX_PENDING {
+        let dropped = sqlx::query(
+            "DELETE FROM ssf_events WHERE seq IN \
+             (SELECT seq FROM ssf_events WHERE stream_id = $1 ORDER BY seq LIMIT $2)",
+        )
+        .bind(stream_id)
+        .bind(pending - MAX_PENDING)
+        .execute(&mut **tx)
+        .await?;
+        let n = DB::rows_affected(&dropped) as i64;
+        sqlx::query(&format!(
+            "UPDATE ssf_streams SET dropped = dropped + $2, {SETTLE} WHERE id = $1"
+        ))
+        .bind(stream_id)
+        .bind(n)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+/// After `$2` of stream `$1`'s events are deleted: its count, and when its new oldest is due.
+const SETTLE: &str = "pending = pending - $2, next_due_at = \
+    (SELECT e.next_attempt_at FROM ssf_events e WHERE e.stream_id = $1 ORDER BY e.seq LIMIT 1)";
 
 const STREAM_COLUMNS: &str = "id, org_id, mode, aud, method, endpoint_url, poll_token_hash, \
     events_requested, revocations, description, status, created_at";
@@ -144,18 +233,16 @@ where
     for<'r> &'r str: ColumnIndex<DB::Row>,
     usize: ColumnIndex<DB::Row>,
 {
-    fn count_streams<'a>(&'a self, org_id: &'a str) -> StoreFuture<'a, i64> {
+    fn insert_stream<'a>(&'a self, s: &'a StreamRecord, max: i64) -> StoreFuture<'a, bool> {
         Box::pin(async move {
+            let mut tx = self.exclusive().await?;
             let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM ssf_streams WHERE org_id = $1")
-                .bind(org_id)
-                .fetch_one(&self.pool)
+                .bind(s.org_id.as_str())
+                .fetch_one(&mut *tx)
                 .await?;
-            Ok(n)
-        })
-    }
-
-    fn insert_stream<'a>(&'a self, s: &'a StreamRecord) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+            if n >= max {
+                return Ok(false);
+            }
             sqlx::query(&format!(
                 "INSERT INTO ssf_streams ({STREAM_COLUMNS}) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
@@ -172,9 +259,10 @@ where
             .bind(s.description.as_deref())
             .bind(s.status.as_str())
             .bind(s.created_at.0)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
-            Ok(())
+            tx.commit().await?;
+            Ok(true)
         })
     }
 
@@ -223,9 +311,12 @@ where
                 return Ok(false);
             }
             if s.status == "disabled" {
-                sqlx::query("UPDATE ssf_events SET done_at = $2 WHERE stream_id = $1 AND done_at IS NULL")
+                sqlx::query("DELETE FROM ssf_events WHERE stream_id = $1")
                     .bind(s.id.as_str())
-                    .bind(Millis::now().0)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("UPDATE ssf_streams SET pending = 0, next_due_at = NULL WHERE id = $1")
+                    .bind(s.id.as_str())
                     .execute(&mut *tx)
                     .await?;
             }
@@ -281,21 +372,21 @@ where
     fn add_verification<'a>(
         &'a self,
         stream_id: &'a str,
-        jti: &'a str,
         state: Option<&'a str>,
         at: Millis,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            sqlx::query(
-                "INSERT INTO ssf_events (stream_id, jti, kind, state, event_at, next_attempt_at) \
-                 VALUES ($1, $2, 'verification', $3, $4, $4)",
-            )
-            .bind(stream_id)
-            .bind(jti)
-            .bind(state)
-            .bind(at.0)
-            .execute(&self.pool)
-            .await?;
+            let mut tx = self.pool.begin().await?;
+            let event = NewEvent {
+                kind: "verification",
+                agent_id: None,
+                issuer: None,
+                reason: None,
+                state,
+                at,
+            };
+            enqueue(&mut tx, stream_id, &event).await?;
+            tx.commit().await?;
             Ok(())
         })
     }
@@ -304,25 +395,18 @@ where
         Box::pin(async move {
             // Looked at without a lock first: this runs every quarter second on every
             // instance, and on SQLite the exclusive transaction would queue behind, and hold
-            // up, the audit writer.
-            let (due,): (bool,) = sqlx::query_as(
-                "SELECT EXISTS (SELECT 1 FROM ssf_events e JOIN ssf_streams s ON s.id = e.stream_id \
-                 WHERE e.done_at IS NULL AND e.next_attempt_at <= $1 AND s.method = 'urn:ietf:rfc:8935' \
-                 AND s.status = 'enabled' AND (s.lease_until IS NULL OR s.lease_until < $1))",
-            )
-            .bind(now.0)
-            .fetch_one(&self.pool)
-            .await?;
+            // up, the audit writer. Both look at the streams' `next_due_at` (indexed), never
+            // at the events, so they cost the same however many events wait.
+            let (due,): (bool,) = sqlx::query_as(&format!("SELECT EXISTS (SELECT 1 {DUE})"))
+                .bind(now.0)
+                .fetch_one(&self.pool)
+                .await?;
             if !due {
                 return Ok(Vec::new());
             }
             let mut tx = self.pool.begin_with(DB::EXCLUSIVE.begin).await?;
             let ids: Vec<(String,)> = sqlx::query_as(&format!(
-                "SELECT s.id FROM ssf_streams s WHERE s.method = 'urn:ietf:rfc:8935' \
-                 AND s.status = 'enabled' AND (s.lease_until IS NULL OR s.lease_until < $1) \
-                 AND EXISTS (SELECT 1 FROM ssf_events e WHERE e.stream_id = s.id AND e.done_at IS NULL \
-                 AND e.seq = (SELECT MIN(h.seq) FROM ssf_events h WHERE h.stream_id = s.id AND h.done_at IS NULL) \
-                 AND e.next_attempt_at <= $1) ORDER BY s.id LIMIT $2{}",
+                "SELECT s.id {DUE} ORDER BY s.next_due_at, s.id LIMIT $2{}",
                 DB::SKIP_LOCKED
             ))
             .bind(now.0)
@@ -361,8 +445,7 @@ where
     fn pending_events<'a>(&'a self, stream_id: &'a str, limit: u32) -> StoreFuture<'a, Vec<SsfEvent>> {
         Box::pin(async move {
             let rows: Vec<EventRow> = sqlx::query_as(&format!(
-                "SELECT {EVENT_COLUMNS} FROM ssf_events WHERE stream_id = $1 AND done_at IS NULL \
-                 ORDER BY seq LIMIT $2"
+                "SELECT {EVENT_COLUMNS} FROM ssf_events WHERE stream_id = $1 ORDER BY seq LIMIT $2"
             ))
             .bind(stream_id)
             .bind(i64::from(limit))
@@ -372,76 +455,108 @@ where
         })
     }
 
-    fn events_done<'a>(&'a self, seqs: &'a [i64], at: Millis) -> StoreFuture<'a, ()> {
+    fn events_done<'a>(&'a self, stream_id: &'a str, seqs: &'a [i64]) -> StoreFuture<'a, ()> {
         Box::pin(async move {
+            if seqs.is_empty() {
+                return Ok(());
+            }
+            let mut tx = self.pool.begin().await?;
+            let mut n = 0;
             for chunk in seqs.chunks(500) {
                 let params: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
                 let sql = format!(
-                    "UPDATE ssf_events SET done_at = $1 WHERE done_at IS NULL AND seq IN ({})",
+                    "DELETE FROM ssf_events WHERE stream_id = $1 AND seq IN ({})",
                     params.join(", ")
                 );
-                let mut q = sqlx::query(&sql).bind(at.0);
+                let mut q = sqlx::query(&sql).bind(stream_id);
                 for seq in chunk {
                     q = q.bind(*seq);
                 }
-                q.execute(&self.pool).await?;
+                n += DB::rows_affected(&q.execute(&mut *tx).await?) as i64;
             }
+            settle(&mut tx, stream_id, n).await?;
+            tx.commit().await?;
             Ok(())
         })
     }
 
-    fn event_retry(&self, seq: i64, attempts: i32, next: Millis) -> StoreFuture<'_, ()> {
+    fn event_retry<'a>(
+        &'a self,
+        stream_id: &'a str,
+        seq: i64,
+        attempts: i32,
+        next: Millis,
+    ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            sqlx::query("UPDATE ssf_events SET attempts = $2, next_attempt_at = $3 WHERE seq = $1")
-                .bind(seq)
-                .bind(attempts)
-                .bind(next.0)
-                .execute(&self.pool)
-                .await?;
-            Ok(())
-        })
-    }
-
-    fn ack_events<'a>(&'a self, stream_id: &'a str, jtis: &'a [String], at: Millis) -> StoreFuture<'a, u64> {
-        Box::pin(async move {
-            let mut n = 0;
-            for jti in jtis {
-                let done = sqlx::query(
-                    "UPDATE ssf_events SET done_at = $3 WHERE stream_id = $1 AND jti = $2 AND done_at IS NULL",
-                )
-                .bind(stream_id)
-                .bind(jti.as_str())
-                .bind(at.0)
-                .execute(&self.pool)
-                .await?;
-                n += DB::rows_affected(&done);
-            }
-            Ok(n)
-        })
-    }
-
-    fn drop_excess<'a>(&'a self, stream_id: &'a str, keep: u32, at: Millis) -> StoreFuture<'a, u64> {
-        Box::pin(async move {
-            let done = sqlx::query(
-                "UPDATE ssf_events SET done_at = $3 WHERE stream_id = $1 AND done_at IS NULL AND seq < \
-                 (SELECT MIN(seq) FROM (SELECT seq FROM ssf_events WHERE stream_id = $1 AND done_at IS NULL \
-                  ORDER BY seq DESC LIMIT $2) newest)",
+            let mut tx = self.pool.begin().await?;
+            sqlx::query(
+                "UPDATE ssf_events SET attempts = $3, next_attempt_at = $4 WHERE stream_id = $1 AND seq = $2",
             )
             .bind(stream_id)
-            .bind(i64::from(keep))
-            .bind(at.0)
-            .execute(&self.pool)
+            .bind(seq)
+            .bind(attempts)
+            .bind(next.0)
+            .execute(&mut *tx)
             .await?;
-            Ok(DB::rows_affected(&done))
+            settle(&mut tx, stream_id, 0).await?;
+            tx.commit().await?;
+            Ok(())
         })
     }
 
-    fn pending_count(&self) -> StoreFuture<'_, i64> {
+    fn ack_events<'a>(&'a self, stream_id: &'a str, jtis: &'a [String]) -> StoreFuture<'a, u64> {
         Box::pin(async move {
-            let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM ssf_events WHERE done_at IS NULL")
-                .fetch_one(&self.pool)
-                .await?;
+            if jtis.is_empty() {
+                return Ok(0);
+            }
+            let mut tx = self.pool.begin().await?;
+            let mut n = 0;
+            for jti in jtis {
+                let done = sqlx::query("DELETE FROM ssf_events WHERE stream_id = $1 AND jti = $2")
+                    .bind(stream_id)
+                    .bind(jti.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+                n += DB::rows_affected(&done);
+            }
+            settle(&mut tx, stream_id, n as i64).await?;
+            tx.commit().await?;
             Ok(n)
         })
     }
+
+    fn outbox_totals(&self) -> StoreFuture<'_, (i64, i64)> {
+        Box::pin(async move {
+            Ok(sqlx::query_as(
+                "SELECT CAST(COALESCE(SUM(pending), 0) AS BIGINT), CAST(COALESCE(SUM(dropped), 0) AS BIGINT) \
+                 FROM ssf_streams",
+            )
+            .fetch_one(&self.pool)
+            .await?)
+        })
+    }
+}
+
+/// The push streams due at `$1`: enabled, not leased, their oldest event due.
+const DUE: &str = "FROM ssf_streams s WHERE s.next_due_at <= $1 AND s.method = 'urn:ietf:rfc:8935' \
+    AND s.status = 'enabled' AND (s.lease_until IS NULL OR s.lease_until < $1)";
+
+/// Settles stream `stream_id`'s row after `removed` of its events were deleted (`SETTLE`).
+async fn settle<DB: Backend>(
+    tx: &mut sqlx::Transaction<'_, DB>,
+    stream_id: &str,
+    removed: i64,
+) -> Result<(), StoreError>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+{
+    sqlx::query(&format!("UPDATE ssf_streams SET {SETTLE} WHERE id = $1"))
+        .bind(stream_id)
+        .bind(removed)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
 }

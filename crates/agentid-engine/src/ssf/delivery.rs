@@ -2,13 +2,17 @@
 //! delivers it meanwhile), posts its pending events in order, and on a failure waits and
 //! tries again: 1 s, doubling, at most 5 min apart, for 24 h.
 
+use std::io::Read;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::vetting::pusher;
-use super::{Ssf, GIVE_UP_AFTER, MAX_PENDING, PUSH_TIMEOUT};
+use super::{Ssf, GIVE_UP_AFTER, PUSH_TIMEOUT};
 use agentid_core::domain::Millis;
 use agentid_store::{StoreError, StreamRecord};
+
+/// The most of a receiver's refusal that is read and logged.
+const REFUSAL_BYTES: u64 = 300;
 
 /// What a push came to.
 enum Pushed {
@@ -28,12 +32,17 @@ fn push(agent: &ureq::Agent, url: &str, set: &str) -> Pushed {
     {
         Ok(r) if r.status() == 202 => Pushed::Delivered,
         Ok(r) => Pushed::Failed(format!("answered {}", r.status())),
-        Err(ureq::Error::Status(400, r)) => {
-            Pushed::Refused(r.into_string().unwrap_or_default().chars().take(300).collect())
-        }
+        Err(ureq::Error::Status(400, r)) => Pushed::Refused(refusal(r)),
         Err(ureq::Error::Status(code, _)) => Pushed::Failed(format!("answered {code}")),
         Err(e) => Pushed::Failed(e.to_string()),
     }
+}
+
+/// What a receiver said with its 400: at most `REFUSAL_BYTES` of its body, read no further.
+fn refusal(r: ureq::Response) -> String {
+    let mut body = Vec::new();
+    let _ = r.into_reader().take(REFUSAL_BYTES).read_to_end(&mut body);
+    String::from_utf8_lossy(&body).into_owned()
 }
 
 /// When to try an event again after its `attempts`-th failure: 1 s, doubling, at most 5 min.
@@ -50,8 +59,9 @@ pub(crate) async fn deliverer(ssf: Arc<Ssf>) {
         }
         if sampled.elapsed() >= Duration::from_secs(5) {
             sampled = Instant::now();
-            if let Ok(n) = ssf.store.pending_count().await {
-                metrics::gauge!("agentid_ssf_pending_events").set(n as f64);
+            if let Ok((pending, dropped)) = ssf.store.outbox_totals().await {
+                metrics::gauge!("agentid_ssf_pending_events").set(pending as f64);
+                metrics::gauge!("agentid_ssf_dropped_events").set(dropped as f64);
             }
         }
         let _ = tokio::time::timeout(Duration::from_millis(250), ssf.wake.notified()).await;
@@ -77,14 +87,6 @@ async fn deliver_due(ssf: &Arc<Ssf>) -> Result<(), StoreError> {
 
 /// Posts a leased stream's pending events in order; stops at the first that fails.
 async fn deliver_stream(ssf: &Arc<Ssf>, stream: &StreamRecord) -> Result<(), StoreError> {
-    let dropped = ssf
-        .store
-        .drop_excess(&stream.id, MAX_PENDING, Millis::now())
-        .await?;
-    if dropped > 0 {
-        metrics::counter!("agentid_ssf_deliveries_total", "outcome" => "dropped").increment(dropped);
-        tracing::warn!(stream = %stream.id, dropped, "stream owed too many events; the oldest were dropped");
-    }
     let Some(url) = stream.endpoint_url.clone() else {
         return Ok(());
     };
@@ -124,7 +126,8 @@ async fn deliver_stream(ssf: &Arc<Ssf>, stream: &StreamRecord) -> Result<(), Sto
             }
             Pushed::Refused(body) => {
                 outcome("refused");
-                tracing::warn!(stream = %stream.id, jti = %event.jti, body = %body, "receiver refused a SET (400); not retried");
+                // The receiver's words, escaped (`?`) and cut: they cannot forge a log line.
+                tracing::warn!(stream = %stream.id, jti = %event.jti, body = ?body, "receiver refused a SET (400); not retried");
                 done.push(event.seq);
             }
             Pushed::Failed(why) => {
@@ -138,17 +141,19 @@ async fn deliver_stream(ssf: &Arc<Ssf>, stream: &StreamRecord) -> Result<(), Sto
                 let attempts = event.attempts + 1;
                 let next = Millis(now.0 + backoff(attempts).as_millis() as i64);
                 tracing::info!(stream = %stream.id, jti = %event.jti, attempts, error = %why, "push failed; trying again later");
-                ssf.store.events_done(&done, now).await?;
-                ssf.store.event_retry(event.seq, attempts, next).await?;
+                ssf.store.events_done(&stream.id, &done).await?;
+                ssf.store
+                    .event_retry(&stream.id, event.seq, attempts, next)
+                    .await?;
                 return Ok(());
             }
         }
         if done.len() >= 64 {
-            ssf.store.events_done(&done, now).await?;
+            ssf.store.events_done(&stream.id, &done).await?;
             done.clear();
         }
     }
-    ssf.store.events_done(&done, Millis::now()).await?;
+    ssf.store.events_done(&stream.id, &done).await?;
     Ok(())
 }
 

@@ -2,8 +2,9 @@
 //! receivers, and the delivery of a CAEP `session-revoked` Security Event Token (RFC 8417)
 //! for each revocation, pushed (RFC 8935) or polled (RFC 8936).
 //!
-//! A revocation writes its stream's events in its own transaction (a trigger), so they
-//! survive a crash. The deliverer leases one push stream at a time (no other instance
+//! A revocation writes its stream's events in its own transaction, so they survive a crash;
+//! a stream is owed at most `agentid_store::MAX_PENDING` events, whatever its delivery
+//! method and state (past it the oldest are dropped, and counted). The deliverer leases one push stream at a time (no other instance
 //! delivers it meanwhile), posts its pending events in order, and on a failure waits and
 //! tries again: 1 s, doubling, at most 5 min apart, for 24 h. SETs are signed at delivery
 //! with the key that signs tokens.
@@ -38,8 +39,6 @@ pub const EVENTS_SUPPORTED: [&str; 2] = [SESSION_REVOKED, VERIFICATION];
 
 /// Streams an organization may have.
 pub(crate) const MAX_STREAMS: i64 = 10;
-/// Events a stream may be owed; past this the oldest are dropped (and counted).
-pub(crate) const MAX_PENDING: u32 = 10_000;
 /// Bounds of what a stream's owner sends.
 const MAX_EVENTS_REQUESTED: usize = 16;
 const MAX_TEXT: usize = 512;
@@ -212,9 +211,6 @@ impl Ssf {
         mode: KeyMode,
         input: StreamInput,
     ) -> Result<(StreamRecord, Option<String>), SsfError> {
-        if self.store.count_streams(org_id).await? >= MAX_STREAMS {
-            return Err(SsfError::TooMany);
-        }
         self.vet(&input).await?;
         let base = StreamRecord {
             id: new_id(IdPrefix::Stream),
@@ -241,7 +237,9 @@ impl Ssf {
             stream.poll_token_hash = Some(Sha256::digest(token.as_bytes()).to_vec());
             token
         });
-        self.store.insert_stream(&stream).await?;
+        if !self.store.insert_stream(&stream, MAX_STREAMS).await? {
+            return Err(SsfError::TooMany);
+        }
         Ok((stream, token))
     }
 
@@ -341,9 +339,8 @@ impl Ssf {
             return Err(invalid("state", format!("at most {MAX_TEXT} characters")));
         }
         let stream = self.get(org_id, mode, id).await?;
-        let jti = new_id(IdPrefix::Event);
         self.store
-            .add_verification(&stream.id, &jti, state, Millis::now())
+            .add_verification(&stream.id, state, Millis::now())
             .await?;
         self.wake();
         Ok(())

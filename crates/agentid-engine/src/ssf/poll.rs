@@ -60,7 +60,7 @@ impl Ssf {
             return Err(SsfError::BadPollToken);
         }
         if !ack.is_empty() {
-            let n = self.store.ack_events(id, ack, Millis::now()).await?;
+            let n = self.store.ack_events(id, ack).await?;
             metrics::counter!("agentid_ssf_deliveries_total", "outcome" => "acknowledged").increment(n);
         }
         let started = Instant::now();

@@ -1,0 +1,280 @@
+//! The Shared Signals outbox under a hostile or careless owner: its bound holds for every
+//! stream whatever its delivery method and state, the deliverer's look for due streams does
+//! not grow with the events waiting, the stream limit holds under concurrency, and a
+//! receiver's refusal cannot write the service's log.
+
+use std::time::{Duration, Instant};
+
+use actix_web::{web, App, HttpResponse, HttpServer};
+use serde_json::json;
+
+use agentid::domain::{KeyMode, Millis};
+use agentid::store::StreamRecord;
+
+use crate::helpers::{client, read, spawn_app, TestApp};
+
+const PUSH: &str = "urn:ietf:rfc:8935";
+const POLL: &str = "urn:ietf:rfc:8936";
+
+fn stream(app: &TestApp, id: &str, method: &str, status: &str) -> StreamRecord {
+    StreamRecord {
+        id: id.into(),
+        org_id: app.org.org_id.clone(),
+        mode: KeyMode::Live,
+        aud: "a".into(),
+        method: method.into(),
+        endpoint_url: (method == PUSH).then(|| "https://partner.example/events".into()),
+        poll_token_hash: None,
+        events_requested: Vec::new(),
+        revocations: true,
+        description: None,
+        status: status.into(),
+        created_at: Millis(1),
+    }
+}
+
+/// Fills stream `id` with `n` events due at once, as `n` writes through the store would
+/// (written in one statement: the bound, not the filling, is under test).
+async fn fill(app: &TestApp, id: &str, n: i64) {
+    app.raw_execute(&format!(
+        "INSERT INTO ssf_events (stream_id, jti, kind, state, event_at, next_attempt_at) \
+         SELECT '{id}', '{id}-' || CAST(g.n AS TEXT), 'verification', NULL, 1000, 1000 \
+         FROM {}",
+        if app.db.is_postgres() {
+            format!("generate_series(1, {n}) AS g(n)")
+        } else {
+            format!("(WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < {n}) SELECT n FROM s) g")
+        }
+    ))
+    .await
+    .unwrap();
+    app.raw_execute(&format!(
+        "UPDATE ssf_streams SET pending = pending + {n}, next_due_at = 1000 WHERE id = '{id}'"
+    ))
+    .await
+    .unwrap();
+}
+
+/// A paused push stream and a poll stream nobody polls both stop at 10,000 events: each
+/// event past that drops the stream's oldest, and is counted. (Before, only an enabled push
+/// stream's deliverer trimmed its queue: these grew without end.)
+#[actix_web::test]
+async fn every_stream_is_owed_at_most_ten_thousand_events_whatever_its_state() {
+    let app = spawn_app().await;
+    let s = &app.store;
+    for (id, method, status) in [("ssf_paused", PUSH, "paused"), ("ssf_polled", POLL, "enabled")] {
+        assert!(s
+            .insert_stream(&stream(&app, id, method, status), 10)
+            .await
+            .unwrap());
+        fill(&app, id, 9_998).await;
+        for i in 0..5 {
+            s.add_verification(id, Some(&format!("late {i}")), Millis(2000 + i))
+                .await
+                .unwrap();
+        }
+        let events = s.pending_events(id, 20_000).await.unwrap();
+        assert_eq!(events.len(), 10_000, "{id}");
+        assert_eq!(
+            events[0].jti,
+            format!("{id}-4"),
+            "{id}: the three oldest went first"
+        );
+        assert_eq!(events.last().unwrap().state.as_deref(), Some("late 4"), "{id}");
+    }
+    assert_eq!(s.outbox_totals().await.unwrap(), (20_000, 6));
+
+    // A revocation is written under the same bound.
+    let agent = crate::store::agent("agt_01bbbbbbbbbbbbbbbbbbbbbbbb", &app.org.org_id);
+    s.insert_agent(&agent).await.unwrap();
+    s.revoke_agent(&agent.id, Millis(3000), None).await.unwrap();
+    for id in ["ssf_paused", "ssf_polled"] {
+        let events = s.pending_events(id, 20_000).await.unwrap();
+        assert_eq!(events.len(), 10_000, "{id}");
+        assert_eq!(
+            events.last().unwrap().agent_id.as_deref(),
+            Some(agent.id.as_str())
+        );
+    }
+    assert_eq!(s.outbox_totals().await.unwrap(), (20_000, 8));
+
+    // Acknowledged and disabled: deleted, and counted off.
+    let acked = s
+        .ack_events(
+            "ssf_polled",
+            &["ssf_polled-5".into(), "ssf_polled-6".into(), "no such".into()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(acked, 2);
+    let mut paused = s.get_stream("ssf_paused").await.unwrap().unwrap();
+    paused.status = "disabled".into();
+    s.update_stream(&paused).await.unwrap();
+    assert_eq!(s.outbox_totals().await.unwrap(), (9_998, 8));
+    assert!(s.pending_events("ssf_paused", 10).await.unwrap().is_empty());
+}
+
+/// The deliverer's look for due streams reads streams, not events: 10,000 events waiting
+/// on a paused stream and on a poll stream make no push stream due, and one enabled push
+/// stream is found by its own next due time, which follows its oldest event.
+#[actix_web::test]
+async fn due_streams_are_found_by_their_next_due_time() {
+    let app = spawn_app().await;
+    let s = &app.store;
+    for (id, method, status) in [
+        ("ssf_paused", PUSH, "paused"),
+        ("ssf_polled", POLL, "enabled"),
+        ("ssf_pushed", PUSH, "enabled"),
+    ] {
+        assert!(s
+            .insert_stream(&stream(&app, id, method, status), 10)
+            .await
+            .unwrap());
+    }
+    fill(&app, "ssf_paused", 10_000).await;
+    fill(&app, "ssf_polled", 10_000).await;
+    let (now, until) = (Millis(5000), Millis(9000));
+    assert!(s.claim_streams(now, until, 16).await.unwrap().is_empty());
+
+    s.add_verification("ssf_pushed", None, Millis(4000))
+        .await
+        .unwrap();
+    s.add_verification("ssf_pushed", None, Millis(4500))
+        .await
+        .unwrap();
+    let claimed = s.claim_streams(now, until, 16).await.unwrap();
+    assert_eq!(
+        claimed.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+        ["ssf_pushed"]
+    );
+    s.release_stream("ssf_pushed").await.unwrap();
+
+    // The oldest failed and waits until 8000: the stream is not due before then, however
+    // early the event behind it.
+    let events = s.pending_events("ssf_pushed", 10).await.unwrap();
+    s.event_retry("ssf_pushed", events[0].seq, 1, Millis(8000))
+        .await
+        .unwrap();
+    assert!(s.claim_streams(now, until, 16).await.unwrap().is_empty());
+    assert_eq!(s.claim_streams(Millis(8000), until, 16).await.unwrap().len(), 1);
+    s.release_stream("ssf_pushed").await.unwrap();
+
+    // Both delivered: nothing is owed, and nothing is due.
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    s.events_done("ssf_pushed", &seqs).await.unwrap();
+    assert!(s
+        .claim_streams(Millis(i64::MAX / 2), until, 16)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(s.outbox_totals().await.unwrap(), (20_000, 0));
+}
+
+/// 40 concurrent creations by one organization leave it exactly 10 streams (before: a count
+/// then an insert, and 15 of 100 got through).
+#[actix_web::test]
+async fn the_stream_limit_holds_under_concurrent_creation() {
+    let app = spawn_app().await;
+    let body = json!({"delivery": {"method": POLL}, "events_requested": []});
+    let calls = (0..40).map(|_| {
+        app.client
+            .post(app.url("/ssf/streams"))
+            .insert_header(("Authorization", format!("Bearer {}", app.secret())))
+            .send_json(&body)
+    });
+    let mut created = 0;
+    for res in futures_util::future::join_all(calls).await {
+        let res = read(res.unwrap()).await;
+        match res.status {
+            201 => created += 1,
+            400 => assert_eq!(res.json()["error"]["code"], "VALIDATION_ERROR", "{}", res.text()),
+            other => panic!("{other}: {}", res.text()),
+        }
+    }
+    assert_eq!(created, 10);
+    let live = app
+        .store
+        .list_streams(&app.org.org_id, KeyMode::Live)
+        .await
+        .unwrap();
+    assert_eq!(live.len(), 10);
+}
+
+/// A receiver that refuses a SET with a body holding a newline and a terminal escape gets
+/// them logged escaped, on the one line of the refusal: it cannot forge a log line or reach
+/// an operator's terminal.
+#[actix_web::test]
+async fn a_receivers_refusal_cannot_forge_a_log_line() {
+    const FORGED: &str = "FORGED agentid: all is well";
+    let receiver = HttpServer::new(|| {
+        App::new().route(
+            "/events",
+            web::post().to(|| async {
+                HttpResponse::BadRequest().body(format!("no\n{FORGED}\n\x1b[2J\x1b[31mred"))
+            }),
+        )
+    })
+    .workers(1)
+    .bind("127.0.0.1:0")
+    .unwrap();
+    let url = format!("http://{}/events", receiver.addrs()[0]);
+    actix_web::rt::spawn(receiver.run());
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::helpers::TestDb::new(dir.path()).await;
+    let log_file = dir.path().join("stderr.log");
+    let server = crate::cli::start_server_logging(
+        dir.path(),
+        Some(&db.url),
+        &[("AGENTID_SSF_ALLOW_INSECURE_ENDPOINTS", "1")],
+        &log_file,
+    );
+    let sk = server.printed_key("secret_live");
+    let post = |path: &str, body: serde_json::Value| {
+        client()
+            .post(format!("{}{path}", server.base))
+            .insert_header(("Authorization", format!("Bearer {sk}")))
+            .send_json(&body)
+    };
+    let res = read(
+        post(
+            "/ssf/streams",
+            json!({"delivery": {"method": PUSH, "endpoint_url": url}, "events_requested": []}),
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    let stream_id = res.json()["stream_id"].as_str().unwrap().to_owned();
+    let res = read(
+        post("/ssf/verify", json!({"stream_id": stream_id}))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(res.status, 204, "{}", res.text());
+
+    let started = Instant::now();
+    let logs = loop {
+        let logs = std::fs::read_to_string(&log_file).unwrap();
+        if logs.contains("receiver refused a SET") || started.elapsed() > Duration::from_secs(20) {
+            break logs;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    drop(server);
+    assert!(logs.contains("receiver refused a SET"), "{logs}");
+    assert!(
+        !logs.contains('\x1b'),
+        "a terminal escape reached the log: {logs:?}"
+    );
+    assert!(
+        !logs.lines().any(|l| l.starts_with(FORGED)),
+        "the receiver forged a log line: {logs}"
+    );
+    assert!(
+        logs.contains(FORGED),
+        "the refusal's words are logged, escaped: {logs}"
+    );
+}
