@@ -1,6 +1,7 @@
 import type { Verifier } from "./index.js";
 
-/** Express middleware setting `req.agent`; 401, 403 or 503 with {"error": code} otherwise. */
+/** Express middleware setting `req.agent`; otherwise 401 (403 for INSUFFICIENT_SCOPE, 503 for
+ * UNAVAILABLE, 500 for MISCONFIGURED) with {"error": code}. */
 export function agentIdMiddleware(
   verifier: Verifier,
   options?: { scopes?: string[] },

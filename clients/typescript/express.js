@@ -1,9 +1,9 @@
 // Express middleware: verifies the request's agent token before the route sees it. On
 // success the agent is `req.agent`; otherwise 401 (403 for INSUFFICIENT_SCOPE, 503 for
-// UNAVAILABLE) with `{"error": code}`.
+// UNAVAILABLE, 500 for MISCONFIGURED: the receiver's own configuration) with `{"error": code}`.
 import { VerificationError } from "./index.js";
 
-const STATUS = { INSUFFICIENT_SCOPE: 403, UNAVAILABLE: 503 };
+const STATUS = { INSUFFICIENT_SCOPE: 403, UNAVAILABLE: 503, MISCONFIGURED: 500 };
 
 export function agentIdMiddleware(verifier, { scopes = [] } = {}) {
   return async (req, res, next) => {

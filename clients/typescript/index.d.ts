@@ -1,4 +1,13 @@
-export type ErrorCode = "TOKEN_INVALID" | "TOKEN_EXPIRED" | "TOKEN_REVOKED" | "INSUFFICIENT_SCOPE" | "UNAVAILABLE";
+/** TOKEN_* and INSUFFICIENT_SCOPE: the token's fault. UNAVAILABLE: the service's (unreachable,
+ * or an answer that is not what it should be). MISCONFIGURED: the receiver's own (the service
+ * refused its API key). */
+export type ErrorCode =
+  | "TOKEN_INVALID"
+  | "TOKEN_EXPIRED"
+  | "TOKEN_REVOKED"
+  | "INSUFFICIENT_SCOPE"
+  | "UNAVAILABLE"
+  | "MISCONFIGURED";
 
 export class VerificationError extends Error {
   constructor(code: ErrorCode, message?: string);
@@ -16,9 +25,10 @@ export interface Agent {
 }
 
 export interface VerifierOptions {
-  /** The agentid service, e.g. https://id.example.com. Keys and lists come only from here. */
+  /** The agentid service, e.g. https://id.example.com (its public URL: the `iss` of its SETs).
+   * Keys and lists come only from here; no redirect is followed. Not an http(s) URL: TypeError. */
   baseUrl: string;
-  /** Accepted `iss` values; any when absent. */
+  /** Accepted `iss` values of tokens (and `sub_id.iss` of SETs); any when absent. */
   issuers?: string[];
   /** Seconds of tolerance on `exp` and `iat` (30). */
   leeway?: number;
@@ -28,18 +38,27 @@ export interface VerifierOptions {
   failOpen?: boolean;
   /** Seconds between refetches of the keys for unknown kids (60). */
   kidRefetchInterval?: number;
-  /** Seconds a fetch may take (5). */
+  /** Seconds a request may take, its answer (at most 1 MiB) included (5). */
   timeout?: number;
   /** Accept test-mode tokens (`livemode: false`, issued with an sk_test_ key): false. */
   allowTest?: boolean;
+  /** The `aud` of this receiver's Shared Signals stream: what the stream was created with, by
+   * default the push endpoint's origin (push) or the stream id (poll). When set, `handleSet`
+   * refuses a SET whose `aud` does not hold it. */
+  setAudience?: string;
 }
 
 export class Verifier {
   constructor(options: VerifierOptions);
-  /** Offline: signature, claims, revocation (pushed, or through the status list), scopes. */
+  /** Offline: signature, claims, revocation (pushed, or through the status list), issuer,
+   * mode, scopes. A token over 4096 bytes is TOKEN_INVALID unparsed. */
   verify(token: string, options?: { scopes?: string[] }): Promise<Agent>;
-  /** Online: GET /v1/verify/:token. */
-  verifyOnline(token: string, options?: { key?: string }): Promise<Agent>;
-  /** A Security Event Token the service pushed: a revocation revokes at once. */
+  /** Online: GET /v1/verify/:token, then the issuer, mode and scope checks of `verify`. A
+   * refused `key` is MISCONFIGURED. */
+  verifyOnline(token: string, options?: { key?: string; scopes?: string[] }): Promise<Agent>;
+  /** A Security Event Token the service pushed (or a poll gave): refused (TOKEN_INVALID) unless
+   * its `iss` is `baseUrl`, its `aud` holds `setAudience` (when set), its `jti` is not one of
+   * the last 10,000 taken, and its subject's `sub_id.iss` is in `issuers` (when set). A
+   * revocation revokes at once. */
   handleSet(setJwt: string): Promise<void>;
 }

@@ -1,11 +1,19 @@
 // Verify agentid agent tokens: offline against the service's JWKS, with revocation seen
 // through Token Status Lists and pushed Shared Signals events, or online. Keys and lists
 // come only from `baseUrl`'s origin and are cached for as long as the service says, so a
-// warm verification makes no network call. Uses `fetch`, WebCrypto (through jose) and
-// `DecompressionStream`: it runs on Node >= 20 and on fetch-based runtimes.
+// warm verification makes no network call. No redirect is followed, no answer is read past
+// 1 MiB, and every failure is a `VerificationError`. Uses `fetch`, WebCrypto (through jose)
+// and `DecompressionStream`: it runs on Node >= 20 and on fetch-based runtimes.
 import { importJWK, jwtVerify, decodeProtectedHeader, errors as joseErrors } from "jose";
 
 const SESSION_REVOKED = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
+/** The longest token accepted (the service issues none longer); a longer one is not parsed. */
+const MAX_TOKEN_BYTES = 4096;
+/** The most read of any answer of the service, and of an inflated status list. */
+const MAX_BODY_BYTES = 1 << 20;
+const MAX_LIST_BYTES = 16 << 20;
+/** How many SET `jti`s are remembered to refuse a replay. */
+const SEEN_SETS = 10_000;
 
 export class VerificationError extends Error {
   /** @param {string} code @param {string} [message] */
@@ -28,9 +36,37 @@ function maxAge(cacheControl, fallback) {
   return fallback;
 }
 
-async function inflate(bytes) {
-  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"));
-  return new Uint8Array(await new Response(stream).arrayBuffer());
+/** The bytes of `stream`, or an Error past `limit` of them. */
+async function readAtMost(stream, limit) {
+  const chunks = [];
+  let size = 0;
+  const reader = stream.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.length;
+    if (size > limit) {
+      reader.cancel().catch(() => {});
+      throw new Error(`over ${limit} bytes`);
+    }
+    chunks.push(value);
+  }
+  const bytes = new Uint8Array(size);
+  let at = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, at);
+    at += chunk.length;
+  }
+  return bytes;
+}
+
+/** `token` if it is a string of at most MAX_TOKEN_BYTES bytes: a longer one is not parsed. */
+function sized(token) {
+  if (typeof token !== "string" || token.length > MAX_TOKEN_BYTES
+      || (token.length > MAX_TOKEN_BYTES / 3 && new TextEncoder().encode(token).length > MAX_TOKEN_BYTES)) {
+    fail("TOKEN_INVALID", `not a token of at most ${MAX_TOKEN_BYTES} bytes`);
+  }
+  return token;
 }
 
 function b64url(text) {
@@ -42,9 +78,11 @@ export class Verifier {
   /**
    * @param {{baseUrl: string, issuers?: string[], leeway?: number, listGrace?: number,
    *          failOpen?: boolean, kidRefetchInterval?: number, timeout?: number,
-   *          allowTest?: boolean}} options
+   *          allowTest?: boolean, setAudience?: string}} options
    */
-  constructor({ baseUrl, issuers, leeway = 30, listGrace = 300, failOpen = false, kidRefetchInterval = 60, timeout = 5, allowTest = false }) {
+  constructor({ baseUrl, issuers, leeway = 30, listGrace = 300, failOpen = false, kidRefetchInterval = 60, timeout = 5, allowTest = false, setAudience }) {
+    if (!/^https?:\/\/[^/]/.test(baseUrl ?? "")) throw new TypeError(`baseUrl ${baseUrl} is not an http(s) URL`);
+    if (!(timeout > 0 && Number.isFinite(timeout))) throw new TypeError("timeout must be a positive number of seconds");
     this.allowTest = allowTest;
     this.baseUrl = baseUrl.replace(/\/+$/, "");
     this.issuers = issuers ? new Set(issuers) : null;
@@ -53,13 +91,31 @@ export class Verifier {
     this.failOpen = failOpen;
     this.kidRefetchInterval = kidRefetchInterval;
     this.timeout = timeout;
-    this.docs = new Map(); // url -> {body, etag, freshUntil, fetchedAt}
+    this.setAudience = setAudience;
+    this.docs = new Map(); // url -> {body, etag, freshUntil, fetchedAt}; a 304 refreshes it in place
     this.inflight = new Map(); // url -> Promise of a fetch
-    this.keys = new Map(); // kid -> CryptoKey
-    this.keysEtag = undefined;
+    this.keys = new Map(); // kid -> key
+    this.keysDoc = null; // the document `keys` was read from
     this.lastKidFetch = -Infinity;
-    this.lists = new Map(); // uri -> {bits, fetchedAt, ttl}
+    this.lists = new Map(); // uri -> {bits, ttl, doc}
     this.revoked = new Set();
+    this.seenSets = new Set(); // the last SEEN_SETS jtis taken, oldest first
+  }
+
+  /** GETs `url` with the timeout, no redirect; its status, headers and (for a 200) body,
+   * of at most MAX_BODY_BYTES. */
+  async send(url, headers) {
+    try {
+      const res = await fetch(url, { headers, signal: AbortSignal.timeout(this.timeout * 1000), redirect: "error" });
+      if (res.status !== 200) {
+        res.body?.cancel().catch(() => {});
+        return { status: res.status, headers: res.headers };
+      }
+      const body = res.body ? new TextDecoder().decode(await readAtMost(res.body, MAX_BODY_BYTES)) : "";
+      return { status: 200, headers: res.headers, body };
+    } catch (e) {
+      fail("UNAVAILABLE", `${url}: ${e.cause?.message || e.message}`);
+    }
   }
 
   /** GETs `url` (revalidating what is held), one fetch per URL at a time. */
@@ -71,23 +127,17 @@ export class Verifier {
       pending = (async () => {
         const headers = { accept };
         if (held?.etag) headers["if-none-match"] = held.etag;
-        let res;
-        try {
-          res = await fetch(url, { headers, signal: AbortSignal.timeout(this.timeout * 1000), redirect: "error" });
-        } catch (e) {
-          fail("UNAVAILABLE", `${url}: ${e.message}`);
-        }
-        let body;
-        if (res.status === 304 && held) body = held.body;
-        else if (res.ok) body = await res.text();
-        else fail("UNAVAILABLE", `${url}: ${res.status}`);
+        const res = await this.send(url, headers);
         const now = Date.now();
-        const doc = {
-          body,
-          etag: res.headers.get("etag") || held?.etag,
-          freshUntil: now + maxAge(res.headers.get("cache-control"), 60) * 1000,
-          fetchedAt: now,
-        };
+        const freshUntil = now + maxAge(res.headers.get("cache-control"), 60) * 1000;
+        if (res.status === 304 && held?.etag) {
+          // The same body: whoever read it keeps what they read.
+          Object.assign(held, { etag: res.headers.get("etag") || held.etag, freshUntil, fetchedAt: now });
+          return held;
+        }
+        if (res.status !== 200) fail("UNAVAILABLE", `${url}: ${res.status}`);
+        // A new body, even without an ETag (a proxy may strip it): it is read anew.
+        const doc = { body: res.body, etag: res.headers.get("etag") || undefined, freshUntil, fetchedAt: now };
         this.docs.set(url, doc);
         return doc;
       })().finally(() => this.inflight.delete(url));
@@ -97,7 +147,8 @@ export class Verifier {
   }
 
   /** The key of `kid`: from the cached JWKS, refetched when stale, or (at most once per
-   * `kidRefetchInterval`) when the kid is unknown. */
+   * `kidRefetchInterval`) when the kid is unknown. While the JWKS cannot be had (or is
+   * unusable), the keys last read serve. */
   async key(kid) {
     const url = `${this.baseUrl}/.well-known/jwks.json`;
     const held = this.docs.get(url);
@@ -112,19 +163,20 @@ export class Verifier {
         if (!held) throw e;
         doc = held;
       }
-      if (doc.etag !== this.keysEtag || this.keys.size === 0) {
-        const keys = new Map();
-        for (const jwk of JSON.parse(doc.body).keys || []) {
-          if (jwk.kty === "OKP" && jwk.crv === "Ed25519" && jwk.kid) {
-            keys.set(jwk.kid, await importJWK({ ...jwk, alg: "EdDSA" }, "EdDSA"));
-          }
-        }
-        this.keys = keys;
-        this.keysEtag = doc.etag;
-      }
       if (unknown) this.lastKidFetch = Date.now();
+      if (doc !== this.keysDoc) {
+        try {
+          this.keys = await readJwks(doc.body);
+          this.keysDoc = doc;
+        } catch (e) {
+          if (!this.keysDoc) throw e;
+        }
+      }
     }
-    return this.keys.get(kid) || fail("TOKEN_INVALID", `no key ${kid} in the service's JWKS`);
+    const key = this.keys.get(kid);
+    if (key) return key;
+    if (!this.keysDoc) fail("UNAVAILABLE", "no usable JWKS read yet");
+    fail("TOKEN_INVALID", `no key ${kid} in the service's JWKS`);
   }
 
   /** Checks a JWS's header (EdDSA, a kid, `typ`) and signature; its claims. */
@@ -151,6 +203,22 @@ export class Verifier {
     }
   }
 
+  /** The list in `doc`; UNAVAILABLE when it is not the signed list at `uri`. */
+  async readList(uri, doc) {
+    try {
+      const claims = await this.decode(doc.body, "statuslist+jwt", ["sub", "iat"]);
+      if (claims.sub !== uri) throw new Error(`the list at ${uri} says it is ${claims.sub}`);
+      const { bits, lst } = claims.status_list ?? {};
+      if (bits !== 1 || typeof lst !== "string") throw new Error("status lists of one bit only");
+      const inflated = new Blob([b64url(lst)]).stream().pipeThrough(new DecompressionStream("deflate"));
+      const ttl = Number(claims.ttl ?? 60);
+      if (!(ttl >= 0 && ttl < Infinity)) throw new Error(`ttl ${claims.ttl}`);
+      return { bits: await readAtMost(inflated, MAX_LIST_BYTES), ttl, doc };
+    } catch (e) {
+      fail("UNAVAILABLE", `the status list at ${uri} is unusable: ${e.message}`);
+    }
+  }
+
   /** The status at `idx` of the list at `uri` (1: revoked); null when it cannot be had and
    * `failOpen` is set. */
   async status(uri, idx) {
@@ -159,20 +227,18 @@ export class Verifier {
       fail("TOKEN_INVALID", `status list ${uri} is not one of ${this.baseUrl}`);
     }
     let held = this.lists.get(uri);
-    const now = Date.now();
-    if (!held || now - held.fetchedAt >= held.ttl * 1000) {
+    if (!held || Date.now() - held.doc.fetchedAt >= held.ttl * 1000) {
       try {
-        const doc = await this.fetchDoc(uri, "application/statuslist+jwt", held ? held.fetchedAt : -Infinity);
-        if (!held || doc.fetchedAt > held.fetchedAt) {
-          const claims = await this.decode(doc.body, "statuslist+jwt", ["sub", "iat"]);
-          if (claims.sub !== uri) fail("TOKEN_INVALID", `the list at ${uri} says it is ${claims.sub}`);
-          if (claims.status_list?.bits !== 1) fail("TOKEN_INVALID", "status lists of one bit only");
-          held = { bits: await inflate(b64url(claims.status_list.lst)), fetchedAt: doc.fetchedAt, ttl: Number(claims.ttl ?? 60) };
-          this.lists.set(uri, held);
+        const doc = await this.fetchDoc(uri, "application/statuslist+jwt", held ? held.doc.fetchedAt : -Infinity);
+        let current = this.lists.get(uri);
+        if (current?.doc !== doc) {
+          current = await this.readList(uri, doc);
+          this.lists.set(uri, current);
         }
+        held = current;
       } catch (e) {
         if (!(e instanceof VerificationError) || e.code !== "UNAVAILABLE") throw e;
-        if (!held || now - held.fetchedAt > (held.ttl + this.listGrace) * 1000) {
+        if (!held || Date.now() - held.doc.fetchedAt > (held.ttl + this.listGrace) * 1000) {
           if (this.failOpen) return null;
           throw e;
         }
@@ -182,13 +248,24 @@ export class Verifier {
     return (held.bits[Math.floor(idx / 8)] >> idx % 8) & 1;
   }
 
+  /** What offline and online verification both check: the issuer, the mode, a pushed
+   * revocation. Whether the token is live. */
+  admit(agentId, issuer, granted, livemode) {
+    if (typeof issuer !== "string" || (this.issuers && !this.issuers.has(issuer))) {
+      fail("TOKEN_INVALID", `issuer ${issuer} is not accepted`);
+    }
+    const live = this.livemode(livemode);
+    if (typeof agentId !== "string" || !Array.isArray(granted)) fail("TOKEN_INVALID", "malformed sub or scopes");
+    if (this.revoked.has(agentId)) fail("TOKEN_REVOKED", "revoked (a pushed event)");
+    return live;
+  }
+
   /** Verifies `token` offline: signature, claims, revocation and `scopes`. */
   async verify(token, { scopes = [] } = {}) {
-    const c = await this.decode(token, "JWT", ["exp", "iat", "sub", "iss"]);
+    const c = await this.decode(sized(token), "JWT", ["exp", "iat", "sub", "iss"]);
     if (c.iat > Date.now() / 1000 + this.leeway) fail("TOKEN_INVALID", "issued in the future");
-    if (this.issuers && !this.issuers.has(c.iss)) fail("TOKEN_INVALID", `issuer ${c.iss} is not accepted`);
-    const livemode = this.livemode(c.livemode);
-    if (this.revoked.has(c.sub)) fail("TOKEN_REVOKED", "revoked (a pushed event)");
+    const granted = c.scopes ?? [];
+    const livemode = this.admit(c.sub, c.iss, granted, c.livemode);
     if (c.status !== undefined) {
       const ref = c.status?.status_list;
       if (!ref || !Number.isSafeInteger(ref.idx) || ref.idx < 0 || typeof ref.uri !== "string") {
@@ -196,9 +273,7 @@ export class Verifier {
       }
       if ((await this.status(ref.uri, ref.idx)) === 1) fail("TOKEN_REVOKED", "revoked (status list)");
     }
-    const granted = Array.isArray(c.scopes) ? c.scopes : [];
-    const missing = scopes.filter((s) => !granted.includes(s));
-    if (missing.length) fail("INSUFFICIENT_SCOPE", `missing scopes ${missing.join(", ")}`);
+    scoped(granted, scopes);
     return {
       agentId: c.sub,
       issuer: c.iss,
@@ -218,43 +293,78 @@ export class Verifier {
     fail("TOKEN_INVALID", "malformed livemode claim");
   }
 
-  /** Asks the service (`GET /v1/verify/:token`), which sees revocation at once. */
-  async verifyOnline(token, { key } = {}) {
-    let res;
+  /** Asks the service (`GET /v1/verify/:token`), which sees revocation at once; then checks
+   * `issuers`, the mode and `scopes` as `verify` does. A refused `key` is MISCONFIGURED. */
+  async verifyOnline(token, { key, scopes = [] } = {}) {
+    const url = `${this.baseUrl}/v1/verify/${encodeURIComponent(sized(token))}`;
+    const res = await this.send(url, { accept: "application/json", ...(key ? { authorization: `Bearer ${key}` } : {}) });
+    if (res.status === 401 || res.status === 403) fail("MISCONFIGURED", `the service refused the API key (${res.status})`);
+    if (res.status !== 200) fail("UNAVAILABLE", `verify answered ${res.status}`);
+    let a, issuedAt, expiresAt;
     try {
-      res = await fetch(`${this.baseUrl}/v1/verify/${encodeURIComponent(token)}`, {
-        headers: key ? { authorization: `Bearer ${key}` } : {},
-        signal: AbortSignal.timeout(this.timeout * 1000),
-      });
+      a = JSON.parse(res.body);
+      if (typeof a?.valid !== "boolean") throw new Error("no valid");
+      issuedAt = new Date(a.issued_at);
+      expiresAt = new Date(a.expires_at);
+      if (a.valid && Number.isNaN(issuedAt.getTime() + expiresAt.getTime())) throw new Error("no issued_at or expires_at");
     } catch (e) {
-      fail("UNAVAILABLE", e.message);
+      fail("UNAVAILABLE", `verify gave a malformed answer: ${e.message}`);
     }
-    if (!res.ok) fail("UNAVAILABLE", `verify answered ${res.status}`);
-    const a = await res.json();
-    if (!a.valid) {
-      const code = ["TOKEN_REVOKED", "TOKEN_EXPIRED"].includes(a.error) ? a.error : "TOKEN_INVALID";
-      fail(code, a.error);
-    }
-    const livemode = this.livemode(a.livemode);
-    return {
-      agentId: a.agent_id,
-      issuer: a.issuer,
-      scopes: a.scopes || [],
-      issuedAt: new Date(a.issued_at),
-      expiresAt: new Date(a.expires_at),
-      livemode,
-    };
+    if (!a.valid) fail(["TOKEN_REVOKED", "TOKEN_EXPIRED"].includes(a.error) ? a.error : "TOKEN_INVALID", `${a.error}`);
+    const granted = a.scopes ?? [];
+    const livemode = this.admit(a.agent_id, a.issuer, granted, a.livemode);
+    scoped(granted, scopes);
+    return { agentId: a.agent_id, issuer: a.issuer, scopes: granted, issuedAt, expiresAt, livemode };
   }
 
   /** Takes a Security Event Token the service pushed (or a poll gave): verified through the
-   * JWKS, from this service; a revocation marks its agent revoked at once. */
+   * JWKS; issued by this service (`iss` is `baseUrl`); for this receiver (its `aud` holds
+   * `setAudience`, when given); not seen before (its `jti` is not one of the last 10,000
+   * taken); of a subject of an accepted issuer (`sub_id.iss` is in `issuers`, when given).
+   * A revocation marks its agent revoked at once. */
   async handleSet(setJwt) {
     const c = await this.decode(setJwt, "secevent+jwt", ["iss", "jti", "iat"]);
     if (c.iss !== this.baseUrl) fail("TOKEN_INVALID", `a SET of ${c.iss}, not of ${this.baseUrl}`);
-    if (c.events && SESSION_REVOKED in c.events) {
-      const s = c.sub_id;
-      if (s?.format !== "iss_sub" || typeof s.sub !== "string") fail("TOKEN_INVALID", "a revocation without an iss_sub subject");
-      this.revoked.add(s.sub);
+    if (this.setAudience !== undefined && ![c.aud].flat().includes(this.setAudience)) {
+      fail("TOKEN_INVALID", `a SET for ${c.aud}, not for ${this.setAudience}`);
     }
+    if (typeof c.jti !== "string" || typeof c.events !== "object" || c.events === null) {
+      fail("TOKEN_INVALID", "a SET needs a jti and events");
+    }
+    let revoked;
+    if (SESSION_REVOKED in c.events) {
+      const s = c.sub_id;
+      if (s?.format !== "iss_sub" || typeof s.iss !== "string" || typeof s.sub !== "string") {
+        fail("TOKEN_INVALID", "a revocation without an iss_sub subject");
+      }
+      if (this.issuers && !this.issuers.has(s.iss)) fail("TOKEN_INVALID", `a revocation of an agent of ${s.iss}, not an accepted issuer`);
+      revoked = s.sub;
+    }
+    if (this.seenSets.has(c.jti)) fail("TOKEN_INVALID", `SET ${c.jti} was taken already (a replay)`);
+    this.seenSets.add(c.jti);
+    if (this.seenSets.size > SEEN_SETS) this.seenSets.delete(this.seenSets.values().next().value);
+    if (revoked !== undefined) this.revoked.add(revoked);
   }
+}
+
+/** The Ed25519 keys of a JWKS, by kid; UNAVAILABLE when it is not one. */
+async function readJwks(body) {
+  try {
+    const { keys } = JSON.parse(body);
+    if (!Array.isArray(keys)) throw new Error("no keys");
+    const found = new Map();
+    for (const jwk of keys) {
+      if (jwk?.kty === "OKP" && jwk.crv === "Ed25519" && typeof jwk.kid === "string") {
+        found.set(jwk.kid, await importJWK({ ...jwk, alg: "EdDSA" }, "EdDSA"));
+      }
+    }
+    return found;
+  } catch (e) {
+    fail("UNAVAILABLE", `the service's JWKS is unusable: ${e.message}`);
+  }
+}
+
+function scoped(granted, scopes) {
+  const missing = scopes.filter((s) => !granted.includes(s));
+  if (missing.length) fail("INSUFFICIENT_SCOPE", `missing scopes ${missing.join(", ")}`);
 }

@@ -1,20 +1,27 @@
 """A real agentid server for the tests: the binary the repository builds (or $AGENTID_BIN),
-on a fresh SQLite database, with status lists of a 2 s ttl."""
+on a fresh SQLite database, with status lists of a 2 s ttl; and a proxy to put in front of it."""
 
+import base64
+import hashlib
 import json
 import os
 import subprocess
 import tempfile
+import threading
+import urllib.error
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import jwt
 import pytest
+from cryptography.hazmat.primitives import serialization
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 BIN = os.environ.get("AGENTID_BIN", os.path.join(ROOT, "target", "debug", "agentid"))
 
 
 class Server:
-    def __init__(self):
+    def __init__(self, **env):
         self.dir = tempfile.mkdtemp()
         self.db = f"sqlite://{self.dir}/agentid.db"
         self.key_file = os.path.join(self.dir, "signing-key.pem")
@@ -27,7 +34,7 @@ class Server:
         env = dict(os.environ, DATABASE_URL=self.db, AGENTID_BIND="127.0.0.1:0",
                    AGENTID_METRICS_BIND="off", AGENTID_SIGNING_KEY_FILE=self.key_file,
                    AGENTID_STATUS_LIST_TTL="2", AGENTID_SSF_ALLOW_INSECURE_ENDPOINTS="1",
-                   RUST_LOG="warn")
+                   RUST_LOG="warn", **env)
         self.proc = subprocess.Popen([BIN, "serve"], env=env, cwd=self.dir, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True)
         for line in self.proc.stdout:
@@ -64,9 +71,66 @@ class Server:
     def revoke(self, agent_id):
         return self.call("POST", f"/v1/agents/{agent_id}/revoke")
 
+    def sign(self, claims, typ="JWT"):
+        """A JWS of ``claims`` signed with the key of the server's key file (the key that signs
+        until a rotation): what only the service could sign."""
+        with open(self.key_file, "rb") as f:
+            key = serialization.load_pem_private_key(f.read(), password=None)
+        x = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        jwk = json.dumps({"crv": "Ed25519", "kty": "OKP", "x": b64(x)}, separators=(",", ":"))
+        kid = b64(hashlib.sha256(jwk.encode()).digest())  # RFC 7638
+        return jwt.encode(claims, key, algorithm="EdDSA", headers={"kid": kid, "typ": typ})
+
     def stop(self):
         self.proc.kill()
         self.proc.wait()
+
+
+def b64(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+class Proxy:
+    """An HTTP proxy on a port of its own in front of ``upstream``: each GET's answer passes
+    through ``rewrite(path, status, headers, body) -> (status, headers, body)``."""
+
+    def __init__(self, upstream=None):
+        self.upstream = upstream
+        self.rewrite = None
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                proxy._serve(self)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def _serve(self, handler):
+        sent = {k: v for k, v in handler.headers.items() if k.lower() in ("accept", "authorization", "if-none-match")}
+        req = urllib.request.Request(self.upstream + handler.path, headers=sent)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as res:
+                status, headers, body = res.status, list(res.headers.items()), res.read()
+        except urllib.error.HTTPError as e:
+            status, headers, body = e.code, list(e.headers.items()), e.read()
+        if self.rewrite is not None:
+            status, headers, body = self.rewrite(handler.path, status, headers, body)
+        handler.send_response(status)
+        for name, value in headers:
+            if name.lower() not in ("content-length", "transfer-encoding", "connection", "date", "server"):
+                handler.send_header(name, value)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
 
 
 @pytest.fixture(scope="session")
@@ -74,3 +138,22 @@ def server():
     s = Server()
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="session")
+def proxied_server():
+    """A server whose public URL (the base of its status lists, the ``iss`` of its SETs) is a
+    proxy in front of it; its signing key is never rotated."""
+    proxy = Proxy()
+    s = Server(AGENTID_PUBLIC_URL=proxy.url)
+    proxy.upstream = s.base
+    yield s, proxy
+    s.stop()
+    proxy.stop()
+
+
+@pytest.fixture
+def proxied(proxied_server):
+    """The proxied server, its proxy passing everything through unchanged after the test."""
+    yield proxied_server
+    proxied_server[1].rewrite = None

@@ -67,3 +67,42 @@ def test_asgi_middleware(server):
     assert asgi_call(Asgi(app, verifier, scopes=["admin:x"]), f"Bearer {token}")[0] == 403
     status, _, body = asgi_call(Asgi(app, verifier), f"Bearer {token}")
     assert status == 200 and body.startswith(b"agt_")
+
+
+def test_a_broken_key_set_is_a_503_never_a_500(proxied):
+    """A JWKS that is not JSON (a gateway's error page) is UNAVAILABLE: 503, not an exception."""
+    server, proxy = proxied
+    _, token = server.register()
+    proxy.rewrite = lambda path, status, headers, body: (
+        (200, [("Content-Type", "text/html")], b"<html>502 Bad Gateway</html>")
+        if path == "/.well-known/jwks.json" else (status, headers, body))
+
+    async def app(scope, receive, send):
+        raise AssertionError("the app is not reached")
+
+    def wsgi_app(environ, start_response):
+        raise AssertionError("the app is not reached")
+
+    for status, _, body in (asgi_call(Asgi(app, Verifier(proxy.url)), f"Bearer {token}"),
+                            wsgi_call(Wsgi(wsgi_app, Verifier(proxy.url)), f"Bearer {token}")):
+        assert status == 503 and json.loads(body) == {"error": "UNAVAILABLE"}
+
+
+def test_a_refused_api_key_is_a_500(server):
+    """Online verification with a key the service refuses: the receiver's own fault (500), not
+    the service's (503)."""
+    _, token = server.register()
+
+    class Online(Verifier):
+        def verify(self, token, scopes=None):
+            return self.verify_online(token, key="pk_live_not_a_key")
+
+    async def app(scope, receive, send):
+        raise AssertionError("the app is not reached")
+
+    def wsgi_app(environ, start_response):
+        raise AssertionError("the app is not reached")
+
+    for status, _, body in (asgi_call(Asgi(app, Online(server.base)), f"Bearer {token}"),
+                            wsgi_call(Wsgi(wsgi_app, Online(server.base)), f"Bearer {token}")):
+        assert status == 500 and json.loads(body) == {"error": "MISCONFIGURED"}

@@ -3,6 +3,7 @@
 import base64
 import json
 import time
+import urllib.request
 
 import jwt
 import pytest
@@ -10,7 +11,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agentid_verifier import (InsufficientScope, TokenExpired, TokenInvalid, TokenRevoked,
                               Unavailable, VerificationError, Verifier)
-from conftest import Server
+from conftest import Proxy, Server
+
+SESSION_REVOKED = "https://schemas.openid.net/secevent/caep/event-type/session-revoked"
 
 
 def b64(data):
@@ -155,3 +158,183 @@ def test_a_test_mode_token_is_refused_unless_allowed(server):
     _, live = server.register()
     assert Verifier(server.base).verify(live).livemode is True
     assert Verifier(server.base).verify_online(live).livemode is True
+
+
+# -- keys and fetches -----------------------------------------------------------------------
+
+def kid_of(token):
+    return jwt.get_unverified_header(token)["kid"]
+
+
+def test_a_key_set_without_an_etag_still_refreshes():
+    """Behind a proxy that strips ETags (and keeps nothing past 1 s), a rotation is seen: the
+    new key is trusted and the retired one no longer."""
+    proxy = Proxy()
+    s = Server(AGENTID_PUBLIC_URL=proxy.url)
+    proxy.upstream = s.base
+
+    def strip(path, status, headers, body):
+        kept = [(k, v) for k, v in headers if k.lower() not in ("etag", "cache-control")]
+        return status, kept + [("Cache-Control", "max-age=1")], body
+
+    proxy.rewrite = strip
+    try:
+        _, old = s.register()
+        verifier = Verifier(proxy.url, kid_refetch_interval=0)
+        verifier.verify(old)
+        rotated = json.loads(s.cli("signing-key", "rotate", "--publish-for", "0s"))
+        time.sleep(6)  # every instance reads the keys every 5 s
+        _, new = s.register()
+        assert kid_of(new) == rotated["kid"]
+        verifier.verify(new)
+        s.cli("signing-key", "retire", kid_of(old))
+        time.sleep(6)
+        with pytest.raises(TokenInvalid):
+            verifier.verify(old)
+    finally:
+        s.stop()
+        proxy.stop()
+
+
+def test_no_redirect_is_followed(proxied):
+    """A redirect (to the very service) is a failure, for keys, status lists and online."""
+    server, proxy = proxied
+    _, token = server.register()
+
+    def redirect(prefix):
+        def rewrite(path, status, headers, body):
+            if path.startswith(prefix):
+                return 302, [("Location", server.base + path)], b""
+            return status, headers, body
+        return rewrite
+
+    for prefix, verify in [("/.well-known/jwks.json", "verify"), ("/v1/status/", "verify"),
+                           ("/v1/verify/", "verify_online")]:
+        proxy.rewrite = redirect(prefix)
+        with pytest.raises(Unavailable):
+            getattr(Verifier(proxy.url), verify)(token)
+    proxy.rewrite = None
+    Verifier(proxy.url).verify(token)
+
+
+def test_a_broken_or_oversized_answer_is_unavailable(proxied):
+    """A JWKS, status list or verify answer that is not what it should be (or is over 1 MiB)
+    is UNAVAILABLE, never another exception."""
+    server, proxy = proxied
+    _, token = server.register()
+    jwks = urllib.request.urlopen(server.base + "/.well-known/jwks.json").read()
+    bad_x = json.dumps({"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": kid_of(token), "x": "!!"}]})
+    for path, body in [
+        ("/.well-known/jwks.json", b"<html>gateway</html>"),
+        ("/.well-known/jwks.json", b"[]"),
+        ("/.well-known/jwks.json", b'{"keys": "none"}'),
+        ("/.well-known/jwks.json", bad_x.encode()),
+        ("/.well-known/jwks.json", jwks + b" " * (1 << 20)),  # valid JSON, over 1 MiB
+        ("/v1/status/", b"not a list"),
+        ("/v1/verify/", b"<html>gateway</html>"),
+    ]:
+        proxy.rewrite = lambda p, status, headers, b, path=path, body=body: (
+            (200, [("Content-Type", "application/json")], body) if p.startswith(path) else (status, headers, b))
+        verify = Verifier(proxy.url).verify_online if path == "/v1/verify/" else Verifier(proxy.url).verify
+        with pytest.raises(Unavailable):
+            verify(token)
+
+
+def test_a_negative_status_index_is_invalid(proxied):
+    """Attack: a signed token whose status index counts from the end of the list."""
+    server, proxy = proxied
+    _, token = server.register()
+    claims = jwt.decode(token, options={"verify_signature": False})
+    verifier = Verifier(proxy.url)
+    verifier.verify(server.sign(claims))  # the signer is the service's
+    for idx in (-1, -8, "3", 1.5, True):
+        claims["status"]["status_list"]["idx"] = idx
+        with pytest.raises(TokenInvalid):
+            verifier.verify(server.sign(claims))
+
+
+def test_an_oversized_token_is_refused_unparsed(proxied):
+    server, proxy = proxied
+    _, token = server.register()
+    claims = jwt.decode(token, options={"verify_signature": False})
+    verifier = Verifier(proxy.url)
+    verifier.verify(token)
+    big = server.sign(dict(claims, pad="x" * 4096))  # signed by the service, and too long
+    with pytest.raises(TokenInvalid):
+        verifier.verify(big)
+    huge = server.sign(dict(claims, pad="x" * 6_000_000))  # 8 MB
+    started = time.monotonic()
+    with pytest.raises(TokenInvalid):
+        verifier.verify(huge)
+    assert time.monotonic() - started < 0.05
+    with pytest.raises(TokenInvalid):  # no request is made: the service is not even reachable
+        Verifier("http://127.0.0.1:9").verify_online(big)
+
+
+# -- online verification ------------------------------------------------------------------
+
+def test_online_verify_checks_issuers_scopes_and_mode(server):
+    """Attack: a token of an issuer the receiver does not accept, offered for online
+    verification."""
+    agent_id, token = server.register()
+    with pytest.raises(TokenInvalid):
+        Verifier(server.base, issuers=["other.example"]).verify_online(token)
+    assert Verifier(server.base, issuers=["example.com"]).verify_online(token).agent_id == agent_id
+    with pytest.raises(InsufficientScope):
+        Verifier(server.base).verify_online(token, scopes=["write:orders"])
+    assert Verifier(server.base).verify_online(token, scopes=["read:orders"]).scopes == ["read:orders"]
+    _, test_token = server.register(key=server.sk_test)
+    with pytest.raises(TokenInvalid):
+        Verifier(server.base).verify_online(test_token)
+
+
+def test_a_refused_api_key_is_misconfigured(server):
+    _, token = server.register()
+    with pytest.raises(VerificationError) as e:
+        Verifier(server.base).verify_online(token, key="pk_live_not_a_key")
+    assert e.value.code == "MISCONFIGURED"
+    assert Verifier(server.base).verify_online(token, key=server.pk).issuer == "example.com"
+
+
+# -- Shared Signals -------------------------------------------------------------------------
+
+def polled_set(server, **stream):
+    """The SET of a revocation, polled from a new stream: (the SET, the stream, the agent's token)."""
+    created = server.call("POST", "/ssf/streams", {
+        "delivery": {"method": "urn:ietf:rfc:8936"}, "events_requested": [SESSION_REVOKED], **stream})
+    agent_id, token = server.register()
+    server.revoke(agent_id)
+    polled = server.call("POST", f"/ssf/poll/{created['stream_id']}", {"returnImmediately": True},
+                         key=created["poll_token"])
+    (set_jwt,) = polled["sets"].values()
+    return set_jwt, created, token
+
+
+def test_a_set_for_another_audience_is_refused(proxied):
+    server, proxy = proxied
+    set_jwt, _, _ = polled_set(server, aud="https://receiver.example")
+    with pytest.raises(TokenInvalid):
+        Verifier(proxy.url, set_audience="https://other.example").handle_set(set_jwt)
+    Verifier(proxy.url, set_audience="https://receiver.example").handle_set(set_jwt)
+    set_jwt, stream, _ = polled_set(server)  # a poll stream's aud is by default its id
+    Verifier(proxy.url, set_audience=stream["stream_id"]).handle_set(set_jwt)
+
+
+def test_a_replayed_set_is_refused(proxied):
+    server, proxy = proxied
+    set_jwt, _, _ = polled_set(server)
+    verifier = Verifier(proxy.url)
+    verifier.handle_set(set_jwt)
+    with pytest.raises(TokenInvalid):
+        verifier.handle_set(set_jwt)
+
+
+def test_a_set_of_another_service_or_issuer_is_refused(proxied):
+    server, proxy = proxied
+    set_jwt, _, token = polled_set(server)
+    with pytest.raises(TokenInvalid):  # the same keys, but not the base URL the SET names
+        Verifier(server.base).handle_set(set_jwt)
+    verifier = Verifier(proxy.url, issuers=["other.example"])
+    with pytest.raises(TokenInvalid):  # its agent is of example.com
+        verifier.handle_set(set_jwt)
+    Verifier(proxy.url, issuers=["example.com"]).handle_set(set_jwt)

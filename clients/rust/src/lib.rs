@@ -2,24 +2,48 @@
 //! revocation seen through Token Status Lists and pushed Shared Signals events, or online.
 //!
 //! ```no_run
-//! # async fn f(token: &str) -> Result<(), agentid_verifier::Error> {
+//! # async fn f(token: &str, set_jwt: &str) -> Result<(), agentid_verifier::Error> {
 //! use std::time::Duration;
 //! let verifier = agentid_verifier::Verifier::builder("https://id.example.com")
 //!     .issuers(["example.com"])
 //!     .leeway(Duration::from_secs(30))
+//!     .timeout(Duration::from_secs(5))
+//!     .set_audience("https://receiver.example.com")
 //!     .build()?;
 //! let agent = verifier.verify_with_scopes(token, &["read:orders"]).await?;
 //! println!("{} of {}", agent.agent_id, agent.issuer);
+//! // Online: the service sees a revocation at once; the same issuer, mode and scope checks.
+//! let agent = verifier.verify_online(token, None, &["read:orders"]).await?;
+//! // A Security Event Token pushed to (or polled by) this receiver.
+//! verifier.handle_set(set_jwt).await?;
 //! # Ok(()) }
 //! ```
 //!
 //! Keys and lists come only from the base URL's origin and are cached for as long as the
 //! service says (`Cache-Control`, a list's `ttl`), so a warm verification makes no network
-//! call. Signatures are checked with `ed25519-dalek`'s strict verification; the algorithm is
-//! pinned to EdDSA and a `kid` is required.
+//! call. No redirect is followed, no answer is read past 1 MiB ([`MAX_BODY_BYTES`]), and each
+//! request, its answer included, takes at most [`Builder::timeout`] (5 s). Keys are read again
+//! from every new JWKS (a 200), whether or not it carries an `ETag`. Signatures are checked
+//! with `ed25519-dalek`'s strict verification; the algorithm is pinned to EdDSA and a `kid` is
+//! required. A token over 4096 bytes ([`MAX_TOKEN_BYTES`]) is `TOKEN_INVALID`, unparsed.
+//!
+//! [`Verifier::verify_online`] applies the checks of [`Verifier::verify_with_scopes`]: the
+//! [`Builder::issuers`] allow-list, the test-mode rule ([`Builder::allow_test`]) and the
+//! scopes. [`Verifier::handle_set`] takes a SET only if its `iss` is the base URL, its `jti`
+//! is not one of the last 10,000 taken ([`SEEN_SETS`]), its subject's issuer (`sub_id.iss`) is
+//! one of [`Builder::issuers`] (when set) and, with [`Builder::set_audience`], its `aud` holds
+//! that audience.
+//!
+//! Every failure is an [`Error`] whose [`Error::code`] is `TOKEN_INVALID`, `TOKEN_EXPIRED`,
+//! `TOKEN_REVOKED`, `INSUFFICIENT_SCOPE` (the token's fault), `UNAVAILABLE` (the service's:
+//! unreachable, a redirect, or an answer that is not what it should be) or `MISCONFIGURED`
+//! (the receiver's own: the service refused the API key given to `verify_online`, or the
+//! builder was given a bad base URL or timeout). The `tower` feature's `tower::AgentIdLayer`
+//! answers 401, 403 (`INSUFFICIENT_SCOPE`), 503 (`UNAVAILABLE`) and 500 (`MISCONFIGURED`).
 #![forbid(unsafe_code)]
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::Read as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -30,6 +54,14 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 const SESSION_REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
+/// The longest token accepted (the service issues none longer); a longer one is not parsed.
+pub const MAX_TOKEN_BYTES: usize = 4096;
+/// The most read of any answer of the service.
+pub const MAX_BODY_BYTES: u64 = 1 << 20;
+/// How many SET `jti`s are remembered to refuse a replay.
+pub const SEEN_SETS: usize = 10_000;
+/// The most an inflated status list may hold.
+const MAX_LIST_BYTES: usize = 16 << 20;
 
 /// Why a token may not be trusted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -42,13 +74,18 @@ pub enum Error {
     Revoked,
     #[error("INSUFFICIENT_SCOPE: missing {0:?}")]
     InsufficientScope(Vec<String>),
+    /// The service cannot be reached, redirects, or answers something unusable.
     #[error("UNAVAILABLE: {0}")]
     Unavailable(String),
+    /// The receiver's own configuration is wrong: the service refused the API key given to
+    /// [`Verifier::verify_online`] (401, 403), or the [`Builder`] was given a bad value.
+    #[error("MISCONFIGURED: {0}")]
+    Misconfigured(String),
 }
 
 impl Error {
     /// The service's code: `TOKEN_INVALID`, `TOKEN_EXPIRED`, `TOKEN_REVOKED`,
-    /// `INSUFFICIENT_SCOPE` or `UNAVAILABLE`.
+    /// `INSUFFICIENT_SCOPE` or `UNAVAILABLE`; `MISCONFIGURED` for the receiver's own fault.
     pub fn code(&self) -> &'static str {
         match self {
             Error::Invalid(_) => "TOKEN_INVALID",
@@ -56,12 +93,25 @@ impl Error {
             Error::Revoked => "TOKEN_REVOKED",
             Error::InsufficientScope(_) => "INSUFFICIENT_SCOPE",
             Error::Unavailable(_) => "UNAVAILABLE",
+            Error::Misconfigured(_) => "MISCONFIGURED",
         }
     }
 }
 
 fn invalid(why: impl Into<String>) -> Error {
     Error::Invalid(why.into())
+}
+
+fn unavailable(why: impl Into<String>) -> Error {
+    Error::Unavailable(why.into())
+}
+
+/// `token`, refused unparsed when longer than any the service issues.
+fn sized(token: &str) -> Result<&str, Error> {
+    if token.len() > MAX_TOKEN_BYTES {
+        return Err(invalid(format!("not a token of at most {MAX_TOKEN_BYTES} bytes")));
+    }
+    Ok(token)
 }
 
 /// A verified agent.
@@ -86,10 +136,12 @@ pub struct Builder {
     allow_test: bool,
     kid_refetch: Duration,
     timeout: Duration,
+    set_audience: Option<String>,
 }
 
 impl Builder {
-    /// Accepted `iss` values (any when not set).
+    /// Accepted `iss` values of tokens, and of the subjects of SETs (`sub_id.iss`); any when
+    /// not set.
     pub fn issuers<I: IntoIterator<Item = S>, S: Into<String>>(mut self, issuers: I) -> Self {
         self.issuers = Some(issuers.into_iter().map(Into::into).collect());
         self
@@ -120,10 +172,33 @@ impl Builder {
         self.kid_refetch = d;
         self
     }
+    /// The most a request to the service may take, its answer (at most 1 MiB) included (5 s).
+    /// Zero is `MISCONFIGURED` at [`Builder::build`].
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = d;
+        self
+    }
+    /// The `aud` of this receiver's Shared Signals stream: what the stream was created with,
+    /// by default the push endpoint's origin (push) or the stream id (poll). When set,
+    /// [`Verifier::handle_set`] refuses a SET whose `aud` (a string or an array) does not
+    /// hold it.
+    pub fn set_audience(mut self, aud: impl Into<String>) -> Self {
+        self.set_audience = Some(aud.into());
+        self
+    }
+    /// The verifier; `MISCONFIGURED` for a base URL that is not http(s) or a zero timeout.
     pub fn build(self) -> Result<Verifier, Error> {
         let base = self.base_url.trim_end_matches('/').to_owned();
-        if !(base.starts_with("https://") || base.starts_with("http://")) {
-            return Err(invalid("the base URL must be http(s)://"));
+        let host = base
+            .strip_prefix("https://")
+            .or_else(|| base.strip_prefix("http://"));
+        if host.map_or(true, str::is_empty) {
+            return Err(Error::Misconfigured(format!(
+                "the base URL {base:?} is not http(s)://"
+            )));
+        }
+        if self.timeout.is_zero() {
+            return Err(Error::Misconfigured("the timeout must be more than zero".into()));
         }
         Ok(Verifier {
             inner: Arc::new(Inner {
@@ -133,13 +208,15 @@ impl Builder {
                     .build(),
                 base,
                 issuers: self.issuers,
-                leeway: self.leeway.as_secs() as i64,
+                leeway: i64::try_from(self.leeway.as_secs()).unwrap_or(i64::MAX),
                 list_grace: self.list_grace,
                 fail_open: self.fail_open,
                 allow_test: self.allow_test,
                 kid_refetch: self.kid_refetch,
+                set_audience: self.set_audience,
                 state: Mutex::default(),
-                fetching: tokio::sync::Mutex::default(),
+                fetching_keys: tokio::sync::Mutex::default(),
+                fetching_lists: tokio::sync::Mutex::default(),
             }),
         })
     }
@@ -164,10 +241,14 @@ impl HeldList {
 struct State {
     keys: HashMap<String, VerifyingKey>,
     keys_etag: Option<String>,
+    /// Set once a usable JWKS was read.
     keys_fresh_until: Option<Instant>,
     last_kid_fetch: Option<Instant>,
     lists: HashMap<String, HeldList>,
     revoked: HashSet<String>,
+    /// The `jti`s of the last [`SEEN_SETS`] SETs taken, and their order (oldest first).
+    seen_sets: HashSet<String>,
+    seen_order: VecDeque<String>,
 }
 
 struct Inner {
@@ -179,9 +260,12 @@ struct Inner {
     fail_open: bool,
     allow_test: bool,
     kid_refetch: Duration,
+    set_audience: Option<String>,
     state: Mutex<State>,
-    /// Held while fetching: concurrent verifications share one fetch.
-    fetching: tokio::sync::Mutex<()>,
+    /// Held while fetching the keys, and the lists: concurrent verifications share one
+    /// fetch. Two locks, as reading a list may need the keys.
+    fetching_keys: tokio::sync::Mutex<()>,
+    fetching_lists: tokio::sync::Mutex<()>,
 }
 
 /// Verifies tokens of one agentid service. Cheap to clone.
@@ -190,9 +274,10 @@ pub struct Verifier {
     inner: Arc<Inner>,
 }
 
-struct Fetched {
+/// An answer: its status and headers, and for a 200 its body (at most [`MAX_BODY_BYTES`]).
+struct Answer {
     status: u16,
-    body: String,
+    body: Vec<u8>,
     etag: Option<String>,
     max_age: Option<u64>,
 }
@@ -202,6 +287,11 @@ fn max_age(cache_control: Option<&str>) -> Option<u64> {
         let (name, value) = p.trim().split_once('=')?;
         name.eq_ignore_ascii_case("max-age").then(|| value.parse().ok())?
     })
+}
+
+/// How long to keep what the service sent with `max-age` (60 s without; a day at most).
+fn cache_for(max_age: Option<u64>) -> Duration {
+    Duration::from_secs(max_age.unwrap_or(60).min(86_400))
 }
 
 fn now_secs() -> i64 {
@@ -215,6 +305,60 @@ fn b64_json(part: &str) -> Result<Value, Error> {
     serde_json::from_slice(&bytes).map_err(|_| invalid("malformed"))
 }
 
+/// The Ed25519 keys of a JWKS, by `kid`; `UNAVAILABLE` when it is not one.
+fn read_jwks(body: &[u8]) -> Result<HashMap<String, VerifyingKey>, Error> {
+    let unusable = |why: &str| unavailable(format!("the service's JWKS is unusable: {why}"));
+    let doc: Value = serde_json::from_slice(body).map_err(|_| unusable("not JSON"))?;
+    let Some(jwks) = doc.get("keys").and_then(Value::as_array) else {
+        return Err(unusable("no keys array"));
+    };
+    let mut keys = HashMap::new();
+    for jwk in jwks {
+        if jwk["kty"] != "OKP" || jwk["crv"] != "Ed25519" {
+            continue;
+        }
+        let Some(kid) = jwk["kid"].as_str() else {
+            continue;
+        };
+        let key = jwk["x"]
+            .as_str()
+            .and_then(|x| URL_SAFE_NO_PAD.decode(x).ok())
+            .and_then(|b| <[u8; 32]>::try_from(b).ok())
+            .and_then(|b| VerifyingKey::from_bytes(&b).ok())
+            .ok_or_else(|| unusable(&format!("key {kid} is not an Ed25519 public key")))?;
+        keys.insert(kid.to_owned(), key);
+    }
+    Ok(keys)
+}
+
+/// The scopes a token grants: its (or the answer's) `scopes`, an array of strings; none when
+/// absent.
+fn granted(scopes: Option<&Value>) -> Result<Vec<String>, Error> {
+    match scopes {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|s| s.as_str().map(str::to_owned))
+            .collect::<Option<_>>()
+            .ok_or_else(|| invalid("malformed scopes")),
+        Some(_) => Err(invalid("malformed scopes")),
+    }
+}
+
+/// `INSUFFICIENT_SCOPE` unless `granted` holds every one of `scopes`.
+fn scoped(granted: &[String], scopes: &[&str]) -> Result<(), Error> {
+    let missing: Vec<String> = scopes
+        .iter()
+        .filter(|s| !granted.iter().any(|g| g == *s))
+        .map(|s| s.to_string())
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::InsufficientScope(missing))
+    }
+}
+
 impl Verifier {
     pub fn builder(base_url: impl Into<String>) -> Builder {
         Builder {
@@ -226,34 +370,71 @@ impl Verifier {
             allow_test: false,
             kid_refetch: Duration::from_secs(60),
             timeout: Duration::from_secs(5),
+            set_audience: None,
         }
     }
 
-    async fn get(&self, url: String, accept: &'static str, etag: Option<String>) -> Result<Fetched, Error> {
+    /// GETs `url` on a blocking thread: no redirect followed (a 3xx is an answer like any
+    /// other), the whole within the timeout, and of a 200 no more than [`MAX_BODY_BYTES`]
+    /// read (more is `UNAVAILABLE`).
+    async fn send(
+        &self,
+        url: String,
+        accept: &'static str,
+        etag: Option<String>,
+        key: Option<String>,
+    ) -> Result<Answer, Error> {
         let agent = self.inner.agent.clone();
         tokio::task::spawn_blocking(move || {
             let mut req = agent.get(&url).set("Accept", accept);
             if let Some(e) = &etag {
                 req = req.set("If-None-Match", e);
             }
+            if let Some(k) = &key {
+                req = req.set("Authorization", &format!("Bearer {k}"));
+            }
             let res = match req.call() {
-                Ok(r) => r,
-                Err(ureq::Error::Status(304, r)) => r,
-                Err(e) => return Err(Error::Unavailable(format!("{url}: {e}"))),
+                Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+                Err(e) => return Err(unavailable(format!("{url}: {e}"))),
             };
-            Ok(Fetched {
+            let mut answer = Answer {
                 status: res.status(),
+                body: Vec::new(),
                 etag: res.header("etag").map(str::to_owned),
                 max_age: max_age(res.header("cache-control")),
-                body: res.into_string().map_err(|e| Error::Unavailable(e.to_string()))?,
-            })
+            };
+            if answer.status == 200 {
+                res.into_reader()
+                    .take(MAX_BODY_BYTES + 1)
+                    .read_to_end(&mut answer.body)
+                    .map_err(|e| unavailable(format!("{url}: {e}")))?;
+                if answer.body.len() as u64 > MAX_BODY_BYTES {
+                    return Err(unavailable(format!(
+                        "{url}: an answer over {MAX_BODY_BYTES} bytes"
+                    )));
+                }
+            }
+            Ok(answer)
         })
         .await
-        .map_err(|e| Error::Unavailable(e.to_string()))?
+        .map_err(|e| unavailable(e.to_string()))?
+    }
+
+    /// GETs a document, revalidating with `etag`: its answer, a 200 or (only when `etag` was
+    /// sent) a 304. Any other answer is `UNAVAILABLE`.
+    async fn fetch(&self, url: String, accept: &'static str, etag: Option<String>) -> Result<Answer, Error> {
+        let revalidating = etag.is_some();
+        let answer = self.send(url.clone(), accept, etag, None).await?;
+        match answer.status {
+            200 => Ok(answer),
+            304 if revalidating => Ok(answer),
+            status => Err(unavailable(format!("{url}: {status}"))),
+        }
     }
 
     /// The key of `kid`: from the cached JWKS, refetched when stale, or (at most once per
-    /// `kid_refetch_interval`) when the kid is unknown.
+    /// `kid_refetch_interval`) when the kid is unknown. While the JWKS cannot be had (or is
+    /// unusable), the keys last read serve.
     async fn key(&self, kid: &str) -> Result<VerifyingKey, Error> {
         let want = |s: &State| {
             let stale = s.keys_fresh_until.map_or(true, |t| t <= Instant::now());
@@ -264,14 +445,14 @@ impl Verifier {
             stale || (unknown && may)
         };
         if want(&self.inner.state.lock()) {
-            let _one = self.inner.fetching.lock().await;
+            let _one = self.inner.fetching_keys.lock().await;
             let etag = {
                 let s = self.inner.state.lock();
                 want(&s).then(|| s.keys_etag.clone())
             };
             if let Some(etag) = etag {
                 let fetched = self
-                    .get(
+                    .fetch(
                         format!("{}/.well-known/jwks.json", self.inner.base),
                         "application/json",
                         etag,
@@ -281,36 +462,25 @@ impl Verifier {
                 if !s.keys.contains_key(kid) {
                     s.last_kid_fetch = Some(Instant::now());
                 }
-                match fetched {
-                    Ok(f) => {
-                        if f.status != 304 {
-                            let doc: Value = serde_json::from_str(&f.body)
-                                .map_err(|_| Error::Unavailable("JWKS is not JSON".into()))?;
-                            let mut keys = HashMap::new();
-                            for jwk in doc["keys"].as_array().into_iter().flatten() {
-                                let (Some(kid), Some(x)) = (jwk["kid"].as_str(), jwk["x"].as_str()) else {
-                                    continue;
-                                };
-                                if jwk["kty"] != "OKP" || jwk["crv"] != "Ed25519" {
-                                    continue;
-                                }
-                                let Some(k) = URL_SAFE_NO_PAD
-                                    .decode(x)
-                                    .ok()
-                                    .and_then(|b| <[u8; 32]>::try_from(b).ok())
-                                    .and_then(|b| VerifyingKey::from_bytes(&b).ok())
-                                else {
-                                    continue;
-                                };
-                                keys.insert(kid.to_owned(), k);
-                            }
+                // A new JWKS (a 200) is read anew, with an ETag or without; a 304 keeps the
+                // keys held.
+                let read = fetched.and_then(|f| {
+                    let keys = if f.status == 200 {
+                        Some(read_jwks(&f.body)?)
+                    } else {
+                        None
+                    };
+                    Ok((keys, f.etag, f.max_age))
+                });
+                match read {
+                    Ok((keys, etag, max_age)) => {
+                        if let Some(keys) = keys {
                             s.keys = keys;
-                            s.keys_etag = f.etag;
+                            s.keys_etag = etag;
                         }
-                        s.keys_fresh_until =
-                            Some(Instant::now() + Duration::from_secs(f.max_age.unwrap_or(60)));
+                        s.keys_fresh_until = Some(Instant::now() + cache_for(max_age));
                     }
-                    Err(e) if s.keys.is_empty() => return Err(e),
+                    Err(e) if s.keys_fresh_until.is_none() => return Err(e),
                     Err(_) => {} // keep the keys held
                 }
             }
@@ -372,30 +542,20 @@ impl Verifier {
         let bits = match held {
             Some(h) if h.fresh() => h.bits,
             _ => {
-                let _one = self.inner.fetching.lock().await;
+                let _one = self.inner.fetching_lists.lock().await;
                 let held = self.inner.state.lock().lists.get(uri).cloned();
                 match held {
                     Some(h) if h.fresh() => h.bits,
-                    _ => match self
-                        .fetch_list(uri, held.as_ref().and_then(|h| h.etag.clone()))
-                        .await
-                    {
-                        Ok(fetched) => {
-                            // None: 304, what is held is fresh again.
-                            let list = match (fetched, held) {
-                                (Some(list), _) => list,
-                                (None, Some(h)) => HeldList {
-                                    fetched: Instant::now(),
-                                    ..h
-                                },
-                                (None, None) => return Err(invalid("304 for a list not held")),
-                            };
+                    _ => match self.fetch_list(uri, held.as_ref()).await {
+                        Ok(list) => {
                             let bits = list.bits.clone();
                             self.inner.state.lock().lists.insert(uri.to_owned(), list);
                             bits
                         }
                         Err(Error::Unavailable(why)) => match held {
-                            Some(h) if h.fetched.elapsed() <= h.ttl + self.inner.list_grace => h.bits,
+                            Some(h) if h.fetched.elapsed() <= h.ttl.saturating_add(self.inner.list_grace) => {
+                                h.bits
+                            }
                             _ if self.inner.fail_open => return Ok(None),
                             _ => return Err(Error::Unavailable(why)),
                         },
@@ -411,15 +571,29 @@ impl Verifier {
         Ok(Some((byte >> (idx % 8)) & 1))
     }
 
-    /// Fetches and checks a list; `None` on 304.
-    async fn fetch_list(&self, uri: &str, etag: Option<String>) -> Result<Option<HeldList>, Error> {
+    /// Fetches the list at `uri` (revalidating what is held): fresh again on a 304, read anew
+    /// on a 200 (`UNAVAILABLE` when it is not the signed list at `uri`).
+    async fn fetch_list(&self, uri: &str, held: Option<&HeldList>) -> Result<HeldList, Error> {
+        let etag = held.and_then(|h| h.etag.clone());
         let f = self
-            .get(uri.to_owned(), "application/statuslist+jwt", etag)
+            .fetch(uri.to_owned(), "application/statuslist+jwt", etag)
             .await?;
-        if f.status == 304 {
-            return Ok(None);
+        match (f.status, held) {
+            (304, Some(h)) => Ok(HeldList {
+                fetched: Instant::now(),
+                ..h.clone()
+            }),
+            _ => self.read_list(uri, &f).await.map_err(|e| match e {
+                Error::Unavailable(_) => e,
+                e => unavailable(format!("the status list at {uri} is unusable: {e}")),
+            }),
         }
-        let claims = self.decode(f.body.trim(), "statuslist+jwt").await?;
+    }
+
+    /// The list in a 200 answer for `uri`.
+    async fn read_list(&self, uri: &str, f: &Answer) -> Result<HeldList, Error> {
+        let body = std::str::from_utf8(&f.body).map_err(|_| invalid("not UTF-8"))?;
+        let claims = self.decode(body.trim(), "statuslist+jwt").await?;
         if claims["sub"] != uri {
             return Err(invalid(format!("the list at {uri} says it is {}", claims["sub"])));
         }
@@ -432,14 +606,18 @@ impl Verifier {
         let compressed = URL_SAFE_NO_PAD
             .decode(lst)
             .map_err(|_| invalid("lst is not base64url"))?;
-        let bits = miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(&compressed, 16 << 20)
+        let bits = miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(&compressed, MAX_LIST_BYTES)
             .map_err(|_| invalid("lst is not zlib"))?;
-        Ok(Some(HeldList {
+        let ttl = match claims.get("ttl") {
+            None => 60,
+            Some(t) => t.as_u64().ok_or_else(|| invalid(format!("ttl {t}")))?,
+        };
+        Ok(HeldList {
             bits: Arc::new(bits),
             fetched: Instant::now(),
-            ttl: Duration::from_secs(claims["ttl"].as_u64().unwrap_or(60)),
-            etag: f.etag,
-        }))
+            ttl: Duration::from_secs(ttl),
+            etag: f.etag.clone(),
+        })
     }
 
     /// Verifies `token` offline: signature, claims and revocation.
@@ -449,7 +627,7 @@ impl Verifier {
 
     /// Verifies `token` offline, and that it grants every one of `scopes`.
     pub async fn verify_with_scopes(&self, token: &str, scopes: &[&str]) -> Result<Agent, Error> {
-        let c = self.decode(token, "JWT").await?;
+        let c = self.decode(sized(token)?, "JWT").await?;
         let (Some(sub), Some(iss), Some(iat), Some(exp)) = (
             c["sub"].as_str(),
             c["iss"].as_str(),
@@ -459,21 +637,17 @@ impl Verifier {
             return Err(invalid("sub, iss, iat and exp are required"));
         };
         let now = now_secs();
-        if exp + self.inner.leeway < now {
+        if exp.saturating_add(self.inner.leeway) < now {
             return Err(Error::Expired);
         }
-        if iat > now + self.inner.leeway {
+        if iat > now.saturating_add(self.inner.leeway) {
             return Err(invalid("issued in the future"));
         }
-        if self.inner.issuers.as_ref().is_some_and(|i| !i.contains(iss)) {
-            return Err(invalid(format!("issuer {iss} is not accepted")));
-        }
-        let livemode = self.livemode(c.get("livemode"))?;
-        if self.inner.state.lock().revoked.contains(sub) {
-            return Err(Error::Revoked);
-        }
+        let granted = granted(c.get("scopes"))?;
+        let livemode = self.admit(sub, iss, c.get("livemode"))?;
         if let Some(status) = c.get("status") {
             let r = &status["status_list"];
+            // A non-negative integer: -1, 1.5, "3" or true are not indices.
             let (Some(idx), Some(uri)) = (r["idx"].as_u64(), r["uri"].as_str()) else {
                 return Err(invalid("malformed status claim"));
             };
@@ -481,20 +655,7 @@ impl Verifier {
                 return Err(Error::Revoked);
             }
         }
-        let granted: Vec<String> = c["scopes"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|s| s.as_str().map(str::to_owned))
-            .collect();
-        let missing: Vec<String> = scopes
-            .iter()
-            .filter(|s| !granted.iter().any(|g| g == *s))
-            .map(|s| s.to_string())
-            .collect();
-        if !missing.is_empty() {
-            return Err(Error::InsufficientScope(missing));
-        }
+        scoped(&granted, scopes)?;
         Ok(Agent {
             agent_id: sub.to_owned(),
             issuer: iss.to_owned(),
@@ -503,6 +664,19 @@ impl Verifier {
             expires_at: UNIX_EPOCH + Duration::from_secs(exp.max(0) as u64),
             livemode,
         })
+    }
+
+    /// What offline and online verification both check: the issuer, the mode, a pushed
+    /// revocation (the scopes are checked last, by [`scoped`]). Whether the token is live.
+    fn admit(&self, agent_id: &str, issuer: &str, livemode: Option<&Value>) -> Result<bool, Error> {
+        if self.inner.issuers.as_ref().is_some_and(|i| !i.contains(issuer)) {
+            return Err(invalid(format!("issuer {issuer} is not accepted")));
+        }
+        let live = self.livemode(livemode)?;
+        if self.inner.state.lock().revoked.contains(agent_id) {
+            return Err(Error::Revoked);
+        }
+        Ok(live)
     }
 
     /// Whether a token is live (no `livemode`, or `true`); a test-mode one is refused
@@ -518,66 +692,80 @@ impl Verifier {
         }
     }
 
-    /// Asks the service (`GET /v1/verify/:token`), which sees revocation at once.
-    pub async fn verify_online(&self, token: &str, key: Option<&str>) -> Result<Agent, Error> {
-        if !token
+    /// Asks the service (`GET /v1/verify/:token`, with the API `key` if given), which sees
+    /// revocation at once and records the verification; then checks the issuer, the mode and
+    /// `scopes` as [`Verifier::verify_with_scopes`] does. A `key` the service refuses (401,
+    /// 403) is [`Error::Misconfigured`]; any other answer but a 200 is `UNAVAILABLE`.
+    pub async fn verify_online(
+        &self,
+        token: &str,
+        key: Option<&str>,
+        scopes: &[&str],
+    ) -> Result<Agent, Error> {
+        if !sized(token)?
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
         {
             return Err(invalid("malformed"));
         }
-        let (agent, url, key) = (
-            self.inner.agent.clone(),
-            format!("{}/v1/verify/{token}", self.inner.base),
-            key.map(str::to_owned),
-        );
-        let answer: Value = tokio::task::spawn_blocking(move || {
-            let mut req = agent.get(&url);
-            if let Some(k) = &key {
-                req = req.set("Authorization", &format!("Bearer {k}"));
+        let url = format!("{}/v1/verify/{token}", self.inner.base);
+        let answer = self
+            .send(url, "application/json", None, key.map(str::to_owned))
+            .await?;
+        match answer.status {
+            200 => {}
+            401 | 403 => {
+                return Err(Error::Misconfigured(format!(
+                    "the service refused the API key ({})",
+                    answer.status
+                )))
             }
-            let text = req
-                .call()
-                .map_err(|e| Error::Unavailable(e.to_string()))?
-                .into_string()
-                .map_err(|e| Error::Unavailable(e.to_string()))?;
-            serde_json::from_str::<Value>(&text).map_err(|e| Error::Unavailable(e.to_string()))
-        })
-        .await
-        .map_err(|e| Error::Unavailable(e.to_string()))??;
-        if answer["valid"] != true {
-            return Err(match answer["error"].as_str() {
-                Some("TOKEN_REVOKED") => Error::Revoked,
-                Some("TOKEN_EXPIRED") => Error::Expired,
-                other => invalid(other.unwrap_or("TOKEN_INVALID")),
-            });
+            status => return Err(unavailable(format!("verify answered {status}"))),
         }
-        let livemode = self.livemode(answer.get("livemode"))?;
-        // The answer's times are RFC 3339; the token's own claims hold them as seconds.
-        let claims = token
-            .split('.')
-            .nth(1)
-            .map(b64_json)
-            .transpose()?
-            .unwrap_or_default();
-        let secs = |v: &Value| UNIX_EPOCH + Duration::from_secs(v.as_u64().unwrap_or(0));
+        let malformed = |why: &str| unavailable(format!("verify gave a malformed answer: {why}"));
+        let answer: Value = serde_json::from_slice(&answer.body).map_err(|_| malformed("not JSON"))?;
+        match answer.get("valid") {
+            Some(Value::Bool(true)) => {}
+            Some(Value::Bool(false)) => {
+                return Err(match answer["error"].as_str() {
+                    Some("TOKEN_REVOKED") => Error::Revoked,
+                    Some("TOKEN_EXPIRED") => Error::Expired,
+                    other => invalid(other.unwrap_or("TOKEN_INVALID")),
+                })
+            }
+            _ => return Err(malformed("no valid")),
+        }
+        let (Some(agent_id), Some(issuer)) = (answer["agent_id"].as_str(), answer["issuer"].as_str()) else {
+            return Err(malformed("no agent_id or issuer"));
+        };
+        // The answer's times are RFC 3339; the token's own claims (which the service just
+        // verified) hold them as seconds.
+        let claims = token.split('.').nth(1).and_then(|p| b64_json(p).ok());
+        let (Some(iat), Some(exp)) = (
+            claims.as_ref().and_then(|c| c["iat"].as_i64()),
+            claims.as_ref().and_then(|c| c["exp"].as_i64()),
+        ) else {
+            return Err(malformed("a valid token without iat and exp"));
+        };
+        let granted = granted(answer.get("scopes"))?;
+        let livemode = self.admit(agent_id, issuer, answer.get("livemode"))?;
+        scoped(&granted, scopes)?;
         Ok(Agent {
-            agent_id: answer["agent_id"].as_str().unwrap_or_default().to_owned(),
-            issuer: answer["issuer"].as_str().unwrap_or_default().to_owned(),
-            scopes: answer["scopes"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|s| s.as_str().map(str::to_owned))
-                .collect(),
-            issued_at: secs(&claims["iat"]),
-            expires_at: secs(&claims["exp"]),
+            agent_id: agent_id.to_owned(),
+            issuer: issuer.to_owned(),
+            scopes: granted,
+            issued_at: UNIX_EPOCH + Duration::from_secs(iat.max(0) as u64),
+            expires_at: UNIX_EPOCH + Duration::from_secs(exp.max(0) as u64),
             livemode,
         })
     }
 
     /// Takes a Security Event Token the service pushed (or a poll gave): verified through the
-    /// JWKS, from this service; a revocation marks its agent revoked at once.
+    /// JWKS; issued by this service (`iss` is the base URL); for this receiver (its `aud`
+    /// holds [`Builder::set_audience`], when set); not seen before (its `jti` is not one of the
+    /// last [`SEEN_SETS`] taken); of a subject of an accepted issuer (`sub_id.iss` is one of
+    /// [`Builder::issuers`], when set). A revocation marks its agent revoked at once. Every
+    /// refusal is `TOKEN_INVALID`.
     pub async fn handle_set(&self, set_jwt: &str) -> Result<(), Error> {
         let c = self.decode(set_jwt, "secevent+jwt").await?;
         if c["iss"] != self.inner.base.as_str() {
@@ -586,22 +774,54 @@ impl Verifier {
                 c["iss"], self.inner.base
             )));
         }
-        if c["jti"].as_str().is_none() || c["iat"].as_i64().is_none() {
-            return Err(invalid("a SET needs jti and iat"));
-        }
-        if c["events"].get(SESSION_REVOKED).is_some() {
-            let s = &c["sub_id"];
-            match (s["format"].as_str(), s["sub"].as_str()) {
-                (Some("iss_sub"), Some(sub)) => {
-                    self.inner.state.lock().revoked.insert(sub.to_owned());
-                }
-                _ => return Err(invalid("a revocation without an iss_sub subject")),
+        if let Some(want) = &self.inner.set_audience {
+            let aud = &c["aud"];
+            let ours = match aud {
+                Value::String(a) => a == want,
+                Value::Array(a) => a.iter().any(|a| a == want.as_str()),
+                _ => false,
+            };
+            if !ours {
+                return Err(invalid(format!("a SET for {aud}, not for {want}")));
             }
+        }
+        let (Some(jti), Some(_), Some(events)) =
+            (c["jti"].as_str(), c["iat"].as_i64(), c["events"].as_object())
+        else {
+            return Err(invalid("a SET needs jti, iat and events"));
+        };
+        let revoked = if events.contains_key(SESSION_REVOKED) {
+            let s = &c["sub_id"];
+            let (Some("iss_sub"), Some(iss), Some(sub)) =
+                (s["format"].as_str(), s["iss"].as_str(), s["sub"].as_str())
+            else {
+                return Err(invalid("a revocation without an iss_sub subject"));
+            };
+            if self.inner.issuers.as_ref().is_some_and(|i| !i.contains(iss)) {
+                return Err(invalid(format!(
+                    "a revocation of an agent of {iss}, not an accepted issuer"
+                )));
+            }
+            Some(sub)
+        } else {
+            None
+        };
+        let mut s = self.inner.state.lock();
+        if !s.seen_sets.insert(jti.to_owned()) {
+            return Err(invalid(format!("SET {jti} was taken already (a replay)")));
+        }
+        s.seen_order.push_back(jti.to_owned());
+        if s.seen_order.len() > SEEN_SETS {
+            if let Some(oldest) = s.seen_order.pop_front() {
+                s.seen_sets.remove(&oldest);
+            }
+        }
+        if let Some(sub) = revoked {
+            s.revoked.insert(sub.to_owned());
         }
         Ok(())
     }
 }
-
 /// A tower layer (axum and other tower services) that verifies the request's agent token.
 #[cfg(feature = "tower")]
 pub mod tower {
@@ -615,8 +835,8 @@ pub mod tower {
     /// Verifies `Authorization: Bearer <token>` (with these `scopes`) before the inner
     /// service sees the request. On success the [`super::Agent`] is in the request's
     /// extensions; otherwise the answer is 401 (403 for `INSUFFICIENT_SCOPE`, 503 for
-    /// `UNAVAILABLE`) with `{"error": code}` and `WWW-Authenticate: Bearer
-    /// error="invalid_token"`.
+    /// `UNAVAILABLE`, 500 for `MISCONFIGURED`: the receiver's own configuration) with
+    /// `{"error": code}` and `WWW-Authenticate: Bearer error="invalid_token"`.
     #[derive(Clone)]
     pub struct AgentIdLayer {
         verifier: Verifier,
@@ -649,11 +869,13 @@ pub mod tower {
         layer: AgentIdLayer,
     }
 
-    /// The answer to a refused token.
+    /// The answer to a refused token: 401, 403 for `INSUFFICIENT_SCOPE`, 503 for
+    /// `UNAVAILABLE`, 500 for `MISCONFIGURED`, with `{"error": code}`.
     pub fn refusal<B: From<String>>(e: &Error) -> http::Response<B> {
         let status = match e {
             Error::InsufficientScope(_) => 403,
             Error::Unavailable(_) => 503,
+            Error::Misconfigured(_) => 500,
             _ => 401,
         };
         http::Response::builder()

@@ -1,15 +1,21 @@
 //! agentid-verifier against a real server: the binary the repository builds (or
-//! $AGENTID_BIN), on a fresh SQLite database, with status lists of a 2 s ttl.
+//! $AGENTID_BIN), on a fresh SQLite database, with status lists of a 2 s ttl; and a proxy of
+//! our own to put in front of it.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use agentid_verifier::{Error, Verifier};
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine as _;
+use ed25519_dalek::{Signer as _, SigningKey};
 use serde_json::{json, Value};
+
+const SESSION_REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
 
 struct Server {
     child: Child,
@@ -29,6 +35,11 @@ fn bin() -> PathBuf {
 
 impl Server {
     fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// A server with more of its environment, e.g. `AGENTID_PUBLIC_URL`.
+    fn start_with(extra: &[(&str, &str)]) -> Server {
         let dir =
             std::env::temp_dir().join(format!("agentid-rs-{}-{:?}", std::process::id(), Instant::now()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -64,6 +75,7 @@ impl Server {
             .env("AGENTID_METRICS_BIND", "off")
             .env("AGENTID_STATUS_LIST_TTL", "2")
             .env("RUST_LOG", "warn")
+            .envs(extra.iter().copied())
             .current_dir(&s._dir)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -137,6 +149,247 @@ impl Server {
     fn revoke(&self, id: &str) {
         self.call("POST", &format!("/v1/agents/{id}/revoke"), None, None);
     }
+
+    /// A JWS of `claims` signed with the key of the server's key file (the key that signs
+    /// until a rotation): what only the service could sign.
+    fn sign(&self, claims: &Value, typ: &str) -> String {
+        let pem = std::fs::read_to_string(self._dir.join("key.pem")).unwrap();
+        let der = STANDARD
+            .decode(
+                pem.lines()
+                    .filter(|l| !l.starts_with("-----"))
+                    .collect::<String>(),
+            )
+            .unwrap();
+        assert_eq!(
+            der.len(),
+            48,
+            "a PKCS#8 v1 Ed25519 key: its seed is the last 32 bytes"
+        );
+        let key = SigningKey::from_bytes(der[16..].try_into().unwrap());
+        let x = URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes());
+        let jwks: Value = serde_json::from_str(
+            &ureq::get(&format!("{}/.well-known/jwks.json", self.base))
+                .call()
+                .unwrap()
+                .into_string()
+                .unwrap(),
+        )
+        .unwrap();
+        let jwk = jwks["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["x"] == x.as_str());
+        let header = json!({"alg": "EdDSA", "kid": jwk.unwrap()["kid"], "typ": typ});
+        let signed = format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(header.to_string()),
+            URL_SAFE_NO_PAD.encode(claims.to_string())
+        );
+        let sig = key.sign(signed.as_bytes());
+        format!("{signed}.{}", URL_SAFE_NO_PAD.encode(sig.to_bytes()))
+    }
+
+    /// The SET of a revocation, polled from a new poll stream (created with `stream`'s extra
+    /// fields): the SET and the stream.
+    fn polled_set(&self, stream: Value) -> (String, Value) {
+        let mut body =
+            json!({"delivery": {"method": "urn:ietf:rfc:8936"}, "events_requested": [SESSION_REVOKED]});
+        body.as_object_mut()
+            .unwrap()
+            .extend(stream.as_object().unwrap().clone());
+        let created = self.call("POST", "/ssf/streams", Some(body), None);
+        let (id, _) = self.register(json!({}));
+        self.revoke(&id);
+        let polled = self.call(
+            "POST",
+            &format!("/ssf/poll/{}", created["stream_id"].as_str().unwrap()),
+            Some(json!({"returnImmediately": true})),
+            created["poll_token"].as_str(),
+        );
+        let sets: Vec<&Value> = polled["sets"].as_object().unwrap().values().collect();
+        assert_eq!(sets.len(), 1);
+        (sets[0].as_str().unwrap().to_owned(), created)
+    }
+}
+
+type Headers = Vec<(String, String)>;
+type Rewrite = dyn Fn(&str, u16, Headers, Vec<u8>) -> (u16, Headers, Vec<u8>) + Send + Sync;
+
+/// What the proxy does with a request.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    /// Passes it to the upstream, and its answer through the rewrite.
+    Pass,
+    /// Never answers.
+    Silent,
+    /// Answers a head, then never the body it announces.
+    Stall,
+}
+
+#[derive(Default)]
+struct ProxyState {
+    upstream: String,
+    rewrite: Option<Arc<Rewrite>>,
+    mode: Option<Mode>,
+}
+
+/// An HTTP proxy on a port of its own: each GET goes to `upstream`, and its answer back
+/// through the rewrite, if any.
+struct Proxy {
+    url: String,
+    state: Arc<Mutex<ProxyState>>,
+}
+
+impl Proxy {
+    fn start() -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let state = Arc::new(Mutex::new(ProxyState::default()));
+        let shared = state.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let state = shared.clone();
+                std::thread::spawn(move || {
+                    let _ = Proxy::serve(&state, conn);
+                });
+            }
+        });
+        Proxy { url, state }
+    }
+
+    fn rewrite(
+        &self,
+        f: impl Fn(&str, u16, Headers, Vec<u8>) -> (u16, Headers, Vec<u8>) + Send + Sync + 'static,
+    ) {
+        self.state.lock().unwrap().rewrite = Some(Arc::new(f));
+    }
+
+    /// Answers `status` with `body` (and `headers`) for the paths under `prefix`.
+    fn answer_under(&self, prefix: &'static str, status: u16, headers: Headers, body: Vec<u8>) {
+        self.rewrite(move |path, s, h, b| {
+            if path.starts_with(prefix) {
+                (status, headers.clone(), body.clone())
+            } else {
+                (s, h, b)
+            }
+        });
+    }
+
+    fn mode(&self, mode: Mode) {
+        self.state.lock().unwrap().mode = Some(mode);
+    }
+
+    /// Back to passing everything unchanged.
+    fn pass(&self) {
+        let mut s = self.state.lock().unwrap();
+        s.rewrite = None;
+        s.mode = None;
+    }
+
+    fn serve(state: &Mutex<ProxyState>, mut conn: TcpStream) -> std::io::Result<()> {
+        let mut reader = BufReader::new(conn.try_clone()?);
+        let mut line = String::new();
+        reader.read_line(&mut line)?;
+        let path = line.split_whitespace().nth(1).unwrap_or("/").to_owned();
+        let mut sent = Vec::new();
+        loop {
+            let mut h = String::new();
+            reader.read_line(&mut h)?;
+            let Some((name, value)) = h.trim_end().split_once(':') else {
+                break;
+            };
+            let name = name.trim().to_ascii_lowercase();
+            if ["accept", "authorization", "if-none-match"].contains(&name.as_str()) {
+                sent.push((name, value.trim().to_owned()));
+            }
+        }
+        let (upstream, rewrite, mode) = {
+            let s = state.lock().unwrap();
+            (
+                s.upstream.clone(),
+                s.rewrite.clone(),
+                s.mode.unwrap_or(Mode::Pass),
+            )
+        };
+        match mode {
+            Mode::Pass => {}
+            Mode::Silent => {
+                std::thread::sleep(Duration::from_secs(5));
+                return Ok(());
+            }
+            Mode::Stall => {
+                conn.write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{",
+                )?;
+                std::thread::sleep(Duration::from_secs(5));
+                return Ok(());
+            }
+        }
+        let agent = ureq::AgentBuilder::new()
+            .redirects(0)
+            .timeout(Duration::from_secs(10))
+            .build();
+        let mut req = agent.get(&format!("{upstream}{path}"));
+        for (name, value) in &sent {
+            req = req.set(name, value);
+        }
+        let res = match req.call() {
+            Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => {
+                return conn.write_all(
+                    format!("HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n{e}").as_bytes(),
+                )
+            }
+        };
+        let status = res.status();
+        let headers: Headers = res
+            .headers_names()
+            .into_iter()
+            .filter_map(|n| res.header(&n).map(|v| (n.to_ascii_lowercase(), v.to_owned())))
+            .collect();
+        let mut body = Vec::new();
+        res.into_reader().read_to_end(&mut body)?;
+        let (status, headers, body) = match rewrite {
+            Some(f) => f(&path, status, headers, body),
+            None => (status, headers, body),
+        };
+        let mut head = format!("HTTP/1.1 {status} Proxied\r\n");
+        for (name, value) in headers {
+            if ![
+                "content-length",
+                "transfer-encoding",
+                "connection",
+                "date",
+                "keep-alive",
+            ]
+            .contains(&name.as_str())
+            {
+                head += &format!("{name}: {value}\r\n");
+            }
+        }
+        head += &format!("content-length: {}\r\nconnection: close\r\n\r\n", body.len());
+        conn.write_all(head.as_bytes())?;
+        conn.write_all(&body)
+    }
+}
+
+/// A server whose public URL (the base of its status lists, the `iss` of its SETs) is a
+/// proxy in front of it.
+fn proxied() -> (Server, Proxy) {
+    let proxy = Proxy::start();
+    let s = Server::start_with(&[("AGENTID_PUBLIC_URL", &proxy.url)]);
+    proxy.state.lock().unwrap().upstream = s.base.clone();
+    (s, proxy)
+}
+
+fn claims_of(token: &str) -> Value {
+    serde_json::from_slice(&URL_SAFE_NO_PAD.decode(token.split('.').nth(1).unwrap()).unwrap()).unwrap()
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
 }
 
 impl Drop for Server {
@@ -249,9 +502,12 @@ async fn the_receiver_contract_against_a_real_server() {
 
     // Online.
     let (id3, token3) = s.register(json!({}));
-    assert_eq!(v.verify_online(&token3, Some(&s.pk)).await.unwrap().agent_id, id3);
+    assert_eq!(
+        v.verify_online(&token3, Some(&s.pk), &[]).await.unwrap().agent_id,
+        id3
+    );
     s.revoke(&id3);
-    assert_eq!(code(v.verify_online(&token3, None).await), "TOKEN_REVOKED");
+    assert_eq!(code(v.verify_online(&token3, None, &[]).await), "TOKEN_REVOKED");
 
     // A rotated key (a new kid), then the old one retired.
     let (_, old) = s.register(json!({}));
@@ -356,11 +612,423 @@ async fn a_test_mode_token_is_refused_unless_allowed() {
     let (_, token) = s.register_with(json!({}), Some(&sk_test));
     let strict = Verifier::builder(&s.base).build().unwrap();
     assert_eq!(code(strict.verify(&token).await), "TOKEN_INVALID");
-    assert_eq!(code(strict.verify_online(&token, None).await), "TOKEN_INVALID");
+    assert_eq!(
+        code(strict.verify_online(&token, None, &[]).await),
+        "TOKEN_INVALID"
+    );
     let allowed = Verifier::builder(&s.base).allow_test(true).build().unwrap();
     assert!(!allowed.verify(&token).await.unwrap().livemode);
-    assert!(!allowed.verify_online(&token, None).await.unwrap().livemode);
+    assert!(!allowed.verify_online(&token, None, &[]).await.unwrap().livemode);
     let (_, live) = s.register(json!({}));
     assert!(strict.verify(&live).await.unwrap().livemode);
-    assert!(strict.verify_online(&live, None).await.unwrap().livemode);
+    assert!(strict.verify_online(&live, None, &[]).await.unwrap().livemode);
+}
+
+// -- keys and fetches ------------------------------------------------------------------------
+
+/// Behind a proxy that strips ETags (and keeps nothing past 1 s), a rotation is seen: the
+/// new key is trusted and the retired one no longer; a revocation shows in the list.
+#[tokio::test(flavor = "current_thread")]
+async fn a_key_set_served_without_an_etag_still_refreshes() {
+    let (s, p) = proxied();
+    p.rewrite(|_, status, mut headers, body| {
+        headers.retain(|(name, _)| name != "etag" && name != "cache-control");
+        headers.push(("cache-control".into(), "max-age=1".into()));
+        (status, headers, body)
+    });
+    let (id, old) = s.register(json!({}));
+    let v = Verifier::builder(&p.url)
+        .kid_refetch_interval(Duration::ZERO)
+        .build()
+        .unwrap();
+    v.verify(&old).await.unwrap();
+    let rotated: Value =
+        serde_json::from_str(&s.cli(&["signing-key", "rotate", "--publish-for", "0s"])).unwrap();
+    tokio::time::sleep(Duration::from_secs(6)).await; // every instance reads the keys every 5 s
+    let (_, fresh) = s.register(json!({}));
+    assert_eq!(kid(&fresh), rotated["kid"].as_str().unwrap());
+    assert_eq!(code(v.verify(&fresh).await), "ok");
+    s.revoke(&id);
+    let started = Instant::now();
+    while code(v.verify(&old).await) != "TOKEN_REVOKED" {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "not seen within ttl + 2 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    s.cli(&["signing-key", "retire", &kid(&old)]);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(code(v.verify(&old).await), "TOKEN_INVALID");
+}
+
+/// After a rotation, a token of the old key (still held, fresh) whose list is now signed by
+/// the new key: reading the list fetches the keys, and must not wait on itself. (No grace:
+/// the list is read, not the one held.)
+#[tokio::test(flavor = "current_thread")]
+async fn a_list_signed_by_a_new_key_is_read() {
+    let s = Server::start();
+    let (_, old) = s.register(json!({}));
+    let v = Verifier::builder(&s.base)
+        .kid_refetch_interval(Duration::ZERO)
+        .list_grace(Duration::ZERO)
+        .build()
+        .unwrap();
+    v.verify(&old).await.unwrap();
+    s.cli(&["signing-key", "rotate", "--publish-for", "0s"]);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let verified = tokio::time::timeout(Duration::from_secs(10), v.verify(&old))
+        .await
+        .expect("a verification that never ends");
+    assert_eq!(code(verified), "ok");
+}
+
+/// A redirect (to the very service, with the very body) or any answer but a 200 (or a 304 to
+/// a revalidation) is UNAVAILABLE: for keys, status lists and online verification.
+#[tokio::test(flavor = "current_thread")]
+async fn no_redirect_is_followed() {
+    let (s, p) = proxied();
+    let (_, token) = s.register(json!({}));
+    for (prefix, online) in [
+        ("/.well-known/jwks.json", false),
+        ("/v1/status/", false),
+        ("/v1/verify/", true),
+    ] {
+        for status in [301, 302, 307, 308, 203, 304] {
+            let upstream = s.base.clone();
+            p.rewrite(move |path, s, mut headers, body| {
+                if !path.starts_with(prefix) {
+                    return (s, headers, body);
+                }
+                headers.push(("location".into(), format!("{upstream}{path}")));
+                (status, headers, if status == 304 { Vec::new() } else { body })
+            });
+            let v = Verifier::builder(&p.url).build().unwrap();
+            let got = if online {
+                v.verify_online(&token, None, &[]).await
+            } else {
+                v.verify(&token).await
+            };
+            assert_eq!(code(got), "UNAVAILABLE", "{prefix} answered {status}");
+        }
+    }
+    p.pass();
+    let v = Verifier::builder(&p.url).build().unwrap();
+    assert_eq!(code(v.verify(&token).await), "ok");
+    assert_eq!(code(v.verify_online(&token, None, &[]).await), "ok");
+}
+
+/// A JWKS, status list or verify answer that is not what it should be (or is over 1 MiB) is
+/// UNAVAILABLE, never another error (and the tower layer answers 503).
+#[tokio::test(flavor = "current_thread")]
+async fn a_broken_or_oversized_answer_is_unavailable() {
+    let (s, p) = proxied();
+    let (_, token) = s.register(json!({}));
+    let jwks = ureq::get(&format!("{}/.well-known/jwks.json", s.base))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    let uri = claims_of(&token)["status"]["status_list"]["uri"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let list_of = |status_list: Value, ttl: Value| {
+        s.sign(
+            &json!({"sub": uri, "iat": now(), "ttl": ttl, "status_list": status_list}),
+            "statuslist+jwt",
+        )
+    };
+    let zeros = URL_SAFE_NO_PAD.encode(miniz_oxide::deflate::compress_to_vec_zlib(&[0; 1 << 17], 6));
+    let good = list_of(json!({"bits": 1, "lst": zeros}), json!(60));
+    // The list as signed here passes.
+    p.answer_under("/v1/status/", 200, vec![], good.clone().into_bytes());
+    assert_eq!(
+        code(Verifier::builder(&p.url).build().unwrap().verify(&token).await),
+        "ok"
+    );
+    let cases: Vec<(&'static str, String)> = vec![
+        ("/.well-known/jwks.json", "<html>gateway</html>".into()),
+        ("/.well-known/jwks.json", "[]".into()),
+        ("/.well-known/jwks.json", r#"{"keys": "none"}"#.into()),
+        (
+            "/.well-known/jwks.json",
+            json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": kid(&token), "x": "!!"}]}).to_string(),
+        ),
+        (
+            "/.well-known/jwks.json",
+            json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": kid(&token)}]}).to_string(),
+        ),
+        ("/.well-known/jwks.json", format!("{jwks}{}", " ".repeat(1 << 20))), // valid JSON, over 1 MiB
+        ("/v1/status/", "not a list".into()),
+        (
+            "/v1/status/",
+            list_of(json!({"bits": 1, "lst": "bm90IHpsaWI"}), json!(60)),
+        ),
+        (
+            "/v1/status/",
+            list_of(json!({"bits": 1, "lst": "%%%"}), json!(60)),
+        ),
+        (
+            "/v1/status/",
+            list_of(json!({"bits": 2, "lst": zeros}), json!(60)),
+        ),
+        (
+            "/v1/status/",
+            list_of(json!({"bits": 1, "lst": zeros}), json!(-1)),
+        ),
+        (
+            "/v1/status/",
+            list_of(json!({"bits": 1, "lst": zeros}), json!("60")),
+        ),
+        ("/v1/status/", format!("{good}{}", " ".repeat(1 << 20))),
+        ("/v1/verify/", "<html>gateway</html>".into()),
+        ("/v1/verify/", r#"{"valid": true}"#.into()),
+        ("/v1/verify/", r#"{"error": "TOKEN_INVALID"}"#.into()),
+    ];
+    for (prefix, body) in cases {
+        let headers = vec![("content-type".to_owned(), "application/json".to_owned())];
+        p.answer_under(prefix, 200, headers, body.clone().into_bytes());
+        let v = Verifier::builder(&p.url).build().unwrap();
+        for attempt in [1, 2] {
+            let got = if prefix == "/v1/verify/" {
+                v.verify_online(&token, None, &[]).await
+            } else {
+                v.verify(&token).await
+            };
+            assert_eq!(code(got), "UNAVAILABLE", "{prefix} ({attempt}): {:.80}", body);
+        }
+    }
+    #[cfg(feature = "tower")]
+    {
+        use agentid_verifier::tower::refusal;
+        p.answer_under(
+            "/.well-known/jwks.json",
+            200,
+            vec![],
+            b"<html>gateway</html>".to_vec(),
+        );
+        let e = Verifier::builder(&p.url)
+            .build()
+            .unwrap()
+            .verify(&token)
+            .await
+            .unwrap_err();
+        let res = refusal::<String>(&e);
+        assert_eq!(
+            (res.status().as_u16(), res.body().as_str()),
+            (503, r#"{"error":"UNAVAILABLE"}"#)
+        );
+    }
+}
+
+/// A service that does not answer (or never sends the body it announces) is UNAVAILABLE
+/// within the timeout.
+#[tokio::test(flavor = "current_thread")]
+async fn a_request_that_does_not_answer_in_time_is_unavailable() {
+    let (s, p) = proxied();
+    let (_, token) = s.register(json!({}));
+    for mode in [Mode::Silent, Mode::Stall] {
+        p.mode(mode);
+        let v = Verifier::builder(&p.url)
+            .timeout(Duration::from_millis(500))
+            .build()
+            .unwrap();
+        let started = Instant::now();
+        assert_eq!(code(v.verify(&token).await), "UNAVAILABLE");
+        assert_eq!(code(v.verify_online(&token, None, &[]).await), "UNAVAILABLE");
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    assert_eq!(
+        code(Verifier::builder(&p.url).timeout(Duration::ZERO).build()),
+        "MISCONFIGURED"
+    );
+}
+
+/// Attack: a signed token whose status index is negative, or not an integer.
+#[tokio::test(flavor = "current_thread")]
+async fn a_negative_or_malformed_status_index_is_invalid() {
+    let (s, p) = proxied();
+    let (_, token) = s.register(json!({}));
+    let mut claims = claims_of(&token);
+    let v = Verifier::builder(&p.url).build().unwrap();
+    assert_eq!(code(v.verify(&s.sign(&claims, "JWT")).await), "ok"); // the signer is the service's
+    for idx in [
+        json!(-1),
+        json!(-8),
+        json!("3"),
+        json!(1.5),
+        json!(3.0),
+        json!(true),
+        json!(u64::MAX),
+    ] {
+        claims["status"]["status_list"]["idx"] = idx.clone();
+        assert_eq!(
+            code(v.verify(&s.sign(&claims, "JWT")).await),
+            "TOKEN_INVALID",
+            "idx {idx}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_token_over_4096_bytes_is_refused_unparsed() {
+    let (s, p) = proxied();
+    let (_, token) = s.register(json!({}));
+    let mut claims = claims_of(&token);
+    let v = Verifier::builder(&p.url).build().unwrap();
+    v.verify(&token).await.unwrap();
+    claims["pad"] = json!("x".repeat(4096));
+    let big = s.sign(&claims, "JWT"); // signed by the service, and too long
+    assert_eq!(code(v.verify(&big).await), "TOKEN_INVALID");
+    // No request is made: the service is not even reachable.
+    let nowhere = Verifier::builder("http://127.0.0.1:9").build().unwrap();
+    assert_eq!(
+        code(nowhere.verify_online(&big, None, &[]).await),
+        "TOKEN_INVALID"
+    );
+    assert_eq!(code(nowhere.verify(&big).await), "TOKEN_INVALID");
+}
+
+// -- online verification ---------------------------------------------------------------------
+
+/// Attack: a token of an issuer the receiver does not accept, offered for online
+/// verification; and the scopes and the mode, as offline.
+#[tokio::test(flavor = "current_thread")]
+async fn online_verify_checks_issuers_scopes_and_mode() {
+    let s = Server::start();
+    let (id, token) = s.register(json!({}));
+    let only = |issuer: &str| Verifier::builder(&s.base).issuers([issuer]).build().unwrap();
+    assert_eq!(
+        code(only("other.example").verify_online(&token, None, &[]).await),
+        "TOKEN_INVALID"
+    );
+    assert_eq!(
+        only("example.com")
+            .verify_online(&token, None, &[])
+            .await
+            .unwrap()
+            .agent_id,
+        id
+    );
+    let v = Verifier::builder(&s.base).build().unwrap();
+    assert_eq!(
+        code(v.verify_online(&token, None, &["write:orders"]).await),
+        "INSUFFICIENT_SCOPE"
+    );
+    let agent = v.verify_online(&token, None, &["read:orders"]).await.unwrap();
+    assert_eq!(agent.scopes, ["read:orders"]);
+    let sk_test = s.sk_test.clone();
+    let (_, test_mode) = s.register_with(json!({}), Some(&sk_test));
+    assert_eq!(
+        code(v.verify_online(&test_mode, None, &[]).await),
+        "TOKEN_INVALID"
+    );
+}
+
+/// The service refuses the receiver's API key: the receiver's fault (500), not the
+/// service's (503).
+#[tokio::test(flavor = "current_thread")]
+async fn a_refused_api_key_is_misconfigured() {
+    let s = Server::start();
+    let (_, token) = s.register(json!({}));
+    let v = Verifier::builder(&s.base).build().unwrap();
+    let refused = v.verify_online(&token, Some("pk_live_not_a_key"), &[]).await;
+    assert_eq!(code(refused.clone()), "MISCONFIGURED");
+    let agent = v.verify_online(&token, Some(&s.pk), &[]).await.unwrap();
+    assert_eq!(agent.issuer, "example.com");
+    #[cfg(feature = "tower")]
+    {
+        let res = agentid_verifier::tower::refusal::<String>(&refused.unwrap_err());
+        assert_eq!(
+            (res.status().as_u16(), res.body().as_str()),
+            (500, r#"{"error":"MISCONFIGURED"}"#)
+        );
+    }
+    assert_eq!(code(Verifier::builder("ftp://x").build()), "MISCONFIGURED");
+}
+
+// -- Shared Signals --------------------------------------------------------------------------
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_set_for_another_audience_is_refused() {
+    let (s, p) = proxied();
+    let for_aud = |aud: &str| Verifier::builder(&p.url).set_audience(aud).build().unwrap();
+    let (set, _) = s.polled_set(json!({"aud": "https://receiver.example"}));
+    assert_eq!(
+        code(for_aud("https://other.example").handle_set(&set).await),
+        "TOKEN_INVALID"
+    );
+    assert_eq!(
+        code(for_aud("https://receiver.example").handle_set(&set).await),
+        "ok"
+    );
+    let (set, stream) = s.polled_set(json!({})); // a poll stream's aud is by default its id
+    let stream_id = stream["stream_id"].as_str().unwrap();
+    assert_eq!(claims_of(&set)["aud"], stream_id);
+    assert_eq!(code(for_aud(stream_id).handle_set(&set).await), "ok");
+    // An array aud holds it or not.
+    let mut claims = claims_of(&set);
+    for (aud, want) in [
+        (json!(["https://a.example", stream_id]), "ok"),
+        (json!(["https://a.example"]), "TOKEN_INVALID"),
+        (json!(null), "TOKEN_INVALID"),
+    ] {
+        claims["aud"] = aud;
+        claims["jti"] = json!(format!("jti-{want}-{}", claims["aud"]));
+        let signed = s.sign(&claims, "secevent+jwt");
+        assert_eq!(
+            code(for_aud(stream_id).handle_set(&signed).await),
+            want,
+            "{}",
+            claims["aud"]
+        );
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_replayed_set_is_refused() {
+    let (s, p) = proxied();
+    let (set, _) = s.polled_set(json!({}));
+    let v = Verifier::builder(&p.url).build().unwrap();
+    assert_eq!(code(v.handle_set(&set).await), "ok");
+    assert_eq!(code(v.handle_set(&set).await), "TOKEN_INVALID");
+    // The last 10,000 taken are remembered: the first of 10,001 is forgotten, the last not.
+    let mut claims = claims_of(&set);
+    let sets: Vec<String> = (0..=10_000)
+        .map(|i| {
+            claims["jti"] = json!(format!("replay-{i}"));
+            s.sign(&claims, "secevent+jwt")
+        })
+        .collect();
+    for set in &sets {
+        v.handle_set(set).await.unwrap();
+    }
+    assert_eq!(code(v.handle_set(&sets[10_000]).await), "TOKEN_INVALID");
+    assert_eq!(code(v.handle_set(&sets[0]).await), "ok");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_set_of_another_service_or_issuer_is_refused() {
+    let (s, p) = proxied();
+    let (set, _) = s.polled_set(json!({}));
+    // The same keys, but not the base URL the SET names.
+    let direct = Verifier::builder(&s.base).build().unwrap();
+    assert_eq!(code(direct.handle_set(&set).await), "TOKEN_INVALID");
+    let mut claims = claims_of(&set);
+    claims["iss"] = json!("https://evil.example");
+    let forged = s.sign(&claims, "secevent+jwt");
+    let v = Verifier::builder(&p.url).build().unwrap();
+    assert_eq!(code(v.handle_set(&forged).await), "TOKEN_INVALID");
+    // Its agent is of example.com.
+    let only = |issuer: &str| Verifier::builder(&p.url).issuers([issuer]).build().unwrap();
+    assert_eq!(
+        code(only("other.example").handle_set(&set).await),
+        "TOKEN_INVALID"
+    );
+    assert_eq!(code(only("example.com").handle_set(&set).await), "ok");
 }

@@ -1,16 +1,20 @@
 // A real agentid server for the tests: the binary the repository builds (or $AGENTID_BIN),
-// on a fresh SQLite database, with status lists of a 2 s ttl.
+// on a fresh SQLite database, with status lists of a 2 s ttl; and a proxy to put in front of it.
 import { spawn, execFileSync } from "node:child_process";
-import { mkdtempSync } from "node:fs";
+import { createPublicKey } from "node:crypto";
+import { mkdtempSync, readFileSync } from "node:fs";
+import { createServer } from "node:http";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { createInterface } from "node:readline";
+import { SignJWT, calculateJwkThumbprint, exportJWK, importPKCS8 } from "jose";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const BIN = process.env.AGENTID_BIN || join(ROOT, "target", "debug", "agentid");
 
-export async function startServer() {
+/** A server; `serveEnv` adds to the environment of `agentid serve` (AGENTID_PUBLIC_URL, …). */
+export async function startServer(serveEnv = {}) {
   const dir = mkdtempSync(join(tmpdir(), "agentid-ts-"));
   const env = { ...process.env, DATABASE_URL: `sqlite://${dir}/agentid.db`, AGENTID_SIGNING_KEY_FILE: join(dir, "key.pem") };
   const cli = (...args) => execFileSync(BIN, args, { env, cwd: dir, encoding: "utf8" });
@@ -18,7 +22,7 @@ export async function startServer() {
   const org = JSON.parse(cli("org", "create", "--name", "ts", "--plan", "growth"));
   const proc = spawn(BIN, ["serve"], {
     cwd: dir,
-    env: { ...env, AGENTID_BIND: "127.0.0.1:0", AGENTID_METRICS_BIND: "off", AGENTID_STATUS_LIST_TTL: "2", RUST_LOG: "warn" },
+    env: { ...env, AGENTID_BIND: "127.0.0.1:0", AGENTID_METRICS_BIND: "off", AGENTID_STATUS_LIST_TTL: "2", RUST_LOG: "warn", ...serveEnv },
     stdio: ["ignore", "pipe", "ignore"],
   });
   const base = await new Promise((resolve, reject) => {
@@ -49,6 +53,49 @@ export async function startServer() {
       return [a.agent_id, a.token];
     },
     revoke: (id) => call("POST", `/v1/agents/${id}/revoke`),
+    /** A JWS of `claims` signed with the key of the server's key file (the key that signs
+     * until a rotation): what only the service could sign. */
+    sign: async (claims, typ = "JWT") => {
+      const key = await importPKCS8(readFileSync(env.AGENTID_SIGNING_KEY_FILE, "utf8"), "EdDSA");
+      const kid = await calculateJwkThumbprint(await exportJWK(createPublicKey(key)));
+      return new SignJWT(claims).setProtectedHeader({ alg: "EdDSA", kid, typ }).sign(key);
+    },
     stop: () => proc.kill("SIGKILL"),
   };
+}
+
+/** An HTTP server on a port of its own: `handle(req, res)` answers, by default passing each
+ * request to `upstream` and its answer through `rewrite(path, status, headers, body)`, which
+ * gives `[status, headers, body]` (headers an object of lower-case names). */
+export async function startProxy(upstream) {
+  const proxy = {
+    upstream,
+    rewrite: null,
+    handle: null,
+    async pass(req, res) {
+      const sent = {};
+      for (const name of ["accept", "authorization", "if-none-match"]) if (req.headers[name]) sent[name] = req.headers[name];
+      const answer = await fetch(proxy.upstream + req.url, { headers: sent, redirect: "manual" });
+      let status = answer.status;
+      let headers = Object.fromEntries(answer.headers);
+      let body = Buffer.from(await answer.arrayBuffer());
+      if (proxy.rewrite) [status, headers, body] = await proxy.rewrite(req.url, status, headers, body);
+      for (const name of ["content-length", "transfer-encoding", "connection", "keep-alive", "date", "content-encoding"]) delete headers[name];
+      res.writeHead(status, { ...headers, "content-length": Buffer.byteLength(body) });
+      res.end(body);
+    },
+  };
+  const server = createServer((req, res) => {
+    (proxy.handle || proxy.pass)(req, res).catch((e) => {
+      res.writeHead(502);
+      res.end(String(e));
+    });
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  proxy.url = `http://127.0.0.1:${server.address().port}`;
+  proxy.stop = () => {
+    server.closeAllConnections();
+    server.close();
+  };
+  return proxy;
 }

@@ -3,13 +3,25 @@ import assert from "node:assert/strict";
 import { SignJWT, generateKeyPair, decodeProtectedHeader } from "jose";
 import { Verifier, VerificationError } from "../index.js";
 import { agentIdMiddleware } from "../express.js";
-import { startServer } from "./server.js";
+import { startServer, startProxy } from "./server.js";
+
+const SESSION_REVOKED = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
 
 let s;
+// A server whose public URL (the base of its status lists, the `iss` of its SETs) is a proxy
+// in front of it; its signing key is never rotated. Each test leaves the proxy passing all.
+let ps, proxy;
 before(async () => {
   s = await startServer();
+  proxy = await startProxy();
+  ps = await startServer({ AGENTID_PUBLIC_URL: proxy.url });
+  proxy.upstream = ps.base;
 });
-after(() => s.stop());
+after(() => {
+  s.stop();
+  ps.stop();
+  proxy.stop();
+});
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const code = (p) => p.then(() => "ok", (e) => (e instanceof VerificationError ? e.code : `not a VerificationError: ${e}`));
@@ -148,3 +160,207 @@ test("a test-mode token is refused unless allowTest", async () => {
   assert.equal((await strict.verify(live)).livemode, true);
   assert.equal((await strict.verifyOnline(live)).livemode, true);
 });
+
+// -- keys and fetches ------------------------------------------------------------------------
+
+const kidOf = (token) => decodeProtectedHeader(token).kid;
+const claimsOf = (token) => JSON.parse(Buffer.from(token.split(".")[1], "base64url"));
+/** A proxy rewrite answering `answer(path, status, headers, body)` for paths under `prefix`. */
+const under = (prefix, answer) => (path, ...rest) => (path.startsWith(prefix) ? answer(path, ...rest) : rest);
+
+test("a key set served without an ETag still refreshes", async () => {
+  const p = await startProxy();
+  const t = await startServer({ AGENTID_PUBLIC_URL: p.url });
+  p.upstream = t.base;
+  // No ETag, and nothing kept past 1 s.
+  p.rewrite = (path, status, headers, body) => {
+    delete headers.etag;
+    return [status, { ...headers, "cache-control": "max-age=1" }, body];
+  };
+  try {
+    const [id, old] = await t.register();
+    const v = new Verifier({ baseUrl: p.url, kidRefetchInterval: 0 });
+    await v.verify(old);
+    const rotated = JSON.parse(t.cli("signing-key", "rotate", "--publish-for", "0s"));
+    await sleep(6000); // every instance reads the keys every 5 s
+    const [, fresh] = await t.register();
+    assert.equal(kidOf(fresh), rotated.kid);
+    assert.equal(await code(v.verify(fresh)), "ok");
+    // The status list, served without an ETag too, still shows a revocation.
+    await t.revoke(id);
+    const started = Date.now();
+    while ((await code(v.verify(old))) !== "TOKEN_REVOKED") {
+      assert.ok(Date.now() - started < 5000, "not seen within ttl + 2 s");
+      await sleep(100);
+    }
+    t.cli("signing-key", "retire", kidOf(old));
+    await sleep(6000);
+    assert.equal(await code(v.verify(old)), "TOKEN_INVALID");
+  } finally {
+    t.stop();
+    p.stop();
+  }
+});
+
+test("no redirect is followed: keys, status lists and online verify", async () => {
+  const [, token] = await ps.register();
+  for (const [prefix, method] of [["/.well-known/jwks.json", "verify"], ["/v1/status/", "verify"], ["/v1/verify/", "verifyOnline"]]) {
+    proxy.rewrite = under(prefix, (path) => [302, { location: ps.base + path }, Buffer.alloc(0)]);
+    assert.equal(await code(new Verifier({ baseUrl: proxy.url })[method](token)), "UNAVAILABLE", prefix);
+  }
+  proxy.rewrite = null;
+  assert.equal(await code(new Verifier({ baseUrl: proxy.url }).verifyOnline(token)), "ok");
+});
+
+test("a broken or oversized answer is UNAVAILABLE, never another error", async () => {
+  const [, token] = await ps.register();
+  const jwks = await (await fetch(`${ps.base}/.well-known/jwks.json`)).text();
+  const { status } = claimsOf(token);
+  const listClaims = { sub: status.status_list.uri, iat: Math.floor(Date.now() / 1000), ttl: 60 };
+  const cases = [
+    ["/.well-known/jwks.json", "<html>gateway</html>"],
+    ["/.well-known/jwks.json", "[]"],
+    ["/.well-known/jwks.json", '{"keys": "none"}'],
+    ["/.well-known/jwks.json", JSON.stringify({ keys: [{ kty: "OKP", crv: "Ed25519", kid: kidOf(token), x: "!!" }] })],
+    ["/.well-known/jwks.json", jwks + " ".repeat(1 << 20)], // valid JSON, over 1 MiB
+    ["/v1/status/", "not a list"],
+    ["/v1/status/", await ps.sign({ ...listClaims, status_list: { bits: 1, lst: "bm90IHpsaWI" } }, "statuslist+jwt")],
+    ["/v1/status/", await ps.sign({ ...listClaims, status_list: { bits: 1, lst: "%%%" } }, "statuslist+jwt")],
+    ["/v1/status/", await ps.sign({ ...listClaims, status_list: { bits: 2, lst: "eJwDAAAAAAE" } }, "statuslist+jwt")],
+    ["/v1/verify/", "<html>gateway</html>"],
+    ["/v1/verify/", '{"valid": true}'],
+  ];
+  try {
+    for (const [prefix, body] of cases) {
+      proxy.rewrite = under(prefix, () => [200, { "content-type": "application/json" }, Buffer.from(body)]);
+      const v = new Verifier({ baseUrl: proxy.url });
+      const method = prefix === "/v1/verify/" ? "verifyOnline" : "verify";
+      for (const attempt of [1, 2]) {
+        assert.equal(await code(v[method](token)), "UNAVAILABLE", `${prefix} (${attempt}): ${body.slice(0, 80)}`);
+      }
+    }
+    // Through the Express middleware: 503, not a 500.
+    proxy.rewrite = under("/.well-known/jwks.json", () => [200, {}, Buffer.from("<html>gateway</html>")]);
+    const r = await runMiddleware(agentIdMiddleware(new Verifier({ baseUrl: proxy.url })), `Bearer ${token}`);
+    assert.equal(r.res.statusCode, 503);
+    assert.deepEqual(JSON.parse(r.res.body), { error: "UNAVAILABLE" });
+  } finally {
+    proxy.rewrite = null;
+  }
+});
+
+test("a request that does not answer in time is UNAVAILABLE", async () => {
+  const [, token] = await ps.register();
+  proxy.handle = async () => {}; // never answers
+  try {
+    const started = Date.now();
+    assert.equal(await code(new Verifier({ baseUrl: proxy.url, timeout: 0.5 }).verify(token)), "UNAVAILABLE");
+    assert.equal(await code(new Verifier({ baseUrl: proxy.url, timeout: 0.5 }).verifyOnline(token)), "UNAVAILABLE");
+    assert.ok(Date.now() - started < 3000);
+  } finally {
+    proxy.handle = null;
+  }
+});
+
+test("a negative or malformed status index is invalid", async () => {
+  const [, token] = await ps.register();
+  const claims = claimsOf(token);
+  const v = new Verifier({ baseUrl: proxy.url });
+  assert.equal(await code(v.verify(await ps.sign(claims))), "ok"); // the signer is the service's
+  for (const idx of [-1, -8, "3", 1.5, true]) {
+    claims.status.status_list.idx = idx;
+    assert.equal(await code(v.verify(await ps.sign(claims))), "TOKEN_INVALID", `idx ${idx}`);
+  }
+});
+
+test("a token over 4096 bytes is refused unparsed", async () => {
+  const [, token] = await ps.register();
+  const claims = claimsOf(token);
+  const v = new Verifier({ baseUrl: proxy.url });
+  await v.verify(token);
+  const big = await ps.sign({ ...claims, pad: "x".repeat(4096) }); // signed by the service, and too long
+  assert.equal(await code(v.verify(big)), "TOKEN_INVALID");
+  assert.equal(await code(v.verify(token + "x".repeat(4096 - token.length + 1))), "TOKEN_INVALID");
+  // No request is made: the service is not even reachable.
+  assert.equal(await code(new Verifier({ baseUrl: "http://127.0.0.1:9" }).verifyOnline(big)), "TOKEN_INVALID");
+});
+
+// -- online verification ---------------------------------------------------------------------
+
+test("online verify checks issuers, scopes and mode as offline verify does", async () => {
+  const [id, token] = await s.register();
+  assert.equal(await code(new Verifier({ baseUrl: s.base, issuers: ["other.example"] }).verifyOnline(token)), "TOKEN_INVALID");
+  assert.equal((await new Verifier({ baseUrl: s.base, issuers: ["example.com"] }).verifyOnline(token)).agentId, id);
+  assert.equal(await code(new Verifier({ baseUrl: s.base }).verifyOnline(token, { scopes: ["write:orders"] })), "INSUFFICIENT_SCOPE");
+  assert.deepEqual((await new Verifier({ baseUrl: s.base }).verifyOnline(token, { scopes: ["read:orders"] })).scopes, ["read:orders"]);
+  const [, testMode] = await s.register({}, s.org.keys.secret_test);
+  assert.equal(await code(new Verifier({ baseUrl: s.base }).verifyOnline(testMode)), "TOKEN_INVALID");
+});
+
+test("a refused API key is MISCONFIGURED, and the middleware answers 500 for it", async () => {
+  const [, token] = await s.register();
+  const v = new Verifier({ baseUrl: s.base });
+  assert.equal(await code(v.verifyOnline(token, { key: "pk_live_not_a_key" })), "MISCONFIGURED");
+  assert.equal((await v.verifyOnline(token, { key: s.org.keys.publishable_live })).issuer, "example.com");
+  const online = { verify: (t) => v.verifyOnline(t, { key: "pk_live_not_a_key" }) };
+  const r = await runMiddleware(agentIdMiddleware(online), `Bearer ${token}`);
+  assert.equal(r.res.statusCode, 500);
+  assert.deepEqual(JSON.parse(r.res.body), { error: "MISCONFIGURED" });
+});
+
+// -- Shared Signals --------------------------------------------------------------------------
+
+/** The SET of a revocation, polled from a new stream: [the SET, the stream]. */
+async function polledSet(server, stream = {}) {
+  const created = await server.call("POST", "/ssf/streams", {
+    delivery: { method: "urn:ietf:rfc:8936" },
+    events_requested: [SESSION_REVOKED],
+    ...stream,
+  });
+  const [id] = await server.register();
+  await server.revoke(id);
+  const polled = await server.call("POST", `/ssf/poll/${created.stream_id}`, { returnImmediately: true }, created.poll_token);
+  const sets = Object.values(polled.sets);
+  assert.equal(sets.length, 1);
+  return [sets[0], created];
+}
+
+test("a SET for another audience is refused", async () => {
+  let [set] = await polledSet(ps, { aud: "https://receiver.example" });
+  assert.equal(await code(new Verifier({ baseUrl: proxy.url, setAudience: "https://other.example" }).handleSet(set)), "TOKEN_INVALID");
+  assert.equal(await code(new Verifier({ baseUrl: proxy.url, setAudience: "https://receiver.example" }).handleSet(set)), "ok");
+  let stream;
+  [set, stream] = await polledSet(ps); // a poll stream's aud is by default its id
+  assert.equal(claimsOf(set).aud, stream.stream_id);
+  assert.equal(await code(new Verifier({ baseUrl: proxy.url, setAudience: stream.stream_id }).handleSet(set)), "ok");
+});
+
+test("a replayed SET is refused", async () => {
+  const [set] = await polledSet(ps);
+  const v = new Verifier({ baseUrl: proxy.url });
+  assert.equal(await code(v.handleSet(set)), "ok");
+  assert.equal(await code(v.handleSet(set)), "TOKEN_INVALID");
+});
+
+test("a SET of another service, or of an agent of another issuer, is refused", async () => {
+  const [set] = await polledSet(ps);
+  // The same keys, but not the base URL the SET names.
+  assert.equal(await code(new Verifier({ baseUrl: ps.base }).handleSet(set)), "TOKEN_INVALID");
+  const forged = await ps.sign({ ...claimsOf(set), iss: "https://evil.example" }, "secevent+jwt");
+  assert.equal(await code(new Verifier({ baseUrl: proxy.url }).handleSet(forged)), "TOKEN_INVALID");
+  // Its agent is of example.com.
+  assert.equal(await code(new Verifier({ baseUrl: proxy.url, issuers: ["other.example"] }).handleSet(set)), "TOKEN_INVALID");
+  assert.equal(await code(new Verifier({ baseUrl: proxy.url, issuers: ["example.com"] }).handleSet(set)), "ok");
+});
+
+async function runMiddleware(mw, authorization) {
+  const res = { statusCode: 200, headers: {}, body: "", setHeader(k, val) { this.headers[k.toLowerCase()] = val; }, end(b) { this.body = b; } };
+  const req = { headers: authorization ? { authorization } : {} };
+  let passed = false;
+  let error;
+  await mw(req, res, (e) => {
+    passed = !e;
+    error = e;
+  });
+  return { passed, error, res, req };
+}

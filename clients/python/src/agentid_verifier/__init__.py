@@ -7,22 +7,27 @@ through Token Status Lists and pushed Shared Signals events, or online.
 
 Keys and status lists come only from ``base_url``'s origin and are cached for as long as
 the service says (``Cache-Control``, a list's ``ttl``), so a warm verification makes no
-network call. Every failure raises a ``VerificationError`` whose ``code`` is the service's.
+network call. No redirect is followed and no answer is read past 1 MiB. Every failure raises a
+``VerificationError`` whose ``code`` is the service's, or ``MISCONFIGURED`` when the service
+refuses the receiver's own configuration (its API key).
 """
 
 from __future__ import annotations
 
 import base64
+import http.client
 import json
+import math
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import zlib
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Dict, Iterable, List, Optional, Sequence, Set
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import jwt
 from jwt.algorithms import OKPAlgorithm
@@ -36,9 +41,16 @@ __all__ = [
     "TokenRevoked",
     "InsufficientScope",
     "Unavailable",
+    "Misconfigured",
 ]
 
 SESSION_REVOKED = "https://schemas.openid.net/secevent/caep/event-type/session-revoked"
+#: The longest token accepted (the service issues none longer); a longer one is not parsed.
+MAX_TOKEN_BYTES = 4096
+#: The most read of any answer of the service.
+MAX_BODY_BYTES = 1 << 20
+#: How many SET ``jti``s are remembered to refuse a replay.
+SEEN_SETS = 10_000
 
 
 class VerificationError(Exception):
@@ -70,6 +82,22 @@ class Unavailable(VerificationError):
     code = "UNAVAILABLE"
 
 
+class Misconfigured(VerificationError):
+    """The receiver's own configuration is wrong: the service refused its API key."""
+
+    code = "MISCONFIGURED"
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Follows no redirect: a 3xx answer is a failure like any other."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
 @dataclass(frozen=True)
 class Agent:
     agent_id: str
@@ -93,14 +121,41 @@ def _max_age(cache_control: Optional[str], default: int) -> int:
     return default
 
 
+def _sized(token: str) -> str:
+    """``token``, refused unparsed when longer than any the service issues."""
+    if not isinstance(token, str) or len(token) > MAX_TOKEN_BYTES:
+        raise TokenInvalid(f"not a token of at most {MAX_TOKEN_BYTES} bytes")
+    return token
+
+
+def _jwks(body: bytes) -> Dict[str, object]:
+    """The Ed25519 keys of a JWKS, by ``kid``; ``UNAVAILABLE`` when it is not one."""
+    try:
+        keys = {}
+        for jwk in json.loads(body)["keys"]:
+            if jwk.get("kty") == "OKP" and jwk.get("crv") == "Ed25519" and isinstance(jwk.get("kid"), str):
+                keys[jwk["kid"]] = OKPAlgorithm.from_jwk(json.dumps(jwk))
+        return keys
+    except (ValueError, KeyError, TypeError, AttributeError, jwt.PyJWTError) as e:
+        raise Unavailable(f"the service's JWKS is unusable: {e}") from e
+
+
 @dataclass
 class _Document:
-    """A fetched document: its body, ETag, and until when it is fresh."""
+    """A fetched document: its body, ETag, and until when it is fresh. A revalidation (304)
+    refreshes it in place, so a new object means a new body."""
 
     body: bytes
     etag: Optional[str]
     fresh_until: float
     fetched_at: float
+
+
+@dataclass(frozen=True)
+class _StatusList:
+    bits: bytes
+    ttl: int
+    doc: _Document  # the document it was read from; its ``fetched_at`` ages it
 
 
 class Verifier:
@@ -111,7 +166,11 @@ class Verifier:
     token on signature and claims alone when its list cannot be had (by default such a token
     is ``UNAVAILABLE``). ``kid_refetch_interval`` bounds refetches of the keys for unknown
     ``kid``s. A test-mode token (``"livemode": false``, issued with an ``sk_test_`` key) is
-    ``TOKEN_INVALID`` unless ``allow_test``.
+    ``TOKEN_INVALID`` unless ``allow_test``. ``timeout`` (seconds) bounds each request.
+
+    ``set_audience`` is the ``aud`` of this receiver's Shared Signals stream (what the stream
+    was created with; by default the push endpoint's origin for a push stream, the stream id
+    for a poll stream): when given, ``handle_set`` refuses a SET for any other audience.
     """
 
     def __init__(
@@ -124,7 +183,12 @@ class Verifier:
         timeout: float = 5.0,
         kid_refetch_interval: float = 60.0,
         allow_test: bool = False,
+        set_audience: Optional[str] = None,
     ):
+        if urllib.parse.urlsplit(base_url).scheme not in ("http", "https"):
+            raise ValueError(f"base_url {base_url!r} is not an http(s) URL")
+        if not 0 < timeout < math.inf:
+            raise ValueError("timeout must be a positive number of seconds")
         self.base_url = base_url.rstrip("/")
         self.issuers = set(issuers) if issuers is not None else None
         self.leeway = leeway
@@ -133,16 +197,42 @@ class Verifier:
         self.timeout = timeout
         self.kid_refetch_interval = kid_refetch_interval
         self.allow_test = allow_test
+        self.set_audience = set_audience
         self._lock = threading.Lock()
         self._fetching: Dict[str, threading.Lock] = {}
         self._docs: Dict[str, _Document] = {}
         self._keys: Dict[str, object] = {}
-        self._keys_etag: Optional[str] = None
+        self._keys_doc: Optional[_Document] = None
         self._last_key_fetch = float("-inf")
-        self._lists: Dict[str, tuple] = {}  # uri -> (bits, fetched_at, ttl)
+        self._lists: Dict[str, _StatusList] = {}
         self._revoked: Set[str] = set()
+        self._seen_sets: "OrderedDict[str, None]" = OrderedDict()
 
     # -- fetching ---------------------------------------------------------------------
+
+    def _send(self, req: urllib.request.Request) -> Tuple[int, object, bytes]:
+        """Sends ``req``: its status, headers and (for a 200) body. No redirect is followed,
+        no more than ``MAX_BODY_BYTES`` read, and the body must come within ``timeout``."""
+        deadline = time.monotonic() + self.timeout
+        try:
+            try:
+                res = _OPENER.open(req, timeout=self.timeout)
+            except urllib.error.HTTPError as e:
+                res = e  # an answer too: its status says what it is
+            with res:
+                body = bytearray()
+                while res.status == 200 and len(body) <= MAX_BODY_BYTES:
+                    chunk = res.read1(65536)
+                    if not chunk:
+                        break
+                    body += chunk
+                    if time.monotonic() > deadline:
+                        raise Unavailable(f"{req.full_url}: no whole answer within {self.timeout} s")
+                if len(body) > MAX_BODY_BYTES:
+                    raise Unavailable(f"{req.full_url}: an answer over {MAX_BODY_BYTES} bytes")
+                return res.status, res.headers, bytes(body)
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            raise Unavailable(f"{req.full_url}: {e}") from e
 
     def _fetch(self, url: str, accept: str, fresher_than: float = float("-inf")) -> _Document:
         """GETs ``url`` (revalidating what is held) unless what is held is fresh and was
@@ -157,30 +247,24 @@ class Verifier:
             req = urllib.request.Request(url, headers={"Accept": accept})
             if held is not None and held.etag:
                 req.add_header("If-None-Match", held.etag)
-            try:
-                with urllib.request.urlopen(req, timeout=self.timeout) as res:
-                    body = res.read()
-                    headers = res.headers
-            except urllib.error.HTTPError as e:
-                if e.code == 304 and held is not None:
-                    body, headers = held.body, e.headers
-                else:
-                    raise Unavailable(f"{url}: {e.code}") from e
-            except (urllib.error.URLError, OSError) as e:
-                raise Unavailable(f"{url}: {e}") from e
+            status, headers, body = self._send(req)
             now = time.time()
-            doc = _Document(
-                body=body,
-                etag=headers.get("ETag") or (held.etag if held else None),
-                fresh_until=now + _max_age(headers.get("Cache-Control"), 60),
-                fetched_at=now,
-            )
+            fresh_until = now + _max_age(headers.get("Cache-Control"), 60)
+            if status == 304 and held is not None and held.etag:
+                held.etag = headers.get("ETag") or held.etag
+                held.fresh_until, held.fetched_at = fresh_until, now
+                return held
+            if status != 200:
+                raise Unavailable(f"{url}: {status}")
+            # A new body, even with no ETag (a proxy may strip it): whoever reads it, reads it anew.
+            doc = _Document(body=body, etag=headers.get("ETag"), fresh_until=fresh_until, fetched_at=now)
             self._docs[url] = doc
             return doc
 
     def _key(self, kid: str):
         """The public key of ``kid``: from the cached JWKS, refetched when stale, or (at most
-        once per ``kid_refetch_interval``) when the kid is unknown."""
+        once per ``kid_refetch_interval``) when the kid is unknown. While the JWKS cannot be
+        had (or is unusable), the keys last read serve."""
         url = f"{self.base_url}/.well-known/jwks.json"
         held = self._docs.get(url)
         stale = held is None or held.fresh_until <= time.time()
@@ -193,14 +277,14 @@ class Verifier:
                 if held is None:
                     raise
                 doc = held
-            if doc.etag != self._keys_etag or not self._keys:
-                keys = {}
-                for jwk in json.loads(doc.body).get("keys", []):
-                    if jwk.get("kty") == "OKP" and jwk.get("crv") == "Ed25519" and "kid" in jwk:
-                        keys[jwk["kid"]] = OKPAlgorithm.from_jwk(json.dumps(jwk))
-                self._keys, self._keys_etag = keys, doc.etag
             if unknown:
                 self._last_key_fetch = time.monotonic()
+            if doc is not self._keys_doc:
+                try:
+                    self._keys, self._keys_doc = _jwks(doc.body), doc
+                except Unavailable:
+                    if self._keys_doc is None:
+                        raise
         key = self._keys.get(kid)
         if key is None:
             raise TokenInvalid(f"no key {kid!r} in the service's JWKS")
@@ -232,6 +316,21 @@ class Verifier:
 
     # -- status lists -----------------------------------------------------------------
 
+    def _read_list(self, uri: str, doc: _Document) -> _StatusList:
+        """The list in ``doc``; ``UNAVAILABLE`` when it is not the signed list at ``uri``."""
+        try:
+            claims = self._decode(doc.body.decode(), "statuslist+jwt", require=["sub", "iat"])
+            if claims["sub"] != uri:
+                raise TokenInvalid(f"the list at {uri} says it is {claims['sub']!r}")
+            lst = claims["status_list"]
+            if lst["bits"] != 1:
+                raise TokenInvalid("status lists of one bit only")
+            data = lst["lst"]
+            bits = zlib.decompress(base64.urlsafe_b64decode(data + "=" * (-len(data) % 4)))
+            return _StatusList(bits=bits, ttl=int(claims.get("ttl", 60)), doc=doc)
+        except (VerificationError, KeyError, TypeError, ValueError, zlib.error) as e:
+            raise Unavailable(f"the status list at {uri} is unusable: {e}") from e
+
     def _status(self, uri: str, idx: int) -> Optional[int]:
         """The status at ``idx`` of the list at ``uri`` (1: revoked); ``None`` when the list
         cannot be had and ``fail_open`` is set."""
@@ -239,57 +338,63 @@ class Verifier:
         if not uri.startswith(prefix) or "/" in uri[len(prefix):] or "?" in uri:
             raise TokenInvalid(f"status list {uri!r} is not one of {self.base_url}")
         held = self._lists.get(uri)
-        now = time.time()
-        if held is None or now - held[1] >= held[2]:
+        if held is None or time.time() - held.doc.fetched_at >= held.ttl:
             try:
-                doc = self._fetch(uri, "application/statuslist+jwt", fresher_than=held[1] if held else float("-inf"))
-                if held is None or doc.fetched_at > held[1]:
-                    claims = self._decode(doc.body.decode(), "statuslist+jwt", require=["sub", "iat"])
-                    if claims.get("sub") != uri:
-                        raise TokenInvalid(f"the list at {uri} says it is {claims.get('sub')!r}")
-                    lst = claims["status_list"]
-                    if lst.get("bits") != 1:
-                        raise TokenInvalid("status lists of one bit only")
-                    data = lst["lst"]
-                    bits = zlib.decompress(base64.urlsafe_b64decode(data + "=" * (-len(data) % 4)))
-                    held = (bits, doc.fetched_at, int(claims.get("ttl", 60)))
-                    self._lists[uri] = held
+                doc = self._fetch(uri, "application/statuslist+jwt",
+                                  fresher_than=held.doc.fetched_at if held else float("-inf"))
+                current = self._lists.get(uri)
+                if current is None or current.doc is not doc:
+                    current = self._lists[uri] = self._read_list(uri, doc)
+                held = current
             except Unavailable:
-                if held is None or now - held[1] > held[2] + self.list_grace:
+                if held is None or time.time() - held.doc.fetched_at > held.ttl + self.list_grace:
                     if self.fail_open:
                         return None
                     raise
-        bits = held[0]
-        if idx // 8 >= len(bits):
+        if idx // 8 >= len(held.bits):
             raise TokenInvalid(f"index {idx} is outside the list")
-        return (bits[idx // 8] >> (idx % 8)) & 1
+        return (held.bits[idx // 8] >> (idx % 8)) & 1
 
     # -- the API ----------------------------------------------------------------------
+
+    def _admit(self, agent_id: object, issuer: object, granted: object, livemode: object,
+               scopes: Optional[Sequence[str]]) -> bool:
+        """The checks offline and online verification share: the issuer, the mode, a pushed
+        revocation; the scopes last. Whether the token is live."""
+        if not isinstance(issuer, str) or (self.issuers is not None and issuer not in self.issuers):
+            raise TokenInvalid(f"issuer {issuer!r} is not accepted")
+        live = self._livemode(livemode)
+        if not isinstance(agent_id, str) or not isinstance(granted, list):
+            raise TokenInvalid("malformed sub or scopes")
+        if agent_id in self._revoked:
+            raise TokenRevoked("revoked (a pushed event)")
+        return live
+
+    @staticmethod
+    def _scoped(granted: List[str], scopes: Optional[Sequence[str]]) -> None:
+        missing = [s for s in (scopes or []) if s not in granted]
+        if missing:
+            raise InsufficientScope(f"missing scopes {missing}")
 
     def verify(self, token: str, scopes: Optional[Sequence[str]] = None) -> Agent:
         """Verifies ``token`` offline: signature, claims, revocation (pushed, or through its
         status list) and ``scopes``. Raises a ``VerificationError`` otherwise."""
-        claims = self._decode(token, "JWT", require=["exp", "iat", "sub", "iss"])
+        claims = self._decode(_sized(token), "JWT", require=["exp", "iat", "sub", "iss"])
         if claims["iat"] > time.time() + self.leeway:
             raise TokenInvalid("issued in the future")
-        if self.issuers is not None and claims["iss"] not in self.issuers:
-            raise TokenInvalid(f"issuer {claims['iss']!r} is not accepted")
-        livemode = self._livemode(claims.get("livemode", True))
-        if claims["sub"] in self._revoked:
-            raise TokenRevoked("revoked (a pushed event)")
+        granted = claims.get("scopes") or []
+        livemode = self._admit(claims["sub"], claims["iss"], granted, claims.get("livemode", True), scopes)
         status = claims.get("status")
         if status is not None:
             try:
-                ref = status["status_list"]
-                idx, uri = int(ref["idx"]), str(ref["uri"])
-            except (KeyError, TypeError, ValueError) as e:
+                idx, uri = status["status_list"]["idx"], status["status_list"]["uri"]
+            except (KeyError, TypeError) as e:
                 raise TokenInvalid("malformed status claim") from e
+            if type(idx) is not int or idx < 0 or not isinstance(uri, str):
+                raise TokenInvalid("malformed status claim")
             if self._status(uri, idx) == 1:
                 raise TokenRevoked("revoked (status list)")
-        granted = claims.get("scopes") or []
-        missing = [s for s in (scopes or []) if s not in granted]
-        if missing:
-            raise InsufficientScope(f"missing scopes {missing}")
+        self._scoped(granted, scopes)
         return Agent(
             agent_id=claims["sub"],
             issuer=claims["iss"],
@@ -309,46 +414,71 @@ class Verifier:
             raise TokenInvalid("a test-mode token (livemode false); build the Verifier with allow_test=True to accept it")
         raise TokenInvalid("malformed livemode claim")
 
-    def verify_online(self, token: str, key: Optional[str] = None) -> Agent:
+    def verify_online(self, token: str, key: Optional[str] = None,
+                      scopes: Optional[Sequence[str]] = None) -> Agent:
         """Asks the service (``GET /v1/verify/:token``), which sees revocation at once and
-        records the verification."""
-        req = urllib.request.Request(f"{self.base_url}/v1/verify/{urllib.parse.quote(token, safe='')}")
+        records the verification; then checks ``issuers``, the mode and ``scopes`` as
+        ``verify`` does. A refused ``key`` is ``MISCONFIGURED``."""
+        url = f"{self.base_url}/v1/verify/{urllib.parse.quote(_sized(token), safe='')}"
+        req = urllib.request.Request(url, headers={"Accept": "application/json"})
         if key:
             req.add_header("Authorization", f"Bearer {key}")
+        status, _, body = self._send(req)
+        if status in (401, 403):
+            raise Misconfigured(f"the service refused the API key ({status})")
+        if status != 200:
+            raise Unavailable(f"verify answered {status}")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as res:
-                answer = json.loads(res.read())
-        except urllib.error.HTTPError as e:
-            raise Unavailable(f"verify answered {e.code}") from e
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            raise Unavailable(str(e)) from e
-        if not answer.get("valid"):
-            error = answer.get("error", "TOKEN_INVALID")
-            raise {"TOKEN_REVOKED": TokenRevoked, "TOKEN_EXPIRED": TokenExpired}.get(error, TokenInvalid)(error)
-
-        livemode = self._livemode(answer.get("livemode", True))
-
-        def when(text: str) -> datetime:
-            return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
+            answer = json.loads(body)
+            if answer.get("valid") is not True:
+                error = answer.get("error", "TOKEN_INVALID")
+                raise {"TOKEN_REVOKED": TokenRevoked, "TOKEN_EXPIRED": TokenExpired}.get(error, TokenInvalid)(error)
+            agent_id, issuer = answer["agent_id"], answer["issuer"]
+            granted = answer.get("scopes", [])
+            issued_at, expires_at = (datetime.fromisoformat(answer[k].replace("Z", "+00:00"))
+                                     for k in ("issued_at", "expires_at"))
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise Unavailable(f"verify gave a malformed answer: {e}") from e
+        livemode = self._admit(agent_id, issuer, granted, answer.get("livemode", True), scopes)
+        self._scoped(granted, scopes)
         return Agent(
-            agent_id=answer["agent_id"],
-            issuer=answer["issuer"],
-            scopes=list(answer.get("scopes", [])),
-            issued_at=when(answer["issued_at"]),
-            expires_at=when(answer["expires_at"]),
+            agent_id=agent_id,
+            issuer=issuer,
+            scopes=list(granted),
+            issued_at=issued_at,
+            expires_at=expires_at,
             livemode=livemode,
         )
 
     def handle_set(self, set_jwt: str) -> None:
         """Takes a Security Event Token the service pushed (or a poll gave): verified through
-        the JWKS, from this service; a revocation marks its agent revoked at once."""
+        the JWKS; issued by this service (``iss`` is ``base_url``); for this receiver (its
+        ``aud`` holds ``set_audience``, when given); not seen before (its ``jti`` is not one of
+        the last 10,000 taken); of a subject of an accepted issuer (``sub_id.iss`` is in
+        ``issuers``, when given). A revocation marks its agent revoked at once."""
         claims = self._decode(set_jwt, "secevent+jwt", require=["iss", "jti", "iat"])
         if claims["iss"] != self.base_url:
             raise TokenInvalid(f"a SET of {claims['iss']!r}, not of {self.base_url!r}")
-        events = claims.get("events") or {}
+        aud = claims.get("aud")
+        if self.set_audience is not None and self.set_audience not in (aud if isinstance(aud, list) else [aud]):
+            raise TokenInvalid(f"a SET for {aud!r}, not for {self.set_audience!r}")
+        jti, events = claims["jti"], claims.get("events")
+        if not isinstance(jti, str) or not isinstance(events, dict):
+            raise TokenInvalid("a SET needs a jti and events")
+        revoked = None
         if SESSION_REVOKED in events:
-            subject = claims.get("sub_id") or {}
-            if subject.get("format") != "iss_sub" or not isinstance(subject.get("sub"), str):
+            subject = claims.get("sub_id")
+            if (not isinstance(subject, dict) or subject.get("format") != "iss_sub"
+                    or not isinstance(subject.get("iss"), str) or not isinstance(subject.get("sub"), str)):
                 raise TokenInvalid("a revocation without an iss_sub subject")
-            self._revoked.add(subject["sub"])
+            if self.issuers is not None and subject["iss"] not in self.issuers:
+                raise TokenInvalid(f"a revocation of an agent of {subject['iss']!r}, not an accepted issuer")
+            revoked = subject["sub"]
+        with self._lock:
+            if jti in self._seen_sets:
+                raise TokenInvalid(f"SET {jti!r} was taken already (a replay)")
+            self._seen_sets[jti] = None
+            if len(self._seen_sets) > SEEN_SETS:
+                self._seen_sets.popitem(last=False)
+            if revoked is not None:
+                self._revoked.add(revoked)

@@ -3,8 +3,8 @@
     app = AgentIdMiddleware(app, verifier, scopes=["read:orders"])
 
 On success the ``Agent`` is in ``scope["agent"]``; otherwise the answer is 401 (403 for
-``INSUFFICIENT_SCOPE``, 503 for ``UNAVAILABLE``) with ``{"error": code}``. Fetches of keys and
-lists run in a worker thread, never on the event loop.
+``INSUFFICIENT_SCOPE``, 503 for ``UNAVAILABLE``, 500 for ``MISCONFIGURED``) with
+``{"error": code}``. Fetches of keys and lists run in a worker thread, never on the event loop.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import asyncio
 import json
 from typing import Optional, Sequence
 
-from . import VerificationError, Verifier
+from . import TokenInvalid, VerificationError, Verifier
 
-STATUS = {"INSUFFICIENT_SCOPE": 403, "UNAVAILABLE": 503}
+STATUS = {"INSUFFICIENT_SCOPE": 403, "UNAVAILABLE": 503, "MISCONFIGURED": 500}
 
 
 def refusal(error: VerificationError):
@@ -46,8 +46,6 @@ class AgentIdMiddleware:
         token = bearer(headers.get(b"authorization", b"").decode("latin-1"))
         try:
             if token is None:
-                from . import TokenInvalid
-
                 raise TokenInvalid("no bearer token")
             agent = await asyncio.to_thread(self.verifier.verify, token, self.scopes)
         except VerificationError as e:

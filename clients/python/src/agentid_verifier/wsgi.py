@@ -3,7 +3,8 @@
     app = AgentIdMiddleware(app, verifier, scopes=["read:orders"])
 
 On success the ``Agent`` is in ``environ["agentid.agent"]``; otherwise the answer is 401 (403
-for ``INSUFFICIENT_SCOPE``, 503 for ``UNAVAILABLE``) with ``{"error": code}``.
+for ``INSUFFICIENT_SCOPE``, 503 for ``UNAVAILABLE``, 500 for ``MISCONFIGURED``) with
+``{"error": code}``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Optional, Sequence
 from . import TokenInvalid, VerificationError, Verifier
 from .asgi import bearer, refusal
 
-REASONS = {401: "Unauthorized", 403: "Forbidden", 503: "Service Unavailable"}
+REASONS = {401: "Unauthorized", 403: "Forbidden", 500: "Internal Server Error", 503: "Service Unavailable"}
 
 
 class AgentIdMiddleware:
