@@ -34,6 +34,14 @@ def http(method, url, key=None, body=None):
         return json.loads(r.read())
 
 
+def approve(binary, db_url, workdir, org, domain):
+    """Grants organization `org` (its name) the issuer domain `domain`, as an operator does:
+    a server only registers agents under names their organization holds. Needs the fleet's
+    key file, which the first server started in `workdir` made."""
+    sh([binary, "domain", "approve", "--org", org, domain, "--database-url", db_url,
+        "--signing-key-file", os.path.join(workdir, "signing-key.pem")])
+
+
 class Server:
     def __init__(self, binary, db_url, workdir, port, metrics_port, env_extra):
         env = dict(os.environ, DATABASE_URL=db_url, AGENTID_BIND=f"127.0.0.1:{port}",
