@@ -1,12 +1,13 @@
 //! Offline mode: a receiver validates a token with a stock JWT library (PyJWT, jose) and the
-//! published keys alone, with the README's own snippets (see `readme`).
+//! published keys alone, with the snippets of `docs/receivers.md` (see `readme`).
 
 use std::process::Command;
 
 use crate::helpers::spawn_app;
 use crate::readme;
 
-/// The README's PEM snippets: what each says of `token`, with `agentid.pem` in `dir`.
+/// The PEM snippets of `docs/receivers.md`: what each says of `token`, with `agentid.pem` in
+/// `dir`.
 const PEM_SNIPPETS: [&str; 2] = ["verify_pem.py", "verify_pem.mjs"];
 
 #[actix_web::test]

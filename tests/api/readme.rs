@@ -1,10 +1,12 @@
-//! The README runs as written. Its walkthrough and its receiver snippets are taken from
-//! README.md itself and run against a live server: the walkthrough's shell block as it stands
-//! (with the server's address for `http://127.0.0.1:8080`, and `agentid` on the PATH naming
-//! the test's database), and each Python and JavaScript snippet saved under the file name on
-//! its first line (`# NAME: COMMAND`) and run with the command there. The other tests that
-//! need a stock receiver (`offline`, `rotation`, `status`) run these same snippets, so no copy
-//! can drift from what the README shows.
+//! The documentation runs as written. The commands and receiver snippets of README.md and of
+//! the pages of `docs/` are taken from the pages themselves and run against a live server:
+//! the walkthrough's shell block as it stands (with the server's address for
+//! `http://127.0.0.1:8080`, and `agentid` on the PATH naming the test's database), the blocks
+//! that go on from it (found by their `## ` section title, on whichever page they are), and
+//! each Python and JavaScript snippet saved under the file name on its first line
+//! (`# NAME: COMMAND`) and run with the command there. The other tests that need a stock
+//! receiver (`offline`, `rotation`, `status`) run these same snippets, so no copy can drift
+//! from what the pages show. The pages' relative links are checked too.
 //!
 //! PyJWT, `cryptography` and jose are fetched when missing (PyJWT into the target directory,
 //! jose with `npm ci --prefix tests/offline`); a machine without `python3` or `node` fails
@@ -19,52 +21,91 @@ use serde_json::Value;
 
 use crate::helpers::{spawn_app_with, Options};
 
-const README: &str = include_str!("../../README.md");
+/// The pages whose commands and snippets run here: the README and every page of `docs/`
+/// (`every_page_of_docs_is_listed` fails for a page of `docs/` missing here).
+const PAGES: &[(&str, &str)] = &[
+    ("README.md", include_str!("../../README.md")),
+    ("docs/receivers.md", include_str!("../../docs/receivers.md")),
+    (
+        "docs/shared-signals.md",
+        include_str!("../../docs/shared-signals.md"),
+    ),
+    (
+        "docs/issuers-and-keys.md",
+        include_str!("../../docs/issuers-and-keys.md"),
+    ),
+    (
+        "docs/verifiable-log.md",
+        include_str!("../../docs/verifiable-log.md"),
+    ),
+    ("docs/fleet.md", include_str!("../../docs/fleet.md")),
+    ("docs/operations.md", include_str!("../../docs/operations.md")),
+    ("docs/performance.md", include_str!("../../docs/performance.md")),
+];
 
-/// A fenced block of the README, with the `## ` section it sits in.
+/// A fenced block of a page, with the `## ` section it sits in.
 struct Block {
     section: String,
     lang: String,
     text: String,
 }
 
+/// A page's lines outside its fenced blocks.
+fn prose(text: &str) -> impl Iterator<Item = &str> {
+    let mut fenced = false;
+    text.lines().filter(move |line| {
+        if line.starts_with("```") {
+            fenced = !fenced;
+            return false;
+        }
+        !fenced
+    })
+}
+
+/// The `## ` section titles of a page, in order.
+fn sections(text: &str) -> Vec<&str> {
+    prose(text).filter_map(|l| l.strip_prefix("## ")).collect()
+}
+
+/// Every fenced block of every page, in page order.
 fn blocks() -> Vec<Block> {
-    let (mut out, mut section, mut open) = (Vec::new(), String::new(), None::<Block>);
-    for line in README.lines() {
-        match open.as_mut() {
-            Some(_) if line.starts_with("```") => out.extend(open.take()),
-            Some(block) => {
-                block.text.push_str(line);
-                block.text.push('\n');
-            }
-            None => {
-                if let Some(lang) = line.strip_prefix("```") {
-                    open = Some(Block {
-                        section: section.clone(),
-                        lang: lang.trim().to_owned(),
-                        text: String::new(),
-                    });
-                } else if let Some(h) = line.strip_prefix("## ") {
-                    section = h.to_owned();
+    let mut out = Vec::new();
+    for (page, text) in PAGES {
+        let (mut section, mut open) = (String::new(), None::<Block>);
+        for line in text.lines() {
+            match open.as_mut() {
+                Some(_) if line.starts_with("```") => out.extend(open.take()),
+                Some(block) => {
+                    block.text.push_str(line);
+                    block.text.push('\n');
+                }
+                None => {
+                    if let Some(lang) = line.strip_prefix("```") {
+                        open = Some(Block {
+                            section: section.clone(),
+                            lang: lang.trim().to_owned(),
+                            text: String::new(),
+                        });
+                    } else if let Some(h) = line.strip_prefix("## ") {
+                        section = h.to_owned();
+                    }
                 }
             }
         }
+        assert!(open.is_none(), "{page} has a code block that never closes");
     }
-    assert!(open.is_none(), "README.md has a code block that never closes");
     out
 }
 
-/// The shell blocks of the README section titled `title`.
+/// The shell blocks of the section titled `title`, on whichever page it is (titles are
+/// unique across the pages: `section_titles_are_unique_across_the_pages`).
 fn shell_blocks(title: &str) -> Vec<String> {
     let found: Vec<String> = blocks()
         .into_iter()
         .filter(|b| b.section == title && b.lang == "sh")
         .map(|b| b.text)
         .collect();
-    assert!(
-        !found.is_empty(),
-        "README.md has no sh block under \"## {title}\""
-    );
+    assert!(!found.is_empty(), "no page has an sh block under \"## {title}\"");
     found
 }
 
@@ -75,7 +116,7 @@ pub struct Snippet {
     pub text: String,
 }
 
-/// Every Python and JavaScript block of the README whose first line is `# NAME: COMMAND` or
+/// Every Python and JavaScript block of the pages whose first line is `# NAME: COMMAND` or
 /// `// NAME: COMMAND`.
 fn snippets() -> Vec<Snippet> {
     blocks()
@@ -98,7 +139,7 @@ pub fn snippet(name: &str) -> Snippet {
     snippets()
         .into_iter()
         .find(|s| s.name == name)
-        .unwrap_or_else(|| panic!("README.md has no snippet {name}"))
+        .unwrap_or_else(|| panic!("no page has a snippet {name}"))
 }
 
 /// Where PyJWT is when Python lacks it (fetched there once), and whether it is ready.
@@ -113,7 +154,7 @@ fn root() -> &'static Path {
 fn succeeds(cmd: &mut Command) -> Result<bool, String> {
     let program = cmd.get_program().to_string_lossy().into_owned();
     cmd.output().map(|o| o.status.success()).map_err(|e| {
-        format!("`{program}` cannot run here ({e}); the README's receiver snippets need python3 and node")
+        format!("`{program}` cannot run here ({e}); the pages' receiver snippets need python3 and node")
     })
 }
 
@@ -189,7 +230,7 @@ pub fn shell(dir: &Path, script: &str) -> Command {
     cmd
 }
 
-/// Saves the README's snippet `name` in `dir` and runs it as its first line says, with
+/// Saves the pages' snippet `name` in `dir` and runs it as its first line says, with
 /// `TOKEN` and `BASE` set: what it prints as JSON, or its complaint. Blocking: call it off
 /// the thread of a server it talks to.
 pub fn run(name: &str, dir: &Path, token: &str, base: &str) -> Result<Value, String> {
@@ -224,12 +265,17 @@ pub async fn run_beside(name: &'static str, dir: &Path, token: &str, base: &str)
         .unwrap()
 }
 
-/// Every Python and JavaScript block of the README is a whole file that says how to run it:
-/// the stock receivers run here, the libraries' `receiver.py` and `receiver.mjs` in their own
-/// tests (`clients/python/tests/test_readme.py`, `clients/typescript/test/readme.test.js`).
+/// Every Python and JavaScript block of every page is a whole file that says how to run it,
+/// under a name no other snippet has: the stock receivers run here, the libraries'
+/// `receiver.py` and `receiver.mjs` in their own tests (`clients/python/tests/test_readme.py`,
+/// `clients/typescript/test/readme.test.js`).
 #[test]
 fn the_readme_names_every_snippet_it_shows() {
     let names: Vec<String> = snippets().into_iter().map(|s| s.name).collect();
+    let mut unique = names.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), names.len(), "two snippets share a name: {names:?}");
     for name in [
         "verify_jwks.py",
         "verify_jwks.mjs",
@@ -240,18 +286,143 @@ fn the_readme_names_every_snippet_it_shows() {
         "receiver.py",
         "receiver.mjs",
     ] {
-        assert!(
-            names.iter().any(|n| n == name),
-            "{name} is not in README.md: {names:?}"
-        );
+        assert!(names.iter().any(|n| n == name), "{name} is on no page: {names:?}");
     }
     for b in blocks().iter().filter(|b| b.lang == "python" || b.lang == "js") {
         assert!(
             snippets().iter().any(|s| s.text == b.text),
-            "a README snippet without `NAME: COMMAND` on its first line:\n{}",
+            "a snippet without `NAME: COMMAND` on its first line:\n{}",
             b.text
         );
     }
+}
+
+/// Blocks are found by their section's title on whichever page it is, so no two pages may
+/// share one.
+#[test]
+fn section_titles_are_unique_across_the_pages() {
+    let mut seen: Vec<(&str, &str)> = Vec::new();
+    for (page, text) in PAGES {
+        for title in sections(text) {
+            if let Some((other, _)) = seen.iter().find(|(_, t)| *t == title) {
+                panic!("\"## {title}\" is a section of both {other} and {page}");
+            }
+            seen.push((page, title));
+        }
+    }
+}
+
+/// Every page of `docs/` is in `PAGES`, so its commands and snippets are found and run.
+#[test]
+fn every_page_of_docs_is_listed() {
+    let mut on_disk: Vec<String> = std::fs::read_dir(root().join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "md"))
+        .map(|p| format!("docs/{}", p.file_name().unwrap().to_string_lossy()))
+        .collect();
+    on_disk.sort();
+    let mut listed: Vec<String> = PAGES
+        .iter()
+        .map(|(page, _)| page.to_string())
+        .filter(|p| p.starts_with("docs/"))
+        .collect();
+    listed.sort();
+    assert_eq!(
+        listed, on_disk,
+        "tests/api/readme.rs: PAGES must list every page of docs/"
+    );
+}
+
+/// The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a markdown file's headings.
+fn anchors(text: &str) -> Vec<String> {
+    prose(text)
+        .filter(|l| l.starts_with('#'))
+        .map(|l| anchor(l.trim_start_matches('#')))
+        .collect()
+}
+
+/// The targets of a line's inline links `[text](target)`, outside code spans.
+fn link_targets(line: &str) -> Vec<String> {
+    let outside_code: String = line.split('`').step_by(2).collect::<Vec<_>>().join(" ");
+    outside_code
+        .match_indices("](")
+        .filter_map(|(at, _)| {
+            let rest = &outside_code[at + 2..];
+            rest.find(')').map(|end| rest[..end].trim().to_owned())
+        })
+        .collect()
+}
+
+/// Every markdown file of the documentation: README.md, ARCHITECTURE.md and `docs/**`.
+fn markdown_files() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|x| x == "md") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = vec![root().join("README.md"), root().join("ARCHITECTURE.md")];
+    walk(&root().join("docs"), &mut files);
+    files.sort();
+    files
+}
+
+/// Every relative link of the documentation names a file that exists, and a heading of it
+/// when it names one (`page.md#anchor`).
+#[test]
+fn relative_links_point_to_files_that_exist() {
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for file in markdown_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let shown = file.strip_prefix(root()).unwrap().display().to_string();
+        for target in prose(&text).flat_map(link_targets) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            checked += 1;
+            let (path, fragment) = match target.split_once('#') {
+                Some((p, f)) => (p, Some(f)),
+                None => (target.as_str(), None),
+            };
+            let linked = if path.is_empty() {
+                file.clone()
+            } else {
+                file.parent().unwrap().join(path)
+            };
+            if !linked.exists() {
+                broken.push(format!("{shown}: {target} (no such file)"));
+                continue;
+            }
+            if let Some(fragment) = fragment {
+                let heads = anchors(&std::fs::read_to_string(&linked).unwrap_or_default());
+                if !heads.iter().any(|a| a == fragment) {
+                    broken.push(format!("{shown}: {target} (no such heading)"));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+    assert!(
+        checked > 20,
+        "only {checked} relative links found: is the link reader broken?"
+    );
 }
 
 /// The walkthrough as written (issue, verify, revoke, read the log), then in the same shell
@@ -298,7 +469,7 @@ async fn the_walkthrough_and_snippets_run_as_written() {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "the README's commands failed:\n{stdout}\n{}",
+        "the pages' commands failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let parts: Vec<&str> = stdout.split("\n::block::\n").collect();

@@ -57,8 +57,8 @@ macro_rules! eventually {
     }};
 }
 
-/// What the README's JWKS snippets (PyJWT's `PyJWKClient`, jose's `createRemoteJWKSet`) say
-/// of `token`: the claims, or their complaint, each.
+/// What the JWKS snippets of `docs/receivers.md` (PyJWT's `PyJWKClient`, jose's
+/// `createRemoteJWKSet`) say of `token`: the claims, or their complaint, each.
 async fn stock_jwks(app: &TestApp, token: &str) -> Vec<(&'static str, Result<Value, String>)> {
     let dir = tempfile::tempdir().unwrap();
     let mut seen = Vec::new();

@@ -1,6 +1,8 @@
-"""The README's receiver.py, taken from README.md and run as its first line says, against the
-live server: it trusts a valid token, then refuses it once the agent is revoked."""
+"""The documentation's receiver.py, taken from the page that shows it (README.md or a page of
+docs/) and run as its first line says, against the live server: it trusts a valid token, then
+refuses it once the agent is revoked."""
 
+import glob
 import os
 import re
 import subprocess
@@ -9,15 +11,21 @@ import time
 from conftest import ROOT
 
 
+def pages():
+    """README.md and every page of docs/, as the Rust tests read them."""
+    return [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+
+
 def snippet(name):
-    """The README block whose first line is `# NAME: COMMAND`: its text and the command."""
-    with open(os.path.join(ROOT, "README.md")) as f:
-        readme = f.read()
-    for block in re.findall(r"^```python\n(.*?)^```", readme, re.S | re.M):
-        first = block.split("\n", 1)[0]
-        if first.startswith(f"# {name}: "):
-            return block, first.split(": ", 1)[1]
-    raise AssertionError(f"README.md has no snippet {name}")
+    """The block of a page whose first line is `# NAME: COMMAND`: its text and the command."""
+    for page in pages():
+        with open(page) as f:
+            text = f.read()
+        for block in re.findall(r"^```python\n(.*?)^```", text, re.S | re.M):
+            first = block.split("\n", 1)[0]
+            if first.startswith(f"# {name}: "):
+                return block, first.split(": ", 1)[1]
+    raise AssertionError(f"neither README.md nor a page of docs/ has a snippet {name}")
 
 
 def test_the_readme_receiver_runs_as_written(server, tmp_path):
