@@ -145,11 +145,15 @@ fn describe() {
     );
     describe_counter!(
         "agentid_ssf_deliveries_total",
-        "Shared Signals deliveries by outcome (delivered, refused, failed, expired, acknowledged, dropped)"
+        "Shared Signals deliveries by outcome (delivered, refused, failed, expired, acknowledged)"
     );
     describe_gauge!(
         "agentid_ssf_pending_events",
         "Shared Signals events owed to streams, not yet delivered"
+    );
+    describe_gauge!(
+        "agentid_ssf_dropped_events",
+        "Shared Signals events dropped, oldest first, from streams owed 10,000 already"
     );
     describe_gauge!("agentid_build_info", "Build information (value 1)");
 }
@@ -192,18 +196,12 @@ fn register_zeroes() {
         metrics::counter!("agentid_status_list_requests_total", "outcome" => outcome).increment(0);
     }
     let _ = metrics::histogram!("agentid_status_list_publish_delay_seconds");
-    for outcome in [
-        "delivered",
-        "refused",
-        "failed",
-        "expired",
-        "acknowledged",
-        "dropped",
-    ] {
+    for outcome in ["delivered", "refused", "failed", "expired", "acknowledged"] {
         metrics::counter!("agentid_ssf_deliveries_total", "outcome" => outcome).increment(0);
     }
     let _ = metrics::histogram!("agentid_ssf_delivery_delay_seconds");
     metrics::gauge!("agentid_ssf_pending_events").set(0.0);
+    metrics::gauge!("agentid_ssf_dropped_events").set(0.0);
     metrics::gauge!("agentid_checkpoint_lag_seconds").set(0.0);
     let _ = metrics::histogram!("agentid_checkpoint_duration_seconds");
     // Registered, so that it is exported (with empty buckets) before the first wait.
