@@ -1,7 +1,7 @@
 //! An agent's row: the columns an insert writes and a read selects, and how a row becomes
 //! an `AgentRecord`.
 
-use sqlx::{Database, Encode, FromRow, Type};
+use sqlx::{Database, Encode, Type};
 
 use super::sql::parse_mode;
 use super::{AgentRecord, StoreError};
@@ -25,25 +25,26 @@ pub(crate) const AGENT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, d
      ORDER BY c.first_seq DESC LIMIT 1), 0) \
     AS verification_count";
 
-/// An agent as `AGENT_COLUMNS` selects it.
-#[derive(FromRow)]
-pub(crate) struct AgentRow {
-    id: String,
-    org_id: String,
-    mode: String,
-    name: String,
-    issuer_domain: String,
-    description: String,
-    /// A JSON array of strings.
-    scopes: String,
-    created_at: i64,
-    issued_at: i64,
-    expires_at: i64,
-    revoked_at: Option<i64>,
-    revocation_reason: Option<String>,
-    status_list: Option<String>,
-    status_idx: Option<i64>,
-    verification_count: i64,
+row! {
+    /// An agent as `AGENT_COLUMNS` selects it.
+    pub(crate) struct AgentRow {
+        id: String,
+        org_id: String,
+        mode: String,
+        name: String,
+        issuer_domain: String,
+        description: String,
+        /// A JSON array of strings.
+        scopes: String,
+        created_at: i64,
+        issued_at: i64,
+        expires_at: i64,
+        revoked_at: Option<i64>,
+        revocation_reason: Option<String>,
+        status_list: Option<String>,
+        status_idx: Option<i64>,
+        verification_count: i64,
+    }
 }
 
 impl AgentRow {
@@ -70,11 +71,23 @@ impl AgentRow {
 }
 
 /// An agent right after a revocation, with the epoch the revocation was stamped with.
-#[derive(FromRow)]
 pub(crate) struct RevokedAgentRow {
-    #[sqlx(flatten)]
     pub(crate) agent: AgentRow,
     pub(crate) revoked_epoch: Option<i64>,
+}
+
+impl<'r, R: sqlx::Row> sqlx::FromRow<'r, R> for RevokedAgentRow
+where
+    AgentRow: sqlx::FromRow<'r, R>,
+    &'r str: sqlx::ColumnIndex<R>,
+    Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    fn from_row(row: &'r R) -> Result<Self, sqlx::Error> {
+        Ok(RevokedAgentRow {
+            agent: <AgentRow as sqlx::FromRow<'r, R>>::from_row(row)?,
+            revoked_epoch: sqlx::Row::try_get(row, "revoked_epoch")?,
+        })
+    }
 }
 
 /// A stored status place: both columns or neither.

@@ -1,7 +1,7 @@
 //! Agents: registered (each with its status place), read, given tokens, revoked; and what
 //! instances learn of each other's revocations.
 
-use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, IntoArguments, Type};
+use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Type};
 
 use super::agent_rows::{insert_agent, insert_agent_sql, place, scopes_json, AgentRow, AGENT_COLUMNS};
 use super::holdings::check_issuer;
@@ -71,15 +71,16 @@ pub trait AgentStore {
     fn revocations_after(&self, after: i64) -> StoreFuture<'_, RevokedSince>;
 }
 
-/// One row of `revocations_after`: the epoch's own row has no agent.
-#[derive(FromRow)]
-struct RevocationRow {
-    id: Option<String>,
-    reason: Option<String>,
-    epoch: i64,
-    revoked_at: Option<i64>,
-    status_list: Option<String>,
-    status_idx: Option<i64>,
+row! {
+    /// One row of `revocations_after`: the epoch's own row has no agent.
+    struct RevocationRow {
+        id: Option<String>,
+        reason: Option<String>,
+        epoch: i64,
+        revoked_at: Option<i64>,
+        status_list: Option<String>,
+        status_idx: Option<i64>,
+    }
 }
 
 impl<DB: Backend> AgentStore for SqlStore<DB>

@@ -1,7 +1,7 @@
 //! The audit ledgers: appending batches, reading pages, and what `audit verify` reads.
 
 use futures_util::future::BoxFuture;
-use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, IntoArguments, Type};
+use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Type};
 
 use super::block::{self, AgentBlockRow, FullBlock, Head, StoredBlock};
 use super::sql::{hash32, parse_mode, Backend, LogPlan, SqlStore};
@@ -44,12 +44,26 @@ pub(crate) const LEDGER_HEAD_SQL: &str =
     "SELECT last_seq, last_hash, n_valid, n_invalid, n_expired, n_revoked \
     FROM audit_blocks WHERE org_id = $1 AND mode = $2 ORDER BY first_seq DESC LIMIT 1";
 
-#[derive(FromRow)]
 pub(crate) struct HeadRow {
     last_seq: i64,
     last_hash: Vec<u8>,
-    #[sqlx(flatten)]
     totals: TotalsRow,
+}
+
+impl<'r, R: sqlx::Row> sqlx::FromRow<'r, R> for HeadRow
+where
+    TotalsRow: sqlx::FromRow<'r, R>,
+    &'r str: sqlx::ColumnIndex<R>,
+    Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    fn from_row(row: &'r R) -> Result<Self, sqlx::Error> {
+        Ok(HeadRow {
+            totals: <TotalsRow as sqlx::FromRow<'r, R>>::from_row(row)?,
+            last_seq: sqlx::Row::try_get(row, "last_seq")?,
+            last_hash: sqlx::Row::try_get(row, "last_hash")?,
+        })
+    }
 }
 
 /// Where the next record of a ledger goes: after its newest block, or at genesis.
@@ -64,13 +78,14 @@ pub(crate) fn ledger_head(row: Option<HeadRow>) -> Result<Head, StoreError> {
     }
 }
 
-/// Running totals of a ledger or an agent, as stored.
-#[derive(FromRow)]
-struct TotalsRow {
-    n_valid: i64,
-    n_invalid: i64,
-    n_expired: i64,
-    n_revoked: i64,
+row! {
+    /// Running totals of a ledger or an agent, as stored.
+    struct TotalsRow {
+        n_valid: i64,
+        n_invalid: i64,
+        n_expired: i64,
+        n_revoked: i64,
+    }
 }
 
 impl From<TotalsRow> for Totals {

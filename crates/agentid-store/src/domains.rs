@@ -3,7 +3,7 @@
 //! transaction, as registration does, so that no agent is registered under a name while the
 //! name changes hands.
 
-use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, IntoArguments, Type};
+use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Type};
 
 use super::holdings::{append, holdings_in, vouched, EventRow, EVENT_COLUMNS, MIGRATED_SEQ_SQL};
 use super::revoke::revoke_in;
@@ -70,12 +70,13 @@ pub trait DomainStore {
     ) -> StoreFuture<'a, bool>;
 }
 
-#[derive(FromRow)]
-struct ClaimRow {
-    org_id: String,
-    domain: String,
-    nonce: String,
-    created_at: i64,
+row! {
+    struct ClaimRow {
+        org_id: String,
+        domain: String,
+        nonce: String,
+        created_at: i64,
+    }
 }
 
 impl From<ClaimRow> for DomainClaim {

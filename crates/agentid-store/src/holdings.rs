@@ -2,24 +2,25 @@
 //! some names (each event vouched for by the key file, or ignored and alarmed), appending
 //! sealed events, and whether an organization may issue under a name.
 
-use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Type};
+use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Type};
 
 use super::StoreError;
 use agentid_core::domain::holding::{self, DomainEvent, EventKind, Holding, ProofMethod};
 use agentid_core::domain::Millis;
 use agentid_core::keys::KeyRing;
 
-#[derive(FromRow)]
-pub(crate) struct EventRow {
-    seq: i64,
-    kind: String,
-    domain: String,
-    org_id: String,
-    method: Option<String>,
-    at: i64,
-    claimed_at: i64,
-    reason: Option<String>,
-    mac: Option<Vec<u8>>,
+row! {
+    pub(crate) struct EventRow {
+        seq: i64,
+        kind: String,
+        domain: String,
+        org_id: String,
+        method: Option<String>,
+        at: i64,
+        claimed_at: i64,
+        reason: Option<String>,
+        mac: Option<Vec<u8>>,
+    }
 }
 
 impl EventRow {

@@ -2,6 +2,9 @@
 //! (SQLite, the embedded default; PostgreSQL, for production), chosen by the URL scheme.
 #![forbid(unsafe_code)]
 
+#[macro_use]
+mod row;
+
 mod agent_rows;
 mod agents;
 mod audit;

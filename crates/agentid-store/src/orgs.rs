@@ -1,6 +1,6 @@
 //! Organizations and their API keys.
 
-use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Type};
+use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Type};
 
 use super::sql::{parse_mode, Backend, SqlStore};
 use super::{KeyRecord, NewApiKey, OrgRecord, StoreError, StoreFuture};
@@ -41,15 +41,16 @@ pub struct KeyListing {
 
 const ORG_COLUMNS: &str = "id, name, plan, verify_limit, other_limit, max_expiry_seconds, created_at";
 
-#[derive(FromRow)]
-struct OrgRow {
-    id: String,
-    name: String,
-    plan: String,
-    verify_limit: i64,
-    other_limit: i64,
-    max_expiry_seconds: i64,
-    created_at: i64,
+row! {
+    struct OrgRow {
+        id: String,
+        name: String,
+        plan: String,
+        verify_limit: i64,
+        other_limit: i64,
+        max_expiry_seconds: i64,
+        created_at: i64,
+    }
 }
 
 impl OrgRow {
@@ -73,12 +74,13 @@ impl OrgRow {
     }
 }
 
-#[derive(FromRow)]
-struct KeyRow {
-    kind: String,
-    mode: String,
-    disabled_at: Option<i64>,
-    org_id: String,
+row! {
+    struct KeyRow {
+        kind: String,
+        mode: String,
+        disabled_at: Option<i64>,
+        org_id: String,
+    }
 }
 
 /// Inserts an organization and its keys inside the caller's transaction.

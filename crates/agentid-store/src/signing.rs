@@ -1,6 +1,6 @@
 //! The fleet's signing keys as recorded (`keys` decides which of them count).
 
-use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Type};
+use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Type};
 
 use super::sql::{Backend, SqlStore};
 use super::{SigningKeyRecord, StoreError, StoreFuture};
@@ -24,15 +24,16 @@ pub trait SigningKeyStore {
     fn note_token_expiry<'a>(&'a self, kid: &'a str, expires_at: Millis) -> StoreFuture<'a, ()>;
 }
 
-#[derive(FromRow)]
-pub(crate) struct SigningKeyRow {
-    kid: String,
-    public_key: Vec<u8>,
-    created_at: i64,
-    private_key: Option<Vec<u8>>,
-    activates_at: Option<i64>,
-    retired_at: Option<i64>,
-    last_expires_at: Option<i64>,
+row! {
+    pub(crate) struct SigningKeyRow {
+        kid: String,
+        public_key: Vec<u8>,
+        created_at: i64,
+        private_key: Option<Vec<u8>>,
+        activates_at: Option<i64>,
+        retired_at: Option<i64>,
+        last_expires_at: Option<i64>,
+    }
 }
 
 impl SigningKeyRow {

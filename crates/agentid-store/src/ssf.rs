@@ -8,7 +8,7 @@
 //! oldest event is due (`next_due_at`), kept in the transaction that changes its events, so
 //! neither the bound of [`MAX_PENDING`] nor "is anything due?" costs more as events wait.
 
-use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, IntoArguments, Type};
+use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Type};
 
 use super::sql::{parse_mode, Backend, SqlStore};
 use super::{SsfEvent, StoreError, StoreFuture, StreamRecord};
@@ -140,20 +140,21 @@ const SETTLE: &str = "pending = pending - $2, next_due_at = \
 const STREAM_COLUMNS: &str = "id, org_id, mode, aud, method, endpoint_url, poll_token_hash, \
     events_requested, revocations, description, status, created_at";
 
-#[derive(FromRow)]
-struct StreamRow {
-    id: String,
-    org_id: String,
-    mode: String,
-    aud: String,
-    method: String,
-    endpoint_url: Option<String>,
-    poll_token_hash: Option<Vec<u8>>,
-    events_requested: String,
-    revocations: bool,
-    description: Option<String>,
-    status: String,
-    created_at: i64,
+row! {
+    struct StreamRow {
+        id: String,
+        org_id: String,
+        mode: String,
+        aud: String,
+        method: String,
+        endpoint_url: Option<String>,
+        poll_token_hash: Option<Vec<u8>>,
+        events_requested: String,
+        revocations: bool,
+        description: Option<String>,
+        status: String,
+        created_at: i64,
+    }
 }
 
 impl StreamRow {
@@ -178,18 +179,19 @@ impl StreamRow {
 
 const EVENT_COLUMNS: &str = "seq, stream_id, jti, kind, agent_id, issuer, reason, state, event_at, attempts";
 
-#[derive(FromRow)]
-struct EventRow {
-    seq: i64,
-    stream_id: String,
-    jti: String,
-    kind: String,
-    agent_id: Option<String>,
-    issuer: Option<String>,
-    reason: Option<String>,
-    state: Option<String>,
-    event_at: i64,
-    attempts: i32,
+row! {
+    struct EventRow {
+        seq: i64,
+        stream_id: String,
+        jti: String,
+        kind: String,
+        agent_id: Option<String>,
+        issuer: Option<String>,
+        reason: Option<String>,
+        state: Option<String>,
+        event_at: i64,
+        attempts: i32,
+    }
 }
 
 impl From<EventRow> for SsfEvent {

@@ -1,7 +1,7 @@
 //! Each ledger's Merkle tree as stored: the leaves (record hashes, read from the blocks),
 //! the subtree hashes checkpoints completed, and the signed checkpoints.
 
-use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, IntoArguments, Type};
+use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Type};
 
 use super::block::{self, StoredBlock};
 use super::sql::{hash32, parse_mode, seq_i64, Backend, SqlStore};
@@ -66,14 +66,15 @@ const RANGE_BLOCKS_SQL: &str = "SELECT first_seq, last_seq, prev_hash, records F
 
 const CHECKPOINT_COLUMNS: &str = "org_id, mode, tree_size, root, note, created_at";
 
-#[derive(FromRow)]
-pub(crate) struct CheckpointRow {
-    org_id: String,
-    mode: String,
-    tree_size: i64,
-    root: Vec<u8>,
-    note: String,
-    created_at: i64,
+row! {
+    pub(crate) struct CheckpointRow {
+        org_id: String,
+        mode: String,
+        tree_size: i64,
+        root: Vec<u8>,
+        note: String,
+        created_at: i64,
+    }
 }
 
 impl CheckpointRow {

@@ -172,19 +172,20 @@ pub fn plan(records: &[AuditRecord], heads: &mut Heads) -> Vec<Block> {
     blocks
 }
 
-/// A stored block as read back: the row's columns the decoding needs.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub(crate) struct StoredBlock {
-    pub(crate) first_seq: i64,
-    pub(crate) last_seq: i64,
-    pub(crate) prev_hash: Vec<u8>,
-    pub(crate) records: Vec<u8>,
+row! {
+    /// A stored block as read back: the row's columns the decoding needs.
+    #[derive(Debug, Clone)]
+    pub(crate) struct StoredBlock {
+        pub(crate) first_seq: i64,
+        pub(crate) last_seq: i64,
+        pub(crate) prev_hash: Vec<u8>,
+        pub(crate) records: Vec<u8>,
+    }
 }
 
 /// A block row with every column, as `audit verify` checks it against its records.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub(crate) struct FullBlock {
-    #[sqlx(flatten)]
     pub(crate) block: StoredBlock,
     pub(crate) last_hash: Vec<u8>,
     pub(crate) results: i32,
@@ -194,15 +195,38 @@ pub(crate) struct FullBlock {
     pub(crate) n_revoked: i64,
 }
 
-/// One `audit_block_agents` row of an agent.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
-pub struct AgentBlockRow {
-    pub first_seq: i64,
-    pub results: i32,
-    pub n_valid: i64,
-    pub n_invalid: i64,
-    pub n_expired: i64,
-    pub n_revoked: i64,
+impl<'r, R: sqlx::Row> sqlx::FromRow<'r, R> for FullBlock
+where
+    StoredBlock: sqlx::FromRow<'r, R>,
+    &'r str: sqlx::ColumnIndex<R>,
+    Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    i32: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    fn from_row(row: &'r R) -> Result<Self, sqlx::Error> {
+        Ok(FullBlock {
+            block: <StoredBlock as sqlx::FromRow<'r, R>>::from_row(row)?,
+            last_hash: sqlx::Row::try_get(row, "last_hash")?,
+            results: sqlx::Row::try_get(row, "results")?,
+            n_valid: sqlx::Row::try_get(row, "n_valid")?,
+            n_invalid: sqlx::Row::try_get(row, "n_invalid")?,
+            n_expired: sqlx::Row::try_get(row, "n_expired")?,
+            n_revoked: sqlx::Row::try_get(row, "n_revoked")?,
+        })
+    }
+}
+
+row! {
+    /// One `audit_block_agents` row of an agent.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct AgentBlockRow {
+        pub first_seq: i64,
+        pub results: i32,
+        pub n_valid: i64,
+        pub n_invalid: i64,
+        pub n_expired: i64,
+        pub n_revoked: i64,
+    }
 }
 
 /// What a decoded record is tested against before it is built: `(seq, agent_id, result)`.

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use parking_lot::Mutex;
-use sqlx::{FromRow, PgConnection};
+use sqlx::PgConnection;
 
 use crate::block::{self, Block, BlockAgent};
 use crate::sql::{self, Refused};
@@ -294,18 +294,19 @@ impl AgentColumns {
     }
 }
 
-/// A row `APPEND` returns: a revoked agent (no ledger), or an agent row it wrote.
-#[derive(FromRow)]
-struct ReturnedRow {
-    agent_id: String,
-    reason: Option<String>,
-    /// `(org_id, mode)` of the agent row written.
-    ledger: Option<(String, String)>,
-    first_seq: i64,
-    n_valid: i64,
-    n_invalid: i64,
-    n_expired: i64,
-    n_revoked: i64,
+row! {
+    /// A row `APPEND` returns: a revoked agent (no ledger), or an agent row it wrote.
+    struct ReturnedRow {
+        agent_id: String,
+        reason: Option<String>,
+        /// `(org_id, mode)` of the agent row written.
+        ledger: Option<(String, String)>,
+        first_seq: i64,
+        n_valid: i64,
+        n_invalid: i64,
+        n_expired: i64,
+        n_revoked: i64,
+    }
 }
 
 /// Running totals per agent, per ledger.

@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use sqlx::FromRow;
-
 use super::PgStore;
 use crate::{SharedBuckets, StoreFuture, Taken};
 use agentid_core::domain::Gcra;
@@ -22,11 +20,12 @@ ON CONFLICT (bucket) DO UPDATE SET
     at = EXCLUDED.at
 RETURNING granted, tat, at";
 
-#[derive(FromRow)]
-struct TakenRow {
-    granted: i64,
-    tat: i64,
-    at: i64,
+row! {
+    struct TakenRow {
+        granted: i64,
+        tat: i64,
+        at: i64,
+    }
 }
 
 impl SharedBuckets for PgStore {
