@@ -1,5 +1,6 @@
-//! JWT tokens: encoding and strict decoding. Pure functions.
+//! JWT tokens: encoding and strict decoding, and DPoP proofs of possession. Pure functions.
 
+pub mod dpop;
 mod jwt;
 
 pub use jwt::{

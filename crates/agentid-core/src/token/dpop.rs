@@ -1,0 +1,377 @@
+//! DPoP (RFC 9449): the public key a token is bound to, its RFC 7638 thumbprint (the token's
+//! `cnf.jkt`), and the check of a proof that the caller holds the key. Pure functions: the
+//! caller supplies the time, the request's method and URL, and remembers `jti`s.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use ed25519_dalek::{Signature, VerifyingKey};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+/// The longest proof read; a longer one is refused unparsed.
+pub const MAX_PROOF_LEN: usize = 4096;
+/// The longest `jti` remembered.
+pub const MAX_JTI_LEN: usize = 256;
+
+/// Members a public JWK must not carry: any of them makes it a private (or symmetric) key.
+const PRIVATE_MEMBERS: [&str; 8] = ["d", "p", "q", "dp", "dq", "qi", "oth", "k"];
+
+/// A public key a token may be bound to: Ed25519 (`OKP`) or P-256 (`EC`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PublicJwk {
+    Ed25519 { x: String },
+    P256 { x: String, y: String },
+}
+
+/// Why a JWK or a proof is refused, said so that a caller can tell which part failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct DpopError(pub String);
+
+fn refuse<T>(why: impl Into<String>) -> Result<T, DpopError> {
+    Err(DpopError(why.into()))
+}
+
+/// base64url without padding of exactly `len` bytes.
+fn b64_bytes(s: &str, len: usize, what: &str) -> Result<Vec<u8>, DpopError> {
+    match URL_SAFE_NO_PAD.decode(s) {
+        Ok(b) if b.len() == len => Ok(b),
+        _ => refuse(format!("{what} must be {len} bytes, base64url without padding")),
+    }
+}
+
+fn text<'a>(jwk: &'a Map<String, Value>, name: &str) -> Result<&'a str, DpopError> {
+    match jwk.get(name) {
+        Some(Value::String(s)) => Ok(s),
+        _ => refuse(format!("{name} is required and must be a string")),
+    }
+}
+
+impl PublicJwk {
+    /// A public JWK as JSON: `{"kty":"OKP","crv":"Ed25519","x":…}` or
+    /// `{"kty":"EC","crv":"P-256","x":…,"y":…}`, with no private member.
+    pub fn parse(value: &Value) -> Result<PublicJwk, DpopError> {
+        let Value::Object(jwk) = value else {
+            return refuse("must be a JSON object (a public JWK)");
+        };
+        if let Some(m) = PRIVATE_MEMBERS.iter().find(|m| jwk.contains_key(**m)) {
+            return refuse(format!(
+                "holds the private member {m:?}: send the public key only"
+            ));
+        }
+        match (text(jwk, "kty")?, text(jwk, "crv")?) {
+            ("OKP", "Ed25519") => {
+                let x = text(jwk, "x")?;
+                let bytes: [u8; 32] = b64_bytes(x, 32, "x")?.try_into().expect("32 bytes");
+                VerifyingKey::from_bytes(&bytes)
+                    .map_err(|_| DpopError("x is not an Ed25519 public key".into()))?;
+                Ok(PublicJwk::Ed25519 { x: x.to_owned() })
+            }
+            ("EC", "P-256") => {
+                let (x, y) = (text(jwk, "x")?, text(jwk, "y")?);
+                b64_bytes(x, 32, "x")?;
+                b64_bytes(y, 32, "y")?;
+                Ok(PublicJwk::P256 {
+                    x: x.to_owned(),
+                    y: y.to_owned(),
+                })
+            }
+            (kty, crv) => refuse(format!(
+                "kty {kty:?} with crv {crv:?}: only OKP/Ed25519 and EC/P-256 keys"
+            )),
+        }
+    }
+
+    /// The RFC 7638 thumbprint: SHA-256 of the required members in lexicographic order, no
+    /// whitespace, base64url.
+    pub fn thumbprint(&self) -> String {
+        // Every member is base64url or a fixed name: nothing needs escaping.
+        let canonical = match self {
+            PublicJwk::Ed25519 { x } => format!(r#"{{"crv":"Ed25519","kty":"OKP","x":"{x}"}}"#),
+            PublicJwk::P256 { x, y } => {
+                format!(r#"{{"crv":"P-256","kty":"EC","x":"{x}","y":"{y}"}}"#)
+            }
+        };
+        URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.as_bytes()))
+    }
+
+    /// Checks `signature` over `signed` with this key, for JWS algorithm `alg`.
+    fn verify(&self, alg: &str, signed: &[u8], signature: &[u8]) -> Result<(), DpopError> {
+        match (self, alg) {
+            (PublicJwk::Ed25519 { x }, "EdDSA" | "Ed25519") => {
+                let key: [u8; 32] = b64_bytes(x, 32, "x")?.try_into().expect("32 bytes");
+                let key = VerifyingKey::from_bytes(&key)
+                    .map_err(|_| DpopError("x is not an Ed25519 public key".into()))?;
+                let sig = Signature::from_slice(signature)
+                    .map_err(|_| DpopError("signature is not 64 bytes".into()))?;
+                key.verify_strict(signed, &sig)
+                    .map_err(|_| DpopError("signature does not verify".into()))
+            }
+            (PublicJwk::P256 { x, y }, "ES256") => {
+                let mut point = vec![4u8];
+                point.extend(b64_bytes(x, 32, "x")?);
+                point.extend(b64_bytes(y, 32, "y")?);
+                ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, point)
+                    .verify(signed, signature)
+                    .map_err(|_| DpopError("signature does not verify".into()))
+            }
+            _ => refuse(format!("alg {alg:?} does not fit the key in jwk")),
+        }
+    }
+}
+
+/// What a proof must match: the request it was made for, the token it goes with, and now.
+#[derive(Debug, Clone)]
+pub struct Expected<'a> {
+    /// The request's method, as the receiver saw it (`GET`).
+    pub htm: &'a str,
+    /// The request's URL; its query and fragment are ignored (RFC 9449 §4.3).
+    pub htu: &'a str,
+    /// The token the proof goes with: `ath` is its SHA-256, base64url.
+    pub token: &'a str,
+    /// Now, in seconds since the epoch.
+    pub now: i64,
+    /// How far `iat` may be from `now`, either way.
+    pub max_skew: i64,
+}
+
+/// A proof that checked: the thumbprint of its key (to compare with the token's `cnf.jkt`),
+/// its `jti` (to refuse a replay) and its `iat`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckedProof {
+    pub jkt: String,
+    pub jti: String,
+    pub iat: i64,
+}
+
+/// A URL without its query and fragment, as `htu` is compared.
+fn without_query(url: &str) -> &str {
+    url.split(['?', '#']).next().unwrap_or(url)
+}
+
+fn part(s: &str, what: &str) -> Result<Map<String, Value>, DpopError> {
+    let bytes = URL_SAFE_NO_PAD
+        .decode(s)
+        .map_err(|_| DpopError(format!("{what} is not base64url")))?;
+    match serde_json::from_slice(&bytes) {
+        Ok(Value::Object(m)) => Ok(m),
+        _ => refuse(format!("{what} is not a JSON object")),
+    }
+}
+
+/// Checks a DPoP proof (RFC 9449 §4.3): a JWT with `typ` `dpop+jwt`, `alg` EdDSA, Ed25519 or
+/// ES256, the public key in its `jwk` header, signed by that key, and claims `jti`, `htm`,
+/// `htu`, `iat` and `ath` that match `expected`. Whether its key is the token's and whether
+/// its `jti` was seen are the caller's to decide, with what this returns.
+pub fn check_proof(proof: &str, expected: &Expected<'_>) -> Result<CheckedProof, DpopError> {
+    if proof.len() > MAX_PROOF_LEN {
+        return refuse(format!("longer than {MAX_PROOF_LEN} bytes"));
+    }
+    let mut parts = proof.split('.');
+    let (Some(h), Some(p), Some(s), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+        return refuse("not a compact JWS of three parts");
+    };
+    let header = part(h, "header")?;
+    if header.get("typ") != Some(&Value::from("dpop+jwt")) {
+        return refuse("typ must be dpop+jwt");
+    }
+    let alg = match header.get("alg") {
+        Some(Value::String(a)) if matches!(a.as_str(), "EdDSA" | "Ed25519" | "ES256") => a.as_str(),
+        _ => return refuse("alg must be EdDSA, Ed25519 or ES256"),
+    };
+    let key = PublicJwk::parse(header.get("jwk").unwrap_or(&Value::Null))
+        .map_err(|e| DpopError(format!("jwk: {e}")))?;
+    let signature = URL_SAFE_NO_PAD
+        .decode(s)
+        .map_err(|_| DpopError("signature is not base64url".into()))?;
+    key.verify(alg, &proof.as_bytes()[..h.len() + 1 + p.len()], &signature)?;
+
+    let claims = part(p, "claims")?;
+    let jti = match claims.get("jti") {
+        Some(Value::String(j)) if !j.is_empty() && j.len() <= MAX_JTI_LEN => j.clone(),
+        _ => return refuse(format!("jti must be a string of 1 to {MAX_JTI_LEN} characters")),
+    };
+    if claims.get("htm").and_then(Value::as_str) != Some(expected.htm) {
+        return refuse(format!("htm is not {}", expected.htm));
+    }
+    let htu = claims.get("htu").and_then(Value::as_str).unwrap_or_default();
+    if htu.is_empty() || without_query(htu) != without_query(expected.htu) {
+        return refuse(format!("htu is not {}", without_query(expected.htu)));
+    }
+    let Some(iat) = claims.get("iat").and_then(Value::as_i64) else {
+        return refuse("iat must be an integer");
+    };
+    if (iat - expected.now).abs() > expected.max_skew {
+        return refuse(format!("iat is more than {} s from now", expected.max_skew));
+    }
+    let ath = URL_SAFE_NO_PAD.encode(Sha256::digest(expected.token.as_bytes()));
+    if claims.get("ath").and_then(Value::as_str) != Some(ath.as_str()) {
+        return refuse("ath is not the token's hash");
+    }
+    Ok(CheckedProof {
+        jkt: key.thumbprint(),
+        jti,
+        iat,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ed25519_dalek::{Signer, SigningKey};
+    use ring::rand::SystemRandom;
+    use ring::signature::{EcdsaKeyPair, KeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
+    use serde_json::json;
+
+    const NOW: i64 = 1_800_000_000;
+    const TOKEN: &str = "eyJ.token.sig";
+
+    fn expected() -> Expected<'static> {
+        Expected {
+            htm: "GET",
+            htu: "https://api.example/orders",
+            token: TOKEN,
+            now: NOW,
+            max_skew: 60,
+        }
+    }
+
+    fn b64(v: &Value) -> String {
+        URL_SAFE_NO_PAD.encode(serde_json::to_vec(v).unwrap())
+    }
+
+    fn claims() -> Value {
+        json!({"jti": "j1", "htm": "GET", "htu": "https://api.example/orders", "iat": NOW,
+               "ath": URL_SAFE_NO_PAD.encode(Sha256::digest(TOKEN.as_bytes()))})
+    }
+
+    /// A proof signed with an Ed25519 key; its key's JWK.
+    fn ed_proof(header: Value, claims: &Value) -> (String, Value) {
+        let key = SigningKey::from_bytes(&[7; 32]);
+        let jwk = json!({"kty": "OKP", "crv": "Ed25519",
+                         "x": URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes())});
+        let mut header = header;
+        header["jwk"] = jwk.clone();
+        let signed = format!("{}.{}", b64(&header), b64(claims));
+        let sig = key.sign(signed.as_bytes());
+        (
+            format!("{signed}.{}", URL_SAFE_NO_PAD.encode(sig.to_bytes())),
+            jwk,
+        )
+    }
+
+    fn es_proof(claims: &Value) -> (String, Value) {
+        let rng = SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng).unwrap();
+        let point = pair.public_key().as_ref();
+        let jwk = json!({"kty": "EC", "crv": "P-256",
+                         "x": URL_SAFE_NO_PAD.encode(&point[1..33]), "y": URL_SAFE_NO_PAD.encode(&point[33..])});
+        let header = json!({"typ": "dpop+jwt", "alg": "ES256", "jwk": jwk});
+        let signed = format!("{}.{}", b64(&header), b64(claims));
+        let sig = pair.sign(&rng, signed.as_bytes()).unwrap();
+        (format!("{signed}.{}", URL_SAFE_NO_PAD.encode(sig.as_ref())), jwk)
+    }
+
+    #[test]
+    fn the_thumbprint_is_rfc_8037s_example() {
+        // RFC 8037 appendix A.3.
+        let jwk = json!({"kty": "OKP", "crv": "Ed25519",
+                         "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"});
+        assert_eq!(
+            PublicJwk::parse(&jwk).unwrap().thumbprint(),
+            "kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k"
+        );
+    }
+
+    #[test]
+    fn private_keys_other_types_and_bad_values_are_refused() {
+        let x = "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo";
+        for (jwk, why) in [
+            (
+                json!({"kty": "OKP", "crv": "Ed25519", "x": x, "d": x}),
+                "private member \"d\"",
+            ),
+            (json!({"kty": "oct", "k": "AAAA"}), "private member \"k\""),
+            (
+                json!({"kty": "RSA", "crv": "x", "n": "AQAB", "e": "AQAB"}),
+                "only OKP/Ed25519",
+            ),
+            (json!({"kty": "OKP", "crv": "X25519", "x": x}), "only OKP/Ed25519"),
+            (
+                json!({"kty": "OKP", "crv": "Ed25519", "x": "AAAA"}),
+                "x must be 32 bytes",
+            ),
+            (json!({"kty": "EC", "crv": "P-256", "x": x}), "y is required"),
+            (json!({"kty": "OKP", "crv": "Ed25519"}), "x is required"),
+            (json!("a string"), "JSON object"),
+        ] {
+            let err = PublicJwk::parse(&jwk).unwrap_err().0;
+            assert!(err.contains(why), "{jwk}: {err}");
+        }
+    }
+
+    #[test]
+    fn ed25519_and_es256_proofs_check_and_name_their_key() {
+        for alg in ["EdDSA", "Ed25519"] {
+            let (proof, jwk) = ed_proof(json!({"typ": "dpop+jwt", "alg": alg}), &claims());
+            let checked = check_proof(&proof, &expected()).unwrap();
+            assert_eq!(checked.jkt, PublicJwk::parse(&jwk).unwrap().thumbprint());
+            assert_eq!((checked.jti.as_str(), checked.iat), ("j1", NOW));
+        }
+        let (proof, jwk) = es_proof(&claims());
+        let checked = check_proof(&proof, &expected()).unwrap();
+        assert_eq!(checked.jkt, PublicJwk::parse(&jwk).unwrap().thumbprint());
+    }
+
+    #[test]
+    fn a_proof_for_another_request_token_time_or_key_is_refused() {
+        let header = json!({"typ": "dpop+jwt", "alg": "EdDSA"});
+        let with = |k: &str, v: Value| {
+            let mut c = claims();
+            c[k] = v;
+            ed_proof(header.clone(), &c).0
+        };
+        let cases = [
+            (with("htm", json!("POST")), "htm"),
+            (with("htu", json!("https://api.example/other")), "htu"),
+            (with("ath", json!("AAAA")), "ath"),
+            (with("iat", json!(NOW - 61)), "iat"),
+            (with("iat", json!(NOW + 61)), "iat"),
+            (with("jti", json!("")), "jti"),
+            (
+                ed_proof(json!({"typ": "JWT", "alg": "EdDSA"}), &claims()).0,
+                "typ",
+            ),
+            (
+                ed_proof(json!({"typ": "dpop+jwt", "alg": "ES256"}), &claims()).0,
+                "does not fit",
+            ),
+            (
+                ed_proof(json!({"typ": "dpop+jwt", "alg": "none"}), &claims()).0,
+                "alg",
+            ),
+            ("a.b".to_owned(), "three parts"),
+            ("x".repeat(MAX_PROOF_LEN + 1), "longer than"),
+        ];
+        for (proof, why) in cases {
+            let err = check_proof(&proof, &expected()).unwrap_err().0;
+            assert!(err.contains(why), "{why}: {err}");
+        }
+        // A signature by another key than the one in jwk.
+        let (proof, _) = ed_proof(header.clone(), &claims());
+        let (other, _) = es_proof(&claims());
+        let forged = format!(
+            "{}.{}",
+            proof.rsplit_once('.').unwrap().0,
+            other.rsplit_once('.').unwrap().1
+        );
+        assert!(check_proof(&forged, &expected())
+            .unwrap_err()
+            .0
+            .contains("signature"));
+        // The query and fragment of htu are not compared (RFC 9449 §4.3).
+        let ok = with("htu", json!("https://api.example/orders?page=2"));
+        assert!(check_proof(&ok, &expected()).is_ok());
+    }
+}
