@@ -70,23 +70,12 @@ impl AgentRow {
     }
 }
 
-/// An agent right after a revocation, with the epoch the revocation was stamped with.
-pub(crate) struct RevokedAgentRow {
-    pub(crate) agent: AgentRow,
-    pub(crate) revoked_epoch: Option<i64>,
-}
-
-impl<'r, R: sqlx::Row> sqlx::FromRow<'r, R> for RevokedAgentRow
-where
-    AgentRow: sqlx::FromRow<'r, R>,
-    &'r str: sqlx::ColumnIndex<R>,
-    Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
-    fn from_row(row: &'r R) -> Result<Self, sqlx::Error> {
-        Ok(RevokedAgentRow {
-            agent: <AgentRow as sqlx::FromRow<'r, R>>::from_row(row)?,
-            revoked_epoch: sqlx::Row::try_get(row, "revoked_epoch")?,
-        })
+row! {
+    /// An agent right after a revocation, with the epoch the revocation was stamped with.
+    pub(crate) struct RevokedAgentRow {
+        #[flatten]
+        pub(crate) agent: AgentRow,
+        pub(crate) revoked_epoch: Option<i64>,
     }
 }
 

@@ -44,25 +44,12 @@ pub(crate) const LEDGER_HEAD_SQL: &str =
     "SELECT last_seq, last_hash, n_valid, n_invalid, n_expired, n_revoked \
     FROM audit_blocks WHERE org_id = $1 AND mode = $2 ORDER BY first_seq DESC LIMIT 1";
 
-pub(crate) struct HeadRow {
-    last_seq: i64,
-    last_hash: Vec<u8>,
-    totals: TotalsRow,
-}
-
-impl<'r, R: sqlx::Row> sqlx::FromRow<'r, R> for HeadRow
-where
-    TotalsRow: sqlx::FromRow<'r, R>,
-    &'r str: sqlx::ColumnIndex<R>,
-    Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
-    fn from_row(row: &'r R) -> Result<Self, sqlx::Error> {
-        Ok(HeadRow {
-            totals: <TotalsRow as sqlx::FromRow<'r, R>>::from_row(row)?,
-            last_seq: sqlx::Row::try_get(row, "last_seq")?,
-            last_hash: sqlx::Row::try_get(row, "last_hash")?,
-        })
+row! {
+    pub(crate) struct HeadRow {
+        #[flatten]
+        totals: TotalsRow,
+        last_seq: i64,
+        last_hash: Vec<u8>,
     }
 }
 

@@ -313,14 +313,11 @@ where
                 return Ok(false);
             }
             if s.status == "disabled" {
-                sqlx::query("DELETE FROM ssf_events WHERE stream_id = $1")
+                let dropped = sqlx::query("DELETE FROM ssf_events WHERE stream_id = $1")
                     .bind(s.id.as_str())
                     .execute(&mut *tx)
                     .await?;
-                sqlx::query("UPDATE ssf_streams SET pending = 0, next_due_at = NULL WHERE id = $1")
-                    .bind(s.id.as_str())
-                    .execute(&mut *tx)
-                    .await?;
+                settle(&mut tx, &s.id, DB::rows_affected(&dropped) as i64).await?;
             }
             tx.commit().await?;
             Ok(true)

@@ -183,36 +183,18 @@ row! {
     }
 }
 
-/// A block row with every column, as `audit verify` checks it against its records.
-#[derive(Debug, Clone)]
-pub(crate) struct FullBlock {
-    pub(crate) block: StoredBlock,
-    pub(crate) last_hash: Vec<u8>,
-    pub(crate) results: i32,
-    pub(crate) n_valid: i64,
-    pub(crate) n_invalid: i64,
-    pub(crate) n_expired: i64,
-    pub(crate) n_revoked: i64,
-}
-
-impl<'r, R: sqlx::Row> sqlx::FromRow<'r, R> for FullBlock
-where
-    StoredBlock: sqlx::FromRow<'r, R>,
-    &'r str: sqlx::ColumnIndex<R>,
-    Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    i32: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
-    fn from_row(row: &'r R) -> Result<Self, sqlx::Error> {
-        Ok(FullBlock {
-            block: <StoredBlock as sqlx::FromRow<'r, R>>::from_row(row)?,
-            last_hash: sqlx::Row::try_get(row, "last_hash")?,
-            results: sqlx::Row::try_get(row, "results")?,
-            n_valid: sqlx::Row::try_get(row, "n_valid")?,
-            n_invalid: sqlx::Row::try_get(row, "n_invalid")?,
-            n_expired: sqlx::Row::try_get(row, "n_expired")?,
-            n_revoked: sqlx::Row::try_get(row, "n_revoked")?,
-        })
+row! {
+    /// A block row with every column, as `audit verify` checks it against its records.
+    #[derive(Debug, Clone)]
+    pub(crate) struct FullBlock {
+        #[flatten]
+        pub(crate) block: StoredBlock,
+        pub(crate) last_hash: Vec<u8>,
+        pub(crate) results: i32,
+        pub(crate) n_valid: i64,
+        pub(crate) n_invalid: i64,
+        pub(crate) n_expired: i64,
+        pub(crate) n_revoked: i64,
     }
 }
 
