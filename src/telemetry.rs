@@ -6,11 +6,10 @@
 
 use std::io::IsTerminal;
 
-use tracing_subscriber::layer::SubscriberExt;
-use tracing_subscriber::util::SubscriberInitExt;
-
 use actix_web::{web, HttpResponse, HttpServer};
 use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// The process's Prometheus recorder (the engine installs it).
 pub use agentid_engine::recorder::handle as metrics_handle;

@@ -357,10 +357,9 @@ class Verifier:
 
     # -- the API ----------------------------------------------------------------------
 
-    def _admit(self, agent_id: object, issuer: object, granted: object, livemode: object,
-               scopes: Optional[Sequence[str]]) -> bool:
-        """The checks offline and online verification share: the issuer, the mode, a pushed
-        revocation; the scopes last. Whether the token is live."""
+    def _admit(self, agent_id: object, issuer: object, granted: object, livemode: object) -> bool:
+        """The checks offline and online verification share before their own (``_scoped``
+        comes last): the issuer, the mode, a pushed revocation. Whether the token is live."""
         if not isinstance(issuer, str) or (self.issuers is not None and issuer not in self.issuers):
             raise TokenInvalid(f"issuer {issuer!r} is not accepted")
         live = self._livemode(livemode)
@@ -383,7 +382,7 @@ class Verifier:
         if claims["iat"] > time.time() + self.leeway:
             raise TokenInvalid("issued in the future")
         granted = claims.get("scopes") or []
-        livemode = self._admit(claims["sub"], claims["iss"], granted, claims.get("livemode", True), scopes)
+        livemode = self._admit(claims["sub"], claims["iss"], granted, claims.get("livemode", True))
         status = claims.get("status")
         if status is not None:
             try:
@@ -439,7 +438,7 @@ class Verifier:
                                      for k in ("issued_at", "expires_at"))
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise Unavailable(f"verify gave a malformed answer: {e}") from e
-        livemode = self._admit(agent_id, issuer, granted, answer.get("livemode", True), scopes)
+        livemode = self._admit(agent_id, issuer, granted, answer.get("livemode", True))
         self._scoped(granted, scopes)
         return Agent(
             agent_id=agent_id,

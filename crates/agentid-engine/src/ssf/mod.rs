@@ -4,10 +4,10 @@
 //!
 //! A revocation writes its stream's events in its own transaction, so they survive a crash;
 //! a stream is owed at most `agentid_store::MAX_PENDING` events, whatever its delivery
-//! method and state (past it the oldest are dropped, and counted). The deliverer leases one push stream at a time (no other instance
-//! delivers it meanwhile), posts its pending events in order, and on a failure waits and
-//! tries again: 1 s, doubling, at most 5 min apart, for 24 h. SETs are signed at delivery
-//! with the key that signs tokens.
+//! method and state (past it the oldest are dropped, and counted). The deliverer leases one
+//! push stream at a time (no other instance delivers it meanwhile), posts its pending events
+//! in order, and on a failure waits and tries again: 1 s, doubling, at most 5 min apart, for
+//! 24 h. SETs are signed at delivery with the key that signs tokens.
 //!
 //! Here: the stream rules (what an owner may create and change). `vetting`: which push
 //! endpoints may be reached; `delivery`: the deliverer; `poll`: SETs signed and polled.
