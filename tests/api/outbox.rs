@@ -116,7 +116,9 @@ async fn every_stream_is_owed_at_most_ten_thousand_events_whatever_its_state() {
 
 /// The deliverer's look for due streams reads streams, not events: 10,000 events waiting
 /// on a paused stream and on a poll stream make no push stream due, and one enabled push
-/// stream is found by its own next due time, which follows its oldest event.
+/// stream is found by its own next due time, which follows its oldest event. The test's
+/// times are a day ahead of the clock, so that the app's own deliverer never finds the
+/// stream due and takes it first.
 #[actix_web::test]
 async fn due_streams_are_found_by_their_next_due_time() {
     let app = spawn_app().await;
@@ -133,15 +135,13 @@ async fn due_streams_are_found_by_their_next_due_time() {
     }
     fill(&app, "ssf_paused", 10_000).await;
     fill(&app, "ssf_polled", 10_000).await;
-    let (now, until) = (Millis(5000), Millis(9000));
+    let base = Millis::now().0 + 86_400_000;
+    let t = |ms: i64| Millis(base + ms);
+    let (now, until) = (t(5000), t(9000));
     assert!(s.claim_streams(now, until, 16).await.unwrap().is_empty());
 
-    s.add_verification("ssf_pushed", None, Millis(4000))
-        .await
-        .unwrap();
-    s.add_verification("ssf_pushed", None, Millis(4500))
-        .await
-        .unwrap();
+    s.add_verification("ssf_pushed", None, t(4000)).await.unwrap();
+    s.add_verification("ssf_pushed", None, t(4500)).await.unwrap();
     let claimed = s.claim_streams(now, until, 16).await.unwrap();
     assert_eq!(
         claimed.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
@@ -152,11 +152,11 @@ async fn due_streams_are_found_by_their_next_due_time() {
     // The oldest failed and waits until 8000: the stream is not due before then, however
     // early the event behind it.
     let events = s.pending_events("ssf_pushed", 10).await.unwrap();
-    s.event_retry("ssf_pushed", events[0].seq, 1, Millis(8000))
+    s.event_retry("ssf_pushed", events[0].seq, 1, t(8000))
         .await
         .unwrap();
     assert!(s.claim_streams(now, until, 16).await.unwrap().is_empty());
-    assert_eq!(s.claim_streams(Millis(8000), until, 16).await.unwrap().len(), 1);
+    assert_eq!(s.claim_streams(t(8000), until, 16).await.unwrap().len(), 1);
     s.release_stream("ssf_pushed").await.unwrap();
 
     // Both delivered: nothing is owed, and nothing is due.
