@@ -30,6 +30,7 @@ fn claims(n: usize) -> Claims {
         scopes: vec!["read:invoices".into(), "write:invoices".into()],
         status: None,
         livemode: None,
+        cnf: None,
     }
 }
 
@@ -161,6 +162,7 @@ fn answer(c: &mut Criterion) {
             token,
             agent: agent.clone(),
         }),
+        proof_error: None,
         verified_at: Millis(1_795_000_123_456),
     };
     let cached = verification(Arc::new(VerifiedToken::new(claims(1))));
@@ -200,6 +202,7 @@ fn revocation(c: &mut Criterion) {
             revoked_at: None,
             revocation_reason: None,
             status: None,
+            jkt: None,
             verification_count: 0,
         });
     }
@@ -279,9 +282,62 @@ fn status_list(c: &mut Criterion) {
     g.finish();
 }
 
+/// The DPoP proof check alone (`token::dpop::check_proof`): parse, signature, claims, ath.
+fn dpop(c: &mut Criterion) {
+    use agentid::token::dpop::{check_proof, Expected};
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine as _;
+    use ed25519_dalek::Signer;
+    use ring::rand::SystemRandom;
+    use ring::signature::{EcdsaKeyPair, KeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
+    use sha2::{Digest, Sha256};
+
+    let token = tokens(&ring(), 1).pop().unwrap();
+    let now = 1_795_000_000;
+    let b64 = |v: &serde_json::Value| URL_SAFE_NO_PAD.encode(serde_json::to_vec(v).unwrap());
+    let claims = serde_json::json!({"jti": "01jd0000000000000000000001", "htm": "GET",
+        "htu": "https://api.example/orders", "iat": now,
+        "ath": URL_SAFE_NO_PAD.encode(Sha256::digest(token.as_bytes()))});
+    let ed = SigningKey::from_bytes(&[9; 32]);
+    let header = serde_json::json!({"typ": "dpop+jwt", "alg": "EdDSA", "jwk": {"kty": "OKP", "crv": "Ed25519",
+        "x": URL_SAFE_NO_PAD.encode(ed.verifying_key().as_bytes())}});
+    let input = format!("{}.{}", b64(&header), b64(&claims));
+    let ed_proof = format!(
+        "{input}.{}",
+        URL_SAFE_NO_PAD.encode(ed.sign(input.as_bytes()).to_bytes())
+    );
+    let rng = SystemRandom::new();
+    let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+    let es = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng).unwrap();
+    let p = es.public_key().as_ref();
+    let header = serde_json::json!({"typ": "dpop+jwt", "alg": "ES256", "jwk": {"kty": "EC", "crv": "P-256",
+        "x": URL_SAFE_NO_PAD.encode(&p[1..33]), "y": URL_SAFE_NO_PAD.encode(&p[33..])}});
+    let input = format!("{}.{}", b64(&header), b64(&claims));
+    let sig = es.sign(&rng, input.as_bytes()).unwrap();
+    let es_proof = format!("{input}.{}", URL_SAFE_NO_PAD.encode(sig.as_ref()));
+    let expected = Expected {
+        htm: "GET",
+        htu: "https://api.example/orders",
+        token: &token,
+        now,
+        max_skew: 60,
+    };
+    let mut g = c.benchmark_group("dpop");
+    for (name, proof) in [
+        ("check_proof (Ed25519)", &ed_proof),
+        ("check_proof (ES256)", &es_proof),
+    ] {
+        check_proof(proof, &expected).unwrap();
+        g.bench_function(name, |b| {
+            b.iter(|| check_proof(black_box(proof), &expected).unwrap())
+        });
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
-    targets = token_paths, audit, answer, revocation, rate_limit, status_list
+    targets = token_paths, audit, answer, revocation, rate_limit, status_list, dpop
 }
 criterion_main!(benches);

@@ -68,6 +68,11 @@ pub(crate) struct ServeArgs {
     /// cache.
     #[arg(long, env = "AGENTID_TOKEN_CACHE_BYTES", default_value_t = EngineConfig::default().token_cache_bytes)]
     pub(crate) token_cache_bytes: u64,
+    /// How far a DPoP proof's `iat` may be from now, either way, in seconds (1 to 3600); each
+    /// instance remembers proofs this long, so replays are refused.
+    #[arg(long, env = "AGENTID_DPOP_MAX_SKEW_SECONDS", default_value_t = EngineConfig::default().dpop_max_skew.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub(crate) dpop_max_skew_seconds: u64,
     /// Places of each Token Status List (a multiple of 8, up to 16777216); a new list opens
     /// once half of the newest one's places are taken.
     #[arg(long, env = "AGENTID_STATUS_LIST_SIZE", default_value_t = StatusConfig::default().size,
@@ -151,6 +156,7 @@ pub(super) async fn serve(args: ServeArgs) -> CliResult {
                 ..WriterConfig::default()
             },
             token_cache_bytes: args.token_cache_bytes,
+            dpop_max_skew: Duration::from_secs(args.dpop_max_skew_seconds),
             checkpoint_interval: Duration::from_millis(args.checkpoint_interval_ms.max(1)),
             status: StatusConfig {
                 size: args.status_list_size,

@@ -235,6 +235,7 @@ async fn list_and_get_show_the_spec_fields() {
             "expires_at",
             "id",
             "issuer_domain",
+            "jkt",
             "name",
             "revocation_reason",
             "revoked_at",
@@ -245,6 +246,7 @@ async fn list_and_get_show_the_spec_fields() {
     );
     assert_eq!(full["revoked_at"], Value::Null);
     assert_eq!(full["revocation_reason"], Value::Null);
+    assert_eq!(full["jkt"], Value::Null, "a bearer token");
     assert_eq!(full["description"], "");
     ts_ms(&full["created_at"]);
 

@@ -84,6 +84,7 @@ async fn a_verify_whose_agent_cannot_be_read_answers_an_error_not_invalid() {
         scopes: vec!["read:x".into()],
         status: None,
         livemode: None,
+        cnf: None,
     });
     assert!(app.engine.registry().agent(&id).is_none(), "not known here");
     let set_scopes = |v: &str| format!("UPDATE agents SET scopes = '{v}' WHERE id = '{id}'");

@@ -37,6 +37,7 @@ fn forge(key: &SigningKey, kid: &str, agent: &str) -> String {
             scopes: vec!["admin:everything".into()],
             status: None,
             livemode: None,
+            cnf: None,
         },
     )
 }

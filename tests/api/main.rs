@@ -10,6 +10,7 @@ mod agents;
 mod auth;
 pub mod cli;
 mod domains;
+mod dpop;
 mod engine;
 mod errors;
 mod fleet;

@@ -39,6 +39,7 @@ async fn pyjwt_and_jose_validate_tokens_with_the_pem_alone() {
         scopes: vec![],
         status: None,
         livemode: None,
+        cnf: None,
     });
     for name in PEM_SNIPPETS {
         let seen = readme::run(name, dir.path(), &foreign, &app.base);

@@ -40,6 +40,7 @@ async fn the_openapi_document_covers_every_route_schema_and_error() {
         "/v1/domains/{domain}",
         "/v1/domains/{domain}/verify",
         "/v1/verify/{token}",
+        "/v1/verify",
         "/v1/log",
         "/v1/log/checkpoint",
         "/v1/log/commitments",
@@ -69,6 +70,8 @@ async fn the_openapi_document_covers_every_route_schema_and_error() {
         "TOKEN_INVALID",
         "TOKEN_REVOKED",
         "TOKEN_EXPIRED",
+        "PROOF_INVALID",
+        "PROOF_REPLAYED",
         "X-RateLimit-Reset",
         "X-Request-Id",
     ] {

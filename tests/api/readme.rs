@@ -200,7 +200,8 @@ fn provision() -> Result<Tools, String> {
     }
     succeeds(Command::new("node").arg("--version"))?;
     let modules = root().join("tests/offline/node_modules");
-    if !modules.join("jose").exists() || !modules.join("@sd-jwt/jwt-status-list").exists() {
+    let installed = ["jose", "@sd-jwt/jwt-status-list", "dpop"];
+    if !installed.iter().all(|m| modules.join(m).exists()) {
         fetch(
             Command::new("npm")
                 .args(["ci", "--no-audit", "--no-fund", "--loglevel=error", "--prefix"])
@@ -257,6 +258,29 @@ pub fn run(name: &str, dir: &Path, token: &str, base: &str) -> Result<Value, Str
     })
 }
 
+/// Runs `cmd` off the test's thread; its output, asserted successful (`what` names it).
+async fn output_of(cmd: Command, what: &str) -> String {
+    let mut cmd = cmd;
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The JSON answers `text` holds one after the other (curl prints each without a newline).
+fn json_answers(text: &str) -> Vec<Value> {
+    serde_json::Deserializer::from_str(text)
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("not JSON answers ({e}): {text}"))
+}
+
 /// [`run`] off the test's thread, for snippets that call the test's own server.
 pub async fn run_beside(name: &'static str, dir: &Path, token: &str, base: &str) -> Result<Value, String> {
     let (dir, token, base) = (dir.to_owned(), token.to_owned(), base.to_owned());
@@ -285,6 +309,8 @@ fn the_readme_names_every_snippet_it_shows() {
         "status.mjs",
         "receiver.py",
         "receiver.mjs",
+        "agent_dpop.mjs",
+        "agent_dpop.py",
     ] {
         assert!(names.iter().any(|n| n == name), "{name} is on no page: {names:?}");
     }
@@ -463,26 +489,12 @@ async fn the_walkthrough_and_snippets_run_as_written() {
     cmd.env("PATH", path)
         .env("DATABASE_URL", &app.db.url)
         .env("AGENTID_SIGNING_KEY_FILE", &app.config.signing_key_file);
-    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "the pages' commands failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = output_of(cmd, "the pages' commands").await;
     let parts: Vec<&str> = stdout.split("\n::block::\n").collect();
     let [walked, offline, ssf, orgs, proofs, rotation] = &parts[..] else {
         panic!("six blocks' output expected: {stdout}");
     };
-    // curl prints each answer without a newline after it.
-    let json = |text: &str| -> Vec<Value> {
-        serde_json::Deserializer::from_str(text)
-            .into_iter()
-            .collect::<Result<_, _>>()
-            .unwrap_or_else(|e| panic!("not JSON answers ({e}): {text}"))
-    };
+    let json = json_answers;
     let answers = json(walked);
     let [registered, valid, revoked, refused, log] = &answers[..] else {
         panic!("five answers expected: {walked}");
@@ -598,21 +610,7 @@ async fn trusting_an_issuer_runs_as_written() {
             .env("SK", app.secret())
             .env("DATABASE_URL", &app.db.url)
             .env("AGENTID_SIGNING_KEY_FILE", &app.config.signing_key_file);
-        async move {
-            let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
-                .await
-                .unwrap();
-            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-            assert!(
-                out.status.success(),
-                "{stdout}\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            serde_json::Deserializer::from_str(&stdout)
-                .into_iter()
-                .collect::<Result<Vec<Value>, _>>()
-                .unwrap_or_else(|e| panic!("not JSON answers ({e}): {stdout}"))
-        }
+        async move { json_answers(&output_of(cmd, "the section's commands").await) }
     };
     let claimed = run(claim).await;
     let challenge = &claimed[0]["challenge"]["dns"];
@@ -643,4 +641,48 @@ async fn trusting_an_issuer_runs_as_written() {
             .any(|d| d["domain"] == "billing.example.net" && d["status"] == "held" && d["method"] == "dns"),
         "{operator}"
     );
+}
+
+/// The DPoP section as written: the agent's key and proofs made with panva's `dpop` (with an
+/// Ed25519 key, then an ES256 one) and with PyJWT (the same commands), the token bound with
+/// `curl`, checked online, and the proof refused when it comes again.
+#[actix_web::test]
+async fn the_dpop_section_runs_as_written() {
+    let app = crate::helpers::spawn_app().await;
+    let section = shell_blocks("Tokens bound to a key (DPoP)").concat();
+    for (agent, alg) in [
+        ("node agent_dpop.mjs", "Ed25519"),
+        ("node agent_dpop.mjs", "ES256"),
+        ("python3 agent_dpop.py", "EdDSA"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["agent_dpop.mjs", "agent_dpop.py"] {
+            std::fs::write(dir.path().join(name), snippet(name).text).unwrap();
+        }
+        std::os::unix::fs::symlink(
+            root().join("tests/offline/node_modules"),
+            dir.path().join("node_modules"),
+        )
+        .unwrap();
+        let script = section.replace("node agent_dpop.mjs", agent);
+        let mut cmd = shell(dir.path(), &script);
+        cmd.env("BASE", &app.base)
+            .env("SK", app.secret())
+            .env("DPOP_ALG", alg);
+        let answers = json_answers(&output_of(cmd, &format!("{agent} ({alg})")).await);
+        let [valid, replayed] = &answers[..] else {
+            panic!("two answers expected: {answers:?}");
+        };
+        assert_eq!(valid["valid"], true, "{agent} ({alg}): {valid}");
+        assert!(valid["cnf"]["jkt"].is_string(), "{valid}");
+        assert_eq!(
+            replayed,
+            &serde_json::json!({"valid": false, "error": "PROOF_REPLAYED"})
+        );
+        let files = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(
+            files, 4,
+            "the two snippets, node_modules and the agent's one key file"
+        );
+    }
 }

@@ -24,6 +24,7 @@ pub fn agent(id: &str, org: &str) -> AgentRecord {
         revoked_at: None,
         revocation_reason: None,
         status: None,
+        jkt: None,
         verification_count: 0,
     }
 }
@@ -50,7 +51,7 @@ async fn agents_round_trip_revoke_once_and_refuse_renewal_when_revoked() {
     assert_eq!(s.get_agent(&a.id).await.unwrap(), Some(a.clone()));
     assert!(s.insert_agent(&a).await.is_err(), "ids are unique");
     assert!(s
-        .renew_token(&a.id, Millis(5000), Millis(9000), None)
+        .renew_token(&a.id, Millis(5000), Millis(9000), None, None)
         .await
         .unwrap());
     assert_eq!(s.revocations_after(0).await.unwrap(), Default::default());
@@ -91,7 +92,10 @@ async fn agents_round_trip_revoke_once_and_refuse_renewal_when_revoked() {
     );
     assert!(after(1).await.unwrap().revoked.is_empty());
     assert_eq!(after(i64::MAX).await.unwrap().epoch, 1);
-    assert!(!s.renew_token(&a.id, Millis(30), Millis(40), None).await.unwrap());
+    assert!(!s
+        .renew_token(&a.id, Millis(30), Millis(40), None, None)
+        .await
+        .unwrap());
     assert_eq!(
         s.get_agent(&a.id).await.unwrap().unwrap().expires_at,
         Millis(9000)

@@ -62,6 +62,9 @@ pub struct AgentRecord {
     pub revocation_reason: Option<String>,
     /// Its place in a Token Status List (none only before `Agents::register` placed it).
     pub status: Option<StatusPlace>,
+    /// The RFC 7638 thumbprint of the key its newest token is bound to (`cnf.jkt`); none for
+    /// a bearer token.
+    pub jkt: Option<String>,
     pub verification_count: i64,
 }
 

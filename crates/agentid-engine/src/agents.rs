@@ -7,7 +7,8 @@ use agentid_core::domain::{
     new_id, AgentFields, AgentId, IdPrefix, KeyMode, Millis, RevokeReason, StatusPlace,
 };
 use agentid_core::keys::{KeyRing, SigningKeys};
-use agentid_core::token::Claims;
+use agentid_core::token::dpop::PublicJwk;
+use agentid_core::token::{Claims, Confirmation};
 use agentid_store::{AgentRecord, OrgRecord, PlaceDraw, SharedStore, StoreError};
 
 use crate::apikeys::Caller;
@@ -56,7 +57,13 @@ impl Agents {
         }
     }
 
-    pub async fn register(&self, caller: &Caller, fields: AgentFields) -> Result<Registration, EngineError> {
+    /// Registers an agent and signs its first token, bound to `key` when one is given.
+    pub async fn register(
+        &self,
+        caller: &Caller,
+        fields: AgentFields,
+        key: Option<&PublicJwk>,
+    ) -> Result<Registration, EngineError> {
         check_expiry(&caller.org, fields.expiry.get())?;
         let now = Millis::now();
         let issued = Millis::from_secs(now.as_secs());
@@ -75,6 +82,7 @@ impl Agents {
             revoked_at: None,
             revocation_reason: None,
             status: None,
+            jkt: key.map(PublicJwk::thumbprint),
             verification_count: 0,
         };
         // An agent whose token no verifier would accept is not registered: a token with the
@@ -148,8 +156,18 @@ impl Agents {
 
     /// Issues a new token. Allowed for expired agents (they become active again), refused
     /// for revoked ones. Earlier tokens stay valid until their own expiry.
-    pub async fn issue_token(&self, caller: &Caller, id: &str) -> Result<IssuedToken, EngineError> {
-        let agent = self.get(caller, id).await?;
+    /// A new token for the caller's agent, bound to `key` when one is given (a bearer token
+    /// otherwise, whatever the agent's earlier tokens were).
+    pub async fn issue_token(
+        &self,
+        caller: &Caller,
+        id: &str,
+        key: Option<&PublicJwk>,
+    ) -> Result<IssuedToken, EngineError> {
+        let agent = AgentRecord {
+            jkt: key.map(PublicJwk::thumbprint),
+            ..self.get(caller, id).await?
+        };
         if agent.revoked_at.is_some() {
             return Err(EngineError::AgentRevoked);
         }
@@ -160,7 +178,13 @@ impl Agents {
         let token = self.sign(&agent, issued, expires).await?;
         if !self
             .store
-            .renew_token(&agent.id, issued, expires, self.issuer_check.as_deref())
+            .renew_token(
+                &agent.id,
+                issued,
+                expires,
+                agent.jkt.as_deref(),
+                self.issuer_check.as_deref(),
+            )
             .await?
         {
             return Err(EngineError::AgentRevoked);
@@ -218,6 +242,7 @@ impl Agents {
             scopes: agent.scopes.clone(),
             status: agent.status.as_ref().map(|p| self.status.claim(p)),
             livemode: (agent.mode == KeyMode::Test).then_some(false),
+            cnf: agent.jkt.clone().map(|jkt| Confirmation { jkt }),
         });
         if token.len() > agentid_core::token::MAX_TOKEN_LEN {
             return Err(EngineError::TokenTooLong {

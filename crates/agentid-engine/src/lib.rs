@@ -11,6 +11,7 @@ mod agents;
 mod apikeys;
 mod audit;
 pub mod domains;
+mod dpop;
 pub mod grants;
 pub mod outbound;
 pub mod ratelimit;
@@ -35,9 +36,10 @@ pub use agentid_store::StoreError;
 pub use agents::{Agents, IssuedToken, Registration};
 pub use apikeys::{generate_key, hash_key, Caller, KeyLookup};
 pub use audit::{AuditError, WriterConfig};
+pub use dpop::{Presented, ProofError, MAX_REMEMBERED_PROOFS};
 pub use registry::{AgentEntry, Registry, Revoked};
 pub use verifier::VerifiedToken;
-pub use verify::{ValidAnswer, ValidToken, Verification, Verify};
+pub use verify::{Presentation, ValidAnswer, ValidToken, Verification, Verify};
 
 use apikeys::ApiKeys;
 use audit::{AuditHandle, WriterThread};
@@ -91,6 +93,8 @@ pub struct EngineConfig {
     pub key_refresh: Duration,
     /// A ledger that grew gets a new checkpoint at most this often.
     pub checkpoint_interval: Duration,
+    /// How far a DPoP proof's `iat` may be from now, either way.
+    pub dpop_max_skew: Duration,
     /// The public host, which names the log key and every ledger's checkpoints.
     pub log_host: String,
     /// The public URL: status lists' `iss` and the base of their URIs.
@@ -110,6 +114,7 @@ impl Default for EngineConfig {
             key_cache_ttl: apikeys::KEY_CACHE_TTL,
             key_refresh: Duration::from_secs(5),
             checkpoint_interval: Duration::from_secs(10),
+            dpop_max_skew: Duration::from_secs(60),
             log_host: "localhost".to_owned(),
             public_url: "http://localhost".to_owned(),
             status: status::StatusConfig::default(),

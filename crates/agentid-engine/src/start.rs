@@ -14,6 +14,7 @@ use crate::agents::Agents;
 use crate::apikeys::ApiKeys;
 use crate::audit::AuditHandle;
 use crate::domains::{Domains, IssuerPolicy};
+use crate::dpop::{ProofCheck, MAX_REMEMBERED_PROOFS};
 use crate::ratelimit::{self, RateLimits};
 use crate::registry::Registry;
 use crate::revocations::{self, Revocations};
@@ -112,6 +113,7 @@ impl Engine {
                 tokens.clone(),
                 audit.clone(),
                 revocations.clone(),
+                ProofCheck::new(cfg.dpop_max_skew.as_secs() as i64, MAX_REMEMBERED_PROOFS),
             ),
             agents: Agents {
                 store: store.clone(),

@@ -201,6 +201,7 @@ mod tests {
             scopes: vec![],
             status: None,
             livemode: None,
+            cnf: None,
         }
     }
 
@@ -273,6 +274,7 @@ mod tests {
                 scopes: (0..20).map(|j| format!("s{j}:{}", "x".repeat(120))).collect(),
                 status: None,
                 livemode: None,
+                cnf: None,
             });
             assert!(token.len() > 3000 && token.len() <= agentid_core::token::MAX_TOKEN_LEN);
             let (checked, _) = v.check(&token);

@@ -9,10 +9,11 @@ use std::time::Instant;
 
 use agentid_core::domain::audit::{revoked_failure_reason, AuditEntry};
 use agentid_core::domain::{AgentId, KeyMode, Ledger, Millis, VerifyResult};
-use agentid_core::token::RejectReason;
+use agentid_core::token::{Confirmation, RejectReason};
 use agentid_store::{SharedStore, StoreError};
 
 use crate::audit::AuditHandle;
+use crate::dpop::{Presented, ProofCheck, ProofError};
 use crate::registry::{AgentEntry, Registry};
 use crate::revocations::Revocations;
 use crate::verifier::{CacheOutcome, TokenVerifier, VerifiedToken};
@@ -24,6 +25,9 @@ pub struct Verification {
     pub result: VerifyResult,
     /// Present exactly when `result` is `Valid`.
     pub valid: Option<ValidToken>,
+    /// Why a token that passed was refused all the same: its DPoP proof (`result` is then
+    /// `Invalid`).
+    pub proof_error: Option<ProofError>,
     pub verified_at: Millis,
 }
 
@@ -48,6 +52,8 @@ pub struct ValidAnswer<'a> {
     pub(crate) issued_at: Millis,
     pub(crate) expires_at: Millis,
     pub(crate) livemode: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) cnf: Option<&'a Confirmation>,
     pub(crate) verified_at: Millis,
 }
 
@@ -65,6 +71,7 @@ impl ValidToken {
             issued_at: Millis::from_secs(c.iat),
             expires_at: Millis::from_secs(c.exp),
             livemode: self.agent.mode == KeyMode::Live,
+            cnf: c.cnf.as_ref(),
             verified_at,
         }
     }
@@ -111,6 +118,7 @@ struct Outcome {
     revocations_seen: i64,
     /// The token's cache entry is to be written once its answer is known.
     cache_it: bool,
+    proof_error: Option<ProofError>,
 }
 
 /// The verify path's counters, registered once: `metrics::counter!` with labels looks the
@@ -147,6 +155,16 @@ pub struct Verify {
     tokens: Arc<TokenVerifier>,
     audit: AuditHandle,
     revocations: Arc<Revocations>,
+    proofs: ProofCheck,
+}
+
+/// How a token is presented: alone (`GET /v1/verify/{token}`, where a bound token answers
+/// with its `cnf` and the receiver asks for a proof), or with what a DPoP check needs
+/// (`POST /v1/verify`: a bound token without its proof is refused).
+#[derive(Debug, Clone, Copy)]
+pub enum Presentation<'a> {
+    Token,
+    Dpop(Option<Presented<'a>>),
 }
 
 impl Verify {
@@ -156,6 +174,7 @@ impl Verify {
         tokens: Arc<TokenVerifier>,
         audit: AuditHandle,
         revocations: Arc<Revocations>,
+        proofs: ProofCheck,
     ) -> Self {
         Verify {
             counters: Counters::register(),
@@ -164,19 +183,41 @@ impl Verify {
             tokens,
             audit,
             revocations,
+            proofs,
         }
     }
 
     /// Verifies `token` (received at `received`), records it, and answers.
     pub async fn verify(&self, token: &str, received: Instant) -> Result<Verification, VerifyError> {
+        self.verify_presented(token, Presentation::Token, received).await
+    }
+
+    /// Verifies `token` presented as `how`, records it, and answers.
+    pub async fn verify_presented(
+        &self,
+        token: &str,
+        how: Presentation<'_>,
+        received: Instant,
+    ) -> Result<Verification, VerifyError> {
         let now = Millis::now();
-        let checked = match self.check(token, now).await {
+        let mut checked = match self.check(token, now).await {
             Ok(c) => c,
             Err(e) => {
                 self.counters.unrecorded.increment(1);
                 return Err(VerifyError::AgentUnreadable(e));
             }
         };
+        if let (Presentation::Dpop(presented), Some(valid)) = (how, &checked.valid) {
+            if let Err(refused) =
+                self.proofs
+                    .check(token, &valid.token.claims, presented.as_ref(), now.as_secs())
+            {
+                checked.result = VerifyResult::Invalid;
+                checked.failure_reason = Some(refused.reason);
+                checked.proof_error = Some(refused.error);
+                checked.valid = None;
+            }
+        }
         let entry = AuditEntry {
             ledger: checked.ledger,
             agent_id: checked.agent_id,
@@ -204,6 +245,9 @@ impl Verify {
         let verification = Verification {
             result: record.result,
             valid: checked.valid.filter(|_| record.result == VerifyResult::Valid),
+            proof_error: checked
+                .proof_error
+                .filter(|_| record.result == VerifyResult::Invalid),
             verified_at: now,
         };
         if let (true, Some(v)) = (checked.cache_it, &verification.valid) {
@@ -273,6 +317,7 @@ impl Verify {
             valid: (result == VerifyResult::Valid).then(|| ValidToken { token, agent }),
             revocations_seen,
             cache_it,
+            proof_error: None,
         })
     }
 
@@ -318,5 +363,6 @@ fn invalid(
         valid: None,
         revocations_seen,
         cache_it: false,
+        proof_error: None,
     }
 }

@@ -17,6 +17,7 @@ use agentid_core::domain::{
     Scopes, ValidationError,
 };
 use agentid_core::records::AgentRecord;
+use agentid_core::token::dpop::PublicJwk;
 
 /// `POST /v1/agents/register` body. Unknown fields are refused.
 #[derive(Deserialize, ToSchema)]
@@ -48,6 +49,28 @@ pub(crate) struct RegisterRequest {
     #[schema(minimum = 1, example = 86400)]
     #[serde(default)]
     expiry_seconds: Option<u64>,
+    /// Binds the token to this key (DPoP, RFC 9449): a public JWK, OKP/Ed25519 or EC/P-256.
+    /// The token carries its thumbprint as `cnf.jkt`, and passes only with a proof made with
+    /// the key. Without it, the token is a bearer token.
+    #[schema(value_type = Option<Object>, example = json!({"kty": "OKP", "crv": "Ed25519", "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}))]
+    #[serde(default)]
+    jwk: Option<serde_json::Value>,
+}
+
+/// `POST /v1/agents/{id}/issue-token` body (optional).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct IssueRequest {
+    /// Binds the new token to this key, as at registration; without it, a bearer token.
+    #[schema(value_type = Option<Object>)]
+    #[serde(default)]
+    jwk: Option<serde_json::Value>,
+}
+
+/// The key a token is to be bound to, when the body names one.
+fn binding(jwk: Option<&serde_json::Value>) -> Result<Option<PublicJwk>, ValidationError> {
+    jwk.map(|v| PublicJwk::parse(v).map_err(|e| ValidationError::new("jwk", e.0)))
+        .transpose()
 }
 
 /// One scope: `action:resource`, lower-case, at most 128 characters (the rule
@@ -131,8 +154,14 @@ pub(crate) async fn register(
     req: HttpRequest,
     body: Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    let fields = json_body::<RegisterRequest>(&req, &body)?.parse()?;
-    let reg = state.engine.agents().register(&caller, fields).await?;
+    let request = json_body::<RegisterRequest>(&req, &body)?;
+    let key = binding(request.jwk.as_ref())?;
+    let fields = request.parse()?;
+    let reg = state
+        .engine
+        .agents()
+        .register(&caller, fields, key.as_ref())
+        .await?;
     tracing::info!(agent_id = %reg.agent.id, org_id = %caller.org.id, "agent registered");
     Ok(no_store(HttpResponse::Created()).json(Registered {
         verify_url: state.verify_url(&reg.token),
@@ -197,6 +226,10 @@ pub(crate) struct AgentDetail {
     revoked_at: Option<Millis>,
     revocation_reason: Option<String>,
     verification_count: i64,
+    /// The RFC 7638 thumbprint of the key the newest token is bound to (its `cnf.jkt`); null
+    /// when the newest token is a bearer token.
+    #[schema(pattern = "^[A-Za-z0-9_-]{43}$")]
+    jkt: Option<String>,
 }
 
 /// Paging of `GET /v1/agents`: without either, the whole array (as the spec says).
@@ -315,6 +348,7 @@ pub async fn get(
         revoked_at: a.revoked_at,
         revocation_reason: a.revocation_reason,
         verification_count: a.verification_count,
+        jkt: a.jkt,
     }))
 }
 
@@ -332,12 +366,15 @@ pub(crate) struct Issued {
 #[utoipa::path(
     post, path = "/v1/agents/{id}/issue-token", tag = "agents",
     params(("id" = String, Path, description = "Agent id (agt_…)")),
+    request_body(content = Option<IssueRequest>, description = "Optional; send with Content-Type: application/json"),
     responses(
         (status = 201, description = "A new token; earlier tokens stay valid until their own expiry", body = Issued),
-        (status = 400, description = "VALIDATION_ERROR: the agent's token would exceed the 4096-byte limit of a token (an agent registered before the limit was enforced)", body = ErrorBody),
+        (status = 400, description = "INVALID_REQUEST, or VALIDATION_ERROR: a bad jwk, or the agent's token would exceed the 4096-byte limit of a token (an agent registered before the limit was enforced)", body = ErrorBody),
         (status = 403, description = "ISSUER_DOMAIN_NOT_VERIFIED: the organization no longer holds the agent's issuer_domain (or FORBIDDEN: a publishable key)", body = ErrorBody),
         (status = 404, description = "AGENT_NOT_FOUND", body = ErrorBody),
         (status = 409, description = "AGENT_REVOKED", body = ErrorBody),
+        (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
+        (status = 415, description = "INVALID_REQUEST: not application/json", body = ErrorBody),
     ),
     security(("bearer" = [])),
 )]
@@ -345,8 +382,20 @@ pub(crate) async fn issue_token(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
     id: web::Path<String>,
+    req: HttpRequest,
+    body: Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    let issued = state.engine.agents().issue_token(&caller, &id).await?;
+    // The body is optional; when there is one, it must be a JSON object.
+    let key = if body.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        binding(json_body::<IssueRequest>(&req, &body)?.jwk.as_ref())?
+    };
+    let issued = state
+        .engine
+        .agents()
+        .issue_token(&caller, &id, key.as_ref())
+        .await?;
     tracing::info!(agent_id = %issued.agent_id, "token issued");
     Ok(no_store(HttpResponse::Created()).json(Issued {
         verify_url: state.verify_url(&issued.token),

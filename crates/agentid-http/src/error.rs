@@ -366,8 +366,9 @@ pub(crate) fn docs_page() -> String {
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>agentid error codes</title></head>\
          <body><h1>agentid error codes</h1><p>Every error answer has the body \
          <code>{\"error\":{\"code\",\"message\",\"request_id\",\"docs_url\"}}</code>. \
-         Token failures of <code>GET /v1/verify/:token</code> are not errors: they answer 200 with \
-         <code>valid:false</code> and one of TOKEN_INVALID, TOKEN_REVOKED, TOKEN_EXPIRED.</p>",
+         Token failures of <code>GET /v1/verify/:token</code> and <code>POST /v1/verify</code> are not \
+         errors: they answer 200 with <code>valid:false</code> and one of TOKEN_INVALID, TOKEN_REVOKED, \
+         TOKEN_EXPIRED, PROOF_INVALID, PROOF_REPLAYED.</p>",
     );
     let mut seen = Vec::new();
     for code in ErrorCode::ALL {
@@ -388,6 +389,8 @@ pub(crate) fn docs_page() -> String {
         ("TOKEN_INVALID", "Verify answer: the token is malformed, over 4 KiB, not EdDSA, signed by an unknown key, has a bad signature, or names no agent."),
         ("TOKEN_REVOKED", "Verify answer: the token's agent is revoked."),
         ("TOKEN_EXPIRED", "Verify answer: the token's exp has passed."),
+        ("PROOF_INVALID", "Verify answer (POST /v1/verify): the token is bound to a key and no DPoP proof came with it, or a proof came with a bearer token, or the proof does not check: its signature, typ, alg, htm, htu or ath does not match, its key is not the token's (cnf.jkt), or its iat is too far from now."),
+        ("PROOF_REPLAYED", "Verify answer (POST /v1/verify): the DPoP proof's jti was already used with its key."),
     ] {
         html.push_str(&format!("<h2 id=\"{name}\">{name}</h2><p>{text}</p>"));
     }

@@ -90,6 +90,14 @@ fn routes(cfg: &mut web::ServiceConfig) {
                 .route(web::get().to(meta::status_list))
                 .route(web::head().to(meta::status_list)),
         )
+        // Before verify's scope, which would take `/v1/verify` too. Its body holds a token and
+        // a proof (4 KiB each): an oversized proof, up to twice the usual body limit, is
+        // answered PROOF_INVALID and recorded rather than refused unread.
+        .service(
+            resource(&routes::VERIFY_DPOP)
+                .app_data(web::PayloadConfig::new(2 * MAX_BODY))
+                .route(web::post().to(verify::verify_dpop)),
+        )
         // Verify is routed by its static prefix, not by its pattern's regex (see `verify::verify`).
         .service(
             web::scope("/v1/verify")

@@ -35,6 +35,7 @@ use super::error::{ErrorBody, ErrorCode};
         super::domains::verify,
         super::domains::release,
         super::verify::verify,
+        super::verify::verify_dpop,
         super::log::read,
         super::log::checkpoint,
         super::log::commitments,
@@ -79,7 +80,8 @@ impl Modify for Shared {
             "Identity and verification for AI agents: register, issue, verify, revoke, audit. \
              Every error answer has the standard body (ErrorBody) and the same id in X-Request-Id. \
              Error codes: {}. Token failures on verify are answers (200, valid false): TOKEN_INVALID, \
-             TOKEN_REVOKED, TOKEN_EXPIRED. Every response carries X-RateLimit-Limit, X-RateLimit-Remaining \
+             TOKEN_REVOKED, TOKEN_EXPIRED, and with a DPoP proof (POST /v1/verify) PROOF_INVALID and \
+             PROOF_REPLAYED. Every response carries X-RateLimit-Limit, X-RateLimit-Remaining \
              and X-RateLimit-Reset.",
             listed.join(", ")
         ));

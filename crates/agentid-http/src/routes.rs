@@ -68,6 +68,14 @@ pub(crate) static VERIFY: Route = Route {
     public: true,
     keyless: false,
 };
+/// A token with its DPoP proof: verify's own class and limits.
+pub(crate) static VERIFY_DPOP: Route = Route {
+    pattern: "/v1/verify",
+    class: Class::Verify,
+    counted: true,
+    public: true,
+    keyless: false,
+};
 pub(crate) static REGISTER: Route = other("/v1/agents/register");
 pub(crate) static AGENTS: Route = other("/v1/agents");
 pub(crate) static AGENT: Route = other("/v1/agents/{id}");

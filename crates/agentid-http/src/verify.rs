@@ -1,17 +1,20 @@
-//! `GET /v1/verify/{token}`: the receivers' endpoint. Token failures are answers
-//! (200, `valid:false`), not errors; only an unrecordable verification is an error (503).
+//! `GET /v1/verify/{token}` and `POST /v1/verify` (a token with its DPoP proof): the
+//! receivers' endpoints. Token and proof failures are answers (200, `valid:false`), not
+//! errors; only a bad request or an unrecordable verification is an error.
 
 use actix_web::http::{header, Method};
+use actix_web::web::Bytes;
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::context::AppState;
 use super::context::{self, Auth};
 use super::error::{ApiError, ErrorBody, ErrorCode};
+use super::input::json_body;
 use super::schema::Timestamp;
-use agentid_core::domain::{Millis, VerifyResult};
-use agentid_engine::Verification;
+use agentid_core::domain::{Millis, ValidationError, VerifyResult};
+use agentid_engine::{Presentation, Presented, ProofError, Verification};
 
 /// A valid token: the schema of what the engine renders (`agentid_engine::ValidAnswer`; a
 /// test holds the two to one JSON).
@@ -31,8 +34,21 @@ pub(crate) struct ValidBody<'a> {
     expires_at: Millis,
     /// False for a token issued in test mode (with an sk_test_ key).
     livemode: bool,
+    /// Present when the token is bound to a key (DPoP): a receiver then accepts it only with
+    /// a proof made with that key (`POST /v1/verify`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    cnf: Option<Cnf<'a>>,
     #[schema(value_type = Timestamp)]
     verified_at: Millis,
+}
+
+/// The key a token is bound to (RFC 7800).
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Cnf<'a> {
+    /// The RFC 7638 SHA-256 thumbprint of the key, base64url.
+    #[schema(pattern = "^[A-Za-z0-9_-]{43}$")]
+    jkt: &'a str,
 }
 
 /// A token that does not pass.
@@ -52,6 +68,13 @@ pub(crate) enum TokenError {
     TokenRevoked,
     #[serde(rename = "TOKEN_EXPIRED")]
     TokenExpired,
+    /// `POST /v1/verify` only: the proof is missing for a bound token or present for a bearer
+    /// one, or it does not match the request, the token, the token's key or the time.
+    #[serde(rename = "PROOF_INVALID")]
+    ProofInvalid,
+    /// `POST /v1/verify` only: the proof's `jti` was already used with its key.
+    #[serde(rename = "PROOF_REPLAYED")]
+    ProofReplayed,
 }
 
 /// The verification result: the valid form or the invalid form.
@@ -89,25 +112,134 @@ pub async fn verify(state: web::Data<AppState>, req: HttpRequest) -> Result<Http
         return Err(routing_error(ErrorCode::MethodNotAllowed)
             .with_header(header::ALLOW, header::HeaderValue::from_static("GET")));
     }
-    match context::auth(&req) {
-        Auth::Rejected => {
-            return Err(ApiError::unauthorized(
-                "invalid, unknown or disabled API key (verify needs none; omit the header or send a valid pk_ key)",
-            ))
-        }
-        Auth::NotBearer => return Err(ApiError::unauthorized(super::auth::NOT_BEARER)),
-        Auth::Anonymous | Auth::Key(_) | Auth::Unverifiable => {}
-    }
+    check_key(&req)?;
     let v = state
         .engine
         .verify()
         .verify(token, context::received(&req))
         .await?;
-    let answer = body(&v);
-    Ok(HttpResponse::Ok()
+    Ok(answer(&v))
+}
+
+/// `POST /v1/verify` body. Unknown fields are refused.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct VerifyRequest {
+    /// The token, as the agent sent it (`Authorization: DPoP <token>` or `Bearer <token>`).
+    #[schema(max_length = 4096)]
+    token: String,
+    /// The `DPoP` header the agent sent with it: required for a token bound to a key, refused
+    /// with a bearer token. At most 4096 bytes are read.
+    #[serde(default)]
+    dpop: Option<String>,
+    /// The method of the request the agent made to the receiver (required with `dpop`).
+    #[schema(example = "GET", pattern = "^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}$")]
+    #[serde(default)]
+    htm: Option<String>,
+    /// The URL of that request as the agent addressed it, `https://` or `http://` (required
+    /// with `dpop`); its query and fragment are not compared.
+    #[schema(example = "https://api.example/orders", max_length = 2048)]
+    #[serde(default)]
+    htu: Option<String>,
+}
+
+/// The longest `htu` taken.
+const MAX_HTU_LEN: usize = 2048;
+
+impl VerifyRequest {
+    /// What the engine checks; every field that is there must be well formed.
+    fn presentation(&self) -> Result<Presentation<'_>, ValidationError> {
+        let htm = self
+            .htm
+            .as_deref()
+            .map(|m| {
+                let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+                if (1..=32).contains(&m.len()) && m.bytes().all(tchar) {
+                    Ok(m)
+                } else {
+                    Err(ValidationError::new("htm", "must be an HTTP method such as GET"))
+                }
+            })
+            .transpose()?;
+        let htu = self
+            .htu
+            .as_deref()
+            .map(|u| {
+                let scheme = u.starts_with("https://") || u.starts_with("http://");
+                let host = u
+                    .split("://")
+                    .nth(1)
+                    .is_some_and(|r| !r.is_empty() && !r.starts_with('/'));
+                if scheme && host && u.len() <= MAX_HTU_LEN && u.bytes().all(|b| b.is_ascii_graphic()) {
+                    Ok(u)
+                } else {
+                    Err(ValidationError::new(
+                        "htu",
+                        format!("must be an absolute http:// or https:// URL of at most {MAX_HTU_LEN} bytes"),
+                    ))
+                }
+            })
+            .transpose()?;
+        let Some(proof) = self.dpop.as_deref() else {
+            return Ok(Presentation::Dpop(None));
+        };
+        if proof.is_empty() {
+            return Err(ValidationError::new(
+                "dpop",
+                "must not be empty: omit it for a bearer token",
+            ));
+        }
+        let htm = htm.ok_or_else(|| ValidationError::new("htm", "is required with dpop"))?;
+        let htu = htu.ok_or_else(|| ValidationError::new("htu", "is required with dpop"))?;
+        Ok(Presentation::Dpop(Some(Presented { proof, htm, htu })))
+    }
+}
+
+#[utoipa::path(
+    post, path = "/v1/verify", tag = "verify",
+    request_body = VerifyRequest,
+    responses(
+        (status = 200, description = "The verification result, as for GET /v1/verify/{token}, with the DPoP proof checked: a token bound to a key passes only with a fresh proof made with that key for this method and URL (PROOF_INVALID, PROOF_REPLAYED). Recorded in the audit log before it is sent.", body = VerifyAnswer),
+        (status = 400, description = "INVALID_REQUEST or VALIDATION_ERROR (token, dpop, htm or htu)", body = ErrorBody),
+        (status = 401, description = "UNAUTHORIZED: an Authorization header with an invalid key (verify needs none)", body = ErrorBody),
+        (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
+        (status = 415, description = "INVALID_REQUEST: not application/json", body = ErrorBody),
+        (status = 503, description = "AUDIT_UNAVAILABLE: the store cannot record this verification (or give the agent it names), so it is not answered", body = ErrorBody),
+    ),
+    security((), ("bearer" = [])),
+)]
+pub async fn verify_dpop(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    body: Bytes,
+) -> Result<HttpResponse, ApiError> {
+    check_key(&req)?;
+    let request = json_body::<VerifyRequest>(&req, &body)?;
+    let how = request.presentation()?;
+    let v = state
+        .engine
+        .verify()
+        .verify_presented(&request.token, how, context::received(&req))
+        .await?;
+    Ok(answer(&v))
+}
+
+/// An Authorization header, which verify does not need, must hold a valid key if it is sent.
+fn check_key(req: &HttpRequest) -> Result<(), ApiError> {
+    match context::auth(req) {
+        Auth::Rejected => Err(ApiError::unauthorized(
+            "invalid, unknown or disabled API key (verify needs none; omit the header or send a valid pk_ key)",
+        )),
+        Auth::NotBearer => Err(ApiError::unauthorized(super::auth::NOT_BEARER)),
+        Auth::Anonymous | Auth::Key(_) | Auth::Unverifiable => Ok(()),
+    }
+}
+
+fn answer(v: &Verification) -> HttpResponse {
+    HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .content_type("application/json")
-        .body(answer))
+        .body(body(v))
 }
 
 /// The answer's JSON: the engine's rendering of a valid one, else the error.
@@ -115,10 +247,12 @@ pub fn body(v: &Verification) -> String {
     if let Some(valid) = v.valid_json() {
         return valid;
     }
-    let error = match v.result {
-        VerifyResult::Revoked => TokenError::TokenRevoked,
-        VerifyResult::Expired => TokenError::TokenExpired,
-        VerifyResult::Valid | VerifyResult::Invalid => TokenError::TokenInvalid,
+    let error = match (v.result, v.proof_error) {
+        (VerifyResult::Invalid, Some(ProofError::Invalid)) => TokenError::ProofInvalid,
+        (VerifyResult::Invalid, Some(ProofError::Replayed)) => TokenError::ProofReplayed,
+        (VerifyResult::Revoked, _) => TokenError::TokenRevoked,
+        (VerifyResult::Expired, _) => TokenError::TokenExpired,
+        (VerifyResult::Valid | VerifyResult::Invalid, _) => TokenError::TokenInvalid,
     };
     serde_json::to_string(&VerifyAnswer::Invalid(InvalidBody { valid: false, error }))
         .expect("verify answers serialize")
@@ -144,6 +278,7 @@ mod tests {
             scopes: vec!["read:a".into(), "back\\slash".into()],
             status: None,
             livemode: None,
+            cnf: None,
         }));
         let t = ValidToken {
             token: token.clone(),
@@ -165,12 +300,14 @@ mod tests {
                 issued_at: Millis::from_secs(token.claims.iat),
                 expires_at: Millis::from_secs(token.claims.exp),
                 livemode: true,
+                cnf: None,
                 verified_at,
             }))
             .unwrap();
             let v = Verification {
                 result: VerifyResult::Valid,
                 valid: Some(t.clone()),
+                proof_error: None,
                 verified_at,
             };
             assert_eq!(body(&v), expected);

@@ -47,7 +47,8 @@ pub trait AgentStore {
     ) -> StoreFuture<'a, Vec<AgentRecord>>;
     /// All agents with an id greater than `after_id`, in id order (for loading the registry).
     fn scan_agents<'a>(&'a self, after_id: &'a str, limit: u32) -> StoreFuture<'a, Vec<AgentRecord>>;
-    /// Records a newly issued token; false (and no change) when the agent is revoked or missing.
+    /// Records a newly issued token, bound to the key of thumbprint `jkt` or not bound; false
+    /// (and no change) when the agent is revoked or missing.
     /// With `issuer`, only when the agent's organization may still issue under its issuer
     /// domain (`StoreError::NotHeld` otherwise), read in the same exclusive transaction.
     fn renew_token<'a>(
@@ -55,6 +56,7 @@ pub trait AgentStore {
         id: &'a str,
         issued_at: Millis,
         expires_at: Millis,
+        jkt: Option<&'a str>,
         issuer: Option<&'a KeyRing>,
     ) -> StoreFuture<'a, bool>;
     /// Revokes once; a second call changes nothing. Returns the agent as stored afterwards,
@@ -215,15 +217,17 @@ where
         id: &'a str,
         issued_at: Millis,
         expires_at: Millis,
+        jkt: Option<&'a str>,
         issuer: Option<&'a KeyRing>,
     ) -> StoreFuture<'a, bool> {
         Box::pin(async move {
             let renew = sqlx::query(
-                "UPDATE agents SET issued_at = $2, expires_at = $3 WHERE id = $1 AND revoked_at IS NULL",
+                "UPDATE agents SET issued_at = $2, expires_at = $3, jkt = $4 WHERE id = $1 AND revoked_at IS NULL",
             )
             .bind(id)
             .bind(issued_at.0)
-            .bind(expires_at.0);
+            .bind(expires_at.0)
+            .bind(jkt);
             let Some(keys) = issuer else {
                 return Ok(DB::rows_affected(&renew.execute(&self.pool).await?) == 1);
             };

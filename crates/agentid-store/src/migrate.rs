@@ -86,6 +86,11 @@ pub const SQLITE: Embedded = &[
         "ssf bounded outbox",
         include_str!("../../../migrations/sqlite/0016_ssf_bounded_outbox.sql"),
     ),
+    (
+        17,
+        "token binding",
+        include_str!("../../../migrations/sqlite/0017_token_binding.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -167,6 +172,11 @@ pub const POSTGRES: Embedded = &[
         16,
         "ssf bounded outbox",
         include_str!("../../../migrations/postgres/0016_ssf_bounded_outbox.sql"),
+    ),
+    (
+        17,
+        "token binding",
+        include_str!("../../../migrations/postgres/0017_token_binding.sql"),
     ),
 ];
 

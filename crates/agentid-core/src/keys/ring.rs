@@ -436,6 +436,7 @@ mod tests {
             scopes: vec!["read:x".into()],
             status: None,
             livemode: None,
+            cnf: None,
         }
     }
 

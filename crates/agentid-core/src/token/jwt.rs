@@ -26,6 +26,17 @@ pub struct Claims {
     /// `true` is refused as malformed: the service never writes it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub livemode: Option<bool>,
+    /// The key the token is bound to (RFC 7800, RFC 9449 §6.1): a holder must present a DPoP
+    /// proof made with it. Absent on a bearer token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cnf: Option<Confirmation>,
+}
+
+/// `{"jkt": "<RFC 7638 thumbprint, base64url>"}`, exactly.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Confirmation {
+    pub jkt: String,
 }
 
 /// `{"status_list": {"idx": …, "uri": …}}`, exactly.
@@ -175,6 +186,7 @@ mod tests {
             scopes: vec!["read:x".into()],
             status: None,
             livemode: None,
+            cnf: None,
         }
     }
 
@@ -265,6 +277,7 @@ mod props {
             scopes: vec!["read:x".into()],
             status: None,
             livemode: None,
+            cnf: None,
         };
         encode(&key, "kid", &claims)
     }

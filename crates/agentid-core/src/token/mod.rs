@@ -4,6 +4,6 @@ pub mod dpop;
 mod jwt;
 
 pub use jwt::{
-    decode, encode, encode_json, Claims, RejectReason, Rejected, Status, StatusListRef, Unverified,
-    MAX_TOKEN_LEN,
+    decode, encode, encode_json, Claims, Confirmation, RejectReason, Rejected, Status, StatusListRef,
+    Unverified, MAX_TOKEN_LEN,
 };
