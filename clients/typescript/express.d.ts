@@ -1,8 +1,10 @@
 import type { Verifier } from "./index.js";
 
-/** Express middleware setting `req.agent`; otherwise 401 (403 for INSUFFICIENT_SCOPE, 503 for
- * UNAVAILABLE, 500 for MISCONFIGURED) with {"error": code}. */
+/** Express middleware setting `req.agent` for a bearer token or a DPoP-bound token with its
+ * proof; otherwise 401 (403 for INSUFFICIENT_SCOPE, 503 for UNAVAILABLE, 500 for
+ * MISCONFIGURED) with {"error": code} and a WWW-Authenticate challenge. `publicOrigin`: the
+ * origin agents address (behind a proxy), from which a proof's URL is rebuilt. */
 export function agentIdMiddleware(
   verifier: Verifier,
-  options?: { scopes?: string[] },
+  options?: { scopes?: string[]; publicOrigin?: string },
 ): (req: any, res: any, next: (err?: unknown) => void) => Promise<void>;

@@ -1,20 +1,47 @@
-// Express middleware: verifies the request's agent token before the route sees it. On
-// success the agent is `req.agent`; otherwise 401 (403 for INSUFFICIENT_SCOPE, 503 for
-// UNAVAILABLE, 500 for MISCONFIGURED: the receiver's own configuration) with `{"error": code}`.
+// Express middleware: verifies the request's agent token before the route sees it. A bearer
+// token comes as `Authorization: Bearer <token>`; a token bound to a key (DPoP) as
+// `Authorization: DPoP <token>` with its proof in the `DPoP` header, checked for this
+// request's method and URL (`publicOrigin` names the origin agents address behind a proxy).
+// On success the agent is `req.agent`; otherwise 401 (403 for INSUFFICIENT_SCOPE, 503 for
+// UNAVAILABLE, 500 for MISCONFIGURED: the receiver's own configuration) with
+// `{"error": code}` and a `WWW-Authenticate` challenge (RFC 6750, RFC 9449 §7.1).
 import { VerificationError } from "./index.js";
 
 const STATUS = { INSUFFICIENT_SCOPE: 403, UNAVAILABLE: 503, MISCONFIGURED: 500 };
+const DPOP_ALGS = "EdDSA Ed25519 ES256";
 
-export function agentIdMiddleware(verifier, { scopes = [] } = {}) {
+/** The `WWW-Authenticate` value for `error` on a request that used `scheme`. */
+function challenge(error, scheme) {
+  const proof = error.code === "PROOF_INVALID" || error.code === "PROOF_REPLAYED";
+  if (scheme === "DPoP" || proof) {
+    return `DPoP error="${scheme === "DPoP" && proof ? "invalid_dpop_proof" : "invalid_token"}", algs="${DPOP_ALGS}"`;
+  }
+  return 'Bearer error="invalid_token"';
+}
+
+export function agentIdMiddleware(verifier, { scopes = [], publicOrigin } = {}) {
+  const origin = publicOrigin?.replace(/\/+$/, "");
   return async (req, res, next) => {
     const header = req.headers?.authorization || "";
-    const token = header.toLowerCase().startsWith("bearer ") ? header.slice(7).trim() : "";
+    const scheme = header.slice(0, 5).toLowerCase() === "dpop " ? "DPoP" : "Bearer";
     try {
-      if (!token) throw new VerificationError("TOKEN_INVALID", "no bearer token");
-      req.agent = await verifier.verify(token, { scopes });
+      if (scheme === "DPoP") {
+        const token = header.slice(5).trim();
+        if (!token) throw new VerificationError("TOKEN_INVALID", "no token");
+        // Node joins repeated headers with commas; a proof holds none.
+        const proof = req.headers.dpop;
+        if (typeof proof === "string" && proof.includes(",")) throw new VerificationError("PROOF_INVALID", "more than one DPoP header");
+        const path = (req.originalUrl ?? req.url ?? "/").split("?")[0];
+        const base = origin ?? `${req.protocol ?? (req.socket?.encrypted ? "https" : "http")}://${req.headers.host}`;
+        req.agent = await verifier.verifyDpop(token, proof, req.method, base + path, { scopes });
+      } else {
+        const token = header.toLowerCase().startsWith("bearer ") ? header.slice(7).trim() : "";
+        if (!token) throw new VerificationError("TOKEN_INVALID", "no bearer token");
+        req.agent = await verifier.verify(token, { scopes });
+      }
     } catch (e) {
       if (!(e instanceof VerificationError)) return next(e);
-      res.setHeader("WWW-Authenticate", 'Bearer error="invalid_token"');
+      res.setHeader("WWW-Authenticate", challenge(e, scheme));
       res.statusCode = STATUS[e.code] || 401;
       res.setHeader("Content-Type", "application/json");
       res.end(JSON.stringify({ error: e.code }));

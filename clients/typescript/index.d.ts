@@ -7,7 +7,9 @@ export type ErrorCode =
   | "TOKEN_REVOKED"
   | "INSUFFICIENT_SCOPE"
   | "UNAVAILABLE"
-  | "MISCONFIGURED";
+  | "MISCONFIGURED"
+  | "PROOF_INVALID"
+  | "PROOF_REPLAYED";
 
 export class VerificationError extends Error {
   constructor(code: ErrorCode, message?: string);
@@ -46,13 +48,22 @@ export interface VerifierOptions {
    * default the push endpoint's origin (push) or the stream id (poll). When set, `handleSet`
    * refuses a SET whose `aud` does not hold it. */
   setAudience?: string;
+  /** Seconds a DPoP proof's `iat` may be from now, either way (60). */
+  dpopMaxSkew?: number;
 }
 
 export class Verifier {
   constructor(options: VerifierOptions);
   /** Offline: signature, claims, revocation (pushed, or through the status list), issuer,
-   * mode, scopes. A token over 4096 bytes is TOKEN_INVALID unparsed. */
+   * mode, scopes. A token over 4096 bytes is TOKEN_INVALID unparsed; a token bound to a key
+   * (`cnf`) is PROOF_INVALID: it needs `verifyDpop`. */
   verify(token: string, options?: { scopes?: string[] }): Promise<Agent>;
+  /** A token bound to a key, with the DPoP proof (RFC 9449) that came with it for a `method`
+   * request to `url` (as the agent addressed it): the token as `verify` checks it, then the
+   * proof (signature by the token's key, typ, alg, htm, htu, ath, iat within `dpopMaxSkew`),
+   * which passes once (PROOF_REPLAYED after). A bearer token or a missing proof:
+   * PROOF_INVALID. */
+  verifyDpop(token: string, proof: string | undefined, method: string, url: string, options?: { scopes?: string[] }): Promise<Agent>;
   /** Online: GET /v1/verify/:token, then the issuer, mode and scope checks of `verify`. A
    * refused `key` is MISCONFIGURED. */
   verifyOnline(token: string, options?: { key?: string; scopes?: string[] }): Promise<Agent>;

@@ -4,7 +4,7 @@
 // warm verification makes no network call. No redirect is followed, no answer is read past
 // 1 MiB, and every failure is a `VerificationError`. Uses `fetch`, WebCrypto (through jose)
 // and `DecompressionStream`: it runs on Node >= 20 and on fetch-based runtimes.
-import { importJWK, jwtVerify, decodeProtectedHeader, errors as joseErrors } from "jose";
+import { importJWK, jwtVerify, decodeProtectedHeader, errors as joseErrors, EmbeddedJWK, calculateJwkThumbprint, base64url } from "jose";
 
 const SESSION_REVOKED = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
 /** The longest token accepted (the service issues none longer); a longer one is not parsed. */
@@ -14,6 +14,13 @@ const MAX_BODY_BYTES = 1 << 20;
 const MAX_LIST_BYTES = 16 << 20;
 /** How many SET `jti`s are remembered to refuse a replay. */
 const SEEN_SETS = 10_000;
+/** The longest DPoP proof read, and how many proofs are remembered to refuse a replay. */
+const MAX_PROOF_BYTES = 4096;
+const SEEN_PROOFS = 100_000;
+/** The DPoP proof algorithms, with the key type and curve each needs. */
+const PROOF_ALGS = { EdDSA: ["OKP", "Ed25519"], Ed25519: ["OKP", "Ed25519"], ES256: ["EC", "P-256"] };
+/** Members that make a JWK private (or symmetric). */
+const PRIVATE_MEMBERS = ["d", "p", "q", "dp", "dq", "qi", "oth", "k"];
 
 export class VerificationError extends Error {
   /** @param {string} code @param {string} [message] */
@@ -80,7 +87,7 @@ export class Verifier {
    *          failOpen?: boolean, kidRefetchInterval?: number, timeout?: number,
    *          allowTest?: boolean, setAudience?: string}} options
    */
-  constructor({ baseUrl, issuers, leeway = 30, listGrace = 300, failOpen = false, kidRefetchInterval = 60, timeout = 5, allowTest = false, setAudience }) {
+  constructor({ baseUrl, issuers, leeway = 30, listGrace = 300, failOpen = false, kidRefetchInterval = 60, timeout = 5, allowTest = false, setAudience, dpopMaxSkew = 60 }) {
     if (!/^https?:\/\/[^/]/.test(baseUrl ?? "")) throw new TypeError(`baseUrl ${baseUrl} is not an http(s) URL`);
     if (!(timeout > 0 && Number.isFinite(timeout))) throw new TypeError("timeout must be a positive number of seconds");
     this.allowTest = allowTest;
@@ -100,6 +107,9 @@ export class Verifier {
     this.lists = new Map(); // uri -> {bits, ttl, doc}
     this.revoked = new Set();
     this.seenSets = new Set(); // the last SEEN_SETS jtis taken, oldest first
+    this.dpopMaxSkew = dpopMaxSkew;
+    this.seenProofs = new Map(); // `${jkt}.${jti}` -> iat, oldest taken first
+    this.proofFloor = -Infinity; // proofs made at or before this are refused (the memory was full)
   }
 
   /** GETs `url` with the timeout, no redirect; its status, headers and (for a 200) body,
@@ -260,8 +270,48 @@ export class Verifier {
     return live;
   }
 
-  /** Verifies `token` offline: signature, claims, revocation and `scopes`. */
+  /** Verifies `token` offline: signature, claims, revocation and `scopes`. A token bound to a
+   * key is PROOF_INVALID here: it needs `verifyDpop`. */
   async verify(token, { scopes = [] } = {}) {
+    const { claims, agent } = await this.checked(token, scopes);
+    if (claims.cnf !== undefined) fail("PROOF_INVALID", "the token is bound to a key: it passes only with a DPoP proof (verifyDpop)");
+    return agent;
+  }
+
+  /** Verifies a token bound to a key with the DPoP proof that came with it, for a `method`
+   * request to `url` (as the agent addressed it): the token as `verify` does, then the proof,
+   * which passes once. */
+  async verifyDpop(token, proof, method, url, { scopes = [] } = {}) {
+    const { claims, agent } = await this.checked(token, scopes);
+    const bound = claims.cnf?.jkt;
+    if (typeof bound !== "string") fail("PROOF_INVALID", "the token is not bound to a key: send it as a Bearer token");
+    if (typeof proof !== "string" || !proof) fail("PROOF_INVALID", "no DPoP proof came with a token bound to a key");
+    const { jkt, jti, iat } = await checkProof(proof, method, url, token, Date.now() / 1000, this.dpopMaxSkew);
+    if (jkt !== bound) fail("PROOF_INVALID", "DPoP proof signed by a key other than the one the token is bound to");
+    this.admitProof(jkt, jti, iat);
+    return agent;
+  }
+
+  /** Remembers a proof, or refuses it as a replay (see `SEEN_PROOFS`). */
+  admitProof(jkt, jti, iat) {
+    const oldestValid = Date.now() / 1000 - this.dpopMaxSkew;
+    for (const [id, at] of this.seenProofs) {
+      if (at >= oldestValid) break;
+      this.seenProofs.delete(id);
+    }
+    if (iat <= this.proofFloor) fail("PROOF_REPLAYED", `DPoP proof made at or before ${this.proofFloor}, when the memory of used proofs is full`);
+    const id = `${jkt}.${jti}`;
+    if (this.seenProofs.has(id)) fail("PROOF_REPLAYED", "DPoP proof replayed: its jti was already used with this key");
+    this.seenProofs.set(id, iat);
+    while (this.seenProofs.size > SEEN_PROOFS) {
+      const [oldest, at] = this.seenProofs.entries().next().value;
+      this.seenProofs.delete(oldest);
+      this.proofFloor = Math.max(this.proofFloor, at);
+    }
+  }
+
+  /** The claims and agent of `token`, checked offline (`verify`). */
+  async checked(token, scopes) {
     const c = await this.decode(sized(token), "JWT", ["exp", "iat", "sub", "iss"]);
     if (c.iat > Date.now() / 1000 + this.leeway) fail("TOKEN_INVALID", "issued in the future");
     const granted = c.scopes ?? [];
@@ -274,7 +324,7 @@ export class Verifier {
       if ((await this.status(ref.uri, ref.idx)) === 1) fail("TOKEN_REVOKED", "revoked (status list)");
     }
     scoped(granted, scopes);
-    return {
+    const agent = {
       agentId: c.sub,
       issuer: c.iss,
       scopes: granted,
@@ -282,6 +332,7 @@ export class Verifier {
       expiresAt: new Date(c.exp * 1000),
       livemode,
     };
+    return { claims: c, agent };
   }
 
   /** Whether a token is live; a test-mode one (`livemode: false`) is refused unless
@@ -313,6 +364,7 @@ export class Verifier {
     if (!a.valid) fail(["TOKEN_REVOKED", "TOKEN_EXPIRED"].includes(a.error) ? a.error : "TOKEN_INVALID", `${a.error}`);
     const granted = a.scopes ?? [];
     const livemode = this.admit(a.agent_id, a.issuer, granted, a.livemode);
+    if (a.cnf !== undefined) fail("PROOF_INVALID", "the token is bound to a key: it passes only with a DPoP proof (verifyDpop)");
     scoped(granted, scopes);
     return { agentId: a.agent_id, issuer: a.issuer, scopes: granted, issuedAt, expiresAt, livemode };
   }
@@ -367,4 +419,43 @@ async function readJwks(body) {
 function scoped(granted, scopes) {
   const missing = scopes.filter((s) => !granted.includes(s));
   if (missing.length) fail("INSUFFICIENT_SCOPE", `missing scopes ${missing.join(", ")}`);
+}
+
+const withoutQuery = (url) => url.split("#")[0].split("?")[0];
+
+/** Checks a DPoP proof (RFC 9449 §4.3) for a `method` request to `url` with `token` at `now`
+ * (seconds): `typ` dpop+jwt, `alg` EdDSA, Ed25519 or ES256 fitting the public key in its
+ * `jwk` header, signed by that key (jose), and `jti`, `htm`, `htu`, `iat`, `ath` matching.
+ * The thumbprint of its key, its `jti` and `iat`; PROOF_INVALID otherwise. */
+async function checkProof(proof, method, url, token, now, maxSkew) {
+  const refuse = (why) => fail("PROOF_INVALID", `DPoP proof: ${why}`);
+  if (proof.length > MAX_PROOF_BYTES) refuse(`longer than ${MAX_PROOF_BYTES} bytes`);
+  let header;
+  try {
+    header = decodeProtectedHeader(proof);
+  } catch {
+    refuse("malformed");
+  }
+  if (header.typ !== "dpop+jwt") refuse("typ must be dpop+jwt");
+  const fit = PROOF_ALGS[header.alg];
+  if (!fit) refuse("alg must be EdDSA, Ed25519 or ES256");
+  const jwk = header.jwk;
+  if (!jwk || typeof jwk !== "object" || Array.isArray(jwk)) refuse("jwk must be the public key, as a JSON object");
+  const secret = PRIVATE_MEMBERS.find((m) => m in jwk);
+  if (secret) refuse(`jwk holds the private member ${secret}`);
+  if (jwk.kty !== fit[0] || jwk.crv !== fit[1]) refuse(`alg ${header.alg} does not fit a ${jwk.kty}/${jwk.crv} key`);
+  let c, jkt;
+  try {
+    ({ payload: c } = await jwtVerify(proof, EmbeddedJWK, { algorithms: [header.alg], typ: "dpop+jwt" }));
+    jkt = await calculateJwkThumbprint(jwk, "sha256");
+  } catch (e) {
+    refuse(`the signature does not check with the key in jwk: ${e.message}`);
+  }
+  if (typeof c.jti !== "string" || !c.jti || c.jti.length > 256) refuse("jti must be a string of 1 to 256 characters");
+  if (c.htm !== method) refuse(`htm is not ${method}`);
+  if (typeof c.htu !== "string" || !c.htu || withoutQuery(c.htu) !== withoutQuery(url)) refuse(`htu is not ${withoutQuery(url)}`);
+  if (!Number.isSafeInteger(c.iat) || Math.abs(c.iat - now) > maxSkew) refuse(`iat is more than ${maxSkew} s from now`);
+  const ath = base64url.encode(new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(token))));
+  if (c.ath !== ath) refuse("ath is not the token's hash");
+  return { jkt, jti: c.jti, iat: c.iat };
 }

@@ -14,6 +14,9 @@
 //! println!("{} of {}", agent.agent_id, agent.issuer);
 //! // Online: the service sees a revocation at once; the same issuer, mode and scope checks.
 //! let agent = verifier.verify_online(token, None, &["read:orders"]).await?;
+//! // A token bound to the agent's key, with the DPoP proof of its request.
+//! # let proof = "";
+//! let agent = verifier.verify_dpop(token, Some(proof), "GET", "https://api.example/orders", &[]).await?;
 //! // A Security Event Token pushed to (or polled by) this receiver.
 //! verifier.handle_set(set_jwt).await?;
 //! # Ok(()) }
@@ -34,8 +37,11 @@
 //! one of [`Builder::issuers`] (when set) and, with [`Builder::set_audience`], its `aud` holds
 //! that audience.
 //!
+//! A token bound to a key (its `cnf`, DPoP) passes only through [`Verifier::verify_dpop`],
+//! with a proof made with that key for the request (RFC 9449), each proof once.
+//!
 //! Every failure is an [`Error`] whose [`Error::code`] is `TOKEN_INVALID`, `TOKEN_EXPIRED`,
-//! `TOKEN_REVOKED`, `INSUFFICIENT_SCOPE` (the token's fault), `UNAVAILABLE` (the service's:
+//! `TOKEN_REVOKED`, `INSUFFICIENT_SCOPE`, `PROOF_INVALID`, `PROOF_REPLAYED` (the token's fault), `UNAVAILABLE` (the service's:
 //! unreachable, a redirect, or an answer that is not what it should be) or `MISCONFIGURED`
 //! (the receiver's own: the service refused the API key given to `verify_online`, or the
 //! builder was given a bad base URL or timeout). The `tower` feature's `tower::AgentIdLayer`
@@ -52,6 +58,9 @@ use base64::Engine as _;
 use ed25519_dalek::{Signature, VerifyingKey};
 use parking_lot::Mutex;
 use serde_json::Value;
+
+mod dpop;
+pub use dpop::{MAX_PROOF_BYTES, SEEN_PROOFS};
 
 const SESSION_REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
 /// The longest token accepted (the service issues none longer); a longer one is not parsed.
@@ -74,6 +83,13 @@ pub enum Error {
     Revoked,
     #[error("INSUFFICIENT_SCOPE: missing {0:?}")]
     InsufficientScope(Vec<String>),
+    /// A token bound to a key without a proof made with that key for this request, a proof
+    /// with a bearer token, or a proof that does not check.
+    #[error("PROOF_INVALID: {0}")]
+    ProofInvalid(String),
+    /// A proof already taken (its `jti`, with its key).
+    #[error("PROOF_REPLAYED: {0}")]
+    ProofReplayed(String),
     /// The service cannot be reached, redirects, or answers something unusable.
     #[error("UNAVAILABLE: {0}")]
     Unavailable(String),
@@ -92,10 +108,16 @@ impl Error {
             Error::Expired => "TOKEN_EXPIRED",
             Error::Revoked => "TOKEN_REVOKED",
             Error::InsufficientScope(_) => "INSUFFICIENT_SCOPE",
+            Error::ProofInvalid(_) => "PROOF_INVALID",
+            Error::ProofReplayed(_) => "PROOF_REPLAYED",
             Error::Unavailable(_) => "UNAVAILABLE",
             Error::Misconfigured(_) => "MISCONFIGURED",
         }
     }
+}
+
+fn bound_as_bearer() -> Error {
+    Error::ProofInvalid("the token is bound to a key: it passes only with a DPoP proof (verify_dpop)".into())
 }
 
 fn invalid(why: impl Into<String>) -> Error {
@@ -137,6 +159,7 @@ pub struct Builder {
     kid_refetch: Duration,
     timeout: Duration,
     set_audience: Option<String>,
+    dpop_max_skew: Duration,
 }
 
 impl Builder {
@@ -186,6 +209,11 @@ impl Builder {
         self.set_audience = Some(aud.into());
         self
     }
+    /// How far a DPoP proof's `iat` may be from now, either way (60 s).
+    pub fn dpop_max_skew(mut self, d: Duration) -> Self {
+        self.dpop_max_skew = d;
+        self
+    }
     /// The verifier; `MISCONFIGURED` for a base URL that is not http(s) or a zero timeout.
     pub fn build(self) -> Result<Verifier, Error> {
         let base = self.base_url.trim_end_matches('/').to_owned();
@@ -214,6 +242,7 @@ impl Builder {
                 allow_test: self.allow_test,
                 kid_refetch: self.kid_refetch,
                 set_audience: self.set_audience,
+                dpop_max_skew: i64::try_from(self.dpop_max_skew.as_secs()).unwrap_or(i64::MAX),
                 state: Mutex::default(),
                 fetching_keys: tokio::sync::Mutex::default(),
                 fetching_lists: tokio::sync::Mutex::default(),
@@ -249,6 +278,7 @@ struct State {
     /// The `jti`s of the last [`SEEN_SETS`] SETs taken, and their order (oldest first).
     seen_sets: HashSet<String>,
     seen_order: VecDeque<String>,
+    proofs: dpop::Replays,
 }
 
 struct Inner {
@@ -261,6 +291,7 @@ struct Inner {
     allow_test: bool,
     kid_refetch: Duration,
     set_audience: Option<String>,
+    dpop_max_skew: i64,
     state: Mutex<State>,
     /// Held while fetching the keys, and the lists: concurrent verifications share one
     /// fetch. Two locks, as reading a list may need the keys.
@@ -371,6 +402,7 @@ impl Verifier {
             kid_refetch: Duration::from_secs(60),
             timeout: Duration::from_secs(5),
             set_audience: None,
+            dpop_max_skew: Duration::from_secs(60),
         }
     }
 
@@ -625,8 +657,59 @@ impl Verifier {
         self.verify_with_scopes(token, &[]).await
     }
 
-    /// Verifies `token` offline, and that it grants every one of `scopes`.
+    /// Verifies `token` offline, and that it grants every one of `scopes`. A token bound to a
+    /// key is `PROOF_INVALID` here: it needs [`Verifier::verify_dpop`].
     pub async fn verify_with_scopes(&self, token: &str, scopes: &[&str]) -> Result<Agent, Error> {
+        let (claims, agent) = self.checked(token, scopes).await?;
+        if claims.get("cnf").is_some() {
+            return Err(bound_as_bearer());
+        }
+        Ok(agent)
+    }
+
+    /// Verifies a token bound to a key with the DPoP `proof` that came with it, for a
+    /// `method` request to `url` (as the agent addressed it: the receiver's public origin):
+    /// the token as [`Verifier::verify_with_scopes`] does, then the proof (its signature by
+    /// the token's key, `typ`, `alg`, `htm`, `htu`, `ath`, `iat` within
+    /// [`Builder::dpop_max_skew`]), which passes once (`PROOF_REPLAYED` after). A token that is
+    /// not bound, or a missing proof, is `PROOF_INVALID`.
+    pub async fn verify_dpop(
+        &self,
+        token: &str,
+        proof: Option<&str>,
+        method: &str,
+        url: &str,
+        scopes: &[&str],
+    ) -> Result<Agent, Error> {
+        let (claims, agent) = self.checked(token, scopes).await?;
+        let Some(bound) = claims["cnf"]["jkt"].as_str() else {
+            return Err(Error::ProofInvalid(
+                "the token is not bound to a key: send it as a Bearer token".into(),
+            ));
+        };
+        let Some(proof) = proof else {
+            return Err(Error::ProofInvalid(
+                "no DPoP proof came with a token bound to a key".into(),
+            ));
+        };
+        let now = now_secs();
+        let skew = self.inner.dpop_max_skew;
+        let checked = dpop::check_proof(proof, method, url, token, now, skew)?;
+        if checked.jkt != bound {
+            return Err(Error::ProofInvalid(
+                "DPoP proof signed by a key other than the one the token is bound to".into(),
+            ));
+        }
+        self.inner
+            .state
+            .lock()
+            .proofs
+            .admit(&checked, now.saturating_sub(skew))?;
+        Ok(agent)
+    }
+
+    /// The claims and agent of `token`, checked offline.
+    async fn checked(&self, token: &str, scopes: &[&str]) -> Result<(Value, Agent), Error> {
         let c = self.decode(sized(token)?, "JWT").await?;
         let (Some(sub), Some(iss), Some(iat), Some(exp)) = (
             c["sub"].as_str(),
@@ -656,14 +739,15 @@ impl Verifier {
             }
         }
         scoped(&granted, scopes)?;
-        Ok(Agent {
+        let agent = Agent {
             agent_id: sub.to_owned(),
             issuer: iss.to_owned(),
             scopes: granted,
             issued_at: UNIX_EPOCH + Duration::from_secs(iat.max(0) as u64),
             expires_at: UNIX_EPOCH + Duration::from_secs(exp.max(0) as u64),
             livemode,
-        })
+        };
+        Ok((c, agent))
     }
 
     /// What offline and online verification both check: the issuer, the mode, a pushed
@@ -749,6 +833,9 @@ impl Verifier {
         };
         let granted = granted(answer.get("scopes"))?;
         let livemode = self.admit(agent_id, issuer, answer.get("livemode"))?;
+        if answer.get("cnf").is_some() {
+            return Err(bound_as_bearer());
+        }
         scoped(&granted, scopes)?;
         Ok(Agent {
             agent_id: agent_id.to_owned(),
@@ -832,15 +919,18 @@ pub mod tower {
 
     use super::{Error, Verifier};
 
-    /// Verifies `Authorization: Bearer <token>` (with these `scopes`) before the inner
-    /// service sees the request. On success the [`super::Agent`] is in the request's
-    /// extensions; otherwise the answer is 401 (403 for `INSUFFICIENT_SCOPE`, 503 for
-    /// `UNAVAILABLE`, 500 for `MISCONFIGURED`: the receiver's own configuration) with
-    /// `{"error": code}` and `WWW-Authenticate: Bearer error="invalid_token"`.
+    /// Verifies `Authorization: Bearer <token>`, or a token bound to a key as
+    /// `Authorization: DPoP <token>` with its proof in the `DPoP` header (checked for the
+    /// request's method and URL), with these `scopes`, before the inner service sees the
+    /// request. On success the [`super::Agent`] is in the request's extensions; otherwise the
+    /// answer is 401 (403 for `INSUFFICIENT_SCOPE`, 503 for `UNAVAILABLE`, 500 for
+    /// `MISCONFIGURED`: the receiver's own configuration) with `{"error": code}` and a
+    /// `WWW-Authenticate` challenge (RFC 6750, RFC 9449 §7.1).
     #[derive(Clone)]
     pub struct AgentIdLayer {
         verifier: Verifier,
         scopes: Arc<Vec<String>>,
+        public_origin: Option<Arc<str>>,
     }
 
     impl AgentIdLayer {
@@ -848,7 +938,46 @@ pub mod tower {
             AgentIdLayer {
                 verifier,
                 scopes: Arc::new(scopes.iter().map(|s| s.to_string()).collect()),
+                public_origin: None,
             }
+        }
+
+        /// The origin agents address (`https://api.example`), when a proxy stands in front:
+        /// a DPoP proof's URL is this origin and the request's path. Without it, the URL is
+        /// rebuilt from the request (its URI's scheme and authority, else `http` and `Host`).
+        pub fn public_origin(mut self, origin: &str) -> Self {
+            self.public_origin = Some(origin.trim_end_matches('/').into());
+            self
+        }
+    }
+
+    /// The URL a request was addressed to, without its query.
+    fn request_url<B>(req: &http::Request<B>, origin: Option<&str>) -> String {
+        let path = req.uri().path();
+        if let Some(o) = origin {
+            return format!("{o}{path}");
+        }
+        let host = req.uri().authority().map(|a| a.as_str()).or_else(|| {
+            req.headers()
+                .get(http::header::HOST)
+                .and_then(|h| h.to_str().ok())
+        });
+        let scheme = req.uri().scheme_str().unwrap_or("http");
+        format!("{scheme}://{}{path}", host.unwrap_or_default())
+    }
+
+    /// The `WWW-Authenticate` value for `e` on a request that used DPoP (`dpop`) or not.
+    fn challenge(e: &Error, dpop: bool) -> String {
+        let proof = matches!(e, Error::ProofInvalid(_) | Error::ProofReplayed(_));
+        if dpop || proof {
+            let code = if dpop && proof {
+                "invalid_dpop_proof"
+            } else {
+                "invalid_token"
+            };
+            format!("DPoP error=\"{code}\", algs=\"EdDSA Ed25519 ES256\"")
+        } else {
+            "Bearer error=\"invalid_token\"".to_owned()
         }
     }
 
@@ -870,8 +999,9 @@ pub mod tower {
     }
 
     /// The answer to a refused token: 401, 403 for `INSUFFICIENT_SCOPE`, 503 for
-    /// `UNAVAILABLE`, 500 for `MISCONFIGURED`, with `{"error": code}`.
-    pub fn refusal<B: From<String>>(e: &Error) -> http::Response<B> {
+    /// `UNAVAILABLE`, 500 for `MISCONFIGURED`, with `{"error": code}` and the challenge of a
+    /// request that used DPoP (`dpop`) or a bearer token.
+    pub fn refusal<B: From<String>>(e: &Error, dpop: bool) -> http::Response<B> {
         let status = match e {
             Error::InsufficientScope(_) => 403,
             Error::Unavailable(_) => 503,
@@ -881,7 +1011,7 @@ pub mod tower {
         http::Response::builder()
             .status(status)
             .header(http::header::CONTENT_TYPE, "application/json")
-            .header(http::header::WWW_AUTHENTICATE, "Bearer error=\"invalid_token\"")
+            .header(http::header::WWW_AUTHENTICATE, challenge(e, dpop))
             .body(B::from(format!("{{\"error\":\"{}\"}}", e.code())))
             .expect("a valid response")
     }
@@ -907,28 +1037,55 @@ pub mod tower {
             let mut inner = std::mem::replace(&mut self.inner, clone);
             let layer = self.layer.clone();
             Box::pin(async move {
-                let token = req
+                let authorization = req
                     .headers()
                     .get(http::header::AUTHORIZATION)
                     .and_then(|v| v.to_str().ok())
-                    .and_then(|v| {
-                        v.get(..7)
-                            .filter(|p| p.eq_ignore_ascii_case("bearer "))
-                            .map(|_| v[7..].trim())
-                    })
-                    .filter(|t| !t.is_empty())
-                    .map(str::to_owned);
+                    .unwrap_or_default();
+                let scheme = |s: &str| {
+                    authorization
+                        .get(..s.len())
+                        .filter(|p| p.eq_ignore_ascii_case(s))
+                        .map(|_| authorization[s.len()..].trim())
+                        .filter(|t| !t.is_empty())
+                        .map(str::to_owned)
+                };
+                let (bearer, dpop) = (scheme("bearer "), scheme("dpop "));
+                let is_dpop = authorization
+                    .get(..5)
+                    .is_some_and(|p| p.eq_ignore_ascii_case("dpop "));
                 let scopes: Vec<&str> = layer.scopes.iter().map(String::as_str).collect();
-                let verified = match token {
-                    Some(t) => layer.verifier.verify_with_scopes(&t, &scopes).await,
-                    None => Err(Error::Invalid("no bearer token".into())),
+                let verified = if is_dpop {
+                    let proofs: Vec<&str> = req
+                        .headers()
+                        .get_all("dpop")
+                        .iter()
+                        .filter_map(|v| v.to_str().ok())
+                        .collect();
+                    let url = request_url(&req, layer.public_origin.as_deref());
+                    match (dpop, proofs.as_slice()) {
+                        (None, _) => Err(Error::Invalid("no token".into())),
+                        (Some(_), [_, _, ..]) => Err(Error::ProofInvalid("more than one DPoP header".into())),
+                        (Some(t), proofs) => {
+                            let method = req.method().as_str().to_owned();
+                            layer
+                                .verifier
+                                .verify_dpop(&t, proofs.first().copied(), &method, &url, &scopes)
+                                .await
+                        }
+                    }
+                } else {
+                    match bearer {
+                        Some(t) => layer.verifier.verify_with_scopes(&t, &scopes).await,
+                        None => Err(Error::Invalid("no bearer token".into())),
+                    }
                 };
                 match verified {
                     Ok(agent) => {
                         req.extensions_mut().insert(agent);
                         inner.call(req).await
                     }
-                    Err(e) => Ok(refusal(&e)),
+                    Err(e) => Ok(refusal(&e, is_dpop)),
                 }
             })
         }

@@ -15,6 +15,9 @@ use base64::Engine as _;
 use ed25519_dalek::{Signer as _, SigningKey};
 use serde_json::{json, Value};
 
+#[path = "live/dpop.rs"]
+mod dpop;
+
 const SESSION_REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
 
 struct Server {
@@ -405,6 +408,25 @@ fn kid(token: &str) -> String {
     h["kid"].as_str().unwrap().to_owned()
 }
 
+/// A service that answers with the agent id the tower layer put in the extensions.
+#[cfg(feature = "tower")]
+#[derive(Clone)]
+struct Echo;
+
+#[cfg(feature = "tower")]
+impl tower_service::Service<http::Request<()>> for Echo {
+    type Response = http::Response<String>;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+    fn call(&mut self, req: http::Request<()>) -> Self::Future {
+        let agent = req.extensions().get::<agentid_verifier::Agent>().unwrap();
+        std::future::ready(Ok(http::Response::new(agent.agent_id.clone())))
+    }
+}
+
 fn code<T>(r: Result<T, Error>) -> &'static str {
     r.map_or_else(|e| e.code(), |_| "ok")
 }
@@ -554,28 +576,9 @@ async fn an_unreachable_list_fails_closed_or_open() {
 #[cfg(feature = "tower")]
 #[tokio::test(flavor = "current_thread")]
 async fn the_tower_layer_answers_401_403_and_200() {
-    use std::future::{ready, Ready};
-    use std::task::{Context, Poll};
-
     use agentid_verifier::tower::AgentIdLayer;
     use tower_layer::Layer;
     use tower_service::Service;
-
-    /// Answers with the agent id the layer put in the extensions.
-    #[derive(Clone)]
-    struct Echo;
-    impl Service<http::Request<()>> for Echo {
-        type Response = http::Response<String>;
-        type Error = std::convert::Infallible;
-        type Future = Ready<Result<Self::Response, Self::Error>>;
-        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-            Poll::Ready(Ok(()))
-        }
-        fn call(&mut self, req: http::Request<()>) -> Self::Future {
-            let agent = req.extensions().get::<agentid_verifier::Agent>().unwrap();
-            ready(Ok(http::Response::new(agent.agent_id.clone())))
-        }
-    }
 
     let s = Server::start();
     let (id, token) = s.register(json!({}));
@@ -814,7 +817,7 @@ async fn a_broken_or_oversized_answer_is_unavailable() {
             .verify(&token)
             .await
             .unwrap_err();
-        let res = refusal::<String>(&e);
+        let res = refusal::<String>(&e, false);
         assert_eq!(
             (res.status().as_u16(), res.body().as_str()),
             (503, r#"{"error":"UNAVAILABLE"}"#)
@@ -943,7 +946,7 @@ async fn a_refused_api_key_is_misconfigured() {
     assert_eq!(agent.issuer, "example.com");
     #[cfg(feature = "tower")]
     {
-        let res = agentid_verifier::tower::refusal::<String>(&refused.unwrap_err());
+        let res = agentid_verifier::tower::refusal::<String>(&refused.unwrap_err(), false);
         assert_eq!(
             (res.status().as_u16(), res.body().as_str()),
             (500, r#"{"error":"MISCONFIGURED"}"#)

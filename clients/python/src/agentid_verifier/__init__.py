@@ -4,6 +4,7 @@ through Token Status Lists and pushed Shared Signals events, or online.
     from agentid_verifier import Verifier
     verifier = Verifier("https://id.example.com", issuers=["example.com"])
     agent = verifier.verify(token, scopes=["read:orders"])
+    agent = verifier.verify_dpop(token, proof, "GET", "https://api.example/orders")  # a bound token
 
 Keys and status lists come only from ``base_url``'s origin and are cached for as long as
 the service says (``Cache-Control``, a list's ``ttl``), so a warm verification makes no
@@ -32,6 +33,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 import jwt
 from jwt.algorithms import OKPAlgorithm
 
+from . import dpop as _dpop
+
 __all__ = [
     "Agent",
     "Verifier",
@@ -42,6 +45,8 @@ __all__ = [
     "InsufficientScope",
     "Unavailable",
     "Misconfigured",
+    "ProofInvalid",
+    "ProofReplayed",
 ]
 
 SESSION_REVOKED = "https://schemas.openid.net/secevent/caep/event-type/session-revoked"
@@ -51,6 +56,8 @@ MAX_TOKEN_BYTES = 4096
 MAX_BODY_BYTES = 1 << 20
 #: How many SET ``jti``s are remembered to refuse a replay.
 SEEN_SETS = 10_000
+#: How many DPoP proofs are remembered to refuse a replay.
+SEEN_PROOFS = 100_000
 
 
 class VerificationError(Exception):
@@ -80,6 +87,17 @@ class InsufficientScope(VerificationError):
 
 class Unavailable(VerificationError):
     code = "UNAVAILABLE"
+
+
+class ProofInvalid(VerificationError):
+    """A token bound to a key without a proof made with that key for this request, or a
+    proof that does not check."""
+
+    code = "PROOF_INVALID"
+
+
+class ProofReplayed(VerificationError):
+    code = "PROOF_REPLAYED"
 
 
 class Misconfigured(VerificationError):
@@ -168,6 +186,9 @@ class Verifier:
     ``kid``s. A test-mode token (``"livemode": false``, issued with an ``sk_test_`` key) is
     ``TOKEN_INVALID`` unless ``allow_test``. ``timeout`` (seconds) bounds each request.
 
+    A token bound to a key (``cnf``, DPoP) passes only through ``verify_dpop``, with a proof
+    whose ``iat`` is at most ``dpop_max_skew`` seconds from now; each proof passes once.
+
     ``set_audience`` is the ``aud`` of this receiver's Shared Signals stream (what the stream
     was created with; by default the push endpoint's origin for a push stream, the stream id
     for a poll stream): when given, ``handle_set`` refuses a SET for any other audience.
@@ -184,6 +205,7 @@ class Verifier:
         kid_refetch_interval: float = 60.0,
         allow_test: bool = False,
         set_audience: Optional[str] = None,
+        dpop_max_skew: int = 60,
     ):
         if urllib.parse.urlsplit(base_url).scheme not in ("http", "https"):
             raise ValueError(f"base_url {base_url!r} is not an http(s) URL")
@@ -198,6 +220,8 @@ class Verifier:
         self.kid_refetch_interval = kid_refetch_interval
         self.allow_test = allow_test
         self.set_audience = set_audience
+        self.dpop_max_skew = dpop_max_skew
+        self._proofs = _dpop.Replays(SEEN_PROOFS)
         self._lock = threading.Lock()
         self._fetching: Dict[str, threading.Lock] = {}
         self._docs: Dict[str, _Document] = {}
@@ -377,7 +401,41 @@ class Verifier:
 
     def verify(self, token: str, scopes: Optional[Sequence[str]] = None) -> Agent:
         """Verifies ``token`` offline: signature, claims, revocation (pushed, or through its
-        status list) and ``scopes``. Raises a ``VerificationError`` otherwise."""
+        status list) and ``scopes``. Raises a ``VerificationError`` otherwise; a token bound
+        to a key is ``PROOF_INVALID`` here (it needs ``verify_dpop``)."""
+        claims, agent = self._verify(token, scopes)
+        if "cnf" in claims:
+            raise ProofInvalid("the token is bound to a key: it passes only with a DPoP proof (verify_dpop)")
+        return agent
+
+    def verify_dpop(self, token: str, proof: Optional[str], method: str, url: str,
+                    scopes: Optional[Sequence[str]] = None) -> Agent:
+        """Verifies a token bound to a key with the DPoP proof that came with it, for a
+        ``method`` request to ``url`` (as the agent addressed it: the receiver's public
+        origin): the token as ``verify`` does, then the proof (its signature by the token's
+        key, ``typ``, ``alg``, ``htm``, ``htu``, ``ath``, ``iat`` within ``dpop_max_skew``),
+        which passes once (``PROOF_REPLAYED`` after). A token that is not bound, or a missing
+        proof, is ``PROOF_INVALID``."""
+        claims, agent = self._verify(token, scopes)
+        cnf = claims.get("cnf")
+        if not isinstance(cnf, dict) or not isinstance(cnf.get("jkt"), str):
+            raise ProofInvalid("the token is not bound to a key: send it as a Bearer token")
+        if proof is None:
+            raise ProofInvalid("no DPoP proof came with a token bound to a key")
+        now = time.time()
+        try:
+            jkt, jti, iat = _dpop.check_proof(proof, method, url, token, now, self.dpop_max_skew)
+        except _dpop.ProofError as e:
+            raise ProofInvalid(f"DPoP proof: {e}") from e
+        if jkt != cnf["jkt"]:
+            raise ProofInvalid("DPoP proof signed by a key other than the one the token is bound to")
+        replayed = self._proofs.admit(jkt, jti, iat, now - self.dpop_max_skew)
+        if replayed is not None:
+            raise ProofReplayed(f"DPoP proof replayed: {replayed}")
+        return agent
+
+    def _verify(self, token: str, scopes: Optional[Sequence[str]]) -> Tuple[dict, Agent]:
+        """The token's claims and agent, checked offline (``verify``)."""
         claims = self._decode(_sized(token), "JWT", require=["exp", "iat", "sub", "iss"])
         if claims["iat"] > time.time() + self.leeway:
             raise TokenInvalid("issued in the future")
@@ -394,7 +452,7 @@ class Verifier:
             if self._status(uri, idx) == 1:
                 raise TokenRevoked("revoked (status list)")
         self._scoped(granted, scopes)
-        return Agent(
+        return claims, Agent(
             agent_id=claims["sub"],
             issuer=claims["iss"],
             scopes=list(granted),
@@ -417,7 +475,8 @@ class Verifier:
                       scopes: Optional[Sequence[str]] = None) -> Agent:
         """Asks the service (``GET /v1/verify/:token``), which sees revocation at once and
         records the verification; then checks ``issuers``, the mode and ``scopes`` as
-        ``verify`` does. A refused ``key`` is ``MISCONFIGURED``."""
+        ``verify`` does. A refused ``key`` is ``MISCONFIGURED``; a token bound to a key is
+        ``PROOF_INVALID`` (it needs its proof: ``verify_dpop``)."""
         url = f"{self.base_url}/v1/verify/{urllib.parse.quote(_sized(token), safe='')}"
         req = urllib.request.Request(url, headers={"Accept": "application/json"})
         if key:
@@ -439,6 +498,8 @@ class Verifier:
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise Unavailable(f"verify gave a malformed answer: {e}") from e
         livemode = self._admit(agent_id, issuer, granted, answer.get("livemode", True))
+        if "cnf" in answer:
+            raise ProofInvalid("the token is bound to a key: it passes only with a DPoP proof (verify_dpop)")
         self._scoped(granted, scopes)
         return Agent(
             agent_id=agent_id,

@@ -2,33 +2,48 @@
 
     app = AgentIdMiddleware(app, verifier, scopes=["read:orders"])
 
-On success the ``Agent`` is in ``environ["agentid.agent"]``; otherwise the answer is 401 (403
-for ``INSUFFICIENT_SCOPE``, 503 for ``UNAVAILABLE``, 500 for ``MISCONFIGURED``) with
-``{"error": code}``.
+Bearer and DPoP-bound tokens are taken as by the ASGI middleware (``public_origin`` too). On
+success the ``Agent`` is in ``environ["agentid.agent"]``; otherwise the answer is 401 (403 for
+``INSUFFICIENT_SCOPE``, 503 for ``UNAVAILABLE``, 500 for ``MISCONFIGURED``) with
+``{"error": code}`` and a ``WWW-Authenticate`` challenge.
 """
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import Optional, Sequence
+from wsgiref.util import request_uri
 
-from . import TokenInvalid, VerificationError, Verifier
-from .asgi import bearer, refusal
+from . import VerificationError, Verifier
+from .asgi import check, credentials, refusal
 
 REASONS = {401: "Unauthorized", 403: "Forbidden", 500: "Internal Server Error", 503: "Service Unavailable"}
 
 
 class AgentIdMiddleware:
-    def __init__(self, app, verifier: Verifier, scopes: Optional[Sequence[str]] = None):
+    def __init__(self, app, verifier: Verifier, scopes: Optional[Sequence[str]] = None,
+                 public_origin: Optional[str] = None):
         self.app, self.verifier, self.scopes = app, verifier, list(scopes or [])
+        self.public_origin = public_origin.rstrip("/") if public_origin else None
+
+    def _url(self, environ) -> str:
+        if self.public_origin:
+            path = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
+            return self.public_origin + urllib.parse.quote(path or "/", safe="/;=,")
+        return request_uri(environ, include_query=False)
 
     def __call__(self, environ, start_response):
-        token = bearer(environ.get("HTTP_AUTHORIZATION"))
+        authorization = environ.get("HTTP_AUTHORIZATION")
+        # WSGI joins repeated headers with commas; a proof holds none.
+        proofs = [p.strip() for p in environ["HTTP_DPOP"].split(",")] if "HTTP_DPOP" in environ else []
+        scheme = "DPoP" if (authorization or "")[:5].lower() == "dpop " else "Bearer"
         try:
-            if token is None:
-                raise TokenInvalid("no bearer token")
-            environ["agentid.agent"] = self.verifier.verify(token, self.scopes)
+            scheme, token, proof = credentials(authorization, proofs)
+            url = self._url(environ) if scheme == "DPoP" else ""
+            environ["agentid.agent"] = check(self.verifier, scheme, token, proof,
+                                             environ.get("REQUEST_METHOD", "GET"), url, self.scopes)
         except VerificationError as e:
-            status, headers, body = refusal(e)
+            status, headers, body = refusal(e, scheme)
             start_response(
                 f"{status} {REASONS[status]}",
                 [(k.decode(), v.decode()) for k, v in headers],

@@ -1,0 +1,229 @@
+"""Tokens bound to a key (DPoP): proofs made by panva's `dpop` (the docs' agent_dpop.mjs, with
+Ed25519 and ES256 keys) pass verify_dpop and both middlewares, once; every forged, foreign,
+stale or replayed proof, and a bound token sent as a bearer token, is refused."""
+
+import asyncio
+import base64
+import hashlib
+import json
+import os
+import re
+import subprocess
+import time
+import uuid
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ec import SECP256R1, generate_private_key
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from agentid_verifier import Verifier
+from agentid_verifier.asgi import AgentIdMiddleware as Asgi
+from agentid_verifier.wsgi import AgentIdMiddleware as Wsgi
+from conftest import ROOT
+from test_readme import pages
+
+URL = "https://api.example/orders"
+MODULES = os.path.join(ROOT, "tests", "offline", "node_modules")
+
+
+def js_snippet(name):
+    for page in pages():
+        with open(page) as f:
+            text = f.read()
+        for block in re.findall(r"^```js\n(.*?)^```", text, re.S | re.M):
+            if block.startswith(f"// {name}: "):
+                return block
+    raise AssertionError(f"no page has a snippet {name}")
+
+
+@pytest.fixture(scope="session")
+def panva():
+    if not os.path.exists(os.path.join(MODULES, "dpop")):
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error", "--prefix",
+                        os.path.join(ROOT, "tests", "offline")], check=True)
+    return js_snippet("agent_dpop.mjs")
+
+
+class PanvaAgent:
+    """An agent whose key and proofs panva's `dpop` makes (the docs' agent_dpop.mjs)."""
+
+    def __init__(self, snippet, folder, alg):
+        self.dir, self.alg = folder, alg
+        (folder / "agent_dpop.mjs").write_text(snippet)
+        os.symlink(MODULES, folder / "node_modules")
+
+    def _run(self, *args, token=""):
+        out = subprocess.run(["node", "agent_dpop.mjs", *args], cwd=self.dir, capture_output=True, text=True,
+                             env=dict(os.environ, DPOP_ALG=self.alg, TOKEN=token), timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    def jwk(self):
+        return json.loads(self._run("jwk"))
+
+    def proof(self, token, method="GET", url=URL):
+        return self._run("proof", method, url, token=token)
+
+
+def b64(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+class Agent:
+    """An agent that makes proofs with PyJWT, any header and claims it likes."""
+
+    def __init__(self, es=False):
+        self.key = generate_private_key(SECP256R1()) if es else Ed25519PrivateKey.generate()
+        algorithm = jwt.algorithms.ECAlgorithm if es else jwt.algorithms.OKPAlgorithm
+        self.public = json.loads(algorithm.to_jwk(self.key.public_key()))
+        self.alg = "ES256" if es else "EdDSA"
+
+    def proof(self, token, header=None, key=True, **claims):
+        body = {"jti": str(uuid.uuid4()), "htm": "GET", "htu": URL, "iat": int(time.time()),
+                "ath": b64(hashlib.sha256(token.encode()).digest()), **claims}
+        head = {"typ": "dpop+jwt", "jwk": self.public, **(header or {})}
+        return jwt.encode(body, self.key if key is True else key, algorithm=head.pop("alg", self.alg), headers=head)
+
+
+@pytest.mark.parametrize("alg", ["Ed25519", "ES256"])
+def test_panva_proofs_pass_once_offline_and_online(server, panva, tmp_path, alg):
+    agent = PanvaAgent(panva, tmp_path, alg)
+    agent_id, token = server.register(jwk=agent.jwk())
+    verifier = Verifier(server.base)
+    proof = agent.proof(token)
+    assert verifier.verify_dpop(token, proof, "GET", URL).agent_id == agent_id
+    with pytest.raises(Exception) as e:
+        verifier.verify_dpop(token, proof, "GET", URL)
+    assert e.value.code == "PROOF_REPLAYED"
+    # Online, the service takes panva's proofs too (and remembers its own).
+    fresh = agent.proof(token)
+    answer = server.call("POST", "/v1/verify", {"token": token, "dpop": fresh, "htm": "GET", "htu": URL})
+    assert answer["valid"] is True and answer["cnf"]["jkt"]
+    # A bound token alone is worth nothing, offline or online.
+    for call in (lambda: verifier.verify(token), lambda: verifier.verify_online(token),
+                 lambda: verifier.verify_dpop(token, None, "GET", URL)):
+        with pytest.raises(Exception) as e:
+            call()
+        assert e.value.code == "PROOF_INVALID"
+
+
+def test_forged_foreign_stale_and_oversized_proofs_are_refused(server):
+    agent, thief, es = Agent(), Agent(), Agent(es=True)
+    _, token = server.register(jwk=agent.public)
+    _, other = server.register(jwk=agent.public)
+    _, es_token = server.register(jwk=es.public)
+    _, bearer = server.register()
+    verifier = Verifier(server.base)
+    cases = {
+        "another method": (token, agent.proof(token, htm="POST")),
+        "another URL": (token, agent.proof(token, htu="https://api.example/admin")),
+        "another token": (token, agent.proof(other)),
+        "the thief's key": (token, thief.proof(token)),
+        "another key in jwk": (token, agent.proof(token, header={"jwk": thief.public})),
+        "HS256": (token, agent.proof(token, header={"alg": "HS256"}, key=b"k" * 32)),
+        "alg none": (token, agent.proof(token, header={"alg": "none"}, key=None)),
+        "ES256 over an Ed25519 key": (token, es.proof(token, header={"jwk": agent.public})),
+        "a private jwk": (token, agent.proof(token, header={"jwk": {**agent.public, "d": b64(b"x" * 32)}})),
+        "typ JWT": (token, agent.proof(token, header={"typ": "JWT"})),
+        "10 minutes late": (token, agent.proof(token, iat=int(time.time()) - 600)),
+        "10 minutes early": (token, agent.proof(token, iat=int(time.time()) + 600)),
+        "64 KiB": (token, "e" * 65536),
+        "an ES256-bound token, an Ed25519 proof": (es_token, agent.proof(es_token)),
+        "a bearer token with a proof": (bearer, agent.proof(bearer)),
+    }
+    for what, (tok, proof) in cases.items():
+        with pytest.raises(Exception) as e:
+            verifier.verify_dpop(tok, proof, "GET", URL)
+        assert getattr(e.value, "code", None) == "PROOF_INVALID", f"{what}: {e.value!r}"
+    # The query of the request's URL is not compared.
+    assert verifier.verify_dpop(token, agent.proof(token), "GET", URL + "?page=2")
+
+
+def test_a_revoked_agent_is_revoked_whatever_its_proof(server):
+    agent = Agent()
+    agent_id, token = server.register(jwk=agent.public)
+    verifier = Verifier(server.base)
+    verifier.verify_dpop(token, agent.proof(token), "GET", URL)
+    server.revoke(agent_id)
+    time.sleep(2.5)  # the status list's ttl
+    with pytest.raises(Exception) as e:
+        verifier.verify_dpop(token, agent.proof(token), "GET", URL)
+    assert e.value.code == "TOKEN_REVOKED"
+
+
+def asgi_call(app, headers, path="/orders", host="api.example", scheme="https", method="GET"):
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b""}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": method, "scheme": scheme, "path": path, "raw_path": path.encode(),
+             "headers": [(b"host", host.encode())] + [(k.lower().encode(), v.encode()) for k, v in headers]}
+    asyncio.run(app(scope, receive, send))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, body
+
+
+def wsgi_call(app, headers, path="/orders", host="api.example", scheme="https", method="GET"):
+    environ = {"REQUEST_METHOD": method, "PATH_INFO": path, "SCRIPT_NAME": "", "HTTP_HOST": host,
+               "wsgi.url_scheme": scheme, "SERVER_NAME": host, "SERVER_PORT": "443"}
+    for k, v in headers:
+        environ["HTTP_" + k.upper().replace("-", "_")] = v
+    seen = {}
+
+    def start_response(status, out):
+        seen["status"], seen["headers"] = int(status.split()[0]), {k.lower(): v for k, v in out}
+
+    body = b"".join(app(environ, start_response))
+    return seen["status"], seen["headers"], body
+
+
+@pytest.mark.parametrize("kind", ["asgi", "wsgi"])
+@pytest.mark.parametrize("alg", ["Ed25519", "ES256"])
+def test_the_middlewares_take_dpop_and_refuse_as_rfc_9449_says(server, panva, tmp_path, kind, alg):
+    agent = PanvaAgent(panva, tmp_path, alg)
+    agent_id, token = server.register(jwk=agent.jwk())
+    verifier = Verifier(server.base)
+
+    async def asgi_app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": scope["agent"].agent_id.encode()})
+
+    def wsgi_app(environ, start_response):
+        start_response("200 OK", [])
+        return [environ["agentid.agent"].agent_id.encode()]
+
+    def call(headers, **kw):
+        if kind == "asgi":
+            return asgi_call(Asgi(asgi_app, verifier, **{k: v for k, v in kw.items() if k == "public_origin"}),
+                             headers, **{k: v for k, v in kw.items() if k != "public_origin"})
+        return wsgi_call(Wsgi(wsgi_app, verifier, **{k: v for k, v in kw.items() if k == "public_origin"}),
+                         headers, **{k: v for k, v in kw.items() if k != "public_origin"})
+
+    proof = agent.proof(token)
+    status, _, body = call([("Authorization", f"DPoP {token}"), ("DPoP", proof)])
+    assert (status, body) == (200, agent_id.encode())
+
+    def refused(headers, code, challenge, **kw):
+        status, out, body = call(headers, **kw)
+        assert (status, json.loads(body)) == (401, {"error": code}), body
+        assert out["www-authenticate"].startswith(f'DPoP error="{challenge}"'), out
+
+    refused([("Authorization", f"DPoP {token}"), ("DPoP", proof)], "PROOF_REPLAYED", "invalid_dpop_proof")
+    refused([("Authorization", f"DPoP {token}")], "PROOF_INVALID", "invalid_dpop_proof")
+    refused([("Authorization", f"Bearer {token}")], "PROOF_INVALID", "invalid_token")
+    refused([("Authorization", f"DPoP {token}"), ("DPoP", agent.proof(token, method="POST"))],
+            "PROOF_INVALID", "invalid_dpop_proof")
+    refused([("Authorization", "DPoP not-a-token"), ("DPoP", proof)], "TOKEN_INVALID", "invalid_token")
+    # The URL is rebuilt from the request: another host, or a proxy's, is another URL ...
+    refused([("Authorization", f"DPoP {token}"), ("DPoP", agent.proof(token))], "PROOF_INVALID",
+            "invalid_dpop_proof", host="10.0.0.7:8080", scheme="http")
+    # ... unless the receiver names its public origin.
+    status, _, _ = call([("Authorization", f"DPoP {token}"), ("DPoP", agent.proof(token))],
+                        host="10.0.0.7:8080", scheme="http", public_origin="https://api.example")
+    assert status == 200

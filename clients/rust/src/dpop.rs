@@ -1,0 +1,205 @@
+//! DPoP proofs (RFC 9449) of the agent's key, checked as the service checks them: a JWT with
+//! `typ` `dpop+jwt`, `alg` EdDSA, Ed25519 or ES256, its public key in its `jwk` header, signed
+//! by that key (`ed25519-dalek`'s strict check, `ring`'s ECDSA), with `jti`, `htm`, `htu`,
+//! `iat` and `ath` matching the request. And the bounded memory of proofs taken.
+
+use std::collections::{HashSet, VecDeque};
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use ed25519_dalek::{Signature, VerifyingKey};
+use ring::digest::{digest, SHA256};
+use serde_json::{Map, Value};
+
+use super::Error;
+
+/// The longest proof read; a longer one is `PROOF_INVALID`, unparsed.
+pub const MAX_PROOF_BYTES: usize = 4096;
+/// How many proofs a verifier remembers to refuse a replay.
+pub const SEEN_PROOFS: usize = 100_000;
+const MAX_JTI_CHARS: usize = 256;
+const PRIVATE_MEMBERS: [&str; 8] = ["d", "p", "q", "dp", "dq", "qi", "oth", "k"];
+
+fn refuse<T>(why: impl std::fmt::Display) -> Result<T, Error> {
+    Err(Error::ProofInvalid(format!("DPoP proof: {why}")))
+}
+
+fn object(part: &str, what: &str) -> Result<Map<String, Value>, Error> {
+    match URL_SAFE_NO_PAD
+        .decode(part)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+    {
+        Some(Value::Object(m)) => Ok(m),
+        _ => refuse(format!("its {what} is not a base64url JSON object")),
+    }
+}
+
+fn coordinate(jwk: &Map<String, Value>, name: &str) -> Result<Vec<u8>, Error> {
+    match jwk
+        .get(name)
+        .and_then(Value::as_str)
+        .map(|s| URL_SAFE_NO_PAD.decode(s))
+    {
+        Some(Ok(b)) if b.len() == 32 => Ok(b),
+        _ => refuse(format!("jwk's {name} is not 32 bytes of base64url")),
+    }
+}
+
+fn text<'a>(m: &'a Map<String, Value>, name: &str) -> &'a str {
+    m.get(name).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// The RFC 7638 SHA-256 thumbprint of a public OKP or EC key (already checked), base64url.
+fn thumbprint(jwk: &Map<String, Value>) -> String {
+    let members: &[&str] = if text(jwk, "kty") == "OKP" {
+        &["crv", "kty", "x"]
+    } else {
+        &["crv", "kty", "x", "y"]
+    };
+    // serde_json's maps are sorted by key and it writes no white space: RFC 7638's form.
+    let canonical: Map<String, Value> = members
+        .iter()
+        .map(|m| ((*m).to_owned(), jwk[*m].clone()))
+        .collect();
+    let json = serde_json::to_string(&canonical).expect("JSON");
+    URL_SAFE_NO_PAD.encode(digest(&SHA256, json.as_bytes()))
+}
+
+fn without_query(url: &str) -> &str {
+    url.split(['?', '#']).next().unwrap_or(url)
+}
+
+/// A proof that checked: its key's thumbprint, its `jti` and `iat`.
+pub(crate) struct Checked {
+    pub(crate) jkt: String,
+    pub(crate) jti: String,
+    pub(crate) iat: i64,
+}
+
+/// Checks `proof` for a `method` request to `url` with `token` at `now` (seconds).
+pub(crate) fn check_proof(
+    proof: &str,
+    method: &str,
+    url: &str,
+    token: &str,
+    now: i64,
+    max_skew: i64,
+) -> Result<Checked, Error> {
+    if proof.len() > MAX_PROOF_BYTES {
+        return refuse(format!("longer than {MAX_PROOF_BYTES} bytes"));
+    }
+    let mut parts = proof.split('.');
+    let (Some(h), Some(p), Some(s), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+        return refuse("not a compact JWS");
+    };
+    let header = object(h, "header")?;
+    if header.get("typ").and_then(Value::as_str) != Some("dpop+jwt") {
+        return refuse("typ must be dpop+jwt");
+    }
+    let alg = text(&header, "alg");
+    let fits = match alg {
+        "EdDSA" | "Ed25519" => ("OKP", "Ed25519"),
+        "ES256" => ("EC", "P-256"),
+        _ => return refuse("alg must be EdDSA, Ed25519 or ES256"),
+    };
+    let Some(Value::Object(jwk)) = header.get("jwk") else {
+        return refuse("jwk must be the public key, as a JSON object");
+    };
+    if let Some(m) = PRIVATE_MEMBERS.iter().find(|m| jwk.contains_key(**m)) {
+        return refuse(format!("jwk holds the private member {m:?}"));
+    }
+    if (text(jwk, "kty"), text(jwk, "crv")) != fits {
+        return refuse(format!(
+            "alg {alg} does not fit a {}/{} key",
+            text(jwk, "kty"),
+            text(jwk, "crv")
+        ));
+    }
+    let signature = URL_SAFE_NO_PAD
+        .decode(s)
+        .or_else(|_| refuse("its signature is not base64url"))?;
+    let signed = &proof.as_bytes()[..h.len() + 1 + p.len()];
+    let checks = if fits.0 == "OKP" {
+        let x: [u8; 32] = coordinate(jwk, "x")?.try_into().expect("32 bytes");
+        let sig = Signature::from_slice(&signature).or_else(|_| refuse("its signature is not 64 bytes"))?;
+        VerifyingKey::from_bytes(&x).is_ok_and(|k| k.verify_strict(signed, &sig).is_ok())
+    } else {
+        let mut point = vec![4u8];
+        point.extend(coordinate(jwk, "x")?);
+        point.extend(coordinate(jwk, "y")?);
+        ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, point)
+            .verify(signed, &signature)
+            .is_ok()
+    };
+    if !checks {
+        return refuse("the signature does not check with the key in jwk");
+    }
+    let claims = object(p, "claims")?;
+    let jti = text(&claims, "jti");
+    if jti.is_empty() || jti.chars().count() > MAX_JTI_CHARS {
+        return refuse(format!("jti must be a string of 1 to {MAX_JTI_CHARS} characters"));
+    }
+    if text(&claims, "htm") != method {
+        return refuse(format!("htm is not {method}"));
+    }
+    let htu = text(&claims, "htu");
+    if htu.is_empty() || without_query(htu) != without_query(url) {
+        return refuse(format!("htu is not {}", without_query(url)));
+    }
+    let iat = match claims.get("iat").and_then(Value::as_i64) {
+        Some(iat) if (iat - now).abs() <= max_skew => iat,
+        _ => return refuse(format!("iat is more than {max_skew} s from now")),
+    };
+    if text(&claims, "ath") != URL_SAFE_NO_PAD.encode(digest(&SHA256, token.as_bytes())) {
+        return refuse("ath is not the token's hash");
+    }
+    Ok(Checked {
+        jkt: thumbprint(jwk),
+        jti: jti.to_owned(),
+        iat,
+    })
+}
+
+/// The proofs taken lately, by key and `jti`, each while its `iat` could still pass: at most
+/// [`SEEN_PROOFS`]. Past that the oldest taken are forgotten, and every proof made at or
+/// before the latest `iat` forgotten is refused, so that no replay passes however full.
+#[derive(Default)]
+pub(crate) struct Replays {
+    ids: HashSet<[u8; 16]>,
+    order: VecDeque<([u8; 16], i64)>,
+    floor: Option<i64>,
+}
+
+impl Replays {
+    pub(crate) fn admit(&mut self, proof: &Checked, oldest_valid: i64) -> Result<(), Error> {
+        while let Some(&(id, iat)) = self.order.front() {
+            if iat >= oldest_valid {
+                break;
+            }
+            self.order.pop_front();
+            self.ids.remove(&id);
+        }
+        if let Some(floor) = self.floor.filter(|f| proof.iat <= *f) {
+            return Err(Error::ProofReplayed(format!(
+                "made at or before {floor}, when the memory of used proofs is full"
+            )));
+        }
+        let keyed = [proof.jkt.as_bytes(), &[0], proof.jti.as_bytes()].concat();
+        let id: [u8; 16] = digest(&SHA256, &keyed).as_ref()[..16]
+            .try_into()
+            .expect("16 bytes");
+        if !self.ids.insert(id) {
+            return Err(Error::ProofReplayed(
+                "its jti was already used with this key".into(),
+            ));
+        }
+        self.order.push_back((id, proof.iat));
+        while self.order.len() > SEEN_PROOFS {
+            let (old, iat) = self.order.pop_front().expect("over the bound");
+            self.ids.remove(&old);
+            self.floor = Some(self.floor.map_or(iat, |f| f.max(iat)));
+        }
+        Ok(())
+    }
+}
