@@ -125,8 +125,8 @@ pub async fn verify(state: web::Data<AppState>, req: HttpRequest) -> Result<Http
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct VerifyRequest {
-    /// The token, as the agent sent it (`Authorization: DPoP <token>` or `Bearer <token>`).
-    #[schema(max_length = 4096)]
+    /// The token, as the agent sent it (`Authorization: DPoP <token>` or `Bearer <token>`);
+    /// one over 4096 bytes is answered TOKEN_INVALID, unparsed.
     token: String,
     /// The `DPoP` header the agent sent with it: required for a token bound to a key, refused
     /// with a bearer token. At most 4096 bytes are read.
