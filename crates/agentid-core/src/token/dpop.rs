@@ -19,8 +19,15 @@ const PRIVATE_MEMBERS: [&str; 8] = ["d", "p", "q", "dp", "dq", "qi", "oth", "k"]
 /// A public key a token may be bound to: Ed25519 (`OKP`) or P-256 (`EC`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PublicJwk {
-    Ed25519 { x: String },
-    P256 { x: String, y: String },
+    /// `x` as given, and the point it encodes (decompressed once, when parsed).
+    Ed25519 {
+        x: String,
+        key: VerifyingKey,
+    },
+    P256 {
+        x: String,
+        y: String,
+    },
 }
 
 /// Why a JWK or a proof is refused, said so that a caller can tell which part failed.
@@ -63,9 +70,9 @@ impl PublicJwk {
             ("OKP", "Ed25519") => {
                 let x = text(jwk, "x")?;
                 let bytes: [u8; 32] = b64_bytes(x, 32, "x")?.try_into().expect("32 bytes");
-                VerifyingKey::from_bytes(&bytes)
+                let key = VerifyingKey::from_bytes(&bytes)
                     .map_err(|_| DpopError("x is not an Ed25519 public key".into()))?;
-                Ok(PublicJwk::Ed25519 { x: x.to_owned() })
+                Ok(PublicJwk::Ed25519 { x: x.to_owned(), key })
             }
             ("EC", "P-256") => {
                 let (x, y) = (text(jwk, "x")?, text(jwk, "y")?);
@@ -87,7 +94,7 @@ impl PublicJwk {
     pub fn thumbprint(&self) -> String {
         // Every member is base64url or a fixed name: nothing needs escaping.
         let canonical = match self {
-            PublicJwk::Ed25519 { x } => format!(r#"{{"crv":"Ed25519","kty":"OKP","x":"{x}"}}"#),
+            PublicJwk::Ed25519 { x, .. } => format!(r#"{{"crv":"Ed25519","kty":"OKP","x":"{x}"}}"#),
             PublicJwk::P256 { x, y } => {
                 format!(r#"{{"crv":"P-256","kty":"EC","x":"{x}","y":"{y}"}}"#)
             }
@@ -98,10 +105,7 @@ impl PublicJwk {
     /// Checks `signature` over `signed` with this key, for JWS algorithm `alg`.
     fn verify(&self, alg: &str, signed: &[u8], signature: &[u8]) -> Result<(), DpopError> {
         match (self, alg) {
-            (PublicJwk::Ed25519 { x }, "EdDSA" | "Ed25519") => {
-                let key: [u8; 32] = b64_bytes(x, 32, "x")?.try_into().expect("32 bytes");
-                let key = VerifyingKey::from_bytes(&key)
-                    .map_err(|_| DpopError("x is not an Ed25519 public key".into()))?;
+            (PublicJwk::Ed25519 { key, .. }, "EdDSA" | "Ed25519") => {
                 let sig = Signature::from_slice(signature)
                     .map_err(|_| DpopError("signature is not 64 bytes".into()))?;
                 key.verify_strict(signed, &sig)
