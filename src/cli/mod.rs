@@ -1,13 +1,16 @@
-//! The command line: `serve`, `migrate`, `org`, `key`, `signing-key`, `domain`, `audit`. It
+//! The command line: `serve`, `migrate`, `org`, `key`, `signing-key`, `domain`, `audit`,
+//! `token`. It
 //! parses arguments and calls the engine's rules (`engine::admin`); every flag of `serve` has
 //! an environment variable behind it, and its default is the one `Config` and the engine use.
 //! One file per group of commands: `serve`, `org` (organizations and API keys), `audit`
-//! (verify and witness), `operator` (migrations, signing keys, issuer domains).
+//! (verify and witness), `operator` (migrations, signing keys, issuer domains), `token` (a
+//! token explained, for debugging).
 
 mod audit;
 mod operator;
 mod org;
 mod serve;
+mod token;
 
 use std::process::ExitCode;
 
@@ -20,6 +23,7 @@ use audit::AuditCommand;
 use operator::{DomainCommand, SigningKeyCommand};
 use org::{KeyCommand, OrgCommand};
 use serve::ServeArgs;
+use token::TokenCommand;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -51,6 +55,9 @@ pub(crate) enum Command {
     /// Grant, release and list the issuer domains organizations hold.
     #[command(subcommand)]
     Domain(DomainCommand),
+    /// Explain a token (no database needed).
+    #[command(subcommand)]
+    Token(TokenCommand),
     /// Apply the database migrations (as the database owner), and optionally grant a role
     /// that owns nothing what the service needs.
     Migrate {
@@ -87,6 +94,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Migrate { db, grant } => operator::migrate(db, grant).await,
         Command::SigningKey(cmd) => operator::signing_key(cmd).await,
         Command::Domain(cmd) => operator::domain(cmd).await,
+        Command::Token(cmd) => token::run(cmd).await,
     };
     match result {
         Ok(code) => code,

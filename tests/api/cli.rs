@@ -593,3 +593,79 @@ async fn the_operator_grants_lists_and_releases_names() {
     let out = agentid(&["domain", "release", "--org", acme_id, "acme.example"]);
     assert!(!out.status.success());
 }
+
+/// `agentid token inspect` explains a token without a database, and with `--url` says
+/// whether the service knows its key and what its status list says; a malformed token is a
+/// clear error.
+#[actix_web::test]
+async fn token_inspect_explains_a_token_and_asks_the_service_when_told() {
+    let app = crate::helpers::spawn_app().await;
+    let (id, token) = app.agent().await;
+    let inspect = |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_agentid"))
+                .args(["token", "inspect"])
+                .args(args)
+                .env("DATABASE_URL", "sqlite:///nonexistent/agentid.db")
+                .output()
+                .unwrap()
+        })
+    };
+    let json = |out: &std::process::Output| -> serde_json::Value {
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let alone = json(&inspect(vec![token.clone()]).await.unwrap());
+    assert_eq!(alone["claims"]["sub"], id.as_str());
+    assert_eq!(alone["header"]["alg"], "EdDSA");
+    let left = alone["expires_in_seconds"].as_i64().unwrap();
+    assert!((86_300..=86_400).contains(&left), "{left}");
+    assert!(alone.get("kid_known").is_none(), "no service asked without --url");
+
+    let asked = json(
+        &inspect(vec![token.clone(), "--url".into(), app.base.clone()])
+            .await
+            .unwrap(),
+    );
+    assert_eq!(asked["kid_known"], true);
+    assert_eq!(asked["status"]["value"], "valid", "{asked}");
+    assert_eq!(app.revoke(&id, None).await.status, 200);
+    let started = std::time::Instant::now();
+    loop {
+        let asked = json(
+            &inspect(vec![token.clone(), "--url".into(), app.base.clone()])
+                .await
+                .unwrap(),
+        );
+        if asked["status"]["value"] == "revoked" {
+            break;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{asked}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // Another service's key set does not hold the key.
+    let other = crate::helpers::spawn_app().await;
+    let foreign = json(
+        &inspect(vec![token.clone(), "--url".into(), other.base.clone()])
+            .await
+            .unwrap(),
+    );
+    assert_eq!(foreign["kid_known"], false);
+    assert!(
+        foreign["status"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("not one of"),
+        "{foreign}"
+    );
+
+    for bad in ["not-a-token", "a.b.c", "eyJ9.eyJ9.x"] {
+        let out = inspect(vec![bad.into()]).await.unwrap();
+        assert!(!out.status.success(), "{bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.starts_with("agentid: ") && !err.contains("panicked"),
+            "{bad}: {err}"
+        );
+    }
+}

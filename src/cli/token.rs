@@ -1,0 +1,136 @@
+//! `agentid token inspect`: a token decoded and explained without trusting it, for a person
+//! debugging one. It needs no database; with `--url` it asks that service whether it knows
+//! the token's key and what the token's status list says.
+
+use std::io::Read as _;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use clap::Subcommand;
+use serde_json::{json, Map, Value};
+
+use super::CliResult;
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum TokenCommand {
+    /// Decode a token and explain it, without trusting it: its header, its claims, how long
+    /// until it expires, and (with --url) whether that service knows its key and what its
+    /// status list says.
+    Inspect {
+        /// The token (a compact JWS).
+        token: String,
+        /// The agentid service that issued it (https://id.example.com): its key set and the
+        /// token's status list are read from there (10 s, 1 MiB, no redirect followed).
+        #[arg(long)]
+        url: Option<String>,
+    },
+}
+
+pub(super) async fn run(cmd: TokenCommand) -> CliResult {
+    let TokenCommand::Inspect { token, url } = cmd;
+    let out = actix_web::rt::task::spawn_blocking(move || inspect(&token, url.as_deref()))
+        .await
+        .map_err(|e| e.to_string())??;
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn part(s: &str, what: &str) -> Result<Map<String, Value>, String> {
+    let bytes = URL_SAFE_NO_PAD
+        .decode(s)
+        .map_err(|_| format!("the token's {what} is not base64url without padding"))?;
+    match serde_json::from_slice(&bytes) {
+        Ok(Value::Object(m)) => Ok(m),
+        _ => Err(format!("the token's {what} is not a JSON object")),
+    }
+}
+
+/// What the token says of itself, and what `url`'s service says of it.
+fn inspect(token: &str, url: Option<&str>) -> Result<Value, String> {
+    let parts: Vec<&str> = token.trim().split('.').collect();
+    let [h, c, _] = parts[..] else {
+        return Err(format!("not a compact JWS: {} parts, not 3", parts.len()));
+    };
+    let (header, claims) = (part(h, "header")?, part(c, "claims")?);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let mut out = json!({
+        "header": header,
+        "claims": claims,
+        "expires_in_seconds": claims.get("exp").and_then(Value::as_i64).map(|exp| exp - now),
+        "issued_seconds_ago": claims.get("iat").and_then(Value::as_i64).map(|iat| now - iat),
+    });
+    let Some(base) = url.map(|u| u.trim_end_matches('/')) else {
+        return Ok(out);
+    };
+    let agent = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(10))
+        .redirects(0)
+        .build();
+    let jwks: Value = serde_json::from_slice(&get(&agent, &format!("{base}/.well-known/jwks.json"))?)
+        .map_err(|_| format!("{base}/.well-known/jwks.json is not JSON"))?;
+    let kid = header.get("kid").and_then(Value::as_str);
+    out["kid_known"] = json!(jwks["keys"]
+        .as_array()
+        .is_some_and(|keys| keys.iter().any(|k| kid.is_some() && k["kid"].as_str() == kid)));
+    out["status"] = match claims.get("status").map(|s| &s["status_list"]) {
+        None => json!(null),
+        Some(place) => status(&agent, base, place),
+    };
+    Ok(out)
+}
+
+/// The token's place in its status list, with the list's word on it: `valid` (0), `revoked`
+/// (1), or why it could not be read. Only a list of the service at `base` is fetched.
+fn status(agent: &ureq::Agent, base: &str, place: &Value) -> Value {
+    let (Some(idx), Some(uri)) = (place["idx"].as_u64(), place["uri"].as_str()) else {
+        return json!({"error": "a malformed status claim"});
+    };
+    let mut out = json!({"idx": idx, "uri": uri});
+    let read = || -> Result<u8, String> {
+        if !uri.starts_with(&format!("{base}/v1/status/")) {
+            return Err(format!("the list is not one of {base}: not fetched"));
+        }
+        let body = get(agent, uri)?;
+        let jws = std::str::from_utf8(&body).map_err(|_| "the list is not text")?;
+        let claims = part(jws.trim().split('.').nth(1).unwrap_or_default(), "status list")?;
+        let lst = claims
+            .get("status_list")
+            .and_then(|s| s["lst"].as_str())
+            .ok_or("the list has no lst")?;
+        let packed = URL_SAFE_NO_PAD.decode(lst).map_err(|_| "lst is not base64url")?;
+        let bits = miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(&packed, 16 << 20)
+            .map_err(|_| "lst is not zlib")?;
+        let byte = usize::try_from(idx / 8)
+            .ok()
+            .and_then(|i| bits.get(i))
+            .ok_or("the index is outside the list")?;
+        Ok((byte >> (idx % 8)) & 1)
+    };
+    match read() {
+        Ok(0) => out["value"] = json!("valid"),
+        Ok(_) => out["value"] = json!("revoked"),
+        Err(e) => out["error"] = json!(e),
+    }
+    out
+}
+
+/// A 200's body, of at most 1 MiB.
+fn get(agent: &ureq::Agent, url: &str) -> Result<Vec<u8>, String> {
+    let res = agent.get(url).call().map_err(|e| format!("{url}: {e}"))?;
+    if res.status() != 200 {
+        return Err(format!("{url}: {}", res.status()));
+    }
+    let mut body = Vec::new();
+    res.into_reader()
+        .take((1 << 20) + 1)
+        .read_to_end(&mut body)
+        .map_err(|e| format!("{url}: {e}"))?;
+    if body.len() > 1 << 20 {
+        return Err(format!("{url}: an answer over 1 MiB"));
+    }
+    Ok(body)
+}
