@@ -1,4 +1,13 @@
-import type { Verifier } from "./index.js";
+import type { Agent, Verifier } from "./index.js";
+
+declare global {
+  namespace Express {
+    interface Request {
+      /** The verified agent, set by `agentIdMiddleware`. */
+      agent?: Agent;
+    }
+  }
+}
 
 /** Express middleware setting `req.agent` for a bearer token or a DPoP-bound token with its
  * proof; otherwise 401 (403 for INSUFFICIENT_SCOPE, 503 for UNAVAILABLE, 500 for

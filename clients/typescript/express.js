@@ -2,21 +2,28 @@
 // token comes as `Authorization: Bearer <token>`; a token bound to a key (DPoP) as
 // `Authorization: DPoP <token>` with its proof in the `DPoP` header, checked for this
 // request's method and URL (`publicOrigin` names the origin agents address behind a proxy).
-// On success the agent is `req.agent`; otherwise 401 (403 for INSUFFICIENT_SCOPE, 503 for
-// UNAVAILABLE, 500 for MISCONFIGURED: the receiver's own configuration) with
-// `{"error": code}` and a `WWW-Authenticate` challenge (RFC 6750, RFC 9449 §7.1).
+// On success the agent is `req.agent`; otherwise 401 (403 for INSUFFICIENT_SCOPE, 503 with
+// `Retry-After` for UNAVAILABLE, 500 for MISCONFIGURED: the receiver's own configuration)
+// with `{"error": code}`, and on a 401 or 403 a `WWW-Authenticate` challenge (RFC 6750 §3.1:
+// no error code without credentials, `insufficient_scope` on a 403; RFC 9449 §7.1 for DPoP).
 import { VerificationError } from "./index.js";
 
 const STATUS = { INSUFFICIENT_SCOPE: 403, UNAVAILABLE: 503, MISCONFIGURED: 500 };
 const DPOP_ALGS = "EdDSA Ed25519 ES256";
+/** Seconds a client is asked to wait after a 503 (the service could not be reached). */
+const RETRY_AFTER = 5;
 
-/** The `WWW-Authenticate` value for `error` on a request that used `scheme`. */
-function challenge(error, scheme) {
+/** The `WWW-Authenticate` value for `error` on a request that used `scheme` (none when it
+ * had no credentials at all: `bare`), or null for a refusal that is not the credentials'. */
+function challenge(error, scheme, scopes, bare) {
+  if (error.code === "UNAVAILABLE" || error.code === "MISCONFIGURED") return null;
+  if (bare) return "Bearer";
   const proof = error.code === "PROOF_INVALID" || error.code === "PROOF_REPLAYED";
-  if (scheme === "DPoP" || proof) {
-    return `DPoP error="${scheme === "DPoP" && proof ? "invalid_dpop_proof" : "invalid_token"}", algs="${DPOP_ALGS}"`;
-  }
-  return 'Bearer error="invalid_token"';
+  const [code, extra] = error.code === "INSUFFICIENT_SCOPE"
+    ? ["insufficient_scope", `, scope="${scopes.join(" ")}"`]
+    : [scheme === "DPoP" && proof ? "invalid_dpop_proof" : "invalid_token", ""];
+  if (scheme === "DPoP" || proof) return `DPoP error="${code}"${extra}, algs="${DPOP_ALGS}"`;
+  return `Bearer error="${code}"${extra}`;
 }
 
 export function agentIdMiddleware(verifier, { scopes = [], publicOrigin } = {}) {
@@ -41,7 +48,9 @@ export function agentIdMiddleware(verifier, { scopes = [], publicOrigin } = {}) 
       }
     } catch (e) {
       if (!(e instanceof VerificationError)) return next(e);
-      res.setHeader("WWW-Authenticate", challenge(e, scheme));
+      const value = challenge(e, scheme, scopes, !header.trim());
+      if (value) res.setHeader("WWW-Authenticate", value);
+      if (e.code === "UNAVAILABLE") res.setHeader("Retry-After", String(RETRY_AFTER));
       res.statusCode = STATUS[e.code] || 401;
       res.setHeader("Content-Type", "application/json");
       res.end(JSON.stringify({ error: e.code }));

@@ -50,6 +50,9 @@ export interface VerifierOptions {
   setAudience?: string;
   /** Seconds a DPoP proof's `iat` may be from now, either way (60). */
   dpopMaxSkew?: number;
+  /** Told of every refusal of `verify`, `verifyDpop` and `verifyOnline`, with its code and
+   * reason; a hook that throws is ignored. */
+  onRefusal?: (code: ErrorCode, reason: string) => void;
 }
 
 export class Verifier {

@@ -87,7 +87,7 @@ export class Verifier {
    *          failOpen?: boolean, kidRefetchInterval?: number, timeout?: number,
    *          allowTest?: boolean, setAudience?: string}} options
    */
-  constructor({ baseUrl, issuers, leeway = 30, listGrace = 300, failOpen = false, kidRefetchInterval = 60, timeout = 5, allowTest = false, setAudience, dpopMaxSkew = 60 }) {
+  constructor({ baseUrl, issuers, leeway = 30, listGrace = 300, failOpen = false, kidRefetchInterval = 60, timeout = 5, allowTest = false, setAudience, dpopMaxSkew = 60, onRefusal }) {
     if (!/^https?:\/\/[^/]/.test(baseUrl ?? "")) throw new TypeError(`baseUrl ${baseUrl} is not an http(s) URL`);
     if (!(timeout > 0 && Number.isFinite(timeout))) throw new TypeError("timeout must be a positive number of seconds");
     this.allowTest = allowTest;
@@ -110,6 +110,27 @@ export class Verifier {
     this.dpopMaxSkew = dpopMaxSkew;
     this.seenProofs = new Map(); // `${jkt}.${jti}` -> iat, oldest taken first
     this.proofFloor = -Infinity; // proofs made at or before this are refused (the memory was full)
+    if (onRefusal) {
+      // Every refusal of the three checks is told to the hook; a failing hook is ignored, so
+      // that the answer stays the refusal.
+      for (const name of ["verify", "verifyDpop", "verifyOnline"]) {
+        const check = this[name].bind(this);
+        this[name] = async (...args) => {
+          try {
+            return await check(...args);
+          } catch (e) {
+            if (e instanceof VerificationError) {
+              try {
+                onRefusal(e.code, e.message);
+              } catch {
+                // the hook's failure must not change the answer
+              }
+            }
+            throw e;
+          }
+        };
+      }
+    }
   }
 
   /** GETs `url` with the timeout, no redirect; its status, headers and (for a 200) body,

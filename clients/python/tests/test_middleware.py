@@ -8,8 +8,8 @@ from agentid_verifier.asgi import AgentIdMiddleware as Asgi
 from agentid_verifier.wsgi import AgentIdMiddleware as Wsgi
 
 
-def wsgi_call(app, authorization=None):
-    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/"}
+def wsgi_call(app, authorization=None, path="/"):
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": path}
     if authorization:
         environ["HTTP_AUTHORIZATION"] = authorization
     seen = {}
@@ -21,7 +21,7 @@ def wsgi_call(app, authorization=None):
     return seen["status"], seen["headers"], body
 
 
-def asgi_call(app, authorization=None):
+def asgi_call(app, authorization=None, path="/"):
     headers = [(b"authorization", authorization.encode())] if authorization else []
     sent = []
 
@@ -31,7 +31,7 @@ def asgi_call(app, authorization=None):
     async def send(message):
         sent.append(message)
 
-    asyncio.run(app({"type": "http", "headers": headers}, receive, send))
+    asyncio.run(app({"type": "http", "path": path, "headers": headers}, receive, send))
     start = next(m for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return start["status"], dict(start["headers"]), body
@@ -47,7 +47,8 @@ def test_wsgi_middleware(server):
     verifier = Verifier(server.base)
     status, headers, body = wsgi_call(Wsgi(app, verifier))
     assert status == 401 and json.loads(body) == {"error": "TOKEN_INVALID"}
-    assert headers["www-authenticate"] == 'Bearer error="invalid_token"'
+    assert headers["www-authenticate"] == "Bearer"  # no credentials: no error code (RFC 6750 §3.1)
+    assert wsgi_call(Wsgi(app, verifier), "Bearer nope")[1]["www-authenticate"] == 'Bearer error="invalid_token"'
     assert wsgi_call(Wsgi(app, verifier, scopes=["admin:x"]), f"Bearer {token}")[0] == 403
     status, _, body = wsgi_call(Wsgi(app, verifier), f"Bearer {token}")
     assert status == 200 and body.startswith(b"agt_")
@@ -64,6 +65,7 @@ def test_asgi_middleware(server):
     status, headers, body = asgi_call(Asgi(app, verifier), "Bearer not-a-token")
     assert status == 401 and json.loads(body) == {"error": "TOKEN_INVALID"}
     assert headers[b"www-authenticate"] == b'Bearer error="invalid_token"'
+    assert asgi_call(Asgi(app, verifier))[1][b"www-authenticate"] == b"Bearer"
     assert asgi_call(Asgi(app, verifier, scopes=["admin:x"]), f"Bearer {token}")[0] == 403
     status, _, body = asgi_call(Asgi(app, verifier), f"Bearer {token}")
     assert status == 200 and body.startswith(b"agt_")
@@ -83,9 +85,12 @@ def test_a_broken_key_set_is_a_503_never_a_500(proxied):
     def wsgi_app(environ, start_response):
         raise AssertionError("the app is not reached")
 
-    for status, _, body in (asgi_call(Asgi(app, Verifier(proxy.url)), f"Bearer {token}"),
-                            wsgi_call(Wsgi(wsgi_app, Verifier(proxy.url)), f"Bearer {token}")):
+    for status, headers, body in (asgi_call(Asgi(app, Verifier(proxy.url)), f"Bearer {token}"),
+                                  wsgi_call(Wsgi(wsgi_app, Verifier(proxy.url)), f"Bearer {token}")):
         assert status == 503 and json.loads(body) == {"error": "UNAVAILABLE"}
+        named = {(k if isinstance(k, str) else k.decode()).lower(): v for k, v in headers.items()}
+        assert named["retry-after"] in ("5", b"5"), "a 503 says when to try again"
+        assert "www-authenticate" not in named, "not the credentials' fault"
 
 
 def test_a_refused_api_key_is_a_500(server):

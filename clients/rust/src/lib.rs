@@ -160,7 +160,11 @@ pub struct Builder {
     timeout: Duration,
     set_audience: Option<String>,
     dpop_max_skew: Duration,
+    on_refusal: Option<RefusalHook>,
 }
+
+/// What [`Builder::on_refusal`] is given.
+type RefusalHook = Arc<dyn Fn(&str, &str) + Send + Sync>;
 
 impl Builder {
     /// Accepted `iss` values of tokens, and of the subjects of SETs (`sub_id.iss`); any when
@@ -209,6 +213,12 @@ impl Builder {
         self.set_audience = Some(aud.into());
         self
     }
+    /// Told of every refusal of [`Verifier::verify_with_scopes`] (and `verify`),
+    /// [`Verifier::verify_dpop`] and [`Verifier::verify_online`]: its code and its reason.
+    pub fn on_refusal(mut self, hook: impl Fn(&str, &str) + Send + Sync + 'static) -> Self {
+        self.on_refusal = Some(Arc::new(hook));
+        self
+    }
     /// How far a DPoP proof's `iat` may be from now, either way (60 s).
     pub fn dpop_max_skew(mut self, d: Duration) -> Self {
         self.dpop_max_skew = d;
@@ -243,6 +253,7 @@ impl Builder {
                 kid_refetch: self.kid_refetch,
                 set_audience: self.set_audience,
                 dpop_max_skew: i64::try_from(self.dpop_max_skew.as_secs()).unwrap_or(i64::MAX),
+                on_refusal: self.on_refusal,
                 state: Mutex::default(),
                 fetching_keys: tokio::sync::Mutex::default(),
                 fetching_lists: tokio::sync::Mutex::default(),
@@ -292,6 +303,7 @@ struct Inner {
     kid_refetch: Duration,
     set_audience: Option<String>,
     dpop_max_skew: i64,
+    on_refusal: Option<RefusalHook>,
     state: Mutex<State>,
     /// Held while fetching the keys, and the lists: concurrent verifications share one
     /// fetch. Two locks, as reading a list may need the keys.
@@ -403,6 +415,7 @@ impl Verifier {
             timeout: Duration::from_secs(5),
             set_audience: None,
             dpop_max_skew: Duration::from_secs(60),
+            on_refusal: None,
         }
     }
 
@@ -660,6 +673,18 @@ impl Verifier {
     /// Verifies `token` offline, and that it grants every one of `scopes`. A token bound to a
     /// key is `PROOF_INVALID` here: it needs [`Verifier::verify_dpop`].
     pub async fn verify_with_scopes(&self, token: &str, scopes: &[&str]) -> Result<Agent, Error> {
+        self.told(self.bearer(token, scopes).await)
+    }
+
+    /// `result`, told to the [`Builder::on_refusal`] hook when it is a refusal.
+    fn told<T>(&self, result: Result<T, Error>) -> Result<T, Error> {
+        if let (Err(e), Some(hook)) = (&result, &self.inner.on_refusal) {
+            hook(e.code(), &e.to_string());
+        }
+        result
+    }
+
+    async fn bearer(&self, token: &str, scopes: &[&str]) -> Result<Agent, Error> {
         let (claims, agent) = self.checked(token, scopes).await?;
         if claims.get("cnf").is_some() {
             return Err(bound_as_bearer());
@@ -674,6 +699,17 @@ impl Verifier {
     /// [`Builder::dpop_max_skew`]), which passes once (`PROOF_REPLAYED` after). A token that is
     /// not bound, or a missing proof, is `PROOF_INVALID`.
     pub async fn verify_dpop(
+        &self,
+        token: &str,
+        proof: Option<&str>,
+        method: &str,
+        url: &str,
+        scopes: &[&str],
+    ) -> Result<Agent, Error> {
+        self.told(self.dpop(token, proof, method, url, scopes).await)
+    }
+
+    async fn dpop(
         &self,
         token: &str,
         proof: Option<&str>,
@@ -786,6 +822,10 @@ impl Verifier {
         key: Option<&str>,
         scopes: &[&str],
     ) -> Result<Agent, Error> {
+        self.told(self.online(token, key, scopes).await)
+    }
+
+    async fn online(&self, token: &str, key: Option<&str>, scopes: &[&str]) -> Result<Agent, Error> {
         if !sized(token)?
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
@@ -966,19 +1006,40 @@ pub mod tower {
         format!("{scheme}://{}{path}", host.unwrap_or_default())
     }
 
-    /// The `WWW-Authenticate` value for `e` on a request that used DPoP (`dpop`) or not.
-    fn challenge(e: &Error, dpop: bool) -> String {
-        let proof = matches!(e, Error::ProofInvalid(_) | Error::ProofReplayed(_));
-        if dpop || proof {
-            let code = if dpop && proof {
-                "invalid_dpop_proof"
-            } else {
-                "invalid_token"
-            };
-            format!("DPoP error=\"{code}\", algs=\"EdDSA Ed25519 ES256\"")
-        } else {
-            "Bearer error=\"invalid_token\"".to_owned()
+    /// Seconds a client is asked to wait after a 503 (the service could not be reached).
+    const RETRY_AFTER: &str = "5";
+
+    /// How a refused request came: with DPoP or not, without any credentials (`bare`), and
+    /// the scopes its route needs.
+    struct Came<'a> {
+        dpop: bool,
+        bare: bool,
+        scopes: &'a [String],
+    }
+
+    /// The `WWW-Authenticate` value for `e` (RFC 6750 §3.1, RFC 9449 §7.1), or none for a
+    /// refusal that is not the credentials' fault (503, 500).
+    fn challenge(e: &Error, came: &Came<'_>) -> Option<String> {
+        if matches!(e, Error::Unavailable(_) | Error::Misconfigured(_)) {
+            return None;
         }
+        if came.bare {
+            return Some("Bearer".to_owned());
+        }
+        let proof = matches!(e, Error::ProofInvalid(_) | Error::ProofReplayed(_));
+        let (code, extra) = match e {
+            Error::InsufficientScope(_) => (
+                "insufficient_scope",
+                format!(", scope=\"{}\"", came.scopes.join(" ")),
+            ),
+            _ if came.dpop && proof => ("invalid_dpop_proof", String::new()),
+            _ => ("invalid_token", String::new()),
+        };
+        Some(if came.dpop || proof {
+            format!("DPoP error=\"{code}\"{extra}, algs=\"EdDSA Ed25519 ES256\"")
+        } else {
+            format!("Bearer error=\"{code}\"{extra}")
+        })
     }
 
     impl<S> tower_layer::Layer<S> for AgentIdLayer {
@@ -998,21 +1059,41 @@ pub mod tower {
         layer: AgentIdLayer,
     }
 
-    /// The answer to a refused token: 401, 403 for `INSUFFICIENT_SCOPE`, 503 for
-    /// `UNAVAILABLE`, 500 for `MISCONFIGURED`, with `{"error": code}` and the challenge of a
-    /// request that used DPoP (`dpop`) or a bearer token.
+    /// The answer to a refused token: 401, 403 for `INSUFFICIENT_SCOPE`, 503 with
+    /// `Retry-After` for `UNAVAILABLE`, 500 for `MISCONFIGURED`, with `{"error": code}` and,
+    /// on a 401 or 403, the challenge of a request that used DPoP (`dpop`) or a bearer token.
     pub fn refusal<B: From<String>>(e: &Error, dpop: bool) -> http::Response<B> {
+        let missing = match e {
+            Error::InsufficientScope(m) => m.clone(),
+            _ => Vec::new(),
+        };
+        answer(
+            e,
+            &Came {
+                dpop,
+                bare: false,
+                scopes: &missing,
+            },
+        )
+    }
+
+    fn answer<B: From<String>>(e: &Error, came: &Came<'_>) -> http::Response<B> {
         let status = match e {
             Error::InsufficientScope(_) => 403,
             Error::Unavailable(_) => 503,
             Error::Misconfigured(_) => 500,
             _ => 401,
         };
-        http::Response::builder()
+        let mut res = http::Response::builder()
             .status(status)
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .header(http::header::WWW_AUTHENTICATE, challenge(e, dpop))
-            .body(B::from(format!("{{\"error\":\"{}\"}}", e.code())))
+            .header(http::header::CONTENT_TYPE, "application/json");
+        if let Some(value) = challenge(e, came) {
+            res = res.header(http::header::WWW_AUTHENTICATE, value);
+        }
+        if let Error::Unavailable(_) = e {
+            res = res.header(http::header::RETRY_AFTER, RETRY_AFTER);
+        }
+        res.body(B::from(format!("{{\"error\":\"{}\"}}", e.code())))
             .expect("a valid response")
     }
 
@@ -1055,6 +1136,7 @@ pub mod tower {
                     .get(..5)
                     .is_some_and(|p| p.eq_ignore_ascii_case("dpop "));
                 let scopes: Vec<&str> = layer.scopes.iter().map(String::as_str).collect();
+                let bare = authorization.trim().is_empty();
                 let verified = if is_dpop {
                     let proofs: Vec<&str> = req
                         .headers()
@@ -1085,7 +1167,14 @@ pub mod tower {
                         req.extensions_mut().insert(agent);
                         inner.call(req).await
                     }
-                    Err(e) => Ok(refusal(&e, is_dpop)),
+                    Err(e) => Ok(answer(
+                        &e,
+                        &Came {
+                            dpop: is_dpop,
+                            bare,
+                            scopes: &layer.scopes,
+                        },
+                    )),
                 }
             })
         }

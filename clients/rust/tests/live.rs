@@ -595,13 +595,18 @@ async fn the_tower_layer_answers_401_403_and_200() {
     let res = call(&[], None).await;
     assert_eq!(res.status(), 401);
     assert_eq!(res.body(), r#"{"error":"TOKEN_INVALID"}"#);
+    // No credentials: a bare challenge (RFC 6750 §3.1).
+    assert_eq!(res.headers()["www-authenticate"], "Bearer");
+    let res = call(&[], Some("Bearer nope".into())).await;
     assert_eq!(
         res.headers()["www-authenticate"],
         r#"Bearer error="invalid_token""#
     );
+    let res = call(&["admin:x"], Some(format!("Bearer {token}"))).await;
+    assert_eq!(res.status(), 403);
     assert_eq!(
-        call(&["admin:x"], Some(format!("Bearer {token}"))).await.status(),
-        403
+        res.headers()["www-authenticate"],
+        r#"Bearer error="insufficient_scope", scope="admin:x""#
     );
     let ok = call(&["read:orders"], Some(format!("Bearer {token}"))).await;
     assert_eq!((ok.status().as_u16(), ok.body().as_str()), (200, id.as_str()));
@@ -822,6 +827,11 @@ async fn a_broken_or_oversized_answer_is_unavailable() {
             (res.status().as_u16(), res.body().as_str()),
             (503, r#"{"error":"UNAVAILABLE"}"#)
         );
+        assert_eq!(res.headers()["retry-after"], "5", "a 503 says when to try again");
+        assert!(
+            res.headers().get("www-authenticate").is_none(),
+            "not the token's fault"
+        );
     }
 }
 
@@ -1034,4 +1044,36 @@ async fn a_set_of_another_service_or_issuer_is_refused() {
         "TOKEN_INVALID"
     );
     assert_eq!(code(only("example.com").handle_set(&set).await), "ok");
+}
+
+/// The on_refusal hook hears every refusal of the three checks, with its code and reason.
+#[tokio::test(flavor = "current_thread")]
+async fn on_refusal_hears_every_refusal() {
+    let s = Server::start();
+    let (_, token) = s.register(json!({}));
+    let heard = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
+    let sink = heard.clone();
+    let v = Verifier::builder(&s.base)
+        .issuers(["other.example"])
+        .on_refusal(move |code, why| sink.lock().unwrap().push((code.to_owned(), why.to_owned())))
+        .build()
+        .unwrap();
+    assert_eq!(code(v.verify(&token).await), "TOKEN_INVALID");
+    assert_eq!(code(v.verify_online(&token, None, &[]).await), "TOKEN_INVALID");
+    assert_eq!(
+        code(
+            v.verify_dpop(&token, None, "GET", "https://a.example/", &[])
+                .await
+        ),
+        "TOKEN_INVALID"
+    );
+    let heard = heard.lock().unwrap();
+    assert_eq!(
+        heard.iter().map(|(c, _)| c.as_str()).collect::<Vec<_>>(),
+        ["TOKEN_INVALID"; 3]
+    );
+    assert!(
+        heard[0].1.contains("issuer example.com is not accepted"),
+        "{heard:?}"
+    );
 }

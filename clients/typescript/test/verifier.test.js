@@ -127,9 +127,20 @@ test("the express middleware answers 401, 403 and 200", async () => {
   let r = await run(agentIdMiddleware(v));
   assert.equal(r.res.statusCode, 401);
   assert.deepEqual(JSON.parse(r.res.body), { error: "TOKEN_INVALID" });
+  assert.equal(r.res.headers["www-authenticate"], "Bearer", "no credentials: no error code (RFC 6750 §3.1)");
+  r = await run(agentIdMiddleware(v), "Bearer nope");
   assert.equal(r.res.headers["www-authenticate"], 'Bearer error="invalid_token"');
   r = await run(agentIdMiddleware(v, { scopes: ["admin:x"] }), `Bearer ${token}`);
   assert.equal(r.res.statusCode, 403);
+  assert.equal(r.res.headers["www-authenticate"], 'Bearer error="insufficient_scope", scope="admin:x"');
+  // The service unreachable: 503 with Retry-After, and no challenge (not the token's fault).
+  const t = await startServer();
+  const [, other] = await t.register();
+  t.stop();
+  r = await run(agentIdMiddleware(new Verifier({ baseUrl: t.base })), `Bearer ${other}`);
+  assert.equal(r.res.statusCode, 503);
+  assert.equal(r.res.headers["retry-after"], "5");
+  assert.equal(r.res.headers["www-authenticate"], undefined);
   r = await run(agentIdMiddleware(v), `Bearer ${token}`);
   assert.ok(r.passed && r.req.agent.agentId.startsWith("agt_"));
 });
@@ -364,3 +375,16 @@ async function runMiddleware(mw, authorization) {
   });
   return { passed, error, res, req };
 }
+
+test("onRefusal hears every refusal with its reason, and a failing hook changes nothing", async () => {
+  const [, token] = await s.register();
+  const heard = [];
+  const v = new Verifier({ baseUrl: s.base, issuers: ["other.example"], onRefusal: (code, why) => heard.push([code, why]) });
+  assert.equal(await code(v.verify(token)), "TOKEN_INVALID");
+  assert.equal(await code(v.verifyOnline(token)), "TOKEN_INVALID");
+  assert.equal(await code(v.verifyDpop(token, undefined, "GET", "https://a.example/")), "TOKEN_INVALID");
+  assert.deepEqual(heard.map(([c]) => c), ["TOKEN_INVALID", "TOKEN_INVALID", "TOKEN_INVALID"]);
+  assert.match(heard[0][1], /issuer example.com is not accepted/);
+  const failing = new Verifier({ baseUrl: s.base, issuers: ["other.example"], onRefusal: () => { throw new Error("hook"); } });
+  assert.equal(await code(failing.verify(token)), "TOKEN_INVALID");
+});

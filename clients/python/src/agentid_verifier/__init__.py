@@ -16,8 +16,10 @@ refuses the receiver's own configuration (its API key).
 from __future__ import annotations
 
 import base64
+import functools
 import http.client
 import json
+import logging
 import math
 import threading
 import time
@@ -28,7 +30,7 @@ import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, TypeVar
 
 import jwt
 from jwt.algorithms import OKPAlgorithm
@@ -114,6 +116,22 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 _OPENER = urllib.request.build_opener(_NoRedirect)
+_LOG = logging.getLogger("agentid_verifier")
+_F = TypeVar("_F", bound=Callable)
+
+
+def _reported(method: _F) -> _F:
+    """Tells the verifier's ``on_refusal`` hook of every refusal ``method`` raises."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except VerificationError as e:
+            self._refused(e)
+            raise
+
+    return wrapper  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -189,6 +207,9 @@ class Verifier:
     A token bound to a key (``cnf``, DPoP) passes only through ``verify_dpop``, with a proof
     whose ``iat`` is at most ``dpop_max_skew`` seconds from now; each proof passes once.
 
+    ``on_refusal(code, reason)``, when given, is called with every refusal's code and reason
+    (a failing hook is logged, never raised).
+
     ``set_audience`` is the ``aud`` of this receiver's Shared Signals stream (what the stream
     was created with; by default the push endpoint's origin for a push stream, the stream id
     for a poll stream): when given, ``handle_set`` refuses a SET for any other audience.
@@ -206,6 +227,7 @@ class Verifier:
         allow_test: bool = False,
         set_audience: Optional[str] = None,
         dpop_max_skew: int = 60,
+        on_refusal: Optional[Callable[[str, str], None]] = None,
     ):
         if urllib.parse.urlsplit(base_url).scheme not in ("http", "https"):
             raise ValueError(f"base_url {base_url!r} is not an http(s) URL")
@@ -221,6 +243,7 @@ class Verifier:
         self.allow_test = allow_test
         self.set_audience = set_audience
         self.dpop_max_skew = dpop_max_skew
+        self.on_refusal = on_refusal
         self._proofs = _dpop.Replays(SEEN_PROOFS)
         self._lock = threading.Lock()
         self._fetching: Dict[str, threading.Lock] = {}
@@ -399,6 +422,15 @@ class Verifier:
         if missing:
             raise InsufficientScope(f"missing scopes {missing}")
 
+    def _refused(self, error: VerificationError) -> None:
+        if self.on_refusal is None:
+            return
+        try:
+            self.on_refusal(error.code, str(error))
+        except Exception:  # the hook's failure must not change the answer
+            _LOG.exception("on_refusal failed")
+
+    @_reported
     def verify(self, token: str, scopes: Optional[Sequence[str]] = None) -> Agent:
         """Verifies ``token`` offline: signature, claims, revocation (pushed, or through its
         status list) and ``scopes``. Raises a ``VerificationError`` otherwise; a token bound
@@ -408,6 +440,7 @@ class Verifier:
             raise ProofInvalid("the token is bound to a key: it passes only with a DPoP proof (verify_dpop)")
         return agent
 
+    @_reported
     def verify_dpop(self, token: str, proof: Optional[str], method: str, url: str,
                     scopes: Optional[Sequence[str]] = None) -> Agent:
         """Verifies a token bound to a key with the DPoP proof that came with it, for a
@@ -471,6 +504,7 @@ class Verifier:
             raise TokenInvalid("a test-mode token (livemode false); build the Verifier with allow_test=True to accept it")
         raise TokenInvalid("malformed livemode claim")
 
+    @_reported
     def verify_online(self, token: str, key: Optional[str] = None,
                       scopes: Optional[Sequence[str]] = None) -> Agent:
         """Asks the service (``GET /v1/verify/:token``), which sees revocation at once and

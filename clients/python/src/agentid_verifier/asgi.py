@@ -8,9 +8,12 @@ request's method and URL. Behind a proxy, pass ``public_origin`` (``"https://api
 the URL the agent addressed is that origin and the request's path.
 
 On success the ``Agent`` is in ``scope["agent"]``; otherwise the answer is 401 (403 for
-``INSUFFICIENT_SCOPE``, 503 for ``UNAVAILABLE``, 500 for ``MISCONFIGURED``) with
-``{"error": code}`` and a ``WWW-Authenticate`` challenge (RFC 6750, RFC 9449 §7.1).
-Fetches of keys and lists run in a worker thread, never on the event loop.
+``INSUFFICIENT_SCOPE``, 503 for ``UNAVAILABLE`` with ``Retry-After``, 500 for
+``MISCONFIGURED``) with ``{"error": code}``, and on a 401 or 403 a ``WWW-Authenticate``
+challenge (RFC 6750 §3.1: no error code for a request without credentials,
+``insufficient_scope`` on a 403; RFC 9449 §7.1 for DPoP). Requests to a path in ``exclude``
+(or below it: ``"/docs"`` covers ``/docs/oauth2-redirect``) pass unchecked. Fetches of keys
+and lists run in a worker thread, never on the event loop.
 """
 
 from __future__ import annotations
@@ -24,26 +27,49 @@ from . import ProofInvalid, TokenInvalid, VerificationError, Verifier
 STATUS = {"INSUFFICIENT_SCOPE": 403, "UNAVAILABLE": 503, "MISCONFIGURED": 500}
 #: The proof algorithms a DPoP challenge names.
 DPOP_ALGS = "EdDSA Ed25519 ES256"
+#: Seconds a client is asked to wait after a 503 (the service could not be reached).
+RETRY_AFTER = 5
 
 
-def challenge(error: VerificationError, scheme: str) -> bytes:
-    """The ``WWW-Authenticate`` value for ``error`` on a request that used ``scheme``."""
+class NoCredentials(TokenInvalid):
+    """A request without a token: answered with a bare challenge (RFC 6750 §3.1)."""
+
+
+def challenge(error: VerificationError, scheme: str, scopes: Sequence[str] = ()) -> Optional[bytes]:
+    """The ``WWW-Authenticate`` value for ``error`` on a request that used ``scheme``; none
+    for a refusal that is not the credentials' fault (503, 500)."""
+    if error.code in ("UNAVAILABLE", "MISCONFIGURED"):
+        return None
+    if isinstance(error, NoCredentials):
+        return b"Bearer"
     proof = error.code in ("PROOF_INVALID", "PROOF_REPLAYED")
+    if error.code == "INSUFFICIENT_SCOPE":
+        code, extra = "insufficient_scope", f', scope="{" ".join(scopes)}"'
+    else:
+        code, extra = ("invalid_dpop_proof" if scheme == "DPoP" and proof else "invalid_token"), ""
     if scheme == "DPoP" or proof:
-        code = "invalid_dpop_proof" if scheme == "DPoP" and proof else "invalid_token"
-        return f'DPoP error="{code}", algs="{DPOP_ALGS}"'.encode()
-    return b'Bearer error="invalid_token"'
+        return f'DPoP error="{code}"{extra}, algs="{DPOP_ALGS}"'.encode()
+    return f'Bearer error="{code}"{extra}'.encode()
 
 
-def refusal(error: VerificationError, scheme: str = "Bearer"):
+def refusal(error: VerificationError, scheme: str = "Bearer", scopes: Sequence[str] = ()):
     """Status, headers and body of the answer to a refused token."""
     body = json.dumps({"error": error.code}).encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
-        (b"www-authenticate", challenge(error, scheme)),
     ]
+    value = challenge(error, scheme, scopes)
+    if value is not None:
+        headers.append((b"www-authenticate", value))
+    if error.code == "UNAVAILABLE":
+        headers.append((b"retry-after", str(RETRY_AFTER).encode()))
     return STATUS.get(error.code, 401), headers, body
+
+
+def excluded(path: str, exclude: Sequence[str]) -> bool:
+    """Whether ``path`` is one of ``exclude`` or below one of them."""
+    return any(path == e or path.startswith(e.rstrip("/") + "/") for e in exclude)
 
 
 def bearer(value: Optional[str]) -> Optional[str]:
@@ -61,11 +87,23 @@ def credentials(authorization: Optional[str], proofs: List[str]) -> Tuple[str, O
     return "Bearer", bearer(authorization), None
 
 
+def scheme_of(authorization: Optional[str]) -> str:
+    """The scheme a request used, as its refusal names it."""
+    return "DPoP" if (authorization or "")[:5].lower() == "dpop " else "Bearer"
+
+
+def presented(authorization: Optional[str], proofs: List[str]) -> Tuple[str, Optional[str], Optional[str]]:
+    """``credentials``, or ``NoCredentials`` for a request without an Authorization header."""
+    if not (authorization or "").strip():
+        raise NoCredentials("no Authorization header")
+    return credentials(authorization, proofs)
+
+
 def check(verifier: Verifier, scheme: str, token: Optional[str], proof: Optional[str],
           method: str, url: str, scopes: Sequence[str]):
     """The agent of a request, by its scheme; a ``VerificationError`` otherwise."""
     if token is None:
-        raise TokenInvalid("no token")
+        raise TokenInvalid("no token in the Authorization header")
     if scheme == "DPoP":
         return verifier.verify_dpop(token, proof, method, url, scopes)
     return verifier.verify(token, scopes)
@@ -73,9 +111,10 @@ def check(verifier: Verifier, scheme: str, token: Optional[str], proof: Optional
 
 class AgentIdMiddleware:
     def __init__(self, app, verifier: Verifier, scopes: Optional[Sequence[str]] = None,
-                 public_origin: Optional[str] = None):
+                 public_origin: Optional[str] = None, exclude: Sequence[str] = ()):
         self.app, self.verifier, self.scopes = app, verifier, list(scopes or [])
         self.public_origin = public_origin.rstrip("/") if public_origin else None
+        self.exclude = list(exclude)
 
     def _url(self, scope, headers) -> str:
         raw = scope.get("raw_path")
@@ -88,19 +127,19 @@ class AgentIdMiddleware:
         return f"{scope.get('scheme', 'http')}://{host}{path}"
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
+        if scope["type"] != "http" or excluded(scope.get("path", "/"), self.exclude):
             return await self.app(scope, receive, send)
         headers = scope.get("headers") or []
         authorization = dict(headers).get(b"authorization", b"").decode("latin-1")
         proofs = [v.decode("latin-1") for k, v in headers if k == b"dpop"]
-        scheme = "DPoP" if authorization[:5].lower() == "dpop " else "Bearer"
+        scheme = scheme_of(authorization)
         try:
-            scheme, token, proof = credentials(authorization, proofs)
+            scheme, token, proof = presented(authorization, proofs)
             url = self._url(scope, headers) if scheme == "DPoP" else ""
             agent = await asyncio.to_thread(check, self.verifier, scheme, token, proof,
                                             scope.get("method", "GET"), url, self.scopes)
         except VerificationError as e:
-            status, out_headers, body = refusal(e, scheme)
+            status, out_headers, body = refusal(e, scheme, self.scopes)
             await send({"type": "http.response.start", "status": status, "headers": out_headers})
             await send({"type": "http.response.body", "body": body})
             return

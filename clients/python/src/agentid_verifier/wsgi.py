@@ -5,7 +5,7 @@
 Bearer and DPoP-bound tokens are taken as by the ASGI middleware (``public_origin`` too). On
 success the ``Agent`` is in ``environ["agentid.agent"]``; otherwise the answer is 401 (403 for
 ``INSUFFICIENT_SCOPE``, 503 for ``UNAVAILABLE``, 500 for ``MISCONFIGURED``) with
-``{"error": code}`` and a ``WWW-Authenticate`` challenge.
+``{"error": code}`` and the challenges of the ASGI middleware; ``exclude`` too.
 """
 
 from __future__ import annotations
@@ -15,16 +15,17 @@ from typing import Optional, Sequence
 from wsgiref.util import request_uri
 
 from . import VerificationError, Verifier
-from .asgi import check, credentials, refusal
+from .asgi import check, excluded, presented, refusal, scheme_of
 
 REASONS = {401: "Unauthorized", 403: "Forbidden", 500: "Internal Server Error", 503: "Service Unavailable"}
 
 
 class AgentIdMiddleware:
     def __init__(self, app, verifier: Verifier, scopes: Optional[Sequence[str]] = None,
-                 public_origin: Optional[str] = None):
+                 public_origin: Optional[str] = None, exclude: Sequence[str] = ()):
         self.app, self.verifier, self.scopes = app, verifier, list(scopes or [])
         self.public_origin = public_origin.rstrip("/") if public_origin else None
+        self.exclude = list(exclude)
 
     def _url(self, environ) -> str:
         if self.public_origin:
@@ -33,17 +34,19 @@ class AgentIdMiddleware:
         return request_uri(environ, include_query=False)
 
     def __call__(self, environ, start_response):
+        if excluded(environ.get("PATH_INFO", "/") or "/", self.exclude):
+            return self.app(environ, start_response)
         authorization = environ.get("HTTP_AUTHORIZATION")
         # WSGI joins repeated headers with commas; a proof holds none.
         proofs = [p.strip() for p in environ["HTTP_DPOP"].split(",")] if "HTTP_DPOP" in environ else []
-        scheme = "DPoP" if (authorization or "")[:5].lower() == "dpop " else "Bearer"
+        scheme = scheme_of(authorization)
         try:
-            scheme, token, proof = credentials(authorization, proofs)
+            scheme, token, proof = presented(authorization, proofs)
             url = self._url(environ) if scheme == "DPoP" else ""
             environ["agentid.agent"] = check(self.verifier, scheme, token, proof,
                                              environ.get("REQUEST_METHOD", "GET"), url, self.scopes)
         except VerificationError as e:
-            status, headers, body = refusal(e, scheme)
+            status, headers, body = refusal(e, scheme, self.scopes)
             start_response(
                 f"{status} {REASONS[status]}",
                 [(k.decode(), v.decode()) for k, v in headers],

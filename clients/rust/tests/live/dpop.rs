@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use agentid_verifier::Verifier;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -44,8 +45,10 @@ impl Panva {
             .filter_map(|b| b.split("```").next())
             .find(|b| b.starts_with("// agent_dpop.mjs: "))
             .expect("docs/receivers.md shows agent_dpop.mjs");
-        let dir =
-            std::env::temp_dir().join(format!("agentid-rs-dpop-{}-{alg}-{}", std::process::id(), now()));
+        // A folder of its own: the tests run in parallel, in one process.
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("agentid-rs-dpop-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("agent_dpop.mjs"), snippet).unwrap();

@@ -1,0 +1,59 @@
+"""FastAPI: a dependency that verifies the request's agent token, per route.
+
+    from fastapi import FastAPI, Security
+    from agentid_verifier.fastapi import require_agent
+
+    agent = require_agent(verifier, scopes=["read:orders"])
+
+    @app.get("/orders")
+    def orders(a: Agent = Security(agent)):      # or Depends(agent)
+        return {"agent": a.agent_id}
+
+The dependency's value is the ``Agent``. Scopes given to ``Security(agent, scopes=[…])`` are
+required too. It takes a bearer token or a DPoP-bound token with its proof (``public_origin``
+names the origin agents address behind a proxy), shows in the OpenAPI document as the HTTP
+bearer security scheme ``agentid``, and refuses with ``HTTPException``: 401 (403 for
+``INSUFFICIENT_SCOPE``, 503 with ``Retry-After`` for ``UNAVAILABLE``, 500 for
+``MISCONFIGURED``), ``{"detail": code}`` and the middleware's ``WWW-Authenticate``
+challenges. Routes without it (``/docs``, ``/openapi.json``) stay open.
+"""
+
+from __future__ import annotations
+
+from typing import Awaitable, Callable, Optional, Sequence
+
+from fastapi import HTTPException, Request, Security
+from fastapi.concurrency import run_in_threadpool
+from fastapi.security import HTTPBearer, SecurityScopes
+
+from . import Agent, VerificationError, Verifier
+from .asgi import check, presented, refusal, scheme_of
+
+
+def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
+                  public_origin: Optional[str] = None) -> Callable[..., Awaitable[Agent]]:
+    """A dependency whose value is the request's verified ``Agent``."""
+    bearer = HTTPBearer(scheme_name="agentid", auto_error=False,
+                        description="An agentid agent token (Authorization: Bearer, or DPoP with its proof)")
+    origin = public_origin.rstrip("/") if public_origin else None
+    required = list(scopes)
+
+    async def agent(request: Request, security_scopes: SecurityScopes,
+                    _shown: object = Security(bearer)) -> Agent:
+        wanted = required + [s for s in security_scopes.scopes if s not in required]
+        authorization = request.headers.get("authorization", "")
+        scheme = scheme_of(authorization)
+        try:
+            scheme, token, proof = presented(authorization, request.headers.getlist("dpop"))
+            url = (origin or f"{request.url.scheme}://{request.url.netloc}") + request.url.path
+            return await run_in_threadpool(check, verifier, scheme, token, proof, request.method, url, wanted)
+        except VerificationError as e:
+            status, headers, _ = refusal(e, scheme, wanted)
+            raise HTTPException(
+                status_code=status,
+                detail=e.code,
+                headers={k.decode(): v.decode() for k, v in headers if k != b"content-length"
+                         and k != b"content-type"},
+            ) from e
+
+    return agent

@@ -1,0 +1,52 @@
+"""Flask: a decorator that verifies the request's agent token, per view.
+
+    from flask import g
+    from agentid_verifier.flask import require_agent
+
+    @app.get("/orders")
+    @require_agent(verifier, scopes=["read:orders"])
+    def orders():
+        return {"agent": g.agent.agent_id}
+
+The agent is in ``flask.g.agent``. It takes a bearer token or a DPoP-bound token with its
+proof (``public_origin`` names the origin agents address behind a proxy), and refuses as the
+WSGI middleware does: 401 (403 for ``INSUFFICIENT_SCOPE``, 503 with ``Retry-After`` for
+``UNAVAILABLE``, 500 for ``MISCONFIGURED``) with ``{"error": code}`` and its challenges.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Optional, Sequence, TypeVar
+
+from flask import Response, g, request
+
+from . import VerificationError, Verifier
+from .asgi import check, presented, refusal, scheme_of
+
+_F = TypeVar("_F", bound=Callable)
+
+
+def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
+                  public_origin: Optional[str] = None) -> Callable[[_F], _F]:
+    """A decorator: the view runs only for a verified agent, in ``g.agent``."""
+    origin = public_origin.rstrip("/") if public_origin else None
+    wanted = list(scopes)
+
+    def decorate(view: _F) -> _F:
+        @functools.wraps(view)
+        def wrapper(*args, **kwargs):
+            authorization = request.headers.get("Authorization", "")
+            scheme = scheme_of(authorization)
+            try:
+                scheme, token, proof = presented(authorization, request.headers.getlist("DPoP"))
+                url = (origin + request.script_root + request.path) if origin else request.base_url
+                g.agent = check(verifier, scheme, token, proof, request.method, url, wanted)
+            except VerificationError as e:
+                status, headers, body = refusal(e, scheme, wanted)
+                return Response(body, status=status, headers=[(k.decode(), v.decode()) for k, v in headers])
+            return view(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate

@@ -1,0 +1,123 @@
+"""Per route, in each framework's idiom: FastAPI's dependency (in the OpenAPI document, /docs
+left open), Flask's decorator, the middlewares' exclusions; RFC 6750's answers; and the
+verifier's on_refusal hook."""
+
+import json
+
+from fastapi import FastAPI, Security
+from fastapi.testclient import TestClient
+from flask import Flask, g
+
+from agentid_verifier import Verifier
+from agentid_verifier.asgi import AgentIdMiddleware as Asgi
+from agentid_verifier.fastapi import require_agent as fastapi_agent
+from agentid_verifier.flask import require_agent as flask_agent
+from agentid_verifier.wsgi import AgentIdMiddleware as Wsgi
+from test_dpop import Agent
+from test_middleware import asgi_call, wsgi_call
+
+
+def test_fastapi_protects_routes_that_ask_and_documents_them(server):
+    agent_id, token = server.register(scopes=["read:orders"])
+    signer = Agent()
+    bound_id, bound = server.register(scopes=["read:orders"], jwk=signer.public)
+    app = FastAPI()
+    reader = fastapi_agent(Verifier(server.base), scopes=["read:orders"])
+
+    @app.get("/orders")
+    def orders(a=Security(reader)):
+        return {"agent": a.agent_id}
+
+    @app.get("/admin")
+    def admin(a=Security(reader, scopes=["admin:x"])):
+        return {"agent": a.agent_id}
+
+    client = TestClient(app)
+    assert client.get("/docs").status_code == 200
+    doc = client.get("/openapi.json").json()
+    assert doc["components"]["securitySchemes"]["agentid"]["scheme"] == "bearer"
+    assert doc["paths"]["/orders"]["get"]["security"] == [{"agentid": []}]
+    res = client.get("/orders")
+    assert (res.status_code, res.json(), res.headers["www-authenticate"]) == (401, {"detail": "TOKEN_INVALID"}, "Bearer")
+    res = client.get("/orders", headers={"Authorization": "Bearer nope"})
+    assert res.headers["www-authenticate"] == 'Bearer error="invalid_token"'
+    assert client.get("/orders", headers={"Authorization": f"Bearer {token}"}).json() == {"agent": agent_id}
+    res = client.get("/admin", headers={"Authorization": f"Bearer {token}"})
+    assert res.status_code == 403
+    assert res.headers["www-authenticate"] == 'Bearer error="insufficient_scope", scope="read:orders admin:x"'
+    # A bound token, with a proof for the URL the app was called at.
+    proof = signer.proof(bound, htu="http://testserver/orders")
+    res = client.get("/orders", headers={"Authorization": f"DPoP {bound}", "DPoP": proof})
+    assert res.json() == {"agent": bound_id}
+    res = client.get("/orders", headers={"Authorization": f"Bearer {bound}"})
+    assert res.status_code == 401 and res.headers["www-authenticate"].startswith('DPoP error="invalid_token"')
+
+
+def test_flask_protects_the_views_it_decorates(server):
+    agent_id, token = server.register(scopes=["read:orders"])
+    signer = Agent()
+    bound_id, bound = server.register(scopes=["read:orders"], jwk=signer.public)
+    app = Flask(__name__)
+    verifier = Verifier(server.base)
+
+    @app.get("/orders")
+    @flask_agent(verifier, scopes=["read:orders"])
+    def orders():
+        return {"agent": g.agent.agent_id}
+
+    @app.get("/health")
+    def health():
+        return {"ok": True}
+
+    client = app.test_client()
+    assert client.get("/health").status_code == 200
+    res = client.get("/orders")
+    assert (res.status_code, res.json, res.headers["WWW-Authenticate"]) == (401, {"error": "TOKEN_INVALID"}, "Bearer")
+    assert client.get("/orders", headers={"Authorization": f"Bearer {token}"}).json == {"agent": agent_id}
+    proof = signer.proof(bound, htu="http://localhost/orders")
+    res = client.get("/orders", headers={"Authorization": f"DPoP {bound}", "DPoP": proof})
+    assert res.json == {"agent": bound_id}
+    res = client.get("/orders", headers={"Authorization": f"DPoP {bound}", "DPoP": proof})
+    assert res.status_code == 401 and res.json == {"error": "PROOF_REPLAYED"}
+    assert res.headers["WWW-Authenticate"].startswith('DPoP error="invalid_dpop_proof"')
+
+
+def test_the_middlewares_leave_excluded_paths_open(server):
+    async def asgi_app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"open"})
+
+    def wsgi_app(environ, start_response):
+        start_response("200 OK", [])
+        return [b"open"]
+
+    verifier = Verifier(server.base)
+    asgi = Asgi(asgi_app, verifier, exclude=["/health", "/docs"])
+    wsgi = Wsgi(wsgi_app, verifier, exclude=["/health", "/docs"])
+    for path, status in [("/health", 200), ("/docs", 200), ("/docs/oauth2-redirect", 200),
+                         ("/healthz", 401), ("/orders", 401)]:
+        assert asgi_call(asgi, path=path)[0] == status, path
+        assert wsgi_call(wsgi, path=path)[0] == status, path
+
+
+def test_on_refusal_hears_every_refusal_with_its_reason(server):
+    heard = []
+    _, token = server.register(scopes=["read:orders"])
+    verifier = Verifier(server.base, issuers=["other.example"], on_refusal=lambda code, why: heard.append((code, why)))
+    for call in (lambda: verifier.verify(token), lambda: verifier.verify_online(token), lambda: verifier.verify("x")):
+        try:
+            call()
+        except Exception:
+            pass
+    assert [c for c, _ in heard] == ["TOKEN_INVALID"] * 3
+    assert "issuer 'example.com' is not accepted" in heard[0][1]
+
+    def broken(code, why):
+        raise RuntimeError("a hook that fails")
+
+    failing = Verifier(server.base, issuers=["other.example"], on_refusal=broken)
+    try:
+        failing.verify(token)
+        raise AssertionError("accepted")
+    except Exception as e:  # the refusal, not the hook's failure
+        assert getattr(e, "code", None) == "TOKEN_INVALID"
