@@ -210,6 +210,8 @@ async fn private_foreign_and_malformed_keys_are_validation_errors() {
         json!({"kty": "EC", "crv": "P-256", "x": x, "y": x, "d": x}),
         json!({"kty": "RSA", "n": "AQAB", "e": "AQAB"}),
         json!({"kty": "EC", "crv": "P-384", "x": x, "y": x}),
+        // Coordinates of the right length, of no point of the curve.
+        json!({"kty": "EC", "crv": "P-256", "x": x, "y": x}),
         json!({"kty": "OKP", "crv": "X25519", "x": x}),
         json!({"kty": "oct", "k": "c2VjcmV0"}),
         json!({"kty": "OKP", "crv": "Ed25519", "x": "not base64url!"}),

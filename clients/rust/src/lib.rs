@@ -62,6 +62,11 @@ use serde_json::Value;
 mod dpop;
 pub use dpop::{MAX_PROOF_BYTES, SEEN_PROOFS};
 
+/// The crate's README, whose example compiles as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 const SESSION_REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
 /// The longest token accepted (the service issues none longer); a longer one is not parsed.
 pub const MAX_TOKEN_BYTES: usize = 4096;

@@ -76,8 +76,12 @@ impl PublicJwk {
             }
             ("EC", "P-256") => {
                 let (x, y) = (text(jwk, "x")?, text(jwk, "y")?);
-                b64_bytes(x, 32, "x")?;
-                b64_bytes(y, 32, "y")?;
+                let mut point = vec![4u8];
+                point.extend(b64_bytes(x, 32, "x")?);
+                point.extend(b64_bytes(y, 32, "y")?);
+                if !on_p256(&point) {
+                    return refuse("x and y are not a point of P-256");
+                }
                 Ok(PublicJwk::P256 {
                     x: x.to_owned(),
                     y: y.to_owned(),
@@ -122,6 +126,16 @@ impl PublicJwk {
             _ => refuse(format!("alg {alg:?} does not fit the key in jwk")),
         }
     }
+}
+
+/// Whether `point` (uncompressed, `04 ‖ x ‖ y`) is a valid P-256 public key. ring checks a
+/// peer's key fully before an ECDH agreement, and offers no other way to ask: an agreement
+/// with a throwaway key is the question.
+fn on_p256(point: &[u8]) -> bool {
+    use ring::agreement::{agree_ephemeral, EphemeralPrivateKey, UnparsedPublicKey, ECDH_P256};
+    let rng = ring::rand::SystemRandom::new();
+    EphemeralPrivateKey::generate(&ECDH_P256, &rng)
+        .is_ok_and(|ours| agree_ephemeral(ours, &UnparsedPublicKey::new(&ECDH_P256, point), |_| ()).is_ok())
 }
 
 /// What a proof must match: the request it was made for, the token it goes with, and now.
@@ -307,6 +321,10 @@ mod tests {
                 "x must be 32 bytes",
             ),
             (json!({"kty": "EC", "crv": "P-256", "x": x}), "y is required"),
+            (
+                json!({"kty": "EC", "crv": "P-256", "x": x, "y": x}),
+                "not a point of P-256",
+            ),
             (json!({"kty": "OKP", "crv": "Ed25519"}), "x is required"),
             (json!("a string"), "JSON object"),
         ] {
