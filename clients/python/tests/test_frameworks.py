@@ -121,3 +121,33 @@ def test_on_refusal_hears_every_refusal_with_its_reason(server):
         raise AssertionError("accepted")
     except Exception as e:  # the refusal, not the hook's failure
         assert getattr(e, "code", None) == "TOKEN_INVALID"
+
+
+def test_a_warm_check_makes_no_thread_hop_and_a_cold_one_leaves_the_loop(server, monkeypatch):
+    """The ASGI middleware checks a token on the event loop when the keys and list are cached
+    and fresh, and sends a check that must fetch to a worker thread (never waiting on the
+    network on the loop)."""
+    import asyncio
+
+    from test_middleware import asgi_call as call
+
+    _, token = server.register()
+    hops = []
+    real = asyncio.to_thread
+
+    async def counted(fn, *args):
+        hops.append(fn)
+        return await real(fn, *args)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": scope["agent"].agent_id.encode()})
+
+    middleware = Asgi(app, Verifier(server.base))
+    assert call(middleware, f"Bearer {token}")[0] == 200
+    assert len(hops) == 1, "the first check fetches keys and list: in a thread"
+    for _ in range(3):
+        assert call(middleware, f"Bearer {token}")[0] == 200
+    assert len(hops) == 1, "warm checks stay on the loop"

@@ -16,6 +16,7 @@ refuses the receiver's own configuration (its API key).
 from __future__ import annotations
 
 import base64
+import contextvars
 import functools
 import http.client
 import json
@@ -117,6 +118,24 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 _OPENER = urllib.request.build_opener(_NoRedirect)
 _LOG = logging.getLogger("agentid_verifier")
+#: Set while a check may not touch the network (`warm_only`).
+_WARM_ONLY: "contextvars.ContextVar[bool]" = contextvars.ContextVar("agentid_warm_only", default=False)
+_T = TypeVar("_T")
+
+
+class Cold(Exception):
+    """A check run with ``warm_only`` needed the network: run it again where it may wait."""
+
+
+def warm_only(check: Callable[..., _T], *args) -> _T:
+    """``check(*args)`` if it needs no network call (keys and lists cached and fresh), else
+    ``Cold`` before anything is fetched or remembered: how an event loop checks a token
+    without a thread hop when it can, and never waits on the network itself."""
+    token = _WARM_ONLY.set(True)
+    try:
+        return check(*args)
+    finally:
+        _WARM_ONLY.reset(token)
 _F = TypeVar("_F", bound=Callable)
 
 
@@ -285,6 +304,11 @@ class Verifier:
         """GETs ``url`` (revalidating what is held) unless what is held is fresh and was
         fetched after ``fresher_than``; one fetch per URL at a time, so callers that wait
         for it share its result."""
+        if _WARM_ONLY.get():
+            held = self._docs.get(url)
+            if held is not None and held.fresh_until > time.time() and held.fetched_at > fresher_than:
+                return held
+            raise Cold(url)
         with self._lock:
             gate = self._fetching.setdefault(url, threading.Lock())
         with gate:

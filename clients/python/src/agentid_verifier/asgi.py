@@ -12,8 +12,9 @@ On success the ``Agent`` is in ``scope["agent"]``; otherwise the answer is 401 (
 ``MISCONFIGURED``) with ``{"error": code}``, and on a 401 or 403 a ``WWW-Authenticate``
 challenge (RFC 6750 §3.1: no error code for a request without credentials,
 ``insufficient_scope`` on a 403; RFC 9449 §7.1 for DPoP). Requests to a path in ``exclude``
-(or below it: ``"/docs"`` covers ``/docs/oauth2-redirect``) pass unchecked. Fetches of keys
-and lists run in a worker thread, never on the event loop.
+(or below it: ``"/docs"`` covers ``/docs/oauth2-redirect``) pass unchecked. A warm check
+(keys and list cached and fresh) runs on the event loop; one that needs the network runs in
+a worker thread, so the loop never waits on it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import asyncio
 import json
 from typing import List, Optional, Sequence, Tuple
 
-from . import ProofInvalid, TokenInvalid, VerificationError, Verifier
+from . import Cold, ProofInvalid, TokenInvalid, VerificationError, Verifier, warm_only
 
 STATUS = {"INSUFFICIENT_SCOPE": 403, "UNAVAILABLE": 503, "MISCONFIGURED": 500}
 #: The proof algorithms a DPoP challenge names.
@@ -136,8 +137,11 @@ class AgentIdMiddleware:
         try:
             scheme, token, proof = presented(authorization, proofs)
             url = self._url(scope, headers) if scheme == "DPoP" else ""
-            agent = await asyncio.to_thread(check, self.verifier, scheme, token, proof,
-                                            scope.get("method", "GET"), url, self.scopes)
+            args = (self.verifier, scheme, token, proof, scope.get("method", "GET"), url, self.scopes)
+            try:
+                agent = warm_only(check, *args)
+            except Cold:
+                agent = await asyncio.to_thread(check, *args)
         except VerificationError as e:
             status, out_headers, body = refusal(e, scheme, self.scopes)
             await send({"type": "http.response.start", "status": status, "headers": out_headers})

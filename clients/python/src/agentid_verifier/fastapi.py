@@ -26,7 +26,7 @@ from fastapi import HTTPException, Request, Security
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPBearer, SecurityScopes
 
-from . import Agent, VerificationError, Verifier
+from . import Agent, Cold, VerificationError, Verifier, warm_only
 from .asgi import check, presented, refusal, scheme_of
 
 
@@ -46,7 +46,11 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
         try:
             scheme, token, proof = presented(authorization, request.headers.getlist("dpop"))
             url = (origin or f"{request.url.scheme}://{request.url.netloc}") + request.url.path
-            return await run_in_threadpool(check, verifier, scheme, token, proof, request.method, url, wanted)
+            args = (verifier, scheme, token, proof, request.method, url, wanted)
+            try:
+                return warm_only(check, *args)  # no thread hop when nothing is to be fetched
+            except Cold:
+                return await run_in_threadpool(check, *args)
         except VerificationError as e:
             status, headers, _ = refusal(e, scheme, wanted)
             raise HTTPException(
