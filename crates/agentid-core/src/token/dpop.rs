@@ -20,14 +20,9 @@ const PRIVATE_MEMBERS: [&str; 8] = ["d", "p", "q", "dp", "dq", "qi", "oth", "k"]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PublicJwk {
     /// `x` as given, and the point it encodes (decompressed once, when parsed).
-    Ed25519 {
-        x: String,
-        key: VerifyingKey,
-    },
-    P256 {
-        x: String,
-        y: String,
-    },
+    Ed25519 { x: String, key: VerifyingKey },
+    /// `x` and `y` as given, and the uncompressed point (`04 ‖ x ‖ y`) they encode.
+    P256 { x: String, y: String, point: Vec<u8> },
 }
 
 /// Why a JWK or a proof is refused, said so that a caller can tell which part failed.
@@ -55,9 +50,22 @@ fn text<'a>(jwk: &'a Map<String, Value>, name: &str) -> Result<&'a str, DpopErro
 }
 
 impl PublicJwk {
-    /// A public JWK as JSON: `{"kty":"OKP","crv":"Ed25519","x":…}` or
-    /// `{"kty":"EC","crv":"P-256","x":…,"y":…}`, with no private member.
+    /// A public JWK to bind a token to, as JSON: `{"kty":"OKP","crv":"Ed25519","x":…}` or
+    /// `{"kty":"EC","crv":"P-256","x":…,"y":…}`, with no private member, whose point is on
+    /// its curve.
     pub fn parse(value: &Value) -> Result<PublicJwk, DpopError> {
+        let key = PublicJwk::read(value)?;
+        if let PublicJwk::P256 { point, .. } = &key {
+            if !on_p256(point) {
+                return refuse("x and y are not a point of P-256");
+            }
+        }
+        Ok(key)
+    }
+
+    /// The key of a proof's `jwk` header: `parse`'s form, without its costly question of a
+    /// P-256 point (an ECDH agreement), which the signature check answers anyway.
+    fn read(value: &Value) -> Result<PublicJwk, DpopError> {
         let Value::Object(jwk) = value else {
             return refuse("must be a JSON object (a public JWK)");
         };
@@ -79,12 +87,10 @@ impl PublicJwk {
                 let mut point = vec![4u8];
                 point.extend(b64_bytes(x, 32, "x")?);
                 point.extend(b64_bytes(y, 32, "y")?);
-                if !on_p256(&point) {
-                    return refuse("x and y are not a point of P-256");
-                }
                 Ok(PublicJwk::P256 {
                     x: x.to_owned(),
                     y: y.to_owned(),
+                    point,
                 })
             }
             (kty, crv) => refuse(format!(
@@ -99,7 +105,7 @@ impl PublicJwk {
         // Every member is base64url or a fixed name: nothing needs escaping.
         let canonical = match self {
             PublicJwk::Ed25519 { x, .. } => format!(r#"{{"crv":"Ed25519","kty":"OKP","x":"{x}"}}"#),
-            PublicJwk::P256 { x, y } => {
+            PublicJwk::P256 { x, y, .. } => {
                 format!(r#"{{"crv":"P-256","kty":"EC","x":"{x}","y":"{y}"}}"#)
             }
         };
@@ -115,10 +121,7 @@ impl PublicJwk {
                 key.verify_strict(signed, &sig)
                     .map_err(|_| DpopError("signature does not verify".into()))
             }
-            (PublicJwk::P256 { x, y }, "ES256") => {
-                let mut point = vec![4u8];
-                point.extend(b64_bytes(x, 32, "x")?);
-                point.extend(b64_bytes(y, 32, "y")?);
+            (PublicJwk::P256 { point, .. }, "ES256") => {
                 ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, point)
                     .verify(signed, signature)
                     .map_err(|_| DpopError("signature does not verify".into()))
@@ -197,7 +200,7 @@ pub fn check_proof(proof: &str, expected: &Expected<'_>) -> Result<CheckedProof,
         Some(Value::String(a)) if matches!(a.as_str(), "EdDSA" | "Ed25519" | "ES256") => a.as_str(),
         _ => return refuse("alg must be EdDSA, Ed25519 or ES256"),
     };
-    let key = PublicJwk::parse(header.get("jwk").unwrap_or(&Value::Null))
+    let key = PublicJwk::read(header.get("jwk").unwrap_or(&Value::Null))
         .map_err(|e| DpopError(format!("jwk: {e}")))?;
     let signature = URL_SAFE_NO_PAD
         .decode(s)
@@ -389,6 +392,19 @@ mod tests {
             other.rsplit_once('.').unwrap().1
         );
         assert!(check_proof(&forged, &expected())
+            .unwrap_err()
+            .0
+            .contains("signature"));
+        // An ES256 proof whose jwk is no point of P-256: read without the binding's point
+        // check, and refused by the signature check, which asks the same question.
+        let (proof, jwk) = es_proof(&claims());
+        let mut bad = jwk.clone();
+        bad["y"] = jwk["x"].clone();
+        let (h, rest) = proof.split_once('.').unwrap();
+        let mut header: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(h).unwrap()).unwrap();
+        header["jwk"] = bad;
+        let off_curve = format!("{}.{rest}", b64(&header));
+        assert!(check_proof(&off_curve, &expected())
             .unwrap_err()
             .0
             .contains("signature"));
