@@ -133,7 +133,6 @@ class AgentIdMiddleware:
         headers = scope.get("headers") or []
         authorization = dict(headers).get(b"authorization", b"").decode("latin-1")
         proofs = [v.decode("latin-1") for k, v in headers if k == b"dpop"]
-        scheme = scheme_of(authorization)
         try:
             scheme, token, proof = presented(authorization, proofs)
             url = self._url(scope, headers) if scheme == "DPoP" else ""
@@ -143,7 +142,7 @@ class AgentIdMiddleware:
             except Cold:
                 agent = await asyncio.to_thread(check, *args)
         except VerificationError as e:
-            status, out_headers, body = refusal(e, scheme, self.scopes)
+            status, out_headers, body = refusal(e, scheme_of(authorization), self.scopes)
             await send({"type": "http.response.start", "status": status, "headers": out_headers})
             await send({"type": "http.response.body", "body": body})
             return

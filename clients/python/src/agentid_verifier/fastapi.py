@@ -42,7 +42,6 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
                     _shown: object = Security(bearer)) -> Agent:
         wanted = required + [s for s in security_scopes.scopes if s not in required]
         authorization = request.headers.get("authorization", "")
-        scheme = scheme_of(authorization)
         try:
             scheme, token, proof = presented(authorization, request.headers.getlist("dpop"))
             url = (origin or f"{request.url.scheme}://{request.url.netloc}") + request.url.path
@@ -52,7 +51,7 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
             except Cold:
                 return await run_in_threadpool(check, *args)
         except VerificationError as e:
-            status, headers, _ = refusal(e, scheme, wanted)
+            status, headers, _ = refusal(e, scheme_of(authorization), wanted)
             raise HTTPException(
                 status_code=status,
                 detail=e.code,

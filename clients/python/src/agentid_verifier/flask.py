@@ -37,13 +37,12 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
         @functools.wraps(view)
         def wrapper(*args, **kwargs):
             authorization = request.headers.get("Authorization", "")
-            scheme = scheme_of(authorization)
             try:
                 scheme, token, proof = presented(authorization, request.headers.getlist("DPoP"))
                 url = (origin + request.script_root + request.path) if origin else request.base_url
                 g.agent = check(verifier, scheme, token, proof, request.method, url, wanted)
             except VerificationError as e:
-                status, headers, body = refusal(e, scheme, wanted)
+                status, headers, body = refusal(e, scheme_of(authorization), wanted)
                 return Response(body, status=status, headers=[(k.decode(), v.decode()) for k, v in headers])
             return view(*args, **kwargs)
 

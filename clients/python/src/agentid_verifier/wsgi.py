@@ -39,14 +39,13 @@ class AgentIdMiddleware:
         authorization = environ.get("HTTP_AUTHORIZATION")
         # WSGI joins repeated headers with commas; a proof holds none.
         proofs = [p.strip() for p in environ["HTTP_DPOP"].split(",")] if "HTTP_DPOP" in environ else []
-        scheme = scheme_of(authorization)
         try:
             scheme, token, proof = presented(authorization, proofs)
             url = self._url(environ) if scheme == "DPoP" else ""
             environ["agentid.agent"] = check(self.verifier, scheme, token, proof,
                                              environ.get("REQUEST_METHOD", "GET"), url, self.scopes)
         except VerificationError as e:
-            status, headers, body = refusal(e, scheme, self.scopes)
+            status, headers, body = refusal(e, scheme_of(authorization), self.scopes)
             start_response(
                 f"{status} {REASONS[status]}",
                 [(k.decode(), v.decode()) for k, v in headers],
