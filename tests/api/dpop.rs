@@ -505,3 +505,32 @@ async fn post_verify_is_rate_limited_like_get_verify() {
         .await
         .assert_error(429, "RATE_LIMITED");
 }
+
+/// Someone who can write the database cannot unbind a token: the binding is read from the
+/// signed token, never from `agents.jkt` (which only shows the issuer its newest binding).
+#[actix_web::test]
+async fn a_binding_erased_in_the_database_still_holds() {
+    let app = spawn_app().await;
+    let key = AgentKey::ed();
+    let (id, token) = bound(&app, &key).await;
+    crate::helpers::tamper(&app, &format!("UPDATE agents SET jkt = NULL WHERE id = '{id}'")).await;
+    let app = app.restart().await;
+    let got = app
+        .get(&format!("/v1/agents/{id}"), Some(app.secret()))
+        .await
+        .json();
+    assert_eq!(
+        got["jkt"],
+        Value::Null,
+        "the tampered column is what the issuer sees"
+    );
+    assert_eq!(
+        answer(&app, &token, None).await,
+        json!({"valid": false, "error": "PROOF_INVALID"})
+    );
+    assert_eq!(
+        answer(&app, &token, Some(&key.proof(&token))).await["valid"],
+        true
+    );
+    assert!(app.verify(&token).await["cnf"]["jkt"].is_string());
+}
