@@ -10,9 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agentid_core::domain::Millis;
-use agentid_core::tlog::commit::{self, Commitment, Commitments, List};
 use agentid_core::tlog::note::{Checkpoint, LogVerifier};
-use agentid_core::tlog::tree::{self, Hash};
+use agentid_core::tlog::witness::{self, Coverage, Finding, Growth, Uncovered};
 
 /// The file of the state folder holding the last checkpoint seen.
 pub(crate) const CHECKPOINT_FILE: &str = "checkpoint";
@@ -35,15 +34,8 @@ pub(crate) struct Witness {
     pub(crate) stale_after: Duration,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum WitnessError {
-    /// The log misbehaved: it shrank, forked, or cannot prove it only grew.
-    #[error("{0}")]
-    Log(String),
-    /// The check could not be made (network, files, arguments).
-    #[error("{0}")]
-    Check(String),
-}
+/// Why a run failed: the log broke its promise, or the check could not be made.
+pub(crate) type WitnessError = Finding;
 
 /// What a run found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,9 +81,8 @@ impl Witness {
         })
     }
 
-    /// Whether the lists `new` commits to (the ledger's revocations, the fleet's key
-    /// retirements) extend what `old` committed to: an entry taken out (a revocation undone
-    /// in the database, a key un-retired) is a log that did not only grow.
+    /// Whether the lists `new` commits to extend what `old` committed to (core's
+    /// `witness::lists_extend`, with the log's pages of entries fetched here).
     fn lists(
         &self,
         agent: &ureq::Agent,
@@ -99,107 +90,47 @@ impl Witness {
         old: Option<&Checkpoint>,
         new: &Checkpoint,
     ) -> Result<(), WitnessError> {
-        let log = WitnessError::Log;
-        let Some(now) = Commitments::parse(&new.extensions).map_err(log)? else {
-            return Ok(()); // the service commits to no lists
-        };
-        let before = match old {
-            Some(o) => Commitments::parse(&o.extensions).map_err(log)?,
-            None => None,
-        };
-        let before = before.unwrap_or(Commitments {
-            revocations: Commitment::EMPTY,
-            retired_keys: Commitment::EMPTY,
-            domains: Commitment::EMPTY,
-        });
-        for list in List::ALL {
-            let (earlier, later, param, what) = (before.get(list), now.get(list), list.param(), list.entry());
-            if later.count < earlier.count {
-                return Err(WitnessError::Log(format!(
-                    "the log did not only grow: {} commits to {} {what}s, {} before: one was undone",
-                    new.origin, later.count, earlier.count
-                )));
-            }
-            let mut entries: Vec<(String, Millis)> = Vec::new();
-            while (earlier.count + entries.len() as u64) < later.count {
-                let from = earlier.count + entries.len() as u64;
-                let body = get(
-                    agent,
-                    &format!("{base}/v1/log/commitments?{param}_from={from}"),
-                    Some(&self.key),
-                )?;
-                let page = parse_entries(&body, param)
-                    .map_err(|e| check(format!("GET /v1/log/commitments: {e}")))?;
-                if page.is_empty() {
-                    break;
-                }
-                entries.extend(page);
-            }
-            let walk = entries.iter().map(|(id, at)| (id.as_str(), *at));
-            if !commit::extends(list, &earlier, &later, walk) {
-                return Err(WitnessError::Log(format!(
-                    "the log did not only grow: the {what}s {} commits to ({}) do not extend the {} seen \
-                     before: one was undone",
-                    new.origin, later.count, earlier.count
-                )));
-            }
-        }
-        Ok(())
+        witness::lists_extend(old, new, |list, from| {
+            get(
+                agent,
+                &format!("{base}/v1/log/commitments?{}_from={from}", list.param()),
+                Some(&self.key),
+            )
+        })
     }
 
-    /// Whether the checkpoint still covers the ledger's records within `stale_after`: the
-    /// newest record, if no checkpoint covers it, must be younger; and records this witness
-    /// saw uncovered on an earlier run must be covered once `stale_after` has passed since.
+    /// Whether the checkpoint still covers the ledger's records within `stale_after` (core's
+    /// `witness::coverage`), with the newest record fetched here and the note of records seen
+    /// uncovered kept in the state folder.
     fn coverage(&self, agent: &ureq::Agent, base: &str, cp: &Checkpoint) -> Result<(), WitnessError> {
         let page = get(agent, &format!("{base}/v1/log?limit=1"), Some(&self.key))?;
         let page: serde_json::Value =
             serde_json::from_str(&page).map_err(|e| check(format!("GET /v1/log: {e}")))?;
         let newest = page["data"].get(0);
         let held = newest.and_then(|r| r["seq"].as_u64()).unwrap_or(0);
-        let now = Millis::now();
-        let limit = self.stale_after.as_millis() as i64;
+        let made = newest
+            .and_then(|r| r["requested_at"].as_str())
+            .and_then(witness::rfc3339_millis);
         let path = self.state.join(UNCOVERED_FILE);
-        let stale = |records: u64, since: i64| {
-            WitnessError::Log(format!(
-                "checkpoints stopped: {} holds {records} records, no checkpoint covers more than {} \
-                 of them, and the uncovered ones have been there for {} s (allowed: {} s)",
-                cp.origin,
-                cp.size,
-                (now.0 - since) / 1000,
-                limit / 1000
-            ))
-        };
-        if held <= cp.size {
-            return match std::fs::remove_file(&path) {
+        let noted = read_optional(&path)?.and_then(|s| {
+            let (n, t) = s.trim().split_once(' ')?;
+            Some(Uncovered {
+                records: n.parse().ok()?,
+                since: Millis(t.parse().ok()?),
+            })
+        });
+        let limit = self.stale_after.as_millis() as i64;
+        match witness::coverage(cp, held, made, noted, Millis::now(), limit)? {
+            Coverage::Covered => match std::fs::remove_file(&path) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                     Err(check(format!("cannot remove {}: {e}", path.display())))
                 }
                 _ => Ok(()),
-            };
+            },
+            Coverage::Note(n) if Some(n) == noted => Ok(()),
+            Coverage::Note(n) => write_atomic(&path, format!("{} {}\n", n.records, n.since.0).as_bytes())
+                .map_err(|e| check(format!("cannot save {}: {e}", path.display()))),
         }
-        let made = newest
-            .and_then(|r| r["requested_at"].as_str())
-            .and_then(|t| humantime::parse_rfc3339(t).ok())
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| d.as_millis() as i64)
-            .ok_or_else(|| check("GET /v1/log: a record without a readable requested_at".into()))?;
-        if now.0 - made > limit {
-            return Err(stale(held, made));
-        }
-        let saved = read_optional(&path)?.and_then(|s| {
-            let (n, t) = s.trim().split_once(' ')?;
-            Some((n.parse::<u64>().ok()?, t.parse::<i64>().ok()?))
-        });
-        match saved {
-            Some((n, since)) if n > cp.size => {
-                if now.0 - since > limit {
-                    return Err(stale(n, since));
-                }
-            }
-            _ => write_atomic(&path, format!("{held} {}\n", now.0).as_bytes())
-                .map_err(|e| check(format!("cannot save {}: {e}", path.display())))?,
-        }
-        Ok(())
     }
 
     /// The log key: as given or as served, and the same as the one pinned before.
@@ -230,7 +161,8 @@ impl Witness {
         Ok(verifier)
     }
 
-    /// Whether `new` extends `old`.
+    /// Whether `new` extends `old` (core's `witness::growth` and `witness::consistent`,
+    /// with the consistency proof fetched here).
     fn judge(
         &self,
         agent: &ureq::Agent,
@@ -238,70 +170,18 @@ impl Witness {
         old: &Checkpoint,
         new: &Checkpoint,
     ) -> Result<(), WitnessError> {
-        if new.origin != old.origin {
-            return Err(check(format!(
-                "the checkpoint is of {}, the saved one of {}: use one state folder per ledger",
-                new.origin, old.origin
-            )));
-        }
-        if new.size < old.size {
-            return Err(WitnessError::Log(format!(
-                "the log shrank: {} holds {} records, it held {} before",
-                new.origin, new.size, old.size
-            )));
-        }
-        if new.size == old.size {
-            return if new.root == old.root {
-                Ok(())
-            } else {
-                Err(WitnessError::Log(format!(
-                    "the log forked: two different trees of {} records of {}",
-                    new.size, new.origin
-                )))
-            };
-        }
-        if old.size == 0 {
-            return Ok(()); // every tree extends the empty one
+        if witness::growth(old, new)? != Growth::NeedsProof {
+            return Ok(());
         }
         let url = format!(
             "{base}/v1/log/proof/consistency?from={}&to={}",
             old.size, new.size
         );
-        let body = get(agent, &url, Some(&self.key)).map_err(|e| match e {
-            WitnessError::Log(m) | WitnessError::Check(m) => WitnessError::Log(format!(
-                "the log cannot prove that its {} records extend the {} seen before: {m}",
-                new.size, old.size
-            )),
-        })?;
-        let proof = parse_proof(&body, old.size, new.size).map_err(WitnessError::Log)?;
-        tree::verify_consistency(old.size, new.size, &old.root, &new.root, &proof).map_err(|e| {
-            WitnessError::Log(format!(
-                "the log did not only grow: the tree of {} records of {} does not extend the one of {} \
-                 seen before ({e})",
-                new.size, new.origin, old.size
-            ))
-        })
+        match get(agent, &url, Some(&self.key)) {
+            Ok(body) => witness::consistent(old, new, Ok(&body)),
+            Err(e) => witness::consistent(old, new, Err(e.to_string())),
+        }
     }
-}
-
-/// The entries of one list of a `GET /v1/log/commitments` answer.
-fn parse_entries(body: &str, list: &str) -> Result<Vec<(String, Millis)>, String> {
-    let v: serde_json::Value = serde_json::from_str(body).map_err(|e| e.to_string())?;
-    let entries = v[list]["entries"]
-        .as_array()
-        .ok_or_else(|| format!("no {list}.entries"))?;
-    entries
-        .iter()
-        .map(|e| {
-            let id = e["id"].as_str().ok_or("an entry without an id")?;
-            let at = e["at"]
-                .as_str()
-                .and_then(|t| humantime::parse_rfc3339(t).ok())
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .ok_or("an entry without a readable time")?;
-            Ok((id.to_owned(), Millis(at.as_millis() as i64)))
-        })
-        .collect()
 }
 
 fn check(msg: String) -> WitnessError {
@@ -326,24 +206,6 @@ fn get(agent: &ureq::Agent, url: &str, key: Option<&str>) -> Result<String, Witn
         }
         Err(e) => Err(check(format!("GET {url}: {e}"))),
     }
-}
-
-/// The proof of a consistency answer, which must be for the sizes asked.
-fn parse_proof(body: &str, from: u64, to: u64) -> Result<Vec<Hash>, String> {
-    #[derive(serde::Deserialize)]
-    struct Answer {
-        from: u64,
-        to: u64,
-        proof: Vec<String>,
-    }
-    let a: Answer = serde_json::from_str(body).map_err(|e| format!("not a consistency proof: {e}"))?;
-    if (a.from, a.to) != (from, to) {
-        return Err(format!("asked for {from}..{to}, answered {}..{}", a.from, a.to));
-    }
-    a.proof
-        .iter()
-        .map(|h| agentid_core::domain::unhex32(h).ok_or_else(|| format!("{h:?} is not a 32-byte hex hash")))
-        .collect()
 }
 
 fn read_optional(path: &Path) -> Result<Option<String>, WitnessError> {
