@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::helpers::{spawn_app_with, Options};
+use crate::helpers::{spawn_app, spawn_app_with, Options};
 
 /// The pages whose commands and snippets run here: the README and every page of `docs/`
 /// (`every_page_of_docs_is_listed` fails for a page of `docs/` missing here).
@@ -685,4 +685,74 @@ async fn the_dpop_section_runs_as_written() {
             "the two snippets, node_modules and the agent's one key file"
         );
     }
+}
+
+/// "Keeping the log honest"'s witness and audit as written: the cron line's command (its
+/// schedule dropped) with the test's server, key and a state folder, run twice around a
+/// verification, then `audit verify --checkpoints` on that folder.
+#[actix_web::test]
+async fn witnessing_the_log_runs_as_written() {
+    let app = spawn_app().await;
+    let blocks = shell_blocks("Keeping the log honest");
+    let (cron, audit) = (
+        blocks
+            .iter()
+            .find(|b| b.contains("agentid audit witness"))
+            .expect("the witness's cron line"),
+        blocks
+            .iter()
+            .find(|b| b.starts_with("agentid audit verify"))
+            .expect("the audit's block"),
+    );
+    let command = cron
+        .strip_prefix("*/5 * * * *")
+        .expect("a cron schedule first")
+        .trim()
+        .replace("sk_live_…", app.secret())
+        .replace("https://id.example.com", &app.base);
+    let audit = audit.lines().next().unwrap().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("live");
+    let local = |s: &str| s.replace("/var/lib/agentid-witness/live", state.to_str().unwrap());
+    let (command, audit) = (local(&command), local(&audit));
+    assert!(command.contains(state.to_str().unwrap()) && audit.contains(state.to_str().unwrap()));
+    let bin = Path::new(env!("CARGO_BIN_EXE_agentid"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let run = |script: String| {
+        let mut cmd = shell(dir.path(), &script);
+        cmd.env("PATH", &path)
+            .env("DATABASE_URL", &app.db.url)
+            .env("AGENTID_SIGNING_KEY_FILE", &app.config.signing_key_file);
+        cmd
+    };
+    let checkpointed = |n: u64| {
+        format!(
+            "until [ \"$(curl -s {}/v1/log/checkpoint -H \"Authorization: Bearer {}\" | sed -n 2p)\" -ge {n} ]; \
+             do sleep 0.1; done\n",
+            app.base,
+            app.secret()
+        )
+    };
+    let (_, token) = app.agent().await;
+    assert_eq!(app.verify(&token).await["valid"], true);
+    output_of(
+        run(format!("{}{command}", checkpointed(1))),
+        "the witness's first run",
+    )
+    .await;
+    assert_eq!(app.verify(&token).await["valid"], true);
+    output_of(
+        run(format!("{}{command}", checkpointed(2))),
+        "the witness's second run",
+    )
+    .await;
+    let audited = output_of(run(audit), "the audit with the witness's checkpoints").await;
+    assert!(audited.starts_with("ok "), "{audited}");
+    assert!(
+        state.read_dir().unwrap().next().is_some(),
+        "the witness saved its checkpoint"
+    );
 }

@@ -67,6 +67,12 @@ pub use dpop::{MAX_PROOF_BYTES, SEEN_PROOFS};
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
+/// The repository's page on receivers, whose Rust block compiles as a doctest (in the
+/// repository only: the page is not in the package).
+#[cfg(all(doctest, feature = "tower"))]
+#[doc = include_str!("../../../docs/receivers.md")]
+pub struct ReceiversPageDoctests;
+
 const SESSION_REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
 /// The longest token accepted (the service issues none longer); a longer one is not parsed.
 pub const MAX_TOKEN_BYTES: usize = 4096;
