@@ -11,6 +11,8 @@ const SESSION_REVOKED = "https://schemas.openid.net/secevent/caep/event-type/ses
 const MAX_TOKEN_BYTES = 4096;
 /** The most read of any answer of the service, and of an inflated status list. */
 const MAX_BODY_BYTES = 1 << 20;
+/** The longest SET taken (the service's are under 4 KiB); a longer one is not parsed. */
+const MAX_SET_BYTES = 16384;
 const MAX_LIST_BYTES = 16 << 20;
 /** How many SET `jti`s are remembered to refuse a replay. */
 const SEEN_SETS = 10_000;
@@ -396,6 +398,9 @@ export class Verifier {
    * taken); of a subject of an accepted issuer (`sub_id.iss` is in `issuers`, when given).
    * A revocation marks its agent revoked at once. */
   async handleSet(setJwt) {
+    if (typeof setJwt !== "string" || setJwt.length > MAX_SET_BYTES || !/^[\x21-\x7e]*$/.test(setJwt)) {
+      fail("TOKEN_INVALID", `not a SET of at most ${MAX_SET_BYTES} bytes`);
+    }
     const c = await this.decode(setJwt, "secevent+jwt", ["iss", "jti", "iat"]);
     if (c.iss !== this.baseUrl) fail("TOKEN_INVALID", `a SET of ${c.iss}, not of ${this.baseUrl}`);
     if (this.setAudience !== undefined && ![c.aud].flat().includes(this.setAudience)) {

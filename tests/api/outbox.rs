@@ -210,7 +210,11 @@ async fn a_receivers_refusal_cannot_forge_a_log_line() {
         App::new().route(
             "/events",
             web::post().to(|| async {
-                HttpResponse::BadRequest().body(format!("no\n{FORGED}\n\x1b[2J\x1b[31mred"))
+                // The words, then 100 KiB of which at most 300 bytes are read and logged.
+                HttpResponse::BadRequest().body(format!(
+                    "no\n{FORGED}\n\x1b[2J\x1b[31mred{}",
+                    "Z".repeat(100 * 1024)
+                ))
             }),
         )
     })
@@ -276,5 +280,10 @@ async fn a_receivers_refusal_cannot_forge_a_log_line() {
     assert!(
         logs.contains(FORGED),
         "the refusal's words are logged, escaped: {logs}"
+    );
+    let tail = logs.matches('Z').count();
+    assert!(
+        (200..300).contains(&tail),
+        "the refusal is logged cut to 300 bytes ({tail} of its 102,400 Zs)"
     );
 }

@@ -9,8 +9,8 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from agentid_verifier import (InsufficientScope, TokenExpired, TokenInvalid, TokenRevoked,
-                              Unavailable, VerificationError, Verifier)
+from agentid_verifier import (MAX_SET_BYTES, InsufficientScope, TokenExpired, TokenInvalid,
+                              TokenRevoked, Unavailable, VerificationError, Verifier)
 from conftest import Proxy, Server
 
 SESSION_REVOKED = "https://schemas.openid.net/secevent/caep/event-type/session-revoked"
@@ -269,6 +269,12 @@ def test_an_oversized_token_is_refused_unparsed(proxied):
     assert time.monotonic() - started < 0.05
     with pytest.raises(TokenInvalid):  # no request is made: the service is not even reachable
         Verifier("http://127.0.0.1:9").verify_online(big)
+    header, payload, signature = token.split(".")
+    long_set = f"{header}.{payload}{'x' * MAX_SET_BYTES}.{signature}"  # parsed, it would need keys
+    with pytest.raises(TokenInvalid):
+        Verifier("http://127.0.0.1:9").handle_set(long_set)
+    with pytest.raises(TokenInvalid):  # a character of more than one byte counts as its bytes
+        Verifier("http://127.0.0.1:9").verify(f"{header}.{payload}{'é' * (4096 - len(token))}.{signature}")
 
 
 # -- online verification ------------------------------------------------------------------

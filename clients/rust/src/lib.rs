@@ -78,6 +78,9 @@ const SESSION_REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-ty
 pub const MAX_TOKEN_BYTES: usize = 4096;
 /// The most read of any answer of the service.
 pub const MAX_BODY_BYTES: u64 = 1 << 20;
+/// The longest SET [`Verifier::handle_set`] takes (the service's are under 4 KiB); a longer one
+/// is `TOKEN_INVALID`, unparsed.
+pub const MAX_SET_BYTES: usize = 16_384;
 /// How many SET `jti`s are remembered to refuse a replay.
 pub const SEEN_SETS: usize = 10_000;
 /// The most an inflated status list may hold.
@@ -905,6 +908,9 @@ impl Verifier {
     /// [`Builder::issuers`], when set). A revocation marks its agent revoked at once. Every
     /// refusal is `TOKEN_INVALID`.
     pub async fn handle_set(&self, set_jwt: &str) -> Result<(), Error> {
+        if set_jwt.len() > MAX_SET_BYTES {
+            return Err(invalid(format!("not a SET of at most {MAX_SET_BYTES} bytes")));
+        }
         let c = self.decode(set_jwt, "secevent+jwt").await?;
         if c["iss"] != self.inner.base.as_str() {
             return Err(invalid(format!(

@@ -905,6 +905,10 @@ async fn a_token_over_4096_bytes_is_refused_unparsed() {
         "TOKEN_INVALID"
     );
     assert_eq!(code(nowhere.verify(&big).await), "TOKEN_INVALID");
+    let parts: Vec<&str> = token.split('.').collect();
+    let long_set = format!("{}.{}{}.{}", parts[0], parts[1], "x".repeat(16_384), parts[2]);
+    // Parsed, it would need the keys: UNAVAILABLE.
+    assert_eq!(code(nowhere.handle_set(&long_set).await), "TOKEN_INVALID");
 }
 
 // -- online verification ---------------------------------------------------------------------

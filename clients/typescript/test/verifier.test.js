@@ -294,6 +294,9 @@ test("a token over 4096 bytes is refused unparsed", async () => {
   assert.equal(await code(v.verify(token + "x".repeat(4096 - token.length + 1))), "TOKEN_INVALID");
   // No request is made: the service is not even reachable.
   assert.equal(await code(new Verifier({ baseUrl: "http://127.0.0.1:9" }).verifyOnline(big)), "TOKEN_INVALID");
+  const [header, payload, signature] = token.split(".");
+  const longSet = `${header}.${payload}${"x".repeat(16384)}.${signature}`; // parsed, it would need keys
+  assert.equal(await code(new Verifier({ baseUrl: "http://127.0.0.1:9" }).handleSet(longSet)), "TOKEN_INVALID");
 });
 
 // -- online verification ---------------------------------------------------------------------

@@ -59,6 +59,8 @@ MAX_TOKEN_BYTES = 4096
 MAX_BODY_BYTES = 1 << 20
 #: How many SET ``jti``s are remembered to refuse a replay.
 SEEN_SETS = 10_000
+#: The longest SET taken (the service's are under 4 KiB); a longer one is not parsed.
+MAX_SET_BYTES = 16_384
 #: How many DPoP proofs are remembered to refuse a replay.
 SEEN_PROOFS = 100_000
 
@@ -178,7 +180,7 @@ def _max_age(cache_control: Optional[str], default: int) -> int:
 
 def _sized(token: str) -> str:
     """``token``, refused unparsed when longer than any the service issues."""
-    if not isinstance(token, str) or len(token) > MAX_TOKEN_BYTES:
+    if not isinstance(token, str) or len(token) > MAX_TOKEN_BYTES or not token.isascii():
         raise TokenInvalid(f"not a token of at most {MAX_TOKEN_BYTES} bytes")
     return token
 
@@ -574,6 +576,8 @@ class Verifier:
         ``aud`` holds ``set_audience``, when given); not seen before (its ``jti`` is not one of
         the last 10,000 taken); of a subject of an accepted issuer (``sub_id.iss`` is in
         ``issuers``, when given). A revocation marks its agent revoked at once."""
+        if not isinstance(set_jwt, str) or len(set_jwt) > MAX_SET_BYTES or not set_jwt.isascii():
+            raise TokenInvalid(f"not a SET of at most {MAX_SET_BYTES} bytes")
         claims = self._decode(set_jwt, "secevent+jwt", require=["iss", "jti", "iat"])
         if claims["iss"] != self.base_url:
             raise TokenInvalid(f"a SET of {claims['iss']!r}, not of {self.base_url!r}")
