@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 /// The longest proof read; a longer one is refused unparsed.
 pub const MAX_PROOF_LEN: usize = 4096;
 /// The longest `jti` remembered.
-pub const MAX_JTI_LEN: usize = 256;
+pub(crate) const MAX_JTI_LEN: usize = 256;
 
 /// Members a public JWK must not carry: any of them makes it a private (or symmetric) key.
 const PRIVATE_MEMBERS: [&str; 8] = ["d", "p", "q", "dp", "dq", "qi", "oth", "k"];
@@ -159,7 +159,7 @@ pub struct Expected<'a> {
 /// A proof that checked: the thumbprint of its key (to compare with the token's `cnf.jkt`),
 /// its `jti` (to refuse a replay) and its `iat`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckedProof {
+pub struct VerifiedProof {
     pub jkt: String,
     pub jti: String,
     pub iat: i64,
@@ -184,7 +184,7 @@ fn part(s: &str, what: &str) -> Result<Map<String, Value>, DpopError> {
 /// ES256, the public key in its `jwk` header, signed by that key, and claims `jti`, `htm`,
 /// `htu`, `iat` and `ath` that match `expected`. Whether its key is the token's and whether
 /// its `jti` was seen are the caller's to decide, with what this returns.
-pub fn check_proof(proof: &str, expected: &Expected<'_>) -> Result<CheckedProof, DpopError> {
+pub fn check_proof(proof: &str, expected: &Expected<'_>) -> Result<VerifiedProof, DpopError> {
     if proof.len() > MAX_PROOF_LEN {
         return refuse(format!("longer than {MAX_PROOF_LEN} bytes"));
     }
@@ -229,7 +229,7 @@ pub fn check_proof(proof: &str, expected: &Expected<'_>) -> Result<CheckedProof,
     if claims.get("ath").and_then(Value::as_str) != Some(ath.as_str()) {
         return refuse("ath is not the token's hash");
     }
-    Ok(CheckedProof {
+    Ok(VerifiedProof {
         jkt: key.thumbprint(),
         jti,
         iat,
