@@ -17,6 +17,8 @@ use serde_json::{json, Value};
 
 #[path = "live/dpop.rs"]
 mod dpop;
+#[path = "live/examples.rs"]
+mod examples;
 
 const SESSION_REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
 

@@ -1,0 +1,26 @@
+//! An axum service whose `/orders` route only a verified agent with the `read:orders` scope
+//! may call. `AGENTID_URL` names the agentid service; `PORT` the port to listen on (3000).
+
+use agentid_verifier::{tower::AgentIdLayer, Agent, Verifier};
+use axum::{routing::get, Extension, Json, Router};
+use serde_json::{json, Value};
+
+async fn orders(Extension(agent): Extension<Agent>) -> Json<Value> {
+    Json(json!({"agent_id": agent.agent_id, "issuer": agent.issuer}))
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let url = std::env::var("AGENTID_URL").map_err(|_| "AGENTID_URL names the agentid service")?;
+    let port: u16 = std::env::var("PORT").unwrap_or_else(|_| "3000".into()).parse()?;
+    let verifier = Verifier::builder(&url).build()?;
+    let app = Router::new()
+        .route(
+            "/orders",
+            get(orders).layer(AgentIdLayer::new(verifier, &["read:orders"])),
+        )
+        .route("/health", get(|| async { Json(json!({"ok": true})) })); // open: no layer
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    axum::serve(listener, app).await?;
+    Ok(())
+}

@@ -1,0 +1,15 @@
+// An Express service whose /orders route only a verified agent with the read:orders scope may
+// call. AGENTID_URL names the agentid service; PORT the port to listen on (3000).
+import express from "express";
+import { Verifier } from "@agentid/verifier";
+import { agentIdMiddleware } from "@agentid/verifier/express";
+
+const verifier = new Verifier({ baseUrl: process.env.AGENTID_URL });
+const app = express();
+
+app.get("/health", (req, res) => res.json({ ok: true })); // open: no middleware
+app.get("/orders", agentIdMiddleware(verifier, { scopes: ["read:orders"] }), (req, res) => {
+  res.json({ agent_id: req.agent.agentId, issuer: req.agent.issuer });
+});
+
+app.listen(Number(process.env.PORT ?? 3000), "127.0.0.1");

@@ -1,0 +1,27 @@
+"""A FastAPI service whose /orders route only a verified agent with the read:orders scope may
+call. AGENTID_URL names the agentid service; PORT the port to listen on (8000)."""
+
+import os
+
+import uvicorn
+from fastapi import FastAPI, Security
+
+from agentid_verifier import Agent, Verifier
+from agentid_verifier.fastapi import require_agent
+
+verifier = Verifier(os.environ["AGENTID_URL"])
+app = FastAPI()
+
+
+@app.get("/orders")
+def orders(agent: Agent = Security(require_agent(verifier, scopes=["read:orders"]))):
+    return {"agent_id": agent.agent_id, "issuer": agent.issuer}
+
+
+@app.get("/health")  # open: no dependency
+def health():
+    return {"ok": True}
+
+
+if __name__ == "__main__":
+    uvicorn.run(app, host="127.0.0.1", port=int(os.environ.get("PORT", "8000")))

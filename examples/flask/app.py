@@ -1,0 +1,27 @@
+"""A Flask service whose /orders route only a verified agent with the read:orders scope may
+call. AGENTID_URL names the agentid service; PORT the port to listen on (8000)."""
+
+import os
+
+from flask import Flask, g
+
+from agentid_verifier import Verifier
+from agentid_verifier.flask import require_agent
+
+verifier = Verifier(os.environ["AGENTID_URL"])
+app = Flask(__name__)
+
+
+@app.get("/orders")
+@require_agent(verifier, scopes=["read:orders"])
+def orders():
+    return {"agent_id": g.agent.agent_id, "issuer": g.agent.issuer}
+
+
+@app.get("/health")  # open: no decorator
+def health():
+    return {"ok": True}
+
+
+if __name__ == "__main__":
+    app.run(host="127.0.0.1", port=int(os.environ.get("PORT", "8000")))
