@@ -103,6 +103,8 @@ export class Verifier {
     this.setAudience = setAudience;
     this.docs = new Map(); // url -> {body, etag, freshUntil, fetchedAt}; a 304 refreshes it in place
     this.inflight = new Map(); // url -> Promise of a fetch
+    this.refreshing = new Set(); // URLs a background refresh is fetching
+    this.retry = new Map(); // url -> {at, failures}: no background refresh before `at`
     this.keys = new Map(); // kid -> key
     this.keysDoc = null; // the document `keys` was read from
     this.lastKidFetch = -Infinity;
@@ -179,32 +181,58 @@ export class Verifier {
     return pending;
   }
 
-  /** The key of `kid`: from the cached JWKS, refetched when stale, or (at most once per
-   * `kidRefetchInterval`) when the kid is unknown. While the JWKS cannot be had (or is
-   * unusable), the keys last read serve. */
+  /** Runs `refresh` behind the caller, unless one runs for `url` already or `url` failed
+   * lately (then not before 1 s, doubling per failure up to 30 s): a request holding a
+   * usable answer never waits for the network. */
+  refreshLater(url, refresh) {
+    if (this.refreshing.has(url) || (this.retry.get(url)?.at ?? 0) > Date.now()) return;
+    this.refreshing.add(url);
+    refresh()
+      .then(
+        () => this.retry.delete(url),
+        () => {
+          const failures = (this.retry.get(url)?.failures ?? 0) + 1;
+          this.retry.set(url, { at: Date.now() + Math.min(2 ** (failures - 1), 30) * 1000, failures });
+        },
+      )
+      .finally(() => this.refreshing.delete(url));
+  }
+
+  /** Fetches the JWKS (unless what is held is fresh and fetched after `fresherThan`) and reads
+   * it when it is new. While it cannot be had (or is unusable), the keys last read stay. */
+  async loadKeys(url, fresherThan) {
+    const held = this.docs.get(url);
+    let doc;
+    try {
+      doc = await this.fetchDoc(url, "application/json", fresherThan);
+    } catch (e) {
+      if (!held) throw e;
+      doc = held;
+    }
+    if (doc !== this.keysDoc) {
+      try {
+        this.keys = await readJwks(doc.body);
+        this.keysDoc = doc;
+      } catch (e) {
+        if (!this.keysDoc) throw e;
+      }
+    }
+  }
+
+  /** The key of `kid`: from the cached JWKS, refreshed behind when stale, or fetched (when
+   * stale, else at most once per `kidRefetchInterval`) when the kid is unknown. While the
+   * JWKS cannot be had (or is unusable), the keys last read serve. */
   async key(kid) {
     const url = `${this.baseUrl}/.well-known/jwks.json`;
     const held = this.docs.get(url);
     const stale = !held || held.freshUntil <= Date.now();
-    const unknown = !this.keys.has(kid);
-    if (stale || (unknown && Date.now() - this.lastKidFetch >= this.kidRefetchInterval * 1000)) {
-      const asked = Date.now();
-      let doc;
-      try {
-        doc = await this.fetchDoc(url, "application/json", unknown ? asked - 1 : -Infinity);
-      } catch (e) {
-        if (!held) throw e;
-        doc = held;
-      }
-      if (unknown) this.lastKidFetch = Date.now();
-      if (doc !== this.keysDoc) {
-        try {
-          this.keys = await readJwks(doc.body);
-          this.keysDoc = doc;
-        } catch (e) {
-          if (!this.keysDoc) throw e;
-        }
-      }
+    if (!this.keys.has(kid) && (stale || Date.now() - this.lastKidFetch >= this.kidRefetchInterval * 1000)) {
+      // Nothing held answers for this kid: it waits for the fetch.
+      await this.loadKeys(url, Date.now() - 1);
+      this.lastKidFetch = Date.now();
+    } else if (stale) {
+      // The keys held (the kid is among them) serve while one refresh runs behind.
+      this.refreshLater(url, () => this.loadKeys(url, -Infinity));
     }
     const key = this.keys.get(kid);
     if (key) return key;
@@ -252,6 +280,17 @@ export class Verifier {
     }
   }
 
+  /** Fetches the list at `uri` anew (revalidating `held`) and reads it when new. */
+  async loadList(uri, held) {
+    const doc = await this.fetchDoc(uri, "application/statuslist+jwt", held ? held.doc.fetchedAt : -Infinity);
+    let current = this.lists.get(uri);
+    if (current?.doc !== doc) {
+      current = await this.readList(uri, doc);
+      this.lists.set(uri, current);
+    }
+    return current;
+  }
+
   /** The status at `idx` of the list at `uri` (1: revoked); null when it cannot be had and
    * `failOpen` is set. */
   async status(uri, idx) {
@@ -260,21 +299,18 @@ export class Verifier {
       fail("TOKEN_INVALID", `status list ${uri} is not one of ${this.baseUrl}`);
     }
     let held = this.lists.get(uri);
-    if (!held || Date.now() - held.doc.fetchedAt >= held.ttl * 1000) {
+    const age = held ? Date.now() - held.doc.fetchedAt : Infinity;
+    if (held && age >= held.ttl * 1000 && age <= (held.ttl + this.listGrace) * 1000) {
+      // Stale but usable: it serves while one refresh runs behind.
+      const stale = held;
+      this.refreshLater(uri, () => this.loadList(uri, stale));
+    } else if (!held || age >= held.ttl * 1000) {
       try {
-        const doc = await this.fetchDoc(uri, "application/statuslist+jwt", held ? held.doc.fetchedAt : -Infinity);
-        let current = this.lists.get(uri);
-        if (current?.doc !== doc) {
-          current = await this.readList(uri, doc);
-          this.lists.set(uri, current);
-        }
-        held = current;
+        held = await this.loadList(uri, held);
       } catch (e) {
         if (!(e instanceof VerificationError) || e.code !== "UNAVAILABLE") throw e;
-        if (!held || Date.now() - held.doc.fetchedAt > (held.ttl + this.listGrace) * 1000) {
-          if (this.failOpen) return null;
-          throw e;
-        }
+        if (this.failOpen) return null;
+        throw e;
       }
     }
     if (Math.floor(idx / 8) >= held.bits.length) fail("TOKEN_INVALID", `index ${idx} is outside the list`);

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import threading
 import urllib.error
@@ -17,6 +18,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+# The tests import the library from this checkout, whatever an example's install (which the
+# examples' test runs) has put in site-packages.
+sys.path.insert(0, os.path.join(ROOT, "clients", "python", "src"))
 BIN = os.environ.get("AGENTID_BIN", os.path.join(ROOT, "target", "debug", "agentid"))
 
 

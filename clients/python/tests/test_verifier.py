@@ -2,6 +2,7 @@
 
 import base64
 import json
+import threading
 import time
 import urllib.request
 
@@ -189,8 +190,15 @@ def test_a_key_set_without_an_etag_still_refreshes():
         verifier.verify(new)
         s.cli("signing-key", "retire", kid_of(old))
         time.sleep(6)
-        with pytest.raises(TokenInvalid):
-            verifier.verify(old)
+        # The stale keys answer while one refresh runs behind; then the retired key is gone.
+        deadline = time.monotonic() + 2
+        while True:
+            try:
+                verifier.verify(old)
+            except TokenInvalid:
+                break
+            assert time.monotonic() < deadline, "the retired key is still trusted"
+            time.sleep(0.05)
     finally:
         s.stop()
         proxy.stop()
@@ -344,3 +352,45 @@ def test_a_set_of_another_service_or_issuer_is_refused(proxied):
     with pytest.raises(TokenInvalid):  # its agent is of example.com
         verifier.handle_set(set_jwt)
     Verifier(proxy.url, issuers=["example.com"]).handle_set(set_jwt)
+
+
+# -- a slow or dead issuer ----------------------------------------------------------------
+
+
+def test_a_hung_issuer_stalls_no_warm_check_until_the_grace_runs_out(proxied):
+    """Stale keys and a stale list serve at once while one refresh waits behind, until the
+    list's ``ttl`` + ``list_grace``; then the check waits for a fetch, and fails closed."""
+    server, proxy = proxied
+    _, token = server.register()
+    hung = threading.Event()
+    fetches = []
+
+    def rewrite(path, status, headers, body):
+        fetches.append(path)
+        if hung.is_set():
+            time.sleep(3)  # longer than the verifier's timeout: nothing comes back in time
+        if path.endswith("jwks.json"):  # the keys go stale after a second
+            headers = [(k, v) for k, v in headers if k.lower() != "cache-control"]
+            headers.append(("Cache-Control", "max-age=1"))
+        return status, headers, body
+
+    proxy.rewrite = rewrite
+    verifier = Verifier(proxy.url, list_grace=3, timeout=1)
+    verifier.verify(token)
+    hung.set()
+    time.sleep(2.2)  # the keys and the list (ttl 2 s) are stale
+    before = len(fetches)
+    slowest = 0.0
+    end = time.monotonic() + 2.0
+    while time.monotonic() < end:
+        started = time.monotonic()
+        verifier.verify(token)
+        slowest = max(slowest, time.monotonic() - started)
+        time.sleep(0.05)
+    assert slowest < 0.25, f"a warm check waited {slowest:.2f} s for a hung issuer"
+    # One refresh per document at a time, and after a failure not again at once.
+    assert 1 <= len(fetches) - before <= 6, fetches[before:]
+    time.sleep(1.2)  # past ttl + list_grace (5 s): no usable list is left
+    with pytest.raises(Unavailable):
+        verifier.verify(token)
+    hung.clear()

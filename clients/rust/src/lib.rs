@@ -49,6 +49,7 @@
 #![forbid(unsafe_code)]
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
 use std::io::Read as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -304,6 +305,10 @@ struct State {
     seen_sets: HashSet<String>,
     seen_order: VecDeque<String>,
     proofs: dpop::Replays,
+    /// URLs a background refresh is fetching.
+    refreshing: HashSet<String>,
+    /// URL -> (no background refresh before, failures in a row).
+    retry: HashMap<String, (Instant, u32)>,
 }
 
 struct Inner {
@@ -491,58 +496,105 @@ impl Verifier {
         }
     }
 
-    /// The key of `kid`: from the cached JWKS, refetched when stale, or (at most once per
-    /// `kid_refetch_interval`) when the kid is unknown. While the JWKS cannot be had (or is
-    /// unusable), the keys last read serve.
-    async fn key(&self, kid: &str) -> Result<VerifyingKey, Error> {
+    /// Runs `refresh` behind the caller, unless one runs for `url` already or `url` failed
+    /// lately (then not before 1 s, doubling per failure up to 30 s): a request holding a
+    /// usable answer never waits for the network.
+    fn refresh_later(&self, url: String, refresh: impl Future<Output = Result<(), Error>> + Send + 'static) {
+        {
+            let mut s = self.inner.state.lock();
+            if s.refreshing.contains(&url) || s.retry.get(&url).is_some_and(|(at, _)| *at > Instant::now()) {
+                return;
+            }
+            s.refreshing.insert(url.clone());
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let done = refresh.await;
+            let mut s = this.inner.state.lock();
+            s.refreshing.remove(&url);
+            if done.is_ok() {
+                s.retry.remove(&url);
+            } else {
+                let failures = s.retry.get(&url).map_or(0, |r| r.1) + 1;
+                let wait = Duration::from_secs(1 << (failures - 1).min(5)).min(Duration::from_secs(30));
+                s.retry.insert(url, (Instant::now() + wait, failures));
+            }
+        });
+    }
+
+    /// Fetches the JWKS when it is still wanted once the fetch is ours: when stale, or (for
+    /// `kid`, unknown) at most once per `kid_refetch_interval`. A failure leaves the keys held.
+    async fn load_keys(&self, kid: Option<&str>) -> Result<(), Error> {
         let want = |s: &State| {
             let stale = s.keys_fresh_until.map_or(true, |t| t <= Instant::now());
-            let unknown = !s.keys.contains_key(kid);
             let may = s
                 .last_kid_fetch
                 .map_or(true, |t| t.elapsed() >= self.inner.kid_refetch);
-            stale || (unknown && may)
+            match kid {
+                Some(kid) => !s.keys.contains_key(kid) && (stale || may),
+                None => stale,
+            }
         };
-        if want(&self.inner.state.lock()) {
-            let _one = self.inner.fetching_keys.lock().await;
-            let etag = {
-                let s = self.inner.state.lock();
-                want(&s).then(|| s.keys_etag.clone())
+        let _one = self.inner.fetching_keys.lock().await;
+        let etag = {
+            let s = self.inner.state.lock();
+            match want(&s) {
+                true => s.keys_etag.clone(),
+                false => return Ok(()),
+            }
+        };
+        let fetched = self
+            .fetch(
+                format!("{}/.well-known/jwks.json", self.inner.base),
+                "application/json",
+                etag,
+            )
+            .await;
+        // A new JWKS (a 200) is read anew, with an ETag or without; a 304 keeps the keys held.
+        let read = fetched.and_then(|f| {
+            let keys = if f.status == 200 {
+                Some(read_jwks(&f.body)?)
+            } else {
+                None
             };
-            if let Some(etag) = etag {
-                let fetched = self
-                    .fetch(
-                        format!("{}/.well-known/jwks.json", self.inner.base),
-                        "application/json",
-                        etag,
-                    )
-                    .await;
-                let mut s = self.inner.state.lock();
-                if !s.keys.contains_key(kid) {
-                    s.last_kid_fetch = Some(Instant::now());
-                }
-                // A new JWKS (a 200) is read anew, with an ETag or without; a 304 keeps the
-                // keys held.
-                let read = fetched.and_then(|f| {
-                    let keys = if f.status == 200 {
-                        Some(read_jwks(&f.body)?)
-                    } else {
-                        None
-                    };
-                    Ok((keys, f.etag, f.max_age))
-                });
-                match read {
-                    Ok((keys, etag, max_age)) => {
-                        if let Some(keys) = keys {
-                            s.keys = keys;
-                            s.keys_etag = etag;
-                        }
-                        s.keys_fresh_until = Some(Instant::now() + cache_for(max_age));
-                    }
-                    Err(e) if s.keys_fresh_until.is_none() => return Err(e),
-                    Err(_) => {} // keep the keys held
+            Ok((keys, f.etag, f.max_age))
+        });
+        let mut s = self.inner.state.lock();
+        if kid.is_some() {
+            s.last_kid_fetch = Some(Instant::now());
+        }
+        let (keys, etag, max_age) = read?;
+        if let Some(keys) = keys {
+            s.keys = keys;
+            s.keys_etag = etag;
+        }
+        s.keys_fresh_until = Some(Instant::now() + cache_for(max_age));
+        Ok(())
+    }
+
+    /// The key of `kid`: from the cached JWKS, refreshed behind when stale, or fetched (when
+    /// stale, else at most once per `kid_refetch_interval`) when the kid is unknown. While the
+    /// JWKS cannot be had (or is unusable), the keys last read serve.
+    async fn key(&self, kid: &str) -> Result<VerifyingKey, Error> {
+        let (known, stale) = {
+            let s = self.inner.state.lock();
+            (
+                s.keys.contains_key(kid),
+                s.keys_fresh_until.map_or(true, |t| t <= Instant::now()),
+            )
+        };
+        if !known {
+            // Nothing held answers for this kid: it waits for the fetch.
+            if let Err(e) = self.load_keys(Some(kid)).await {
+                if self.inner.state.lock().keys_fresh_until.is_none() {
+                    return Err(e);
                 }
             }
+        } else if stale {
+            // The keys held serve while one refresh runs behind.
+            let this = self.clone();
+            let url = format!("{}/.well-known/jwks.json", self.inner.base);
+            self.refresh_later(url, async move { this.load_keys(None).await });
         }
         self.inner
             .state
@@ -598,36 +650,39 @@ impl Verifier {
             )));
         }
         let held = self.inner.state.lock().lists.get(uri).cloned();
+        let grace = self.inner.list_grace;
         let bits = match held {
             Some(h) if h.fresh() => h.bits,
-            _ => {
-                let _one = self.inner.fetching_lists.lock().await;
-                let held = self.inner.state.lock().lists.get(uri).cloned();
-                match held {
-                    Some(h) if h.fresh() => h.bits,
-                    _ => match self.fetch_list(uri, held.as_ref()).await {
-                        Ok(list) => {
-                            let bits = list.bits.clone();
-                            self.inner.state.lock().lists.insert(uri.to_owned(), list);
-                            bits
-                        }
-                        Err(Error::Unavailable(why)) => match held {
-                            Some(h) if h.fetched.elapsed() <= h.ttl.saturating_add(self.inner.list_grace) => {
-                                h.bits
-                            }
-                            _ if self.inner.fail_open => return Ok(None),
-                            _ => return Err(Error::Unavailable(why)),
-                        },
-                        Err(e) => return Err(e),
-                    },
-                }
+            Some(h) if h.fetched.elapsed() <= h.ttl.saturating_add(grace) => {
+                // Stale but usable: it serves while one refresh runs behind.
+                let (this, at) = (self.clone(), uri.to_owned());
+                self.refresh_later(uri.to_owned(), async move { this.load_list(&at).await.map(drop) });
+                h.bits
             }
+            _ => match self.load_list(uri).await {
+                Ok(bits) => bits,
+                Err(Error::Unavailable(_)) if self.inner.fail_open => return Ok(None),
+                Err(e) => return Err(e),
+            },
         };
         let byte = usize::try_from(idx / 8)
             .ok()
             .and_then(|i| bits.get(i))
             .ok_or_else(|| invalid(format!("index {idx} is outside the list")))?;
         Ok(Some((byte >> (idx % 8)) & 1))
+    }
+
+    /// The list at `uri`, fetched anew unless another caller did so while this one waited.
+    async fn load_list(&self, uri: &str) -> Result<Arc<Vec<u8>>, Error> {
+        let _one = self.inner.fetching_lists.lock().await;
+        let held = self.inner.state.lock().lists.get(uri).cloned();
+        if let Some(h) = held.as_ref().filter(|h| h.fresh()) {
+            return Ok(h.bits.clone());
+        }
+        let list = self.fetch_list(uri, held.as_ref()).await?;
+        let bits = list.bits.clone();
+        self.inner.state.lock().lists.insert(uri.to_owned(), list);
+        Ok(bits)
     }
 
     /// Fetches the list at `uri` (revalidating what is held): fresh again on a 304, read anew

@@ -433,6 +433,26 @@ fn code<T>(r: Result<T, Error>) -> &'static str {
     r.map_or_else(|e| e.code(), |_| "ok")
 }
 
+/// Calls `check` until it answers `want`, failing once `within` has passed.
+async fn until<F, Fut>(want: &str, within: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = &'static str>,
+{
+    let started = Instant::now();
+    loop {
+        let got = check().await;
+        if got == want {
+            return;
+        }
+        assert!(
+            started.elapsed() < within,
+            "{want} not seen within {within:?}: {got}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn the_receiver_contract_against_a_real_server() {
     let s = Server::start();
@@ -482,16 +502,13 @@ async fn the_receiver_contract_against_a_real_server() {
     assert_eq!(code(strict.verify(&short).await), "TOKEN_EXPIRED");
     assert_eq!(code(v.verify(&short).await), "ok");
 
-    // Revoked: through the status list within its ttl.
+    // Revoked: through the status list within its ttl and one fetch.
     s.revoke(&id);
-    let started = Instant::now();
-    while code(v.verify(&token).await) != "TOKEN_REVOKED" {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "not seen within ttl + 2 s"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (vr, t) = (&v, &token);
+    until("TOKEN_REVOKED", Duration::from_secs(5), || async move {
+        code(vr.verify(t).await)
+    })
+    .await;
 
     // Revoked at once through a SET from a real (poll) stream.
     let stream = s.call(
@@ -659,17 +676,57 @@ async fn a_key_set_served_without_an_etag_still_refreshes() {
     assert_eq!(kid(&fresh), rotated["kid"].as_str().unwrap());
     assert_eq!(code(v.verify(&fresh).await), "ok");
     s.revoke(&id);
-    let started = Instant::now();
-    while code(v.verify(&old).await) != "TOKEN_REVOKED" {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "not seen within ttl + 2 s"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (vr, o) = (&v, &old);
+    until("TOKEN_REVOKED", Duration::from_secs(5), || async move {
+        code(vr.verify(o).await)
+    })
+    .await;
     s.cli(&["signing-key", "retire", &kid(&old)]);
     tokio::time::sleep(Duration::from_secs(6)).await;
-    assert_eq!(code(v.verify(&old).await), "TOKEN_INVALID");
+    // The stale keys answer while one refresh runs behind; then the retired key is gone.
+    until("TOKEN_INVALID", Duration::from_secs(2), || async move {
+        code(vr.verify(o).await)
+    })
+    .await;
+}
+
+/// Stale keys and a stale list serve at once while one refresh waits behind, until the
+/// list's ttl + list_grace; then the check waits for a fetch, and fails closed.
+#[tokio::test(flavor = "current_thread")]
+async fn a_hung_issuer_stalls_no_warm_check_until_the_grace_runs_out() {
+    let (s, p) = proxied();
+    p.rewrite(|path, status, mut headers, body| {
+        if path.ends_with("jwks.json") {
+            // The keys go stale after a second.
+            headers.retain(|(name, _)| name != "cache-control");
+            headers.push(("cache-control".into(), "max-age=1".into()));
+        }
+        (status, headers, body)
+    });
+    let (_, token) = s.register(json!({}));
+    let v = Verifier::builder(&p.url)
+        .list_grace(Duration::from_secs(3))
+        .timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    v.verify(&token).await.unwrap();
+    p.mode(Mode::Silent);
+    tokio::time::sleep(Duration::from_millis(2200)).await; // the keys and the list (ttl 2 s) are stale
+    let end = Instant::now() + Duration::from_secs(2);
+    let mut slowest = Duration::ZERO;
+    while Instant::now() < end {
+        let started = Instant::now();
+        assert_eq!(code(v.verify(&token).await), "ok");
+        slowest = slowest.max(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        slowest < Duration::from_millis(250),
+        "a warm check waited {slowest:?} for a hung issuer"
+    );
+    tokio::time::sleep(Duration::from_millis(1200)).await; // past ttl + list_grace (5 s)
+    assert_eq!(code(v.verify(&token).await), "UNAVAILABLE");
+    p.pass();
 }
 
 /// After a rotation, a token of the old key (still held, fresh) whose list is now signed by

@@ -206,7 +206,12 @@ test("a key set served without an ETag still refreshes", async () => {
     }
     t.cli("signing-key", "retire", kidOf(old));
     await sleep(6000);
-    assert.equal(await code(v.verify(old)), "TOKEN_INVALID");
+    // The stale keys answer while one refresh runs behind; then the retired key is gone.
+    const retired = Date.now();
+    while ((await code(v.verify(old))) !== "TOKEN_INVALID") {
+      assert.ok(Date.now() - retired < 2000, "the retired key is still trusted");
+      await sleep(50);
+    }
   } finally {
     t.stop();
     p.stop();
@@ -390,4 +395,40 @@ test("onRefusal hears every refusal with its reason, and a failing hook changes 
   assert.match(heard[0][1], /issuer example.com is not accepted/);
   const failing = new Verifier({ baseUrl: s.base, issuers: ["other.example"], onRefusal: () => { throw new Error("hook"); } });
   assert.equal(await code(failing.verify(token)), "TOKEN_INVALID");
+});
+
+// -- a slow or dead issuer -------------------------------------------------------------------
+
+test("a hung issuer stalls no warm check until the grace runs out", async () => {
+  const [, token] = await ps.register();
+  let hung = false;
+  const fetches = [];
+  proxy.rewrite = async (path, status, headers, body) => {
+    fetches.push(path);
+    if (hung) await sleep(3000); // longer than the verifier's timeout
+    if (path.endsWith("jwks.json")) headers = { ...headers, "cache-control": "max-age=1" }; // stale after 1 s
+    return [status, headers, body];
+  };
+  try {
+    const v = new Verifier({ baseUrl: proxy.url, listGrace: 3, timeout: 1 });
+    await v.verify(token);
+    hung = true;
+    await sleep(2200); // the keys and the list (ttl 2 s) are stale
+    const before = fetches.length;
+    let slowest = 0;
+    for (const end = Date.now() + 2000; Date.now() < end; ) {
+      const started = Date.now();
+      assert.equal(await code(v.verify(token)), "ok");
+      slowest = Math.max(slowest, Date.now() - started);
+      await sleep(50);
+    }
+    assert.ok(slowest < 250, `a warm check waited ${slowest} ms for a hung issuer`);
+    // One refresh per document at a time, and after a failure not again at once.
+    assert.ok(fetches.length - before >= 1 && fetches.length - before <= 6, String(fetches.slice(before)));
+    await sleep(1200); // past ttl + listGrace (5 s): no usable list is left
+    assert.equal(await code(v.verify(token)), "UNAVAILABLE");
+  } finally {
+    hung = false;
+    proxy.rewrite = null;
+  }
 });

@@ -268,6 +268,8 @@ class Verifier:
         self._proofs = _dpop.Replays(SEEN_PROOFS)
         self._lock = threading.Lock()
         self._fetching: Dict[str, threading.Lock] = {}
+        self._refreshing: Set[str] = set()  # URLs a background refresh is fetching
+        self._retry: Dict[str, Tuple[float, int]] = {}  # URL -> (no refresh before, failures)
         self._docs: Dict[str, _Document] = {}
         self._keys: Dict[str, object] = {}
         self._keys_doc: Optional[_Document] = None
@@ -334,30 +336,65 @@ class Verifier:
             self._docs[url] = doc
             return doc
 
+    def _refresh_later(self, url: str, refresh: Callable[[], object]) -> None:
+        """Runs ``refresh`` in a background thread, unless one runs for ``url`` already or
+        ``url`` failed lately (then not before 1 s, doubling per failure up to 30 s): a
+        request holding a usable answer never waits for the network."""
+        now = time.monotonic()
+        with self._lock:
+            if url in self._refreshing or self._retry.get(url, (0.0, 0))[0] > now:
+                return
+            self._refreshing.add(url)
+
+        def run() -> None:
+            try:
+                contextvars.Context().run(refresh)  # never warm-only: it may fetch
+                with self._lock:
+                    self._retry.pop(url, None)
+            except Exception:  # noqa: BLE001 - any failure: try again later
+                with self._lock:
+                    failures = self._retry.get(url, (0.0, 0))[1] + 1
+                    self._retry[url] = (time.monotonic() + min(2.0 ** (failures - 1), 30.0), failures)
+            finally:
+                with self._lock:
+                    self._refreshing.discard(url)
+
+        threading.Thread(target=run, name="agentid-refresh", daemon=True).start()
+
+    def _load_keys(self, url: str, fresher_than: float) -> None:
+        """Fetches the JWKS (unless what is held is fresh and newer than ``fresher_than``) and
+        reads it when it is new. While it cannot be had (or is unusable), the keys last read
+        stay."""
+        held = self._docs.get(url)
+        try:
+            doc = self._fetch(url, "application/json", fresher_than=fresher_than)
+        except Unavailable:
+            if held is None:
+                raise
+            doc = held
+        if doc is not self._keys_doc:
+            try:
+                self._keys, self._keys_doc = _jwks(doc.body), doc
+            except Unavailable:
+                if self._keys_doc is None:
+                    raise
+
     def _key(self, kid: str):
-        """The public key of ``kid``: from the cached JWKS, refetched when stale, or (at most
-        once per ``kid_refetch_interval``) when the kid is unknown. While the JWKS cannot be
-        had (or is unusable), the keys last read serve."""
+        """The public key of ``kid``: from the cached JWKS, refreshed behind when stale, or
+        fetched (when stale, else at most once per ``kid_refetch_interval``) when the kid is
+        unknown. While the JWKS cannot be had (or is unusable), the keys last read serve."""
         url = f"{self.base_url}/.well-known/jwks.json"
         held = self._docs.get(url)
         stale = held is None or held.fresh_until <= time.time()
         unknown = kid not in self._keys
-        if stale or (unknown and time.monotonic() - self._last_key_fetch >= self.kid_refetch_interval):
-            asked = time.time()
-            try:
-                doc = self._fetch(url, "application/json", fresher_than=asked if unknown else float("-inf"))
-            except Unavailable:
-                if held is None:
-                    raise
-                doc = held
-            if unknown:
-                self._last_key_fetch = time.monotonic()
-            if doc is not self._keys_doc:
-                try:
-                    self._keys, self._keys_doc = _jwks(doc.body), doc
-                except Unavailable:
-                    if self._keys_doc is None:
-                        raise
+        if unknown and (stale or time.monotonic() - self._last_key_fetch >= self.kid_refetch_interval):
+            # Nothing held answers for this kid: it waits for the fetch.
+            self._load_keys(url, fresher_than=time.time())
+            self._last_key_fetch = time.monotonic()
+        elif stale:
+            # The keys held (there are some: the kid is among them) serve while one refresh
+            # runs behind.
+            self._refresh_later(url, lambda: self._load_keys(url, float("-inf")))
         key = self._keys.get(kid)
         if key is None:
             raise TokenInvalid(f"no key {kid!r} in the service's JWKS")
@@ -404,6 +441,15 @@ class Verifier:
         except (VerificationError, KeyError, TypeError, ValueError, zlib.error) as e:
             raise Unavailable(f"the status list at {uri} is unusable: {e}") from e
 
+    def _load_list(self, uri: str, held: Optional[_StatusList]) -> _StatusList:
+        """Fetches the list at ``uri`` anew (revalidating ``held``) and reads it when new."""
+        doc = self._fetch(uri, "application/statuslist+jwt",
+                          fresher_than=held.doc.fetched_at if held else float("-inf"))
+        current = self._lists.get(uri)
+        if current is None or current.doc is not doc:
+            current = self._lists[uri] = self._read_list(uri, doc)
+        return current
+
     def _status(self, uri: str, idx: int) -> Optional[int]:
         """The status at ``idx`` of the list at ``uri`` (1: revoked); ``None`` when the list
         cannot be had and ``fail_open`` is set."""
@@ -411,19 +457,17 @@ class Verifier:
         if not uri.startswith(prefix) or "/" in uri[len(prefix):] or "?" in uri:
             raise TokenInvalid(f"status list {uri!r} is not one of {self.base_url}")
         held = self._lists.get(uri)
-        if held is None or time.time() - held.doc.fetched_at >= held.ttl:
+        age = time.time() - held.doc.fetched_at if held is not None else math.inf
+        if held is not None and held.ttl <= age <= held.ttl + self.list_grace:
+            # Stale but usable: it serves while one refresh runs behind.
+            self._refresh_later(uri, lambda: self._load_list(uri, held))
+        elif held is None or age >= held.ttl:
             try:
-                doc = self._fetch(uri, "application/statuslist+jwt",
-                                  fresher_than=held.doc.fetched_at if held else float("-inf"))
-                current = self._lists.get(uri)
-                if current is None or current.doc is not doc:
-                    current = self._lists[uri] = self._read_list(uri, doc)
-                held = current
+                held = self._load_list(uri, held)
             except Unavailable:
-                if held is None or time.time() - held.doc.fetched_at > held.ttl + self.list_grace:
-                    if self.fail_open:
-                        return None
-                    raise
+                if self.fail_open:
+                    return None
+                raise
         if idx // 8 >= len(held.bits):
             raise TokenInvalid(f"index {idx} is outside the list")
         return (held.bits[idx // 8] >> (idx % 8)) & 1
