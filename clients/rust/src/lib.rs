@@ -143,12 +143,12 @@ fn unavailable(why: impl Into<String>) -> Error {
     Error::Unavailable(why.into())
 }
 
-/// `token`, refused unparsed when longer than any the service issues.
-fn sized(token: &str) -> Result<&str, Error> {
-    if token.len() > MAX_TOKEN_BYTES {
-        return Err(invalid(format!("not a token of at most {MAX_TOKEN_BYTES} bytes")));
+/// `jws` (a `what`), refused unparsed when longer than any the service issues (`limit` bytes).
+fn sized<'a>(jws: &'a str, limit: usize, what: &str) -> Result<&'a str, Error> {
+    if jws.len() > limit {
+        return Err(invalid(format!("not a {what} of at most {limit} bytes")));
     }
-    Ok(token)
+    Ok(jws)
 }
 
 /// A verified agent.
@@ -815,7 +815,9 @@ impl Verifier {
 
     /// The claims and agent of `token`, checked offline.
     async fn checked(&self, token: &str, scopes: &[&str]) -> Result<(Value, Agent), Error> {
-        let c = self.decode(sized(token)?, "JWT").await?;
+        let c = self
+            .decode(sized(token, MAX_TOKEN_BYTES, "token")?, "JWT")
+            .await?;
         let (Some(sub), Some(iss), Some(iat), Some(exp)) = (
             c["sub"].as_str(),
             c["iss"].as_str(),
@@ -895,7 +897,7 @@ impl Verifier {
     }
 
     async fn online(&self, token: &str, key: Option<&str>, scopes: &[&str]) -> Result<Agent, Error> {
-        if !sized(token)?
+        if !sized(token, MAX_TOKEN_BYTES, "token")?
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
         {
@@ -963,10 +965,9 @@ impl Verifier {
     /// [`Builder::issuers`], when set). A revocation marks its agent revoked at once. Every
     /// refusal is `TOKEN_INVALID`.
     pub async fn handle_set(&self, set_jwt: &str) -> Result<(), Error> {
-        if set_jwt.len() > MAX_SET_BYTES {
-            return Err(invalid(format!("not a SET of at most {MAX_SET_BYTES} bytes")));
-        }
-        let c = self.decode(set_jwt, "secevent+jwt").await?;
+        let c = self
+            .decode(sized(set_jwt, MAX_SET_BYTES, "SET")?, "secevent+jwt")
+            .await?;
         if c["iss"] != self.inner.base.as_str() {
             return Err(invalid(format!(
                 "a SET of {}, not of {}",

@@ -178,10 +178,10 @@ def _max_age(cache_control: Optional[str], default: int) -> int:
     return default
 
 
-def _sized(token: str) -> str:
-    """``token``, refused unparsed when longer than any the service issues."""
-    if not isinstance(token, str) or len(token) > MAX_TOKEN_BYTES or not token.isascii():
-        raise TokenInvalid(f"not a token of at most {MAX_TOKEN_BYTES} bytes")
+def _sized(token: str, limit: int = MAX_TOKEN_BYTES, what: str = "token") -> str:
+    """``token``, refused unparsed when longer than any the service issues (``limit`` bytes)."""
+    if not isinstance(token, str) or len(token) > limit or not token.isascii():
+        raise TokenInvalid(f"not a {what} of at most {limit} bytes")
     return token
 
 
@@ -620,9 +620,8 @@ class Verifier:
         ``aud`` holds ``set_audience``, when given); not seen before (its ``jti`` is not one of
         the last 10,000 taken); of a subject of an accepted issuer (``sub_id.iss`` is in
         ``issuers``, when given). A revocation marks its agent revoked at once."""
-        if not isinstance(set_jwt, str) or len(set_jwt) > MAX_SET_BYTES or not set_jwt.isascii():
-            raise TokenInvalid(f"not a SET of at most {MAX_SET_BYTES} bytes")
-        claims = self._decode(set_jwt, "secevent+jwt", require=["iss", "jti", "iat"])
+        claims = self._decode(_sized(set_jwt, MAX_SET_BYTES, "SET"), "secevent+jwt",
+                              require=["iss", "jti", "iat"])
         if claims["iss"] != self.base_url:
             raise TokenInvalid(f"a SET of {claims['iss']!r}, not of {self.base_url!r}")
         aud = claims.get("aud")
