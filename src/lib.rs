@@ -11,6 +11,7 @@
 pub mod app;
 pub mod cli;
 pub mod config;
+pub(crate) mod fetch;
 pub mod telemetry;
 pub(crate) mod witness;
 

@@ -188,24 +188,10 @@ fn check(msg: String) -> WitnessError {
     WitnessError::Check(msg)
 }
 
+/// The body of `url`'s 200 answer, as text (`crate::fetch::get`).
 fn get(agent: &ureq::Agent, url: &str, key: Option<&str>) -> Result<String, WitnessError> {
-    let mut req = agent.get(url);
-    if let Some(k) = key {
-        req = req.set("Authorization", &format!("Bearer {k}"));
-    }
-    match req.call() {
-        Ok(res) => {
-            let mut bytes = Vec::new();
-            std::io::Read::read_to_end(&mut std::io::Read::take(res.into_reader(), 1 << 20), &mut bytes)
-                .map_err(|e| check(format!("GET {url}: {e}")))?;
-            Ok(String::from_utf8_lossy(&bytes).into_owned())
-        }
-        Err(ureq::Error::Status(code, res)) => {
-            let body = res.into_string().unwrap_or_default();
-            Err(check(format!("GET {url}: {code} {}", body.trim())))
-        }
-        Err(e) => Err(check(format!("GET {url}: {e}"))),
-    }
+    let body = crate::fetch::get(agent, url, key).map_err(check)?;
+    Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
 fn read_optional(path: &Path) -> Result<Option<String>, WitnessError> {

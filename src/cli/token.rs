@@ -2,7 +2,6 @@
 //! debugging one. It needs no database; with `--url` it asks that service whether it knows
 //! the token's key and what the token's status list says.
 
-use std::io::Read as _;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -12,6 +11,7 @@ use clap::Subcommand;
 use serde_json::{json, Map, Value};
 
 use super::CliResult;
+use crate::fetch::get;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum TokenCommand {
@@ -70,7 +70,7 @@ fn inspect(token: &str, url: Option<&str>) -> Result<Value, String> {
         .timeout(Duration::from_secs(10))
         .redirects(0)
         .build();
-    let jwks: Value = serde_json::from_slice(&get(&agent, &format!("{base}/.well-known/jwks.json"))?)
+    let jwks: Value = serde_json::from_slice(&get(&agent, &format!("{base}/.well-known/jwks.json"), None)?)
         .map_err(|_| format!("{base}/.well-known/jwks.json is not JSON"))?;
     let kid = header.get("kid").and_then(Value::as_str);
     out["kid_known"] = json!(jwks["keys"]
@@ -94,7 +94,7 @@ fn status(agent: &ureq::Agent, base: &str, place: &Value) -> Value {
         if !uri.starts_with(&format!("{base}/v1/status/")) {
             return Err(format!("the list is not one of {base}: not fetched"));
         }
-        let body = get(agent, uri)?;
+        let body = get(agent, uri, None)?;
         let jws = std::str::from_utf8(&body).map_err(|_| "the list is not text")?;
         let claims = part(jws.trim().split('.').nth(1).unwrap_or_default(), "status list")?;
         let lst = claims
@@ -116,21 +116,4 @@ fn status(agent: &ureq::Agent, base: &str, place: &Value) -> Value {
         Err(e) => out["error"] = json!(e),
     }
     out
-}
-
-/// A 200's body, of at most 1 MiB.
-fn get(agent: &ureq::Agent, url: &str) -> Result<Vec<u8>, String> {
-    let res = agent.get(url).call().map_err(|e| format!("{url}: {e}"))?;
-    if res.status() != 200 {
-        return Err(format!("{url}: {}", res.status()));
-    }
-    let mut body = Vec::new();
-    res.into_reader()
-        .take((1 << 20) + 1)
-        .read_to_end(&mut body)
-        .map_err(|e| format!("{url}: {e}"))?;
-    if body.len() > 1 << 20 {
-        return Err(format!("{url}: an answer over 1 MiB"));
-    }
-    Ok(body)
 }
