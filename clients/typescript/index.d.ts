@@ -11,6 +11,13 @@ export type ErrorCode =
   | "PROOF_INVALID"
   | "PROOF_REPLAYED";
 
+/** What a verification came to: "valid", or the code of its refusal. */
+export type Outcome = "valid" | ErrorCode;
+
+/** What a fetch of the key set ("jwks") or a status list ("status_list") came to: a new body,
+ * a revalidation (304), or a failure (no answer in time, another status, an oversized body). */
+export type FetchResult = "fetched" | "not_modified" | "failed";
+
 export class VerificationError extends Error {
   constructor(code: ErrorCode, message?: string);
   readonly code: ErrorCode;
@@ -53,6 +60,13 @@ export interface VerifierOptions {
   /** Told of every refusal of `verify`, `verifyDpop` and `verifyOnline`, with its code and
    * reason; a hook that throws is ignored. */
   onRefusal?: (code: ErrorCode, reason: string) => void;
+  /** Told of the outcome of every `verify`, `verifyDpop` and `verifyOnline`: the place to count
+   * them (with prom-client, `(outcome) => verifications.inc({ outcome })`). A hook that throws
+   * is ignored. */
+  onVerification?: (outcome: Outcome) => void;
+  /** Told of every fetch of the key set or a status list and what it came to. A hook that
+   * throws is ignored. */
+  onFetch?: (document: "jwks" | "status_list", result: FetchResult) => void;
 }
 
 export class Verifier {

@@ -78,6 +78,16 @@ function sized(token, limit = MAX_TOKEN_BYTES, what = "token") {
   return token;
 }
 
+/** Calls `hook` (when given) with `args`; a hook that throws changes nothing. */
+function quietly(hook, ...args) {
+  if (!hook) return;
+  try {
+    hook(...args);
+  } catch {
+    // a hook's failure must not change the answer
+  }
+}
+
 function b64url(text) {
   const b64 = text.replace(/-/g, "+").replace(/_/g, "/") + "=".repeat((4 - (text.length % 4)) % 4);
   return Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
@@ -87,9 +97,10 @@ export class Verifier {
   /**
    * @param {{baseUrl: string, issuers?: string[], leeway?: number, listGrace?: number,
    *          failOpen?: boolean, kidRefetchInterval?: number, timeout?: number,
-   *          allowTest?: boolean, setAudience?: string}} options
+   *          allowTest?: boolean, setAudience?: string, dpopMaxSkew?: number,
+   *          onRefusal?: Function, onVerification?: Function, onFetch?: Function}} options
    */
-  constructor({ baseUrl, issuers, leeway = 30, listGrace = 300, failOpen = false, kidRefetchInterval = 60, timeout = 5, allowTest = false, setAudience, dpopMaxSkew = 60, onRefusal }) {
+  constructor({ baseUrl, issuers, leeway = 30, listGrace = 300, failOpen = false, kidRefetchInterval = 60, timeout = 5, allowTest = false, setAudience, dpopMaxSkew = 60, onRefusal, onVerification, onFetch }) {
     if (!/^https?:\/\/[^/]/.test(baseUrl ?? "")) throw new TypeError(`baseUrl ${baseUrl} is not an http(s) URL`);
     if (!(timeout > 0 && Number.isFinite(timeout))) throw new TypeError("timeout must be a positive number of seconds");
     this.allowTest = allowTest;
@@ -114,24 +125,25 @@ export class Verifier {
     this.dpopMaxSkew = dpopMaxSkew;
     this.seenProofs = new Map(); // `${jkt}.${jti}` -> iat, oldest taken first
     this.proofFloor = -Infinity; // proofs made at or before this are refused (the memory was full)
-    if (onRefusal) {
-      // Every refusal of the three checks is told to the hook; a failing hook is ignored, so
-      // that the answer stays the refusal.
+    this.onFetch = onFetch;
+    if (onRefusal || onVerification) {
+      // Every outcome of the three checks is told to the hooks; a hook that throws is ignored,
+      // so that it changes no answer.
       for (const name of ["verify", "verifyDpop", "verifyOnline"]) {
         const check = this[name].bind(this);
         this[name] = async (...args) => {
+          let agent;
           try {
-            return await check(...args);
+            agent = await check(...args);
           } catch (e) {
             if (e instanceof VerificationError) {
-              try {
-                onRefusal(e.code, e.message);
-              } catch {
-                // the hook's failure must not change the answer
-              }
+              quietly(onVerification, e.code);
+              quietly(onRefusal, e.code, e.message);
             }
             throw e;
           }
+          quietly(onVerification, "valid");
+          return agent;
         };
       }
     }
@@ -153,8 +165,9 @@ export class Verifier {
     }
   }
 
-  /** GETs `url` (revalidating what is held), one fetch per URL at a time. */
-  async fetchDoc(url, accept, fresherThan = -Infinity) {
+  /** GETs `url` (revalidating what is held), one fetch per URL at a time, told to `onFetch`
+   * as a fetch of `document` ("jwks" or "status_list"). */
+  async fetchDoc(url, document, accept, fresherThan = -Infinity) {
     const held = this.docs.get(url);
     if (held && held.freshUntil > Date.now() && held.fetchedAt > fresherThan) return held;
     let pending = this.inflight.get(url);
@@ -162,15 +175,22 @@ export class Verifier {
       pending = (async () => {
         const headers = { accept };
         if (held?.etag) headers["if-none-match"] = held.etag;
-        const res = await this.send(url, headers);
+        let res;
+        try {
+          res = await this.send(url, headers);
+          if (res.status !== 200 && !(res.status === 304 && held?.etag)) fail("UNAVAILABLE", `${url}: ${res.status}`);
+        } catch (e) {
+          quietly(this.onFetch, document, "failed");
+          throw e;
+        }
+        quietly(this.onFetch, document, res.status === 304 ? "not_modified" : "fetched");
         const now = Date.now();
         const freshUntil = now + maxAge(res.headers.get("cache-control"), 60) * 1000;
-        if (res.status === 304 && held?.etag) {
+        if (res.status === 304) {
           // The same body: whoever read it keeps what they read.
           Object.assign(held, { etag: res.headers.get("etag") || held.etag, freshUntil, fetchedAt: now });
           return held;
         }
-        if (res.status !== 200) fail("UNAVAILABLE", `${url}: ${res.status}`);
         // A new body, even without an ETag (a proxy may strip it): it is read anew.
         const doc = { body: res.body, etag: res.headers.get("etag") || undefined, freshUntil, fetchedAt: now };
         this.docs.set(url, doc);
@@ -204,7 +224,7 @@ export class Verifier {
     const held = this.docs.get(url);
     let doc;
     try {
-      doc = await this.fetchDoc(url, "application/json", fresherThan);
+      doc = await this.fetchDoc(url, "jwks", "application/json", fresherThan);
     } catch (e) {
       if (!held) throw e;
       doc = held;
@@ -282,7 +302,7 @@ export class Verifier {
 
   /** Fetches the list at `uri` anew (revalidating `held`) and reads it when new. */
   async loadList(uri, held) {
-    const doc = await this.fetchDoc(uri, "application/statuslist+jwt", held ? held.doc.fetchedAt : -Infinity);
+    const doc = await this.fetchDoc(uri, "status_list", "application/statuslist+jwt", held ? held.doc.fetchedAt : -Infinity);
     let current = this.lists.get(uri);
     if (current?.doc !== doc) {
       current = await this.readList(uri, doc);

@@ -1,14 +1,15 @@
 """Per route, in each framework's idiom: FastAPI's dependency (in the OpenAPI document, /docs
 left open), Flask's decorator, the middlewares' exclusions; RFC 6750's answers; and the
-verifier's on_refusal hook."""
+verifier's on_refusal hook and counts."""
 
 import json
+import time
 
 from fastapi import FastAPI, Security
 from fastapi.testclient import TestClient
 from flask import Flask, g
 
-from agentid_verifier import Verifier
+from agentid_verifier import VerificationError, Verifier
 from agentid_verifier.asgi import AgentIdMiddleware as Asgi
 from agentid_verifier.fastapi import require_agent as fastapi_agent
 from agentid_verifier.flask import require_agent as flask_agent
@@ -151,3 +152,46 @@ def test_a_warm_check_makes_no_thread_hop_and_a_cold_one_leaves_the_loop(server,
     for _ in range(3):
         assert call(middleware, f"Bearer {token}")[0] == 200
     assert len(hops) == 1, "warm checks stay on the loop"
+
+
+def test_counts_of_outcomes_and_fetches_reach_prometheus(proxied):
+    """Each verification is counted by outcome and each fetch by document and result; the
+    collector exposes them, every label value from the start."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from agentid_verifier.prometheus import VerifierCollector
+
+    server, proxy = proxied
+    _, token = server.register(scopes=["read:orders"])
+    _, other = server.register()
+    verifier = Verifier(proxy.url)
+    registry = CollectorRegistry()
+    registry.register(VerifierCollector(verifier))
+
+    def exposed():
+        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+                for line in generate_latest(registry).decode().splitlines() if not line.startswith("#")}
+
+    assert exposed()['agentid_verifier_verifications_total{outcome="PROOF_REPLAYED"}'] == 0
+    verifier.verify(token)
+    verifier.verify(token, scopes=["read:orders"])
+    for refused in (lambda: verifier.verify(token, scopes=["write:orders"]), lambda: verifier.verify("x")):
+        try:
+            refused()
+            raise AssertionError("accepted")
+        except VerificationError:
+            pass
+    proxy.rewrite = lambda path, status, headers, body: (503, [], b"") if "/v1/status/" in path else (status, headers, body)
+    time.sleep(2.2)  # the list (ttl 2 s) is stale: it serves while one refresh fails behind
+    verifier.verify(other)
+    end = time.monotonic() + 5
+    while verifier.counts().fetches.get(("status_list", "failed")) != 1 and time.monotonic() < end:
+        time.sleep(0.02)
+    counts = verifier.counts()
+    assert counts.verifications == {"valid": 3, "INSUFFICIENT_SCOPE": 1, "TOKEN_INVALID": 1}
+    assert counts.fetches == {("jwks", "fetched"): 1, ("status_list", "fetched"): 1, ("status_list", "failed"): 1}
+    seen = exposed()
+    assert seen['agentid_verifier_verifications_total{outcome="valid"}'] == 3
+    assert seen['agentid_verifier_verifications_total{outcome="INSUFFICIENT_SCOPE"}'] == 1
+    assert seen['agentid_verifier_fetches_total{document="status_list",result="failed"}'] == 1
+    assert seen['agentid_verifier_fetches_total{document="jwks",result="not_modified"}'] == 0

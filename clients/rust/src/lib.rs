@@ -46,6 +46,16 @@
 //! (the receiver's own: the service refused the API key given to `verify_online`, or the
 //! builder was given a bad base URL or timeout). The `tower` feature's `tower::AgentIdLayer`
 //! answers 401, 403 (`INSUFFICIENT_SCOPE`), 503 (`UNAVAILABLE`) and 500 (`MISCONFIGURED`).
+//!
+//! What a verifier does is counted through the [`metrics`] facade, for whichever recorder the
+//! application installs (`metrics-exporter-prometheus`, say); with none, counting costs next
+//! to nothing:
+//! - `agentid_verifier_verifications_total{outcome}`: every verification of
+//!   [`Verifier::verify`], [`Verifier::verify_with_scopes`], [`Verifier::verify_dpop`] and
+//!   [`Verifier::verify_online`], by `outcome`: `valid` or the refusal's [`Error::code`];
+//! - `agentid_verifier_fetches_total{document,result}`: every fetch of the key set (`jwks`)
+//!   or a status list (`status_list`), by `result`: `fetched` (a new body), `not_modified`
+//!   (a 304) or `failed` (no answer in time, another status, an oversized body).
 #![forbid(unsafe_code)]
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -86,6 +96,10 @@ pub const MAX_SET_BYTES: usize = 16_384;
 pub const SEEN_SETS: usize = 10_000;
 /// The most an inflated status list may hold.
 const MAX_LIST_BYTES: usize = 16 << 20;
+/// The counter of verifications, by `outcome` (see the crate's documentation).
+pub const VERIFICATIONS: &str = "agentid_verifier_verifications_total";
+/// The counter of fetches, by `document` and `result` (see the crate's documentation).
+pub const FETCHES: &str = "agentid_verifier_fetches_total";
 
 /// Why a token may not be trusted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -253,6 +267,11 @@ impl Builder {
         if self.timeout.is_zero() {
             return Err(Error::Misconfigured("the timeout must be more than zero".into()));
         }
+        metrics::describe_counter!(
+            VERIFICATIONS,
+            "Verifications by outcome: valid, or the refusal's code."
+        );
+        metrics::describe_counter!(FETCHES, "Fetches of the key set and status lists by result.");
         Ok(Verifier {
             inner: Arc::new(Inner {
                 agent: ureq::AgentBuilder::new()
@@ -485,15 +504,24 @@ impl Verifier {
     }
 
     /// GETs a document, revalidating with `etag`: its answer, a 200 or (only when `etag` was
-    /// sent) a 304. Any other answer is `UNAVAILABLE`.
-    async fn fetch(&self, url: String, accept: &'static str, etag: Option<String>) -> Result<Answer, Error> {
+    /// sent) a 304. Any other answer is `UNAVAILABLE`. Counted by `document` and result.
+    async fn fetch(
+        &self,
+        url: String,
+        document: &'static str,
+        accept: &'static str,
+        etag: Option<String>,
+    ) -> Result<Answer, Error> {
         let revalidating = etag.is_some();
-        let answer = self.send(url.clone(), accept, etag, None).await?;
-        match answer.status {
-            200 => Ok(answer),
-            304 if revalidating => Ok(answer),
-            status => Err(unavailable(format!("{url}: {status}"))),
-        }
+        let answer = self.send(url.clone(), accept, etag, None).await;
+        let (result, answer) = match answer {
+            Ok(a) if a.status == 200 => ("fetched", Ok(a)),
+            Ok(a) if a.status == 304 && revalidating => ("not_modified", Ok(a)),
+            Ok(a) => ("failed", Err(unavailable(format!("{url}: {}", a.status)))),
+            Err(e) => ("failed", Err(e)),
+        };
+        metrics::counter!(FETCHES, "document" => document, "result" => result).increment(1);
+        answer
     }
 
     /// Runs `refresh` behind the caller, unless one runs for `url` already or `url` failed
@@ -546,6 +574,7 @@ impl Verifier {
         let fetched = self
             .fetch(
                 format!("{}/.well-known/jwks.json", self.inner.base),
+                "jwks",
                 "application/json",
                 etag,
             )
@@ -690,7 +719,7 @@ impl Verifier {
     async fn fetch_list(&self, uri: &str, held: Option<&HeldList>) -> Result<HeldList, Error> {
         let etag = held.and_then(|h| h.etag.clone());
         let f = self
-            .fetch(uri.to_owned(), "application/statuslist+jwt", etag)
+            .fetch(uri.to_owned(), "status_list", "application/statuslist+jwt", etag)
             .await?;
         match (f.status, held) {
             (304, Some(h)) => Ok(HeldList {
@@ -745,8 +774,11 @@ impl Verifier {
         self.told(self.bearer(token, scopes).await)
     }
 
-    /// `result`, told to the [`Builder::on_refusal`] hook when it is a refusal.
+    /// `result`, counted by outcome and told to the [`Builder::on_refusal`] hook when it is a
+    /// refusal.
     fn told<T>(&self, result: Result<T, Error>) -> Result<T, Error> {
+        let outcome = result.as_ref().map_or_else(Error::code, |_| "valid");
+        metrics::counter!(VERIFICATIONS, "outcome" => outcome).increment(1);
         if let (Err(e), Some(hook)) = (&result, &self.inner.on_refusal) {
             hook(e.code(), &e.to_string());
         }

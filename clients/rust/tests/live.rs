@@ -15,6 +15,8 @@ use base64::Engine as _;
 use ed25519_dalek::{Signer as _, SigningKey};
 use serde_json::{json, Value};
 
+#[path = "live/counters.rs"]
+mod counters;
 #[path = "live/dpop.rs"]
 mod dpop;
 #[path = "live/examples.rs"]

@@ -29,13 +29,20 @@ function compile(source) {
 }
 
 const header = `import type { Request, Response } from "express";
-import { Verifier, VerificationError, type ErrorCode } from "@agentid/verifier";
+import { Verifier, VerificationError, type ErrorCode, type Outcome, type FetchResult } from "@agentid/verifier";
 import { agentIdMiddleware } from "@agentid/verifier/express";
 `;
 
 test("a strict Express app sees req.agent typed", () => {
   const { ok, out } = compile(`${header}
-const verifier = new Verifier({ baseUrl: "https://id.example.com", onRefusal(code: ErrorCode, reason: string) { console.log(code, reason); } });
+const counted = new Map<string, number>();
+const count = (name: string) => counted.set(name, (counted.get(name) ?? 0) + 1);
+const verifier = new Verifier({
+  baseUrl: "https://id.example.com",
+  onRefusal(code: ErrorCode, reason: string) { console.log(code, reason); },
+  onVerification(outcome: Outcome) { count(outcome); },
+  onFetch(document, result: FetchResult) { count(\`\${document} \${result}\`); },
+});
 export const guard = agentIdMiddleware(verifier, { scopes: ["read:orders"], publicOrigin: "https://api.example" });
 export function orders(req: Request, res: Response) {
   const id: string | undefined = req.agent?.agentId;
@@ -59,6 +66,7 @@ test("a wrong use does not compile", () => {
     "export const n: number = (null as unknown as Request).agent!.agentId;",
     'new Verifier({ baseUrl: "https://id.example.com", onRefusal: (code: number) => code });',
     'export const c: ErrorCode = "NOT_A_CODE";',
+    'new Verifier({ baseUrl: "https://id.example.com", onFetch: (document: "keys") => document });',
   ]) {
     const { ok } = compile(`${header}${body}\n`);
     assert.ok(!ok, body);

@@ -397,6 +397,37 @@ test("onRefusal hears every refusal with its reason, and a failing hook changes 
   assert.equal(await code(failing.verify(token)), "TOKEN_INVALID");
 });
 
+test("onVerification counts every outcome and onFetch every fetch, and failing hooks change nothing", async () => {
+  const [, token] = await ps.register();
+  const [, other] = await ps.register();
+  const outcomes = [];
+  const fetches = [];
+  const v = new Verifier({
+    baseUrl: proxy.url,
+    onVerification: (outcome) => outcomes.push(outcome),
+    onFetch: (document, result) => fetches.push(`${document} ${result}`),
+  });
+  await v.verify(token);
+  await v.verify(token, { scopes: ["read:orders"] });
+  assert.equal(await code(v.verify(token, { scopes: ["write:orders"] })), "INSUFFICIENT_SCOPE");
+  assert.equal(await code(v.verify("x")), "TOKEN_INVALID");
+  proxy.rewrite = under("/v1/status/", () => [503, {}, Buffer.alloc(0)]);
+  try {
+    await sleep(2200); // the list (ttl 2 s) is stale: it serves while one refresh fails behind
+    await v.verify(other);
+    for (let i = 0; i < 250 && fetches.length < 3; i++) await sleep(20);
+  } finally {
+    proxy.rewrite = null;
+  }
+  assert.deepEqual(outcomes, ["valid", "valid", "INSUFFICIENT_SCOPE", "TOKEN_INVALID", "valid"]);
+  assert.deepEqual(fetches, ["jwks fetched", "status_list fetched", "status_list failed"]);
+  const broken = () => {
+    throw new Error("hook");
+  };
+  const failing = new Verifier({ baseUrl: proxy.url, onVerification: broken, onFetch: broken });
+  assert.equal((await failing.verify(token)).agentId, claimsOf(token).sub);
+});
+
 // -- a slow or dead issuer -------------------------------------------------------------------
 
 test("a hung issuer stalls no warm check until the grace runs out", async () => {

@@ -50,6 +50,10 @@ __all__ = [
     "Misconfigured",
     "ProofInvalid",
     "ProofReplayed",
+    "Counts",
+    "OUTCOMES",
+    "FETCH_DOCUMENTS",
+    "FETCH_RESULTS",
 ]
 
 SESSION_REVOKED = "https://schemas.openid.net/secevent/caep/event-type/session-revoked"
@@ -63,6 +67,13 @@ SEEN_SETS = 10_000
 MAX_SET_BYTES = 16_384
 #: How many DPoP proofs are remembered to refuse a replay.
 SEEN_PROOFS = 100_000
+#: What a verification can come to: ``valid``, or the code of its refusal.
+OUTCOMES = ("valid", "TOKEN_INVALID", "TOKEN_EXPIRED", "TOKEN_REVOKED", "INSUFFICIENT_SCOPE",
+            "UNAVAILABLE", "MISCONFIGURED", "PROOF_INVALID", "PROOF_REPLAYED")
+#: The documents fetched (the key set, a status list) and what a fetch can come to: a new body,
+#: a revalidation (304), or a failure (no answer in time, another status, an oversized body).
+FETCH_DOCUMENTS = ("jwks", "status_list")
+FETCH_RESULTS = ("fetched", "not_modified", "failed")
 
 
 class VerificationError(Exception):
@@ -147,12 +158,25 @@ def _reported(method: _F) -> _F:
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         try:
-            return method(self, *args, **kwargs)
+            agent = method(self, *args, **kwargs)
         except VerificationError as e:
             self._refused(e)
             raise
+        self._count(self._verifications, "valid")
+        return agent
 
     return wrapper  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What a verifier has done since it was made (``Verifier.counts``)."""
+
+    #: Verifications (``verify``, ``verify_dpop``, ``verify_online``) by outcome: ``valid`` or
+    #: the refusal's code (``OUTCOMES``).
+    verifications: Dict[str, int]
+    #: Fetches by document (``jwks``, ``status_list``) and result (``FETCH_RESULTS``).
+    fetches: Dict[Tuple[str, str], int]
 
 
 @dataclass(frozen=True)
@@ -229,7 +253,9 @@ class Verifier:
     whose ``iat`` is at most ``dpop_max_skew`` seconds from now; each proof passes once.
 
     ``on_refusal(code, reason)``, when given, is called with every refusal's code and reason
-    (a failing hook is logged, never raised).
+    (a failing hook is logged, never raised). ``counts()`` tells how many verifications came
+    to each outcome and how many fetches to each result; ``agentid_verifier.prometheus``
+    gives them to ``prometheus_client``.
 
     ``set_audience`` is the ``aud`` of this receiver's Shared Signals stream (what the stream
     was created with; by default the push endpoint's origin for a push stream, the stream id
@@ -277,6 +303,17 @@ class Verifier:
         self._lists: Dict[str, _StatusList] = {}
         self._revoked: Set[str] = set()
         self._seen_sets: "OrderedDict[str, None]" = OrderedDict()
+        self._verifications: Dict[str, int] = {}
+        self._fetches: Dict[Tuple[str, str], int] = {}
+
+    def _count(self, counts: Dict, key: object) -> None:
+        with self._lock:
+            counts[key] = counts.get(key, 0) + 1
+
+    def counts(self) -> Counts:
+        """How many verifications came to each outcome, and fetches to each result, so far."""
+        with self._lock:
+            return Counts(verifications=dict(self._verifications), fetches=dict(self._fetches))
 
     # -- fetching ---------------------------------------------------------------------
 
@@ -304,10 +341,10 @@ class Verifier:
         except (OSError, http.client.HTTPException, ValueError) as e:
             raise Unavailable(f"{req.full_url}: {e}") from e
 
-    def _fetch(self, url: str, accept: str, fresher_than: float = float("-inf")) -> _Document:
+    def _fetch(self, url: str, document: str, accept: str, fresher_than: float = float("-inf")) -> _Document:
         """GETs ``url`` (revalidating what is held) unless what is held is fresh and was
         fetched after ``fresher_than``; one fetch per URL at a time, so callers that wait
-        for it share its result."""
+        for it share its result. Each fetch is counted by ``document`` and result."""
         if _WARM_ONLY.get():
             held = self._docs.get(url)
             if held is not None and held.fresh_until > time.time() and held.fetched_at > fresher_than:
@@ -322,15 +359,24 @@ class Verifier:
             req = urllib.request.Request(url, headers={"Accept": accept})
             if held is not None and held.etag:
                 req.add_header("If-None-Match", held.etag)
-            status, headers, body = self._send(req)
+            try:
+                status, headers, body = self._send(req)
+                if status == 304 and held is not None and held.etag:
+                    result = "not_modified"
+                elif status == 200:
+                    result = "fetched"
+                else:
+                    raise Unavailable(f"{url}: {status}")
+            except Unavailable:
+                self._count(self._fetches, (document, "failed"))
+                raise
+            self._count(self._fetches, (document, result))
             now = time.time()
             fresh_until = now + _max_age(headers.get("Cache-Control"), 60)
-            if status == 304 and held is not None and held.etag:
+            if held is not None and result == "not_modified":
                 held.etag = headers.get("ETag") or held.etag
                 held.fresh_until, held.fetched_at = fresh_until, now
                 return held
-            if status != 200:
-                raise Unavailable(f"{url}: {status}")
             # A new body, even with no ETag (a proxy may strip it): whoever reads it, reads it anew.
             doc = _Document(body=body, etag=headers.get("ETag"), fresh_until=fresh_until, fetched_at=now)
             self._docs[url] = doc
@@ -367,7 +413,7 @@ class Verifier:
         stay."""
         held = self._docs.get(url)
         try:
-            doc = self._fetch(url, "application/json", fresher_than=fresher_than)
+            doc = self._fetch(url, "jwks", "application/json", fresher_than=fresher_than)
         except Unavailable:
             if held is None:
                 raise
@@ -443,7 +489,7 @@ class Verifier:
 
     def _load_list(self, uri: str, held: Optional[_StatusList]) -> _StatusList:
         """Fetches the list at ``uri`` anew (revalidating ``held``) and reads it when new."""
-        doc = self._fetch(uri, "application/statuslist+jwt",
+        doc = self._fetch(uri, "status_list", "application/statuslist+jwt",
                           fresher_than=held.doc.fetched_at if held else float("-inf"))
         current = self._lists.get(uri)
         if current is None or current.doc is not doc:
@@ -493,6 +539,7 @@ class Verifier:
             raise InsufficientScope(f"missing scopes {missing}")
 
     def _refused(self, error: VerificationError) -> None:
+        self._count(self._verifications, error.code)
         if self.on_refusal is None:
             return
         try:
