@@ -131,3 +131,82 @@ async fn every_endpoint_answers_503_while_the_database_is_down() {
     assert_eq!(health.json()["status"], "unavailable");
     proxy.restore();
 }
+
+/// A database that takes no writes (SQLSTATE 25006: a primary demoted in a failover, or a
+/// standby a balancer still sends a connection to) is an outage, not a fault: every write
+/// answers 503, never 500, while reads still answer. PostgreSQL only.
+#[actix_web::test]
+async fn a_read_only_database_answers_503_to_writes() {
+    use sqlx::Connection as _;
+    let app = spawn_app().await;
+    if !app.db.is_postgres() {
+        return;
+    }
+    let (id, token) = app.agent().await;
+    let mut admin = sqlx::PgConnection::connect(&app.db.url).await.unwrap();
+    sqlx::query("DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_read_only = on', current_database()); END $$")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    // The service's connections are cut, as a demotion cuts them; new ones are read-only.
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let body = serde_json::json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"]});
+    let mut read = 0;
+    for _ in 0..20 {
+        let res = app
+            .post("/v1/agents/register", Some(app.secret()), Some(&body))
+            .await;
+        res.assert_error(503, "SERVICE_UNAVAILABLE");
+        let res = app
+            .post(&format!("/v1/agents/{id}/revoke"), Some(app.secret()), None)
+            .await;
+        res.assert_error(503, "SERVICE_UNAVAILABLE");
+        app.get(&format!("/v1/verify/{token}"), None)
+            .await
+            .assert_error(503, "AUDIT_UNAVAILABLE");
+        if app
+            .get(&format!("/v1/agents/{id}"), Some(app.secret()))
+            .await
+            .status
+            == 200
+        {
+            read += 1;
+        }
+    }
+    assert!(read > 0, "no read answered on a read-only database");
+    sqlx::query("DO $$ BEGIN EXECUTE format('ALTER DATABASE %I RESET default_transaction_read_only', current_database()); END $$")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+}
+
+/// A valid key whose cache entry expires while the database is down stays a known key: every
+/// call answers 503 for the outage, never 429 because refreshing the key failed and it was
+/// then charged as an unknown one (to the per-address budget of 60 look-ups a minute).
+/// PostgreSQL only (the outage is a cut TCP proxy in front of it).
+#[actix_web::test]
+async fn a_known_key_is_never_throttled_while_the_database_is_down() {
+    use std::time::Duration;
+    let Some((proxy, app)) = crate::proxy::app_behind_proxy_with(|c| {
+        c.engine.key_cache_ttl = Duration::from_millis(100);
+    })
+    .await
+    else {
+        return;
+    };
+    let (id, _) = app.agent().await;
+    proxy.cut();
+    actix_web::rt::time::sleep(Duration::from_millis(150)).await; // the key's entry expires
+    for _ in 0..80 {
+        app.get(&format!("/v1/agents/{id}"), Some(app.secret()))
+            .await
+            .assert_error(503, "SERVICE_UNAVAILABLE");
+    }
+    proxy.restore();
+}

@@ -52,6 +52,13 @@ impl Proxy {
 /// An app (unlimited organization) whose PostgreSQL connections pass through a proxy that
 /// can be cut, with a 1 s pool timeout; `None`, with a note, on SQLite.
 pub async fn app_behind_proxy() -> Option<(Proxy, crate::helpers::TestApp)> {
+    app_behind_proxy_with(|_| ()).await
+}
+
+/// `app_behind_proxy`, with `tweak` applied to its configuration as well.
+pub async fn app_behind_proxy_with(
+    tweak: impl FnOnce(&mut agentid::config::Config) + 'static,
+) -> Option<(Proxy, crate::helpers::TestApp)> {
     let Some(admin) = crate::helpers::postgres_admin_url() else {
         eprintln!("outage tests run against PostgreSQL only (AGENTID_TEST_DATABASE_URL)");
         return None;
@@ -71,6 +78,7 @@ pub async fn app_behind_proxy() -> Option<(Proxy, crate::helpers::TestApp)> {
                 .database_url
                 .replacen(&target.to_string(), &proxy_addr.to_string(), 1);
             c.store.acquire_timeout = std::time::Duration::from_secs(1);
+            tweak(c);
         }),
         ..crate::helpers::Options::unlimited()
     })

@@ -88,7 +88,7 @@ impl ApiKeys {
             return Ok(KeyLookup::Rejected);
         }
         let hash = hash_key(presented);
-        let mut known = false;
+        let mut expired = None;
         let guard = loop {
             match self.cache.get_value_or_guard_async(&hash).await {
                 Ok((at, found)) if at.elapsed() < self.ttl => return Ok(found),
@@ -96,21 +96,35 @@ impl ApiKeys {
                 // Only a key that was valid is refreshed free: looking a rejected key up
                 // again is charged like any unknown key, or a caller could cycle through
                 // rejected keys at one store read each per expiry.
-                Ok((_, found)) => {
-                    known = matches!(found, KeyLookup::Valid(_));
+                Ok((at, found)) => {
+                    if matches!(found, KeyLookup::Valid(_)) {
+                        expired = Some((at, found));
+                    }
                     self.cache.remove(&hash);
                 }
                 Err(guard) => break guard,
             }
         };
-        if !known {
+        if expired.is_none() {
             let allowed = may_load();
             if !allowed.allowed {
                 metrics::counter!("agentid_api_key_lookups_total", "outcome" => "throttled").increment(1);
                 return Ok(KeyLookup::Throttled(allowed));
             }
         }
-        let found = match self.store.find_key(&hash).await? {
+        let stored = match self.store.find_key(&hash).await {
+            Ok(stored) => stored,
+            Err(e) => {
+                // A refresh the store could not answer (an outage) leaves the key known, its
+                // entry still expired: the next call refreshes it again, free, and answers
+                // for the outage instead of being charged as an unknown key's look-up.
+                if let Some(entry) = expired {
+                    let _ = guard.insert(entry);
+                }
+                return Err(e);
+            }
+        };
+        let found = match stored {
             Some(KeyRecord {
                 org,
                 kind: k,

@@ -60,7 +60,8 @@ pub(crate) async fn gate(
         },
     };
     let class = route.class;
-    // A key that does not check out still costs its address a call: no free retries.
+    // A key that does not check out still costs its address a call: no free retries (a key
+    // the store could not check is the outage's, below).
     let who = match &auth {
         Auth::Key(c) => RateSubject::Org {
             org_id: &c.org.id,
@@ -78,6 +79,9 @@ pub(crate) async fn gate(
                 .check_publishable_verify(&c.org.id, c.org.limits.verify_per_minute)
                 .await
         }
+        // A key the store could not check (an outage) is answered for the outage (503) by
+        // its handler: charging its address's anonymous bucket would answer 429 instead.
+        Auth::Unverifiable => (limits.peek(who, class), false),
         _ if route.counted => (limits.check(who, class).await, false),
         _ => (limits.peek(who, class), false),
     };

@@ -126,9 +126,16 @@ impl From<sqlx::Error> for StoreError {
 }
 
 /// PostgreSQL admin shutdown / cannot connect now / insufficient resources (too many
-/// connections, out of memory or disk), SQLite busy or locked: retry later, not a fault.
+/// connections, out of memory or disk) / a read-only transaction (a primary demoted by a
+/// failover, or a standby a balancer still routes to), SQLite busy or locked: retry later,
+/// not a fault.
 fn is_outage_code(code: &str) -> bool {
-    code.starts_with("57P") || code.starts_with("08") || code.starts_with("53") || code == "5" || code == "6"
+    code.starts_with("57P")
+        || code.starts_with("08")
+        || code.starts_with("53")
+        || code == "25006"
+        || code == "5"
+        || code == "6"
 }
 
 impl StoreError {
