@@ -576,7 +576,7 @@ async fn a_fleet_delivers_every_event_once() {
         assert_eq!(app.revoke(&id, None).await.status, 200);
         agents.push(id);
     }
-    receiver.wait_for(20, Duration::from_secs(10)).await;
+    receiver.wait_for(20, Duration::from_secs(30)).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let got = receiver.got.lock().clone();
     let subs: Vec<String> = got

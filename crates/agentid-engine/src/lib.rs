@@ -255,4 +255,10 @@ impl Engine {
     pub fn inject_audit_panic(&self) {
         self.audit.inject_flush_panic();
     }
+
+    /// The audit writer's next batch commits, but its commit is reported failed (tests).
+    #[cfg(feature = "test-hooks")]
+    pub fn inject_lost_commit_ack(&self) {
+        self.audit.inject_lost_ack();
+    }
 }
