@@ -60,6 +60,11 @@ pub(crate) struct ServeArgs {
     /// Database connections.
     #[arg(long, env = "AGENTID_DB_MAX_CONNECTIONS", default_value_t = StoreOptions::default().max_connections)]
     pub(crate) db_max_connections: u32,
+    /// How long a write waits for the database to take writes again (a failover, a
+    /// switchover) before it is answered 503, in seconds (0 to 60).
+    #[arg(long, env = "AGENTID_DB_OUTAGE_WAIT_SECONDS", default_value_t = StoreOptions::default().outage_wait.as_secs(),
+          value_parser = clap::value_parser!(u64).range(0..=60))]
+    pub(crate) db_outage_wait_seconds: u64,
     /// A ledger of the audit log that grew gets a new signed checkpoint at most this often,
     /// in milliseconds.
     #[arg(long, env = "AGENTID_CHECKPOINT_INTERVAL_MS", default_value_t = EngineConfig::default().checkpoint_interval.as_millis() as u64)]
@@ -153,6 +158,10 @@ pub(super) async fn serve(args: ServeArgs) -> CliResult {
             writer: WriterConfig {
                 max_batch: args.audit_batch_max.max(1),
                 linger: Duration::from_millis(args.audit_linger_ms),
+                // A batch may wait out an outage: the flush outlasts that wait.
+                flush_timeout: WriterConfig::default()
+                    .flush_timeout
+                    .max(Duration::from_secs(args.db_outage_wait_seconds + 2)),
                 ..WriterConfig::default()
             },
             token_cache_bytes: args.token_cache_bytes,
@@ -178,6 +187,7 @@ pub(super) async fn serve(args: ServeArgs) -> CliResult {
         },
         store: StoreOptions {
             max_connections: args.db_max_connections.max(1),
+            outage_wait: Duration::from_secs(args.db_outage_wait_seconds),
             create: may_create(&args.db.database_url),
             serve_lock: true,
             ..StoreOptions::default()

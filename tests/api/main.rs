@@ -13,6 +13,7 @@ mod domains;
 mod dpop;
 mod engine;
 mod errors;
+mod failover;
 mod fleet;
 mod health;
 mod integrity;

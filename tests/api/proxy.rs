@@ -50,7 +50,7 @@ impl Proxy {
 }
 
 /// An app (unlimited organization) whose PostgreSQL connections pass through a proxy that
-/// can be cut, with a 1 s pool timeout; `None`, with a note, on SQLite.
+/// can be cut, with a 1 s pool timeout and no outage wait; `None`, with a note, on SQLite.
 pub async fn app_behind_proxy() -> Option<(Proxy, crate::helpers::TestApp)> {
     app_behind_proxy_with(|_| ()).await
 }
@@ -78,6 +78,8 @@ pub async fn app_behind_proxy_with(
                 .database_url
                 .replacen(&target.to_string(), &proxy_addr.to_string(), 1);
             c.store.acquire_timeout = std::time::Duration::from_secs(1);
+            // Outages here are answered at once, unless the test waits them out.
+            c.store.outage_wait = std::time::Duration::ZERO;
             tweak(c);
         }),
         ..crate::helpers::Options::unlimited()

@@ -75,9 +75,6 @@ pub(crate) struct AuditHandle {
     /// Fault injection: the next flush task panics.
     #[cfg(feature = "test-hooks")]
     panic_next_flush: Arc<std::sync::atomic::AtomicBool>,
-    /// Fault injection: the next batch commits, but the writer hears of a failure.
-    #[cfg(feature = "test-hooks")]
-    lose_next_ack: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The writer's thread. It stops when this is dropped (with the engine), and the writer
@@ -99,8 +96,6 @@ impl AuditHandle {
             tx,
             #[cfg(feature = "test-hooks")]
             panic_next_flush: Arc::default(),
-            #[cfg(feature = "test-hooks")]
-            lose_next_ack: Arc::default(),
         };
         let writer = Writer {
             store,
@@ -108,8 +103,6 @@ impl AuditHandle {
             grown,
             #[cfg(feature = "test-hooks")]
             panic_next_flush: handle.panic_next_flush.clone(),
-            #[cfg(feature = "test-hooks")]
-            lose_next_ack: handle.lose_next_ack.clone(),
         };
         thread.spawn(writer.run(rx));
         (handle, WriterThread(thread))
@@ -139,14 +132,6 @@ impl AuditHandle {
         self.panic_next_flush
             .store(true, std::sync::atomic::Ordering::SeqCst);
     }
-
-    /// The next batch commits, but the writer is told it failed, as when the connection dies
-    /// during COMMIT: an outcome the writer cannot know.
-    #[cfg(feature = "test-hooks")]
-    pub(crate) fn inject_lost_ack(&self) {
-        self.lose_next_ack
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-    }
 }
 
 struct Writer {
@@ -156,8 +141,6 @@ struct Writer {
     grown: Arc<GrownLedgers>,
     #[cfg(feature = "test-hooks")]
     panic_next_flush: Arc<std::sync::atomic::AtomicBool>,
-    #[cfg(feature = "test-hooks")]
-    lose_next_ack: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Writer {
@@ -215,15 +198,9 @@ impl Writer {
             assert!(!inject_panic, "injected audit flush failure");
             tokio::time::timeout(timeout, store.append_audit(entries)).await
         });
-        #[cfg(feature = "test-hooks")]
-        let lose_ack = self
-            .lose_next_ack
-            .swap(false, std::sync::atomic::Ordering::SeqCst);
+        // A batch the store could not write, or could not find out about (a commit of unknown
+        // outcome), within its outage wait, fails: never answered as written.
         match task.await {
-            // A commit whose outcome is unknown fails its batch: never answered as written,
-            // never written again (the store forgets what it cached of those ledgers).
-            #[cfg(feature = "test-hooks")]
-            Ok(Ok(_)) if lose_ack => fail(replies, "injected: the commit was not acknowledged"),
             Ok(Ok(appended)) => {
                 let elapsed = started.elapsed();
                 let committed = appended.records.iter().flatten().count();

@@ -256,9 +256,10 @@ impl Engine {
         self.audit.inject_flush_panic();
     }
 
-    /// The audit writer's next batch commits, but its commit is reported failed (tests).
+    /// What befalls the audit writer's next batch (tests); false where the store cannot
+    /// fail so (SQLite).
     #[cfg(feature = "test-hooks")]
-    pub fn inject_lost_commit_ack(&self) {
-        self.audit.inject_lost_ack();
+    pub fn inject_audit_write_fault(&self, fault: agentid_store::WriteFault) -> bool {
+        self.store.inject_write_fault(fault)
     }
 }

@@ -73,6 +73,14 @@ fn describe() {
         "agentid_audit_chain_conflicts_total",
         "Audit batches that found a ledger's chain moved by another instance, and were written again under the ledgers' locks"
     );
+    describe_counter!(
+        "agentid_audit_unknown_outcomes_total",
+        "Audit batches whose connection broke after they were sent, found out by looking their blocks up"
+    );
+    describe_counter!(
+        "agentid_store_outage_retries_total",
+        "Tries again at a connection, a transaction or an audit batch during a database outage"
+    );
     describe_histogram!(
         "agentid_audit_chain_lock_wait_seconds",
         Unit::Seconds,

@@ -111,7 +111,7 @@ where
             )
             .bind(ledger.org_id.as_str())
             .bind(ledger.mode.as_str())
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.conn().await?)
             .await?;
             Ok(rows.into_iter().map(|(id, at)| (id, Millis(at))).collect())
         })
@@ -122,7 +122,9 @@ where
         Box::pin(async move {
             let sql = insert_agent_sql();
             let scopes = scopes_json(&a.scopes);
-            insert_agent(&sql, a, &scopes).execute(&self.pool).await?;
+            insert_agent(&sql, a, &scopes)
+                .execute(&mut *self.conn().await?)
+                .await?;
             Ok(())
         })
     }
@@ -154,7 +156,7 @@ where
     fn status_lists(&self) -> StoreFuture<'_, Vec<(String, u64)>> {
         Box::pin(async move {
             let rows: Vec<(String, i64)> = sqlx::query_as("SELECT id, size FROM status_lists ORDER BY id")
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.conn().await?)
                 .await?;
             rows.into_iter()
                 .map(|(id, size)| {
@@ -169,7 +171,10 @@ where
     fn get_agent<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<AgentRecord>> {
         Box::pin(async move {
             let sql = format!("SELECT {AGENT_COLUMNS} FROM agents WHERE id = $1");
-            let row: Option<AgentRow> = sqlx::query_as(&sql).bind(id).fetch_optional(&self.pool).await?;
+            let row: Option<AgentRow> = sqlx::query_as(&sql)
+                .bind(id)
+                .fetch_optional(&mut *self.conn().await?)
+                .await?;
             row.map(AgentRow::into_record).transpose()
         })
     }
@@ -195,7 +200,7 @@ where
             if let Some(b) = before {
                 q = q.bind(b);
             }
-            let rows: Vec<AgentRow> = q.fetch_all(&self.pool).await?;
+            let rows: Vec<AgentRow> = q.fetch_all(&mut *self.conn().await?).await?;
             rows.into_iter().map(AgentRow::into_record).collect()
         })
     }
@@ -206,7 +211,7 @@ where
             let rows: Vec<AgentRow> = sqlx::query_as(&sql)
                 .bind(after_id)
                 .bind(i64::from(limit))
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.conn().await?)
                 .await?;
             rows.into_iter().map(AgentRow::into_record).collect()
         })
@@ -229,7 +234,7 @@ where
             .bind(expires_at.0)
             .bind(jkt);
             let Some(keys) = issuer else {
-                return Ok(DB::rows_affected(&renew.execute(&self.pool).await?) == 1);
+                return Ok(DB::rows_affected(&renew.execute(&mut *self.conn().await?).await?) == 1);
             };
             let mut tx = self.exclusive().await?;
             let agent: Option<(String, String)> =
@@ -254,7 +259,7 @@ where
         reason: Option<&'a str>,
     ) -> StoreFuture<'a, Option<(AgentRecord, Option<i64>)>> {
         Box::pin(async move {
-            let mut tx = self.pool.begin().await?;
+            let mut tx = self.begin().await?;
             let revoked = revoke_in(&mut tx, &[id.to_owned()], at, reason).await?;
             tx.commit().await?;
             Ok(revoked.into_iter().next())
@@ -274,7 +279,7 @@ where
                  FROM agents WHERE revoked_epoch > $1",
             )
             .bind(after)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.conn().await?)
             .await?;
             let mut out = RevokedSince::default();
             for row in rows {

@@ -37,6 +37,10 @@ pub trait AuditStore {
         -> StoreFuture<'a, Vec<AgentBlockRow>>;
     /// How many `audit_block_agents` rows each (ledger, agent) has.
     fn agent_row_counts(&self) -> StoreFuture<'_, Vec<(Ledger, String, i64)>>;
+    /// Sets what befalls the next batch's write (PostgreSQL); false where the backend cannot
+    /// fail so (SQLite runs in the process: no connection to lose).
+    #[cfg(feature = "test-hooks")]
+    fn inject_write_fault(&self, fault: crate::WriteFault) -> bool;
 }
 
 /// The newest block of a ledger; binds org, mode. Read as a [`HeadRow`].
@@ -209,7 +213,10 @@ where
             if let Some(before) = q.before_seq {
                 query = query.bind(before);
             }
-            let blocks = query.bind(i64::from(q.limit) + 2).fetch_all(&self.pool).await?;
+            let blocks = query
+                .bind(i64::from(q.limit) + 2)
+                .fetch_all(&mut *self.conn().await?)
+                .await?;
             let want = q.limit as usize + 1;
             let mut records = Vec::with_capacity(want);
             for b in &blocks {
@@ -233,7 +240,7 @@ where
                 Some(agent) => query.bind(agent),
                 None => query,
             }
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.conn().await?)
             .await?;
             let totals: Totals = totals.map_or([0; 4], Into::into);
             Ok(LogPage {
@@ -253,7 +260,7 @@ where
                 "SELECT org_id, mode FROM audit_blocks UNION SELECT org_id, mode FROM audit_checkpoints \
                  ORDER BY org_id, mode",
             )
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.conn().await?)
             .await?;
             rows.into_iter()
                 .map(|(org_id, mode)| {
@@ -273,7 +280,7 @@ where
             )
             .bind(ledger.org_id.as_str())
             .bind(ledger.mode.as_str())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.conn().await?)
             .await?;
             let last = row.map_or(0, |(n,)| n);
             u64::try_from(last).map_err(|_| StoreError::Corrupt(format!("last_seq {last}")))
@@ -296,7 +303,7 @@ where
             .bind(ledger.mode.as_str())
             .bind(after)
             .bind(i64::from(limit))
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.conn().await?)
             .await?;
             Ok(rows
                 .into_iter()
@@ -325,9 +332,14 @@ where
             .bind(agent_id)
             .bind(ledger.org_id.as_str())
             .bind(ledger.mode.as_str())
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.conn().await?)
             .await?)
         })
+    }
+
+    #[cfg(feature = "test-hooks")]
+    fn inject_write_fault(&self, fault: crate::WriteFault) -> bool {
+        DB::inject_write_fault(self, fault)
     }
 
     fn agent_row_counts(&self) -> StoreFuture<'_, Vec<(Ledger, String, i64)>> {
@@ -335,7 +347,7 @@ where
             let rows: Vec<(String, String, String, i64)> = sqlx::query_as(
                 "SELECT org_id, mode, agent_id, COUNT(*) FROM audit_block_agents GROUP BY org_id, mode, agent_id",
             )
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.conn().await?)
             .await?;
             rows.into_iter()
                 .map(|(org_id, mode, agent, n)| {

@@ -123,7 +123,7 @@ where
         Box::pin(async move {
             let rows: Vec<EventRow> =
                 sqlx::query_as(&format!("SELECT {EVENT_COLUMNS} FROM domain_events ORDER BY seq"))
-                    .fetch_all(&self.pool)
+                    .fetch_all(&mut *self.conn().await?)
                     .await?;
             rows.into_iter().map(EventRow::into_event).collect()
         })
@@ -131,7 +131,9 @@ where
 
     fn holdings<'a>(&'a self, keys: &'a KeyRing, org_id: Option<&'a str>) -> StoreFuture<'a, Vec<Holding>> {
         Box::pin(async move {
-            let (migrated,): (Option<i64>,) = sqlx::query_as(MIGRATED_SEQ_SQL).fetch_one(&self.pool).await?;
+            let (migrated,): (Option<i64>,) = sqlx::query_as(MIGRATED_SEQ_SQL)
+                .fetch_one(&mut *self.conn().await?)
+                .await?;
             // Every event of every name the organization ever held: a name's latest event
             // says whether it still does.
             let rows: Vec<EventRow> = match org_id {
@@ -141,12 +143,12 @@ where
                          (SELECT domain FROM domain_events WHERE org_id = $1) ORDER BY seq"
                     ))
                     .bind(org)
-                    .fetch_all(&self.pool)
+                    .fetch_all(&mut *self.conn().await?)
                     .await?
                 }
                 None => {
                     sqlx::query_as(&format!("SELECT {EVENT_COLUMNS} FROM domain_events ORDER BY seq"))
-                        .fetch_all(&self.pool)
+                        .fetch_all(&mut *self.conn().await?)
                         .await?
                 }
             };
@@ -166,7 +168,7 @@ where
 
     fn holdings_over<'a>(&'a self, keys: &'a KeyRing, name: &'a str) -> StoreFuture<'a, Vec<Holding>> {
         Box::pin(async move {
-            let mut tx = self.pool.begin().await?;
+            let mut tx = self.begin().await?;
             holdings_in(&mut tx, keys, &holding::name_and_parents(name), None).await
         })
     }
@@ -221,7 +223,7 @@ where
             ))
             .bind(org_id)
             .bind(domain)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.conn().await?)
             .await?;
             Ok(row.map(Into::into))
         })
@@ -233,7 +235,7 @@ where
                 "SELECT {CLAIM_COLUMNS} FROM domain_claims WHERE org_id = $1 ORDER BY domain"
             ))
             .bind(org_id)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.conn().await?)
             .await?;
             Ok(rows.into_iter().map(Into::into).collect())
         })
@@ -351,13 +353,13 @@ where
                          ORDER BY issuer_domain, org_id",
                         )
                         .bind(org)
-                        .fetch_all(&self.pool)
+                        .fetch_all(&mut *self.conn().await?)
                         .await?
                     }
                     None => sqlx::query_as(
                         "SELECT DISTINCT issuer_domain, org_id FROM agents ORDER BY issuer_domain, org_id",
                     )
-                    .fetch_all(&self.pool)
+                    .fetch_all(&mut *self.conn().await?)
                     .await?,
                 };
             Ok(rows)

@@ -68,6 +68,10 @@ pub enum StoreError {
     /// The database cannot be reached (connection refused, pool timeout, I/O).
     #[error("store unavailable: {0}")]
     Unavailable(#[source] sqlx::Error),
+    /// A write sent before the connection broke, whose outcome could not be found out in
+    /// time: it may or may not have taken effect. An outage, as far as callers go.
+    #[error("store outcome unknown: {0}")]
+    OutcomeUnknown(String),
     /// A uniqueness rule was broken.
     #[error("store conflict: {0}")]
     Conflict(#[source] sqlx::Error),
@@ -140,7 +144,10 @@ fn is_outage_code(code: &str) -> bool {
 
 impl StoreError {
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_) | StoreError::Unreachable { .. })
+        matches!(
+            self,
+            StoreError::Unavailable(_) | StoreError::Unreachable { .. } | StoreError::OutcomeUnknown(_)
+        )
     }
 }
 
@@ -262,11 +269,25 @@ impl Appended {
     }
 }
 
+/// What befalls an audit batch's write (fault injection, PostgreSQL).
+#[cfg(feature = "test-hooks")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteFault {
+    /// The batch commits, and then its connection breaks before the answer arrives.
+    LostAck,
+    /// The connection breaks before the batch reaches the server.
+    LostWrite,
+}
+
 /// Tuning that is the operator's to set.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
     pub max_connections: u32,
     pub acquire_timeout: std::time::Duration,
+    /// How long a write waits for the database to take writes again (a failover, a
+    /// switchover) before it fails with [`StoreError::Unavailable`]: transactions of the API
+    /// and batches of the audit writer try again until then. Zero: they fail at once.
+    pub outage_wait: std::time::Duration,
     /// What opening a SQLite database that does not exist may create.
     pub create: Create,
     /// Hold the SQLite database for this process alone (`serve`): a second store opened so
@@ -291,6 +312,7 @@ impl Default for StoreOptions {
         StoreOptions {
             max_connections: 16,
             acquire_timeout: std::time::Duration::from_secs(3),
+            outage_wait: std::time::Duration::from_secs(8),
             create: Create::FileAndFolder,
             serve_lock: false,
         }

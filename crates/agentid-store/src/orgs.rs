@@ -148,7 +148,7 @@ where
     fn count_orgs(&self) -> StoreFuture<'_, i64> {
         Box::pin(async move {
             let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM orgs")
-                .fetch_one(&self.pool)
+                .fetch_one(&mut *self.conn().await?)
                 .await?;
             Ok(n)
         })
@@ -171,7 +171,7 @@ where
 
     fn create_org<'a>(&'a self, org: &'a OrgRecord, keys: &'a [NewApiKey]) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            let mut tx = self.pool.begin().await?;
+            let mut tx = self.begin().await?;
             insert_org(&mut tx, org, keys).await?;
             tx.commit().await?;
             Ok(())
@@ -189,7 +189,7 @@ where
             .bind(i64::from(org.limits.verify_per_minute))
             .bind(i64::from(org.limits.other_per_minute))
             .bind(org.limits.max_expiry_seconds as i64)
-            .execute(&self.pool)
+            .execute(&mut *self.conn().await?)
             .await?;
             Ok(DB::rows_affected(&done) == 1)
         })
@@ -198,14 +198,17 @@ where
     fn get_org<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<OrgRecord>> {
         Box::pin(async move {
             let sql = format!("SELECT {ORG_COLUMNS} FROM orgs WHERE id = $1");
-            let row: Option<OrgRow> = sqlx::query_as(&sql).bind(id).fetch_optional(&self.pool).await?;
+            let row: Option<OrgRow> = sqlx::query_as(&sql)
+                .bind(id)
+                .fetch_optional(&mut *self.conn().await?)
+                .await?;
             row.map(OrgRow::into_record).transpose()
         })
     }
 
     fn insert_key<'a>(&'a self, key: &'a NewApiKey) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            insert_key(key).execute(&self.pool).await?;
+            insert_key(key).execute(&mut *self.conn().await?).await?;
             Ok(())
         })
     }
@@ -215,7 +218,7 @@ where
             let row: Option<KeyRow> =
                 sqlx::query_as("SELECT kind, mode, disabled_at, org_id FROM api_keys WHERE key_hash = $1")
                     .bind(&key_hash[..])
-                    .fetch_optional(&self.pool)
+                    .fetch_optional(&mut *self.conn().await?)
                     .await?;
             let Some(row) = row else { return Ok(None) };
             let org = self
@@ -235,7 +238,7 @@ where
     fn list_orgs(&self) -> StoreFuture<'_, Vec<OrgRecord>> {
         Box::pin(async move {
             let sql = format!("SELECT {ORG_COLUMNS} FROM orgs ORDER BY created_at, id");
-            let rows: Vec<OrgRow> = sqlx::query_as(&sql).fetch_all(&self.pool).await?;
+            let rows: Vec<OrgRow> = sqlx::query_as(&sql).fetch_all(&mut *self.conn().await?).await?;
             rows.into_iter().map(OrgRow::into_record).collect()
         })
     }
@@ -247,7 +250,7 @@ where
                  ORDER BY created_at, hint",
             )
             .bind(org_id)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.conn().await?)
             .await?;
             rows.into_iter()
                 .map(|(kind, mode, hint, created_at, disabled_at)| {
@@ -272,7 +275,7 @@ where
             )
             .bind(&key_hash[..])
             .bind(at.0)
-            .execute(&self.pool)
+            .execute(&mut *self.conn().await?)
             .await?;
             Ok(DB::rows_affected(&done) == 1)
         })

@@ -99,7 +99,9 @@ where
 {
     fn signing_keys(&self) -> StoreFuture<'_, Vec<SigningKeyRecord>> {
         Box::pin(async move {
-            let rows: Vec<SigningKeyRow> = sqlx::query_as(SIGNING_KEYS_SQL).fetch_all(&self.pool).await?;
+            let rows: Vec<SigningKeyRow> = sqlx::query_as(SIGNING_KEYS_SQL)
+                .fetch_all(&mut *self.conn().await?)
+                .await?;
             rows.into_iter().map(SigningKeyRow::into_record).collect()
         })
     }
@@ -122,7 +124,9 @@ where
 
     fn add_signing_key<'a>(&'a self, key: &'a SigningKeyRecord) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            insert_signing_key::<DB>(key).execute(&self.pool).await?;
+            insert_signing_key::<DB>(key)
+                .execute(&mut *self.conn().await?)
+                .await?;
             Ok(())
         })
     }
@@ -133,14 +137,16 @@ where
                 sqlx::query("UPDATE signing_keys SET retired_at = $2 WHERE kid = $1 AND retired_at IS NULL")
                     .bind(kid)
                     .bind(at.0)
-                    .execute(&self.pool)
+                    .execute(&mut *self.conn().await?)
                     .await?;
             Ok(DB::rows_affected(&done) == 1)
         })
     }
 
     fn note_token_expiry<'a>(&'a self, kid: &'a str, expires_at: Millis) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+        // Only ever raised, so written again after an outage whatever became of the first
+        // try: it rides the outage out.
+        Box::pin(crate::sql::ride_out(self.outage_wait, move || async move {
             sqlx::query(
                 "UPDATE signing_keys SET last_expires_at = $2 \
                  WHERE kid = $1 AND (last_expires_at IS NULL OR last_expires_at < $2)",
@@ -150,6 +156,6 @@ where
             .execute(&self.pool)
             .await?;
             Ok(())
-        })
+        }))
     }
 }

@@ -9,6 +9,8 @@
 //! row type adds no bound.
 
 use std::fmt;
+use std::future::Future;
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use sqlx::{Database, Executor, IntoArguments, Pool};
@@ -45,6 +47,11 @@ pub(crate) trait Backend: Database {
     ) -> BoxFuture<'_, Result<Vec<AuditRecord>, Refused>>;
     /// The store's shared rate-limit buckets, if a fleet shares them.
     fn shared_buckets(store: &SqlStore<Self>) -> Option<&dyn SharedBuckets>;
+    /// Sets what befalls the next audit batch's write; false where a backend cannot fail so.
+    #[cfg(feature = "test-hooks")]
+    fn inject_write_fault(_store: &SqlStore<Self>, _fault: super::WriteFault) -> bool {
+        false
+    }
     /// Rows an `UPDATE` changed (sqlx has no trait for it).
     fn rows_affected(done: &Self::QueryResult) -> u64;
     /// Connections of each pool.
@@ -77,8 +84,42 @@ pub(crate) struct Exclusive {
 #[derive(Debug)]
 pub(crate) struct SqlStore<DB: Backend> {
     pub(super) pool: Pool<DB>,
+    /// How long a write waits for the database to take writes again
+    /// ([`StoreOptions::outage_wait`](super::StoreOptions::outage_wait)).
+    pub(super) outage_wait: Duration,
     pub(super) extra: DB::Extra,
 }
+
+/// Runs `attempt` again, after a pause, while it fails with an outage
+/// ([`StoreError::is_unavailable`]), until `wait` has passed since the first; later attempts
+/// are cut off at that moment. Only for attempts that leave nothing written when they fail.
+pub(crate) async fn ride_out<T, F, Fut>(wait: Duration, mut attempt: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, StoreError>>,
+{
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut pause = FIRST_PAUSE;
+    let mut result = attempt().await;
+    loop {
+        match result {
+            Err(e) if e.is_unavailable() && tokio::time::Instant::now() + pause < deadline => {
+                metrics::counter!("agentid_store_outage_retries_total").increment(1);
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(MAX_PAUSE);
+                result = match tokio::time::timeout_at(deadline, attempt()).await {
+                    Ok(r) => r,
+                    Err(_) => return Err(e),
+                };
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The pauses between attempts during an outage: doubling from the first to the most.
+pub(crate) const FIRST_PAUSE: Duration = Duration::from_millis(50);
+pub(crate) const MAX_PAUSE: Duration = Duration::from_millis(400);
 
 pub(crate) fn hash32(v: Vec<u8>) -> Result<[u8; 32], StoreError> {
     v.try_into()
@@ -98,11 +139,28 @@ where
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
 {
-    /// Opens an exclusive transaction (`Backend::EXCLUSIVE`).
+    /// A connection of the main pool. During an outage (no connection to be had: a
+    /// failover's gap) it tries again for up to `outage_wait`; nothing was sent yet, so this
+    /// holds for writes as well as reads.
+    pub(super) async fn conn(&self) -> Result<sqlx::pool::PoolConnection<DB>, StoreError> {
+        ride_out(self.outage_wait, || async { Ok(self.pool.acquire().await?) }).await
+    }
+
+    /// Opens a transaction on the main pool. During an outage (no connection, a node that
+    /// is shutting down) it tries again for up to `outage_wait`: nothing was sent yet, so a
+    /// write rides out a failover instead of failing.
+    pub(super) async fn begin(&self) -> Result<sqlx::Transaction<'static, DB>, StoreError> {
+        ride_out(self.outage_wait, || async { Ok(self.pool.begin().await?) }).await
+    }
+
+    /// Opens an exclusive transaction (`Backend::EXCLUSIVE`), as [`SqlStore::begin`] does.
     pub(super) async fn exclusive(&self) -> Result<sqlx::Transaction<'static, DB>, StoreError> {
-        let mut tx = self.pool.begin_with(DB::EXCLUSIVE.begin).await?;
-        sqlx::query(DB::EXCLUSIVE.lock).execute(&mut *tx).await?;
-        Ok(tx)
+        ride_out(self.outage_wait, || async {
+            let mut tx = self.pool.begin_with(DB::EXCLUSIVE.begin).await?;
+            sqlx::query(DB::EXCLUSIVE.lock).execute(&mut *tx).await?;
+            Ok(tx)
+        })
+        .await
     }
 }
 

@@ -84,7 +84,11 @@ impl SqlStore<Sqlite> {
             .connect_with(connect)
             .await?;
         migrate::migrator(migrate::SQLITE).await?.run(&pool).await?;
-        let store = SqlStore { pool, extra: lock };
+        let store = SqlStore {
+            pool,
+            outage_wait: opts.outage_wait,
+            extra: lock,
+        };
         Ok(store)
     }
 

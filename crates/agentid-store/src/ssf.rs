@@ -273,7 +273,7 @@ where
             let row: Option<StreamRow> =
                 sqlx::query_as(&format!("SELECT {STREAM_COLUMNS} FROM ssf_streams WHERE id = $1"))
                     .bind(id)
-                    .fetch_optional(&self.pool)
+                    .fetch_optional(&mut *self.conn().await?)
                     .await?;
             row.map(StreamRow::into_record).transpose()
         })
@@ -287,7 +287,7 @@ where
             ))
             .bind(org_id)
             .bind(mode.as_str())
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.conn().await?)
             .await?;
             rows.into_iter().map(StreamRow::into_record).collect()
         })
@@ -295,7 +295,7 @@ where
 
     fn update_stream<'a>(&'a self, s: &'a StreamRecord) -> StoreFuture<'a, bool> {
         Box::pin(async move {
-            let mut tx = self.pool.begin().await?;
+            let mut tx = self.begin().await?;
             let done = sqlx::query(
                 "UPDATE ssf_streams SET aud = $2, endpoint_url = $3, events_requested = $4, \
                  revocations = $5, description = $6, status = $7 WHERE id = $1",
@@ -326,7 +326,7 @@ where
 
     fn delete_stream<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
         Box::pin(async move {
-            let mut tx = self.pool.begin().await?;
+            let mut tx = self.begin().await?;
             sqlx::query("DELETE FROM ssf_events WHERE stream_id = $1")
                 .bind(id)
                 .execute(&mut *tx)
@@ -351,7 +351,7 @@ where
             )
             .bind(stream_id)
             .bind(agent_id)
-            .execute(&self.pool)
+            .execute(&mut *self.conn().await?)
             .await?;
             Ok(())
         })
@@ -362,7 +362,7 @@ where
             let done = sqlx::query("DELETE FROM ssf_subjects WHERE stream_id = $1 AND agent_id = $2")
                 .bind(stream_id)
                 .bind(agent_id)
-                .execute(&self.pool)
+                .execute(&mut *self.conn().await?)
                 .await?;
             Ok(DB::rows_affected(&done) == 1)
         })
@@ -375,7 +375,7 @@ where
         at: Millis,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            let mut tx = self.pool.begin().await?;
+            let mut tx = self.begin().await?;
             let event = NewEvent {
                 kind: "verification",
                 agent_id: None,
@@ -398,7 +398,7 @@ where
             // at the events, so they cost the same however many events wait.
             let (due,): (bool,) = sqlx::query_as(&format!("SELECT EXISTS (SELECT 1 {DUE})"))
                 .bind(now.0)
-                .fetch_one(&self.pool)
+                .fetch_one(&mut *self.conn().await?)
                 .await?;
             if !due {
                 return Ok(Vec::new());
@@ -435,7 +435,7 @@ where
         Box::pin(async move {
             sqlx::query("UPDATE ssf_streams SET lease_until = NULL WHERE id = $1")
                 .bind(id)
-                .execute(&self.pool)
+                .execute(&mut *self.conn().await?)
                 .await?;
             Ok(())
         })
@@ -448,7 +448,7 @@ where
             ))
             .bind(stream_id)
             .bind(i64::from(limit))
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.conn().await?)
             .await?;
             Ok(rows.into_iter().map(Into::into).collect())
         })
@@ -459,7 +459,7 @@ where
             if seqs.is_empty() {
                 return Ok(());
             }
-            let mut tx = self.pool.begin().await?;
+            let mut tx = self.begin().await?;
             let mut n = 0;
             for chunk in seqs.chunks(500) {
                 let params: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
@@ -487,7 +487,7 @@ where
         next: Millis,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            let mut tx = self.pool.begin().await?;
+            let mut tx = self.begin().await?;
             sqlx::query(
                 "UPDATE ssf_events SET attempts = $3, next_attempt_at = $4 WHERE stream_id = $1 AND seq = $2",
             )
@@ -508,7 +508,7 @@ where
             if jtis.is_empty() {
                 return Ok(0);
             }
-            let mut tx = self.pool.begin().await?;
+            let mut tx = self.begin().await?;
             let mut n = 0;
             for jti in jtis {
                 let done = sqlx::query("DELETE FROM ssf_events WHERE stream_id = $1 AND jti = $2")
@@ -530,7 +530,7 @@ where
                 "SELECT CAST(COALESCE(SUM(pending), 0) AS BIGINT), CAST(COALESCE(SUM(dropped), 0) AS BIGINT) \
                  FROM ssf_streams",
             )
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.conn().await?)
             .await?)
         })
     }

@@ -117,7 +117,7 @@ where
                 .bind(ledger.mode.as_str())
                 .bind(first)
                 .bind(last)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.conn().await?)
                 .await?;
             let mut out = Vec::with_capacity(usize::try_from(last - first + 1).unwrap_or(0).min(1 << 20));
             let mut next = first;
@@ -151,7 +151,7 @@ where
             .bind(i64::from(height))
             .bind(seq_i64(indices.start)?)
             .bind(seq_i64(indices.end)?)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.conn().await?)
             .await?;
             Ok(rows.into_iter().map(|(i, h)| (i as u64, h)).collect())
         })
@@ -172,7 +172,7 @@ where
             .bind(ledger.mode.as_str())
             .bind(i64::try_from(at_most).unwrap_or(i64::MAX))
             .bind(i64::from(limit))
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.conn().await?)
             .await?;
             rows.into_iter().map(CheckpointRow::into_record).collect()
         })
@@ -186,7 +186,7 @@ where
             ))
             .bind(ledger.org_id.as_str())
             .bind(ledger.mode.as_str())
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.conn().await?)
             .await?;
             rows.into_iter().map(CheckpointRow::into_record).collect()
         })

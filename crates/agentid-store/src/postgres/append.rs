@@ -27,16 +27,152 @@ pub(super) struct Learned {
     returned: AgentTotals,
 }
 
+/// A batch that was not written, or not known to be: why, its entries as they were handed
+/// in, and, when the connection broke after the statement was sent, what it sent.
+pub(super) struct Unsealed {
+    pub(super) error: StoreError,
+    pub(super) entries: Vec<AuditEntry>,
+    pub(super) sent: Option<Sent>,
+}
+
+impl From<Unsealed> for Refused {
+    fn from(u: Unsealed) -> Refused {
+        (u.error, u.entries)
+    }
+}
+
+/// A batch sent whose outcome is unknown: its records, and the first block of each of its
+/// ledgers with the hash it ends with. The batch is one statement or one transaction, so it
+/// committed if and only if those blocks are stored with those hashes; and once another
+/// block holds one of their keys, it never will.
+pub(super) struct Sent {
+    pub(super) records: Vec<AuditRecord>,
+    firsts: Vec<(Ledger, i64, [u8; 32])>,
+}
+
+impl Sent {
+    pub(super) fn of(records: Vec<AuditRecord>, blocks: &[Block]) -> Sent {
+        let mut firsts: Vec<(Ledger, i64, [u8; 32])> = Vec::new();
+        for b in blocks {
+            match firsts.iter_mut().find(|(l, _, _)| *l == b.ledger) {
+                Some(f) if f.1 <= b.first_seq => {}
+                Some(f) => *f = (b.ledger.clone(), b.first_seq, b.last_hash),
+                None => firsts.push((b.ledger.clone(), b.first_seq, b.last_hash)),
+            }
+        }
+        Sent { records, firsts }
+    }
+}
+
+impl Sealed {
+    /// The batch as sent, for when its commit's outcome is not known.
+    pub(super) fn sent(&self) -> Sent {
+        Sent::of(self.records.clone(), &self.learned.blocks)
+    }
+}
+
+/// What the store holds at the keys of batches sent with unknown outcomes (all after the
+/// same heads, so at the same keys).
+pub(super) enum Found {
+    /// The `i`th one committed.
+    Committed(usize),
+    /// Another block holds a key: none of them ever commits.
+    Superseded,
+    /// Nothing there yet.
+    Nothing,
+}
+
+/// Looks the first blocks of `sent` up (on the writer's connection).
+pub(super) async fn look_up(conn: &mut PgConnection, sent: &[Sent]) -> Result<Found, StoreError> {
+    let Some(first) = sent.first() else {
+        return Ok(Found::Nothing);
+    };
+    let (mut orgs, mut modes, mut seqs) = (Vec::new(), Vec::new(), Vec::new());
+    for (l, seq, _) in &first.firsts {
+        orgs.push(l.org_id.as_str());
+        modes.push(l.mode.as_str());
+        seqs.push(*seq);
+    }
+    let rows: Vec<(String, String, i64, Vec<u8>)> = sqlx::query_as(
+        "SELECT b.org_id, b.mode, b.first_seq, b.last_hash \
+         FROM UNNEST($1::text[], $2::text[], $3::bigint[]) AS k(o, m, s) \
+         JOIN audit_blocks b ON b.org_id = k.o AND b.mode = k.m AND b.first_seq = k.s",
+    )
+    .bind(orgs)
+    .bind(modes)
+    .bind(seqs)
+    .fetch_all(conn)
+    .await?;
+    if rows.is_empty() {
+        return Ok(Found::Nothing);
+    }
+    let stored = |l: &Ledger, seq: i64| {
+        rows.iter()
+            .find(|r| r.0 == l.org_id && r.1 == l.mode.as_str() && r.2 == seq)
+            .map(|r| r.3.as_slice())
+    };
+    Ok(sent
+        .iter()
+        .position(|s| {
+            s.firsts
+                .iter()
+                .all(|(l, seq, h)| stored(l, *seq) == Some(h.as_slice()))
+        })
+        .map_or(Found::Superseded, Found::Committed))
+}
+
+/// A batch as if it had been sent and its connection had broken before it reached the
+/// server (fault injection).
+#[cfg(feature = "test-hooks")]
+pub(super) fn unsent(entries: Vec<AuditEntry>, heads: &block::Heads) -> Unsealed {
+    let seen_by_entry: Vec<i64> = entries.iter().map(|e| e.revocations_seen).collect();
+    let mut after = heads.clone();
+    let records = batch::seal(entries, &mut after);
+    let blocks = block::plan(&records, &mut after);
+    Unsealed {
+        error: lost_connection(),
+        sent: Some(Sent::of(records.clone(), &blocks)),
+        entries: batch::unseal(records, &seen_by_entry),
+    }
+}
+
+/// The error of a connection that broke (fault injection).
+#[cfg(feature = "test-hooks")]
+pub(super) fn lost_connection() -> StoreError {
+    let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "injected: connection lost");
+    StoreError::Unavailable(sqlx::Error::Io(io))
+}
+
+/// Whether a write that failed with `e` may have committed all the same: the connection
+/// broke, or its server ended the session (a shutdown, a crash), after the statement was
+/// sent. An error the server answered for the statement itself (a conflict, a read-only
+/// node) means that it did not.
+pub(super) fn may_have_committed(e: &StoreError) -> bool {
+    let (StoreError::Unavailable(e) | StoreError::Database(e)) = e else {
+        return false;
+    };
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::Tls(_) | sqlx::Error::WorkerCrashed => {
+            true
+        }
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|c| c.starts_with("57P") || c.starts_with("08")),
+        _ => false,
+    }
+}
+
 /// Seals `entries` after `heads` and writes them with one statement on `conn` (inside its
 /// transaction if it is in one). A revocation the statement finds turns those entries into
-/// `revoked` ones and writes again after the same heads. On an error nothing was written, and
-/// the entries come back as they were handed in.
+/// `revoked` ones and writes again after the same heads. On an error the entries come back as
+/// they were handed in; nothing was written unless the error says the statement may have
+/// committed, and then what it sent comes back too.
 pub(super) async fn seal_and_write(
     conn: &mut PgConnection,
     mut entries: Vec<AuditEntry>,
     heads: block::Heads,
     cache: &Mutex<WriterCache>,
-) -> Result<Sealed, Refused> {
+) -> Result<Sealed, Unsealed> {
     // What each entry's check had seen: the records do not keep it (see `batch::unseal`).
     let seen_by_entry: Vec<i64> = entries.iter().map(|e| e.revocations_seen).collect();
     loop {
@@ -65,7 +201,14 @@ pub(super) async fn seal_and_write(
                 batch::apply_revocations(&mut entries, &revoked.into_iter().collect());
                 entries
             }
-            Err(e) => return Err((e, batch::unseal(records, &seen_by_entry))),
+            Err(error) => {
+                let sent = may_have_committed(&error).then(|| Sent::of(records.clone(), &blocks));
+                return Err(Unsealed {
+                    error,
+                    entries: batch::unseal(records, &seen_by_entry),
+                    sent,
+                });
+            }
         };
     }
 }

@@ -11,7 +11,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool, Postgres};
 
 use super::block;
-use super::sql::{Backend, Exclusive, LogPlan, Refused, SqlStore};
+use super::sql::{self, Backend, Exclusive, LogPlan, Refused, SqlStore};
 use super::{audit, batch, migrate, PoolStats, SharedBuckets, StoreError, StoreOptions};
 use agentid_core::domain::audit::{AuditEntry, AuditRecord};
 use agentid_core::domain::Ledger;
@@ -19,7 +19,19 @@ use agentid_core::domain::Ledger;
 mod append;
 mod buckets;
 
-use append::{seal_and_write, Sealed, WriterCache, LOCK_LEDGERS};
+use append::{
+    look_up, may_have_committed, seal_and_write, Found, Sealed, Sent, Unsealed, WriterCache, LOCK_LEDGERS,
+};
+
+/// How an attempt at a batch failed.
+enum Attempt {
+    /// Nothing written: why, and the entries.
+    Failed(Refused),
+    /// Sent, with an unknown outcome: the batch and the heads it was sealed after.
+    Unknown(Unsealed, block::Heads),
+    /// What was sent with an unknown outcome never committed (another block holds its keys).
+    Superseded(Vec<AuditEntry>),
+}
 
 pub(crate) type PgStore = SqlStore<Postgres>;
 
@@ -31,6 +43,9 @@ pub(crate) struct Writer {
     pool: PgPool,
     /// The head of each ledger as this instance last wrote it (only the writer touches it).
     cache: Mutex<WriterCache>,
+    /// Fault injection: what befalls the next batch's write.
+    #[cfg(feature = "test-hooks")]
+    fault: Mutex<Option<crate::WriteFault>>,
 }
 
 /// Opens one connection first, so that a database that cannot be reached is named, with why,
@@ -101,9 +116,12 @@ impl SqlStore<Postgres> {
             .connect_lazy_with(connect.options([("plan_cache_mode", "force_generic_plan")]));
         let store = SqlStore {
             pool,
+            outage_wait: opts.outage_wait,
             extra: Writer {
                 pool: writer,
                 cache: Mutex::default(),
+                #[cfg(feature = "test-hooks")]
+                fault: Mutex::default(),
             },
         };
         Ok(store)
@@ -121,57 +139,191 @@ impl SqlStore<Postgres> {
         Ok(())
     }
 
-    /// Appends a batch. First as this instance last left its ledgers (the cached heads): one
+    /// Appends a batch, riding out an outage of up to `outage_wait` (a failover, a
+    /// switchover): a batch that was not written is tried again, after a pause, until then.
+    /// A batch whose outcome is unknown (the connection broke after it was sent, during its
+    /// statement or its COMMIT) is found out, never simply written again: the writer looks
+    /// its first blocks up (`look_up`). Stored with its hashes, it committed, and is answered
+    /// as written. Another block at those keys means it never will, and the entries are
+    /// appended anew. Nothing there yet: they are written again at the same keys, which the
+    /// primary key lets only one of the two writes hold. An outcome still unknown when the
+    /// wait ends fails the batch.
+    async fn append(&self, mut entries: Vec<AuditEntry>) -> Result<Vec<AuditRecord>, Refused> {
+        let ledgers = batch::ledgers(&entries);
+        let deadline = tokio::time::Instant::now() + self.outage_wait;
+        let mut pause = sql::FIRST_PAUSE;
+        // Batches sent with an unknown outcome, all after `pinned`.
+        let mut sent: Vec<Sent> = Vec::new();
+        let mut pinned: Option<block::Heads> = None;
+        loop {
+            let attempt = match &pinned {
+                None => self.append_once(entries, &ledgers).await,
+                Some(heads) => self.settle(entries, heads, &mut sent).await,
+            };
+            let (error, back) = match attempt {
+                Ok(records) => return Ok(records),
+                Err(Attempt::Failed(refused)) => refused,
+                Err(Attempt::Unknown(u, heads)) => {
+                    tracing::warn!(error = %u.error, "audit batch of unknown outcome; finding out");
+                    metrics::counter!("agentid_audit_unknown_outcomes_total").increment(1);
+                    sent.extend(u.sent);
+                    pinned = Some(heads);
+                    (u.error, u.entries)
+                }
+                Err(Attempt::Superseded(back)) => {
+                    sent.clear();
+                    pinned = None;
+                    entries = back;
+                    continue;
+                }
+            };
+            self.extra.cache.lock().forget(&ledgers);
+            let now = tokio::time::Instant::now();
+            if !sent.is_empty() && now + pause >= deadline {
+                // Never handed back as a plain failure: the caller must not write it again.
+                return Err((StoreError::OutcomeUnknown(error.to_string()), back));
+            }
+            if sent.is_empty() && (!error.is_unavailable() || now + pause >= deadline) {
+                return Err((error, back));
+            }
+            entries = back;
+            metrics::counter!("agentid_store_outage_retries_total").increment(1);
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(sql::MAX_PAUSE);
+        }
+    }
+
+    /// One attempt. First as this instance last left its ledgers (the cached heads): one
     /// statement, which takes the ledgers' locks itself and fails with a conflict when
     /// another instance has appended to one of them since. Then, after a conflict, in a
     /// transaction that takes the locks first and reads the heads under them: no other
     /// writer can move them before it commits, so it waits for the chain instead of failing.
-    async fn append(&self, entries: Vec<AuditEntry>) -> Result<Vec<AuditRecord>, Refused> {
-        let ledgers = batch::ledgers(&entries);
-        let heads = match self.heads_for(&ledgers).await {
+    async fn append_once(
+        &self,
+        entries: Vec<AuditEntry>,
+        ledgers: &[Ledger],
+    ) -> Result<Vec<AuditRecord>, Attempt> {
+        let heads = match self.heads_for(ledgers).await {
             Ok(heads) => heads,
-            Err(e) => return Err((e, entries)),
+            Err(e) => return Err(Attempt::Failed((e, entries))),
         };
         let mut conn = match self.extra.pool.acquire().await {
             Ok(conn) => conn,
-            Err(e) => return Err((e.into(), entries)),
+            Err(e) => return Err(Attempt::Failed((e.into(), entries))),
         };
-        let entries = match seal_and_write(&mut conn, entries, heads, &self.extra.cache).await {
+        #[cfg(feature = "test-hooks")]
+        let fault = self.extra.fault.lock().take();
+        #[cfg(feature = "test-hooks")]
+        if fault == Some(crate::WriteFault::LostWrite) {
+            return Err(Attempt::Unknown(append::unsent(entries, &heads), heads));
+        }
+        #[cfg(feature = "test-hooks")]
+        let seen: Vec<i64> = entries.iter().map(|e| e.revocations_seen).collect();
+        let written = seal_and_write(&mut conn, entries, heads.clone(), &self.extra.cache).await;
+        #[cfg(feature = "test-hooks")]
+        let written = match written {
+            Ok(sealed) if fault == Some(crate::WriteFault::LostAck) => Err(Unsealed {
+                error: append::lost_connection(),
+                sent: Some(sealed.sent()),
+                entries: batch::unseal(sealed.records, &seen),
+            }),
+            other => other,
+        };
+        let entries = match written {
             Ok(Sealed { records, learned }) => {
                 self.extra.cache.lock().wrote(learned);
                 return Ok(records);
             }
-            Err((StoreError::Conflict(_), entries)) => {
+            Err(u) if u.sent.is_some() => return Err(Attempt::Unknown(u, heads)),
+            Err(Unsealed {
+                error: StoreError::Conflict(_),
+                entries,
+                ..
+            }) => {
                 metrics::counter!("agentid_audit_chain_conflicts_total").increment(1);
                 entries
             }
-            Err(refused) => {
-                self.extra.cache.lock().forget(&ledgers);
-                return Err(refused);
-            }
+            Err(u) => return Err(Attempt::Failed(u.into())),
         };
-        self.extra.cache.lock().forget(&ledgers);
-        self.append_locked(&mut conn, entries, ledgers).await
+        self.extra.cache.lock().forget(ledgers);
+        self.append_locked(&mut conn, entries, ledgers.to_vec()).await
     }
 
-    /// `append` under the ledgers' locks, taken first and held to the commit.
+    /// `append` under the ledgers' locks, taken first and held to the commit. An error before
+    /// the COMMIT leaves nothing written (the transaction ends with it); one during the
+    /// COMMIT leaves the outcome unknown.
     async fn append_locked(
         &self,
         conn: &mut PgConnection,
         entries: Vec<AuditEntry>,
         ledgers: Vec<Ledger>,
-    ) -> Result<Vec<AuditRecord>, Refused> {
+    ) -> Result<Vec<AuditRecord>, Attempt> {
         let seen_by_entry: Vec<i64> = entries.iter().map(|e| e.revocations_seen).collect();
         let (mut tx, heads) = match self.lock_heads(conn, ledgers).await {
             Ok(locked) => locked,
-            Err(e) => return Err((e, entries)),
+            Err(e) => return Err(Attempt::Failed((e, entries))),
         };
-        let Sealed { records, learned } = seal_and_write(&mut tx, entries, heads, &self.extra.cache).await?;
+        let sealed = seal_and_write(&mut tx, entries, heads.clone(), &self.extra.cache)
+            .await
+            .map_err(|u| Attempt::Failed(u.into()))?;
         if let Err(e) = tx.commit().await {
-            return Err((e.into(), batch::unseal(records, &seen_by_entry)));
+            let error = StoreError::from(e);
+            let sent = may_have_committed(&error).then(|| sealed.sent());
+            let u = Unsealed {
+                error,
+                entries: batch::unseal(sealed.records, &seen_by_entry),
+                sent,
+            };
+            return Err(match u.sent {
+                Some(_) => Attempt::Unknown(u, heads),
+                None => Attempt::Failed(u.into()),
+            });
         }
-        self.extra.cache.lock().wrote(learned);
-        Ok(records)
+        self.extra.cache.lock().wrote(sealed.learned);
+        Ok(sealed.records)
+    }
+
+    /// Finds out what became of the batches in `sent` (all after `heads`), writing the
+    /// entries again at the same keys while nothing is there.
+    async fn settle(
+        &self,
+        mut entries: Vec<AuditEntry>,
+        heads: &block::Heads,
+        sent: &mut Vec<Sent>,
+    ) -> Result<Vec<AuditRecord>, Attempt> {
+        let mut conn = match self.extra.pool.acquire().await {
+            Ok(conn) => conn,
+            Err(e) => return Err(Attempt::Failed((e.into(), entries))),
+        };
+        // A conflict means a block is there now: look again (twice at most).
+        for _ in 0..2 {
+            match look_up(&mut conn, sent).await {
+                Err(e) => return Err(Attempt::Failed((e, entries))),
+                Ok(Found::Committed(i)) => {
+                    tracing::info!("audit batch of unknown outcome had committed");
+                    return Ok(sent.swap_remove(i).records);
+                }
+                Ok(Found::Superseded) => return Err(Attempt::Superseded(entries)),
+                Ok(Found::Nothing) => {}
+            }
+            match seal_and_write(&mut conn, entries, heads.clone(), &self.extra.cache).await {
+                Ok(Sealed { records, learned }) => {
+                    self.extra.cache.lock().wrote(learned);
+                    return Ok(records);
+                }
+                Err(Unsealed {
+                    error: StoreError::Conflict(_),
+                    entries: back,
+                    ..
+                }) => entries = back,
+                Err(u) if u.sent.is_some() => return Err(Attempt::Unknown(u, heads.clone())),
+                Err(u) => return Err(Attempt::Failed(u.into())),
+            }
+        }
+        Err(Attempt::Failed((
+            StoreError::Corrupt("audit blocks conflict at keys that hold none".into()),
+            entries,
+        )))
     }
 
     /// Opens a transaction on `conn`, takes the ledgers' locks and reads their heads.
@@ -251,6 +403,12 @@ impl Backend for Postgres {
 
     fn append(store: &PgStore, entries: Vec<AuditEntry>) -> BoxFuture<'_, Result<Vec<AuditRecord>, Refused>> {
         Box::pin(store.append(entries))
+    }
+
+    #[cfg(feature = "test-hooks")]
+    fn inject_write_fault(store: &PgStore, fault: crate::WriteFault) -> bool {
+        *store.extra.fault.lock() = Some(fault);
+        true
     }
 
     fn shared_buckets(store: &PgStore) -> Option<&dyn SharedBuckets> {

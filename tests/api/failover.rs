@@ -1,0 +1,146 @@
+//! The database fails over under the service: writes wait out a short outage, and an audit
+//! batch whose commit outcome is unknown is found out: answered as written only when it was,
+//! never written twice. PostgreSQL only (SQLite runs in the process: there is no connection
+//! to lose, and the fault hook says so).
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use crate::helpers::{spawn_app_with, Options, TestApp};
+use agentid::store::WriteFault;
+
+/// The agent's records: `n`, each once, in a chain that verifies.
+async fn recorded_once(app: &TestApp, agent_id: &str, n: usize) {
+    let log = app.log(&format!("?agent_id={agent_id}")).await;
+    assert_eq!(log["pagination"]["total"], n, "{log}");
+    let ids: HashSet<_> = log["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), n);
+    app.log_holds().await;
+}
+
+async fn valid(app: &TestApp, token: &str) {
+    let res = app.verify_as_receiver(token).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.json()["valid"], true);
+}
+
+/// Three verifications, the second's batch met by `fault`: each answered valid, each
+/// recorded once.
+async fn three_verifications_across(fault: WriteFault) {
+    let app = spawn_app_with(Options::unlimited()).await;
+    let (id, token) = app.agent().await;
+    valid(&app, &token).await;
+    if !app.engine.inject_audit_write_fault(fault) {
+        return;
+    }
+    valid(&app, &token).await;
+    valid(&app, &token).await;
+    recorded_once(&app, &id, 3).await;
+}
+
+/// The batch commits and its connection breaks before the answer: the writer looks its
+/// blocks up, finds them, and answers the verification as written, once.
+#[actix_web::test]
+async fn a_commit_of_unknown_outcome_is_found_out_and_answered_as_written() {
+    three_verifications_across(WriteFault::LostAck).await;
+}
+
+/// The connection breaks before the batch reaches the server: the writer finds nothing at
+/// its keys and writes it there again, once.
+#[actix_web::test]
+async fn a_batch_lost_on_its_way_is_written_again_once() {
+    three_verifications_across(WriteFault::LostWrite).await;
+}
+
+/// With no outage wait the writer has no time to find out: the request is answered 503,
+/// never as written, and the batch is not written again (here it had committed: the log
+/// holds it once, and the chain goes on after it).
+#[actix_web::test]
+async fn an_outcome_not_found_out_in_time_fails_and_is_written_once() {
+    let app = spawn_app_with(Options {
+        tweak: Box::new(|c| c.store.outage_wait = Duration::ZERO),
+        ..Options::unlimited()
+    })
+    .await;
+    let (id, token) = app.agent().await;
+    valid(&app, &token).await;
+    if !app.engine.inject_audit_write_fault(WriteFault::LostAck) {
+        return;
+    }
+    app.verify_as_receiver(&token)
+        .await
+        .assert_error(503, "AUDIT_UNAVAILABLE");
+    valid(&app, &token).await;
+    valid(&app, &token).await;
+    recorded_once(&app, &id, 4).await;
+}
+
+/// While no database takes connections (a failover's gap), a registration, a revocation and
+/// a verification wait for it, and are answered as if nothing had happened once it is back.
+#[actix_web::test]
+async fn writes_wait_out_a_short_outage() {
+    let Some((proxy, app)) = crate::proxy::app_behind_proxy_with(|c| {
+        c.store.outage_wait = Duration::from_secs(8);
+    })
+    .await
+    else {
+        return;
+    };
+    let (id, token) = app.agent().await;
+    let (other, other_token) = app.agent().await;
+    valid(&app, &token).await;
+    proxy.cut();
+    let body = serde_json::json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"]});
+    let (registered, verified, revoked, ()) = tokio::join!(
+        app.post("/v1/agents/register", Some(app.secret()), Some(&body)),
+        app.verify_as_receiver(&token),
+        app.revoke(&other, None),
+        async {
+            actix_web::rt::time::sleep(Duration::from_millis(700)).await;
+            proxy.restore();
+        }
+    );
+    assert_eq!(registered.status, 201, "{}", registered.text());
+    assert_eq!(verified.status, 200, "{}", verified.text());
+    assert_eq!(verified.json()["valid"], true);
+    assert_eq!(revoked.status, 200, "{}", revoked.text());
+    assert_eq!(
+        app.verify_as_receiver(&other_token).await.json()["error"],
+        "TOKEN_REVOKED"
+    );
+    recorded_once(&app, &id, 2).await;
+}
+
+/// The wait is bounded: past it, a write is answered 503.
+#[actix_web::test]
+async fn a_longer_outage_is_answered_503_after_the_wait() {
+    let Some((proxy, app)) = crate::proxy::app_behind_proxy_with(|c| {
+        c.store.outage_wait = Duration::from_secs(1);
+    })
+    .await
+    else {
+        return;
+    };
+    let (_, token) = app.agent().await;
+    proxy.cut();
+    let started = Instant::now();
+    let body = serde_json::json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"]});
+    app.post("/v1/agents/register", Some(app.secret()), Some(&body))
+        .await
+        .assert_error(503, "SERVICE_UNAVAILABLE");
+    app.verify_as_receiver(&token)
+        .await
+        .assert_error(503, "AUDIT_UNAVAILABLE");
+    // Each waits 1 s, plus at most one connection timeout (1 s behind this proxy).
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    proxy.restore();
+}
