@@ -135,7 +135,9 @@ where
         placing: &'a PlaceDraw,
         issuer: Option<&'a KeyRing>,
     ) -> StoreFuture<'a, (StatusPlace, u64)> {
-        Box::pin(async move {
+        // A transaction that failed before its COMMIT wrote nothing: during an outage it
+        // runs again (a place drawn anew), until the store's wait ends.
+        Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.exclusive().await?;
             if let Some(keys) = issuer {
                 check_issuer(&mut tx, keys, &a.org_id, &a.issuer_domain).await?;
@@ -148,9 +150,9 @@ where
             let sql = insert_agent_sql();
             let scopes = scopes_json(&placed.scopes);
             insert_agent(&sql, &placed, &scopes).execute(&mut *tx).await?;
-            tx.commit().await?;
+            crate::sql::commit(tx).await?;
             Ok((place, size))
-        })
+        }))
     }
 
     fn status_lists(&self) -> StoreFuture<'_, Vec<(String, u64)>> {
@@ -258,12 +260,13 @@ where
         at: Millis,
         reason: Option<&'a str>,
     ) -> StoreFuture<'a, Option<(AgentRecord, Option<i64>)>> {
-        Box::pin(async move {
+        // As `insert_agent_placed`: run again after a failure before the COMMIT.
+        Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.begin().await?;
             let revoked = revoke_in(&mut tx, &[id.to_owned()], at, reason).await?;
-            tx.commit().await?;
+            crate::sql::commit(tx).await?;
             Ok(revoked.into_iter().next())
-        })
+        }))
     }
 
     fn revocations_after(&self, after: i64) -> StoreFuture<'_, RevokedSince> {

@@ -146,7 +146,7 @@ where
     fn note_token_expiry<'a>(&'a self, kid: &'a str, expires_at: Millis) -> StoreFuture<'a, ()> {
         // Only ever raised, so written again after an outage whatever became of the first
         // try: it rides the outage out.
-        Box::pin(crate::sql::ride_out(self.outage_wait, move || async move {
+        Box::pin(self.outage.ride_out(move || async move {
             sqlx::query(
                 "UPDATE signing_keys SET last_expires_at = $2 \
                  WHERE kid = $1 AND (last_expires_at IS NULL OR last_expires_at < $2)",

@@ -12,6 +12,8 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use futures_util::future::BoxFuture;
 use sqlx::{Database, Executor, IntoArguments, Pool};
 
@@ -84,37 +86,118 @@ pub(crate) struct Exclusive {
 #[derive(Debug)]
 pub(crate) struct SqlStore<DB: Backend> {
     pub(super) pool: Pool<DB>,
-    /// How long a write waits for the database to take writes again
-    /// ([`StoreOptions::outage_wait`](super::StoreOptions::outage_wait)).
-    pub(super) outage_wait: Duration,
+    /// The outage the store is in, if any, and how long calls wait it out.
+    pub(super) outage: Outage,
     pub(super) extra: DB::Extra,
 }
 
-/// Runs `attempt` again, after a pause, while it fails with an outage
-/// ([`StoreError::is_unavailable`]), until `wait` has passed since the first; later attempts
-/// are cut off at that moment. Only for attempts that leave nothing written when they fail.
-pub(crate) async fn ride_out<T, F, Fut>(wait: Duration, mut attempt: F) -> Result<T, StoreError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, StoreError>>,
-{
-    let deadline = tokio::time::Instant::now() + wait;
-    let mut pause = FIRST_PAUSE;
-    let mut result = attempt().await;
-    loop {
-        match result {
-            Err(e) if e.is_unavailable() && tokio::time::Instant::now() + pause < deadline => {
-                metrics::counter!("agentid_store_outage_retries_total").increment(1);
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(MAX_PAUSE);
-                result = match tokio::time::timeout_at(deadline, attempt()).await {
-                    Ok(r) => r,
-                    Err(_) => return Err(e),
-                };
-            }
-            other => return other,
+/// A database outage as the store sees it: since when it lasts, so that every wait for it ends
+/// `wait` after it began ([`StoreOptions::outage_wait`](super::StoreOptions::outage_wait)). A
+/// request that makes several calls thus waits about `wait` in all, not `wait` per call, and
+/// once an outage is older than `wait`, calls try once and fail at once until one succeeds.
+#[derive(Debug)]
+pub(crate) struct Outage {
+    wait: Duration,
+    since: parking_lot::Mutex<Option<Instant>>,
+}
+
+impl Outage {
+    pub(crate) fn new(wait: Duration) -> Self {
+        Outage {
+            wait,
+            since: parking_lot::Mutex::new(None),
         }
     }
+
+    /// When a wait that starts now ends.
+    pub(crate) fn deadline(&self) -> Instant {
+        let by_now = Instant::now() + self.wait;
+        match *self.since.lock() {
+            Some(began) => by_now.min(began + self.wait),
+            None => by_now,
+        }
+    }
+
+    /// A call failed for an outage.
+    pub(crate) fn seen(&self) {
+        self.since.lock().get_or_insert_with(Instant::now);
+    }
+
+    /// A call succeeded: no outage (any more).
+    pub(crate) fn over(&self) {
+        let mut since = self.since.lock();
+        if since.is_some() {
+            *since = None;
+        }
+    }
+
+    /// Runs `attempt` again, after a pause, while it fails with an outage
+    /// ([`StoreError::is_unavailable`]), until the wait ends; later attempts are cut off then.
+    /// Only for attempts that leave nothing written when they fail.
+    pub(crate) async fn ride_out<T, F, Fut>(&self, mut attempt: F) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let deadline = self.deadline();
+        let mut pause = FIRST_PAUSE;
+        let mut result = attempt().await;
+        loop {
+            match result {
+                Ok(t) => {
+                    self.over();
+                    return Ok(t);
+                }
+                // An outcome unknown is never tried again: it may have taken effect.
+                Err(e) if e.is_unavailable() && !matches!(e, StoreError::OutcomeUnknown(_)) => {
+                    self.seen();
+                    if Instant::now() + pause >= deadline {
+                        return Err(e);
+                    }
+                    metrics::counter!("agentid_store_outage_retries_total").increment(1);
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(MAX_PAUSE);
+                    result = match tokio::time::timeout_at(deadline, attempt()).await {
+                        Ok(r) => r,
+                        Err(_) => return Err(e),
+                    };
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Whether a write that failed with `e` may have committed all the same: the connection
+/// broke, or its server ended the session (a shutdown, a crash), after the statement was
+/// sent. An error the server answered for the statement itself (a conflict, a read-only
+/// node) means that it did not.
+pub(crate) fn may_have_committed(e: &StoreError) -> bool {
+    let (StoreError::Unavailable(e) | StoreError::Database(e)) = e else {
+        return false;
+    };
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::Tls(_) | sqlx::Error::WorkerCrashed => {
+            true
+        }
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|c| c.starts_with("57P") || c.starts_with("08")),
+        _ => false,
+    }
+}
+
+/// Commits `tx`. A COMMIT whose connection broke may have committed: that is
+/// [`StoreError::OutcomeUnknown`], which no one tries again.
+pub(crate) async fn commit<DB: Database>(tx: sqlx::Transaction<'_, DB>) -> Result<(), StoreError> {
+    tx.commit().await.map_err(|e| {
+        let e = StoreError::from(e);
+        if may_have_committed(&e) {
+            StoreError::OutcomeUnknown(e.to_string())
+        } else {
+            e
+        }
+    })
 }
 
 /// The pauses between attempts during an outage: doubling from the first to the most.
@@ -143,24 +226,29 @@ where
     /// failover's gap) it tries again for up to `outage_wait`; nothing was sent yet, so this
     /// holds for writes as well as reads.
     pub(super) async fn conn(&self) -> Result<sqlx::pool::PoolConnection<DB>, StoreError> {
-        ride_out(self.outage_wait, || async { Ok(self.pool.acquire().await?) }).await
+        self.outage
+            .ride_out(|| async { Ok(self.pool.acquire().await?) })
+            .await
     }
 
     /// Opens a transaction on the main pool. During an outage (no connection, a node that
     /// is shutting down) it tries again for up to `outage_wait`: nothing was sent yet, so a
     /// write rides out a failover instead of failing.
     pub(super) async fn begin(&self) -> Result<sqlx::Transaction<'static, DB>, StoreError> {
-        ride_out(self.outage_wait, || async { Ok(self.pool.begin().await?) }).await
+        self.outage
+            .ride_out(|| async { Ok(self.pool.begin().await?) })
+            .await
     }
 
     /// Opens an exclusive transaction (`Backend::EXCLUSIVE`), as [`SqlStore::begin`] does.
     pub(super) async fn exclusive(&self) -> Result<sqlx::Transaction<'static, DB>, StoreError> {
-        ride_out(self.outage_wait, || async {
-            let mut tx = self.pool.begin_with(DB::EXCLUSIVE.begin).await?;
-            sqlx::query(DB::EXCLUSIVE.lock).execute(&mut *tx).await?;
-            Ok(tx)
-        })
-        .await
+        self.outage
+            .ride_out(|| async {
+                let mut tx = self.pool.begin_with(DB::EXCLUSIVE.begin).await?;
+                sqlx::query(DB::EXCLUSIVE.lock).execute(&mut *tx).await?;
+                Ok(tx)
+            })
+            .await
     }
 }
 

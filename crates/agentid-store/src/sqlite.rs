@@ -11,7 +11,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Sqlite, SqliteConnection};
 
 use super::block::{self, Block};
-use super::sql::{Backend, Exclusive, LogPlan, Refused, SqlStore};
+use super::sql::{self, Backend, Exclusive, LogPlan, Refused, SqlStore};
 use super::{audit, batch, migrate, Create, PoolStats, SharedBuckets, StoreError, StoreOptions};
 use agentid_core::domain::audit::{AuditEntry, AuditRecord};
 
@@ -86,7 +86,7 @@ impl SqlStore<Sqlite> {
         migrate::migrator(migrate::SQLITE).await?.run(&pool).await?;
         let store = SqlStore {
             pool,
-            outage_wait: opts.outage_wait,
+            outage: sql::Outage::new(opts.outage_wait),
             extra: lock,
         };
         Ok(store)

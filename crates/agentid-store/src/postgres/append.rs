@@ -7,7 +7,7 @@ use parking_lot::Mutex;
 use sqlx::PgConnection;
 
 use crate::block::{self, Block, BlockAgent};
-use crate::sql::{self, Refused};
+use crate::sql::{self, may_have_committed, Refused};
 use crate::{batch, StoreError};
 use agentid_core::domain::audit::{AuditEntry, AuditRecord};
 use agentid_core::domain::{Ledger, Totals};
@@ -141,25 +141,6 @@ pub(super) fn unsent(entries: Vec<AuditEntry>, heads: &block::Heads) -> Unsealed
 pub(super) fn lost_connection() -> StoreError {
     let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "injected: connection lost");
     StoreError::Unavailable(sqlx::Error::Io(io))
-}
-
-/// Whether a write that failed with `e` may have committed all the same: the connection
-/// broke, or its server ended the session (a shutdown, a crash), after the statement was
-/// sent. An error the server answered for the statement itself (a conflict, a read-only
-/// node) means that it did not.
-pub(super) fn may_have_committed(e: &StoreError) -> bool {
-    let (StoreError::Unavailable(e) | StoreError::Database(e)) = e else {
-        return false;
-    };
-    match e {
-        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::Tls(_) | sqlx::Error::WorkerCrashed => {
-            true
-        }
-        sqlx::Error::Database(db) => db
-            .code()
-            .is_some_and(|c| c.starts_with("57P") || c.starts_with("08")),
-        _ => false,
-    }
 }
 
 /// Seals `entries` after `heads` and writes them with one statement on `conn` (inside its

@@ -19,9 +19,8 @@ use agentid_core::domain::Ledger;
 mod append;
 mod buckets;
 
-use append::{
-    look_up, may_have_committed, seal_and_write, Found, Sealed, Sent, Unsealed, WriterCache, LOCK_LEDGERS,
-};
+use super::sql::may_have_committed;
+use append::{look_up, seal_and_write, Found, Sealed, Sent, Unsealed, WriterCache, LOCK_LEDGERS};
 
 /// How an attempt at a batch failed.
 enum Attempt {
@@ -116,7 +115,7 @@ impl SqlStore<Postgres> {
             .connect_lazy_with(connect.options([("plan_cache_mode", "force_generic_plan")]));
         let store = SqlStore {
             pool,
-            outage_wait: opts.outage_wait,
+            outage: sql::Outage::new(opts.outage_wait),
             extra: Writer {
                 pool: writer,
                 cache: Mutex::default(),
@@ -139,8 +138,9 @@ impl SqlStore<Postgres> {
         Ok(())
     }
 
-    /// Appends a batch, riding out an outage of up to `outage_wait` (a failover, a
-    /// switchover): a batch that was not written is tried again, after a pause, until then.
+    /// Appends a batch, riding out an outage (a failover, a switchover) until the store's
+    /// wait for it ends (`Outage`): a batch that was not written is tried again, after a
+    /// pause, until then.
     /// A batch whose outcome is unknown (the connection broke after it was sent, during its
     /// statement or its COMMIT) is found out, never simply written again: the writer looks
     /// its first blocks up (`look_up`). Stored with its hashes, it committed, and is answered
@@ -150,7 +150,7 @@ impl SqlStore<Postgres> {
     /// wait ends fails the batch.
     async fn append(&self, mut entries: Vec<AuditEntry>) -> Result<Vec<AuditRecord>, Refused> {
         let ledgers = batch::ledgers(&entries);
-        let deadline = tokio::time::Instant::now() + self.outage_wait;
+        let deadline = self.outage.deadline();
         let mut pause = sql::FIRST_PAUSE;
         // Batches sent with an unknown outcome, all after `pinned`.
         let mut sent: Vec<Sent> = Vec::new();
@@ -161,7 +161,10 @@ impl SqlStore<Postgres> {
                 Some(heads) => self.settle(entries, heads, &mut sent).await,
             };
             let (error, back) = match attempt {
-                Ok(records) => return Ok(records),
+                Ok(records) => {
+                    self.outage.over();
+                    return Ok(records);
+                }
                 Err(Attempt::Failed(refused)) => refused,
                 Err(Attempt::Unknown(u, heads)) => {
                     tracing::warn!(error = %u.error, "audit batch of unknown outcome; finding out");
@@ -178,6 +181,9 @@ impl SqlStore<Postgres> {
                 }
             };
             self.extra.cache.lock().forget(&ledgers);
+            if error.is_unavailable() {
+                self.outage.seen();
+            }
             let now = tokio::time::Instant::now();
             if !sent.is_empty() && now + pause >= deadline {
                 // Never handed back as a plain failure: the caller must not write it again.
