@@ -151,30 +151,29 @@ async fn an_outage_longer_than_the_wait_is_answered_503() {
     );
 }
 
-/// A registration whose transaction is cut before its COMMIT (its session ended, as a node
-/// shutting down ends it) wrote nothing, and runs again: answered 201, the agent there once.
-#[actix_web::test]
-async fn a_transaction_cut_before_its_commit_runs_again() {
+/// Sends `request` while its transaction's INSERT into `table` waits behind a lock, and ends
+/// that session meanwhile (as a node shutting down ends it): the transaction wrote nothing,
+/// and runs again. The request's answer.
+async fn cut_before_commit(
+    app: &TestApp,
+    table: &str,
+    request: impl std::future::Future<Output = crate::helpers::Resp>,
+) -> crate::helpers::Resp {
     use sqlx::{Connection as _, Executor as _};
-    let app = spawn_app_with(Options::unlimited()).await;
-    if !app.db.is_postgres() {
-        return;
-    }
     let mut holder = sqlx::PgConnection::connect(&app.db.url).await.unwrap();
     let mut killer = sqlx::PgConnection::connect(&app.db.url).await.unwrap();
-    // The registration's INSERT waits behind this lock, inside its transaction.
     holder
-        .execute("BEGIN; LOCK TABLE agents IN EXCLUSIVE MODE")
+        .execute(format!("BEGIN; LOCK TABLE {table} IN EXCLUSIVE MODE").as_str())
         .await
         .unwrap();
-    let body = serde_json::json!({"name": "cut", "issuer_domain": "example.com", "scopes": ["read:x"]});
     let cut = async {
         loop {
             let ended: Vec<(bool,)> = sqlx::query_as(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
                  WHERE datname = current_database() AND wait_event_type = 'Lock' \
-                 AND query LIKE 'INSERT INTO agents%'",
+                 AND query LIKE 'INSERT INTO ' || $1 || '%'",
             )
+            .bind(table)
             .fetch_all(&mut killer)
             .await
             .unwrap();
@@ -185,16 +184,28 @@ async fn a_transaction_cut_before_its_commit_runs_again() {
         }
         holder.execute("ROLLBACK").await.unwrap();
     };
-    let (res, ()) = tokio::join!(
-        app.post("/v1/agents/register", Some(app.secret()), Some(&body)),
-        cut
-    );
+    tokio::join!(request, cut).0
+}
+
+/// A registration and a Shared Signals stream whose transactions are cut before their COMMIT
+/// are answered 201, and stored once.
+#[actix_web::test]
+async fn a_transaction_cut_before_its_commit_runs_again() {
+    let app = spawn_app_with(Options::unlimited()).await;
+    if !app.db.is_postgres() {
+        return;
+    }
+    let body = serde_json::json!({"name": "cut", "issuer_domain": "example.com", "scopes": ["read:x"]});
+    let register = app.post("/v1/agents/register", Some(app.secret()), Some(&body));
+    let res = cut_before_commit(&app, "agents", register).await;
     assert_eq!(res.status, 201, "{}", res.text());
     let id = res.json()["agent_id"].as_str().unwrap().to_owned();
-    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM agents WHERE id = $1")
-        .bind(&id)
-        .fetch_one(&mut killer)
-        .await
-        .unwrap();
-    assert_eq!(n, 1);
+    let got = app.get(&format!("/v1/agents/{id}"), Some(app.secret())).await;
+    assert_eq!(got.status, 200, "{}", got.text());
+    let stream = serde_json::json!({"delivery": {"method": "urn:ietf:rfc:8936"}});
+    let create = app.post("/ssf/streams", Some(app.secret()), Some(&stream));
+    let res = cut_before_commit(&app, "ssf_streams", create).await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    let listed = app.get("/ssf/streams", Some(app.secret())).await.json();
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
 }

@@ -227,7 +227,7 @@ where
         jkt: Option<&'a str>,
         issuer: Option<&'a KeyRing>,
     ) -> StoreFuture<'a, bool> {
-        Box::pin(async move {
+        Box::pin(self.outage.ride_out(move || async move {
             let renew = sqlx::query(
                 "UPDATE agents SET issued_at = $2, expires_at = $3, jkt = $4 WHERE id = $1 AND revoked_at IS NULL",
             )
@@ -249,9 +249,9 @@ where
             };
             check_issuer(&mut tx, keys, &org_id, &domain).await?;
             let done = renew.execute(&mut *tx).await?;
-            tx.commit().await?;
+            crate::sql::commit(tx).await?;
             Ok(DB::rows_affected(&done) == 1)
-        })
+        }))
     }
 
     fn revoke_agent<'a>(

@@ -167,10 +167,10 @@ where
     }
 
     fn holdings_over<'a>(&'a self, keys: &'a KeyRing, name: &'a str) -> StoreFuture<'a, Vec<Holding>> {
-        Box::pin(async move {
+        Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.begin().await?;
             holdings_in(&mut tx, keys, &holding::name_and_parents(name), None).await
-        })
+        }))
     }
 
     fn claim_domain<'a>(
@@ -179,7 +179,7 @@ where
         claim: &'a DomainClaim,
         max: u32,
     ) -> StoreFuture<'a, Claimed> {
-        Box::pin(async move {
+        Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.exclusive().await?;
             let held = holdings_in(&mut tx, keys, std::slice::from_ref(&claim.domain), None).await?;
             if let Some(h) = held.into_iter().find(|h| h.org_id == claim.org_id) {
@@ -211,9 +211,9 @@ where
             .bind(claim.created_at.0)
             .execute(&mut *tx)
             .await?;
-            tx.commit().await?;
+            crate::sql::commit(tx).await?;
             Ok(Claimed::New(claim.clone()))
-        })
+        }))
     }
 
     fn domain_claim<'a>(&'a self, org_id: &'a str, domain: &'a str) -> StoreFuture<'a, Option<DomainClaim>> {
@@ -248,7 +248,7 @@ where
         now: Millis,
         per_minute: usize,
     ) -> StoreFuture<'a, Attempt> {
-        Box::pin(async move {
+        Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.exclusive().await?;
             let row: Option<(String,)> =
                 sqlx::query_as("SELECT attempts FROM domain_claims WHERE org_id = $1 AND domain = $2")
@@ -273,9 +273,9 @@ where
                 .bind(stored.as_str())
                 .execute(&mut *tx)
                 .await?;
-            tx.commit().await?;
+            crate::sql::commit(tx).await?;
             Ok(Attempt::Allowed)
-        })
+        }))
     }
 
     fn hold_domain<'a>(
@@ -287,7 +287,7 @@ where
         claimed_at: Millis,
         now: Millis,
     ) -> StoreFuture<'a, Result<Held, HoldRefused>> {
-        Box::pin(async move {
+        Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.exclusive().await?;
             let names = holding::name_and_parents(domain);
             let related = holdings_in(&mut tx, keys, &names, Some(domain)).await?;
@@ -331,13 +331,13 @@ where
                 .await?;
             let ids: Vec<String> = ids.into_iter().map(|(id,)| id).collect();
             let revoked = revoke_in(&mut tx, &ids, now, Some(holding::TAKEN_REASON)).await?;
-            tx.commit().await?;
+            crate::sql::commit(tx).await?;
             Ok(Ok(Held {
                 holding,
                 ended: plan.ends,
                 revoked,
             }))
-        })
+        }))
     }
 
     fn issuer_domains_in_use<'a>(
@@ -373,7 +373,7 @@ where
         domain: &'a str,
         now: Millis,
     ) -> StoreFuture<'a, bool> {
-        Box::pin(async move {
+        Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.exclusive().await?;
             let held = holdings_in(&mut tx, keys, &[domain.to_owned()], None)
                 .await?
@@ -388,9 +388,9 @@ where
                 .bind(domain)
                 .execute(&mut *tx)
                 .await?;
-            tx.commit().await?;
+            crate::sql::commit(tx).await?;
             Ok(held || DB::rows_affected(&dropped) > 0)
-        })
+        }))
     }
 }
 

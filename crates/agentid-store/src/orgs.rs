@@ -155,7 +155,7 @@ where
     }
 
     fn create_first_org<'a>(&'a self, org: &'a OrgRecord, keys: &'a [NewApiKey]) -> StoreFuture<'a, bool> {
-        Box::pin(async move {
+        Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.exclusive().await?;
             let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM orgs")
                 .fetch_one(&mut *tx)
@@ -164,18 +164,18 @@ where
                 return Ok(false);
             }
             insert_org(&mut tx, org, keys).await?;
-            tx.commit().await?;
+            crate::sql::commit(tx).await?;
             Ok(true)
-        })
+        }))
     }
 
     fn create_org<'a>(&'a self, org: &'a OrgRecord, keys: &'a [NewApiKey]) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+        Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.begin().await?;
             insert_org(&mut tx, org, keys).await?;
-            tx.commit().await?;
+            crate::sql::commit(tx).await?;
             Ok(())
-        })
+        }))
     }
 
     fn update_org<'a>(&'a self, org: &'a OrgRecord) -> StoreFuture<'a, bool> {

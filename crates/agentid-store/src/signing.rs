@@ -110,16 +110,16 @@ where
         &'a self,
         key: &'a SigningKeyRecord,
     ) -> StoreFuture<'a, Vec<SigningKeyRecord>> {
-        Box::pin(async move {
+        Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.exclusive().await?;
             let recorded: Vec<SigningKeyRow> = sqlx::query_as(SIGNING_KEYS_SQL).fetch_all(&mut *tx).await?;
             if !recorded.is_empty() {
                 return recorded.into_iter().map(SigningKeyRow::into_record).collect();
             }
             insert_signing_key::<DB>(key).execute(&mut *tx).await?;
-            tx.commit().await?;
+            crate::sql::commit(tx).await?;
             Ok(vec![key.clone()])
-        })
+        }))
     }
 
     fn add_signing_key<'a>(&'a self, key: &'a SigningKeyRecord) -> StoreFuture<'a, ()> {

@@ -223,7 +223,7 @@ where
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
 {
     /// A connection of the main pool. During an outage (no connection to be had: a
-    /// failover's gap) it tries again for up to `outage_wait`; nothing was sent yet, so this
+    /// failover's gap) it tries again until the outage's wait ends; nothing was sent yet, so this
     /// holds for writes as well as reads.
     pub(super) async fn conn(&self) -> Result<sqlx::pool::PoolConnection<DB>, StoreError> {
         self.outage
@@ -232,8 +232,10 @@ where
     }
 
     /// Opens a transaction on the main pool. During an outage (no connection, a node that
-    /// is shutting down) it tries again for up to `outage_wait`: nothing was sent yet, so a
-    /// write rides out a failover instead of failing.
+    /// is shutting down) it tries again until the outage's wait ends: nothing was sent yet.
+    /// The writes run their whole transaction in `Outage::ride_out` too, ending it with
+    /// [`commit`]: one that fails before its COMMIT wrote nothing and runs again; one whose
+    /// COMMIT broke is `OutcomeUnknown`, and does not.
     pub(super) async fn begin(&self) -> Result<sqlx::Transaction<'static, DB>, StoreError> {
         self.outage
             .ride_out(|| async { Ok(self.pool.begin().await?) })

@@ -236,7 +236,7 @@ where
     usize: ColumnIndex<DB::Row>,
 {
     fn insert_stream<'a>(&'a self, s: &'a StreamRecord, max: i64) -> StoreFuture<'a, bool> {
-        Box::pin(async move {
+        Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.exclusive().await?;
             let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM ssf_streams WHERE org_id = $1")
                 .bind(s.org_id.as_str())
@@ -263,9 +263,9 @@ where
             .bind(s.created_at.0)
             .execute(&mut *tx)
             .await?;
-            tx.commit().await?;
+            crate::sql::commit(tx).await?;
             Ok(true)
-        })
+        }))
     }
 
     fn get_stream<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<StreamRecord>> {
@@ -294,7 +294,7 @@ where
     }
 
     fn update_stream<'a>(&'a self, s: &'a StreamRecord) -> StoreFuture<'a, bool> {
-        Box::pin(async move {
+        Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.begin().await?;
             let done = sqlx::query(
                 "UPDATE ssf_streams SET aud = $2, endpoint_url = $3, events_requested = $4, \
@@ -319,13 +319,13 @@ where
                     .await?;
                 settle(&mut tx, &s.id, DB::rows_affected(&dropped) as i64).await?;
             }
-            tx.commit().await?;
+            crate::sql::commit(tx).await?;
             Ok(true)
-        })
+        }))
     }
 
     fn delete_stream<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
-        Box::pin(async move {
+        Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.begin().await?;
             sqlx::query("DELETE FROM ssf_events WHERE stream_id = $1")
                 .bind(id)
@@ -339,9 +339,9 @@ where
                 .bind(id)
                 .execute(&mut *tx)
                 .await?;
-            tx.commit().await?;
+            crate::sql::commit(tx).await?;
             Ok(DB::rows_affected(&done) == 1)
-        })
+        }))
     }
 
     fn add_subject<'a>(&'a self, stream_id: &'a str, agent_id: &'a str) -> StoreFuture<'a, ()> {
@@ -374,7 +374,7 @@ where
         state: Option<&'a str>,
         at: Millis,
     ) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+        Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.begin().await?;
             let event = NewEvent {
                 kind: "verification",
@@ -385,9 +385,9 @@ where
                 at,
             };
             enqueue(&mut tx, stream_id, &event).await?;
-            tx.commit().await?;
+            crate::sql::commit(tx).await?;
             Ok(())
-        })
+        }))
     }
 
     fn claim_streams(&self, now: Millis, until: Millis, limit: u32) -> StoreFuture<'_, Vec<StreamRecord>> {
@@ -455,7 +455,7 @@ where
     }
 
     fn events_done<'a>(&'a self, stream_id: &'a str, seqs: &'a [i64]) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+        Box::pin(self.outage.ride_out(move || async move {
             if seqs.is_empty() {
                 return Ok(());
             }
@@ -474,9 +474,9 @@ where
                 n += DB::rows_affected(&q.execute(&mut *tx).await?) as i64;
             }
             settle(&mut tx, stream_id, n).await?;
-            tx.commit().await?;
+            crate::sql::commit(tx).await?;
             Ok(())
-        })
+        }))
     }
 
     fn event_retry<'a>(
@@ -486,7 +486,7 @@ where
         attempts: i32,
         next: Millis,
     ) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+        Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.begin().await?;
             sqlx::query(
                 "UPDATE ssf_events SET attempts = $3, next_attempt_at = $4 WHERE stream_id = $1 AND seq = $2",
@@ -498,13 +498,13 @@ where
             .execute(&mut *tx)
             .await?;
             settle(&mut tx, stream_id, 0).await?;
-            tx.commit().await?;
+            crate::sql::commit(tx).await?;
             Ok(())
-        })
+        }))
     }
 
     fn ack_events<'a>(&'a self, stream_id: &'a str, jtis: &'a [String]) -> StoreFuture<'a, u64> {
-        Box::pin(async move {
+        Box::pin(self.outage.ride_out(move || async move {
             if jtis.is_empty() {
                 return Ok(0);
             }
@@ -519,9 +519,9 @@ where
                 n += DB::rows_affected(&done);
             }
             settle(&mut tx, stream_id, n as i64).await?;
-            tx.commit().await?;
+            crate::sql::commit(tx).await?;
             Ok(n)
-        })
+        }))
     }
 
     fn outbox_totals(&self) -> StoreFuture<'_, (i64, i64)> {
