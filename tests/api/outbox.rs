@@ -1,7 +1,8 @@
 //! The Shared Signals outbox under a hostile or careless owner: its bound holds for every
 //! stream whatever its delivery method and state, the deliverer's look for due streams does
-//! not grow with the events waiting, the stream limit holds under concurrency, and a
-//! receiver's refusal cannot write the service's log.
+//! not grow with the events waiting, the stream limit holds under concurrency, a receiver's
+//! refusal cannot write the service's log, and an event queued while another instance
+//! settles its stream stays due.
 
 use std::time::{Duration, Instant};
 
@@ -168,6 +169,67 @@ async fn due_streams_are_found_by_their_next_due_time() {
         .unwrap()
         .is_empty());
     assert_eq!(s.outbox_totals().await.unwrap(), (20_000, 0));
+}
+
+/// An event another instance queues while this one settles the same stream stays due.
+/// (Before, the settle waited for the queuing transaction's lock on the stream's row, then
+/// set the stream's next due time from the snapshot it had started with, without that
+/// event: the stream was not due any more, and the event waited for the stream's next one,
+/// for ever if none came.) PostgreSQL: SQLite runs one writer at a time.
+#[actix_web::test]
+async fn an_event_queued_during_a_settle_stays_due() {
+    use sqlx::{Connection as _, Executor as _};
+    let app = spawn_app().await;
+    if !app.db.is_postgres() {
+        return;
+    }
+    let s = &app.store;
+    // Paused, so that the app's own deliverer leaves it alone.
+    assert!(s
+        .insert_stream(&stream(&app, "ssf_raced", PUSH, "paused"), 10)
+        .await
+        .unwrap());
+    let at = Millis::now().0 + 86_400_000;
+    s.add_verification("ssf_raced", None, Millis(at)).await.unwrap();
+    let seqs: Vec<i64> = s
+        .pending_events("ssf_raced", 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    // The other instance queues an event, as `enqueue` does, and holds the row meanwhile.
+    let mut other = sqlx::PgConnection::connect(&app.db.url).await.unwrap();
+    other.execute("BEGIN").await.unwrap();
+    sqlx::query(
+        "INSERT INTO ssf_events (stream_id, jti, kind, state, event_at, next_attempt_at) \
+         VALUES ('ssf_raced', 'raced-2', 'verification', NULL, $1, $1)",
+    )
+    .bind(at + 1000)
+    .execute(&mut other)
+    .await
+    .unwrap();
+    sqlx::query(
+        "UPDATE ssf_streams SET pending = pending + 1, next_due_at = COALESCE(next_due_at, $1) \
+         WHERE id = 'ssf_raced'",
+    )
+    .bind(at + 1000)
+    .execute(&mut other)
+    .await
+    .unwrap();
+    let commit_later = async {
+        actix_web::rt::time::sleep(Duration::from_millis(300)).await;
+        other.execute("COMMIT").await.unwrap();
+    };
+    let (done, ()) = tokio::join!(s.events_done("ssf_raced", &seqs), commit_later);
+    done.unwrap();
+    let mut check = sqlx::PgConnection::connect(&app.db.url).await.unwrap();
+    let (pending, due): (i64, Option<i64>) =
+        sqlx::query_as("SELECT pending, next_due_at FROM ssf_streams WHERE id = 'ssf_raced'")
+            .fetch_one(&mut check)
+            .await
+            .unwrap();
+    assert_eq!((pending, due), (1, Some(at + 1000)));
 }
 
 /// 40 concurrent creations by one organization leave it exactly 10 streams (before: a count

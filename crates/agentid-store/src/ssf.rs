@@ -541,6 +541,11 @@ const DUE: &str = "FROM ssf_streams s WHERE s.next_due_at <= $1 AND s.method = '
     AND s.status = 'enabled' AND (s.lease_until IS NULL OR s.lease_until < $1)";
 
 /// Settles stream `stream_id`'s row after `removed` of its events were deleted (`SETTLE`).
+/// The row is locked by a statement of its own first: an event another transaction queued
+/// holds that lock until it commits, and `SETTLE`, run after, then sees the event. (Run as
+/// one statement, the update waited for the lock and then found the next due time in the
+/// snapshot it started with, without that event: the stream was no longer due, and the
+/// event waited for the stream's next one.)
 async fn settle<DB: Backend>(
     tx: &mut sqlx::Transaction<'_, DB>,
     stream_id: &str,
@@ -552,6 +557,10 @@ where
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
 {
+    sqlx::query("UPDATE ssf_streams SET pending = pending WHERE id = $1")
+        .bind(stream_id)
+        .execute(&mut **tx)
+        .await?;
     sqlx::query(&format!("UPDATE ssf_streams SET {SETTLE} WHERE id = $1"))
         .bind(stream_id)
         .bind(removed)
