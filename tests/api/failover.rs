@@ -209,3 +209,20 @@ async fn a_transaction_cut_before_its_commit_runs_again() {
     let listed = app.get("/ssf/streams", Some(app.secret())).await.json();
     assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
 }
+
+/// The batch's keys are taken by another instance's block (this writer's cached head was
+/// stale, and its write was lost on the way): the look-up finds a block that is not the
+/// batch's, so the batch never commits, and its record goes after the new head, once.
+#[actix_web::test]
+async fn a_lost_batch_whose_keys_another_instance_took_is_appended_anew() {
+    let fleet = crate::helpers::spawn_fleet(2, Options::unlimited()).await;
+    let (id, token) = fleet[0].agent().await;
+    valid(&fleet[0], &token).await;
+    // The other instance extends the ledger: the first one's cached head is now stale.
+    valid(&fleet[1], &token).await;
+    if !fleet[0].engine.inject_audit_write_fault(WriteFault::LostWrite) {
+        return;
+    }
+    valid(&fleet[0], &token).await;
+    recorded_once(&fleet[0], &id, 3).await;
+}
