@@ -226,3 +226,52 @@ async fn a_lost_batch_whose_keys_another_instance_took_is_appended_anew() {
     valid(&fleet[0], &token).await;
     recorded_once(&fleet[0], &id, 3).await;
 }
+
+/// A registration whose COMMIT went through but whose answer was lost is found out by the
+/// agent's id: answered 201 with the place it was given, stored once, its token valid.
+#[actix_web::test]
+async fn a_registration_of_unknown_outcome_is_found_out() {
+    let app = spawn_app_with(Options::unlimited()).await;
+    assert!(app.engine.inject_audit_write_fault(WriteFault::LostCommitAck));
+    let (id, token) = app.agent().await;
+    valid(&app, &token).await;
+    let agents = app.get("/v1/agents", Some(app.secret())).await.json();
+    let ids: Vec<&str> = agents
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [id.as_str()]);
+}
+
+/// A revocation whose COMMIT went through but whose answer was lost runs again: answered
+/// 200, the agent revoked, its Shared Signals event queued once.
+#[actix_web::test]
+async fn a_revocation_of_unknown_outcome_runs_again_once() {
+    let app = spawn_app_with(Options::unlimited()).await;
+    let stream = serde_json::json!({
+        "delivery": {"method": "urn:ietf:rfc:8936"},
+        "events_requested": ["https://schemas.openid.net/secevent/caep/event-type/session-revoked"],
+    });
+    let created = app.post("/ssf/streams", Some(app.secret()), Some(&stream)).await;
+    assert_eq!(created.status, 201, "{}", created.text());
+    let created = created.json();
+    let (id, token) = app.agent().await;
+    assert!(app.engine.inject_audit_write_fault(WriteFault::LostCommitAck));
+    let res = app.revoke(&id, None).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(
+        app.verify_as_receiver(&token).await.json()["error"],
+        "TOKEN_REVOKED"
+    );
+    let poll = app
+        .post(
+            &format!("/ssf/poll/{}", created["stream_id"].as_str().unwrap()),
+            created["poll_token"].as_str(),
+            Some(&serde_json::json!({"returnImmediately": true})),
+        )
+        .await
+        .json();
+    assert_eq!(poll["sets"].as_object().map(|s| s.len()), Some(1), "{poll}");
+}

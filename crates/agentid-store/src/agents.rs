@@ -85,6 +85,44 @@ row! {
     }
 }
 
+/// An agent's place and its list's size, if the agent is stored (a registration of unknown
+/// outcome, found out).
+impl<DB: Backend> SqlStore<DB>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<i64>: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<String>: Decode<'r, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<i64>: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<Vec<u8>>: Decode<'r, DB> + Type<DB>,
+    for<'r> bool: Decode<'r, DB> + Type<DB>,
+    for<'r> &'r str: ColumnIndex<DB::Row>,
+    usize: ColumnIndex<DB::Row>,
+{
+    async fn placed(&self, id: &str) -> Result<Option<(StatusPlace, u64)>, StoreError> {
+        let row: Option<(Option<String>, Option<i64>, Option<i64>)> = sqlx::query_as(
+            "SELECT a.status_list, a.status_idx, l.size FROM agents a \
+             LEFT JOIN status_lists l ON l.id = a.status_list WHERE a.id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&mut *self.conn().await?)
+        .await?;
+        let Some((list, idx, size)) = row else {
+            return Ok(None);
+        };
+        match (crate::agent_rows::place(list, idx)?, size) {
+            (Some(place), Some(size)) if size > 0 => Ok(Some((place, size as u64))),
+            _ => Err(StoreError::Corrupt(format!("agent {id} has no status place"))),
+        }
+    }
+}
+
 impl<DB: Backend> AgentStore for SqlStore<DB>
 where
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
@@ -136,23 +174,47 @@ where
         issuer: Option<&'a KeyRing>,
     ) -> StoreFuture<'a, (StatusPlace, u64)> {
         // A transaction that failed before its COMMIT wrote nothing: during an outage it
-        // runs again (a place drawn anew), until the store's wait ends.
-        Box::pin(self.outage.ride_out(move || async move {
-            let mut tx = self.exclusive().await?;
-            if let Some(keys) = issuer {
-                check_issuer(&mut tx, keys, &a.org_id, &a.issuer_domain).await?;
+        // runs again (a place drawn anew), until the store's wait ends. One whose COMMIT
+        // broke is found out by the agent's id, its primary key: there, it committed (its
+        // place is read back); not there, it runs again, and the key lets one run hold it.
+        Box::pin(async move {
+            let mut unknown = None;
+            for _ in 0..3 {
+                let tried = self
+                    .outage
+                    .ride_out(move || async move {
+                        let mut tx = self.exclusive().await?;
+                        if let Some(keys) = issuer {
+                            check_issuer(&mut tx, keys, &a.org_id, &a.issuer_domain).await?;
+                        }
+                        let (place, size) = allocate(&mut tx, placing, a.created_at).await?;
+                        let placed = AgentRecord {
+                            status: Some(place.clone()),
+                            ..a.clone()
+                        };
+                        let sql = insert_agent_sql();
+                        let scopes = scopes_json(&placed.scopes);
+                        insert_agent(&sql, &placed, &scopes).execute(&mut *tx).await?;
+                        self.outage.commit(tx).await?;
+                        Ok((place, size))
+                    })
+                    .await;
+                let e = match tried {
+                    Err(e @ StoreError::OutcomeUnknown(_)) => e,
+                    // A conflict on the id after an unknown outcome: the first run is there.
+                    Err(StoreError::Conflict(_)) if unknown.is_some() => {
+                        StoreError::OutcomeUnknown("conflict".into())
+                    }
+                    other => return other,
+                };
+                match self.outage.ride_out(|| self.placed(&a.id)).await {
+                    Ok(Some(found)) => return Ok(found),
+                    Ok(None) => unknown = Some(e),
+                    Err(_) => return Err(e),
+                }
             }
-            let (place, size) = allocate(&mut tx, placing, a.created_at).await?;
-            let placed = AgentRecord {
-                status: Some(place.clone()),
-                ..a.clone()
-            };
-            let sql = insert_agent_sql();
-            let scopes = scopes_json(&placed.scopes);
-            insert_agent(&sql, &placed, &scopes).execute(&mut *tx).await?;
-            crate::sql::commit(tx).await?;
-            Ok((place, size))
-        }))
+            Err(unknown.unwrap_or_else(|| StoreError::OutcomeUnknown("registration".into())))
+        })
     }
 
     fn status_lists(&self) -> StoreFuture<'_, Vec<(String, u64)>> {
@@ -260,13 +322,23 @@ where
         at: Millis,
         reason: Option<&'a str>,
     ) -> StoreFuture<'a, Option<(AgentRecord, Option<i64>)>> {
-        // As `insert_agent_placed`: run again after a failure before the COMMIT.
-        Box::pin(self.outage.ride_out(move || async move {
-            let mut tx = self.begin().await?;
-            let revoked = revoke_in(&mut tx, &[id.to_owned()], at, reason).await?;
-            crate::sql::commit(tx).await?;
-            Ok(revoked.into_iter().next())
-        }))
+        // As `insert_agent_placed`: run again after a failure before the COMMIT. A revocation
+        // whose COMMIT broke runs again too: a second run returns what the first stored, and
+        // queues the events only when it is the one that revokes.
+        let run = move || {
+            self.outage.ride_out(move || async move {
+                let mut tx = self.begin().await?;
+                let revoked = revoke_in(&mut tx, &[id.to_owned()], at, reason).await?;
+                self.outage.commit(tx).await?;
+                Ok(revoked.into_iter().next())
+            })
+        };
+        Box::pin(async move {
+            match run().await {
+                Err(StoreError::OutcomeUnknown(_)) => run().await,
+                other => other,
+            }
+        })
     }
 
     fn revocations_after(&self, after: i64) -> StoreFuture<'_, RevokedSince> {

@@ -339,6 +339,12 @@ where
 
     #[cfg(feature = "test-hooks")]
     fn inject_write_fault(&self, fault: crate::WriteFault) -> bool {
+        if fault == crate::WriteFault::LostCommitAck {
+            self.outage
+                .lose_commit_ack
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            return true;
+        }
         DB::inject_write_fault(self, fault)
     }
 

@@ -277,6 +277,9 @@ pub enum WriteFault {
     LostAck,
     /// The connection breaks before the batch reaches the server.
     LostWrite,
+    /// Not the audit writer's: the next registration or revocation commits, then its
+    /// connection breaks before the answer arrives.
+    LostCommitAck,
 }
 
 /// Tuning that is the operator's to set.

@@ -99,6 +99,9 @@ pub(crate) struct SqlStore<DB: Backend> {
 pub(crate) struct Outage {
     wait: Duration,
     since: parking_lot::Mutex<Option<Instant>>,
+    /// Fault injection: the next [`Outage::commit`] commits, then reports a broken connection.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) lose_commit_ack: std::sync::atomic::AtomicBool,
 }
 
 impl Outage {
@@ -106,7 +109,24 @@ impl Outage {
         Outage {
             wait,
             since: parking_lot::Mutex::new(None),
+            #[cfg(feature = "test-hooks")]
+            lose_commit_ack: Default::default(),
         }
+    }
+
+    /// [`commit`], where a test may lose the answer.
+    pub(crate) async fn commit<DB: Database>(&self, tx: sqlx::Transaction<'_, DB>) -> Result<(), StoreError> {
+        commit(tx).await?;
+        #[cfg(feature = "test-hooks")]
+        if self
+            .lose_commit_ack
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(StoreError::OutcomeUnknown(
+                "injected: the COMMIT's answer was lost".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// When a wait that starts now ends.
