@@ -85,44 +85,6 @@ row! {
     }
 }
 
-/// An agent's place and its list's size, if the agent is stored (a registration of unknown
-/// outcome, found out).
-impl<DB: Backend> SqlStore<DB>
-where
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<i64>: Encode<'q, DB> + Type<DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'r> String: Decode<'r, DB> + Type<DB>,
-    for<'r> Option<String>: Decode<'r, DB> + Type<DB>,
-    for<'r> i64: Decode<'r, DB> + Type<DB>,
-    for<'r> Option<i64>: Decode<'r, DB> + Type<DB>,
-    for<'r> Option<Vec<u8>>: Decode<'r, DB> + Type<DB>,
-    for<'r> bool: Decode<'r, DB> + Type<DB>,
-    for<'r> &'r str: ColumnIndex<DB::Row>,
-    usize: ColumnIndex<DB::Row>,
-{
-    async fn placed(&self, id: &str) -> Result<Option<(StatusPlace, u64)>, StoreError> {
-        let row: Option<(Option<String>, Option<i64>, Option<i64>)> = sqlx::query_as(
-            "SELECT a.status_list, a.status_idx, l.size FROM agents a \
-             LEFT JOIN status_lists l ON l.id = a.status_list WHERE a.id = $1",
-        )
-        .bind(id)
-        .fetch_optional(&mut *self.conn().await?)
-        .await?;
-        let Some((list, idx, size)) = row else {
-            return Ok(None);
-        };
-        match (crate::agent_rows::place(list, idx)?, size) {
-            (Some(place), Some(size)) if size > 0 => Ok(Some((place, size as u64))),
-            _ => Err(StoreError::Corrupt(format!("agent {id} has no status place"))),
-        }
-    }
-}
-
 impl<DB: Backend> AgentStore for SqlStore<DB>
 where
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
@@ -207,7 +169,24 @@ where
                     }
                     other => return other,
                 };
-                match self.outage.ride_out(|| self.placed(&a.id)).await {
+                // The agent's place and its list's size, if the agent is stored.
+                let placed = || async {
+                    let row: Option<(Option<String>, Option<i64>, Option<i64>)> = sqlx::query_as(
+                        "SELECT a.status_list, a.status_idx, l.size FROM agents a \
+                         LEFT JOIN status_lists l ON l.id = a.status_list WHERE a.id = $1",
+                    )
+                    .bind(a.id.as_str())
+                    .fetch_optional(&mut *self.conn().await?)
+                    .await?;
+                    let Some((list, idx, size)) = row else {
+                        return Ok(None);
+                    };
+                    match (place(list, idx)?, size) {
+                        (Some(place), Some(size)) if size > 0 => Ok(Some((place, size as u64))),
+                        _ => Err(StoreError::Corrupt(format!("agent {} has no status place", a.id))),
+                    }
+                };
+                match self.outage.ride_out(placed).await {
                     Ok(Some(found)) => return Ok(found),
                     Ok(None) => unknown = Some(e),
                     Err(_) => return Err(e),
