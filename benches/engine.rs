@@ -5,7 +5,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentid::domain::audit::{AuditEntry, AuditRecord, GENESIS};
+use agentid::domain::audit::{AuditEntry, AuditRecord, Event, GENESIS};
 use agentid::domain::{KeyMode, Ledger, Millis, VerifyResult};
 use agentid::engine::Registry;
 use agentid::engine::{AgentEntry, ValidToken, Verification, VerifiedToken};
@@ -21,17 +21,14 @@ fn ring() -> KeyRing {
 }
 
 fn claims(n: usize) -> Claims {
-    Claims {
-        iss: "billing.example.com".into(),
-        sub: format!("agt_01jd{n:022}"),
-        jti: format!("01jd{n:022}"),
-        iat: 1_795_000_000,
-        exp: 1_795_086_400,
-        scopes: vec!["read:invoices".into(), "write:invoices".into()],
-        status: None,
-        livemode: None,
-        cnf: None,
-    }
+    Claims::agent(
+        "billing.example.com",
+        &format!("agt_01jd{n:022}"),
+        &format!("01jd{n:022}"),
+        1_795_000_000,
+        1_795_086_400,
+        vec!["read:invoices".into(), "write:invoices".into()],
+    )
 }
 
 fn tokens(ring: &KeyRing, n: usize) -> Vec<String> {
@@ -89,6 +86,7 @@ fn token_paths(c: &mut Criterion) {
 
 fn entry(i: usize) -> AuditEntry {
     AuditEntry {
+        event: Event::Verification,
         ledger: Ledger {
             org_id: format!("org_01jd{:022}", i % 3),
             mode: KeyMode::Live,
@@ -203,6 +201,7 @@ fn revocation(c: &mut Criterion) {
             revocation_reason: None,
             status: None,
             jkt: None,
+            jwk: None,
             verification_count: 0,
         });
     }
@@ -318,7 +317,7 @@ fn dpop(c: &mut Criterion) {
     let expected = Expected {
         htm: "GET",
         htu: "https://api.example/orders",
-        token: &token,
+        token: Some(&token),
         now,
         max_skew: 60,
     };

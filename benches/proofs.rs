@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentid::domain::audit::AuditEntry;
+use agentid::domain::audit::{AuditEntry, Event};
 use agentid::domain::{KeyMode, Ledger, Millis, VerifyResult};
 use agentid::engine::transparency::checkpointer::{GrownLedgers, Step, Transparency};
 use agentid::store::{self, SharedStore, StoreOptions};
@@ -29,6 +29,7 @@ fn ledger() -> Ledger {
 
 fn entry(i: u64) -> AuditEntry {
     AuditEntry {
+        event: Event::Verification,
         ledger: ledger(),
         agent_id: format!("agt_01jd{:022}", i % 50),
         result: if i.is_multiple_of(97) {

@@ -9,6 +9,7 @@ use clap::{Args, ValueEnum};
 use super::{may_create, CliResult, DbArgs};
 use crate::config::{self, Config};
 use crate::engine::domains::{DomainConfig, IssuerPolicy};
+use crate::engine::oauth::OAuthConfig;
 use crate::engine::ssf::SsfConfig;
 use crate::engine::status::StatusConfig;
 use crate::engine::{EngineConfig, WriterConfig};
@@ -23,7 +24,8 @@ pub(crate) struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "AGENTID_BIND", default_value = config::DEFAULT_BIND)]
     pub(crate) bind: String,
-    /// Public base URL used in verify_url, public_key_url and docs_url [default: http://BIND]
+    /// Public base URL used in verify_url, public_key_url and docs_url, and the OAuth issuer
+    /// identifier (the `iss` of access tokens) [default: http://BIND]
     #[arg(long, env = "AGENTID_PUBLIC_URL")]
     pub(crate) public_url: Option<String>,
     /// PKCS#8 PEM Ed25519 signing key; created (mode 0600) when absent.
@@ -78,6 +80,10 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "AGENTID_DPOP_MAX_SKEW_SECONDS", default_value_t = EngineConfig::default().dpop_max_skew.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub(crate) dpop_max_skew_seconds: u64,
+    /// How long an access token from the OAuth token endpoint lives, in seconds (60 to 3600).
+    #[arg(long, env = "AGENTID_ACCESS_TOKEN_SECONDS", default_value_t = OAuthConfig::default().access_token_lifetime.as_secs(),
+          value_parser = clap::value_parser!(u64).range(60..=3600))]
+    pub(crate) access_token_seconds: u64,
     /// Places of each Token Status List (a multiple of 8, up to 16777216); a new list opens
     /// once half of the newest one's places are taken.
     #[arg(long, env = "AGENTID_STATUS_LIST_SIZE", default_value_t = StatusConfig::default().size,
@@ -166,6 +172,9 @@ pub(super) async fn serve(args: ServeArgs) -> CliResult {
             },
             token_cache_bytes: args.token_cache_bytes,
             dpop_max_skew: Duration::from_secs(args.dpop_max_skew_seconds),
+            oauth: OAuthConfig {
+                access_token_lifetime: Duration::from_secs(args.access_token_seconds),
+            },
             checkpoint_interval: Duration::from_millis(args.checkpoint_interval_ms.max(1)),
             status: StatusConfig {
                 size: args.status_list_size,

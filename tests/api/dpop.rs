@@ -15,16 +15,16 @@ use crate::helpers::{spawn_app, spawn_app_with, Options, Resp, TestApp};
 const HTU: &str = "https://api.example/orders";
 
 /// An agent's key pair, as an agent would hold it.
-enum AgentKey {
+pub(crate) enum AgentKey {
     Ed(SigningKey),
     Es(EcdsaKeyPair),
 }
 
-fn b64(v: &Value) -> String {
+pub(crate) fn b64(v: &Value) -> String {
     URL_SAFE_NO_PAD.encode(serde_json::to_vec(v).unwrap())
 }
 
-fn now() -> i64 {
+pub(crate) fn now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -32,11 +32,11 @@ fn now() -> i64 {
 }
 
 impl AgentKey {
-    fn ed() -> Self {
+    pub(crate) fn ed() -> Self {
         AgentKey::Ed(SigningKey::from_bytes(&rand::random::<[u8; 32]>()))
     }
 
-    fn es() -> Self {
+    pub(crate) fn es() -> Self {
         let rng = SystemRandom::new();
         let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
         AgentKey::Es(
@@ -44,7 +44,7 @@ impl AgentKey {
         )
     }
 
-    fn jwk(&self) -> Value {
+    pub(crate) fn jwk(&self) -> Value {
         match self {
             AgentKey::Ed(k) => json!({"kty": "OKP", "crv": "Ed25519",
                                       "x": URL_SAFE_NO_PAD.encode(k.verifying_key().as_bytes())}),
@@ -56,14 +56,14 @@ impl AgentKey {
         }
     }
 
-    fn alg(&self) -> &'static str {
+    pub(crate) fn alg(&self) -> &'static str {
         match self {
             AgentKey::Ed(_) => "EdDSA",
             AgentKey::Es(_) => "ES256",
         }
     }
 
-    fn sign(&self, input: &str) -> Vec<u8> {
+    pub(crate) fn sign(&self, input: &str) -> Vec<u8> {
         match self {
             AgentKey::Ed(k) => k.sign(input.as_bytes()).to_bytes().to_vec(),
             AgentKey::Es(k) => k
@@ -75,13 +75,13 @@ impl AgentKey {
     }
 
     /// A proof with this header and these claims, signed with this key.
-    fn proof_with(&self, header: &Value, claims: &Value) -> String {
+    pub(crate) fn proof_with(&self, header: &Value, claims: &Value) -> String {
         let input = format!("{}.{}", b64(header), b64(claims));
         let sig = self.sign(&input);
         format!("{input}.{}", URL_SAFE_NO_PAD.encode(sig))
     }
 
-    fn header(&self) -> Value {
+    pub(crate) fn header(&self) -> Value {
         json!({"typ": "dpop+jwt", "alg": self.alg(), "jwk": self.jwk()})
     }
 
@@ -96,7 +96,7 @@ fn claims(token: &str) -> Value {
            "ath": URL_SAFE_NO_PAD.encode(Sha256::digest(token.as_bytes()))})
 }
 
-fn thumbprint(jwk: &Value) -> String {
+pub(crate) fn thumbprint(jwk: &Value) -> String {
     let canonical = match jwk["kty"].as_str().unwrap() {
         "OKP" => format!(
             r#"{{"crv":"Ed25519","kty":"OKP","x":"{}"}}"#,
@@ -111,12 +111,12 @@ fn thumbprint(jwk: &Value) -> String {
     URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.as_bytes()))
 }
 
-fn payload(token: &str) -> Value {
+pub(crate) fn payload(token: &str) -> Value {
     serde_json::from_slice(&URL_SAFE_NO_PAD.decode(token.split('.').nth(1).unwrap()).unwrap()).unwrap()
 }
 
 /// A bound agent: its id, token and key.
-async fn bound(app: &TestApp, key: &AgentKey) -> (String, String) {
+pub(crate) async fn bound(app: &TestApp, key: &AgentKey) -> (String, String) {
     let a = app
         .register(
             json!({"name": "bot", "issuer_domain": "example.com", "scopes": ["read:docs"],

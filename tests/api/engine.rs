@@ -75,17 +75,14 @@ async fn a_verify_whose_agent_cannot_be_read_answers_an_error_not_invalid() {
         .await
         .unwrap();
     elsewhere.insert_agent(&remote).await.unwrap();
-    let token = app.engine.keys().sign(&agentid::token::Claims {
-        iss: "example.com".into(),
-        sub: id.clone(),
-        jti: "j1".into(),
-        iat: now.as_secs(),
-        exp: now.as_secs() + 3600,
-        scopes: vec!["read:x".into()],
-        status: None,
-        livemode: None,
-        cnf: None,
-    });
+    let token = app.engine.keys().sign(&agentid::token::Claims::agent(
+        "example.com",
+        &id,
+        "j1",
+        now.as_secs(),
+        now.as_secs() + 3600,
+        vec!["read:x".into()],
+    ));
     assert!(app.engine.registry().agent(&id).is_none(), "not known here");
     let set_scopes = |v: &str| format!("UPDATE agents SET scopes = '{v}' WHERE id = '{id}'");
     app.raw_execute(&set_scopes("not json")).await.unwrap();

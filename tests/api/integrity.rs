@@ -28,17 +28,14 @@ fn forge(key: &SigningKey, kid: &str, agent: &str) -> String {
     agentid::token::encode(
         key,
         kid,
-        &Claims {
-            iss: "evil.example".into(),
-            sub: agent.into(),
-            jti: "forged".into(),
-            iat: now,
-            exp: now + 3600,
-            scopes: vec!["admin:everything".into()],
-            status: None,
-            livemode: None,
-            cnf: None,
-        },
+        &Claims::agent(
+            "evil.example",
+            agent,
+            "forged",
+            now,
+            now + 3600,
+            vec!["admin:everything".into()],
+        ),
     )
 }
 

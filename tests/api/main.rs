@@ -20,6 +20,7 @@ mod integrity;
 mod isolation;
 mod limits;
 mod log;
+mod oauth;
 mod offline;
 mod ops;
 mod outbox;

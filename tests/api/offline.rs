@@ -30,17 +30,14 @@ async fn pyjwt_and_jose_validate_tokens_with_the_pem_alone() {
 
     // A token from another key must fail offline too.
     let other = agentid::keys::KeyRing::from_signing_key(ed25519_dalek::SigningKey::from_bytes(&[3; 32]));
-    let foreign = other.sign(&agentid::token::Claims {
-        iss: "offline.example".into(),
-        sub: a["agent_id"].as_str().unwrap().into(),
-        jti: "x".into(),
-        iat: 0,
-        exp: i64::MAX / 2000,
-        scopes: vec![],
-        status: None,
-        livemode: None,
-        cnf: None,
-    });
+    let foreign = other.sign(&agentid::token::Claims::agent(
+        "offline.example",
+        a["agent_id"].as_str().unwrap(),
+        "x",
+        0,
+        i64::MAX / 2000,
+        vec!["read:x".into()],
+    ));
     for name in PEM_SNIPPETS {
         let seen = readme::run(name, dir.path(), &foreign, &app.base);
         assert!(

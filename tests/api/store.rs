@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use agentid::domain::audit::AuditEntry;
+use agentid::domain::audit::{AuditEntry, Event};
 use agentid::domain::{KeyMode, Ledger, Millis, VerifyResult};
 use agentid::store::{AgentRecord, LogQuery};
 
@@ -25,12 +25,14 @@ pub fn agent(id: &str, org: &str) -> AgentRecord {
         revocation_reason: None,
         status: None,
         jkt: None,
+        jwk: None,
         verification_count: 0,
     }
 }
 
 fn entry(ledger: &Ledger, agent: &str, result: VerifyResult) -> AuditEntry {
     AuditEntry {
+        event: Event::Verification,
         ledger: ledger.clone(),
         agent_id: agent.into(),
         result,
@@ -293,6 +295,7 @@ async fn batches_recheck_revocation_only_when_a_check_could_have_missed_one() {
         .unwrap();
     assert_eq!(epoch, Some(1));
     let seen = |agent: &str, epoch| AuditEntry {
+        event: Event::Verification,
         revocations_seen: epoch,
         ..entry(&live, agent, VerifyResult::Valid)
     };

@@ -65,6 +65,9 @@ pub struct AgentRecord {
     /// The RFC 7638 thumbprint of the key its newest token is bound to (`cnf.jkt`); none for
     /// a bearer token.
     pub jkt: Option<String>,
+    /// That key itself, as `PublicJwk::canonical` writes it: the key an agent authenticates
+    /// with as an OAuth client (`private_key_jwt`). None where `jkt` is.
+    pub jwk: Option<String>,
     pub verification_count: i64,
 }
 

@@ -9,7 +9,7 @@ use agentid_core::domain::{
 use agentid_core::keys::{KeyRing, SigningKeys};
 use agentid_core::token::dpop::PublicJwk;
 use agentid_core::token::{Claims, Confirmation};
-use agentid_store::{AgentRecord, OrgRecord, PlaceDraw, SharedStore, StoreError};
+use agentid_store::{AgentRecord, KeyBinding, OrgRecord, PlaceDraw, SharedStore, StoreError};
 
 use crate::apikeys::Caller;
 use crate::registry::Registry;
@@ -83,6 +83,7 @@ impl Agents {
             revocation_reason: None,
             status: None,
             jkt: key.map(PublicJwk::thumbprint),
+            jwk: key.map(PublicJwk::canonical),
             verification_count: 0,
         };
         // An agent whose token no verifier would accept is not registered: a token with the
@@ -166,6 +167,7 @@ impl Agents {
     ) -> Result<IssuedToken, EngineError> {
         let agent = AgentRecord {
             jkt: key.map(PublicJwk::thumbprint),
+            jwk: key.map(PublicJwk::canonical),
             ..self.get(caller, id).await?
         };
         if agent.revoked_at.is_some() {
@@ -182,7 +184,11 @@ impl Agents {
                 &agent.id,
                 issued,
                 expires,
-                agent.jkt.as_deref(),
+                agent
+                    .jkt
+                    .as_deref()
+                    .zip(agent.jwk.as_deref())
+                    .map(|(jkt, jwk)| KeyBinding { jkt, jwk }),
                 self.issuer_check.as_deref(),
             )
             .await?
@@ -234,15 +240,17 @@ impl Agents {
         expires: Millis,
     ) -> Result<String, EngineError> {
         let (token, kid) = self.signing.sign(&Claims {
-            iss: agent.issuer_domain.clone(),
-            sub: agent.id.clone(),
-            jti: new_id(IdPrefix::Request)[4..].to_owned(),
-            iat: issued.as_secs(),
-            exp: expires.as_secs(),
-            scopes: agent.scopes.clone(),
             status: agent.status.as_ref().map(|p| self.status.claim(p)),
             livemode: (agent.mode == KeyMode::Test).then_some(false),
             cnf: agent.jkt.clone().map(|jkt| Confirmation { jkt }),
+            ..Claims::agent(
+                &agent.issuer_domain,
+                &agent.id,
+                &new_id(IdPrefix::Request)[4..],
+                issued.as_secs(),
+                expires.as_secs(),
+                agent.scopes.clone(),
+            )
         });
         if token.len() > agentid_core::token::MAX_TOKEN_LEN {
             return Err(EngineError::TokenTooLong {

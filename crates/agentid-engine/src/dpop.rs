@@ -77,7 +77,7 @@ impl ProofCheck {
         let expected = Expected {
             htm: presented.htm,
             htu: presented.htu,
-            token,
+            token: Some(token),
             now: now_secs,
             max_skew: self.max_skew_secs,
         };

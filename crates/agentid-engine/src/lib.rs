@@ -13,6 +13,7 @@ mod audit;
 pub mod domains;
 mod dpop;
 pub mod grants;
+pub mod oauth;
 pub(crate) mod outbound;
 pub mod ratelimit;
 pub mod recorder;
@@ -102,6 +103,7 @@ pub struct EngineConfig {
     pub status: status::StatusConfig,
     pub ssf: ssf::SsfConfig,
     pub domains: domains::DomainConfig,
+    pub oauth: oauth::OAuthConfig,
 }
 
 impl Default for EngineConfig {
@@ -120,6 +122,7 @@ impl Default for EngineConfig {
             status: status::StatusConfig::default(),
             ssf: ssf::SsfConfig::default(),
             domains: domains::DomainConfig::default(),
+            oauth: oauth::OAuthConfig::default(),
         }
     }
 }
@@ -128,6 +131,7 @@ impl Default for EngineConfig {
 pub struct Engine {
     verify: Verify,
     agents: Agents,
+    oauth: oauth::OAuth,
     domains: Domains,
     api_keys: ApiKeys,
     rate_limits: Arc<RateLimits>,
@@ -162,6 +166,11 @@ impl Engine {
     /// The issuer's agents: register, read, list, issue tokens, revoke.
     pub fn agents(&self) -> &Agents {
         &self.agents
+    }
+
+    /// The OAuth 2 authorization server: agents get their own access tokens.
+    pub fn oauth(&self) -> &oauth::OAuth {
+        &self.oauth
     }
 
     /// Issuer domains: claims, proofs, holdings.

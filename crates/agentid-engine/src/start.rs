@@ -15,6 +15,7 @@ use crate::apikeys::ApiKeys;
 use crate::audit::AuditHandle;
 use crate::domains::{Domains, IssuerPolicy};
 use crate::dpop::{ProofCheck, MAX_REMEMBERED_PROOFS};
+use crate::oauth::OAuth;
 use crate::ratelimit::{self, RateLimits};
 use crate::registry::Registry;
 use crate::revocations::{self, Revocations};
@@ -114,6 +115,18 @@ impl Engine {
                 audit.clone(),
                 revocations.clone(),
                 ProofCheck::new(cfg.dpop_max_skew.as_secs() as i64, MAX_REMEMBERED_PROOFS),
+            ),
+            oauth: OAuth::new(
+                store.clone(),
+                registry.clone(),
+                revocations.clone(),
+                signing.clone(),
+                status.clone(),
+                audit.clone(),
+                issuer_check.clone(),
+                &cfg.public_url,
+                &cfg.oauth,
+                cfg.dpop_max_skew.as_secs() as i64,
             ),
             agents: Agents {
                 store: store.clone(),

@@ -42,8 +42,17 @@ const ENTRY_OVERHEAD: u64 = 256;
 /// there is one (an entry that gains one is inserted again, see `TokenVerifier::remember`).
 fn weight(token: &str, checked: &VerifiedToken) -> u64 {
     let c = &checked.claims;
-    let claims =
-        c.iss.len() + c.sub.len() + c.jti.len() + c.scopes.iter().map(|s| s.len() + 24).sum::<usize>();
+    let access = c.client_id.as_ref().map_or(0, String::len)
+        + c.scope.as_ref().map_or(0, String::len)
+        + c.issuer_domain.as_ref().map_or(0, String::len)
+        + c.aud
+            .as_ref()
+            .map_or(0, |a| a.values().iter().map(|r| r.len() + 24).sum());
+    let claims = c.iss.len()
+        + c.sub.len()
+        + c.jti.len()
+        + c.scopes.iter().map(|s| s.len() + 24).sum::<usize>()
+        + access;
     let answer = checked.valid_answer.get().map_or(0, |a| a.len());
     (token.len() + claims + answer) as u64 + ENTRY_OVERHEAD
 }
@@ -192,17 +201,7 @@ mod tests {
     use agentid_core::keys::KeyRing;
 
     fn claims(sub: &str) -> Claims {
-        Claims {
-            iss: "example.com".into(),
-            sub: sub.into(),
-            jti: "j".into(),
-            iat: 1,
-            exp: i64::MAX / 2,
-            scopes: vec![],
-            status: None,
-            livemode: None,
-            cnf: None,
-        }
+        Claims::agent("example.com", sub, "j", 1, i64::MAX / 2, vec!["read:x".into()])
     }
 
     /// A retirement that reaches the instance while a check of the retired key's token is
@@ -265,17 +264,14 @@ mod tests {
         let cap = 256 * 1024;
         let v = TokenVerifier::new(ring.public().clone(), cap);
         for i in 0..400 {
-            let token = ring.sign(&Claims {
-                iss: "example.com".into(),
-                sub: format!("agt_{i}"),
-                jti: format!("{i}"),
-                iat: 1,
-                exp: i64::MAX / 2,
-                scopes: (0..20).map(|j| format!("s{j}:{}", "x".repeat(120))).collect(),
-                status: None,
-                livemode: None,
-                cnf: None,
-            });
+            let token = ring.sign(&Claims::agent(
+                "example.com",
+                &format!("agt_{i}"),
+                &format!("{i}"),
+                1,
+                i64::MAX / 2,
+                (0..20).map(|j| format!("s{j}:{}", "x".repeat(120))).collect(),
+            ));
             assert!(token.len() > 3000 && token.len() <= agentid_core::token::MAX_TOKEN_LEN);
             let (checked, _) = v.check(&token);
             let checked = checked.unwrap();

@@ -7,9 +7,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use agentid_core::domain::audit::{revoked_failure_reason, AuditEntry};
+use agentid_core::domain::audit::{revoked_failure_reason, AuditEntry, Event};
 use agentid_core::domain::{AgentId, KeyMode, Ledger, Millis, VerifyResult};
-use agentid_core::token::{Confirmation, RejectReason};
+use agentid_core::token::{Audience, Confirmation, RejectReason};
 use agentid_store::{SharedStore, StoreError};
 
 use crate::audit::AuditHandle;
@@ -46,12 +46,21 @@ pub struct ValidAnswer<'a> {
     pub(crate) valid: bool,
     pub(crate) agent_id: &'a str,
     pub(crate) name: &'a str,
+    /// The name the issuer proved (an agent token's `iss`, an access token's
+    /// `issuer_domain`).
     pub(crate) issuer: &'a str,
-    pub(crate) scopes: &'a [String],
+    pub(crate) scopes: Vec<&'a str>,
     pub(crate) description: &'a str,
     pub(crate) issued_at: Millis,
     pub(crate) expires_at: Millis,
     pub(crate) livemode: bool,
+    /// An access token's audience, client and scope string, as it carries them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) aud: Option<&'a Audience>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) client_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) scope: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) cnf: Option<&'a Confirmation>,
     pub(crate) verified_at: Millis,
@@ -65,12 +74,15 @@ impl ValidToken {
             valid: true,
             agent_id: &c.sub,
             name: &self.agent.name,
-            issuer: &c.iss,
-            scopes: &c.scopes,
+            issuer: c.issuer_domain(),
+            scopes: c.granted(),
             description: &self.agent.description,
             issued_at: Millis::from_secs(c.iat),
             expires_at: Millis::from_secs(c.exp),
             livemode: self.agent.mode == KeyMode::Live,
+            aud: c.aud.as_ref(),
+            client_id: c.client_id.as_deref(),
+            scope: c.scope.as_deref(),
             cnf: c.cnf.as_ref(),
             verified_at,
         }
@@ -220,6 +232,7 @@ impl Verify {
         }
         let entry = AuditEntry {
             ledger: checked.ledger,
+            event: Event::Verification,
             agent_id: checked.agent_id,
             result: checked.result,
             failure_reason: checked.failure_reason,

@@ -55,7 +55,15 @@ pub(crate) enum Auth {
 pub(crate) struct RequestCtx {
     pub(crate) received: Instant,
     pub(crate) auth: Auth,
+    /// The client's address (behind trusted proxies, the one they name).
+    pub(crate) ip: std::net::IpAddr,
 }
+
+/// Set on a response by a handler that charged a rate-limit bucket itself (the token
+/// endpoint charges the client's organization once it knows it): its headers describe that
+/// bucket.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Charged(pub(crate) agentid_engine::ratelimit::Decision);
 
 /// Set on a response whose error status comes with its own documented body (health).
 #[derive(Debug, Clone, Copy)]
@@ -65,6 +73,13 @@ pub(crate) fn auth(req: &HttpRequest) -> Auth {
     req.extensions()
         .get::<RequestCtx>()
         .map_or(Auth::Anonymous, |c| c.auth.clone())
+}
+
+/// The client's address, as the gate saw it.
+pub(crate) fn client_ip(req: &HttpRequest) -> std::net::IpAddr {
+    req.extensions()
+        .get::<RequestCtx>()
+        .map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |c| c.ip)
 }
 
 /// When the request arrived (as the gate saw it).

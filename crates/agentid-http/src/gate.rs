@@ -16,7 +16,7 @@ use actix_web::{web, HttpMessage, HttpRequest};
 use tracing::Instrument;
 
 use super::client;
-use super::context::{AppState, Auth, KeepBody, RequestCtx};
+use super::context::{AppState, Auth, Charged, KeepBody, RequestCtx};
 use super::error::{code_for_status, ApiError, ErrorBody, ErrorCode, ErrorDetail, ErrorInfo};
 use super::routes::{self, Route};
 use agentid_core::domain::{new_id, ApiKeyKind, IdPrefix};
@@ -106,7 +106,7 @@ pub(crate) async fn gate(
         let _entered = span.enter();
         return Ok(finish(route, res, &state, &request_id, received, &decision));
     }
-    req.extensions_mut().insert(RequestCtx { received, auth });
+    req.extensions_mut().insert(RequestCtx { received, auth, ip });
     // Handlers, extractors and the CORS layer turn their errors into responses, so an `Err`
     // here is actix's own last resort; it is passed on as it is.
     let res = next
@@ -147,7 +147,29 @@ fn finish(
 ) -> ServiceResponse<BoxBody> {
     let status = res.status();
     let is_error = status.is_client_error() || status.is_server_error();
-    let mut res = if is_error && res.response().extensions().get::<KeepBody>().is_none() {
+    let limit = res
+        .response()
+        .extensions()
+        .get::<Charged>()
+        .map_or(*limit, |c| c.0);
+    let limit = &limit;
+    let mut res = if is_error && res.response().extensions().get::<KeepBody>().is_none() && route.oauth {
+        // An OAuth endpoint's errors have RFC 6749's shape, whoever made them (a 413, a 429).
+        let message = res
+            .response()
+            .extensions()
+            .get::<ErrorInfo>()
+            .map(|i| i.message.clone())
+            .unwrap_or_else(|| code_for_status(status).default_message().to_owned());
+        let body = super::oauth::error_json(super::oauth::code_for_status(status), &message);
+        res.map_body(|head, _| {
+            head.headers
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            head.headers
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            BoxBody::new(body)
+        })
+    } else if is_error && res.response().extensions().get::<KeepBody>().is_none() {
         let info = res
             .response()
             .extensions()

@@ -23,6 +23,20 @@ pub(crate) fn page_limit(raw: Option<&str>) -> Result<u32, ValidationError> {
     }
 }
 
+/// Whether the request's `Content-Type` is `essence` (its parameters aside).
+pub(crate) fn content_type_is(req: &HttpRequest, essence: &str) -> bool {
+    let ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    ct.split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .eq_ignore_ascii_case(essence)
+}
+
 /// Enforces `Content-Type: application/json` and parses the body into `T`. A body that is not
 /// a JSON object is INVALID_REQUEST; a field of the wrong type, a missing or an unknown field
 /// is VALIDATION_ERROR, with the field's path in the message.
@@ -30,13 +44,7 @@ pub(crate) fn json_body<T: serde::de::DeserializeOwned>(
     req: &HttpRequest,
     body: &Bytes,
 ) -> Result<T, ApiError> {
-    let ct = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let essence = ct.split(';').next().unwrap_or("").trim();
-    if !essence.eq_ignore_ascii_case("application/json") {
+    if !content_type_is(req, "application/json") {
         return Err(ApiError::new(
             ErrorCode::UnsupportedMediaType,
             "the body must be JSON sent with Content-Type: application/json",

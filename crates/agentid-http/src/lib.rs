@@ -13,6 +13,7 @@ mod gate;
 mod input;
 mod log;
 mod meta;
+mod oauth;
 pub(crate) mod openapi;
 pub(crate) mod routes;
 mod schema;
@@ -85,6 +86,14 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .service(resource(&routes::LOG_KEY).route(web::get().to(meta::log_key)))
         .service(resource(&routes::ERROR_DOCS).route(web::get().to(meta::error_docs)))
         .service(resource(&routes::OPENAPI).route(web::get().to(openapi::document)))
+        .service(resource(&routes::OAUTH_METADATA).route(web::get().to(oauth::metadata)))
+        .service(
+            resource(&routes::OAUTH_AUTHORIZE)
+                .route(web::get().to(oauth::authorize))
+                .route(web::post().to(oauth::authorize_form)),
+        )
+        .service(resource(&routes::OAUTH_TOKEN).route(web::post().to(oauth::token)))
+        .service(resource(&routes::OAUTH_INTROSPECT).route(web::post().to(oauth::introspect)))
         // Before verify's scope, which would take `/v1/verify` too. Its body holds a token and
         // a proof (4 KiB each): an oversized proof, up to twice the usual body limit, is
         // answered PROOF_INVALID and recorded rather than refused unread.

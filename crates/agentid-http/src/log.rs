@@ -10,6 +10,7 @@ use super::cursor::{self, CursorScope};
 use super::error::{ApiError, ErrorBody, ErrorCode};
 use super::input::page_limit;
 use super::schema::Timestamp;
+use agentid_core::domain::audit::Event;
 use agentid_core::domain::{hex, AgentId, Ledger, Millis, ValidationError, VerifyResult};
 use agentid_core::records::LogQuery;
 use agentid_engine::transparency::ProofRefused;
@@ -39,7 +40,18 @@ pub(crate) enum LogResult {
     Revoked,
 }
 
-/// One verification.
+/// What a record records.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum LogEvent {
+    /// A token checked: at verify or introspection.
+    Verification,
+    /// An agent asked the OAuth token endpoint for an access token: valid when one was
+    /// handed out, else why not.
+    TokenRequest,
+}
+
+/// One verification, or one token request.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct Record {
     #[schema(pattern = "^log_[0-9a-z]{26}$")]
@@ -51,6 +63,7 @@ pub(crate) struct Record {
     #[schema(pattern = "^[0-9a-f]{64}$")]
     hash: String,
     agent_id: String,
+    event: LogEvent,
     result: LogResult,
     /// Present on failed verifications, absent on valid ones.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -156,6 +169,10 @@ pub async fn read(
             seq: r.seq,
             hash: hex(&r.hash),
             agent_id: r.agent_id,
+            event: match r.event {
+                Event::Verification => LogEvent::Verification,
+                Event::TokenRequest => LogEvent::TokenRequest,
+            },
             result: match r.result {
                 VerifyResult::Valid => LogResult::Valid,
                 VerifyResult::Invalid => LogResult::Invalid,

@@ -54,6 +54,11 @@ use super::error::{ErrorBody, ErrorCode};
         super::ssf::events::poll,
         super::log::inclusion,
         super::log::consistency,
+        super::oauth::metadata,
+        super::oauth::authorize,
+        super::oauth::authorize_form,
+        super::oauth::token,
+        super::oauth::introspect,
     ),
     components(schemas(ErrorBody)),
     modifiers(&Shared),
@@ -63,6 +68,7 @@ use super::error::{ErrorBody, ErrorCode};
         (name = "verify", description = "Receiver side: no credentials (a pk_ key moves you to your organization's limit)"),
         (name = "audit", description = "The hash-chained verification log: pages, signed checkpoints, inclusion and consistency proofs (RFC 9162)"),
         (name = "service", description = "Health and keys for offline validation"),
+        (name = "oauth", description = "OAuth 2 authorization server: agents get access tokens for one resource with their own key (client credentials, private_key_jwt); receivers introspect them. Errors have RFC 6749's body."),
     ),
 )]
 pub(crate) struct ApiDoc;
@@ -133,6 +139,21 @@ fn error_response(code: ErrorCode) -> RefOr<utoipa::openapi::Response> {
         .into()
 }
 
+fn oauth_error_response(code: ErrorCode) -> RefOr<utoipa::openapi::Response> {
+    ResponseBuilder::new()
+        .description(format!(
+            "RFC 6749 error body; error {}",
+            super::oauth::code_for_status(code.status())
+        ))
+        .content(
+            "application/json",
+            utoipa::openapi::ContentBuilder::new()
+                .schema(Some(super::oauth::OAuthErrorBody::schema()))
+                .build(),
+        )
+        .into()
+}
+
 fn shared_responses(op: &mut Operation) {
     let security = op.security.as_deref().unwrap_or_default();
     // An empty requirement among the alternatives makes the key optional (verify): a bad key
@@ -150,11 +171,19 @@ fn shared_responses(op: &mut Operation) {
             extra.push(ErrorCode::Forbidden);
         }
     }
+    // An OAuth endpoint answers every error with RFC 6749's body, the gate's own too.
+    let oauth = op.tags.as_ref().is_some_and(|t| t.iter().any(|t| t == "oauth"));
     for code in extra {
         op.responses
             .responses
             .entry(code.status().as_u16().to_string())
-            .or_insert_with(|| error_response(code));
+            .or_insert_with(|| {
+                if oauth {
+                    oauth_error_response(code)
+                } else {
+                    error_response(code)
+                }
+            });
     }
     let int = |desc: &str| {
         HeaderBuilder::new()

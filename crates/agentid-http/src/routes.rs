@@ -20,6 +20,9 @@ pub(crate) struct Route {
     /// A public document: an `Authorization` header is not even read (no key look-up, no
     /// charge, no error), and the headers describe the address's anonymous bucket.
     pub(crate) keyless: bool,
+    /// An OAuth endpoint: its errors, the gate's own included, have RFC 6749's body
+    /// (`{"error", "error_description"}`), not the service's.
+    pub(crate) oauth: bool,
 }
 
 const fn other(pattern: &'static str) -> Route {
@@ -29,6 +32,7 @@ const fn other(pattern: &'static str) -> Route {
         counted: true,
         public: false,
         keyless: false,
+        oauth: false,
     }
 }
 
@@ -42,6 +46,7 @@ const fn document(pattern: &'static str) -> Route {
         counted: false,
         public: true,
         keyless: true,
+        oauth: false,
     }
 }
 
@@ -52,6 +57,7 @@ pub(crate) static HEALTH: Route = Route {
     counted: false,
     public: true,
     keyless: false,
+    oauth: false,
 };
 pub(crate) static PUBLIC_KEY: Route = document("/.well-known/public-key.pem");
 pub(crate) static JWKS: Route = document("/.well-known/jwks.json");
@@ -67,6 +73,7 @@ pub(crate) static VERIFY: Route = Route {
     counted: true,
     public: true,
     keyless: false,
+    oauth: false,
 };
 /// A token with its DPoP proof: verify's own class and limits.
 pub(crate) static VERIFY_DPOP: Route = Route {
@@ -75,6 +82,7 @@ pub(crate) static VERIFY_DPOP: Route = Route {
     counted: true,
     public: true,
     keyless: false,
+    oauth: false,
 };
 pub(crate) static REGISTER: Route = other("/v1/agents/register");
 pub(crate) static AGENTS: Route = other("/v1/agents");
@@ -104,6 +112,40 @@ pub(crate) static SSF_POLL: Route = Route {
     counted: true,
     public: false,
     keyless: true,
+    oauth: false,
+};
+/// OAuth 2 (RFC 8414): the authorization server's metadata, a public document. agentid is no
+/// OpenID provider: `/.well-known/openid-configuration` is an unknown route (404), and stock
+/// clients fall back to this one.
+pub(crate) static OAUTH_METADATA: Route = document("/.well-known/oauth-authorization-server");
+/// Answers every request `unsupported_response_type`: agents use no browser flow.
+pub(crate) static OAUTH_AUTHORIZE: Route = Route {
+    pattern: "/oauth/authorize",
+    class: Class::Other,
+    counted: true,
+    public: false,
+    keyless: true,
+    oauth: true,
+};
+/// An agent authenticates with its own key, not an API key: its calls count against its
+/// organization's limit once the handler knows who it is, and a failed one against the
+/// caller's address (see `oauth::token`).
+pub(crate) static OAUTH_TOKEN: Route = Route {
+    pattern: "/oauth/token",
+    class: Class::Other,
+    counted: false,
+    public: false,
+    keyless: true,
+    oauth: true,
+};
+/// RFC 7662, limited like verify: per address, or a `pk_` key's organization.
+pub(crate) static OAUTH_INTROSPECT: Route = Route {
+    pattern: "/oauth/introspect",
+    class: Class::Verify,
+    counted: true,
+    public: false,
+    keyless: false,
+    oauth: true,
 };
 /// What a path that no route takes counts as.
 pub(crate) static UNMATCHED: Route = other("unmatched");

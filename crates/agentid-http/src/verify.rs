@@ -25,8 +25,10 @@ pub(crate) struct ValidBody<'a> {
     #[schema(pattern = "^agt_[0-9a-z]{26}$")]
     agent_id: &'a str,
     name: &'a str,
+    /// The name the agent's organization proved (an agent token's iss, an access token's
+    /// issuer_domain).
     issuer: &'a str,
-    scopes: &'a [String],
+    scopes: Vec<&'a str>,
     description: &'a str,
     #[schema(value_type = Timestamp)]
     issued_at: Millis,
@@ -34,6 +36,19 @@ pub(crate) struct ValidBody<'a> {
     expires_at: Millis,
     /// False for a token issued in test mode (with an sk_test_ key).
     livemode: bool,
+    /// An access token's audience (the resources it is for): a string, or an array of
+    /// several. Absent for an agent token, which names none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>, nullable = false)]
+    aud: Option<&'a agentid_core::token::Audience>,
+    /// An access token's OAuth client: the agent itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    client_id: Option<&'a str>,
+    /// An access token's scopes as it carries them, space-separated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    scope: Option<&'a str>,
     /// Present when the token is bound to a key (DPoP): a receiver then accepts it only with
     /// a proof made with that key (`POST /v1/verify`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -48,7 +63,7 @@ pub(crate) struct ValidBody<'a> {
 pub(crate) struct Cnf<'a> {
     /// The RFC 7638 SHA-256 thumbprint of the key, base64url.
     #[schema(pattern = "^[A-Za-z0-9_-]{43}$")]
-    jkt: &'a str,
+    pub(crate) jkt: &'a str,
 }
 
 /// A token that does not pass.
@@ -269,17 +284,14 @@ mod tests {
 
     #[test]
     fn valid_answer_is_the_serialized_valid_body_on_every_call() {
-        let token = Arc::new(VerifiedToken::new(Claims {
-            iss: "quote\"s.example".into(),
-            sub: "agt_01jd0000000000000000000000".into(),
-            jti: "01jd0000000000000000000001".into(),
-            iat: 1_795_000_000,
-            exp: 1_795_003_600,
-            scopes: vec!["read:a".into(), "back\\slash".into()],
-            status: None,
-            livemode: None,
-            cnf: None,
-        }));
+        let token = Arc::new(VerifiedToken::new(Claims::agent(
+            "quote\"s.example",
+            "agt_01jd0000000000000000000000",
+            "01jd0000000000000000000001",
+            1_795_000_000,
+            1_795_003_600,
+            vec!["read:a".into(), "back\\slash".into()],
+        )));
         let t = ValidToken {
             token: token.clone(),
             agent: Arc::new(AgentEntry {
@@ -295,11 +307,14 @@ mod tests {
                 agent_id: &token.claims.sub,
                 name: &t.agent.name,
                 issuer: &token.claims.iss,
-                scopes: &token.claims.scopes,
+                scopes: token.claims.granted(),
                 description: &t.agent.description,
                 issued_at: Millis::from_secs(token.claims.iat),
                 expires_at: Millis::from_secs(token.claims.exp),
                 livemode: true,
+                aud: None,
+                client_id: None,
+                scope: None,
                 cnf: None,
                 verified_at,
             }))

@@ -9,14 +9,14 @@ use agentid_core::domain::{Millis, StatusPlace};
 
 /// The stored columns of `agents`, in insert order.
 pub(crate) const AGENT_INSERT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, description, scopes, \
-    created_at, issued_at, expires_at, revoked_at, revocation_reason, status_list, status_idx, jkt";
+    created_at, issued_at, expires_at, revoked_at, revocation_reason, status_list, status_idx, jkt, jwk";
 
 /// What an agent read selects (`FROM agents`, not aliased): the stored columns, then
 /// `verification_count`: the running totals of the agent's newest block row in each mode's
 /// ledger (records are counted where they were written), two look-ups on a primary key. The
 /// audit batch writes those rows anyway, so counting needs no write to the agent row.
 pub(crate) const AGENT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, description, scopes, \
-    created_at, issued_at, expires_at, revoked_at, revocation_reason, status_list, status_idx, jkt, \
+    created_at, issued_at, expires_at, revoked_at, revocation_reason, status_list, status_idx, jkt, jwk, \
     COALESCE((SELECT c.n_valid + c.n_invalid + c.n_expired + c.n_revoked FROM audit_block_agents c \
      WHERE c.org_id = agents.org_id AND c.mode = 'live' AND c.agent_id = agents.id \
      ORDER BY c.first_seq DESC LIMIT 1), 0) + \
@@ -44,6 +44,7 @@ row! {
         status_list: Option<String>,
         status_idx: Option<i64>,
         jkt: Option<String>,
+        jwk: Option<String>,
         verification_count: i64,
     }
 }
@@ -67,6 +68,7 @@ impl AgentRow {
             revocation_reason: self.revocation_reason,
             status: place(self.status_list, self.status_idx)?,
             jkt: self.jkt,
+            jwk: self.jwk,
             verification_count: self.verification_count,
         })
     }
@@ -96,7 +98,7 @@ pub(crate) fn place(list: Option<String>, idx: Option<i64>) -> Result<Option<Sta
 pub(crate) fn insert_agent_sql() -> String {
     format!(
         "INSERT INTO agents ({AGENT_INSERT_COLUMNS}) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
     )
 }
 
@@ -128,6 +130,7 @@ where
         .bind(a.status.as_ref().map(|p| p.list.as_str()))
         .bind(a.status.as_ref().map(|p| p.idx as i64))
         .bind(a.jkt.as_deref())
+        .bind(a.jwk.as_deref())
 }
 
 pub(crate) fn scopes_json(scopes: &[String]) -> String {

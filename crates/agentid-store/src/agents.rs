@@ -12,7 +12,16 @@ use super::{AgentRecord, Revocation, RevokedSince, StoreError, StoreFuture};
 use agentid_core::domain::{KeyMode, Ledger, Millis, StatusPlace};
 use agentid_core::keys::KeyRing;
 
-/// Agents: registered, given tokens, revoked for good.
+/// The key a token is bound to: its RFC 7638 thumbprint (the token's `cnf.jkt`) and the key
+/// as `PublicJwk::canonical` writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyBinding<'a> {
+    pub jkt: &'a str,
+    pub jwk: &'a str,
+}
+
+/// Agents: registered, given tokens, revoked for good; and, as OAuth clients, the
+/// assertions they authenticated with.
 pub trait AgentStore {
     /// A ledger's revoked agents and when, in the order of their revocations: by revocation
     /// epoch (agents revoked before there were epochs first, by time).
@@ -47,8 +56,8 @@ pub trait AgentStore {
     ) -> StoreFuture<'a, Vec<AgentRecord>>;
     /// All agents with an id greater than `after_id`, in id order (for loading the registry).
     fn scan_agents<'a>(&'a self, after_id: &'a str, limit: u32) -> StoreFuture<'a, Vec<AgentRecord>>;
-    /// Records a newly issued token, bound to the key of thumbprint `jkt` or not bound; false
-    /// (and no change) when the agent is revoked or missing.
+    /// Records a newly issued token, bound to `key` or not bound; false (and no change) when
+    /// the agent is revoked or missing.
     /// With `issuer`, only when the agent's organization may still issue under its issuer
     /// domain (`StoreError::NotHeld` otherwise), read in the same exclusive transaction.
     fn renew_token<'a>(
@@ -56,9 +65,15 @@ pub trait AgentStore {
         id: &'a str,
         issued_at: Millis,
         expires_at: Millis,
-        jkt: Option<&'a str>,
+        key: Option<KeyBinding<'a>>,
         issuer: Option<&'a KeyRing>,
     ) -> StoreFuture<'a, bool>;
+    /// Whether `org_id` may issue under `domain` now: `Ok`, or `StoreError::NotHeld`.
+    fn may_issue<'a>(&'a self, keys: &'a KeyRing, org_id: &'a str, domain: &'a str) -> StoreFuture<'a, ()>;
+    /// Marks a client assertion used until `expires_at` (`key`: what identifies it, its
+    /// client and `jti`); false when it was used already. Assertions that expired before
+    /// `now` are forgotten first: they can pass no more.
+    fn use_assertion<'a>(&'a self, key: &'a str, expires_at: Millis, now: Millis) -> StoreFuture<'a, bool>;
     /// Revokes once; a second call changes nothing. Returns the agent as stored afterwards,
     /// with the revocation epoch its revocation was stamped with (none for an agent revoked
     /// before the store had epochs).
@@ -265,17 +280,19 @@ where
         id: &'a str,
         issued_at: Millis,
         expires_at: Millis,
-        jkt: Option<&'a str>,
+        key: Option<KeyBinding<'a>>,
         issuer: Option<&'a KeyRing>,
     ) -> StoreFuture<'a, bool> {
         Box::pin(self.outage.ride_out(move || async move {
             let renew = sqlx::query(
-                "UPDATE agents SET issued_at = $2, expires_at = $3, jkt = $4 WHERE id = $1 AND revoked_at IS NULL",
+                "UPDATE agents SET issued_at = $2, expires_at = $3, jkt = $4, jwk = $5 \
+                 WHERE id = $1 AND revoked_at IS NULL",
             )
             .bind(id)
             .bind(issued_at.0)
             .bind(expires_at.0)
-            .bind(jkt);
+            .bind(key.map(|k| k.jkt))
+            .bind(key.map(|k| k.jwk));
             let Some(keys) = issuer else {
                 return Ok(DB::rows_affected(&renew.execute(&mut *self.conn().await?).await?) == 1);
             };
@@ -293,6 +310,32 @@ where
             crate::sql::commit(tx).await?;
             Ok(DB::rows_affected(&done) == 1)
         }))
+    }
+
+    fn may_issue<'a>(&'a self, keys: &'a KeyRing, org_id: &'a str, domain: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let mut tx = self.begin().await?;
+            check_issuer(&mut tx, keys, org_id, domain).await?;
+            crate::sql::commit(tx).await
+        })
+    }
+
+    fn use_assertion<'a>(&'a self, key: &'a str, expires_at: Millis, now: Millis) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let mut conn = self.conn().await?;
+            sqlx::query("DELETE FROM client_assertions WHERE expires_at < $1")
+                .bind(now.0)
+                .execute(&mut *conn)
+                .await?;
+            let done = sqlx::query(
+                "INSERT INTO client_assertions (key, expires_at) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+            )
+            .bind(key)
+            .bind(expires_at.0)
+            .execute(&mut *conn)
+            .await?;
+            Ok(DB::rows_affected(&done) == 1)
+        })
     }
 
     fn revoke_agent<'a>(

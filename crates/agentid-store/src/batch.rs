@@ -85,6 +85,7 @@ pub(crate) fn unseal(records: Vec<AuditRecord>, seen: &[i64]) -> Vec<AuditEntry>
         .into_iter()
         .zip(seen)
         .map(|(r, &revocations_seen)| AuditEntry {
+            event: r.event,
             ledger: r.ledger,
             agent_id: r.agent_id,
             result: r.result,
@@ -99,11 +100,12 @@ pub(crate) fn unseal(records: Vec<AuditRecord>, seen: &[i64]) -> Vec<AuditEntry>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentid_core::domain::audit::GENESIS;
+    use agentid_core::domain::audit::{Event, GENESIS};
     use agentid_core::domain::{KeyMode, Millis};
 
     fn entry(org: &str, agent: &str, result: VerifyResult) -> AuditEntry {
         AuditEntry {
+            event: Event::Verification,
             ledger: Ledger {
                 org_id: org.into(),
                 mode: KeyMode::Live,

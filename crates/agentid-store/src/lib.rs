@@ -48,7 +48,7 @@ pub use agentid_core::records::{
     AgentRecord, Attempt, Claimed, DomainClaim, Held, KeyRecord, LogPage, LogQuery, NewApiKey, OrgRecord,
     Revocation, RevokedSince, SsfEvent, StoredCheckpoint, StreamRecord,
 };
-pub use agents::AgentStore;
+pub use agents::{AgentStore, KeyBinding};
 pub use audit::AuditStore;
 pub use block::AgentBlockRow;
 pub use domains::{DomainStore, RELEASED_REASON, REPLACED_REASON};

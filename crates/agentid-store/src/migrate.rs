@@ -91,6 +91,11 @@ pub const SQLITE: Embedded = &[
         "token binding",
         include_str!("../../../migrations/sqlite/0017_token_binding.sql"),
     ),
+    (
+        18,
+        "oauth clients",
+        include_str!("../../../migrations/sqlite/0018_oauth_clients.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -178,6 +183,11 @@ pub const POSTGRES: Embedded = &[
         "token binding",
         include_str!("../../../migrations/postgres/0017_token_binding.sql"),
     ),
+    (
+        18,
+        "oauth clients",
+        include_str!("../../../migrations/postgres/0018_oauth_clients.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -238,7 +248,8 @@ pub(crate) fn grants_pg(role: &str) -> Vec<String> {
         format!("GRANT SELECT ON ALL TABLES IN SCHEMA public TO {r}"),
         format!(
             "GRANT INSERT, UPDATE, DELETE ON orgs, api_keys, agents, revocation_epoch, signing_keys, \
-             rate_buckets, status_lists, ssf_streams, ssf_subjects, ssf_events, domain_claims TO {r}"
+             rate_buckets, status_lists, ssf_streams, ssf_subjects, ssf_events, domain_claims, \
+             client_assertions TO {r}"
         ),
         format!(
             "GRANT INSERT ON audit_blocks, audit_block_agents, audit_tree_nodes, audit_checkpoints, \

@@ -9,10 +9,41 @@ use super::{Ledger, Millis, VerifyResult};
 
 pub const GENESIS: [u8; 32] = [0u8; 32];
 
+/// What a record records: a check of a token (at verify, introspection), or an agent's
+/// request for an access token, which checks the credential it authenticated with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Event {
+    #[default]
+    Verification,
+    TokenRequest,
+}
+
+impl Event {
+    pub const ALL: [Event; 2] = [Event::Verification, Event::TokenRequest];
+
+    /// As the log shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Event::Verification => "verification",
+            Event::TokenRequest => "token_request",
+        }
+    }
+
+    /// The value of the record's `event` member in its canonical bytes; a verification has
+    /// none (every chain written before token requests existed hashes as it did).
+    fn canonical(self) -> Option<&'static str> {
+        match self {
+            Event::Verification => None,
+            Event::TokenRequest => Some("token_request"),
+        }
+    }
+}
+
 /// A verification to be recorded (not yet placed in a chain).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditEntry {
     pub ledger: Ledger,
+    pub event: Event,
     pub agent_id: String,
     pub result: VerifyResult,
     pub failure_reason: Option<String>,
@@ -30,6 +61,7 @@ pub struct AuditRecord {
     pub ledger: Ledger,
     pub seq: i64,
     pub id: String,
+    pub event: Event,
     pub agent_id: String,
     pub result: VerifyResult,
     pub failure_reason: Option<String>,
@@ -46,6 +78,7 @@ impl AuditRecord {
             ledger: entry.ledger,
             seq,
             id,
+            event: entry.event,
             agent_id: entry.agent_id,
             result: entry.result,
             failure_reason: entry.failure_reason,
@@ -79,6 +112,10 @@ impl AuditRecord {
         );
         out.extend_from_slice(b"{\"agent_id\":");
         json_str(out, &self.agent_id);
+        if let Some(event) = self.event.canonical() {
+            out.extend_from_slice(b",\"event\":");
+            json_str(out, event);
+        }
         out.extend_from_slice(b",\"failure_reason\":");
         match &self.failure_reason {
             Some(reason) => json_str(out, reason),
@@ -151,6 +188,7 @@ mod tests {
                 org_id: "org_1".into(),
                 mode: KeyMode::Live,
             },
+            event: Event::Verification,
             agent_id: agent.into(),
             result: VerifyResult::Valid,
             failure_reason: None,
@@ -164,6 +202,8 @@ mod tests {
     #[derive(serde::Serialize)]
     struct Reference<'a> {
         agent_id: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        event: Option<&'a str>,
         failure_reason: Option<&'a str>,
         id: &'a str,
         latency_us: i64,
@@ -177,6 +217,7 @@ mod tests {
     fn reference(r: &AuditRecord) -> Vec<u8> {
         serde_json::to_vec(&Reference {
             agent_id: &r.agent_id,
+            event: r.event.canonical(),
             failure_reason: r.failure_reason.as_deref(),
             id: &r.id,
             latency_us: r.latency_us,
@@ -207,6 +248,7 @@ mod tests {
                 e.ledger.org_id = odd[(i + 1) % odd.len()].into();
                 e.ledger.mode = if i % 2 == 0 { KeyMode::Live } else { KeyMode::Test };
                 e.result = result;
+                e.event = Event::ALL[(i + n) % 2];
                 e.failure_reason = (result != VerifyResult::Valid).then(|| s.to_string());
                 e.latency_us = [0, -1, i64::MAX, i64::MIN, 12][i % 5];
                 e.requested_at = Millis([1_795_000_000_000, 0, -5][i % 3]);
@@ -226,5 +268,15 @@ mod tests {
             String::from_utf8(a.canonical_bytes()).unwrap(),
             r#"{"agent_id":"agt_x","failure_reason":null,"id":"log_1","latency_us":12,"mode":"live","org_id":"org_1","requested_at":1000,"result":"valid","seq":1}"#
         );
+        let token = AuditEntry {
+            event: Event::TokenRequest,
+            ..entry("agt_x")
+        };
+        let t = AuditRecord::seal(token, "log_1".into(), 1, GENESIS);
+        assert_eq!(
+            String::from_utf8(t.canonical_bytes()).unwrap(),
+            r#"{"agent_id":"agt_x","event":"token_request","failure_reason":null,"id":"log_1","latency_us":12,"mode":"live","org_id":"org_1","requested_at":1000,"result":"valid","seq":1}"#
+        );
+        assert_ne!(a.hash, t.hash);
     }
 }

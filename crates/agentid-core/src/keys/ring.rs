@@ -427,17 +427,14 @@ mod tests {
     }
 
     fn claims(n: i64) -> Claims {
-        Claims {
-            iss: "a.com".into(),
-            sub: format!("agt_{n}"),
-            jti: n.to_string(),
-            iat: n,
-            exp: n + 1,
-            scopes: vec!["read:x".into()],
-            status: None,
-            livemode: None,
-            cnf: None,
-        }
+        Claims::agent(
+            "a.com",
+            &format!("agt_{n}"),
+            &n.to_string(),
+            n,
+            n + 1,
+            vec!["read:x".into()],
+        )
     }
 
     #[test]

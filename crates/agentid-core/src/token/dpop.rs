@@ -99,21 +99,42 @@ impl PublicJwk {
         }
     }
 
-    /// The RFC 7638 thumbprint: SHA-256 of the required members in lexicographic order, no
-    /// whitespace, base64url.
-    pub fn thumbprint(&self) -> String {
+    /// A key as [`PublicJwk::canonical`] wrote it (the store keeps an agent's key so), read
+    /// without `parse`'s costly question of a P-256 point, which was asked when the key was
+    /// bound and which every signature check answers anyway.
+    pub fn from_canonical(text: &str) -> Result<PublicJwk, DpopError> {
+        let value: Value =
+            serde_json::from_str(text).map_err(|_| DpopError("is not a JSON object".into()))?;
+        PublicJwk::read(&value)
+    }
+
+    /// The required members in lexicographic order, no whitespace (RFC 7638 §3): what the
+    /// thumbprint hashes, and how the store keeps an agent's key.
+    pub fn canonical(&self) -> String {
         // Every member is base64url or a fixed name: nothing needs escaping.
-        let canonical = match self {
+        match self {
             PublicJwk::Ed25519 { x, .. } => format!(r#"{{"crv":"Ed25519","kty":"OKP","x":"{x}"}}"#),
             PublicJwk::P256 { x, y, .. } => {
                 format!(r#"{{"crv":"P-256","kty":"EC","x":"{x}","y":"{y}"}}"#)
             }
-        };
-        URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.as_bytes()))
+        }
+    }
+
+    /// The RFC 7638 thumbprint: SHA-256 of the canonical members, base64url.
+    pub fn thumbprint(&self) -> String {
+        URL_SAFE_NO_PAD.encode(Sha256::digest(self.canonical().as_bytes()))
+    }
+
+    /// The JWS algorithms a signature by this key may name.
+    pub fn algorithms(&self) -> &'static [&'static str] {
+        match self {
+            PublicJwk::Ed25519 { .. } => &["EdDSA", "Ed25519"],
+            PublicJwk::P256 { .. } => &["ES256"],
+        }
     }
 
     /// Checks `signature` over `signed` with this key, for JWS algorithm `alg`.
-    fn verify(&self, alg: &str, signed: &[u8], signature: &[u8]) -> Result<(), DpopError> {
+    pub(crate) fn verify(&self, alg: &str, signed: &[u8], signature: &[u8]) -> Result<(), DpopError> {
         match (self, alg) {
             (PublicJwk::Ed25519 { key, .. }, "EdDSA" | "Ed25519") => {
                 let sig = Signature::from_slice(signature)
@@ -148,8 +169,9 @@ pub struct Expected<'a> {
     pub htm: &'a str,
     /// The request's URL; its query and fragment are ignored (RFC 9449 §4.3).
     pub htu: &'a str,
-    /// The token the proof goes with: `ath` is its SHA-256, base64url.
-    pub token: &'a str,
+    /// The token the proof goes with: `ath` is its SHA-256, base64url. None at a token
+    /// endpoint, where a proof goes with no token yet (RFC 9449 §5).
+    pub token: Option<&'a str>,
     /// Now, in seconds since the epoch.
     pub now: i64,
     /// How far `iat` may be from `now`, either way.
@@ -180,19 +202,54 @@ fn part(s: &str, what: &str) -> Result<Map<String, Value>, DpopError> {
     }
 }
 
+/// A compact JWS of at most [`MAX_PROOF_LEN`] bytes (a DPoP proof, a client assertion), split:
+/// its header as a JSON object, its claims' part, the bytes it signs, and its signature.
+pub(crate) struct Jws<'a> {
+    pub(crate) header: Map<String, Value>,
+    claims: &'a str,
+    signed: &'a [u8],
+    signature: Vec<u8>,
+}
+
+impl<'a> Jws<'a> {
+    pub(crate) fn parse(jws: &'a str) -> Result<Jws<'a>, DpopError> {
+        if jws.len() > MAX_PROOF_LEN {
+            return refuse(format!("longer than {MAX_PROOF_LEN} bytes"));
+        }
+        let mut parts = jws.split('.');
+        let (Some(h), Some(p), Some(s), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return refuse("not a compact JWS of three parts");
+        };
+        let signature = URL_SAFE_NO_PAD
+            .decode(s)
+            .map_err(|_| DpopError("signature is not base64url".into()))?;
+        Ok(Jws {
+            header: part(h, "header")?,
+            claims: p,
+            signed: &jws.as_bytes()[..h.len() + 1 + p.len()],
+            signature,
+        })
+    }
+
+    /// Whether `key` signed it with `alg`.
+    pub(crate) fn verify(&self, key: &PublicJwk, alg: &str) -> Result<(), DpopError> {
+        key.verify(alg, self.signed, &self.signature)
+    }
+
+    /// Its claims, as a JSON object (read once the signature checked).
+    pub(crate) fn claims(&self) -> Result<Map<String, Value>, DpopError> {
+        part(self.claims, "claims")
+    }
+}
+
 /// Checks a DPoP proof (RFC 9449 §4.3): a JWT with `typ` `dpop+jwt`, `alg` EdDSA, Ed25519 or
 /// ES256, the public key in its `jwk` header, signed by that key, and claims `jti`, `htm`,
 /// `htu`, `iat` and `ath` that match `expected`. Whether its key is the token's and whether
 /// its `jti` was seen are the caller's to decide, with what this returns.
 pub fn check_proof(proof: &str, expected: &Expected<'_>) -> Result<VerifiedProof, DpopError> {
-    if proof.len() > MAX_PROOF_LEN {
-        return refuse(format!("longer than {MAX_PROOF_LEN} bytes"));
-    }
-    let mut parts = proof.split('.');
-    let (Some(h), Some(p), Some(s), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
-        return refuse("not a compact JWS of three parts");
-    };
-    let header = part(h, "header")?;
+    let jws = Jws::parse(proof)?;
+    let header = &jws.header;
     if header.get("typ") != Some(&Value::from("dpop+jwt")) {
         return refuse("typ must be dpop+jwt");
     }
@@ -202,12 +259,9 @@ pub fn check_proof(proof: &str, expected: &Expected<'_>) -> Result<VerifiedProof
     };
     let key = PublicJwk::read(header.get("jwk").unwrap_or(&Value::Null))
         .map_err(|e| DpopError(format!("jwk: {e}")))?;
-    let signature = URL_SAFE_NO_PAD
-        .decode(s)
-        .map_err(|_| DpopError("signature is not base64url".into()))?;
-    key.verify(alg, &proof.as_bytes()[..h.len() + 1 + p.len()], &signature)?;
+    jws.verify(&key, alg)?;
 
-    let claims = part(p, "claims")?;
+    let claims = jws.claims()?;
     let jti = match claims.get("jti") {
         Some(Value::String(j)) if !j.is_empty() && j.len() <= MAX_JTI_LEN => j.clone(),
         _ => return refuse(format!("jti must be a string of 1 to {MAX_JTI_LEN} characters")),
@@ -225,9 +279,11 @@ pub fn check_proof(proof: &str, expected: &Expected<'_>) -> Result<VerifiedProof
     if (iat - expected.now).abs() > expected.max_skew {
         return refuse(format!("iat is more than {} s from now", expected.max_skew));
     }
-    let ath = URL_SAFE_NO_PAD.encode(Sha256::digest(expected.token.as_bytes()));
-    if claims.get("ath").and_then(Value::as_str) != Some(ath.as_str()) {
-        return refuse("ath is not the token's hash");
+    if let Some(token) = expected.token {
+        let ath = URL_SAFE_NO_PAD.encode(Sha256::digest(token.as_bytes()));
+        if claims.get("ath").and_then(Value::as_str) != Some(ath.as_str()) {
+            return refuse("ath is not the token's hash");
+        }
     }
     Ok(VerifiedProof {
         jkt: key.thumbprint(),
@@ -251,7 +307,7 @@ mod tests {
         Expected {
             htm: "GET",
             htu: "https://api.example/orders",
-            token: TOKEN,
+            token: Some(TOKEN),
             now: NOW,
             max_skew: 60,
         }
@@ -411,5 +467,27 @@ mod tests {
         // The query and fragment of htu are not compared (RFC 9449 §4.3).
         let ok = with("htu", json!("https://api.example/orders?page=2"));
         assert!(check_proof(&ok, &expected()).is_ok());
+    }
+
+    /// At a token endpoint a proof goes with no token: no `ath` is asked for, and the rest is
+    /// checked as ever.
+    #[test]
+    fn a_proof_for_a_token_request_needs_no_ath() {
+        let header = json!({"typ": "dpop+jwt", "alg": "EdDSA"});
+        let mut c = claims();
+        c.as_object_mut().unwrap().remove("ath");
+        let (proof, _) = ed_proof(header.clone(), &c);
+        let at_token_endpoint = Expected {
+            token: None,
+            ..expected()
+        };
+        assert!(check_proof(&proof, &at_token_endpoint).is_ok());
+        assert!(check_proof(&proof, &expected()).unwrap_err().0.contains("ath"));
+        c["htm"] = json!("POST");
+        let (proof, _) = ed_proof(header, &c);
+        assert!(check_proof(&proof, &at_token_endpoint)
+            .unwrap_err()
+            .0
+            .contains("htm"));
     }
 }

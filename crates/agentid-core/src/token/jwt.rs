@@ -9,7 +9,11 @@ use serde::{Deserialize, Serialize};
 /// Tokens longer than this are refused before any parsing.
 pub const MAX_TOKEN_LEN: usize = 4096;
 
-/// The claims of an agentid token.
+/// The claims of an agentid token: an agent token (header `typ: JWT`: `iss` is the issuer
+/// domain, `scopes` an array), or an OAuth 2 access token (RFC 9068, header `typ: at+jwt`:
+/// `iss` is the service's issuer URL, with `client_id`, `aud`, a `scope` string and the
+/// proven name as `issuer_domain`). Which one is said by the header and the claims alike:
+/// `decode` refuses a token whose two disagree.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Claims {
@@ -18,6 +22,9 @@ pub struct Claims {
     pub jti: String,
     pub iat: i64,
     pub exp: i64,
+    /// An agent token's scopes (never empty); absent from an access token, whose `scope`
+    /// says them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scopes: Vec<String>,
     /// The agent's place in a Token Status List (tokens issued before lists have none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -30,6 +37,124 @@ pub struct Claims {
     /// proof made with it. Absent on a bearer token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cnf: Option<Confirmation>,
+    /// Access tokens only (with `aud`, `scope` and `issuer_domain`): the OAuth client, which
+    /// is the agent itself (equal to `sub`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// Access tokens only: the resources the token is for (RFC 8707).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aud: Option<Audience>,
+    /// Access tokens only: the scopes granted, space-separated (RFC 9068 §2.2.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// Access tokens only: the name the agent's organization proved (an agent token's `iss`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer_domain: Option<String>,
+}
+
+impl Claims {
+    /// An agent token's claims, without the optional ones.
+    pub fn agent(iss: &str, sub: &str, jti: &str, iat: i64, exp: i64, scopes: Vec<String>) -> Self {
+        Claims {
+            iss: iss.to_owned(),
+            sub: sub.to_owned(),
+            jti: jti.to_owned(),
+            iat,
+            exp,
+            scopes,
+            status: None,
+            livemode: None,
+            cnf: None,
+            client_id: None,
+            aud: None,
+            scope: None,
+            issuer_domain: None,
+        }
+    }
+
+    /// Whether these are an access token's claims (RFC 9068): it has a `client_id`.
+    pub fn is_access_token(&self) -> bool {
+        self.client_id.is_some()
+    }
+
+    /// The name the token's issuer proved: an agent token's `iss`, an access token's
+    /// `issuer_domain`.
+    pub fn issuer_domain(&self) -> &str {
+        self.issuer_domain.as_deref().unwrap_or(&self.iss)
+    }
+
+    /// The scopes granted: an agent token's `scopes`, an access token's `scope` split.
+    pub fn granted(&self) -> Vec<&str> {
+        match &self.scope {
+            Some(s) => s.split(' ').collect(),
+            None => self.scopes.iter().map(String::as_str).collect(),
+        }
+    }
+
+    /// The header `typ` a token with these claims carries.
+    fn typ(&self) -> &'static str {
+        if self.is_access_token() {
+            ACCESS_TOKEN_TYP
+        } else {
+            "JWT"
+        }
+    }
+
+    /// Whether the claims are whole for their kind: an agent token has scopes and none of an
+    /// access token's claims; an access token has all of them, its client is its subject,
+    /// and its scope string is scopes separated by single spaces.
+    fn well_formed(&self) -> bool {
+        match (&self.client_id, &self.aud, &self.scope, &self.issuer_domain) {
+            (None, None, None, None) => !self.scopes.is_empty(),
+            (Some(client), Some(aud), Some(scope), Some(domain)) => {
+                self.scopes.is_empty()
+                    && *client == self.sub
+                    && aud.well_formed()
+                    && !domain.is_empty()
+                    && !scope.is_empty()
+                    && scope.split(' ').all(|s| !s.is_empty())
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The header `typ` of an access token (RFC 9068 §2.1).
+pub const ACCESS_TOKEN_TYP: &str = "at+jwt";
+
+/// A JWT's `aud`: one resource as a string, several as an array (RFC 7519 §4.1.3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Audience {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Audience {
+    /// One resource as a string, several as an array.
+    pub fn of(mut resources: Vec<String>) -> Audience {
+        if resources.len() == 1 {
+            Audience::One(resources.remove(0))
+        } else {
+            Audience::Many(resources)
+        }
+    }
+
+    /// The resources, in order.
+    pub fn values(&self) -> &[String] {
+        match self {
+            Audience::One(one) => std::slice::from_ref(one),
+            Audience::Many(many) => many,
+        }
+    }
+
+    pub fn contains(&self, resource: &str) -> bool {
+        self.values().iter().any(|r| r == resource)
+    }
+
+    fn well_formed(&self) -> bool {
+        !self.values().is_empty() && self.values().iter().all(|r| !r.is_empty())
+    }
 }
 
 /// `{"jkt": "<RFC 7638 thumbprint, base64url>"}`, exactly.
@@ -78,7 +203,9 @@ impl RejectReason {
         match self {
             RejectReason::TooLarge => "token exceeds 4096 bytes",
             RejectReason::Malformed => "malformed token",
-            RejectReason::UnsupportedAlgorithm => "unsupported token header (only alg EdDSA is accepted)",
+            RejectReason::UnsupportedAlgorithm => {
+                "unsupported token header (only alg EdDSA, typ JWT or at+jwt is accepted)"
+            }
             RejectReason::UnknownKey => "token signed with an unknown key id",
             RejectReason::BadSignature => "signature verification failed",
             RejectReason::UnknownAgent => "token names no known agent",
@@ -103,7 +230,7 @@ pub struct Unverified<'t> {
 }
 
 pub fn encode(key: &SigningKey, kid: &str, claims: &Claims) -> String {
-    let header = serde_json::json!({"alg": "EdDSA", "kid": kid, "typ": "JWT"});
+    let header = serde_json::json!({"alg": "EdDSA", "kid": kid, "typ": claims.typ()});
     let mut out = URL_SAFE_NO_PAD.encode(header.to_string());
     out.push('.');
     let payload = serde_json::to_vec(claims).expect("claims serialize");
@@ -145,8 +272,17 @@ pub fn decode(token: &str) -> Result<Unverified<'_>, Rejected> {
         Some(h) => h,
         None => return reject(RejectReason::Malformed, sub),
     };
-    if header.alg != "EdDSA" || header.typ.as_deref().is_some_and(|t| t != "JWT") {
+    // RFC 9068 §4: `at+jwt`, or its full media type; an agent token says `JWT` or nothing.
+    let typ = match header.typ.as_deref() {
+        None | Some("JWT") => "JWT",
+        Some(ACCESS_TOKEN_TYP | "application/at+jwt") => ACCESS_TOKEN_TYP,
+        Some(_) => return reject(RejectReason::UnsupportedAlgorithm, sub),
+    };
+    if header.alg != "EdDSA" {
         return reject(RejectReason::UnsupportedAlgorithm, sub);
+    }
+    if typ != claims.typ() || !claims.well_formed() {
+        return reject(RejectReason::Malformed, sub);
     }
     let mut sig = [0u8; 64];
     match URL_SAFE_NO_PAD.decode_slice(s, &mut sig) {
@@ -177,17 +313,97 @@ mod tests {
     use super::*;
 
     fn claims() -> Claims {
+        Claims::agent(
+            "example.com",
+            "agt_01jd0000000000000000000000",
+            "j1",
+            1,
+            2,
+            vec!["read:x".into()],
+        )
+    }
+
+    fn access() -> Claims {
         Claims {
-            iss: "example.com".into(),
-            sub: "agt_01jd0000000000000000000000".into(),
-            jti: "j1".into(),
-            iat: 1,
-            exp: 2,
-            scopes: vec!["read:x".into()],
-            status: None,
-            livemode: None,
-            cnf: None,
+            iss: "https://id.example".into(),
+            scopes: vec![],
+            client_id: Some("agt_01jd0000000000000000000000".into()),
+            aud: Some(Audience::One("https://api.example/mcp".into())),
+            scope: Some("read:x write:y".into()),
+            issuer_domain: Some("example.com".into()),
+            ..claims()
         }
+    }
+
+    /// An access token says so in its header (`at+jwt`) and carries the claims of RFC 9068;
+    /// a token whose header and claims disagree, or whose access claims are partial, is
+    /// malformed whatever its signature.
+    #[test]
+    fn access_tokens_are_at_jwt_with_their_claims_whole() {
+        let key = SigningKey::from_bytes(&[7u8; 32]);
+        let t = encode(&key, "k1", &access());
+        let header =
+            String::from_utf8(URL_SAFE_NO_PAD.decode(t.split('.').next().unwrap()).unwrap()).unwrap();
+        assert!(header.contains(r#""typ":"at+jwt""#), "{header}");
+        let u = decode(&t).unwrap();
+        assert_eq!(u.claims, access());
+        assert!(u.claims.is_access_token());
+        assert_eq!(u.claims.issuer_domain(), "example.com");
+        assert_eq!(u.claims.granted(), ["read:x", "write:y"]);
+        let many = Claims {
+            aud: Some(Audience::of(vec![
+                "https://a.example".into(),
+                "https://b.example".into(),
+            ])),
+            ..access()
+        };
+        let t = encode(&key, "k1", &many);
+        assert!(decode(&t)
+            .unwrap()
+            .claims
+            .aud
+            .unwrap()
+            .contains("https://b.example"));
+
+        let sig = URL_SAFE_NO_PAD.encode([0u8; 64]);
+        let with = |typ: &str, claims: &serde_json::Value| {
+            let h = URL_SAFE_NO_PAD.encode(format!(r#"{{"alg":"EdDSA","kid":"k","typ":"{typ}"}}"#));
+            format!("{h}.{}.{sig}", URL_SAFE_NO_PAD.encode(claims.to_string()))
+        };
+        let good = serde_json::to_value(access()).unwrap();
+        assert!(decode(&with("at+jwt", &good)).is_ok());
+        assert!(decode(&with("application/at+jwt", &good)).is_ok());
+        let agent = serde_json::to_value(claims()).unwrap();
+        let mut cases = vec![with("JWT", &good), with("at+jwt", &agent)];
+        for (member, value) in [
+            ("client_id", serde_json::json!("agt_other")),
+            ("aud", serde_json::json!([])),
+            ("aud", serde_json::json!("")),
+            ("scope", serde_json::json!("")),
+            ("scope", serde_json::json!("a  b")),
+            ("issuer_domain", serde_json::json!("")),
+            ("scopes", serde_json::json!(["read:x"])),
+        ] {
+            let mut c = good.clone();
+            c[member] = value;
+            cases.push(with("at+jwt", &c));
+        }
+        for member in ["client_id", "aud", "scope", "issuer_domain"] {
+            let mut c = good.clone();
+            c.as_object_mut().unwrap().remove(member);
+            cases.push(with("at+jwt", &c));
+            // One access claim in an agent token.
+            let mut a = agent.clone();
+            a[member] = good[member].clone();
+            cases.push(with("JWT", &a));
+        }
+        for t in cases {
+            assert_eq!(decode(&t).unwrap_err().reason, RejectReason::Malformed, "{t}");
+        }
+        assert_eq!(
+            decode(&with("dpop+jwt", &good)).unwrap_err().reason,
+            RejectReason::UnsupportedAlgorithm
+        );
     }
 
     #[test]
@@ -268,17 +484,14 @@ mod props {
 
     fn valid() -> String {
         let key = SigningKey::from_bytes(&[3; 32]);
-        let claims = Claims {
-            iss: "example.com".into(),
-            sub: "agt_01jd0000000000000000000000".into(),
-            jti: "01jd0000000000000000000000".into(),
-            iat: 1_795_000_000,
-            exp: 1_795_086_400,
-            scopes: vec!["read:x".into()],
-            status: None,
-            livemode: None,
-            cnf: None,
-        };
+        let claims = Claims::agent(
+            "example.com",
+            "agt_01jd0000000000000000000000",
+            "01jd0000000000000000000000",
+            1_795_000_000,
+            1_795_086_400,
+            vec!["read:x".into()],
+        );
         encode(&key, "kid", &claims)
     }
 

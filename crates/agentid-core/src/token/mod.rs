@@ -1,9 +1,11 @@
-//! JWT tokens: encoding and strict decoding, and DPoP proofs of possession. Pure functions.
+//! JWT tokens: encoding and strict decoding (agent tokens and OAuth access tokens), DPoP
+//! proofs of possession, and the JWTs an OAuth client authenticates with. Pure functions.
 
+pub mod assertion;
 pub mod dpop;
 mod jwt;
 
 pub use jwt::{
-    decode, encode, encode_json, Claims, Confirmation, RejectReason, Rejected, Status, StatusListRef,
-    Unverified, MAX_TOKEN_LEN,
+    decode, encode, encode_json, Audience, Claims, Confirmation, RejectReason, Rejected, Status,
+    StatusListRef, Unverified, ACCESS_TOKEN_TYP, MAX_TOKEN_LEN,
 };

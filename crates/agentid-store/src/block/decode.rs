@@ -89,6 +89,7 @@ impl<'a> Reader<'a> {
             _ => return Err(corrupt("failure reason flag")),
         };
         Ok(Raw {
+            event: Event::Verification,
             result,
             id,
             agent_id,
@@ -106,7 +107,7 @@ impl<'a> Reader<'a> {
         prev_time: &mut i64,
     ) -> Result<Raw<'a, 't>, StoreError> {
         let tag = self.u8()?;
-        if tag & !(TAG_RESULT | TAG_REASON) != 0 {
+        if tag & !(TAG_RESULT | TAG_REASON | TAG_TOKEN_REQUEST) != 0 {
             return Err(corrupt("record tag"));
         }
         let result = result_at(tag & TAG_RESULT)?;
@@ -119,6 +120,11 @@ impl<'a> Reader<'a> {
         let latency_us = unzigzag(self.varint()?);
         *prev_time = prev_time.wrapping_add(unzigzag(self.varint()?));
         Ok(Raw {
+            event: if tag & TAG_TOKEN_REQUEST == 0 {
+                Event::Verification
+            } else {
+                Event::TokenRequest
+            },
             result,
             id,
             agent_id,
@@ -163,6 +169,7 @@ impl<'a> Text<'a> {
 
 /// One record as read, borrowing from the block (`'a`) and its string table (`'t`).
 pub(super) struct Raw<'a, 't> {
+    event: Event,
     result: VerifyResult,
     id: Text<'a>,
     agent_id: &'t str,
@@ -194,6 +201,7 @@ pub fn decode(
                 ledger: ledger.clone(),
                 seq,
                 id: raw.id.to_cow().into_owned(),
+                event: raw.event,
                 agent_id: raw.agent_id.to_owned(),
                 result: raw.result,
                 failure_reason: raw.failure_reason.map(str::to_owned),

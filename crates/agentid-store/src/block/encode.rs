@@ -99,7 +99,14 @@ pub fn encode(records: &[&AuditRecord]) -> Vec<u8> {
     let mut prev_time = 0i64;
     for r in records {
         let reason = r.failure_reason.as_deref();
-        body.push(r.result.index() as u8 | if reason.is_some() { TAG_REASON } else { 0 });
+        let mut tag = r.result.index() as u8;
+        if reason.is_some() {
+            tag |= TAG_REASON;
+        }
+        if r.event == Event::TokenRequest {
+            tag |= TAG_TOKEN_REQUEST;
+        }
+        body.push(tag);
         put_text(&mut body, &r.id);
         let agent = match last_agent {
             Some((a, i)) if a == r.agent_id => i,

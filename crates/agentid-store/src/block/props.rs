@@ -14,6 +14,7 @@ fn real() -> Vec<u8> {
     };
     let entries: Vec<AuditEntry> = (0..6)
         .map(|i| AuditEntry {
+            event: Event::ALL[i / 3],
             ledger: ledger.clone(),
             agent_id: format!("agt_01jd{:022}", i % 2),
             result: VerifyResult::ALL[i % 4],

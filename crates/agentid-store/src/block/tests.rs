@@ -13,6 +13,7 @@ fn ledger(org: &str) -> Ledger {
 fn entries(n: usize) -> Vec<AuditEntry> {
     (0..n)
         .map(|i| AuditEntry {
+            event: Event::ALL[i / 2 % 2],
             ledger: ledger(if i % 3 == 0 { "o2" } else { "o1" }),
             agent_id: ["agt_a", "agt_b", ""][i % 3].into(),
             result: VerifyResult::ALL[i % 4],
@@ -232,7 +233,15 @@ fn encode_v1(records: &[&AuditRecord]) -> Vec<u8> {
 
 #[test]
 fn version_1_blocks_still_decode_to_the_same_records() {
-    let records = batch::seal(entries(40), &mut HashMap::new());
+    // Version 1 was written before token requests had records: verifications only.
+    let verifications = entries(40)
+        .into_iter()
+        .map(|e| AuditEntry {
+            event: Event::Verification,
+            ..e
+        })
+        .collect();
+    let records = batch::seal(verifications, &mut HashMap::new());
     let blocks = plan(&records, &mut HashMap::new());
     for b in &blocks {
         let mine: Vec<&AuditRecord> = records.iter().filter(|r| r.ledger == b.ledger).collect();
@@ -268,6 +277,7 @@ fn every_string_and_integer_reads_back_exactly() {
     let extremes = [i64::MIN, -1, 0, 1, 127, 128, i64::MAX];
     let entries: Vec<AuditEntry> = (0..ids.len() * extremes.len())
         .map(|i| AuditEntry {
+            event: Event::Verification,
             ledger: ledger("o1"),
             agent_id: agents[i % agents.len()].into(),
             result: VerifyResult::ALL[i % 4],
@@ -335,6 +345,7 @@ fn a_full_block_of_one_agent_fits_a_row() {
     // about 150 bytes.
     let entries: Vec<AuditEntry> = (0..BLOCK_MAX)
         .map(|i| AuditEntry {
+            event: Event::Verification,
             ledger: ledger("org_01jd0000000000000000000000"),
             agent_id: "agt_01jd0000000000000000000000".into(),
             result: VerifyResult::Valid,

@@ -1,0 +1,666 @@
+//! agentid as an OAuth 2 authorization server for agents: an agent is an OAuth client
+//! (`client_id` = its id) that authenticates with a JWT signed by the key bound to it
+//! (`private_key_jwt`, RFC 7523) and gets an access token (RFC 9068) for the resources it
+//! names (RFC 8707), with the scopes it asks for among its own, bound to a DPoP key when it
+//! sends a proof (RFC 9449 §5). Every request that names a client is recorded in the audit
+//! log (`Event::TokenRequest`): a token is handed out only once its record is committed as
+//! `valid`, so a revocation anywhere in the fleet stops it as it stops a verification.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use sha2::{Digest, Sha256};
+
+use agentid_core::domain::audit::{revoked_failure_reason, AuditEntry, Event};
+use agentid_core::domain::{new_id, AgentId, IdPrefix, KeyMode, Ledger, Millis, VerifyResult};
+use agentid_core::keys::{KeyRing, SigningKeys};
+use agentid_core::token::dpop::{check_proof, Expected as ProofExpected, PublicJwk};
+use agentid_core::token::{assertion, Audience, Claims, Confirmation, MAX_TOKEN_LEN};
+use agentid_store::{AgentRecord, OrgRecord, SharedStore, StoreError};
+
+use crate::audit::{AuditError, AuditHandle};
+use crate::dpop::Replays;
+use crate::registry::Registry;
+use crate::revocations::Revocations;
+use crate::status::StatusLists;
+
+/// `grant_type` of the client credentials grant (RFC 6749 §4.4).
+pub const CLIENT_CREDENTIALS: &str = "client_credentials";
+/// `client_assertion_type` of a JWT client assertion (RFC 7523 §2.2).
+pub const JWT_BEARER_ASSERTION: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+/// The longest a client assertion may live (`exp - iat`): what the MCP SDK signs.
+pub const MAX_ASSERTION_LIFETIME_SECS: i64 = 300;
+/// Resources one token may name at most, and the longest one.
+pub const MAX_RESOURCES: usize = 10;
+pub const MAX_RESOURCE_LEN: usize = 1024;
+/// How many DPoP proofs of token requests an instance remembers to refuse a replay.
+const REMEMBERED_PROOFS: usize = 100_000;
+
+/// The authorization server's settings.
+#[derive(Debug, Clone)]
+pub struct OAuthConfig {
+    /// How long an access token lives.
+    pub access_token_lifetime: std::time::Duration,
+}
+
+impl Default for OAuthConfig {
+    fn default() -> Self {
+        OAuthConfig {
+            access_token_lifetime: std::time::Duration::from_secs(15 * 60),
+        }
+    }
+}
+
+/// A refused token request, as RFC 6749 §5.2 (with RFC 8707's `invalid_target` and RFC
+/// 9449's `invalid_dpop_proof`) names it; each with what to tell the client.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OAuthError {
+    #[error("invalid_request: {0}")]
+    InvalidRequest(String),
+    #[error("invalid_client: {0}")]
+    InvalidClient(String),
+    #[error("unsupported_grant_type: {0}")]
+    UnsupportedGrantType(String),
+    #[error("invalid_scope: {0}")]
+    InvalidScope(String),
+    #[error("invalid_target: {0}")]
+    InvalidTarget(String),
+    #[error("invalid_dpop_proof: {0}")]
+    InvalidDpopProof(String),
+    /// The request could not be checked or recorded (the store): nothing was handed out.
+    #[error("temporarily_unavailable: {0}")]
+    Unavailable(String),
+    /// Something unexpected failed (no detail for the client; the log has it).
+    #[error("server_error")]
+    ServerError,
+}
+
+impl OAuthError {
+    /// The `error` code (RFC 6749 §5.2).
+    pub fn code(&self) -> &'static str {
+        match self {
+            OAuthError::InvalidRequest(_) => "invalid_request",
+            OAuthError::InvalidClient(_) => "invalid_client",
+            OAuthError::UnsupportedGrantType(_) => "unsupported_grant_type",
+            OAuthError::InvalidScope(_) => "invalid_scope",
+            OAuthError::InvalidTarget(_) => "invalid_target",
+            OAuthError::InvalidDpopProof(_) => "invalid_dpop_proof",
+            OAuthError::Unavailable(_) => "temporarily_unavailable",
+            OAuthError::ServerError => "server_error",
+        }
+    }
+
+    /// The `error_description`.
+    pub fn description(&self) -> &str {
+        match self {
+            OAuthError::InvalidRequest(d)
+            | OAuthError::InvalidClient(d)
+            | OAuthError::UnsupportedGrantType(d)
+            | OAuthError::InvalidScope(d)
+            | OAuthError::InvalidTarget(d)
+            | OAuthError::InvalidDpopProof(d)
+            | OAuthError::Unavailable(d) => d,
+            OAuthError::ServerError => "an unexpected error occurred",
+        }
+    }
+}
+
+impl From<StoreError> for OAuthError {
+    fn from(e: StoreError) -> Self {
+        if e.is_unavailable() {
+            tracing::warn!(error = %e, "token request: the store is unavailable");
+            OAuthError::Unavailable("the database cannot be reached; retry shortly".into())
+        } else {
+            tracing::error!(error = %e, "token request: the store failed");
+            OAuthError::ServerError
+        }
+    }
+}
+
+impl From<AuditError> for OAuthError {
+    fn from(e: AuditError) -> Self {
+        OAuthError::Unavailable(format!("the request could not be recorded ({e}); retry shortly"))
+    }
+}
+
+/// A token request (`POST /oauth/token`) as its form said it; every value unchecked.
+#[derive(Debug, Clone, Default)]
+pub struct TokenRequest<'a> {
+    pub grant_type: Option<&'a str>,
+    pub client_id: Option<&'a str>,
+    pub client_assertion_type: Option<&'a str>,
+    pub client_assertion: Option<&'a str>,
+    pub scope: Option<&'a str>,
+    pub resources: Vec<&'a str>,
+    /// The request's `DPoP` header.
+    pub dpop: Option<&'a str>,
+}
+
+/// A client whose assertion checked: the agent, as the store had it, and its organization
+/// (whose limits its requests count against).
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub agent: AgentRecord,
+    pub org: OrgRecord,
+}
+
+/// An access token handed out.
+#[derive(Debug, Clone)]
+pub struct AccessToken {
+    pub token: String,
+    /// `DPoP` when bound to the proof's key, else `Bearer`.
+    pub token_type: &'static str,
+    pub expires_in: i64,
+    pub scope: String,
+}
+
+pub struct OAuth {
+    pub(crate) store: SharedStore,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) revocations: Arc<Revocations>,
+    pub(crate) signing: Arc<SigningKeys>,
+    pub(crate) status: Arc<StatusLists>,
+    pub(crate) audit: AuditHandle,
+    pub(crate) issuer_check: Option<Arc<KeyRing>>,
+    /// The issuer identifier (the public URL) and the token endpoint's URL: what an
+    /// assertion's `aud` and a proof's `htu` name.
+    pub(crate) issuer: String,
+    pub(crate) token_endpoint: String,
+    pub(crate) lifetime_secs: i64,
+    pub(crate) max_skew_secs: i64,
+    pub(crate) proofs: Replays,
+}
+
+impl OAuth {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        store: SharedStore,
+        registry: Arc<Registry>,
+        revocations: Arc<Revocations>,
+        signing: Arc<SigningKeys>,
+        status: Arc<StatusLists>,
+        audit: AuditHandle,
+        issuer_check: Option<Arc<KeyRing>>,
+        public_url: &str,
+        cfg: &OAuthConfig,
+        max_skew_secs: i64,
+    ) -> Self {
+        let issuer = public_url.trim_end_matches('/').to_owned();
+        OAuth {
+            token_endpoint: format!("{issuer}/oauth/token"),
+            issuer,
+            store,
+            registry,
+            revocations,
+            signing,
+            status,
+            audit,
+            issuer_check,
+            lifetime_secs: cfg.access_token_lifetime.as_secs() as i64,
+            max_skew_secs,
+            proofs: Replays::new(REMEMBERED_PROOFS),
+        }
+    }
+
+    /// The issuer identifier (RFC 8414): the service's public URL.
+    pub fn issuer(&self) -> &str {
+        &self.issuer
+    }
+
+    /// What an access token's lifetime is, in seconds.
+    pub fn lifetime_secs(&self) -> i64 {
+        self.lifetime_secs
+    }
+
+    /// What the request asks for, checked before anyone is authenticated: the grant, the
+    /// way the client authenticates, the resources.
+    pub fn check_request(&self, req: &TokenRequest<'_>) -> Result<(), OAuthError> {
+        match req.grant_type {
+            None => return Err(OAuthError::InvalidRequest("grant_type is required".into())),
+            Some(CLIENT_CREDENTIALS) => {}
+            Some(other) => {
+                return Err(OAuthError::UnsupportedGrantType(format!(
+                    "grant_type {other:?} is not supported: use client_credentials"
+                )))
+            }
+        }
+        match req.client_assertion_type {
+            Some(JWT_BEARER_ASSERTION) => {}
+            None => {
+                return Err(OAuthError::InvalidClient(format!(
+                    "the client authenticates with private_key_jwt: client_assertion_type \
+                     {JWT_BEARER_ASSERTION} and a client_assertion signed by the agent's key"
+                )))
+            }
+            Some(other) => {
+                return Err(OAuthError::InvalidClient(format!(
+                    "client_assertion_type {other:?} is not supported: use {JWT_BEARER_ASSERTION}"
+                )))
+            }
+        }
+        if req.client_assertion.is_none_or(str::is_empty) {
+            return Err(OAuthError::InvalidClient("client_assertion is required".into()));
+        }
+        check_resources(&req.resources)
+    }
+
+    /// Authenticates the client of `req` (whose form `check_request` passed). A refusal of a
+    /// client that exists is recorded in its organization's log, any other in the
+    /// service's, before it is answered.
+    pub async fn authenticate(
+        &self,
+        req: &TokenRequest<'_>,
+        received: Instant,
+    ) -> Result<Client, OAuthError> {
+        let now = Millis::now();
+        let assertion = req.client_assertion.unwrap_or_default();
+        let claimed = assertion::claimed_client(assertion);
+        let named = claimed.as_deref().filter(|c| AgentId::parse(c).is_some());
+        let agent = match named {
+            Some(id) => self.store.get_agent(id).await?,
+            None => None,
+        };
+        let Some(agent) = agent else {
+            let why = match &claimed {
+                Some(c) => format!("no agent {c:?}: the client_id is the agent's id (agt_…)"),
+                None => "client_assertion is not a JWT whose sub names the client".to_owned(),
+            };
+            return Err(self
+                .refused(None, VerifyResult::Invalid, why, now, received)
+                .await);
+        };
+        if let Some(id) = req.client_id.filter(|id| *id != agent.id) {
+            let why = format!("client_id {id} is not the client the assertion names");
+            return Err(self
+                .refused(Some(&agent), VerifyResult::Invalid, why, now, received)
+                .await);
+        }
+        let key = match agent.jwk.as_deref().map(PublicJwk::from_canonical) {
+            Some(Ok(key)) if Some(key.thumbprint()) == agent.jkt => key,
+            Some(_) => {
+                tracing::error!(agent = %agent.id, "integrity alarm: an agent's stored key does not match its thumbprint");
+                metrics::counter!("agentid_integrity_failures_total", "what" => "agent_key").increment(1);
+                let why = "the agent's key cannot be read".to_owned();
+                return Err(self
+                    .refused(Some(&agent), VerifyResult::Invalid, why, now, received)
+                    .await);
+            }
+            None => {
+                let why = "the agent is bound to no key: bind one with POST /v1/agents/{id}/issue-token \
+                           {\"jwk\": …} to let it authenticate"
+                    .to_owned();
+                return Err(self
+                    .refused(Some(&agent), VerifyResult::Invalid, why, now, received)
+                    .await);
+            }
+        };
+        let audiences = [self.issuer.as_str(), self.token_endpoint.as_str()];
+        let expected = assertion::Expected {
+            client_id: &agent.id,
+            audiences: &audiences,
+            now: now.as_secs(),
+            max_lifetime: MAX_ASSERTION_LIFETIME_SECS,
+            max_skew: self.max_skew_secs,
+        };
+        let checked = match assertion::check(assertion, &key, &expected) {
+            Ok(c) => c,
+            Err(e) => {
+                let why = format!("client_assertion: {e}");
+                return Err(self
+                    .refused(Some(&agent), VerifyResult::Invalid, why, now, received)
+                    .await);
+            }
+        };
+        if let Some(rev) = self.registry.revocation(&agent.id) {
+            let why = revoked_failure_reason(rev.reason.as_deref());
+            return Err(self
+                .refused(Some(&agent), VerifyResult::Revoked, why, now, received)
+                .await);
+        }
+        if agent.revoked_at.is_some() {
+            let why = revoked_failure_reason(agent.revocation_reason.as_deref());
+            return Err(self
+                .refused(Some(&agent), VerifyResult::Revoked, why, now, received)
+                .await);
+        }
+        // Fleet-wide: the store remembers each assertion until it expires.
+        let mut id = Sha256::new();
+        id.update(agent.id.as_bytes());
+        id.update([0]);
+        id.update(checked.jti.as_bytes());
+        let id = URL_SAFE_NO_PAD.encode(id.finalize());
+        if !self
+            .store
+            .use_assertion(&id, Millis::from_secs(checked.exp), now)
+            .await?
+        {
+            let why =
+                "client_assertion was used already (its jti): sign a new one for each request".to_owned();
+            return Err(self
+                .refused(Some(&agent), VerifyResult::Invalid, why, now, received)
+                .await);
+        }
+        let Some(org) = self.store.get_org(&agent.org_id).await? else {
+            return Err(StoreError::Corrupt(format!("agent {} has no organization", agent.id)).into());
+        };
+        Ok(Client { agent, org })
+    }
+
+    /// Hands `client` an access token for what `req` asks, once the record of it is
+    /// committed; a refusal is recorded too.
+    pub async fn issue(
+        &self,
+        client: &Client,
+        req: &TokenRequest<'_>,
+        received: Instant,
+    ) -> Result<AccessToken, OAuthError> {
+        let now = Millis::now();
+        let agent = &client.agent;
+        let revocations_seen = self.registry.revocations_seen();
+        let granted = match granted_scope(req.scope, &agent.scopes) {
+            Ok(g) => g,
+            Err(e) => return Err(self.refused_after(agent, e, now, received).await),
+        };
+        let cnf = match req.dpop.map(|proof| self.check_dpop(proof, now)).transpose() {
+            Ok(c) => c,
+            Err(e) => return Err(self.refused_after(agent, e, now, received).await),
+        };
+        if let Some(keys) = &self.issuer_check {
+            if let Err(e) = self
+                .store
+                .may_issue(keys, &agent.org_id, &agent.issuer_domain)
+                .await
+            {
+                let refusal = match e {
+                    StoreError::NotHeld { domain, .. } => OAuthError::InvalidClient(format!(
+                        "the agent's organization no longer holds its issuer domain {domain}"
+                    )),
+                    e => return Err(e.into()),
+                };
+                return Err(self.refused_after(agent, refusal, now, received).await);
+            }
+        }
+        if self.registry.revocation(&agent.id).is_some() {
+            return Err(self
+                .refused(
+                    Some(agent),
+                    VerifyResult::Revoked,
+                    "agent revoked".into(),
+                    now,
+                    received,
+                )
+                .await);
+        }
+        let issued = now.as_secs();
+        let expires = issued + self.lifetime_secs;
+        let claims = Claims {
+            client_id: Some(agent.id.clone()),
+            aud: Some(Audience::of(
+                req.resources.iter().map(|r| (*r).to_owned()).collect(),
+            )),
+            scope: Some(granted.clone()),
+            issuer_domain: Some(agent.issuer_domain.clone()),
+            status: agent.status.as_ref().map(|p| self.status.claim(p)),
+            livemode: (agent.mode == KeyMode::Test).then_some(false),
+            cnf: cnf.map(|jkt| Confirmation { jkt }),
+            ..Claims::agent(
+                &self.issuer,
+                &agent.id,
+                &new_id(IdPrefix::Request)[4..],
+                issued,
+                expires,
+                Vec::new(),
+            )
+        };
+        let (token, kid) = self.signing.sign(&claims);
+        if token.len() > MAX_TOKEN_LEN {
+            let e = OAuthError::InvalidRequest(format!(
+                "the token would be {} bytes, over the {MAX_TOKEN_LEN}-byte limit of a token: ask for fewer \
+                 or shorter resources or scopes",
+                token.len()
+            ));
+            return Err(self.refused_after(agent, e, now, received).await);
+        }
+        self.store
+            .note_token_expiry(&kid, Millis::from_secs(expires))
+            .await?;
+        let record = self
+            .audit
+            .append(AuditEntry {
+                ledger: agent.ledger(),
+                event: Event::TokenRequest,
+                agent_id: agent.id.clone(),
+                result: VerifyResult::Valid,
+                failure_reason: None,
+                latency_us: received.elapsed().as_micros() as i64,
+                requested_at: now,
+                revocations_seen,
+            })
+            .await?;
+        if record.result != VerifyResult::Valid {
+            // Revoked on another instance meanwhile: the store saw it inside the batch.
+            Box::pin(self.revocations.seen_elsewhere(&self.store, &agent.id)).await;
+            return Err(OAuthError::InvalidClient("the agent is revoked".into()));
+        }
+        Ok(AccessToken {
+            token,
+            token_type: if claims.cnf.is_some() { "DPoP" } else { "Bearer" },
+            expires_in: self.lifetime_secs,
+            scope: granted,
+        })
+    }
+
+    /// The thumbprint of a token request's DPoP proof's key (RFC 9449 §5): made for a POST to
+    /// the token endpoint, now, and not used before.
+    fn check_dpop(&self, proof: &str, now: Millis) -> Result<String, OAuthError> {
+        let expected = ProofExpected {
+            htm: "POST",
+            htu: &self.token_endpoint,
+            token: None,
+            now: now.as_secs(),
+            max_skew: self.max_skew_secs,
+        };
+        let checked = check_proof(proof, &expected).map_err(|e| OAuthError::InvalidDpopProof(e.0))?;
+        self.proofs
+            .admit(
+                &checked.jkt,
+                &checked.jti,
+                checked.iat,
+                now.as_secs() - self.max_skew_secs,
+            )
+            .map_err(|r| OAuthError::InvalidDpopProof(r.reason))?;
+        Ok(checked.jkt)
+    }
+
+    /// Records a refusal after the client authenticated, and gives it back.
+    async fn refused_after(
+        &self,
+        agent: &AgentRecord,
+        e: OAuthError,
+        now: Millis,
+        received: Instant,
+    ) -> OAuthError {
+        let why = format!("token request refused: {e}");
+        match self
+            .record(Some(agent), VerifyResult::Invalid, why, now, received)
+            .await
+        {
+            Ok(()) => e,
+            Err(unrecorded) => unrecorded,
+        }
+    }
+
+    /// Records a refused authentication, and answers `invalid_client` (or what kept it from
+    /// being recorded).
+    async fn refused(
+        &self,
+        agent: Option<&AgentRecord>,
+        result: VerifyResult,
+        why: String,
+        now: Millis,
+        received: Instant,
+    ) -> OAuthError {
+        let answer = match result {
+            VerifyResult::Revoked => OAuthError::InvalidClient("the agent is revoked".into()),
+            _ => OAuthError::InvalidClient(why.clone()),
+        };
+        match self.record(agent, result, why, now, received).await {
+            Ok(()) => answer,
+            Err(unrecorded) => unrecorded,
+        }
+    }
+
+    async fn record(
+        &self,
+        agent: Option<&AgentRecord>,
+        result: VerifyResult,
+        why: String,
+        now: Millis,
+        received: Instant,
+    ) -> Result<(), OAuthError> {
+        self.audit
+            .append(AuditEntry {
+                ledger: agent.map_or_else(Ledger::service, AgentRecord::ledger),
+                event: Event::TokenRequest,
+                agent_id: agent.map(|a| a.id.clone()).unwrap_or_default(),
+                result,
+                failure_reason: Some(why),
+                latency_us: received.elapsed().as_micros() as i64,
+                requested_at: now,
+                revocations_seen: self.registry.revocations_seen(),
+            })
+            .await?;
+        Ok(())
+    }
+}
+
+/// RFC 8707 §2: one or more absolute URIs, none with a fragment.
+fn check_resources(resources: &[&str]) -> Result<(), OAuthError> {
+    if resources.is_empty() {
+        return Err(OAuthError::InvalidTarget(
+            "resource is required: the absolute URI of the service the token is for (RFC 8707)".into(),
+        ));
+    }
+    if resources.len() > MAX_RESOURCES {
+        return Err(OAuthError::InvalidTarget(format!(
+            "at most {MAX_RESOURCES} resources a token"
+        )));
+    }
+    for r in resources {
+        if let Err(why) = absolute_uri(r) {
+            return Err(OAuthError::InvalidTarget(format!("resource {r:?}: {why}")));
+        }
+    }
+    Ok(())
+}
+
+/// An absolute URI (RFC 3986 §4.3) without a fragment, of printable ASCII.
+fn absolute_uri(r: &str) -> Result<(), &'static str> {
+    if r.is_empty() || r.len() > MAX_RESOURCE_LEN {
+        return Err("must be 1 to 1024 bytes");
+    }
+    if !r.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("must be printable ASCII without spaces");
+    }
+    if r.contains('#') {
+        return Err("must have no fragment");
+    }
+    let Some((scheme, rest)) = r.split_once(':') else {
+        return Err("must be an absolute URI (a scheme, then ':')");
+    };
+    let mut chars = scheme.chars();
+    let scheme_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+    if !scheme_ok || rest.is_empty() {
+        return Err("must be an absolute URI (a scheme, then ':')");
+    }
+    if (scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https"))
+        && !rest
+            .strip_prefix("//")
+            .is_some_and(|a| !a.is_empty() && !a.starts_with('/'))
+    {
+        return Err("an http(s) URI must name a host");
+    }
+    Ok(())
+}
+
+/// The scope granted: what was asked (in its order, each once), all of it the agent's; all
+/// of the agent's when nothing was asked.
+fn granted_scope(asked: Option<&str>, held: &[String]) -> Result<String, OAuthError> {
+    let asked: Vec<&str> = asked.map_or_else(Vec::new, |s| s.split(' ').filter(|s| !s.is_empty()).collect());
+    if asked.is_empty() {
+        return Ok(held.join(" "));
+    }
+    let mut granted: Vec<&str> = Vec::with_capacity(asked.len());
+    for s in asked {
+        if !held.iter().any(|h| h == s) {
+            return Err(OAuthError::InvalidScope(format!(
+                "scope {s:?} is not one of the agent's scopes"
+            )));
+        }
+        if !granted.contains(&s) {
+            granted.push(s);
+        }
+    }
+    Ok(granted.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resources_are_absolute_uris_without_fragments() {
+        for ok in [
+            "https://api.example/mcp",
+            "http://127.0.0.1:8000/mcp/",
+            "https://api.example/a?b=c",
+            "urn:example:service",
+        ] {
+            assert!(check_resources(&[ok]).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "/relative",
+            "api.example/mcp",
+            "https://api.example/mcp#frag",
+            "https://",
+            "https:///path",
+            "https://api.example/a b",
+            "1http://x",
+            "https://api.example/é",
+        ] {
+            assert!(
+                matches!(check_resources(&[bad]), Err(OAuthError::InvalidTarget(_))),
+                "{bad}"
+            );
+        }
+        assert!(matches!(check_resources(&[]), Err(OAuthError::InvalidTarget(_))));
+        let many = vec!["https://a.example"; MAX_RESOURCES + 1];
+        assert!(check_resources(&many).is_err());
+        let long = format!("https://a.example/{}", "x".repeat(MAX_RESOURCE_LEN));
+        assert!(check_resources(&[&long]).is_err());
+    }
+
+    #[test]
+    fn the_scope_granted_is_what_was_asked_of_what_is_held() {
+        let held = vec!["read:a".to_owned(), "write:b".to_owned()];
+        assert_eq!(granted_scope(None, &held).unwrap(), "read:a write:b");
+        assert_eq!(granted_scope(Some(""), &held).unwrap(), "read:a write:b");
+        assert_eq!(granted_scope(Some("write:b"), &held).unwrap(), "write:b");
+        assert_eq!(
+            granted_scope(Some("write:b  read:a write:b"), &held).unwrap(),
+            "write:b read:a"
+        );
+        assert!(matches!(
+            granted_scope(Some("read:a admin:all"), &held),
+            Err(OAuthError::InvalidScope(_))
+        ));
+        assert!(matches!(
+            granted_scope(Some("read:"), &held),
+            Err(OAuthError::InvalidScope(_))
+        ));
+    }
+}

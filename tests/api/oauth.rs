@@ -1,0 +1,634 @@
+//! agentid as an OAuth 2 authorization server: metadata (RFC 8414), agents getting their
+//! own access tokens (client credentials with `private_key_jwt`, RFC 7523; `resource`, RFC
+//! 8707; DPoP, RFC 9449), the tokens (RFC 9068) as verify and introspection (RFC 7662) see
+//! them, and each way a client could try to get a token it should not.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+use crate::dpop::{b64, bound, now, payload, thumbprint, AgentKey};
+use crate::helpers::{read, spawn_app, spawn_app_with, spawn_fleet, Options, Resp, TestApp};
+
+const RESOURCE: &str = "https://api.example/mcp";
+const ASSERTION_TYPE: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+
+impl TestApp {
+    /// A form POST, with extra headers.
+    pub(crate) async fn post_form(
+        &self,
+        path: &str,
+        form: &[(&str, &str)],
+        headers: &[(&str, &str)],
+    ) -> Resp {
+        let mut req = self.client.post(self.url(path));
+        for (name, value) in headers {
+            req = req.insert_header((*name, *value));
+        }
+        read(req.send_form(&form).await.expect("request")).await
+    }
+}
+
+/// A client assertion for `agent`, signed by `key`, for `aud`, with `extra` claims over the
+/// usual ones (a null removes one).
+fn assertion_with(key: &AgentKey, agent: &str, header: Value, extra: Value) -> String {
+    let mut claims = json!({"iss": agent, "sub": agent, "aud": "", "iat": now(), "exp": now() + 300,
+                            "jti": ulid::Ulid::new().to_string()});
+    for (k, v) in extra.as_object().unwrap() {
+        if v.is_null() {
+            claims.as_object_mut().unwrap().remove(k);
+        } else {
+            claims[k] = v.clone();
+        }
+    }
+    let input = format!("{}.{}", b64(&header), b64(&claims));
+    format!("{input}.{}", URL_SAFE_NO_PAD.encode(key.sign(&input)))
+}
+
+fn assertion(app: &TestApp, key: &AgentKey, agent: &str) -> String {
+    assertion_with(
+        key,
+        agent,
+        json!({"alg": key.alg(), "typ": "JWT"}),
+        json!({"aud": app.base}),
+    )
+}
+
+/// A token request by `agent` with `assertion`, and `extra` form fields.
+async fn ask(app: &TestApp, assertion: &str, extra: &[(&str, &str)]) -> Resp {
+    let mut form = vec![
+        ("grant_type", "client_credentials"),
+        ("client_assertion_type", ASSERTION_TYPE),
+        ("client_assertion", assertion),
+    ];
+    form.extend_from_slice(extra);
+    app.post_form("/oauth/token", &form, &[]).await
+}
+
+fn assert_oauth_error(res: &Resp, status: u16, code: &str) -> String {
+    assert_eq!(res.status, status, "{code}: {}", res.text());
+    let body = res.json();
+    assert_eq!(body["error"], code, "{body}");
+    assert_eq!(res.header("cache-control").as_deref(), Some("no-store"), "{code}");
+    res.assert_rate_limit_headers(code);
+    body["error_description"].as_str().unwrap().to_owned()
+}
+
+/// An agent bound to `key`, with two scopes.
+async fn client(app: &TestApp, key: &AgentKey) -> String {
+    let a = app
+        .register(json!({"name": "mcp agent", "issuer_domain": "example.com",
+                         "scopes": ["tools:call", "read:docs"], "jwk": key.jwk()}))
+        .await;
+    a["agent_id"].as_str().unwrap().to_owned()
+}
+
+async fn token(app: &TestApp, key: &AgentKey, agent: &str, extra: &[(&str, &str)]) -> Value {
+    let res = ask(app, &assertion(app, key, agent), extra).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    res.json()
+}
+
+async fn introspect(app: &TestApp, token: &str) -> Value {
+    let res = app.post_form("/oauth/introspect", &[("token", token)], &[]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.header("cache-control").as_deref(), Some("no-store"));
+    res.json()
+}
+
+#[actix_web::test]
+async fn the_metadata_names_the_issuer_and_its_endpoints() {
+    let app = spawn_app().await;
+    let res = app.get("/.well-known/oauth-authorization-server", None).await;
+    assert_eq!(res.status, 200);
+    let m = res.json();
+    let issuer = app.base.trim_end_matches('/');
+    assert_eq!(m["issuer"], issuer);
+    assert!(!issuer.ends_with('/'));
+    assert_eq!(m["authorization_endpoint"], format!("{issuer}/oauth/authorize"));
+    assert_eq!(m["token_endpoint"], format!("{issuer}/oauth/token"));
+    assert_eq!(m["introspection_endpoint"], format!("{issuer}/oauth/introspect"));
+    assert_eq!(m["jwks_uri"], format!("{issuer}/.well-known/jwks.json"));
+    assert_eq!(m["grant_types_supported"], json!(["client_credentials"]));
+    assert_eq!(
+        m["token_endpoint_auth_methods_supported"],
+        json!(["private_key_jwt"])
+    );
+    assert_eq!(
+        m["token_endpoint_auth_signing_alg_values_supported"],
+        json!(["EdDSA", "ES256"])
+    );
+    assert_eq!(m["dpop_signing_alg_values_supported"], json!(["EdDSA", "ES256"]));
+    assert!(m["response_types_supported"].is_array());
+    // Not an OpenID provider.
+    assert_eq!(
+        app.get("/.well-known/openid-configuration", None).await.status,
+        404
+    );
+    // No browser flow, and no redirect to whatever the request names.
+    for res in [
+        app.get(
+            "/oauth/authorize?response_type=code&client_id=x&redirect_uri=https://evil.example/cb",
+            None,
+        )
+        .await,
+        app.post_form("/oauth/authorize", &[("response_type", "code")], &[])
+            .await,
+    ] {
+        assert_oauth_error(&res, 400, "unsupported_response_type");
+        assert!(res.header("location").is_none());
+    }
+}
+
+#[actix_web::test]
+async fn an_agent_gets_an_access_token_for_the_resource_it_names() {
+    let app = spawn_app().await;
+    for key in [AgentKey::ed(), AgentKey::es()] {
+        let agent = client(&app, &key).await;
+        let before = now();
+        let res = ask(
+            &app,
+            &assertion(&app, &key, &agent),
+            &[("resource", RESOURCE), ("scope", "tools:call")],
+        )
+        .await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        assert_eq!(res.header("cache-control").as_deref(), Some("no-store"));
+        assert_eq!(res.header("pragma").as_deref(), Some("no-cache"));
+        res.assert_rate_limit_headers("token");
+        let answer = res.json();
+        assert_eq!(answer["token_type"], "Bearer");
+        assert_eq!(answer["expires_in"], 900);
+        assert_eq!(answer["scope"], "tools:call");
+        let token = answer["access_token"].as_str().unwrap();
+        let header: Value =
+            serde_json::from_slice(&URL_SAFE_NO_PAD.decode(token.split('.').next().unwrap()).unwrap())
+                .unwrap();
+        assert_eq!(header["typ"], "at+jwt");
+        assert_eq!(header["alg"], "EdDSA");
+        assert!(header["kid"].is_string());
+        let c = payload(token);
+        assert_eq!(c["iss"], app.base.trim_end_matches('/'));
+        assert_eq!(c["sub"], agent);
+        assert_eq!(c["client_id"], agent);
+        assert_eq!(c["aud"], RESOURCE);
+        assert_eq!(c["scope"], "tools:call");
+        assert_eq!(c["issuer_domain"], "example.com");
+        assert!(c["jti"].is_string() && c["status"]["status_list"]["idx"].is_u64());
+        assert!(c.get("livemode").is_none() && c.get("cnf").is_none() && c.get("scopes").is_none());
+        let iat = c["iat"].as_i64().unwrap();
+        assert!((before..=now()).contains(&iat));
+        assert_eq!(c["exp"].as_i64().unwrap() - iat, 900);
+
+        // Verify and introspection see what the token is for.
+        let v = app.verify(token).await;
+        assert_eq!(v["valid"], true, "{v}");
+        assert_eq!(
+            (&v["aud"], &v["client_id"], &v["scope"]),
+            (&json!(RESOURCE), &json!(agent), &json!("tools:call"))
+        );
+        assert_eq!(
+            (&v["issuer"], &v["scopes"]),
+            (&json!("example.com"), &json!(["tools:call"]))
+        );
+        let i = introspect(&app, token).await;
+        assert_eq!(i["active"], true);
+        for (k, want) in [
+            ("iss", json!(app.base.trim_end_matches('/'))),
+            ("sub", json!(agent)),
+            ("client_id", json!(agent)),
+            ("aud", json!(RESOURCE)),
+            ("scope", json!("tools:call")),
+            ("token_type", json!("Bearer")),
+            ("issuer_domain", json!("example.com")),
+            ("exp", c["exp"].clone()),
+            ("iat", c["iat"].clone()),
+        ] {
+            assert_eq!(i[k], want, "{k}: {i}");
+        }
+    }
+    // All the agent's scopes when none is asked for; several resources make an array.
+    let key = AgentKey::ed();
+    let agent = client(&app, &key).await;
+    let answer = token(
+        &app,
+        &key,
+        &agent,
+        &[("resource", RESOURCE), ("resource", "https://b.example/")],
+    )
+    .await;
+    assert_eq!(answer["scope"], "tools:call read:docs");
+    let c = payload(answer["access_token"].as_str().unwrap());
+    assert_eq!(c["aud"], json!([RESOURCE, "https://b.example/"]));
+    // Each request is a record of the agent's log.
+    let log = app.log(&format!("?agent_id={agent}")).await;
+    let records = log["data"].as_array().unwrap();
+    assert_eq!(records.len(), 1, "{log}");
+    assert_eq!(
+        (&records[0]["event"], &records[0]["result"]),
+        (&json!("token_request"), &json!("valid"))
+    );
+    app.log_holds().await;
+}
+
+/// What no token must come of: each refused with `invalid_client` (401) and recorded, or
+/// with the request's own error (400).
+#[actix_web::test]
+async fn stolen_forged_replayed_and_foreign_assertions_get_no_token() {
+    let app = spawn_app().await;
+    let key = AgentKey::ed();
+    let agent = client(&app, &key).await;
+    let other_key = AgentKey::es();
+    let other = client(&app, &other_key).await;
+    let ok = [("resource", RESOURCE)];
+
+    // A replayed assertion.
+    let once = assertion(&app, &key, &agent);
+    assert_eq!(ask(&app, &once, &ok).await.status, 200);
+    let why = assert_oauth_error(&ask(&app, &once, &ok).await, 401, "invalid_client");
+    assert!(why.contains("used already"), "{why}");
+
+    // Signed by another agent's key, for this agent.
+    let forged = assertion_with(
+        &other_key,
+        &agent,
+        json!({"alg": "ES256"}),
+        json!({"aud": app.base}),
+    );
+    assert_oauth_error(&ask(&app, &forged, &ok).await, 401, "invalid_client");
+    // alg none, and HS256 keyed with the agent's public key (algorithm confusion).
+    let claims =
+        json!({"iss": agent, "sub": agent, "aud": app.base, "iat": now(), "exp": now() + 60, "jti": "n1"});
+    let none = format!("{}.{}.", b64(&json!({"alg": "none"})), b64(&claims));
+    assert_oauth_error(&ask(&app, &none, &ok).await, 401, "invalid_client");
+    let input = format!("{}.{}", b64(&json!({"alg": "HS256", "typ": "JWT"})), b64(&claims));
+    let secret = key.jwk()["x"].as_str().unwrap().to_owned();
+    let mac = {
+        use hmac::Mac;
+        let mut m = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+        m.update(input.as_bytes());
+        m.finalize().into_bytes()
+    };
+    let hs = format!("{input}.{}", URL_SAFE_NO_PAD.encode(mac));
+    let why = assert_oauth_error(&ask(&app, &hs, &ok).await, 401, "invalid_client");
+    assert!(why.contains("alg"), "{why}");
+    // For another service, expired, too long-lived, for another client.
+    for (extra, what) in [
+        (json!({"aud": "https://other-as.example"}), "aud"),
+        (json!({"aud": [format!("{}/other", app.base)]}), "aud"),
+        (json!({"exp": now() - 1}), "expired"),
+        (json!({"exp": now() + 3600}), "300 s"),
+        (json!({"jti": null}), "jti"),
+        (json!({"iss": other}), "iss"),
+    ] {
+        let mut claims = json!({"aud": app.base});
+        for (k, v) in extra.as_object().unwrap() {
+            claims[k] = v.clone();
+        }
+        let a = assertion_with(&key, &agent, json!({"alg": "EdDSA"}), claims);
+        let why = assert_oauth_error(&ask(&app, &a, &ok).await, 401, "invalid_client");
+        assert!(why.contains(what), "{what}: {why}");
+    }
+    // The token endpoint's URL is an audience too (authlib signs it so).
+    let a = assertion_with(
+        &key,
+        &agent,
+        json!({"alg": "EdDSA"}),
+        json!({"aud": format!("{}/oauth/token", app.base)}),
+    );
+    assert_eq!(ask(&app, &a, &ok).await.status, 200);
+    // client_id, when sent, must be the assertion's client.
+    let res = ask(
+        &app,
+        &assertion(&app, &key, &agent),
+        &[("resource", RESOURCE), ("client_id", &other)],
+    )
+    .await;
+    assert_oauth_error(&res, 401, "invalid_client");
+    // An unknown agent, a garbage assertion.
+    let ghost = "agt_01jd0000000000000000000000";
+    assert_oauth_error(
+        &ask(&app, &assertion(&app, &key, ghost), &ok).await,
+        401,
+        "invalid_client",
+    );
+    assert_oauth_error(&ask(&app, "garbage", &ok).await, 401, "invalid_client");
+    // An agent bound to no key cannot authenticate.
+    let (bearer, _) = app.agent().await;
+    let why = assert_oauth_error(
+        &ask(&app, &assertion(&app, &key, &bearer), &ok).await,
+        401,
+        "invalid_client",
+    );
+    assert!(why.contains("bound to no key"), "{why}");
+
+    // Every refusal of an agent that exists is in its log, with why.
+    let log = app.log(&format!("?agent_id={agent}&result=invalid")).await;
+    let reasons: Vec<&str> = log["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            assert_eq!(r["event"], "token_request");
+            r["failure_reason"].as_str().unwrap()
+        })
+        .collect();
+    assert!(reasons.len() >= 10, "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.contains("used already")), "{reasons:?}");
+    app.log_holds().await;
+}
+
+#[actix_web::test]
+async fn the_request_must_say_what_it_wants_in_the_standard_form() {
+    let app = spawn_app().await;
+    let key = AgentKey::ed();
+    let agent = client(&app, &key).await;
+    let a = || assertion(&app, &key, &agent);
+    // resource: required, absolute, no fragment.
+    assert_oauth_error(&ask(&app, &a(), &[]).await, 400, "invalid_target");
+    for bad in ["/mcp", "api.example", "https://api.example/mcp#x", "https://"] {
+        assert_oauth_error(
+            &ask(&app, &a(), &[("resource", bad)]).await,
+            400,
+            "invalid_target",
+        );
+    }
+    // A scope the agent does not hold.
+    let why = assert_oauth_error(
+        &ask(
+            &app,
+            &a(),
+            &[("resource", RESOURCE), ("scope", "tools:call admin:all")],
+        )
+        .await,
+        400,
+        "invalid_scope",
+    );
+    assert!(why.contains("admin:all"), "{why}");
+    // The grant, the client authentication, the form itself.
+    let res = app
+        .post_form(
+            "/oauth/token",
+            &[("grant_type", "password"), ("resource", RESOURCE)],
+            &[],
+        )
+        .await;
+    assert_oauth_error(&res, 400, "unsupported_grant_type");
+    let res = app
+        .post_form("/oauth/token", &[("resource", RESOURCE)], &[])
+        .await;
+    assert_oauth_error(&res, 400, "invalid_request");
+    let res = app
+        .post_form(
+            "/oauth/token",
+            &[("grant_type", "client_credentials"), ("resource", RESOURCE)],
+            &[],
+        )
+        .await;
+    assert_oauth_error(&res, 401, "invalid_client");
+    let res = ask(
+        &app,
+        &a(),
+        &[
+            ("resource", RESOURCE),
+            ("scope", "read:docs"),
+            ("scope", "tools:call"),
+        ],
+    )
+    .await;
+    assert!(assert_oauth_error(&res, 400, "invalid_request").contains("more than once"));
+    let res = app
+        .post(
+            "/oauth/token",
+            None,
+            Some(&json!({"grant_type": "client_credentials"})),
+        )
+        .await;
+    assert_oauth_error(&res, 400, "invalid_request");
+    // The gate's own errors have the OAuth shape here too.
+    let res = app.get("/oauth/token", None).await;
+    assert_eq!(res.status, 405);
+    assert_eq!(res.json()["error"], "invalid_request");
+    let big = "x".repeat(70 * 1024);
+    let res = app.post_form("/oauth/token", &[("grant_type", &big)], &[]).await;
+    assert_eq!(res.status, 413);
+    assert_eq!(res.json()["error"], "invalid_request");
+}
+
+#[actix_web::test]
+async fn a_revoked_agent_gets_no_token_and_its_tokens_die_at_once() {
+    let app = spawn_app().await;
+    let key = AgentKey::es();
+    let agent = client(&app, &key).await;
+    let answer = token(&app, &key, &agent, &[("resource", RESOURCE)]).await;
+    let t = answer["access_token"].as_str().unwrap();
+    assert_eq!(introspect(&app, t).await["active"], true);
+    assert_eq!(app.revoke(&agent, Some("key leaked")).await.status, 200);
+    assert_eq!(introspect(&app, t).await, json!({"active": false}));
+    assert_eq!(app.verify(t).await["error"], "TOKEN_REVOKED");
+    let why = assert_oauth_error(
+        &ask(&app, &assertion(&app, &key, &agent), &[("resource", RESOURCE)]).await,
+        401,
+        "invalid_client",
+    );
+    assert!(why.contains("revoked"), "{why}");
+    let log = app.log(&format!("?agent_id={agent}&result=revoked")).await;
+    let records = log["data"].as_array().unwrap();
+    // The introspection, the verification, the token request.
+    assert_eq!(records.len(), 3, "{log}");
+    assert_eq!(records[0]["event"], "token_request");
+    assert_eq!(records[1]["event"], "verification");
+
+    // Revoked through another instance: this one learns it from the store at once.
+    let fleet = spawn_fleet(2, Options::default()).await;
+    let key = AgentKey::ed();
+    let agent = client(&fleet[0], &key).await;
+    assert_eq!(fleet[1].revoke(&agent, None).await.status, 200);
+    assert_oauth_error(
+        &ask(
+            &fleet[0],
+            &assertion(&fleet[0], &key, &agent),
+            &[("resource", RESOURCE)],
+        )
+        .await,
+        401,
+        "invalid_client",
+    );
+}
+
+/// An assertion used at one instance is refused at another: the store remembers it.
+#[actix_web::test]
+async fn an_assertion_replayed_to_another_instance_is_refused() {
+    let fleet = spawn_fleet(2, Options::default()).await;
+    let key = AgentKey::ed();
+    let agent = client(&fleet[0], &key).await;
+    let a = assertion(&fleet[0], &key, &agent);
+    assert_eq!(ask(&fleet[0], &a, &[("resource", RESOURCE)]).await.status, 200);
+    let res = ask(&fleet[1], &a, &[("resource", RESOURCE)]).await;
+    assert_oauth_error(&res, 401, "invalid_client");
+}
+
+#[actix_web::test]
+async fn a_dpop_proof_binds_the_access_token_to_its_key() {
+    let app = spawn_app().await;
+    let key = AgentKey::ed();
+    let agent = client(&app, &key).await;
+    let dpop = AgentKey::es();
+    let endpoint = format!("{}/oauth/token", app.base);
+    let proof = |htu: &str, htm: &str| {
+        dpop.proof_with(
+            &dpop.header(),
+            &json!({"jti": ulid::Ulid::new().to_string(), "htm": htm, "htu": htu, "iat": now()}),
+        )
+    };
+    let form = |a: &str| {
+        vec![
+            ("grant_type".to_owned(), "client_credentials".to_owned()),
+            ("client_assertion_type".to_owned(), ASSERTION_TYPE.to_owned()),
+            ("client_assertion".to_owned(), a.to_owned()),
+            ("resource".to_owned(), RESOURCE.to_owned()),
+        ]
+    };
+    let send = |p: String| {
+        let f = form(&assertion(&app, &key, &agent));
+        let app = &app;
+        async move {
+            let pairs: Vec<(&str, &str)> = f.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            app.post_form("/oauth/token", &pairs, &[("DPoP", &p)]).await
+        }
+    };
+    let good = proof(&endpoint, "POST");
+    let res = send(good.clone()).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let answer = res.json();
+    assert_eq!(answer["token_type"], "DPoP");
+    let t = answer["access_token"].as_str().unwrap().to_owned();
+    assert_eq!(payload(&t)["cnf"]["jkt"], thumbprint(&dpop.jwk()));
+    let i = introspect(&app, &t).await;
+    assert_eq!(
+        (&i["token_type"], &i["cnf"]["jkt"]),
+        (&json!("DPoP"), &json!(thumbprint(&dpop.jwk())))
+    );
+    // The bound token passes at a receiver only with a proof by that key.
+    let htu = "https://api.example/mcp";
+    let rs_proof = dpop.proof_with(
+        &dpop.header(),
+        &json!({"jti": "rs1", "htm": "GET", "htu": htu, "iat": now(),
+                "ath": URL_SAFE_NO_PAD.encode(<sha2::Sha256 as sha2::Digest>::digest(t.as_bytes()))}),
+    );
+    let v = app
+        .post(
+            "/v1/verify",
+            None,
+            Some(&json!({"token": t, "dpop": rs_proof, "htm": "GET", "htu": htu})),
+        )
+        .await
+        .json();
+    assert_eq!(v["valid"], true, "{v}");
+    let v = app
+        .post(
+            "/v1/verify",
+            None,
+            Some(&json!({"token": t, "htm": "GET", "htu": htu})),
+        )
+        .await
+        .json();
+    assert_eq!(v["error"], "PROOF_INVALID");
+
+    // A proof replayed, for another URL or method, or malformed: no token.
+    for p in [
+        good,
+        proof("https://other.example/oauth/token", "POST"),
+        proof(&endpoint, "GET"),
+        "x.y.z".to_owned(),
+    ] {
+        assert_oauth_error(&send(p).await, 400, "invalid_dpop_proof");
+    }
+}
+
+#[actix_web::test]
+async fn token_requests_count_against_the_organizations_limit() {
+    let app = spawn_app_with(Options {
+        plan: agentid::domain::Plan::Enterprise,
+        verify_limit: Some(1000),
+        other_limit: Some(3),
+        ..Options::default()
+    })
+    .await;
+    let key = AgentKey::ed();
+    let agent = client(&app, &key).await;
+    // The registration took one call; two tokens follow, then the limit.
+    for _ in 0..2 {
+        let res = ask(&app, &assertion(&app, &key, &agent), &[("resource", RESOURCE)]).await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        assert_eq!(res.header("x-ratelimit-limit").as_deref(), Some("3"));
+    }
+    let res = ask(&app, &assertion(&app, &key, &agent), &[("resource", RESOURCE)]).await;
+    assert_eq!(res.status, 429, "{}", res.text());
+    assert_eq!(res.json()["error"], "temporarily_unavailable");
+    assert!(res.header("retry-after").is_some());
+    // Another organization's calls are its own: failed requests count against the address.
+    let app = spawn_app().await;
+    for i in 0..25 {
+        let res = ask(&app, "garbage", &[("resource", RESOURCE)]).await;
+        if res.status == 429 {
+            assert!(i >= 20, "limited after {i}");
+            return;
+        }
+        assert_eq!(res.status, 401);
+    }
+    panic!("failed token requests were never limited");
+}
+
+#[actix_web::test]
+async fn test_mode_tokens_say_so_and_the_lifetime_is_configured() {
+    let app = spawn_app_with(Options {
+        tweak: Box::new(|c| c.engine.oauth.access_token_lifetime = std::time::Duration::from_secs(120)),
+        ..Options::default()
+    })
+    .await;
+    let key = AgentKey::ed();
+    let a = app
+        .register_with(
+            &app.org.keys.secret_test,
+            json!({"name": "t", "issuer_domain": "example.com", "scopes": ["tools:call"], "jwk": key.jwk()}),
+        )
+        .await;
+    let agent = a["agent_id"].as_str().unwrap();
+    let answer = token(&app, &key, agent, &[("resource", RESOURCE)]).await;
+    assert_eq!(answer["expires_in"], 120);
+    let c = payload(answer["access_token"].as_str().unwrap());
+    assert_eq!(c["livemode"], false);
+    assert_eq!(c["exp"].as_i64().unwrap() - c["iat"].as_i64().unwrap(), 120);
+    assert_eq!(
+        introspect(&app, answer["access_token"].as_str().unwrap()).await["livemode"],
+        false
+    );
+}
+
+/// An organization that no longer holds its agent's name can no more hand it tokens this
+/// way than with issue-token.
+#[actix_web::test]
+async fn no_token_under_a_name_the_organization_released() {
+    let app = spawn_app().await;
+    let key = AgentKey::ed();
+    let (agent, _) = bound(&app, &key).await;
+    assert_eq!(
+        token(&app, &key, &agent, &[("resource", RESOURCE)]).await["scope"],
+        "read:docs"
+    );
+    let res = app
+        .client
+        .delete(app.url("/v1/domains/example.com"))
+        .insert_header(("Authorization", format!("Bearer {}", app.secret())))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 204);
+    let why = assert_oauth_error(
+        &ask(&app, &assertion(&app, &key, &agent), &[("resource", RESOURCE)]).await,
+        401,
+        "invalid_client",
+    );
+    assert!(why.contains("example.com"), "{why}");
+}
