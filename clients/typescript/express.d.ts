@@ -1,4 +1,4 @@
-import type { Agent, Verifier } from "./index.js";
+import type { Agent, ResourceMetadata, Verifier } from "./index.js";
 
 declare global {
   namespace Express {
@@ -11,9 +11,14 @@ declare global {
 
 /** Express middleware setting `req.agent` for a bearer token or a DPoP-bound token with its
  * proof; otherwise 401 (403 for INSUFFICIENT_SCOPE, 503 for UNAVAILABLE, 500 for
- * MISCONFIGURED) with {"error": code} and a WWW-Authenticate challenge. `publicOrigin`: the
+ * MISCONFIGURED) with {"error": code} and a WWW-Authenticate challenge (naming
+ * `resourceMetadata`, when given). `publicOrigin`: the
  * origin agents address (behind a proxy), from which a proof's URL is rebuilt. */
 export function agentIdMiddleware(
   verifier: Verifier,
-  options?: { scopes?: string[]; publicOrigin?: string },
+  options?: { scopes?: string[]; publicOrigin?: string; resourceMetadata?: ResourceMetadata },
 ): (req: any, res: any, next: (err?: unknown) => void) => Promise<void>;
+
+/** An Express handler serving `metadata`: `app.get(metadata.path, resourceMetadataHandler(metadata))`.
+ * With `resourceMetadata`, the middleware's 401 challenges name its URL. */
+export function resourceMetadataHandler(metadata: ResourceMetadata): (req: any, res: any) => void;

@@ -5,7 +5,8 @@
 // On success the agent is `req.agent`; otherwise 401 (403 for INSUFFICIENT_SCOPE, 503 with
 // `Retry-After` for UNAVAILABLE, 500 for MISCONFIGURED: the receiver's own configuration)
 // with `{"error": code}`, and on a 401 or 403 a `WWW-Authenticate` challenge (RFC 6750 §3.1:
-// no error code without credentials, `insufficient_scope` on a 403; RFC 9449 §7.1 for DPoP).
+// no error code without credentials, `insufficient_scope` on a 403; RFC 9449 §7.1 for DPoP),
+// naming `resourceMetadata` (RFC 9728) when given; `resourceMetadataHandler` serves it.
 import { VerificationError } from "./index.js";
 
 const STATUS = { INSUFFICIENT_SCOPE: 403, UNAVAILABLE: 503, MISCONFIGURED: 500 };
@@ -14,19 +15,34 @@ const DPOP_ALGS = "EdDSA Ed25519 ES256";
 const RETRY_AFTER = 5;
 
 /** The `WWW-Authenticate` value for `error` on a request that used `scheme` (none when it
- * had no credentials at all: `bare`), or null for a refusal that is not the credentials'. */
-function challenge(error, scheme, scopes, bare) {
+ * had no credentials at all: `bare`), or null for a refusal that is not the credentials'. A
+ * Bearer challenge names the receiver's resource metadata (RFC 9728 §5.1) when given. */
+function challenge(error, scheme, scopes, bare, metadata) {
   if (error.code === "UNAVAILABLE" || error.code === "MISCONFIGURED") return null;
-  if (bare) return "Bearer";
+  const where = metadata ? `resource_metadata="${metadata.url}"` : "";
+  if (bare) return where ? `Bearer ${where}` : "Bearer";
   const proof = error.code === "PROOF_INVALID" || error.code === "PROOF_REPLAYED";
   const [code, extra] = error.code === "INSUFFICIENT_SCOPE"
     ? ["insufficient_scope", `, scope="${scopes.join(" ")}"`]
     : [scheme === "DPoP" && proof ? "invalid_dpop_proof" : "invalid_token", ""];
   if (scheme === "DPoP" || proof) return `DPoP error="${code}"${extra}, algs="${DPOP_ALGS}"`;
-  return `Bearer error="${code}"${extra}`;
+  return `Bearer error="${code}"${extra}${where ? `, ${where}` : ""}`;
 }
 
-export function agentIdMiddleware(verifier, { scopes = [], publicOrigin } = {}) {
+/** An Express handler serving `metadata` (a `ResourceMetadata`):
+ * `app.get(metadata.path, resourceMetadataHandler(metadata))`. */
+export function resourceMetadataHandler(metadata) {
+  const body = JSON.stringify(metadata.document());
+  return (req, res) => {
+    res.statusCode = 200;
+    res.setHeader("Content-Type", "application/json");
+    res.setHeader("Cache-Control", "public, max-age=3600");
+    res.setHeader("Access-Control-Allow-Origin", "*");
+    res.end(body);
+  };
+}
+
+export function agentIdMiddleware(verifier, { scopes = [], publicOrigin, resourceMetadata } = {}) {
   const origin = publicOrigin?.replace(/\/+$/, "");
   return async (req, res, next) => {
     const header = req.headers?.authorization || "";
@@ -48,7 +64,7 @@ export function agentIdMiddleware(verifier, { scopes = [], publicOrigin } = {}) 
       }
     } catch (e) {
       if (!(e instanceof VerificationError)) return next(e);
-      const value = challenge(e, scheme, scopes, !header.trim());
+      const value = challenge(e, scheme, scopes, !header.trim(), resourceMetadata);
       if (value) res.setHeader("WWW-Authenticate", value);
       if (e.code === "UNAVAILABLE") res.setHeader("Retry-After", String(RETRY_AFTER));
       res.statusCode = STATUS[e.code] || 401;

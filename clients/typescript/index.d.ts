@@ -25,12 +25,20 @@ export class VerificationError extends Error {
 
 export interface Agent {
   agentId: string;
+  /** The name the agent's organization proved (an access token's `issuer_domain`). */
   issuer: string;
+  /** The scopes granted (an access token's `scope`, split). */
   scopes: string[];
   issuedAt: Date;
   expiresAt: Date;
   /** False for a test-mode token (accepted only with `allowTest`). */
   livemode: boolean;
+  /** The resources an access token is for (its `aud`); empty for an agent token. */
+  audience: string[];
+  /** An access token's OAuth client: the agent itself. Null for an agent token. */
+  clientId: string | null;
+  /** The token's claims, as verified (the online answer's members for `verifyOnline`). */
+  claims: Record<string, unknown>;
 }
 
 export interface VerifierOptions {
@@ -57,6 +65,10 @@ export interface VerifierOptions {
   setAudience?: string;
   /** Seconds a DPoP proof's `iat` may be from now, either way (60). */
   dpopMaxSkew?: number;
+  /** This receiver's resource identifier (a URI, or several). When set, a token is accepted
+   * only when its `aud` names one of them: an agent token (which names none) and an access
+   * token for another receiver are TOKEN_INVALID. Not a URI or a non-empty list: TypeError. */
+  audience?: string | string[];
   /** Told of every refusal of `verify`, `verifyDpop` and `verifyOnline`, with its code and
    * reason; a hook that throws is ignored. */
   onRefusal?: (code: ErrorCode, reason: string) => void;
@@ -71,6 +83,10 @@ export interface VerifierOptions {
 
 export class Verifier {
   constructor(options: VerifierOptions);
+  /** The service's URL, without a trailing slash: the `iss` of its access tokens. */
+  readonly baseUrl: string;
+  /** The receiver's `audience`, or null when it named none. */
+  readonly audience: string[] | null;
   /** Offline: signature, claims, revocation (pushed, or through the status list), issuer,
    * mode, scopes. A token over 4096 bytes is TOKEN_INVALID unparsed; a token bound to a key
    * (`cnf`) is PROOF_INVALID: it needs `verifyDpop`. */
@@ -89,4 +105,18 @@ export class Verifier {
    * the last 10,000 taken, and its subject's `sub_id.iss` is in `issuers` (when set). A
    * revocation revokes at once. */
   handleSet(setJwt: string): Promise<void>;
+}
+
+/** What a receiver tells OAuth clients about itself (RFC 9728, protected resource metadata). */
+export class ResourceMetadata {
+  /** `resource`: this receiver's identifier, an http(s) URI without a fragment (else TypeError). */
+  constructor(verifier: Verifier, resource: string, options?: { scopesSupported?: string[]; resourceName?: string });
+  readonly resource: string;
+  /** Where it is served, on the resource's origin: /.well-known/oauth-protected-resource + its path. */
+  readonly path: string;
+  /** Its URL, as a 401's challenge names it (`resource_metadata="…"`). */
+  readonly url: string;
+  /** The JSON document: resource, authorization_servers (the verifier's service),
+   * scopes_supported, bearer_methods_supported, dpop_signing_alg_values_supported. */
+  document(): Record<string, unknown>;
 }

@@ -1,5 +1,8 @@
-// Verify agentid agent tokens: offline against the service's JWKS, with revocation seen
-// through Token Status Lists and pushed Shared Signals events, or online. Keys and lists
+// Verify agentid tokens: offline against the service's JWKS, with revocation seen through
+// Token Status Lists and pushed Shared Signals events, or online. Agent tokens (minted by
+// the agent's organization) and OAuth access tokens (RFC 9068, `typ` at+jwt, which an agent
+// gets itself for the resources in their `aud`) verify alike; a receiver that names its
+// `audience` accepts only access tokens for it. Keys and lists
 // come only from `baseUrl`'s origin and are cached for as long as the service says, so a
 // warm verification makes no network call. No redirect is followed, no answer is read past
 // 1 MiB, and every failure is a `VerificationError`. Uses `fetch`, WebCrypto (through jose)
@@ -7,6 +10,8 @@
 import { importJWK, jwtVerify, decodeProtectedHeader, errors as joseErrors, EmbeddedJWK, calculateJwkThumbprint, base64url } from "jose";
 
 const SESSION_REVOKED = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
+/** The header `typ` of an OAuth access token (RFC 9068). */
+const ACCESS_TOKEN_TYP = "at+jwt";
 /** The longest token accepted (the service issues none longer); a longer one is not parsed. */
 const MAX_TOKEN_BYTES = 4096;
 /** The most read of any answer of the service, and of an inflated status list. */
@@ -97,12 +102,20 @@ export class Verifier {
   /**
    * @param {{baseUrl: string, issuers?: string[], leeway?: number, listGrace?: number,
    *          failOpen?: boolean, kidRefetchInterval?: number, timeout?: number,
-   *          allowTest?: boolean, setAudience?: string, dpopMaxSkew?: number,
+   *          allowTest?: boolean, setAudience?: string, dpopMaxSkew?: number, audience?: string | string[],
    *          onRefusal?: Function, onVerification?: Function, onFetch?: Function}} options
    */
-  constructor({ baseUrl, issuers, leeway = 30, listGrace = 300, failOpen = false, kidRefetchInterval = 60, timeout = 5, allowTest = false, setAudience, dpopMaxSkew = 60, onRefusal, onVerification, onFetch }) {
+  constructor({ baseUrl, issuers, leeway = 30, listGrace = 300, failOpen = false, kidRefetchInterval = 60, timeout = 5, allowTest = false, setAudience, dpopMaxSkew = 60, audience, onRefusal, onVerification, onFetch }) {
     if (!/^https?:\/\/[^/]/.test(baseUrl ?? "")) throw new TypeError(`baseUrl ${baseUrl} is not an http(s) URL`);
     if (!(timeout > 0 && Number.isFinite(timeout))) throw new TypeError("timeout must be a positive number of seconds");
+    if (audience !== undefined) {
+      const list = [audience].flat();
+      if (!list.length || !list.every((a) => typeof a === "string" && a)) throw new TypeError("audience must be a URI or a list of URIs");
+      /** This receiver's resource identifiers: a token must name one of them in its `aud`. */
+      this.audience = list;
+    } else {
+      this.audience = null;
+    }
     this.allowTest = allowTest;
     this.baseUrl = baseUrl.replace(/\/+$/, "");
     this.issuers = issuers ? new Set(issuers) : null;
@@ -262,6 +275,12 @@ export class Verifier {
 
   /** Checks a JWS's header (EdDSA, a kid, `typ`) and signature; its claims. */
   async decode(jws, typ, required) {
+    return (await this.decodeTyped(jws, [typ], required)).claims;
+  }
+
+  /** Checks a JWS's header (EdDSA, a kid, a `typ` of `typs`; absent means the first) and
+   * signature; its `typ` and claims. */
+  async decodeTyped(jws, typs, required) {
     let header;
     try {
       header = decodeProtectedHeader(jws);
@@ -269,7 +288,9 @@ export class Verifier {
       fail("TOKEN_INVALID", "malformed");
     }
     if (header.alg !== "EdDSA" || typeof header.kid !== "string") fail("TOKEN_INVALID", "only alg EdDSA with a kid");
-    if ((header.typ ?? typ) !== typ) fail("TOKEN_INVALID", `typ ${header.typ} is not ${typ}`);
+    let typ = header.typ ?? typs[0];
+    if (typ === "application/at+jwt") typ = ACCESS_TOKEN_TYP;
+    if (!typs.includes(typ)) fail("TOKEN_INVALID", `typ ${header.typ} is not one of ${typs.join(", ")}`);
     const key = await this.key(header.kid);
     try {
       const { payload } = await jwtVerify(jws, key, {
@@ -277,7 +298,7 @@ export class Verifier {
         clockTolerance: this.leeway,
         requiredClaims: required,
       });
-      return payload;
+      return { typ, claims: payload };
     } catch (e) {
       if (e instanceof joseErrors.JWTExpired) fail("TOKEN_EXPIRED", e.message);
       fail("TOKEN_INVALID", e.message);
@@ -391,10 +412,10 @@ export class Verifier {
 
   /** The claims and agent of `token`, checked offline (`verify`). */
   async checked(token, scopes) {
-    const c = await this.decode(sized(token), "JWT", ["exp", "iat", "sub", "iss"]);
+    const { typ, claims: c } = await this.decodeTyped(sized(token), ["JWT", ACCESS_TOKEN_TYP], ["exp", "iat", "sub", "iss"]);
     if (c.iat > Date.now() / 1000 + this.leeway) fail("TOKEN_INVALID", "issued in the future");
-    const granted = c.scopes ?? [];
-    const livemode = this.admit(c.sub, c.iss, granted, c.livemode);
+    const { issuer, granted, audience, clientId } = this.kind(typ === ACCESS_TOKEN_TYP, c);
+    const livemode = this.admit(c.sub, issuer, granted, c.livemode);
     if (c.status !== undefined) {
       const ref = c.status?.status_list;
       if (!ref || !Number.isSafeInteger(ref.idx) || ref.idx < 0 || typeof ref.uri !== "string") {
@@ -405,13 +426,44 @@ export class Verifier {
     scoped(granted, scopes);
     const agent = {
       agentId: c.sub,
-      issuer: c.iss,
+      issuer,
       scopes: granted,
       issuedAt: new Date(c.iat * 1000),
       expiresAt: new Date(c.exp * 1000),
       livemode,
+      audience,
+      clientId,
+      claims: c,
     };
     return { claims: c, agent };
+  }
+
+  /** The issuer domain, scopes, audience and client of an agent token's or an access token's
+   * claims (an access token is one of this service, for its agent); the audience held to
+   * `audience`. */
+  kind(access, c) {
+    const audience = c.aud === undefined ? [] : [c.aud].flat();
+    if (!audience.every((a) => typeof a === "string")) fail("TOKEN_INVALID", "malformed aud");
+    let issuer, granted, clientId;
+    if (access) {
+      if (c.iss !== this.baseUrl) fail("TOKEN_INVALID", `an access token of ${c.iss}, not of ${this.baseUrl}`);
+      if (typeof c.scope !== "string" || !c.scope || c.client_id !== c.sub || !audience.length) {
+        fail("TOKEN_INVALID", "an access token needs aud, scope and client_id (its sub)");
+      }
+      [issuer, granted, clientId] = [c.issuer_domain, c.scope.split(" "), c.client_id];
+    } else {
+      if ("client_id" in c || "scope" in c) fail("TOKEN_INVALID", "an agent token with an access token's claims");
+      [issuer, granted, clientId] = [c.iss, c.scopes ?? [], null];
+    }
+    this.heldToAudience(audience);
+    return { issuer, granted, audience, clientId };
+  }
+
+  /** Refuses a token whose audience names none of `audience` (when the receiver named one). */
+  heldToAudience(audience) {
+    if (this.audience && !audience.some((a) => this.audience.includes(a))) {
+      fail("TOKEN_INVALID", `a token for ${audience.length ? audience.join(", ") : "no audience"}, not for ${this.audience.join(", ")}`);
+    }
   }
 
   /** Whether a token is live; a test-mode one (`livemode: false`) is refused unless
@@ -442,10 +494,13 @@ export class Verifier {
     }
     if (!a.valid) fail(["TOKEN_REVOKED", "TOKEN_EXPIRED"].includes(a.error) ? a.error : "TOKEN_INVALID", `${a.error}`);
     const granted = a.scopes ?? [];
+    const audience = a.aud === undefined ? [] : [a.aud].flat();
+    this.heldToAudience(audience);
     const livemode = this.admit(a.agent_id, a.issuer, granted, a.livemode);
     if (a.cnf !== undefined) fail("PROOF_INVALID", "the token is bound to a key: it passes only with a DPoP proof (verifyDpop)");
     scoped(granted, scopes);
-    return { agentId: a.agent_id, issuer: a.issuer, scopes: granted, issuedAt, expiresAt, livemode };
+    return { agentId: a.agent_id, issuer: a.issuer, scopes: granted, issuedAt, expiresAt, livemode,
+             audience, clientId: a.client_id ?? null, claims: a };
   }
 
   /** Takes a Security Event Token the service pushed (or a poll gave): verified through the
@@ -475,6 +530,47 @@ export class Verifier {
     this.seenSets.add(c.jti);
     if (this.seenSets.size > SEEN_SETS) this.seenSets.delete(this.seenSets.values().next().value);
     if (revoked !== undefined) this.revoked.add(revoked);
+  }
+}
+
+/** Where RFC 9728 puts a resource's metadata: between its host and its path. */
+const WELL_KNOWN_RESOURCE = "/.well-known/oauth-protected-resource";
+
+/** What a receiver tells OAuth clients about itself (RFC 9728, protected resource metadata):
+ * its resource identifier, that the verifier's agentid service issues its tokens, the scopes
+ * it knows and how a token is sent. An MCP client reads it to find where to get a token. */
+export class ResourceMetadata {
+  /** @param {Verifier} verifier @param {string} resource an http(s) URI without a fragment
+   *  @param {{scopesSupported?: string[], resourceName?: string}} [options] */
+  constructor(verifier, resource, { scopesSupported = [], resourceName } = {}) {
+    let url;
+    try {
+      url = new URL(resource);
+    } catch {
+      throw new TypeError(`resource ${resource} is not a URI`);
+    }
+    if (!["http:", "https:"].includes(url.protocol) || url.hash || resource.includes("#")) {
+      throw new TypeError(`resource ${resource} is not an http(s) URI without a fragment`);
+    }
+    this.resource = resource;
+    this.authorizationServer = verifier.baseUrl;
+    this.scopesSupported = [...scopesSupported];
+    this.resourceName = resourceName;
+    /** The path it is served at, on the resource's own origin. */
+    this.path = WELL_KNOWN_RESOURCE + (url.pathname === "/" ? "" : url.pathname);
+    /** Its URL, as a challenge names it. */
+    this.url = url.origin + this.path;
+  }
+
+  document() {
+    return {
+      resource: this.resource,
+      authorization_servers: [this.authorizationServer],
+      ...(this.scopesSupported.length ? { scopes_supported: this.scopesSupported } : {}),
+      bearer_methods_supported: ["header"],
+      dpop_signing_alg_values_supported: ["EdDSA", "ES256"],
+      ...(this.resourceName ? { resource_name: this.resourceName } : {}),
+    };
   }
 }
 

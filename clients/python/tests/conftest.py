@@ -9,13 +9,17 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 # The tests import the library from this checkout, whatever an example's install (which the
@@ -71,6 +75,33 @@ class Server:
         body = {"name": "bot", "issuer_domain": "example.com", "scopes": list(scopes), **extra}
         a = self.call("POST", "/v1/agents/register", body, key=key)
         return a["agent_id"], a["token"]
+
+    def oauth_client(self, scopes=("tools:call",), key=None):
+        """An agent bound to a fresh P-256 key, as an OAuth client: its id and its key."""
+        key = key or ec.generate_private_key(ec.SECP256R1())
+        jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(key.public_key()))
+        agent_id, _ = self.register(scopes, jwk={k: jwk[k] for k in ("kty", "crv", "x", "y")})
+        return agent_id, key
+
+    def assertion(self, agent_id, key, **claims):
+        now = int(time.time())
+        body = {"iss": agent_id, "sub": agent_id, "aud": self.base, "iat": now, "exp": now + 300,
+                "jti": uuid.uuid4().hex, **claims}
+        return jwt.encode(body, key, algorithm="ES256")
+
+    def access_token(self, agent_id, key, resource, scope=None):
+        """An access token the agent gets itself at the token endpoint (client credentials,
+        private_key_jwt), for ``resource`` (one URI or several)."""
+        form = [("grant_type", "client_credentials"),
+                ("client_assertion_type", "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"),
+                ("client_assertion", self.assertion(agent_id, key))]
+        form += [("resource", r) for r in ([resource] if isinstance(resource, str) else resource)]
+        if scope:
+            form.append(("scope", scope))
+        req = urllib.request.Request(self.base + "/oauth/token", data=urllib.parse.urlencode(form).encode(),
+                                     headers={"Content-Type": "application/x-www-form-urlencoded"})
+        with urllib.request.urlopen(req, timeout=10) as res:
+            return json.loads(res.read())["access_token"]
 
     def revoke(self, agent_id):
         return self.call("POST", f"/v1/agents/{agent_id}/revoke")

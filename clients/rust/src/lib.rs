@@ -1,5 +1,8 @@
-//! Verify agentid agent tokens in a receiver: offline against the service's JWKS, with
-//! revocation seen through Token Status Lists and pushed Shared Signals events, or online.
+//! Verify agentid tokens in a receiver: offline against the service's JWKS, with revocation
+//! seen through Token Status Lists and pushed Shared Signals events, or online. Agent tokens
+//! (minted by the agent's organization) and OAuth access tokens (RFC 9068, `typ` `at+jwt`,
+//! which an agent gets itself for the resources in their `aud`) verify alike; a receiver that
+//! names its [`Builder::audience`] accepts only access tokens for it.
 //!
 //! ```no_run
 //! # async fn f(token: &str, set_jwt: &str) -> Result<(), agentid_verifier::Error> {
@@ -71,7 +74,9 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 mod dpop;
+mod resource;
 pub use dpop::{MAX_PROOF_BYTES, SEEN_PROOFS};
+pub use resource::ResourceMetadata;
 
 /// The crate's README, whose example compiles as a doctest.
 #[doc = include_str!("../README.md")]
@@ -85,6 +90,8 @@ pub struct ReadmeDoctests;
 pub struct ReceiversPageDoctests;
 
 const SESSION_REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
+/// The header `typ` of an OAuth access token (RFC 9068).
+const ACCESS_TOKEN_TYP: &str = "at+jwt";
 /// The longest token accepted (the service issues none longer); a longer one is not parsed.
 pub const MAX_TOKEN_BYTES: usize = 4096;
 /// The most read of any answer of the service.
@@ -169,12 +176,21 @@ fn sized<'a>(jws: &'a str, limit: usize, what: &str) -> Result<&'a str, Error> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Agent {
     pub agent_id: String,
+    /// The name the agent's organization proved (an access token's `issuer_domain`).
     pub issuer: String,
+    /// The scopes granted (an access token's `scope`, split).
     pub scopes: Vec<String>,
     pub issued_at: SystemTime,
     pub expires_at: SystemTime,
     /// False for a test-mode token (accepted only with [`Builder::allow_test`]).
     pub livemode: bool,
+    /// The resources an access token is for (its `aud`); empty for an agent token.
+    pub audience: Vec<String>,
+    /// An access token's OAuth client: the agent itself. None for an agent token.
+    pub client_id: Option<String>,
+    /// The token's claims, as verified (the online answer's members for
+    /// [`Verifier::verify_online`]).
+    pub claims: Value,
 }
 
 /// How a [`Verifier`] is made.
@@ -190,6 +206,7 @@ pub struct Builder {
     set_audience: Option<String>,
     dpop_max_skew: Duration,
     on_refusal: Option<RefusalHook>,
+    audience: Option<Vec<String>>,
 }
 
 /// What [`Builder::on_refusal`] is given.
@@ -253,6 +270,13 @@ impl Builder {
         self.dpop_max_skew = d;
         self
     }
+    /// This receiver's resource identifier (a URI; call again to add another). When set, a
+    /// token is accepted only when its `aud` names one of them: an agent token (which names
+    /// none) and an access token for another receiver are `TOKEN_INVALID`.
+    pub fn audience(mut self, resource: impl Into<String>) -> Self {
+        self.audience.get_or_insert_with(Vec::new).push(resource.into());
+        self
+    }
     /// The verifier; `MISCONFIGURED` for a base URL that is not http(s) or a zero timeout.
     pub fn build(self) -> Result<Verifier, Error> {
         let base = self.base_url.trim_end_matches('/').to_owned();
@@ -266,6 +290,13 @@ impl Builder {
         }
         if self.timeout.is_zero() {
             return Err(Error::Misconfigured("the timeout must be more than zero".into()));
+        }
+        if self
+            .audience
+            .as_ref()
+            .is_some_and(|a| a.iter().any(String::is_empty))
+        {
+            return Err(Error::Misconfigured("an audience must be a URI".into()));
         }
         metrics::describe_counter!(
             VERIFICATIONS,
@@ -288,6 +319,7 @@ impl Builder {
                 set_audience: self.set_audience,
                 dpop_max_skew: i64::try_from(self.dpop_max_skew.as_secs()).unwrap_or(i64::MAX),
                 on_refusal: self.on_refusal,
+                audience: self.audience,
                 state: Mutex::default(),
                 fetching_keys: tokio::sync::Mutex::default(),
                 fetching_lists: tokio::sync::Mutex::default(),
@@ -342,6 +374,7 @@ struct Inner {
     set_audience: Option<String>,
     dpop_max_skew: i64,
     on_refusal: Option<RefusalHook>,
+    audience: Option<Vec<String>>,
     state: Mutex<State>,
     /// Held while fetching the keys, and the lists: concurrent verifications share one
     /// fetch. Two locks, as reading a list may need the keys.
@@ -426,6 +459,24 @@ fn granted(scopes: Option<&Value>) -> Result<Vec<String>, Error> {
     }
 }
 
+/// What the kind of a token (an agent token, an access token) says of it.
+struct Kind {
+    issuer: String,
+    granted: Vec<String>,
+    audience: Vec<String>,
+    client_id: Option<String>,
+}
+
+/// A JWT's `aud` (absent, a string, or an array of strings) as a list; `None` when malformed.
+fn audience_of(aud: Option<&Value>) -> Option<Vec<String>> {
+    match aud {
+        None | Some(Value::Null) => Some(Vec::new()),
+        Some(Value::String(one)) => Some(vec![one.clone()]),
+        Some(Value::Array(many)) => many.iter().map(|a| a.as_str().map(str::to_owned)).collect(),
+        Some(_) => None,
+    }
+}
+
 /// `INSUFFICIENT_SCOPE` unless `granted` holds every one of `scopes`.
 fn scoped(granted: &[String], scopes: &[&str]) -> Result<(), Error> {
     let missing: Vec<String> = scopes
@@ -454,7 +505,18 @@ impl Verifier {
             set_audience: None,
             dpop_max_skew: Duration::from_secs(60),
             on_refusal: None,
+            audience: None,
         }
+    }
+
+    /// The service's URL, without a trailing slash: the `iss` of its access tokens.
+    pub fn base_url(&self) -> &str {
+        &self.inner.base
+    }
+
+    /// The receiver's [`Builder::audience`], if it named one.
+    pub fn audience(&self) -> Option<&[String]> {
+        self.inner.audience.as_deref()
     }
 
     /// GETs `url` on a blocking thread: no redirect followed (a 3xx is an answer like any
@@ -636,6 +698,12 @@ impl Verifier {
 
     /// Checks a compact JWS's header (EdDSA, a kid, `typ`) and strict signature; its claims.
     async fn decode(&self, jws: &str, typ: &str) -> Result<Value, Error> {
+        Ok(self.decode_typed(jws, &[typ]).await?.1)
+    }
+
+    /// Checks a compact JWS's header (EdDSA, a kid, a `typ` of `typs`, absent meaning the
+    /// first) and strict signature; its `typ` and claims.
+    async fn decode_typed<'t>(&self, jws: &str, typs: &[&'t str]) -> Result<(&'t str, Value), Error> {
         let mut parts = jws.split('.');
         let (Some(h), Some(p), Some(s), None) = (parts.next(), parts.next(), parts.next(), parts.next())
         else {
@@ -646,9 +714,21 @@ impl Verifier {
             (Value::String(alg), Value::String(kid)) if alg == "EdDSA" => kid.clone(),
             _ => return Err(invalid("only alg EdDSA with a kid")),
         };
-        if header.get("typ").is_some_and(|t| t != typ) {
-            return Err(invalid(format!("typ is not {typ}")));
-        }
+        let typ = match header.get("typ") {
+            None => typs[0],
+            Some(Value::String(t)) => {
+                let t = if t == "application/at+jwt" {
+                    ACCESS_TOKEN_TYP
+                } else {
+                    t.as_str()
+                };
+                *typs
+                    .iter()
+                    .find(|want| **want == t)
+                    .ok_or_else(|| invalid(format!("typ {t} is not one of {typs:?}")))?
+            }
+            Some(_) => return Err(invalid("malformed typ")),
+        };
         let sig: [u8; 64] = URL_SAFE_NO_PAD
             .decode(s)
             .ok()
@@ -664,7 +744,7 @@ impl Verifier {
         if !claims.is_object() {
             return Err(invalid("claims are not an object"));
         }
-        Ok(claims)
+        Ok((typ, claims))
     }
 
     /// The status at `idx` of the list at `uri` (1: revoked); `None` when the list cannot be
@@ -847,10 +927,13 @@ impl Verifier {
 
     /// The claims and agent of `token`, checked offline.
     async fn checked(&self, token: &str, scopes: &[&str]) -> Result<(Value, Agent), Error> {
-        let c = self
-            .decode(sized(token, MAX_TOKEN_BYTES, "token")?, "JWT")
+        let (typ, c) = self
+            .decode_typed(
+                sized(token, MAX_TOKEN_BYTES, "token")?,
+                &["JWT", ACCESS_TOKEN_TYP],
+            )
             .await?;
-        let (Some(sub), Some(iss), Some(iat), Some(exp)) = (
+        let (Some(sub), Some(_), Some(iat), Some(exp)) = (
             c["sub"].as_str(),
             c["iss"].as_str(),
             c["iat"].as_i64(),
@@ -865,8 +948,8 @@ impl Verifier {
         if iat > now.saturating_add(self.inner.leeway) {
             return Err(invalid("issued in the future"));
         }
-        let granted = granted(c.get("scopes"))?;
-        let livemode = self.admit(sub, iss, c.get("livemode"))?;
+        let kind = self.kind(typ == ACCESS_TOKEN_TYP, &c)?;
+        let livemode = self.admit(sub, &kind.issuer, c.get("livemode"))?;
         if let Some(status) = c.get("status") {
             let r = &status["status_list"];
             // A non-negative integer: -1, 1.5, "3" or true are not indices.
@@ -877,16 +960,77 @@ impl Verifier {
                 return Err(Error::Revoked);
             }
         }
-        scoped(&granted, scopes)?;
+        scoped(&kind.granted, scopes)?;
         let agent = Agent {
             agent_id: sub.to_owned(),
-            issuer: iss.to_owned(),
-            scopes: granted,
+            issuer: kind.issuer,
+            scopes: kind.granted,
             issued_at: UNIX_EPOCH + Duration::from_secs(iat.max(0) as u64),
             expires_at: UNIX_EPOCH + Duration::from_secs(exp.max(0) as u64),
             livemode,
+            audience: kind.audience,
+            client_id: kind.client_id,
+            claims: c.clone(),
         };
         Ok((c, agent))
+    }
+
+    /// The issuer domain, scopes, audience and client of an agent token's or an access
+    /// token's claims (an access token is one of this service, for its agent); the audience
+    /// held to [`Builder::audience`].
+    fn kind(&self, access: bool, c: &Value) -> Result<Kind, Error> {
+        let audience = audience_of(c.get("aud")).ok_or_else(|| invalid("malformed aud"))?;
+        let kind = if access {
+            if c["iss"] != self.inner.base.as_str() {
+                return Err(invalid(format!(
+                    "an access token of {}, not of {}",
+                    c["iss"], self.inner.base
+                )));
+            }
+            let (Some(scope), Some(client), Some(domain)) = (
+                c["scope"].as_str(),
+                c["client_id"].as_str(),
+                c["issuer_domain"].as_str(),
+            ) else {
+                return Err(invalid(
+                    "an access token needs scope, client_id and issuer_domain",
+                ));
+            };
+            if scope.is_empty() || c["sub"] != client || audience.is_empty() {
+                return Err(invalid(
+                    "an access token needs aud, scope and client_id (its sub)",
+                ));
+            }
+            Kind {
+                issuer: domain.to_owned(),
+                granted: scope.split(' ').map(str::to_owned).collect(),
+                client_id: Some(client.to_owned()),
+                audience,
+            }
+        } else {
+            if c.get("client_id").is_some() || c.get("scope").is_some() {
+                return Err(invalid("an agent token with an access token's claims"));
+            }
+            Kind {
+                issuer: c["iss"].as_str().unwrap_or_default().to_owned(),
+                granted: granted(c.get("scopes"))?,
+                client_id: None,
+                audience,
+            }
+        };
+        self.held_to_audience(&kind.audience)?;
+        Ok(kind)
+    }
+
+    /// `TOKEN_INVALID` for a token whose audience names none of [`Builder::audience`] (when
+    /// the receiver named one).
+    fn held_to_audience(&self, audience: &[String]) -> Result<(), Error> {
+        match &self.inner.audience {
+            Some(ours) if !audience.iter().any(|a| ours.contains(a)) => {
+                Err(invalid(format!("a token for {audience:?}, not for {ours:?}")))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// What offline and online verification both check: the issuer, the mode, a pushed
@@ -975,6 +1119,8 @@ impl Verifier {
             return Err(malformed("a valid token without iat and exp"));
         };
         let granted = granted(answer.get("scopes"))?;
+        let audience = audience_of(answer.get("aud")).ok_or_else(|| malformed("aud"))?;
+        self.held_to_audience(&audience)?;
         let livemode = self.admit(agent_id, issuer, answer.get("livemode"))?;
         if answer.get("cnf").is_some() {
             return Err(bound_as_bearer());
@@ -987,6 +1133,9 @@ impl Verifier {
             issued_at: UNIX_EPOCH + Duration::from_secs(iat.max(0) as u64),
             expires_at: UNIX_EPOCH + Duration::from_secs(exp.max(0) as u64),
             livemode,
+            audience,
+            client_id: answer["client_id"].as_str().map(str::to_owned),
+            claims: answer.clone(),
         })
     }
 
@@ -1062,7 +1211,7 @@ pub mod tower {
     use std::sync::Arc;
     use std::task::{Context, Poll};
 
-    use super::{Error, Verifier};
+    use super::{Error, ResourceMetadata, Verifier};
 
     /// Verifies `Authorization: Bearer <token>`, or a token bound to a key as
     /// `Authorization: DPoP <token>` with its proof in the `DPoP` header (checked for the
@@ -1076,6 +1225,7 @@ pub mod tower {
         verifier: Verifier,
         scopes: Arc<Vec<String>>,
         public_origin: Option<Arc<str>>,
+        metadata_url: Option<Arc<str>>,
     }
 
     impl AgentIdLayer {
@@ -1084,7 +1234,16 @@ pub mod tower {
                 verifier,
                 scopes: Arc::new(scopes.iter().map(|s| s.to_string()).collect()),
                 public_origin: None,
+                metadata_url: None,
             }
+        }
+
+        /// Names the receiver's protected resource metadata (RFC 9728) in the challenge of
+        /// every 401 (`WWW-Authenticate: Bearer resource_metadata="…"`); serve the document
+        /// with [`ResourceMetadataService`].
+        pub fn resource_metadata(mut self, metadata: &ResourceMetadata) -> Self {
+            self.metadata_url = Some(metadata.url().into());
+            self
         }
 
         /// The origin agents address (`https://api.example`), when a proxy stands in front:
@@ -1120,6 +1279,7 @@ pub mod tower {
         dpop: bool,
         bare: bool,
         scopes: &'a [String],
+        metadata_url: Option<&'a str>,
     }
 
     /// The `WWW-Authenticate` value for `e` (RFC 6750 §3.1, RFC 9449 §7.1), or none for a
@@ -1128,8 +1288,13 @@ pub mod tower {
         if matches!(e, Error::Unavailable(_) | Error::Misconfigured(_)) {
             return None;
         }
+        let with_metadata = |challenge: String| match came.metadata_url {
+            Some(url) if challenge == "Bearer" => format!("Bearer resource_metadata=\"{url}\""),
+            Some(url) => format!("{challenge}, resource_metadata=\"{url}\""),
+            None => challenge,
+        };
         if came.bare {
-            return Some("Bearer".to_owned());
+            return Some(with_metadata("Bearer".to_owned()));
         }
         let proof = matches!(e, Error::ProofInvalid(_) | Error::ProofReplayed(_));
         let (code, extra) = match e {
@@ -1143,7 +1308,7 @@ pub mod tower {
         Some(if came.dpop || proof {
             format!("DPoP error=\"{code}\"{extra}, algs=\"EdDSA Ed25519 ES256\"")
         } else {
-            format!("Bearer error=\"{code}\"{extra}")
+            with_metadata(format!("Bearer error=\"{code}\"{extra}"))
         })
     }
 
@@ -1178,6 +1343,7 @@ pub mod tower {
                 dpop,
                 bare: false,
                 scopes: &missing,
+                metadata_url: None,
             },
         )
     }
@@ -1278,10 +1444,57 @@ pub mod tower {
                             dpop: is_dpop,
                             bare,
                             scopes: &layer.scopes,
+                            metadata_url: layer.metadata_url.as_deref(),
                         },
                     )),
                 }
             })
+        }
+    }
+
+    /// A tower service answering every request with a receiver's protected resource
+    /// metadata (RFC 9728): mount it at [`ResourceMetadata::path`]
+    /// (`Router::new().route_service(metadata.path(), ResourceMetadataService::<Body>::new(&metadata))`
+    /// in axum), its answers' body of type `R`.
+    pub struct ResourceMetadataService<R> {
+        body: Arc<str>,
+        answers: std::marker::PhantomData<fn() -> R>,
+    }
+
+    impl<R> Clone for ResourceMetadataService<R> {
+        fn clone(&self) -> Self {
+            ResourceMetadataService {
+                body: self.body.clone(),
+                answers: std::marker::PhantomData,
+            }
+        }
+    }
+
+    impl<R> ResourceMetadataService<R> {
+        pub fn new(metadata: &ResourceMetadata) -> Self {
+            ResourceMetadataService {
+                body: metadata.document().to_string().into(),
+                answers: std::marker::PhantomData,
+            }
+        }
+    }
+
+    impl<B, R: From<String>> tower_service::Service<http::Request<B>> for ResourceMetadataService<R> {
+        type Response = http::Response<R>;
+        type Error = std::convert::Infallible;
+        type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: http::Request<B>) -> Self::Future {
+            std::future::ready(Ok(http::Response::builder()
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .header(http::header::CACHE_CONTROL, "public, max-age=3600")
+                .header(http::header::ACCESS_CONTROL_ALLOW_ORIGIN, "*")
+                .body(R::from(self.body.to_string()))
+                .expect("a valid response")))
         }
     }
 }

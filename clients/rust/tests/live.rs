@@ -21,6 +21,8 @@ mod counters;
 mod dpop;
 #[path = "live/examples.rs"]
 mod examples;
+#[path = "live/oauth.rs"]
+mod oauth;
 
 const SESSION_REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
 

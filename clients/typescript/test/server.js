@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { createInterface } from "node:readline";
-import { SignJWT, calculateJwkThumbprint, exportJWK, importPKCS8 } from "jose";
+import { SignJWT, calculateJwkThumbprint, exportJWK, generateKeyPair, importPKCS8 } from "jose";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const BIN = process.env.AGENTID_BIN || join(ROOT, "target", "debug", "agentid");
@@ -53,6 +53,28 @@ export async function startServer(serveEnv = {}) {
       return [a.agent_id, a.token];
     },
     revoke: (id) => call("POST", `/v1/agents/${id}/revoke`),
+    /** A new agent bound to a P-256 key, and an access token it gets itself (client
+     * credentials, private_key_jwt) for `resource`: its id and the token. */
+    accessToken: async (resource, scopes = ["tools:call"]) => {
+      const { publicKey, privateKey } = await generateKeyPair("ES256");
+      const { kty, crv, x, y } = await exportJWK(publicKey);
+      const a = await call("POST", "/v1/agents/register", { name: "bot", issuer_domain: "example.com", scopes, jwk: { kty, crv, x, y } });
+      const now = Math.floor(Date.now() / 1000);
+      const assertion = await new SignJWT({ jti: crypto.randomUUID() })
+        .setProtectedHeader({ alg: "ES256" })
+        .setIssuer(a.agent_id).setSubject(a.agent_id).setAudience(base).setIssuedAt(now).setExpirationTime(now + 300)
+        .sign(privateKey);
+      const res = await fetch(`${base}/oauth/token`, {
+        method: "POST",
+        body: new URLSearchParams({
+          grant_type: "client_credentials",
+          client_assertion_type: "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+          client_assertion: assertion,
+          resource,
+        }),
+      });
+      return [a.agent_id, (await res.json()).access_token];
+    },
     /** A JWS of `claims` signed with the key of the server's key file (the key that signs
      * until a rotation): what only the service could sign. */
     sign: async (claims, typ = "JWT") => {

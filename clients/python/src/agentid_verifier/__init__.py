@@ -1,10 +1,15 @@
-"""Verify agentid agent tokens: offline against the service's JWKS, with revocation seen
-through Token Status Lists and pushed Shared Signals events, or online.
+"""Verify agentid tokens: offline against the service's JWKS, with revocation seen through
+Token Status Lists and pushed Shared Signals events, or online.
 
     from agentid_verifier import Verifier
     verifier = Verifier("https://id.example.com", issuers=["example.com"])
     agent = verifier.verify(token, scopes=["read:orders"])
     agent = verifier.verify_dpop(token, proof, "GET", "https://api.example/orders")  # a bound token
+
+Two kinds of token verify: an agent token its organization minted (``iss`` the issuer
+domain), and an OAuth access token the agent got itself from the service's token endpoint
+(RFC 9068: ``typ`` ``at+jwt``, ``iss`` the service's URL, for the resources in its ``aud``). A
+receiver that names its ``audience`` accepts only access tokens for it.
 
 Keys and status lists come only from ``base_url``'s origin and are cached for as long as
 the service says (``Cache-Control``, a list's ``ttl``), so a warm verification makes no
@@ -29,7 +34,7 @@ import urllib.parse
 import urllib.request
 import zlib
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, TypeVar
 
@@ -57,6 +62,8 @@ __all__ = [
 ]
 
 SESSION_REVOKED = "https://schemas.openid.net/secevent/caep/event-type/session-revoked"
+#: The header ``typ`` of an OAuth access token (RFC 9068).
+ACCESS_TOKEN_TYP = "at+jwt"
 #: The longest token accepted (the service issues none longer); a longer one is not parsed.
 MAX_TOKEN_BYTES = 4096
 #: The most read of any answer of the service.
@@ -182,12 +189,20 @@ class Counts:
 @dataclass(frozen=True)
 class Agent:
     agent_id: str
+    #: The name the agent's organization proved (an access token's ``issuer_domain``).
     issuer: str
+    #: The scopes granted (an access token's ``scope``, split).
     scopes: List[str]
     issued_at: datetime
     expires_at: datetime
     #: False for a test-mode token (accepted only with ``allow_test=True``).
     livemode: bool = True
+    #: The resources an access token is for (its ``aud``); empty for an agent token.
+    audience: Tuple[str, ...] = ()
+    #: An access token's OAuth client: the agent itself. None for an agent token.
+    client_id: Optional[str] = None
+    #: The token's claims, as verified (the online answer's members for ``verify_online``).
+    claims: Dict[str, object] = field(default_factory=dict, compare=False, repr=False)
 
 
 def _utc(seconds: float) -> datetime:
@@ -257,6 +272,11 @@ class Verifier:
     to each outcome and how many fetches to each result; ``agentid_verifier.prometheus``
     gives them to ``prometheus_client``.
 
+    ``audience`` is this receiver's resource identifier (a URI, or several): when given, a
+    token is accepted only when its ``aud`` names one of them, so an agent token (which names
+    none) and an access token for another receiver are ``TOKEN_INVALID``. An access token's
+    ``iss`` must be ``base_url``; ``issuers`` are then held to its ``issuer_domain``.
+
     ``set_audience`` is the ``aud`` of this receiver's Shared Signals stream (what the stream
     was created with; by default the push endpoint's origin for a push stream, the stream id
     for a poll stream): when given, ``handle_set`` refuses a SET for any other audience.
@@ -275,6 +295,7 @@ class Verifier:
         set_audience: Optional[str] = None,
         dpop_max_skew: int = 60,
         on_refusal: Optional[Callable[[str, str], None]] = None,
+        audience: Optional[object] = None,
     ):
         if urllib.parse.urlsplit(base_url).scheme not in ("http", "https"):
             raise ValueError(f"base_url {base_url!r} is not an http(s) URL")
@@ -291,6 +312,11 @@ class Verifier:
         self.set_audience = set_audience
         self.dpop_max_skew = dpop_max_skew
         self.on_refusal = on_refusal
+        if isinstance(audience, str):
+            audience = [audience]
+        self.audience: Optional[Tuple[str, ...]] = tuple(audience) if audience is not None else None
+        if self.audience is not None and (not self.audience or not all(isinstance(a, str) and a for a in self.audience)):
+            raise ValueError("audience must be a URI or a list of URIs")
         self._proofs = _dpop.Replays(SEEN_PROOFS)
         self._lock = threading.Lock()
         self._fetching: Dict[str, threading.Lock] = {}
@@ -448,6 +474,11 @@ class Verifier:
 
     def _decode(self, token: str, typ: str, **options) -> dict:
         """Checks a JWS's header (EdDSA, a kid, ``typ``) and signature; its claims."""
+        return self._decode_typed(token, (typ,), **options)[1]
+
+    def _decode_typed(self, token: str, typs: Sequence[str], **options) -> Tuple[str, dict]:
+        """Checks a JWS's header (EdDSA, a kid, a ``typ`` of ``typs``; absent means the first)
+        and signature; its ``typ`` and claims."""
         try:
             header = jwt.get_unverified_header(token)
         except jwt.InvalidTokenError as e:
@@ -455,10 +486,13 @@ class Verifier:
         kid = header.get("kid")
         if header.get("alg") != "EdDSA" or not isinstance(kid, str):
             raise TokenInvalid("only alg EdDSA with a kid is accepted")
-        if header.get("typ", typ) != typ:
-            raise TokenInvalid(f"typ {header.get('typ')!r} is not {typ!r}")
+        typ = header.get("typ", typs[0])
+        if typ == "application/at+jwt":
+            typ = ACCESS_TOKEN_TYP
+        if typ not in typs:
+            raise TokenInvalid(f"typ {header.get('typ')!r} is not one of {list(typs)}")
         try:
-            return jwt.decode(
+            return typ, jwt.decode(
                 token,
                 self._key(kid),
                 algorithms=["EdDSA"],
@@ -586,11 +620,12 @@ class Verifier:
 
     def _verify(self, token: str, scopes: Optional[Sequence[str]]) -> Tuple[dict, Agent]:
         """The token's claims and agent, checked offline (``verify``)."""
-        claims = self._decode(_sized(token), "JWT", require=["exp", "iat", "sub", "iss"])
+        typ, claims = self._decode_typed(_sized(token), ("JWT", ACCESS_TOKEN_TYP),
+                                         require=["exp", "iat", "sub", "iss"])
         if claims["iat"] > time.time() + self.leeway:
             raise TokenInvalid("issued in the future")
-        granted = claims.get("scopes") or []
-        livemode = self._admit(claims["sub"], claims["iss"], granted, claims.get("livemode", True))
+        issuer, granted, audience, client_id = self._kind(typ == ACCESS_TOKEN_TYP, claims)
+        livemode = self._admit(claims["sub"], issuer, granted, claims.get("livemode", True))
         status = claims.get("status")
         if status is not None:
             try:
@@ -604,12 +639,38 @@ class Verifier:
         self._scoped(granted, scopes)
         return claims, Agent(
             agent_id=claims["sub"],
-            issuer=claims["iss"],
+            issuer=issuer,
             scopes=list(granted),
             issued_at=_utc(claims["iat"]),
             expires_at=_utc(claims["exp"]),
             livemode=livemode,
+            audience=audience,
+            client_id=client_id,
+            claims=claims,
         )
+
+    def _kind(self, access: bool, claims: dict) -> Tuple[object, List[str], Tuple[str, ...], Optional[str]]:
+        """The issuer domain, scopes, audience and client of an agent token's or an access
+        token's claims (an access token is one of this service, for its agent); the audience
+        held to ``audience``."""
+        aud = claims.get("aud")
+        audience = tuple(aud) if isinstance(aud, list) else (aud,) if aud is not None else ()
+        if not all(isinstance(a, str) for a in audience):
+            raise TokenInvalid("malformed aud")
+        if access:
+            if claims.get("iss") != self.base_url:
+                raise TokenInvalid(f"an access token of {claims.get('iss')!r}, not of {self.base_url!r}")
+            scope, client_id = claims.get("scope"), claims.get("client_id")
+            if not isinstance(scope, str) or not scope or client_id != claims.get("sub") or not audience:
+                raise TokenInvalid("an access token needs aud, scope and client_id (its sub)")
+            issuer, granted = claims.get("issuer_domain"), scope.split(" ")
+        else:
+            if "client_id" in claims or "scope" in claims:
+                raise TokenInvalid("an agent token with an access token's claims")
+            issuer, granted, client_id = claims.get("iss"), claims.get("scopes") or [], None
+        if self.audience is not None and not any(a in self.audience for a in audience):
+            raise TokenInvalid(f"a token for {list(audience) or 'no audience'}, not for {list(self.audience)}")
+        return issuer, granted, audience, client_id
 
     def _livemode(self, livemode: object) -> bool:
         """Whether a token is live; a test-mode one is refused unless ``allow_test``."""
@@ -648,6 +709,10 @@ class Verifier:
                                      for k in ("issued_at", "expires_at"))
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise Unavailable(f"verify gave a malformed answer: {e}") from e
+        aud = answer.get("aud")
+        audience = tuple(aud) if isinstance(aud, list) else (aud,) if isinstance(aud, str) else ()
+        if self.audience is not None and not any(a in self.audience for a in audience):
+            raise TokenInvalid(f"a token for {list(audience) or 'no audience'}, not for {list(self.audience)}")
         livemode = self._admit(agent_id, issuer, granted, answer.get("livemode", True))
         if "cnf" in answer:
             raise ProofInvalid("the token is bound to a key: it passes only with a DPoP proof (verify_dpop)")
@@ -659,6 +724,9 @@ class Verifier:
             issued_at=issued_at,
             expires_at=expires_at,
             livemode=livemode,
+            audience=audience,
+            client_id=answer.get("client_id"),
+            claims=answer,
         )
 
     def handle_set(self, set_jwt: str) -> None:

@@ -11,7 +11,9 @@ On success the ``Agent`` is in ``scope["agent"]``; otherwise the answer is 401 (
 ``INSUFFICIENT_SCOPE``, 503 for ``UNAVAILABLE`` with ``Retry-After``, 500 for
 ``MISCONFIGURED``) with ``{"error": code}``, and on a 401 or 403 a ``WWW-Authenticate``
 challenge (RFC 6750 §3.1: no error code for a request without credentials,
-``insufficient_scope`` on a 403; RFC 9449 §7.1 for DPoP). Requests to a path in ``exclude``
+``insufficient_scope`` on a 403; RFC 9449 §7.1 for DPoP), naming the receiver's
+``resource_metadata`` (RFC 9728) when it is given, whose document the middleware then serves
+at its path. Requests to a path in ``exclude``
 (or below it: ``"/docs"`` covers ``/docs/oauth2-redirect``) pass unchecked. A warm check
 (keys and list cached and fresh) runs on the event loop; one that needs the network runs in
 a worker thread, so the loop never waits on it.
@@ -24,6 +26,7 @@ import json
 from typing import List, Optional, Sequence, Tuple
 
 from . import Cold, ProofInvalid, TokenInvalid, VerificationError, Verifier, warm_only
+from .resource import ResourceMetadata
 
 STATUS = {"INSUFFICIENT_SCOPE": 403, "UNAVAILABLE": 503, "MISCONFIGURED": 500}
 #: The proof algorithms a DPoP challenge names.
@@ -36,13 +39,16 @@ class NoCredentials(TokenInvalid):
     """A request without a token: answered with a bare challenge (RFC 6750 §3.1)."""
 
 
-def challenge(error: VerificationError, scheme: str, scopes: Sequence[str] = ()) -> Optional[bytes]:
+def challenge(error: VerificationError, scheme: str, scopes: Sequence[str] = (),
+              metadata: Optional[ResourceMetadata] = None) -> Optional[bytes]:
     """The ``WWW-Authenticate`` value for ``error`` on a request that used ``scheme``; none
-    for a refusal that is not the credentials' fault (503, 500)."""
+    for a refusal that is not the credentials' fault (503, 500). With ``metadata``, a Bearer
+    challenge names where the receiver's protected resource metadata is (RFC 9728 §5.1)."""
     if error.code in ("UNAVAILABLE", "MISCONFIGURED"):
         return None
+    where = f'resource_metadata="{metadata.url}"' if metadata is not None else ""
     if isinstance(error, NoCredentials):
-        return b"Bearer"
+        return f"Bearer {where}".strip().encode()
     proof = error.code in ("PROOF_INVALID", "PROOF_REPLAYED")
     if error.code == "INSUFFICIENT_SCOPE":
         code, extra = "insufficient_scope", f', scope="{" ".join(scopes)}"'
@@ -50,17 +56,18 @@ def challenge(error: VerificationError, scheme: str, scopes: Sequence[str] = ())
         code, extra = ("invalid_dpop_proof" if scheme == "DPoP" and proof else "invalid_token"), ""
     if scheme == "DPoP" or proof:
         return f'DPoP error="{code}"{extra}, algs="{DPOP_ALGS}"'.encode()
-    return f'Bearer error="{code}"{extra}'.encode()
+    return f'Bearer error="{code}"{extra}{", " + where if where else ""}'.encode()
 
 
-def refusal(error: VerificationError, scheme: str = "Bearer", scopes: Sequence[str] = ()):
+def refusal(error: VerificationError, scheme: str = "Bearer", scopes: Sequence[str] = (),
+            metadata: Optional[ResourceMetadata] = None):
     """Status, headers and body of the answer to a refused token."""
     body = json.dumps({"error": error.code}).encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
     ]
-    value = challenge(error, scheme, scopes)
+    value = challenge(error, scheme, scopes, metadata)
     if value is not None:
         headers.append((b"www-authenticate", value))
     if error.code == "UNAVAILABLE":
@@ -112,10 +119,12 @@ def check(verifier: Verifier, scheme: str, token: Optional[str], proof: Optional
 
 class AgentIdMiddleware:
     def __init__(self, app, verifier: Verifier, scopes: Optional[Sequence[str]] = None,
-                 public_origin: Optional[str] = None, exclude: Sequence[str] = ()):
+                 public_origin: Optional[str] = None, exclude: Sequence[str] = (),
+                 resource_metadata: Optional[ResourceMetadata] = None):
         self.app, self.verifier, self.scopes = app, verifier, list(scopes or [])
         self.public_origin = public_origin.rstrip("/") if public_origin else None
         self.exclude = list(exclude)
+        self.metadata = resource_metadata
 
     def _url(self, scope, headers) -> str:
         raw = scope.get("raw_path")
@@ -128,6 +137,13 @@ class AgentIdMiddleware:
         return f"{scope.get('scheme', 'http')}://{host}{path}"
 
     async def __call__(self, scope, receive, send):
+        if (scope["type"] == "http" and self.metadata is not None
+                and scope.get("path") == self.metadata.path and scope.get("method") in ("GET", "HEAD")):
+            body = self.metadata.body()
+            headers = self.metadata.HEADERS + [(b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": body if scope["method"] == "GET" else b""})
+            return
         if scope["type"] != "http" or excluded(scope.get("path", "/"), self.exclude):
             return await self.app(scope, receive, send)
         headers = scope.get("headers") or []
@@ -142,7 +158,7 @@ class AgentIdMiddleware:
             except Cold:
                 agent = await asyncio.to_thread(check, *args)
         except VerificationError as e:
-            status, out_headers, body = refusal(e, scheme_of(authorization), self.scopes)
+            status, out_headers, body = refusal(e, scheme_of(authorization), self.scopes, self.metadata)
             await send({"type": "http.response.start", "status": status, "headers": out_headers})
             await send({"type": "http.response.body", "body": body})
             return

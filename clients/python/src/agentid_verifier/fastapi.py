@@ -15,23 +15,39 @@ names the origin agents address behind a proxy), shows in the OpenAPI document a
 bearer security scheme ``agentid``, and refuses with ``HTTPException``: 401 (403 for
 ``INSUFFICIENT_SCOPE``, 503 with ``Retry-After`` for ``UNAVAILABLE``, 500 for
 ``MISCONFIGURED``), ``{"detail": code}`` and the middleware's ``WWW-Authenticate``
-challenges. Routes without it (``/docs``, ``/openapi.json``) stay open.
+challenges (naming ``resource_metadata`` when given: serve it with
+``add_resource_metadata(app, metadata)``). Routes without it (``/docs``, ``/openapi.json``)
+stay open.
 """
 
 from __future__ import annotations
 
 from typing import Awaitable, Callable, Optional, Sequence
 
-from fastapi import HTTPException, Request, Security
+from fastapi import FastAPI, HTTPException, Request, Security
+from fastapi.responses import JSONResponse
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPBearer, SecurityScopes
 
 from . import Agent, Cold, VerificationError, Verifier, warm_only
 from .asgi import check, presented, refusal, scheme_of
+from .resource import ResourceMetadata
+
+
+def add_resource_metadata(app: FastAPI, metadata: ResourceMetadata) -> None:
+    """Serves ``metadata`` (RFC 9728) at its path: where an OAuth client that was refused
+    learns where to get a token for this receiver."""
+
+    def document() -> JSONResponse:
+        return JSONResponse(metadata.document(), headers={k.decode(): v.decode() for k, v in metadata.HEADERS
+                                                         if k != b"content-type"})
+
+    app.add_api_route(metadata.path, document, methods=["GET"], include_in_schema=False)
 
 
 def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
-                  public_origin: Optional[str] = None) -> Callable[..., Awaitable[Agent]]:
+                  public_origin: Optional[str] = None,
+                  resource_metadata: Optional[ResourceMetadata] = None) -> Callable[..., Awaitable[Agent]]:
     """A dependency whose value is the request's verified ``Agent``."""
     bearer = HTTPBearer(scheme_name="agentid", auto_error=False,
                         description="An agentid agent token (Authorization: Bearer, or DPoP with its proof)")
@@ -51,7 +67,7 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
             except Cold:
                 return await run_in_threadpool(check, *args)
         except VerificationError as e:
-            status, headers, _ = refusal(e, scheme_of(authorization), wanted)
+            status, headers, _ = refusal(e, scheme_of(authorization), wanted, resource_metadata)
             raise HTTPException(
                 status_code=status,
                 detail=e.code,

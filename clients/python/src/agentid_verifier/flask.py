@@ -11,7 +11,8 @@
 The agent is in ``flask.g.agent``. It takes a bearer token or a DPoP-bound token with its
 proof (``public_origin`` names the origin agents address behind a proxy), and refuses as the
 WSGI middleware does: 401 (403 for ``INSUFFICIENT_SCOPE``, 503 with ``Retry-After`` for
-``UNAVAILABLE``, 500 for ``MISCONFIGURED``) with ``{"error": code}`` and its challenges.
+``UNAVAILABLE``, 500 for ``MISCONFIGURED``) with ``{"error": code}`` and its challenges
+(naming ``resource_metadata`` when given: serve it with ``add_resource_metadata(app, m)``).
 """
 
 from __future__ import annotations
@@ -19,16 +20,27 @@ from __future__ import annotations
 import functools
 from typing import Callable, Optional, Sequence, TypeVar
 
-from flask import Response, g, request
+from flask import Flask, Response, g, request
 
 from . import VerificationError, Verifier
 from .asgi import check, presented, refusal, scheme_of
+from .resource import ResourceMetadata
 
 _F = TypeVar("_F", bound=Callable)
 
 
+def add_resource_metadata(app: Flask, metadata: ResourceMetadata) -> None:
+    """Serves ``metadata`` (RFC 9728) at its path."""
+
+    def document() -> Response:
+        return Response(metadata.body(), headers=[(k.decode(), v.decode()) for k, v in metadata.HEADERS])
+
+    app.add_url_rule(metadata.path, "agentid_resource_metadata", document, methods=["GET"])
+
+
 def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
-                  public_origin: Optional[str] = None) -> Callable[[_F], _F]:
+                  public_origin: Optional[str] = None,
+                  resource_metadata: Optional[ResourceMetadata] = None) -> Callable[[_F], _F]:
     """A decorator: the view runs only for a verified agent, in ``g.agent``."""
     origin = public_origin.rstrip("/") if public_origin else None
     wanted = list(scopes)
@@ -42,7 +54,7 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
                 url = (origin + request.script_root + request.path) if origin else request.base_url
                 g.agent = check(verifier, scheme, token, proof, request.method, url, wanted)
             except VerificationError as e:
-                status, headers, body = refusal(e, scheme_of(authorization), wanted)
+                status, headers, body = refusal(e, scheme_of(authorization), wanted, resource_metadata)
                 return Response(body, status=status, headers=[(k.decode(), v.decode()) for k, v in headers])
             return view(*args, **kwargs)
 

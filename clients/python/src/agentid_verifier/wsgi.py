@@ -5,7 +5,8 @@
 Bearer and DPoP-bound tokens are taken as by the ASGI middleware (``public_origin`` too). On
 success the ``Agent`` is in ``environ["agentid.agent"]``; otherwise the answer is 401 (403 for
 ``INSUFFICIENT_SCOPE``, 503 for ``UNAVAILABLE``, 500 for ``MISCONFIGURED``) with
-``{"error": code}`` and the challenges of the ASGI middleware; ``exclude`` too.
+``{"error": code}`` and the challenges of the ASGI middleware; ``exclude`` and
+``resource_metadata`` too.
 """
 
 from __future__ import annotations
@@ -16,16 +17,19 @@ from wsgiref.util import request_uri
 
 from . import VerificationError, Verifier
 from .asgi import check, excluded, presented, refusal, scheme_of
+from .resource import ResourceMetadata
 
 REASONS = {401: "Unauthorized", 403: "Forbidden", 500: "Internal Server Error", 503: "Service Unavailable"}
 
 
 class AgentIdMiddleware:
     def __init__(self, app, verifier: Verifier, scopes: Optional[Sequence[str]] = None,
-                 public_origin: Optional[str] = None, exclude: Sequence[str] = ()):
+                 public_origin: Optional[str] = None, exclude: Sequence[str] = (),
+                 resource_metadata: Optional[ResourceMetadata] = None):
         self.app, self.verifier, self.scopes = app, verifier, list(scopes or [])
         self.public_origin = public_origin.rstrip("/") if public_origin else None
         self.exclude = list(exclude)
+        self.metadata = resource_metadata
 
     def _url(self, environ) -> str:
         if self.public_origin:
@@ -34,6 +38,12 @@ class AgentIdMiddleware:
         return request_uri(environ, include_query=False)
 
     def __call__(self, environ, start_response):
+        if (self.metadata is not None and environ.get("PATH_INFO") == self.metadata.path
+                and environ.get("REQUEST_METHOD") in ("GET", "HEAD")):
+            body = self.metadata.body()
+            start_response("200 OK", [(k.decode(), v.decode()) for k, v in self.metadata.HEADERS]
+                           + [("Content-Length", str(len(body)))])
+            return [body if environ["REQUEST_METHOD"] == "GET" else b""]
         if excluded(environ.get("PATH_INFO", "/") or "/", self.exclude):
             return self.app(environ, start_response)
         authorization = environ.get("HTTP_AUTHORIZATION")
@@ -45,7 +55,7 @@ class AgentIdMiddleware:
             environ["agentid.agent"] = check(self.verifier, scheme, token, proof,
                                              environ.get("REQUEST_METHOD", "GET"), url, self.scopes)
         except VerificationError as e:
-            status, headers, body = refusal(e, scheme_of(authorization), self.scopes)
+            status, headers, body = refusal(e, scheme_of(authorization), self.scopes, self.metadata)
             start_response(
                 f"{status} {REASONS[status]}",
                 [(k.decode(), v.decode()) for k, v in headers],

@@ -1,0 +1,20 @@
+import type { Verifier } from "./index.js";
+
+/** What `requireBearerAuth` of the MCP TypeScript SDK puts in `req.auth` (its `AuthInfo`). */
+export interface AgentAuthInfo {
+  token: string;
+  /** The OAuth client: the agent's id. */
+  clientId: string;
+  scopes: string[];
+  /** Seconds since the epoch. */
+  expiresAt: number;
+  /** The resource the token is for: the verifier's own audience that it names, else its first. */
+  resource?: URL;
+  extra: { agentId: string; issuer: string; livemode: boolean; claims: Record<string, unknown> };
+}
+
+/** The MCP SDK's `OAuthTokenVerifier` on an agentid `Verifier`: a token that does not verify
+ * throws the SDK's `InvalidTokenError` (401); an unreachable service throws as it is (500). */
+export function mcpTokenVerifier(verifier: Verifier): {
+  verifyAccessToken(token: string): Promise<AgentAuthInfo>;
+};

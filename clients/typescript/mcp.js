@@ -1,0 +1,42 @@
+// MCP servers (the MCP TypeScript SDK's authorization): agentid as the `OAuthTokenVerifier`
+// that `requireBearerAuth` takes, so that an MCP client holding an agentid access token for
+// this server is let in, and any other is refused with the SDK's 401 and its challenge.
+//
+//   const verifier = new Verifier({ baseUrl: "https://id.example.com", issuers: ["example.com"],
+//                                   audience: "https://api.example/mcp" });
+//   app.use("/mcp", requireBearerAuth({ verifier: mcpTokenVerifier(verifier), requiredScopes: ["tools:call"] }));
+//
+// A token is checked offline, as `Verifier.verify` checks it (signature, issuer, audience,
+// expiry, revocation through its status list or a pushed event). A token bound to a key
+// (DPoP) is refused: the SDK takes bearer tokens only.
+import { InvalidTokenError } from "@modelcontextprotocol/sdk/server/auth/errors.js";
+import { VerificationError } from "./index.js";
+
+/** The MCP SDK's `OAuthTokenVerifier` on an agentid `Verifier`: its `AuthInfo` carries the
+ * agent's client id, scopes and expiry (seconds), the resource the token is for (the
+ * receiver's own audience that it names, else its first), and in `extra` the agent and the
+ * token's claims. */
+export function mcpTokenVerifier(verifier) {
+  return {
+    async verifyAccessToken(token) {
+      let agent;
+      try {
+        agent = await verifier.verify(token);
+      } catch (e) {
+        if (e instanceof VerificationError && e.code !== "UNAVAILABLE" && e.code !== "MISCONFIGURED") {
+          throw new InvalidTokenError(`${e.code}: ${e.message}`);
+        }
+        throw e;
+      }
+      const resource = agent.audience.find((a) => verifier.audience?.includes(a)) ?? agent.audience[0];
+      return {
+        token,
+        clientId: agent.clientId ?? agent.agentId,
+        scopes: agent.scopes,
+        expiresAt: Math.floor(agent.expiresAt.getTime() / 1000),
+        ...(resource ? { resource: new URL(resource) } : {}),
+        extra: { agentId: agent.agentId, issuer: agent.issuer, livemode: agent.livemode, claims: agent.claims },
+      };
+    },
+  };
+}
