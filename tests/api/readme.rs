@@ -39,6 +39,7 @@ const PAGES: &[(&str, &str)] = &[
         include_str!("../../docs/verifiable-log.md"),
     ),
     ("docs/fleet.md", include_str!("../../docs/fleet.md")),
+    ("docs/oauth.md", include_str!("../../docs/oauth.md")),
     ("docs/operations.md", include_str!("../../docs/operations.md")),
     ("docs/performance.md", include_str!("../../docs/performance.md")),
 ];
@@ -311,6 +312,9 @@ fn the_readme_names_every_snippet_it_shows() {
         "receiver.mjs",
         "agent_dpop.mjs",
         "agent_dpop.py",
+        "agent_assertion.py",
+        "receiver_audience.py",
+        "receiver_audience.mjs",
     ] {
         assert!(names.iter().any(|n| n == name), "{name} is on no page: {names:?}");
     }
@@ -754,5 +758,59 @@ async fn witnessing_the_log_runs_as_written() {
     assert!(
         state.read_dir().unwrap().next().is_some(),
         "the witness saved its checkpoint"
+    );
+}
+
+/// "OAuth and MCP" as written: the agent's key and registration, its token from the token
+/// endpoint (the assertion signed by the page's `agent_assertion.py`), then the receiver's
+/// introspection and verification of it.
+#[actix_web::test]
+async fn the_oauth_page_runs_as_written() {
+    let app = spawn_app().await;
+    let script = [
+        shell_blocks("An agent gets its own token").concat(),
+        shell_blocks("A receiver checks what a token is for").concat(),
+    ]
+    .join("printf '\\n::block::\\n'\n");
+    let dir = tempfile::tempdir().unwrap();
+    let assertion = snippet("agent_assertion.py");
+    std::fs::write(dir.path().join(&assertion.name), &assertion.text).unwrap();
+    let mut cmd = shell(dir.path(), &script);
+    cmd.env("BASE", &app.base).env("SK", app.secret());
+    let stdout = output_of(cmd, "the OAuth page's commands").await;
+    let parts: Vec<&str> = stdout.split("\n::block::\n").collect();
+    let [agent, receiver] = &parts[..] else {
+        panic!("two blocks' output expected: {stdout}");
+    };
+    let answer = &json_answers(agent)[0];
+    assert_eq!(
+        (&answer["token_type"], &answer["expires_in"], &answer["scope"]),
+        (
+            &Value::from("Bearer"),
+            &Value::from(900),
+            &Value::from("tools:call")
+        ),
+        "{answer}"
+    );
+    let checked = json_answers(receiver);
+    let [introspected, verified] = &checked[..] else {
+        panic!("two answers expected: {receiver}");
+    };
+    assert_eq!(introspected["active"], true, "{introspected}");
+    assert_eq!(introspected["aud"], "https://api.example/mcp");
+    assert_eq!(
+        (&verified["valid"], &verified["aud"], &verified["client_id"]),
+        (
+            &Value::Bool(true),
+            &introspected["aud"],
+            &introspected["client_id"]
+        ),
+        "{verified}"
+    );
+    let key = dir.path().join("agent-key.pem");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(key).unwrap().permissions().mode() & 0o777,
+        0o600
     );
 }

@@ -3,9 +3,11 @@ with this test's server for ``AGENTID_URL`` and a free port for ``PORT``, serve 
 a verified agent only."""
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -69,3 +71,25 @@ def test_the_example_runs_as_its_readme_says(server, example):
     finally:
         os.killpg(app.pid, signal.SIGTERM)
         app.wait(timeout=10)
+
+
+def test_the_mcp_example_runs_as_its_readme_says(server):
+    """``examples/mcp-python``: the README's block, as written but for this test's server and
+    a free port, ends with the agent's tool call answered for the agent."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    lines = [line.replace("http://127.0.0.1:8080", server.base).replace("8001", str(port))
+             for line in readme_commands("mcp-python")]
+    assert any(server.base in line for line in lines)
+    script = "set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n" + "\n".join(lines)
+    with tempfile.TemporaryDirectory() as work:
+        for name in ("server.py", "agent.py"):
+            shutil.copy(os.path.join(EXAMPLES, "mcp-python", name), work)
+        # The README's install line names the library relative to the example's folder.
+        script = script.replace("../../clients/python", os.path.join(ROOT, "clients", "python"))
+        out = subprocess.run(["bash", "-c", script], cwd=work, capture_output=True, text=True, timeout=180,
+                             env=dict(os.environ, SK=server.sk))
+    assert out.returncode == 0, out.stderr[-3000:]
+    last = out.stdout.strip().splitlines()[-1]
+    assert last.startswith("agt_") and last.endswith(" of example.com"), out.stdout

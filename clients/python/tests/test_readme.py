@@ -46,3 +46,22 @@ def test_the_readme_receiver_runs_as_written(server, tmp_path):
     while (seen := run()) != "refused: TOKEN_REVOKED":
         assert time.monotonic() < deadline, seen
         time.sleep(0.2)
+
+
+def test_the_oauth_pages_receiver_runs_as_written(server, tmp_path):
+    """docs/oauth.md's receiver_audience.py trusts an access token for its audience and
+    refuses one for another resource."""
+    text, command = snippet("receiver_audience.py")
+    (tmp_path / "receiver_audience.py").write_text(text)
+    agent_id, key = server.oauth_client(scopes=("tools:call",))
+
+    def run(token):
+        out = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                             env=dict(os.environ, ACCESS_TOKEN=token, BASE=server.base))
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    ours = server.access_token(agent_id, key, "https://api.example/mcp")
+    assert run(ours) == f"trusted: {agent_id} for https://api.example/mcp ['tools:call']"
+    theirs = server.access_token(agent_id, key, "https://other.example/mcp")
+    assert run(theirs) == "refused: TOKEN_INVALID"

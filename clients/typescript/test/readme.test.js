@@ -33,6 +33,18 @@ function snippet(name) {
   throw new Error(`neither README.md nor a page of docs/ has a snippet ${name}`);
 }
 
+/** The snippet `name` saved in a folder of its own with the package linked in, its jose
+ * installed here (install.test.js runs the documented install itself, from a copy as a fresh
+ * clone has it): the folder and the snippet's command. */
+function saved(name) {
+  const [text, command] = snippet(name);
+  const dir = mkdtempSync(join(tmpdir(), "agentid-readme-"));
+  writeFileSync(join(dir, name), text);
+  mkdirSync(join(dir, "node_modules", "@agentid"), { recursive: true });
+  symlinkSync(PACKAGE, join(dir, "node_modules", "@agentid", "verifier"));
+  return [dir, command];
+}
+
 let s;
 before(async () => {
   s = await startServer();
@@ -40,13 +52,7 @@ before(async () => {
 after(() => s.stop());
 
 test("the README's receiver.mjs runs as written", async () => {
-  const [text, command] = snippet("receiver.mjs");
-  // A folder with the package linked in, its jose installed here (install.test.js runs the
-  // documented install itself, from a copy as a fresh clone has it).
-  const dir = mkdtempSync(join(tmpdir(), "agentid-readme-"));
-  writeFileSync(join(dir, "receiver.mjs"), text);
-  mkdirSync(join(dir, "node_modules", "@agentid"), { recursive: true });
-  symlinkSync(PACKAGE, join(dir, "node_modules", "@agentid", "verifier"));
+  const [dir, command] = saved("receiver.mjs");
   const [id, token] = await s.register({ scopes: ["read:invoices"] });
   const run = () =>
     execFileSync("bash", ["-c", command], { cwd: dir, env: { ...process.env, TOKEN: token, BASE: s.base }, encoding: "utf8" }).trim();
@@ -59,4 +65,14 @@ test("the README's receiver.mjs runs as written", async () => {
     assert.ok(Date.now() < deadline, seen);
     await new Promise((r) => setTimeout(r, 200));
   }
+});
+
+test("the OAuth page's receiver_audience.mjs runs as written", async () => {
+  const [dir, command] = saved("receiver_audience.mjs");
+  const [id, token] = await s.accessToken("https://api.example/mcp");
+  const run = (t) =>
+    execFileSync("bash", ["-c", command], { cwd: dir, env: { ...process.env, ACCESS_TOKEN: t, BASE: s.base }, encoding: "utf8" }).trim();
+  assert.equal(run(token), `trusted: ${id} for https://api.example/mcp [ 'tools:call' ]`);
+  const [, other] = await s.accessToken("https://other.example/mcp");
+  assert.equal(run(other), "refused: TOKEN_INVALID");
 });
