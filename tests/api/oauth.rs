@@ -625,6 +625,8 @@ async fn no_token_under_a_name_the_organization_released() {
         .await
         .unwrap();
     assert_eq!(res.status(), 204);
+    // An instance trusts a holding it found for a second.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let why = assert_oauth_error(
         &ask(&app, &assertion(&app, &key, &agent), &[("resource", RESOURCE)]).await,
         401,

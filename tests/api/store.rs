@@ -749,3 +749,22 @@ async fn a_revocation_reaches_exactly_the_streams_that_cover_it() {
         }
     }
 }
+
+/// A client assertion is taken once, on either backend, until it is forgotten once expired.
+#[actix_web::test]
+async fn a_client_assertion_is_used_once_until_forgotten() {
+    let app = spawn_app().await;
+    let s = &app.store;
+    assert!(s.use_assertion("a", Millis(5_000)).await.unwrap());
+    assert!(!s.use_assertion("a", Millis(5_000)).await.unwrap(), "a replay");
+    assert!(s.use_assertion("b", Millis(9_000)).await.unwrap());
+    // Forgetting keeps what could still pass.
+    s.forget_assertions(Millis(5_000)).await.unwrap();
+    assert!(!s.use_assertion("a", Millis(5_000)).await.unwrap());
+    s.forget_assertions(Millis(5_001)).await.unwrap();
+    assert!(
+        s.use_assertion("a", Millis(5_000)).await.unwrap(),
+        "forgotten once expired"
+    );
+    assert!(!s.use_assertion("b", Millis(9_000)).await.unwrap());
+}

@@ -866,8 +866,8 @@ impl Verifier {
     }
 
     async fn bearer(&self, token: &str, scopes: &[&str]) -> Result<Agent, Error> {
-        let (claims, agent) = self.checked(token, scopes).await?;
-        if claims.get("cnf").is_some() {
+        let agent = self.checked(token, scopes).await?;
+        if agent.claims.get("cnf").is_some() {
             return Err(bound_as_bearer());
         }
         Ok(agent)
@@ -898,8 +898,8 @@ impl Verifier {
         url: &str,
         scopes: &[&str],
     ) -> Result<Agent, Error> {
-        let (claims, agent) = self.checked(token, scopes).await?;
-        let Some(bound) = claims["cnf"]["jkt"].as_str() else {
+        let agent = self.checked(token, scopes).await?;
+        let Some(bound) = agent.claims["cnf"]["jkt"].as_str() else {
             return Err(Error::ProofInvalid(
                 "the token is not bound to a key: send it as a Bearer token".into(),
             ));
@@ -925,8 +925,8 @@ impl Verifier {
         Ok(agent)
     }
 
-    /// The claims and agent of `token`, checked offline.
-    async fn checked(&self, token: &str, scopes: &[&str]) -> Result<(Value, Agent), Error> {
+    /// The agent of `token`, with its claims, checked offline.
+    async fn checked(&self, token: &str, scopes: &[&str]) -> Result<Agent, Error> {
         let (typ, c) = self
             .decode_typed(
                 sized(token, MAX_TOKEN_BYTES, "token")?,
@@ -970,9 +970,9 @@ impl Verifier {
             livemode,
             audience: kind.audience,
             client_id: kind.client_id,
-            claims: c.clone(),
+            claims: c,
         };
-        Ok((c, agent))
+        Ok(agent)
     }
 
     /// The issuer domain, scopes, audience and client of an agent token's or an access

@@ -12,6 +12,7 @@ use agentid_core::token::{Claims, Confirmation};
 use agentid_store::{AgentRecord, KeyBinding, OrgRecord, PlaceDraw, SharedStore, StoreError};
 
 use crate::apikeys::Caller;
+use crate::expiries::NotedExpiries;
 use crate::registry::Registry;
 use crate::revocations::Revocations;
 use crate::status::StatusLists;
@@ -41,6 +42,7 @@ pub struct Agents {
     /// Under the `verified` issuer-domain policy, the key file that vouches for who holds a
     /// name: registrations and tokens are refused under names the organization does not hold.
     pub(crate) issuer_check: Option<Arc<KeyRing>>,
+    pub(crate) expiries: Arc<NotedExpiries>,
 }
 
 impl Agents {
@@ -258,7 +260,7 @@ impl Agents {
                 max: agentid_core::token::MAX_TOKEN_LEN,
             });
         }
-        self.store.note_token_expiry(&kid, expires).await?;
+        self.expiries.note(&self.store, &kid, expires).await?;
         Ok(token)
     }
 }

@@ -12,6 +12,7 @@ mod apikeys;
 mod audit;
 pub mod domains;
 mod dpop;
+mod expiries;
 pub mod grants;
 pub mod oauth;
 pub(crate) mod outbound;

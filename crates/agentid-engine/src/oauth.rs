@@ -6,6 +6,7 @@
 //! log (`Event::TokenRequest`): a token is handed out only once its record is committed as
 //! `valid`, so a revocation anywhere in the fleet stops it as it stops a verification.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -22,6 +23,7 @@ use agentid_store::{AgentRecord, OrgRecord, SharedStore, StoreError};
 
 use crate::audit::{AuditError, AuditHandle};
 use crate::dpop::Replays;
+use crate::expiries::NotedExpiries;
 use crate::registry::Registry;
 use crate::revocations::Revocations;
 use crate::status::StatusLists;
@@ -171,7 +173,17 @@ pub struct OAuth {
     pub(crate) lifetime_secs: i64,
     pub(crate) max_skew_secs: i64,
     pub(crate) proofs: Replays,
+    pub(crate) expiries: Arc<NotedExpiries>,
+    /// When this instance last forgot expired assertions (Unix ms).
+    last_pruned: AtomicI64,
+    /// Organizations found to hold their agent's issuer domain lately, and when: a name
+    /// released is refused here within `HELD_FOR` (a name taken by another organization
+    /// revokes its agents, which every token request sees at once).
+    held: quick_cache::sync::Cache<(String, String), Instant>,
 }
+
+/// How long a holding found is trusted by an instance.
+const HELD_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl OAuth {
     #[allow(clippy::too_many_arguments)]
@@ -183,6 +195,7 @@ impl OAuth {
         status: Arc<StatusLists>,
         audit: AuditHandle,
         issuer_check: Option<Arc<KeyRing>>,
+        expiries: Arc<NotedExpiries>,
         public_url: &str,
         cfg: &OAuthConfig,
         max_skew_secs: i64,
@@ -201,6 +214,9 @@ impl OAuth {
             lifetime_secs: cfg.access_token_lifetime.as_secs() as i64,
             max_skew_secs,
             proofs: Replays::new(REMEMBERED_PROOFS),
+            expiries,
+            last_pruned: AtomicI64::new(0),
+            held: quick_cache::sync::Cache::new(10_000),
         }
     }
 
@@ -331,9 +347,10 @@ impl OAuth {
         id.update([0]);
         id.update(checked.jti.as_bytes());
         let id = URL_SAFE_NO_PAD.encode(id.finalize());
+        self.forget_expired_assertions(now).await;
         if !self
             .store
-            .use_assertion(&id, Millis::from_secs(checked.exp), now)
+            .use_assertion(&id, Millis::from_secs(checked.exp))
             .await?
         {
             let why =
@@ -367,20 +384,14 @@ impl OAuth {
             Ok(c) => c,
             Err(e) => return Err(self.refused_after(agent, e, now, received).await),
         };
-        if let Some(keys) = &self.issuer_check {
-            if let Err(e) = self
-                .store
-                .may_issue(keys, &agent.org_id, &agent.issuer_domain)
-                .await
-            {
-                let refusal = match e {
-                    StoreError::NotHeld { domain, .. } => OAuthError::InvalidClient(format!(
-                        "the agent's organization no longer holds its issuer domain {domain}"
-                    )),
-                    e => return Err(e.into()),
-                };
-                return Err(self.refused_after(agent, refusal, now, received).await);
-            }
+        if let Err(e) = self.may_issue(agent).await {
+            let refusal = match e {
+                StoreError::NotHeld { domain, .. } => OAuthError::InvalidClient(format!(
+                    "the agent's organization no longer holds its issuer domain {domain}"
+                )),
+                e => return Err(e.into()),
+            };
+            return Err(self.refused_after(agent, refusal, now, received).await);
         }
         if self.registry.revocation(&agent.id).is_some() {
             return Err(self
@@ -423,8 +434,8 @@ impl OAuth {
             ));
             return Err(self.refused_after(agent, e, now, received).await);
         }
-        self.store
-            .note_token_expiry(&kid, Millis::from_secs(expires))
+        self.expiries
+            .note(&self.store, &kid, Millis::from_secs(expires))
             .await?;
         let record = self
             .audit
@@ -450,6 +461,40 @@ impl OAuth {
             expires_in: self.lifetime_secs,
             scope: granted,
         })
+    }
+
+    /// Whether the agent's organization may issue under its issuer domain (under the
+    /// `verified` policy), found in the store at most once per `HELD_FOR` per instance.
+    async fn may_issue(&self, agent: &AgentRecord) -> Result<(), StoreError> {
+        let Some(keys) = &self.issuer_check else {
+            return Ok(());
+        };
+        let pair = (agent.org_id.clone(), agent.issuer_domain.clone());
+        if self.held.get(&pair).is_some_and(|at| at.elapsed() < HELD_FOR) {
+            return Ok(());
+        }
+        self.store
+            .may_issue(keys, &agent.org_id, &agent.issuer_domain)
+            .await?;
+        self.held.insert(pair, Instant::now());
+        Ok(())
+    }
+
+    /// Deletes the assertions that expired, at most once a second per instance (each is
+    /// refused by its `exp` anyway: the rows only bound the table).
+    async fn forget_expired_assertions(&self, now: Millis) {
+        let last = self.last_pruned.load(Ordering::Relaxed);
+        if now.0 - last < 1000
+            || self
+                .last_pruned
+                .compare_exchange(last, now.0, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        if let Err(e) = self.store.forget_assertions(now).await {
+            tracing::warn!(error = %e, "cannot delete expired client assertions; trying again later");
+        }
     }
 
     /// The thumbprint of a token request's DPoP proof's key (RFC 9449 §5): made for a POST to

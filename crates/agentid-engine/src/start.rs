@@ -15,6 +15,7 @@ use crate::apikeys::ApiKeys;
 use crate::audit::AuditHandle;
 use crate::domains::{Domains, IssuerPolicy};
 use crate::dpop::{ProofCheck, MAX_REMEMBERED_PROOFS};
+use crate::expiries::NotedExpiries;
 use crate::oauth::OAuth;
 use crate::ratelimit::{self, RateLimits};
 use crate::registry::Registry;
@@ -107,6 +108,7 @@ impl Engine {
             );
         }
         let issuer_check = (cfg.domains.policy == IssuerPolicy::Verified).then(|| keys.clone());
+        let expiries = Arc::new(NotedExpiries::default());
         Ok(Engine {
             verify: Verify::new(
                 store.clone(),
@@ -124,6 +126,7 @@ impl Engine {
                 status.clone(),
                 audit.clone(),
                 issuer_check.clone(),
+                expiries.clone(),
                 &cfg.public_url,
                 &cfg.oauth,
                 cfg.dpop_max_skew.as_secs() as i64,
@@ -135,6 +138,7 @@ impl Engine {
                 status: status.clone(),
                 revocations: revocations.clone(),
                 issuer_check,
+                expiries,
             },
             domains: Domains::new(store.clone(), keys.clone(), cfg.domains.clone(), revocations),
             api_keys: ApiKeys::new(store.clone(), cfg.key_cache_ttl),

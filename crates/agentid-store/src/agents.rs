@@ -71,9 +71,10 @@ pub trait AgentStore {
     /// Whether `org_id` may issue under `domain` now: `Ok`, or `StoreError::NotHeld`.
     fn may_issue<'a>(&'a self, keys: &'a KeyRing, org_id: &'a str, domain: &'a str) -> StoreFuture<'a, ()>;
     /// Marks a client assertion used until `expires_at` (`key`: what identifies it, its
-    /// client and `jti`); false when it was used already. Assertions that expired before
-    /// `now` are forgotten first: they can pass no more.
-    fn use_assertion<'a>(&'a self, key: &'a str, expires_at: Millis, now: Millis) -> StoreFuture<'a, bool>;
+    /// client and `jti`); false when it was used already.
+    fn use_assertion<'a>(&'a self, key: &'a str, expires_at: Millis) -> StoreFuture<'a, bool>;
+    /// Forgets the assertions that expired before `now`: they can pass no more.
+    fn forget_assertions(&self, now: Millis) -> StoreFuture<'_, ()>;
     /// Revokes once; a second call changes nothing. Returns the agent as stored afterwards,
     /// with the revocation epoch its revocation was stamped with (none for an agent revoked
     /// before the store had epochs).
@@ -320,21 +321,26 @@ where
         })
     }
 
-    fn use_assertion<'a>(&'a self, key: &'a str, expires_at: Millis, now: Millis) -> StoreFuture<'a, bool> {
+    fn use_assertion<'a>(&'a self, key: &'a str, expires_at: Millis) -> StoreFuture<'a, bool> {
         Box::pin(async move {
-            let mut conn = self.conn().await?;
-            sqlx::query("DELETE FROM client_assertions WHERE expires_at < $1")
-                .bind(now.0)
-                .execute(&mut *conn)
-                .await?;
             let done = sqlx::query(
                 "INSERT INTO client_assertions (key, expires_at) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
             )
             .bind(key)
             .bind(expires_at.0)
-            .execute(&mut *conn)
+            .execute(&mut *self.conn().await?)
             .await?;
             Ok(DB::rows_affected(&done) == 1)
+        })
+    }
+
+    fn forget_assertions(&self, now: Millis) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            sqlx::query("DELETE FROM client_assertions WHERE expires_at < $1")
+                .bind(now.0)
+                .execute(&mut *self.conn().await?)
+                .await?;
+            Ok(())
         })
     }
 
