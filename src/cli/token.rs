@@ -33,8 +33,30 @@ pub(super) async fn run(cmd: TokenCommand) -> CliResult {
     let out = actix_web::rt::task::spawn_blocking(move || inspect(&token, url.as_deref()))
         .await
         .map_err(|e| e.to_string())??;
-    println!("{}", serde_json::to_string_pretty(&out)?);
+    println!("{}", printable(&serde_json::to_string_pretty(&out)?));
     Ok(ExitCode::SUCCESS)
+}
+
+/// JSON with every character a token could plant in a terminal written as a `\uXXXX` escape
+/// (which JSON reads back as the same character): DEL, the C1 controls (the C0 ones serde
+/// escapes already), line and paragraph separators and bidirectional overrides. They only
+/// occur inside strings.
+fn printable(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if c.is_control()
+            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        {
+            if c == '\n' {
+                out.push(c); // the pretty printer's own lines: no string holds a raw one
+            } else {
+                out.push_str(&format!("\\u{:04x}", c as u32));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn part(s: &str, what: &str) -> Result<Map<String, Value>, String> {

@@ -669,3 +669,32 @@ async fn token_inspect_explains_a_token_and_asks_the_service_when_told() {
         );
     }
 }
+
+/// Attack: a token whose claims carry terminal controls (CSI as a C1 byte, DEL), a
+/// right-to-left override and a line separator, inspected by a person: none reaches the
+/// terminal raw, and the output is still JSON holding the same strings.
+#[test]
+fn token_inspect_escapes_what_a_token_could_plant_in_a_terminal() {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine as _;
+    let planted = "ok\u{9b}2J\u{7f}\u{202e}gpj.exe\u{2028}x\u{1b}[31m";
+    let part = |v: serde_json::Value| URL_SAFE_NO_PAD.encode(v.to_string());
+    let token = format!(
+        "{}.{}.sig",
+        part(serde_json::json!({"alg": "EdDSA", "kid": planted})),
+        part(serde_json::json!({"sub": planted}))
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_agentid"))
+        .args(["token", "inspect", &token])
+        .env("DATABASE_URL", "sqlite:///nonexistent/agentid.db")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    for c in ['\u{9b}', '\u{7f}', '\u{202e}', '\u{2028}', '\u{1b}'] {
+        assert!(!text.contains(c), "{c:?} printed raw: {text:?}");
+    }
+    let read: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(read["claims"]["sub"], planted);
+    assert_eq!(read["header"]["kid"], planted);
+}

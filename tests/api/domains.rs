@@ -142,13 +142,22 @@ async fn a_claim_shows_its_challenge_and_a_dns_proof_holds_the_name() {
                "https": {"url": "https://bank.example/.well-known/agentid-domain-verification",
                          "content": value}})
     );
-    // The same claim again: 200, the same value; the test key sees the same claim (the
-    // organization's in both modes).
+    // The same claim again: 200, the same value; the test key reads the same claim (the
+    // organization's in both modes), but may not claim, prove or release a name.
     let again = w.claim(w.a(), "Bank.Example").await;
     assert_eq!(again.status, 200);
     assert_eq!(again.json(), claim);
     let test_key = w.app.org.keys.secret_test.clone();
-    assert_eq!(w.claim(&test_key, "bank.example").await.json(), claim);
+    assert_eq!(
+        w.app
+            .get("/v1/domains/bank.example", Some(&test_key))
+            .await
+            .json(),
+        claim
+    );
+    w.claim(&test_key, "bank.example")
+        .await
+        .assert_error(403, "FORBIDDEN");
     // Another organization's value for the name, and this organization's for another name,
     // differ.
     let other = w.claim(w.b(), "bank.example").await.json();
@@ -1038,4 +1047,27 @@ impl Pki {
             key: read("leaf.key.der"),
         }
     }
+}
+
+/// Attack: a test-mode secret key (handed out more freely than a live one) releases or
+/// re-proves a name its organization issues under live: refused, and live issuance goes on.
+#[actix_web::test]
+async fn a_test_key_cannot_release_or_prove_a_live_name() {
+    let w = world().await;
+    w.hold_by_dns(w.a(), "bank.example").await;
+    let test_key = w.app.org.keys.secret_test.clone();
+    let release = w
+        .app
+        .client
+        .delete(w.app.url("/v1/domains/bank.example"))
+        .insert_header(("Authorization", format!("Bearer {test_key}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(release.status(), 403);
+    w.app
+        .post("/v1/domains/bank.example/verify", Some(&test_key), None)
+        .await
+        .assert_error(403, "FORBIDDEN");
+    assert_eq!(w.register(w.a(), "bank.example").await.status, 201);
 }

@@ -528,3 +528,62 @@ async fn a_name_handed_back_behind_the_triggers_is_caught() {
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("who holds a name was rewritten"), "{out}");
 }
+
+/// Someone who can write the database plants rows that do not read as issuer-domain events
+/// (a MAC of the wrong length, an unknown kind, an unknown proof method) and one at the
+/// largest number a row can hold: each is ignored for decisions and an alarm, registration
+/// under the names and checkpoints go on, `audit verify` names each as a finding, and the
+/// next event is not numbered round to a negative number.
+#[actix_web::test]
+async fn rows_that_do_not_read_as_domain_events_stop_nothing() {
+    let metrics = agentid::telemetry::metrics_handle();
+    let app = spawn_app().await;
+    let before = integrity_failures(metrics, "domain_event");
+    let org = app.org.org_id.clone();
+    let (mac, short) = (blob(&app, &[7u8; 32]), blob(&app, &[7u8; 5]));
+    let seq = {
+        let (_, token) = app.agent().await;
+        assert_eq!(app.verify(&token).await["valid"], true);
+        covered(&app, 1).await;
+        app.store.domain_events().await.unwrap().len() as i64
+    };
+    for sql in [
+        format!("INSERT INTO domain_events VALUES ({}, 'hold', 'example.com', '{org}', 'dns', 1, 1, NULL, {short})", seq + 1),
+        format!("INSERT INTO domain_events VALUES ({}, 'seize', 'example.com', '{org}', 'dns', 1, 1, NULL, {mac})", seq + 2),
+        format!("INSERT INTO domain_events VALUES ({}, 'hold', 'example.com', '{org}', 'telepathy', 1, 1, NULL, {mac})", seq + 3),
+        format!("INSERT INTO domain_events VALUES ({}, 'hold', 'a.io', '{org}', 'dns', 1, 1, NULL, {mac})", i64::MAX),
+    ] {
+        app.raw_execute(&sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    // Registration under the names, and below them, goes on (it read the rows: 500 before).
+    for name in ["example.com", "eu.example.com", "a.io"] {
+        app.register(serde_json::json!({"name": "n", "issuer_domain": name, "scopes": ["read:x"]}))
+            .await;
+    }
+    assert!(integrity_failures(metrics, "domain_event") > before);
+    // Checkpoints go on (they commit to every row as it is stored).
+    let (_, token) = app.agent().await;
+    assert_eq!(app.verify(&token).await["valid"], true);
+    covered(&app, 2).await;
+    // `audit verify` names each row, and aborts on none.
+    let (code, out) = audit_verify(&app);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(!out.contains("corrupt stored value"), "{out}");
+    for s in [seq + 1, seq + 2, seq + 3] {
+        assert!(out.contains(&format!("issuer-domain event {s} (")), "{s}: {out}");
+    }
+    assert!(out.contains("none the service writes"), "{out}");
+    // A name changing hands is refused rather than numbered round.
+    assert!(app.grant(&org, "new.example", false).await.is_err());
+    let negative = app
+        .store
+        .domain_events()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| match e {
+            Ok(e) => e.seq < 0,
+            Err(u) => u.seq < 0,
+        });
+    assert_eq!(negative.count(), 0);
+}

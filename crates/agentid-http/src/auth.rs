@@ -8,7 +8,7 @@ use actix_web::{FromRequest, HttpRequest};
 
 use super::context::{auth, Auth};
 use super::error::{ApiError, ErrorCode};
-use agentid_core::domain::ApiKeyKind;
+use agentid_core::domain::{ApiKeyKind, KeyMode};
 use agentid_engine::Caller;
 
 /// What a key sent without its scheme (or with another one) is told.
@@ -24,6 +24,26 @@ impl FromRequest for Issuer {
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
         ready(issuer(req))
+    }
+}
+
+/// A caller holding a live secret key (`sk_live_`): what changes who may issue under a name
+/// (claiming, proving, releasing one) takes one; a test key only reads names.
+pub(crate) struct LiveIssuer(pub Arc<Caller>);
+
+impl FromRequest for LiveIssuer {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(issuer(req).and_then(|Issuer(c)| match c.mode {
+            KeyMode::Live => Ok(LiveIssuer(c)),
+            KeyMode::Test => Err(ApiError::new(
+                ErrorCode::Forbidden,
+                "issuer domains are claimed, proved and released with a live secret key (sk_live_): a test \
+                 key only reads them (a name is its organization's in both modes)",
+            )),
+        }))
     }
 }
 

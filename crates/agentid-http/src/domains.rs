@@ -1,5 +1,7 @@
-//! Issuer domains: claim a name, prove it (DNS TXT or an HTTPS file), list, release. Secret
-//! keys of either mode: a domain is its organization's in both.
+//! Issuer domains: claim a name, prove it (DNS TXT or an HTTPS file), list, release. A domain
+//! is its organization's in both modes: secret keys of either mode read them, and only a live
+//! one changes who holds a name (a test key is handed out more freely, and a released name
+//! stops its organization's live issuance).
 
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::web::{self, Bytes};
@@ -7,7 +9,7 @@ use actix_web::{HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::auth::Issuer;
+use super::auth::{Issuer, LiveIssuer};
 use super::context::AppState;
 use super::error::{ApiError, ErrorBody, ErrorCode};
 use super::input::json_body;
@@ -161,7 +163,7 @@ fn body(d: DomainView) -> DomainBody {
 )]
 pub(crate) async fn claim(
     state: web::Data<AppState>,
-    Issuer(caller): Issuer,
+    LiveIssuer(caller): LiveIssuer,
     req: HttpRequest,
     body_bytes: Bytes,
 ) -> Result<HttpResponse, ApiError> {
@@ -230,7 +232,7 @@ pub async fn get(
 )]
 pub async fn verify(
     state: web::Data<AppState>,
-    Issuer(caller): Issuer,
+    LiveIssuer(caller): LiveIssuer,
     domain: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let name = parse_name("domain", &domain)?;
@@ -251,7 +253,7 @@ pub async fn verify(
 )]
 pub async fn release(
     state: web::Data<AppState>,
-    Issuer(caller): Issuer,
+    LiveIssuer(caller): LiveIssuer,
     domain: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let name = parse_name("domain", &domain)?;

@@ -5,11 +5,11 @@
 
 use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Type};
 
-use super::holdings::{append, holdings_in, vouched, EventRow, EVENT_COLUMNS, MIGRATED_SEQ_SQL};
+use super::holdings::{append, holdings_in, vouched_events, EventRow, EVENT_COLUMNS, MIGRATED_SEQ_SQL};
 use super::revoke::revoke_in;
 use super::sql::{Backend, SqlStore};
 use super::{Attempt, Claimed, DomainClaim, Held, StoreFuture};
-use agentid_core::domain::holding::{self, DomainEvent, Grant, HoldRefused, Holding};
+use agentid_core::domain::holding::{self, DomainEvent, Grant, HoldRefused, Holding, UnreadEvent};
 use agentid_core::domain::Millis;
 use agentid_core::keys::KeyRing;
 
@@ -19,8 +19,9 @@ pub const RELEASED_REASON: &str = "released by its organization";
 pub const REPLACED_REASON: &str = "replaced by a new holding of the same organization";
 
 pub trait DomainStore {
-    /// Every event of the holdings list, in order.
-    fn domain_events(&self) -> StoreFuture<'_, Vec<DomainEvent>>;
+    /// Every event of the holdings list, in order; a row that does not read as an event, as
+    /// what could be read of it.
+    fn domain_events(&self) -> StoreFuture<'_, Vec<Result<DomainEvent, UnreadEvent>>>;
     /// The holdings in force that the key file vouches for (`vouched`), of one organization,
     /// or of every organization.
     fn holdings<'a>(&'a self, keys: &'a KeyRing, org_id: Option<&'a str>) -> StoreFuture<'a, Vec<Holding>>;
@@ -119,13 +120,13 @@ where
     for<'r> &'r str: ColumnIndex<DB::Row>,
     usize: ColumnIndex<DB::Row>,
 {
-    fn domain_events(&self) -> StoreFuture<'_, Vec<DomainEvent>> {
+    fn domain_events(&self) -> StoreFuture<'_, Vec<Result<DomainEvent, UnreadEvent>>> {
         Box::pin(async move {
             let rows: Vec<EventRow> =
                 sqlx::query_as(&format!("SELECT {EVENT_COLUMNS} FROM domain_events ORDER BY seq"))
                     .fetch_all(&mut *self.conn().await?)
                     .await?;
-            rows.into_iter().map(EventRow::into_event).collect()
+            Ok(rows.into_iter().map(EventRow::read).collect())
         })
     }
 
@@ -152,13 +153,7 @@ where
                         .await?
                 }
             };
-            let mut events = Vec::with_capacity(rows.len());
-            for r in rows {
-                let e = r.into_event()?;
-                if vouched(keys, &e, migrated) {
-                    events.push(e);
-                }
-            }
+            let events = vouched_events(keys, rows, migrated);
             Ok(holding::current(&events)
                 .into_iter()
                 .filter(|h| org_id.is_none_or(|o| h.org_id == o))

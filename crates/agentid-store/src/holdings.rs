@@ -5,7 +5,7 @@
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Type};
 
 use super::StoreError;
-use agentid_core::domain::holding::{self, DomainEvent, EventKind, Holding, ProofMethod};
+use agentid_core::domain::holding::{self, DomainEvent, EventKind, Holding, ProofMethod, UnreadEvent};
 use agentid_core::domain::Millis;
 use agentid_core::keys::KeyRing;
 
@@ -24,8 +24,26 @@ row! {
 }
 
 impl EventRow {
-    pub(crate) fn into_event(self) -> Result<DomainEvent, StoreError> {
-        let bad = |what: &str| StoreError::Corrupt(format!("issuer-domain event {}: {what}", self.seq));
+    /// The event, or what could be read of a row that is none the service writes.
+    pub(crate) fn read(self) -> Result<DomainEvent, UnreadEvent> {
+        let commitment_id = holding::commitment_id(
+            self.seq,
+            &self.kind,
+            &self.domain,
+            &self.org_id,
+            self.method.as_deref(),
+        );
+        let (seq, at) = (self.seq, Millis(self.at));
+        self.into_event().map_err(|why| UnreadEvent {
+            seq,
+            commitment_id,
+            at,
+            why,
+        })
+    }
+
+    fn into_event(self) -> Result<DomainEvent, String> {
+        let bad = |what: &str| format!("its {what} is none the service writes");
         Ok(DomainEvent {
             kind: EventKind::parse(&self.kind).ok_or_else(|| bad("kind"))?,
             method: match &self.method {
@@ -61,6 +79,26 @@ pub fn vouched(keys: &KeyRing, e: &DomainEvent, migrated: Option<i64>) -> bool {
         metrics::counter!("agentid_integrity_failures_total", "what" => "domain_event").increment(1);
     }
     ok
+}
+
+/// The events of `rows` the key file vouches for. A row that does not read as an event is
+/// none either: ignored, and an alarm.
+pub(crate) fn vouched_events(keys: &KeyRing, rows: Vec<EventRow>, migrated: Option<i64>) -> Vec<DomainEvent> {
+    rows.into_iter()
+        .filter_map(|r| match r.read() {
+            Ok(e) => vouched(keys, &e, migrated).then_some(e),
+            Err(u) => {
+                unread_alarm(&u);
+                None
+            }
+        })
+        .collect()
+}
+
+/// The alarm of a stored event that does not read.
+pub(crate) fn unread_alarm(u: &UnreadEvent) {
+    tracing::error!(seq = u.seq, why = %u.why, "integrity alarm: an issuer-domain event that does not read as one is ignored");
+    metrics::counter!("agentid_integrity_failures_total", "what" => "domain_event").increment(1);
 }
 
 /// The `IN (…)` list of `n` parameters from `$first` on.
@@ -109,13 +147,7 @@ where
     if let Some(b) = below {
         q = q.bind(b);
     }
-    let mut events = Vec::new();
-    for r in q.fetch_all(&mut **tx).await? {
-        let e = r.into_event()?;
-        if vouched(keys, &e, migrated) {
-            events.push(e);
-        }
-    }
+    let events = vouched_events(keys, q.fetch_all(&mut **tx).await?, migrated);
     Ok(holding::current(&events))
 }
 
@@ -142,7 +174,13 @@ where
         .await?;
     let mut seq = last.unwrap_or(0);
     for mut event in events {
-        seq += 1;
+        // A row at the largest number (written with database access alone) must not wrap the
+        // numbering round: no name changes hands until the operator removes it.
+        seq = seq.checked_add(1).ok_or_else(|| {
+            StoreError::Corrupt(
+                "issuer-domain events are numbered up to the largest number a row can hold".into(),
+            )
+        })?;
         event.seq = seq;
         let mac = keys.domain_event_mac(&event.canonical());
         sqlx::query(&format!(

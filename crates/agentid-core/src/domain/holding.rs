@@ -163,20 +163,12 @@ impl DomainEvent {
     /// The entry a checkpoint's `agentid-domains` list commits to: `<seq> <kind> <domain>
     /// <org_id> <method>` (`-` for what an event lacks), with `at`.
     pub fn commitment_id(&self) -> String {
-        let dash = |s: &str| {
-            if s.is_empty() {
-                "-".to_owned()
-            } else {
-                s.to_owned()
-            }
-        };
-        format!(
-            "{} {} {} {} {}",
+        commitment_id(
             self.seq,
             self.kind.as_str(),
-            dash(&self.domain),
-            dash(&self.org_id),
-            self.method.map_or("-", ProofMethod::as_str)
+            &self.domain,
+            &self.org_id,
+            self.method.map(ProofMethod::as_str),
         )
     }
 
@@ -194,6 +186,36 @@ impl DomainEvent {
             _ => None,
         }
     }
+}
+
+/// The entry a checkpoint's `agentid-domains` list commits to, of an event's stored columns
+/// as they are (an event that does not read is committed to as well: undoing it is caught too).
+pub fn commitment_id(seq: i64, kind: &str, domain: &str, org_id: &str, method: Option<&str>) -> String {
+    let dash = |s: &str| {
+        if s.is_empty() {
+            "-".to_owned()
+        } else {
+            s.to_owned()
+        }
+    };
+    format!(
+        "{seq} {} {} {} {}",
+        dash(kind),
+        dash(domain),
+        dash(org_id),
+        method.map_or_else(|| "-".to_owned(), dash)
+    )
+}
+
+/// A stored issuer-domain event that does not read as one the service writes (an unknown
+/// kind or method, a MAC of the wrong length): it counts for nothing, and is an alarm.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreadEvent {
+    pub seq: i64,
+    /// What a checkpoint commits to of it (`commitment_id` of its columns).
+    pub commitment_id: String,
+    pub at: Millis,
+    pub why: String,
 }
 
 /// A name an organization holds now.

@@ -80,6 +80,10 @@ impl PublicJwk {
                 let bytes: [u8; 32] = b64_bytes(x, 32, "x")?.try_into().expect("32 bytes");
                 let key = VerifyingKey::from_bytes(&bytes)
                     .map_err(|_| DpopError("x is not an Ed25519 public key".into()))?;
+                // A key of small order verifies signatures nobody made (R the identity, S 0).
+                if key.is_weak() {
+                    return refuse("x is a point of small order, which no key pair has");
+                }
                 Ok(PublicJwk::Ed25519 { x: x.to_owned(), key })
             }
             ("EC", "P-256") => {
@@ -253,6 +257,9 @@ pub fn check_proof(proof: &str, expected: &Expected<'_>) -> Result<VerifiedProof
     if header.get("typ") != Some(&Value::from("dpop+jwt")) {
         return refuse("typ must be dpop+jwt");
     }
+    if header.contains_key("crit") {
+        return refuse("its header names critical extensions (crit), which are not understood here");
+    }
     let alg = match header.get("alg") {
         Some(Value::String(a)) if matches!(a.as_str(), "EdDSA" | "Ed25519" | "ES256") => a.as_str(),
         _ => return refuse("alg must be EdDSA, Ed25519 or ES256"),
@@ -278,6 +285,18 @@ pub fn check_proof(proof: &str, expected: &Expected<'_>) -> Result<VerifiedProof
     };
     if (iat - expected.now).abs() > expected.max_skew {
         return refuse(format!("iat is more than {} s from now", expected.max_skew));
+    }
+    // Not asked for (RFC 9449 bounds a proof by its iat), but honoured when present.
+    let date = |name: &str| claims.get(name).map(|v| v.as_f64().map(|f| f as i64));
+    match date("exp") {
+        Some(Some(exp)) if exp <= expected.now => return refuse("exp is past"),
+        Some(None) => return refuse("exp must be a number"),
+        _ => {}
+    }
+    match date("nbf") {
+        Some(Some(nbf)) if nbf > expected.now + expected.max_skew => return refuse("nbf is in the future"),
+        Some(None) => return refuse("nbf must be a number"),
+        _ => {}
     }
     if let Some(token) = expected.token {
         let ath = URL_SAFE_NO_PAD.encode(Sha256::digest(token.as_bytes()));
@@ -385,6 +404,19 @@ mod tests {
                 "not a point of P-256",
             ),
             (json!({"kty": "OKP", "crv": "Ed25519"}), "x is required"),
+            // The identity, a point of order 2 and one of order 8.
+            (
+                json!({"kty": "OKP", "crv": "Ed25519", "x": "AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}),
+                "small order",
+            ),
+            (
+                json!({"kty": "OKP", "crv": "Ed25519", "x": "7P_______________________________________38"}),
+                "small order",
+            ),
+            (
+                json!({"kty": "OKP", "crv": "Ed25519", "x": "JuiVj8KyJ7BFw_SJ8u-Y8NXfrAXTxjM5sTgCiG1T_AU"}),
+                "small order",
+            ),
             (json!("a string"), "JSON object"),
         ] {
             let err = PublicJwk::parse(&jwk).unwrap_err().0;
@@ -420,6 +452,17 @@ mod tests {
             (with("iat", json!(NOW - 61)), "iat"),
             (with("iat", json!(NOW + 61)), "iat"),
             (with("jti", json!("")), "jti"),
+            (with("exp", json!(NOW - 1)), "exp is past"),
+            (with("exp", json!("later")), "exp must be"),
+            (with("nbf", json!(NOW + 61)), "nbf"),
+            (
+                ed_proof(
+                    json!({"typ": "dpop+jwt", "alg": "EdDSA", "crit": ["exp"]}),
+                    &claims(),
+                )
+                .0,
+                "crit",
+            ),
             (
                 ed_proof(json!({"typ": "JWT", "alg": "EdDSA"}), &claims()).0,
                 "typ",

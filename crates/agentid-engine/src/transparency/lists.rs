@@ -47,11 +47,15 @@ pub async fn committed_lists(store: &SharedStore, ledger: &Ledger) -> Result<Com
         .filter_map(|k| Some((k.kid, k.retired_at?)))
         .collect();
     retired_keys.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+    // Every row as it is stored, one that does not read too: undoing it is caught as well.
     let domains = store
         .domain_events()
         .await?
         .into_iter()
-        .map(|e| (e.commitment_id(), e.at))
+        .map(|e| match e {
+            Ok(e) => (e.commitment_id(), e.at),
+            Err(u) => (u.commitment_id, u.at),
+        })
         .collect();
     Ok(CommittedLists {
         revocations: store.revocations_of(ledger).await?,
