@@ -1,7 +1,9 @@
 // Express middleware: verifies the request's agent token before the route sees it. A bearer
 // token comes as `Authorization: Bearer <token>`; a token bound to a key (DPoP) as
 // `Authorization: DPoP <token>` with its proof in the `DPoP` header, checked for this
-// request's method and URL (`publicOrigin` names the origin agents address behind a proxy).
+// request's method and URL: `publicOrigin` (the origin agents address) and the request's
+// path. Without `publicOrigin` every DPoP-bound token is refused (a warning says so when the
+// middleware is made): the request's Host and forwarded headers are the caller's to choose.
 // On success the agent is `req.agent`; otherwise 401 (403 for INSUFFICIENT_SCOPE, 503 with
 // `Retry-After` for UNAVAILABLE, 500 for MISCONFIGURED: the receiver's own configuration)
 // with `{"error": code}`, and on a 401 or 403 a `WWW-Authenticate` challenge (RFC 6750 §3.1:
@@ -19,6 +21,7 @@ const RETRY_AFTER = 5;
  * Bearer challenge names the receiver's resource metadata (RFC 9728 §5.1) when given. */
 function challenge(error, scheme, scopes, bare, metadata) {
   if (error.code === "UNAVAILABLE" || error.code === "MISCONFIGURED") return null;
+  if (error.noPublicOrigin) return `DPoP error="invalid_token", error_description="${error.message}", algs="${DPOP_ALGS}"`;
   const where = metadata ? `resource_metadata="${metadata.url}"` : "";
   if (bare) return where ? `Bearer ${where}` : "Bearer";
   const proof = error.code === "PROOF_INVALID" || error.code === "PROOF_REPLAYED";
@@ -42,8 +45,19 @@ export function resourceMetadataHandler(metadata) {
   };
 }
 
+/** The path of a request target, also of an absolute-form one (`http://host/path`), without
+ * its query: a proof's URL is the receiver's origin and this path alone. */
+function pathOf(target) {
+  const match = /^[a-z][a-z0-9+.-]*:\/\/[^/?#]*(.*)$/i.exec(target);
+  const path = (match ? match[1] : target).split(/[?#]/)[0];
+  return path.startsWith("/") ? path : `/${path}`;
+}
+
 export function agentIdMiddleware(verifier, { scopes = [], publicOrigin, resourceMetadata } = {}) {
   const origin = publicOrigin?.replace(/\/+$/, "");
+  if (!origin) {
+    console.warn("agentIdMiddleware has no publicOrigin: every DPoP-bound token is refused (set publicOrigin to the origin agents address, e.g. https://api.example)");
+  }
   return async (req, res, next) => {
     const header = req.headers?.authorization || "";
     const scheme = header.slice(0, 5).toLowerCase() === "dpop " ? "DPoP" : "Bearer";
@@ -54,9 +68,15 @@ export function agentIdMiddleware(verifier, { scopes = [], publicOrigin, resourc
         // Node joins repeated headers with commas; a proof holds none.
         const proof = req.headers.dpop;
         if (typeof proof === "string" && proof.includes(",")) throw new VerificationError("PROOF_INVALID", "more than one DPoP header");
-        const path = (req.originalUrl ?? req.url ?? "/").split("?")[0];
-        const base = origin ?? `${req.protocol ?? (req.socket?.encrypted ? "https" : "http")}://${req.headers.host}`;
-        req.agent = await verifier.verifyDpop(token, proof, req.method, base + path, { scopes });
+        if (!origin) {
+          const e = new VerificationError("TOKEN_INVALID", "this receiver takes no DPoP-bound token: its publicOrigin is not configured");
+          e.noPublicOrigin = true;
+          throw e;
+        }
+        // Never the request's Host, forwarded headers or an absolute-form target: the caller
+        // chooses them, and a proof made for another receiver would pass.
+        const path = pathOf(req.originalUrl ?? req.url ?? "/");
+        req.agent = await verifier.verifyDpop(token, proof, req.method, origin + path, { scopes });
       } else {
         const token = header.toLowerCase().startsWith("bearer ") ? header.slice(7).trim() : "";
         if (!token) throw new VerificationError("TOKEN_INVALID", "no bearer token");

@@ -26,6 +26,23 @@ const MAX_PROOF_BYTES = 4096;
 const SEEN_PROOFS = 100_000;
 /** The DPoP proof algorithms, with the key type and curve each needs. */
 const PROOF_ALGS = { EdDSA: ["OKP", "Ed25519"], Ed25519: ["OKP", "Ed25519"], ES256: ["EC", "P-256"] };
+/** The encodings of Ed25519 points of small order, the sign bit aside (libsodium's list): a
+ * key of one verifies signatures nobody made (R the identity, S 0), so none is taken. */
+const SMALL_ORDER = [
+  "00".repeat(32),
+  "01" + "00".repeat(31),
+  "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05",
+  "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a",
+  "ec" + "ff".repeat(30) + "7f",
+  "ed" + "ff".repeat(30) + "7f",
+  "ee" + "ff".repeat(30) + "7f",
+].map((h) => Uint8Array.from(h.match(/../g), (b) => parseInt(b, 16)));
+
+/** Whether `x` (32 bytes) encodes an Ed25519 point of small order. */
+function smallOrder(x) {
+  return x.length === 32 && SMALL_ORDER.some((s) => s.every((b, i) => (i === 31 ? x[i] & 0x7f : x[i]) === b));
+}
+
 /** Members that make a JWK private (or symmetric). */
 const PRIVATE_MEMBERS = ["d", "p", "q", "dp", "dq", "qi", "oth", "k"];
 
@@ -83,6 +100,16 @@ function sized(token, limit = MAX_TOKEN_BYTES, what = "token") {
   return token;
 }
 
+/** What a reason must not carry raw: controls (C0, DEL, C1), line and paragraph separators
+ * and bidirectional overrides, which a token's or a proof's fields could plant in a log or a
+ * terminal. */
+const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+
+/** `text` with every unsafe character written as `\uXXXX`. */
+export function printable(text) {
+  return String(text).replace(UNSAFE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
+
 /** Calls `hook` (when given) with `args`; a hook that throws changes nothing. */
 function quietly(hook, ...args) {
   if (!hook) return;
@@ -136,7 +163,8 @@ export class Verifier {
     this.revoked = new Set();
     this.seenSets = new Set(); // the last SEEN_SETS jtis taken, oldest first
     this.dpopMaxSkew = dpopMaxSkew;
-    this.seenProofs = new Map(); // `${jkt}.${jti}` -> iat, oldest taken first
+    this.seenProofs = new Set(); // `${jkt}.${jti}` of the proofs remembered
+    this.proofsByIat = new Map(); // iat -> the ids of the proofs made then
     this.proofFloor = -Infinity; // proofs made at or before this are refused (the memory was full)
     this.onFetch = onFetch;
     if (onRefusal || onVerification) {
@@ -151,7 +179,7 @@ export class Verifier {
           } catch (e) {
             if (e instanceof VerificationError) {
               quietly(onVerification, e.code);
-              quietly(onRefusal, e.code, e.message);
+              quietly(onRefusal, e.code, printable(e.message));
             }
             throw e;
           }
@@ -392,21 +420,30 @@ export class Verifier {
     return agent;
   }
 
-  /** Remembers a proof, or refuses it as a replay (see `SEEN_PROOFS`). */
+  /** Remembers a proof, or refuses it as a replay (see `SEEN_PROOFS`): past that many, the
+   * earliest made are forgotten (by `iat`, not the first taken: a proof dated ahead must not
+   * raise the floor for everyone), and every proof made at or before the latest forgotten is
+   * refused. Proofs are kept by the second they were made (at most `2 * dpopMaxSkew + 1`
+   * seconds pass the time check), so the earliest are found without a sort. */
   admitProof(jkt, jti, iat) {
     const oldestValid = Date.now() / 1000 - this.dpopMaxSkew;
-    for (const [id, at] of this.seenProofs) {
-      if (at >= oldestValid) break;
-      this.seenProofs.delete(id);
+    for (const [at, ids] of this.proofsByIat) {
+      if (at >= oldestValid) continue;
+      for (const id of ids) this.seenProofs.delete(id);
+      this.proofsByIat.delete(at);
     }
     if (iat <= this.proofFloor) fail("PROOF_REPLAYED", `DPoP proof made at or before ${this.proofFloor}, when the memory of used proofs is full`);
     const id = `${jkt}.${jti}`;
     if (this.seenProofs.has(id)) fail("PROOF_REPLAYED", "DPoP proof replayed: its jti was already used with this key");
-    this.seenProofs.set(id, iat);
+    this.seenProofs.add(id);
+    if (!this.proofsByIat.has(iat)) this.proofsByIat.set(iat, []);
+    this.proofsByIat.get(iat).push(id);
     while (this.seenProofs.size > SEEN_PROOFS) {
-      const [oldest, at] = this.seenProofs.entries().next().value;
-      this.seenProofs.delete(oldest);
-      this.proofFloor = Math.max(this.proofFloor, at);
+      const earliest = Math.min(...this.proofsByIat.keys());
+      const ids = this.proofsByIat.get(earliest);
+      this.seenProofs.delete(ids.shift());
+      if (!ids.length) this.proofsByIat.delete(earliest);
+      this.proofFloor = Math.max(this.proofFloor, earliest);
     }
   }
 
@@ -619,6 +656,9 @@ async function checkProof(proof, method, url, token, now, maxSkew) {
   const secret = PRIVATE_MEMBERS.find((m) => m in jwk);
   if (secret) refuse(`jwk holds the private member ${secret}`);
   if (jwk.kty !== fit[0] || jwk.crv !== fit[1]) refuse(`alg ${header.alg} does not fit a ${jwk.kty}/${jwk.crv} key`);
+  if (jwk.kty === "OKP" && typeof jwk.x === "string" && smallOrder(b64url(jwk.x))) {
+    refuse("jwk is an Ed25519 point of small order, which no key pair has");
+  }
   let c, jkt;
   try {
     ({ payload: c } = await jwtVerify(proof, EmbeddedJWK, { algorithms: [header.alg], typ: "dpop+jwt" }));

@@ -17,7 +17,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ec import SECP256R1, generate_private_key
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from agentid_verifier import Verifier
+from agentid_verifier import ProofInvalid, Verifier
 from agentid_verifier.asgi import AgentIdMiddleware as Asgi
 from agentid_verifier.wsgi import AgentIdMiddleware as Wsgi
 from conftest import ROOT
@@ -204,12 +204,10 @@ def test_the_middlewares_take_dpop_and_refuse_as_rfc_9449_says(server, panva, tm
         start_response("200 OK", [])
         return [environ["agentid.agent"].agent_id.encode()]
 
-    def call(headers, **kw):
+    def call(headers, public_origin="https://api.example", **kw):
         if kind == "asgi":
-            return asgi_call(Asgi(asgi_app, verifier, **{k: v for k, v in kw.items() if k == "public_origin"}),
-                             headers, **{k: v for k, v in kw.items() if k != "public_origin"})
-        return wsgi_call(Wsgi(wsgi_app, verifier, **{k: v for k, v in kw.items() if k == "public_origin"}),
-                         headers, **{k: v for k, v in kw.items() if k != "public_origin"})
+            return asgi_call(Asgi(asgi_app, verifier, public_origin=public_origin), headers, **kw)
+        return wsgi_call(Wsgi(wsgi_app, verifier, public_origin=public_origin), headers, **kw)
 
     proof = agent.proof(token)
     status, _, body = call([("Authorization", f"DPoP {token}"), ("DPoP", proof)])
@@ -226,10 +224,141 @@ def test_the_middlewares_take_dpop_and_refuse_as_rfc_9449_says(server, panva, tm
     refused([("Authorization", f"DPoP {token}"), ("DPoP", agent.proof(token, method="POST"))],
             "PROOF_INVALID", "invalid_dpop_proof")
     refused([("Authorization", "DPoP not-a-token"), ("DPoP", proof)], "TOKEN_INVALID", "invalid_token")
-    # The URL is rebuilt from the request: another host, or a proxy's, is another URL ...
-    refused([("Authorization", f"DPoP {token}"), ("DPoP", agent.proof(token))], "PROOF_INVALID",
-            "invalid_dpop_proof", host="10.0.0.7:8080", scheme="http")
-    # ... unless the receiver names its public origin.
+    # The URL is the receiver's public origin and the request's path, whatever the request's
+    # host (a proxy's, say) ...
     status, _, _ = call([("Authorization", f"DPoP {token}"), ("DPoP", agent.proof(token))],
-                        host="10.0.0.7:8080", scheme="http", public_origin="https://api.example")
+                        host="10.0.0.7:8080", scheme="http")
     assert status == 200
+    # ... and without a public origin no bound token passes, whatever it sends.
+    status, out, body = call([("Authorization", f"DPoP {token}"), ("DPoP", agent.proof(token))],
+                             public_origin=None)
+    assert (status, json.loads(body)) == (401, {"error": "TOKEN_INVALID"})
+    assert 'error="invalid_token"' in out["www-authenticate"] and "public_origin" in out["www-authenticate"]
+
+
+@pytest.mark.parametrize("kind", ["asgi", "wsgi", "asgi-absolute"])
+def test_a_proof_made_for_another_receiver_is_refused(server, panva, tmp_path, kind):
+    """Attack: a proof the agent made for receiver A (https://shop-a.example/orders), replayed
+    to receiver B with ``Host: shop-a.example`` (or an absolute-form target naming A): B checks
+    it against its own origin, whatever the request says."""
+    agent = PanvaAgent(panva, tmp_path, "Ed25519")
+    _, token = server.register(jwk=agent.jwk())
+    verifier = Verifier(server.base)
+    proof = agent.proof(token, url="https://shop-a.example/orders")
+
+    async def asgi_app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"in"})
+
+    def wsgi_app(environ, start_response):
+        start_response("200 OK", [])
+        return [b"in"]
+
+    headers = [("Authorization", f"DPoP {token}"), ("DPoP", proof), ("X-Forwarded-Host", "shop-a.example"),
+               ("X-Forwarded-Proto", "https")]
+    for origin in ("https://shop-b.example", None):
+        if kind == "wsgi":
+            status, _, _ = wsgi_call(Wsgi(wsgi_app, verifier, public_origin=origin), headers, host="shop-a.example")
+        else:
+            path = "https://shop-a.example/orders" if kind == "asgi-absolute" else "/orders"
+            status, _, _ = asgi_call(Asgi(asgi_app, verifier, public_origin=origin), headers, path=path,
+                                     host="shop-a.example")
+        assert status == 401, (kind, origin)
+
+
+def test_websocket_handshakes_are_checked():
+    """The ASGI middleware checks a WebSocket handshake as it checks a request: one without a
+    valid token is closed before it is accepted; the app never sees it."""
+    seen = []
+
+    async def app(scope, receive, send):
+        seen.append(scope)
+
+    async def handshake(headers):
+        sent = []
+        messages = [{"type": "websocket.connect"}]
+
+        async def receive():
+            return messages.pop(0)
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "websocket", "path": "/ws", "raw_path": b"/ws", "scheme": "wss",
+                 "headers": [(k.lower().encode(), v.encode()) for k, v in headers]}
+        await Asgi(app, Verifier("http://127.0.0.1:9"))(scope, receive, send)
+        return sent
+
+    for headers in ([], [("Authorization", "Bearer not-a-token")]):
+        sent = asyncio.run(handshake(headers))
+        assert sent == [{"type": "websocket.close", "code": 1008, "reason": "TOKEN_INVALID"}], sent
+    assert not seen
+
+
+def _b64(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def test_a_key_of_small_order_proves_nothing(server):
+    """Attack: a token bound to the Ed25519 identity point (the service's signature, as a
+    database writer or a bug could leave one), and a proof "signed" for it with no private key
+    at all (R the identity, S 0), which an unguarded Ed25519 check accepts."""
+    identity = {"kty": "OKP", "crv": "Ed25519", "x": _b64(bytes([1]) + bytes(31))}
+    canonical = json.dumps({"crv": "Ed25519", "kty": "OKP", "x": identity["x"]}, separators=(",", ":"))
+    jkt = _b64(hashlib.sha256(canonical.encode()).digest())
+    agent, _ = server.register()
+    now = int(time.time())
+    token = server.sign({"iss": "example.com", "sub": agent, "jti": "w", "iat": now, "exp": now + 60,
+                         "scopes": ["read:orders"], "cnf": {"jkt": jkt}})
+    ath = _b64(hashlib.sha256(token.encode()).digest())
+    signed = ".".join([
+        _b64(json.dumps({"typ": "dpop+jwt", "alg": "EdDSA", "jwk": identity}).encode()),
+        _b64(json.dumps({"jti": "j", "htm": "GET", "htu": URL, "iat": now, "ath": ath}).encode()),
+    ])
+    forged = f"{signed}.{_b64(bytes([1]) + bytes(63))}"
+    with pytest.raises(ProofInvalid) as refused:
+        Verifier(server.base).verify_dpop(token, forged, "GET", URL)
+    assert "small order" in str(refused.value)
+
+
+def test_a_proof_dated_ahead_does_not_lock_out_honest_ones():
+    """Attack: a proof dated a minute ahead taken first, then enough others to fill the
+    memory: the earliest made are forgotten, not the first taken, so an honest proof made now
+    still passes."""
+    from agentid_verifier.dpop import Replays
+
+    now = 1_800_000_000
+    r = Replays(100)
+    assert r.admit("k", "ahead", now + 60, now - 60) is None
+    for i in range(100):
+        assert r.admit("k", f"p{i}", now - 30, now - 60) is None
+    assert r.admit("k", "honest", now, now - 60) is None
+    assert r.admit("k", "p0", now - 30, now - 60) is not None
+    assert r.admit("k", "ahead", now + 60, now - 60) is not None
+
+
+def test_the_refusal_hook_hears_no_raw_controls(server):
+    """Attack: a proof whose jwk's kty carries a newline, an escape sequence, a C1 control and
+    a right-to-left override, which the refusal's reason names: the hook hears them escaped."""
+    heard = []
+    verifier = Verifier(server.base, on_refusal=lambda code, reason: heard.append(reason))
+    signer = Agent()
+    _, token = server.register(jwk=signer.public)
+    planted = "OKP\n\x1b[2J\x9b31m\u202etxt.exe"
+    proof = signer.proof(token, header={"jwk": {**signer.public, "kty": planted}})
+    with pytest.raises(ProofInvalid):
+        verifier.verify_dpop(token, proof, "GET", URL)
+    assert heard and "\\u001b" in heard[0], heard
+    assert not any(c in heard[0] for c in "\n\x1b\x9b\u202e"), heard
+
+
+def test_proofs_that_expired_are_not_valid_yet_or_name_critical_extensions_are_refused(server):
+    signer = Agent()
+    _, token = server.register(jwk=signer.public)
+    verifier = Verifier(server.base)
+    now = int(time.time())
+    for proof in (signer.proof(token, exp=now - 1), signer.proof(token, nbf=now + 120),
+                  signer.proof(token, header={"crit": ["x-ext"], "x-ext": 1})):
+        with pytest.raises(ProofInvalid):
+            verifier.verify_dpop(token, proof, "GET", URL)
+    assert verifier.verify_dpop(token, signer.proof(token, exp=now + 60), "GET", URL)

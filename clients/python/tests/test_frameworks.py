@@ -23,7 +23,7 @@ def test_fastapi_protects_routes_that_ask_and_documents_them(server):
     signer = Agent()
     bound_id, bound = server.register(scopes=["read:orders"], jwk=signer.public)
     app = FastAPI()
-    reader = fastapi_agent(Verifier(server.base), scopes=["read:orders"])
+    reader = fastapi_agent(Verifier(server.base), scopes=["read:orders"], public_origin="https://api.example")
 
     @app.get("/orders")
     def orders(a=Security(reader)):
@@ -46,10 +46,21 @@ def test_fastapi_protects_routes_that_ask_and_documents_them(server):
     res = client.get("/admin", headers={"Authorization": f"Bearer {token}"})
     assert res.status_code == 403
     assert res.headers["www-authenticate"] == 'Bearer error="insufficient_scope", scope="read:orders admin:x"'
-    # A bound token, with a proof for the URL the app was called at.
-    proof = signer.proof(bound, htu="http://testserver/orders")
+    # A bound token, with a proof for the app's public origin and the route.
+    proof = signer.proof(bound, htu="https://api.example/orders")
     res = client.get("/orders", headers={"Authorization": f"DPoP {bound}", "DPoP": proof})
     assert res.json() == {"agent": bound_id}
+    # A helper without a public origin takes no bound token.
+    blind = FastAPI()
+    blind_reader = fastapi_agent(Verifier(server.base))
+
+    @blind.get("/orders")
+    def blind_orders(a=Security(blind_reader)):
+        return {"agent": a.agent_id}
+
+    proof = signer.proof(bound, htu="http://testserver/orders")
+    res = TestClient(blind).get("/orders", headers={"Authorization": f"DPoP {bound}", "DPoP": proof})
+    assert res.status_code == 401 and "public_origin" in res.headers["www-authenticate"]
     res = client.get("/orders", headers={"Authorization": f"Bearer {bound}"})
     assert res.status_code == 401 and res.headers["www-authenticate"].startswith('DPoP error="invalid_token"')
 
@@ -62,8 +73,13 @@ def test_flask_protects_the_views_it_decorates(server):
     verifier = Verifier(server.base)
 
     @app.get("/orders")
-    @flask_agent(verifier, scopes=["read:orders"])
+    @flask_agent(verifier, scopes=["read:orders"], public_origin="https://api.example")
     def orders():
+        return {"agent": g.agent.agent_id}
+
+    @app.get("/blind")
+    @flask_agent(verifier)
+    def blind():
         return {"agent": g.agent.agent_id}
 
     @app.get("/health")
@@ -75,9 +91,12 @@ def test_flask_protects_the_views_it_decorates(server):
     res = client.get("/orders")
     assert (res.status_code, res.json, res.headers["WWW-Authenticate"]) == (401, {"error": "TOKEN_INVALID"}, "Bearer")
     assert client.get("/orders", headers={"Authorization": f"Bearer {token}"}).json == {"agent": agent_id}
-    proof = signer.proof(bound, htu="http://localhost/orders")
+    proof = signer.proof(bound, htu="https://api.example/orders")
     res = client.get("/orders", headers={"Authorization": f"DPoP {bound}", "DPoP": proof})
     assert res.json == {"agent": bound_id}
+    blind = client.get("/blind", headers={"Authorization": f"DPoP {bound}",
+                                          "DPoP": signer.proof(bound, htu="http://localhost/blind")})
+    assert blind.status_code == 401 and "public_origin" in blind.headers["WWW-Authenticate"]
     res = client.get("/orders", headers={"Authorization": f"DPoP {bound}", "DPoP": proof})
     assert res.status_code == 401 and res.json == {"error": "PROOF_REPLAYED"}
     assert res.headers["WWW-Authenticate"].startswith('DPoP error="invalid_dpop_proof"')

@@ -3,7 +3,7 @@
 //! by that key (`ed25519-dalek`'s strict check, `ring`'s ECDSA), with `jti`, `htm`, `htu`,
 //! `iat` and `ath` matching the request. And the bounded memory of proofs taken.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeSet, HashSet};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -97,6 +97,9 @@ pub(crate) fn check_proof(
     if header.get("typ").and_then(Value::as_str) != Some("dpop+jwt") {
         return refuse("typ must be dpop+jwt");
     }
+    if header.contains_key("crit") {
+        return refuse("its header names critical extensions (crit), which are not understood here");
+    }
     let alg = text(&header, "alg");
     let fits = match alg {
         "EdDSA" | "Ed25519" => ("OKP", "Ed25519"),
@@ -151,6 +154,18 @@ pub(crate) fn check_proof(
         Some(iat) if (iat - now).abs() <= max_skew => iat,
         _ => return refuse(format!("iat is more than {max_skew} s from now")),
     };
+    // Not asked for (RFC 9449 bounds a proof by its iat), but honoured when present.
+    let date = |name: &str| claims.get(name).map(|v| v.as_f64().map(|f| f as i64));
+    match date("exp") {
+        Some(Some(exp)) if exp <= now => return refuse("exp is past"),
+        Some(None) => return refuse("exp must be a number"),
+        _ => {}
+    }
+    match date("nbf") {
+        Some(Some(nbf)) if nbf > now.saturating_add(max_skew) => return refuse("nbf is in the future"),
+        Some(None) => return refuse("nbf must be a number"),
+        _ => {}
+    }
     if text(&claims, "ath") != URL_SAFE_NO_PAD.encode(digest(&SHA256, token.as_bytes())) {
         return refuse("ath is not the token's hash");
     }
@@ -162,22 +177,34 @@ pub(crate) fn check_proof(
 }
 
 /// The proofs taken lately, by key and `jti`, each while its `iat` could still pass: at most
-/// [`SEEN_PROOFS`]. Past that the oldest taken are forgotten, and every proof made at or
+/// [`SEEN_PROOFS`]. Past that the earliest made are forgotten (by `iat`, not the first taken:
+/// a proof dated ahead must not raise the floor for everyone), and every proof made at or
 /// before the latest `iat` forgotten is refused, so that no replay passes however full.
-#[derive(Default)]
 pub(crate) struct Replays {
     ids: HashSet<[u8; 16]>,
-    order: VecDeque<([u8; 16], i64)>,
+    by_iat: BTreeSet<(i64, [u8; 16])>,
     floor: Option<i64>,
+    capacity: usize,
+}
+
+impl Default for Replays {
+    fn default() -> Self {
+        Replays {
+            ids: HashSet::new(),
+            by_iat: BTreeSet::new(),
+            floor: None,
+            capacity: SEEN_PROOFS,
+        }
+    }
 }
 
 impl Replays {
     pub(crate) fn admit(&mut self, proof: &Checked, oldest_valid: i64) -> Result<(), Error> {
-        while let Some(&(id, iat)) = self.order.front() {
+        while let Some(&(iat, id)) = self.by_iat.first() {
             if iat >= oldest_valid {
                 break;
             }
-            self.order.pop_front();
+            self.by_iat.pop_first();
             self.ids.remove(&id);
         }
         if let Some(floor) = self.floor.filter(|f| proof.iat <= *f) {
@@ -194,12 +221,45 @@ impl Replays {
                 "its jti was already used with this key".into(),
             ));
         }
-        self.order.push_back((id, proof.iat));
-        while self.order.len() > SEEN_PROOFS {
-            let (old, iat) = self.order.pop_front().expect("over the bound");
+        self.by_iat.insert((proof.iat, id));
+        while self.ids.len() > self.capacity {
+            let (iat, old) = self.by_iat.pop_first().expect("as many entries as ids");
             self.ids.remove(&old);
             self.floor = Some(self.floor.map_or(iat, |f| f.max(iat)));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proof(jti: &str, iat: i64) -> Checked {
+        Checked {
+            jkt: "k".into(),
+            jti: jti.into(),
+            iat,
+        }
+    }
+
+    /// Attack: one proof dated a minute ahead, taken first, then enough others to fill the
+    /// memory. The earliest made are forgotten, not the first taken: an honest proof made now
+    /// still passes, where the floor would otherwise have risen to the future proof's `iat`.
+    #[test]
+    fn a_proof_dated_ahead_does_not_lock_out_honest_ones() {
+        let now = 1_800_000_000;
+        let mut r = Replays {
+            capacity: 100,
+            ..Replays::default()
+        };
+        r.admit(&proof("ahead", now + 60), now - 60).unwrap();
+        for i in 0..100 {
+            r.admit(&proof(&format!("p{i}"), now - 30), now - 60).unwrap();
+        }
+        assert!(r.admit(&proof("honest", now), now - 60).is_ok());
+        // What was forgotten is refused by its age; the proof dated ahead is still known.
+        assert!(r.admit(&proof("p0", now - 30), now - 60).is_err());
+        assert!(r.admit(&proof("ahead", now + 60), now - 60).is_err());
     }
 }

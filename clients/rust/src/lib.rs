@@ -260,7 +260,8 @@ impl Builder {
         self
     }
     /// Told of every refusal of [`Verifier::verify_with_scopes`] (and `verify`),
-    /// [`Verifier::verify_dpop`] and [`Verifier::verify_online`]: its code and its reason.
+    /// [`Verifier::verify_dpop`] and [`Verifier::verify_online`]: its code and its reason,
+    /// whose controls, separators and bidirectional overrides come escaped ([`printable`]).
     pub fn on_refusal(mut self, hook: impl Fn(&str, &str) + Send + Sync + 'static) -> Self {
         self.on_refusal = Some(Arc::new(hook));
         self
@@ -457,6 +458,28 @@ fn granted(scopes: Option<&Value>) -> Result<Vec<String>, Error> {
             .ok_or_else(|| invalid("malformed scopes")),
         Some(_) => Err(invalid("malformed scopes")),
     }
+}
+
+/// `text` with every character a token's or a proof's fields could plant in a log or a
+/// terminal written as `\u{…}`: controls (C0, DEL, C1), line and paragraph separators and
+/// bidirectional overrides.
+pub fn printable(text: &str) -> String {
+    let unsafe_char = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(unsafe_char) {
+        return text.to_owned();
+    }
+    text.chars()
+        .map(|c| {
+            if unsafe_char(c) {
+                format!("\\u{{{:04x}}}", c as u32)
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// What the kind of a token (an agent token, an access token) says of it.
@@ -860,7 +883,7 @@ impl Verifier {
         let outcome = result.as_ref().map_or_else(Error::code, |_| "valid");
         metrics::counter!(VERIFICATIONS, "outcome" => outcome).increment(1);
         if let (Err(e), Some(hook)) = (&result, &self.inner.on_refusal) {
-            hook(e.code(), &e.to_string());
+            hook(e.code(), &printable(&e.to_string()));
         }
         result
     }
@@ -1215,8 +1238,10 @@ pub mod tower {
 
     /// Verifies `Authorization: Bearer <token>`, or a token bound to a key as
     /// `Authorization: DPoP <token>` with its proof in the `DPoP` header (checked for the
-    /// request's method and URL), with these `scopes`, before the inner service sees the
-    /// request. On success the [`super::Agent`] is in the request's extensions; otherwise the
+    /// request's method and its URL: the receiver's [`AgentIdLayer::public_origin`] and the
+    /// request's path; without a public origin every DPoP-bound token is refused, and a
+    /// warning says so when the layer is applied), with these `scopes`, before the inner
+    /// service sees the request. On success the [`super::Agent`] is in the request's extensions; otherwise the
     /// answer is 401 (403 for `INSUFFICIENT_SCOPE`, 503 for `UNAVAILABLE`, 500 for
     /// `MISCONFIGURED`: the receiver's own configuration) with `{"error": code}` and a
     /// `WWW-Authenticate` challenge (RFC 6750, RFC 9449 §7.1).
@@ -1226,6 +1251,7 @@ pub mod tower {
         scopes: Arc<Vec<String>>,
         public_origin: Option<Arc<str>>,
         metadata_url: Option<Arc<str>>,
+        warned: Arc<std::sync::Once>,
     }
 
     impl AgentIdLayer {
@@ -1235,6 +1261,7 @@ pub mod tower {
                 scopes: Arc::new(scopes.iter().map(|s| s.to_string()).collect()),
                 public_origin: None,
                 metadata_url: None,
+                warned: Arc::new(std::sync::Once::new()),
             }
         }
 
@@ -1246,29 +1273,18 @@ pub mod tower {
             self
         }
 
-        /// The origin agents address (`https://api.example`), when a proxy stands in front:
-        /// a DPoP proof's URL is this origin and the request's path. Without it, the URL is
-        /// rebuilt from the request (its URI's scheme and authority, else `http` and `Host`).
+        /// The origin agents address (`https://api.example`): a DPoP proof's URL is this
+        /// origin and the request's path, never the request's `Host`, forwarded headers or an
+        /// absolute-form target (the caller chooses those, so a proof made for another
+        /// receiver would pass). Without it, every DPoP-bound token is refused.
         pub fn public_origin(mut self, origin: &str) -> Self {
             self.public_origin = Some(origin.trim_end_matches('/').into());
             self
         }
     }
 
-    /// The URL a request was addressed to, without its query.
-    fn request_url<B>(req: &http::Request<B>, origin: Option<&str>) -> String {
-        let path = req.uri().path();
-        if let Some(o) = origin {
-            return format!("{o}{path}");
-        }
-        let host = req.uri().authority().map(|a| a.as_str()).or_else(|| {
-            req.headers()
-                .get(http::header::HOST)
-                .and_then(|h| h.to_str().ok())
-        });
-        let scheme = req.uri().scheme_str().unwrap_or("http");
-        format!("{scheme}://{}{path}", host.unwrap_or_default())
-    }
+    /// What a DPoP-bound token meets at a receiver that named no public origin.
+    const NO_ORIGIN: &str = "this receiver takes no DPoP-bound token: its public_origin is not configured";
 
     /// Seconds a client is asked to wait after a 503 (the service could not be reached).
     const RETRY_AFTER: &str = "5";
@@ -1280,6 +1296,8 @@ pub mod tower {
         bare: bool,
         scopes: &'a [String],
         metadata_url: Option<&'a str>,
+        /// A DPoP-bound token, at a receiver without a public origin.
+        no_origin: bool,
     }
 
     /// The `WWW-Authenticate` value for `e` (RFC 6750 §3.1, RFC 9449 §7.1), or none for a
@@ -1287,6 +1305,11 @@ pub mod tower {
     fn challenge(e: &Error, came: &Came<'_>) -> Option<String> {
         if matches!(e, Error::Unavailable(_) | Error::Misconfigured(_)) {
             return None;
+        }
+        if came.no_origin {
+            return Some(format!(
+                "DPoP error=\"invalid_token\", error_description=\"{NO_ORIGIN}\", algs=\"EdDSA Ed25519 ES256\""
+            ));
         }
         let with_metadata = |challenge: String| match came.metadata_url {
             Some(url) if challenge == "Bearer" => format!("Bearer resource_metadata=\"{url}\""),
@@ -1316,6 +1339,14 @@ pub mod tower {
         type Service = AgentId<S>;
 
         fn layer(&self, inner: S) -> AgentId<S> {
+            if self.public_origin.is_none() {
+                self.warned.call_once(|| {
+                    log::warn!(
+                        "AgentIdLayer has no public_origin: every DPoP-bound token is refused (set \
+                         .public_origin(\"https://api.example\"), the origin agents address)"
+                    )
+                });
+            }
             AgentId {
                 inner,
                 layer: self.clone(),
@@ -1344,6 +1375,7 @@ pub mod tower {
                 bare: false,
                 scopes: &missing,
                 metadata_url: None,
+                no_origin: false,
             },
         )
     }
@@ -1415,11 +1447,17 @@ pub mod tower {
                         .iter()
                         .filter_map(|v| v.to_str().ok())
                         .collect();
-                    let url = request_url(&req, layer.public_origin.as_deref());
-                    match (dpop, proofs.as_slice()) {
-                        (None, _) => Err(Error::Invalid("no token".into())),
-                        (Some(_), [_, _, ..]) => Err(Error::ProofInvalid("more than one DPoP header".into())),
-                        (Some(t), proofs) => {
+                    let url = layer
+                        .public_origin
+                        .as_deref()
+                        .map(|o| format!("{o}{}", req.uri().path()));
+                    match (dpop, proofs.as_slice(), url) {
+                        (None, _, _) => Err(Error::Invalid("no token".into())),
+                        (Some(_), _, None) => Err(Error::Invalid(NO_ORIGIN.into())),
+                        (Some(_), [_, _, ..], _) => {
+                            Err(Error::ProofInvalid("more than one DPoP header".into()))
+                        }
+                        (Some(t), proofs, Some(url)) => {
                             let method = req.method().as_str().to_owned();
                             layer
                                 .verifier
@@ -1445,6 +1483,7 @@ pub mod tower {
                             bare,
                             scopes: &layer.scopes,
                             metadata_url: layer.metadata_url.as_deref(),
+                            no_origin: matches!(&e, Error::Invalid(m) if m == NO_ORIGIN),
                         },
                     )),
                 }

@@ -107,9 +107,9 @@ test("a revoked agent is revoked whatever its proof", async () => {
 test("the express middleware takes DPoP and refuses as RFC 9449 says", async () => {
   const a = await panvaAgent("ES256");
   const v = new Verifier({ baseUrl: s.base });
-  const run = async (headers, { host = "api.example", protocol = "https", options = {} } = {}) => {
+  const run = async (headers, { host = "api.example", protocol = "https", target = "/orders?page=1", options = { publicOrigin: "https://api.example" } } = {}) => {
     const res = { statusCode: 200, headers: {}, body: "", setHeader(k, val) { this.headers[k.toLowerCase()] = val; }, end(b) { this.body = b; } };
-    const req = { method: "GET", url: "/orders?page=1", originalUrl: "/orders?page=1", protocol, headers: { host, ...headers } };
+    const req = { method: "GET", url: target, originalUrl: target, protocol, headers: { host, ...headers } };
     let passed = false;
     await agentIdMiddleware(v, options)(req, res, () => { passed = true; });
     return { passed, res, req };
@@ -130,9 +130,101 @@ test("the express middleware takes DPoP and refuses as RFC 9449 says", async () 
   await refused({ authorization: `Bearer ${a.token}` }, "PROOF_INVALID", "invalid_token");
   await refused({ authorization: `DPoP ${a.token}`, dpop: await a.proof("POST") }, "PROOF_INVALID", "invalid_dpop_proof");
   await refused({ authorization: "DPoP not-a-token", dpop: await a.proof() }, "TOKEN_INVALID", "invalid_token");
-  // The URL is rebuilt from the request: behind a proxy it is another URL ...
-  await refused({ authorization: `DPoP ${a.token}`, dpop: await a.proof() }, "PROOF_INVALID", "invalid_dpop_proof", { host: "10.0.0.7:8080", protocol: "http" });
-  // ... unless the receiver names its public origin.
-  r = await run({ authorization: `DPoP ${a.token}`, dpop: await a.proof() }, { host: "10.0.0.7:8080", protocol: "http", options: { publicOrigin: "https://api.example" } });
+  // The URL is the receiver's public origin and the request's path, whatever the request's
+  // host (a proxy's, say) ...
+  r = await run({ authorization: `DPoP ${a.token}`, dpop: await a.proof() }, { host: "10.0.0.7:8080", protocol: "http" });
   assert.ok(r.passed);
+  // ... and without a public origin no bound token passes.
+  const { passed, res } = await run({ authorization: `DPoP ${a.token}`, dpop: await a.proof() }, { options: {} });
+  assert.ok(!passed);
+  assert.equal(res.statusCode, 401);
+  assert.match(res.headers["www-authenticate"], /^DPoP error="invalid_token", error_description=".*publicOrigin/);
+});
+
+test("a proof made for another receiver is refused", async () => {
+  // Attack: a proof the agent made for receiver A, replayed to receiver B with the Host,
+  // forwarded headers or an absolute-form target of A (Express with trust proxy reads them).
+  const a = await panvaAgent("Ed25519");
+  const v = new Verifier({ baseUrl: s.base });
+  const proof = await a.proof("GET", "https://shop-a.example/orders");
+  for (const [options, target] of [
+    [{ publicOrigin: "https://shop-b.example" }, "/orders"],
+    [{ publicOrigin: "https://shop-b.example" }, "https://shop-a.example/orders"],
+    [{}, "/orders"],
+  ]) {
+    const res = { statusCode: 200, headers: {}, setHeader(k, val) { this.headers[k.toLowerCase()] = val; }, end() {} };
+    const req = { method: "GET", url: target, originalUrl: target, protocol: "https",
+                  headers: { host: "shop-a.example", "x-forwarded-host": "shop-a.example", authorization: `DPoP ${a.token}`, dpop: proof } };
+    let passed = false;
+    await agentIdMiddleware(v, options)(req, res, () => { passed = true; });
+    assert.ok(!passed && res.statusCode === 401, `${JSON.stringify(options)} ${target}`);
+  }
+});
+
+test("a key of small order proves nothing", async () => {
+  // Attack: a token bound to the Ed25519 identity point (signed by the service), and a proof
+  // "signed" for it with no private key (R the identity, S 0).
+  const b64 = (bytes) => base64url.encode(bytes);
+  const identity = { kty: "OKP", crv: "Ed25519", x: b64(Uint8Array.from([1, ...new Array(31).fill(0)])) };
+  const jkt = b64(new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(`{"crv":"Ed25519","kty":"OKP","x":"${identity.x}"}`))));
+  const [agent] = await s.register();
+  const now = Math.floor(Date.now() / 1000);
+  const token = await s.sign({ iss: "example.com", sub: agent, jti: "w", iat: now, exp: now + 60, scopes: ["read:orders"], cnf: { jkt } });
+  const ath = b64(new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(token))));
+  const part = (o) => b64(new TextEncoder().encode(JSON.stringify(o)));
+  const forged = `${part({ typ: "dpop+jwt", alg: "EdDSA", jwk: identity })}.${part({ jti: "j", htm: "GET", htu: URL, iat: now, ath })}.${b64(Uint8Array.from([1, ...new Array(63).fill(0)]))}`;
+  const v = new Verifier({ baseUrl: s.base });
+  await assert.rejects(v.verifyDpop(token, forged, "GET", URL), (e) => e.code === "PROOF_INVALID" && /small order/.test(e.message));
+});
+
+test("a proof dated ahead does not lock out honest ones", () => {
+  // Attack: a proof dated a minute ahead taken first, then enough others to fill the memory
+  // (100,000): the earliest made are forgotten, not the first taken.
+  const v = new Verifier({ baseUrl: s.base });
+  const now = Math.floor(Date.now() / 1000);
+  v.admitProof("k", "ahead", now + 60);
+  for (let i = 0; i < 100_000; i++) v.admitProof("k", `p${i}`, now - 30);
+  assert.doesNotThrow(() => v.admitProof("k", "honest", now));
+  assert.throws(() => v.admitProof("k", "p0", now - 30), (e) => e.code === "PROOF_REPLAYED");
+  assert.throws(() => v.admitProof("k", "ahead", now + 60), (e) => e.code === "PROOF_REPLAYED");
+});
+
+test("the refusal hook hears no raw controls", async () => {
+  // Attack: a proof whose jwk's kty carries a newline, an escape sequence, a C1 control and a
+  // right-to-left override, which the refusal's reason names.
+  const heard = [];
+  const v = new Verifier({ baseUrl: s.base, onRefusal: (code, reason) => heard.push(reason) });
+  const keyPair = await joseKeyPair("EdDSA", { extractable: true });
+  const jwk = await publicJwk(keyPair);
+  const [, token] = await s.register({ jwk });
+  const planted = "OKP\n\u001b[2J\u009b31m\u202etxt.exe";
+  const ath = base64url.encode(new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(token))));
+  const proof = await new SignJWT({ jti: "j", htm: "GET", htu: URL, iat: Math.floor(Date.now() / 1000), ath })
+    .setProtectedHeader({ typ: "dpop+jwt", alg: "EdDSA", jwk: { ...jwk, kty: planted } })
+    .sign(keyPair.privateKey);
+  assert.equal(await code(v.verifyDpop(token, proof, "GET", URL)), "PROOF_INVALID");
+  assert.ok(heard.length && heard[0].includes("\\u001b"), heard[0]);
+  assert.ok(![..."\n\u001b\u009b\u202e"].some((c) => heard[0].includes(c)), heard[0]);
+});
+
+test("proofs that say they expired, are not valid yet or name critical extensions are refused", async () => {
+  const keyPair = await joseKeyPair("EdDSA", { extractable: true });
+  const jwk = await publicJwk(keyPair);
+  const [, token] = await s.register({ jwk });
+  const v = new Verifier({ baseUrl: s.base });
+  const now = Math.floor(Date.now() / 1000);
+  const ath = base64url.encode(new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(token))));
+  const sign = (claims, header = {}) =>
+    new SignJWT({ jti: crypto.randomUUID(), htm: "GET", htu: URL, iat: now, ath, ...claims })
+      .setProtectedHeader({ typ: "dpop+jwt", alg: "EdDSA", jwk, ...header })
+      .sign(keyPair.privateKey);
+  // jose will not sign a header with an extension it does not know: signed by hand.
+  const part = (o) => base64url.encode(new TextEncoder().encode(JSON.stringify(o)));
+  const input = `${part({ typ: "dpop+jwt", alg: "EdDSA", jwk, crit: ["x-ext"], "x-ext": 1 })}.${part({ jti: "c", htm: "GET", htu: URL, iat: now, ath })}`;
+  const { sign: edSign, KeyObject } = await import("node:crypto");
+  const crit = `${input}.${base64url.encode(edSign(null, Buffer.from(input), KeyObject.from(keyPair.privateKey)))}`;
+  for (const proof of [await sign({ exp: now - 1 }), await sign({ nbf: now + 120 }), crit]) {
+    assert.equal(await code(v.verifyDpop(token, proof, "GET", URL)), "PROOF_INVALID");
+  }
+  assert.equal(await code(v.verifyDpop(token, await sign({ exp: now + 60 }), "GET", URL)), "ok");
 });

@@ -27,6 +27,7 @@ import http.client
 import json
 import logging
 import math
+import re
 import threading
 import time
 import urllib.error
@@ -205,6 +206,17 @@ class Agent:
     claims: Dict[str, object] = field(default_factory=dict, compare=False, repr=False)
 
 
+#: What a reason must not carry raw: controls (C0, DEL, C1), line and paragraph separators and
+#: bidirectional overrides, which a token's or a proof's fields could plant in a log or a
+#: terminal.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every unsafe character written as ``\\uXXXX``."""
+    return _UNSAFE.sub(lambda m: "\\u%04x" % ord(m.group()), text)
+
+
 def _utc(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=timezone.utc)
 
@@ -268,7 +280,9 @@ class Verifier:
     whose ``iat`` is at most ``dpop_max_skew`` seconds from now; each proof passes once.
 
     ``on_refusal(code, reason)``, when given, is called with every refusal's code and reason
-    (a failing hook is logged, never raised). ``counts()`` tells how many verifications came
+    (a failing hook is logged, never raised); the reason's controls, separators and
+    bidirectional overrides, which a token's or a proof's fields may carry, come escaped
+    (``\\u001b``). ``counts()`` tells how many verifications came
     to each outcome and how many fetches to each result; ``agentid_verifier.prometheus``
     gives them to ``prometheus_client``.
 
@@ -577,7 +591,7 @@ class Verifier:
         if self.on_refusal is None:
             return
         try:
-            self.on_refusal(error.code, str(error))
+            self.on_refusal(error.code, printable(str(error)))
         except Exception:  # the hook's failure must not change the answer
             _LOG.exception("on_refusal failed")
 

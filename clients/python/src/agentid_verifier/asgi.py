@@ -4,8 +4,14 @@
 
 A bearer token comes as ``Authorization: Bearer <token>``; a token bound to a key (DPoP) as
 ``Authorization: DPoP <token>`` with its proof in the ``DPoP`` header, checked for this
-request's method and URL. Behind a proxy, pass ``public_origin`` (``"https://api.example"``):
-the URL the agent addressed is that origin and the request's path.
+request's method and URL: the receiver's ``public_origin`` (``"https://api.example"``) and
+the request's path. Without ``public_origin`` every DPoP-bound token is refused (401
+``invalid_token``, and a warning when the middleware is made): the request's ``Host``,
+forwarded headers and target are the caller's to choose, so a URL rebuilt from them would
+let a proof made for another receiver pass.
+
+It covers HTTP requests and WebSocket handshakes (a refused handshake is closed before it is
+accepted, code 1008); lifespan events pass through.
 
 On success the ``Agent`` is in ``scope["agent"]``; otherwise the answer is 401 (403 for
 ``INSUFFICIENT_SCOPE``, 503 for ``UNAVAILABLE`` with ``Retry-After``, 500 for
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import List, Optional, Sequence, Tuple
 
 from . import Cold, ProofInvalid, TokenInvalid, VerificationError, Verifier, warm_only
@@ -39,6 +46,37 @@ class NoCredentials(TokenInvalid):
     """A request without a token: answered with a bare challenge (RFC 6750 §3.1)."""
 
 
+class NoPublicOrigin(TokenInvalid):
+    """A DPoP-bound token at a receiver that did not name its public origin: the URL a proof
+    must name cannot be told (the request's ``Host`` and forwarded headers are the caller's
+    to choose, so a proof made for another receiver would pass)."""
+
+    def __init__(self):
+        super().__init__("this receiver takes no DPoP-bound token: its public_origin is not configured")
+
+
+_LOG = logging.getLogger("agentid_verifier")
+
+
+def warn_without_origin(public_origin: Optional[str], where: str) -> Optional[str]:
+    """``public_origin`` without its trailing slash; without one, a warning (once, here) that
+    DPoP-bound tokens will be refused."""
+    if public_origin:
+        return public_origin.rstrip("/")
+    _LOG.warning("%s has no public_origin: every DPoP-bound token is refused (set public_origin to the "
+                 "origin agents address, e.g. https://api.example)", where)
+    return None
+
+
+def path_of(target: str) -> str:
+    """The path of a request target, also of an absolute-form one (``http://host/path``),
+    without its query: a proof's URL is the receiver's origin and this path alone."""
+    if "://" in target.split("/", 1)[0]:
+        rest = target.split("://", 1)[1]
+        target = "/" + rest.split("/", 1)[1] if "/" in rest else "/"
+    return target.split("?", 1)[0] or "/"
+
+
 def challenge(error: VerificationError, scheme: str, scopes: Sequence[str] = (),
               metadata: Optional[ResourceMetadata] = None) -> Optional[bytes]:
     """The ``WWW-Authenticate`` value for ``error`` on a request that used ``scheme``; none
@@ -46,6 +84,8 @@ def challenge(error: VerificationError, scheme: str, scopes: Sequence[str] = (),
     challenge names where the receiver's protected resource metadata is (RFC 9728 §5.1)."""
     if error.code in ("UNAVAILABLE", "MISCONFIGURED"):
         return None
+    if isinstance(error, NoPublicOrigin):
+        return f'DPoP error="invalid_token", error_description="{error}", algs="{DPOP_ALGS}"'.encode()
     where = f'resource_metadata="{metadata.url}"' if metadata is not None else ""
     if isinstance(error, NoCredentials):
         return f"Bearer {where}".strip().encode()
@@ -108,11 +148,15 @@ def presented(authorization: Optional[str], proofs: List[str]) -> Tuple[str, Opt
 
 
 def check(verifier: Verifier, scheme: str, token: Optional[str], proof: Optional[str],
-          method: str, url: str, scopes: Sequence[str]):
-    """The agent of a request, by its scheme; a ``VerificationError`` otherwise."""
+          method: str, url: Optional[str], scopes: Sequence[str]):
+    """The agent of a request, by its scheme (``url``: the receiver's public origin and the
+    request's path, None when the receiver named no origin); a ``VerificationError``
+    otherwise."""
     if token is None:
         raise TokenInvalid("no token in the Authorization header")
     if scheme == "DPoP":
+        if url is None:
+            raise NoPublicOrigin()
         return verifier.verify_dpop(token, proof, method, url, scopes)
     return verifier.verify(token, scopes)
 
@@ -122,21 +166,22 @@ class AgentIdMiddleware:
                  public_origin: Optional[str] = None, exclude: Sequence[str] = (),
                  resource_metadata: Optional[ResourceMetadata] = None):
         self.app, self.verifier, self.scopes = app, verifier, list(scopes or [])
-        self.public_origin = public_origin.rstrip("/") if public_origin else None
+        self.public_origin = warn_without_origin(public_origin, "the ASGI middleware")
         self.exclude = list(exclude)
         self.metadata = resource_metadata
 
-    def _url(self, scope, headers) -> str:
+    def _url(self, scope) -> Optional[str]:
+        """The URL a proof must name: the public origin and the request's path (never its
+        ``Host``, forwarded headers or an absolute-form target, which the caller chooses)."""
+        if self.public_origin is None:
+            return None
         raw = scope.get("raw_path")
-        path = raw.split(b"?", 1)[0].decode("latin-1") if raw else scope.get("root_path", "") + scope.get("path", "/")
-        if self.public_origin:
-            return self.public_origin + path
-        host = dict(headers).get(b"host", b"").decode("latin-1")
-        if not host and scope.get("server"):
-            host = "%s:%s" % tuple(scope["server"])
-        return f"{scope.get('scheme', 'http')}://{host}{path}"
+        path = path_of(raw.decode("latin-1")) if raw else scope.get("root_path", "") + scope.get("path", "/")
+        return self.public_origin + path
 
     async def __call__(self, scope, receive, send):
+        if scope["type"] == "websocket" and not excluded(scope.get("path", "/"), self.exclude):
+            return await self._websocket(scope, receive, send)
         if (scope["type"] == "http" and self.metadata is not None
                 and scope.get("path") == self.metadata.path and scope.get("method") in ("GET", "HEAD")):
             body = self.metadata.body()
@@ -146,20 +191,38 @@ class AgentIdMiddleware:
             return
         if scope["type"] != "http" or excluded(scope.get("path", "/"), self.exclude):
             return await self.app(scope, receive, send)
-        headers = scope.get("headers") or []
-        authorization = dict(headers).get(b"authorization", b"").decode("latin-1")
-        proofs = [v.decode("latin-1") for k, v in headers if k == b"dpop"]
+        authorization = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
         try:
-            scheme, token, proof = presented(authorization, proofs)
-            url = self._url(scope, headers) if scheme == "DPoP" else ""
-            args = (self.verifier, scheme, token, proof, scope.get("method", "GET"), url, self.scopes)
-            try:
-                agent = warm_only(check, *args)
-            except Cold:
-                agent = await asyncio.to_thread(check, *args)
+            agent = await self._agent(scope, "GET")
         except VerificationError as e:
             status, out_headers, body = refusal(e, scheme_of(authorization), self.scopes, self.metadata)
             await send({"type": "http.response.start", "status": status, "headers": out_headers})
             await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(dict(scope, agent=agent), receive, send)
+
+    async def _agent(self, scope, method: str):
+        """The request's verified agent (its token from the headers of ``scope``); a warm
+        check runs here, one that must fetch in a worker thread."""
+        headers = scope.get("headers") or []
+        authorization = dict(headers).get(b"authorization", b"").decode("latin-1")
+        proofs = [v.decode("latin-1") for k, v in headers if k == b"dpop"]
+        scheme, token, proof = presented(authorization, proofs)
+        url = self._url(scope) if scheme == "DPoP" else None
+        args = (self.verifier, scheme, token, proof, scope.get("method", method), url, self.scopes)
+        try:
+            return warm_only(check, *args)
+        except Cold:
+            return await asyncio.to_thread(check, *args)
+
+    async def _websocket(self, scope, receive, send):
+        """A WebSocket handshake is checked as a request is (its method GET, as it came): a
+        refused one is closed before it is accepted (code 1008, policy violation; the server
+        answers the handshake 403)."""
+        try:
+            agent = await self._agent(scope, "GET")
+        except VerificationError as e:
+            await receive()  # websocket.connect
+            await send({"type": "websocket.close", "code": 1008, "reason": e.code})
             return
         await self.app(dict(scope, agent=agent), receive, send)

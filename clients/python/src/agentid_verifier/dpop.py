@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import heapq
 import json
 import threading
-from collections import OrderedDict
-from typing import Optional, Tuple
+from typing import List, Optional, Set, Tuple
 
 import jwt
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm
@@ -24,6 +24,24 @@ PRIVATE_MEMBERS = ("d", "p", "q", "dp", "dq", "qi", "oth", "k")
 #: What each ``alg`` is checked with, and the key type and curve it needs.
 ALGS = {"EdDSA": ("OKP", "Ed25519"), "Ed25519": ("OKP", "Ed25519"), "ES256": ("EC", "P-256")}
 
+#: The encodings of Ed25519 points of small order, the sign bit aside (libsodium's list): a
+#: key of one verifies signatures nobody made (R the identity, S 0), so none is taken.
+_SMALL_ORDER = tuple(bytes.fromhex(h) for h in (
+    "00" * 32,
+    "01" + "00" * 31,
+    "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05",
+    "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a",
+    "ec" + "ff" * 30 + "7f",
+    "ed" + "ff" * 30 + "7f",
+    "ee" + "ff" * 30 + "7f",
+))
+
+
+def small_order(x: bytes) -> bool:
+    """Whether ``x`` encodes an Ed25519 point of small order."""
+    return len(x) == 32 and any(x[:31] == s[:31] and x[31] & 0x7F == s[31] for s in _SMALL_ORDER)
+
+
 _JWS = jwt.PyJWS(algorithms=["EdDSA", "ES256"])
 _JWS.register_algorithm("Ed25519", OKPAlgorithm())
 
@@ -34,6 +52,13 @@ class ProofError(Exception):
 
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except ValueError:
+        return b""
 
 
 def token_hash(token: str) -> str:
@@ -63,6 +88,8 @@ def check_proof(proof: str, method: str, url: str, token: str, now: float, max_s
         raise ProofError(f"malformed: {e}") from e
     if header.get("typ") != "dpop+jwt":
         raise ProofError("typ must be dpop+jwt")
+    if "crit" in header:
+        raise ProofError("its header names critical extensions (crit), which are not understood here")
     alg, jwk = header.get("alg"), header.get("jwk")
     if alg not in ALGS:
         raise ProofError("alg must be EdDSA, Ed25519 or ES256")
@@ -73,6 +100,9 @@ def check_proof(proof: str, method: str, url: str, token: str, now: float, max_s
         raise ProofError(f"jwk holds the private member {private[0]!r}")
     if (jwk.get("kty"), jwk.get("crv")) != ALGS[alg]:
         raise ProofError(f"alg {alg} does not fit a {jwk.get('kty')}/{jwk.get('crv')} key")
+    x = jwk.get("x")
+    if jwk["kty"] == "OKP" and isinstance(x, str) and small_order(_unb64(x)):
+        raise ProofError("jwk is an Ed25519 point of small order, which no key pair has")
     try:
         algorithm = OKPAlgorithm if jwk["kty"] == "OKP" else ECAlgorithm
         key = algorithm.from_jwk(json.dumps(jwk))
@@ -94,6 +124,14 @@ def check_proof(proof: str, method: str, url: str, token: str, now: float, max_s
     iat = claims.get("iat")
     if type(iat) is not int or abs(iat - now) > max_skew:
         raise ProofError(f"iat is more than {max_skew} s from now")
+    # Not asked for (RFC 9449 bounds a proof by its iat), but honoured when present.
+    for name in ("exp", "nbf"):
+        if name in claims and (type(claims[name]) not in (int, float) or isinstance(claims[name], bool)):
+            raise ProofError(f"{name} must be a number")
+    if "exp" in claims and claims["exp"] <= now:
+        raise ProofError("exp is past")
+    if "nbf" in claims and claims["nbf"] > now + max_skew:
+        raise ProofError("nbf is in the future")
     if claims.get("ath") != token_hash(token):
         raise ProofError("ath is not the token's hash")
     return jkt, jti, iat
@@ -101,29 +139,32 @@ def check_proof(proof: str, method: str, url: str, token: str, now: float, max_s
 
 class Replays:
     """The proofs taken lately, by key and ``jti``, each while its ``iat`` could still pass:
-    at most ``capacity``. Past that the oldest taken are forgotten, and every proof made at or
-    before the latest ``iat`` forgotten is refused, so that no replay passes however full."""
+    at most ``capacity``. Past that the earliest made (by ``iat``, not the first taken: a
+    proof dated ahead must not raise the floor for everyone) are forgotten, and every proof
+    made at or before the latest ``iat`` forgotten is refused, so that no replay passes
+    however full."""
 
     def __init__(self, capacity: int):
         self.capacity = max(1, capacity)
-        self._seen: "OrderedDict[Tuple[str, str], int]" = OrderedDict()
+        self._seen: Set[Tuple[str, str]] = set()
+        self._by_iat: List[Tuple[int, str, str]] = []  # a heap: the earliest made first
         self._floor: Optional[int] = None
         self._lock = threading.Lock()
 
     def admit(self, jkt: str, jti: str, iat: int, oldest_valid: float) -> Optional[str]:
         """Remembers the proof; why it is refused as a replay, or ``None``."""
         with self._lock:
-            while self._seen:
-                first = next(iter(self._seen.values()))
-                if first >= oldest_valid:
-                    break
-                self._seen.popitem(last=False)
+            while self._by_iat and self._by_iat[0][0] < oldest_valid:
+                _, k, j = heapq.heappop(self._by_iat)
+                self._seen.discard((k, j))
             if self._floor is not None and iat <= self._floor:
                 return f"made at or before {self._floor}, when the memory of used proofs is full"
             if (jkt, jti) in self._seen:
                 return "its jti was already used with this key"
-            self._seen[(jkt, jti)] = iat
+            self._seen.add((jkt, jti))
+            heapq.heappush(self._by_iat, (iat, jkt, jti))
             while len(self._seen) > self.capacity:
-                _, forgotten = self._seen.popitem(last=False)
+                forgotten, k, j = heapq.heappop(self._by_iat)
+                self._seen.discard((k, j))
                 self._floor = forgotten if self._floor is None else max(self._floor, forgotten)
             return None

@@ -30,7 +30,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPBearer, SecurityScopes
 
 from . import Agent, Cold, VerificationError, Verifier, warm_only
-from .asgi import check, presented, refusal, scheme_of
+from .asgi import check, presented, refusal, scheme_of, warn_without_origin
 from .resource import ResourceMetadata
 
 
@@ -51,7 +51,7 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
     """A dependency whose value is the request's verified ``Agent``."""
     bearer = HTTPBearer(scheme_name="agentid", auto_error=False,
                         description="An agentid agent token (Authorization: Bearer, or DPoP with its proof)")
-    origin = public_origin.rstrip("/") if public_origin else None
+    origin = warn_without_origin(public_origin, "agentid_verifier.fastapi.require_agent")
     required = list(scopes)
 
     async def agent(request: Request, security_scopes: SecurityScopes,
@@ -60,7 +60,7 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
         authorization = request.headers.get("authorization", "")
         try:
             scheme, token, proof = presented(authorization, request.headers.getlist("dpop"))
-            url = (origin or f"{request.url.scheme}://{request.url.netloc}") + request.url.path
+            url = origin + request.url.path if origin else None
             args = (verifier, scheme, token, proof, request.method, url, wanted)
             try:
                 return warm_only(check, *args)  # no thread hop when nothing is to be fetched

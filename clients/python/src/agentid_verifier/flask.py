@@ -23,7 +23,7 @@ from typing import Callable, Optional, Sequence, TypeVar
 from flask import Flask, Response, g, request
 
 from . import VerificationError, Verifier
-from .asgi import check, presented, refusal, scheme_of
+from .asgi import check, presented, refusal, scheme_of, warn_without_origin
 from .resource import ResourceMetadata
 
 _F = TypeVar("_F", bound=Callable)
@@ -42,7 +42,7 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
                   public_origin: Optional[str] = None,
                   resource_metadata: Optional[ResourceMetadata] = None) -> Callable[[_F], _F]:
     """A decorator: the view runs only for a verified agent, in ``g.agent``."""
-    origin = public_origin.rstrip("/") if public_origin else None
+    origin = warn_without_origin(public_origin, "agentid_verifier.flask.require_agent")
     wanted = list(scopes)
 
     def decorate(view: _F) -> _F:
@@ -51,7 +51,7 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
             authorization = request.headers.get("Authorization", "")
             try:
                 scheme, token, proof = presented(authorization, request.headers.getlist("DPoP"))
-                url = (origin + request.script_root + request.path) if origin else request.base_url
+                url = origin + request.script_root + request.path if origin else None
                 g.agent = check(verifier, scheme, token, proof, request.method, url, wanted)
             except VerificationError as e:
                 status, headers, body = refusal(e, scheme_of(authorization), wanted, resource_metadata)

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import urllib.parse
 from typing import Optional, Sequence
-from wsgiref.util import request_uri
 
 from . import VerificationError, Verifier
-from .asgi import check, excluded, presented, refusal, scheme_of
+from .asgi import check, excluded, presented, refusal, scheme_of, warn_without_origin
 from .resource import ResourceMetadata
 
 REASONS = {401: "Unauthorized", 403: "Forbidden", 500: "Internal Server Error", 503: "Service Unavailable"}
@@ -27,15 +26,17 @@ class AgentIdMiddleware:
                  public_origin: Optional[str] = None, exclude: Sequence[str] = (),
                  resource_metadata: Optional[ResourceMetadata] = None):
         self.app, self.verifier, self.scopes = app, verifier, list(scopes or [])
-        self.public_origin = public_origin.rstrip("/") if public_origin else None
+        self.public_origin = warn_without_origin(public_origin, "the WSGI middleware")
         self.exclude = list(exclude)
         self.metadata = resource_metadata
 
-    def _url(self, environ) -> str:
-        if self.public_origin:
-            path = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
-            return self.public_origin + urllib.parse.quote(path or "/", safe="/;=,")
-        return request_uri(environ, include_query=False)
+    def _url(self, environ) -> Optional[str]:
+        """The URL a proof must name: the public origin and the request's path (never its
+        ``Host`` or forwarded headers, which the caller chooses)."""
+        if self.public_origin is None:
+            return None
+        path = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
+        return self.public_origin + urllib.parse.quote(path or "/", safe="/;=,")
 
     def __call__(self, environ, start_response):
         if (self.metadata is not None and environ.get("PATH_INFO") == self.metadata.path
@@ -51,7 +52,7 @@ class AgentIdMiddleware:
         proofs = [p.strip() for p in environ["HTTP_DPOP"].split(",")] if "HTTP_DPOP" in environ else []
         try:
             scheme, token, proof = presented(authorization, proofs)
-            url = self._url(environ) if scheme == "DPoP" else ""
+            url = self._url(environ) if scheme == "DPoP" else None
             environ["agentid.agent"] = check(self.verifier, scheme, token, proof,
                                              environ.get("REQUEST_METHOD", "GET"), url, self.scopes)
         except VerificationError as e:

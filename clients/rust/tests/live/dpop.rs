@@ -348,7 +348,17 @@ async fn the_tower_layer_takes_dpop_and_refuses_as_rfc_9449_says() {
     };
     let proof = agent.proof(&token, "GET");
     let dpop = |p: &str| vec![("Authorization", format!("DPoP {token}")), ("DPoP", p.to_owned())];
-    let ok = call("https://api.example/orders?page=1", dpop(&proof), None).await;
+    let origin = Some("https://api.example");
+    // Without a public origin, no bound token passes.
+    let blind = call("/orders", dpop(&proof), None).await;
+    assert_eq!(blind.status(), 401);
+    let said = blind.headers()["www-authenticate"].to_str().unwrap().to_owned();
+    assert!(
+        said.starts_with("DPoP error=\"invalid_token\", error_description=")
+            && said.contains("public_origin"),
+        "{said}"
+    );
+    let ok = call("/orders?page=1", dpop(&proof), origin).await;
     assert_eq!((ok.status().as_u16(), ok.body().as_str()), (200, id.as_str()));
     let refused = |res: http::Response<String>, error: &str, challenge: &str| {
         assert_eq!(res.status(), 401);
@@ -357,42 +367,114 @@ async fn the_tower_layer_takes_dpop_and_refuses_as_rfc_9449_says() {
         assert!(got.starts_with(&format!("DPoP error=\"{challenge}\"")), "{got}");
     };
     refused(
-        call(URL, dpop(&proof), None).await,
+        call(URL, dpop(&proof), origin).await,
         "PROOF_REPLAYED",
         "invalid_dpop_proof",
     );
     refused(
-        call(URL, vec![("Authorization", format!("DPoP {token}"))], None).await,
+        call(URL, vec![("Authorization", format!("DPoP {token}"))], origin).await,
         "PROOF_INVALID",
         "invalid_dpop_proof",
     );
     refused(
-        call(URL, vec![("Authorization", format!("Bearer {token}"))], None).await,
+        call(URL, vec![("Authorization", format!("Bearer {token}"))], origin).await,
         "PROOF_INVALID",
         "invalid_token",
     );
     refused(
-        call(URL, dpop(&agent.proof(&token, "POST")), None).await,
+        call(URL, dpop(&agent.proof(&token, "POST")), origin).await,
         "PROOF_INVALID",
         "invalid_dpop_proof",
     );
-    // Behind a proxy the request's URL is another one ...
+    // The URL is the public origin and the request's path, whatever the request's host.
     let inside = |p: &str| {
         let mut h = dpop(p);
         h.push(("Host", "10.0.0.7:8080".to_owned()));
         h
     };
-    refused(
-        call("/orders", inside(&agent.proof(&token, "GET")), None).await,
-        "PROOF_INVALID",
-        "invalid_dpop_proof",
-    );
-    // ... unless the receiver names its public origin.
-    let ok = call(
-        "/orders",
-        inside(&agent.proof(&token, "GET")),
-        Some("https://api.example"),
-    )
-    .await;
+    let ok = call("/orders", inside(&agent.proof(&token, "GET")), origin).await;
     assert_eq!(ok.status(), 200);
+    // Attack: a proof made for receiver A, sent to receiver B with A's host, or with an
+    // absolute-form target naming A.
+    let for_a = |p: String| {
+        let mut h = dpop(&p);
+        h.push(("Host", "shop-a.example".to_owned()));
+        h.push(("X-Forwarded-Host", "shop-a.example".to_owned()));
+        h
+    };
+    for uri in ["/orders", "https://shop-a.example/orders"] {
+        let proof = agent.run(&["proof", "GET", "https://shop-a.example/orders"], &token);
+        refused(
+            call(uri, for_a(proof), Some("https://shop-b.example")).await,
+            "PROOF_INVALID",
+            "invalid_dpop_proof",
+        );
+    }
+    // A receiver that named no origin would have rebuilt A's URL from the request.
+    let proof = agent.run(&["proof", "GET", "http://shop-a.example/orders"], &token);
+    refused(
+        call("/orders", for_a(proof), None).await,
+        "TOKEN_INVALID",
+        "invalid_token",
+    );
+}
+
+/// Proofs that say they expired, are not valid yet, or name an extension nobody here
+/// understands (`crit`), are refused.
+#[tokio::test(flavor = "current_thread")]
+async fn proofs_that_expired_or_name_critical_extensions_are_refused() {
+    let s = Server::start();
+    let v = Verifier::builder(&s.base).build().unwrap();
+    let agent = Agent::ed();
+    let (_, token) = bound(&s, agent.jwk());
+    let now = now() as i64;
+    for (name, edit) in [
+        ("exp", json!(now - 1)),
+        ("nbf", json!(now + 120)),
+        ("crit", json!(["x-ext"])),
+    ] {
+        let proof = agent.proof_with(&token, |header, claims| {
+            if name == "crit" {
+                header[name] = edit;
+                header["x-ext"] = json!(1);
+            } else {
+                claims[name] = edit;
+            }
+        });
+        let refused = v.verify_dpop(&token, Some(&proof), "GET", URL, &[]).await;
+        assert_eq!(code(refused), "PROOF_INVALID", "{name}");
+    }
+    let fine = agent.proof_with(&token, |_, claims| claims["exp"] = json!(now + 60));
+    assert_eq!(
+        code(v.verify_dpop(&token, Some(&fine), "GET", URL, &[]).await),
+        "ok"
+    );
+}
+
+/// Attack: a proof whose jwk's kty carries a newline, an escape sequence, a C1 control and a
+/// right-to-left override, which the refusal's reason names: the hook hears them escaped.
+#[tokio::test(flavor = "current_thread")]
+async fn the_refusal_hook_hears_no_raw_controls() {
+    let s = Server::start();
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let into = heard.clone();
+    let v = Verifier::builder(&s.base)
+        .on_refusal(move |_, reason| into.lock().unwrap().push(reason.to_owned()))
+        .build()
+        .unwrap();
+    let agent = Agent::ed();
+    let (_, token) = bound(&s, agent.jwk());
+    let proof = agent.proof_with(&token, |header, _| {
+        header["jwk"]["kty"] = json!("OKP\n\u{1b}[2J\u{9b}31m\u{202e}txt.exe");
+    });
+    assert_eq!(
+        code(v.verify_dpop(&token, Some(&proof), "GET", URL, &[]).await),
+        "PROOF_INVALID"
+    );
+    let heard = heard.lock().unwrap();
+    assert!(heard[0].contains("\\u{001b}"), "{heard:?}");
+    assert!(
+        !heard[0].chars().any(|c| "\n\u{1b}\u{9b}\u{202e}".contains(c)),
+        "{heard:?}"
+    );
 }
