@@ -153,7 +153,10 @@ impl Outage {
 
     /// Runs `attempt` again, after a pause, while it fails with an outage
     /// ([`StoreError::is_unavailable`]), until the wait ends; later attempts are cut off then.
-    /// Only for attempts that leave nothing written when they fail.
+    /// Only for attempts that leave nothing written when they fail. An attempt cut off at the
+    /// deadline may have been anywhere, its COMMIT in flight included: that is
+    /// [`StoreError::OutcomeUnknown`] (which callers find out, as a broken COMMIT), never the
+    /// earlier error, which would say that nothing was written.
     pub(crate) async fn ride_out<T, F, Fut>(&self, mut attempt: F) -> Result<T, StoreError>
     where
         F: FnMut() -> Fut,
@@ -179,7 +182,11 @@ impl Outage {
                     pause = (pause * 2).min(MAX_PAUSE);
                     result = match tokio::time::timeout_at(deadline, attempt()).await {
                         Ok(r) => r,
-                        Err(_) => return Err(e),
+                        Err(_) => {
+                            return Err(StoreError::OutcomeUnknown(format!(
+                                "an attempt cut off at the end of the outage's wait (after: {e})"
+                            )))
+                        }
                     };
                 }
                 Err(e) => return Err(e),
@@ -309,5 +316,31 @@ where
 
     fn shared_buckets(&self) -> Option<&dyn SharedBuckets> {
         DB::shared_buckets(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A retry still running when the outage's wait ends (its COMMIT may be in flight) is an
+    /// outcome unknown, not the first attempt's error, which says that nothing was written:
+    /// a registration answered so could be stored, and the client's retry make a second one.
+    #[tokio::test]
+    async fn an_attempt_cut_at_the_deadline_is_an_outcome_unknown() {
+        let outage = Outage::new(Duration::from_millis(300));
+        let tries = std::sync::atomic::AtomicU32::new(0);
+        let result: Result<(), StoreError> = outage
+            .ride_out(|| async {
+                if tries.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                    return Err(StoreError::Unavailable(sqlx::Error::PoolTimedOut));
+                }
+                // The retry's COMMIT, sent and not yet answered when the wait ends.
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                Ok(())
+            })
+            .await;
+        assert!(matches!(result, Err(StoreError::OutcomeUnknown(_))), "{result:?}");
+        assert_eq!(tries.into_inner(), 2);
     }
 }
