@@ -1071,3 +1071,77 @@ async fn a_test_key_cannot_release_or_prove_a_live_name() {
         .assert_error(403, "FORBIDDEN");
     assert_eq!(w.register(w.a(), "bank.example").await.status, 201);
 }
+
+/// A name changes hands at once, and what its former holder issued under it is revoked
+/// after, in bounded batches outside the lock every change of who holds what takes (which
+/// held up every registration in the fleet for as long as the revocations took). Each batch
+/// is seen by verify as it commits; the move is noted in the database, so one left
+/// unfinished (its mover stopped) is finished by an instance that did not make it.
+#[actix_web::test]
+async fn a_moved_name_revokes_in_batches_that_outlive_their_mover() {
+    use agentid::domain::holding::Grant;
+    use agentid::domain::Millis;
+    let w = world().await;
+    let a = w.app.org.org_id.clone();
+    w.app.grant(&a, "bank.example", false).await.unwrap();
+    let mut tokens = Vec::new();
+    for name in [
+        "bank.example",
+        "eu.bank.example",
+        "bank.example",
+        "x.eu.bank.example",
+        "bank.example",
+    ] {
+        tokens.push(w.registered(w.a(), name).await.1);
+    }
+    let (_, kept) = w.registered(w.a(), "example.com").await;
+    // The move, as a mover that stops right after it leaves it: the name is B's, nothing
+    // is revoked yet.
+    let keys = w.app.key_ring();
+    let now = Millis::now();
+    let held = w
+        .app
+        .store
+        .hold_domain(
+            &keys,
+            &w.b.org_id,
+            "bank.example",
+            Grant::Operator { force: true },
+            now,
+            now,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(held.revoked.is_empty());
+    let m = held.moving.expect("A's agents are owed revocations");
+    assert_eq!(w.app.store.name_moves().await.unwrap(), std::slice::from_ref(&m));
+    w.register(w.a(), "bank.example")
+        .await
+        .assert_error(403, "ISSUER_DOMAIN_NOT_VERIFIED");
+    w.registered(w.b(), "eu.bank.example").await;
+    // One batch of two: verify sees those two at once.
+    let batch = w.app.store.revoke_moved(&m, 2).await.unwrap();
+    assert_eq!((batch.revoked.len(), batch.done), (2, false));
+    let mut revoked = 0;
+    for t in &tokens {
+        if w.app.verify(t).await["error"] == "TOKEN_REVOKED" {
+            revoked += 1;
+        }
+    }
+    assert_eq!(revoked, 2);
+    // The instance finishes the rest, and the move's note goes.
+    for t in &tokens {
+        let mut answer = Value::Null;
+        for _ in 0..200 {
+            answer = w.app.verify(t).await;
+            if answer["error"] == "TOKEN_REVOKED" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(answer["error"], "TOKEN_REVOKED", "{answer}");
+    }
+    assert!(w.app.store.name_moves().await.unwrap().is_empty());
+    assert_eq!(w.app.verify(&kept).await["valid"], true);
+}

@@ -184,6 +184,7 @@ pub async fn spawn_fleet(n: usize, opts: Options) -> Vec<TestApp> {
             .await
             .unwrap();
     }
+    settled_domain_list(&store).await;
     let mut dbs: Vec<TestDb> = (1..n).map(|_| db.borrow()).collect();
     dbs.push(db);
     apps.into_iter()
@@ -211,6 +212,20 @@ pub async fn spawn_fleet(n: usize, opts: Options) -> Vec<TestApp> {
             }
         })
         .collect()
+}
+
+/// Waits until the instances have recorded the grown issuer-domain list in the service's
+/// ledger (within a tick of its growth): the ledger keeps its size for 250 ms. Their records
+/// would otherwise land in the middle of a test's own.
+async fn settled_domain_list(store: &SharedStore) {
+    let service = agentid::domain::Ledger::service();
+    let (mut size, mut still) = (u64::MAX, 0);
+    while still < 5 {
+        let now = store.ledger_size(&service).await.unwrap();
+        still = if now == size { still + 1 } else { 0 };
+        size = now;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The issuer domains the test organization holds (by the operator's grant, so with every

@@ -39,6 +39,15 @@ fn forge(key: &SigningKey, kid: &str, agent: &str) -> String {
     )
 }
 
+/// A second organization, B.
+async fn second_org(app: &TestApp) -> admin::CreatedOrg {
+    let limits =
+        agentid::domain::OrgLimits::resolve(agentid::domain::Plan::Developer, None, None, None).unwrap();
+    admin::create_org(&app.store, "b", agentid::domain::Plan::Developer, limits)
+        .await
+        .unwrap()
+}
+
 /// `agentid audit verify` on the app's database and key file: exit code and output.
 fn audit_verify(app: &TestApp) -> (Option<i32>, String) {
     audit_verify_with(app, &[])
@@ -408,11 +417,7 @@ async fn junk_checkpoint_rows_neither_stop_nor_stand_in_for_checkpoints() {
 async fn who_holds_a_name_cannot_be_written_into_the_database() {
     let metrics = agentid::telemetry::metrics_handle();
     let app = spawn_app().await;
-    let limits =
-        agentid::domain::OrgLimits::resolve(agentid::domain::Plan::Developer, None, None, None).unwrap();
-    let b = admin::create_org(&app.store, "b", agentid::domain::Plan::Developer, limits)
-        .await
-        .unwrap();
+    let b = second_org(&app).await;
     let before = integrity_failures(metrics, "domain_event");
     let (seq,): (i64,) = if app.db.is_postgres() {
         let pool = sqlx::PgPool::connect(&app.db.url).await.unwrap();
@@ -486,11 +491,7 @@ async fn who_holds_a_name_cannot_be_written_into_the_database() {
 #[actix_web::test]
 async fn a_name_handed_back_behind_the_triggers_is_caught() {
     let app = spawn_app().await;
-    let limits =
-        agentid::domain::OrgLimits::resolve(agentid::domain::Plan::Developer, None, None, None).unwrap();
-    let b = admin::create_org(&app.store, "b", agentid::domain::Plan::Developer, limits)
-        .await
-        .unwrap();
+    let b = second_org(&app).await;
     // The name moves to B, and a checkpoint commits to that.
     app.grant(&b.org_id, "example.com", true).await.unwrap();
     let registered = app
@@ -586,4 +587,53 @@ async fn rows_that_do_not_read_as_domain_events_stop_nothing() {
             Err(u) => u.seq < 0,
         });
     assert_eq!(negative.count(), 0);
+}
+
+/// A name changes hands while nothing else is recorded. The service's own ledger records
+/// that the issuer-domain list grew, and its checkpoint commits to the longer list; so when
+/// the events that moved the name are deleted, the instance alarms (the list reads shorter
+/// than before) and `audit verify` fails. Before, no checkpoint was made without a new
+/// record, and both stayed silent.
+#[actix_web::test]
+async fn a_name_moved_while_nothing_else_is_recorded_cannot_be_handed_back() {
+    let metrics = agentid::telemetry::metrics_handle();
+    let app = spawn_app().await;
+    let b = second_org(&app).await;
+    app.grant(&b.org_id, "example.com", true).await.unwrap();
+    let rows = app.store.domain_list_size().await.unwrap().rows;
+    let service = agentid::domain::Ledger::service();
+    let mut committed = false;
+    for _ in 0..200 {
+        let checkpoints = app.store.checkpoints(&service).await.unwrap();
+        if checkpoints
+            .iter()
+            .any(|c| c.note.contains(&format!("\nagentid-domains {rows} ")))
+        {
+            committed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        committed,
+        "no checkpoint of the service's ledger commits to {rows} events"
+    );
+    let before = integrity_failures(metrics, "domain_list");
+    crate::helpers::tamper(
+        &app,
+        "DELETE FROM domain_events WHERE seq > (SELECT MAX(seq) - 2 FROM domain_events)",
+    )
+    .await;
+    let mut alarmed = false;
+    for _ in 0..200 {
+        if integrity_failures(metrics, "domain_list") > before {
+            alarmed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(alarmed, "the instance did not see the list go shorter");
+    let (code, out) = audit_verify(&app);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("who holds a name was rewritten"), "{out}");
 }

@@ -623,7 +623,7 @@ async fn audit_verify_goes_on_past_an_unreadable_block_and_exits_non_zero() {
     let r = audit(&app, std::slice::from_ref(&saved)).await;
     caught(&r, &live(&app), Some(7), "unreadable block");
     // The other ledger was checked too.
-    assert!(r.ledgers.iter().any(|l| l.ledger.is_service() && l.records == 1));
+    assert!(r.ledgers.iter().any(|l| l.ledger.is_service() && l.records >= 1));
 
     // The command line: each failure with its ledger and seq, and a non-zero exit.
     let dir = tempfile::tempdir().unwrap();

@@ -208,7 +208,33 @@ pub struct Held {
     /// Holdings that ended (other organizations' that the new one covers, and a holding of
     /// the organization's own that it replaces).
     pub ended: Vec<Holding>,
+    /// The move whose revocations follow (other organizations' agents issued under the
+    /// name), when it revokes any: in bounded batches, outside the lock the move took.
+    pub moving: Option<NameMove>,
     /// Other organizations' agents revoked because they issued under a name that changed
-    /// hands, with the revocation epoch each was stamped with.
+    /// hands, with the revocation epoch each was stamped with: those whoever moved the name
+    /// revoked before it answered.
     pub revoked: Vec<(AgentRecord, Option<i64>)>,
+}
+
+/// A name that changed hands: every agent of another organization issued under it (and,
+/// with `below`, under the names below it) is owed a revocation, at `at`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NameMove {
+    /// The hold's issuer-domain event.
+    pub seq: i64,
+    /// The new holder.
+    pub org_id: String,
+    pub domain: String,
+    pub below: bool,
+    pub at: Millis,
+}
+
+/// One batch of a move's revocations.
+#[derive(Debug, Clone, Default)]
+pub struct Moved {
+    /// The agents this batch revoked, with the revocation epoch each was stamped with.
+    pub revoked: Vec<(AgentRecord, Option<i64>)>,
+    /// No agent is left to revoke: the move is done (its row is gone).
+    pub done: bool,
 }

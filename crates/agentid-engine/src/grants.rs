@@ -59,10 +59,18 @@ pub async fn approve(
 ) -> Result<Held, AdminError> {
     let name = parse_name("domain", domain)?;
     let now = Millis::now();
-    store
+    let mut held = store
         .hold_domain(keys, &org.id, name.as_str(), Grant::Operator { force }, now, now)
         .await?
-        .map_err(|e: HoldRefused| AdminError::Refused(e.to_string()))
+        .map_err(|e: HoldRefused| AdminError::Refused(e.to_string()))?;
+    // The former holders' agents, revoked before the grant returns (batch by batch: the
+    // fleet goes on meanwhile). Cut short, the service's instances finish it.
+    if let Some(m) = &held.moving {
+        let mut revoked = Vec::new();
+        crate::domains::moves::follow(store, m, None, |r| revoked.extend_from_slice(r)).await?;
+        held.revoked = revoked;
+    }
+    Ok(held)
 }
 
 /// Ends `org`'s holding (or claim) of `domain`; its agents keep their tokens until they

@@ -111,9 +111,12 @@ impl OAuthError {
 
 impl From<StoreError> for OAuthError {
     fn from(e: StoreError) -> Self {
-        if e.is_unavailable() {
+        if e.is_transient() {
             tracing::warn!(error = %e, "token request: the store is unavailable");
-            OAuthError::Unavailable("the database cannot be reached; retry shortly".into())
+            OAuthError::Unavailable(match e {
+                StoreError::Busy => "every database connection is in use; retry shortly".into(),
+                _ => "the database cannot be reached; retry shortly".into(),
+            })
         } else {
             tracing::error!(error = %e, "token request: the store failed");
             OAuthError::ServerError

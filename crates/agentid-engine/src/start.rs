@@ -13,6 +13,7 @@ use agentid_store::{SharedStore, StoreError};
 use crate::agents::Agents;
 use crate::apikeys::ApiKeys;
 use crate::audit::AuditHandle;
+use crate::domains::moves::Mover;
 use crate::domains::{Domains, IssuerPolicy};
 use crate::dpop::{ProofCheck, MAX_REMEMBERED_PROOFS};
 use crate::expiries::NotedExpiries;
@@ -23,6 +24,7 @@ use crate::revocations::{self, Revocations};
 use crate::ssf::{self, Ssf};
 use crate::status::{self, StatusLists};
 use crate::transparency::checkpointer::{self, GrownLedgers, Transparency};
+use crate::transparency::DomainListWatch;
 use crate::verifier::TokenVerifier;
 use crate::verify::Verify;
 use crate::{Engine, EngineConfig};
@@ -76,14 +78,20 @@ impl Engine {
         let grown = Arc::new(GrownLedgers::default());
         let (audit, audit_thread) = AuditHandle::start(store.clone(), cfg.writer, grown.clone());
         let rate_limits = Arc::new(RateLimits::new(&store));
-        let transparency = Arc::new(Transparency::new(
-            store.clone(),
-            keys.log_key(&checkpointer::log_key_name(&cfg.log_host)),
-            &cfg.log_host,
-            cfg.checkpoint_interval,
-            grown,
-        ));
+        let domain_list = Arc::new(DomainListWatch::default());
+        let transparency = Arc::new(
+            Transparency::new(
+                store.clone(),
+                keys.log_key(&checkpointer::log_key_name(&cfg.log_host)),
+                &cfg.log_host,
+                cfg.checkpoint_interval,
+                grown,
+            )
+            .watching_domains(audit.clone(), domain_list.clone()),
+        );
+        let mover = Arc::new(Mover::new(store.clone(), revocations.clone()));
         let background = Background(vec![
+            tokio::spawn(mover.clone().run()),
             tokio::spawn(revocations::resync(
                 revocations.clone(),
                 store.clone(),
@@ -140,7 +148,13 @@ impl Engine {
                 issuer_check,
                 expiries,
             },
-            domains: Domains::new(store.clone(), keys.clone(), cfg.domains.clone(), revocations),
+            domains: Domains::new(
+                store.clone(),
+                keys.clone(),
+                cfg.domains.clone(),
+                mover,
+                domain_list,
+            ),
             api_keys: ApiKeys::new(store.clone(), cfg.key_cache_ttl),
             last_ping_ok: std::sync::atomic::AtomicI64::new(0),
             rate_limits,

@@ -260,6 +260,13 @@ impl From<StoreError> for ApiError {
                 ),
             );
         }
+        if matches!(e, StoreError::Busy) {
+            tracing::warn!(error = %e, "store busy");
+            return ApiError::new(
+                ErrorCode::ServiceUnavailable,
+                "every database connection is in use; retry shortly",
+            );
+        }
         if e.is_unavailable() {
             tracing::warn!(error = %e, "store unavailable");
             ApiError::new(
@@ -311,7 +318,7 @@ impl From<VerifyError> for ApiError {
     fn from(e: VerifyError) -> Self {
         match e {
             VerifyError::Unrecorded(a) => a.into(),
-            VerifyError::AgentUnreadable(s) if s.is_unavailable() => {
+            VerifyError::AgentUnreadable(s) if s.is_transient() => {
                 tracing::warn!(error = %s, "verify: the token's agent could not be read");
                 ApiError::new(
                     ErrorCode::AuditUnavailable,

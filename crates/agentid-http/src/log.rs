@@ -49,6 +49,9 @@ pub(crate) enum LogEvent {
     /// An agent asked the OAuth token endpoint for an access token: valid when one was
     /// handed out, else why not.
     TokenRequest,
+    /// The fleet's issuer-domain list grew: the service's own ledger only, never an
+    /// organization's.
+    DomainList,
 }
 
 /// One verification, or one token request.
@@ -172,6 +175,7 @@ pub async fn read(
             event: match r.event {
                 Event::Verification => LogEvent::Verification,
                 Event::TokenRequest => LogEvent::TokenRequest,
+                Event::DomainList => LogEvent::DomainList,
             },
             result: match r.result {
                 VerifyResult::Valid => LogResult::Valid,

@@ -425,7 +425,7 @@ pub(crate) async fn introspect(state: web::Data<AppState>, req: HttpRequest, bod
 
 fn unverified(e: VerifyError) -> OAuthError {
     match e {
-        VerifyError::AgentUnreadable(s) if !s.is_unavailable() => {
+        VerifyError::AgentUnreadable(s) if !s.is_transient() => {
             tracing::error!(error = %s, "introspection: the token's agent could not be read");
             OAuthError::ServerError
         }

@@ -8,7 +8,7 @@ use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Type};
 use super::holdings::{append, holdings_in, vouched_events, EventRow, EVENT_COLUMNS, MIGRATED_SEQ_SQL};
 use super::revoke::revoke_in;
 use super::sql::{Backend, SqlStore};
-use super::{Attempt, Claimed, DomainClaim, Held, StoreFuture};
+use super::{Attempt, Claimed, DomainClaim, Held, Moved, NameMove, StoreError, StoreFuture};
 use agentid_core::domain::holding::{self, DomainEvent, Grant, HoldRefused, Holding, UnreadEvent};
 use agentid_core::domain::Millis;
 use agentid_core::keys::KeyRing;
@@ -22,6 +22,9 @@ pub trait DomainStore {
     /// Every event of the holdings list, in order; a row that does not read as an event, as
     /// what could be read of it.
     fn domain_events(&self) -> StoreFuture<'_, Vec<Result<DomainEvent, UnreadEvent>>>;
+    /// How many rows the holdings list has, and the newest one's number (0 for none): the
+    /// list only grows, so either going down says rows were taken out.
+    fn domain_list_size(&self) -> StoreFuture<'_, DomainListSize>;
     /// The holdings in force that the key file vouches for (`vouched`), of one organization,
     /// or of every organization.
     fn holdings<'a>(&'a self, keys: &'a KeyRing, org_id: Option<&'a str>) -> StoreFuture<'a, Vec<Holding>>;
@@ -45,8 +48,10 @@ pub trait DomainStore {
         per_minute: usize,
     ) -> StoreFuture<'a, Attempt>;
     /// The organization holds `domain` from `now` on, as `grant` says (`holding::plan_hold`):
-    /// the holdings it covers end, other organizations' agents under it are revoked, and the
-    /// organization's claim of it is done. All in one exclusive transaction.
+    /// the holdings it covers end, the organization's claim of it is done, and a move is
+    /// noted when other organizations' agents under it are owed a revocation
+    /// ([`DomainStore::revoke_moved`] revokes them). All in one exclusive transaction, whose
+    /// work does not grow with the agents under the name.
     fn hold_domain<'a>(
         &'a self,
         keys: &'a KeyRing,
@@ -56,6 +61,12 @@ pub trait DomainStore {
         claimed_at: Millis,
         now: Millis,
     ) -> StoreFuture<'a, Result<Held, HoldRefused>>;
+    /// The moves whose revocations are not done, oldest first.
+    fn name_moves(&self) -> StoreFuture<'_, Vec<NameMove>>;
+    /// Revokes up to `max` of the agents `m` owes a revocation, in one transaction (an
+    /// ordinary one: registrations go on meanwhile); the one that finds fewer left ends the
+    /// move. Safe to run at once from several places: an agent is revoked once.
+    fn revoke_moved<'a>(&'a self, m: &'a NameMove, max: u32) -> StoreFuture<'a, Moved>;
     /// The issuer domains agents use, with the organizations that use each (all of them, or
     /// one organization's), by name.
     fn issuer_domains_in_use<'a>(&'a self, org_id: Option<&'a str>)
@@ -89,6 +100,58 @@ impl From<ClaimRow> for DomainClaim {
             created_at: Millis(r.created_at),
         }
     }
+}
+
+/// How long the holdings list is ([`DomainStore::domain_list_size`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DomainListSize {
+    pub rows: u64,
+    /// The newest row's number, 0 when there is none.
+    pub newest: i64,
+}
+
+impl DomainListSize {
+    /// Whether this list is shorter than `earlier` by either measure.
+    pub fn shorter_than(&self, earlier: &DomainListSize) -> bool {
+        self.rows < earlier.rows || self.newest < earlier.newest
+    }
+}
+
+/// Up to `max` agents (by id) that `m` owes a revocation: other organizations' agents under
+/// its name, not revoked yet. `take`: locked for this transaction, passing over those another
+/// transaction holds (another mover's batch).
+async fn owed_revocations<DB: Backend>(
+    tx: &mut sqlx::Transaction<'_, DB>,
+    m: &NameMove,
+    max: u32,
+    take: bool,
+) -> Result<Vec<String>, StoreError>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    let mut select = String::from(
+        "SELECT id FROM agents WHERE org_id <> $1 AND revoked_at IS NULL AND (issuer_domain = $2",
+    );
+    if m.below {
+        // Names are letters, digits, hyphens and dots: nothing LIKE reads as a wildcard.
+        select.push_str(" OR issuer_domain LIKE '%.' || $2");
+    }
+    select.push_str(") ORDER BY id LIMIT $3");
+    if take {
+        select.push_str(DB::SKIP_LOCKED_ROWS);
+    }
+    let ids: Vec<(String,)> = sqlx::query_as(&select)
+        .bind(m.org_id.as_str())
+        .bind(m.domain.as_str())
+        .bind(i64::from(max))
+        .fetch_all(&mut **tx)
+        .await?;
+    Ok(ids.into_iter().map(|(id,)| id).collect())
 }
 
 const CLAIM_COLUMNS: &str = "org_id, domain, nonce, created_at";
@@ -127,6 +190,19 @@ where
                     .fetch_all(&mut *self.conn().await?)
                     .await?;
             Ok(rows.into_iter().map(EventRow::read).collect())
+        })
+    }
+
+    fn domain_list_size(&self) -> StoreFuture<'_, DomainListSize> {
+        Box::pin(async move {
+            let (rows, newest): (i64, Option<i64>) =
+                sqlx::query_as("SELECT COUNT(*), MAX(seq) FROM domain_events")
+                    .fetch_one(&mut *self.conn().await?)
+                    .await?;
+            Ok(DomainListSize {
+                rows: rows.max(0) as u64,
+                newest: newest.unwrap_or(0),
+            })
         })
     }
 
@@ -311,28 +387,85 @@ where
                 .bind(domain)
                 .execute(&mut *tx)
                 .await?;
-            let (name, below) = &plan.revokes;
-            let mut select = String::from(
-                "SELECT id FROM agents WHERE org_id <> $1 AND revoked_at IS NULL AND (issuer_domain = $2",
-            );
-            if *below {
-                select.push_str(" OR issuer_domain LIKE '%.' || $2");
-            }
-            select.push_str(") ORDER BY id");
-            let ids: Vec<(String,)> = sqlx::query_as(&select)
-                .bind(org_id)
-                .bind(name.as_str())
-                .fetch_all(&mut *tx)
+            let (name, below) = plan.revokes;
+            let m = NameMove {
+                seq: holding.seq,
+                org_id: org_id.to_owned(),
+                domain: name,
+                below,
+                at: now,
+            };
+            // Only when some agent is owed a revocation (one look, bounded by LIMIT 1).
+            let owed = !owed_revocations(&mut tx, &m, 1, false).await?.is_empty();
+            if owed {
+                sqlx::query(
+                    "INSERT INTO name_moves (seq, org_id, domain, below, at) VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(m.seq)
+                .bind(m.org_id.as_str())
+                .bind(m.domain.as_str())
+                .bind(m.below)
+                .bind(m.at.0)
+                .execute(&mut *tx)
                 .await?;
-            let ids: Vec<String> = ids.into_iter().map(|(id,)| id).collect();
-            let revoked = revoke_in(&mut tx, &ids, now, Some(holding::TAKEN_REASON)).await?;
+            }
             crate::sql::commit(tx).await?;
             Ok(Ok(Held {
                 holding,
                 ended: plan.ends,
-                revoked,
+                moving: owed.then_some(m),
+                revoked: Vec::new(),
             }))
         }))
+    }
+
+    fn name_moves(&self) -> StoreFuture<'_, Vec<NameMove>> {
+        Box::pin(async move {
+            let rows: Vec<(i64, String, String, bool, i64)> =
+                sqlx::query_as("SELECT seq, org_id, domain, below, at FROM name_moves ORDER BY seq")
+                    .fetch_all(&mut *self.conn().await?)
+                    .await?;
+            Ok(rows
+                .into_iter()
+                .map(|(seq, org_id, domain, below, at)| NameMove {
+                    seq,
+                    org_id,
+                    domain,
+                    below,
+                    at: Millis(at),
+                })
+                .collect())
+        })
+    }
+
+    fn revoke_moved<'a>(&'a self, m: &'a NameMove, max: u32) -> StoreFuture<'a, Moved> {
+        // As `revoke_agent`: a batch whose COMMIT broke runs again, and revokes only what the
+        // first run did not.
+        let run = move || {
+            self.outage.ride_out(move || async move {
+                let mut tx = self.writing().await?;
+                let ids = owed_revocations(&mut tx, m, max, true).await?;
+                let revoked = revoke_in(&mut tx, &ids, m.at, Some(holding::TAKEN_REASON)).await?;
+                // Fewer than asked: done, unless another transaction holds some (they read
+                // as not revoked here until it commits).
+                let done =
+                    ids.len() < max as usize && owed_revocations(&mut tx, m, 1, false).await?.is_empty();
+                if done {
+                    sqlx::query("DELETE FROM name_moves WHERE seq = $1")
+                        .bind(m.seq)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                self.outage.commit(tx).await?;
+                Ok(Moved { revoked, done })
+            })
+        };
+        Box::pin(async move {
+            match run().await {
+                Err(StoreError::OutcomeUnknown(_)) => run().await,
+                other => other,
+            }
+        })
     }
 
     fn issuer_domains_in_use<'a>(

@@ -45,13 +45,13 @@ use agentid_core::domain::Totals;
 
 pub use agentid_core::keys::SigningKeyRecord;
 pub use agentid_core::records::{
-    AgentRecord, Attempt, Claimed, DomainClaim, Held, KeyRecord, LogPage, LogQuery, NewApiKey, OrgRecord,
-    Revocation, RevokedSince, SsfEvent, StoredCheckpoint, StreamRecord,
+    AgentRecord, Attempt, Claimed, DomainClaim, Held, KeyRecord, LogPage, LogQuery, Moved, NameMove,
+    NewApiKey, OrgRecord, Revocation, RevokedSince, SsfEvent, StoredCheckpoint, StreamRecord,
 };
 pub use agents::{AgentStore, KeyBinding};
 pub use audit::AuditStore;
 pub use block::AgentBlockRow;
-pub use domains::{DomainStore, RELEASED_REASON, REPLACED_REASON};
+pub use domains::{DomainListSize, DomainStore, RELEASED_REASON, REPLACED_REASON};
 pub use migrate::valid_role;
 pub use orgs::{KeyListing, OrgStore};
 pub use places::PlaceDraw;
@@ -72,6 +72,10 @@ pub enum StoreError {
     /// time: it may or may not have taken effect. An outage, as far as callers go.
     #[error("store outcome unknown: {0}")]
     OutcomeUnknown(String),
+    /// Every connection of the pool is in use and none came free in time: too many callers
+    /// at once, not an outage (nothing waits out an outage or retries for it).
+    #[error("store busy: every database connection is in use")]
+    Busy,
     /// A uniqueness rule was broken.
     #[error("store conflict: {0}")]
     Conflict(#[source] sqlx::Error),
@@ -143,6 +147,12 @@ fn is_outage_code(code: &str) -> bool {
 }
 
 impl StoreError {
+    /// Whether a caller may try again shortly (503): an outage, or every connection busy.
+    pub fn is_transient(&self) -> bool {
+        self.is_unavailable() || matches!(self, StoreError::Busy)
+    }
+
+    /// An outage: the database cannot be reached, or a write's outcome is unknown.
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,

@@ -96,6 +96,11 @@ pub const SQLITE: Embedded = &[
         "oauth clients",
         include_str!("../../../migrations/sqlite/0018_oauth_clients.sql"),
     ),
+    (
+        19,
+        "name moves",
+        include_str!("../../../migrations/sqlite/0019_name_moves.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -188,6 +193,11 @@ pub const POSTGRES: Embedded = &[
         "oauth clients",
         include_str!("../../../migrations/postgres/0018_oauth_clients.sql"),
     ),
+    (
+        19,
+        "name moves",
+        include_str!("../../../migrations/postgres/0019_name_moves.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -249,7 +259,7 @@ pub(crate) fn grants_pg(role: &str) -> Vec<String> {
         format!(
             "GRANT INSERT, UPDATE, DELETE ON orgs, api_keys, agents, revocation_epoch, signing_keys, \
              rate_buckets, status_lists, ssf_streams, ssf_subjects, ssf_events, domain_claims, \
-             client_assertions TO {r}"
+             client_assertions, name_moves TO {r}"
         ),
         format!(
             "GRANT INSERT ON audit_blocks, audit_block_agents, audit_tree_nodes, audit_checkpoints, \

@@ -41,6 +41,9 @@ pub(crate) trait Backend: Database {
     /// Appended to the query that picks streams to deliver, so that instances delivering at
     /// once pass over each other's (PostgreSQL: `FOR UPDATE … SKIP LOCKED`).
     const SKIP_LOCKED: &'static str;
+    /// Appended to a query of one table's rows to be updated, so that transactions taking
+    /// batches of them at once take different ones.
+    const SKIP_LOCKED_ROWS: &'static str;
 
     /// Appends a batch as one unit: every record, or nothing and the entries back.
     fn append(
@@ -254,8 +257,21 @@ where
     /// holds for writes as well as reads.
     pub(super) async fn conn(&self) -> Result<sqlx::pool::PoolConnection<DB>, StoreError> {
         self.outage
-            .ride_out(|| async { Ok(self.pool.acquire().await?) })
+            .ride_out(|| async { self.pool.acquire().await.map_err(|e| self.acquire_error(e)) })
             .await
+    }
+
+    /// Why no connection was had: a pool timeout while every connection the pool may open is
+    /// open and in use is [`StoreError::Busy`] (callers waiting on each other, not an outage:
+    /// no outage wait, and no retry that would add to the queue); anything else as it comes.
+    pub(super) fn acquire_error(&self, e: sqlx::Error) -> StoreError {
+        let full = self.pool.size() >= self.pool.options().get_max_connections() && self.pool.num_idle() == 0;
+        if matches!(e, sqlx::Error::PoolTimedOut) && full {
+            metrics::counter!("agentid_store_busy_total").increment(1);
+            StoreError::Busy
+        } else {
+            e.into()
+        }
     }
 
     /// Opens a transaction on the main pool. During an outage (no connection, a node that
@@ -265,7 +281,21 @@ where
     /// COMMIT broke is `OutcomeUnknown`, and does not.
     pub(super) async fn begin(&self) -> Result<sqlx::Transaction<'static, DB>, StoreError> {
         self.outage
-            .ride_out(|| async { Ok(self.pool.begin().await?) })
+            .ride_out(|| async { self.pool.begin().await.map_err(|e| self.acquire_error(e)) })
+            .await
+    }
+
+    /// Opens a transaction that writes what it read, as [`SqlStore::begin`] does: SQLite's
+    /// takes the write lock first (a deferred one that reads first cannot write once another
+    /// writer committed meanwhile); PostgreSQL's is an ordinary one, without the exclusive lock.
+    pub(super) async fn writing(&self) -> Result<sqlx::Transaction<'static, DB>, StoreError> {
+        self.outage
+            .ride_out(|| async {
+                self.pool
+                    .begin_with(DB::EXCLUSIVE.begin)
+                    .await
+                    .map_err(|e| self.acquire_error(e))
+            })
             .await
     }
 
@@ -273,7 +303,11 @@ where
     pub(super) async fn exclusive(&self) -> Result<sqlx::Transaction<'static, DB>, StoreError> {
         self.outage
             .ride_out(|| async {
-                let mut tx = self.pool.begin_with(DB::EXCLUSIVE.begin).await?;
+                let mut tx = self
+                    .pool
+                    .begin_with(DB::EXCLUSIVE.begin)
+                    .await
+                    .map_err(|e| self.acquire_error(e))?;
                 sqlx::query(DB::EXCLUSIVE.lock).execute(&mut *tx).await?;
                 Ok(tx)
             })
@@ -342,5 +376,35 @@ mod tests {
             .await;
         assert!(matches!(result, Err(StoreError::OutcomeUnknown(_))), "{result:?}");
         assert_eq!(tries.into_inner(), 2);
+    }
+
+    /// Every connection in use (callers waiting on one another) is not an outage: the call
+    /// fails once the pool's own timeout passes, as busy, without waiting out an outage or
+    /// starting one (which would cut every later call's wait short).
+    #[tokio::test]
+    async fn a_pool_with_every_connection_in_use_is_busy_not_an_outage() {
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_millis(100))
+            .connect("sqlite::memory:")
+            .await
+            .unwrap();
+        let store = SqlStore::<sqlx::Sqlite> {
+            pool,
+            outage: Outage::new(Duration::from_secs(5)),
+            extra: None,
+        };
+        let held = store.pool.acquire().await.unwrap();
+        let started = Instant::now();
+        let result = store.begin().await.map(drop);
+        assert!(matches!(result, Err(StoreError::Busy)), "{result:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(store.outage.since.lock().is_none(), "an outage began");
+        drop(held);
+        assert!(store.conn().await.is_ok());
     }
 }

@@ -222,6 +222,7 @@ impl Backend for Sqlite {
         lateral_join: false,
     };
     const SKIP_LOCKED: &'static str = "";
+    const SKIP_LOCKED_ROWS: &'static str = "";
 
     fn append(
         store: &SqliteStore,

@@ -403,7 +403,11 @@ where
             if !due {
                 return Ok(Vec::new());
             }
-            let mut tx = self.pool.begin_with(DB::EXCLUSIVE.begin).await?;
+            let mut tx = self
+                .pool
+                .begin_with(DB::EXCLUSIVE.begin)
+                .await
+                .map_err(|e| self.acquire_error(e))?;
             let ids: Vec<(String,)> = sqlx::query_as(&format!(
                 "SELECT s.id {DUE} ORDER BY s.next_due_at, s.id LIMIT $2{}",
                 DB::SKIP_LOCKED

@@ -201,7 +201,11 @@ where
     ) -> StoreFuture<'a, Added> {
         Box::pin(async move {
             let (org, mode) = (cp.ledger.org_id.as_str(), cp.ledger.mode.as_str());
-            let mut tx = self.pool.begin_with(DB::EXCLUSIVE.begin).await?;
+            let mut tx = self
+                .pool
+                .begin_with(DB::EXCLUSIVE.begin)
+                .await
+                .map_err(|e| self.acquire_error(e))?;
             if let Some(lock) = DB::CHECKPOINT_LOCK {
                 sqlx::query(lock).bind(org).bind(mode).execute(&mut *tx).await?;
             }

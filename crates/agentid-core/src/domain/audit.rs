@@ -9,24 +9,34 @@ use super::{Ledger, Millis, VerifyResult};
 
 pub const GENESIS: [u8; 32] = [0u8; 32];
 
-/// What a record records: a check of a token (at verify, introspection), or an agent's
-/// request for an access token, which checks the credential it authenticated with.
+/// What a record records: a check of a token (at verify, introspection), an agent's
+/// request for an access token, which checks the credential it authenticated with, or (in
+/// the service's own ledger only) that the fleet's issuer-domain list grew, so that a
+/// checkpoint commits to the longer list even when no other record is written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Event {
     #[default]
     Verification,
     TokenRequest,
+    DomainList,
 }
 
 impl Event {
-    pub const ALL: [Event; 2] = [Event::Verification, Event::TokenRequest];
+    /// In the order of [`Event::index`].
+    pub const ALL: [Event; 3] = [Event::Verification, Event::TokenRequest, Event::DomainList];
 
     /// As the log shows it.
     pub fn as_str(self) -> &'static str {
         match self {
             Event::Verification => "verification",
             Event::TokenRequest => "token_request",
+            Event::DomainList => "domain_list",
         }
+    }
+
+    /// Its place in [`Event::ALL`] (how a stored block writes it).
+    pub fn index(self) -> usize {
+        self as usize
     }
 
     /// The value of the record's `event` member in its canonical bytes; a verification has
@@ -34,7 +44,7 @@ impl Event {
     fn canonical(self) -> Option<&'static str> {
         match self {
             Event::Verification => None,
-            Event::TokenRequest => Some("token_request"),
+            e => Some(e.as_str()),
         }
     }
 }
@@ -248,7 +258,7 @@ mod tests {
                 e.ledger.org_id = odd[(i + 1) % odd.len()].into();
                 e.ledger.mode = if i % 2 == 0 { KeyMode::Live } else { KeyMode::Test };
                 e.result = result;
-                e.event = Event::ALL[(i + n) % 2];
+                e.event = Event::ALL[(i + n) % Event::ALL.len()];
                 e.failure_reason = (result != VerifyResult::Valid).then(|| s.to_string());
                 e.latency_us = [0, -1, i64::MAX, i64::MIN, 12][i % 5];
                 e.requested_at = Millis([1_795_000_000_000, 0, -5][i % 3]);
@@ -278,5 +288,14 @@ mod tests {
             r#"{"agent_id":"agt_x","event":"token_request","failure_reason":null,"id":"log_1","latency_us":12,"mode":"live","org_id":"org_1","requested_at":1000,"result":"valid","seq":1}"#
         );
         assert_ne!(a.hash, t.hash);
+        let list = AuditEntry {
+            event: Event::DomainList,
+            ..entry("")
+        };
+        let l = AuditRecord::seal(list, "log_1".into(), 1, GENESIS);
+        assert!(String::from_utf8(l.canonical_bytes())
+            .unwrap()
+            .starts_with(r#"{"agent_id":"","event":"domain_list","failure_reason":null,"#));
+        assert!(Event::ALL.iter().enumerate().all(|(i, e)| e.index() == i));
     }
 }

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub mod moves;
 mod proof;
 
 use super::outbound::Fetcher;
@@ -15,7 +16,8 @@ use agentid_core::domain::{IssuerDomain, Millis, ValidationError};
 use agentid_core::keys::KeyRing;
 use agentid_store::{Attempt, Claimed, DomainClaim, SharedStore, StoreError};
 
-use crate::revocations::Revocations;
+use crate::transparency::DomainListWatch;
+use moves::{Mover, INLINE_BUDGET};
 
 /// Pending claims an organization may have at once.
 pub(crate) const MAX_PENDING: u32 = 100;
@@ -135,7 +137,10 @@ pub struct Domains {
     store: SharedStore,
     keys: Arc<KeyRing>,
     cfg: DomainConfig,
-    revocations: Arc<Revocations>,
+    /// Revokes what a name that changed hands owes.
+    mover: Arc<Mover>,
+    /// Told of each event appended (an instance alarms when the list later reads shorter).
+    domain_list: Arc<DomainListWatch>,
     fetcher: Fetcher,
 }
 
@@ -144,7 +149,8 @@ impl Domains {
         store: SharedStore,
         keys: Arc<KeyRing>,
         cfg: DomainConfig,
-        revocations: Arc<Revocations>,
+        mover: Arc<Mover>,
+        domain_list: Arc<DomainListWatch>,
     ) -> Self {
         #[cfg(feature = "test-hooks")]
         let roots = cfg.test.extra_roots.clone();
@@ -155,7 +161,8 @@ impl Domains {
             store,
             keys,
             cfg,
-            revocations,
+            mover,
+            domain_list,
         }
     }
 
@@ -288,15 +295,14 @@ impl Domains {
             .await?;
         match held {
             Ok(held) => {
-                if !held.revoked.is_empty() {
-                    tracing::info!(
-                        domain = %name,
-                        org_id,
-                        revoked = held.revoked.len(),
-                        "issuer domain changed hands; the former holders' agents under it are revoked"
-                    );
+                self.domain_list.appended(held.holding.seq);
+                if let Some(m) = &held.moving {
+                    // The name is the organization's now, whatever happens here: what is
+                    // not revoked before the answer, the mover revokes.
+                    if let Err(e) = self.mover.start(m, INLINE_BUDGET).await {
+                        tracing::warn!(domain = %name, error = %e, "the name changed hands; its former holders' agents are revoked in the background");
+                    }
                 }
-                self.revocations.committed(&held.revoked);
                 Ok(Self::held(held.holding))
             }
             Err(refused) => {

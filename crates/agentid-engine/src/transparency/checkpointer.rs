@@ -28,6 +28,9 @@ use agentid_core::tlog::note::{Checkpoint, LogKey, LogVerifier};
 use agentid_core::tlog::tree::{self, Frontier};
 use agentid_store::{Added, SharedStore, StoreError, StoredCheckpoint};
 
+use crate::audit::AuditHandle;
+
+use super::domain_list::DomainListWatch;
 use super::lists::{broken_commitments, committed_lists, CommittedLists};
 use super::subtrees::subtree_hashes;
 
@@ -69,7 +72,7 @@ impl GrownLedgers {
 }
 
 /// Something stored that the service did not write: logged, and counted by `what`.
-fn alarm(what: &'static str, message: &str) {
+pub(super) fn alarm(what: &'static str, message: &str) {
     tracing::error!(what, "integrity alarm: {message}");
     metrics::counter!("agentid_integrity_failures_total", "what" => what).increment(1);
 }
@@ -86,6 +89,9 @@ pub struct Transparency {
     uncovered: Mutex<HashMap<Ledger, (u64, Millis)>>,
     /// Checkpoint sizes of a ledger that junk rows hold.
     taken: Mutex<HashSet<(Ledger, u64)>>,
+    /// Watches the issuer-domain list, and appends a record to the service's ledger when it
+    /// grows (an engine's; not a bench's).
+    pub(super) domain_list: Option<(AuditHandle, Arc<DomainListWatch>)>,
 }
 
 impl std::fmt::Debug for Transparency {
@@ -118,7 +124,14 @@ impl Transparency {
             grown,
             uncovered: Mutex::default(),
             taken: Mutex::default(),
+            domain_list: None,
         }
+    }
+
+    /// Watches the issuer-domain list too (`domain_list`), recording its growth through `audit`.
+    pub(crate) fn watching_domains(mut self, audit: AuditHandle, watch: Arc<DomainListWatch>) -> Self {
+        self.domain_list = Some((audit, watch));
+        self
     }
 
     pub fn verifier(&self) -> &LogVerifier {
@@ -147,6 +160,7 @@ impl Transparency {
 
     /// Runs for as long as the engine does: every interval, checkpoints the ledgers that
     /// grew (at start, every ledger: records may have been appended since the last one).
+    /// Each tick first looks at the issuer-domain list (`domain_list`).
     pub async fn run(self: Arc<Self>) {
         let mut first = true;
         // Ticks four times an interval, so a ledger waits at most a quarter interval past
@@ -164,6 +178,11 @@ impl Transparency {
                         first = false;
                     }
                     Err(e) => tracing::warn!(error = %e, "checkpoints: cannot list the ledgers"),
+                }
+            }
+            if let Some((audit, watch)) = &self.domain_list {
+                if let Err(e) = self.watch_domain_list(audit, watch).await {
+                    tracing::warn!(error = %e, "cannot read the issuer-domain list's length");
                 }
             }
             for ledger in self.grown.take() {

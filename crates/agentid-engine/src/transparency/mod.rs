@@ -5,9 +5,11 @@
 
 pub mod check;
 pub mod checkpointer;
+mod domain_list;
 mod lists;
 mod proofs;
 mod subtrees;
 
+pub use domain_list::DomainListWatch;
 pub use lists::{committed_lists, CommittedLists};
 pub use proofs::ProofRefused;

@@ -107,9 +107,12 @@ impl<'a> Reader<'a> {
         prev_time: &mut i64,
     ) -> Result<Raw<'a, 't>, StoreError> {
         let tag = self.u8()?;
-        if tag & !(TAG_RESULT | TAG_REASON | TAG_TOKEN_REQUEST) != 0 {
+        if tag & !(TAG_RESULT | TAG_REASON | TAG_EVENT) != 0 {
             return Err(corrupt("record tag"));
         }
+        let event = *Event::ALL
+            .get(((tag & TAG_EVENT) >> TAG_EVENT_SHIFT) as usize)
+            .ok_or_else(|| corrupt("record event"))?;
         let result = result_at(tag & TAG_RESULT)?;
         let id = self.text()?;
         let agent_id = self.entry(table)?;
@@ -120,11 +123,7 @@ impl<'a> Reader<'a> {
         let latency_us = unzigzag(self.varint()?);
         *prev_time = prev_time.wrapping_add(unzigzag(self.varint()?));
         Ok(Raw {
-            event: if tag & TAG_TOKEN_REQUEST == 0 {
-                Event::Verification
-            } else {
-                Event::TokenRequest
-            },
+            event,
             result,
             id,
             agent_id,

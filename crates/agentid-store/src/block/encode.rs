@@ -103,9 +103,7 @@ pub fn encode(records: &[&AuditRecord]) -> Vec<u8> {
         if reason.is_some() {
             tag |= TAG_REASON;
         }
-        if r.event == Event::TokenRequest {
-            tag |= TAG_TOKEN_REQUEST;
-        }
+        tag |= (r.event.index() as u8) << TAG_EVENT_SHIFT;
         body.push(tag);
         put_text(&mut body, &r.id);
         let agent = match last_agent {

@@ -18,8 +18,8 @@
 //! - a string table: a varint count, then each distinct agent id and failure reason of the
 //!   block once, in first-use order, as a *text*;
 //! - per record in sequence order: a tag byte (bits 0–1 the result index, bit 2 set when a
-//!   failure reason follows, bit 3 set for a token request's record, an `Event::TokenRequest`;
-//!   other bits must be 0), the `id` as a text, the agent id's table
+//!   failure reason follows, bits 3–4 the event index: 0 a verification, 1 a token request's
+//!   record, 2 the issuer-domain list's growth, `Event::ALL`; other bits must be 0), the `id` as a text, the agent id's table
 //!   index (varint), the failure reason's table index (varint, only with bit 2),
 //!   `latency_us` (zigzag varint), `requested_at` as a zigzag varint of its difference from
 //!   the previous record's (the first's from 0, wrapping), and `hash` (32 bytes).
@@ -55,11 +55,12 @@ const V2: u8 = 2;
 /// Kinds of a version 2 text (see the module documentation).
 const TEXT_RAW: u8 = 0;
 const ULID_TEXTS: [(u8, &str); 2] = [(1, "agt_"), (2, "log_")];
-/// Version 2 tag bits: the result index, whether a failure reason follows, and whether the
-/// record is a token request's.
-const TAG_RESULT: u8 = 0b0011;
-const TAG_REASON: u8 = 0b0100;
-const TAG_TOKEN_REQUEST: u8 = 0b1000;
+/// Version 2 tag bits: the result index, whether a failure reason follows, and the event
+/// index (1 was the only other event first: bit 3 alone).
+const TAG_RESULT: u8 = 0b0_0011;
+const TAG_REASON: u8 = 0b0_0100;
+const TAG_EVENT: u8 = 0b1_1000;
+const TAG_EVENT_SHIFT: u32 = 3;
 
 /// Where a ledger stands: its last record and its running totals.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

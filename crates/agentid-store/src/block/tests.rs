@@ -13,7 +13,7 @@ fn ledger(org: &str) -> Ledger {
 fn entries(n: usize) -> Vec<AuditEntry> {
     (0..n)
         .map(|i| AuditEntry {
-            event: Event::ALL[i / 2 % 2],
+            event: Event::ALL[i / 2 % Event::ALL.len()],
             ledger: ledger(if i % 3 == 0 { "o2" } else { "o1" }),
             agent_id: ["agt_a", "agt_b", ""][i % 3].into(),
             result: VerifyResult::ALL[i % 4],
@@ -181,6 +181,9 @@ fn damaged_bytes_are_an_error_not_a_panic() {
     let mut b = good.clone();
     b.records[first_record] |= 0x80;
     assert!(decode(ledger, &b, |_| true).is_err(), "record tag");
+    let mut b = good.clone();
+    b.records[first_record] |= 0b1_1000;
+    assert!(decode(ledger, &b, |_| true).is_err(), "no event has index 3");
     let mut b = good.clone();
     // After the tag and the id (a `log_` ULID: kind and 16 bytes).
     b.records[first_record + 18] = 0x7f;

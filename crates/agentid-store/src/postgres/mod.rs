@@ -406,6 +406,7 @@ impl Backend for Postgres {
         lateral_join: true,
     };
     const SKIP_LOCKED: &'static str = " FOR UPDATE OF s SKIP LOCKED";
+    const SKIP_LOCKED_ROWS: &'static str = " FOR UPDATE SKIP LOCKED";
 
     fn append(store: &PgStore, entries: Vec<AuditEntry>) -> BoxFuture<'_, Result<Vec<AuditRecord>, Refused>> {
         Box::pin(store.append(entries))
