@@ -11,7 +11,7 @@ use ed25519_dalek::{Signature, VerifyingKey};
 use ring::digest::{digest, SHA256};
 use serde_json::{Map, Value};
 
-use super::Error;
+use crate::{now_secs, Agent, Error, Verifier};
 
 /// The longest proof read; a longer one is `PROOF_INVALID`, unparsed.
 pub const MAX_PROOF_BYTES: usize = 4096;
@@ -228,6 +228,60 @@ impl Replays {
             self.floor = Some(self.floor.map_or(iat, |f| f.max(iat)));
         }
         Ok(())
+    }
+}
+
+impl Verifier {
+    /// Verifies a token bound to a key with the DPoP `proof` that came with it, for a
+    /// `method` request to `url` (as the agent addressed it: the receiver's public origin):
+    /// the token as [`Verifier::verify_with_scopes`] does, then the proof (its signature by
+    /// the token's key, `typ`, `alg`, `htm`, `htu`, `ath`, `iat` within
+    /// [`Builder::dpop_max_skew`](crate::Builder::dpop_max_skew)), which passes once (`PROOF_REPLAYED` after). A token that is
+    /// not bound, or a missing proof, is `PROOF_INVALID`.
+    pub async fn verify_dpop(
+        &self,
+        token: &str,
+        proof: Option<&str>,
+        method: &str,
+        url: &str,
+        scopes: &[&str],
+    ) -> Result<Agent, Error> {
+        self.told(self.dpop(token, proof, method, url, scopes).await)
+    }
+
+    pub(crate) async fn dpop(
+        &self,
+        token: &str,
+        proof: Option<&str>,
+        method: &str,
+        url: &str,
+        scopes: &[&str],
+    ) -> Result<Agent, Error> {
+        let agent = self.checked(token, scopes).await?;
+        let Some(bound) = agent.claims["cnf"]["jkt"].as_str() else {
+            return Err(Error::ProofInvalid(
+                "the token is not bound to a key: send it as a Bearer token".into(),
+            ));
+        };
+        let Some(proof) = proof else {
+            return Err(Error::ProofInvalid(
+                "no DPoP proof came with a token bound to a key".into(),
+            ));
+        };
+        let now = now_secs();
+        let skew = self.inner.dpop_max_skew;
+        let checked = check_proof(proof, method, url, token, now, skew)?;
+        if checked.jkt != bound {
+            return Err(Error::ProofInvalid(
+                "DPoP proof signed by a key other than the one the token is bound to".into(),
+            ));
+        }
+        self.inner
+            .state
+            .lock()
+            .proofs
+            .admit(&checked, now.saturating_sub(skew))?;
+        Ok(agent)
     }
 }
 

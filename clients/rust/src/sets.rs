@@ -1,0 +1,73 @@
+//! Security Event Tokens pushed to (or polled by) the receiver: a revocation marks its
+//! agent revoked at once.
+
+use serde_json::Value;
+
+use crate::error::{invalid, sized};
+use crate::{Error, Verifier, MAX_SET_BYTES, SEEN_SETS, SESSION_REVOKED};
+
+impl Verifier {
+    /// Takes a Security Event Token the service pushed (or a poll gave): verified through the
+    /// JWKS; issued by this service (`iss` is the base URL); for this receiver (its `aud`
+    /// holds [`Builder::set_audience`](crate::Builder::set_audience), when set); not seen before (its `jti` is not one of the
+    /// last [`SEEN_SETS`] taken); of a subject of an accepted issuer (`sub_id.iss` is one of
+    /// [`Builder::issuers`](crate::Builder::issuers), when set). A revocation marks its agent revoked at once. Every
+    /// refusal is `TOKEN_INVALID`.
+    pub async fn handle_set(&self, set_jwt: &str) -> Result<(), Error> {
+        let c = self
+            .decode(sized(set_jwt, MAX_SET_BYTES, "SET")?, "secevent+jwt")
+            .await?;
+        if c["iss"] != self.inner.base.as_str() {
+            return Err(invalid(format!(
+                "a SET of {}, not of {}",
+                c["iss"], self.inner.base
+            )));
+        }
+        if let Some(want) = &self.inner.set_audience {
+            let aud = &c["aud"];
+            let ours = match aud {
+                Value::String(a) => a == want,
+                Value::Array(a) => a.iter().any(|a| a == want.as_str()),
+                _ => false,
+            };
+            if !ours {
+                return Err(invalid(format!("a SET for {aud}, not for {want}")));
+            }
+        }
+        let (Some(jti), Some(_), Some(events)) =
+            (c["jti"].as_str(), c["iat"].as_i64(), c["events"].as_object())
+        else {
+            return Err(invalid("a SET needs jti, iat and events"));
+        };
+        let revoked = if events.contains_key(SESSION_REVOKED) {
+            let s = &c["sub_id"];
+            let (Some("iss_sub"), Some(iss), Some(sub)) =
+                (s["format"].as_str(), s["iss"].as_str(), s["sub"].as_str())
+            else {
+                return Err(invalid("a revocation without an iss_sub subject"));
+            };
+            if self.inner.issuers.as_ref().is_some_and(|i| !i.contains(iss)) {
+                return Err(invalid(format!(
+                    "a revocation of an agent of {iss}, not an accepted issuer"
+                )));
+            }
+            Some(sub)
+        } else {
+            None
+        };
+        let mut s = self.inner.state.lock();
+        if !s.seen_sets.insert(jti.to_owned()) {
+            return Err(invalid(format!("SET {jti} was taken already (a replay)")));
+        }
+        s.seen_order.push_back(jti.to_owned());
+        if s.seen_order.len() > SEEN_SETS {
+            if let Some(oldest) = s.seen_order.pop_front() {
+                s.seen_sets.remove(&oldest);
+            }
+        }
+        if let Some(sub) = revoked {
+            s.revoked.insert(sub.to_owned());
+        }
+        Ok(())
+    }
+}
