@@ -1,8 +1,6 @@
 //! An agent's row: the columns an insert writes and a read selects, and how a row becomes
 //! an `AgentRecord`.
 
-use sqlx::{Database, Encode, Type};
-
 use super::sql::parse_mode;
 use super::{AgentRecord, StoreError};
 use agentid_core::domain::{Millis, StatusPlace};
@@ -28,24 +26,24 @@ pub(crate) const AGENT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, d
 row! {
     /// An agent as `AGENT_COLUMNS` selects it.
     pub(crate) struct AgentRow {
-        id: String,
-        org_id: String,
-        mode: String,
-        name: String,
-        issuer_domain: String,
-        description: String,
+        pub(crate) id: String,
+        pub(crate) org_id: String,
+        pub(crate) mode: String,
+        pub(crate) name: String,
+        pub(crate) issuer_domain: String,
+        pub(crate) description: String,
         /// A JSON array of strings.
-        scopes: String,
-        created_at: i64,
-        issued_at: i64,
-        expires_at: i64,
-        revoked_at: Option<i64>,
-        revocation_reason: Option<String>,
-        status_list: Option<String>,
-        status_idx: Option<i64>,
-        jkt: Option<String>,
-        jwk: Option<String>,
-        verification_count: i64,
+        pub(crate) scopes: String,
+        pub(crate) created_at: i64,
+        pub(crate) issued_at: i64,
+        pub(crate) expires_at: i64,
+        pub(crate) revoked_at: Option<i64>,
+        pub(crate) revocation_reason: Option<String>,
+        pub(crate) status_list: Option<String>,
+        pub(crate) status_idx: Option<i64>,
+        pub(crate) jkt: Option<String>,
+        pub(crate) jwk: Option<String>,
+        pub(crate) verification_count: i64,
     }
 }
 
@@ -100,37 +98,6 @@ pub(crate) fn insert_agent_sql() -> String {
         "INSERT INTO agents ({AGENT_INSERT_COLUMNS}) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
     )
-}
-
-/// The `INSERT` of an agent (alone, or inside a placement's transaction).
-pub fn insert_agent<'q, DB: Database>(
-    sql: &'q str,
-    a: &'q AgentRecord,
-    scopes: &'q str,
-) -> sqlx::query::Query<'q, DB, DB::Arguments<'q>>
-where
-    &'q str: Encode<'q, DB> + Type<DB>,
-    Option<&'q str>: Encode<'q, DB> + Type<DB>,
-    i64: Encode<'q, DB> + Type<DB>,
-    Option<i64>: Encode<'q, DB> + Type<DB>,
-{
-    sqlx::query(sql)
-        .bind(a.id.as_str())
-        .bind(a.org_id.as_str())
-        .bind(a.mode.as_str())
-        .bind(a.name.as_str())
-        .bind(a.issuer_domain.as_str())
-        .bind(a.description.as_str())
-        .bind(scopes)
-        .bind(a.created_at.0)
-        .bind(a.issued_at.0)
-        .bind(a.expires_at.0)
-        .bind(a.revoked_at.map(|m| m.0))
-        .bind(a.revocation_reason.as_deref())
-        .bind(a.status.as_ref().map(|p| p.list.as_str()))
-        .bind(a.status.as_ref().map(|p| p.idx as i64))
-        .bind(a.jkt.as_deref())
-        .bind(a.jwk.as_deref())
 }
 
 pub(crate) fn scopes_json(scopes: &[String]) -> String {

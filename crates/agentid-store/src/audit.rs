@@ -1,12 +1,11 @@
 //! The audit ledgers: appending batches, reading pages, and what `audit verify` reads.
 
 use futures_util::future::BoxFuture;
-use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Type};
 
-use super::block::{self, AgentBlockRow, FullBlock, Head, StoredBlock};
-use super::sql::{hash32, parse_mode, Backend, LogPlan, SqlStore};
+use super::block::{AgentBlockRow, Head};
+use super::sql::{hash32, LogPlan};
 use super::{Appended, DecodedBlock, LogPage, LogQuery, StoreError, StoreFuture};
-use agentid_core::domain::audit::{AuditEntry, AuditRecord};
+use agentid_core::domain::audit::AuditEntry;
 use agentid_core::domain::{Ledger, Totals, VerifyResult};
 
 /// The audit ledgers, one per organization and mode.
@@ -51,9 +50,9 @@ pub(crate) const LEDGER_HEAD_SQL: &str =
 row! {
     pub(crate) struct HeadRow {
         #[flatten]
-        totals: TotalsRow,
-        last_seq: i64,
-        last_hash: Vec<u8>,
+        pub(crate) totals: TotalsRow,
+        pub(crate) last_seq: i64,
+        pub(crate) last_hash: Vec<u8>,
     }
 }
 
@@ -71,11 +70,11 @@ pub(crate) fn ledger_head(row: Option<HeadRow>) -> Result<Head, StoreError> {
 
 row! {
     /// Running totals of a ledger or an agent, as stored.
-    struct TotalsRow {
-        n_valid: i64,
-        n_invalid: i64,
-        n_expired: i64,
-        n_revoked: i64,
+    pub(crate) struct TotalsRow {
+        pub(crate) n_valid: i64,
+        pub(crate) n_invalid: i64,
+        pub(crate) n_expired: i64,
+        pub(crate) n_revoked: i64,
     }
 }
 
@@ -87,7 +86,7 @@ impl From<TotalsRow> for Totals {
 
 /// Running totals of the newest block row of a ledger, or of an agent in it; binds org,
 /// mode, [agent].
-fn totals_sql(by_agent: bool) -> &'static str {
+pub(crate) fn totals_sql(by_agent: bool) -> &'static str {
     if by_agent {
         "SELECT n_valid, n_invalid, n_expired, n_revoked FROM audit_block_agents \
          WHERE org_id = $1 AND mode = $2 AND agent_id = $3 ORDER BY first_seq DESC LIMIT 1"
@@ -104,7 +103,7 @@ fn totals_sql(by_agent: bool) -> &'static str {
 /// whether more follow. The result test is written into the SQL as a literal (one of four
 /// fixed bits) in exactly the form of the partial index of that failure's blocks, so both
 /// planners use it, generic plans included.
-fn log_blocks_sql(q: &LogQuery<'_>, plan: &LogPlan) -> String {
+pub(crate) fn log_blocks_sql(q: &LogQuery<'_>, plan: &LogPlan) -> String {
     use std::fmt::Write;
     let indexed_by = |table: &str| match q.result {
         Some(r) if plan.name_index && r != VerifyResult::Valid => {
@@ -148,225 +147,4 @@ fn log_blocks_sql(q: &LogQuery<'_>, plan: &LogPlan) -> String {
     }
     let _ = write!(sql, " ORDER BY {t}.first_seq DESC LIMIT ${}", n + 1);
     sql
-}
-
-impl<DB: Backend> AuditStore for SqlStore<DB>
-where
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'r> String: Decode<'r, DB> + Type<DB>,
-    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
-    for<'r> i64: Decode<'r, DB> + Type<DB>,
-    for<'r> i32: Decode<'r, DB> + Type<DB>,
-    for<'r> &'r str: ColumnIndex<DB::Row>,
-    usize: ColumnIndex<DB::Row>,
-{
-    fn append_audit(&self, entries: Vec<AuditEntry>) -> BoxFuture<'_, Appended> {
-        Box::pin(async move {
-            let n = entries.len();
-            let (failure, entries) = match DB::append(self, entries).await {
-                Ok(records) => return Appended::all(records),
-                Err(refused) => refused,
-            };
-            let ledgers = crate::batch::ledgers(&entries);
-            if failure.is_unavailable() || ledgers.len() < 2 {
-                return Appended::none(n, failure);
-            }
-            // One ledger's trouble must not fail the other ledgers' records: each alone.
-            tracing::warn!(error = %failure, ledgers = ledgers.len(), "audit batch refused; appending its ledgers one by one");
-            let mut records: Vec<Option<AuditRecord>> = (0..n).map(|_| None).collect();
-            let mut last_failure = None;
-            for ledger in &ledgers {
-                let (at, part): (Vec<usize>, Vec<AuditEntry>) = entries
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, e)| &e.ledger == ledger)
-                    .map(|(i, e)| (i, e.clone()))
-                    .unzip();
-                match DB::append(self, part).await {
-                    Ok(written) => {
-                        for (i, r) in at.into_iter().zip(written) {
-                            records[i] = Some(r);
-                        }
-                    }
-                    Err((e, _)) => last_failure = Some(e),
-                }
-            }
-            Appended {
-                records,
-                failure: last_failure,
-            }
-        })
-    }
-
-    fn read_log<'a>(&'a self, q: LogQuery<'a>) -> StoreFuture<'a, LogPage> {
-        Box::pin(async move {
-            let sql = log_blocks_sql(&q, &DB::LOG_PLAN);
-            let mut query = sqlx::query_as::<_, StoredBlock>(&sql)
-                .bind(q.ledger.org_id.as_str())
-                .bind(q.ledger.mode.as_str());
-            if let Some(agent) = q.agent_id {
-                query = query.bind(agent);
-            }
-            if let Some(before) = q.before_seq {
-                query = query.bind(before);
-            }
-            let blocks = query
-                .bind(i64::from(q.limit) + 2)
-                .fetch_all(&mut *self.conn().await?)
-                .await?;
-            let want = q.limit as usize + 1;
-            let mut records = Vec::with_capacity(want);
-            for b in &blocks {
-                let mut found = block::decode(q.ledger, b, |p| {
-                    q.before_seq.is_none_or(|before| p.seq < before)
-                        && q.agent_id.is_none_or(|a| p.agent_id == a)
-                        && q.result.is_none_or(|r| p.result == r)
-                })?;
-                found.reverse();
-                records.extend(found);
-                if records.len() >= want {
-                    break;
-                }
-            }
-            let has_more = records.len() > q.limit as usize;
-            records.truncate(q.limit as usize);
-            let query = sqlx::query_as(totals_sql(q.agent_id.is_some()))
-                .bind(q.ledger.org_id.as_str())
-                .bind(q.ledger.mode.as_str());
-            let totals: Option<TotalsRow> = match q.agent_id {
-                Some(agent) => query.bind(agent),
-                None => query,
-            }
-            .fetch_optional(&mut *self.conn().await?)
-            .await?;
-            let totals: Totals = totals.map_or([0; 4], Into::into);
-            Ok(LogPage {
-                records,
-                has_more,
-                total: match q.result {
-                    Some(r) => totals[r.index()],
-                    None => totals.iter().sum(),
-                },
-            })
-        })
-    }
-
-    fn ledgers(&self) -> StoreFuture<'_, Vec<Ledger>> {
-        Box::pin(async move {
-            let rows: Vec<(String, String)> = sqlx::query_as(
-                "SELECT org_id, mode FROM audit_blocks UNION SELECT org_id, mode FROM audit_checkpoints \
-                 ORDER BY org_id, mode",
-            )
-            .fetch_all(&mut *self.conn().await?)
-            .await?;
-            rows.into_iter()
-                .map(|(org_id, mode)| {
-                    Ok(Ledger {
-                        org_id,
-                        mode: parse_mode(&mode)?,
-                    })
-                })
-                .collect()
-        })
-    }
-
-    fn ledger_size<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, u64> {
-        Box::pin(async move {
-            let row: Option<(i64,)> = sqlx::query_as(
-                "SELECT last_seq FROM audit_blocks WHERE org_id = $1 AND mode = $2 ORDER BY first_seq DESC LIMIT 1",
-            )
-            .bind(ledger.org_id.as_str())
-            .bind(ledger.mode.as_str())
-            .fetch_optional(&mut *self.conn().await?)
-            .await?;
-            let last = row.map_or(0, |(n,)| n);
-            u64::try_from(last).map_err(|_| StoreError::Corrupt(format!("last_seq {last}")))
-        })
-    }
-
-    fn read_blocks<'a>(
-        &'a self,
-        ledger: &'a Ledger,
-        after: i64,
-        limit: u32,
-    ) -> StoreFuture<'a, Vec<DecodedBlock>> {
-        Box::pin(async move {
-            let rows: Vec<FullBlock> = sqlx::query_as(
-                "SELECT first_seq, last_seq, prev_hash, records, last_hash, results, \
-                 n_valid, n_invalid, n_expired, n_revoked FROM audit_blocks \
-                 WHERE org_id = $1 AND mode = $2 AND first_seq > $3 ORDER BY first_seq LIMIT $4",
-            )
-            .bind(ledger.org_id.as_str())
-            .bind(ledger.mode.as_str())
-            .bind(after)
-            .bind(i64::from(limit))
-            .fetch_all(&mut *self.conn().await?)
-            .await?;
-            Ok(rows
-                .into_iter()
-                .map(|b| DecodedBlock {
-                    first_seq: b.block.first_seq,
-                    last_seq: b.block.last_seq,
-                    records: block::decode(ledger, &b.block, |_| true),
-                    last_hash: b.last_hash,
-                    results: b.results,
-                    totals: [b.n_valid, b.n_invalid, b.n_expired, b.n_revoked],
-                })
-                .collect())
-        })
-    }
-
-    fn agent_rows<'a>(
-        &'a self,
-        ledger: &'a Ledger,
-        agent_id: &'a str,
-    ) -> StoreFuture<'a, Vec<AgentBlockRow>> {
-        Box::pin(async move {
-            Ok(sqlx::query_as(
-                "SELECT first_seq, results, n_valid, n_invalid, n_expired, n_revoked FROM audit_block_agents \
-                 WHERE agent_id = $1 AND org_id = $2 AND mode = $3 ORDER BY first_seq",
-            )
-            .bind(agent_id)
-            .bind(ledger.org_id.as_str())
-            .bind(ledger.mode.as_str())
-            .fetch_all(&mut *self.conn().await?)
-            .await?)
-        })
-    }
-
-    #[cfg(feature = "test-hooks")]
-    fn inject_write_fault(&self, fault: crate::WriteFault) -> bool {
-        if fault == crate::WriteFault::LostCommitAck {
-            self.outage
-                .lose_commit_ack
-                .store(true, std::sync::atomic::Ordering::SeqCst);
-            return true;
-        }
-        DB::inject_write_fault(self, fault)
-    }
-
-    fn agent_row_counts(&self) -> StoreFuture<'_, Vec<(Ledger, String, i64)>> {
-        Box::pin(async move {
-            let rows: Vec<(String, String, String, i64)> = sqlx::query_as(
-                "SELECT org_id, mode, agent_id, COUNT(*) FROM audit_block_agents GROUP BY org_id, mode, agent_id",
-            )
-            .fetch_all(&mut *self.conn().await?)
-            .await?;
-            rows.into_iter()
-                .map(|(org_id, mode, agent, n)| {
-                    Ok((
-                        Ledger {
-                            org_id,
-                            mode: parse_mode(&mode)?,
-                        },
-                        agent,
-                        n,
-                    ))
-                })
-                .collect()
-        })
-    }
 }

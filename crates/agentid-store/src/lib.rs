@@ -35,6 +35,12 @@ mod sqlite;
 mod ssf;
 mod tree;
 
+// The store's queries (`queries/`), written once and compiled for each backend, as `DB`.
+#[allow(clippy::duplicate_mod)]
+mod for_postgres;
+#[allow(clippy::duplicate_mod)]
+mod for_sqlite;
+
 use std::fmt;
 use std::sync::Arc;
 

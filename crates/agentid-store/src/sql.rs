@@ -15,9 +15,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use futures_util::future::BoxFuture;
-use sqlx::{Database, Executor, IntoArguments, Pool};
+use sqlx::{Database, Pool};
 
-use super::{PoolStats, SharedBuckets, Store, StoreError, StoreFuture};
+use super::{PoolStats, SharedBuckets, StoreError};
 use agentid_core::domain::audit::{AuditEntry, AuditRecord};
 use agentid_core::domain::KeyMode;
 
@@ -245,112 +245,6 @@ pub(crate) fn parse_mode(s: &str) -> Result<KeyMode, StoreError> {
 
 pub(crate) fn seq_i64(n: u64) -> Result<i64, StoreError> {
     i64::try_from(n).map_err(|_| StoreError::Corrupt(format!("sequence number {n} out of range")))
-}
-
-impl<DB: Backend> SqlStore<DB>
-where
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-{
-    /// A connection of the main pool. During an outage (no connection to be had: a
-    /// failover's gap) it tries again until the outage's wait ends; nothing was sent yet, so this
-    /// holds for writes as well as reads.
-    pub(super) async fn conn(&self) -> Result<sqlx::pool::PoolConnection<DB>, StoreError> {
-        self.outage
-            .ride_out(|| async { self.pool.acquire().await.map_err(|e| self.acquire_error(e)) })
-            .await
-    }
-
-    /// Why no connection was had: a pool timeout while every connection the pool may open is
-    /// open and in use is [`StoreError::Busy`] (callers waiting on each other, not an outage:
-    /// no outage wait, and no retry that would add to the queue); anything else as it comes.
-    pub(super) fn acquire_error(&self, e: sqlx::Error) -> StoreError {
-        let full = self.pool.size() >= self.pool.options().get_max_connections() && self.pool.num_idle() == 0;
-        if matches!(e, sqlx::Error::PoolTimedOut) && full {
-            metrics::counter!("agentid_store_busy_total").increment(1);
-            StoreError::Busy
-        } else {
-            e.into()
-        }
-    }
-
-    /// Opens a transaction on the main pool. During an outage (no connection, a node that
-    /// is shutting down) it tries again until the outage's wait ends: nothing was sent yet.
-    /// The writes run their whole transaction in `Outage::ride_out` too, ending it with
-    /// [`commit`]: one that fails before its COMMIT wrote nothing and runs again; one whose
-    /// COMMIT broke is `OutcomeUnknown`, and does not.
-    pub(super) async fn begin(&self) -> Result<sqlx::Transaction<'static, DB>, StoreError> {
-        self.outage
-            .ride_out(|| async { self.pool.begin().await.map_err(|e| self.acquire_error(e)) })
-            .await
-    }
-
-    /// Opens a transaction that writes what it read, as [`SqlStore::begin`] does: SQLite's
-    /// takes the write lock first (a deferred one that reads first cannot write once another
-    /// writer committed meanwhile); PostgreSQL's is an ordinary one, without the exclusive lock.
-    pub(super) async fn writing(&self) -> Result<sqlx::Transaction<'static, DB>, StoreError> {
-        self.outage
-            .ride_out(|| async {
-                self.pool
-                    .begin_with(DB::EXCLUSIVE.begin)
-                    .await
-                    .map_err(|e| self.acquire_error(e))
-            })
-            .await
-    }
-
-    /// Opens an exclusive transaction (`Backend::EXCLUSIVE`), as [`SqlStore::begin`] does.
-    pub(super) async fn exclusive(&self) -> Result<sqlx::Transaction<'static, DB>, StoreError> {
-        self.outage
-            .ride_out(|| async {
-                let mut tx = self
-                    .pool
-                    .begin_with(DB::EXCLUSIVE.begin)
-                    .await
-                    .map_err(|e| self.acquire_error(e))?;
-                sqlx::query(DB::EXCLUSIVE.lock).execute(&mut *tx).await?;
-                Ok(tx)
-            })
-            .await
-    }
-}
-
-impl<DB: Backend> Store for SqlStore<DB>
-where
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'r> bool: sqlx::Decode<'r, DB> + sqlx::Type<DB>,
-    usize: sqlx::ColumnIndex<DB::Row>,
-    SqlStore<DB>: super::OrgStore
-        + super::AgentStore
-        + super::SigningKeyStore
-        + super::AuditStore
-        + super::TreeStore
-        + super::SsfStore
-        + super::DomainStore,
-{
-    fn backend(&self) -> &'static str {
-        DB::BACKEND
-    }
-
-    fn pool_stats(&self) -> Vec<PoolStats> {
-        DB::pools(self)
-    }
-
-    fn ping(&self) -> StoreFuture<'_, ()> {
-        Box::pin(async move {
-            sqlx::query("SELECT 1").execute(&self.pool).await?;
-            Ok(())
-        })
-    }
-
-    fn close(&self) -> BoxFuture<'_, ()> {
-        DB::close(self)
-    }
-
-    fn shared_buckets(&self) -> Option<&dyn SharedBuckets> {
-        DB::shared_buckets(self)
-    }
 }
 
 #[cfg(test)]

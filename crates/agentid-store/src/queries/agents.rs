@@ -1,0 +1,299 @@
+//! The SQL of `crate::agents` for one backend: `DB` is its database.
+
+use super::agent_rows::insert_agent;
+use super::holdings::check_issuer;
+use super::places::allocate;
+use super::revoke::revoke_in;
+use crate::agent_rows::{insert_agent_sql, place, scopes_json, AgentRow, AGENT_COLUMNS};
+use crate::places::PlaceDraw;
+use crate::sql::{Backend, SqlStore};
+use crate::{AgentRecord, Revocation, RevokedSince, StoreError, StoreFuture};
+use agentid_core::domain::{KeyMode, Ledger, Millis, StatusPlace};
+use agentid_core::keys::KeyRing;
+
+use crate::agents::{AgentStore, KeyBinding, RevocationRow};
+
+use super::DB;
+
+impl AgentStore for SqlStore<DB> {
+    fn revocations_of<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, Vec<(String, Millis)>> {
+        Box::pin(async move {
+            let rows: Vec<(String, i64)> = sqlx::query_as(
+                "SELECT id, revoked_at FROM agents WHERE org_id = $1 AND mode = $2 AND revoked_at IS NOT NULL \
+                 ORDER BY COALESCE(revoked_epoch, 0), revoked_at, id",
+            )
+            .bind(ledger.org_id.as_str())
+            .bind(ledger.mode.as_str())
+            .fetch_all(&mut *self.conn().await?)
+            .await?;
+            Ok(rows.into_iter().map(|(id, at)| (id, Millis(at))).collect())
+        })
+    }
+
+    #[cfg(feature = "test-hooks")]
+    fn insert_agent<'a>(&'a self, a: &'a AgentRecord) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let sql = insert_agent_sql();
+            let scopes = scopes_json(&a.scopes);
+            insert_agent(&sql, a, &scopes)
+                .execute(&mut *self.conn().await?)
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn insert_agent_placed<'a>(
+        &'a self,
+        a: &'a AgentRecord,
+        placing: &'a PlaceDraw,
+        issuer: Option<&'a KeyRing>,
+    ) -> StoreFuture<'a, (StatusPlace, u64)> {
+        // A transaction that failed before its COMMIT wrote nothing: during an outage it
+        // runs again (a place drawn anew), until the store's wait ends. One whose COMMIT
+        // broke is found out by the agent's id, its primary key: there, it committed (its
+        // place is read back); not there, it runs again, and the key lets one run hold it.
+        Box::pin(async move {
+            let mut unknown = None;
+            for _ in 0..3 {
+                let tried = self
+                    .outage
+                    .ride_out(move || async move {
+                        let mut tx = self.exclusive().await?;
+                        if let Some(keys) = issuer {
+                            check_issuer(&mut tx, keys, &a.org_id, &a.issuer_domain).await?;
+                        }
+                        let (place, size) = allocate(&mut tx, placing, a.created_at).await?;
+                        let placed = AgentRecord {
+                            status: Some(place.clone()),
+                            ..a.clone()
+                        };
+                        let sql = insert_agent_sql();
+                        let scopes = scopes_json(&placed.scopes);
+                        insert_agent(&sql, &placed, &scopes).execute(&mut *tx).await?;
+                        self.outage.commit(tx).await?;
+                        Ok((place, size))
+                    })
+                    .await;
+                let e = match tried {
+                    Err(e @ StoreError::OutcomeUnknown(_)) => e,
+                    // A conflict on the id after an unknown outcome: the first run is there.
+                    Err(StoreError::Conflict(_)) if unknown.is_some() => {
+                        StoreError::OutcomeUnknown("conflict".into())
+                    }
+                    other => return other,
+                };
+                // The agent's place and its list's size, if the agent is stored.
+                let placed = || async {
+                    let row: Option<(Option<String>, Option<i64>, Option<i64>)> = sqlx::query_as(
+                        "SELECT a.status_list, a.status_idx, l.size FROM agents a \
+                         LEFT JOIN status_lists l ON l.id = a.status_list WHERE a.id = $1",
+                    )
+                    .bind(a.id.as_str())
+                    .fetch_optional(&mut *self.conn().await?)
+                    .await?;
+                    let Some((list, idx, size)) = row else {
+                        return Ok(None);
+                    };
+                    match (place(list, idx)?, size) {
+                        (Some(place), Some(size)) if size > 0 => Ok(Some((place, size as u64))),
+                        _ => Err(StoreError::Corrupt(format!("agent {} has no status place", a.id))),
+                    }
+                };
+                match self.outage.ride_out(placed).await {
+                    Ok(Some(found)) => return Ok(found),
+                    Ok(None) => unknown = Some(e),
+                    Err(_) => return Err(e),
+                }
+            }
+            Err(unknown.unwrap_or_else(|| StoreError::OutcomeUnknown("registration".into())))
+        })
+    }
+
+    fn status_lists(&self) -> StoreFuture<'_, Vec<(String, u64)>> {
+        Box::pin(async move {
+            let rows: Vec<(String, i64)> = sqlx::query_as("SELECT id, size FROM status_lists ORDER BY id")
+                .fetch_all(&mut *self.conn().await?)
+                .await?;
+            rows.into_iter()
+                .map(|(id, size)| {
+                    u64::try_from(size)
+                        .map(|n| (id, n))
+                        .map_err(|_| StoreError::Corrupt("status list size".into()))
+                })
+                .collect()
+        })
+    }
+
+    fn get_agent<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<AgentRecord>> {
+        Box::pin(async move {
+            let sql = format!("SELECT {AGENT_COLUMNS} FROM agents WHERE id = $1");
+            let row: Option<AgentRow> = sqlx::query_as(&sql)
+                .bind(id)
+                .fetch_optional(&mut *self.conn().await?)
+                .await?;
+            row.map(AgentRow::into_record).transpose()
+        })
+    }
+
+    fn list_agents<'a>(
+        &'a self,
+        org_id: &'a str,
+        mode: KeyMode,
+        before: Option<&'a str>,
+        limit: Option<u32>,
+    ) -> StoreFuture<'a, Vec<AgentRecord>> {
+        Box::pin(async move {
+            let below = if before.is_some() { "AND id < $4 " } else { "" };
+            let sql = format!(
+                "SELECT {AGENT_COLUMNS} FROM agents WHERE org_id = $1 AND mode = $2 {below}\
+                 ORDER BY id DESC LIMIT $3"
+            );
+            let mut q = sqlx::query_as(&sql)
+                .bind(org_id)
+                .bind(mode.as_str())
+                // No limit: the largest one both backends take.
+                .bind(limit.map_or(i64::MAX, i64::from));
+            if let Some(b) = before {
+                q = q.bind(b);
+            }
+            let rows: Vec<AgentRow> = q.fetch_all(&mut *self.conn().await?).await?;
+            rows.into_iter().map(AgentRow::into_record).collect()
+        })
+    }
+
+    fn scan_agents<'a>(&'a self, after_id: &'a str, limit: u32) -> StoreFuture<'a, Vec<AgentRecord>> {
+        Box::pin(async move {
+            let sql = format!("SELECT {AGENT_COLUMNS} FROM agents WHERE id > $1 ORDER BY id LIMIT $2");
+            let rows: Vec<AgentRow> = sqlx::query_as(&sql)
+                .bind(after_id)
+                .bind(i64::from(limit))
+                .fetch_all(&mut *self.conn().await?)
+                .await?;
+            rows.into_iter().map(AgentRow::into_record).collect()
+        })
+    }
+
+    fn renew_token<'a>(
+        &'a self,
+        id: &'a str,
+        issued_at: Millis,
+        expires_at: Millis,
+        key: Option<KeyBinding<'a>>,
+        issuer: Option<&'a KeyRing>,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(self.outage.ride_out(move || async move {
+            let renew = sqlx::query(
+                "UPDATE agents SET issued_at = $2, expires_at = $3, jkt = $4, jwk = $5 \
+                 WHERE id = $1 AND revoked_at IS NULL",
+            )
+            .bind(id)
+            .bind(issued_at.0)
+            .bind(expires_at.0)
+            .bind(key.map(|k| k.jkt))
+            .bind(key.map(|k| k.jwk));
+            let Some(keys) = issuer else {
+                return Ok(DB::rows_affected(&renew.execute(&mut *self.conn().await?).await?) == 1);
+            };
+            let mut tx = self.exclusive().await?;
+            let agent: Option<(String, String)> =
+                sqlx::query_as("SELECT org_id, issuer_domain FROM agents WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            let Some((org_id, domain)) = agent else {
+                return Ok(false);
+            };
+            check_issuer(&mut tx, keys, &org_id, &domain).await?;
+            let done = renew.execute(&mut *tx).await?;
+            crate::sql::commit(tx).await?;
+            Ok(DB::rows_affected(&done) == 1)
+        }))
+    }
+
+    fn may_issue<'a>(&'a self, keys: &'a KeyRing, org_id: &'a str, domain: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let mut tx = self.begin().await?;
+            check_issuer(&mut tx, keys, org_id, domain).await?;
+            crate::sql::commit(tx).await
+        })
+    }
+
+    fn use_assertion<'a>(&'a self, key: &'a str, expires_at: Millis) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let done = sqlx::query(
+                "INSERT INTO client_assertions (key, expires_at) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+            )
+            .bind(key)
+            .bind(expires_at.0)
+            .execute(&mut *self.conn().await?)
+            .await?;
+            Ok(DB::rows_affected(&done) == 1)
+        })
+    }
+
+    fn forget_assertions(&self, now: Millis) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            sqlx::query("DELETE FROM client_assertions WHERE expires_at < $1")
+                .bind(now.0)
+                .execute(&mut *self.conn().await?)
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn revoke_agent<'a>(
+        &'a self,
+        id: &'a str,
+        at: Millis,
+        reason: Option<&'a str>,
+    ) -> StoreFuture<'a, Option<(AgentRecord, Option<i64>)>> {
+        // As `insert_agent_placed`: run again after a failure before the COMMIT. A revocation
+        // whose COMMIT broke runs again too: a second run returns what the first stored, and
+        // queues the events only when it is the one that revokes.
+        let run = move || {
+            self.outage.ride_out(move || async move {
+                let mut tx = self.begin().await?;
+                let revoked = revoke_in(&mut tx, &[id.to_owned()], at, reason).await?;
+                self.outage.commit(tx).await?;
+                Ok(revoked.into_iter().next())
+            })
+        };
+        Box::pin(async move {
+            match run().await {
+                Err(StoreError::OutcomeUnknown(_)) => run().await,
+                other => other,
+            }
+        })
+    }
+
+    fn revocations_after(&self, after: i64) -> StoreFuture<'_, RevokedSince> {
+        Box::pin(async move {
+            // One statement, so the epoch and the list come from the same snapshot; the
+            // epoch's row is the one without an agent id.
+            let rows: Vec<RevocationRow> = sqlx::query_as(
+                "SELECT CAST(NULL AS TEXT) AS id, CAST(NULL AS TEXT) AS reason, epoch, \
+                 CAST(NULL AS BIGINT) AS revoked_at, CAST(NULL AS TEXT) AS status_list, \
+                 CAST(NULL AS BIGINT) AS status_idx FROM revocation_epoch WHERE id = 1 \
+                 UNION ALL \
+                 SELECT id, revocation_reason, revoked_epoch, revoked_at, status_list, status_idx \
+                 FROM agents WHERE revoked_epoch > $1",
+            )
+            .bind(after)
+            .fetch_all(&mut *self.conn().await?)
+            .await?;
+            let mut out = RevokedSince::default();
+            for row in rows {
+                match row.id {
+                    Some(id) => out.revoked.push(Revocation {
+                        agent_id: id,
+                        reason: row.reason,
+                        at: Millis(row.revoked_at.unwrap_or(0)),
+                        place: place(row.status_list, row.status_idx)?,
+                    }),
+                    None => out.epoch = row.epoch,
+                }
+            }
+            Ok(out)
+        })
+    }
+}

@@ -1,0 +1,92 @@
+//! The SQL of `crate::holdings` for one backend: `DB` is its database.
+
+use crate::StoreError;
+use agentid_core::domain::holding::{self, DomainEvent, Holding, ProofMethod};
+use agentid_core::keys::KeyRing;
+
+use crate::holdings::{params, vouched_events, EventRow, EVENT_COLUMNS, MIGRATED_SEQ_SQL};
+
+use super::DB;
+
+/// The holdings in force (vouched for by the key file) of the names `names`, and (with
+/// `below`) of every name below `below`, read inside the caller's transaction.
+pub(crate) async fn holdings_in(
+    tx: &mut sqlx::Transaction<'_, DB>,
+    keys: &KeyRing,
+    names: &[String],
+    below: Option<&str>,
+) -> Result<Vec<Holding>, StoreError> {
+    let (migrated,): (Option<i64>,) = sqlx::query_as(MIGRATED_SEQ_SQL).fetch_one(&mut **tx).await?;
+    let mut sql = format!(
+        "SELECT {EVENT_COLUMNS} FROM domain_events WHERE domain IN ({})",
+        params(1, names.len())
+    );
+    if below.is_some() {
+        // Names are letters, digits, hyphens and dots: nothing LIKE reads as a wildcard.
+        sql.push_str(&format!(" OR domain LIKE '%.' || ${}", names.len() + 1));
+    }
+    sql.push_str(" ORDER BY seq");
+    let mut q = sqlx::query_as::<DB, EventRow>(&sql);
+    for n in names {
+        q = q.bind(n.as_str());
+    }
+    if let Some(b) = below {
+        q = q.bind(b);
+    }
+    let events = vouched_events(keys, q.fetch_all(&mut **tx).await?, migrated);
+    Ok(holding::current(&events))
+}
+
+/// Seals `events` with the key file and appends them, numbered after the last event; the
+/// number of the last one.
+pub async fn append(
+    tx: &mut sqlx::Transaction<'_, DB>,
+    keys: &KeyRing,
+    events: Vec<DomainEvent>,
+) -> Result<i64, StoreError> {
+    let (last,): (Option<i64>,) = sqlx::query_as("SELECT MAX(seq) FROM domain_events")
+        .fetch_one(&mut **tx)
+        .await?;
+    let mut seq = last.unwrap_or(0);
+    for mut event in events {
+        // A row at the largest number (written with database access alone) must not wrap the
+        // numbering round: no name changes hands until the operator removes it.
+        seq = seq.checked_add(1).ok_or_else(|| {
+            StoreError::Corrupt(
+                "issuer-domain events are numbered up to the largest number a row can hold".into(),
+            )
+        })?;
+        event.seq = seq;
+        let mac = keys.domain_event_mac(&event.canonical());
+        sqlx::query(&format!(
+            "INSERT INTO domain_events ({EVENT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+        ))
+        .bind(event.seq)
+        .bind(event.kind.as_str())
+        .bind(event.domain.as_str())
+        .bind(event.org_id.as_str())
+        .bind(event.method.map(ProofMethod::as_str))
+        .bind(event.at.0)
+        .bind(event.claimed_at.0)
+        .bind(event.reason.as_deref())
+        .bind(&mac[..])
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(seq)
+}
+
+/// Whether `org_id` may issue under `domain`, read inside the caller's transaction: one of
+/// its holdings (vouched for) covers the name, and no other organization's does.
+pub(crate) async fn check_issuer(
+    tx: &mut sqlx::Transaction<'_, DB>,
+    keys: &KeyRing,
+    org_id: &str,
+    domain: &str,
+) -> Result<(), StoreError> {
+    let held = holdings_in(tx, keys, &holding::name_and_parents(domain), None).await?;
+    holding::may_issue(org_id, domain, &held).map_err(|why| StoreError::NotHeld {
+        domain: domain.to_owned(),
+        elsewhere: why == holding::NotCovered::HeldElsewhere,
+    })
+}

@@ -1,0 +1,184 @@
+//! The SQL of `crate::orgs` for one backend: `DB` is its database.
+
+use crate::sql::{parse_mode, Backend, SqlStore};
+use crate::{KeyRecord, NewApiKey, OrgRecord, StoreError, StoreFuture};
+use agentid_core::domain::{ApiKeyKind, Millis};
+
+use crate::orgs::{KeyListing, KeyRow, OrgRow, OrgStore, ORG_COLUMNS};
+
+use super::DB;
+
+/// Inserts an organization and its keys inside the caller's transaction.
+async fn insert_org(
+    tx: &mut sqlx::Transaction<'_, DB>,
+    org: &OrgRecord,
+    keys: &[NewApiKey],
+) -> Result<(), StoreError> {
+    let sql = format!("INSERT INTO orgs ({ORG_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)");
+    sqlx::query(&sql)
+        .bind(org.id.as_str())
+        .bind(org.name.as_str())
+        .bind(org.plan.as_str())
+        .bind(i64::from(org.limits.verify_per_minute))
+        .bind(i64::from(org.limits.other_per_minute))
+        .bind(org.limits.max_expiry_seconds as i64)
+        .bind(org.created_at.0)
+        .execute(&mut **tx)
+        .await?;
+    for key in keys {
+        insert_key(key).execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+/// The `INSERT` of one API key (used alone and inside `create_org`'s transaction).
+fn insert_key<'q>(key: &'q NewApiKey) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>> {
+    sqlx::query(
+        "INSERT INTO api_keys (key_hash, org_id, kind, mode, hint, created_at, disabled_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, NULL)",
+    )
+    .bind(&key.key_hash[..])
+    .bind(key.org_id.as_str())
+    .bind(key.kind.as_str())
+    .bind(key.mode.as_str())
+    .bind(key.hint.as_str())
+    .bind(key.created_at.0)
+}
+
+impl OrgStore for SqlStore<DB> {
+    fn count_orgs(&self) -> StoreFuture<'_, i64> {
+        Box::pin(async move {
+            let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM orgs")
+                .fetch_one(&mut *self.conn().await?)
+                .await?;
+            Ok(n)
+        })
+    }
+
+    fn create_first_org<'a>(&'a self, org: &'a OrgRecord, keys: &'a [NewApiKey]) -> StoreFuture<'a, bool> {
+        Box::pin(self.outage.ride_out(move || async move {
+            let mut tx = self.exclusive().await?;
+            let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM orgs")
+                .fetch_one(&mut *tx)
+                .await?;
+            if n > 0 {
+                return Ok(false);
+            }
+            insert_org(&mut tx, org, keys).await?;
+            crate::sql::commit(tx).await?;
+            Ok(true)
+        }))
+    }
+
+    fn create_org<'a>(&'a self, org: &'a OrgRecord, keys: &'a [NewApiKey]) -> StoreFuture<'a, ()> {
+        Box::pin(self.outage.ride_out(move || async move {
+            let mut tx = self.begin().await?;
+            insert_org(&mut tx, org, keys).await?;
+            crate::sql::commit(tx).await?;
+            Ok(())
+        }))
+    }
+
+    fn update_org<'a>(&'a self, org: &'a OrgRecord) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let done = sqlx::query(
+                "UPDATE orgs SET plan = $2, verify_limit = $3, other_limit = $4, \
+                 max_expiry_seconds = $5 WHERE id = $1",
+            )
+            .bind(org.id.as_str())
+            .bind(org.plan.as_str())
+            .bind(i64::from(org.limits.verify_per_minute))
+            .bind(i64::from(org.limits.other_per_minute))
+            .bind(org.limits.max_expiry_seconds as i64)
+            .execute(&mut *self.conn().await?)
+            .await?;
+            Ok(DB::rows_affected(&done) == 1)
+        })
+    }
+
+    fn get_org<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<OrgRecord>> {
+        Box::pin(async move {
+            let sql = format!("SELECT {ORG_COLUMNS} FROM orgs WHERE id = $1");
+            let row: Option<OrgRow> = sqlx::query_as(&sql)
+                .bind(id)
+                .fetch_optional(&mut *self.conn().await?)
+                .await?;
+            row.map(OrgRow::into_record).transpose()
+        })
+    }
+
+    fn insert_key<'a>(&'a self, key: &'a NewApiKey) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            insert_key(key).execute(&mut *self.conn().await?).await?;
+            Ok(())
+        })
+    }
+
+    fn find_key<'a>(&'a self, key_hash: &'a [u8; 32]) -> StoreFuture<'a, Option<KeyRecord>> {
+        Box::pin(async move {
+            let row: Option<KeyRow> =
+                sqlx::query_as("SELECT kind, mode, disabled_at, org_id FROM api_keys WHERE key_hash = $1")
+                    .bind(&key_hash[..])
+                    .fetch_optional(&mut *self.conn().await?)
+                    .await?;
+            let Some(row) = row else { return Ok(None) };
+            let org = self
+                .get_org(&row.org_id)
+                .await?
+                .ok_or_else(|| StoreError::Corrupt(format!("key of missing organization {}", row.org_id)))?;
+            Ok(Some(KeyRecord {
+                org,
+                kind: ApiKeyKind::parse(&row.kind)
+                    .ok_or_else(|| StoreError::Corrupt(format!("key kind {}", row.kind)))?,
+                mode: parse_mode(&row.mode)?,
+                disabled: row.disabled_at.is_some(),
+            }))
+        })
+    }
+
+    fn list_orgs(&self) -> StoreFuture<'_, Vec<OrgRecord>> {
+        Box::pin(async move {
+            let sql = format!("SELECT {ORG_COLUMNS} FROM orgs ORDER BY created_at, id");
+            let rows: Vec<OrgRow> = sqlx::query_as(&sql).fetch_all(&mut *self.conn().await?).await?;
+            rows.into_iter().map(OrgRow::into_record).collect()
+        })
+    }
+
+    fn list_keys<'a>(&'a self, org_id: &'a str) -> StoreFuture<'a, Vec<KeyListing>> {
+        Box::pin(async move {
+            let rows: Vec<(String, String, String, i64, Option<i64>)> = sqlx::query_as(
+                "SELECT kind, mode, hint, created_at, disabled_at FROM api_keys WHERE org_id = $1 \
+                 ORDER BY created_at, hint",
+            )
+            .bind(org_id)
+            .fetch_all(&mut *self.conn().await?)
+            .await?;
+            rows.into_iter()
+                .map(|(kind, mode, hint, created_at, disabled_at)| {
+                    Ok(KeyListing {
+                        kind: ApiKeyKind::parse(&kind)
+                            .ok_or_else(|| StoreError::Corrupt(format!("key kind {kind}")))?
+                            .as_str(),
+                        mode: parse_mode(&mode)?.as_str(),
+                        key: hint,
+                        created_at: Millis(created_at),
+                        disabled: disabled_at.is_some(),
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn disable_key<'a>(&'a self, key_hash: &'a [u8; 32], at: Millis) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let done = sqlx::query(
+                "UPDATE api_keys SET disabled_at = COALESCE(disabled_at, $2) WHERE key_hash = $1",
+            )
+            .bind(&key_hash[..])
+            .bind(at.0)
+            .execute(&mut *self.conn().await?)
+            .await?;
+            Ok(DB::rows_affected(&done) == 1)
+        })
+    }
+}

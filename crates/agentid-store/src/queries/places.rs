@@ -1,0 +1,66 @@
+//! The SQL of `crate::places` for one backend: `DB` is its database.
+
+use crate::StoreError;
+use agentid_core::domain::{Millis, StatusPlace};
+
+use crate::places::PlaceDraw;
+
+use super::DB;
+
+/// Takes a free place, as `PlaceDraw` says, inside the caller's exclusive transaction: the
+/// place, and its list's size.
+pub(crate) async fn allocate(
+    tx: &mut sqlx::Transaction<'_, DB>,
+    placing: &PlaceDraw,
+    now: Millis,
+) -> Result<(StatusPlace, u64), StoreError> {
+    let newest: Option<(String, i64, i64)> = sqlx::query_as(
+        "SELECT id, size, allocated FROM status_lists WHERE mode = $1 \
+         ORDER BY created_at DESC, id DESC LIMIT 1",
+    )
+    .bind(placing.mode.as_str())
+    .fetch_optional(&mut **tx)
+    .await?;
+    let (list, size) = match newest {
+        Some((id, size, allocated)) if size > 0 && (allocated as u64) < placing.fill.min(size as u64) => {
+            (id, size as u64)
+        }
+        _ => {
+            let size =
+                i64::try_from(placing.size).map_err(|_| StoreError::Corrupt("status list size".into()))?;
+            sqlx::query(
+                "INSERT INTO status_lists (id, size, allocated, created_at, mode) VALUES ($1, $2, 0, $3, $4)",
+            )
+            .bind(placing.new_list.as_str())
+            .bind(size)
+            .bind(now.0)
+            .bind(placing.mode.as_str())
+            .execute(&mut **tx)
+            .await?;
+            (placing.new_list.clone(), placing.size)
+        }
+    };
+    for draw in &placing.draws {
+        let idx = (draw % size) as i64;
+        let (taken,): (bool,) =
+            sqlx::query_as("SELECT EXISTS (SELECT 1 FROM agents WHERE status_list = $1 AND status_idx = $2)")
+                .bind(list.as_str())
+                .bind(idx)
+                .fetch_one(&mut **tx)
+                .await?;
+        if !taken {
+            sqlx::query("UPDATE status_lists SET allocated = allocated + 1 WHERE id = $1")
+                .bind(list.as_str())
+                .execute(&mut **tx)
+                .await?;
+            return Ok((
+                StatusPlace {
+                    list,
+                    idx: idx as u64,
+                },
+                size,
+            ));
+        }
+    }
+    Err(StoreError::Corrupt("no free place found in a status list".into()))
+}
