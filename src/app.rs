@@ -12,6 +12,7 @@ use actix_web::{web, HttpServer};
 use crate::config::Config;
 use crate::domain::Plan;
 use crate::engine::admin::{self, AdminError, CreatedOrg};
+use crate::engine::outbound::{Outbound, OutboundConfig};
 use crate::engine::{Engine, EngineConfig};
 use crate::http::{self, AppState};
 use crate::keys::KeyError;
@@ -114,6 +115,16 @@ pub struct Application {
 impl Application {
     /// Opens everything and starts accepting connections. Must run inside an actix system.
     pub async fn build(cfg: Config) -> Result<Application, StartError> {
+        let outbound = Outbound::new(OutboundConfig {
+            dns_server: cfg.dns_resolver,
+            ..OutboundConfig::default()
+        });
+        Self::build_with(cfg, outbound).await
+    }
+
+    /// As [`Application::build`], with the outbound client given (the tests' resolver, roots
+    /// and ports).
+    pub async fn build_with(cfg: Config, outbound: Outbound) -> Result<Application, StartError> {
         crate::telemetry::metrics_handle();
         // Both addresses first: a port in use (say, a second instance) must fail before a
         // default organization is created (its keys would never be shown) or any actor starts.
@@ -147,7 +158,7 @@ impl Application {
             public_url: public_url.clone(),
             ..cfg.engine.clone()
         };
-        let engine = Arc::new(Engine::start(store, Arc::new(keys), engine_cfg).await?);
+        let engine = Arc::new(Engine::start(store, Arc::new(keys), engine_cfg, outbound).await?);
         let draining = Arc::new(AtomicBool::new(false));
         let state = web::Data::new(AppState {
             engine: engine.clone(),

@@ -30,6 +30,8 @@ pub struct Config {
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Audit writer, verified-token cache, registry resync.
     pub engine: EngineConfig,
+    /// The DNS server outbound connections look names up at (`None`: the system's).
+    pub dns_resolver: Option<std::net::SocketAddr>,
     pub store: StoreOptions,
     /// Create a default organization when the store has none.
     pub bootstrap: bool,
@@ -53,6 +55,7 @@ impl Config {
             workers: None,
             trusted_proxies: Vec::new(),
             engine: EngineConfig::default(),
+            dns_resolver: None,
             store: StoreOptions::default(),
             bootstrap: true,
             handle_signals: true,
@@ -73,6 +76,7 @@ impl fmt::Debug for Config {
             .field("workers", &self.workers)
             .field("trusted_proxies", &self.trusted_proxies)
             .field("engine", &self.engine)
+            .field("dns_resolver", &self.dns_resolver)
             .finish_non_exhaustive()
     }
 }

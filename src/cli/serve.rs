@@ -107,7 +107,8 @@ pub(crate) struct ServeArgs {
     /// development deployments (a token's issuer then proves nothing).
     #[arg(long, env = "AGENTID_ISSUER_DOMAINS", value_enum, default_value_t = IssuerDomainsArg::Verified)]
     pub(crate) issuer_domains: IssuerDomainsArg,
-    /// The DNS server issuer-domain checks ask, as IP:PORT [default: the system's resolver]
+    /// The DNS server the service looks names up at (issuer-domain checks, Shared Signals push
+    /// endpoints), as IP:PORT [default: the system's resolver]
     #[arg(long, env = "AGENTID_DNS_RESOLVER")]
     pub(crate) dns_resolver: Option<std::net::SocketAddr>,
     /// Let issuer-domain checks reach loopback and private addresses, and fetch
@@ -160,6 +161,7 @@ pub(super) async fn serve(args: ServeArgs) -> CliResult {
         metrics_bind,
         workers: args.workers,
         trusted_proxies: parse_nets(&args.trusted_proxies)?,
+        dns_resolver: args.dns_resolver,
         engine: EngineConfig {
             writer: WriterConfig {
                 max_batch: args.audit_batch_max.max(1),
@@ -189,7 +191,6 @@ pub(super) async fn serve(args: ServeArgs) -> CliResult {
                     IssuerDomainsArg::Verified => IssuerPolicy::Verified,
                     IssuerDomainsArg::Open => IssuerPolicy::Open,
                 },
-                args.dns_resolver,
                 args.domain_verification_allow_insecure,
             ),
             ..EngineConfig::default()

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use agentid::domain::{OrgLimits, Plan};
 use agentid::engine::admin::{self, CreatedOrg};
-use agentid::engine::domains::TestDoors;
+use agentid::engine::outbound::OutboundConfig;
 use serde_json::{json, Value};
 
 use crate::dns::TestDns;
@@ -24,22 +24,33 @@ struct World {
     b: CreatedOrg,
 }
 
-/// How the HTTPS check may reach the tests' servers.
+/// How the HTTPS check may reach the tests' servers: the ports an https and an http URL
+/// connect to, and the root their TLS server's certificate chains to.
 #[derive(Default)]
 struct Reach {
     insecure: bool,
     doors: TestDoors,
 }
 
+#[derive(Default)]
+struct TestDoors {
+    https_port: Option<u16>,
+    http_port: Option<u16>,
+    extra_roots: Vec<Vec<u8>>,
+}
+
 async fn world_with(reach: Reach) -> World {
     let dns = TestDns::start().await;
     let addr = dns.addr;
+    let insecure = reach.insecure;
     let app = spawn_app_with(Options {
-        tweak: Box::new(move |c| {
-            c.engine.domains.dns_resolver = Some(addr);
-            c.engine.domains.allow_insecure = reach.insecure;
-            c.engine.domains.test = reach.doors;
-        }),
+        tweak: Box::new(move |c| c.engine.domains.allow_insecure = insecure),
+        outbound: OutboundConfig {
+            dns_server: Some(addr),
+            extra_roots: reach.doors.extra_roots,
+            https_port: reach.doors.https_port.unwrap_or(443),
+            http_port: reach.doors.http_port.unwrap_or(80),
+        },
         ..Options::unlimited()
     })
     .await;

@@ -71,10 +71,8 @@ async fn a_verify_whose_agent_cannot_be_read_answers_an_error_not_invalid() {
     let id = format!("agt_{}", ulid::Ulid::new().to_string().to_lowercase());
     let mut remote = crate::store::agent(&id, &app.org.org_id);
     remote.expires_at = Millis(now.0 + 3_600_000);
-    let elsewhere = agentid::store::connect(&app.db.url, &Default::default())
-        .await
-        .unwrap();
-    elsewhere.insert_agent(&remote).await.unwrap();
+    // Another instance's registration: straight into the database.
+    crate::helpers::insert_agent(&app.db.url, &remote).await.unwrap();
     let token = app.engine.keys().sign(&agentid::token::Claims::agent(
         "example.com",
         &id,
@@ -110,10 +108,8 @@ async fn a_forgery_naming_an_agent_registered_elsewhere_lands_in_its_owners_ledg
     let id = format!("agt_{}", ulid::Ulid::new().to_string().to_lowercase());
     let mut remote = crate::store::agent(&id, &app.org.org_id);
     remote.expires_at = Millis(Millis::now().0 + 3_600_000);
-    let elsewhere = agentid::store::connect(&app.db.url, &Default::default())
-        .await
-        .unwrap();
-    elsewhere.insert_agent(&remote).await.unwrap();
+    // Another instance's registration: straight into the database.
+    crate::helpers::insert_agent(&app.db.url, &remote).await.unwrap();
     assert!(app.engine.registry().agent(&id).is_none(), "not known here");
     let now = Millis::now().as_secs();
     let claims = json!({"iss": "example.com", "sub": id, "jti": "j", "iat": now, "exp": now + 3600, "scopes": ["read:x"]});
@@ -126,7 +122,6 @@ async fn a_forgery_naming_an_agent_registered_elsewhere_lands_in_its_owners_ledg
     assert_eq!(log["pagination"]["total"], 1, "{log}");
     assert_eq!(log["data"][0]["agent_id"], id.as_str());
     assert_eq!(log["data"][0]["result"], "invalid");
-    elsewhere.close().await;
 }
 
 /// A revocation this instance did not make (another instance's; an older binary's or a
@@ -222,7 +217,7 @@ async fn a_crashing_writer_is_restarted_and_loses_no_acknowledged_record() {
         assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);
         answered += 1;
     }
-    app.engine.inject_audit_panic();
+    assert!(app.store.inject_write_fault(agentid::store::WriteFault::Panic));
     // The batch whose flush crashes is answered 503: nothing unrecorded is acknowledged.
     app.verify_as_receiver(&token)
         .await
@@ -251,7 +246,7 @@ async fn a_crash_behind_a_slow_flush(
     let (first, first_answered) = verify_burst(app, token, 1);
     actix_web::rt::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(first_answered.get(), 0, "its flush waits for the lock");
-    app.engine.inject_audit_panic();
+    assert!(app.store.inject_write_fault(agentid::store::WriteFault::Panic));
     let (crashing, _) = verify_burst(app, token, 1);
     actix_web::rt::time::sleep(Duration::from_millis(100)).await;
     (lock, first, crashing)

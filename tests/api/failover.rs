@@ -35,7 +35,7 @@ async fn three_verifications_across(fault: WriteFault) {
     let app = spawn_app_with(Options::unlimited()).await;
     let (id, token) = app.agent().await;
     valid(&app, &token).await;
-    if !app.engine.inject_audit_write_fault(fault) {
+    if !app.store.inject_write_fault(fault) {
         return;
     }
     valid(&app, &token).await;
@@ -69,7 +69,7 @@ async fn an_outcome_not_found_out_in_time_fails_and_is_written_once() {
     .await;
     let (id, token) = app.agent().await;
     valid(&app, &token).await;
-    if !app.engine.inject_audit_write_fault(WriteFault::LostAck) {
+    if !app.store.inject_write_fault(WriteFault::LostAck) {
         return;
     }
     app.verify_as_receiver(&token)
@@ -220,7 +220,7 @@ async fn a_lost_batch_whose_keys_another_instance_took_is_appended_anew() {
     valid(&fleet[0], &token).await;
     // The other instance extends the ledger: the first one's cached head is now stale.
     valid(&fleet[1], &token).await;
-    if !fleet[0].engine.inject_audit_write_fault(WriteFault::LostWrite) {
+    if !fleet[0].store.inject_write_fault(WriteFault::LostWrite) {
         return;
     }
     valid(&fleet[0], &token).await;
@@ -232,7 +232,7 @@ async fn a_lost_batch_whose_keys_another_instance_took_is_appended_anew() {
 #[actix_web::test]
 async fn a_registration_of_unknown_outcome_is_found_out() {
     let app = spawn_app_with(Options::unlimited()).await;
-    assert!(app.engine.inject_audit_write_fault(WriteFault::LostCommitAck));
+    assert!(app.store.inject_write_fault(WriteFault::LostCommitAck));
     let (id, token) = app.agent().await;
     valid(&app, &token).await;
     let agents = app.get("/v1/agents", Some(app.secret())).await.json();
@@ -258,7 +258,7 @@ async fn a_revocation_of_unknown_outcome_runs_again_once() {
     assert_eq!(created.status, 201, "{}", created.text());
     let created = created.json();
     let (id, token) = app.agent().await;
-    assert!(app.engine.inject_audit_write_fault(WriteFault::LostCommitAck));
+    assert!(app.store.inject_write_fault(WriteFault::LostCommitAck));
     let res = app.revoke(&id, None).await;
     assert_eq!(res.status, 200, "{}", res.text());
     assert_eq!(

@@ -9,6 +9,7 @@ use agentid::config::Config;
 use agentid::domain::{OrgLimits, Plan};
 use agentid::engine::admin::{self, CreatedOrg};
 use agentid::engine::grants;
+use agentid::engine::outbound::{Outbound, OutboundConfig};
 use agentid::keys::KeyRing;
 use agentid::store::SharedStore;
 use agentid::Application;
@@ -109,6 +110,8 @@ pub struct TestApp {
     pub db: TestDb,
     _dir: std::sync::Arc<tempfile::TempDir>,
     pub config: Config,
+    /// The outbound client's configuration (a restart makes the client anew).
+    outbound: OutboundConfig,
     handle: ServerHandle,
     task: Option<actix_web::rt::task::JoinHandle<std::io::Result<()>>>,
 }
@@ -120,6 +123,8 @@ pub struct Options {
     /// The issuer domains the operator grants the test organization.
     pub domains: &'static [&'static str],
     pub tweak: Box<dyn FnOnce(&mut Config)>,
+    /// The outbound client: the tests' DNS server, TLS roots and ports.
+    pub outbound: OutboundConfig,
 }
 
 impl Default for Options {
@@ -130,6 +135,7 @@ impl Default for Options {
             other_limit: None,
             domains: &TEST_DOMAINS,
             tweak: Box::new(|_| {}),
+            outbound: OutboundConfig::default(),
         }
     }
 }
@@ -167,7 +173,12 @@ pub async fn spawn_fleet(n: usize, opts: Options) -> Vec<TestApp> {
     let mut apps = Vec::with_capacity(n);
     for config in &configs {
         // One after the other: the first start makes the key file the others use.
-        apps.push(Application::build(config.clone()).await.expect("app starts"));
+        let outbound = Outbound::new(opts.outbound.clone());
+        apps.push(
+            Application::build_with(config.clone(), outbound)
+                .await
+                .expect("app starts"),
+        );
     }
     let store = apps[0].engine().store().clone();
     let limits = OrgLimits::resolve(opts.plan, opts.verify_limit, opts.other_limit, None).unwrap();
@@ -185,6 +196,7 @@ pub async fn spawn_fleet(n: usize, opts: Options) -> Vec<TestApp> {
             .unwrap();
     }
     settled_domain_list(&store).await;
+    let opts_outbound = opts.outbound;
     let mut dbs: Vec<TestDb> = (1..n).map(|_| db.borrow()).collect();
     dbs.push(db);
     apps.into_iter()
@@ -207,6 +219,7 @@ pub async fn spawn_fleet(n: usize, opts: Options) -> Vec<TestApp> {
                 db,
                 _dir: dir.clone(),
                 config,
+                outbound: opts_outbound.clone(),
                 handle,
                 task: Some(task),
             }
@@ -440,7 +453,7 @@ impl TestApp {
     /// Stops and starts again on the same database and signing key.
     pub async fn restart(mut self) -> TestApp {
         self.stop().await;
-        let app = Application::build(self.config.clone())
+        let app = Application::build_with(self.config.clone(), Outbound::new(self.outbound.clone()))
             .await
             .expect("app restarts");
         self.store = app.engine().store().clone();
@@ -572,4 +585,47 @@ pub async fn checked_with_jwks(app: &TestApp, jws: &str) -> (Value, Value) {
         .verify_strict(input.as_bytes(), &sig)
         .expect("the signature checks with its kid in JWKS");
     (header, part(1))
+}
+
+/// Inserts an agent row as it is, without drawing it a status place: what another instance or
+/// an earlier build could have written. The store has no such door; the tests of what it reads
+/// write the row themselves.
+pub async fn insert_agent(url: &str, a: &agentid::store::AgentRecord) -> Result<(), sqlx::Error> {
+    macro_rules! insert {
+        ($pool:expr) => {{
+            let pool = $pool;
+            let scopes = serde_json::to_string(&a.scopes).unwrap();
+            let done = sqlx::query(
+                "INSERT INTO agents (id, org_id, mode, name, issuer_domain, description, scopes, \
+                 created_at, issued_at, expires_at, revoked_at, revocation_reason, status_list, status_idx, \
+                 jkt, jwk) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+            )
+            .bind(a.id.as_str())
+            .bind(a.org_id.as_str())
+            .bind(a.mode.as_str())
+            .bind(a.name.as_str())
+            .bind(a.issuer_domain.as_str())
+            .bind(a.description.as_str())
+            .bind(scopes.as_str())
+            .bind(a.created_at.0)
+            .bind(a.issued_at.0)
+            .bind(a.expires_at.0)
+            .bind(a.revoked_at.map(|m| m.0))
+            .bind(a.revocation_reason.as_deref())
+            .bind(a.status.as_ref().map(|p| p.list.as_str()))
+            .bind(a.status.as_ref().map(|p| p.idx as i64))
+            .bind(a.jkt.as_deref())
+            .bind(a.jwk.as_deref())
+            .execute(&pool)
+            .await
+            .map(drop);
+            pool.close().await;
+            done
+        }};
+    }
+    if url.starts_with("postgres") {
+        insert!(sqlx::PgPool::connect(url).await?)
+    } else {
+        insert!(sqlx::SqlitePool::connect(url).await?)
+    }
 }

@@ -87,7 +87,7 @@ async fn every_stream_is_owed_at_most_ten_thousand_events_whatever_its_state() {
 
     // A revocation is written under the same bound.
     let agent = crate::store::agent("agt_01bbbbbbbbbbbbbbbbbbbbbbbb", &app.org.org_id);
-    s.insert_agent(&agent).await.unwrap();
+    crate::helpers::insert_agent(&app.db.url, &agent).await.unwrap();
     s.revoke_agent(&agent.id, Millis(3000), None).await.unwrap();
     for id in ["ssf_paused", "ssf_polled"] {
         let events = s.pending_events(id, 20_000).await.unwrap();

@@ -593,7 +593,10 @@ async fn trusting_an_issuer_runs_as_written() {
     let dns = crate::dns::TestDns::start().await;
     let addr = dns.addr;
     let app = spawn_app_with(Options {
-        tweak: Box::new(move |c| c.engine.domains.dns_resolver = Some(addr)),
+        outbound: agentid::engine::outbound::OutboundConfig {
+            dns_server: Some(addr),
+            ..Default::default()
+        },
         ..Options::default()
     })
     .await;

@@ -294,7 +294,7 @@ async fn agents_from_before_lists_are_placed_by_the_migration() {
         a.id = agentid::domain::AgentId::generate().as_str().to_owned();
         a.mode = mode;
         a.status = None;
-        app.store.insert_agent(&a).await.unwrap();
+        crate::helpers::insert_agent(&app.db.url, &a).await.unwrap();
         old.push(a.id);
     }
     // As a database the migration has not reached yet.

@@ -49,9 +49,12 @@ async fn agents_round_trip_revoke_once_and_refuse_renewal_when_revoked() {
     let s = &app.store;
     let org = app.org.org_id.clone();
     let a = agent("agt_01aaaaaaaaaaaaaaaaaaaaaaaa", &org);
-    s.insert_agent(&a).await.unwrap();
+    crate::helpers::insert_agent(&app.db.url, &a).await.unwrap();
     assert_eq!(s.get_agent(&a.id).await.unwrap(), Some(a.clone()));
-    assert!(s.insert_agent(&a).await.is_err(), "ids are unique");
+    assert!(
+        crate::helpers::insert_agent(&app.db.url, &a).await.is_err(),
+        "ids are unique"
+    );
     assert!(s
         .renew_token(&a.id, Millis(5000), Millis(9000), None, None)
         .await
@@ -109,7 +112,7 @@ async fn agents_round_trip_revoke_once_and_refuse_renewal_when_revoked() {
         .is_none());
 
     let b = agent("agt_01bbbbbbbbbbbbbbbbbbbbbbbb", &org);
-    s.insert_agent(&b).await.unwrap();
+    crate::helpers::insert_agent(&app.db.url, &b).await.unwrap();
     let listed: Vec<String> = s
         .list_agents(&org, KeyMode::Live, None, None)
         .await
@@ -145,8 +148,8 @@ async fn batches_chain_count_and_recheck_revocation_inside_the_transaction() {
         agent("agt_01cccccccccccccccccccccccc", &org),
         agent("agt_01dddddddddddddddddddddddd", &org),
     );
-    s.insert_agent(&a).await.unwrap();
-    s.insert_agent(&b).await.unwrap();
+    crate::helpers::insert_agent(&app.db.url, &a).await.unwrap();
+    crate::helpers::insert_agent(&app.db.url, &b).await.unwrap();
 
     let batch1 = vec![
         entry(&live, &a.id, VerifyResult::Valid),
@@ -288,8 +291,8 @@ async fn batches_recheck_revocation_only_when_a_check_could_have_missed_one() {
         agent("agt_01ffffffffffffffffffffffff", &org),
         agent("agt_01gggggggggggggggggggggggg", &org),
     );
-    s.insert_agent(&a).await.unwrap();
-    s.insert_agent(&b).await.unwrap();
+    crate::helpers::insert_agent(&app.db.url, &a).await.unwrap();
+    crate::helpers::insert_agent(&app.db.url, &b).await.unwrap();
     let (_, epoch) = s
         .revoke_agent(&a.id, Millis(5), Some("stolen"))
         .await
@@ -348,7 +351,7 @@ async fn two_instances_appending_to_one_ledger_never_fork_the_chain() {
         mode: KeyMode::Live,
     };
     let a = agent("agt_01eeeeeeeeeeeeeeeeeeeeeeee", &org);
-    app.store.insert_agent(&a).await.unwrap();
+    crate::helpers::insert_agent(&app.db.url, &a).await.unwrap();
     // Alternate writers: each one's cached view of the head goes stale in turn.
     let mut seqs = Vec::new();
     for round in 0..6 {
@@ -732,7 +735,7 @@ async fn a_revocation_reaches_exactly_the_streams_that_cover_it() {
             .unwrap());
     }
     let x = agent("agt_01xxxxxxxxxxxxxxxxxxxxxxxx", &org);
-    s.insert_agent(&x).await.unwrap();
+    crate::helpers::insert_agent(&app.db.url, &x).await.unwrap();
     s.add_subject("ssf_subject_x", &x.id).await.unwrap();
     s.add_subject("ssf_subject_y", "agt_01yyyyyyyyyyyyyyyyyyyyyyyy")
         .await

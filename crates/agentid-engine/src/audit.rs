@@ -72,9 +72,6 @@ enum Msg {
 #[derive(Clone)]
 pub(crate) struct AuditHandle {
     tx: mpsc::Sender<Msg>,
-    /// Fault injection: the next flush task panics.
-    #[cfg(feature = "test-hooks")]
-    panic_next_flush: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The writer's thread. It stops when this is dropped (with the engine), and the writer
@@ -92,18 +89,8 @@ impl AuditHandle {
     pub fn start(store: SharedStore, cfg: WriterConfig, grown: Arc<GrownLedgers>) -> (Self, WriterThread) {
         let thread = Arbiter::new();
         let (tx, rx) = mpsc::channel(cfg.max_queue.max(1));
-        let handle = AuditHandle {
-            tx,
-            #[cfg(feature = "test-hooks")]
-            panic_next_flush: Arc::default(),
-        };
-        let writer = Writer {
-            store,
-            cfg,
-            grown,
-            #[cfg(feature = "test-hooks")]
-            panic_next_flush: handle.panic_next_flush.clone(),
-        };
+        let handle = AuditHandle { tx };
+        let writer = Writer { store, cfg, grown };
         thread.spawn(writer.run(rx));
         (handle, WriterThread(thread))
     }
@@ -125,13 +112,6 @@ impl AuditHandle {
             let _ = rx.await;
         }
     }
-
-    /// The next batch's flush panics: its waiters get 503 and the writer goes on.
-    #[cfg(feature = "test-hooks")]
-    pub(crate) fn inject_flush_panic(&self) {
-        self.panic_next_flush
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-    }
 }
 
 struct Writer {
@@ -139,8 +119,6 @@ struct Writer {
     cfg: WriterConfig,
     /// Told which ledgers each committed batch grew (for their checkpoints).
     grown: Arc<GrownLedgers>,
-    #[cfg(feature = "test-hooks")]
-    panic_next_flush: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Writer {
@@ -188,16 +166,9 @@ impl Writer {
         let store = self.store.clone();
         let timeout = self.cfg.flush_timeout;
         let started = Instant::now();
-        #[cfg(feature = "test-hooks")]
-        let inject_panic = self
-            .panic_next_flush
-            .swap(false, std::sync::atomic::Ordering::SeqCst);
         // The store call runs as a task of its own: a panic inside it ends that task only.
-        let task = tokio::spawn(async move {
-            #[cfg(feature = "test-hooks")]
-            assert!(!inject_panic, "injected audit flush failure");
-            tokio::time::timeout(timeout, store.append_audit(entries)).await
-        });
+        let task =
+            tokio::spawn(async move { tokio::time::timeout(timeout, store.append_audit(entries)).await });
         // A batch the store could not write, or could not find out about (a commit of unknown
         // outcome), within its outage wait, fails: never answered as written.
         match task.await {

@@ -15,7 +15,7 @@ mod dpop;
 mod expiries;
 pub mod grants;
 pub mod oauth;
-pub(crate) mod outbound;
+pub mod outbound;
 pub mod ratelimit;
 pub mod recorder;
 mod registry;
@@ -254,22 +254,8 @@ impl Engine {
         self.rate_limits.give_back(true).await;
     }
 
-    /// Reads the fleet's signing keys now, as the periodic refresh does (tests).
-    #[cfg(feature = "test-hooks")]
+    /// Reads the fleet's signing keys now, as the periodic refresh does.
     pub async fn refresh_keys(&self) -> Result<(), StoreError> {
         start::refresh_keys(&self.agents.signing, &self.tokens, &self.store).await
-    }
-
-    /// The audit writer's next flush panics (its batch is answered 503, the writer goes on).
-    #[cfg(feature = "test-hooks")]
-    pub fn inject_audit_panic(&self) {
-        self.audit.inject_flush_panic();
-    }
-
-    /// What befalls the audit writer's next batch (tests); false where the store cannot
-    /// fail so (SQLite).
-    #[cfg(feature = "test-hooks")]
-    pub fn inject_audit_write_fault(&self, fault: agentid_store::WriteFault) -> bool {
-        self.store.inject_write_fault(fault)
     }
 }

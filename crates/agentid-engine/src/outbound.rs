@@ -1,6 +1,7 @@
-//! The one rule for every connection the service opens to an address a caller gave it
-//! (Shared Signals push endpoints, issuer-domain checks): only globally reachable addresses,
-//! no redirects, bounded time and size.
+//! The one client, and the one rule, for every connection the service opens to an address a
+//! caller gave it (Shared Signals push endpoints, issuer-domain checks): names looked up one
+//! way ([`Outbound::resolver`]), only globally reachable addresses, no redirects, bounded
+//! time and size.
 //!
 //! "Globally reachable" is the IANA special-purpose address registries' column of that
 //! name: an address in a block the registries mark otherwise (loopback, private, shared,
@@ -13,6 +14,10 @@ use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
+
+use hickory_resolver::config::{ConnectionConfig, NameServerConfig, ResolveHosts, ResolverConfig};
+use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::TokioResolver;
 
 /// Special-purpose IPv4 blocks and whether each is globally reachable (RFC 6890 and the
 /// registry's later entries). The longest matching prefix decides; an address no entry
@@ -121,8 +126,12 @@ pub(crate) fn check_addresses(addrs: &[IpAddr], allow_local: bool) -> Result<(),
     Ok(())
 }
 
-/// `https?`, host and port of an `http(s)` URL.
-pub(crate) fn host_port(url: &str) -> Result<(bool, String, u16), String> {
+/// `https?`, host and port of an `http(s)` URL; `default_port` gives the port of a URL that
+/// names none, by whether it is https.
+pub(crate) fn host_port(
+    url: &str,
+    default_port: impl Fn(bool) -> u16,
+) -> Result<(bool, String, u16), String> {
     let (scheme, rest) = url.split_once("://").ok_or("is not an absolute URL")?;
     let https = match scheme {
         "https" => true,
@@ -133,7 +142,7 @@ pub(crate) fn host_port(url: &str) -> Result<(bool, String, u16), String> {
     if authority.contains('@') {
         return Err("must not carry credentials".into());
     }
-    let default = if https { 443 } else { 80 };
+    let default = default_port(https);
     let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
         let (host, after) = v6.split_once(']').ok_or("has a malformed IPv6 host")?;
         let port = match after.strip_prefix(':') {
@@ -153,20 +162,49 @@ pub(crate) fn host_port(url: &str) -> Result<(bool, String, u16), String> {
     Ok((https, host, port))
 }
 
-/// How the service's own HTTP fetches go: at most `max_bytes` read, `timeout` in all, no
-/// redirect followed, TLS checked against the web's roots (and, in tests, theirs).
+/// How one service's outbound connections go: where names are looked up, which roots TLS
+/// trusts beside the web's, and where a URL without a port connects. The production client
+/// is `OutboundConfig::default()` with the operator's DNS server; the tests pass their own.
+#[derive(Debug, Clone)]
+pub struct OutboundConfig {
+    /// The DNS server every name is looked up at (`None`: the system's, /etc/resolv.conf).
+    pub dns_server: Option<SocketAddr>,
+    /// Root certificates (DER) trusted beside the web's.
+    pub extra_roots: Vec<Vec<u8>>,
+    /// Where an `https://` URL without a port connects (443), and an `http://` one (80).
+    pub https_port: u16,
+    pub http_port: u16,
+}
+
+impl Default for OutboundConfig {
+    fn default() -> Self {
+        OutboundConfig {
+            dns_server: None,
+            extra_roots: Vec::new(),
+            https_port: 443,
+            http_port: 80,
+        }
+    }
+}
+
+/// The service's one client for connections to addresses it was given: issuer-domain proofs
+/// and Shared Signals pushes. Made once at start and handed to the engine. Every connection
+/// goes only to addresses the caller vetted (`check_addresses`), follows no redirect, and is
+/// bounded in time and size.
 #[derive(Clone)]
-pub(crate) struct Fetcher {
-    pub(crate) timeout: Duration,
-    pub(crate) max_bytes: usize,
+pub struct Outbound {
+    dns_server: Option<SocketAddr>,
+    https_port: u16,
+    http_port: u16,
     tls: Arc<rustls::ClientConfig>,
 }
 
-impl std::fmt::Debug for Fetcher {
+impl std::fmt::Debug for Outbound {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Fetcher")
-            .field("timeout", &self.timeout)
-            .field("max_bytes", &self.max_bytes)
+        f.debug_struct("Outbound")
+            .field("dns_server", &self.dns_server)
+            .field("https_port", &self.https_port)
+            .field("http_port", &self.http_port)
             .finish_non_exhaustive()
     }
 }
@@ -174,20 +212,25 @@ impl std::fmt::Debug for Fetcher {
 /// What a fetch found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Fetched {
-    /// 200, and its body (at most `max_bytes`).
+    /// 200, and its body (at most the bound given).
     Body(Vec<u8>),
     /// Anything else, said in a few words: `answered 404`, `connection refused`, …
     Failed(String),
 }
 
-impl Fetcher {
-    /// A fetcher that trusts the web's roots and `extra_roots` (DER certificates).
-    pub fn new(timeout: Duration, max_bytes: usize, extra_roots: &[Vec<u8>]) -> Fetcher {
+/// How long one DNS query may take, how many tries it gets, and how long a lookup may take in
+/// all (its queries over UDP and TCP, A and AAAA together).
+const DNS_TIMEOUT: Duration = Duration::from_secs(2);
+const DNS_ATTEMPTS: usize = 2;
+pub(crate) const LOOKUP_DEADLINE: Duration = Duration::from_secs(5);
+
+impl Outbound {
+    pub fn new(cfg: OutboundConfig) -> Outbound {
         let mut roots = rustls::RootCertStore {
             roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
         };
-        for der in extra_roots {
-            // A test's root that does not parse fails that test's TLS, nothing else.
+        for der in &cfg.extra_roots {
+            // A root that does not parse fails the TLS it was meant for, nothing else.
             let _ = roots.add(rustls::pki_types::CertificateDer::from(der.clone()));
         }
         let tls =
@@ -196,24 +239,107 @@ impl Fetcher {
                 .expect("ring supports the default protocol versions")
                 .with_root_certificates(roots)
                 .with_no_client_auth();
-        Fetcher {
-            timeout,
-            max_bytes,
+        Outbound {
+            dns_server: cfg.dns_server,
+            https_port: cfg.https_port,
+            http_port: cfg.http_port,
             tls: Arc::new(tls),
         }
     }
 
-    /// GETs `url`, connecting only to `addrs` (checked by the caller, so that a DNS answer
-    /// that changes in between cannot send the connection elsewhere). Blocking: run it off
-    /// the async threads.
-    pub fn get(&self, url: &str, addrs: Vec<SocketAddr>) -> Fetched {
-        let agent = ureq::AgentBuilder::new()
-            .timeout(self.timeout)
+    /// Where a URL of the scheme without a port connects.
+    pub(crate) fn default_port(&self, https: bool) -> u16 {
+        if https {
+            self.https_port
+        } else {
+            self.http_port
+        }
+    }
+
+    /// A resolver for one use: the configured server (or the system's), no cache; the hosts
+    /// file read only with `hosts` (a name's proof comes from DNS alone).
+    pub(crate) fn resolver(&self, hosts: bool) -> Result<TokioResolver, String> {
+        let provider = TokioRuntimeProvider::default();
+        let mut builder = match self.dns_server {
+            Some(addr) => {
+                let connection = |mut c: ConnectionConfig| {
+                    c.port = addr.port();
+                    c
+                };
+                let server = NameServerConfig::new(
+                    addr.ip(),
+                    true,
+                    vec![
+                        connection(ConnectionConfig::udp()),
+                        connection(ConnectionConfig::tcp()),
+                    ],
+                );
+                TokioResolver::builder_with_config(ResolverConfig::from_name_servers(vec![server]), provider)
+            }
+            None => TokioResolver::builder(provider).map_err(|e| e.to_string())?,
+        };
+        let o = builder.options_mut();
+        o.cache_size = 0;
+        o.timeout = DNS_TIMEOUT;
+        o.attempts = DNS_ATTEMPTS;
+        o.use_hosts_file = if hosts {
+            ResolveHosts::Always
+        } else {
+            ResolveHosts::Never
+        };
+        builder.build().map_err(|e| e.to_string())
+    }
+
+    /// Every address `host` has (an IP literal is itself), within [`LOOKUP_DEADLINE`].
+    pub(crate) async fn addresses(resolver: &TokioResolver, host: &str) -> Result<Vec<IpAddr>, String> {
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return Ok(vec![ip]);
+        }
+        match tokio::time::timeout(LOOKUP_DEADLINE, resolver.lookup_ip(format!("{host}."))).await {
+            Ok(Ok(l)) => Ok(l.iter().collect()),
+            Ok(Err(e)) => Err(dns_failure(&e)),
+            Err(_) => Err("the DNS lookup timed out".into()),
+        }
+    }
+
+    /// The addresses a connection to `url` may use: an https URL (or http with `allow_local`)
+    /// whose every address is globally reachable (unless `allow_local`, for development). The
+    /// hosts file counts: a push endpoint is named as the operator's system names it.
+    pub(crate) async fn vetted(&self, url: &str, allow_local: bool) -> Result<Vec<SocketAddr>, String> {
+        let (https, host, port) = host_port(url, |https| self.default_port(https))?;
+        if !https && !allow_local {
+            return Err("must be an https:// URL".into());
+        }
+        let resolver = self.resolver(true)?;
+        let ips = Self::addresses(&resolver, &host)
+            .await
+            .map_err(|e| format!("does not resolve ({e})"))?;
+        check_addresses(&ips, allow_local)?;
+        Ok(ips.into_iter().map(|ip| SocketAddr::new(ip, port)).collect())
+    }
+
+    /// A blocking client that connects only to `addrs` (vetted by the caller, so that a DNS
+    /// answer that changes in between cannot send the connection elsewhere), follows no
+    /// redirect and takes at most `timeout` a request. Run it off the async threads.
+    pub(crate) fn agent(&self, addrs: Vec<SocketAddr>, timeout: Duration) -> ureq::Agent {
+        ureq::AgentBuilder::new()
+            .timeout(timeout)
             .redirects(0)
             .tls_config(self.tls.clone())
             .resolver(move |_: &str| Ok(addrs.clone()))
-            .build();
-        let response = match agent.get(url).call() {
+            .build()
+    }
+
+    /// GETs `url` from `addrs` (see [`Outbound::agent`]): a 200's body of at most `max_bytes`,
+    /// or what went wrong. Blocking: run it off the async threads.
+    pub(crate) fn get(
+        &self,
+        url: &str,
+        addrs: Vec<SocketAddr>,
+        timeout: Duration,
+        max_bytes: usize,
+    ) -> Fetched {
+        let response = match self.agent(addrs, timeout).get(url).call() {
             Ok(r) => r,
             Err(ureq::Error::Status(code, _)) => return Fetched::Failed(format!("answered {code}")),
             Err(ureq::Error::Transport(t)) => return Fetched::Failed(transport_failure(&t)),
@@ -226,14 +352,27 @@ impl Fetcher {
             return Fetched::Failed(format!("answered {status}"));
         }
         let mut body = Vec::new();
-        let limit = self.max_bytes as u64 + 1;
+        let limit = max_bytes as u64 + 1;
         if let Err(e) = response.into_reader().take(limit).read_to_end(&mut body) {
             return Fetched::Failed(format!("reading the answer failed ({})", io_failure(&e)));
         }
-        if body.len() > self.max_bytes {
-            return Fetched::Failed(format!("the answer is larger than {} bytes", self.max_bytes));
+        if body.len() > max_bytes {
+            return Fetched::Failed(format!("the answer is larger than {max_bytes} bytes"));
         }
         Fetched::Body(body)
+    }
+}
+
+/// A failed lookup in a few words.
+pub(crate) fn dns_failure(e: &hickory_resolver::net::NetError) -> String {
+    if e.is_nx_domain() {
+        "no such name (NXDOMAIN)".into()
+    } else if e.is_no_records_found() {
+        "no record".into()
+    } else if matches!(e, hickory_resolver::net::NetError::Timeout) {
+        "the DNS lookup timed out".into()
+    } else {
+        e.to_string()
     }
 }
 
@@ -337,14 +476,25 @@ mod tests {
         assert!(err.unwrap_err().contains("10.0.0.1"));
     }
 
+    fn web_ports(https: bool) -> u16 {
+        if https {
+            443
+        } else {
+            80
+        }
+    }
+
     #[test]
     fn urls_name_their_host_and_port() {
         assert_eq!(
-            host_port("https://a.example/x"),
+            host_port("https://a.example/x", web_ports),
             Ok((true, "a.example".into(), 443))
         );
-        assert_eq!(host_port("http://[::1]:81/"), Ok((false, "::1".into(), 81)));
-        assert!(host_port("https://u:p@a.example/").is_err());
-        assert!(host_port("ftp://a.example/").is_err());
+        assert_eq!(
+            host_port("http://[::1]:81/", web_ports),
+            Ok((false, "::1".into(), 81))
+        );
+        assert!(host_port("https://u:p@a.example/", web_ports).is_err());
+        assert!(host_port("ftp://a.example/", web_ports).is_err());
     }
 }

@@ -18,6 +18,7 @@ use crate::domains::{Domains, IssuerPolicy};
 use crate::dpop::{ProofCheck, MAX_REMEMBERED_PROOFS};
 use crate::expiries::NotedExpiries;
 use crate::oauth::OAuth;
+use crate::outbound::Outbound;
 use crate::ratelimit::{self, RateLimits};
 use crate::registry::Registry;
 use crate::revocations::{self, Revocations};
@@ -43,11 +44,14 @@ impl Drop for Background {
 impl Engine {
     /// Loads the registry and every revocation from the store, builds the use cases and
     /// starts the audit writer and the background tasks. Must run inside an actix system.
+    /// Every connection to an address a caller gave goes through `outbound`.
     pub async fn start(
         store: SharedStore,
         keys: Arc<KeyRing>,
         cfg: EngineConfig,
+        outbound: Outbound,
     ) -> Result<Engine, StoreError> {
+        let outbound = Arc::new(outbound);
         let (signing, unvouched) =
             SigningKeys::new(keys.clone(), &store.signing_keys().await?, Millis::now())
                 .map_err(recorded_keys)?;
@@ -66,6 +70,7 @@ impl Engine {
             signing.clone(),
             &cfg.public_url,
             cfg.ssf.clone(),
+            outbound.clone(),
         ));
         let registry = Arc::new(Registry::default());
         let revocations = Arc::new(Revocations::new(registry.clone(), status.clone(), ssf.clone()));
@@ -154,6 +159,7 @@ impl Engine {
                 cfg.domains.clone(),
                 mover,
                 domain_list,
+                outbound,
             ),
             api_keys: ApiKeys::new(store.clone(), cfg.key_cache_ttl),
             last_ping_ok: std::sync::atomic::AtomicI64::new(0),

@@ -30,7 +30,7 @@ use routes::Route;
 pub use context::AppState;
 pub use error::ErrorCode;
 /// The verify answer's JSON, for the benchmarks.
-#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
 pub use verify::body as verify_answer_body;
 
 /// Request bodies larger than this are refused with 413.

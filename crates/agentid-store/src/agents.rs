@@ -21,10 +21,6 @@ pub trait AgentStore {
     /// A ledger's revoked agents and when, in the order of their revocations: by revocation
     /// epoch (agents revoked before there were epochs first, by time).
     fn revocations_of<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, Vec<(String, Millis)>>;
-    /// Inserts an agent as given, with or without a place (tests: the service registers
-    /// with [`AgentStore::insert_agent_placed`]).
-    #[cfg(feature = "test-hooks")]
-    fn insert_agent<'a>(&'a self, agent: &'a AgentRecord) -> StoreFuture<'a, ()>;
     /// Inserts a new agent at a free place of the newest status list of its mode, in a
     /// transaction that no other placement (and no change of who holds a name) runs beside:
     /// see [`PlaceDraw`]. With `issuer`, only when its organization may issue under its issuer

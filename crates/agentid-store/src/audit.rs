@@ -36,8 +36,8 @@ pub trait AuditStore {
         -> StoreFuture<'a, Vec<AgentBlockRow>>;
     /// How many `audit_block_agents` rows each (ledger, agent) has.
     fn agent_row_counts(&self) -> StoreFuture<'_, Vec<(Ledger, String, i64)>>;
-    /// Sets what befalls the next batch's write (PostgreSQL); false where the backend cannot
-    /// fail so (SQLite runs in the process: no connection to lose).
+    /// Sets what befalls the next write; false where the backend cannot fail so (SQLite
+    /// runs in the process: no connection to lose).
     #[cfg(feature = "test-hooks")]
     fn inject_write_fault(&self, fault: crate::WriteFault) -> bool;
 }

@@ -8,23 +8,16 @@ mod row;
 mod agent_rows;
 mod agents;
 mod audit;
-/// The batch and block encodings are the store's own; the benchmarks reach them through the
-/// test hooks.
-#[cfg(feature = "test-hooks")]
+/// The batch and block encodings are the store's own; the benchmarks reach them.
+#[doc(hidden)]
 pub mod batch;
-#[cfg(not(feature = "test-hooks"))]
-mod batch;
-#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
 pub mod block;
-#[cfg(not(feature = "test-hooks"))]
-mod block;
 mod domains;
 mod holdings;
 /// Migrations embedded in the binary; the tests build older schemas with them.
-#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
 pub mod migrate;
-#[cfg(not(feature = "test-hooks"))]
-mod migrate;
 mod orgs;
 mod places;
 mod postgres;
@@ -285,8 +278,7 @@ impl Appended {
     }
 }
 
-/// What befalls an audit batch's write (fault injection, PostgreSQL).
-#[cfg(feature = "test-hooks")]
+/// What befalls a write (fault injection, `AuditStore::inject_write_fault`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteFault {
     /// The batch commits, and then its connection breaks before the answer arrives.
@@ -296,6 +288,17 @@ pub enum WriteFault {
     /// Not the audit writer's: the next registration or revocation commits, then its
     /// connection breaks before the answer arrives.
     LostCommitAck,
+    /// The store call of the audit writer's next batch panics (any backend).
+    Panic,
+}
+
+impl WriteFault {
+    pub const ALL: [WriteFault; 4] = [
+        WriteFault::LostAck,
+        WriteFault::LostWrite,
+        WriteFault::LostCommitAck,
+        WriteFault::Panic,
+    ];
 }
 
 /// Tuning that is the operator's to set.

@@ -17,9 +17,10 @@ use tokio::time::Instant;
 use futures_util::future::BoxFuture;
 use sqlx::{Database, Pool};
 
-use super::{PoolStats, SharedBuckets, StoreError};
+use super::{PoolStats, SharedBuckets, StoreError, WriteFault};
 use agentid_core::domain::audit::{AuditEntry, AuditRecord};
 use agentid_core::domain::KeyMode;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 /// What a backend does its own way. Implemented by the database types themselves
 /// (`sqlx::Sqlite`, `sqlx::Postgres`).
@@ -52,11 +53,10 @@ pub(crate) trait Backend: Database {
     ) -> BoxFuture<'_, Result<Vec<AuditRecord>, Refused>>;
     /// The store's shared rate-limit buckets, if a fleet shares them.
     fn shared_buckets(store: &SqlStore<Self>) -> Option<&dyn SharedBuckets>;
-    /// Sets what befalls the next audit batch's write; false where a backend cannot fail so.
-    #[cfg(feature = "test-hooks")]
-    fn inject_write_fault(_store: &SqlStore<Self>, _fault: super::WriteFault) -> bool {
-        false
-    }
+    /// Whether its audit writes go over a connection that can break (the faults of losing
+    /// one can be injected).
+    #[allow(dead_code)] // read by the tests' fault injection alone
+    const LOSES_CONNECTIONS: bool;
     /// Rows an `UPDATE` changed (sqlx has no trait for it).
     fn rows_affected(done: &Self::QueryResult) -> u64;
     /// Connections of each pool.
@@ -102,9 +102,53 @@ pub(crate) struct SqlStore<DB: Backend> {
 pub(crate) struct Outage {
     wait: Duration,
     since: parking_lot::Mutex<Option<Instant>>,
-    /// Fault injection: the next [`Outage::commit`] commits, then reports a broken connection.
-    #[cfg(feature = "test-hooks")]
-    pub(crate) lose_commit_ack: std::sync::atomic::AtomicBool,
+    /// What the tests made befall the next writes.
+    pub(crate) faults: Faults,
+}
+
+/// Faults the tests inject, each into the next write of its kind, once. Only
+/// `AuditStore::inject_write_fault` sets one, and it exists with the `test-hooks` feature
+/// alone: otherwise every check here finds none.
+#[derive(Debug, Default)]
+pub(crate) struct Faults {
+    /// The next audit batch's write: a [`WriteFault`]'s place in [`WriteFault::ALL`] plus
+    /// one, 0 for none.
+    batch: AtomicU8,
+    /// The next [`Outage::commit`] commits, then reports a broken connection.
+    commit_ack: AtomicBool,
+}
+
+impl Faults {
+    #[allow(dead_code)] // called by the tests' fault injection alone
+    pub(crate) fn set(&self, fault: WriteFault) {
+        match fault {
+            WriteFault::LostCommitAck => self.commit_ack.store(true, Ordering::SeqCst),
+            f => {
+                let at = WriteFault::ALL.iter().position(|a| *a == f).unwrap_or(0);
+                self.batch.store(at as u8 + 1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// The fault of the next audit batch, if one was set (it is then cleared).
+    pub(crate) fn take_batch(&self) -> Option<WriteFault> {
+        match self.batch.swap(0, Ordering::SeqCst) {
+            0 => None,
+            n => WriteFault::ALL.get(n as usize - 1).copied(),
+        }
+    }
+
+    /// Whether the next audit batch's store call is to panic (it is then cleared).
+    pub(crate) fn take_panic(&self) -> bool {
+        let panic = WriteFault::ALL.len() as u8; // `Panic` is the last
+        self.batch
+            .compare_exchange(panic, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
+
+    fn take_commit_ack(&self) -> bool {
+        self.commit_ack.swap(false, Ordering::SeqCst)
+    }
 }
 
 impl Outage {
@@ -112,19 +156,14 @@ impl Outage {
         Outage {
             wait,
             since: parking_lot::Mutex::new(None),
-            #[cfg(feature = "test-hooks")]
-            lose_commit_ack: Default::default(),
+            faults: Faults::default(),
         }
     }
 
     /// [`commit`], where a test may lose the answer.
     pub(crate) async fn commit<DB: Database>(&self, tx: sqlx::Transaction<'_, DB>) -> Result<(), StoreError> {
         commit(tx).await?;
-        #[cfg(feature = "test-hooks")]
-        if self
-            .lose_commit_ack
-            .swap(false, std::sync::atomic::Ordering::SeqCst)
-        {
+        if self.faults.take_commit_ack() {
             return Err(StoreError::OutcomeUnknown(
                 "injected: the COMMIT's answer was lost".into(),
             ));

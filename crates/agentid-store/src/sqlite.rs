@@ -223,6 +223,7 @@ impl Backend for Sqlite {
     };
     const SKIP_LOCKED: &'static str = "";
     const SKIP_LOCKED_ROWS: &'static str = "";
+    const LOSES_CONNECTIONS: bool = false;
 
     fn append(
         store: &SqliteStore,

@@ -3,14 +3,13 @@
 //! it; under the `verified` policy nothing else may. Who holds what, and what a name changing
 //! hands does, are `domain::holding`'s rules, applied in the store's exclusive transaction.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 pub mod moves;
 mod proof;
 
-use super::outbound::Fetcher;
+use super::outbound::Outbound;
 use agentid_core::domain::holding::{Grant, Holding};
 use agentid_core::domain::{IssuerDomain, Millis, ValidationError};
 use agentid_core::keys::KeyRing;
@@ -29,15 +28,10 @@ pub(crate) const DNS_LABEL: &str = "_agentid-challenge";
 pub(crate) const TXT_PREFIX: &str = "agentid-domain-verification=";
 /// Where the HTTPS file is.
 pub(crate) const WELL_KNOWN_PATH: &str = "/.well-known/agentid-domain-verification";
-/// The HTTPS check's bounds.
+/// The HTTPS check's bounds: a verification takes at most two lookups (5 s each) and one
+/// fetch, 15 s.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 const FETCH_MAX_BYTES: usize = 4096;
-/// How long one DNS query may take, how many tries it gets, and how long a lookup may take
-/// in all (its queries over UDP and TCP, A and AAAA together): a verification takes at most
-/// two lookups and one fetch, 15 s.
-const DNS_TIMEOUT: Duration = Duration::from_secs(2);
-const DNS_ATTEMPTS: usize = 2;
-const LOOKUP_DEADLINE: Duration = Duration::from_secs(5);
 /// How much of an answer a failure message repeats.
 const MESSAGE_MAX: usize = 300;
 
@@ -53,42 +47,24 @@ pub enum IssuerPolicy {
 #[derive(Debug, Clone)]
 pub struct DomainConfig {
     pub policy: IssuerPolicy,
-    /// The DNS server the checks ask (`None`: the system's, from /etc/resolv.conf).
-    pub dns_resolver: Option<SocketAddr>,
     /// Let the HTTPS check reach loopback and private addresses, and fall back to
-    /// `http://<name>` (port 80) when HTTPS fails: development and tests only.
+    /// `http://<name>` when HTTPS fails: development and tests only.
     pub allow_insecure: bool,
-    /// What only the tests may change.
-    #[cfg(feature = "test-hooks")]
-    pub test: TestDoors,
 }
 
 impl DomainConfig {
-    pub fn new(policy: IssuerPolicy, dns_resolver: Option<SocketAddr>, allow_insecure: bool) -> Self {
+    pub fn new(policy: IssuerPolicy, allow_insecure: bool) -> Self {
         DomainConfig {
             policy,
-            dns_resolver,
             allow_insecure,
-            #[cfg(feature = "test-hooks")]
-            test: TestDoors::default(),
         }
     }
 }
 
 impl Default for DomainConfig {
     fn default() -> Self {
-        DomainConfig::new(IssuerPolicy::Verified, None, false)
+        DomainConfig::new(IssuerPolicy::Verified, false)
     }
-}
-
-/// The tests' own servers: the ports the HTTPS and HTTP checks connect to (443 and 80
-/// otherwise), and a root certificate (DER) their TLS server's certificate chains to.
-#[cfg(feature = "test-hooks")]
-#[derive(Debug, Clone, Default)]
-pub struct TestDoors {
-    pub https_port: Option<u16>,
-    pub http_port: Option<u16>,
-    pub extra_roots: Vec<Vec<u8>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -141,7 +117,8 @@ pub struct Domains {
     mover: Arc<Mover>,
     /// Told of each event appended (an instance alarms when the list later reads shorter).
     domain_list: Arc<DomainListWatch>,
-    fetcher: Fetcher,
+    /// Where the proofs are looked up and fetched.
+    outbound: Arc<Outbound>,
 }
 
 impl Domains {
@@ -151,13 +128,10 @@ impl Domains {
         cfg: DomainConfig,
         mover: Arc<Mover>,
         domain_list: Arc<DomainListWatch>,
+        outbound: Arc<Outbound>,
     ) -> Self {
-        #[cfg(feature = "test-hooks")]
-        let roots = cfg.test.extra_roots.clone();
-        #[cfg(not(feature = "test-hooks"))]
-        let roots = Vec::new();
         Domains {
-            fetcher: Fetcher::new(FETCH_TIMEOUT, FETCH_MAX_BYTES, &roots),
+            outbound,
             store,
             keys,
             cfg,

@@ -4,17 +4,13 @@
 //! Every failure says what each lookup found, in a few words and never more than a bounded
 //! excerpt of what a server sent.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
-use hickory_resolver::config::{ConnectionConfig, NameServerConfig, ResolveHosts, ResolverConfig};
-use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::proto::rr::RData;
 use hickory_resolver::TokioResolver;
 
-use super::{
-    Domains, DNS_ATTEMPTS, DNS_LABEL, DNS_TIMEOUT, LOOKUP_DEADLINE, MESSAGE_MAX, TXT_PREFIX, WELL_KNOWN_PATH,
-};
-use crate::outbound::{self, Fetched};
+use super::{Domains, DNS_LABEL, FETCH_MAX_BYTES, FETCH_TIMEOUT, MESSAGE_MAX, TXT_PREFIX, WELL_KNOWN_PATH};
+use crate::outbound::{self, dns_failure, Fetched, Outbound, LOOKUP_DEADLINE};
 use agentid_core::domain::holding::ProofMethod;
 
 impl Domains {
@@ -22,7 +18,7 @@ impl Domains {
     /// each lookup found.
     pub(super) async fn prove(&self, name: &str, value: &str) -> (Option<ProofMethod>, Vec<String>) {
         let mut found = Vec::new();
-        let resolver = match self.resolver() {
+        let resolver = match self.outbound.resolver(false) {
             Ok(r) => r,
             Err(e) => return (None, vec![format!("no DNS resolver: {e}")]),
         };
@@ -39,36 +35,6 @@ impl Domains {
         }
     }
 
-    /// A resolver for one verification: the configured server (or the system's), no cache
-    /// (a proof is always fresh), no hosts file.
-    fn resolver(&self) -> Result<TokioResolver, String> {
-        let provider = TokioRuntimeProvider::default();
-        let mut builder = match self.cfg.dns_resolver {
-            Some(addr) => {
-                let connection = |mut c: ConnectionConfig| {
-                    c.port = addr.port();
-                    c
-                };
-                let server = NameServerConfig::new(
-                    addr.ip(),
-                    true,
-                    vec![
-                        connection(ConnectionConfig::udp()),
-                        connection(ConnectionConfig::tcp()),
-                    ],
-                );
-                TokioResolver::builder_with_config(ResolverConfig::from_name_servers(vec![server]), provider)
-            }
-            None => TokioResolver::builder(provider).map_err(|e| e.to_string())?,
-        };
-        let o = builder.options_mut();
-        o.cache_size = 0;
-        o.timeout = DNS_TIMEOUT;
-        o.attempts = DNS_ATTEMPTS;
-        o.use_hosts_file = ResolveHosts::Never;
-        builder.build().map_err(|e| e.to_string())
-    }
-
     /// The HTTPS proof: the name's addresses (each globally reachable, unless insecure
     /// checks are allowed), then the file, with no redirect, 5 s and 4 KiB at most. With
     /// insecure checks allowed, `http://` when HTTPS fails.
@@ -79,33 +45,31 @@ impl Domains {
         value: &str,
     ) -> Result<(), Vec<String>> {
         let shown = format!("https://{name}{WELL_KNOWN_PATH}");
-        let ips: Vec<IpAddr> =
-            match tokio::time::timeout(LOOKUP_DEADLINE, resolver.lookup_ip(format!("{name}."))).await {
-                Ok(Ok(l)) => l.iter().collect(),
-                Ok(Err(e)) => return Err(vec![format!("{shown}: {}", dns_failure(&e))]),
-                Err(_) => return Err(vec![format!("{shown}: the DNS lookup timed out")]),
-            };
+        let ips = Outbound::addresses(resolver, name)
+            .await
+            .map_err(|why| vec![format!("{shown}: {why}")])?;
         if let Err(why) = outbound::check_addresses(&ips, self.cfg.allow_insecure) {
             return Err(vec![format!("{shown}: {name} {why}")]);
         }
         let mut found = Vec::new();
-        let mut schemes = vec![("https", 443u16)];
+        let mut schemes = vec![("https", self.outbound.default_port(true), 443)];
         if self.cfg.allow_insecure {
-            schemes.push(("http", 80));
+            schemes.push(("http", self.outbound.default_port(false), 80));
         }
-        for (scheme, port) in schemes {
-            let port = self.test_port(scheme).unwrap_or(port);
-            let url = if port == 443 || port == 80 {
+        for (scheme, port, usual) in schemes {
+            let url = if port == usual {
                 format!("{scheme}://{name}{WELL_KNOWN_PATH}")
             } else {
                 format!("{scheme}://{name}:{port}{WELL_KNOWN_PATH}")
             };
             let addrs: Vec<SocketAddr> = ips.iter().map(|ip| SocketAddr::new(*ip, port)).collect();
-            let fetcher = self.fetcher.clone();
+            let outbound = self.outbound.clone();
             let (fetch_url, expected) = (url.clone(), value.to_owned());
-            let fetched = tokio::task::spawn_blocking(move || fetcher.get(&fetch_url, addrs))
-                .await
-                .unwrap_or_else(|e| Fetched::Failed(e.to_string()));
+            let fetched = tokio::task::spawn_blocking(move || {
+                outbound.get(&fetch_url, addrs, FETCH_TIMEOUT, FETCH_MAX_BYTES)
+            })
+            .await
+            .unwrap_or_else(|e| Fetched::Failed(e.to_string()));
             match fetched {
                 Fetched::Body(body) if body.trim_ascii() == expected.as_bytes() => return Ok(()),
                 Fetched::Body(body) => found.push(format!(
@@ -117,19 +81,6 @@ impl Domains {
             }
         }
         Err(found)
-    }
-
-    #[cfg(feature = "test-hooks")]
-    fn test_port(&self, scheme: &str) -> Option<u16> {
-        match scheme {
-            "https" => self.cfg.test.https_port,
-            _ => self.cfg.test.http_port,
-        }
-    }
-
-    #[cfg(not(feature = "test-hooks"))]
-    fn test_port(&self, _scheme: &str) -> Option<u16> {
-        None
     }
 }
 
@@ -157,19 +108,6 @@ async fn check_txt(resolver: &TokioResolver, name: &str, value: &str) -> Result<
         "TXT {label}: {records} record{}, none is {expected}",
         if records == 1 { "" } else { "s" }
     ))
-}
-
-/// A failed lookup in a few words.
-fn dns_failure(e: &hickory_resolver::net::NetError) -> String {
-    if e.is_nx_domain() {
-        "no such name (NXDOMAIN)".into()
-    } else if e.is_no_records_found() {
-        "no record".into()
-    } else if matches!(e, hickory_resolver::net::NetError::Timeout) {
-        "the DNS lookup timed out".into()
-    } else {
-        format!("the lookup failed ({})", cut(&e.to_string()))
-    }
 }
 
 /// At most `MESSAGE_MAX` characters of what a server sent, with control characters shown

@@ -92,10 +92,7 @@ async fn deliver_stream(ssf: &Arc<Ssf>, stream: &StreamRecord) -> Result<(), Sto
     };
     let started = Instant::now();
     // The endpoint is checked again (https, public addresses) before every pass.
-    let (url2, allow) = (url.clone(), ssf.cfg.allow_insecure_endpoints);
-    let agent = tokio::task::spawn_blocking(move || pusher(&url2, allow))
-        .await
-        .unwrap_or_else(|e| Err(e.to_string()));
+    let agent = pusher(&ssf.outbound, &url, ssf.cfg.allow_insecure_endpoints).await;
     // Delivered events are marked done a chunk at a time (one commit, not one per event): a
     // crash between a push and its mark sends that SET again, as at-least-once allows.
     let mut done: Vec<i64> = Vec::new();

@@ -22,6 +22,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
+use crate::outbound::Outbound;
 use agentid_core::domain::{new_id, IdPrefix, KeyMode, Millis};
 use agentid_core::keys::SigningKeys;
 use agentid_store::{SharedStore, StoreError, StreamRecord};
@@ -104,6 +105,8 @@ pub struct Ssf {
     /// The public URL: SETs' `iss`, and the base of poll URLs.
     public_url: String,
     cfg: SsfConfig,
+    /// Push endpoints are vetted and reached through it.
+    outbound: Arc<Outbound>,
     /// Woken when an event is queued on this instance.
     wake: Notify,
 }
@@ -114,12 +117,14 @@ impl Ssf {
         signing: Arc<SigningKeys>,
         public_url: &str,
         cfg: SsfConfig,
+        outbound: Arc<Outbound>,
     ) -> Self {
         Ssf {
             store,
             signing,
             public_url: public_url.trim_end_matches('/').to_owned(),
             cfg,
+            outbound,
             wake: Notify::new(),
         }
     }
@@ -138,8 +143,7 @@ impl Ssf {
         self.wake.notify_one();
     }
 
-    /// Checks a push endpoint (https, every address public), resolving it off the async
-    /// threads.
+    /// Checks a push endpoint (https, every address public).
     async fn vet(&self, input: &StreamInput) -> Result<(), SsfError> {
         let Some(url) = input.endpoint_url.clone().filter(|_| input.method == PUSH) else {
             return Ok(());
@@ -150,10 +154,8 @@ impl Ssf {
                 format!("at most {MAX_TEXT} characters"),
             ));
         }
-        let allow = self.cfg.allow_insecure_endpoints;
-        tokio::task::spawn_blocking(move || check_endpoint(&url, allow))
+        check_endpoint(&self.outbound, &url, self.cfg.allow_insecure_endpoints)
             .await
-            .map_err(|e| invalid("delivery.endpoint_url", e.to_string()))?
             .map_err(|m| invalid("delivery.endpoint_url", m))
     }
 

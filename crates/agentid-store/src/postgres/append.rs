@@ -123,7 +123,6 @@ pub(super) async fn look_up(conn: &mut PgConnection, sent: &[Sent]) -> Result<Fo
 
 /// A batch as if it had been sent and its connection had broken before it reached the
 /// server (fault injection).
-#[cfg(feature = "test-hooks")]
 pub(super) fn unsent(entries: Vec<AuditEntry>, heads: &block::Heads) -> Unsealed {
     let seen_by_entry: Vec<i64> = entries.iter().map(|e| e.revocations_seen).collect();
     let mut after = heads.clone();
@@ -137,7 +136,6 @@ pub(super) fn unsent(entries: Vec<AuditEntry>, heads: &block::Heads) -> Unsealed
 }
 
 /// The error of a connection that broke (fault injection).
-#[cfg(feature = "test-hooks")]
 pub(super) fn lost_connection() -> StoreError {
     let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "injected: connection lost");
     StoreError::Unavailable(sqlx::Error::Io(io))

@@ -42,9 +42,6 @@ pub(crate) struct Writer {
     pool: PgPool,
     /// The head of each ledger as this instance last wrote it (only the writer touches it).
     cache: Mutex<WriterCache>,
-    /// Fault injection: what befalls the next batch's write.
-    #[cfg(feature = "test-hooks")]
-    fault: Mutex<Option<crate::WriteFault>>,
 }
 
 /// Opens one connection first, so that a database that cannot be reached is named, with why,
@@ -119,8 +116,6 @@ impl SqlStore<Postgres> {
             extra: Writer {
                 pool: writer,
                 cache: Mutex::default(),
-                #[cfg(feature = "test-hooks")]
-                fault: Mutex::default(),
             },
         };
         Ok(store)
@@ -217,16 +212,13 @@ impl SqlStore<Postgres> {
             Ok(conn) => conn,
             Err(e) => return Err(Attempt::Failed((e.into(), entries))),
         };
-        #[cfg(feature = "test-hooks")]
-        let fault = self.extra.fault.lock().take();
-        #[cfg(feature = "test-hooks")]
+        // Faults injected by the tests (none, otherwise).
+        let fault = self.outage.faults.take_batch();
         if fault == Some(crate::WriteFault::LostWrite) {
             return Err(Attempt::Unknown(append::unsent(entries, &heads), heads));
         }
-        #[cfg(feature = "test-hooks")]
         let seen: Vec<i64> = entries.iter().map(|e| e.revocations_seen).collect();
         let written = seal_and_write(&mut conn, entries, heads.clone(), &self.extra.cache).await;
-        #[cfg(feature = "test-hooks")]
         let written = match written {
             Ok(sealed) if fault == Some(crate::WriteFault::LostAck) => Err(Unsealed {
                 error: append::lost_connection(),
@@ -407,15 +399,10 @@ impl Backend for Postgres {
     };
     const SKIP_LOCKED: &'static str = " FOR UPDATE OF s SKIP LOCKED";
     const SKIP_LOCKED_ROWS: &'static str = " FOR UPDATE SKIP LOCKED";
+    const LOSES_CONNECTIONS: bool = true;
 
     fn append(store: &PgStore, entries: Vec<AuditEntry>) -> BoxFuture<'_, Result<Vec<AuditRecord>, Refused>> {
         Box::pin(store.append(entries))
-    }
-
-    #[cfg(feature = "test-hooks")]
-    fn inject_write_fault(store: &PgStore, fault: crate::WriteFault) -> bool {
-        *store.extra.fault.lock() = Some(fault);
-        true
     }
 
     fn shared_buckets(store: &PgStore) -> Option<&dyn SharedBuckets> {

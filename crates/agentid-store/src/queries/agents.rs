@@ -30,18 +30,6 @@ impl AgentStore for SqlStore<DB> {
         })
     }
 
-    #[cfg(feature = "test-hooks")]
-    fn insert_agent<'a>(&'a self, a: &'a AgentRecord) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
-            let sql = insert_agent_sql();
-            let scopes = scopes_json(&a.scopes);
-            insert_agent(&sql, a, &scopes)
-                .execute(&mut *self.conn().await?)
-                .await?;
-            Ok(())
-        })
-    }
-
     fn insert_agent_placed<'a>(
         &'a self,
         a: &'a AgentRecord,

@@ -15,6 +15,7 @@ use super::DB;
 impl AuditStore for SqlStore<DB> {
     fn append_audit(&self, entries: Vec<AuditEntry>) -> BoxFuture<'_, Appended> {
         Box::pin(async move {
+            assert!(!self.outage.faults.take_panic(), "injected audit flush failure");
             let n = entries.len();
             let (failure, entries) = match DB::append(self, entries).await {
                 Ok(records) => return Appended::all(records),
@@ -189,13 +190,12 @@ impl AuditStore for SqlStore<DB> {
 
     #[cfg(feature = "test-hooks")]
     fn inject_write_fault(&self, fault: crate::WriteFault) -> bool {
-        if fault == crate::WriteFault::LostCommitAck {
-            self.outage
-                .lose_commit_ack
-                .store(true, std::sync::atomic::Ordering::SeqCst);
-            return true;
+        use crate::WriteFault::{LostAck, LostWrite};
+        if matches!(fault, LostAck | LostWrite) && !DB::LOSES_CONNECTIONS {
+            return false;
         }
-        DB::inject_write_fault(self, fault)
+        self.outage.faults.set(fault);
+        true
     }
 
     fn agent_row_counts(&self) -> StoreFuture<'_, Vec<(Ledger, String, i64)>> {
