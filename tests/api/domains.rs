@@ -1114,7 +1114,7 @@ async fn a_moved_name_revokes_in_batches_that_outlive_their_mover() {
         .app
         .store
         .hold_domain(
-            &keys,
+            &agentid::engine::domains::Rules::new(&keys),
             &w.b.org_id,
             "bank.example",
             Grant::Operator { force: true },

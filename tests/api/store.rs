@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use agentid::domain::audit::{AuditEntry, Event};
 use agentid::domain::{KeyMode, Ledger, Millis, VerifyResult};
+use agentid::engine::domains::Rules;
 use agentid::store::{AgentRecord, LogQuery};
 
 use crate::helpers::spawn_app;
@@ -58,6 +59,7 @@ async fn agents_round_trip_revoke_once_and_refuse_renewal_when_revoked() {
     assert!(s
         .renew_token(&a.id, Millis(5000), Millis(9000), None, None)
         .await
+        .unwrap()
         .unwrap());
     assert_eq!(s.revocations_after(0).await.unwrap(), Default::default());
     let (first, first_epoch) = s
@@ -100,6 +102,7 @@ async fn agents_round_trip_revoke_once_and_refuse_renewal_when_revoked() {
     assert!(!s
         .renew_token(&a.id, Millis(30), Millis(40), None, None)
         .await
+        .unwrap()
         .unwrap());
     assert_eq!(
         s.get_agent(&a.id).await.unwrap().unwrap().expires_at,
@@ -614,7 +617,7 @@ async fn names_in_use_before_proofs_go_to_their_only_user() {
     // Any key file: what the migration carried over is vouched for by its place.
     let keys = agentid::keys::KeyRing::from_signing_key(ed25519_dalek::SigningKey::from_bytes(&[9; 32]));
     let held: Vec<(String, String, &str)> = store
-        .holdings(&keys, None)
+        .holdings(&Rules::new(&keys), None)
         .await
         .unwrap()
         .into_iter()
@@ -634,12 +637,18 @@ async fn names_in_use_before_proofs_go_to_their_only_user() {
         ("unheld", vec![orgs[1].to_owned(), orgs[2].to_owned()])
     );
     // That name alone: nothing below it.
-    let over = store.holdings_over(&keys, "eu.solo.example").await.unwrap();
+    let over = store
+        .holdings_over(&Rules::new(&keys), "eu.solo.example")
+        .await
+        .unwrap();
     assert!(agentid::domain::holding::may_issue(orgs[0], "eu.solo.example", &over).is_err());
     assert!(agentid::domain::holding::may_issue(
         orgs[0],
         "solo.example",
-        &store.holdings_over(&keys, "solo.example").await.unwrap()
+        &store
+            .holdings_over(&Rules::new(&keys), "solo.example")
+            .await
+            .unwrap()
     )
     .is_ok());
 }

@@ -6,10 +6,12 @@ use std::sync::Arc;
 use agentid_core::domain::{
     new_id, AgentFields, AgentId, IdPrefix, KeyMode, Millis, RevokeReason, StatusPlace,
 };
-use agentid_core::keys::{KeyRing, SigningKeys};
+use agentid_core::keys::SigningKeys;
 use agentid_core::token::dpop::PublicJwk;
 use agentid_core::token::{Claims, Confirmation};
-use agentid_store::{AgentRecord, KeyBinding, OrgRecord, PlaceDraw, SharedStore, StoreError};
+use agentid_store::{AgentRecord, DomainRules, KeyBinding, OrgRecord, PlaceDraw, SharedStore, StoreError};
+
+use crate::domains::IssuerCheck;
 
 use crate::apikeys::Caller;
 use crate::expiries::NotedExpiries;
@@ -39,9 +41,9 @@ pub struct Agents {
     pub(crate) registry: Arc<Registry>,
     pub(crate) status: Arc<StatusLists>,
     pub(crate) revocations: Arc<Revocations>,
-    /// Under the `verified` issuer-domain policy, the key file that vouches for who holds a
-    /// name: registrations and tokens are refused under names the organization does not hold.
-    pub(crate) issuer_check: Option<Arc<KeyRing>>,
+    /// Under the `verified` issuer-domain policy, registrations and tokens are refused under
+    /// names the organization does not hold.
+    pub(crate) issuers: IssuerCheck,
     pub(crate) expiries: Arc<NotedExpiries>,
 }
 
@@ -103,10 +105,16 @@ impl Agents {
             agent.expires_at,
         )
         .await?;
+        let rules = self.issuers.rules();
         let (place, size) = self
             .store
-            .insert_agent_placed(&agent, &self.placing(caller.mode), self.issuer_check.as_deref())
-            .await?;
+            .insert_agent_placed(
+                &agent,
+                &self.placing(caller.mode),
+                rules.as_ref().map(|r| r as &dyn DomainRules),
+            )
+            .await?
+            .map_err(|why| EngineError::not_held(&agent.issuer_domain, why))?;
         self.status.learn_list(&place.list, size);
         let agent = AgentRecord {
             status: Some(place),
@@ -180,6 +188,7 @@ impl Agents {
         let issued = Millis::from_secs(Millis::now().as_secs());
         let expires = issued.plus_secs(lifetime);
         let token = self.sign(&agent, issued, expires).await?;
+        let rules = self.issuers.rules();
         if !self
             .store
             .renew_token(
@@ -191,9 +200,10 @@ impl Agents {
                     .as_deref()
                     .zip(agent.jwk.as_deref())
                     .map(|(jkt, jwk)| KeyBinding { jkt, jwk }),
-                self.issuer_check.as_deref(),
+                rules.as_ref().map(|r| r as &dyn DomainRules),
             )
             .await?
+            .map_err(|why| EngineError::not_held(&agent.issuer_domain, why))?
         {
             return Err(EngineError::AgentRevoked);
         }

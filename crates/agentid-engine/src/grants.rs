@@ -13,6 +13,8 @@ use agentid_core::domain::Millis;
 use agentid_core::keys::KeyRing;
 use agentid_store::{Held, OrgRecord, SharedStore};
 
+use crate::domains::Rules;
+
 /// The key file a grant is sealed with: it must be the fleet's (an event sealed under
 /// another key counts nowhere).
 pub async fn fleet_key_file(store: &SharedStore, path: &Path) -> Result<KeyRing, AdminError> {
@@ -60,7 +62,14 @@ pub async fn approve(
     let name = parse_name("domain", domain)?;
     let now = Millis::now();
     let mut held = store
-        .hold_domain(keys, &org.id, name.as_str(), Grant::Operator { force }, now, now)
+        .hold_domain(
+            &Rules::new(keys),
+            &org.id,
+            name.as_str(),
+            Grant::Operator { force },
+            now,
+            now,
+        )
         .await?
         .map_err(|e: HoldRefused| AdminError::Refused(e.to_string()))?;
     // The former holders' agents, revoked before the grant returns (batch by batch: the
@@ -83,7 +92,7 @@ pub async fn release(
 ) -> Result<(), AdminError> {
     let name = parse_name("domain", domain)?;
     if store
-        .release_domain(keys, &org.id, name.as_str(), Millis::now())
+        .release_domain(&Rules::new(keys), &org.id, name.as_str(), Millis::now())
         .await?
     {
         Ok(())
@@ -123,7 +132,7 @@ pub async fn list(
 ) -> Result<Vec<Listed>, AdminError> {
     let org_id = org.map(|o| o.id.as_str());
     let mut out: Vec<Listed> = store
-        .holdings(keys, org_id)
+        .holdings(&Rules::new(keys), org_id)
         .await?
         .into_iter()
         .map(|h| Listed {
@@ -146,7 +155,7 @@ pub async fn list(
         }
     }
     // Names in use that no holding covers for the organizations using them.
-    let all = store.holdings(keys, None).await?;
+    let all = store.holdings(&Rules::new(keys), None).await?;
     let mut unheld: Vec<Listed> = Vec::new();
     for (domain, user) in store.issuer_domains_in_use(org_id).await? {
         let covered = all

@@ -34,6 +34,7 @@ use agentid_core::domain::Millis;
 use agentid_core::keys::{KeyRing, PublicKeys};
 use agentid_store::{LogPage, LogQuery, SharedStore};
 
+use agentid_core::domain::holding::NotCovered;
 pub use agentid_store::StoreError;
 pub use agents::{Agents, IssuedToken, Registration};
 pub use apikeys::{hash_key, Caller, KeyLookup};
@@ -66,8 +67,22 @@ pub enum EngineError {
     /// The agent's token would be longer than a verifier accepts (`MAX_TOKEN_LEN`).
     #[error("the token would be {len} bytes, over the {max}-byte limit of a token")]
     TokenTooLong { len: usize, max: usize },
+    /// The organization may not issue under the issuer domain: it holds no name that covers
+    /// it (`elsewhere`: another organization's holding does).
+    #[error("the organization does not hold the issuer domain {domain}")]
+    NotHeld { domain: String, elsewhere: bool },
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl EngineError {
+    /// The refusal of `domain`, as the rules gave it.
+    pub(crate) fn not_held(domain: &str, why: NotCovered) -> Self {
+        EngineError::NotHeld {
+            domain: domain.to_owned(),
+            elsewhere: why == NotCovered::HeldElsewhere,
+        }
+    }
 }
 
 /// Why a verification got no answer, and so no record.

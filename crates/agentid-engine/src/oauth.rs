@@ -15,11 +15,14 @@ use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
 use agentid_core::domain::audit::{revoked_failure_reason, AuditEntry, Event};
+use agentid_core::domain::holding::NotCovered;
 use agentid_core::domain::{new_id, AgentId, IdPrefix, KeyMode, Ledger, Millis, VerifyResult};
-use agentid_core::keys::{KeyRing, SigningKeys};
+use agentid_core::keys::SigningKeys;
 use agentid_core::token::dpop::{check_proof, Expected as ProofExpected, PublicJwk};
 use agentid_core::token::{assertion, Audience, Claims, Confirmation, MAX_TOKEN_LEN};
-use agentid_store::{AgentRecord, OrgRecord, SharedStore, StoreError};
+use agentid_store::{AgentRecord, DomainRules, OrgRecord, SharedStore, StoreError};
+
+use crate::domains::IssuerCheck;
 
 use crate::audit::{AuditError, AuditHandle};
 use crate::dpop::Replays;
@@ -168,7 +171,7 @@ pub struct OAuth {
     pub(crate) signing: Arc<SigningKeys>,
     pub(crate) status: Arc<StatusLists>,
     pub(crate) audit: AuditHandle,
-    pub(crate) issuer_check: Option<Arc<KeyRing>>,
+    pub(crate) issuers: IssuerCheck,
     /// The issuer identifier (the public URL) and the token endpoint's URL: what an
     /// assertion's `aud` and a proof's `htu` name.
     pub(crate) issuer: String,
@@ -197,7 +200,7 @@ impl OAuth {
         signing: Arc<SigningKeys>,
         status: Arc<StatusLists>,
         audit: AuditHandle,
-        issuer_check: Option<Arc<KeyRing>>,
+        issuers: IssuerCheck,
         expiries: Arc<NotedExpiries>,
         public_url: &str,
         cfg: &OAuthConfig,
@@ -213,7 +216,7 @@ impl OAuth {
             signing,
             status,
             audit,
-            issuer_check,
+            issuers,
             lifetime_secs: cfg.access_token_lifetime.as_secs() as i64,
             max_skew_secs,
             proofs: Replays::new(REMEMBERED_PROOFS),
@@ -387,14 +390,16 @@ impl OAuth {
             Ok(c) => c,
             Err(e) => return Err(self.refused_after(agent, e, now, received).await),
         };
-        if let Err(e) = self.may_issue(agent).await {
-            let refusal = match e {
-                StoreError::NotHeld { domain, .. } => OAuthError::InvalidClient(format!(
-                    "the agent's organization no longer holds its issuer domain {domain}"
-                )),
-                e => return Err(e.into()),
-            };
-            return Err(self.refused_after(agent, refusal, now, received).await);
+        match self.may_issue(agent).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => {
+                let refusal = OAuthError::InvalidClient(format!(
+                    "the agent's organization no longer holds its issuer domain {}",
+                    agent.issuer_domain
+                ));
+                return Err(self.refused_after(agent, refusal, now, received).await);
+            }
+            Err(e) => return Err(e.into()),
         }
         if self.registry.revocation(&agent.id).is_some() {
             return Err(self
@@ -468,19 +473,20 @@ impl OAuth {
 
     /// Whether the agent's organization may issue under its issuer domain (under the
     /// `verified` policy), found in the store at most once per `HELD_FOR` per instance.
-    async fn may_issue(&self, agent: &AgentRecord) -> Result<(), StoreError> {
-        let Some(keys) = &self.issuer_check else {
-            return Ok(());
+    async fn may_issue(&self, agent: &AgentRecord) -> Result<Result<(), NotCovered>, StoreError> {
+        let Some(rules) = self.issuers.rules() else {
+            return Ok(Ok(()));
         };
         let pair = (agent.org_id.clone(), agent.issuer_domain.clone());
         if self.held.get(&pair).is_some_and(|at| at.elapsed() < HELD_FOR) {
-            return Ok(());
+            return Ok(Ok(()));
         }
-        self.store
-            .may_issue(keys, &agent.org_id, &agent.issuer_domain)
-            .await?;
-        self.held.insert(pair, Instant::now());
-        Ok(())
+        let held = self.store.holdings_over(&rules, &agent.issuer_domain).await?;
+        let decided = rules.may_issue(&agent.org_id, &agent.issuer_domain, &held);
+        if decided.is_ok() {
+            self.held.insert(pair, Instant::now());
+        }
+        Ok(decided)
     }
 
     /// Deletes the assertions that expired, at most once a second per instance (each is

@@ -14,7 +14,7 @@ use crate::agents::Agents;
 use crate::apikeys::ApiKeys;
 use crate::audit::AuditHandle;
 use crate::domains::moves::Mover;
-use crate::domains::{Domains, IssuerPolicy};
+use crate::domains::{Domains, IssuerCheck, IssuerPolicy};
 use crate::dpop::{ProofCheck, MAX_REMEMBERED_PROOFS};
 use crate::expiries::NotedExpiries;
 use crate::oauth::OAuth;
@@ -120,7 +120,7 @@ impl Engine {
                  issuer proves nothing (for single-tenant and development deployments only)"
             );
         }
-        let issuer_check = (cfg.domains.policy == IssuerPolicy::Verified).then(|| keys.clone());
+        let issuers = IssuerCheck::new(cfg.domains.policy, keys.clone());
         let expiries = Arc::new(NotedExpiries::default());
         Ok(Engine {
             verify: Verify::new(
@@ -138,7 +138,7 @@ impl Engine {
                 signing.clone(),
                 status.clone(),
                 audit.clone(),
-                issuer_check.clone(),
+                issuers.clone(),
                 expiries.clone(),
                 &cfg.public_url,
                 &cfg.oauth,
@@ -150,7 +150,7 @@ impl Engine {
                 registry: registry.clone(),
                 status: status.clone(),
                 revocations: revocations.clone(),
-                issuer_check,
+                issuers,
                 expiries,
             },
             domains: Domains::new(

@@ -243,23 +243,25 @@ impl From<ValidationError> for ApiError {
     }
 }
 
+/// An organization that may not issue under `domain` (`elsewhere`: another one holds it).
+fn not_held(domain: &str, elsewhere: bool) -> ApiError {
+    let whose = if elsewhere {
+        "another organization holds it"
+    } else {
+        "this organization has not verified it, nor a name above it by DNS"
+    };
+    ApiError::new(
+        ErrorCode::IssuerDomainNotVerified,
+        format!(
+            "issuer_domain {domain}: {whose}. Claim it with POST /v1/domains {{\"domain\":\"{domain}\"}}, \
+             publish the challenge it answers (a TXT record or an HTTPS file), then POST \
+             /v1/domains/{domain}/verify"
+        ),
+    )
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
-        if let StoreError::NotHeld { domain, elsewhere } = &e {
-            let whose = if *elsewhere {
-                "another organization holds it"
-            } else {
-                "this organization has not verified it, nor a name above it by DNS"
-            };
-            return ApiError::new(
-                ErrorCode::IssuerDomainNotVerified,
-                format!(
-                    "issuer_domain {domain}: {whose}. Claim it with POST /v1/domains {{\"domain\":\"{domain}\"}}, \
-                     publish the challenge it answers (a TXT record or an HTTPS file), then POST \
-                     /v1/domains/{domain}/verify"
-                ),
-            );
-        }
         if matches!(e, StoreError::Busy) {
             tracing::warn!(error = %e, "store busy");
             return ApiError::new(
@@ -298,6 +300,7 @@ impl From<EngineError> for ApiError {
                      token (it travels in the verify URL); use fewer or shorter scopes"
                 ),
             ),
+            EngineError::NotHeld { domain, elsewhere } => not_held(&domain, elsewhere),
             EngineError::Store(s) => s.into(),
         }
     }

@@ -4,8 +4,9 @@
 use super::places::PlaceDraw;
 
 use super::{AgentRecord, RevokedSince, StoreFuture};
+use crate::domains::DomainRules;
+use agentid_core::domain::holding::NotCovered;
 use agentid_core::domain::{KeyMode, Ledger, Millis, StatusPlace};
-use agentid_core::keys::KeyRing;
 
 /// The key a token is bound to: its RFC 7638 thumbprint (the token's `cnf.jkt`) and the key
 /// as `PublicJwk::canonical` writes it.
@@ -24,14 +25,14 @@ pub trait AgentStore {
     /// Inserts a new agent at a free place of the newest status list of its mode, in a
     /// transaction that no other placement (and no change of who holds a name) runs beside:
     /// see [`PlaceDraw`]. With `issuer`, only when its organization may issue under its issuer
-    /// domain (`StoreError::NotHeld` otherwise), read in the same transaction. Returns the
-    /// place and its list's size.
+    /// domain, as the rules decide from the holdings read in the same transaction. Returns
+    /// the place and its list's size.
     fn insert_agent_placed<'a>(
         &'a self,
         agent: &'a AgentRecord,
         placing: &'a PlaceDraw,
-        issuer: Option<&'a KeyRing>,
-    ) -> StoreFuture<'a, (StatusPlace, u64)>;
+        issuer: Option<&'a dyn DomainRules>,
+    ) -> StoreFuture<'a, Result<(StatusPlace, u64), NotCovered>>;
     /// Every status list: id and number of places.
     fn status_lists(&self) -> StoreFuture<'_, Vec<(String, u64)>>;
     /// Any organization's agent: callers check ownership.
@@ -50,17 +51,15 @@ pub trait AgentStore {
     /// Records a newly issued token, bound to `key` or not bound; false (and no change) when
     /// the agent is revoked or missing.
     /// With `issuer`, only when the agent's organization may still issue under its issuer
-    /// domain (`StoreError::NotHeld` otherwise), read in the same exclusive transaction.
+    /// domain, as the rules decide from the holdings read in the same exclusive transaction.
     fn renew_token<'a>(
         &'a self,
         id: &'a str,
         issued_at: Millis,
         expires_at: Millis,
         key: Option<KeyBinding<'a>>,
-        issuer: Option<&'a KeyRing>,
-    ) -> StoreFuture<'a, bool>;
-    /// Whether `org_id` may issue under `domain` now: `Ok`, or `StoreError::NotHeld`.
-    fn may_issue<'a>(&'a self, keys: &'a KeyRing, org_id: &'a str, domain: &'a str) -> StoreFuture<'a, ()>;
+        issuer: Option<&'a dyn DomainRules>,
+    ) -> StoreFuture<'a, Result<bool, NotCovered>>;
     /// Marks a client assertion used until `expires_at` (`key`: what identifies it, its
     /// client and `jti`); false when it was used already.
     fn use_assertion<'a>(&'a self, key: &'a str, expires_at: Millis) -> StoreFuture<'a, bool>;

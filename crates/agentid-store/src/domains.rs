@@ -4,14 +4,39 @@
 //! name changes hands.
 
 use super::{Attempt, Claimed, DomainClaim, Held, Moved, NameMove, StoreFuture};
-use agentid_core::domain::holding::{DomainEvent, Grant, HoldRefused, Holding, UnreadEvent};
+use agentid_core::domain::holding::{
+    DomainEvent, Grant, HoldPlan, HoldRefused, Holding, NotCovered, UnreadEvent,
+};
 use agentid_core::domain::Millis;
-use agentid_core::keys::KeyRing;
 
 /// The reason a holding's release records when its organization gives it up.
 pub const RELEASED_REASON: &str = "released by its organization";
 /// ... when the organization's own new holding of the name replaces it.
 pub const REPLACED_REASON: &str = "replaced by a new holding of the same organization";
+
+/// The decisions an issuer-domain transaction asks of its caller, the engine, which makes
+/// them with the key file and core's `holding` rules. The store reads and writes rows, inside
+/// its transactions, and decides nothing.
+pub trait DomainRules: Send + Sync {
+    /// The seal (MAC) a new event is stored with, numbered as it will be stored.
+    fn seal(&self, event: &DomainEvent) -> [u8; 32];
+    /// The holdings in force that stored rows give: `rows` are every row of some names, in
+    /// order, as read (a row that does not read as an event is what could be read of it);
+    /// `migrated` numbers the event that closed what the migration carried over.
+    fn holdings(&self, rows: &[Result<DomainEvent, UnreadEvent>], migrated: Option<i64>) -> Vec<Holding>;
+    /// Whether `org_id` may issue under `domain`, given the holdings in force of it and of
+    /// every name above it.
+    fn may_issue(&self, org_id: &str, domain: &str, held: &[Holding]) -> Result<(), NotCovered>;
+    /// What `org_id` holding `domain` as `grant` changes, given every holding of the name,
+    /// of the names above it and of those below it.
+    fn plan_hold(
+        &self,
+        org_id: &str,
+        domain: &str,
+        grant: Grant,
+        related: &[Holding],
+    ) -> Result<HoldPlan, HoldRefused>;
+}
 
 pub trait DomainStore {
     /// Every event of the holdings list, in order; a row that does not read as an event, as
@@ -20,15 +45,23 @@ pub trait DomainStore {
     /// How many rows the holdings list has, and the newest one's number (0 for none): the
     /// list only grows, so either going down says rows were taken out.
     fn domain_list_size(&self) -> StoreFuture<'_, DomainListSize>;
-    /// The holdings in force that the key file vouches for (`vouched`), of one organization,
-    /// or of every organization.
-    fn holdings<'a>(&'a self, keys: &'a KeyRing, org_id: Option<&'a str>) -> StoreFuture<'a, Vec<Holding>>;
-    /// The holdings in force (vouched for) of `name` and of every name above it.
-    fn holdings_over<'a>(&'a self, keys: &'a KeyRing, name: &'a str) -> StoreFuture<'a, Vec<Holding>>;
+    /// The holdings in force (as `rules` count the stored events), of one organization, or of
+    /// every organization.
+    fn holdings<'a>(
+        &'a self,
+        rules: &'a dyn DomainRules,
+        org_id: Option<&'a str>,
+    ) -> StoreFuture<'a, Vec<Holding>>;
+    /// The holdings in force of `name` and of every name above it.
+    fn holdings_over<'a>(
+        &'a self,
+        rules: &'a dyn DomainRules,
+        name: &'a str,
+    ) -> StoreFuture<'a, Vec<Holding>>;
     /// Claims a name for an organization, at most `max` pending claims each.
     fn claim_domain<'a>(
         &'a self,
-        keys: &'a KeyRing,
+        rules: &'a dyn DomainRules,
         claim: &'a DomainClaim,
         max: u32,
     ) -> StoreFuture<'a, Claimed>;
@@ -49,7 +82,7 @@ pub trait DomainStore {
     /// work does not grow with the agents under the name.
     fn hold_domain<'a>(
         &'a self,
-        keys: &'a KeyRing,
+        rules: &'a dyn DomainRules,
         org_id: &'a str,
         domain: &'a str,
         grant: Grant,
@@ -70,7 +103,7 @@ pub trait DomainStore {
     /// had neither. Its agents keep their tokens.
     fn release_domain<'a>(
         &'a self,
-        keys: &'a KeyRing,
+        rules: &'a dyn DomainRules,
         org_id: &'a str,
         domain: &'a str,
         now: Millis,

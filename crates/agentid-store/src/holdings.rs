@@ -4,7 +4,6 @@
 
 use agentid_core::domain::holding::{self, DomainEvent, EventKind, ProofMethod, UnreadEvent};
 use agentid_core::domain::Millis;
-use agentid_core::keys::KeyRing;
 
 row! {
     pub(crate) struct EventRow {
@@ -65,38 +64,6 @@ pub(crate) const EVENT_COLUMNS: &str = "seq, kind, domain, org_id, method, at, c
 
 /// The event that closes what the migration carried over: unsealed events count up to it.
 pub(crate) const MIGRATED_SEQ_SQL: &str = "SELECT MIN(seq) FROM domain_events WHERE kind = 'migrated'";
-
-/// Whether the key file vouches for an event: its MAC checks, or it is a holding the
-/// migration carried over (unsealed, before the event that closed them). Anything else is
-/// a row written with database access alone: ignored, and an alarm.
-pub fn vouched(keys: &KeyRing, e: &DomainEvent, migrated: Option<i64>) -> bool {
-    let ok = keys.vouches_for_domain_event(e, migrated);
-    if !ok {
-        tracing::error!(seq = e.seq, domain = %e.domain, "integrity alarm: an issuer-domain event the key file does not vouch for is ignored");
-        metrics::counter!("agentid_integrity_failures_total", "what" => "domain_event").increment(1);
-    }
-    ok
-}
-
-/// The events of `rows` the key file vouches for. A row that does not read as an event is
-/// none either: ignored, and an alarm.
-pub(crate) fn vouched_events(keys: &KeyRing, rows: Vec<EventRow>, migrated: Option<i64>) -> Vec<DomainEvent> {
-    rows.into_iter()
-        .filter_map(|r| match r.read() {
-            Ok(e) => vouched(keys, &e, migrated).then_some(e),
-            Err(u) => {
-                unread_alarm(&u);
-                None
-            }
-        })
-        .collect()
-}
-
-/// The alarm of a stored event that does not read.
-pub(crate) fn unread_alarm(u: &UnreadEvent) {
-    tracing::error!(seq = u.seq, why = %u.why, "integrity alarm: an issuer-domain event that does not read as one is ignored");
-    metrics::counter!("agentid_integrity_failures_total", "what" => "domain_event").increment(1);
-}
 
 /// The `IN (…)` list of `n` parameters from `$first` on.
 pub(crate) fn params(first: usize, n: usize) -> String {

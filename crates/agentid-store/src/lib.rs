@@ -50,7 +50,7 @@ pub use agentid_core::records::{
 pub use agents::{AgentStore, KeyBinding};
 pub use audit::AuditStore;
 pub use block::AgentBlockRow;
-pub use domains::{DomainListSize, DomainStore, RELEASED_REASON, REPLACED_REASON};
+pub use domains::{DomainListSize, DomainRules, DomainStore, RELEASED_REASON, REPLACED_REASON};
 pub use migrate::valid_role;
 pub use orgs::{KeyListing, OrgStore};
 pub use places::PlaceDraw;
@@ -101,10 +101,6 @@ pub enum StoreError {
          Stop that one, give this one another database, or run a fleet on PostgreSQL"
     )]
     Locked { lock: String, holder: String },
-    /// The organization may not issue under the issuer domain: it holds no name that covers
-    /// it (`elsewhere`: another organization's holding does).
-    #[error("the organization does not hold the issuer domain {domain}")]
-    NotHeld { domain: String, elsewhere: bool },
     /// The database could not be reached at start: where, and why.
     #[error("cannot reach the database at {target}: {cause}")]
     Unreachable { target: String, cause: String },

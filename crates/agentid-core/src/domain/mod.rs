@@ -8,6 +8,7 @@ pub mod holding;
 mod ids;
 pub mod org;
 mod status;
+pub mod streams;
 mod time;
 
 pub use agent::{AgentFields, AgentStatus, Description, ExpirySeconds, IssuerDomain, Name, Scopes};

@@ -8,6 +8,9 @@ use std::time::Duration;
 
 pub mod moves;
 mod proof;
+mod rules;
+
+pub use rules::{IssuerCheck, Rules};
 
 use super::outbound::Outbound;
 use agentid_core::domain::holding::{Grant, Holding};
@@ -184,7 +187,11 @@ impl Domains {
             nonce: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>()),
             created_at: Millis::now(),
         };
-        match self.store.claim_domain(&self.keys, &claim, MAX_PENDING).await? {
+        match self
+            .store
+            .claim_domain(&Rules::new(&self.keys), &claim, MAX_PENDING)
+            .await?
+        {
             Claimed::New(c) => Ok((self.pending(&c), true)),
             Claimed::Pending(c) => Ok((self.pending(&c), false)),
             Claimed::Held(h) => Ok((Self::held(h), false)),
@@ -196,7 +203,7 @@ impl Domains {
     pub async fn list(&self, org_id: &str) -> Result<Vec<DomainView>, DomainError> {
         let mut out: Vec<DomainView> = self
             .store
-            .holdings(&self.keys, Some(org_id))
+            .holdings(&Rules::new(&self.keys), Some(org_id))
             .await?
             .into_iter()
             .map(Self::held)
@@ -224,7 +231,7 @@ impl Domains {
     async fn held_by(&self, org_id: &str, name: &str) -> Result<Option<Holding>, StoreError> {
         Ok(self
             .store
-            .holdings_over(&self.keys, name)
+            .holdings_over(&Rules::new(&self.keys), name)
             .await?
             .into_iter()
             .find(|h| h.domain == name && h.org_id == org_id))
@@ -259,7 +266,7 @@ impl Domains {
         let held = self
             .store
             .hold_domain(
-                &self.keys,
+                &Rules::new(&self.keys),
                 org_id,
                 name,
                 Grant::Proof(method),
@@ -291,7 +298,7 @@ impl Domains {
     pub async fn release(&self, org_id: &str, name: &IssuerDomain) -> Result<(), DomainError> {
         if self
             .store
-            .release_domain(&self.keys, org_id, name.as_str(), Millis::now())
+            .release_domain(&Rules::new(&self.keys), org_id, name.as_str(), Millis::now())
             .await?
         {
             Ok(())

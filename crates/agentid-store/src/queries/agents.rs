@@ -5,11 +5,12 @@ use super::holdings::check_issuer;
 use super::places::allocate;
 use super::revoke::revoke_in;
 use crate::agent_rows::{insert_agent_sql, place, scopes_json, AgentRow, AGENT_COLUMNS};
+use crate::domains::DomainRules;
 use crate::places::PlaceDraw;
 use crate::sql::{Backend, SqlStore};
 use crate::{AgentRecord, Revocation, RevokedSince, StoreError, StoreFuture};
+use agentid_core::domain::holding::NotCovered;
 use agentid_core::domain::{KeyMode, Ledger, Millis, StatusPlace};
-use agentid_core::keys::KeyRing;
 
 use crate::agents::{AgentStore, KeyBinding, RevocationRow};
 
@@ -34,8 +35,8 @@ impl AgentStore for SqlStore<DB> {
         &'a self,
         a: &'a AgentRecord,
         placing: &'a PlaceDraw,
-        issuer: Option<&'a KeyRing>,
-    ) -> StoreFuture<'a, (StatusPlace, u64)> {
+        issuer: Option<&'a dyn DomainRules>,
+    ) -> StoreFuture<'a, Result<(StatusPlace, u64), NotCovered>> {
         // A transaction that failed before its COMMIT wrote nothing: during an outage it
         // runs again (a place drawn anew), until the store's wait ends. One whose COMMIT
         // broke is found out by the agent's id, its primary key: there, it committed (its
@@ -47,8 +48,12 @@ impl AgentStore for SqlStore<DB> {
                     .outage
                     .ride_out(move || async move {
                         let mut tx = self.exclusive().await?;
-                        if let Some(keys) = issuer {
-                            check_issuer(&mut tx, keys, &a.org_id, &a.issuer_domain).await?;
+                        if let Some(rules) = issuer {
+                            if let Err(refused) =
+                                check_issuer(&mut tx, rules, &a.org_id, &a.issuer_domain).await?
+                            {
+                                return Ok(Err(refused));
+                            }
                         }
                         let (place, size) = allocate(&mut tx, placing, a.created_at).await?;
                         let placed = AgentRecord {
@@ -59,7 +64,7 @@ impl AgentStore for SqlStore<DB> {
                         let scopes = scopes_json(&placed.scopes);
                         insert_agent(&sql, &placed, &scopes).execute(&mut *tx).await?;
                         self.outage.commit(tx).await?;
-                        Ok((place, size))
+                        Ok(Ok((place, size)))
                     })
                     .await;
                 let e = match tried {
@@ -88,7 +93,7 @@ impl AgentStore for SqlStore<DB> {
                     }
                 };
                 match self.outage.ride_out(placed).await {
-                    Ok(Some(found)) => return Ok(found),
+                    Ok(Some(found)) => return Ok(Ok(found)),
                     Ok(None) => unknown = Some(e),
                     Err(_) => return Err(e),
                 }
@@ -167,8 +172,8 @@ impl AgentStore for SqlStore<DB> {
         issued_at: Millis,
         expires_at: Millis,
         key: Option<KeyBinding<'a>>,
-        issuer: Option<&'a KeyRing>,
-    ) -> StoreFuture<'a, bool> {
+        issuer: Option<&'a dyn DomainRules>,
+    ) -> StoreFuture<'a, Result<bool, NotCovered>> {
         Box::pin(self.outage.ride_out(move || async move {
             let renew = sqlx::query(
                 "UPDATE agents SET issued_at = $2, expires_at = $3, jkt = $4, jwk = $5 \
@@ -179,8 +184,10 @@ impl AgentStore for SqlStore<DB> {
             .bind(expires_at.0)
             .bind(key.map(|k| k.jkt))
             .bind(key.map(|k| k.jwk));
-            let Some(keys) = issuer else {
-                return Ok(DB::rows_affected(&renew.execute(&mut *self.conn().await?).await?) == 1);
+            let Some(rules) = issuer else {
+                return Ok(Ok(DB::rows_affected(
+                    &renew.execute(&mut *self.conn().await?).await?,
+                ) == 1));
             };
             let mut tx = self.exclusive().await?;
             let agent: Option<(String, String)> =
@@ -189,21 +196,15 @@ impl AgentStore for SqlStore<DB> {
                     .fetch_optional(&mut *tx)
                     .await?;
             let Some((org_id, domain)) = agent else {
-                return Ok(false);
+                return Ok(Ok(false));
             };
-            check_issuer(&mut tx, keys, &org_id, &domain).await?;
+            if let Err(refused) = check_issuer(&mut tx, rules, &org_id, &domain).await? {
+                return Ok(Err(refused));
+            }
             let done = renew.execute(&mut *tx).await?;
             crate::sql::commit(tx).await?;
-            Ok(DB::rows_affected(&done) == 1)
+            Ok(Ok(DB::rows_affected(&done) == 1))
         }))
-    }
-
-    fn may_issue<'a>(&'a self, keys: &'a KeyRing, org_id: &'a str, domain: &'a str) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
-            let mut tx = self.begin().await?;
-            check_issuer(&mut tx, keys, org_id, domain).await?;
-            crate::sql::commit(tx).await
-        })
     }
 
     fn use_assertion<'a>(&'a self, key: &'a str, expires_at: Millis) -> StoreFuture<'a, bool> {

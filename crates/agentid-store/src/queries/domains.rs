@@ -2,12 +2,12 @@
 
 use super::holdings::{append, holdings_in};
 use super::revoke::revoke_in;
-use crate::holdings::{vouched_events, EventRow, EVENT_COLUMNS, MIGRATED_SEQ_SQL};
+use crate::domains::DomainRules;
+use crate::holdings::{EventRow, EVENT_COLUMNS, MIGRATED_SEQ_SQL};
 use crate::sql::{Backend, SqlStore};
 use crate::{Attempt, Claimed, DomainClaim, Held, Moved, NameMove, StoreError, StoreFuture};
 use agentid_core::domain::holding::{self, DomainEvent, Grant, HoldRefused, Holding, UnreadEvent};
 use agentid_core::domain::Millis;
-use agentid_core::keys::KeyRing;
 
 use crate::domains::{
     recent_attempts, ClaimRow, DomainListSize, DomainStore, CLAIM_COLUMNS, RELEASED_REASON, REPLACED_REASON,
@@ -68,7 +68,11 @@ impl DomainStore for SqlStore<DB> {
         })
     }
 
-    fn holdings<'a>(&'a self, keys: &'a KeyRing, org_id: Option<&'a str>) -> StoreFuture<'a, Vec<Holding>> {
+    fn holdings<'a>(
+        &'a self,
+        rules: &'a dyn DomainRules,
+        org_id: Option<&'a str>,
+    ) -> StoreFuture<'a, Vec<Holding>> {
         Box::pin(async move {
             let (migrated,): (Option<i64>,) = sqlx::query_as(MIGRATED_SEQ_SQL)
                 .fetch_one(&mut *self.conn().await?)
@@ -91,30 +95,35 @@ impl DomainStore for SqlStore<DB> {
                         .await?
                 }
             };
-            let events = vouched_events(keys, rows, migrated);
-            Ok(holding::current(&events)
+            let rows: Vec<_> = rows.into_iter().map(EventRow::read).collect();
+            Ok(rules
+                .holdings(&rows, migrated)
                 .into_iter()
                 .filter(|h| org_id.is_none_or(|o| h.org_id == o))
                 .collect())
         })
     }
 
-    fn holdings_over<'a>(&'a self, keys: &'a KeyRing, name: &'a str) -> StoreFuture<'a, Vec<Holding>> {
+    fn holdings_over<'a>(
+        &'a self,
+        rules: &'a dyn DomainRules,
+        name: &'a str,
+    ) -> StoreFuture<'a, Vec<Holding>> {
         Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.begin().await?;
-            holdings_in(&mut tx, keys, &holding::name_and_parents(name), None).await
+            holdings_in(&mut tx, rules, &holding::name_and_parents(name), None).await
         }))
     }
 
     fn claim_domain<'a>(
         &'a self,
-        keys: &'a KeyRing,
+        rules: &'a dyn DomainRules,
         claim: &'a DomainClaim,
         max: u32,
     ) -> StoreFuture<'a, Claimed> {
         Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.exclusive().await?;
-            let held = holdings_in(&mut tx, keys, std::slice::from_ref(&claim.domain), None).await?;
+            let held = holdings_in(&mut tx, rules, std::slice::from_ref(&claim.domain), None).await?;
             if let Some(h) = held.into_iter().find(|h| h.org_id == claim.org_id) {
                 return Ok(Claimed::Held(h));
             }
@@ -213,7 +222,7 @@ impl DomainStore for SqlStore<DB> {
 
     fn hold_domain<'a>(
         &'a self,
-        keys: &'a KeyRing,
+        rules: &'a dyn DomainRules,
         org_id: &'a str,
         domain: &'a str,
         grant: Grant,
@@ -223,8 +232,8 @@ impl DomainStore for SqlStore<DB> {
         Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.exclusive().await?;
             let names = holding::name_and_parents(domain);
-            let related = holdings_in(&mut tx, keys, &names, Some(domain)).await?;
-            let plan = match holding::plan_hold(org_id, domain, grant, &related) {
+            let related = holdings_in(&mut tx, rules, &names, Some(domain)).await?;
+            let plan = match rules.plan_hold(org_id, domain, grant, &related) {
                 Ok(p) => p,
                 Err(refused) => return Ok(Err(refused)),
             };
@@ -243,7 +252,7 @@ impl DomainStore for SqlStore<DB> {
             let hold = DomainEvent::hold(domain, org_id, grant.method(), now, claimed_at);
             let mut holding = hold.holding().expect("a hold");
             events.push(hold);
-            holding.seq = append(&mut tx, keys, events).await?;
+            holding.seq = append(&mut tx, rules, events).await?;
             sqlx::query("DELETE FROM domain_claims WHERE org_id = $1 AND domain = $2")
                 .bind(org_id)
                 .bind(domain)
@@ -358,20 +367,20 @@ impl DomainStore for SqlStore<DB> {
 
     fn release_domain<'a>(
         &'a self,
-        keys: &'a KeyRing,
+        rules: &'a dyn DomainRules,
         org_id: &'a str,
         domain: &'a str,
         now: Millis,
     ) -> StoreFuture<'a, bool> {
         Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.exclusive().await?;
-            let held = holdings_in(&mut tx, keys, &[domain.to_owned()], None)
+            let held = holdings_in(&mut tx, rules, &[domain.to_owned()], None)
                 .await?
                 .into_iter()
                 .any(|h| h.org_id == org_id);
             if held {
                 let event = DomainEvent::release(domain, org_id, now, RELEASED_REASON);
-                append(&mut tx, keys, vec![event]).await?;
+                append(&mut tx, rules, vec![event]).await?;
             }
             let dropped = sqlx::query("DELETE FROM domain_claims WHERE org_id = $1 AND domain = $2")
                 .bind(org_id)

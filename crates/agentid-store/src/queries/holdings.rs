@@ -1,18 +1,18 @@
 //! The SQL of `crate::holdings` for one backend: `DB` is its database.
 
+use crate::domains::DomainRules;
 use crate::StoreError;
-use agentid_core::domain::holding::{self, DomainEvent, Holding, ProofMethod};
-use agentid_core::keys::KeyRing;
+use agentid_core::domain::holding::{self, DomainEvent, Holding, NotCovered, ProofMethod};
 
-use crate::holdings::{params, vouched_events, EventRow, EVENT_COLUMNS, MIGRATED_SEQ_SQL};
+use crate::holdings::{params, EventRow, EVENT_COLUMNS, MIGRATED_SEQ_SQL};
 
 use super::DB;
 
-/// The holdings in force (vouched for by the key file) of the names `names`, and (with
-/// `below`) of every name below `below`, read inside the caller's transaction.
+/// The holdings in force (as `rules` count the stored events) of the names `names`, and
+/// (with `below`) of every name below `below`, read inside the caller's transaction.
 pub(crate) async fn holdings_in(
     tx: &mut sqlx::Transaction<'_, DB>,
-    keys: &KeyRing,
+    rules: &dyn DomainRules,
     names: &[String],
     below: Option<&str>,
 ) -> Result<Vec<Holding>, StoreError> {
@@ -33,15 +33,20 @@ pub(crate) async fn holdings_in(
     if let Some(b) = below {
         q = q.bind(b);
     }
-    let events = vouched_events(keys, q.fetch_all(&mut **tx).await?, migrated);
-    Ok(holding::current(&events))
+    let rows: Vec<_> = q
+        .fetch_all(&mut **tx)
+        .await?
+        .into_iter()
+        .map(EventRow::read)
+        .collect();
+    Ok(rules.holdings(&rows, migrated))
 }
 
-/// Seals `events` with the key file and appends them, numbered after the last event; the
-/// number of the last one.
+/// Seals `events` (`rules`) and appends them, numbered after the last event; the number of
+/// the last one.
 pub async fn append(
     tx: &mut sqlx::Transaction<'_, DB>,
-    keys: &KeyRing,
+    rules: &dyn DomainRules,
     events: Vec<DomainEvent>,
 ) -> Result<i64, StoreError> {
     let (last,): (Option<i64>,) = sqlx::query_as("SELECT MAX(seq) FROM domain_events")
@@ -57,7 +62,7 @@ pub async fn append(
             )
         })?;
         event.seq = seq;
-        let mac = keys.domain_event_mac(&event.canonical());
+        let mac = rules.seal(&event);
         sqlx::query(&format!(
             "INSERT INTO domain_events ({EVENT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
         ))
@@ -76,17 +81,14 @@ pub async fn append(
     Ok(seq)
 }
 
-/// Whether `org_id` may issue under `domain`, read inside the caller's transaction: one of
-/// its holdings (vouched for) covers the name, and no other organization's does.
+/// Whether `org_id` may issue under `domain` (as `rules` decide), read inside the caller's
+/// transaction.
 pub(crate) async fn check_issuer(
     tx: &mut sqlx::Transaction<'_, DB>,
-    keys: &KeyRing,
+    rules: &dyn DomainRules,
     org_id: &str,
     domain: &str,
-) -> Result<(), StoreError> {
-    let held = holdings_in(tx, keys, &holding::name_and_parents(domain), None).await?;
-    holding::may_issue(org_id, domain, &held).map_err(|why| StoreError::NotHeld {
-        domain: domain.to_owned(),
-        elsewhere: why == holding::NotCovered::HeldElsewhere,
-    })
+) -> Result<Result<(), NotCovered>, StoreError> {
+    let held = holdings_in(tx, rules, &holding::name_and_parents(domain), None).await?;
+    Ok(rules.may_issue(org_id, domain, &held))
 }

@@ -7,12 +7,13 @@ use crate::ssf::NewEvent;
 use crate::{AgentRecord, StoreError};
 use agentid_core::domain::Millis;
 
-use crate::revoke::RECIPIENTS;
+use crate::revoke::STREAM_FACTS;
+use agentid_core::domain::streams::{receives_revocation, StreamFacts};
 
 use super::DB;
 
 /// Revokes the agents `ids` (those not revoked yet) inside the caller's transaction, at `at`
-/// for `reason`, and queues one `session-revoked` event for each stream `RECIPIENTS` names
+/// for `reason`, and queues one `session-revoked` event for each stream that receives it
 /// (within each stream's bound, `ssf::enqueue`);
 /// returns them as stored after, with the revocation epoch each was stamped with (the epoch
 /// trigger of migration 0004 moves and stamps it). An agent revoked already is returned as
@@ -56,7 +57,7 @@ async fn queue_events(
     agent: &AgentRecord,
     at: Millis,
 ) -> Result<(), StoreError> {
-    let streams: Vec<(String,)> = sqlx::query_as(RECIPIENTS)
+    let streams: Vec<(String, String, bool, bool, bool)> = sqlx::query_as(STREAM_FACTS)
         .bind(agent.id.as_str())
         .bind(agent.org_id.as_str())
         .bind(agent.mode.as_str())
@@ -70,8 +71,16 @@ async fn queue_events(
         state: None,
         at,
     };
-    for (stream,) in streams {
-        enqueue(tx, &stream, &event).await?;
+    for (stream, status, revocations, has_subjects, names_agent) in streams {
+        let facts = StreamFacts {
+            status: &status,
+            revocations,
+            has_subjects,
+            names_agent,
+        };
+        if receives_revocation(&facts) {
+            enqueue(tx, &stream, &event).await?;
+        }
     }
     Ok(())
 }

@@ -1,0 +1,98 @@
+//! Who holds which name, decided here: which stored issuer-domain events count (the key file
+//! vouches for them), what a new one is sealed with, and what the holdings they give allow
+//! (core's `holding` rules). The store reads and writes the rows inside its transactions and
+//! asks these rules ([`DomainRules`]); it decides nothing, and raises no alarm.
+
+use agentid_core::domain::holding::{
+    self, DomainEvent, Grant, HoldPlan, HoldRefused, Holding, NotCovered, UnreadEvent,
+};
+use std::sync::Arc;
+
+use agentid_core::keys::KeyRing;
+use agentid_store::DomainRules;
+
+use super::IssuerPolicy;
+
+/// The issuer-domain policy, and the key file its rules need: what a registration, a token
+/// or a token request checks of the name it is issued under.
+#[derive(Clone)]
+pub struct IssuerCheck {
+    policy: IssuerPolicy,
+    keys: Arc<KeyRing>,
+}
+
+impl IssuerCheck {
+    pub(crate) fn new(policy: IssuerPolicy, keys: Arc<KeyRing>) -> Self {
+        IssuerCheck { policy, keys }
+    }
+
+    /// The rules an issuance's transaction applies: none under the `open` policy, where any
+    /// organization issues under any name.
+    pub(crate) fn rules(&self) -> Option<Rules<'_>> {
+        (self.policy == IssuerPolicy::Verified).then(|| Rules::new(&self.keys))
+    }
+}
+
+/// The rules, with the key file that seals and vouches for the events.
+#[derive(Clone, Copy)]
+pub struct Rules<'k> {
+    keys: &'k KeyRing,
+}
+
+impl<'k> Rules<'k> {
+    pub fn new(keys: &'k KeyRing) -> Self {
+        Rules { keys }
+    }
+
+    /// Whether the key file vouches for an event: its MAC checks, or it is a holding the
+    /// migration carried over (unsealed, before the event that closed them). Anything else
+    /// was written with database access alone: it counts for nothing, and is an alarm.
+    fn vouched(&self, e: &DomainEvent, migrated: Option<i64>) -> bool {
+        let ok = self.keys.vouches_for_domain_event(e, migrated);
+        if !ok {
+            tracing::error!(seq = e.seq, domain = %e.domain, "integrity alarm: an issuer-domain event the key file does not vouch for is ignored");
+            metrics::counter!("agentid_integrity_failures_total", "what" => "domain_event").increment(1);
+        }
+        ok
+    }
+}
+
+/// A stored row that does not read as an event: it counts for nothing, and is an alarm.
+fn unread(u: &UnreadEvent) {
+    tracing::error!(seq = u.seq, why = %u.why, "integrity alarm: an issuer-domain event that does not read as one is ignored");
+    metrics::counter!("agentid_integrity_failures_total", "what" => "domain_event").increment(1);
+}
+
+impl DomainRules for Rules<'_> {
+    fn seal(&self, event: &DomainEvent) -> [u8; 32] {
+        self.keys.domain_event_mac(&event.canonical())
+    }
+
+    fn holdings(&self, rows: &[Result<DomainEvent, UnreadEvent>], migrated: Option<i64>) -> Vec<Holding> {
+        let vouched: Vec<&DomainEvent> = rows
+            .iter()
+            .filter_map(|r| match r {
+                Ok(e) => self.vouched(e, migrated).then_some(e),
+                Err(u) => {
+                    unread(u);
+                    None
+                }
+            })
+            .collect();
+        holding::current(vouched)
+    }
+
+    fn may_issue(&self, org_id: &str, domain: &str, held: &[Holding]) -> Result<(), NotCovered> {
+        holding::may_issue(org_id, domain, held)
+    }
+
+    fn plan_hold(
+        &self,
+        org_id: &str,
+        domain: &str,
+        grant: Grant,
+        related: &[Holding],
+    ) -> Result<HoldPlan, HoldRefused> {
+        holding::plan_hold(org_id, domain, grant, related)
+    }
+}
