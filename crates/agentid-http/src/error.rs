@@ -10,106 +10,66 @@ use agentid_core::domain::ValidationError;
 use agentid_engine::StoreError;
 use agentid_engine::{AuditError, EngineError, VerifyError};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorCode {
-    InvalidRequest,
-    ValidationError,
-    ExpiryTooLong,
-    InvalidCursor,
-    Unauthorized,
-    Forbidden,
-    AgentNotFound,
-    NotFound,
-    MethodNotAllowed,
-    NotAcceptable,
-    AgentRevoked,
-    DomainNotFound,
-    DomainNotVerified,
-    IssuerDomainNotVerified,
-    TooManyDomains,
-    PayloadTooLarge,
-    UnsupportedMediaType,
-    RateLimited,
-    InternalError,
-    AuditUnavailable,
-    ServiceUnavailable,
+/// Declares every error code once: its variant, its `error.code`, its status and its line on
+/// the error documentation page.
+macro_rules! error_codes {
+    ($($(#[$doc:meta])* $name:ident = ($code:literal, $status:ident, $describe:literal),)*) => {
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum ErrorCode {
+            $($(#[$doc])* $name,)*
+        }
+
+        impl ErrorCode {
+            pub const ALL: [ErrorCode; [$(ErrorCode::$name),*].len()] = [$(ErrorCode::$name),*];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(ErrorCode::$name => $code,)*
+                }
+            }
+
+            pub(crate) fn status(self) -> StatusCode {
+                match self {
+                    $(ErrorCode::$name => StatusCode::$status,)*
+                }
+            }
+
+            /// One line for the error documentation page.
+            pub fn describe(self) -> &'static str {
+                match self {
+                    $(ErrorCode::$name => $describe,)*
+                }
+            }
+        }
+    };
+}
+
+error_codes! {
+    InvalidRequest = ("INVALID_REQUEST", BAD_REQUEST, "The body is not valid JSON, is not a JSON object, or the request is otherwise malformed (400). A wrong Content-Type answers 415 with this code."),
+    ValidationError = ("VALIDATION_ERROR", BAD_REQUEST, "A field breaks a rule; the message names the field (400). Also a log `limit` outside 1..=200 or an unknown `result` filter."),
+    ExpiryTooLong = ("EXPIRY_TOO_LONG", BAD_REQUEST, "`expiry_seconds` is above the maximum token lifetime of the organization's plan (400)."),
+    InvalidCursor = ("INVALID_CURSOR", BAD_REQUEST, "The `cursor` was not issued by this service for this query (400)."),
+    Unauthorized = ("UNAUTHORIZED", UNAUTHORIZED, "The API key is missing, malformed, unknown or disabled (401, with `WWW-Authenticate: Bearer`)."),
+    Forbidden = ("FORBIDDEN", FORBIDDEN, "A publishable key (`pk_`) was used on an endpoint that needs a secret key (`sk_`) (403)."),
+    AgentNotFound = ("AGENT_NOT_FOUND", NOT_FOUND, "No agent with this id exists for the calling organization and mode (404)."),
+    NotFound = ("NOT_FOUND", NOT_FOUND, "No such route, or no such status list (404)."),
+    MethodNotAllowed = ("METHOD_NOT_ALLOWED", METHOD_NOT_ALLOWED, "The route exists but not for this HTTP method (405)."),
+    NotAcceptable = ("NOT_ACCEPTABLE", NOT_ACCEPTABLE, "The `Accept` header allows no form the resource has: a status list is served only as `application/statuslist+jwt` (406)."),
+    AgentRevoked = ("AGENT_REVOKED", CONFLICT, "The agent is revoked; revocation is permanent, so no new token can be issued. Register a new agent instead (409)."),
+    DomainNotFound = ("DOMAIN_NOT_FOUND", NOT_FOUND, "The organization has neither claimed nor holds this domain (404). Claim it with `POST /v1/domains`."),
+    DomainNotVerified = ("DOMAIN_NOT_VERIFIED", UNPROCESSABLE_ENTITY, "The domain's proof was not found, or cannot take the name: the message says what each lookup (the TXT record, the HTTPS file) found (422)."),
+    IssuerDomainNotVerified = ("ISSUER_DOMAIN_NOT_VERIFIED", FORBIDDEN, "The organization does not hold the `issuer_domain` (nor a name above it by DNS), or another organization does: claim it with `POST /v1/domains` and prove it with `POST /v1/domains/{domain}/verify` (403)."),
+    TooManyDomains = ("TOO_MANY_DOMAINS", CONFLICT, "The organization has as many pending domain claims as it may (100): verify or release some first (409)."),
+    PayloadTooLarge = ("PAYLOAD_TOO_LARGE", PAYLOAD_TOO_LARGE, "The request body is over 64 KiB (413)."),
+    /// A wrong content type: an INVALID_REQUEST with status 415.
+    UnsupportedMediaType = ("INVALID_REQUEST", UNSUPPORTED_MEDIA_TYPE, "The body must be sent with `Content-Type: application/json` (415, code INVALID_REQUEST)."),
+    RateLimited = ("RATE_LIMITED", TOO_MANY_REQUESTS, "The rate limit of this key's organization, or of this client address, is used up; retry after `Retry-After` seconds (429)."),
+    InternalError = ("INTERNAL_ERROR", INTERNAL_SERVER_ERROR, "Something unexpected failed; the request id identifies it in the service's logs (500)."),
+    AuditUnavailable = ("AUDIT_UNAVAILABLE", SERVICE_UNAVAILABLE, "The audit log cannot record right now (or the store cannot give the agent a token names), so no verification is answered (fail closed). Retry shortly (503)."),
+    ServiceUnavailable = ("SERVICE_UNAVAILABLE", SERVICE_UNAVAILABLE, "The database cannot be reached right now. Retry shortly (503)."),
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 21] = [
-        ErrorCode::InvalidRequest,
-        ErrorCode::ValidationError,
-        ErrorCode::ExpiryTooLong,
-        ErrorCode::InvalidCursor,
-        ErrorCode::Unauthorized,
-        ErrorCode::Forbidden,
-        ErrorCode::AgentNotFound,
-        ErrorCode::NotFound,
-        ErrorCode::MethodNotAllowed,
-        ErrorCode::NotAcceptable,
-        ErrorCode::AgentRevoked,
-        ErrorCode::DomainNotFound,
-        ErrorCode::DomainNotVerified,
-        ErrorCode::IssuerDomainNotVerified,
-        ErrorCode::TooManyDomains,
-        ErrorCode::PayloadTooLarge,
-        ErrorCode::UnsupportedMediaType,
-        ErrorCode::RateLimited,
-        ErrorCode::InternalError,
-        ErrorCode::AuditUnavailable,
-        ErrorCode::ServiceUnavailable,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorCode::InvalidRequest => "INVALID_REQUEST",
-            ErrorCode::ValidationError => "VALIDATION_ERROR",
-            ErrorCode::ExpiryTooLong => "EXPIRY_TOO_LONG",
-            ErrorCode::InvalidCursor => "INVALID_CURSOR",
-            ErrorCode::Unauthorized => "UNAUTHORIZED",
-            ErrorCode::Forbidden => "FORBIDDEN",
-            ErrorCode::AgentNotFound => "AGENT_NOT_FOUND",
-            ErrorCode::NotFound => "NOT_FOUND",
-            ErrorCode::MethodNotAllowed => "METHOD_NOT_ALLOWED",
-            ErrorCode::NotAcceptable => "NOT_ACCEPTABLE",
-            ErrorCode::AgentRevoked => "AGENT_REVOKED",
-            ErrorCode::DomainNotFound => "DOMAIN_NOT_FOUND",
-            ErrorCode::DomainNotVerified => "DOMAIN_NOT_VERIFIED",
-            ErrorCode::IssuerDomainNotVerified => "ISSUER_DOMAIN_NOT_VERIFIED",
-            ErrorCode::TooManyDomains => "TOO_MANY_DOMAINS",
-            ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
-            // A wrong content type is an INVALID_REQUEST (status 415).
-            ErrorCode::UnsupportedMediaType => "INVALID_REQUEST",
-            ErrorCode::RateLimited => "RATE_LIMITED",
-            ErrorCode::InternalError => "INTERNAL_ERROR",
-            ErrorCode::AuditUnavailable => "AUDIT_UNAVAILABLE",
-            ErrorCode::ServiceUnavailable => "SERVICE_UNAVAILABLE",
-        }
-    }
-
-    pub(crate) fn status(self) -> StatusCode {
-        match self {
-            ErrorCode::InvalidRequest
-            | ErrorCode::ValidationError
-            | ErrorCode::ExpiryTooLong
-            | ErrorCode::InvalidCursor => StatusCode::BAD_REQUEST,
-            ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
-            ErrorCode::Forbidden | ErrorCode::IssuerDomainNotVerified => StatusCode::FORBIDDEN,
-            ErrorCode::AgentNotFound | ErrorCode::NotFound | ErrorCode::DomainNotFound => {
-                StatusCode::NOT_FOUND
-            }
-            ErrorCode::DomainNotVerified => StatusCode::UNPROCESSABLE_ENTITY,
-            ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ErrorCode::NotAcceptable => StatusCode::NOT_ACCEPTABLE,
-            ErrorCode::AgentRevoked | ErrorCode::TooManyDomains => StatusCode::CONFLICT,
-            ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
-            ErrorCode::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
-            ErrorCode::AuditUnavailable | ErrorCode::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
-        }
-    }
-
     /// The message of an error the service answers without more to say (an error actix
     /// produced, or a routing error a handler answers itself).
     pub(crate) fn default_message(self) -> &'static str {
@@ -120,33 +80,6 @@ impl ErrorCode {
             ErrorCode::UnsupportedMediaType => "unsupported content type",
             ErrorCode::InternalError => "an unexpected error occurred",
             _ => "the request could not be processed",
-        }
-    }
-
-    /// One line for the error documentation page.
-    pub fn describe(self) -> &'static str {
-        match self {
-            ErrorCode::InvalidRequest => "The body is not valid JSON, is not a JSON object, or the request is otherwise malformed (400). A wrong Content-Type answers 415 with this code.",
-            ErrorCode::ValidationError => "A field breaks a rule; the message names the field (400). Also a log `limit` outside 1..=200 or an unknown `result` filter.",
-            ErrorCode::ExpiryTooLong => "`expiry_seconds` is above the maximum token lifetime of the organization's plan (400).",
-            ErrorCode::InvalidCursor => "The `cursor` was not issued by this service for this query (400).",
-            ErrorCode::Unauthorized => "The API key is missing, malformed, unknown or disabled (401, with `WWW-Authenticate: Bearer`).",
-            ErrorCode::Forbidden => "A publishable key (`pk_`) was used on an endpoint that needs a secret key (`sk_`) (403).",
-            ErrorCode::AgentNotFound => "No agent with this id exists for the calling organization and mode (404).",
-            ErrorCode::NotFound => "No such route, or no such status list (404).",
-            ErrorCode::MethodNotAllowed => "The route exists but not for this HTTP method (405).",
-            ErrorCode::NotAcceptable => "The `Accept` header allows no form the resource has: a status list is served only as `application/statuslist+jwt` (406).",
-            ErrorCode::AgentRevoked => "The agent is revoked; revocation is permanent, so no new token can be issued. Register a new agent instead (409).",
-            ErrorCode::DomainNotFound => "The organization has neither claimed nor holds this domain (404). Claim it with `POST /v1/domains`.",
-            ErrorCode::DomainNotVerified => "The domain's proof was not found, or cannot take the name: the message says what each lookup (the TXT record, the HTTPS file) found (422).",
-            ErrorCode::IssuerDomainNotVerified => "The organization does not hold the `issuer_domain` (nor a name above it by DNS), or another organization does: claim it with `POST /v1/domains` and prove it with `POST /v1/domains/{domain}/verify` (403).",
-            ErrorCode::TooManyDomains => "The organization has as many pending domain claims as it may (100): verify or release some first (409).",
-            ErrorCode::PayloadTooLarge => "The request body is over 64 KiB (413).",
-            ErrorCode::UnsupportedMediaType => "The body must be sent with `Content-Type: application/json` (415, code INVALID_REQUEST).",
-            ErrorCode::RateLimited => "The rate limit of this key's organization, or of this client address, is used up; retry after `Retry-After` seconds (429).",
-            ErrorCode::InternalError => "Something unexpected failed; the request id identifies it in the service's logs (500).",
-            ErrorCode::AuditUnavailable => "The audit log cannot record right now (or the store cannot give the agent a token names), so no verification is answered (fail closed). Retry shortly (503).",
-            ErrorCode::ServiceUnavailable => "The database cannot be reached right now. Retry shortly (503).",
         }
     }
 }

@@ -25,6 +25,8 @@ use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::middleware::{from_fn, Condition};
 use actix_web::web;
 
+use error::ErrorBody;
+use openapi::Shared;
 use routes::Route;
 
 pub use context::AppState;
@@ -75,85 +77,115 @@ fn resource(
         .wrap(from_fn(move |req, next| gate::gate(route, req, next)))
 }
 
-fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.service(resource(&routes::HEALTH).route(web::get().to(meta::health)))
-        .service(resource(&routes::PUBLIC_KEY).route(web::get().to(meta::public_key_pem)))
-        .service(
-            resource(&routes::JWKS)
-                .route(web::get().to(meta::jwks))
-                .route(web::head().to(meta::jwks)),
-        )
-        .service(resource(&routes::LOG_KEY).route(web::get().to(meta::log_key)))
-        .service(resource(&routes::ERROR_DOCS).route(web::get().to(meta::error_docs)))
-        .service(resource(&routes::OPENAPI).route(web::get().to(openapi::document)))
-        .service(resource(&routes::OAUTH_METADATA).route(web::get().to(oauth::metadata)))
-        .service(
-            resource(&routes::OAUTH_AUTHORIZE)
-                .route(web::get().to(oauth::authorize))
-                .route(web::post().to(oauth::authorize_form)),
-        )
-        .service(resource(&routes::OAUTH_TOKEN).route(web::post().to(oauth::token)))
-        .service(resource(&routes::OAUTH_INTROSPECT).route(web::post().to(oauth::introspect)))
+/// Declares every route once: mounted in this order by `routes` (each handler under its
+/// method, with the route's facts from `routes.rs` and its gate), and documented, each handler
+/// that is listed in the first brackets joining the OpenAPI document's paths (its
+/// `#[utoipa::path]` says the rest). A second bracket mounts handlers that are not documented
+/// again (HEAD of a GET); `limit` raises the route's body limit; `scope` mounts a handler for
+/// every path under a prefix.
+macro_rules! route_table {
+    (doc: { $($doc:tt)* } routes: { $($table:tt)* }) => {
+        fn routes(cfg: &mut web::ServiceConfig) {
+            route_table!(@mount cfg; $($table)*);
+        }
+        route_table!(@doc [$($doc)*] [] $($table)*);
+    };
+    (@mount $cfg:ident;) => {};
+    (@mount $cfg:ident; $route:ident => scope $prefix:literal [$method:ident: $handler:path], $($rest:tt)*) => {
+        $cfg.service(
+            web::scope($prefix)
+                .wrap(Condition::new(routes::$route.public, routes::cors()))
+                .wrap(from_fn(|req, next| gate::gate(&routes::$route, req, next)))
+                .default_service(web::to($handler)),
+        );
+        route_table!(@mount $cfg; $($rest)*);
+    };
+    (@mount $cfg:ident; $route:ident => [$($method:ident: $handler:path),+]
+        $([$($more:ident: $also:path),+])? $(limit $limit:expr)?, $($rest:tt)*) => {
+        $cfg.service(
+            resource(&routes::$route)
+                $(.app_data(web::PayloadConfig::new($limit)))?
+                $(.route(web::$method().to($handler)))+
+                $($(.route(web::$more().to($also)))+)?,
+        );
+        route_table!(@mount $cfg; $($rest)*);
+    };
+    (@doc [$($doc:tt)*] [$($done:path,)*]) => {
+        /// The OpenAPI document: the routes' handlers, and what every operation shares.
+        #[derive(utoipa::OpenApi)]
+        #[openapi(paths($($done),*), $($doc)*)]
+        pub(crate) struct ApiDoc;
+    };
+    (@doc [$($doc:tt)*] [$($done:path,)*] $route:ident => scope $prefix:literal [$method:ident: $handler:path],
+        $($rest:tt)*) => {
+        route_table!(@doc [$($doc)*] [$($done,)* $handler,] $($rest)*);
+    };
+    (@doc [$($doc:tt)*] [$($done:path,)*] $route:ident => [$($method:ident: $handler:path),+]
+        $([$($more:ident: $also:path),+])? $(limit $limit:expr)?, $($rest:tt)*) => {
+        route_table!(@doc [$($doc)*] [$($done,)* $($handler,)+] $($rest)*);
+    };
+}
+
+route_table! {
+    doc: {
+        info(title = "agentid"),
+        components(schemas(ErrorBody)),
+        modifiers(&Shared),
+        tags(
+            (name = "agents", description = "Issuer side: secret keys (sk_live_, sk_test_)"),
+            (name = "domains", description = "Issuer domains: an organization issues only under names it proved (DNS TXT or an HTTPS file) or the operator granted"),
+            (name = "verify", description = "Receiver side: no credentials (a pk_ key moves you to your organization's limit)"),
+            (name = "audit", description = "The hash-chained verification log: pages, signed checkpoints, inclusion and consistency proofs (RFC 9162)"),
+            (name = "service", description = "Health and keys for offline validation"),
+            (name = "oauth", description = "OAuth 2 authorization server: agents get access tokens for one resource with their own key (client credentials, private_key_jwt); receivers introspect them. Errors have RFC 6749's body."),
+        ),
+    }
+    routes: {
+        HEALTH => [get: meta::health],
+        PUBLIC_KEY => [get: meta::public_key_pem],
+        JWKS => [get: meta::jwks] [head: meta::jwks],
+        LOG_KEY => [get: meta::log_key],
+        ERROR_DOCS => [get: meta::error_docs],
+        OPENAPI => [get: openapi::document],
+        OAUTH_METADATA => [get: oauth::metadata],
+        OAUTH_AUTHORIZE => [get: oauth::authorize, post: oauth::authorize_form],
+        OAUTH_TOKEN => [post: oauth::token],
+        OAUTH_INTROSPECT => [post: oauth::introspect],
         // Before verify's scope, which would take `/v1/verify` too. Its body holds a token and
         // a proof (4 KiB each): an oversized proof, up to twice the usual body limit, is
         // answered PROOF_INVALID and recorded rather than refused unread.
-        .service(
-            resource(&routes::VERIFY_DPOP)
-                .app_data(web::PayloadConfig::new(2 * MAX_BODY))
-                .route(web::post().to(verify::verify_dpop)),
-        )
+        VERIFY_DPOP => [post: verify::verify_dpop] limit 2 * MAX_BODY,
         // Verify is routed by its static prefix, not by its pattern's regex (see `verify::verify`).
-        .service(
-            web::scope("/v1/verify")
-                .wrap(Condition::new(routes::VERIFY.public, routes::cors()))
-                .wrap(from_fn(|req, next| gate::gate(&routes::VERIFY, req, next)))
-                .default_service(web::to(verify::verify)),
-        )
+        VERIFY => scope "/v1/verify" [get: verify::verify],
         // Patterns with a `{segment}` are matched by regex, about 3,000 instructions a try with
         // regex-lite (load/instructions-per-request): they come after verify's scope, so that
         // routing a verify runs none of them.
-        .service(
-            resource(&routes::STATUS_LIST)
-                .route(web::get().to(meta::status_list))
-                .route(web::head().to(meta::status_list)),
-        )
-        .service(resource(&routes::REGISTER).route(web::post().to(agents::register)))
-        .service(resource(&routes::AGENTS).route(web::get().to(agents::list)))
-        .service(resource(&routes::AGENT).route(web::get().to(agents::get)))
-        .service(resource(&routes::ISSUE_TOKEN).route(web::post().to(agents::issue_token)))
-        .service(resource(&routes::REVOKE).route(web::post().to(agents::revoke)))
-        .service(
-            resource(&routes::DOMAINS)
-                .route(web::post().to(domains::claim))
-                .route(web::get().to(domains::list)),
-        )
-        .service(
-            resource(&routes::DOMAIN)
-                .route(web::get().to(domains::get))
-                .route(web::delete().to(domains::release)),
-        )
-        .service(resource(&routes::DOMAIN_VERIFY).route(web::post().to(domains::verify)))
-        .service(resource(&routes::LOG).route(web::get().to(log::read)))
-        .service(resource(&routes::LOG_CHECKPOINT).route(web::get().to(log::checkpoint)))
-        .service(resource(&routes::LOG_COMMITMENTS).route(web::get().to(log::commitments)))
-        .service(resource(&routes::SSF_CONFIGURATION).route(web::get().to(ssf::configuration)))
-        .service(
-            resource(&routes::SSF_STREAMS)
-                .route(web::post().to(ssf::streams::create))
-                .route(web::get().to(ssf::streams::read))
-                .route(web::put().to(ssf::streams::replace))
-                .route(web::patch().to(ssf::streams::update))
-                .route(web::delete().to(ssf::streams::delete)),
-        )
-        .service(
-            resource(&routes::SSF_STATUS)
-                .route(web::get().to(ssf::streams::status))
-                .route(web::post().to(ssf::streams::set_status)),
-        )
-        .service(resource(&routes::SSF_SUBJECTS_ADD).route(web::post().to(ssf::events::add_subject)))
-        .service(resource(&routes::SSF_SUBJECTS_REMOVE).route(web::post().to(ssf::events::remove_subject)))
-        .service(resource(&routes::SSF_VERIFY).route(web::post().to(ssf::events::verify)))
-        .service(resource(&routes::SSF_POLL).route(web::post().to(ssf::events::poll)))
-        .service(resource(&routes::INCLUSION_PROOF).route(web::get().to(log::inclusion)))
-        .service(resource(&routes::CONSISTENCY_PROOF).route(web::get().to(log::consistency)));
+        STATUS_LIST => [get: meta::status_list] [head: meta::status_list],
+        REGISTER => [post: agents::register],
+        AGENTS => [get: agents::list],
+        AGENT => [get: agents::get],
+        ISSUE_TOKEN => [post: agents::issue_token],
+        REVOKE => [post: agents::revoke],
+        DOMAINS => [post: domains::claim, get: domains::list],
+        DOMAIN => [get: domains::get, delete: domains::release],
+        DOMAIN_VERIFY => [post: domains::verify],
+        LOG => [get: log::read],
+        LOG_CHECKPOINT => [get: log::checkpoint],
+        LOG_COMMITMENTS => [get: log::commitments],
+        SSF_CONFIGURATION => [get: ssf::configuration],
+        SSF_STREAMS => [
+            post: ssf::streams::create,
+            get: ssf::streams::read,
+            put: ssf::streams::replace,
+            patch: ssf::streams::update,
+            delete: ssf::streams::delete
+        ],
+        SSF_STATUS => [get: ssf::streams::status, post: ssf::streams::set_status],
+        SSF_SUBJECTS_ADD => [post: ssf::events::add_subject],
+        SSF_SUBJECTS_REMOVE => [post: ssf::events::remove_subject],
+        SSF_VERIFY => [post: ssf::events::verify],
+        SSF_POLL => [post: ssf::events::poll],
+        INCLUSION_PROOF => [get: log::inclusion],
+        CONSISTENCY_PROOF => [get: log::consistency],
+    }
 }

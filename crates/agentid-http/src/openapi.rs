@@ -12,69 +12,12 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement
 use utoipa::openapi::{HeaderBuilder, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi, PartialSchema};
 
+use super::ApiDoc;
+
 use super::error::{ErrorBody, ErrorCode};
 
-#[derive(OpenApi)]
-#[openapi(
-    info(title = "agentid"),
-    paths(
-        super::meta::health,
-        super::meta::public_key_pem,
-        super::meta::jwks,
-        super::meta::log_key,
-        super::meta::error_docs,
-        document,
-        super::agents::register,
-        super::agents::list,
-        super::agents::get,
-        super::agents::issue_token,
-        super::agents::revoke,
-        super::domains::claim,
-        super::domains::list,
-        super::domains::get,
-        super::domains::verify,
-        super::domains::release,
-        super::verify::verify,
-        super::verify::verify_dpop,
-        super::log::read,
-        super::log::checkpoint,
-        super::log::commitments,
-        super::meta::status_list,
-        super::ssf::configuration,
-        super::ssf::streams::create,
-        super::ssf::streams::read,
-        super::ssf::streams::replace,
-        super::ssf::streams::update,
-        super::ssf::streams::delete,
-        super::ssf::streams::status,
-        super::ssf::streams::set_status,
-        super::ssf::events::add_subject,
-        super::ssf::events::remove_subject,
-        super::ssf::events::verify,
-        super::ssf::events::poll,
-        super::log::inclusion,
-        super::log::consistency,
-        super::oauth::metadata,
-        super::oauth::authorize,
-        super::oauth::authorize_form,
-        super::oauth::token,
-        super::oauth::introspect,
-    ),
-    components(schemas(ErrorBody)),
-    modifiers(&Shared),
-    tags(
-        (name = "agents", description = "Issuer side: secret keys (sk_live_, sk_test_)"),
-        (name = "domains", description = "Issuer domains: an organization issues only under names it proved (DNS TXT or an HTTPS file) or the operator granted"),
-        (name = "verify", description = "Receiver side: no credentials (a pk_ key moves you to your organization's limit)"),
-        (name = "audit", description = "The hash-chained verification log: pages, signed checkpoints, inclusion and consistency proofs (RFC 9162)"),
-        (name = "service", description = "Health and keys for offline validation"),
-        (name = "oauth", description = "OAuth 2 authorization server: agents get access tokens for one resource with their own key (client credentials, private_key_jwt); receivers introspect them. Errors have RFC 6749's body."),
-    ),
-)]
-pub(crate) struct ApiDoc;
-
 /// The shared parts of every operation.
-struct Shared;
+pub(crate) struct Shared;
 
 impl Modify for Shared {
     fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
