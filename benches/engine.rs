@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentid::domain::audit::{AuditEntry, AuditRecord, Event, GENESIS};
-use agentid::domain::{KeyMode, Ledger, Millis, VerifyResult};
+use agentid::domain::{AgentId, IssuerDomain, KeyMode, Ledger, Millis, OrgId, Scopes, VerifyResult};
 use agentid::engine::Registry;
 use agentid::engine::{AgentEntry, ValidToken, Verification, VerifiedToken};
 use agentid::keys::KeyRing;
@@ -149,7 +149,7 @@ fn audit(c: &mut Criterion) {
 /// answer) and as a token seen for the first time answers (all of it serialized).
 fn answer(c: &mut Criterion) {
     let agent = Arc::new(AgentEntry {
-        org_id: "org_01jd0000000000000000000000".into(),
+        org_id: OrgId::parse("org_01jd0000000000000000000000").unwrap(),
         mode: KeyMode::Live,
         name: "invoice-bot".into(),
         description: "Reads and writes invoices for the billing team".into(),
@@ -181,19 +181,22 @@ fn answer(c: &mut Criterion) {
 
 fn revocation(c: &mut Criterion) {
     let registry = Registry::default();
+    let org = OrgId::generate();
+    let domain = IssuerDomain::parse("example.com").unwrap();
+    let scopes = Scopes::parse(&["read:x"]).unwrap();
     for i in 0..100_000 {
         let id = format!("agt_01jd{i:022}");
         if i % 10 == 0 {
             registry.mark_revoked(&id, Some("rotated".into()));
         }
         registry.learn(&AgentRecord {
-            id,
-            org_id: "org_1".into(),
+            id: AgentId::parse(&id).unwrap(),
+            org_id: org.clone(),
             mode: KeyMode::Live,
             name: "n".into(),
-            issuer_domain: "example.com".into(),
+            issuer_domain: domain.clone(),
             description: String::new(),
-            scopes: vec![],
+            scopes: scopes.clone(),
             created_at: Millis(0),
             issued_at: Millis(0),
             expires_at: Millis(0),

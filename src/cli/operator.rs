@@ -165,7 +165,7 @@ pub(super) async fn domain(cmd: DomainCommand) -> CliResult {
                 serde_json::json!({
                     "domain": held.holding.domain, "org_id": org.id, "method": held.holding.method.as_str(),
                     "verified_at": held.holding.at,
-                    "taken_from": held.ended.iter().filter(|h| h.org_id != org.id)
+                    "taken_from": held.ended.iter().filter(|h| org.id != *h.org_id)
                         .map(|h| serde_json::json!({"domain": h.domain, "org_id": h.org_id})).collect::<Vec<_>>(),
                     "revoked_agents": held.revoked.len(),
                 })

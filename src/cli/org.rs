@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::{Subcommand, ValueEnum};
 
 use super::{open, CliResult, DbArgs};
-use crate::domain::{ApiKeyKind, KeyMode, Millis, OrgLimits, Plan};
+use crate::domain::{ApiKeyKind, KeyMode, Millis, OrgId, OrgLimits, Plan};
 use crate::engine::{admin, hash_key};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -184,11 +184,15 @@ pub(super) async fn key(cmd: KeyCommand) -> CliResult {
     match cmd {
         KeyCommand::List { org, db } => {
             let store = open(&db).await?;
-            if store.get_org(&org).await?.is_none() {
+            let found = match OrgId::parse(&org) {
+                Some(id) => store.get_org(&id).await?.map(|o| o.id),
+                None => None,
+            };
+            let Some(id) = found else {
                 eprintln!("agentid: no organization {org} (`agentid org list` shows them)");
                 return Ok(ExitCode::FAILURE);
-            }
-            println!("{}", serde_json::to_string(&store.list_keys(&org).await?)?);
+            };
+            println!("{}", serde_json::to_string(&store.list_keys(&id).await?)?);
             Ok(ExitCode::SUCCESS)
         }
         KeyCommand::Create { org, kind, mode, db } => {

@@ -42,7 +42,11 @@ async fn set_limits_keeps_custom_limits_only_on_enterprise() {
     };
     let after = admin::set_limits(&store, &org.org_id, growth).await.unwrap();
     assert_eq!(Some(after.limits), Plan::Growth.default_limits());
-    let stored = store.get_org(&org.org_id).await.unwrap().unwrap();
+    let stored = store
+        .get_org(&crate::helpers::org_id(&org.org_id))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(stored.plan, Plan::Growth);
     let refused = admin::set_limits(&store, &org.org_id, change).await.unwrap_err();
     assert!(matches!(refused, AdminError::Invalid(_)), "{refused}");

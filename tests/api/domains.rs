@@ -1115,8 +1115,8 @@ async fn a_moved_name_revokes_in_batches_that_outlive_their_mover() {
         .store
         .hold_domain(
             &agentid::engine::domains::Rules::new(&keys),
-            &w.b.org_id,
-            "bank.example",
+            &crate::helpers::org_id(&w.b.org_id),
+            &agentid::domain::IssuerDomain::parse("bank.example").unwrap(),
             Grant::Operator { force: true },
             now,
             now,

@@ -160,7 +160,11 @@ async fn a_revocation_made_elsewhere_is_honoured_on_the_next_verify() {
         let other = &other;
         async move {
             let (_, epoch) = other
-                .revoke_agent(&id, agentid::domain::Millis::now(), Some(reason))
+                .revoke_agent(
+                    &crate::helpers::agent_id(&id),
+                    agentid::domain::Millis::now(),
+                    Some(reason),
+                )
                 .await
                 .unwrap()
                 .unwrap();
@@ -576,7 +580,11 @@ async fn kill_9_loses_no_answered_verification_and_chains_hold() {
         .await
         .unwrap();
     for (i, (agent_id, _)) in agents.iter().enumerate() {
-        let agent = store.get_agent(agent_id).await.unwrap().unwrap();
+        let agent = store
+            .get_agent(&crate::helpers::agent_id(agent_id))
+            .await
+            .unwrap()
+            .unwrap();
         let page = store
             .read_log(agentid::store::LogQuery {
                 ledger: &agent.ledger(),

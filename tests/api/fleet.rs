@@ -99,7 +99,12 @@ async fn instances_started_at_once_create_one_first_organization() {
     let store = apps[0].engine().store();
     assert_eq!(store.count_orgs().await.unwrap(), 1);
     assert_eq!(
-        store.get_org(&created[0].org_id).await.unwrap().unwrap().name,
+        store
+            .get_org(&crate::helpers::org_id(&created[0].org_id))
+            .await
+            .unwrap()
+            .unwrap()
+            .name,
         "default"
     );
     for app in apps {

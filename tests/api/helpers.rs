@@ -189,7 +189,7 @@ pub async fn spawn_fleet(n: usize, opts: Options) -> Vec<TestApp> {
     let keys = KeyRing::load(&key)
         .unwrap()
         .expect("the first start made the key file");
-    let record = store.get_org(&org.org_id).await.unwrap().unwrap();
+    let record = store.get_org(&org_id(&org.org_id)).await.unwrap().unwrap();
     for domain in opts.domains {
         grants::approve(&store, &keys, &record, domain, false)
             .await
@@ -476,7 +476,12 @@ impl TestApp {
         domain: &str,
         force: bool,
     ) -> Result<agentid::store::Held, admin::AdminError> {
-        let org = self.store.get_org(org_id).await.unwrap().unwrap();
+        let org = self
+            .store
+            .get_org(&crate::helpers::org_id(org_id))
+            .await
+            .unwrap()
+            .unwrap();
         grants::approve(&self.store, &self.key_ring(), &org, domain, force).await
     }
 
@@ -628,4 +633,25 @@ pub async fn insert_agent(url: &str, a: &agentid::store::AgentRecord) -> Result<
     } else {
         insert!(sqlx::SqlitePool::connect(url).await?)
     }
+}
+
+/// Identifiers as the tests write them, decoded as the store's edge decodes them: an id
+/// the service would never issue is a bug in the test.
+pub fn org_id(s: &str) -> agentid::domain::OrgId {
+    agentid::domain::OrgId::parse(s).unwrap_or_else(|| panic!("{s:?} is no organization id"))
+}
+
+pub fn agent_id(s: &str) -> agentid::domain::AgentId {
+    agentid::domain::AgentId::parse(s).unwrap_or_else(|| panic!("{s:?} is no agent id"))
+}
+
+/// A stream id made of a name (`ssf_paused`): its letters and digits, padded to an id.
+pub fn stream_id(name: &str) -> agentid::domain::StreamId {
+    let body: String = name
+        .trim_start_matches("ssf_")
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect();
+    let id = format!("ssf_{body:0<26}");
+    agentid::domain::StreamId::parse(&id).unwrap_or_else(|| panic!("{name:?} makes no stream id"))
 }

@@ -398,7 +398,11 @@ async fn sigterm_drains_in_flight_work_and_exits_zero() {
     let store = agentid::store::connect(&db.url, &Default::default())
         .await
         .unwrap();
-    let agent = store.get_agent(&agent_id).await.unwrap().unwrap();
+    let agent = store
+        .get_agent(&crate::helpers::agent_id(&agent_id))
+        .await
+        .unwrap()
+        .unwrap();
     assert!(
         agent.verification_count >= answered,
         "{} records for {answered} answers",

@@ -19,8 +19,8 @@ const POLL: &str = "urn:ietf:rfc:8936";
 
 fn stream(app: &TestApp, id: &str, method: &str, status: &str) -> StreamRecord {
     StreamRecord {
-        id: id.into(),
-        org_id: app.org.org_id.clone(),
+        id: crate::helpers::stream_id(id),
+        org_id: crate::helpers::org_id(&app.org.org_id),
         mode: KeyMode::Live,
         aud: "a".into(),
         method: method.into(),
@@ -37,9 +37,10 @@ fn stream(app: &TestApp, id: &str, method: &str, status: &str) -> StreamRecord {
 /// Fills stream `id` with `n` events due at once, as `n` writes through the store would
 /// (written in one statement: the bound, not the filling, is under test).
 async fn fill(app: &TestApp, id: &str, n: i64) {
+    let sid = crate::helpers::stream_id(id);
     app.raw_execute(&format!(
         "INSERT INTO ssf_events (stream_id, jti, kind, state, event_at, next_attempt_at) \
-         SELECT '{id}', '{id}-' || CAST(g.n AS TEXT), 'verification', NULL, 1000, 1000 \
+         SELECT '{sid}', '{id}-' || CAST(g.n AS TEXT), 'verification', NULL, 1000, 1000 \
          FROM {}",
         if app.db.is_postgres() {
             format!("generate_series(1, {n}) AS g(n)")
@@ -50,7 +51,7 @@ async fn fill(app: &TestApp, id: &str, n: i64) {
     .await
     .unwrap();
     app.raw_execute(&format!(
-        "UPDATE ssf_streams SET pending = pending + {n}, next_due_at = 1000 WHERE id = '{id}'"
+        "UPDATE ssf_streams SET pending = pending + {n}, next_due_at = 1000 WHERE id = '{sid}'"
     ))
     .await
     .unwrap();
@@ -70,11 +71,18 @@ async fn every_stream_is_owed_at_most_ten_thousand_events_whatever_its_state() {
             .unwrap());
         fill(&app, id, 9_998).await;
         for i in 0..5 {
-            s.add_verification(id, Some(&format!("late {i}")), Millis(2000 + i))
-                .await
-                .unwrap();
+            s.add_verification(
+                &crate::helpers::stream_id(id),
+                Some(&format!("late {i}")),
+                Millis(2000 + i),
+            )
+            .await
+            .unwrap();
         }
-        let events = s.pending_events(id, 20_000).await.unwrap();
+        let events = s
+            .pending_events(&crate::helpers::stream_id(id), 20_000)
+            .await
+            .unwrap();
         assert_eq!(events.len(), 10_000, "{id}");
         assert_eq!(
             events[0].jti,
@@ -90,7 +98,10 @@ async fn every_stream_is_owed_at_most_ten_thousand_events_whatever_its_state() {
     crate::helpers::insert_agent(&app.db.url, &agent).await.unwrap();
     s.revoke_agent(&agent.id, Millis(3000), None).await.unwrap();
     for id in ["ssf_paused", "ssf_polled"] {
-        let events = s.pending_events(id, 20_000).await.unwrap();
+        let events = s
+            .pending_events(&crate::helpers::stream_id(id), 20_000)
+            .await
+            .unwrap();
         assert_eq!(events.len(), 10_000, "{id}");
         assert_eq!(
             events.last().unwrap().agent_id.as_deref(),
@@ -102,17 +113,25 @@ async fn every_stream_is_owed_at_most_ten_thousand_events_whatever_its_state() {
     // Acknowledged and disabled: deleted, and counted off.
     let acked = s
         .ack_events(
-            "ssf_polled",
+            &crate::helpers::stream_id("ssf_polled"),
             &["ssf_polled-5".into(), "ssf_polled-6".into(), "no such".into()],
         )
         .await
         .unwrap();
     assert_eq!(acked, 2);
-    let mut paused = s.get_stream("ssf_paused").await.unwrap().unwrap();
+    let mut paused = s
+        .get_stream(&crate::helpers::stream_id("ssf_paused"))
+        .await
+        .unwrap()
+        .unwrap();
     paused.status = "disabled".into();
     s.update_stream(&paused).await.unwrap();
     assert_eq!(s.outbox_totals().await.unwrap(), (9_998, 8));
-    assert!(s.pending_events("ssf_paused", 10).await.unwrap().is_empty());
+    assert!(s
+        .pending_events(&crate::helpers::stream_id("ssf_paused"), 10)
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 /// The deliverer's look for due streams reads streams, not events: 10,000 events waiting
@@ -141,28 +160,46 @@ async fn due_streams_are_found_by_their_next_due_time() {
     let (now, until) = (t(5000), t(9000));
     assert!(s.claim_streams(now, until, 16).await.unwrap().is_empty());
 
-    s.add_verification("ssf_pushed", None, t(4000)).await.unwrap();
-    s.add_verification("ssf_pushed", None, t(4500)).await.unwrap();
+    s.add_verification(&crate::helpers::stream_id("ssf_pushed"), None, t(4000))
+        .await
+        .unwrap();
+    s.add_verification(&crate::helpers::stream_id("ssf_pushed"), None, t(4500))
+        .await
+        .unwrap();
     let claimed = s.claim_streams(now, until, 16).await.unwrap();
     assert_eq!(
         claimed.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
-        ["ssf_pushed"]
+        [crate::helpers::stream_id("ssf_pushed").as_str()]
     );
-    s.release_stream("ssf_pushed").await.unwrap();
+    s.release_stream(&crate::helpers::stream_id("ssf_pushed"))
+        .await
+        .unwrap();
 
     // The oldest failed and waits until 8000: the stream is not due before then, however
     // early the event behind it.
-    let events = s.pending_events("ssf_pushed", 10).await.unwrap();
-    s.event_retry("ssf_pushed", events[0].seq, 1, t(8000))
+    let events = s
+        .pending_events(&crate::helpers::stream_id("ssf_pushed"), 10)
         .await
         .unwrap();
+    s.event_retry(
+        &crate::helpers::stream_id("ssf_pushed"),
+        events[0].seq,
+        1,
+        t(8000),
+    )
+    .await
+    .unwrap();
     assert!(s.claim_streams(now, until, 16).await.unwrap().is_empty());
     assert_eq!(s.claim_streams(t(8000), until, 16).await.unwrap().len(), 1);
-    s.release_stream("ssf_pushed").await.unwrap();
+    s.release_stream(&crate::helpers::stream_id("ssf_pushed"))
+        .await
+        .unwrap();
 
     // Both delivered: nothing is owed, and nothing is due.
     let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
-    s.events_done("ssf_pushed", &seqs).await.unwrap();
+    s.events_done(&crate::helpers::stream_id("ssf_pushed"), &seqs)
+        .await
+        .unwrap();
     assert!(s
         .claim_streams(Millis(i64::MAX / 2), until, 16)
         .await
@@ -190,9 +227,11 @@ async fn an_event_queued_during_a_settle_stays_due() {
         .await
         .unwrap());
     let at = Millis::now().0 + 86_400_000;
-    s.add_verification("ssf_raced", None, Millis(at)).await.unwrap();
+    s.add_verification(&crate::helpers::stream_id("ssf_raced"), None, Millis(at))
+        .await
+        .unwrap();
     let seqs: Vec<i64> = s
-        .pending_events("ssf_raced", 10)
+        .pending_events(&crate::helpers::stream_id("ssf_raced"), 10)
         .await
         .unwrap()
         .iter()
@@ -203,7 +242,7 @@ async fn an_event_queued_during_a_settle_stays_due() {
     other.execute("BEGIN").await.unwrap();
     sqlx::query(
         "INSERT INTO ssf_events (stream_id, jti, kind, state, event_at, next_attempt_at) \
-         VALUES ('ssf_raced', 'raced-2', 'verification', NULL, $1, $1)",
+         VALUES ('ssf_raced000000000000000000000', 'raced-2', 'verification', NULL, $1, $1)",
     )
     .bind(at + 1000)
     .execute(&mut other)
@@ -211,7 +250,7 @@ async fn an_event_queued_during_a_settle_stays_due() {
     .unwrap();
     sqlx::query(
         "UPDATE ssf_streams SET pending = pending + 1, next_due_at = COALESCE(next_due_at, $1) \
-         WHERE id = 'ssf_raced'",
+         WHERE id = 'ssf_raced000000000000000000000'",
     )
     .bind(at + 1000)
     .execute(&mut other)
@@ -221,14 +260,16 @@ async fn an_event_queued_during_a_settle_stays_due() {
         actix_web::rt::time::sleep(Duration::from_millis(300)).await;
         other.execute("COMMIT").await.unwrap();
     };
-    let (done, ()) = tokio::join!(s.events_done("ssf_raced", &seqs), commit_later);
+    let raced = crate::helpers::stream_id("ssf_raced");
+    let (done, ()) = tokio::join!(s.events_done(&raced, &seqs), commit_later);
     done.unwrap();
     let mut check = sqlx::PgConnection::connect(&app.db.url).await.unwrap();
-    let (pending, due): (i64, Option<i64>) =
-        sqlx::query_as("SELECT pending, next_due_at FROM ssf_streams WHERE id = 'ssf_raced'")
-            .fetch_one(&mut check)
-            .await
-            .unwrap();
+    let (pending, due): (i64, Option<i64>) = sqlx::query_as(
+        "SELECT pending, next_due_at FROM ssf_streams WHERE id = 'ssf_raced000000000000000000000'",
+    )
+    .fetch_one(&mut check)
+    .await
+    .unwrap();
     assert_eq!((pending, due), (1, Some(at + 1000)));
 }
 
@@ -256,7 +297,7 @@ async fn the_stream_limit_holds_under_concurrent_creation() {
     assert_eq!(created, 10);
     let live = app
         .store
-        .list_streams(&app.org.org_id, KeyMode::Live)
+        .list_streams(&crate::helpers::org_id(&app.org.org_id), KeyMode::Live)
         .await
         .unwrap();
     assert_eq!(live.len(), 10);

@@ -287,11 +287,16 @@ async fn stock_receivers_read_a_revocation_from_the_list() {
 async fn agents_from_before_lists_are_placed_by_the_migration() {
     let app = spawn_app().await;
     let (agent, _) = app.agent().await;
-    let template = app.store.get_agent(&agent).await.unwrap().unwrap();
+    let template = app
+        .store
+        .get_agent(&crate::helpers::agent_id(&agent))
+        .await
+        .unwrap()
+        .unwrap();
     let mut old = Vec::new();
     for mode in [KeyMode::Live, KeyMode::Live, KeyMode::Test] {
         let mut a = template.clone();
-        a.id = agentid::domain::AgentId::generate().as_str().to_owned();
+        a.id = agentid::domain::AgentId::generate();
         a.mode = mode;
         a.status = None;
         crate::helpers::insert_agent(&app.db.url, &a).await.unwrap();
@@ -323,7 +328,7 @@ async fn agents_from_before_lists_are_placed_by_the_migration() {
     assert!(places.iter().all(|p| p.idx < 2));
     let sizes: std::collections::HashMap<String, u64> =
         app.store.status_lists().await.unwrap().into_iter().collect();
-    assert_eq!((sizes[live], sizes[test]), (8, 8));
+    assert_eq!((sizes[live.as_str()], sizes[test.as_str()]), (8, 8));
 
     // A new agent goes elsewhere; an old one's next token carries its place.
     let (_, fresh) = app.agent().await;
@@ -340,6 +345,6 @@ async fn agents_from_before_lists_are_placed_by_the_migration() {
     assert_eq!(idx, places[0].idx);
     assert!(uri.ends_with(live.as_str()), "{uri}");
     assert_eq!(status_at(&checked_list(&app, &uri).await, idx), 0);
-    assert_eq!(app.revoke(&old[0], None).await.status, 200);
+    assert_eq!(app.revoke(old[0].as_str(), None).await.status, 200);
     until_revoked(&app, &uri, idx).await;
 }

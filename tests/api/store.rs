@@ -12,13 +12,13 @@ use crate::helpers::spawn_app;
 /// A live agent row as the store keeps it (long expired: set `expires_at` where it matters).
 pub fn agent(id: &str, org: &str) -> AgentRecord {
     AgentRecord {
-        id: id.into(),
-        org_id: org.into(),
+        id: crate::helpers::agent_id(id),
+        org_id: crate::helpers::org_id(org),
         mode: KeyMode::Live,
         name: "n".into(),
-        issuer_domain: "example.com".into(),
+        issuer_domain: agentid::domain::IssuerDomain::parse("example.com").unwrap(),
         description: String::new(),
-        scopes: vec!["read:x".into(), "write:y".into()],
+        scopes: agentid::domain::Scopes::parse(&["read:x", "write:y"]).unwrap(),
         created_at: Millis(1),
         issued_at: Millis(1000),
         expires_at: Millis(2000),
@@ -31,11 +31,11 @@ pub fn agent(id: &str, org: &str) -> AgentRecord {
     }
 }
 
-fn entry(ledger: &Ledger, agent: &str, result: VerifyResult) -> AuditEntry {
+fn entry(ledger: &Ledger, agent: impl AsRef<str>, result: VerifyResult) -> AuditEntry {
     AuditEntry {
         event: Event::Verification,
         ledger: ledger.clone(),
-        agent_id: agent.into(),
+        agent_id: agent.as_ref().to_owned(),
         result,
         failure_reason: (result != VerifyResult::Valid).then(|| "why".to_owned()),
         latency_us: 7,
@@ -109,15 +109,19 @@ async fn agents_round_trip_revoke_once_and_refuse_renewal_when_revoked() {
         Millis(9000)
     );
     assert!(s
-        .revoke_agent("agt_01zzzzzzzzzzzzzzzzzzzzzzzz", Millis(1), None)
+        .revoke_agent(
+            &crate::helpers::agent_id("agt_01zzzzzzzzzzzzzzzzzzzzzzzz"),
+            Millis(1),
+            None
+        )
         .await
         .unwrap()
         .is_none());
 
     let b = agent("agt_01bbbbbbbbbbbbbbbbbbbbbbbb", &org);
     crate::helpers::insert_agent(&app.db.url, &b).await.unwrap();
-    let listed: Vec<String> = s
-        .list_agents(&org, KeyMode::Live, None, None)
+    let listed: Vec<agentid::domain::AgentId> = s
+        .list_agents(&crate::helpers::org_id(&org), KeyMode::Live, None, None)
         .await
         .unwrap()
         .into_iter()
@@ -125,11 +129,11 @@ async fn agents_round_trip_revoke_once_and_refuse_renewal_when_revoked() {
         .collect();
     assert_eq!(listed, [b.id.clone(), a.id.clone()], "newest first");
     assert!(s
-        .list_agents(&org, KeyMode::Test, None, None)
+        .list_agents(&crate::helpers::org_id(&org), KeyMode::Test, None, None)
         .await
         .unwrap()
         .is_empty());
-    let scanned = s.scan_agents(&a.id, 10).await.unwrap();
+    let scanned = s.scan_agents(a.id.as_str(), 10).await.unwrap();
     assert_eq!(scanned.len(), 1);
     assert_eq!(scanned[0].id, b.id);
 }
@@ -233,9 +237,9 @@ async fn batches_chain_count_and_recheck_revocation_inside_the_transaction() {
         assert_eq!(p.total as usize, p.records.len());
         totals.insert((agent_id.map(str::to_owned), result), p.total);
     }
-    assert_eq!(totals[&(Some(a.id.clone()), None)], 3);
+    assert_eq!(totals[&(Some(a.id.to_string()), None)], 3);
     assert_eq!(totals[&(None, Some(VerifyResult::Revoked))], 1);
-    assert_eq!(totals[&(Some(b.id.clone()), Some(VerifyResult::Valid))], 1);
+    assert_eq!(totals[&(Some(b.id.to_string()), Some(VerifyResult::Valid))], 1);
 
     assert_eq!(s.get_agent(&a.id).await.unwrap().unwrap().verification_count, 3);
     assert_eq!(s.get_agent(&b.id).await.unwrap().unwrap().verification_count, 2);
@@ -251,7 +255,11 @@ async fn batches_chain_count_and_recheck_revocation_inside_the_transaction() {
 async fn organizations_and_keys_round_trip() {
     let app = spawn_app().await;
     let s = &app.store;
-    let mut org = s.get_org(&app.org.org_id).await.unwrap().unwrap();
+    let mut org = s
+        .get_org(&crate::helpers::org_id(&app.org.org_id))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(org.plan, agentid::domain::Plan::Developer);
     // Custom limits are stored and read back on enterprise; on the other plans the table
     // is what is read, whatever the row holds.
@@ -302,7 +310,7 @@ async fn batches_recheck_revocation_only_when_a_check_could_have_missed_one() {
         .unwrap()
         .unwrap();
     assert_eq!(epoch, Some(1));
-    let seen = |agent: &str, epoch| AuditEntry {
+    let seen = |agent: &agentid::domain::AgentId, epoch| AuditEntry {
         event: Event::Verification,
         revocations_seen: epoch,
         ..entry(&live, agent, VerifyResult::Valid)
@@ -410,7 +418,7 @@ async fn two_instances_appending_to_one_ledger_never_fork_the_chain() {
         let total = |result| {
             let q = LogQuery {
                 ledger: &live,
-                agent_id: Some(&a.id),
+                agent_id: Some(a.id.as_str()),
                 result,
                 before_seq: None,
                 limit: 1,
@@ -672,8 +680,8 @@ async fn a_revocation_reaches_exactly_the_streams_that_cover_it() {
     .unwrap()
     .org_id;
     let stream = |id: &str, org: &str, mode: KeyMode, status: &str, revocations: bool| StreamRecord {
-        id: id.into(),
-        org_id: org.into(),
+        id: crate::helpers::stream_id(id),
+        org_id: crate::helpers::org_id(org),
         mode,
         aud: "a".into(),
         method: "urn:ietf:rfc:8936".into(),
@@ -745,14 +753,22 @@ async fn a_revocation_reaches_exactly_the_streams_that_cover_it() {
     }
     let x = agent("agt_01xxxxxxxxxxxxxxxxxxxxxxxx", &org);
     crate::helpers::insert_agent(&app.db.url, &x).await.unwrap();
-    s.add_subject("ssf_subject_x", &x.id).await.unwrap();
-    s.add_subject("ssf_subject_y", "agt_01yyyyyyyyyyyyyyyyyyyyyyyy")
+    s.add_subject(&crate::helpers::stream_id("ssf_subject_x"), &x.id)
         .await
         .unwrap();
+    s.add_subject(
+        &crate::helpers::stream_id("ssf_subject_y"),
+        &crate::helpers::agent_id("agt_01yyyyyyyyyyyyyyyyyyyyyyyy"),
+    )
+    .await
+    .unwrap();
     s.revoke_agent(&x.id, Millis(5000), Some("why")).await.unwrap();
     s.revoke_agent(&x.id, Millis(6000), Some("again")).await.unwrap();
     for (id, _, _, _, _, gets) in &streams {
-        let events = s.pending_events(id, 10).await.unwrap();
+        let events = s
+            .pending_events(&crate::helpers::stream_id(id), 10)
+            .await
+            .unwrap();
         assert_eq!(events.len(), usize::from(*gets), "{id}: {events:?}");
         for e in events {
             assert_eq!(

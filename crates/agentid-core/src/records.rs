@@ -5,12 +5,15 @@ use std::fmt;
 
 use crate::domain::audit::AuditRecord;
 use crate::domain::holding::Holding;
-use crate::domain::{ApiKeyKind, KeyMode, Ledger, Millis, OrgLimits, Plan, StatusPlace, VerifyResult};
+use crate::domain::{
+    AgentId, ApiKeyKind, IssuerDomain, KeyMode, Ledger, Millis, OrgId, OrgLimits, Plan, Scopes, StatusPlace,
+    StreamId, VerifyResult,
+};
 use crate::tlog::tree::Hash;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OrgRecord {
-    pub id: String,
+    pub id: OrgId,
     pub name: String,
     pub plan: Plan,
     pub limits: OrgLimits,
@@ -21,7 +24,7 @@ pub struct OrgRecord {
 #[derive(Clone)]
 pub struct NewApiKey {
     pub key_hash: [u8; 32],
-    pub org_id: String,
+    pub org_id: OrgId,
     pub kind: ApiKeyKind,
     pub mode: KeyMode,
     pub hint: String,
@@ -48,13 +51,13 @@ pub struct KeyRecord {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentRecord {
-    pub id: String,
-    pub org_id: String,
+    pub id: AgentId,
+    pub org_id: OrgId,
     pub mode: KeyMode,
     pub name: String,
-    pub issuer_domain: String,
+    pub issuer_domain: IssuerDomain,
     pub description: String,
-    pub scopes: Vec<String>,
+    pub scopes: Scopes,
     pub created_at: Millis,
     pub issued_at: Millis,
     pub expires_at: Millis,
@@ -74,7 +77,7 @@ pub struct AgentRecord {
 impl AgentRecord {
     pub fn ledger(&self) -> Ledger {
         Ledger {
-            org_id: self.org_id.clone(),
+            org_id: self.org_id.as_str().to_owned(),
             mode: self.mode,
         }
     }
@@ -123,7 +126,7 @@ pub struct RevokedSince {
 /// One agent's revocation, as the instances learn it from each other.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Revocation {
-    pub agent_id: String,
+    pub agent_id: AgentId,
     pub reason: Option<String>,
     pub at: Millis,
     /// Its status place (every stored agent has one: migration 15 placed those registered
@@ -134,8 +137,8 @@ pub struct Revocation {
 /// A stream as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamRecord {
-    pub id: String,
-    pub org_id: String,
+    pub id: StreamId,
+    pub org_id: OrgId,
     pub mode: KeyMode,
     pub aud: String,
     /// `urn:ietf:rfc:8935` (push) or `urn:ietf:rfc:8936` (poll).

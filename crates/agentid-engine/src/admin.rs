@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use agentid_core::domain::{new_id, ApiKeyKind, IdPrefix, KeyMode, Millis, OrgLimits, Plan, ValidationError};
+use agentid_core::domain::{ApiKeyKind, KeyMode, Millis, OrgId, OrgLimits, Plan, ValidationError};
 use agentid_core::keys::{
     states, thumbprint, KeyError, KeyRing, KeyState, KeyView, SigningKeyRecord, Unvouched,
 };
@@ -65,7 +65,7 @@ pub async fn create_first_org(
 /// A new organization with its four keys: as stored, and as shown once.
 fn new_org(name: &str, plan: Plan, limits: OrgLimits) -> (OrgRecord, Vec<NewApiKey>, CreatedOrg) {
     let org = OrgRecord {
-        id: new_id(IdPrefix::Org),
+        id: OrgId::generate(),
         name: name.to_owned(),
         plan,
         limits,
@@ -84,7 +84,7 @@ fn new_org(name: &str, plan: Plan, limits: OrgLimits) -> (OrgRecord, Vec<NewApiK
         publishable_test: key(ApiKeyKind::Publishable, KeyMode::Test),
     };
     let created = CreatedOrg {
-        org_id: org.id.clone(),
+        org_id: org.id.as_str().to_owned(),
         name: org.name.clone(),
         plan: plan.as_str(),
         keys,
@@ -99,10 +99,13 @@ pub async fn create_key(
     kind: ApiKeyKind,
     mode: KeyMode,
 ) -> Result<Option<String>, StoreError> {
-    if store.get_org(org_id).await?.is_none() {
+    let Some(org_id) = OrgId::parse(org_id) else {
+        return Ok(None);
+    };
+    if store.get_org(&org_id).await?.is_none() {
         return Ok(None);
     }
-    let (key, stored) = generate_key(org_id, kind, mode);
+    let (key, stored) = generate_key(&org_id, kind, mode);
     store.insert_key(&stored).await?;
     Ok(Some(key))
 }
@@ -167,7 +170,11 @@ pub async fn set_limits(
     org_id: &str,
     change: LimitChange,
 ) -> Result<OrgRecord, AdminError> {
-    let Some(mut org) = store.get_org(org_id).await? else {
+    let found = match OrgId::parse(org_id) {
+        Some(id) => store.get_org(&id).await?,
+        None => None,
+    };
+    let Some(mut org) = found else {
         return Err(AdminError::NoOrg(org_id.to_owned()));
     };
     let (plan, limits) = OrgLimits::change(

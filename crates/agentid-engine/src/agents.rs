@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use agentid_core::domain::{
-    new_id, AgentFields, AgentId, IdPrefix, KeyMode, Millis, RevokeReason, StatusPlace,
+    new_id, AgentFields, AgentId, IdPrefix, KeyMode, ListId, Millis, RevokeReason, StatusPlace,
 };
 use agentid_core::keys::SigningKeys;
 use agentid_core::token::dpop::PublicJwk;
@@ -30,7 +30,7 @@ pub struct Registration {
 /// A newly issued token.
 #[derive(Debug, Clone)]
 pub struct IssuedToken {
-    pub agent_id: String,
+    pub agent_id: AgentId,
     pub token: String,
     pub expires_at: Millis,
 }
@@ -54,7 +54,7 @@ impl Agents {
         let cfg = self.status.config();
         PlaceDraw {
             mode,
-            new_list: new_id(IdPrefix::StatusList),
+            new_list: ListId::generate(),
             size: cfg.size,
             fill: cfg.fill(),
             draws: (0..64).map(|_| rand::random::<u64>()).collect(),
@@ -73,13 +73,13 @@ impl Agents {
         let issued = Millis::from_secs(now.as_secs());
         let id = AgentId::generate();
         let agent = AgentRecord {
-            id: id.as_str().to_owned(),
+            id,
             org_id: caller.org.id.clone(),
             mode: caller.mode,
             name: fields.name.as_str().to_owned(),
-            issuer_domain: fields.issuer_domain.as_str().to_owned(),
+            issuer_domain: fields.issuer_domain,
             description: fields.description.as_str().to_owned(),
-            scopes: fields.scopes.into_vec(),
+            scopes: fields.scopes,
             created_at: now,
             issued_at: issued,
             expires_at: issued.plus_secs(fields.expiry.get() as i64),
@@ -93,7 +93,7 @@ impl Agents {
         // An agent whose token no verifier would accept is not registered: a token with the
         // longest place and URI a list can give is signed first.
         let longest = StatusPlace {
-            list: new_id(IdPrefix::StatusList),
+            list: ListId::generate(),
             idx: u64::MAX,
         };
         self.sign(
@@ -114,8 +114,8 @@ impl Agents {
                 rules.as_ref().map(|r| r as &dyn DomainRules),
             )
             .await?
-            .map_err(|why| EngineError::not_held(&agent.issuer_domain, why))?;
-        self.status.learn_list(&place.list, size);
+            .map_err(|why| EngineError::not_held(agent.issuer_domain.as_str(), why))?;
+        self.status.learn_list(place.list.as_str(), size);
         let agent = AgentRecord {
             status: Some(place),
             ..agent
@@ -126,10 +126,7 @@ impl Agents {
     }
 
     /// The caller's agent, or `AgentNotFound` (also for other organizations' and modes' agents).
-    pub async fn get(&self, caller: &Caller, id: &str) -> Result<AgentRecord, EngineError> {
-        if AgentId::parse(id).is_none() {
-            return Err(EngineError::AgentNotFound);
-        }
+    pub async fn get(&self, caller: &Caller, id: &AgentId) -> Result<AgentRecord, EngineError> {
         match self.store.get_agent(id).await? {
             Some(a) if a.org_id == caller.org.id && a.mode == caller.mode => Ok(a),
             _ => Err(EngineError::AgentNotFound),
@@ -137,13 +134,10 @@ impl Agents {
     }
 
     /// Succeeds when the agent exists and belongs to the caller's organization and mode.
-    pub async fn ensure_owned(&self, caller: &Caller, id: &str) -> Result<(), EngineError> {
-        let owner = match self.registry.agent(id) {
+    pub async fn ensure_owned(&self, caller: &Caller, id: &AgentId) -> Result<(), EngineError> {
+        let owner = match self.registry.agent(id.as_str()) {
             Some(a) => Some((a.org_id.clone(), a.mode)),
-            None if AgentId::parse(id).is_some() => {
-                self.store.get_agent(id).await?.map(|a| (a.org_id, a.mode))
-            }
-            None => None,
+            None => self.store.get_agent(id).await?.map(|a| (a.org_id, a.mode)),
         };
         match owner {
             Some((org, mode)) if org == caller.org.id && mode == caller.mode => Ok(()),
@@ -156,7 +150,7 @@ impl Agents {
     pub async fn list(
         &self,
         caller: &Caller,
-        before: Option<&str>,
+        before: Option<&AgentId>,
         limit: Option<u32>,
     ) -> Result<Vec<AgentRecord>, EngineError> {
         Ok(self
@@ -172,7 +166,7 @@ impl Agents {
     pub async fn issue_token(
         &self,
         caller: &Caller,
-        id: &str,
+        id: &AgentId,
         key: Option<&PublicJwk>,
     ) -> Result<IssuedToken, EngineError> {
         let agent = AgentRecord {
@@ -203,7 +197,7 @@ impl Agents {
                 rules.as_ref().map(|r| r as &dyn DomainRules),
             )
             .await?
-            .map_err(|why| EngineError::not_held(&agent.issuer_domain, why))?
+            .map_err(|why| EngineError::not_held(agent.issuer_domain.as_str(), why))?
         {
             return Err(EngineError::AgentRevoked);
         }
@@ -220,7 +214,7 @@ impl Agents {
     pub async fn revoke(
         &self,
         caller: &Caller,
-        id: &str,
+        id: &AgentId,
         reason: Option<RevokeReason>,
     ) -> Result<(AgentRecord, Millis), EngineError> {
         let agent = self.get(caller, id).await?;
@@ -256,12 +250,12 @@ impl Agents {
             livemode: (agent.mode == KeyMode::Test).then_some(false),
             cnf: agent.jkt.clone().map(|jkt| Confirmation { jkt }),
             ..Claims::agent(
-                &agent.issuer_domain,
-                &agent.id,
+                agent.issuer_domain.as_str(),
+                agent.id.as_str(),
                 &new_id(IdPrefix::Request)[4..],
                 issued.as_secs(),
                 expires.as_secs(),
-                agent.scopes.clone(),
+                agent.scopes.to_vec(),
             )
         });
         if token.len() > agentid_core::token::MAX_TOKEN_LEN {

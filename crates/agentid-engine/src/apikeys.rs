@@ -8,7 +8,7 @@ use rand::distributions::{Alphanumeric, DistString};
 use sha2::{Digest, Sha256};
 
 use agentid_core::domain::org::{key_prefix, parse_key_prefix};
-use agentid_core::domain::{ApiKeyKind, KeyMode, Millis};
+use agentid_core::domain::{ApiKeyKind, KeyMode, Millis, OrgId};
 use agentid_store::{KeyRecord, NewApiKey, OrgRecord, SharedStore, StoreError};
 
 /// How long a resolved key is trusted before the store is asked again (the default of
@@ -40,13 +40,13 @@ pub fn hash_key(key: &str) -> [u8; 32] {
 }
 
 /// A new random key (`sk_live_` + 40 alphanumerics, about 238 bits) and its stored form.
-pub fn generate_key(org_id: &str, kind: ApiKeyKind, mode: KeyMode) -> (String, NewApiKey) {
+pub fn generate_key(org_id: &OrgId, kind: ApiKeyKind, mode: KeyMode) -> (String, NewApiKey) {
     let secret = Alphanumeric.sample_string(&mut rand::rngs::OsRng, 40);
     let key = format!("{}{secret}", key_prefix(kind, mode));
     let hint = format!("{}…{}", key_prefix(kind, mode), &secret[secret.len() - 4..]);
     let stored = NewApiKey {
         key_hash: hash_key(&key),
-        org_id: org_id.to_owned(),
+        org_id: org_id.clone(),
         kind,
         mode,
         hint,

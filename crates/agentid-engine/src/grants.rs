@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::admin::AdminError;
 use agentid_core::domain::holding::{parse_name, Grant, HoldRefused};
-use agentid_core::domain::Millis;
+use agentid_core::domain::{Millis, OrgId};
 use agentid_core::keys::KeyRing;
 use agentid_store::{Held, OrgRecord, SharedStore};
 
@@ -32,8 +32,10 @@ pub async fn fleet_key_file(store: &SharedStore, path: &Path) -> Result<KeyRing,
 
 /// The organization an operator names: by id, or by a name exactly one organization has.
 pub async fn find_org(store: &SharedStore, id_or_name: &str) -> Result<OrgRecord, AdminError> {
-    if let Some(org) = store.get_org(id_or_name).await? {
-        return Ok(org);
+    if let Some(id) = OrgId::parse(id_or_name) {
+        if let Some(org) = store.get_org(&id).await? {
+            return Ok(org);
+        }
     }
     let mut named: Vec<OrgRecord> = store
         .list_orgs()
@@ -65,7 +67,7 @@ pub async fn approve(
         .hold_domain(
             &Rules::new(keys),
             &org.id,
-            name.as_str(),
+            &name,
             Grant::Operator { force },
             now,
             now,
@@ -92,7 +94,7 @@ pub async fn release(
 ) -> Result<(), AdminError> {
     let name = parse_name("domain", domain)?;
     if store
-        .release_domain(&Rules::new(keys), &org.id, name.as_str(), Millis::now())
+        .release_domain(&Rules::new(keys), &org.id, &name, Millis::now())
         .await?
     {
         Ok(())
@@ -130,7 +132,7 @@ pub async fn list(
     keys: &KeyRing,
     org: Option<&OrgRecord>,
 ) -> Result<Vec<Listed>, AdminError> {
-    let org_id = org.map(|o| o.id.as_str());
+    let org_id = org.map(|o| &o.id);
     let mut out: Vec<Listed> = store
         .holdings(&Rules::new(keys), org_id)
         .await?

@@ -16,7 +16,9 @@ use sha2::{Digest, Sha256};
 
 use agentid_core::domain::audit::{revoked_failure_reason, AuditEntry, Event};
 use agentid_core::domain::holding::NotCovered;
-use agentid_core::domain::{new_id, AgentId, IdPrefix, KeyMode, Ledger, Millis, VerifyResult};
+use agentid_core::domain::{
+    new_id, AgentId, IdPrefix, IssuerDomain, KeyMode, Ledger, Millis, OrgId, VerifyResult,
+};
 use agentid_core::keys::SigningKeys;
 use agentid_core::token::dpop::{check_proof, Expected as ProofExpected, PublicJwk};
 use agentid_core::token::{assertion, Audience, Claims, Confirmation, MAX_TOKEN_LEN};
@@ -185,7 +187,7 @@ pub struct OAuth {
     /// Organizations found to hold their agent's issuer domain lately, and when: a name
     /// released is refused here within `HELD_FOR` (a name taken by another organization
     /// revokes its agents, which every token request sees at once).
-    held: quick_cache::sync::Cache<(String, String), Instant>,
+    held: quick_cache::sync::Cache<(OrgId, IssuerDomain), Instant>,
 }
 
 /// How long a holding found is trusted by an instance.
@@ -279,9 +281,9 @@ impl OAuth {
         let now = Millis::now();
         let assertion = req.client_assertion.unwrap_or_default();
         let claimed = assertion::claimed_client(assertion);
-        let named = claimed.as_deref().filter(|c| AgentId::parse(c).is_some());
+        let named = claimed.as_deref().and_then(AgentId::parse);
         let agent = match named {
-            Some(id) => self.store.get_agent(id).await?,
+            Some(id) => self.store.get_agent(&id).await?,
             None => None,
         };
         let Some(agent) = agent else {
@@ -293,7 +295,7 @@ impl OAuth {
                 .refused(None, VerifyResult::Invalid, why, now, received)
                 .await);
         };
-        if let Some(id) = req.client_id.filter(|id| *id != agent.id) {
+        if let Some(id) = req.client_id.filter(|id| agent.id != **id) {
             let why = format!("client_id {id} is not the client the assertion names");
             return Err(self
                 .refused(Some(&agent), VerifyResult::Invalid, why, now, received)
@@ -320,7 +322,7 @@ impl OAuth {
         };
         let audiences = [self.issuer.as_str(), self.token_endpoint.as_str()];
         let expected = assertion::Expected {
-            client_id: &agent.id,
+            client_id: agent.id.as_str(),
             audiences: &audiences,
             now: now.as_secs(),
             max_lifetime: MAX_ASSERTION_LIFETIME_SECS,
@@ -335,7 +337,7 @@ impl OAuth {
                     .await);
             }
         };
-        if let Some(rev) = self.registry.revocation(&agent.id) {
+        if let Some(rev) = self.registry.revocation(agent.id.as_str()) {
             let why = revoked_failure_reason(rev.reason.as_deref());
             return Err(self
                 .refused(Some(&agent), VerifyResult::Revoked, why, now, received)
@@ -349,7 +351,7 @@ impl OAuth {
         }
         // Fleet-wide: the store remembers each assertion until it expires.
         let mut id = Sha256::new();
-        id.update(agent.id.as_bytes());
+        id.update(agent.id.as_str().as_bytes());
         id.update([0]);
         id.update(checked.jti.as_bytes());
         let id = URL_SAFE_NO_PAD.encode(id.finalize());
@@ -401,7 +403,7 @@ impl OAuth {
             }
             Err(e) => return Err(e.into()),
         }
-        if self.registry.revocation(&agent.id).is_some() {
+        if self.registry.revocation(agent.id.as_str()).is_some() {
             return Err(self
                 .refused(
                     Some(agent),
@@ -415,18 +417,18 @@ impl OAuth {
         let issued = now.as_secs();
         let expires = issued + self.lifetime_secs;
         let claims = Claims {
-            client_id: Some(agent.id.clone()),
+            client_id: Some(agent.id.to_string()),
             aud: Some(Audience::of(
                 req.resources.iter().map(|r| (*r).to_owned()).collect(),
             )),
             scope: Some(granted.clone()),
-            issuer_domain: Some(agent.issuer_domain.clone()),
+            issuer_domain: Some(agent.issuer_domain.to_string()),
             status: agent.status.as_ref().map(|p| self.status.claim(p)),
             livemode: (agent.mode == KeyMode::Test).then_some(false),
             cnf: cnf.map(|jkt| Confirmation { jkt }),
             ..Claims::agent(
                 &self.issuer,
-                &agent.id,
+                agent.id.as_str(),
                 &new_id(IdPrefix::Request)[4..],
                 issued,
                 expires,
@@ -450,7 +452,7 @@ impl OAuth {
             .append(AuditEntry {
                 ledger: agent.ledger(),
                 event: Event::TokenRequest,
-                agent_id: agent.id.clone(),
+                agent_id: agent.id.to_string(),
                 result: VerifyResult::Valid,
                 failure_reason: None,
                 latency_us: received.elapsed().as_micros() as i64,
@@ -460,7 +462,7 @@ impl OAuth {
             .await?;
         if record.result != VerifyResult::Valid {
             // Revoked on another instance meanwhile: the store saw it inside the batch.
-            Box::pin(self.revocations.seen_elsewhere(&self.store, &agent.id)).await;
+            Box::pin(self.revocations.seen_elsewhere(&self.store, agent.id.as_str())).await;
             return Err(OAuthError::InvalidClient("the agent is revoked".into()));
         }
         Ok(AccessToken {
@@ -481,8 +483,11 @@ impl OAuth {
         if self.held.get(&pair).is_some_and(|at| at.elapsed() < HELD_FOR) {
             return Ok(Ok(()));
         }
-        let held = self.store.holdings_over(&rules, &agent.issuer_domain).await?;
-        let decided = rules.may_issue(&agent.org_id, &agent.issuer_domain, &held);
+        let held = self
+            .store
+            .holdings_over(&rules, agent.issuer_domain.as_str())
+            .await?;
+        let decided = rules.may_issue(agent.org_id.as_str(), agent.issuer_domain.as_str(), &held);
         if decided.is_ok() {
             self.held.insert(pair, Instant::now());
         }
@@ -578,7 +583,7 @@ impl OAuth {
             .append(AuditEntry {
                 ledger: agent.map_or_else(Ledger::service, AgentRecord::ledger),
                 event: Event::TokenRequest,
-                agent_id: agent.map(|a| a.id.clone()).unwrap_or_default(),
+                agent_id: agent.map(|a| a.id.to_string()).unwrap_or_default(),
                 result,
                 failure_reason: Some(why),
                 latency_us: received.elapsed().as_micros() as i64,

@@ -18,13 +18,13 @@ use std::sync::Arc;
 use dashmap::DashMap;
 use parking_lot::Mutex;
 
-use agentid_core::domain::KeyMode;
+use agentid_core::domain::{AgentId, KeyMode, OrgId};
 use agentid_store::AgentRecord;
 
 /// The fixed facts about an agent that verification uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentEntry {
-    pub org_id: String,
+    pub org_id: OrgId,
     pub mode: KeyMode,
     pub name: String,
     pub description: String,
@@ -49,7 +49,7 @@ pub struct Revoked {
 
 #[derive(Debug, Default)]
 pub struct Registry {
-    agents: DashMap<String, Arc<AgentEntry>>,
+    agents: DashMap<AgentId, Arc<AgentEntry>>,
     revoked: DashMap<String, Revoked>,
     /// Every revocation with an epoch up to this one is in `revoked` (`epochs.seen`, kept
     /// here too so that the verify path reads it without a lock).

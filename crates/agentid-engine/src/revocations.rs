@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentid_core::domain::{Millis, StatusPlace};
+use agentid_core::domain::{AgentId, Millis, StatusPlace};
 use agentid_store::{AgentRecord, RevokedSince, SharedStore};
 
 use super::registry::Registry;
@@ -43,7 +43,7 @@ impl Revocations {
     pub fn learn(&self, a: &AgentRecord) {
         if let Some(at) = a.revoked_at {
             self.mark(
-                &a.id,
+                a.id.as_str(),
                 a.revocation_reason.clone(),
                 a.status.as_ref().map(|p| (p, at)),
             );
@@ -68,7 +68,7 @@ impl Revocations {
     pub(crate) fn caught_up(&self, r: &RevokedSince) {
         for rev in &r.revoked {
             self.mark(
-                &rev.agent_id,
+                rev.agent_id.as_str(),
                 rev.reason.clone(),
                 rev.place.as_ref().map(|p| (p, rev.at)),
             );
@@ -79,7 +79,11 @@ impl Revocations {
     /// A revocation the audit transaction saw that the index did not hold (another instance
     /// revoked the agent): read from the store.
     pub(crate) async fn seen_elsewhere(&self, store: &SharedStore, id: &str) {
-        match store.get_agent(id).await {
+        let read = match AgentId::parse(id) {
+            Some(agent) => store.get_agent(&agent).await,
+            None => Ok(None),
+        };
+        match read {
             Ok(Some(a)) if a.revoked_at.is_some() => self.learn(&a),
             // Not readable now: the index holds it without a reason; the resync brings the rest.
             _ => self.mark(id, None, None),

@@ -191,7 +191,7 @@ async fn load_agents(
     loop {
         let page = store.scan_agents(&after, 1000).await?;
         let Some(last) = page.last() else { break };
-        after = last.id.clone();
+        after = last.id.as_str().to_owned();
         for a in &page {
             registry.learn(a);
             revocations.learn(a);

@@ -106,7 +106,7 @@ impl StatusLists {
         Status {
             status_list: StatusListRef {
                 idx: place.idx,
-                uri: self.uri(&place.list),
+                uri: self.uri(place.list.as_str()),
             },
         }
     }
@@ -135,7 +135,7 @@ impl StatusLists {
     /// Sets the bit of a revoked agent's place (`at`: when the revocation was committed).
     pub fn revoke(&self, place: &StatusPlace, at: Millis) {
         let lists = self.lists.read();
-        match lists.get(&place.list) {
+        match lists.get(place.list.as_str()) {
             Some(list) => {
                 let mut list = list.lock();
                 if !list.bits.is_revoked(place.idx) && list.bits.revoke(place.idx) {

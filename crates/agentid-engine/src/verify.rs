@@ -300,7 +300,7 @@ impl Verify {
             return Ok(invalid(None, None, RejectReason::UnknownAgent, revocations_seen));
         };
         let ledger = Ledger {
-            org_id: agent.org_id.clone(),
+            org_id: agent.org_id.as_str().to_owned(),
             mode: agent.mode,
         };
         let (result, failure_reason) = if let Some(rev) = self.registry.revocation(&claims.sub) {
@@ -347,7 +347,10 @@ impl Verify {
     /// An agent the registry does not hold, read from the store and learned (a revoked one
     /// with its revocation).
     async fn agent_from_store(&self, id: &str) -> Result<Option<Arc<AgentEntry>>, StoreError> {
-        let Some(a) = self.store.get_agent(id).await? else {
+        let Some(id) = AgentId::parse(id) else {
+            return Ok(None);
+        };
+        let Some(a) = self.store.get_agent(&id).await? else {
             return Ok(None);
         };
         self.revocations.learn(&a);
@@ -365,7 +368,7 @@ fn invalid(
     revocations_seen: i64,
 ) -> Outcome {
     let ledger = owner.map_or_else(Ledger::service, |a| Ledger {
-        org_id: a.org_id.clone(),
+        org_id: a.org_id.as_str().to_owned(),
         mode: a.mode,
     });
     Outcome {

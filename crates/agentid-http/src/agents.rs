@@ -10,11 +10,11 @@ use super::auth::Issuer;
 use super::context::AppState;
 use super::cursor;
 use super::error::{ApiError, ErrorBody, ErrorCode};
-use super::input::json_body;
+use super::input::{agent_path, json_body};
 use super::schema::Timestamp;
 use agentid_core::domain::{
-    AgentFields, AgentStatus, Description, ExpirySeconds, IssuerDomain, Ledger, Millis, Name, RevokeReason,
-    Scopes, ValidationError,
+    AgentFields, AgentId, AgentStatus, Description, ExpirySeconds, IssuerDomain, Ledger, Millis, Name,
+    RevokeReason, Scopes, ValidationError,
 };
 use agentid_core::records::AgentRecord;
 use agentid_core::token::dpop::PublicJwk;
@@ -166,10 +166,10 @@ pub(crate) async fn register(
     Ok(no_store(HttpResponse::Created()).json(Registered {
         verify_url: state.verify_url(&reg.token),
         public_key_url: state.public_key_url(),
-        agent_id: reg.agent.id,
+        agent_id: reg.agent.id.into(),
         name: reg.agent.name,
-        issuer: reg.agent.issuer_domain,
-        scopes: reg.agent.scopes,
+        issuer: reg.agent.issuer_domain.into(),
+        scopes: reg.agent.scopes.into_vec(),
         token: reg.token,
         expires_at: reg.agent.expires_at,
     }))
@@ -261,10 +261,10 @@ pub async fn list(
     let now = Millis::now();
     let summary = |a: AgentRecord| AgentSummary {
         status: status(&a, now),
-        id: a.id,
+        id: a.id.into(),
         name: a.name,
-        issuer_domain: a.issuer_domain,
-        scopes: a.scopes,
+        issuer_domain: a.issuer_domain.into(),
+        scopes: a.scopes.into_vec(),
         created_at: a.created_at,
         expires_at: a.expires_at,
         verification_count: a.verification_count,
@@ -282,7 +282,7 @@ pub async fn list(
     }
     let limit = super::input::page_limit(params.limit.as_deref())?;
     let ledger = Ledger {
-        org_id: caller.org.id.clone(),
+        org_id: caller.org.id.as_str().to_owned(),
         mode: caller.mode,
     };
     let secret = state.engine.keys().mac_secret();
@@ -290,23 +290,29 @@ pub async fn list(
         .cursor
         .as_deref()
         .map(|c| {
-            cursor::decode_agent(secret, &ledger, c).ok_or_else(|| {
-                ApiError::new(
-                    ErrorCode::InvalidCursor,
-                    "cursor was not issued for this organization and mode",
-                )
-            })
+            cursor::decode_agent(secret, &ledger, c)
+                .as_deref()
+                .and_then(AgentId::parse)
+                .ok_or_else(|| {
+                    ApiError::new(
+                        ErrorCode::InvalidCursor,
+                        "cursor was not issued for this organization and mode",
+                    )
+                })
         })
         .transpose()?;
     let mut page = state
         .engine
         .agents()
-        .list(&caller, before.as_deref(), Some(limit + 1))
+        .list(&caller, before.as_ref(), Some(limit + 1))
         .await?;
     let more = page.len() > limit as usize;
     page.truncate(limit as usize);
     let next = more
-        .then(|| page.last().map(|a| cursor::encode_agent(secret, &ledger, &a.id)))
+        .then(|| {
+            page.last()
+                .map(|a| cursor::encode_agent(secret, &ledger, a.id.as_str()))
+        })
         .flatten();
     let mut res = HttpResponse::Ok();
     if let Some(c) = next {
@@ -335,14 +341,14 @@ pub async fn get(
     Issuer(caller): Issuer,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let a = state.engine.agents().get(&caller, &id).await?;
+    let a = state.engine.agents().get(&caller, &agent_path(&id)?).await?;
     Ok(HttpResponse::Ok().json(AgentDetail {
         status: status(&a, Millis::now()),
-        id: a.id,
+        id: a.id.into(),
         name: a.name,
-        issuer_domain: a.issuer_domain,
+        issuer_domain: a.issuer_domain.into(),
         description: a.description,
-        scopes: a.scopes,
+        scopes: a.scopes.into_vec(),
         created_at: a.created_at,
         expires_at: a.expires_at,
         revoked_at: a.revoked_at,
@@ -394,12 +400,12 @@ pub(crate) async fn issue_token(
     let issued = state
         .engine
         .agents()
-        .issue_token(&caller, &id, key.as_ref())
+        .issue_token(&caller, &agent_path(&id)?, key.as_ref())
         .await?;
     tracing::info!(agent_id = %issued.agent_id, "token issued");
     Ok(no_store(HttpResponse::Created()).json(Issued {
         verify_url: state.verify_url(&issued.token),
-        agent_id: issued.agent_id,
+        agent_id: issued.agent_id.into(),
         token: issued.token,
         expires_at: issued.expires_at,
     }))
@@ -447,11 +453,15 @@ pub async fn revoke(
             .map(RevokeReason::parse)
             .transpose()?
     };
-    let (a, revoked_at) = state.engine.agents().revoke(&caller, &id, reason).await?;
+    let (a, revoked_at) = state
+        .engine
+        .agents()
+        .revoke(&caller, &agent_path(&id)?, reason)
+        .await?;
     tracing::info!(agent_id = %a.id, "agent revoked");
     Ok(HttpResponse::Ok().json(RevokedBody {
         revoked: true,
-        agent_id: a.id,
+        agent_id: a.id.into(),
         revoked_at,
         reason: a.revocation_reason,
     }))

@@ -64,7 +64,7 @@ pub(crate) async fn gate(
     // the store could not check is the outage's, below).
     let who = match &auth {
         Auth::Key(c) => RateSubject::Org {
-            org_id: &c.org.id,
+            org_id: c.org.id.as_str(),
             per_minute: match class {
                 Class::Verify | Class::Publishable => c.org.limits.verify_per_minute,
                 Class::Other => c.org.limits.other_per_minute,
@@ -76,7 +76,7 @@ pub(crate) async fn gate(
     let (decision, share_refused) = match &auth {
         Auth::Key(c) if route.counted && class == Class::Verify && c.kind == ApiKeyKind::Publishable => {
             limits
-                .check_publishable_verify(&c.org.id, c.org.limits.verify_per_minute)
+                .check_publishable_verify(c.org.id.as_str(), c.org.limits.verify_per_minute)
                 .await
         }
         // A key the store could not check (an outage) is answered for the outage (503) by

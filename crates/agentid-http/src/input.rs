@@ -6,7 +6,9 @@ use actix_web::web::Bytes;
 use actix_web::HttpRequest;
 
 use crate::error::{ApiError, ErrorCode};
-use agentid_core::domain::ValidationError;
+use agentid_core::domain::{AgentId, StreamId, ValidationError};
+use agentid_engine::ssf::SsfError;
+use agentid_engine::EngineError;
 
 const DEFAULT_LIMIT: u32 = 50;
 const MAX_LIMIT: u32 = 200;
@@ -21,6 +23,16 @@ pub(crate) fn page_limit(raw: Option<&str>) -> Result<u32, ValidationError> {
             .filter(|n| (1..=MAX_LIMIT).contains(n))
             .ok_or_else(|| ValidationError::new("limit", "must be an integer from 1 to 200")),
     }
+}
+
+/// An agent id from a path: one that does not decode names no agent, as an unknown one.
+pub(crate) fn agent_path(s: &str) -> Result<AgentId, ApiError> {
+    AgentId::parse(s).ok_or_else(|| EngineError::AgentNotFound.into())
+}
+
+/// A stream id from a path, query or body: one that does not decode names no stream.
+pub(crate) fn stream_id(s: &str) -> Result<StreamId, ApiError> {
+    StreamId::parse(s).ok_or_else(|| SsfError::NotFound.into())
 }
 
 /// Whether the request's `Content-Type` is `essence` (its parameters aside).

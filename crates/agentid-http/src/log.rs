@@ -122,16 +122,15 @@ pub async fn read(
         .agent_id
         .as_deref()
         .map(|a| {
-            AgentId::parse(a)
-                .map(|_| a)
-                .ok_or_else(|| ValidationError::new("agent_id", "must be an agent id (agt_…)"))
+            AgentId::parse(a).ok_or_else(|| ValidationError::new("agent_id", "must be an agent id (agt_…)"))
         })
         .transpose()?;
-    if let Some(id) = agent_id {
+    if let Some(id) = &agent_id {
         state.engine.agents().ensure_owned(&caller, id).await?;
     }
+    let agent_id = agent_id.as_ref().map(AgentId::as_str);
     let ledger = Ledger {
-        org_id: caller.org.id.clone(),
+        org_id: caller.org.id.as_str().to_owned(),
         mode: caller.mode,
     };
     let scope = CursorScope {
@@ -200,7 +199,7 @@ pub async fn read(
 
 fn caller_ledger(caller: &agentid_engine::Caller) -> Ledger {
     Ledger {
-        org_id: caller.org.id.clone(),
+        org_id: caller.org.id.as_str().to_owned(),
         mode: caller.mode,
     }
 }

@@ -271,7 +271,7 @@ pub(crate) async fn token(state: web::Data<AppState>, req: HttpRequest, body: By
         }
     };
     let org = RateSubject::Org {
-        org_id: &client.org.id,
+        org_id: client.org.id.as_str(),
         per_minute: client.org.limits.other_per_minute,
     };
     let charged = limits.check(org, Class::Other).await;

@@ -278,7 +278,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use agentid_core::domain::KeyMode;
+    use agentid_core::domain::{KeyMode, OrgId};
     use agentid_core::token::Claims;
     use agentid_engine::{AgentEntry, ValidToken, VerifiedToken};
 
@@ -295,7 +295,7 @@ mod tests {
         let t = ValidToken {
             token: token.clone(),
             agent: Arc::new(AgentEntry {
-                org_id: "org_1".into(),
+                org_id: OrgId::generate(),
                 mode: KeyMode::Live,
                 name: "n\u{1}é".into(),
                 description: "line\nbreak".into(),

@@ -1,9 +1,9 @@
 //! An agent's row: the columns an insert writes and a read selects, and how a row becomes
 //! an `AgentRecord`.
 
-use super::sql::parse_mode;
+use super::sql::{decode, parse_mode};
 use super::{AgentRecord, StoreError};
-use agentid_core::domain::{Millis, StatusPlace};
+use agentid_core::domain::{AgentId, IssuerDomain, ListId, Millis, OrgId, Scopes, StatusPlace};
 
 /// The stored columns of `agents`, in insert order.
 pub(crate) const AGENT_INSERT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, description, scopes, \
@@ -49,14 +49,16 @@ row! {
 
 impl AgentRow {
     pub(crate) fn into_record(self) -> Result<AgentRecord, StoreError> {
-        let scopes: Vec<String> = serde_json::from_str(&self.scopes)
-            .map_err(|_| StoreError::Corrupt(format!("scopes of {}", self.id)))?;
+        let scopes = serde_json::from_str::<Vec<String>>(&self.scopes)
+            .ok()
+            .and_then(|v| Scopes::parse(&v).ok())
+            .ok_or_else(|| StoreError::Corrupt(format!("scopes of {}", self.id)))?;
         Ok(AgentRecord {
             mode: parse_mode(&self.mode)?,
-            id: self.id,
-            org_id: self.org_id,
+            id: decode("agent", &self.id, AgentId::parse)?,
+            org_id: decode("organization", &self.org_id, OrgId::parse)?,
             name: self.name,
-            issuer_domain: self.issuer_domain,
+            issuer_domain: decode("issuer domain", &self.issuer_domain, IssuerDomain::read)?,
             description: self.description,
             scopes,
             created_at: Millis(self.created_at),
@@ -86,7 +88,7 @@ pub(crate) fn place(list: Option<String>, idx: Option<i64>) -> Result<Option<Sta
     match (list, idx) {
         (None, None) => Ok(None),
         (Some(list), Some(idx)) if idx >= 0 => Ok(Some(StatusPlace {
-            list,
+            list: decode("status list", &list, ListId::parse)?,
             idx: idx as u64,
         })),
         (list, idx) => Err(StoreError::Corrupt(format!("status place {list:?} {idx:?}"))),

@@ -2,6 +2,7 @@
 //! instances learn of each other's revocations.
 
 use super::places::PlaceDraw;
+use agentid_core::domain::{AgentId, OrgId};
 
 use super::{AgentRecord, RevokedSince, StoreFuture};
 use crate::domains::DomainRules;
@@ -36,14 +37,14 @@ pub trait AgentStore {
     /// Every status list: id and number of places.
     fn status_lists(&self) -> StoreFuture<'_, Vec<(String, u64)>>;
     /// Any organization's agent: callers check ownership.
-    fn get_agent<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<AgentRecord>>;
+    fn get_agent<'a>(&'a self, id: &'a AgentId) -> StoreFuture<'a, Option<AgentRecord>>;
     /// An organization's agents in one mode, newest first: with an id below `before` when
     /// given, at most `limit` when given.
     fn list_agents<'a>(
         &'a self,
-        org_id: &'a str,
+        org_id: &'a OrgId,
         mode: KeyMode,
-        before: Option<&'a str>,
+        before: Option<&'a AgentId>,
         limit: Option<u32>,
     ) -> StoreFuture<'a, Vec<AgentRecord>>;
     /// All agents with an id greater than `after_id`, in id order (for loading the registry).
@@ -54,7 +55,7 @@ pub trait AgentStore {
     /// domain, as the rules decide from the holdings read in the same exclusive transaction.
     fn renew_token<'a>(
         &'a self,
-        id: &'a str,
+        id: &'a AgentId,
         issued_at: Millis,
         expires_at: Millis,
         key: Option<KeyBinding<'a>>,
@@ -70,7 +71,7 @@ pub trait AgentStore {
     /// before the store had epochs).
     fn revoke_agent<'a>(
         &'a self,
-        id: &'a str,
+        id: &'a AgentId,
         at: Millis,
         reason: Option<&'a str>,
     ) -> StoreFuture<'a, Option<(AgentRecord, Option<i64>)>>;

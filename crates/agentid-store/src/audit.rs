@@ -1,5 +1,6 @@
 //! The audit ledgers: appending batches, reading pages, and what `audit verify` reads.
 
+use agentid_core::domain::AgentId;
 use futures_util::future::BoxFuture;
 
 use super::block::{AgentBlockRow, Head};
@@ -32,8 +33,11 @@ pub trait AuditStore {
         limit: u32,
     ) -> StoreFuture<'a, Vec<DecodedBlock>>;
     /// An agent's `audit_block_agents` rows in a ledger, ascending.
-    fn agent_rows<'a>(&'a self, ledger: &'a Ledger, agent_id: &'a str)
-        -> StoreFuture<'a, Vec<AgentBlockRow>>;
+    fn agent_rows<'a>(
+        &'a self,
+        ledger: &'a Ledger,
+        agent_id: &'a AgentId,
+    ) -> StoreFuture<'a, Vec<AgentBlockRow>>;
     /// How many `audit_block_agents` rows each (ledger, agent) has.
     fn agent_row_counts(&self) -> StoreFuture<'_, Vec<(Ledger, String, i64)>>;
     /// Sets what befalls the next write; false where the backend cannot fail so (SQLite

@@ -8,6 +8,7 @@ use agentid_core::domain::holding::{
     DomainEvent, Grant, HoldPlan, HoldRefused, Holding, NotCovered, UnreadEvent,
 };
 use agentid_core::domain::Millis;
+use agentid_core::domain::{IssuerDomain, OrgId};
 
 /// The reason a holding's release records when its organization gives it up.
 pub const RELEASED_REASON: &str = "released by its organization";
@@ -50,7 +51,7 @@ pub trait DomainStore {
     fn holdings<'a>(
         &'a self,
         rules: &'a dyn DomainRules,
-        org_id: Option<&'a str>,
+        org_id: Option<&'a OrgId>,
     ) -> StoreFuture<'a, Vec<Holding>>;
     /// The holdings in force of `name` and of every name above it.
     fn holdings_over<'a>(
@@ -65,13 +66,17 @@ pub trait DomainStore {
         claim: &'a DomainClaim,
         max: u32,
     ) -> StoreFuture<'a, Claimed>;
-    fn domain_claim<'a>(&'a self, org_id: &'a str, domain: &'a str) -> StoreFuture<'a, Option<DomainClaim>>;
-    fn domain_claims<'a>(&'a self, org_id: &'a str) -> StoreFuture<'a, Vec<DomainClaim>>;
+    fn domain_claim<'a>(
+        &'a self,
+        org_id: &'a OrgId,
+        domain: &'a IssuerDomain,
+    ) -> StoreFuture<'a, Option<DomainClaim>>;
+    fn domain_claims<'a>(&'a self, org_id: &'a OrgId) -> StoreFuture<'a, Vec<DomainClaim>>;
     /// Counts a verification attempt of a claim, at most `per_minute` in any minute.
     fn domain_attempt<'a>(
         &'a self,
-        org_id: &'a str,
-        domain: &'a str,
+        org_id: &'a OrgId,
+        domain: &'a IssuerDomain,
         now: Millis,
         per_minute: usize,
     ) -> StoreFuture<'a, Attempt>;
@@ -83,8 +88,8 @@ pub trait DomainStore {
     fn hold_domain<'a>(
         &'a self,
         rules: &'a dyn DomainRules,
-        org_id: &'a str,
-        domain: &'a str,
+        org_id: &'a OrgId,
+        domain: &'a IssuerDomain,
         grant: Grant,
         claimed_at: Millis,
         now: Millis,
@@ -97,15 +102,17 @@ pub trait DomainStore {
     fn revoke_moved<'a>(&'a self, m: &'a NameMove, max: u32) -> StoreFuture<'a, Moved>;
     /// The issuer domains agents use, with the organizations that use each (all of them, or
     /// one organization's), by name.
-    fn issuer_domains_in_use<'a>(&'a self, org_id: Option<&'a str>)
-        -> StoreFuture<'a, Vec<(String, String)>>;
+    fn issuer_domains_in_use<'a>(
+        &'a self,
+        org_id: Option<&'a OrgId>,
+    ) -> StoreFuture<'a, Vec<(String, String)>>;
     /// Ends the organization's holding of `domain` and drops its claim of it; false when it
     /// had neither. Its agents keep their tokens.
     fn release_domain<'a>(
         &'a self,
         rules: &'a dyn DomainRules,
-        org_id: &'a str,
-        domain: &'a str,
+        org_id: &'a OrgId,
+        domain: &'a IssuerDomain,
         now: Millis,
     ) -> StoreFuture<'a, bool>;
 }

@@ -1,7 +1,8 @@
 //! Organizations and their API keys.
 
+use super::sql::decode;
 use super::{KeyRecord, NewApiKey, OrgRecord, StoreError, StoreFuture};
-use agentid_core::domain::{Millis, OrgLimits, Plan};
+use agentid_core::domain::{Millis, OrgId, OrgLimits, Plan};
 
 /// Organizations and the API keys that act for them.
 pub trait OrgStore {
@@ -14,13 +15,13 @@ pub trait OrgStore {
     fn create_org<'a>(&'a self, org: &'a OrgRecord, keys: &'a [NewApiKey]) -> StoreFuture<'a, ()>;
     /// Changes plan and limits; false when no such organization exists.
     fn update_org<'a>(&'a self, org: &'a OrgRecord) -> StoreFuture<'a, bool>;
-    fn get_org<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<OrgRecord>>;
+    fn get_org<'a>(&'a self, id: &'a OrgId) -> StoreFuture<'a, Option<OrgRecord>>;
     fn insert_key<'a>(&'a self, key: &'a NewApiKey) -> StoreFuture<'a, ()>;
     fn find_key<'a>(&'a self, key_hash: &'a [u8; 32]) -> StoreFuture<'a, Option<KeyRecord>>;
     /// Every organization, oldest first.
     fn list_orgs(&self) -> StoreFuture<'_, Vec<OrgRecord>>;
     /// An organization's keys as stored (never the key: its display hint), oldest first.
-    fn list_keys<'a>(&'a self, org_id: &'a str) -> StoreFuture<'a, Vec<KeyListing>>;
+    fn list_keys<'a>(&'a self, org_id: &'a OrgId) -> StoreFuture<'a, Vec<KeyListing>>;
     /// Disables a key for good; false when no such key exists.
     fn disable_key<'a>(&'a self, key_hash: &'a [u8; 32], at: Millis) -> StoreFuture<'a, bool>;
 }
@@ -65,7 +66,7 @@ impl OrgRow {
         Ok(OrgRecord {
             plan,
             limits: OrgLimits::in_force(plan, stored),
-            id: self.id,
+            id: decode("organization", &self.id, OrgId::parse)?,
             name: self.name,
             created_at: Millis(self.created_at),
         })

@@ -8,7 +8,7 @@ use agentid_core::domain::KeyMode;
 #[derive(Debug, Clone)]
 pub struct PlaceDraw {
     pub mode: KeyMode,
-    pub new_list: String,
+    pub new_list: agentid_core::domain::ListId,
     pub size: u64,
     pub fill: u64,
     pub draws: Vec<u64>,

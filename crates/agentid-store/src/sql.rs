@@ -282,6 +282,12 @@ pub(crate) fn parse_mode(s: &str) -> Result<KeyMode, StoreError> {
     KeyMode::parse(s).ok_or_else(|| StoreError::Corrupt(format!("mode {s}")))
 }
 
+/// A stored value decoded once, at the store's edge: a column that does not read as what the
+/// service writes there is `Corrupt`.
+pub(crate) fn decode<T>(what: &str, s: &str, read: impl FnOnce(&str) -> Option<T>) -> Result<T, StoreError> {
+    read(s).ok_or_else(|| StoreError::Corrupt(format!("{what} {s:?}")))
+}
+
 pub(crate) fn seq_i64(n: u64) -> Result<i64, StoreError> {
     i64::try_from(n).map_err(|_| StoreError::Corrupt(format!("sequence number {n} out of range")))
 }

@@ -8,9 +8,9 @@
 //! oldest event is due (`next_due_at`), kept in the transaction that changes its events, so
 //! neither the bound of [`MAX_PENDING`] nor "is anything due?" costs more as events wait.
 
-use super::sql::parse_mode;
+use super::sql::{decode, parse_mode};
 use super::{SsfEvent, StoreError, StoreFuture, StreamRecord};
-use agentid_core::domain::{KeyMode, Millis};
+use agentid_core::domain::{AgentId, KeyMode, Millis, OrgId, StreamId};
 
 /// Events a stream may be owed, whatever its delivery method and state: an event written past
 /// it drops the stream's oldest, which is counted in the stream's `dropped`.
@@ -22,40 +22,40 @@ pub trait SsfStore {
     /// counted and written in one exclusive transaction, so that concurrent creations cannot
     /// pass the bound together.
     fn insert_stream<'a>(&'a self, stream: &'a StreamRecord, max: i64) -> StoreFuture<'a, bool>;
-    fn get_stream<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<StreamRecord>>;
+    fn get_stream<'a>(&'a self, id: &'a StreamId) -> StoreFuture<'a, Option<StreamRecord>>;
     /// An organization's streams in one mode, oldest first.
-    fn list_streams<'a>(&'a self, org_id: &'a str, mode: KeyMode) -> StoreFuture<'a, Vec<StreamRecord>>;
+    fn list_streams<'a>(&'a self, org_id: &'a OrgId, mode: KeyMode) -> StoreFuture<'a, Vec<StreamRecord>>;
     /// Stores what a stream's owner may change (aud, delivery, events, description, status);
     /// a stream disabled drops the events it was owed. False when there is no such stream.
     fn update_stream<'a>(&'a self, stream: &'a StreamRecord) -> StoreFuture<'a, bool>;
-    fn delete_stream<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool>;
-    fn add_subject<'a>(&'a self, stream_id: &'a str, agent_id: &'a str) -> StoreFuture<'a, ()>;
-    fn remove_subject<'a>(&'a self, stream_id: &'a str, agent_id: &'a str) -> StoreFuture<'a, bool>;
+    fn delete_stream<'a>(&'a self, id: &'a StreamId) -> StoreFuture<'a, bool>;
+    fn add_subject<'a>(&'a self, stream_id: &'a StreamId, agent_id: &'a AgentId) -> StoreFuture<'a, ()>;
+    fn remove_subject<'a>(&'a self, stream_id: &'a StreamId, agent_id: &'a AgentId) -> StoreFuture<'a, bool>;
     /// Queues a verification event carrying `state`.
     fn add_verification<'a>(
         &'a self,
-        stream_id: &'a str,
+        stream_id: &'a StreamId,
         state: Option<&'a str>,
         at: Millis,
     ) -> StoreFuture<'a, ()>;
     /// Leases up to `limit` enabled push streams with an event due at `now`, until `until`
     /// (no other instance takes them meanwhile).
     fn claim_streams(&self, now: Millis, until: Millis, limit: u32) -> StoreFuture<'_, Vec<StreamRecord>>;
-    fn release_stream<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()>;
+    fn release_stream<'a>(&'a self, id: &'a StreamId) -> StoreFuture<'a, ()>;
     /// A stream's pending events, oldest first.
-    fn pending_events<'a>(&'a self, stream_id: &'a str, limit: u32) -> StoreFuture<'a, Vec<SsfEvent>>;
+    fn pending_events<'a>(&'a self, stream_id: &'a StreamId, limit: u32) -> StoreFuture<'a, Vec<SsfEvent>>;
     /// Deletes a stream's events that are done (delivered, refused for good or given up).
-    fn events_done<'a>(&'a self, stream_id: &'a str, seqs: &'a [i64]) -> StoreFuture<'a, ()>;
+    fn events_done<'a>(&'a self, stream_id: &'a StreamId, seqs: &'a [i64]) -> StoreFuture<'a, ()>;
     /// Notes a failed attempt at the stream's oldest event, and when to try again.
     fn event_retry<'a>(
         &'a self,
-        stream_id: &'a str,
+        stream_id: &'a StreamId,
         seq: i64,
         attempts: i32,
         next: Millis,
     ) -> StoreFuture<'a, ()>;
     /// Deletes the stream's events with these `jti`s (poll acknowledgements); how many.
-    fn ack_events<'a>(&'a self, stream_id: &'a str, jtis: &'a [String]) -> StoreFuture<'a, u64>;
+    fn ack_events<'a>(&'a self, stream_id: &'a StreamId, jtis: &'a [String]) -> StoreFuture<'a, u64>;
     /// Events owed and events dropped, over all streams: `(pending, dropped)`.
     fn outbox_totals(&self) -> StoreFuture<'_, (i64, i64)>;
 }
@@ -100,8 +100,8 @@ impl StreamRow {
             mode: parse_mode(&self.mode)?,
             events_requested: serde_json::from_str(&self.events_requested)
                 .map_err(|_| StoreError::Corrupt(format!("events of stream {}", self.id)))?,
-            id: self.id,
-            org_id: self.org_id,
+            id: decode("stream", &self.id, StreamId::parse)?,
+            org_id: decode("organization", &self.org_id, OrgId::parse)?,
             aud: self.aud,
             method: self.method,
             endpoint_url: self.endpoint_url,

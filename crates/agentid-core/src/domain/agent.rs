@@ -30,7 +30,8 @@ impl Name {
 }
 
 /// A DNS host name (letters, digits, hyphens; labels of 1–63; at most 253 in all), stored lower-case.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(transparent)]
 pub struct IssuerDomain(String);
 
 impl IssuerDomain {
@@ -58,13 +59,37 @@ impl IssuerDomain {
         Ok(IssuerDomain(lower))
     }
 
+    /// A name as stored: exactly the form `parse` returns, or none.
+    pub fn read(s: &str) -> Option<Self> {
+        Self::parse(s).ok().filter(|d| d.0 == s)
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
 }
 
+impl std::fmt::Display for IssuerDomain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<IssuerDomain> for String {
+    fn from(d: IssuerDomain) -> String {
+        d.0
+    }
+}
+
+impl AsRef<str> for IssuerDomain {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
 /// 1–64 distinct scope strings, each `action:resource`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(transparent)]
 pub struct Scopes(Vec<String>);
 
 impl Scopes {
@@ -96,6 +121,18 @@ impl Scopes {
 
     pub fn into_vec(self) -> Vec<String> {
         self.0
+    }
+
+    pub fn as_slice(&self) -> &[String] {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for Scopes {
+    type Target = [String];
+
+    fn deref(&self) -> &[String] {
+        &self.0
     }
 }
 

@@ -40,32 +40,93 @@ pub fn new_id(prefix: IdPrefix) -> String {
     s
 }
 
-/// `agt_` followed by 26 characters of Crockford base32 in lower case.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct AgentId(String);
+macro_rules! prefixed_id {
+    ($(#[$m:meta])* $name:ident, $prefix:ident) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(String);
 
-impl AgentId {
-    pub fn generate() -> Self {
-        AgentId(new_id(IdPrefix::Agent))
-    }
+        impl $name {
+            pub fn generate() -> Self {
+                $name(new_id(IdPrefix::$prefix))
+            }
 
-    /// Accepts only the exact form the service issues.
-    pub fn parse(s: &str) -> Option<Self> {
-        let rest = s.strip_prefix(IdPrefix::Agent.as_str())?;
-        let ok = rest.len() == 26 && rest.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_lowercase());
-        ok.then(|| AgentId(s.to_owned()))
-    }
+            /// Accepts only the exact form the service issues: the prefix and 26 characters
+            /// of Crockford base32 in lower case.
+            pub fn parse(s: &str) -> Option<Self> {
+                is_id(IdPrefix::$prefix, s).then(|| $name(s.to_owned()))
+            }
 
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(id: $name) -> String {
+                id.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        /// Hashes and compares as its text, so that maps keyed by it are looked up by `&str`.
+        impl std::borrow::Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+    };
 }
 
-impl fmt::Display for AgentId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
+fn is_id(prefix: IdPrefix, s: &str) -> bool {
+    s.strip_prefix(prefix.as_str()).is_some_and(|rest| {
+        rest.len() == ulid::ULID_LEN && rest.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
+    })
 }
+
+prefixed_id!(
+    /// An agent: `agt_…`.
+    AgentId,
+    Agent
+);
+prefixed_id!(
+    /// An organization: `org_…`.
+    OrgId,
+    Org
+);
+prefixed_id!(
+    /// A Shared Signals stream: `ssf_…`.
+    StreamId,
+    Stream
+);
+prefixed_id!(
+    /// A Token Status List: `sl_…`.
+    ListId,
+    StatusList
+);
 
 #[cfg(test)]
 mod tests {
@@ -79,6 +140,9 @@ mod tests {
         assert!(AgentId::parse(&id.as_str().to_uppercase()).is_none());
         assert!(AgentId::parse(&format!("{}x", id.as_str())).is_none());
         assert!(AgentId::parse("org_01jd0000000000000000000000").is_none());
+        assert!(OrgId::parse("org_01jd0000000000000000000000").is_some());
+        assert!(ListId::parse(ListId::generate().as_str()).is_some());
+        assert!(StreamId::parse("ssf_01jd000000000000000000000").is_none());
     }
 
     #[test]

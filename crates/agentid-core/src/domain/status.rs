@@ -7,7 +7,7 @@ use base64::Engine as _;
 /// An agent's place in a status list, for all its tokens.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct StatusPlace {
-    pub list: String,
+    pub list: crate::domain::ListId,
     pub idx: u64,
 }
 

@@ -14,7 +14,7 @@ pub use rules::{IssuerCheck, Rules};
 
 use super::outbound::Outbound;
 use agentid_core::domain::holding::{Grant, Holding};
-use agentid_core::domain::{IssuerDomain, Millis, ValidationError};
+use agentid_core::domain::{IssuerDomain, Millis, OrgId, ValidationError};
 use agentid_core::keys::KeyRing;
 use agentid_store::{Attempt, Claimed, DomainClaim, SharedStore, StoreError};
 
@@ -179,10 +179,14 @@ impl Domains {
 
     /// Claims a name (pending until proven); true when the claim is new. A name the
     /// organization holds, or has claimed, answers as it is.
-    pub async fn claim(&self, org_id: &str, name: &IssuerDomain) -> Result<(DomainView, bool), DomainError> {
+    pub async fn claim(
+        &self,
+        org_id: &OrgId,
+        name: &IssuerDomain,
+    ) -> Result<(DomainView, bool), DomainError> {
         use base64::Engine as _;
         let claim = DomainClaim {
-            org_id: org_id.to_owned(),
+            org_id: org_id.as_str().to_owned(),
             domain: name.as_str().to_owned(),
             nonce: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>()),
             created_at: Millis::now(),
@@ -200,7 +204,7 @@ impl Domains {
     }
 
     /// The organization's domains: held ones and pending claims, by name.
-    pub async fn list(&self, org_id: &str) -> Result<Vec<DomainView>, DomainError> {
+    pub async fn list(&self, org_id: &OrgId) -> Result<Vec<DomainView>, DomainError> {
         let mut out: Vec<DomainView> = self
             .store
             .holdings(&Rules::new(&self.keys), Some(org_id))
@@ -218,40 +222,40 @@ impl Domains {
     }
 
     /// One of the organization's domains.
-    pub async fn get(&self, org_id: &str, name: &IssuerDomain) -> Result<DomainView, DomainError> {
+    pub async fn get(&self, org_id: &OrgId, name: &IssuerDomain) -> Result<DomainView, DomainError> {
         if let Some(h) = self.held_by(org_id, name.as_str()).await? {
             return Ok(Self::held(h));
         }
-        match self.store.domain_claim(org_id, name.as_str()).await? {
+        match self.store.domain_claim(org_id, name).await? {
             Some(c) => Ok(self.pending(&c)),
             None => Err(DomainError::NotFound(name.as_str().to_owned())),
         }
     }
 
-    async fn held_by(&self, org_id: &str, name: &str) -> Result<Option<Holding>, StoreError> {
+    async fn held_by(&self, org_id: &OrgId, name: &str) -> Result<Option<Holding>, StoreError> {
         Ok(self
             .store
             .holdings_over(&Rules::new(&self.keys), name)
             .await?
             .into_iter()
-            .find(|h| h.domain == name && h.org_id == org_id))
+            .find(|h| h.domain == name && *org_id == *h.org_id))
     }
 
     /// Proves a claim: DNS first, then HTTPS. On success the organization holds the name,
     /// as `holding::plan_hold` says; other organizations' agents under what it takes are
     /// revoked, here at once (in memory too) and on other instances by their next check. A
     /// name the organization holds already answers as it is, with no check.
-    pub async fn verify(&self, org_id: &str, name: &IssuerDomain) -> Result<DomainView, DomainError> {
-        let name = name.as_str();
+    pub async fn verify(&self, org_id: &OrgId, domain: &IssuerDomain) -> Result<DomainView, DomainError> {
+        let name = domain.as_str();
         if let Some(h) = self.held_by(org_id, name).await? {
             return Ok(Self::held(h));
         }
-        let Some(claim) = self.store.domain_claim(org_id, name).await? else {
+        let Some(claim) = self.store.domain_claim(org_id, domain).await? else {
             return Err(DomainError::NotFound(name.to_owned()));
         };
         match self
             .store
-            .domain_attempt(org_id, name, Millis::now(), ATTEMPTS_PER_MINUTE)
+            .domain_attempt(org_id, domain, Millis::now(), ATTEMPTS_PER_MINUTE)
             .await?
         {
             Attempt::Allowed => {}
@@ -268,7 +272,7 @@ impl Domains {
             .hold_domain(
                 &Rules::new(&self.keys),
                 org_id,
-                name,
+                domain,
                 Grant::Proof(method),
                 claim.created_at,
                 Millis::now(),
@@ -295,10 +299,10 @@ impl Domains {
 
     /// Ends the organization's holding of the name and its claim of it. Its agents keep
     /// their tokens until they expire, and get no new ones.
-    pub async fn release(&self, org_id: &str, name: &IssuerDomain) -> Result<(), DomainError> {
+    pub async fn release(&self, org_id: &OrgId, name: &IssuerDomain) -> Result<(), DomainError> {
         if self
             .store
-            .release_domain(&Rules::new(&self.keys), org_id, name.as_str(), Millis::now())
+            .release_domain(&Rules::new(&self.keys), org_id, name, Millis::now())
             .await?
         {
             Ok(())

@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
 use crate::outbound::Outbound;
-use agentid_core::domain::{new_id, IdPrefix, KeyMode, Millis};
+use agentid_core::domain::{AgentId, KeyMode, Millis, OrgId, StreamId};
 use agentid_core::keys::SigningKeys;
 use agentid_store::{SharedStore, StoreError, StreamRecord};
 
@@ -170,7 +170,7 @@ impl Ssf {
                     origin_of(&url).ok_or_else(|| invalid("delivery.endpoint_url", "is not a URL"))?;
                 (Some(url), origin)
             }
-            POLL => (None, base.id.clone()),
+            POLL => (None, base.id.to_string()),
             other => {
                 return Err(invalid(
                     "delivery.method",
@@ -209,14 +209,14 @@ impl Ssf {
     /// poll token (shown this once; only its hash is kept).
     pub async fn create(
         &self,
-        org_id: &str,
+        org_id: &OrgId,
         mode: KeyMode,
         input: StreamInput,
     ) -> Result<(StreamRecord, Option<String>), SsfError> {
         self.vet(&input).await?;
         let base = StreamRecord {
-            id: new_id(IdPrefix::Stream),
-            org_id: org_id.to_owned(),
+            id: StreamId::generate(),
+            org_id: org_id.clone(),
             mode,
             aud: String::new(),
             method: String::new(),
@@ -246,23 +246,23 @@ impl Ssf {
     }
 
     /// The caller's stream: another organization's, or another mode's, is not found.
-    pub async fn get(&self, org_id: &str, mode: KeyMode, id: &str) -> Result<StreamRecord, SsfError> {
+    pub async fn get(&self, org_id: &OrgId, mode: KeyMode, id: &StreamId) -> Result<StreamRecord, SsfError> {
         match self.store.get_stream(id).await? {
-            Some(s) if s.org_id == org_id && s.mode == mode => Ok(s),
+            Some(s) if s.org_id == *org_id && s.mode == mode => Ok(s),
             _ => Err(SsfError::NotFound),
         }
     }
 
-    pub async fn list(&self, org_id: &str, mode: KeyMode) -> Result<Vec<StreamRecord>, SsfError> {
+    pub async fn list(&self, org_id: &OrgId, mode: KeyMode) -> Result<Vec<StreamRecord>, SsfError> {
         Ok(self.store.list_streams(org_id, mode).await?)
     }
 
     /// Replaces what the owner may change. The delivery method stays what it was.
     pub async fn replace(
         &self,
-        org_id: &str,
+        org_id: &OrgId,
         mode: KeyMode,
-        id: &str,
+        id: &StreamId,
         input: StreamInput,
     ) -> Result<StreamRecord, SsfError> {
         let current = self.get(org_id, mode, id).await?;
@@ -280,7 +280,7 @@ impl Ssf {
         Ok(stream)
     }
 
-    pub async fn delete(&self, org_id: &str, mode: KeyMode, id: &str) -> Result<(), SsfError> {
+    pub async fn delete(&self, org_id: &OrgId, mode: KeyMode, id: &StreamId) -> Result<(), SsfError> {
         self.get(org_id, mode, id).await?;
         self.store.delete_stream(id).await?;
         Ok(())
@@ -288,9 +288,9 @@ impl Ssf {
 
     pub async fn set_status(
         &self,
-        org_id: &str,
+        org_id: &OrgId,
         mode: KeyMode,
-        id: &str,
+        id: &StreamId,
         status: &str,
     ) -> Result<StreamRecord, SsfError> {
         if !matches!(status, "enabled" | "paused" | "disabled") {
@@ -306,25 +306,30 @@ impl Ssf {
     /// Adds (or removes) an agent of the stream's organization and mode to what it carries.
     pub async fn subject(
         &self,
-        org_id: &str,
+        org_id: &OrgId,
         mode: KeyMode,
-        id: &str,
+        id: &StreamId,
         iss: &str,
         sub: &str,
         add: bool,
     ) -> Result<(), SsfError> {
         let stream = self.get(org_id, mode, id).await?;
-        let agent = self.store.get_agent(sub).await?;
-        if !agent.is_some_and(|a| a.org_id == org_id && a.mode == mode && a.issuer_domain == iss) {
+        let agent = match AgentId::parse(sub) {
+            Some(sub) => self.store.get_agent(&sub).await?,
+            None => None,
+        };
+        let Some(agent) =
+            agent.filter(|a| a.org_id == *org_id && a.mode == mode && a.issuer_domain.as_str() == iss)
+        else {
             return Err(invalid(
                 "subject",
                 "names no agent of this organization and mode (iss is its issuer_domain, sub its agent_id)",
             ));
-        }
+        };
         if add {
-            self.store.add_subject(&stream.id, sub).await?;
+            self.store.add_subject(&stream.id, &agent.id).await?;
         } else {
-            self.store.remove_subject(&stream.id, sub).await?;
+            self.store.remove_subject(&stream.id, &agent.id).await?;
         }
         Ok(())
     }
@@ -332,9 +337,9 @@ impl Ssf {
     /// Queues a verification event carrying `state` (SSF §8.1.4).
     pub async fn verify(
         &self,
-        org_id: &str,
+        org_id: &OrgId,
         mode: KeyMode,
-        id: &str,
+        id: &StreamId,
         state: Option<&str>,
     ) -> Result<(), SsfError> {
         if state.is_some_and(|s| s.len() > MAX_TEXT) {

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 
 use super::{Ssf, SsfError, POLL_WAIT, SESSION_REVOKED, VERIFICATION};
-use agentid_core::domain::Millis;
+use agentid_core::domain::{Millis, StreamId};
 use agentid_store::{SsfEvent, StreamRecord};
 
 impl Ssf {
@@ -47,7 +47,7 @@ impl Ssf {
     /// unless `immediately`.
     pub async fn poll(
         &self,
-        id: &str,
+        id: &StreamId,
         token: Option<&str>,
         ack: &[String],
         max: u32,

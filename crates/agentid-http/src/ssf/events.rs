@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 use crate::auth::Issuer;
 use crate::context::AppState;
 use crate::error::{ApiError, ErrorBody};
-use crate::input::json_body;
+use crate::input::{json_body, stream_id};
 use agentid_core::domain::ValidationError;
 /// An agent as a subject: `iss` its issuer_domain, `sub` its agent_id.
 #[derive(Deserialize, ToSchema)]
@@ -48,7 +48,7 @@ async fn subject(
         .subject(
             &caller.org.id,
             caller.mode,
-            &c.stream_id,
+            &stream_id(&c.stream_id)?,
             &c.subject.iss,
             &c.subject.sub,
             add,
@@ -121,7 +121,12 @@ pub async fn verify(
     state
         .engine
         .ssf()
-        .verify(&caller.org.id, caller.mode, &v.stream_id, v.state.as_deref())
+        .verify(
+            &caller.org.id,
+            caller.mode,
+            &stream_id(&v.stream_id)?,
+            v.state.as_deref(),
+        )
         .await?;
     Ok(HttpResponse::NoContent().finish())
 }
@@ -177,7 +182,13 @@ pub async fn poll(
     let (sets, more) = state
         .engine
         .ssf()
-        .poll(&id, token, &ack, max, p.return_immediately.unwrap_or(false))
+        .poll(
+            &stream_id(&id)?,
+            token,
+            &ack,
+            max,
+            p.return_immediately.unwrap_or(false),
+        )
         .await?;
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))

@@ -9,8 +9,8 @@ use utoipa::{IntoParams, ToSchema};
 use crate::auth::Issuer;
 use crate::context::AppState;
 use crate::error::{ApiError, ErrorBody};
-use crate::input::json_body;
-use agentid_core::domain::ValidationError;
+use crate::input::{json_body, stream_id};
+use agentid_core::domain::{StreamId, ValidationError};
 use agentid_core::records::StreamRecord;
 use agentid_engine::ssf::{StreamInput, EVENTS_SUPPORTED, POLL};
 /// How a stream's SETs travel.
@@ -76,7 +76,7 @@ pub(crate) struct StreamConfig {
 fn config(state: &AppState, s: StreamRecord, poll_token: Option<String>) -> StreamConfig {
     let ssf = state.engine.ssf();
     let endpoint_url = if s.method == POLL {
-        Some(ssf.poll_url(&s.id))
+        Some(ssf.poll_url(s.id.as_str()))
     } else {
         s.endpoint_url
     };
@@ -96,7 +96,7 @@ fn config(state: &AppState, s: StreamRecord, poll_token: Option<String>) -> Stre
             .collect(),
         events_requested: s.events_requested,
         description: s.description,
-        stream_id: s.id,
+        stream_id: s.id.into(),
         poll_token,
     }
 }
@@ -185,7 +185,7 @@ pub async fn read(
     Ok(match &q.stream_id {
         Some(id) => HttpResponse::Ok().json(Streams::One(Box::new(config(
             &state,
-            ssf.get(&caller.org.id, caller.mode, id).await?,
+            ssf.get(&caller.org.id, caller.mode, &stream_id(id)?).await?,
             None,
         )))),
         None => {
@@ -226,7 +226,7 @@ pub async fn replace(
         .replace(
             &caller.org.id,
             caller.mode,
-            &id,
+            &stream_id(&id)?,
             input(r.delivery, r.events_requested, r.description, r.aud),
         )
         .await?;
@@ -250,7 +250,9 @@ pub async fn update(
 ) -> Result<HttpResponse, ApiError> {
     let p: StreamPatch = json_body(&req, &body)?;
     let ssf = state.engine.ssf();
-    let current = ssf.get(&caller.org.id, caller.mode, &p.stream_id).await?;
+    let current = ssf
+        .get(&caller.org.id, caller.mode, &stream_id(&p.stream_id)?)
+        .await?;
     let delivery = p.delivery.unwrap_or(Delivery {
         method: current.method.clone(),
         endpoint_url: current.endpoint_url.clone(),
@@ -262,7 +264,7 @@ pub async fn update(
         Some(p.aud.unwrap_or(current.aud)),
     );
     let stream = ssf
-        .replace(&caller.org.id, caller.mode, &p.stream_id, changed)
+        .replace(&caller.org.id, caller.mode, &current.id, changed)
         .await?;
     Ok(HttpResponse::Ok().json(config(&state, stream, None)))
 }
@@ -284,7 +286,7 @@ pub async fn delete(
     state
         .engine
         .ssf()
-        .delete(&caller.org.id, caller.mode, required(&q)?)
+        .delete(&caller.org.id, caller.mode, &required(&q)?)
         .await?;
     Ok(HttpResponse::NoContent().finish())
 }
@@ -323,10 +325,10 @@ pub async fn status(
     let s = state
         .engine
         .ssf()
-        .get(&caller.org.id, caller.mode, required(&q)?)
+        .get(&caller.org.id, caller.mode, &required(&q)?)
         .await?;
     Ok(HttpResponse::Ok().json(StreamStatus {
-        stream_id: s.id,
+        stream_id: s.id.into(),
         status: s.status,
     }))
 }
@@ -351,16 +353,18 @@ pub async fn set_status(
     let s = state
         .engine
         .ssf()
-        .set_status(&caller.org.id, caller.mode, &c.stream_id, &c.status)
+        .set_status(&caller.org.id, caller.mode, &stream_id(&c.stream_id)?, &c.status)
         .await?;
     Ok(HttpResponse::Ok().json(StreamStatus {
-        stream_id: s.id,
+        stream_id: s.id.into(),
         status: s.status,
     }))
 }
 
-fn required(q: &StreamQuery) -> Result<&str, ApiError> {
-    q.stream_id
+fn required(q: &StreamQuery) -> Result<StreamId, ApiError> {
+    let id = q
+        .stream_id
         .as_deref()
-        .ok_or_else(|| ValidationError::new("stream_id", "is required").into())
+        .ok_or_else(|| ApiError::from(ValidationError::new("stream_id", "is required")))?;
+    stream_id(id)
 }

@@ -7,10 +7,10 @@ use super::revoke::revoke_in;
 use crate::agent_rows::{insert_agent_sql, place, scopes_json, AgentRow, AGENT_COLUMNS};
 use crate::domains::DomainRules;
 use crate::places::PlaceDraw;
-use crate::sql::{Backend, SqlStore};
+use crate::sql::{decode, Backend, SqlStore};
 use crate::{AgentRecord, Revocation, RevokedSince, StoreError, StoreFuture};
 use agentid_core::domain::holding::NotCovered;
-use agentid_core::domain::{KeyMode, Ledger, Millis, StatusPlace};
+use agentid_core::domain::{AgentId, KeyMode, Ledger, Millis, OrgId, StatusPlace};
 
 use crate::agents::{AgentStore, KeyBinding, RevocationRow};
 
@@ -50,7 +50,8 @@ impl AgentStore for SqlStore<DB> {
                         let mut tx = self.exclusive().await?;
                         if let Some(rules) = issuer {
                             if let Err(refused) =
-                                check_issuer(&mut tx, rules, &a.org_id, &a.issuer_domain).await?
+                                check_issuer(&mut tx, rules, a.org_id.as_str(), a.issuer_domain.as_str())
+                                    .await?
                             {
                                 return Ok(Err(refused));
                             }
@@ -117,11 +118,11 @@ impl AgentStore for SqlStore<DB> {
         })
     }
 
-    fn get_agent<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<AgentRecord>> {
+    fn get_agent<'a>(&'a self, id: &'a AgentId) -> StoreFuture<'a, Option<AgentRecord>> {
         Box::pin(async move {
             let sql = format!("SELECT {AGENT_COLUMNS} FROM agents WHERE id = $1");
             let row: Option<AgentRow> = sqlx::query_as(&sql)
-                .bind(id)
+                .bind(id.as_str())
                 .fetch_optional(&mut *self.conn().await?)
                 .await?;
             row.map(AgentRow::into_record).transpose()
@@ -130,9 +131,9 @@ impl AgentStore for SqlStore<DB> {
 
     fn list_agents<'a>(
         &'a self,
-        org_id: &'a str,
+        org_id: &'a OrgId,
         mode: KeyMode,
-        before: Option<&'a str>,
+        before: Option<&'a AgentId>,
         limit: Option<u32>,
     ) -> StoreFuture<'a, Vec<AgentRecord>> {
         Box::pin(async move {
@@ -142,12 +143,12 @@ impl AgentStore for SqlStore<DB> {
                  ORDER BY id DESC LIMIT $3"
             );
             let mut q = sqlx::query_as(&sql)
-                .bind(org_id)
+                .bind(org_id.as_str())
                 .bind(mode.as_str())
                 // No limit: the largest one both backends take.
                 .bind(limit.map_or(i64::MAX, i64::from));
             if let Some(b) = before {
-                q = q.bind(b);
+                q = q.bind(b.as_str());
             }
             let rows: Vec<AgentRow> = q.fetch_all(&mut *self.conn().await?).await?;
             rows.into_iter().map(AgentRow::into_record).collect()
@@ -168,7 +169,7 @@ impl AgentStore for SqlStore<DB> {
 
     fn renew_token<'a>(
         &'a self,
-        id: &'a str,
+        id: &'a AgentId,
         issued_at: Millis,
         expires_at: Millis,
         key: Option<KeyBinding<'a>>,
@@ -179,7 +180,7 @@ impl AgentStore for SqlStore<DB> {
                 "UPDATE agents SET issued_at = $2, expires_at = $3, jkt = $4, jwk = $5 \
                  WHERE id = $1 AND revoked_at IS NULL",
             )
-            .bind(id)
+            .bind(id.as_str())
             .bind(issued_at.0)
             .bind(expires_at.0)
             .bind(key.map(|k| k.jkt))
@@ -192,7 +193,7 @@ impl AgentStore for SqlStore<DB> {
             let mut tx = self.exclusive().await?;
             let agent: Option<(String, String)> =
                 sqlx::query_as("SELECT org_id, issuer_domain FROM agents WHERE id = $1")
-                    .bind(id)
+                    .bind(id.as_str())
                     .fetch_optional(&mut *tx)
                     .await?;
             let Some((org_id, domain)) = agent else {
@@ -232,7 +233,7 @@ impl AgentStore for SqlStore<DB> {
 
     fn revoke_agent<'a>(
         &'a self,
-        id: &'a str,
+        id: &'a AgentId,
         at: Millis,
         reason: Option<&'a str>,
     ) -> StoreFuture<'a, Option<(AgentRecord, Option<i64>)>> {
@@ -242,7 +243,7 @@ impl AgentStore for SqlStore<DB> {
         let run = move || {
             self.outage.ride_out(move || async move {
                 let mut tx = self.begin().await?;
-                let revoked = revoke_in(&mut tx, &[id.to_owned()], at, reason).await?;
+                let revoked = revoke_in(&mut tx, &[id.as_str().to_owned()], at, reason).await?;
                 self.outage.commit(tx).await?;
                 Ok(revoked.into_iter().next())
             })
@@ -274,7 +275,7 @@ impl AgentStore for SqlStore<DB> {
             for row in rows {
                 match row.id {
                     Some(id) => out.revoked.push(Revocation {
-                        agent_id: id,
+                        agent_id: decode("agent", &id, AgentId::parse)?,
                         reason: row.reason,
                         at: Millis(row.revoked_at.unwrap_or(0)),
                         place: place(row.status_list, row.status_idx)?,

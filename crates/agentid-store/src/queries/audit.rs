@@ -1,5 +1,6 @@
 //! The SQL of `crate::audit` for one backend: `DB` is its database.
 
+use agentid_core::domain::AgentId;
 use futures_util::future::BoxFuture;
 
 use crate::block::{self, AgentBlockRow, FullBlock, StoredBlock};
@@ -173,14 +174,14 @@ impl AuditStore for SqlStore<DB> {
     fn agent_rows<'a>(
         &'a self,
         ledger: &'a Ledger,
-        agent_id: &'a str,
+        agent_id: &'a AgentId,
     ) -> StoreFuture<'a, Vec<AgentBlockRow>> {
         Box::pin(async move {
             Ok(sqlx::query_as(
                 "SELECT first_seq, results, n_valid, n_invalid, n_expired, n_revoked FROM audit_block_agents \
                  WHERE agent_id = $1 AND org_id = $2 AND mode = $3 ORDER BY first_seq",
             )
-            .bind(agent_id)
+            .bind(agent_id.as_str())
             .bind(ledger.org_id.as_str())
             .bind(ledger.mode.as_str())
             .fetch_all(&mut *self.conn().await?)

@@ -8,6 +8,7 @@ use crate::sql::{Backend, SqlStore};
 use crate::{Attempt, Claimed, DomainClaim, Held, Moved, NameMove, StoreError, StoreFuture};
 use agentid_core::domain::holding::{self, DomainEvent, Grant, HoldRefused, Holding, UnreadEvent};
 use agentid_core::domain::Millis;
+use agentid_core::domain::{IssuerDomain, OrgId};
 
 use crate::domains::{
     recent_attempts, ClaimRow, DomainListSize, DomainStore, CLAIM_COLUMNS, RELEASED_REASON, REPLACED_REASON,
@@ -71,7 +72,7 @@ impl DomainStore for SqlStore<DB> {
     fn holdings<'a>(
         &'a self,
         rules: &'a dyn DomainRules,
-        org_id: Option<&'a str>,
+        org_id: Option<&'a OrgId>,
     ) -> StoreFuture<'a, Vec<Holding>> {
         Box::pin(async move {
             let (migrated,): (Option<i64>,) = sqlx::query_as(MIGRATED_SEQ_SQL)
@@ -85,7 +86,7 @@ impl DomainStore for SqlStore<DB> {
                         "SELECT {EVENT_COLUMNS} FROM domain_events WHERE domain IN \
                          (SELECT domain FROM domain_events WHERE org_id = $1) ORDER BY seq"
                     ))
-                    .bind(org)
+                    .bind(org.as_str())
                     .fetch_all(&mut *self.conn().await?)
                     .await?
                 }
@@ -99,7 +100,7 @@ impl DomainStore for SqlStore<DB> {
             Ok(rules
                 .holdings(&rows, migrated)
                 .into_iter()
-                .filter(|h| org_id.is_none_or(|o| h.org_id == o))
+                .filter(|h| org_id.is_none_or(|o| o == h.org_id.as_str()))
                 .collect())
         })
     }
@@ -158,25 +159,29 @@ impl DomainStore for SqlStore<DB> {
         }))
     }
 
-    fn domain_claim<'a>(&'a self, org_id: &'a str, domain: &'a str) -> StoreFuture<'a, Option<DomainClaim>> {
+    fn domain_claim<'a>(
+        &'a self,
+        org_id: &'a OrgId,
+        domain: &'a IssuerDomain,
+    ) -> StoreFuture<'a, Option<DomainClaim>> {
         Box::pin(async move {
             let row: Option<ClaimRow> = sqlx::query_as(&format!(
                 "SELECT {CLAIM_COLUMNS} FROM domain_claims WHERE org_id = $1 AND domain = $2"
             ))
-            .bind(org_id)
-            .bind(domain)
+            .bind(org_id.as_str())
+            .bind(domain.as_str())
             .fetch_optional(&mut *self.conn().await?)
             .await?;
             Ok(row.map(Into::into))
         })
     }
 
-    fn domain_claims<'a>(&'a self, org_id: &'a str) -> StoreFuture<'a, Vec<DomainClaim>> {
+    fn domain_claims<'a>(&'a self, org_id: &'a OrgId) -> StoreFuture<'a, Vec<DomainClaim>> {
         Box::pin(async move {
             let rows: Vec<ClaimRow> = sqlx::query_as(&format!(
                 "SELECT {CLAIM_COLUMNS} FROM domain_claims WHERE org_id = $1 ORDER BY domain"
             ))
-            .bind(org_id)
+            .bind(org_id.as_str())
             .fetch_all(&mut *self.conn().await?)
             .await?;
             Ok(rows.into_iter().map(Into::into).collect())
@@ -185,8 +190,8 @@ impl DomainStore for SqlStore<DB> {
 
     fn domain_attempt<'a>(
         &'a self,
-        org_id: &'a str,
-        domain: &'a str,
+        org_id: &'a OrgId,
+        domain: &'a IssuerDomain,
         now: Millis,
         per_minute: usize,
     ) -> StoreFuture<'a, Attempt> {
@@ -194,8 +199,8 @@ impl DomainStore for SqlStore<DB> {
             let mut tx = self.exclusive().await?;
             let row: Option<(String,)> =
                 sqlx::query_as("SELECT attempts FROM domain_claims WHERE org_id = $1 AND domain = $2")
-                    .bind(org_id)
-                    .bind(domain)
+                    .bind(org_id.as_str())
+                    .bind(domain.as_str())
                     .fetch_optional(&mut *tx)
                     .await?;
             let Some((stored,)) = row else {
@@ -210,8 +215,8 @@ impl DomainStore for SqlStore<DB> {
             recent.push(now.0);
             let stored = recent.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
             sqlx::query("UPDATE domain_claims SET attempts = $3 WHERE org_id = $1 AND domain = $2")
-                .bind(org_id)
-                .bind(domain)
+                .bind(org_id.as_str())
+                .bind(domain.as_str())
                 .bind(stored.as_str())
                 .execute(&mut *tx)
                 .await?;
@@ -223,17 +228,17 @@ impl DomainStore for SqlStore<DB> {
     fn hold_domain<'a>(
         &'a self,
         rules: &'a dyn DomainRules,
-        org_id: &'a str,
-        domain: &'a str,
+        org_id: &'a OrgId,
+        domain: &'a IssuerDomain,
         grant: Grant,
         claimed_at: Millis,
         now: Millis,
     ) -> StoreFuture<'a, Result<Held, HoldRefused>> {
         Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.exclusive().await?;
-            let names = holding::name_and_parents(domain);
-            let related = holdings_in(&mut tx, rules, &names, Some(domain)).await?;
-            let plan = match rules.plan_hold(org_id, domain, grant, &related) {
+            let names = holding::name_and_parents(domain.as_str());
+            let related = holdings_in(&mut tx, rules, &names, Some(domain.as_str())).await?;
+            let plan = match rules.plan_hold(org_id.as_str(), domain.as_str(), grant, &related) {
                 Ok(p) => p,
                 Err(refused) => return Ok(Err(refused)),
             };
@@ -241,7 +246,7 @@ impl DomainStore for SqlStore<DB> {
                 .ends
                 .iter()
                 .map(|end| {
-                    let reason = if end.org_id == org_id {
+                    let reason = if org_id == end.org_id.as_str() {
                         REPLACED_REASON
                     } else {
                         holding::TAKEN_REASON
@@ -249,19 +254,19 @@ impl DomainStore for SqlStore<DB> {
                     DomainEvent::release(&end.domain, &end.org_id, now, reason)
                 })
                 .collect();
-            let hold = DomainEvent::hold(domain, org_id, grant.method(), now, claimed_at);
+            let hold = DomainEvent::hold(domain.as_str(), org_id.as_str(), grant.method(), now, claimed_at);
             let mut holding = hold.holding().expect("a hold");
             events.push(hold);
             holding.seq = append(&mut tx, rules, events).await?;
             sqlx::query("DELETE FROM domain_claims WHERE org_id = $1 AND domain = $2")
-                .bind(org_id)
-                .bind(domain)
+                .bind(org_id.as_str())
+                .bind(domain.as_str())
                 .execute(&mut *tx)
                 .await?;
             let (name, below) = plan.revokes;
             let m = NameMove {
                 seq: holding.seq,
-                org_id: org_id.to_owned(),
+                org_id: org_id.as_str().to_owned(),
                 domain: name,
                 below,
                 at: now,
@@ -341,7 +346,7 @@ impl DomainStore for SqlStore<DB> {
 
     fn issuer_domains_in_use<'a>(
         &'a self,
-        org_id: Option<&'a str>,
+        org_id: Option<&'a OrgId>,
     ) -> StoreFuture<'a, Vec<(String, String)>> {
         Box::pin(async move {
             let rows: Vec<(String, String)> =
@@ -351,7 +356,7 @@ impl DomainStore for SqlStore<DB> {
                             "SELECT DISTINCT issuer_domain, org_id FROM agents WHERE org_id = $1 \
                          ORDER BY issuer_domain, org_id",
                         )
-                        .bind(org)
+                        .bind(org.as_str())
                         .fetch_all(&mut *self.conn().await?)
                         .await?
                     }
@@ -368,23 +373,23 @@ impl DomainStore for SqlStore<DB> {
     fn release_domain<'a>(
         &'a self,
         rules: &'a dyn DomainRules,
-        org_id: &'a str,
-        domain: &'a str,
+        org_id: &'a OrgId,
+        domain: &'a IssuerDomain,
         now: Millis,
     ) -> StoreFuture<'a, bool> {
         Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.exclusive().await?;
-            let held = holdings_in(&mut tx, rules, &[domain.to_owned()], None)
+            let held = holdings_in(&mut tx, rules, &[domain.as_str().to_owned()], None)
                 .await?
                 .into_iter()
-                .any(|h| h.org_id == org_id);
+                .any(|h| org_id == h.org_id.as_str());
             if held {
-                let event = DomainEvent::release(domain, org_id, now, RELEASED_REASON);
+                let event = DomainEvent::release(domain.as_str(), org_id.as_str(), now, RELEASED_REASON);
                 append(&mut tx, rules, vec![event]).await?;
             }
             let dropped = sqlx::query("DELETE FROM domain_claims WHERE org_id = $1 AND domain = $2")
-                .bind(org_id)
-                .bind(domain)
+                .bind(org_id.as_str())
+                .bind(domain.as_str())
                 .execute(&mut *tx)
                 .await?;
             crate::sql::commit(tx).await?;

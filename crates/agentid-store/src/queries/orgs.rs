@@ -1,7 +1,8 @@
 //! The SQL of `crate::orgs` for one backend: `DB` is its database.
 
-use crate::sql::{parse_mode, Backend, SqlStore};
+use crate::sql::{decode, parse_mode, Backend, SqlStore};
 use crate::{KeyRecord, NewApiKey, OrgRecord, StoreError, StoreFuture};
+use agentid_core::domain::OrgId;
 use agentid_core::domain::{ApiKeyKind, Millis};
 
 use crate::orgs::{KeyListing, KeyRow, OrgRow, OrgStore, ORG_COLUMNS};
@@ -96,11 +97,11 @@ impl OrgStore for SqlStore<DB> {
         })
     }
 
-    fn get_org<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<OrgRecord>> {
+    fn get_org<'a>(&'a self, id: &'a OrgId) -> StoreFuture<'a, Option<OrgRecord>> {
         Box::pin(async move {
             let sql = format!("SELECT {ORG_COLUMNS} FROM orgs WHERE id = $1");
             let row: Option<OrgRow> = sqlx::query_as(&sql)
-                .bind(id)
+                .bind(id.as_str())
                 .fetch_optional(&mut *self.conn().await?)
                 .await?;
             row.map(OrgRow::into_record).transpose()
@@ -123,7 +124,7 @@ impl OrgStore for SqlStore<DB> {
                     .await?;
             let Some(row) = row else { return Ok(None) };
             let org = self
-                .get_org(&row.org_id)
+                .get_org(&decode("organization", &row.org_id, OrgId::parse)?)
                 .await?
                 .ok_or_else(|| StoreError::Corrupt(format!("key of missing organization {}", row.org_id)))?;
             Ok(Some(KeyRecord {
@@ -144,13 +145,13 @@ impl OrgStore for SqlStore<DB> {
         })
     }
 
-    fn list_keys<'a>(&'a self, org_id: &'a str) -> StoreFuture<'a, Vec<KeyListing>> {
+    fn list_keys<'a>(&'a self, org_id: &'a OrgId) -> StoreFuture<'a, Vec<KeyListing>> {
         Box::pin(async move {
             let rows: Vec<(String, String, String, i64, Option<i64>)> = sqlx::query_as(
                 "SELECT kind, mode, hint, created_at, disabled_at FROM api_keys WHERE org_id = $1 \
                  ORDER BY created_at, hint",
             )
-            .bind(org_id)
+            .bind(org_id.as_str())
             .fetch_all(&mut *self.conn().await?)
             .await?;
             rows.into_iter()

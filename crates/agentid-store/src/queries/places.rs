@@ -1,7 +1,8 @@
 //! The SQL of `crate::places` for one backend: `DB` is its database.
 
+use crate::sql::decode;
 use crate::StoreError;
-use agentid_core::domain::{Millis, StatusPlace};
+use agentid_core::domain::{ListId, Millis, StatusPlace};
 
 use crate::places::PlaceDraw;
 
@@ -23,7 +24,7 @@ pub(crate) async fn allocate(
     .await?;
     let (list, size) = match newest {
         Some((id, size, allocated)) if size > 0 && (allocated as u64) < placing.fill.min(size as u64) => {
-            (id, size as u64)
+            (decode("status list", &id, ListId::parse)?, size as u64)
         }
         _ => {
             let size =

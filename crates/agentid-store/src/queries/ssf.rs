@@ -3,6 +3,7 @@
 use crate::sql::{Backend, SqlStore};
 use crate::{SsfEvent, StoreError, StoreFuture, StreamRecord};
 use agentid_core::domain::{new_id, IdPrefix, KeyMode, Millis};
+use agentid_core::domain::{AgentId, OrgId, StreamId};
 
 use crate::ssf::{
     events_json, EventRow, NewEvent, SsfStore, StreamRow, DUE, EVENT_COLUMNS, MAX_PENDING, SETTLE,
@@ -97,24 +98,24 @@ impl SsfStore for SqlStore<DB> {
         }))
     }
 
-    fn get_stream<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<StreamRecord>> {
+    fn get_stream<'a>(&'a self, id: &'a StreamId) -> StoreFuture<'a, Option<StreamRecord>> {
         Box::pin(async move {
             let row: Option<StreamRow> =
                 sqlx::query_as(&format!("SELECT {STREAM_COLUMNS} FROM ssf_streams WHERE id = $1"))
-                    .bind(id)
+                    .bind(id.as_str())
                     .fetch_optional(&mut *self.conn().await?)
                     .await?;
             row.map(StreamRow::into_record).transpose()
         })
     }
 
-    fn list_streams<'a>(&'a self, org_id: &'a str, mode: KeyMode) -> StoreFuture<'a, Vec<StreamRecord>> {
+    fn list_streams<'a>(&'a self, org_id: &'a OrgId, mode: KeyMode) -> StoreFuture<'a, Vec<StreamRecord>> {
         Box::pin(async move {
             let rows: Vec<StreamRow> = sqlx::query_as(&format!(
                 "SELECT {STREAM_COLUMNS} FROM ssf_streams WHERE org_id = $1 AND mode = $2 \
                  ORDER BY created_at, id"
             ))
-            .bind(org_id)
+            .bind(org_id.as_str())
             .bind(mode.as_str())
             .fetch_all(&mut *self.conn().await?)
             .await?;
@@ -146,26 +147,26 @@ impl SsfStore for SqlStore<DB> {
                     .bind(s.id.as_str())
                     .execute(&mut *tx)
                     .await?;
-                settle(&mut tx, &s.id, DB::rows_affected(&dropped) as i64).await?;
+                settle(&mut tx, s.id.as_str(), DB::rows_affected(&dropped) as i64).await?;
             }
             crate::sql::commit(tx).await?;
             Ok(true)
         }))
     }
 
-    fn delete_stream<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
+    fn delete_stream<'a>(&'a self, id: &'a StreamId) -> StoreFuture<'a, bool> {
         Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.begin().await?;
             sqlx::query("DELETE FROM ssf_events WHERE stream_id = $1")
-                .bind(id)
+                .bind(id.as_str())
                 .execute(&mut *tx)
                 .await?;
             sqlx::query("DELETE FROM ssf_subjects WHERE stream_id = $1")
-                .bind(id)
+                .bind(id.as_str())
                 .execute(&mut *tx)
                 .await?;
             let done = sqlx::query("DELETE FROM ssf_streams WHERE id = $1")
-                .bind(id)
+                .bind(id.as_str())
                 .execute(&mut *tx)
                 .await?;
             crate::sql::commit(tx).await?;
@@ -173,24 +174,24 @@ impl SsfStore for SqlStore<DB> {
         }))
     }
 
-    fn add_subject<'a>(&'a self, stream_id: &'a str, agent_id: &'a str) -> StoreFuture<'a, ()> {
+    fn add_subject<'a>(&'a self, stream_id: &'a StreamId, agent_id: &'a AgentId) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             sqlx::query(
                 "INSERT INTO ssf_subjects (stream_id, agent_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
             )
-            .bind(stream_id)
-            .bind(agent_id)
+            .bind(stream_id.as_str())
+            .bind(agent_id.as_str())
             .execute(&mut *self.conn().await?)
             .await?;
             Ok(())
         })
     }
 
-    fn remove_subject<'a>(&'a self, stream_id: &'a str, agent_id: &'a str) -> StoreFuture<'a, bool> {
+    fn remove_subject<'a>(&'a self, stream_id: &'a StreamId, agent_id: &'a AgentId) -> StoreFuture<'a, bool> {
         Box::pin(async move {
             let done = sqlx::query("DELETE FROM ssf_subjects WHERE stream_id = $1 AND agent_id = $2")
-                .bind(stream_id)
-                .bind(agent_id)
+                .bind(stream_id.as_str())
+                .bind(agent_id.as_str())
                 .execute(&mut *self.conn().await?)
                 .await?;
             Ok(DB::rows_affected(&done) == 1)
@@ -199,7 +200,7 @@ impl SsfStore for SqlStore<DB> {
 
     fn add_verification<'a>(
         &'a self,
-        stream_id: &'a str,
+        stream_id: &'a StreamId,
         state: Option<&'a str>,
         at: Millis,
     ) -> StoreFuture<'a, ()> {
@@ -213,7 +214,7 @@ impl SsfStore for SqlStore<DB> {
                 state,
                 at,
             };
-            enqueue(&mut tx, stream_id, &event).await?;
+            enqueue(&mut tx, stream_id.as_str(), &event).await?;
             crate::sql::commit(tx).await?;
             Ok(())
         }))
@@ -264,22 +265,22 @@ impl SsfStore for SqlStore<DB> {
         })
     }
 
-    fn release_stream<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+    fn release_stream<'a>(&'a self, id: &'a StreamId) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             sqlx::query("UPDATE ssf_streams SET lease_until = NULL WHERE id = $1")
-                .bind(id)
+                .bind(id.as_str())
                 .execute(&mut *self.conn().await?)
                 .await?;
             Ok(())
         })
     }
 
-    fn pending_events<'a>(&'a self, stream_id: &'a str, limit: u32) -> StoreFuture<'a, Vec<SsfEvent>> {
+    fn pending_events<'a>(&'a self, stream_id: &'a StreamId, limit: u32) -> StoreFuture<'a, Vec<SsfEvent>> {
         Box::pin(async move {
             let rows: Vec<EventRow> = sqlx::query_as(&format!(
                 "SELECT {EVENT_COLUMNS} FROM ssf_events WHERE stream_id = $1 ORDER BY seq LIMIT $2"
             ))
-            .bind(stream_id)
+            .bind(stream_id.as_str())
             .bind(i64::from(limit))
             .fetch_all(&mut *self.conn().await?)
             .await?;
@@ -287,7 +288,7 @@ impl SsfStore for SqlStore<DB> {
         })
     }
 
-    fn events_done<'a>(&'a self, stream_id: &'a str, seqs: &'a [i64]) -> StoreFuture<'a, ()> {
+    fn events_done<'a>(&'a self, stream_id: &'a StreamId, seqs: &'a [i64]) -> StoreFuture<'a, ()> {
         Box::pin(self.outage.ride_out(move || async move {
             if seqs.is_empty() {
                 return Ok(());
@@ -300,13 +301,13 @@ impl SsfStore for SqlStore<DB> {
                     "DELETE FROM ssf_events WHERE stream_id = $1 AND seq IN ({})",
                     params.join(", ")
                 );
-                let mut q = sqlx::query(&sql).bind(stream_id);
+                let mut q = sqlx::query(&sql).bind(stream_id.as_str());
                 for seq in chunk {
                     q = q.bind(*seq);
                 }
                 n += DB::rows_affected(&q.execute(&mut *tx).await?) as i64;
             }
-            settle(&mut tx, stream_id, n).await?;
+            settle(&mut tx, stream_id.as_str(), n).await?;
             crate::sql::commit(tx).await?;
             Ok(())
         }))
@@ -314,7 +315,7 @@ impl SsfStore for SqlStore<DB> {
 
     fn event_retry<'a>(
         &'a self,
-        stream_id: &'a str,
+        stream_id: &'a StreamId,
         seq: i64,
         attempts: i32,
         next: Millis,
@@ -324,19 +325,19 @@ impl SsfStore for SqlStore<DB> {
             sqlx::query(
                 "UPDATE ssf_events SET attempts = $3, next_attempt_at = $4 WHERE stream_id = $1 AND seq = $2",
             )
-            .bind(stream_id)
+            .bind(stream_id.as_str())
             .bind(seq)
             .bind(attempts)
             .bind(next.0)
             .execute(&mut *tx)
             .await?;
-            settle(&mut tx, stream_id, 0).await?;
+            settle(&mut tx, stream_id.as_str(), 0).await?;
             crate::sql::commit(tx).await?;
             Ok(())
         }))
     }
 
-    fn ack_events<'a>(&'a self, stream_id: &'a str, jtis: &'a [String]) -> StoreFuture<'a, u64> {
+    fn ack_events<'a>(&'a self, stream_id: &'a StreamId, jtis: &'a [String]) -> StoreFuture<'a, u64> {
         Box::pin(self.outage.ride_out(move || async move {
             if jtis.is_empty() {
                 return Ok(0);
@@ -345,13 +346,13 @@ impl SsfStore for SqlStore<DB> {
             let mut n = 0;
             for jti in jtis {
                 let done = sqlx::query("DELETE FROM ssf_events WHERE stream_id = $1 AND jti = $2")
-                    .bind(stream_id)
+                    .bind(stream_id.as_str())
                     .bind(jti.as_str())
                     .execute(&mut *tx)
                     .await?;
                 n += DB::rows_affected(&done);
             }
-            settle(&mut tx, stream_id, n as i64).await?;
+            settle(&mut tx, stream_id.as_str(), n as i64).await?;
             crate::sql::commit(tx).await?;
             Ok(n)
         }))

@@ -2,6 +2,7 @@
 //! row's derived values, and the per-agent rows that `GET /v1/log` totals read.
 
 use super::*;
+use agentid_core::domain::AgentId;
 
 impl LedgerCheck<'_> {
     pub(super) fn block(
@@ -114,7 +115,11 @@ impl LedgerCheck<'_> {
         agents.sort_by(|a, b| a.0.cmp(&b.0));
         for (agent, rows) in agents {
             self.stored_agent_rows.remove(&agent);
-            let stored = self.store.agent_rows(&self.ledger, &agent).await?;
+            let stored = match AgentId::parse(&agent) {
+                Some(id) => self.store.agent_rows(&self.ledger, &id).await?,
+                // No agent row can be stored under a name that is no agent's id.
+                None => Vec::new(),
+            };
             if stored == rows {
                 continue;
             }
