@@ -42,7 +42,7 @@ pub use audit::{AuditError, WriterConfig};
 pub use dpop::{Presented, ProofError};
 pub use registry::{AgentEntry, Registry, Revoked};
 pub use verifier::VerifiedToken;
-pub use verify::{Presentation, ValidAnswer, ValidToken, Verification, Verify};
+pub use verify::{Presentation, Render, ValidToken, Verification, Verify};
 
 use apikeys::ApiKeys;
 use audit::{AuditHandle, WriterThread};

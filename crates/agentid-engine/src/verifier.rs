@@ -92,8 +92,9 @@ impl VerifiedToken {
         }
     }
 
-    /// The rendered fixed part of the valid answer, rendering it with `render` the first time.
-    pub(crate) fn valid_answer(&self, render: impl FnOnce() -> String) -> &str {
+    /// The rendered fixed part of the valid answer, rendering it with `render` the first time
+    /// (the HTTP layer renders it; the cache counts its bytes).
+    pub fn valid_answer(&self, render: impl FnOnce() -> String) -> &str {
         self.valid_answer.get_or_init(|| render().into_boxed_str())
     }
 

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use agentid_core::domain::audit::{revoked_failure_reason, AuditEntry, Event};
-use agentid_core::domain::{AgentId, KeyMode, Ledger, Millis, VerifyResult};
-use agentid_core::token::{Audience, Confirmation, RejectReason};
+use agentid_core::domain::{AgentId, Ledger, Millis, VerifyResult};
+use agentid_core::token::RejectReason;
 use agentid_store::{SharedStore, StoreError};
 
 use crate::audit::AuditHandle;
@@ -37,87 +37,10 @@ pub struct ValidToken {
     pub agent: Arc<AgentEntry>,
 }
 
-/// The valid answer, as it is sent. `verified_at` stays the last member: the rest is
-/// rendered once per cached token and each answer appends its own `verified_at`
-/// (serializing all of it on every call was about a third of the handler's time under hot
-/// load, by perf).
-#[derive(serde::Serialize)]
-pub struct ValidAnswer<'a> {
-    pub(crate) valid: bool,
-    pub(crate) agent_id: &'a str,
-    pub(crate) name: &'a str,
-    /// The name the issuer proved (an agent token's `iss`, an access token's
-    /// `issuer_domain`).
-    pub(crate) issuer: &'a str,
-    pub(crate) scopes: Vec<&'a str>,
-    pub(crate) description: &'a str,
-    pub(crate) issued_at: Millis,
-    pub(crate) expires_at: Millis,
-    pub(crate) livemode: bool,
-    /// An access token's audience, client and scope string, as it carries them.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) aud: Option<&'a Audience>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) client_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) scope: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) cnf: Option<&'a Confirmation>,
-    pub(crate) verified_at: Millis,
-}
-
-impl ValidToken {
-    /// The answer's members, at `verified_at`.
-    pub fn answer(&self, verified_at: Millis) -> ValidAnswer<'_> {
-        let c = &self.token.claims;
-        ValidAnswer {
-            valid: true,
-            agent_id: &c.sub,
-            name: &self.agent.name,
-            issuer: c.issuer_domain(),
-            scopes: c.granted(),
-            description: &self.agent.description,
-            issued_at: Millis::from_secs(c.iat),
-            expires_at: Millis::from_secs(c.exp),
-            livemode: self.agent.mode == KeyMode::Live,
-            aud: c.aud.as_ref(),
-            client_id: c.client_id.as_deref(),
-            scope: c.scope.as_deref(),
-            cnf: c.cnf.as_ref(),
-            verified_at,
-        }
-    }
-
-    /// The answer's fixed part (all of it but `verified_at` and the closing brace), rendered
-    /// the first time.
-    fn fixed_part(&self) -> &str {
-        self.token.valid_answer(|| {
-            let mut all = serde_json::to_string(&self.answer(Millis(0))).expect("answers serialize");
-            let fixed_len = all
-                .strip_suffix(EPOCH_TAIL)
-                .expect("verified_at is the last member")
-                .len();
-            all.truncate(fixed_len);
-            all
-        })
-    }
-}
-
-const EPOCH_TAIL: &str = r#""verified_at":"1970-01-01T00:00:00.000Z"}"#;
-
-impl Verification {
-    /// The valid answer's JSON; `None` for a token that does not pass.
-    pub fn valid_json(&self) -> Option<String> {
-        let t = self.valid.as_ref()?;
-        let fixed = t.fixed_part();
-        let mut out = String::with_capacity(fixed.len() + EPOCH_TAIL.len());
-        out.push_str(fixed);
-        out.push_str("\"verified_at\":\"");
-        self.verified_at.write_rfc3339(&mut out);
-        out.push_str("\"}");
-        Some(out)
-    }
-}
+/// How the HTTP layer renders a valid answer's fixed part (all of it but what changes from
+/// one answer to the next). The engine keeps the rendering with the cached token and weighs
+/// it with the cache entry; it never reads it.
+pub type Render = fn(&ValidToken) -> String;
 
 /// What the checks concluded before the audit record was written.
 struct Outcome {
@@ -200,8 +123,14 @@ impl Verify {
     }
 
     /// Verifies `token` (received at `received`), records it, and answers.
-    pub async fn verify(&self, token: &str, received: Instant) -> Result<Verification, VerifyError> {
-        self.verify_presented(token, Presentation::Token, received).await
+    pub async fn verify(
+        &self,
+        token: &str,
+        received: Instant,
+        render: Render,
+    ) -> Result<Verification, VerifyError> {
+        self.verify_presented(token, Presentation::Token, received, render)
+            .await
     }
 
     /// Verifies `token` presented as `how`, records it, and answers.
@@ -210,6 +139,7 @@ impl Verify {
         token: &str,
         how: Presentation<'_>,
         received: Instant,
+        render: Render,
     ) -> Result<Verification, VerifyError> {
         let now = Millis::now();
         let mut checked = match self.check(token, now).await {
@@ -265,7 +195,7 @@ impl Verify {
         };
         if let (true, Some(v)) = (checked.cache_it, &verification.valid) {
             // The answer is rendered before the entry is written, so it is weighed with it.
-            v.fixed_part();
+            v.token.valid_answer(|| render(v));
             self.tokens.remember(token, &v.token);
         }
         Ok(verification)

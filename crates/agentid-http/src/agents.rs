@@ -12,6 +12,7 @@ use super::cursor;
 use super::error::{ApiError, ErrorBody, ErrorCode};
 use super::input::{agent_path, json_body};
 use super::schema::Timestamp;
+use agentid_core::domain::fields;
 use agentid_core::domain::{
     AgentFields, AgentId, AgentStatus, Description, ExpirySeconds, IssuerDomain, Ledger, Millis, Name,
     RevokeReason, Scopes, ValidationError,
@@ -24,25 +25,15 @@ use agentid_core::token::dpop::PublicJwk;
 #[serde(deny_unknown_fields)]
 pub(crate) struct RegisterRequest {
     /// Human-readable name, 1–128 characters, no control characters, not only white space.
-    #[schema(
-        min_length = 1,
-        max_length = 128,
-        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\s\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$",
-        example = "Billing bot"
-    )]
+    #[schema(example = "Billing bot")]
     name: String,
     /// A DNS host name; stored lower-case and embedded in the token as `iss`.
-    #[schema(
-        max_length = 253,
-        pattern = r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$",
-        example = "billing.example.com"
-    )]
+    #[schema(example = "billing.example.com")]
     issuer_domain: String,
     /// 1–64 distinct scopes of the form `action:resource`.
     #[schema(min_items = 1, max_items = 64, value_type = Vec<ScopeString>, example = json!(["read:invoices"]))]
     scopes: Vec<String>,
     /// Optional context, at most 1024 characters (newline and tab allowed).
-    #[schema(max_length = 1024, pattern = r"^[^\u0000-\u0008\u000b-\u001f\u007f-\u009f]*$")]
     #[serde(default)]
     description: Option<String>,
     /// Token lifetime in seconds (default 86400; the plan caps it: EXPIRY_TOO_LONG).
@@ -84,8 +75,8 @@ impl utoipa::PartialSchema for ScopeString {
         ObjectBuilder::new()
             .schema_type(Type::String)
             .description(Some("`action:resource`, lower-case, at most 128 characters"))
-            .pattern(Some(r"^[a-z0-9_.-]+:[a-z0-9_.*/-]+$"))
-            .max_length(Some(128))
+            .pattern(Some(fields::SCOPE.pattern))
+            .max_length(fields::SCOPE.max_length)
             .examples(["read:invoices"])
             .into()
     }
@@ -98,7 +89,6 @@ impl ToSchema for ScopeString {}
 #[serde(deny_unknown_fields)]
 pub(crate) struct RevokeRequest {
     /// Why; stored with the agent and in the audit log. At most 512 characters, no control characters.
-    #[schema(max_length = 512, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$")]
     #[serde(default)]
     reason: Option<String>,
 }
@@ -120,7 +110,6 @@ impl RegisterRequest {
 /// A newly registered agent and its first token (shown only here).
 #[derive(Serialize, ToSchema)]
 pub(crate) struct Registered {
-    #[schema(pattern = "^agt_[0-9a-z]{26}$")]
     agent_id: String,
     name: String,
     /// Echoes the issuer_domain (lower-case).
@@ -194,7 +183,6 @@ fn status(a: &AgentRecord, now: Millis) -> Status {
 /// An agent in list form.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct AgentSummary {
-    #[schema(pattern = "^agt_[0-9a-z]{26}$")]
     id: String,
     name: String,
     issuer_domain: String,
@@ -211,7 +199,6 @@ pub(crate) struct AgentSummary {
 /// An agent in full.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct AgentDetail {
-    #[schema(pattern = "^agt_[0-9a-z]{26}$")]
     id: String,
     name: String,
     issuer_domain: String,
@@ -361,7 +348,6 @@ pub async fn get(
 /// A new token (shown only here).
 #[derive(Serialize, ToSchema)]
 pub(crate) struct Issued {
-    #[schema(pattern = "^agt_[0-9a-z]{26}$")]
     agent_id: String,
     token: String,
     #[schema(value_type = Timestamp)]
@@ -415,7 +401,6 @@ pub(crate) async fn issue_token(
 #[derive(Serialize, ToSchema)]
 pub(crate) struct RevokedBody {
     revoked: bool,
-    #[schema(pattern = "^agt_[0-9a-z]{26}$")]
     agent_id: String,
     #[schema(value_type = Timestamp)]
     revoked_at: Millis,

@@ -26,7 +26,7 @@ use actix_web::middleware::{from_fn, Condition};
 use actix_web::web;
 
 use error::ErrorBody;
-use openapi::Shared;
+use openapi::{FieldRules, Shared};
 use routes::Route;
 
 pub use context::AppState;
@@ -130,7 +130,7 @@ route_table! {
     doc: {
         info(title = "agentid"),
         components(schemas(ErrorBody)),
-        modifiers(&Shared),
+        modifiers(&FieldRules, &Shared),
         tags(
             (name = "agents", description = "Issuer side: secret keys (sk_live_, sk_test_)"),
             (name = "domains", description = "Issuer domains: an organization issues only under names it proved (DNS TXT or an HTTPS file) or the operator granted"),

@@ -411,7 +411,7 @@ pub(crate) async fn introspect(state: web::Data<AppState>, req: HttpRequest, bod
     let v = match state
         .engine
         .verify()
-        .verify(&token, context::received(&req))
+        .verify(&token, context::received(&req), crate::verify::fixed_part)
         .await
     {
         Ok(v) => v,

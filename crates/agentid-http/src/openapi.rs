@@ -6,8 +6,9 @@
 use std::sync::OnceLock;
 
 use actix_web::HttpResponse;
+use agentid_core::domain::fields::{self, FieldRule};
 use utoipa::openapi::path::Operation;
-use utoipa::openapi::schema::{ObjectBuilder, Type};
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{HeaderBuilder, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi, PartialSchema};
@@ -15,6 +16,42 @@ use utoipa::{Modify, OpenApi, PartialSchema};
 use super::ApiDoc;
 
 use super::error::{ErrorBody, ErrorCode};
+
+/// The field rules of core (`domain::fields`) stated in the schemas of the fields that carry
+/// them: written once, there, for the parsers and this document alike.
+pub(crate) struct FieldRules;
+
+const FIELD_RULES: &[(&str, &str, &FieldRule)] = &[
+    ("RegisterRequest", "name", &fields::NAME),
+    ("RegisterRequest", "issuer_domain", &fields::ISSUER_DOMAIN),
+    ("RegisterRequest", "description", &fields::DESCRIPTION),
+    ("RevokeRequest", "reason", &fields::REVOKE_REASON),
+    ("ClaimRequest", "domain", &fields::ISSUER_DOMAIN),
+    ("Registered", "agent_id", &fields::AGENT_ID),
+    ("AgentSummary", "id", &fields::AGENT_ID),
+    ("AgentDetail", "id", &fields::AGENT_ID),
+    ("Issued", "agent_id", &fields::AGENT_ID),
+    ("RevokedBody", "agent_id", &fields::AGENT_ID),
+    ("ValidBody", "agent_id", &fields::AGENT_ID),
+];
+
+impl Modify for FieldRules {
+    fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
+        let schemas = &mut api.components.get_or_insert_with(Default::default).schemas;
+        for (schema, field, rule) in FIELD_RULES {
+            let property = match schemas.get_mut(*schema) {
+                Some(RefOr::T(Schema::Object(o))) => o.properties.get_mut(*field),
+                _ => None,
+            };
+            let Some(RefOr::T(Schema::Object(p))) = property else {
+                panic!("the document has no string field {schema}.{field} to state its rule in");
+            };
+            p.pattern = Some(rule.pattern.to_owned());
+            p.min_length = rule.min_length;
+            p.max_length = rule.max_length;
+        }
+    }
+}
 
 /// The shared parts of every operation.
 pub(crate) struct Shared;

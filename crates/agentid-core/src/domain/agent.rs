@@ -1,6 +1,6 @@
 //! The fields of an agent, each parsed once from untrusted input.
 
-use super::{Millis, ValidationError};
+use super::{fields, Millis, ValidationError};
 
 /// Human-readable agent name: 1–128 characters, no control characters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,8 +12,8 @@ impl Name {
         if s.trim().is_empty() {
             return Err(ValidationError::new("name", "must not be empty"));
         }
-        if count > 128 {
-            return Err(ValidationError::new("name", "must be at most 128 characters"));
+        if count > fields::NAME.max() {
+            return Err(ValidationError::new("name", fields::NAME.too_long()));
         }
         if s.chars().any(char::is_control) {
             return Err(ValidationError::new(
@@ -40,8 +40,8 @@ impl IssuerDomain {
         if s.is_empty() {
             return err("must not be empty");
         }
-        if s.len() > 253 {
-            return err("must be at most 253 characters");
+        if s.len() > fields::ISSUER_DOMAIN.max() {
+            return err(&fields::ISSUER_DOMAIN.too_long());
         }
         let lower = s.to_ascii_lowercase();
         for label in lower.split('.') {
@@ -143,7 +143,7 @@ fn is_scope(s: &str) -> bool {
     };
     let action_ok = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_.-".contains(&b);
     let resource_ok = |b: u8| action_ok(b) || b"*/".contains(&b);
-    s.len() <= 128
+    s.len() <= fields::SCOPE.max()
         && !action.is_empty()
         && !resource.is_empty()
         && action.bytes().all(action_ok)
@@ -156,10 +156,10 @@ pub struct Description(String);
 
 impl Description {
     pub fn parse(s: &str) -> Result<Self, ValidationError> {
-        if s.chars().count() > 1024 {
+        if s.chars().count() > fields::DESCRIPTION.max() {
             return Err(ValidationError::new(
                 "description",
-                "must be at most 1024 characters",
+                fields::DESCRIPTION.too_long(),
             ));
         }
         if s.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {

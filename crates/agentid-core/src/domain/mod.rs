@@ -3,6 +3,7 @@
 
 mod agent;
 pub mod audit;
+pub mod fields;
 mod gcra;
 pub mod holding;
 mod ids;

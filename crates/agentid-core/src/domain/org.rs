@@ -294,8 +294,11 @@ pub struct RevokeReason(String);
 
 impl RevokeReason {
     pub fn parse(s: &str) -> Result<Self, ValidationError> {
-        if s.chars().count() > 512 {
-            return Err(ValidationError::new("reason", "must be at most 512 characters"));
+        if s.chars().count() > super::fields::REVOKE_REASON.max() {
+            return Err(ValidationError::new(
+                "reason",
+                super::fields::REVOKE_REASON.too_long(),
+            ));
         }
         if s.chars().any(char::is_control) {
             return Err(ValidationError::new(
