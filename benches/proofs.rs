@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use agentid::domain::audit::{AuditEntry, Event};
 use agentid::domain::{KeyMode, Ledger, Millis, VerifyResult};
-use agentid::engine::transparency::checkpointer::{GrownLedgers, Step, Transparency};
+use agentid::engine::transparency::checkpointer::{Step, Transparency};
+use agentid::engine::GrownLedgers;
 use agentid::store::{self, SharedStore, StoreOptions};
 use agentid::tlog::note::LogKey;
 use agentid::tlog::tree;

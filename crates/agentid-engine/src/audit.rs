@@ -18,8 +18,12 @@ use std::time::{Duration, Instant};
 use actix::Arbiter;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::transparency::checkpointer::GrownLedgers;
+use std::collections::HashSet;
+
+use parking_lot::Mutex;
+
 use agentid_core::domain::audit::{AuditEntry, AuditRecord};
+use agentid_core::domain::Ledger;
 use agentid_store::SharedStore;
 
 #[derive(Debug, Clone)]
@@ -204,5 +208,34 @@ fn fail(replies: Vec<Reply>, why: &str) {
     metrics::counter!("agentid_audit_flush_failures_total").increment(1);
     for reply in replies {
         let _ = reply.send(Err(AuditError::StoreFailed));
+    }
+}
+
+/// The ledgers the audit writer appended to since the checkpointer last looked.
+#[derive(Debug, Default)]
+pub struct GrownLedgers(Mutex<HashSet<Ledger>>);
+
+impl GrownLedgers {
+    /// Notes the ledgers of committed records (one lock per batch; a ledger is cloned only
+    /// the first time).
+    pub(crate) fn note(&self, records: &[Option<AuditRecord>]) {
+        let mut last: Option<&Ledger> = None;
+        let mut set = self.0.lock();
+        for r in records.iter().flatten() {
+            if last != Some(&r.ledger) {
+                if !set.contains(&r.ledger) {
+                    set.insert(r.ledger.clone());
+                }
+                last = Some(&r.ledger);
+            }
+        }
+    }
+
+    pub(crate) fn take(&self) -> HashSet<Ledger> {
+        std::mem::take(&mut *self.0.lock())
+    }
+
+    pub(crate) fn put_back(&self, ledger: Ledger) {
+        self.0.lock().insert(ledger);
     }
 }

@@ -38,7 +38,7 @@ use agentid_core::domain::holding::NotCovered;
 pub use agentid_store::StoreError;
 pub use agents::{Agents, IssuedToken, Registration};
 pub use apikeys::{hash_key, Caller, KeyLookup};
-pub use audit::{AuditError, WriterConfig};
+pub use audit::{AuditError, GrownLedgers, WriterConfig};
 pub use dpop::{Presented, ProofError};
 pub use registry::{AgentEntry, Registry, Revoked};
 pub use verifier::VerifiedToken;

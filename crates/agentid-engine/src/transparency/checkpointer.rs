@@ -22,14 +22,16 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use agentid_core::domain::audit::AuditRecord;
-use agentid_core::domain::{Ledger, Millis};
+use agentid_core::domain::audit::{AuditEntry, Event};
+use agentid_core::domain::{Ledger, Millis, VerifyResult};
+use agentid_core::tlog::commit::Commitments;
 use agentid_core::tlog::note::{Checkpoint, LogKey, LogVerifier};
 use agentid_core::tlog::tree::{self, Frontier};
 use agentid_store::{Added, SharedStore, StoreError, StoredCheckpoint};
 
-use crate::audit::AuditHandle;
+use crate::audit::{AuditHandle, GrownLedgers};
 
+use super::alarm;
 use super::domain_list::DomainListWatch;
 use super::lists::{broken_commitments, committed_lists, CommittedLists};
 use super::subtrees::subtree_hashes;
@@ -41,41 +43,6 @@ pub(crate) const MAX_STEP: u64 = 1 << 20;
 const JUNK_READ: u32 = 64;
 /// Record hashes read per query while a checkpoint is made.
 const READ_CHUNK: u64 = 1 << 16;
-
-/// The ledgers the audit writer appended to since the checkpointer last looked.
-#[derive(Debug, Default)]
-pub struct GrownLedgers(Mutex<HashSet<Ledger>>);
-
-impl GrownLedgers {
-    /// Notes the ledgers of committed records (one lock per batch; a ledger is cloned only
-    /// the first time).
-    pub(crate) fn note(&self, records: &[Option<AuditRecord>]) {
-        let mut last: Option<&Ledger> = None;
-        let mut set = self.0.lock();
-        for r in records.iter().flatten() {
-            if last != Some(&r.ledger) {
-                if !set.contains(&r.ledger) {
-                    set.insert(r.ledger.clone());
-                }
-                last = Some(&r.ledger);
-            }
-        }
-    }
-
-    fn take(&self) -> HashSet<Ledger> {
-        std::mem::take(&mut *self.0.lock())
-    }
-
-    fn put_back(&self, ledger: Ledger) {
-        self.0.lock().insert(ledger);
-    }
-}
-
-/// Something stored that the service did not write: logged, and counted by `what`.
-pub(super) fn alarm(what: &'static str, message: &str) {
-    tracing::error!(what, "integrity alarm: {message}");
-    metrics::counter!("agentid_integrity_failures_total", "what" => what).increment(1);
-}
 
 /// The log's signing key, its name, and what it signs.
 pub struct Transparency {
@@ -407,4 +374,74 @@ pub enum Step {
     Done,
     /// It grew more than one step, or its latest checkpoint is younger than an interval.
     More,
+}
+
+/// The issuer-domain list, looked at each tick (`domain_list`).
+impl Transparency {
+    /// One look at the list: an alarm when it is shorter than before, and a record of the
+    /// service's ledger when it grew past what such a record last said.
+    pub(super) async fn watch_domain_list(
+        &self,
+        audit: &AuditHandle,
+        watch: &DomainListWatch,
+    ) -> Result<(), StoreError> {
+        let now = self.store.domain_list_size().await?;
+        if let Some(seen) = watch.read(now) {
+            alarm(
+                "domain_list",
+                &format!(
+                    "the issuer-domain list holds {} events up to number {}, fewer than the {} up to number \
+                     {} this instance read or appended before: who holds a name was rewritten",
+                    now.rows, now.newest, seen.rows, seen.newest
+                ),
+            );
+        }
+        if now.rows <= watch.recorded() {
+            return Ok(());
+        }
+        // Grown past what this instance recorded: perhaps a checkpoint commits to it already
+        // (another instance's record, or a later checkpoint than this instance's record).
+        let committed = self.domains_committed().await?;
+        if now.rows <= committed {
+            watch.record(committed);
+            return Ok(());
+        }
+        let entry = AuditEntry {
+            ledger: Ledger::service(),
+            event: Event::DomainList,
+            agent_id: String::new(),
+            result: VerifyResult::Valid,
+            failure_reason: Some(format!(
+                "the issuer-domain list holds {} events, the newest numbered {}",
+                now.rows, now.newest
+            )),
+            latency_us: 0,
+            requested_at: Millis::now(),
+            // Names no agent: nothing to re-check against revocations.
+            revocations_seen: i64::MAX,
+        };
+        match audit.append(entry).await {
+            Ok(_) => watch.record(now.rows),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot record that the issuer-domain list grew; trying again")
+            }
+        }
+        Ok(())
+    }
+
+    /// How many issuer-domain events the service ledger's latest checkpoint commits to.
+    async fn domains_committed(&self) -> Result<u64, StoreError> {
+        let ledger = Ledger::service();
+        let size = self.store.ledger_size(&ledger).await?;
+        let Some(latest) = self.latest_signed(&ledger, size, false).await? else {
+            return Ok(0);
+        };
+        Ok(self
+            .key
+            .verifier()
+            .open(&latest.note)
+            .ok()
+            .and_then(|cp| Commitments::parse(&cp.extensions).ok().flatten())
+            .map_or(0, |c| c.domains.count))
+    }
 }

@@ -13,13 +13,7 @@
 
 use parking_lot::Mutex;
 
-use agentid_core::domain::audit::{AuditEntry, Event};
-use agentid_core::domain::{Ledger, Millis, VerifyResult};
-use agentid_core::tlog::commit::Commitments;
-use agentid_store::{DomainListSize, StoreError};
-
-use super::checkpointer::{alarm, Transparency};
-use crate::audit::AuditHandle;
+use agentid_store::DomainListSize;
 
 /// What one instance knows of the issuer-domain list's length.
 #[derive(Debug, Default)]
@@ -47,7 +41,7 @@ impl DomainListWatch {
 
     /// The list read now: the longer list seen before, when this one is shorter and not
     /// yet alarmed about.
-    fn read(&self, now: DomainListSize) -> Option<DomainListSize> {
+    pub(super) fn read(&self, now: DomainListSize) -> Option<DomainListSize> {
         let mut s = self.state.lock();
         if now.shorter_than(&s.seen) {
             if s.alarmed == Some(now) {
@@ -60,77 +54,15 @@ impl DomainListWatch {
         s.alarmed = None;
         None
     }
-}
 
-impl Transparency {
-    /// One look at the list: an alarm when it is shorter than before, and a record of the
-    /// service's ledger when it grew past what such a record last said.
-    pub(super) async fn watch_domain_list(
-        &self,
-        audit: &AuditHandle,
-        watch: &DomainListWatch,
-    ) -> Result<(), StoreError> {
-        let now = self.store.domain_list_size().await?;
-        if let Some(seen) = watch.read(now) {
-            alarm(
-                "domain_list",
-                &format!(
-                    "the issuer-domain list holds {} events up to number {}, fewer than the {} up to number \
-                     {} this instance read or appended before: who holds a name was rewritten",
-                    now.rows, now.newest, seen.rows, seen.newest
-                ),
-            );
-        }
-        if now.rows <= watch.state.lock().recorded {
-            return Ok(());
-        }
-        // Grown past what this instance recorded: perhaps a checkpoint commits to it already
-        // (another instance's record, or a later checkpoint than this instance's record).
-        let committed = self.domains_committed().await?;
-        if now.rows <= committed {
-            let mut s = watch.state.lock();
-            s.recorded = s.recorded.max(committed);
-            return Ok(());
-        }
-        let entry = AuditEntry {
-            ledger: Ledger::service(),
-            event: Event::DomainList,
-            agent_id: String::new(),
-            result: VerifyResult::Valid,
-            failure_reason: Some(format!(
-                "the issuer-domain list holds {} events, the newest numbered {}",
-                now.rows, now.newest
-            )),
-            latency_us: 0,
-            requested_at: Millis::now(),
-            // Names no agent: nothing to re-check against revocations.
-            revocations_seen: i64::MAX,
-        };
-        match audit.append(entry).await {
-            Ok(_) => {
-                let mut s = watch.state.lock();
-                s.recorded = s.recorded.max(now.rows);
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot record that the issuer-domain list grew; trying again")
-            }
-        }
-        Ok(())
+    /// How many events this instance knows a record or checkpoint to have said the list holds.
+    pub(super) fn recorded(&self) -> u64 {
+        self.state.lock().recorded
     }
 
-    /// How many issuer-domain events the service ledger's latest checkpoint commits to.
-    async fn domains_committed(&self) -> Result<u64, StoreError> {
-        let ledger = Ledger::service();
-        let size = self.store.ledger_size(&ledger).await?;
-        let Some(latest) = self.latest_signed(&ledger, size, false).await? else {
-            return Ok(0);
-        };
-        Ok(self
-            .key
-            .verifier()
-            .open(&latest.note)
-            .ok()
-            .and_then(|cp| Commitments::parse(&cp.extensions).ok().flatten())
-            .map_or(0, |c| c.domains.count))
+    /// A record or checkpoint said the list holds `rows` events.
+    pub(super) fn record(&self, rows: u64) {
+        let mut s = self.state.lock();
+        s.recorded = s.recorded.max(rows);
     }
 }

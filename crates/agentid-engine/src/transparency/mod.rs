@@ -13,3 +13,9 @@ mod subtrees;
 pub use domain_list::DomainListWatch;
 pub use lists::{committed_lists, CommittedLists};
 pub use proofs::ProofRefused;
+
+/// Something stored that the service did not write: logged, and counted by `what`.
+pub(crate) fn alarm(what: &'static str, message: &str) {
+    tracing::error!(what, "integrity alarm: {message}");
+    metrics::counter!("agentid_integrity_failures_total", "what" => what).increment(1);
+}
