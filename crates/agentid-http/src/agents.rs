@@ -135,7 +135,6 @@ pub(crate) struct Registered {
         (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
         (status = 415, description = "INVALID_REQUEST: not application/json", body = ErrorBody),
     ),
-    security(("bearer" = [])),
 )]
 pub(crate) async fn register(
     state: web::Data<AppState>,
@@ -238,7 +237,6 @@ pub(crate) struct ListParams {
          headers(("Link" = String, description = "The next page, when there is one"))),
         (status = 400, description = "VALIDATION_ERROR (limit) or INVALID_CURSOR", body = ErrorBody),
     ),
-    security(("bearer" = [])),
 )]
 pub async fn list(
     state: web::Data<AppState>,
@@ -321,7 +319,6 @@ pub async fn list(
         (status = 200, description = "The agent", body = AgentDetail),
         (status = 404, description = "AGENT_NOT_FOUND", body = ErrorBody),
     ),
-    security(("bearer" = [])),
 )]
 pub async fn get(
     state: web::Data<AppState>,
@@ -368,7 +365,6 @@ pub(crate) struct Issued {
         (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
         (status = 415, description = "INVALID_REQUEST: not application/json", body = ErrorBody),
     ),
-    security(("bearer" = [])),
 )]
 pub(crate) async fn issue_token(
     state: web::Data<AppState>,
@@ -419,7 +415,6 @@ pub(crate) struct RevokedBody {
         (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
         (status = 415, description = "INVALID_REQUEST: not application/json", body = ErrorBody),
     ),
-    security(("bearer" = [])),
 )]
 pub async fn revoke(
     state: web::Data<AppState>,

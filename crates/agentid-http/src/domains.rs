@@ -155,7 +155,6 @@ fn body(d: DomainView) -> DomainBody {
         (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
         (status = 415, description = "INVALID_REQUEST: not application/json", body = ErrorBody),
     ),
-    security(("bearer" = [])),
 )]
 pub(crate) async fn claim(
     state: web::Data<AppState>,
@@ -177,7 +176,6 @@ pub(crate) async fn claim(
 #[utoipa::path(
     get, path = "/v1/domains", tag = "domains",
     responses((status = 200, description = "The organization's domains, held and pending, by name", body = DomainList)),
-    security(("bearer" = [])),
 )]
 pub(crate) async fn list(
     state: web::Data<AppState>,
@@ -202,7 +200,6 @@ pub(crate) async fn list(
         (status = 400, description = "VALIDATION_ERROR: not a host name", body = ErrorBody),
         (status = 404, description = "DOMAIN_NOT_FOUND", body = ErrorBody),
     ),
-    security(("bearer" = [])),
 )]
 pub async fn get(
     state: web::Data<AppState>,
@@ -224,7 +221,6 @@ pub async fn get(
         (status = 422, description = "DOMAIN_NOT_VERIFIED: what each lookup found", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED: 10 attempts a minute per domain (Retry-After)", body = ErrorBody),
     ),
-    security(("bearer" = [])),
 )]
 pub async fn verify(
     state: web::Data<AppState>,
@@ -245,7 +241,6 @@ pub async fn verify(
         (status = 400, description = "VALIDATION_ERROR: not a host name", body = ErrorBody),
         (status = 404, description = "DOMAIN_NOT_FOUND", body = ErrorBody),
     ),
-    security(("bearer" = [])),
 )]
 pub async fn release(
     state: web::Data<AppState>,

@@ -88,7 +88,7 @@ macro_rules! route_table {
         fn routes(cfg: &mut web::ServiceConfig) {
             route_table!(@mount cfg; $($table)*);
         }
-        route_table!(@doc [$($doc)*] [] $($table)*);
+        route_table!(@doc [$($doc)*] [] [] $($table)*);
     };
     (@mount $cfg:ident;) => {};
     (@mount $cfg:ident; $route:ident => scope $prefix:literal [$method:ident: $handler:path], $($rest:tt)*) => {
@@ -110,19 +110,22 @@ macro_rules! route_table {
         );
         route_table!(@mount $cfg; $($rest)*);
     };
-    (@doc [$($doc:tt)*] [$($done:path,)*]) => {
+    (@doc [$($doc:tt)*] [$($done:path,)*] [$($seen:ident,)*]) => {
         /// The OpenAPI document: the routes' handlers, and what every operation shares.
         #[derive(utoipa::OpenApi)]
         #[openapi(paths($($done),*), $($doc)*)]
         pub(crate) struct ApiDoc;
+
+        /// The facts of every route the document lists (its security comes from them).
+        pub(crate) static DOCUMENTED: &[&Route] = &[$(&routes::$seen),*];
     };
-    (@doc [$($doc:tt)*] [$($done:path,)*] $route:ident => scope $prefix:literal [$method:ident: $handler:path],
-        $($rest:tt)*) => {
-        route_table!(@doc [$($doc)*] [$($done,)* $handler,] $($rest)*);
+    (@doc [$($doc:tt)*] [$($done:path,)*] [$($seen:ident,)*]
+        $route:ident => scope $prefix:literal [$method:ident: $handler:path], $($rest:tt)*) => {
+        route_table!(@doc [$($doc)*] [$($done,)* $handler,] [$($seen,)* $route,] $($rest)*);
     };
-    (@doc [$($doc:tt)*] [$($done:path,)*] $route:ident => [$($method:ident: $handler:path),+]
+    (@doc [$($doc:tt)*] [$($done:path,)*] [$($seen:ident,)*] $route:ident => [$($method:ident: $handler:path),+]
         $([$($more:ident: $also:path),+])? $(limit $limit:expr)?, $($rest:tt)*) => {
-        route_table!(@doc [$($doc)*] [$($done,)* $($handler,)+] $($rest)*);
+        route_table!(@doc [$($doc)*] [$($done,)* $($handler,)+] [$($seen,)* $route,] $($rest)*);
     };
 }
 

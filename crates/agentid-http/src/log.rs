@@ -101,7 +101,6 @@ pub(crate) struct Page {
         (status = 400, description = "VALIDATION_ERROR or INVALID_CURSOR", body = ErrorBody),
         (status = 404, description = "AGENT_NOT_FOUND: agent_id names no agent of the caller", body = ErrorBody),
     ),
-    security(("bearer" = [])),
 )]
 pub async fn read(
     state: web::Data<AppState>,
@@ -209,7 +208,6 @@ fn caller_ledger(caller: &agentid_engine::Caller) -> Ledger {
     responses(
         (status = 200, description = "The latest signed checkpoint of the caller's ledger (its organization, this key's mode): a C2SP tlog-checkpoint signed note. Checked with the key at /.well-known/log-key. A ledger not yet checkpointed answers the empty tree's.", content_type = "text/plain", body = String),
     ),
-    security(("bearer" = [])),
 )]
 pub(crate) async fn checkpoint(
     state: web::Data<AppState>,
@@ -294,7 +292,6 @@ fn refused(e: ProofRefused, field: &'static str) -> ApiError {
         (status = 200, description = "Proof that record seq is leaf seq − 1 of the caller's ledger's tree of tree_size records", body = InclusionProof),
         (status = 400, description = "VALIDATION_ERROR: a missing parameter, or not 1 ≤ seq ≤ tree_size ≤ the latest checkpoint's size", body = ErrorBody),
     ),
-    security(("bearer" = [])),
 )]
 pub(crate) async fn inclusion(
     state: web::Data<AppState>,
@@ -324,7 +321,6 @@ pub(crate) async fn inclusion(
         (status = 200, description = "Proof that the caller's ledger's tree of `from` records is a prefix of its tree of `to` records", body = ConsistencyProof),
         (status = 400, description = "VALIDATION_ERROR: a missing parameter, or not 1 ≤ from ≤ to ≤ the latest checkpoint's size", body = ErrorBody),
     ),
-    security(("bearer" = [])),
 )]
 pub(crate) async fn consistency(
     state: web::Data<AppState>,
@@ -427,7 +423,6 @@ fn page(list: &[(String, Millis)], from: u64) -> CommittedList {
         (status = 200, description = "The lists the caller's ledger's checkpoints commit to in their extension lines `agentid-revocations <count> <hash>`, `agentid-retired-keys <count> <hash>` and `agentid-domains <count> <hash>`: the ledger's revocations (in revocation order), the fleet's key retirements (by time) and the fleet's issuer-domain holding events (in order), each a hash chain: h0 = 32 zero bytes, h(i+1) = SHA-256(list name ‖ LF ‖ h(i) ‖ id ‖ LF ‖ at in decimal ms ‖ LF). A witness checks that each new checkpoint's lists extend the ones it saw.", body = Committed),
         (status = 400, description = "VALIDATION_ERROR: an index that is not a non-negative integer", body = ErrorBody),
     ),
-    security(("bearer" = [])),
 )]
 pub(crate) async fn commitments(
     state: web::Data<AppState>,

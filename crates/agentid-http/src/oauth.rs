@@ -394,7 +394,6 @@ pub(crate) struct Introspection<'a> {
         (status = 500, description = "server_error", body = OAuthErrorBody),
         (status = 503, description = "temporarily_unavailable: the verification cannot be recorded", body = OAuthErrorBody),
     ),
-    security((), ("bearer" = [])),
 )]
 pub(crate) async fn introspect(state: web::Data<AppState>, req: HttpRequest, body: Bytes) -> HttpResponse {
     if let Auth::Rejected = context::auth(&req) {

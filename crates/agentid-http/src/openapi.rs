@@ -13,7 +13,9 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement
 use utoipa::openapi::{HeaderBuilder, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi, PartialSchema};
 
+use super::routes::Route;
 use super::ApiDoc;
+use agentid_engine::ratelimit::Class;
 
 use super::error::{ErrorBody, ErrorCode};
 
@@ -81,7 +83,11 @@ impl Modify for Shared {
                     .build(),
             ),
         );
-        for item in api.paths.paths.values_mut() {
+        for (path, item) in api.paths.paths.iter_mut() {
+            let route = super::DOCUMENTED
+                .iter()
+                .find(|r| r.pattern == path)
+                .unwrap_or_else(|| panic!("{path} is documented but in no route of the table"));
             for op in [
                 &mut item.get,
                 &mut item.post,
@@ -93,6 +99,7 @@ impl Modify for Shared {
             .into_iter()
             .flatten()
             {
+                op.security = security(route);
                 shared_responses(op);
             }
         }
@@ -132,6 +139,20 @@ fn oauth_error_response(code: ErrorCode) -> RefOr<utoipa::openapi::Response> {
                 .build(),
         )
         .into()
+}
+
+/// Which keys a route takes, from its facts: none for a keyless one or one charged to no
+/// bucket (health), any or none for one limited like verify (a `pk_` key only moves the call
+/// to its organization's limit), and a key for every other.
+fn security(route: &Route) -> Option<Vec<SecurityRequirement>> {
+    let key = SecurityRequirement::new("bearer", Vec::<String>::new());
+    if route.keyless || !route.counted {
+        return None;
+    }
+    Some(match route.class {
+        Class::Verify => vec![SecurityRequirement::default(), key],
+        Class::Other | Class::Publishable => vec![key],
+    })
 }
 
 fn shared_responses(op: &mut Operation) {

@@ -112,7 +112,6 @@ pub(crate) enum VerifyAnswer<'a> {
         (status = 401, description = "UNAUTHORIZED: an Authorization header with an invalid key (verify needs none)", body = ErrorBody),
         (status = 503, description = "AUDIT_UNAVAILABLE: the store cannot record this verification (or give the agent it names), so it is not answered", body = ErrorBody),
     ),
-    security((), ("bearer" = [])),
 )]
 pub async fn verify(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     // Mounted as the default service of the `/v1/verify` scope: a static prefix match, where
@@ -223,7 +222,6 @@ impl VerifyRequest {
         (status = 415, description = "INVALID_REQUEST: not application/json", body = ErrorBody),
         (status = 503, description = "AUDIT_UNAVAILABLE: the store cannot record this verification (or give the agent it names), so it is not answered", body = ErrorBody),
     ),
-    security((), ("bearer" = [])),
 )]
 pub async fn verify_dpop(
     state: web::Data<AppState>,

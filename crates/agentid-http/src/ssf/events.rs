@@ -63,7 +63,6 @@ async fn subject(
         (status = 400, description = "VALIDATION_ERROR: not an agent of this organization and mode", body = ErrorBody),
         (status = 404, description = "NOT_FOUND", body = ErrorBody),
     ),
-    security(("bearer" = [])),
 )]
 pub(crate) async fn add_subject(
     state: web::Data<AppState>,
@@ -82,7 +81,6 @@ pub(crate) async fn add_subject(
         (status = 400, description = "VALIDATION_ERROR", body = ErrorBody),
         (status = 404, description = "NOT_FOUND", body = ErrorBody),
     ),
-    security(("bearer" = [])),
 )]
 pub(crate) async fn remove_subject(
     state: web::Data<AppState>,
@@ -109,7 +107,6 @@ pub(crate) struct VerificationRequest {
         (status = 400, description = "VALIDATION_ERROR", body = ErrorBody),
         (status = 404, description = "NOT_FOUND", body = ErrorBody),
     ),
-    security(("bearer" = [])),
 )]
 pub async fn verify(
     state: web::Data<AppState>,

@@ -133,7 +133,6 @@ pub(crate) struct StreamQuery {
         (status = 403, description = "FORBIDDEN: a publishable key", body = ErrorBody),
         (status = 415, description = "INVALID_REQUEST: not application/json", body = ErrorBody),
     ),
-    security(("bearer" = [])),
 )]
 pub async fn create(
     state: web::Data<AppState>,
@@ -174,7 +173,6 @@ pub(crate) enum Streams {
         (status = 400, description = "VALIDATION_ERROR: a malformed query", body = ErrorBody),
         (status = 404, description = "NOT_FOUND: no such stream of this organization and mode", body = ErrorBody),
     ),
-    security(("bearer" = [])),
 )]
 pub async fn read(
     state: web::Data<AppState>,
@@ -207,7 +205,6 @@ pub async fn read(
         (status = 400, description = "VALIDATION_ERROR", body = ErrorBody),
         (status = 404, description = "NOT_FOUND", body = ErrorBody),
     ),
-    security(("bearer" = [])),
 )]
 pub async fn replace(
     state: web::Data<AppState>,
@@ -240,7 +237,6 @@ pub async fn replace(
         (status = 400, description = "VALIDATION_ERROR", body = ErrorBody),
         (status = 404, description = "NOT_FOUND", body = ErrorBody),
     ),
-    security(("bearer" = [])),
 )]
 pub async fn update(
     state: web::Data<AppState>,
@@ -276,7 +272,6 @@ pub async fn update(
         (status = 400, description = "VALIDATION_ERROR: stream_id is required", body = ErrorBody),
         (status = 404, description = "NOT_FOUND", body = ErrorBody),
     ),
-    security(("bearer" = [])),
 )]
 pub async fn delete(
     state: web::Data<AppState>,
@@ -315,7 +310,6 @@ pub(crate) struct StatusChange {
         (status = 400, description = "VALIDATION_ERROR: stream_id is required", body = ErrorBody),
         (status = 404, description = "NOT_FOUND", body = ErrorBody),
     ),
-    security(("bearer" = [])),
 )]
 pub async fn status(
     state: web::Data<AppState>,
@@ -340,7 +334,6 @@ pub async fn status(
         (status = 400, description = "VALIDATION_ERROR", body = ErrorBody),
         (status = 404, description = "NOT_FOUND", body = ErrorBody),
     ),
-    security(("bearer" = [])),
 )]
 pub async fn set_status(
     state: web::Data<AppState>,
