@@ -161,6 +161,7 @@ fn answer(c: &mut Criterion) {
             agent: agent.clone(),
         }),
         proof_error: None,
+        policy_error: None,
         verified_at: Millis(1_795_000_123_456),
     };
     let cached = verification(Arc::new(VerifiedToken::new(claims(1))));

@@ -164,6 +164,7 @@ impl Application {
             engine: engine.clone(),
             public_url: public_url.clone(),
             trusted_proxies: cfg.trusted_proxies.clone(),
+            forward_auth_peers: cfg.forward_auth_trusted_peers.clone(),
             draining: draining.clone(),
         });
         let mut server = HttpServer::new(move || http::app(state.clone()))

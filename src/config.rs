@@ -28,6 +28,9 @@ pub struct Config {
     pub workers: Option<usize>,
     /// Peers (balancers) whose `X-Forwarded-For` / `Forwarded` name the client.
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Gateways whose `X-Forwarded-Method`/`-Uri` and `X-Original-Method`/`-URL` name the
+    /// request a forward-auth call checks (read on that route only).
+    pub forward_auth_trusted_peers: Vec<ipnet::IpNet>,
     /// Audit writer, verified-token cache, registry resync.
     pub engine: EngineConfig,
     /// The DNS server outbound connections look names up at (`None`: the system's).
@@ -43,6 +46,14 @@ pub struct Config {
     pub(crate) shutdown_drain: Duration,
 }
 
+/// 127.0.0.0/8 and ::1: a gateway on the same machine.
+pub(crate) fn loopback() -> Vec<ipnet::IpNet> {
+    vec![
+        "127.0.0.0/8".parse().expect("a network"),
+        "::1/128".parse().expect("a network"),
+    ]
+}
+
 impl Config {
     /// The defaults, for the given database.
     pub fn new(database_url: impl Into<String>) -> Self {
@@ -54,6 +65,7 @@ impl Config {
             metrics_bind: Some(DEFAULT_METRICS_BIND.into()),
             workers: None,
             trusted_proxies: Vec::new(),
+            forward_auth_trusted_peers: loopback(),
             engine: EngineConfig::default(),
             dns_resolver: None,
             store: StoreOptions::default(),
@@ -75,6 +87,7 @@ impl fmt::Debug for Config {
             .field("metrics_bind", &self.metrics_bind)
             .field("workers", &self.workers)
             .field("trusted_proxies", &self.trusted_proxies)
+            .field("forward_auth_trusted_peers", &self.forward_auth_trusted_peers)
             .field("engine", &self.engine)
             .field("dns_resolver", &self.dns_resolver)
             .finish_non_exhaustive()

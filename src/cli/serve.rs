@@ -48,6 +48,14 @@ pub(crate) struct ServeArgs {
     /// one of them is believed about the client's address (X-Forwarded-For, Forwarded).
     #[arg(long, env = "AGENTID_TRUSTED_PROXIES", default_value = "")]
     pub(crate) trusted_proxies: String,
+    /// Gateways that call /v1/forward-auth, as CIDRs: only from a peer in one of them are
+    /// X-Forwarded-Method/-Uri and X-Original-Method/-URL read (the request the call checks).
+    #[arg(
+        long,
+        env = "AGENTID_FORWARD_AUTH_TRUSTED_PEERS",
+        default_value = "127.0.0.0/8,::1/128"
+    )]
+    pub(crate) forward_auth_trusted_peers: String,
     /// After SIGTERM, SIGINT or SIGQUIT: seconds the instance goes on serving while /health
     /// answers 503 "draining" (so that a balancer moves its traffic), before it stops
     /// accepting, finishes what is in flight and exits.
@@ -137,16 +145,14 @@ fn parse_list_size(s: &str) -> Result<u64, String> {
 }
 
 /// Comma-separated CIDR networks; a bare address is the network of that address alone.
-fn parse_nets(list: &str) -> Result<Vec<ipnet::IpNet>, String> {
+fn parse_nets(flag: &str, list: &str) -> Result<Vec<ipnet::IpNet>, String> {
     list.split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(|s| {
             s.parse::<ipnet::IpNet>()
                 .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-                .map_err(|_| {
-                    format!("--trusted-proxies: {s:?} is not a CIDR network like 10.0.0.0/8, nor an address")
-                })
+                .map_err(|_| format!("{flag}: {s:?} is not a CIDR network like 10.0.0.0/8, nor an address"))
         })
         .collect()
 }
@@ -160,7 +166,11 @@ pub(super) async fn serve(args: ServeArgs) -> CliResult {
         signing_key_file: args.signing_key_file,
         metrics_bind,
         workers: args.workers,
-        trusted_proxies: parse_nets(&args.trusted_proxies)?,
+        trusted_proxies: parse_nets("--trusted-proxies", &args.trusted_proxies)?,
+        forward_auth_trusted_peers: parse_nets(
+            "--forward-auth-trusted-peers",
+            &args.forward_auth_trusted_peers,
+        )?,
         dns_resolver: args.dns_resolver,
         engine: EngineConfig {
             writer: WriterConfig {

@@ -15,6 +15,8 @@ mod engine;
 mod errors;
 mod failover;
 mod fleet;
+mod forward_auth;
+mod gateways;
 mod health;
 mod integrity;
 mod isolation;

@@ -75,7 +75,7 @@ fn assert_oauth_error(res: &Resp, status: u16, code: &str) -> String {
 }
 
 /// An agent bound to `key`, with two scopes.
-async fn client(app: &TestApp, key: &AgentKey) -> String {
+pub(crate) async fn client(app: &TestApp, key: &AgentKey) -> String {
     let a = app
         .register(json!({"name": "mcp agent", "issuer_domain": "example.com",
                          "scopes": ["tools:call", "read:docs"], "jwk": key.jwk()}))
@@ -83,7 +83,7 @@ async fn client(app: &TestApp, key: &AgentKey) -> String {
     a["agent_id"].as_str().unwrap().to_owned()
 }
 
-async fn token(app: &TestApp, key: &AgentKey, agent: &str, extra: &[(&str, &str)]) -> Value {
+pub(crate) async fn token(app: &TestApp, key: &AgentKey, agent: &str, extra: &[(&str, &str)]) -> Value {
     let res = ask(app, &assertion(app, key, agent), extra).await;
     assert_eq!(res.status, 200, "{}", res.text());
     res.json()

@@ -41,6 +41,7 @@ async fn the_openapi_document_covers_every_route_schema_and_error() {
         "/v1/domains/{domain}/verify",
         "/v1/verify/{token}",
         "/v1/verify",
+        "/v1/forward-auth",
         "/v1/log",
         "/v1/log/checkpoint",
         "/v1/log/commitments",

@@ -42,6 +42,7 @@ const PAGES: &[(&str, &str)] = &[
     ("docs/oauth.md", include_str!("../../docs/oauth.md")),
     ("docs/operations.md", include_str!("../../docs/operations.md")),
     ("docs/performance.md", include_str!("../../docs/performance.md")),
+    ("docs/gateways.md", include_str!("../../docs/gateways.md")),
 ];
 
 /// A fenced block of a page, with the `## ` section it sits in.
@@ -108,6 +109,17 @@ fn shell_blocks(title: &str) -> Vec<String> {
         .collect();
     assert!(!found.is_empty(), "no page has an sh block under \"## {title}\"");
     found
+}
+
+/// The one block of the pages in `lang` (a gateway's configuration), as written.
+pub fn only_block(lang: &str) -> String {
+    let mut found: Vec<String> = blocks()
+        .into_iter()
+        .filter(|b| b.lang == lang)
+        .map(|b| b.text)
+        .collect();
+    assert_eq!(found.len(), 1, "the pages have {} blocks in {lang}", found.len());
+    found.remove(0)
 }
 
 /// A whole-file snippet: its name, the command that runs it, its text.

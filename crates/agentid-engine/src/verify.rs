@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use agentid_core::domain::audit::{revoked_failure_reason, AuditEntry, Event};
 use agentid_core::domain::{AgentId, Ledger, Millis, VerifyResult};
+use agentid_core::token::policy::{Policy, PolicyRefusal};
 use agentid_core::token::RejectReason;
 use agentid_store::{SharedStore, StoreError};
 
@@ -28,6 +29,9 @@ pub struct Verification {
     /// Why a token that passed was refused all the same: its DPoP proof (`result` is then
     /// `Invalid`).
     pub proof_error: Option<ProofError>,
+    /// Why a token that passed was refused all the same: the receiver's policy (`result` is
+    /// then `Invalid`).
+    pub policy_error: Option<PolicyRefusal>,
     pub verified_at: Millis,
 }
 
@@ -54,6 +58,7 @@ struct Outcome {
     /// The token's cache entry is to be written once its answer is known.
     cache_it: bool,
     proof_error: Option<ProofError>,
+    policy_error: Option<PolicyRefusal>,
 }
 
 /// The verify path's counters, registered once: `metrics::counter!` with labels looks the
@@ -141,6 +146,19 @@ impl Verify {
         received: Instant,
         render: Render,
     ) -> Result<Verification, VerifyError> {
+        self.verify_for(token, how, None, received, render).await
+    }
+
+    /// Verifies `token` presented as `how` for a receiver with `policy` (a token that passes
+    /// but does not meet it is recorded `invalid`, with why), records it, and answers.
+    pub async fn verify_for(
+        &self,
+        token: &str,
+        how: Presentation<'_>,
+        policy: Option<&Policy>,
+        received: Instant,
+        render: Render,
+    ) -> Result<Verification, VerifyError> {
         let now = Millis::now();
         let mut checked = match self.check(token, now).await {
             Ok(c) => c,
@@ -157,6 +175,14 @@ impl Verify {
                 checked.result = VerifyResult::Invalid;
                 checked.failure_reason = Some(refused.reason);
                 checked.proof_error = Some(refused.error);
+                checked.valid = None;
+            }
+        }
+        if let (Some(policy), Some(valid)) = (policy, &checked.valid) {
+            if let Err(refused) = policy.check(&valid.token.claims) {
+                checked.result = VerifyResult::Invalid;
+                checked.failure_reason = Some(refused.describe());
+                checked.policy_error = Some(refused);
                 checked.valid = None;
             }
         }
@@ -190,6 +216,9 @@ impl Verify {
             valid: checked.valid.filter(|_| record.result == VerifyResult::Valid),
             proof_error: checked
                 .proof_error
+                .filter(|_| record.result == VerifyResult::Invalid),
+            policy_error: checked
+                .policy_error
                 .filter(|_| record.result == VerifyResult::Invalid),
             verified_at: now,
         };
@@ -261,6 +290,7 @@ impl Verify {
             revocations_seen,
             cache_it,
             proof_error: None,
+            policy_error: None,
         })
     }
 
@@ -310,5 +340,6 @@ fn invalid(
         revocations_seen,
         cache_it: false,
         proof_error: None,
+        policy_error: None,
     }
 }

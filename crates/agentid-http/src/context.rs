@@ -15,6 +15,8 @@ pub struct AppState {
     pub public_url: String,
     /// Peers whose forwarding headers say who the client is (see `http::client`).
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Gateways whose forwarded headers name the request a forward-auth call checks.
+    pub forward_auth_peers: Vec<ipnet::IpNet>,
     /// A stop signal came: `/health` answers 503 `draining`, and every answer closes its
     /// connection, until the instance stops accepting.
     pub draining: Arc<std::sync::atomic::AtomicBool>,

@@ -60,6 +60,12 @@ error_codes! {
     DomainNotVerified = ("DOMAIN_NOT_VERIFIED", UNPROCESSABLE_ENTITY, "The domain's proof was not found, or cannot take the name: the message says what each lookup (the TXT record, the HTTPS file) found (422)."),
     IssuerDomainNotVerified = ("ISSUER_DOMAIN_NOT_VERIFIED", FORBIDDEN, "The organization does not hold the `issuer_domain` (nor a name above it by DNS), or another organization does: claim it with `POST /v1/domains` and prove it with `POST /v1/domains/{domain}/verify` (403)."),
     TooManyDomains = ("TOO_MANY_DOMAINS", CONFLICT, "The organization has as many pending domain claims as it may (100): verify or release some first (409)."),
+    TokenInvalid = ("TOKEN_INVALID", UNAUTHORIZED, "Forward auth: the agent's token is malformed, forged, unknown, or not for this receiver (its audience or issuer), or a bound token came without its proof (401, with `WWW-Authenticate`)."),
+    TokenExpired = ("TOKEN_EXPIRED", UNAUTHORIZED, "Forward auth: the agent's token has expired (401, with `WWW-Authenticate`)."),
+    TokenRevoked = ("TOKEN_REVOKED", UNAUTHORIZED, "Forward auth: the agent is revoked (401, with `WWW-Authenticate`)."),
+    ProofInvalid = ("PROOF_INVALID", UNAUTHORIZED, "Forward auth: the DPoP proof is missing, malformed, not made with the token's key, or not for this request's method and URL (401, with `WWW-Authenticate: DPoP`)."),
+    ProofReplayed = ("PROOF_REPLAYED", UNAUTHORIZED, "Forward auth: the DPoP proof was used before (401, with `WWW-Authenticate: DPoP`)."),
+    InsufficientScope = ("INSUFFICIENT_SCOPE", FORBIDDEN, "Forward auth: the token does not grant every scope the gateway requires (403, with `WWW-Authenticate` naming them)."),
     PayloadTooLarge = ("PAYLOAD_TOO_LARGE", PAYLOAD_TOO_LARGE, "The request body is over 64 KiB (413)."),
     /// A wrong content type: an INVALID_REQUEST with status 415.
     UnsupportedMediaType = ("INVALID_REQUEST", UNSUPPORTED_MEDIA_TYPE, "The body must be sent with `Content-Type: application/json` (415, code INVALID_REQUEST)."),

@@ -41,7 +41,7 @@ pub(crate) async fn gate(
         &state.trusted_proxies,
     );
     let span = tracing::info_span!("request", request_id = %request_id);
-    let auth = match bearer(req.headers()).filter(|_| !route.keyless) {
+    let auth = match api_key(req.headers(), route).filter(|_| !route.keyless) {
         None => Auth::Anonymous,
         Some(None) => Auth::NotBearer,
         Some(Some(key)) => match state.engine.authenticate(key, ip).await {
@@ -127,6 +127,16 @@ fn too_many(req: ServiceRequest, decision: &Decision, why: &str) -> ServiceRespo
 }
 
 /// `Some(None)`: an Authorization header that is not `Bearer <token>`.
+/// The API key the route's `key_header` carries: `Bearer <key>` in `Authorization`, the key
+/// alone in any other header. `Some(None)`: a header that holds no key.
+fn api_key<'h>(headers: &'h HeaderMap, route: &Route) -> Option<Option<&'h str>> {
+    if route.key_header != header::AUTHORIZATION.as_str() {
+        let value = headers.get(route.key_header)?;
+        return Some(value.to_str().ok().map(str::trim).filter(|k| !k.is_empty()));
+    }
+    bearer(headers)
+}
+
 fn bearer(headers: &HeaderMap) -> Option<Option<&str>> {
     let value = headers.get(header::AUTHORIZATION)?;
     let parsed = value.to_str().ok().and_then(|v| {

@@ -9,7 +9,9 @@ use actix_web::HttpResponse;
 use agentid_core::domain::fields::{self, FieldRule};
 use utoipa::openapi::path::Operation;
 use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::security::{
+    ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
+};
 use utoipa::openapi::{HeaderBuilder, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi, PartialSchema};
 
@@ -74,6 +76,13 @@ impl Modify for Shared {
             listed.join(", ")
         ));
         let components = api.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "gateway_key",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                "X-Agentid-Key",
+                "A publishable key (pk_…) of the gateway's organization, on /v1/forward-auth",
+            ))),
+        );
         components.add_security_scheme(
             "bearer",
             SecurityScheme::Http(
@@ -148,6 +157,13 @@ fn security(route: &Route) -> Option<Vec<SecurityRequirement>> {
     let key = SecurityRequirement::new("bearer", Vec::<String>::new());
     if route.keyless || !route.counted {
         return None;
+    }
+    if route.key_header != "authorization" {
+        // Authorization carries something else there (forward auth: the agent's token).
+        return Some(vec![
+            SecurityRequirement::default(),
+            SecurityRequirement::new("gateway_key", Vec::<String>::new()),
+        ]);
     }
     Some(match route.class {
         Class::Verify => vec![SecurityRequirement::default(), key],

@@ -23,7 +23,12 @@ pub(crate) struct Route {
     /// An OAuth endpoint: its errors, the gate's own included, have RFC 6749's body
     /// (`{"error", "error_description"}`), not the service's.
     pub(crate) oauth: bool,
+    /// The header an API key comes in: `Authorization`, except where that header carries
+    /// something else (forward auth: the agent's token).
+    pub(crate) key_header: &'static str,
 }
+
+const AUTHORIZATION: &str = "authorization";
 
 const fn other(pattern: &'static str) -> Route {
     Route {
@@ -33,6 +38,7 @@ const fn other(pattern: &'static str) -> Route {
         public: false,
         keyless: false,
         oauth: false,
+        key_header: AUTHORIZATION,
     }
 }
 
@@ -47,6 +53,7 @@ const fn document(pattern: &'static str) -> Route {
         public: true,
         keyless: true,
         oauth: false,
+        key_header: AUTHORIZATION,
     }
 }
 
@@ -58,6 +65,7 @@ pub(crate) static HEALTH: Route = Route {
     public: true,
     keyless: false,
     oauth: false,
+    key_header: AUTHORIZATION,
 };
 pub(crate) static PUBLIC_KEY: Route = document("/.well-known/public-key.pem");
 pub(crate) static JWKS: Route = document("/.well-known/jwks.json");
@@ -74,6 +82,7 @@ pub(crate) static VERIFY: Route = Route {
     public: true,
     keyless: false,
     oauth: false,
+    key_header: AUTHORIZATION,
 };
 /// A token with its DPoP proof: verify's own class and limits.
 pub(crate) static VERIFY_DPOP: Route = Route {
@@ -83,6 +92,7 @@ pub(crate) static VERIFY_DPOP: Route = Route {
     public: true,
     keyless: false,
     oauth: false,
+    key_header: AUTHORIZATION,
 };
 pub(crate) static REGISTER: Route = other("/v1/agents/register");
 pub(crate) static AGENTS: Route = other("/v1/agents");
@@ -113,6 +123,7 @@ pub(crate) static SSF_POLL: Route = Route {
     public: false,
     keyless: true,
     oauth: false,
+    key_header: AUTHORIZATION,
 };
 /// OAuth 2 (RFC 8414): the authorization server's metadata, a public document. agentid is no
 /// OpenID provider: `/.well-known/openid-configuration` is an unknown route (404), and stock
@@ -126,6 +137,7 @@ pub(crate) static OAUTH_AUTHORIZE: Route = Route {
     public: false,
     keyless: true,
     oauth: true,
+    key_header: AUTHORIZATION,
 };
 /// An agent authenticates with its own key, not an API key: its calls count against its
 /// organization's limit once the handler knows who it is, and a failed one against the
@@ -137,6 +149,7 @@ pub(crate) static OAUTH_TOKEN: Route = Route {
     public: false,
     keyless: true,
     oauth: true,
+    key_header: AUTHORIZATION,
 };
 /// RFC 7662, limited like verify: per address, or a `pk_` key's organization.
 pub(crate) static OAUTH_INTROSPECT: Route = Route {
@@ -146,6 +159,19 @@ pub(crate) static OAUTH_INTROSPECT: Route = Route {
     public: false,
     keyless: false,
     oauth: true,
+    key_header: AUTHORIZATION,
+};
+/// A gateway's subrequest (NGINX `auth_request`, Caddy `forward_auth`, …): any method, the
+/// agent's token in `Authorization`, so the gateway's own `pk_` key (which lifts the address's
+/// limit, as on verify) comes in `X-Agentid-Key`.
+pub(crate) static FORWARD_AUTH: Route = Route {
+    pattern: "/v1/forward-auth",
+    class: Class::Verify,
+    counted: true,
+    public: false,
+    keyless: false,
+    oauth: false,
+    key_header: "x-agentid-key",
 };
 /// What a path that no route takes counts as.
 pub(crate) static UNMATCHED: Route = other("unmatched");

@@ -370,6 +370,7 @@ mod tests {
                 result: VerifyResult::Valid,
                 valid: Some(t.clone()),
                 proof_error: None,
+                policy_error: None,
                 verified_at,
             };
             assert_eq!(body(&v), expected);

@@ -1,9 +1,11 @@
 //! JWT tokens: encoding and strict decoding (agent tokens and OAuth access tokens), DPoP
-//! proofs of possession, and the JWTs an OAuth client authenticates with. Pure functions.
+//! proofs of possession, the JWTs an OAuth client authenticates with, and a receiver's policy.
+//! Pure functions.
 
 pub mod assertion;
 pub mod dpop;
 mod jwt;
+pub mod policy;
 
 pub use jwt::{
     decode, encode, encode_json, Audience, Claims, Confirmation, RejectReason, Rejected, Status,

@@ -1,0 +1,407 @@
+//! `/v1/forward-auth`: the subrequest a gateway makes before it lets a request through (NGINX
+//! `auth_request`, Caddy `forward_auth`, Traefik ForwardAuth, Envoy `ext_authz` over HTTP).
+//! The agent's token comes as the request brought it (`Authorization: Bearer` or `DPoP`, with
+//! the `DPoP` proof header); the request it guards, as the gateway's forwarded headers name it,
+//! read only from the peers `--forward-auth-trusted-peers` names; the receiver's policy, from
+//! the query string of the URL in the gateway's configuration. Every call is verified and
+//! recorded as `POST /v1/verify` is, and answered with no body and the agent's facts in
+//! `X-Agent-*` headers, or refused as the receiver libraries refuse (401 or 403 with their
+//! `WWW-Authenticate`, 503 with `Retry-After`).
+
+use actix_web::http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use super::context::{self, AppState, Auth};
+use super::error::{ApiError, ErrorBody, ErrorCode};
+use super::verify::fixed_part;
+use agentid_core::domain::{IssuerDomain, Scopes, ValidationError, VerifyResult};
+use agentid_core::token::policy::{Policy, PolicyRefusal};
+use agentid_engine::{Presentation, Presented, ProofError, Verification};
+
+/// The proof algorithms a DPoP challenge names (as the receiver libraries name them).
+const DPOP_ALGS: &str = "EdDSA Ed25519 ES256";
+/// Seconds a gateway is asked to wait after a 503.
+const RETRY_AFTER: u32 = 1;
+/// The most values of a policy parameter, and the longest value.
+const MAX_VALUES: usize = 16;
+const MAX_VALUE_LEN: usize = 2048;
+
+/// The receiver's policy, set in the gateway's configuration (the URL it calls). Unknown
+/// parameters are refused, so a misspelt one cannot silently weaken the policy.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // the document's; the query is read by `policy`
+pub(crate) struct ForwardAuthParams {
+    /// The receiver's resource identifier (repeatable: any of them): only access tokens for
+    /// it pass, never an agent token, which names no audience.
+    audience: Option<Vec<String>>,
+    /// A scope every request through this gateway needs (repeatable: all of them).
+    scope: Option<Vec<String>>,
+    /// An issuer domain the receiver trusts (repeatable: any of them).
+    issuer: Option<Vec<String>>,
+    /// The receiver's public origin (`https://api.example`): a DPoP proof must name it and the
+    /// forwarded path. Without it, DPoP-bound tokens are refused.
+    origin: Option<String>,
+}
+
+/// The policy and origin a forward-auth URL names.
+struct Configured {
+    policy: Policy,
+    origin: Option<String>,
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> ApiError {
+    ValidationError::new(field, message).into()
+}
+
+fn configured(query: &str) -> Result<Configured, ApiError> {
+    let mut out = Configured {
+        policy: Policy::default(),
+        origin: None,
+    };
+    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+        if value.len() > MAX_VALUE_LEN {
+            return Err(invalid("query", format!("{name} is over {MAX_VALUE_LEN} bytes")));
+        }
+        let list = match name.as_ref() {
+            "audience" => {
+                if !is_uri(&value) {
+                    return Err(invalid(
+                        "audience",
+                        "must be an absolute URI such as https://api.example",
+                    ));
+                }
+                &mut out.policy.audiences
+            }
+            "scope" => {
+                Scopes::parse(&[value.as_ref()]).map_err(ApiError::from)?;
+                &mut out.policy.scopes
+            }
+            "issuer" => {
+                let domain = IssuerDomain::parse(&value)
+                    .map_err(|_| invalid("issuer", "must be a DNS host name such as example.com"))?;
+                out.policy.issuers.push(domain.into());
+                continue;
+            }
+            "origin" => {
+                if out.origin.is_some() {
+                    return Err(invalid("origin", "is given twice"));
+                }
+                out.origin = Some(origin(&value)?);
+                continue;
+            }
+            other => {
+                return Err(invalid(
+                    "query",
+                    format!("{other:?} is not audience, scope, issuer or origin"),
+                ))
+            }
+        };
+        if list.len() == MAX_VALUES {
+            return Err(invalid("query", format!("at most {MAX_VALUES} values of {name}")));
+        }
+        list.push(value.into_owned());
+    }
+    Ok(out)
+}
+
+fn is_uri(s: &str) -> bool {
+    s.split_once(':').is_some_and(|(scheme, rest)| {
+        !scheme.is_empty()
+            && scheme
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+            && !rest.is_empty()
+            && s.bytes().all(|b| b.is_ascii_graphic())
+    })
+}
+
+/// `scheme://host[:port]`, http or https, without a path: the origin a proof's `htu` starts with.
+fn origin(s: &str) -> Result<String, ApiError> {
+    let rest = s
+        .strip_prefix("https://")
+        .or_else(|| s.strip_prefix("http://"))
+        .unwrap_or("");
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    let ok = !authority.is_empty()
+        && authority
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b));
+    if !ok {
+        return Err(invalid(
+            "origin",
+            "must be scheme://host[:port] (http or https, no path), e.g. https://api.example",
+        ));
+    }
+    Ok(s.strip_suffix('/').unwrap_or(s).to_owned())
+}
+
+/// The guarded request's method and path, from the gateway's forwarded headers, and only
+/// from a trusted peer: Traefik and Caddy send `X-Forwarded-Method` and `X-Forwarded-Uri`,
+/// NGINX configurations `X-Original-Method` and `X-Original-URL` (or `-URI`). The path loses
+/// its query: a proof names the URL without it, and the query is never read as policy.
+fn forwarded(headers: &HeaderMap) -> (Option<String>, Option<String>) {
+    let first = |names: &[&str]| {
+        names
+            .iter()
+            .find_map(|n| headers.get(*n))
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty() && v.len() <= MAX_VALUE_LEN)
+    };
+    let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    let method = first(&["x-forwarded-method", "x-original-method"])
+        .filter(|m| m.len() <= 32 && m.bytes().all(tchar))
+        .map(str::to_owned);
+    let path = first(&["x-forwarded-uri", "x-original-url", "x-original-uri"]).and_then(path_of);
+    (method, path)
+}
+
+/// The path of a request target, also of an absolute one (`https://host/path`), without its
+/// query and fragment.
+fn path_of(target: &str) -> Option<String> {
+    let path = match target.split_once("://") {
+        Some((_, rest)) if !target.starts_with('/') => rest.find('/').map_or("/", |i| &rest[i..]),
+        _ => target,
+    };
+    let path = path.split(['?', '#']).next().unwrap_or("");
+    (path.starts_with('/') && path.bytes().all(|b| b.is_ascii_graphic())).then(|| path.to_owned())
+}
+
+/// How the agent presented its token.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scheme {
+    Bearer,
+    Dpop,
+}
+
+/// The challenge of a refusal, as the receiver libraries write it (RFC 6750 §3, RFC 9449 §7.1).
+fn challenge(code: ErrorCode, scheme: Scheme, scopes: &[String]) -> String {
+    let proof = matches!(code, ErrorCode::ProofInvalid | ErrorCode::ProofReplayed);
+    let (error, extra) = match code {
+        ErrorCode::InsufficientScope => ("insufficient_scope", format!(", scope=\"{}\"", scopes.join(" "))),
+        _ if proof && scheme == Scheme::Dpop => ("invalid_dpop_proof", String::new()),
+        _ => ("invalid_token", String::new()),
+    };
+    if scheme == Scheme::Dpop || proof {
+        format!("DPoP error=\"{error}\"{extra}, algs=\"{DPOP_ALGS}\"")
+    } else {
+        format!("Bearer error=\"{error}\"{extra}")
+    }
+}
+
+fn refused(code: ErrorCode, message: impl Into<String>, challenge: String) -> ApiError {
+    let value = HeaderValue::from_str(&challenge).unwrap_or(HeaderValue::from_static("Bearer"));
+    ApiError::new(code, message).with_header(header::WWW_AUTHENTICATE, value)
+}
+
+/// The answer to a recorded verification.
+fn answer(v: &Verification, scheme: Scheme, policy: &Policy) -> Result<HttpResponse, ApiError> {
+    let (code, message) = match (v.result, v.proof_error, &v.policy_error) {
+        (VerifyResult::Valid, _, _) => return Ok(pass(v)),
+        (_, Some(ProofError::Replayed), _) => {
+            (ErrorCode::ProofReplayed, "the DPoP proof was used before".into())
+        }
+        (_, Some(ProofError::Invalid), _) => (
+            ErrorCode::ProofInvalid,
+            "no DPoP proof made with the token's key for this request".into(),
+        ),
+        (_, _, Some(PolicyRefusal::InsufficientScope(missing))) => (
+            ErrorCode::InsufficientScope,
+            format!("the token does not grant {}", missing.join(" ")),
+        ),
+        (_, _, Some(PolicyRefusal::NotForReceiver(why))) => (ErrorCode::TokenInvalid, why.clone()),
+        (VerifyResult::Revoked, _, _) => (ErrorCode::TokenRevoked, "the agent is revoked".into()),
+        (VerifyResult::Expired, _, _) => (ErrorCode::TokenExpired, "the token has expired".into()),
+        _ => (ErrorCode::TokenInvalid, "the token is not valid".into()),
+    };
+    Err(refused(code, message, challenge(code, scheme, &policy.scopes)))
+}
+
+/// 200, no body, the agent's facts in headers.
+fn pass(v: &Verification) -> HttpResponse {
+    let mut res = HttpResponse::Ok();
+    res.insert_header((header::CACHE_CONTROL, "no-store"));
+    if let Some(t) = &v.valid {
+        let c = &t.token.claims;
+        let mut put = |name: &'static str, value: &str| {
+            if let Ok(v) = HeaderValue::from_str(value) {
+                res.insert_header((HeaderName::from_static(name), v));
+            }
+        };
+        put("x-agent-id", &c.sub);
+        put("x-agent-issuer", c.issuer_domain());
+        put("x-agent-scopes", &c.granted().join(" "));
+        if let Some(client) = &c.client_id {
+            put("x-agent-client-id", client);
+        }
+    }
+    res.finish()
+}
+
+#[utoipa::path(
+    get, path = "/v1/forward-auth", tag = "verify",
+    params(
+        ForwardAuthParams,
+        ("Authorization" = Option<String>, Header, description = "The agent's token, as it sent it: `Bearer <token>`, or `DPoP <token>` for a token bound to a key"),
+        ("DPoP" = Option<String>, Header, description = "The agent's proof, for a `DPoP` token"),
+        ("X-Forwarded-Method" = Option<String>, Header, description = "The guarded request's method (Traefik, Caddy; NGINX configurations send X-Original-Method). Read only from a peer in --forward-auth-trusted-peers"),
+        ("X-Forwarded-Uri" = Option<String>, Header, description = "The guarded request's path (Traefik, Caddy; NGINX configurations send X-Original-URL). Read only from a peer in --forward-auth-trusted-peers"),
+        ("X-Agentid-Key" = Option<String>, Header, description = "The gateway's publishable key (pk_…): its organization's verify limit instead of the gateway address's"),
+    ),
+    responses(
+        (status = 200, description = "Let the request through: the token is valid for this receiver, and recorded. No body; X-Agent-Id, X-Agent-Issuer, X-Agent-Scopes (space-separated) and, for an access token, X-Agent-Client-Id name the agent."),
+        (status = 400, description = "VALIDATION_ERROR: the gateway's URL names an unknown parameter or a malformed value", body = ErrorBody),
+        (status = 401, description = "TOKEN_INVALID, TOKEN_EXPIRED, TOKEN_REVOKED, PROOF_INVALID or PROOF_REPLAYED, with the WWW-Authenticate challenge a receiver sends (RFC 6750, RFC 9449); or no token (a bare challenge); or UNAUTHORIZED: an invalid X-Agentid-Key", body = ErrorBody),
+        (status = 403, description = "INSUFFICIENT_SCOPE, with `WWW-Authenticate: … error=\"insufficient_scope\", scope=\"…\"`", body = ErrorBody),
+        (status = 503, description = "AUDIT_UNAVAILABLE: the call cannot be recorded, so it is not answered (Retry-After)", body = ErrorBody),
+    ),
+)]
+pub(crate) async fn check(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    if let Auth::Rejected | Auth::NotBearer = context::auth(&req) {
+        return Err(ApiError::unauthorized(
+            "invalid, unknown or disabled key in X-Agentid-Key (omit it, or send a valid pk_ key)",
+        ));
+    }
+    let Configured { policy, origin } = configured(req.query_string())?;
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|v| v.to_str().ok().and_then(|v| v.split_once(' ')));
+    let (scheme, token) = match presented {
+        None => {
+            let bare = format!("Bearer, DPoP algs=\"{DPOP_ALGS}\"");
+            return Err(refused(
+                ErrorCode::TokenInvalid,
+                "no token: send Authorization: Bearer or DPoP",
+                bare,
+            ));
+        }
+        Some(Some((s, t))) if s.eq_ignore_ascii_case("bearer") => (Scheme::Bearer, t.trim()),
+        Some(Some((s, t))) if s.eq_ignore_ascii_case("dpop") => (Scheme::Dpop, t.trim()),
+        Some(_) => {
+            let why = "Authorization is neither Bearer <token> nor DPoP <token>";
+            return Err(refused(
+                ErrorCode::TokenInvalid,
+                why,
+                challenge(ErrorCode::TokenInvalid, Scheme::Bearer, &[]),
+            ));
+        }
+    };
+    let peer = req.peer_addr().map(|a| a.ip());
+    let trusted = peer.is_some_and(|ip| state.forward_auth_peers.iter().any(|n| n.contains(&ip)));
+    let (method, path) = if trusted {
+        forwarded(req.headers())
+    } else {
+        (None, None)
+    };
+    let proof = req
+        .headers()
+        .get("dpop")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let htu = match (&origin, &path) {
+        (Some(o), Some(p)) => Some(format!("{o}{p}")),
+        _ => None,
+    };
+    let how = match scheme {
+        // A token bound to a key is refused without its proof.
+        Scheme::Bearer => Presentation::Dpop(None),
+        Scheme::Dpop => match (method.as_deref(), htu.as_deref()) {
+            (Some(htm), Some(htu)) => Presentation::Dpop(Some(Presented { proof, htm, htu })),
+            _ => {
+                let why = if origin.is_none() {
+                    "this gateway's forward-auth URL names no origin, so no DPoP proof can be checked"
+                } else {
+                    "the gateway did not say which request this is (X-Forwarded-Method and -Uri, or X-Original-Method and -URL, from a trusted peer)"
+                };
+                let value = format!(
+                    "DPoP error=\"invalid_token\", error_description=\"{why}\", algs=\"{DPOP_ALGS}\""
+                );
+                return Err(refused(ErrorCode::TokenInvalid, why, value));
+            }
+        },
+    };
+    let verified = state
+        .engine
+        .verify()
+        .verify_for(token, how, Some(&policy), context::received(&req), fixed_part)
+        .await;
+    match verified {
+        Ok(v) => answer(&v, scheme, &policy),
+        Err(e) => {
+            let e = ApiError::from(e);
+            Err(if e.code == ErrorCode::AuditUnavailable {
+                e.with_header(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER))
+            } else {
+                e
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_policy_is_read_strictly() {
+        let c = configured("audience=https%3A%2F%2Fapi.example&scope=read:docs&scope=write:docs&issuer=Bank.Example&origin=https://api.example/")
+            .unwrap();
+        assert_eq!(c.policy.audiences, ["https://api.example"]);
+        assert_eq!(c.policy.scopes, ["read:docs", "write:docs"]);
+        assert_eq!(c.policy.issuers, ["bank.example"]);
+        assert_eq!(c.origin.as_deref(), Some("https://api.example"));
+        for bad in [
+            "audiences=x:y",
+            "scope=READ",
+            "issuer=-x",
+            "origin=https://a.example/path",
+            "origin=ftp://a.example",
+            "origin=https://a&origin=https://b",
+            "audience=nouri",
+        ] {
+            assert!(configured(bad).is_err(), "{bad}");
+        }
+        let many = "scope=a:b&".repeat(MAX_VALUES + 1);
+        assert!(configured(&many).is_err());
+    }
+
+    #[test]
+    fn only_the_path_of_the_forwarded_target_counts() {
+        assert_eq!(path_of("/orders?id=1").as_deref(), Some("/orders"));
+        assert_eq!(
+            path_of("https://evil.example/orders#x").as_deref(),
+            Some("/orders")
+        );
+        assert_eq!(path_of("https://api.example").as_deref(), Some("/"));
+        assert_eq!(path_of("orders"), None);
+        assert_eq!(path_of("/a b"), None);
+    }
+
+    #[test]
+    fn challenges_are_the_libraries() {
+        assert_eq!(
+            challenge(ErrorCode::TokenRevoked, Scheme::Bearer, &[]),
+            "Bearer error=\"invalid_token\""
+        );
+        assert_eq!(
+            challenge(
+                ErrorCode::InsufficientScope,
+                Scheme::Bearer,
+                &["a:b".into(), "c:d".into()]
+            ),
+            "Bearer error=\"insufficient_scope\", scope=\"a:b c:d\""
+        );
+        assert_eq!(
+            challenge(ErrorCode::ProofReplayed, Scheme::Dpop, &[]),
+            format!("DPoP error=\"invalid_dpop_proof\", algs=\"{DPOP_ALGS}\"")
+        );
+        assert_eq!(
+            challenge(ErrorCode::ProofInvalid, Scheme::Bearer, &[]),
+            format!("DPoP error=\"invalid_token\", algs=\"{DPOP_ALGS}\"")
+        );
+    }
+}

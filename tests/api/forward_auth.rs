@@ -1,0 +1,327 @@
+//! `/v1/forward-auth`, as a gateway calls it: the agent's token as the request brought it,
+//! the guarded request named by the gateway's headers (from a trusted peer only), the
+//! receiver's policy in the URL. Every answer a gateway passes on, and every way a caller
+//! could try to get a request through.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use crate::dpop::{bound, now, AgentKey};
+use crate::helpers::{read, spawn_app, spawn_app_with, Options, Resp, TestApp};
+
+const ORIGIN: &str = "https://api.example";
+
+/// `method url` with these headers.
+pub(crate) async fn send(client: &awc::Client, method: &str, url: String, headers: &[(&str, &str)]) -> Resp {
+    let mut req = client.request(method.parse().unwrap(), url);
+    for (name, value) in headers {
+        req = req.insert_header((*name, *value));
+    }
+    read(req.send().await.expect("request")).await
+}
+
+impl TestApp {
+    /// A gateway's call: `query` is the policy, `headers` what the gateway sends.
+    pub(crate) async fn forward(&self, method: &str, query: &str, headers: &[(&str, &str)]) -> Resp {
+        let url = self.url(&format!("/v1/forward-auth?{query}"));
+        send(&self.client, method, url, headers).await
+    }
+}
+
+/// A fresh proof by `key` for `htm htu` with `token`.
+pub(crate) fn proof(key: &AgentKey, token: &str, htm: &str, htu: &str) -> String {
+    key.proof_with(
+        &key.header(),
+        &json!({"jti": ulid::Ulid::new().to_string(), "htm": htm, "htu": htu, "iat": now(),
+                "ath": URL_SAFE_NO_PAD.encode(Sha256::digest(token.as_bytes()))}),
+    )
+}
+
+fn refused(res: &Resp, status: u16, code: &str, challenge: &str) {
+    assert_eq!(res.status, status, "{}", res.text());
+    assert_eq!(res.json()["error"]["code"], code, "{}", res.text());
+    let got = res.header("www-authenticate").unwrap_or_default();
+    assert!(
+        got.starts_with(challenge),
+        "{got:?} does not start with {challenge:?}"
+    );
+    assert!(res.header("x-agent-id").is_none());
+}
+
+#[actix_web::test]
+async fn a_valid_token_passes_with_the_agents_facts_and_is_recorded() {
+    let app = spawn_app().await;
+    let (agent, token) = app.agent().await;
+    let bearer = format!("Bearer {token}");
+    // Any method: NGINX's subrequest carries the guarded request's.
+    for method in ["GET", "POST", "DELETE"] {
+        let res = app
+            .forward(
+                method,
+                "issuer=example.com&scope=read:docs",
+                &[("Authorization", &bearer)],
+            )
+            .await;
+        assert_eq!(res.status, 200, "{method}: {}", res.text());
+        assert!(res.body.is_empty());
+        assert_eq!(res.header("x-agent-id").as_deref(), Some(agent.as_str()));
+        assert_eq!(res.header("x-agent-issuer").as_deref(), Some("example.com"));
+        assert_eq!(res.header("x-agent-scopes").as_deref(), Some("read:docs"));
+        assert!(res.header("x-agent-client-id").is_none());
+    }
+    let log = app
+        .get(&format!("/v1/log?agent_id={agent}"), Some(app.secret()))
+        .await
+        .json();
+    assert_eq!(log["pagination"]["total"], 3, "{log}");
+    assert_eq!(log["data"][0]["result"], "valid");
+}
+
+#[actix_web::test]
+async fn refusals_carry_the_challenge_a_receiver_sends_and_are_recorded() {
+    let app = spawn_app().await;
+    let (agent, token) = app.agent().await;
+    let bearer = format!("Bearer {token}");
+    let auth = [("Authorization", bearer.as_str())];
+
+    let res = app.forward("GET", "", &[]).await;
+    refused(&res, 401, "TOKEN_INVALID", "Bearer");
+    assert!(!res.header("www-authenticate").unwrap().contains("error="));
+
+    // Not for this receiver: an agent token names no audience; an issuer it does not trust.
+    let res = app
+        .forward("GET", "audience=https%3A%2F%2Fapi.example", &auth)
+        .await;
+    refused(&res, 401, "TOKEN_INVALID", "Bearer error=\"invalid_token\"");
+    let res = app.forward("GET", "issuer=bank.example", &auth).await;
+    refused(&res, 401, "TOKEN_INVALID", "Bearer error=\"invalid_token\"");
+    let res = app
+        .forward("GET", "scope=read:docs&scope=pay:invoices", &auth)
+        .await;
+    refused(
+        &res,
+        403,
+        "INSUFFICIENT_SCOPE",
+        "Bearer error=\"insufficient_scope\", scope=\"read:docs pay:invoices\"",
+    );
+
+    let log = app
+        .get(
+            &format!("/v1/log?agent_id={agent}&result=invalid"),
+            Some(app.secret()),
+        )
+        .await
+        .json();
+    assert_eq!(log["pagination"]["total"], 3, "{log}");
+    assert!(log["data"][0]["failure_reason"]
+        .as_str()
+        .unwrap()
+        .contains("pay:invoices"));
+
+    // A revocation is seen at once.
+    assert_eq!(app.revoke(&agent, None).await.status, 200);
+    let res = app.forward("GET", "", &auth).await;
+    refused(&res, 401, "TOKEN_REVOKED", "Bearer error=\"invalid_token\"");
+
+    let res = app.forward("GET", "", &[("Authorization", "Basic eDp5")]).await;
+    refused(&res, 401, "TOKEN_INVALID", "Bearer error=\"invalid_token\"");
+    let res = app
+        .forward("GET", "", &[("Authorization", "Bearer not.a.token")])
+        .await;
+    refused(&res, 401, "TOKEN_INVALID", "Bearer error=\"invalid_token\"");
+}
+
+#[actix_web::test]
+async fn an_access_token_passes_only_the_receiver_it_is_for() {
+    let app = spawn_app().await;
+    let key = AgentKey::ed();
+    let agent = crate::oauth::client(&app, &key).await;
+    let issued = crate::oauth::token(&app, &key, &agent, &[("resource", "https://api.example/mcp")]).await;
+    let bearer = format!("Bearer {}", issued["access_token"].as_str().unwrap());
+    let auth = [("Authorization", bearer.as_str())];
+    let res = app
+        .forward("GET", "audience=https://api.example/mcp&scope=tools:call", &auth)
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.header("x-agent-client-id").as_deref(), Some(agent.as_str()));
+    let res = app
+        .forward("GET", "audience=https://other.example/mcp", &auth)
+        .await;
+    refused(&res, 401, "TOKEN_INVALID", "Bearer error=\"invalid_token\"");
+}
+
+#[actix_web::test]
+async fn a_bound_token_passes_only_with_a_fresh_proof_for_this_receiver_and_request() {
+    let app = spawn_app().await;
+    let key = AgentKey::ed();
+    let (agent, token) = bound(&app, &key).await;
+    let dpop_auth = format!("DPoP {token}");
+    let query = format!("origin={ORIGIN}");
+    let call = |proof: String, method: &'static str, url: &'static str| {
+        let dpop_auth = dpop_auth.clone();
+        let query = query.clone();
+        let app = &app;
+        async move {
+            app.forward(
+                "GET",
+                &query,
+                &[
+                    ("Authorization", &dpop_auth),
+                    ("DPoP", &proof),
+                    ("X-Original-Method", method),
+                    ("X-Original-URL", url),
+                ],
+            )
+            .await
+        }
+    };
+    let good = proof(&key, &token, "POST", "https://api.example/orders");
+    let res = call(good.clone(), "POST", "/orders?id=7").await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.header("x-agent-id").as_deref(), Some(agent.as_str()));
+
+    let res = call(good, "POST", "/orders").await;
+    refused(&res, 401, "PROOF_REPLAYED", "DPoP error=\"invalid_dpop_proof\"");
+    let foreign = proof(&key, &token, "POST", "https://shop-b.example/orders");
+    refused(
+        &call(foreign, "POST", "/orders").await,
+        401,
+        "PROOF_INVALID",
+        "DPoP error=\"invalid_dpop_proof\"",
+    );
+    // The request the proof names, not another one the caller would like.
+    let other_method = proof(&key, &token, "POST", "https://api.example/orders");
+    refused(
+        &call(other_method, "DELETE", "/orders").await,
+        401,
+        "PROOF_INVALID",
+        "DPoP",
+    );
+    // A forwarded absolute URL counts by its path only: its host is the caller's to choose.
+    let fresh = proof(&key, &token, "GET", "https://api.example/orders");
+    let res = call(fresh, "GET", "https://shop-b.example/orders").await;
+    assert_eq!(res.status, 200, "{}", res.text());
+
+    // As a bearer token, a bound token is refused.
+    let res = app
+        .forward("GET", &query, &[("Authorization", &format!("Bearer {token}"))])
+        .await;
+    refused(&res, 401, "PROOF_INVALID", "DPoP error=\"invalid_token\"");
+    // Without an origin in the gateway's URL, no proof can be checked.
+    let fresh = proof(&key, &token, "GET", "https://api.example/orders");
+    let res = app
+        .forward(
+            "GET",
+            "",
+            &[
+                ("Authorization", &dpop_auth),
+                ("DPoP", &fresh),
+                ("X-Original-Method", "GET"),
+                ("X-Original-URL", "/orders"),
+            ],
+        )
+        .await;
+    refused(&res, 401, "TOKEN_INVALID", "DPoP error=\"invalid_token\"");
+}
+
+#[actix_web::test]
+async fn forwarded_headers_count_only_from_a_trusted_gateway() {
+    let app = spawn_app_with(Options {
+        tweak: Box::new(|c| c.forward_auth_trusted_peers = vec!["10.0.0.0/8".parse().unwrap()]),
+        ..Options::default()
+    })
+    .await;
+    let key = AgentKey::ed();
+    let (_, token) = bound(&app, &key).await;
+    let fresh = proof(&key, &token, "GET", "https://api.example/orders");
+    let res = app
+        .forward(
+            "GET",
+            &format!("origin={ORIGIN}"),
+            &[
+                ("Authorization", &format!("DPoP {token}")),
+                ("DPoP", &fresh),
+                ("X-Forwarded-Method", "GET"),
+                ("X-Forwarded-Uri", "/orders"),
+            ],
+        )
+        .await;
+    refused(&res, 401, "TOKEN_INVALID", "DPoP error=\"invalid_token\"");
+    assert!(res.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("trusted peer"));
+    // A bearer token needs no forwarded request.
+    let (_, plain) = app.agent().await;
+    let res = app
+        .forward("GET", "", &[("Authorization", &format!("Bearer {plain}"))])
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+}
+
+#[actix_web::test]
+async fn the_policy_is_the_gateways_and_a_misspelt_one_is_refused() {
+    let app = spawn_app().await;
+    let (_, token) = app.agent().await;
+    let bearer = format!("Bearer {token}");
+    // The guarded URI's query is never read as policy.
+    let res = app
+        .forward(
+            "GET",
+            "scope=read:docs",
+            &[
+                ("Authorization", &bearer),
+                ("X-Original-Method", "GET"),
+                (
+                    "X-Original-URL",
+                    "/orders?scope=admin:all&audience=x:y&issuer=evil.example",
+                ),
+            ],
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    for query in [
+        "scopes=read:docs",
+        "scope=READ",
+        "origin=https://a.example/path",
+        "audience=nouri",
+    ] {
+        let res = app.forward("GET", query, &[("Authorization", &bearer)]).await;
+        assert_eq!(res.status, 400, "{query}: {}", res.text());
+        assert_eq!(res.json()["error"]["code"], "VALIDATION_ERROR");
+    }
+}
+
+#[actix_web::test]
+async fn a_gateways_publishable_key_moves_it_to_its_organizations_limit() {
+    let app = spawn_app().await;
+    let (_, token) = app.agent().await;
+    let bearer = format!("Bearer {token}");
+    let res = app
+        .forward(
+            "GET",
+            "",
+            &[
+                ("Authorization", &bearer),
+                ("X-Agentid-Key", &app.org.keys.publishable_live),
+            ],
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let anonymous = app.forward("GET", "", &[("Authorization", &bearer)]).await;
+    assert_ne!(
+        res.header("x-ratelimit-limit"),
+        anonymous.header("x-ratelimit-limit")
+    );
+    let res = app
+        .forward(
+            "GET",
+            "",
+            &[("Authorization", &bearer), ("X-Agentid-Key", "pk_live_nope")],
+        )
+        .await;
+    assert_eq!(res.status, 401, "{}", res.text());
+    assert_eq!(res.json()["error"]["code"], "UNAUTHORIZED");
+}
