@@ -21,7 +21,7 @@ use agentid_core::domain::{
 };
 use agentid_core::keys::SigningKeys;
 use agentid_core::token::dpop::{check_proof, Expected as ProofExpected, PublicJwk};
-use agentid_core::token::{assertion, Audience, Claims, Confirmation, MAX_TOKEN_LEN};
+use agentid_core::token::{absolute_uri, assertion, Audience, Claims, Confirmation, MAX_TOKEN_LEN};
 use agentid_store::{AgentRecord, DomainRules, OrgRecord, SharedStore, StoreError};
 
 use crate::domains::IssuerCheck;
@@ -41,7 +41,7 @@ pub const JWT_BEARER_ASSERTION: &str = "urn:ietf:params:oauth:client-assertion-t
 pub const MAX_ASSERTION_LIFETIME_SECS: i64 = 300;
 /// Resources one token may name at most, and the longest one.
 pub const MAX_RESOURCES: usize = 10;
-pub const MAX_RESOURCE_LEN: usize = 1024;
+pub use agentid_core::token::MAX_RESOURCE_LEN;
 /// How many DPoP proofs of token requests an instance remembers to refuse a replay.
 const REMEMBERED_PROOFS: usize = 100_000;
 
@@ -611,36 +611,6 @@ fn check_resources(resources: &[&str]) -> Result<(), OAuthError> {
         if let Err(why) = absolute_uri(r) {
             return Err(OAuthError::InvalidTarget(format!("resource {r:?}: {why}")));
         }
-    }
-    Ok(())
-}
-
-/// An absolute URI (RFC 3986 §4.3) without a fragment, of printable ASCII.
-fn absolute_uri(r: &str) -> Result<(), &'static str> {
-    if r.is_empty() || r.len() > MAX_RESOURCE_LEN {
-        return Err("must be 1 to 1024 bytes");
-    }
-    if !r.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err("must be printable ASCII without spaces");
-    }
-    if r.contains('#') {
-        return Err("must have no fragment");
-    }
-    let Some((scheme, rest)) = r.split_once(':') else {
-        return Err("must be an absolute URI (a scheme, then ':')");
-    };
-    let mut chars = scheme.chars();
-    let scheme_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-        && chars.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
-    if !scheme_ok || rest.is_empty() {
-        return Err("must be an absolute URI (a scheme, then ':')");
-    }
-    if (scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https"))
-        && !rest
-            .strip_prefix("//")
-            .is_some_and(|a| !a.is_empty() && !a.starts_with('/'))
-    {
-        return Err("an http(s) URI must name a host");
     }
     Ok(())
 }

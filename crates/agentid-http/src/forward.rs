@@ -15,8 +15,10 @@ use utoipa::IntoParams;
 
 use super::context::{self, AppState, Auth};
 use super::error::{ApiError, ErrorBody, ErrorCode};
+use super::input::is_method;
 use super::verify::fixed_part;
 use agentid_core::domain::{IssuerDomain, Scopes, ValidationError, VerifyResult};
+use agentid_core::token::absolute_uri;
 use agentid_core::token::policy::{Policy, PolicyRefusal};
 use agentid_engine::{Presentation, Presented, ProofError, Verification};
 
@@ -67,12 +69,7 @@ fn configured(query: &str) -> Result<Configured, ApiError> {
         }
         let list = match name.as_ref() {
             "audience" => {
-                if !is_uri(&value) {
-                    return Err(invalid(
-                        "audience",
-                        "must be an absolute URI such as https://api.example",
-                    ));
-                }
+                absolute_uri(&value).map_err(|why| invalid("audience", why))?;
                 &mut out.policy.audiences
             }
             "scope" => {
@@ -105,17 +102,6 @@ fn configured(query: &str) -> Result<Configured, ApiError> {
         list.push(value.into_owned());
     }
     Ok(out)
-}
-
-fn is_uri(s: &str) -> bool {
-    s.split_once(':').is_some_and(|(scheme, rest)| {
-        !scheme.is_empty()
-            && scheme
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
-            && !rest.is_empty()
-            && s.bytes().all(|b| b.is_ascii_graphic())
-    })
 }
 
 /// `scheme://host[:port]`, http or https, without a path: the origin a proof's `htu` starts with.
@@ -151,9 +137,8 @@ fn forwarded(headers: &HeaderMap) -> (Option<String>, Option<String>) {
             .map(str::trim)
             .filter(|v| !v.is_empty() && v.len() <= MAX_VALUE_LEN)
     };
-    let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
     let method = first(&["x-forwarded-method", "x-original-method"])
-        .filter(|m| m.len() <= 32 && m.bytes().all(tchar))
+        .filter(|m| is_method(m))
         .map(str::to_owned);
     let path = first(&["x-forwarded-uri", "x-original-url", "x-original-uri"]).and_then(path_of);
     (method, path)

@@ -130,7 +130,7 @@ fn too_many(req: ServiceRequest, decision: &Decision, why: &str) -> ServiceRespo
 /// The API key the route's `key_header` carries: `Bearer <key>` in `Authorization`, the key
 /// alone in any other header. `Some(None)`: a header that holds no key.
 fn api_key<'h>(headers: &'h HeaderMap, route: &Route) -> Option<Option<&'h str>> {
-    if route.key_header != header::AUTHORIZATION.as_str() {
+    if !route.key_in_authorization() {
         let value = headers.get(route.key_header)?;
         return Some(value.to_str().ok().map(str::trim).filter(|k| !k.is_empty()));
     }

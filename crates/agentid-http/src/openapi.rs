@@ -158,7 +158,7 @@ fn security(route: &Route) -> Option<Vec<SecurityRequirement>> {
     if route.keyless || !route.counted {
         return None;
     }
-    if route.key_header != "authorization" {
+    if !route.key_in_authorization() {
         // Authorization carries something else there (forward auth: the agent's token).
         return Some(vec![
             SecurityRequirement::default(),

@@ -30,6 +30,13 @@ pub(crate) struct Route {
 
 const AUTHORIZATION: &str = "authorization";
 
+impl Route {
+    /// Whether its API key comes as `Authorization: Bearer <key>` (else in `key_header` alone).
+    pub(crate) fn key_in_authorization(&self) -> bool {
+        self.key_header == AUTHORIZATION
+    }
+}
+
 const fn other(pattern: &'static str) -> Route {
     Route {
         pattern,

@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 use super::context::AppState;
 use super::context::{self, Auth};
 use super::error::{ApiError, ErrorBody, ErrorCode};
-use super::input::json_body;
+use super::input::{is_method, json_body};
 use super::schema::Timestamp;
 use agentid_core::domain::{KeyMode, Millis, ValidationError, VerifyResult};
 use agentid_engine::{Presentation, Presented, ProofError, ValidToken, Verification};
@@ -169,8 +169,7 @@ impl VerifyRequest {
             .htm
             .as_deref()
             .map(|m| {
-                let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-                if (1..=32).contains(&m.len()) && m.bytes().all(tchar) {
+                if is_method(m) {
                     Ok(m)
                 } else {
                     Err(ValidationError::new("htm", "must be an HTTP method such as GET"))

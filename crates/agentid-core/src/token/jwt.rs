@@ -157,6 +157,40 @@ impl Audience {
     }
 }
 
+/// The longest resource (an audience value) taken.
+pub const MAX_RESOURCE_LEN: usize = 1024;
+
+/// A resource a token may be for (RFC 8707 §2): an absolute URI (RFC 3986 §4.3) without a
+/// fragment, of printable ASCII.
+pub fn absolute_uri(r: &str) -> Result<(), &'static str> {
+    if r.is_empty() || r.len() > MAX_RESOURCE_LEN {
+        return Err("must be 1 to 1024 bytes");
+    }
+    if !r.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("must be printable ASCII without spaces");
+    }
+    if r.contains('#') {
+        return Err("must have no fragment");
+    }
+    let Some((scheme, rest)) = r.split_once(':') else {
+        return Err("must be an absolute URI (a scheme, then ':')");
+    };
+    let mut chars = scheme.chars();
+    let scheme_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+    if !scheme_ok || rest.is_empty() {
+        return Err("must be an absolute URI (a scheme, then ':')");
+    }
+    if (scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https"))
+        && !rest
+            .strip_prefix("//")
+            .is_some_and(|a| !a.is_empty() && !a.starts_with('/'))
+    {
+        return Err("an http(s) URI must name a host");
+    }
+    Ok(())
+}
+
 /// `{"jkt": "<RFC 7638 thumbprint, base64url>"}`, exactly.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -8,6 +8,6 @@ mod jwt;
 pub mod policy;
 
 pub use jwt::{
-    decode, encode, encode_json, Audience, Claims, Confirmation, RejectReason, Rejected, Status,
-    StatusListRef, Unverified, ACCESS_TOKEN_TYP, MAX_TOKEN_LEN,
+    absolute_uri, decode, encode, encode_json, Audience, Claims, Confirmation, RejectReason, Rejected,
+    Status, StatusListRef, Unverified, ACCESS_TOKEN_TYP, MAX_RESOURCE_LEN, MAX_TOKEN_LEN,
 };

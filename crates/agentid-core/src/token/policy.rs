@@ -38,10 +38,6 @@ impl PolicyRefusal {
 }
 
 impl Policy {
-    pub fn is_empty(&self) -> bool {
-        self.audiences.is_empty() && self.issuers.is_empty() && self.scopes.is_empty()
-    }
-
     /// Whether `claims` (of a token that passed every other check) meet the policy.
     pub fn check(&self, claims: &Claims) -> Result<(), PolicyRefusal> {
         if !self.audiences.is_empty() {
