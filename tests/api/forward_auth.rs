@@ -253,6 +253,17 @@ async fn forwarded_headers_count_only_from_a_trusted_gateway() {
         .as_str()
         .unwrap()
         .contains("trusted peer"));
+    // Nor does Envoy's form name the request, from an untrusted peer.
+    let fresh = proof(&key, &token, "GET", "https://api.example/orders");
+    let url = app.url("/v1/forward-auth/orders");
+    let headers = [
+        ("Authorization", format!("DPoP {token}")),
+        ("DPoP", fresh),
+        ("X-Agentid-Policy", format!("origin={ORIGIN}")),
+    ];
+    let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+    let res = send(&app.client, "GET", url, &headers).await;
+    refused(&res, 401, "TOKEN_INVALID", "DPoP error=\"invalid_token\"");
     // A bearer token needs no forwarded request.
     let (_, plain) = app.agent().await;
     let res = app
@@ -292,6 +303,82 @@ async fn the_policy_is_the_gateways_and_a_misspelt_one_is_refused() {
         assert_eq!(res.status, 400, "{query}: {}", res.text());
         assert_eq!(res.json()["error"]["code"], "VALIDATION_ERROR");
     }
+}
+
+/// Envoy's `ext_authz` over HTTP calls `path_prefix` + the guarded path and query, with the
+/// guarded method, and the headers its configuration adds (the policy) over the caller's.
+#[actix_web::test]
+async fn envoys_form_names_the_request_in_its_path_and_the_policy_in_a_header() {
+    let app = spawn_app().await;
+    let key = AgentKey::ed();
+    let (agent, token) = bound(&app, &key).await;
+    let dpop_auth = format!("DPoP {token}");
+    let policy = format!("scope=read:docs&issuer=example.com&origin={ORIGIN}");
+    let envoy = |method: &'static str,
+                 path: &'static str,
+                 proof: String,
+                 extra: Vec<(&'static str, &'static str)>| {
+        let (dpop_auth, policy, app) = (dpop_auth.clone(), policy.clone(), &app);
+        async move {
+            let mut headers = vec![
+                ("Authorization", dpop_auth.as_str()),
+                ("DPoP", proof.as_str()),
+                ("X-Agentid-Policy", policy.as_str()),
+            ];
+            headers.extend(extra);
+            let url = app.url(&format!("/v1/forward-auth{path}"));
+            send(&app.client, method, url, &headers).await
+        }
+    };
+    // The guarded request's query is the caller's: never policy (this one would let anyone in).
+    let good = proof(&key, &token, "POST", "https://api.example/orders/7");
+    let res = envoy("POST", "/orders/7?audience=x:y&scope=", good, vec![]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.header("x-agent-id").as_deref(), Some(agent.as_str()));
+    assert_eq!(res.header("x-agent-scopes").as_deref(), Some("read:docs"));
+    // The request checked is the call's own: a caller's forwarded headers change nothing.
+    let elsewhere = proof(&key, &token, "DELETE", "https://api.example/admin");
+    let forged = vec![("X-Forwarded-Method", "DELETE"), ("X-Forwarded-Uri", "/admin")];
+    refused(
+        &envoy("GET", "/orders/7", elsewhere, forged).await,
+        401,
+        "PROOF_INVALID",
+        "DPoP error=\"invalid_dpop_proof\"",
+    );
+    // The policy holds: a writer lacks read:docs.
+    let writer = app
+        .register(json!({"name": "w", "issuer_domain": "example.com", "scopes": ["write:docs"]}))
+        .await;
+    let res = app
+        .client
+        .get(app.url("/v1/forward-auth/docs"))
+        .insert_header((
+            "Authorization",
+            format!("Bearer {}", writer["token"].as_str().unwrap()),
+        ))
+        .insert_header(("X-Agentid-Policy", policy.as_str()))
+        .send()
+        .await
+        .expect("request");
+    let res = read(res).await;
+    refused(
+        &res,
+        403,
+        "INSUFFICIENT_SCOPE",
+        "Bearer error=\"insufficient_scope\"",
+    );
+    // A misspelt policy is refused, as in the query.
+    let res = read(
+        app.client
+            .get(app.url("/v1/forward-auth/docs"))
+            .insert_header(("Authorization", format!("Bearer {token}")))
+            .insert_header(("X-Agentid-Policy", "scopes=read:docs"))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(res.status, 400, "{}", res.text());
 }
 
 #[actix_web::test]

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use serde_json::{json, Value};
 
-use crate::dpop::{bound, AgentKey};
+use crate::dpop::AgentKey;
 use crate::forward_auth::{proof, send};
 use crate::helpers::{spawn_app, Resp, TestApp};
 
@@ -167,10 +167,19 @@ async fn through(gw: &Gateway, method: &str, path: &str, headers: &[(&str, &str)
     send(&client, method, url, headers).await
 }
 
-/// Every case of docs/gateways.md's promise, through one gateway.
+/// Every case of docs/gateways.md's promise, through one gateway: the configurations take
+/// access tokens for `https://api.example` with `read:docs`, from agents of example.com.
 async fn the_gateway_holds(app: &TestApp, gw: &Gateway, hits: &AtomicUsize) {
-    let (agent, token) = app.agent().await;
-    let bearer = format!("Bearer {token}");
+    let key = AgentKey::ed();
+    let agent = crate::oauth::client(app, &key).await;
+    let access = |resource: &'static str, scope: &'static str| {
+        let (key, agent) = (&key, agent.clone());
+        async move {
+            let t = crate::oauth::token(app, key, &agent, &[("resource", resource), ("scope", scope)]).await;
+            format!("Bearer {}", t["access_token"].as_str().unwrap())
+        }
+    };
+    let bearer = access("https://api.example", "read:docs").await;
 
     // A valid agent reaches the upstream, named by agentid, whatever the caller claims.
     let res = through(
@@ -191,7 +200,7 @@ async fn the_gateway_holds(app: &TestApp, gw: &Gateway, hits: &AtomicUsize) {
     assert_eq!(seen["agent"]["x-agent-id"], agent.as_str(), "{seen}");
     assert_eq!(seen["agent"]["x-agent-issuer"], "example.com");
     assert_eq!(seen["agent"]["x-agent-scopes"], "read:docs");
-    assert!(seen["agent"].get("x-agent-client-id").is_none(), "{seen}");
+    assert_eq!(seen["agent"]["x-agent-client-id"], agent.as_str(), "{seen}");
 
     let refused = |res: &Resp, status: u16, challenge: &str| {
         assert_eq!(res.status, status, "{}", res.text());
@@ -203,21 +212,34 @@ async fn the_gateway_holds(app: &TestApp, gw: &Gateway, hits: &AtomicUsize) {
     };
     let before = hits.load(Ordering::SeqCst);
     refused(&through(gw, "GET", "/docs/1", &[]).await, 401, "Bearer");
+    let invalid = "Bearer error=\"invalid_token\"";
+
+    // For another receiver, or for none (an agent token names no audience).
+    let foreign = access("https://other.example", "read:docs").await;
+    refused(
+        &through(gw, "GET", "/docs/1", &[("Authorization", &foreign)]).await,
+        401,
+        invalid,
+    );
+    let (_, agent_token) = app.agent().await;
+    let agent_token = format!("Bearer {agent_token}");
+    refused(
+        &through(gw, "GET", "/docs/1", &[("Authorization", &agent_token)]).await,
+        401,
+        invalid,
+    );
 
     // Not enough scope (the configuration asks for read:docs).
-    let writer = app
-        .register(json!({"name": "w", "issuer_domain": "example.com", "scopes": ["write:docs"]}))
-        .await;
-    let writer = format!("Bearer {}", writer["token"].as_str().unwrap());
+    let caller = access("https://api.example", "tools:call").await;
     refused(
-        &through(gw, "GET", "/docs/1", &[("Authorization", &writer)]).await,
+        &through(gw, "GET", "/docs/1", &[("Authorization", &caller)]).await,
         403,
         "Bearer error=\"insufficient_scope\", scope=\"read:docs\"",
     );
 
     // A bound token: only with a fresh proof for this origin, method and path.
-    let key = AgentKey::ed();
-    let (_, bound_token) = bound(app, &key).await;
+    let dpop_key = AgentKey::es();
+    let bound_token = crate::oauth::bound_token(app, &key, &agent, "https://api.example", &dpop_key).await;
     let dpop = format!("DPoP {bound_token}");
     refused(
         &through(
@@ -230,7 +252,7 @@ async fn the_gateway_holds(app: &TestApp, gw: &Gateway, hits: &AtomicUsize) {
         401,
         "DPoP",
     );
-    let good = proof(&key, &bound_token, "GET", "https://api.example/docs/1");
+    let good = proof(&dpop_key, &bound_token, "GET", "https://api.example/docs/1");
     let res = through(gw, "GET", "/docs/1", &[("Authorization", &dpop), ("DPoP", &good)]).await;
     assert_eq!(res.status, 200, "{}", res.text());
     let after_dpop = hits.load(Ordering::SeqCst);
@@ -239,13 +261,13 @@ async fn the_gateway_holds(app: &TestApp, gw: &Gateway, hits: &AtomicUsize) {
         401,
         "DPoP error=\"invalid_dpop_proof\"",
     );
-    let foreign = proof(&key, &bound_token, "GET", "https://shop-b.example/docs/1");
+    let other_origin = proof(&dpop_key, &bound_token, "GET", "https://shop-b.example/docs/1");
     refused(
         &through(
             gw,
             "GET",
             "/docs/1",
-            &[("Authorization", &dpop), ("DPoP", &foreign)],
+            &[("Authorization", &dpop), ("DPoP", &other_origin)],
         )
         .await,
         401,
@@ -253,7 +275,7 @@ async fn the_gateway_holds(app: &TestApp, gw: &Gateway, hits: &AtomicUsize) {
     );
     // A proof for another request, with forwarded headers that name it: the gateway names
     // the request it guards, overwriting the caller's.
-    let elsewhere = proof(&key, &bound_token, "DELETE", "https://api.example/admin");
+    let elsewhere = proof(&dpop_key, &bound_token, "DELETE", "https://api.example/admin");
     let forged = [
         ("Authorization", dpop.as_str()),
         ("DPoP", elsewhere.as_str()),
@@ -267,13 +289,25 @@ async fn the_gateway_holds(app: &TestApp, gw: &Gateway, hits: &AtomicUsize) {
         401,
         "DPoP error=\"invalid_dpop_proof\"",
     );
+    // The guarded request's query is not the policy.
+    refused(
+        &through(
+            gw,
+            "GET",
+            "/docs/1?audience=https://other.example&scope=tools:call",
+            &[("Authorization", &foreign)],
+        )
+        .await,
+        401,
+        invalid,
+    );
 
     // Revoked: refused at once.
     assert_eq!(app.revoke(&agent, None).await.status, 200);
     refused(
         &through(gw, "GET", "/docs/1", &[("Authorization", &bearer)]).await,
         401,
-        "Bearer error=\"invalid_token\"",
+        invalid,
     );
     assert_eq!(
         hits.load(Ordering::SeqCst),

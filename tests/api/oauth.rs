@@ -89,6 +89,32 @@ pub(crate) async fn token(app: &TestApp, key: &AgentKey, agent: &str, extra: &[(
     res.json()
 }
 
+/// An access token for `resource`, bound to `dpop`'s key (RFC 9449 §5).
+pub(crate) async fn bound_token(
+    app: &TestApp,
+    key: &AgentKey,
+    agent: &str,
+    resource: &str,
+    dpop: &AgentKey,
+) -> String {
+    let proof = dpop.proof_with(
+        &dpop.header(),
+        &json!({"jti": ulid::Ulid::new().to_string(), "htm": "POST",
+                "htu": format!("{}/oauth/token", app.base), "iat": now()}),
+    );
+    let assertion = assertion(app, key, agent);
+    let form = [
+        ("grant_type", "client_credentials"),
+        ("client_assertion_type", ASSERTION_TYPE),
+        ("client_assertion", assertion.as_str()),
+        ("resource", resource),
+    ];
+    let res = app.post_form("/oauth/token", &form, &[("DPoP", &proof)]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.json()["token_type"], "DPoP");
+    res.json()["access_token"].as_str().unwrap().to_owned()
+}
+
 async fn introspect(app: &TestApp, token: &str) -> Value {
     let res = app.post_form("/oauth/introspect", &[("token", token)], &[]).await;
     assert_eq!(res.status, 200, "{}", res.text());

@@ -3,7 +3,10 @@
 //! The agent's token comes as the request brought it (`Authorization: Bearer` or `DPoP`, with
 //! the `DPoP` proof header); the request it guards, as the gateway's forwarded headers name it,
 //! read only from the peers `--forward-auth-trusted-peers` names; the receiver's policy, from
-//! the query string of the URL in the gateway's configuration. Every call is verified and
+//! the query string of the URL in the gateway's configuration. Envoy, which appends the
+//! guarded path to the URL it calls and keeps the guarded method, calls
+//! `/v1/forward-auth/<guarded path>` with the policy in `X-Agentid-Policy`: there the guarded
+//! request is the call's own method and path, and its query is never read. Every call is verified and
 //! recorded as `POST /v1/verify` is, and answered with no body and the agent's facts in
 //! `X-Agent-*` headers, or refused as the receiver libraries refuse (401 or 403 with their
 //! `WWW-Authenticate`, 503 with `Retry-After`).
@@ -16,6 +19,7 @@ use utoipa::IntoParams;
 use super::context::{self, AppState, Auth};
 use super::error::{ApiError, ErrorBody, ErrorCode};
 use super::input::is_method;
+use super::routes::FORWARD_AUTH;
 use super::verify::fixed_part;
 use agentid_core::domain::{IssuerDomain, Scopes, ValidationError, VerifyResult};
 use agentid_core::token::absolute_uri;
@@ -29,6 +33,8 @@ const RETRY_AFTER: u32 = 1;
 /// The most values of a policy parameter, and the longest value.
 const MAX_VALUES: usize = 16;
 const MAX_VALUE_LEN: usize = 2048;
+/// Where Envoy's configuration names the policy (its calls' query strings are the caller's).
+const POLICY_HEADER: &str = "x-agentid-policy";
 
 /// The receiver's policy, set in the gateway's configuration (the URL it calls). Unknown
 /// parameters are refused, so a misspelt one cannot silently weaken the policy.
@@ -234,6 +240,7 @@ fn pass(v: &Verification) -> HttpResponse {
         ("DPoP" = Option<String>, Header, description = "The agent's proof, for a `DPoP` token"),
         ("X-Forwarded-Method" = Option<String>, Header, description = "The guarded request's method (Traefik, Caddy; NGINX configurations send X-Original-Method). Read only from a peer in --forward-auth-trusted-peers"),
         ("X-Forwarded-Uri" = Option<String>, Header, description = "The guarded request's path (Traefik, Caddy; NGINX configurations send X-Original-URL). Read only from a peer in --forward-auth-trusted-peers"),
+        ("X-Agentid-Policy" = Option<String>, Header, description = "Envoy's form, `/v1/forward-auth/<guarded path>` (ext_authz `path_prefix: /v1/forward-auth`): the policy, as this route's query string would name it. There the guarded method and path are the call's own (from a trusted peer), and the call's query string is the guarded request's, never read"),
         ("X-Agentid-Key" = Option<String>, Header, description = "The gateway's publishable key (pk_…): its organization's verify limit instead of the gateway address's"),
     ),
     responses(
@@ -250,7 +257,22 @@ pub(crate) async fn check(state: web::Data<AppState>, req: HttpRequest) -> Resul
             "invalid, unknown or disabled key in X-Agentid-Key (omit it, or send a valid pk_ key)",
         ));
     }
-    let Configured { policy, origin } = configured(req.query_string())?;
+    // Envoy's form names the guarded request in its own path, and the policy in a header its
+    // configuration sets (over any copy the caller sent).
+    let tail = req
+        .uri()
+        .path()
+        .strip_prefix(FORWARD_AUTH.pattern)
+        .filter(|t| !t.is_empty());
+    let query = match tail {
+        None => req.query_string(),
+        Some(_) => match req.headers().get(POLICY_HEADER).map(HeaderValue::to_str) {
+            None => "",
+            Some(Ok(v)) => v,
+            Some(Err(_)) => return Err(invalid("X-Agentid-Policy", "must be ASCII")),
+        },
+    };
+    let Configured { policy, origin } = configured(query)?;
     let presented = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -277,10 +299,10 @@ pub(crate) async fn check(state: web::Data<AppState>, req: HttpRequest) -> Resul
     };
     let peer = req.peer_addr().map(|a| a.ip());
     let trusted = peer.is_some_and(|ip| state.forward_auth_peers.iter().any(|n| n.contains(&ip)));
-    let (method, path) = if trusted {
-        forwarded(req.headers())
-    } else {
-        (None, None)
+    let (method, path) = match (trusted, tail) {
+        (false, _) => (None, None),
+        (true, None) => forwarded(req.headers()),
+        (true, Some(tail)) => (Some(req.method().as_str().to_owned()), path_of(tail)),
     };
     let proof = req
         .headers()

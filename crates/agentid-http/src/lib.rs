@@ -161,8 +161,9 @@ route_table! {
         VERIFY_DPOP => [post: verify::verify_dpop] limit 2 * MAX_BODY,
         // Verify is routed by its static prefix, not by its pattern's regex (see `verify::verify`).
         VERIFY => scope "/v1/verify" [get: verify::verify],
-        // Any method: gateways pass the guarded request's own (NGINX's auth_request does).
-        FORWARD_AUTH => [route: forward::check],
+        // Any method: gateways pass the guarded request's own (NGINX's auth_request does). A
+        // scope, so that Envoy's form (the guarded path after the route's) reaches it too.
+        FORWARD_AUTH => scope "/v1/forward-auth" [get: forward::check],
         // Patterns with a `{segment}` are matched by regex, about 3,000 instructions a try with
         // regex-lite (load/instructions-per-request): they come after verify's scope, so that
         // routing a verify runs none of them.
