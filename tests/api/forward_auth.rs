@@ -382,6 +382,21 @@ async fn envoys_form_names_the_request_in_its_path_and_the_policy_in_a_header() 
 }
 
 #[actix_web::test]
+async fn a_call_that_cannot_be_recorded_is_not_let_through() {
+    let app = spawn_app_with(Options::unlimited()).await;
+    let (_, token) = app.agent().await;
+    let auth = [("Authorization", format!("Bearer {token}"))];
+    let auth: Vec<(&str, &str)> = auth.iter().map(|(n, v)| (*n, v.as_str())).collect();
+    assert_eq!(app.forward("GET", "", &auth).await.status, 200);
+    assert!(app.store.inject_write_fault(agentid::store::WriteFault::Panic));
+    let res = app.forward("GET", "", &auth).await;
+    res.assert_error(503, "AUDIT_UNAVAILABLE");
+    assert_eq!(res.header("retry-after").as_deref(), Some("1"));
+    assert!(res.header("x-agent-id").is_none());
+    assert_eq!(app.forward("GET", "", &auth).await.status, 200);
+}
+
+#[actix_web::test]
 async fn a_gateways_publishable_key_moves_it_to_its_organizations_limit() {
     let app = spawn_app().await;
     let (_, token) = app.agent().await;
