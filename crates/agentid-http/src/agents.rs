@@ -133,7 +133,6 @@ pub(crate) struct Registered {
         (status = 400, description = "INVALID_REQUEST, VALIDATION_ERROR (also when the token would exceed the 4096-byte limit of a token) or EXPIRY_TOO_LONG", body = ErrorBody),
         (status = 403, description = "ISSUER_DOMAIN_NOT_VERIFIED: the organization does not hold the issuer_domain (or FORBIDDEN: a publishable key)", body = ErrorBody),
         (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
-        (status = 415, description = "INVALID_REQUEST: not application/json", body = ErrorBody),
     ),
 )]
 pub(crate) async fn register(
@@ -363,7 +362,6 @@ pub(crate) struct Issued {
         (status = 404, description = "AGENT_NOT_FOUND", body = ErrorBody),
         (status = 409, description = "AGENT_REVOKED", body = ErrorBody),
         (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
-        (status = 415, description = "INVALID_REQUEST: not application/json", body = ErrorBody),
     ),
 )]
 pub(crate) async fn issue_token(
@@ -413,7 +411,6 @@ pub(crate) struct RevokedBody {
         (status = 400, description = "INVALID_REQUEST or VALIDATION_ERROR", body = ErrorBody),
         (status = 404, description = "AGENT_NOT_FOUND", body = ErrorBody),
         (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
-        (status = 415, description = "INVALID_REQUEST: not application/json", body = ErrorBody),
     ),
 )]
 pub async fn revoke(

@@ -153,7 +153,6 @@ fn body(d: DomainView) -> DomainBody {
         (status = 400, description = "INVALID_REQUEST or VALIDATION_ERROR", body = ErrorBody),
         (status = 409, description = "TOO_MANY_DOMAINS: 100 claims pending already", body = ErrorBody),
         (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
-        (status = 415, description = "INVALID_REQUEST: not application/json", body = ErrorBody),
     ),
 )]
 pub(crate) async fn claim(

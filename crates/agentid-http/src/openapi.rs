@@ -123,7 +123,8 @@ fn error_response(code: ErrorCode) -> RefOr<utoipa::openapi::Response> {
         .collect();
     ResponseBuilder::new()
         .description(format!(
-            "Standard error body; error.code one of {}",
+            "{} Standard error body; error.code one of {}",
+            code.describe(),
             codes.join(", ")
         ))
         .content(

@@ -218,7 +218,6 @@ impl VerifyRequest {
         (status = 400, description = "INVALID_REQUEST or VALIDATION_ERROR (token, dpop, htm or htu)", body = ErrorBody),
         (status = 401, description = "UNAUTHORIZED: an Authorization header with an invalid key (verify needs none)", body = ErrorBody),
         (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
-        (status = 415, description = "INVALID_REQUEST: not application/json", body = ErrorBody),
         (status = 503, description = "AUDIT_UNAVAILABLE: the store cannot record this verification (or give the agent it names), so it is not answered", body = ErrorBody),
     ),
 )]

@@ -26,24 +26,12 @@ pub(crate) const AGENT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, d
 row! {
     /// An agent as `AGENT_COLUMNS` selects it.
     pub(crate) struct AgentRow {
-        pub(crate) id: String,
-        pub(crate) org_id: String,
-        pub(crate) mode: String,
-        pub(crate) name: String,
-        pub(crate) issuer_domain: String,
-        pub(crate) description: String,
+        id: String, org_id: String, mode: String, name: String, issuer_domain: String,
+        description: String,
         /// A JSON array of strings.
-        pub(crate) scopes: String,
-        pub(crate) created_at: i64,
-        pub(crate) issued_at: i64,
-        pub(crate) expires_at: i64,
-        pub(crate) revoked_at: Option<i64>,
-        pub(crate) revocation_reason: Option<String>,
-        pub(crate) status_list: Option<String>,
-        pub(crate) status_idx: Option<i64>,
-        pub(crate) jkt: Option<String>,
-        pub(crate) jwk: Option<String>,
-        pub(crate) verification_count: i64,
+        scopes: String, created_at: i64, issued_at: i64, expires_at: i64, revoked_at: Option<i64>,
+        revocation_reason: Option<String>, status_list: Option<String>, status_idx: Option<i64>,
+        jkt: Option<String>, jwk: Option<String>, verification_count: i64,
     }
 }
 
@@ -78,8 +66,7 @@ row! {
     /// An agent right after a revocation, with the epoch the revocation was stamped with.
     pub(crate) struct RevokedAgentRow {
         #[flatten]
-        pub(crate) agent: AgentRow,
-        pub(crate) revoked_epoch: Option<i64>,
+        agent: AgentRow, revoked_epoch: Option<i64>,
     }
 }
 

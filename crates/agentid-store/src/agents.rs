@@ -83,11 +83,7 @@ pub trait AgentStore {
 row! {
     /// One row of `revocations_after`: the epoch's own row has no agent.
     pub(crate) struct RevocationRow {
-        pub(crate) id: Option<String>,
-        pub(crate) reason: Option<String>,
-        pub(crate) epoch: i64,
-        pub(crate) revoked_at: Option<i64>,
-        pub(crate) status_list: Option<String>,
-        pub(crate) status_idx: Option<i64>,
+        id: Option<String>, reason: Option<String>, epoch: i64, revoked_at: Option<i64>,
+        status_list: Option<String>, status_idx: Option<i64>,
     }
 }

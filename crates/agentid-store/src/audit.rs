@@ -54,9 +54,7 @@ pub(crate) const LEDGER_HEAD_SQL: &str =
 row! {
     pub(crate) struct HeadRow {
         #[flatten]
-        pub(crate) totals: TotalsRow,
-        pub(crate) last_seq: i64,
-        pub(crate) last_hash: Vec<u8>,
+        totals: TotalsRow, last_seq: i64, last_hash: Vec<u8>,
     }
 }
 
@@ -75,10 +73,7 @@ pub(crate) fn ledger_head(row: Option<HeadRow>) -> Result<Head, StoreError> {
 row! {
     /// Running totals of a ledger or an agent, as stored.
     pub(crate) struct TotalsRow {
-        pub(crate) n_valid: i64,
-        pub(crate) n_invalid: i64,
-        pub(crate) n_expired: i64,
-        pub(crate) n_revoked: i64,
+        n_valid: i64, n_invalid: i64, n_expired: i64, n_revoked: i64,
     }
 }
 

@@ -119,12 +119,11 @@ pub trait DomainStore {
 
 row! {
     pub(crate) struct ClaimRow {
-        pub(crate) org_id: String,
-        pub(crate) domain: String,
-        pub(crate) nonce: String,
-        pub(crate) created_at: i64,
+        org_id: String, domain: String, nonce: String, created_at: i64,
     }
 }
+
+pub(crate) const CLAIM_COLUMNS: &str = ClaimRow::COLUMNS;
 
 impl From<ClaimRow> for DomainClaim {
     fn from(r: ClaimRow) -> Self {
@@ -152,7 +151,6 @@ impl DomainListSize {
     }
 }
 
-pub(crate) const CLAIM_COLUMNS: &str = "org_id, domain, nonce, created_at";
 /// The attempts of the last minute, from their stored form (`ms,ms,…`).
 pub(crate) fn recent_attempts(stored: &str, now: Millis) -> Vec<i64> {
     stored

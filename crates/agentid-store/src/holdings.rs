@@ -7,17 +7,12 @@ use agentid_core::domain::Millis;
 
 row! {
     pub(crate) struct EventRow {
-        pub(crate) seq: i64,
-        pub(crate) kind: String,
-        pub(crate) domain: String,
-        pub(crate) org_id: String,
-        pub(crate) method: Option<String>,
-        pub(crate) at: i64,
-        pub(crate) claimed_at: i64,
-        pub(crate) reason: Option<String>,
-        pub(crate) mac: Option<Vec<u8>>,
+        seq: i64, kind: String, domain: String, org_id: String, method: Option<String>, at: i64,
+        claimed_at: i64, reason: Option<String>, mac: Option<Vec<u8>>,
     }
 }
+
+pub(crate) const EVENT_COLUMNS: &str = EventRow::COLUMNS;
 
 impl EventRow {
     /// The event, or what could be read of a row that is none the service writes.
@@ -59,8 +54,6 @@ impl EventRow {
         })
     }
 }
-
-pub(crate) const EVENT_COLUMNS: &str = "seq, kind, domain, org_id, method, at, claimed_at, reason, mac";
 
 /// The event that closes what the migration carried over: unsealed events count up to it.
 pub(crate) const MIGRATED_SEQ_SQL: &str = "SELECT MIN(seq) FROM domain_events WHERE kind = 'migrated'";

@@ -37,20 +37,14 @@ pub struct KeyListing {
     pub(crate) disabled: bool,
 }
 
-pub(crate) const ORG_COLUMNS: &str =
-    "id, name, plan, verify_limit, other_limit, max_expiry_seconds, created_at";
-
 row! {
     pub(crate) struct OrgRow {
-        pub(crate) id: String,
-        pub(crate) name: String,
-        pub(crate) plan: String,
-        pub(crate) verify_limit: i64,
-        pub(crate) other_limit: i64,
-        pub(crate) max_expiry_seconds: i64,
-        pub(crate) created_at: i64,
+        id: String, name: String, plan: String, verify_limit: i64, other_limit: i64,
+        max_expiry_seconds: i64, created_at: i64,
     }
 }
+
+pub(crate) const ORG_COLUMNS: &str = OrgRow::COLUMNS;
 
 impl OrgRow {
     /// The organization with the limits it runs under ([`OrgLimits::in_force`]).
@@ -75,9 +69,6 @@ impl OrgRow {
 
 row! {
     pub(crate) struct KeyRow {
-        pub(crate) kind: String,
-        pub(crate) mode: String,
-        pub(crate) disabled_at: Option<i64>,
-        pub(crate) org_id: String,
+        kind: String, mode: String, disabled_at: Option<i64>, org_id: String,
     }
 }

@@ -1,11 +1,23 @@
 //! `row!`: a struct that sqlx decodes from a row by column name, field by field, as
 //! `#[derive(sqlx::FromRow)]` would, without sqlx's proc-macro: that macro builds sqlx's
-//! drivers a second time, for the host, in every first build.
+//! drivers a second time, for the host, in every first build. A row is written once: its
+//! fields are its columns (`COLUMNS`, in order, for the queries), and they take the struct's
+//! visibility.
 
-/// Declares the struct and its `FromRow` for every backend whose rows decode its field types.
-/// A first field marked `#[flatten]` is itself a row, decoded from the same columns.
+/// Declares the struct, its `COLUMNS` and its `FromRow` for every backend whose rows decode its
+/// field types. A first field marked `#[flatten]` is itself a row, decoded from the same columns
+/// (and not in `COLUMNS`).
 macro_rules! row {
+    (@columns $first:ident $($rest:ident)*) => {
+        concat!(stringify!($first) $(, ", ", stringify!($rest))*)
+    };
     (@from_row $name:ident [$($flat:ident: $fty:ty)?] $($field:ident: $ty:ty),*) => {
+        impl $name {
+            /// Its columns, in the order of its fields.
+            #[allow(dead_code)]
+            pub(crate) const COLUMNS: &'static str = row!(@columns $($field)*);
+        }
+
         impl<'r, R: ::sqlx::Row> ::sqlx::FromRow<'r, R> for $name
         where
             &'r str: ::sqlx::ColumnIndex<R>,
@@ -21,18 +33,18 @@ macro_rules! row {
         }
     };
     ($(#[$m:meta])* $vis:vis struct $name:ident {
-        #[flatten] $flatvis:vis $flat:ident : $fty:ty,
-        $($(#[$fm:meta])* $fvis:vis $field:ident : $ty:ty),* $(,)?
+        #[flatten] $flat:ident : $fty:ty,
+        $($(#[$fm:meta])* $field:ident : $ty:ty),* $(,)?
     }) => {
         $(#[$m])*
-        $vis struct $name { $flatvis $flat: $fty, $($(#[$fm])* $fvis $field: $ty),* }
+        $vis struct $name { $vis $flat: $fty, $($(#[$fm])* $vis $field: $ty),* }
         row!(@from_row $name [$flat: $fty] $($field: $ty),*);
     };
     ($(#[$m:meta])* $vis:vis struct $name:ident {
-        $($(#[$fm:meta])* $fvis:vis $field:ident : $ty:ty),* $(,)?
+        $($(#[$fm:meta])* $field:ident : $ty:ty),* $(,)?
     }) => {
         $(#[$m])*
-        $vis struct $name { $($(#[$fm])* $fvis $field: $ty),* }
+        $vis struct $name { $($(#[$fm])* $vis $field: $ty),* }
         row!(@from_row $name [] $($field: $ty),*);
     };
 }

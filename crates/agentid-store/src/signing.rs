@@ -23,13 +23,8 @@ pub trait SigningKeyStore {
 
 row! {
     pub(crate) struct SigningKeyRow {
-        pub(crate) kid: String,
-        pub(crate) public_key: Vec<u8>,
-        pub(crate) created_at: i64,
-        pub(crate) private_key: Option<Vec<u8>>,
-        pub(crate) activates_at: Option<i64>,
-        pub(crate) retired_at: Option<i64>,
-        pub(crate) last_expires_at: Option<i64>,
+        kid: String, public_key: Vec<u8>, created_at: i64, private_key: Option<Vec<u8>>,
+        activates_at: Option<i64>, retired_at: Option<i64>, last_expires_at: Option<i64>,
     }
 }
 

@@ -74,25 +74,15 @@ pub(crate) struct NewEvent<'a> {
 pub(crate) const SETTLE: &str = "pending = pending - $2, next_due_at = \
     (SELECT e.next_attempt_at FROM ssf_events e WHERE e.stream_id = $1 ORDER BY e.seq LIMIT 1)";
 
-pub(crate) const STREAM_COLUMNS: &str = "id, org_id, mode, aud, method, endpoint_url, poll_token_hash, \
-    events_requested, revocations, description, status, created_at";
-
 row! {
     pub(crate) struct StreamRow {
-        pub(crate) id: String,
-        pub(crate) org_id: String,
-        pub(crate) mode: String,
-        pub(crate) aud: String,
-        pub(crate) method: String,
-        pub(crate) endpoint_url: Option<String>,
-        pub(crate) poll_token_hash: Option<Vec<u8>>,
-        pub(crate) events_requested: String,
-        pub(crate) revocations: bool,
-        pub(crate) description: Option<String>,
-        pub(crate) status: String,
-        pub(crate) created_at: i64,
+        id: String, org_id: String, mode: String, aud: String, method: String,
+        endpoint_url: Option<String>, poll_token_hash: Option<Vec<u8>>, events_requested: String,
+        revocations: bool, description: Option<String>, status: String, created_at: i64,
     }
 }
+
+pub(crate) const STREAM_COLUMNS: &str = StreamRow::COLUMNS;
 
 impl StreamRow {
     pub(crate) fn into_record(self) -> Result<StreamRecord, StoreError> {
@@ -114,23 +104,15 @@ impl StreamRow {
     }
 }
 
-pub(crate) const EVENT_COLUMNS: &str =
-    "seq, stream_id, jti, kind, agent_id, issuer, reason, state, event_at, attempts";
-
 row! {
     pub(crate) struct EventRow {
-        pub(crate) seq: i64,
-        pub(crate) stream_id: String,
-        pub(crate) jti: String,
-        pub(crate) kind: String,
-        pub(crate) agent_id: Option<String>,
-        pub(crate) issuer: Option<String>,
-        pub(crate) reason: Option<String>,
-        pub(crate) state: Option<String>,
-        pub(crate) event_at: i64,
-        pub(crate) attempts: i32,
+        seq: i64, stream_id: String, jti: String, kind: String, agent_id: Option<String>,
+        issuer: Option<String>, reason: Option<String>, state: Option<String>, event_at: i64,
+        attempts: i32,
     }
 }
+
+pub(crate) const EVENT_COLUMNS: &str = EventRow::COLUMNS;
 
 impl From<EventRow> for SsfEvent {
     fn from(r: EventRow) -> Self {

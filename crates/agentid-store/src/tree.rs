@@ -61,18 +61,13 @@ pub(crate) const RANGE_BLOCKS_SQL: &str = "SELECT first_seq, last_seq, prev_hash
     WHERE org_id = $1 AND mode = $2 AND first_seq >= COALESCE((SELECT MAX(first_seq) FROM audit_blocks \
     WHERE org_id = $1 AND mode = $2 AND first_seq <= $3), 0) AND first_seq <= $4 ORDER BY first_seq";
 
-pub(crate) const CHECKPOINT_COLUMNS: &str = "org_id, mode, tree_size, root, note, created_at";
-
 row! {
     pub(crate) struct CheckpointRow {
-        pub(crate) org_id: String,
-        pub(crate) mode: String,
-        pub(crate) tree_size: i64,
-        pub(crate) root: Vec<u8>,
-        pub(crate) note: String,
-        pub(crate) created_at: i64,
+        org_id: String, mode: String, tree_size: i64, root: Vec<u8>, note: String, created_at: i64,
     }
 }
+
+pub(crate) const CHECKPOINT_COLUMNS: &str = CheckpointRow::COLUMNS;
 
 impl CheckpointRow {
     pub(crate) fn into_record(self) -> Result<StoredCheckpoint, StoreError> {

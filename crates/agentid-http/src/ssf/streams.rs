@@ -129,9 +129,6 @@ pub(crate) struct StreamQuery {
     responses(
         (status = 201, description = "The stream's configuration (a poll stream's `poll_token` only here)", body = StreamConfig),
         (status = 400, description = "VALIDATION_ERROR: a field breaks a rule (a push endpoint must be https and public), or the organization has 10 streams", body = ErrorBody),
-        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
-        (status = 403, description = "FORBIDDEN: a publishable key", body = ErrorBody),
-        (status = 415, description = "INVALID_REQUEST: not application/json", body = ErrorBody),
     ),
 )]
 pub async fn create(

@@ -180,10 +180,7 @@ row! {
     /// A stored block as read back: the row's columns the decoding needs.
     #[derive(Debug, Clone)]
     pub(crate) struct StoredBlock {
-        pub(crate) first_seq: i64,
-        pub(crate) last_seq: i64,
-        pub(crate) prev_hash: Vec<u8>,
-        pub(crate) records: Vec<u8>,
+        first_seq: i64, last_seq: i64, prev_hash: Vec<u8>, records: Vec<u8>,
     }
 }
 
@@ -192,13 +189,8 @@ row! {
     #[derive(Debug, Clone)]
     pub(crate) struct FullBlock {
         #[flatten]
-        pub(crate) block: StoredBlock,
-        pub(crate) last_hash: Vec<u8>,
-        pub(crate) results: i32,
-        pub(crate) n_valid: i64,
-        pub(crate) n_invalid: i64,
-        pub(crate) n_expired: i64,
-        pub(crate) n_revoked: i64,
+        block: StoredBlock, last_hash: Vec<u8>, results: i32, n_valid: i64, n_invalid: i64,
+        n_expired: i64, n_revoked: i64,
     }
 }
 
@@ -206,12 +198,7 @@ row! {
     /// One `audit_block_agents` row of an agent.
     #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct AgentBlockRow {
-        pub first_seq: i64,
-        pub results: i32,
-        pub n_valid: i64,
-        pub n_invalid: i64,
-        pub n_expired: i64,
-        pub n_revoked: i64,
+        first_seq: i64, results: i32, n_valid: i64, n_invalid: i64, n_expired: i64, n_revoked: i64,
     }
 }
 

@@ -419,15 +419,10 @@ impl AgentColumns {
 row! {
     /// A row `APPEND` returns: a revoked agent (no ledger), or an agent row it wrote.
     struct ReturnedRow {
-        agent_id: String,
-        reason: Option<String>,
+        agent_id: String, reason: Option<String>,
         /// `(org_id, mode)` of the agent row written.
-        ledger: Option<(String, String)>,
-        first_seq: i64,
-        n_valid: i64,
-        n_invalid: i64,
-        n_expired: i64,
-        n_revoked: i64,
+        ledger: Option<(String, String)>, first_seq: i64, n_valid: i64, n_invalid: i64,
+        n_expired: i64, n_revoked: i64,
     }
 }
 

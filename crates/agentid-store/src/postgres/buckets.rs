@@ -22,9 +22,7 @@ RETURNING granted, tat, at";
 
 row! {
     struct TakenRow {
-        granted: i64,
-        tat: i64,
-        at: i64,
+        granted: i64, tat: i64, at: i64,
     }
 }
 
