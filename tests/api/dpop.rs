@@ -165,7 +165,8 @@ async fn tokens_are_bound_to_the_key_given_at_registration_or_issue() {
     };
     assert_eq!(agent(&app).await["jkt"], jkt.as_str());
 
-    // A new token bound to another key; then a bearer token: the agent shows its newest.
+    // A new token bound to another key; one without a key named stays bound to it; then,
+    // asked for by name, a bearer token: the agent shows its newest binding.
     let es = AgentKey::es();
     let issue = |body: Option<Value>| {
         let path = format!("/v1/agents/{id}/issue-token");
@@ -177,7 +178,14 @@ async fn tokens_are_bound_to_the_key_given_at_registration_or_issue() {
     let es_token = res.json()["token"].as_str().unwrap().to_owned();
     assert_eq!(payload(&es_token)["cnf"]["jkt"], thumbprint(&es.jwk()).as_str());
     assert_eq!(agent(&app).await["jkt"], thumbprint(&es.jwk()).as_str());
-    let res = issue(None).await;
+    for body in [None, Some(json!({}))] {
+        let res = issue(body).await;
+        assert_eq!(res.status, 201, "{}", res.text());
+        let same = res.json()["token"].as_str().unwrap().to_owned();
+        assert_eq!(payload(&same)["cnf"]["jkt"], thumbprint(&es.jwk()).as_str());
+        assert_eq!(agent(&app).await["jkt"], thumbprint(&es.jwk()).as_str());
+    }
+    let res = issue(Some(json!({"jwk": null}))).await;
     assert_eq!(res.status, 201, "{}", res.text());
     let bearer = res.json()["token"].as_str().unwrap().to_owned();
     assert!(payload(&bearer).get("cnf").is_none());

@@ -27,6 +27,18 @@ pub struct Registration {
     pub token: String,
 }
 
+/// The key a new token is bound to (RFC 9449 `cnf.jkt`).
+#[derive(Debug, Clone, Copy)]
+pub enum Binding<'a> {
+    /// The agent's key as it stands: a bound agent stays bound, an unbound one gets a bearer
+    /// token.
+    Same,
+    /// This key, from now on.
+    Key(&'a PublicJwk),
+    /// None: the agent's tokens become bearer tokens, and the store no longer names a key.
+    Dropped,
+}
+
 /// A newly issued token.
 #[derive(Debug, Clone)]
 pub struct IssuedToken {
@@ -167,16 +179,30 @@ impl Agents {
         &self,
         caller: &Caller,
         id: &AgentId,
-        key: Option<&PublicJwk>,
+        binding: Binding<'_>,
     ) -> Result<IssuedToken, EngineError> {
-        let agent = AgentRecord {
-            jkt: key.map(PublicJwk::thumbprint),
-            jwk: key.map(PublicJwk::canonical),
-            ..self.get(caller, id).await?
-        };
-        if agent.revoked_at.is_some() {
+        let current = self.get(caller, id).await?;
+        if current.revoked_at.is_some() {
             return Err(EngineError::AgentRevoked);
         }
+        let agent = match binding {
+            Binding::Same => current,
+            Binding::Key(key) => AgentRecord {
+                jkt: Some(key.thumbprint()),
+                jwk: Some(key.canonical()),
+                ..current
+            },
+            Binding::Dropped => {
+                if let Some(jkt) = &current.jkt {
+                    tracing::info!(agent_id = %current.id, jkt = %jkt, "key binding dropped");
+                }
+                AgentRecord {
+                    jkt: None,
+                    jwk: None,
+                    ..current
+                }
+            }
+        };
         let lifetime = (agent.expires_at.0 - agent.issued_at.0).max(1000) / 1000;
         let lifetime = lifetime.min(caller.org.limits.max_expiry_seconds as i64);
         let issued = Millis::from_secs(Millis::now().as_secs());

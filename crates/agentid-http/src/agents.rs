@@ -19,6 +19,7 @@ use agentid_core::domain::{
 };
 use agentid_core::records::AgentRecord;
 use agentid_core::token::dpop::PublicJwk;
+use agentid_engine::Binding;
 
 /// `POST /v1/agents/register` body. Unknown fields are refused.
 #[derive(Deserialize, ToSchema)]
@@ -52,10 +53,17 @@ pub(crate) struct RegisterRequest {
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct IssueRequest {
-    /// Binds the new token to this key, as at registration; without it, a bearer token.
+    /// Binds the new token, and the agent from now on, to this key (a public JWK, as at
+    /// registration). Absent: the agent's key as it stands (a bound agent stays bound). `null`:
+    /// no key, a bearer token (the dropped binding is recorded).
     #[schema(value_type = Option<Object>)]
-    #[serde(default)]
-    jwk: Option<serde_json::Value>,
+    #[serde(default, deserialize_with = "present")]
+    jwk: Option<Option<serde_json::Value>>,
+}
+
+/// A field that may be absent (`None`), `null` (`Some(None)`) or a value.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<serde_json::Value>>, D::Error> {
+    Ok(Some(Option::deserialize(d)?))
 }
 
 /// The key a token is to be bound to, when the body names one.
@@ -372,15 +380,24 @@ pub(crate) async fn issue_token(
     body: Bytes,
 ) -> Result<HttpResponse, ApiError> {
     // The body is optional; when there is one, it must be a JSON object.
-    let key = if body.iter().all(u8::is_ascii_whitespace) {
+    let jwk = if body.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
-        binding(json_body::<IssueRequest>(&req, &body)?.jwk.as_ref())?
+        json_body::<IssueRequest>(&req, &body)?.jwk
+    };
+    let key = match &jwk {
+        Some(Some(v)) => binding(Some(v))?,
+        _ => None,
+    };
+    let how = match (&jwk, &key) {
+        (_, Some(key)) => Binding::Key(key),
+        (Some(None), _) => Binding::Dropped,
+        _ => Binding::Same,
     };
     let issued = state
         .engine
         .agents()
-        .issue_token(&caller, &agent_path(&id)?, key.as_ref())
+        .issue_token(&caller, &agent_path(&id)?, how)
         .await?;
     tracing::info!(agent_id = %issued.agent_id, "token issued");
     Ok(no_store(HttpResponse::Created()).json(Issued {
