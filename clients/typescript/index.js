@@ -125,6 +125,17 @@ function b64url(text) {
   return Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
 }
 
+/** Whether a Verifier without issuers was built already (the warning says so once a process). */
+let warnedWithoutIssuers = false;
+
+function warnWithoutIssuers(baseUrl) {
+  if (warnedWithoutIssuers) return;
+  warnedWithoutIssuers = true;
+  const message = `a Verifier without issuers accepts the agents of every organization of ${baseUrl}: name the issuer domains you trust (issuers: [...])`;
+  if (globalThis.process?.emitWarning) globalThis.process.emitWarning(message, { code: "AGENTID_NO_ISSUERS" });
+  else console.warn(message);
+}
+
 export class Verifier {
   /**
    * @param {{baseUrl: string, issuers?: string[], leeway?: number, listGrace?: number,
@@ -146,6 +157,7 @@ export class Verifier {
     this.allowTest = allowTest;
     this.baseUrl = baseUrl.replace(/\/+$/, "");
     this.issuers = issuers ? new Set(issuers) : null;
+    if (!this.issuers) warnWithoutIssuers(this.baseUrl);
     this.leeway = leeway;
     this.listGrace = listGrace;
     this.failOpen = failOpen;

@@ -1,10 +1,15 @@
 // An Express service whose /orders route only a verified agent with the read:orders scope may
-// call. AGENTID_URL names the agentid service; PORT the port to listen on (3000).
+// call. AGENTID_URL names the agentid service; AGENTID_ISSUERS the issuer domains whose agents
+// may call (comma-separated: any organization can register agents, only the issuer says whose
+// they are); PORT the port to listen on (3000). Test-mode tokens are refused.
 import express from "express";
 import { Verifier } from "@agentid/verifier";
 import { agentIdMiddleware } from "@agentid/verifier/express";
 
-const verifier = new Verifier({ baseUrl: process.env.AGENTID_URL });
+const verifier = new Verifier({
+  baseUrl: process.env.AGENTID_URL,
+  issuers: process.env.AGENTID_ISSUERS.split(","),
+});
 const app = express();
 
 app.get("/health", (req, res) => res.json({ ok: true })); // open: no middleware

@@ -1,5 +1,7 @@
 """A FastAPI service whose /orders route only a verified agent with the read:orders scope may
-call. AGENTID_URL names the agentid service; PORT the port to listen on (8000)."""
+call. AGENTID_URL names the agentid service; AGENTID_ISSUERS the issuer domains whose agents
+may call (comma-separated: any organization can register agents, only the issuer says whose
+they are); PORT the port to listen on (8000). Test-mode tokens are refused."""
 
 import os
 
@@ -9,7 +11,7 @@ from fastapi import FastAPI, Security
 from agentid_verifier import Agent, Verifier
 from agentid_verifier.fastapi import require_agent
 
-verifier = Verifier(os.environ["AGENTID_URL"])
+verifier = Verifier(os.environ["AGENTID_URL"], issuers=os.environ["AGENTID_ISSUERS"].split(","))
 app = FastAPI()
 
 

@@ -1,5 +1,7 @@
 """A Flask service whose /orders route only a verified agent with the read:orders scope may
-call. AGENTID_URL names the agentid service; PORT the port to listen on (8000)."""
+call. AGENTID_URL names the agentid service; AGENTID_ISSUERS the issuer domains whose agents
+may call (comma-separated: any organization can register agents, only the issuer says whose
+they are); PORT the port to listen on (8000). Test-mode tokens are refused."""
 
 import os
 
@@ -8,7 +10,7 @@ from flask import Flask, g
 from agentid_verifier import Verifier
 from agentid_verifier.flask import require_agent
 
-verifier = Verifier(os.environ["AGENTID_URL"])
+verifier = Verifier(os.environ["AGENTID_URL"], issuers=os.environ["AGENTID_ISSUERS"].split(","))
 app = Flask(__name__)
 
 

@@ -14,7 +14,7 @@ const PEM_SNIPPETS: [&str; 2] = ["verify_pem.py", "verify_pem.mjs"];
 async fn pyjwt_and_jose_validate_tokens_with_the_pem_alone() {
     let app = spawn_app().await;
     let a = app
-        .register(serde_json::json!({"name": "n", "issuer_domain": "offline.example", "scopes": ["read:x"]}))
+        .register(serde_json::json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"]}))
         .await;
     let pem = app.get("/.well-known/public-key.pem", None).await.text();
     let dir = tempfile::tempdir().unwrap();
@@ -25,13 +25,13 @@ async fn pyjwt_and_jose_validate_tokens_with_the_pem_alone() {
         let claims = readme::run(name, dir.path(), token, &app.base)
             .unwrap_or_else(|e| panic!("{name} rejected the token: {e}"));
         assert_eq!(claims["sub"], a["agent_id"], "{name}");
-        assert_eq!(claims["iss"], "offline.example", "{name}");
+        assert_eq!(claims["iss"], "example.com", "{name}");
     }
 
     // A token from another key must fail offline too.
     let other = agentid::keys::KeyRing::from_signing_key(ed25519_dalek::SigningKey::from_bytes(&[3; 32]));
     let foreign = other.sign(&agentid::token::Claims::agent(
-        "offline.example",
+        "example.com",
         a["agent_id"].as_str().unwrap(),
         "x",
         0,
@@ -44,6 +44,26 @@ async fn pyjwt_and_jose_validate_tokens_with_the_pem_alone() {
             seen.is_err(),
             "{name} accepted a token signed by another key: {seen:?}"
         );
+    }
+
+    // Any organization can register agents: only the issuer the snippets trust passes, and
+    // never a test-mode token.
+    app.grant(&app.org.org_id, "other.example", false).await.unwrap();
+    let stranger = app
+        .register(serde_json::json!({"name": "n", "issuer_domain": "other.example", "scopes": ["read:x"]}))
+        .await;
+    let test_mode = app
+        .register_with(
+            &app.org.keys.secret_test,
+            serde_json::json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"]}),
+        )
+        .await;
+    for (what, refused) in [("another issuer", &stranger), ("test mode", &test_mode)] {
+        let token = refused["token"].as_str().unwrap();
+        for name in PEM_SNIPPETS {
+            let seen = readme::run(name, dir.path(), token, &app.base);
+            assert!(seen.is_err(), "{name} accepted a token of {what}: {seen:?}");
+        }
     }
 }
 
@@ -59,7 +79,7 @@ async fn online_and_offline_agree_on_signatures_made_with_any_nonce() {
 
     let app = spawn_app().await;
     let a = app
-        .register(serde_json::json!({"name": "n", "issuer_domain": "offline.example", "scopes": ["read:x"]}))
+        .register(serde_json::json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"]}))
         .await;
     let token = a["token"].as_str().unwrap();
     let input = token.rsplit_once('.').unwrap().0;

@@ -38,6 +38,10 @@ def get(url, token=None):
 @pytest.mark.parametrize("example", ["fastapi", "flask"])
 def test_the_example_runs_as_its_readme_says(server, example):
     _, token = server.register()
+    # Any organization can register agents: the example trusts example.com's, live ones only.
+    server.cli("domain", "approve", "--org", server.org_id, "other.example")
+    _, stranger = server.register(issuer_domain="other.example")
+    _, test_mode = server.register(key=server.sk_test)
     *install, start = readme_commands(example)
     cwd = os.path.join(EXAMPLES, example)
     for line in install:
@@ -68,6 +72,8 @@ def test_the_example_runs_as_its_readme_says(server, example):
         assert '"issuer":"example.com"' in body.replace(" ", ""), body
         assert get(f"{base}/orders")[0] == 401
         assert get(f"{base}/orders", "not.a.token")[0] == 401
+        assert get(f"{base}/orders", stranger)[0] == 401
+        assert get(f"{base}/orders", test_mode)[0] == 401
     finally:
         os.killpg(app.pid, signal.SIGTERM)
         app.wait(timeout=10)

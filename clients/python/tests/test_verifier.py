@@ -394,3 +394,17 @@ def test_a_hung_issuer_stalls_no_warm_check_until_the_grace_runs_out(proxied):
     with pytest.raises(Unavailable):
         verifier.verify(token)
     hung.clear()
+
+
+def test_a_verifier_without_issuers_is_warned_of_once(monkeypatch, caplog):
+    import agentid_verifier
+
+    monkeypatch.setattr(agentid_verifier, "_warned_without_issuers", False)
+    with caplog.at_level("WARNING", logger="agentid_verifier"):
+        Verifier("http://127.0.0.1:9", issuers=["example.com"])
+        assert caplog.records == []
+        Verifier("http://127.0.0.1:9")
+        Verifier("http://127.0.0.1:9")
+    warned = [r for r in caplog.records if "without issuers" in r.getMessage()]
+    assert len(warned) == 1, caplog.records
+    assert warned[0].levelname == "WARNING"

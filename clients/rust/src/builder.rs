@@ -1,12 +1,29 @@
 //! [`Builder`]: how a [`Verifier`] is made, and what it is told.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, Once};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 
 use crate::{Error, Inner, Verifier, FETCHES, VERIFICATIONS};
+
+/// Whether a verifier without issuers was built already (the warning says so once a process).
+static WITHOUT_ISSUERS: Once = Once::new();
+
+/// Warns, the first time `once` sees it, that a verifier without issuers takes every
+/// organization's agents.
+fn warn_without_issuers(once: &Once, base: &str) -> bool {
+    let mut warned = false;
+    once.call_once(|| {
+        log::warn!(
+            "a Verifier without issuers accepts the agents of every organization of {base}: name \
+             the issuer domains you trust (.issuers([...]))"
+        );
+        warned = true;
+    });
+    warned
+}
 
 /// How a [`Verifier`] is made.
 pub struct Builder {
@@ -114,6 +131,9 @@ impl Builder {
         {
             return Err(Error::Misconfigured("an audience must be a URI".into()));
         }
+        if self.issuers.is_none() {
+            warn_without_issuers(&WITHOUT_ISSUERS, &base);
+        }
         metrics::describe_counter!(
             VERIFICATIONS,
             "Verifications by outcome: valid, or the refusal's code."
@@ -160,5 +180,24 @@ impl Verifier {
             on_refusal: None,
             audience: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_verifier_without_issuers_is_warned_of_once() {
+        let once = Once::new();
+        assert!(warn_without_issuers(&once, "http://127.0.0.1:9"));
+        assert!(!warn_without_issuers(&once, "http://127.0.0.1:9"));
+        // Built with issuers, no warning is due; without, the process-wide one is spent.
+        Verifier::builder("http://127.0.0.1:9")
+            .issuers(["example.com"])
+            .build()
+            .unwrap();
+        Verifier::builder("http://127.0.0.1:9").build().unwrap();
+        assert!(WITHOUT_ISSUERS.is_completed());
     }
 }

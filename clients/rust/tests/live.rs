@@ -32,6 +32,7 @@ struct Server {
     sk: String,
     sk_test: String,
     pk: String,
+    org_id: String,
     _dir: PathBuf,
     env: Vec<(String, String)>,
 }
@@ -68,6 +69,7 @@ impl Server {
             sk: String::new(),
             sk_test: String::new(),
             pk: String::new(),
+            org_id: String::new(),
             _dir: dir,
             env,
         };
@@ -100,14 +102,14 @@ impl Server {
         std::thread::spawn(move || for _ in lines {});
         s.child = child;
         // The organization issues under example.com (the serve above made the key file).
-        s.cli(&[
-            "domain",
-            "approve",
-            "--org",
-            org["org_id"].as_str().unwrap(),
-            "example.com",
-        ]);
+        s.org_id = org["org_id"].as_str().unwrap().to_owned();
+        s.approve("example.com");
         s
+    }
+
+    /// The operator grants `domain` to the test's organization.
+    fn approve(&self, domain: &str) {
+        self.cli(&["domain", "approve", "--org", &self.org_id, domain]);
     }
 
     fn cli(&self, args: &[&str]) -> String {

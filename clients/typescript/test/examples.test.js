@@ -33,6 +33,10 @@ after(() => s.stop());
 
 test("the Express example runs as its README says", async () => {
   const [, token] = await s.register();
+  // Any organization can register agents: the example trusts example.com's, live ones only.
+  s.cli("domain", "approve", "--org", s.org.org_id, "other.example");
+  const [, stranger] = await s.register({ issuer_domain: "other.example" });
+  const [, testMode] = await s.register({}, s.org.keys.secret_test);
   const lines = readmeCommands();
   const start = lines.pop();
   for (const line of lines) execFileSync("bash", ["-euo", "pipefail", "-c", line], { cwd: EXAMPLE, stdio: ["ignore", "ignore", "inherit"] });
@@ -56,6 +60,10 @@ test("the Express example runs as its README says", async () => {
     assert.equal((await fetch(`${base}/orders`)).status, 401);
     const bad = await fetch(`${base}/orders`, { headers: { Authorization: "Bearer not.a.token" } });
     assert.equal(bad.status, 401);
+    for (const refused of [stranger, testMode]) {
+      const res = await fetch(`${base}/orders`, { headers: { Authorization: `Bearer ${refused}` } });
+      assert.equal(res.status, 401);
+    }
   } finally {
     process.kill(-app.pid, "SIGTERM");
   }

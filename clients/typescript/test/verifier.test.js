@@ -1,4 +1,5 @@
 import { test, before, after } from "node:test";
+import { spawnSync } from "node:child_process";
 import assert from "node:assert/strict";
 import { SignJWT, generateKeyPair, decodeProtectedHeader } from "jose";
 import { Verifier, VerificationError } from "../index.js";
@@ -462,4 +463,18 @@ test("a hung issuer stalls no warm check until the grace runs out", async () => 
     hung = false;
     proxy.rewrite = null;
   }
+});
+
+test("a verifier without issuers is warned of once a process", () => {
+  const script = `
+    import { Verifier } from ${JSON.stringify(new URL("../index.js", import.meta.url).href)};
+    new Verifier({ baseUrl: "http://127.0.0.1:9", issuers: ["example.com"] });
+    console.error("--");
+    new Verifier({ baseUrl: "http://127.0.0.1:9" });
+    new Verifier({ baseUrl: "http://127.0.0.1:9" });`;
+  const out = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8" });
+  assert.equal(out.status, 0, out.stderr);
+  const [before, after] = out.stderr.split("--");
+  assert.doesNotMatch(before, /without issuers/);
+  assert.equal(after.match(/AGENTID_NO_ISSUERS/g)?.length, 1, out.stderr);
 });

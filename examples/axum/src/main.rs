@@ -1,5 +1,7 @@
 //! An axum service whose `/orders` route only a verified agent with the `read:orders` scope
-//! may call. `AGENTID_URL` names the agentid service; `PORT` the port to listen on (3000).
+//! may call. `AGENTID_URL` names the agentid service; `AGENTID_ISSUERS` the issuer domains whose
+//! agents may call (comma-separated: any organization can register agents, only the issuer says
+//! whose they are); `PORT` the port to listen on (3000). Test-mode tokens are refused.
 
 use agentid_verifier::{tower::AgentIdLayer, Agent, Verifier};
 use axum::{routing::get, Extension, Json, Router};
@@ -13,7 +15,8 @@ async fn orders(Extension(agent): Extension<Agent>) -> Json<Value> {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("AGENTID_URL").map_err(|_| "AGENTID_URL names the agentid service")?;
     let port: u16 = std::env::var("PORT").unwrap_or_else(|_| "3000".into()).parse()?;
-    let verifier = Verifier::builder(&url).build()?;
+    let issuers = std::env::var("AGENTID_ISSUERS").map_err(|_| "AGENTID_ISSUERS names the issuers")?;
+    let verifier = Verifier::builder(&url).issuers(issuers.split(',')).build()?;
     let app = Router::new()
         .route(
             "/orders",

@@ -139,6 +139,8 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 _OPENER = urllib.request.build_opener(_NoRedirect)
 _LOG = logging.getLogger("agentid_verifier")
+# Whether a Verifier without issuers was built already (the warning says so once a process).
+_warned_without_issuers = False
 #: Set while a check may not touch the network (`warm_only`).
 _WARM_ONLY: "contextvars.ContextVar[bool]" = contextvars.ContextVar("agentid_warm_only", default=False)
 _T = TypeVar("_T")
@@ -266,6 +268,15 @@ class _StatusList:
     doc: _Document  # the document it was read from; its ``fetched_at`` ages it
 
 
+def _warn_without_issuers(base_url: str) -> None:
+    global _warned_without_issuers
+    if not _warned_without_issuers:
+        _warned_without_issuers = True
+        _LOG.warning(
+            "a Verifier without issuers accepts the agents of every organization of %s: "
+            "name the issuer domains you trust (issuers=[...])", base_url)
+
+
 class Verifier:
     """Verifies tokens of the agentid service at ``base_url``.
 
@@ -317,6 +328,8 @@ class Verifier:
             raise ValueError("timeout must be a positive number of seconds")
         self.base_url = base_url.rstrip("/")
         self.issuers = set(issuers) if issuers is not None else None
+        if self.issuers is None:
+            _warn_without_issuers(self.base_url)
         self.leeway = leeway
         self.list_grace = list_grace
         self.fail_open = fail_open

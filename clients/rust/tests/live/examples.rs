@@ -37,6 +37,10 @@ fn get(url: &str, token: Option<&str>) -> Result<(u16, String), String> {
 fn the_axum_example_runs_as_its_readme_says() {
     let s = Server::start();
     let (_, token) = s.register(serde_json::json!({}));
+    // Any organization can register agents: the example trusts example.com's, live ones only.
+    s.approve("other.example");
+    let (_, stranger) = s.register(serde_json::json!({"issuer_domain": "other.example"}));
+    let (_, test_mode) = s.register_with(serde_json::json!({}), Some(&s.sk_test));
     let (dir, block) = readme_command("axum");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -73,17 +77,21 @@ fn the_axum_example_runs_as_its_readme_says() {
         get(&format!("{base}/orders"), Some(&token)),
         get(&format!("{base}/orders"), None),
         get(&format!("{base}/orders"), Some("not.a.token")),
+        get(&format!("{base}/orders"), Some(&stranger)),
+        get(&format!("{base}/orders"), Some(&test_mode)),
     );
     let _ = Command::new("pkill")
         .args(["-P", &child.id().to_string()])
         .status();
     let _ = child.kill();
     let _ = child.wait();
-    let (ok, none, bad) = answered;
+    let (ok, none, bad, foreign, test) = answered;
     let (status, body) = ok.unwrap();
     assert_eq!(status, 200, "{body}");
     let body: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(body["issuer"], "example.com", "{body}");
     assert_eq!(none.unwrap().0, 401);
     assert_eq!(bad.unwrap().0, 401);
+    assert_eq!(foreign.unwrap().0, 401);
+    assert_eq!(test.unwrap().0, 401);
 }
