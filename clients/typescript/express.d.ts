@@ -11,12 +11,13 @@ declare global {
 
 /** Express middleware setting `req.agent` for a bearer token or a DPoP-bound token with its
  * proof; otherwise 401 (403 for INSUFFICIENT_SCOPE, 503 for UNAVAILABLE, 500 for
- * MISCONFIGURED) with {"error": code} and a WWW-Authenticate challenge (naming
- * `resourceMetadata`, when given). `publicOrigin`: the
- * origin agents address (behind a proxy), from which a proof's URL is rebuilt. */
+ * MISCONFIGURED) with {"error": code, "message": …} and a WWW-Authenticate challenge (naming
+ * `resourceMetadata`, when given). `publicOrigin`: the origin agents address (behind a
+ * proxy), from which a proof's URL is rebuilt. A path in `exclude` (`["/health"]`), or below
+ * one, passes unchecked. */
 export function agentIdMiddleware(
   verifier: Verifier,
-  options?: { scopes?: string[]; publicOrigin?: string; resourceMetadata?: ResourceMetadata },
+  options?: { scopes?: string[]; publicOrigin?: string; resourceMetadata?: ResourceMetadata; exclude?: string[] },
 ): (req: any, res: any, next: (err?: unknown) => void) => Promise<void>;
 
 /** An Express handler serving `metadata`: `app.get(metadata.path, resourceMetadataHandler(metadata))`.

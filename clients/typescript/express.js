@@ -6,9 +6,11 @@
 // middleware is made): the request's Host and forwarded headers are the caller's to choose.
 // On success the agent is `req.agent`; otherwise 401 (403 for INSUFFICIENT_SCOPE, 503 with
 // `Retry-After` for UNAVAILABLE, 500 for MISCONFIGURED: the receiver's own configuration)
-// with `{"error": code}`, and on a 401 or 403 a `WWW-Authenticate` challenge (RFC 6750 §3.1:
-// no error code without credentials, `insufficient_scope` on a 403; RFC 9449 §7.1 for DPoP),
-// naming `resourceMetadata` (RFC 9728) when given; `resourceMetadataHandler` serves it.
+// with `{"error": code, "message": …}`, and on a 401 or 403 a `WWW-Authenticate` challenge
+// (RFC 6750 §3.1: no error code without credentials, and then the DPoP challenge beside the
+// Bearer one; `insufficient_scope` on a 403; RFC 9449 §7.1 for DPoP), naming
+// `resourceMetadata` (RFC 9728) when given; `resourceMetadataHandler` serves it. A path in
+// `exclude`, or below one, passes unchecked.
 import { VerificationError } from "./index.js";
 
 const STATUS = { INSUFFICIENT_SCOPE: 403, UNAVAILABLE: 503, MISCONFIGURED: 500 };
@@ -23,7 +25,7 @@ function challenge(error, scheme, scopes, bare, metadata) {
   if (error.code === "UNAVAILABLE" || error.code === "MISCONFIGURED") return null;
   if (error.noPublicOrigin) return `DPoP error="invalid_token", error_description="${error.message}", algs="${DPOP_ALGS}"`;
   const where = metadata ? `resource_metadata="${metadata.url}"` : "";
-  if (bare) return where ? `Bearer ${where}` : "Bearer";
+  if (bare) return `${where ? `Bearer ${where}` : "Bearer"}, DPoP algs="${DPOP_ALGS}"`;
   const proof = error.code === "PROOF_INVALID" || error.code === "PROOF_REPLAYED";
   const [code, extra] = error.code === "INSUFFICIENT_SCOPE"
     ? ["insufficient_scope", `, scope="${scopes.join(" ")}"`]
@@ -53,12 +55,28 @@ function pathOf(target) {
   return path.startsWith("/") ? path : `/${path}`;
 }
 
-export function agentIdMiddleware(verifier, { scopes = [], publicOrigin, resourceMetadata } = {}) {
+/** `{"error": code, "message": …}`: what every middleware answers. A refusal that is not the
+ * caller's fault says nothing of the receiver's own set-up. */
+function refusalBody(e) {
+  const message = {
+    UNAVAILABLE: "the agent cannot be verified now: try again shortly",
+    MISCONFIGURED: "this receiver cannot verify agents: its configuration is wrong",
+  }[e.code] ?? e.message;
+  return JSON.stringify({ error: e.code, message });
+}
+
+/** Whether `path` is one of `exclude` or below one of them. */
+function excluded(path, exclude) {
+  return exclude.some((e) => path === e || path.startsWith(`${e.replace(/\/+$/, "")}/`));
+}
+
+export function agentIdMiddleware(verifier, { scopes = [], publicOrigin, resourceMetadata, exclude = [] } = {}) {
   const origin = publicOrigin?.replace(/\/+$/, "");
   if (!origin) {
     console.warn("agentIdMiddleware has no publicOrigin: every DPoP-bound token is refused (set publicOrigin to the origin agents address, e.g. https://api.example)");
   }
   return async (req, res, next) => {
+    if (exclude.length && excluded(pathOf(req.originalUrl ?? req.url ?? "/"), exclude)) return next();
     const header = req.headers?.authorization || "";
     const scheme = header.slice(0, 5).toLowerCase() === "dpop " ? "DPoP" : "Bearer";
     try {
@@ -79,7 +97,7 @@ export function agentIdMiddleware(verifier, { scopes = [], publicOrigin, resourc
         req.agent = await verifier.verifyDpop(token, proof, req.method, origin + path, { scopes });
       } else {
         const token = header.toLowerCase().startsWith("bearer ") ? header.slice(7).trim() : "";
-        if (!token) throw new VerificationError("TOKEN_INVALID", "no bearer token");
+        if (!token) throw new VerificationError("TOKEN_INVALID", header.trim() ? "no bearer token" : "no Authorization header");
         req.agent = await verifier.verify(token, { scopes });
       }
     } catch (e) {
@@ -89,7 +107,7 @@ export function agentIdMiddleware(verifier, { scopes = [], publicOrigin, resourc
       if (e.code === "UNAVAILABLE") res.setHeader("Retry-After", String(RETRY_AFTER));
       res.statusCode = STATUS[e.code] || 401;
       res.setHeader("Content-Type", "application/json");
-      res.end(JSON.stringify({ error: e.code }));
+      res.end(refusalBody(e));
       return;
     }
     next();

@@ -9,10 +9,11 @@ import uvicorn
 from fastapi import FastAPI, Security
 
 from agentid_verifier import Agent, Verifier
-from agentid_verifier.fastapi import require_agent
+from agentid_verifier.fastapi import answer_refusals, require_agent
 
 verifier = Verifier(os.environ["AGENTID_URL"], issuers=os.environ["AGENTID_ISSUERS"].split(","))
 app = FastAPI()
+answer_refusals(app)  # {"error": code, "message": …}, as every agentid middleware answers
 
 
 @app.get("/orders")

@@ -67,8 +67,8 @@ pub(crate) enum DomainCommand {
         #[command(flatten)]
         db: DbArgs,
     },
-    /// Print who holds which name as JSON: held names (with their method), pending claims (with
-    /// --org), and names agents use that none of their organizations holds (`unheld`).
+    /// Print who holds which name as JSON: verified names (with their method), pending claims (with
+    /// --org), and names agents use that none of their organizations holds (`unverified`).
     List {
         #[arg(long)]
         org: Option<String>,

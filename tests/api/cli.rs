@@ -583,7 +583,7 @@ async fn the_operator_grants_lists_and_releases_names() {
     let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         listed,
-        json!([{"domain": "acme.example", "status": "held", "org_ids": [acme_id], "method": "operator",
+        json!([{"domain": "acme.example", "status": "verified", "org_ids": [acme_id], "method": "operator",
                 "since": granted["verified_at"]}])
     );
     let out = agentid(&["domain", "release", "--org", acme_id, "ACME.example"]);

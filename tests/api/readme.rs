@@ -657,7 +657,7 @@ async fn trusting_an_issuer_runs_as_written() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|d| d["domain"] == "billing.example.net" && d["status"] == "held" && d["method"] == "dns"),
+            .any(|d| d["domain"] == "billing.example.net" && d["status"] == "verified" && d["method"] == "dns"),
         "{operator}"
     );
 }

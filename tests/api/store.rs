@@ -642,7 +642,7 @@ async fn names_in_use_before_proofs_go_to_their_only_user() {
     let shared = listed.iter().find(|l| l.domain == "shared.example").unwrap();
     assert_eq!(
         (shared.status, shared.org_ids.clone()),
-        ("unheld", vec![orgs[1].to_owned(), orgs[2].to_owned()])
+        ("unverified", vec![orgs[1].to_owned(), orgs[2].to_owned()])
     );
     // That name alone: nothing below it.
     let over = store

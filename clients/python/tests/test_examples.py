@@ -2,6 +2,7 @@
 with this test's server for ``AGENTID_URL`` and a free port for ``PORT``, serve ``/orders`` to
 a verified agent only."""
 
+import json
 import os
 import shutil
 import signal
@@ -70,7 +71,8 @@ def test_the_example_runs_as_its_readme_says(server, example):
         status, body = get(f"{base}/orders", token)
         assert status == 200, body
         assert '"issuer":"example.com"' in body.replace(" ", ""), body
-        assert get(f"{base}/orders")[0] == 401
+        status, body = get(f"{base}/orders")
+        assert (status, json.loads(body)) == (401, {"error": "TOKEN_INVALID", "message": "no Authorization header"})
         assert get(f"{base}/orders", "not.a.token")[0] == 401
         assert get(f"{base}/orders", stranger)[0] == 401
         assert get(f"{base}/orders", test_mode)[0] == 401

@@ -135,7 +135,7 @@ def test_resource_metadata_is_served_and_named_in_challenges(server):
     }
     refused = client.get("/mcp")
     assert refused.status_code == 401
-    assert refused.headers["www-authenticate"] == f'Bearer resource_metadata="{metadata.url}"'
+    assert refused.headers["www-authenticate"] == f'Bearer resource_metadata="{metadata.url}", DPoP algs="EdDSA Ed25519 ES256"'
     refused = client.get("/mcp", headers={"Authorization": "Bearer nonsense"})
     assert refused.headers["www-authenticate"] == (
         f'Bearer error="invalid_token", resource_metadata="{metadata.url}"')
@@ -169,7 +169,7 @@ def test_frameworks_serve_resource_metadata(server):
 
     fc = TestClient(api)
     assert fc.get("/.well-known/oauth-protected-resource/api").json()["resource"] == "http://testserver/api"
-    assert fc.get("/api").headers["www-authenticate"] == f'Bearer resource_metadata="{metadata.url}"'
+    assert fc.get("/api").headers["www-authenticate"] == f'Bearer resource_metadata="{metadata.url}", DPoP algs="EdDSA Ed25519 ES256"'
     assert fc.get("/api", headers={"Authorization": f"Bearer {token}"}).json() == {"agent": agent_id}
 
     app = Flask(__name__)
@@ -182,7 +182,7 @@ def test_frameworks_serve_resource_metadata(server):
 
     c = app.test_client()
     assert c.get("/.well-known/oauth-protected-resource/api").json["authorization_servers"] == [server.base]
-    assert c.get("/api").headers["WWW-Authenticate"] == f'Bearer resource_metadata="{metadata.url}"'
+    assert c.get("/api").headers["WWW-Authenticate"] == f'Bearer resource_metadata="{metadata.url}", DPoP algs="EdDSA Ed25519 ES256"'
     assert c.get("/api", headers={"Authorization": f"Bearer {token}"}).json == {"agent": agent_id}
 
 

@@ -14,7 +14,7 @@ use super::{Error, ResourceMetadata, Verifier};
 /// warning says so when the layer is applied), with these `scopes`, before the inner
 /// service sees the request. On success the [`super::Agent`] is in the request's extensions; otherwise the
 /// answer is 401 (403 for `INSUFFICIENT_SCOPE`, 503 for `UNAVAILABLE`, 500 for
-/// `MISCONFIGURED`: the receiver's own configuration) with `{"error": code}` and a
+/// `MISCONFIGURED`: the receiver's own configuration) with `{"error": code, "message": …}` and a
 /// `WWW-Authenticate` challenge (RFC 6750, RFC 9449 §7.1).
 #[derive(Clone)]
 pub struct AgentIdLayer {
@@ -88,7 +88,11 @@ fn challenge(e: &Error, came: &Came<'_>) -> Option<String> {
         None => challenge,
     };
     if came.bare {
-        return Some(with_metadata("Bearer".to_owned()));
+        // Nothing was sent: both schemes this receiver takes (RFC 6750 §3.1, RFC 9449 §7.1).
+        return Some(format!(
+            "{}, DPoP algs=\"EdDSA Ed25519 ES256\"",
+            with_metadata("Bearer".to_owned())
+        ));
     }
     let proof = matches!(e, Error::ProofInvalid(_) | Error::ProofReplayed(_));
     let (code, extra) = match e {
@@ -132,7 +136,7 @@ pub struct AgentId<S> {
 }
 
 /// The answer to a refused token: 401, 403 for `INSUFFICIENT_SCOPE`, 503 with
-/// `Retry-After` for `UNAVAILABLE`, 500 for `MISCONFIGURED`, with `{"error": code}` and,
+/// `Retry-After` for `UNAVAILABLE`, 500 for `MISCONFIGURED`, with `{"error": code, "message": …}` and,
 /// on a 401 or 403, the challenge of a request that used DPoP (`dpop`) or a bearer token.
 pub fn refusal<B: From<String>>(e: &Error, dpop: bool) -> http::Response<B> {
     let missing = match e {
@@ -167,8 +171,21 @@ fn answer<B: From<String>>(e: &Error, came: &Came<'_>) -> http::Response<B> {
     if let Error::Unavailable(_) = e {
         res = res.header(http::header::RETRY_AFTER, RETRY_AFTER);
     }
-    res.body(B::from(format!("{{\"error\":\"{}\"}}", e.code())))
-        .expect("a valid response")
+    res.body(B::from(refusal_body(e))).expect("a valid response")
+}
+
+/// `{"error": code, "message": …}`: what every middleware answers. A refusal that is not the
+/// caller's fault says nothing of the receiver's own set-up.
+fn refusal_body(e: &Error) -> String {
+    let message = match e {
+        Error::Invalid(m) | Error::ProofInvalid(m) | Error::ProofReplayed(m) => m.clone(),
+        Error::Expired => "the token has expired".into(),
+        Error::Revoked => "the agent is revoked".into(),
+        Error::InsufficientScope(missing) => format!("the token does not grant {}", missing.join(" ")),
+        Error::Unavailable(_) => "the agent cannot be verified now: try again shortly".into(),
+        Error::Misconfigured(_) => "this receiver cannot verify agents: its configuration is wrong".into(),
+    };
+    serde_json::json!({"error": e.code(), "message": message}).to_string()
 }
 
 impl<S, B, R> tower_service::Service<http::Request<B>> for AgentId<S>
@@ -237,6 +254,7 @@ where
             } else {
                 match bearer {
                     Some(t) => layer.verifier.verify_with_scopes(&t, &scopes).await,
+                    None if bare => Err(Error::Invalid("no Authorization header".into())),
                     None => Err(Error::Invalid("no bearer token".into())),
                 }
             };

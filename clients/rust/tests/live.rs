@@ -619,9 +619,15 @@ async fn the_tower_layer_answers_401_403_and_200() {
     };
     let res = call(&[], None).await;
     assert_eq!(res.status(), 401);
-    assert_eq!(res.body(), r#"{"error":"TOKEN_INVALID"}"#);
-    // No credentials: a bare challenge (RFC 6750 §3.1).
-    assert_eq!(res.headers()["www-authenticate"], "Bearer");
+    assert_eq!(
+        res.body(),
+        r#"{"error":"TOKEN_INVALID","message":"no Authorization header"}"#
+    );
+    // No credentials: no error code, and both schemes (RFC 6750 §3.1, RFC 9449 §7.1).
+    assert_eq!(
+        res.headers()["www-authenticate"],
+        r#"Bearer, DPoP algs="EdDSA Ed25519 ES256""#
+    );
     let res = call(&[], Some("Bearer nope".into())).await;
     assert_eq!(
         res.headers()["www-authenticate"],
@@ -890,7 +896,10 @@ async fn a_broken_or_oversized_answer_is_unavailable() {
         let res = refusal::<String>(&e, false);
         assert_eq!(
             (res.status().as_u16(), res.body().as_str()),
-            (503, r#"{"error":"UNAVAILABLE"}"#)
+            (
+                503,
+                r#"{"error":"UNAVAILABLE","message":"the agent cannot be verified now: try again shortly"}"#
+            )
         );
         assert_eq!(res.headers()["retry-after"], "5", "a 503 says when to try again");
         assert!(
@@ -1028,7 +1037,10 @@ async fn a_refused_api_key_is_misconfigured() {
         let res = agentid_verifier::tower::refusal::<String>(&refused.unwrap_err(), false);
         assert_eq!(
             (res.status().as_u16(), res.body().as_str()),
-            (500, r#"{"error":"MISCONFIGURED"}"#)
+            (
+                500,
+                r#"{"error":"MISCONFIGURED","message":"this receiver cannot verify agents: its configuration is wrong"}"#
+            )
         );
     }
     assert_eq!(code(Verifier::builder("ftp://x").build()), "MISCONFIGURED");

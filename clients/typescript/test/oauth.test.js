@@ -116,7 +116,7 @@ test("the Express middleware serves resource metadata and names it in its challe
     });
     let res = await fetch(resource);
     assert.equal(res.status, 401);
-    assert.equal(res.headers.get("www-authenticate"), `Bearer resource_metadata="${metadata.url}"`);
+    assert.equal(res.headers.get("www-authenticate"), `Bearer resource_metadata="${metadata.url}", DPoP algs="EdDSA Ed25519 ES256"`);
     res = await fetch(resource, { headers: { authorization: "Bearer nonsense" } });
     assert.equal(res.headers.get("www-authenticate"), `Bearer error="invalid_token", resource_metadata="${metadata.url}"`);
     const [id, key] = await oauthClient();

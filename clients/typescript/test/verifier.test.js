@@ -127,8 +127,16 @@ test("the express middleware answers 401, 403 and 200", async () => {
   };
   let r = await run(agentIdMiddleware(v));
   assert.equal(r.res.statusCode, 401);
-  assert.deepEqual(JSON.parse(r.res.body), { error: "TOKEN_INVALID" });
-  assert.equal(r.res.headers["www-authenticate"], "Bearer", "no credentials: no error code (RFC 6750 §3.1)");
+  assert.deepEqual(JSON.parse(r.res.body), { error: "TOKEN_INVALID", message: "no Authorization header" });
+  // No credentials: no error code, and both schemes (RFC 6750 §3.1, RFC 9449 §7.1).
+  assert.equal(r.res.headers["www-authenticate"], 'Bearer, DPoP algs="EdDSA Ed25519 ES256"');
+  // An excluded path, or one below it, passes unchecked; a path that only starts alike does not.
+  for (const [url, passes] of [["/health", true], ["/health/live?x=1", true], ["/healthz", false]]) {
+    const res = { statusCode: 200, headers: {}, setHeader(k, val) { this.headers[k] = val; }, end() {} };
+    let passed = false;
+    await agentIdMiddleware(v, { exclude: ["/health"] })({ headers: {}, url }, res, () => { passed = true; });
+    assert.equal(passed, passes, url);
+  }
   r = await run(agentIdMiddleware(v), "Bearer nope");
   assert.equal(r.res.headers["www-authenticate"], 'Bearer error="invalid_token"');
   r = await run(agentIdMiddleware(v, { scopes: ["admin:x"] }), `Bearer ${token}`);
@@ -260,7 +268,7 @@ test("a broken or oversized answer is UNAVAILABLE, never another error", async (
     proxy.rewrite = under("/.well-known/jwks.json", () => [200, {}, Buffer.from("<html>gateway</html>")]);
     const r = await runMiddleware(agentIdMiddleware(new Verifier({ baseUrl: proxy.url })), `Bearer ${token}`);
     assert.equal(r.res.statusCode, 503);
-    assert.deepEqual(JSON.parse(r.res.body), { error: "UNAVAILABLE" });
+    assert.deepEqual(JSON.parse(r.res.body), { error: "UNAVAILABLE", message: "the agent cannot be verified now: try again shortly" });
   } finally {
     proxy.rewrite = null;
   }
@@ -325,7 +333,7 @@ test("a refused API key is MISCONFIGURED, and the middleware answers 500 for it"
   const online = { verify: (t) => v.verifyOnline(t, { key: "pk_live_not_a_key" }) };
   const r = await runMiddleware(agentIdMiddleware(online), `Bearer ${token}`);
   assert.equal(r.res.statusCode, 500);
-  assert.deepEqual(JSON.parse(r.res.body), { error: "MISCONFIGURED" });
+  assert.deepEqual(JSON.parse(r.res.body), { error: "MISCONFIGURED", message: "this receiver cannot verify agents: its configuration is wrong" });
 });
 
 // -- Shared Signals --------------------------------------------------------------------------

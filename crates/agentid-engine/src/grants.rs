@@ -111,16 +111,17 @@ pub async fn release(
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Listed {
     pub domain: String,
-    /// `held`, `pending` (claimed, not proven), or `unheld`: agents of these organizations
+    /// `verified` (held: the word `/v1/domains` uses), `pending` (claimed, not proven), or
+    /// `unverified`: agents of these organizations
     /// use the name and none of them holds it (a name two organizations used before names
     /// were proven, one released, or one taken by another organization).
     pub status: &'static str,
-    /// The holder (`held`), the claimant (`pending`), or those organizations (`unheld`).
+    /// The holder (`verified`), the claimant (`pending`), or those organizations (`unverified`).
     pub org_ids: Vec<String>,
-    /// `held`: dns, https, operator or existing.
+    /// `verified`: dns, https, operator or existing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) method: Option<&'static str>,
-    /// `held`: since when; `pending`: when claimed.
+    /// `verified`: since when; `pending`: when claimed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) since: Option<Millis>,
 }
@@ -139,7 +140,7 @@ pub async fn list(
         .into_iter()
         .map(|h| Listed {
             domain: h.domain,
-            status: "held",
+            status: "verified",
             org_ids: vec![h.org_id],
             method: Some(h.method.as_str()),
             since: Some(h.at),
@@ -170,7 +171,7 @@ pub async fn list(
             Some(l) => l.org_ids.push(user),
             None => unheld.push(Listed {
                 domain,
-                status: "unheld",
+                status: "unverified",
                 org_ids: vec![user],
                 method: None,
                 since: None,

@@ -15,8 +15,9 @@ accepted, code 1008); lifespan events pass through.
 
 On success the ``Agent`` is in ``scope["agent"]``; otherwise the answer is 401 (403 for
 ``INSUFFICIENT_SCOPE``, 503 for ``UNAVAILABLE`` with ``Retry-After``, 500 for
-``MISCONFIGURED``) with ``{"error": code}``, and on a 401 or 403 a ``WWW-Authenticate``
-challenge (RFC 6750 §3.1: no error code for a request without credentials,
+``MISCONFIGURED``) with ``{"error": code, "message": …}``, and on a 401 or 403 a ``WWW-Authenticate``
+challenge (RFC 6750 §3.1: no error code for a request without credentials, and then the DPoP
+challenge beside the Bearer one,
 ``insufficient_scope`` on a 403; RFC 9449 §7.1 for DPoP), naming the receiver's
 ``resource_metadata`` (RFC 9728) when it is given, whose document the middleware then serves
 at its path. Requests to a path in ``exclude``
@@ -88,7 +89,8 @@ def challenge(error: VerificationError, scheme: str, scopes: Sequence[str] = (),
         return f'DPoP error="invalid_token", error_description="{error}", algs="{DPOP_ALGS}"'.encode()
     where = f'resource_metadata="{metadata.url}"' if metadata is not None else ""
     if isinstance(error, NoCredentials):
-        return f"Bearer {where}".strip().encode()
+        # Nothing was sent: both schemes this receiver takes (RFC 6750 §3.1, RFC 9449 §7.1).
+        return f'{f"Bearer {where}".strip()}, DPoP algs="{DPOP_ALGS}"'.encode()
     proof = error.code in ("PROOF_INVALID", "PROOF_REPLAYED")
     if error.code == "INSUFFICIENT_SCOPE":
         code, extra = "insufficient_scope", f', scope="{" ".join(scopes)}"'
@@ -99,10 +101,20 @@ def challenge(error: VerificationError, scheme: str, scopes: Sequence[str] = (),
     return f'Bearer error="{code}"{extra}{", " + where if where else ""}'.encode()
 
 
+def refusal_body(error: VerificationError) -> dict:
+    """``{"error": code, "message": …}``: what every middleware and helper answers. A refusal
+    that is not the caller's fault says nothing of the receiver's own set-up."""
+    message = {
+        "UNAVAILABLE": "the agent cannot be verified now: try again shortly",
+        "MISCONFIGURED": "this receiver cannot verify agents: its configuration is wrong",
+    }.get(error.code, str(error))
+    return {"error": error.code, "message": message}
+
+
 def refusal(error: VerificationError, scheme: str = "Bearer", scopes: Sequence[str] = (),
             metadata: Optional[ResourceMetadata] = None):
     """Status, headers and body of the answer to a refused token."""
-    body = json.dumps({"error": error.code}).encode()
+    body = json.dumps(refusal_body(error)).encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),

@@ -12,12 +12,13 @@
 The dependency's value is the ``Agent``. Scopes given to ``Security(agent, scopes=[…])`` are
 required too. It takes a bearer token or a DPoP-bound token with its proof (``public_origin``
 names the origin agents address behind a proxy), shows in the OpenAPI document as the HTTP
-bearer security scheme ``agentid``, and refuses with ``HTTPException``: 401 (403 for
-``INSUFFICIENT_SCOPE``, 503 with ``Retry-After`` for ``UNAVAILABLE``, 500 for
-``MISCONFIGURED``), ``{"detail": code}`` and the middleware's ``WWW-Authenticate``
-challenges (naming ``resource_metadata`` when given: serve it with
-``add_resource_metadata(app, metadata)``). Routes without it (``/docs``, ``/openapi.json``)
-stay open.
+bearer security scheme ``agentid``, and refuses with ``AgentRefused`` (an ``HTTPException``):
+401 (403 for ``INSUFFICIENT_SCOPE``, 503 with ``Retry-After`` for ``UNAVAILABLE``, 500 for
+``MISCONFIGURED``) and the middleware's ``WWW-Authenticate`` challenges (naming
+``resource_metadata`` when given: serve it with ``add_resource_metadata(app, metadata)``).
+``answer_refusals(app)`` gives it the middlewares' body, ``{"error": code, "message": …}``
+(FastAPI's own handler would wrap it in ``{"detail": …}``). Routes without it (``/docs``,
+``/openapi.json``) stay open.
 """
 
 from __future__ import annotations
@@ -30,8 +31,23 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPBearer, SecurityScopes
 
 from . import Agent, Cold, VerificationError, Verifier, warm_only
-from .asgi import check, presented, refusal, scheme_of, warn_without_origin
+from .asgi import check, presented, refusal, refusal_body, scheme_of, warn_without_origin
 from .resource import ResourceMetadata
+
+
+class AgentRefused(HTTPException):
+    """A refused agent: ``detail`` is ``{"error": code, "message": …}``."""
+
+
+async def _refused(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, AgentRefused)
+    return JSONResponse(exc.detail, status_code=exc.status_code, headers=exc.headers)
+
+
+def answer_refusals(app: FastAPI) -> None:
+    """Answers ``require_agent``'s refusals with ``{"error": code, "message": …}``, as the
+    ASGI middleware and the other frameworks' helpers do."""
+    app.add_exception_handler(AgentRefused, _refused)
 
 
 def add_resource_metadata(app: FastAPI, metadata: ResourceMetadata) -> None:
@@ -68,9 +84,9 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
                 return await run_in_threadpool(check, *args)
         except VerificationError as e:
             status, headers, _ = refusal(e, scheme_of(authorization), wanted, resource_metadata)
-            raise HTTPException(
+            raise AgentRefused(
                 status_code=status,
-                detail=e.code,
+                detail=refusal_body(e),
                 headers={k.decode(): v.decode() for k, v in headers if k != b"content-length"
                          and k != b"content-type"},
             ) from e

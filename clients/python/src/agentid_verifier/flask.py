@@ -11,7 +11,7 @@
 The agent is in ``flask.g.agent``. It takes a bearer token or a DPoP-bound token with its
 proof (``public_origin`` names the origin agents address behind a proxy), and refuses as the
 WSGI middleware does: 401 (403 for ``INSUFFICIENT_SCOPE``, 503 with ``Retry-After`` for
-``UNAVAILABLE``, 500 for ``MISCONFIGURED``) with ``{"error": code}`` and its challenges
+``UNAVAILABLE``, 500 for ``MISCONFIGURED``) with ``{"error": code, "message": …}`` and its challenges
 (naming ``resource_metadata`` when given: serve it with ``add_resource_metadata(app, m)``).
 """
 

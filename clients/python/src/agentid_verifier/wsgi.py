@@ -5,7 +5,7 @@
 Bearer and DPoP-bound tokens are taken as by the ASGI middleware (``public_origin`` too). On
 success the ``Agent`` is in ``environ["agentid.agent"]``; otherwise the answer is 401 (403 for
 ``INSUFFICIENT_SCOPE``, 503 for ``UNAVAILABLE``, 500 for ``MISCONFIGURED``) with
-``{"error": code}`` and the challenges of the ASGI middleware; ``exclude`` and
+``{"error": code, "message": …}`` and the challenges of the ASGI middleware; ``exclude`` and
 ``resource_metadata`` too.
 """
 

@@ -362,7 +362,10 @@ async fn the_tower_layer_takes_dpop_and_refuses_as_rfc_9449_says() {
     assert_eq!((ok.status().as_u16(), ok.body().as_str()), (200, id.as_str()));
     let refused = |res: http::Response<String>, error: &str, challenge: &str| {
         assert_eq!(res.status(), 401);
-        assert_eq!(res.body(), &format!(r#"{{"error":"{error}"}}"#));
+        let body: serde_json::Value = serde_json::from_str(res.body()).unwrap();
+        assert_eq!(body["error"], error, "{body}");
+        assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+        assert_eq!(body.as_object().unwrap().len(), 2, "{body}");
         let got = res.headers()["www-authenticate"].to_str().unwrap().to_owned();
         assert!(got.starts_with(&format!("DPoP error=\"{challenge}\"")), "{got}");
     };

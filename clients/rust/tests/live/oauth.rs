@@ -166,7 +166,15 @@ async fn the_tower_layer_names_and_serves_resource_metadata() {
     assert_eq!(bare.status(), 401);
     assert_eq!(
         bare.headers()["www-authenticate"],
-        format!("Bearer resource_metadata=\"{}\"", metadata.url()).as_str()
+        format!(
+            "Bearer resource_metadata=\"{}\", DPoP algs=\"EdDSA Ed25519 ES256\"",
+            metadata.url()
+        )
+        .as_str()
+    );
+    assert_eq!(
+        bare.body(),
+        r#"{"error":"TOKEN_INVALID","message":"no Authorization header"}"#
     );
     let bad = call(Some("Bearer nope".into())).await;
     assert_eq!(
