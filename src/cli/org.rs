@@ -87,18 +87,22 @@ pub(crate) enum OrgCommand {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum KeyCommand {
-    /// Print an organization's keys as JSON: kind, mode, the key's prefix and last four
-    /// characters (never the key), created_at, disabled.
+    /// Print an organization's keys as JSON: id, name, kind, mode, the key's prefix and last
+    /// four characters (never the key), created_at, last_used_at (to the minute), disabled.
     List {
         #[arg(long)]
         org: String,
         #[command(flatten)]
         db: DbArgs,
     },
-    /// Create one more key for an organization and print it (shown once).
+    /// Create one more key for an organization and print it (shown once); its id goes to
+    /// standard error.
     Create {
         #[arg(long)]
         org: String,
+        /// What you call it (`key list` shows it): up to 100 characters.
+        #[arg(long)]
+        name: Option<String>,
         #[arg(long, value_enum)]
         kind: KindArg,
         #[arg(long, value_enum)]
@@ -106,11 +110,15 @@ pub(crate) enum KeyCommand {
         #[command(flatten)]
         db: DbArgs,
     },
-    /// Disable a key for good. The key is read from standard input, so it stays out of
-    /// shell history and process listings: `echo "$KEY" | agentid key disable`.
+    /// Disable a key for good: by its id (`key list` shows it), for a key you no longer have,
+    /// or by the key itself, read from standard input so that it stays out of shell history
+    /// and process listings: `echo "$KEY" | agentid key disable`.
     Disable {
         #[command(flatten)]
         db: DbArgs,
+        /// The key's id (`key_…`), as `agentid key list` shows it.
+        #[arg(long)]
+        id: Option<String>,
         /// Not taken: a key given here would be in the shell's history (read from stdin).
         #[arg(hide = true)]
         key: Option<String>,
@@ -195,7 +203,13 @@ pub(super) async fn key(cmd: KeyCommand) -> CliResult {
             println!("{}", serde_json::to_string(&store.list_keys(&id).await?)?);
             Ok(ExitCode::SUCCESS)
         }
-        KeyCommand::Create { org, kind, mode, db } => {
+        KeyCommand::Create {
+            org,
+            name,
+            kind,
+            mode,
+            db,
+        } => {
             let kind = match kind {
                 KindArg::Secret => ApiKeyKind::Secret,
                 KindArg::Publishable => ApiKeyKind::Publishable,
@@ -205,9 +219,10 @@ pub(super) async fn key(cmd: KeyCommand) -> CliResult {
                 ModeArg::Test => KeyMode::Test,
             };
             let store = open(&db).await?;
-            match admin::create_key(&store, &org, kind, mode).await? {
-                Some(key) => {
+            match admin::create_key(&store, &org, kind, mode, name.as_deref()).await? {
+                Some((key, id)) => {
                     println!("{key}");
+                    eprintln!("agentid: created {id}");
                     Ok(ExitCode::SUCCESS)
                 }
                 None => {
@@ -216,7 +231,17 @@ pub(super) async fn key(cmd: KeyCommand) -> CliResult {
                 }
             }
         }
-        KeyCommand::Disable { db, key } => {
+        KeyCommand::Disable { db, id, key } => {
+            if let Some(id) = id {
+                let store = open(&db).await?;
+                return Ok(if store.disable_key_id(&id, Millis::now()).await? {
+                    println!("disabled (running servers refuse it within 10 s)");
+                    ExitCode::SUCCESS
+                } else {
+                    eprintln!("agentid: no key {id} (`agentid key list --org …` shows them)");
+                    ExitCode::FAILURE
+                });
+            }
             if key.is_some() {
                 return Err(
                     "the key is read from standard input, not from the command line (where \

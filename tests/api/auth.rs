@@ -1,6 +1,6 @@
-use serde_json::json;
+use serde_json::{json, Value};
 
-use crate::helpers::spawn_app;
+use crate::helpers::{spawn_app, TestApp};
 
 #[actix_web::test]
 async fn missing_and_bad_keys_are_401_with_www_authenticate() {
@@ -73,11 +73,12 @@ async fn every_secret_endpoint_needs_a_key() {
 #[actix_web::test]
 async fn disabled_keys_are_refused() {
     let app = spawn_app().await;
-    let key = agentid::engine::admin::create_key(
+    let (key, _) = agentid::engine::admin::create_key(
         &app.store,
         &app.org.org_id,
         agentid::domain::ApiKeyKind::Secret,
         agentid::domain::KeyMode::Live,
+        None,
     )
     .await
     .unwrap()
@@ -94,6 +95,98 @@ async fn disabled_keys_are_refused() {
         .await
         .assert_error(401, "UNAUTHORIZED");
     assert_eq!(app.get("/v1/agents", Some(app.secret())).await.status, 200);
+}
+
+/// A key is named, listed with when it was last used, and disabled by its id: a leaked key
+/// its organization no longer holds can still be turned off.
+#[actix_web::test]
+async fn keys_are_named_seen_in_use_and_disabled_by_id() {
+    use agentid::domain::{ApiKeyKind, KeyMode, Millis};
+    let app = spawn_app().await;
+    let create = |name: Option<&'static str>| {
+        let app = &app;
+        async move {
+            agentid::engine::admin::create_key(
+                &app.store,
+                &app.org.org_id,
+                ApiKeyKind::Secret,
+                KeyMode::Live,
+                name,
+            )
+            .await
+        }
+    };
+    for bad in ["", "  ", "a\nb", &"x".repeat(101)] {
+        let bad: &'static str = Box::leak(bad.to_owned().into_boxed_str());
+        assert!(create(Some(bad)).await.is_err(), "{bad:?}");
+    }
+    let (key, id) = create(Some("billing server")).await.unwrap().unwrap();
+    assert!(id.starts_with("key_") && id.len() == 30, "{id}");
+    let listed = |app: &TestApp| {
+        let (store, org) = (app.store.clone(), crate::helpers::org_id(&app.org.org_id));
+        let id = id.clone();
+        async move {
+            let all = serde_json::to_value(store.list_keys(&org).await.unwrap()).unwrap();
+            all.as_array()
+                .unwrap()
+                .iter()
+                .find(|k| k["id"] == id.as_str())
+                .cloned()
+                .unwrap()
+        }
+    };
+    let before = listed(&app).await;
+    assert_eq!(
+        (&before["name"], &before["last_used_at"], &before["disabled"]),
+        (&json!("billing server"), &Value::Null, &json!(false))
+    );
+    assert!(!before.to_string().contains(&key), "a key was shown: {before}");
+    // Used: noted within moments (off the request's path), then at most once a minute.
+    let started = Millis::now();
+    assert_eq!(app.get("/v1/agents", Some(&key)).await.status, 200);
+    let mut seen = Value::Null;
+    for _ in 0..50 {
+        seen = listed(&app).await["last_used_at"].clone();
+        if !seen.is_null() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(seen.is_string(), "never noted: {seen}");
+    app.store
+        .note_key_used(
+            &agentid::engine::hash_key(&key),
+            Millis(Millis::now().0 + 30_000),
+            Millis(60_000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        listed(&app).await["last_used_at"],
+        seen,
+        "noted twice within a minute"
+    );
+    app.store
+        .note_key_used(
+            &agentid::engine::hash_key(&key),
+            Millis(started.0 + 120_000),
+            Millis(60_000),
+        )
+        .await
+        .unwrap();
+    assert_ne!(
+        listed(&app).await["last_used_at"],
+        seen,
+        "a minute on, noted again"
+    );
+    // Disabled by id, without the key.
+    assert!(!app.store.disable_key_id("key_nope", Millis::now()).await.unwrap());
+    assert!(app.store.disable_key_id(&id, Millis::now()).await.unwrap());
+    assert_eq!(listed(&app).await["disabled"], true);
+    let app = app.restart().await;
+    app.get("/v1/agents", Some(&key))
+        .await
+        .assert_error(401, "UNAUTHORIZED");
 }
 
 #[actix_web::test]

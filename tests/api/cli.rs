@@ -483,6 +483,56 @@ async fn org_list_and_key_list_find_things_again_without_showing_a_key() {
         .all(|k| k["key"].as_str().unwrap().contains('…') && k["disabled"] == false));
     let (ok, _, err) = run(&["key", "list", "--org", "org_nope"]);
     assert!(!ok && err.contains("org list"), "{err}");
+
+    // A named key; then, by its id alone, disabled.
+    let (ok, key, err) = run(&[
+        "key",
+        "create",
+        "--org",
+        id,
+        "--kind",
+        "secret",
+        "--mode",
+        "live",
+        "--name",
+        "billing server",
+    ]);
+    assert!(ok && key.trim().starts_with("sk_live_"), "{err}");
+    let made = err
+        .trim()
+        .strip_prefix("agentid: created ")
+        .unwrap_or_else(|| panic!("{err}"));
+    let (_, keys, _) = run(&["key", "list", "--org", id]);
+    let keys: serde_json::Value = serde_json::from_str(&keys).unwrap();
+    let named = keys.as_array().unwrap().iter().find(|k| k["id"] == made).unwrap();
+    assert_eq!(
+        (&named["name"], &named["last_used_at"], &named["disabled"]),
+        (
+            &serde_json::json!("billing server"),
+            &serde_json::Value::Null,
+            &serde_json::json!(false)
+        )
+    );
+    assert!(keys
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|k| k["id"].as_str().unwrap().starts_with("key_")));
+    let (ok, said, err) = run(&["key", "disable", "--id", made]);
+    assert!(ok && said.contains("disabled"), "{err}");
+    let (_, keys, _) = run(&["key", "list", "--org", id]);
+    let keys: serde_json::Value = serde_json::from_str(&keys).unwrap();
+    assert!(keys
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|k| k["id"] == made && k["disabled"] == true));
+    let (ok, _, err) = run(&["key", "disable", "--id", "key_nope"]);
+    assert!(!ok && err.contains("no key key_nope"), "{err}");
+    let (ok, _, err) = run(&[
+        "key", "create", "--org", id, "--kind", "secret", "--mode", "live", "--name", "",
+    ]);
+    assert!(!ok && err.contains("name"), "{err}");
 }
 
 /// Every command but `serve` and `migrate` refuses to create a database: run from another

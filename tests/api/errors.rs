@@ -86,10 +86,12 @@ async fn every_endpoint_answers_503_while_the_database_is_down() {
         &app.org.org_id,
         agentid::domain::ApiKeyKind::Secret,
         agentid::domain::KeyMode::Live,
+        None,
     )
     .await
     .unwrap()
-    .unwrap();
+    .unwrap()
+    .0;
     proxy.cut();
     let body = serde_json::json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"]});
     for key in [app.secret().to_owned(), fresh] {

@@ -657,7 +657,9 @@ async fn trusting_an_issuer_runs_as_written() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|d| d["domain"] == "billing.example.net" && d["status"] == "verified" && d["method"] == "dns"),
+            .any(|d| d["domain"] == "billing.example.net"
+                && d["status"] == "verified"
+                && d["method"] == "dns"),
         "{operator}"
     );
 }

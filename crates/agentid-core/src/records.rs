@@ -23,6 +23,10 @@ pub struct OrgRecord {
 /// An API key as stored: only its SHA-256 and a display hint.
 #[derive(Clone)]
 pub struct NewApiKey {
+    /// `key_…`: how the key is named once it is made (listed, disabled), never the key.
+    pub id: String,
+    /// What its holder calls it, if anything.
+    pub name: Option<String>,
     pub key_hash: [u8; 32],
     pub org_id: OrgId,
     pub kind: ApiKeyKind,
@@ -34,6 +38,7 @@ pub struct NewApiKey {
 impl fmt::Debug for NewApiKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NewApiKey")
+            .field("id", &self.id)
             .field("org_id", &self.org_id)
             .field("hint", &self.hint)
             .finish_non_exhaustive()
@@ -47,6 +52,8 @@ pub struct KeyRecord {
     pub kind: ApiKeyKind,
     pub mode: KeyMode,
     pub disabled: bool,
+    /// When it was last noted in use (noted at most once a minute).
+    pub last_used_at: Option<Millis>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

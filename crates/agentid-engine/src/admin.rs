@@ -73,7 +73,7 @@ fn new_org(name: &str, plan: Plan, limits: OrgLimits) -> (OrgRecord, Vec<NewApiK
     };
     let mut stored = Vec::with_capacity(4);
     let mut key = |kind, mode| {
-        let (k, s) = generate_key(&org.id, kind, mode);
+        let (k, s) = generate_key(&org.id, kind, mode, None);
         stored.push(s);
         k
     };
@@ -92,22 +92,36 @@ fn new_org(name: &str, plan: Plan, limits: OrgLimits) -> (OrgRecord, Vec<NewApiK
     (org, stored, created)
 }
 
-/// Creates one more key for an organization; returns it (shown once).
+/// The longest name a key may be given.
+const MAX_KEY_NAME: usize = 100;
+
+/// Creates one more key for an organization, named `name` if given; returns it (shown once)
+/// and its id.
 pub async fn create_key(
     store: &SharedStore,
     org_id: &str,
     kind: ApiKeyKind,
     mode: KeyMode,
-) -> Result<Option<String>, StoreError> {
+    name: Option<&str>,
+) -> Result<Option<(String, String)>, AdminError> {
+    if let Some(n) = name {
+        if n.trim().is_empty() || n.chars().count() > MAX_KEY_NAME || n.chars().any(char::is_control) {
+            return Err(ValidationError::new(
+                "name",
+                format!("must be 1 to {MAX_KEY_NAME} characters, none of them a control character"),
+            )
+            .into());
+        }
+    }
     let Some(org_id) = OrgId::parse(org_id) else {
         return Ok(None);
     };
     if store.get_org(&org_id).await?.is_none() {
         return Ok(None);
     }
-    let (key, stored) = generate_key(&org_id, kind, mode);
+    let (key, stored) = generate_key(&org_id, kind, mode, name);
     store.insert_key(&stored).await?;
-    Ok(Some(key))
+    Ok(Some((key, stored.id)))
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -8,6 +8,7 @@ use rand::distributions::{Alphanumeric, DistString};
 use sha2::{Digest, Sha256};
 
 use agentid_core::domain::org::{key_prefix, parse_key_prefix};
+use agentid_core::domain::{new_id, IdPrefix};
 use agentid_core::domain::{ApiKeyKind, KeyMode, Millis, OrgId};
 use agentid_store::{KeyRecord, NewApiKey, OrgRecord, SharedStore, StoreError};
 
@@ -39,12 +40,23 @@ pub fn hash_key(key: &str) -> [u8; 32] {
     Sha256::digest(key.as_bytes()).into()
 }
 
-/// A new random key (`sk_live_` + 40 alphanumerics, about 238 bits) and its stored form.
-pub fn generate_key(org_id: &OrgId, kind: ApiKeyKind, mode: KeyMode) -> (String, NewApiKey) {
+/// How often a key's use is written down (`last_used_at`): at most once a minute a key.
+const NOTE_USE_EVERY: Millis = Millis(60_000);
+
+/// A new random key (`sk_live_` + 40 alphanumerics, about 238 bits) and its stored form, with
+/// an id (`key_` + a ULID) and the name its holder gave it.
+pub fn generate_key(
+    org_id: &OrgId,
+    kind: ApiKeyKind,
+    mode: KeyMode,
+    name: Option<&str>,
+) -> (String, NewApiKey) {
     let secret = Alphanumeric.sample_string(&mut rand::rngs::OsRng, 40);
     let key = format!("{}{secret}", key_prefix(kind, mode));
     let hint = format!("{}…{}", key_prefix(kind, mode), &secret[secret.len() - 4..]);
     let stored = NewApiKey {
+        id: new_id(IdPrefix::ApiKey),
+        name: name.map(str::to_owned),
         key_hash: hash_key(&key),
         org_id: org_id.clone(),
         kind,
@@ -130,7 +142,11 @@ impl ApiKeys {
                 kind: k,
                 mode: m,
                 disabled: false,
-            }) if k == kind && m == mode => KeyLookup::Valid(Arc::new(Caller { org, mode, kind })),
+                last_used_at,
+            }) if k == kind && m == mode => {
+                self.note_use(hash, last_used_at);
+                KeyLookup::Valid(Arc::new(Caller { org, mode, kind }))
+            }
             _ => KeyLookup::Rejected,
         };
         let outcome = if matches!(found, KeyLookup::Valid(_)) {
@@ -141,5 +157,21 @@ impl ApiKeys {
         metrics::counter!("agentid_api_key_lookups_total", "outcome" => outcome).increment(1);
         let _ = guard.insert((Instant::now(), found.clone()));
         Ok(found)
+    }
+
+    /// Writes down that a valid key was used, when it was last written down a minute ago or
+    /// more: off the request's path (a key in use is looked up again every cache lifetime), and
+    /// a failure costs only the note.
+    fn note_use(&self, hash: [u8; 32], last: Option<Millis>) {
+        let now = Millis::now();
+        if last.is_some_and(|l| now.0 - l.0 < NOTE_USE_EVERY.0) {
+            return;
+        }
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            if let Err(e) = store.note_key_used(&hash, now, NOTE_USE_EVERY).await {
+                tracing::debug!(error = %e, "the key's last use was not noted");
+            }
+        });
     }
 }

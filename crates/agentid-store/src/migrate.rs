@@ -101,6 +101,11 @@ pub const SQLITE: Embedded = &[
         "name moves",
         include_str!("../../../migrations/sqlite/0019_name_moves.sql"),
     ),
+    (
+        20,
+        "key names",
+        include_str!("../../../migrations/sqlite/0020_key_names.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -197,6 +202,11 @@ pub const POSTGRES: Embedded = &[
         19,
         "name moves",
         include_str!("../../../migrations/postgres/0019_name_moves.sql"),
+    ),
+    (
+        20,
+        "key names",
+        include_str!("../../../migrations/postgres/0020_key_names.sql"),
     ),
 ];
 

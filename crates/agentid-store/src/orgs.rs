@@ -24,16 +24,25 @@ pub trait OrgStore {
     fn list_keys<'a>(&'a self, org_id: &'a OrgId) -> StoreFuture<'a, Vec<KeyListing>>;
     /// Disables a key for good; false when no such key exists.
     fn disable_key<'a>(&'a self, key_hash: &'a [u8; 32], at: Millis) -> StoreFuture<'a, bool>;
+    /// Disables the key `id` (`key_…`) for good; false when no such key exists.
+    fn disable_key_id<'a>(&'a self, id: &'a str, at: Millis) -> StoreFuture<'a, bool>;
+    /// Notes that the key was used at `at`, unless it was noted less than `every` before.
+    fn note_key_used<'a>(&'a self, key_hash: &'a [u8; 32], at: Millis, every: Millis) -> StoreFuture<'a, ()>;
 }
 
 /// A key as `agentid key list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct KeyListing {
+    /// `key_…`: what `agentid key disable --id` takes.
+    pub(crate) id: String,
+    pub(crate) name: Option<String>,
     pub(crate) kind: &'static str,
     pub(crate) mode: &'static str,
     /// Its prefix and last four characters, as shown when it was made.
     pub(crate) key: String,
     pub(crate) created_at: Millis,
+    /// When it was last used (to the minute), or null.
+    pub(crate) last_used_at: Option<Millis>,
     pub(crate) disabled: bool,
 }
 
@@ -68,7 +77,15 @@ impl OrgRow {
 }
 
 row! {
+    pub(crate) struct ListedKeyRow {
+        id: String, name: Option<String>, kind: String, mode: String, hint: String,
+        created_at: i64, last_used_at: Option<i64>, disabled_at: Option<i64>,
+    }
+}
+
+row! {
     pub(crate) struct KeyRow {
         kind: String, mode: String, disabled_at: Option<i64>, org_id: String,
+        last_used_at: Option<i64>,
     }
 }

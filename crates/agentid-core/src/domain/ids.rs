@@ -11,6 +11,7 @@ pub enum IdPrefix {
     StatusList,
     Stream,
     Event,
+    ApiKey,
 }
 
 impl IdPrefix {
@@ -23,6 +24,7 @@ impl IdPrefix {
             IdPrefix::StatusList => "sl_",
             IdPrefix::Stream => "ssf_",
             IdPrefix::Event => "evt_",
+            IdPrefix::ApiKey => "key_",
         }
     }
 }

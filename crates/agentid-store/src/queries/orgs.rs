@@ -5,7 +5,7 @@ use crate::{KeyRecord, NewApiKey, OrgRecord, StoreError, StoreFuture};
 use agentid_core::domain::OrgId;
 use agentid_core::domain::{ApiKeyKind, Millis};
 
-use crate::orgs::{KeyListing, KeyRow, OrgRow, OrgStore, ORG_COLUMNS};
+use crate::orgs::{KeyListing, KeyRow, ListedKeyRow, OrgRow, OrgStore, ORG_COLUMNS};
 
 use super::DB;
 
@@ -35,8 +35,8 @@ async fn insert_org(
 /// The `INSERT` of one API key (used alone and inside `create_org`'s transaction).
 fn insert_key<'q>(key: &'q NewApiKey) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>> {
     sqlx::query(
-        "INSERT INTO api_keys (key_hash, org_id, kind, mode, hint, created_at, disabled_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, NULL)",
+        "INSERT INTO api_keys (key_hash, org_id, kind, mode, hint, created_at, disabled_at, id, name) \
+         VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, $8)",
     )
     .bind(&key.key_hash[..])
     .bind(key.org_id.as_str())
@@ -44,6 +44,8 @@ fn insert_key<'q>(key: &'q NewApiKey) -> sqlx::query::Query<'q, DB, <DB as sqlx:
     .bind(key.mode.as_str())
     .bind(key.hint.as_str())
     .bind(key.created_at.0)
+    .bind(key.id.as_str())
+    .bind(key.name.as_deref())
 }
 
 impl OrgStore for SqlStore<DB> {
@@ -117,11 +119,13 @@ impl OrgStore for SqlStore<DB> {
 
     fn find_key<'a>(&'a self, key_hash: &'a [u8; 32]) -> StoreFuture<'a, Option<KeyRecord>> {
         Box::pin(async move {
-            let row: Option<KeyRow> =
-                sqlx::query_as("SELECT kind, mode, disabled_at, org_id FROM api_keys WHERE key_hash = $1")
-                    .bind(&key_hash[..])
-                    .fetch_optional(&mut *self.conn().await?)
-                    .await?;
+            let row: Option<KeyRow> = sqlx::query_as(&format!(
+                "SELECT {} FROM api_keys WHERE key_hash = $1",
+                KeyRow::COLUMNS
+            ))
+            .bind(&key_hash[..])
+            .fetch_optional(&mut *self.conn().await?)
+            .await?;
             let Some(row) = row else { return Ok(None) };
             let org = self
                 .get_org(&decode("organization", &row.org_id, OrgId::parse)?)
@@ -133,6 +137,7 @@ impl OrgStore for SqlStore<DB> {
                     .ok_or_else(|| StoreError::Corrupt(format!("key kind {}", row.kind)))?,
                 mode: parse_mode(&row.mode)?,
                 disabled: row.disabled_at.is_some(),
+                last_used_at: row.last_used_at.map(Millis),
             }))
         })
     }
@@ -147,23 +152,26 @@ impl OrgStore for SqlStore<DB> {
 
     fn list_keys<'a>(&'a self, org_id: &'a OrgId) -> StoreFuture<'a, Vec<KeyListing>> {
         Box::pin(async move {
-            let rows: Vec<(String, String, String, i64, Option<i64>)> = sqlx::query_as(
-                "SELECT kind, mode, hint, created_at, disabled_at FROM api_keys WHERE org_id = $1 \
-                 ORDER BY created_at, hint",
-            )
+            let rows: Vec<ListedKeyRow> = sqlx::query_as(&format!(
+                "SELECT {} FROM api_keys WHERE org_id = $1 ORDER BY created_at, hint",
+                ListedKeyRow::COLUMNS
+            ))
             .bind(org_id.as_str())
             .fetch_all(&mut *self.conn().await?)
             .await?;
             rows.into_iter()
-                .map(|(kind, mode, hint, created_at, disabled_at)| {
+                .map(|r| {
                     Ok(KeyListing {
-                        kind: ApiKeyKind::parse(&kind)
-                            .ok_or_else(|| StoreError::Corrupt(format!("key kind {kind}")))?
+                        kind: ApiKeyKind::parse(&r.kind)
+                            .ok_or_else(|| StoreError::Corrupt(format!("key kind {}", r.kind)))?
                             .as_str(),
-                        mode: parse_mode(&mode)?.as_str(),
-                        key: hint,
-                        created_at: Millis(created_at),
-                        disabled: disabled_at.is_some(),
+                        mode: parse_mode(&r.mode)?.as_str(),
+                        id: r.id,
+                        name: r.name,
+                        key: r.hint,
+                        created_at: Millis(r.created_at),
+                        last_used_at: r.last_used_at.map(Millis),
+                        disabled: r.disabled_at.is_some(),
                     })
                 })
                 .collect()
@@ -180,6 +188,33 @@ impl OrgStore for SqlStore<DB> {
             .execute(&mut *self.conn().await?)
             .await?;
             Ok(DB::rows_affected(&done) == 1)
+        })
+    }
+
+    fn disable_key_id<'a>(&'a self, id: &'a str, at: Millis) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let done =
+                sqlx::query("UPDATE api_keys SET disabled_at = COALESCE(disabled_at, $2) WHERE id = $1")
+                    .bind(id)
+                    .bind(at.0)
+                    .execute(&mut *self.conn().await?)
+                    .await?;
+            Ok(DB::rows_affected(&done) == 1)
+        })
+    }
+
+    fn note_key_used<'a>(&'a self, key_hash: &'a [u8; 32], at: Millis, every: Millis) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            sqlx::query(
+                "UPDATE api_keys SET last_used_at = $2 WHERE key_hash = $1 \
+                 AND (last_used_at IS NULL OR last_used_at <= $3)",
+            )
+            .bind(&key_hash[..])
+            .bind(at.0)
+            .bind(at.0 - every.0)
+            .execute(&mut *self.conn().await?)
+            .await?;
+            Ok(())
         })
     }
 }
