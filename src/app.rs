@@ -115,9 +115,12 @@ pub struct Application {
 impl Application {
     /// Opens everything and starts accepting connections. Must run inside an actix system.
     pub async fn build(cfg: Config) -> Result<Application, StartError> {
+        let defaults = OutboundConfig::default();
         let outbound = Outbound::new(OutboundConfig {
             dns_server: cfg.dns_resolver,
-            ..OutboundConfig::default()
+            https_port: cfg.outbound_ports.0.unwrap_or(defaults.https_port),
+            http_port: cfg.outbound_ports.1.unwrap_or(defaults.http_port),
+            ..defaults
         });
         Self::build_with(cfg, outbound).await
     }

@@ -35,6 +35,10 @@ pub struct Config {
     pub engine: EngineConfig,
     /// The DNS server outbound connections look names up at (`None`: the system's).
     pub dns_resolver: Option<std::net::SocketAddr>,
+    /// Where an outbound `https://` / `http://` URL without a port connects (`None`: 443 and
+    /// 80). For trying domain proofs on a development machine; `serve` allows them only with
+    /// `--domain-verification-allow-insecure`.
+    pub outbound_ports: (Option<u16>, Option<u16>),
     pub store: StoreOptions,
     /// Create a default organization when the store has none.
     pub bootstrap: bool,
@@ -68,6 +72,7 @@ impl Config {
             forward_auth_trusted_peers: loopback(),
             engine: EngineConfig::default(),
             dns_resolver: None,
+            outbound_ports: (None, None),
             store: StoreOptions::default(),
             bootstrap: true,
             handle_signals: true,
@@ -90,6 +95,7 @@ impl fmt::Debug for Config {
             .field("forward_auth_trusted_peers", &self.forward_auth_trusted_peers)
             .field("engine", &self.engine)
             .field("dns_resolver", &self.dns_resolver)
+            .field("outbound_ports", &self.outbound_ports)
             .finish_non_exhaustive()
     }
 }

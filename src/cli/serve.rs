@@ -124,12 +124,49 @@ pub(crate) struct ServeArgs {
     /// (development and tests only).
     #[arg(long, env = "AGENTID_DOMAIN_VERIFICATION_ALLOW_INSECURE", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false)]
     pub(crate) domain_verification_allow_insecure: bool,
+    /// The port an https:// URL without one connects to (443), so that an HTTPS domain proof
+    /// can be tried on a development machine. Only with --domain-verification-allow-insecure;
+    /// Shared Signals push endpoints without a port go there too.
+    #[arg(long, env = "AGENTID_DOMAIN_VERIFICATION_HTTPS_PORT")]
+    pub(crate) domain_verification_https_port: Option<u16>,
+    /// As --domain-verification-https-port, for the http:// fallback (80).
+    #[arg(long, env = "AGENTID_DOMAIN_VERIFICATION_HTTP_PORT")]
+    pub(crate) domain_verification_http_port: Option<u16>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum IssuerDomainsArg {
     Verified,
     Open,
+}
+
+/// A WARN line at start for each setting that is for development only.
+fn insecure_warnings(args: &ServeArgs) {
+    if args.domain_verification_allow_insecure {
+        tracing::warn!(
+            "--domain-verification-allow-insecure: domain proofs may reach loopback and private \
+             addresses and fall back to http:// (development only)"
+        );
+    }
+    if let Some(port) = args.domain_verification_https_port {
+        tracing::warn!(
+            port,
+            "--domain-verification-https-port: https:// URLs without a port connect here (development only)"
+        );
+    }
+    if let Some(port) = args.domain_verification_http_port {
+        tracing::warn!(
+            port,
+            "--domain-verification-http-port: http:// URLs without a port connect here (development only)"
+        );
+    }
+    if args.ssf_allow_insecure_endpoints {
+        tracing::warn!(
+            "--ssf-allow-insecure-endpoints: Shared Signals push endpoints may be http:// and on \
+             loopback or private addresses (development only)"
+        );
+    }
+    // `--issuer-domains open` is warned of by the engine as it starts.
 }
 
 fn parse_list_size(s: &str) -> Result<u64, String> {
@@ -159,6 +196,18 @@ fn parse_nets(flag: &str, list: &str) -> Result<Vec<ipnet::IpNet>, String> {
 
 pub(super) async fn serve(args: ServeArgs) -> CliResult {
     telemetry::init(args.log_format);
+    let ports = (
+        args.domain_verification_https_port,
+        args.domain_verification_http_port,
+    );
+    if ports != (None, None) && !args.domain_verification_allow_insecure {
+        return Err(
+            "--domain-verification-https-port and --domain-verification-http-port are for \
+                    development: they take --domain-verification-allow-insecure too"
+                .into(),
+        );
+    }
+    insecure_warnings(&args);
     let metrics_bind = (args.metrics_bind != "off").then_some(args.metrics_bind);
     let cfg = Config {
         bind: args.bind,
@@ -172,6 +221,7 @@ pub(super) async fn serve(args: ServeArgs) -> CliResult {
             &args.forward_auth_trusted_peers,
         )?,
         dns_resolver: args.dns_resolver,
+        outbound_ports: ports,
         engine: EngineConfig {
             writer: WriterConfig {
                 max_batch: args.audit_batch_max.max(1),

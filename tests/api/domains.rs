@@ -501,6 +501,80 @@ async fn an_https_proof_cannot_take_a_name_held_by_dns() {
         .assert_error(403, "ISSUER_DOMAIN_NOT_VERIFIED");
 }
 
+/// On a development machine the binary tries a proof against a local server through its
+/// development ports (only with the insecure flag), and says so at start, a WARN line a setting.
+#[actix_web::test]
+async fn a_proof_can_be_tried_locally_through_development_ports() {
+    let dns = TestDns::start().await;
+    dns.addr("shop.example", "127.0.0.1".parse().unwrap());
+    let http = Http::start(b"");
+    let dir = tempfile::tempdir().unwrap();
+    let (resolver, https, plain) = (
+        dns.addr.to_string(),
+        closed_port().to_string(),
+        http.port.to_string(),
+    );
+    let env = [
+        ("AGENTID_DNS_RESOLVER", resolver.as_str()),
+        ("AGENTID_DOMAIN_VERIFICATION_HTTPS_PORT", https.as_str()),
+        ("AGENTID_DOMAIN_VERIFICATION_HTTP_PORT", plain.as_str()),
+    ];
+    // Without the insecure flag, the ports are refused.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentid"))
+        .arg("serve")
+        .current_dir(dir.path())
+        .env_remove("DATABASE_URL")
+        .envs(env)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("take --domain-verification-allow-insecure"), "{err}");
+
+    let log = dir.path().join("serve.log");
+    let mut env = env.to_vec();
+    env.push(("AGENTID_DOMAIN_VERIFICATION_ALLOW_INSECURE", "1"));
+    env.push(("AGENTID_SSF_ALLOW_INSECURE_ENDPOINTS", "1"));
+    let server = crate::cli::start_server_logging(dir.path(), None, &env, &log);
+    let key = server.printed_key("secret_live");
+    let call = |path: &str, body: Option<Value>| {
+        let req = crate::helpers::client()
+            .post(format!("{}{path}", server.base))
+            .insert_header(("Authorization", format!("Bearer {key}")));
+        async move {
+            let sent = match body {
+                Some(b) => req.send_json(&b).await,
+                None => req.send().await,
+            };
+            crate::helpers::read(sent.unwrap()).await
+        }
+    };
+    let claim = call("/v1/domains", Some(json!({"domain": "shop.example"}))).await;
+    assert_eq!(claim.status, 201, "{}", claim.text());
+    http.answer(ok(claim.json()["challenge"]["https"]["content"]
+        .as_str()
+        .unwrap()));
+    let proved = call("/v1/domains/shop.example/verify", None).await;
+    assert_eq!(proved.status, 200, "{}", proved.text());
+    assert_eq!(proved.json()["status"], "verified", "{}", proved.text());
+    assert!(
+        http.hits() >= 1,
+        "the file was fetched through the development port"
+    );
+    let said = std::fs::read_to_string(&log).unwrap();
+    for flag in [
+        "--domain-verification-allow-insecure",
+        "--domain-verification-https-port",
+        "--domain-verification-http-port",
+        "--ssf-allow-insecure-endpoints",
+    ] {
+        assert!(
+            said.lines().any(|l| l.contains("WARN") && l.contains(flag)),
+            "no WARN line for {flag}: {said}"
+        );
+    }
+}
+
 /// An HTTPS proof over real TLS (a certificate of the tests' own root): that host alone.
 #[actix_web::test]
 async fn an_https_proof_holds_that_host_alone() {
