@@ -38,7 +38,8 @@ def test_fastapi_protects_routes_that_ask_and_documents_them(server):
     assert client.get("/docs").status_code == 200
     doc = client.get("/openapi.json").json()
     assert doc["components"]["securitySchemes"]["agentid"]["scheme"] == "bearer"
-    assert doc["paths"]["/orders"]["get"]["security"] == [{"agentid": []}]
+    assert doc["paths"]["/orders"]["get"]["security"] == [{"agentid": ["read:orders"]}]
+    assert sorted(doc["paths"]["/admin"]["get"]["security"][0]["agentid"]) == ["admin:x", "read:orders"]
     res = client.get("/orders")
     assert (res.status_code, res.json(), res.headers["www-authenticate"]) == (401, NO_CREDENTIALS, BARE)
     res = client.get("/orders", headers={"Authorization": "Bearer nope"})

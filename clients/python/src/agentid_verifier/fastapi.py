@@ -70,8 +70,10 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
     origin = warn_without_origin(public_origin, "agentid_verifier.fastapi.require_agent")
     required = list(scopes)
 
+    # The scopes given here, declared on the scheme, are in each route's OpenAPI security
+    # requirement with those a route adds through Security(…, scopes=[…]).
     async def agent(request: Request, security_scopes: SecurityScopes,
-                    _shown: object = Security(bearer)) -> Agent:
+                    _shown: object = Security(bearer, scopes=required)) -> Agent:
         wanted = required + [s for s in security_scopes.scopes if s not in required]
         authorization = request.headers.get("authorization", "")
         try:
