@@ -12,14 +12,17 @@ use serde_json::{json, Map, Value};
 
 use super::CliResult;
 use crate::fetch::get;
+use agentid_core::keys::PublicKeys;
+use agentid_core::token::{decode, RejectReason};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum TokenCommand {
     /// Decode a token and explain it, without trusting it: its header, its claims, how long
-    /// until it expires, and (with --url) whether that service knows its key and what its
-    /// status list says.
+    /// until it expires, and (with --url) whether its signature checks with that service's
+    /// keys and what its status list says.
     Inspect {
-        /// The token (a compact JWS).
+        /// The token (a compact JWS), or `-` to read it from standard input (out of the
+        /// shell's history).
         token: String,
         /// The agentid service that issued it (https://id.example.com): its key set and the
         /// token's status list are read from there (10 s, 1 MiB, no redirect followed).
@@ -30,6 +33,13 @@ pub(crate) enum TokenCommand {
 
 pub(super) async fn run(cmd: TokenCommand) -> CliResult {
     let TokenCommand::Inspect { token, url } = cmd;
+    let token = if token == "-" {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line)?;
+        line.trim().to_owned()
+    } else {
+        token
+    };
     let out = actix_web::rt::task::spawn_blocking(move || inspect(&token, url.as_deref()))
         .await
         .map_err(|e| e.to_string())??;
@@ -98,6 +108,17 @@ fn inspect(token: &str, url: Option<&str>) -> Result<Value, String> {
     out["kid_known"] = json!(jwks["keys"]
         .as_array()
         .is_some_and(|keys| keys.iter().any(|k| kid.is_some() && k["kid"].as_str() == kid)));
+    // The signature, checked as the service checks it, with the key its kid names there.
+    let keys = PublicKeys::from_jwks(&jwks);
+    out["signature"] = json!(match (decode(token.trim()), keys) {
+        (Ok(unverified), Some(keys)) => match keys.verify(&unverified) {
+            Ok(()) => "valid",
+            Err(RejectReason::UnknownKey) => "unknown key",
+            Err(_) => "invalid",
+        },
+        (Ok(_), None) => "unknown key",
+        (Err(_), _) => "invalid",
+    });
     out["status"] = match claims.get("status").map(|s| &s["status_list"]) {
         None => json!(null),
         Some(place) => status(&agent, base, place),

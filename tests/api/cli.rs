@@ -678,7 +678,36 @@ async fn token_inspect_explains_a_token_and_asks_the_service_when_told() {
             .unwrap(),
     );
     assert_eq!(asked["kid_known"], true);
+    assert_eq!(asked["signature"], "valid", "{asked}");
     assert_eq!(asked["status"]["value"], "valid", "{asked}");
+    // A token whose signature was tampered with says so.
+    let (input, sig) = token.rsplit_once('.').unwrap();
+    let flipped = if sig.starts_with('A') { "B" } else { "A" };
+    let tampered = format!("{input}.{flipped}{}", &sig[1..]);
+    let said = json(
+        &inspect(vec![tampered, "--url".into(), app.base.clone()])
+            .await
+            .unwrap(),
+    );
+    assert_eq!(said["signature"], "invalid", "{said}");
+    // From standard input, out of the shell's history.
+    let piped = {
+        let token = token.clone();
+        tokio::task::spawn_blocking(move || {
+            use std::io::Write as _;
+            let mut child = Command::new(env!("CARGO_BIN_EXE_agentid"))
+                .args(["token", "inspect", "-"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            writeln!(child.stdin.take().unwrap(), "{token}").unwrap();
+            child.wait_with_output().unwrap()
+        })
+        .await
+        .unwrap()
+    };
+    assert_eq!(json(&piped)["claims"]["sub"], id.as_str());
     assert_eq!(app.revoke(&id, None).await.status, 200);
     let started = std::time::Instant::now();
     loop {
@@ -701,6 +730,7 @@ async fn token_inspect_explains_a_token_and_asks_the_service_when_told() {
             .unwrap(),
     );
     assert_eq!(foreign["kid_known"], false);
+    assert_eq!(foreign["signature"], "unknown key", "{foreign}");
     assert!(
         foreign["status"]["error"]
             .as_str()

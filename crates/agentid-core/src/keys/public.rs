@@ -55,6 +55,21 @@ impl PublicKeys {
         }
     }
 
+    /// The Ed25519 keys of a key set as `/.well-known/jwks.json` serves it (others passed
+    /// over), each under the `kid` its own thumbprint gives; `None` when it holds none.
+    pub fn from_jwks(jwks: &serde_json::Value) -> Option<Self> {
+        let keys: Vec<VerifyingKey> = jwks["keys"]
+            .as_array()?
+            .iter()
+            .filter(|k| k["kty"] == "OKP" && k["crv"] == "Ed25519")
+            .filter_map(|k| {
+                let x = URL_SAFE_NO_PAD.decode(k["x"].as_str()?).ok()?;
+                VerifyingKey::from_bytes(&x.try_into().ok()?).ok()
+            })
+            .collect();
+        Some(PublicKeys::new(keys.first()?, &keys))
+    }
+
     /// The `kid` of the key new tokens are signed with.
     pub fn current_kid(&self) -> &str {
         &self.current
