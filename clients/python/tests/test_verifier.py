@@ -47,6 +47,14 @@ def test_tampered_alg_and_kid_tricks_are_invalid(server):
         jwt.encode(claims, "s" * 32, algorithm="HS256", headers={"kid": kid}),
         ".".join([b64(json.dumps({"alg": "none", "kid": kid}).encode()), payload, ""]),
         "not a token",
+        token + ".x",
+        # The same bytes written another way: padded, standard base64, spaced, or with final
+        # bits that are not zero (the service refuses each, so the library does too).
+        f"{header}.{payload}.{sig}==",
+        f"{header}.{payload}.{sig.replace('-', '+').replace('_', '/')}" if ("-" in sig or "_" in sig) else "a.b",
+        f"{header}.{payload[:8]} {payload[8:]}.{sig}",
+        f"{header}.{payload}.{sig[:-1]}{'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'[('ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'.index(sig[-1]) | 1)]}",
+        ".".join([b64(b"[1]"), payload, sig]),
     ]:
         with pytest.raises(TokenInvalid) as e:
             verifier.verify(bad)

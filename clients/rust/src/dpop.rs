@@ -3,7 +3,7 @@
 //! by that key (`ed25519-dalek`'s strict check, `ring`'s ECDSA), with `jti`, `htm`, `htu`,
 //! `iat` and `ath` matching the request. And the bounded memory of proofs taken.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -66,6 +66,28 @@ fn thumbprint(jwk: &Map<String, Value>) -> String {
     URL_SAFE_NO_PAD.encode(digest(&SHA256, json.as_bytes()))
 }
 
+/// How many agents' Ed25519 keys are kept decoded: an agent signs every request with the same
+/// key, and decoding one (a point decompression) is a good part of checking its signature.
+const KEYS_KEPT: usize = 1024;
+
+/// The Ed25519 key `x` encodes, decoded once for the last [`KEYS_KEPT`] keys (all forgotten
+/// together when one more comes).
+fn ed25519_key(x: [u8; 32]) -> Option<VerifyingKey> {
+    static KEYS: std::sync::OnceLock<parking_lot::Mutex<HashMap<[u8; 32], VerifyingKey>>> =
+        std::sync::OnceLock::new();
+    let keys = KEYS.get_or_init(Default::default);
+    if let Some(k) = keys.lock().get(&x) {
+        return Some(*k);
+    }
+    let key = VerifyingKey::from_bytes(&x).ok()?;
+    let mut held = keys.lock();
+    if held.len() >= KEYS_KEPT {
+        held.clear();
+    }
+    held.insert(x, key);
+    Some(key)
+}
+
 fn without_query(url: &str) -> &str {
     url.split(['?', '#']).next().unwrap_or(url)
 }
@@ -126,7 +148,7 @@ pub(crate) fn check_proof(
     let checks = if fits.0 == "OKP" {
         let x: [u8; 32] = coordinate(jwk, "x")?.try_into().expect("32 bytes");
         let sig = Signature::from_slice(&signature).or_else(|_| refuse("its signature is not 64 bytes"))?;
-        VerifyingKey::from_bytes(&x).is_ok_and(|k| k.verify_strict(signed, &sig).is_ok())
+        ed25519_key(x).is_some_and(|k| k.verify_strict(signed, &sig).is_ok())
     } else {
         let mut point = vec![4u8];
         point.extend(coordinate(jwk, "x")?);

@@ -40,8 +40,10 @@ from datetime import datetime, timezone
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, TypeVar
 
 import jwt
+from cryptography.exceptions import InvalidSignature
 from jwt.algorithms import OKPAlgorithm
 
+from . import _jws
 from . import dpop as _dpop
 
 __all__ = [
@@ -499,16 +501,17 @@ class Verifier:
             raise TokenInvalid(f"no key {kid!r} in the service's JWKS")
         return key
 
-    def _decode(self, token: str, typ: str, **options) -> dict:
-        """Checks a JWS's header (EdDSA, a kid, ``typ``) and signature; its claims."""
-        return self._decode_typed(token, (typ,), **options)[1]
+    def _decode(self, token: str, typ: str, require: Sequence[str] = ()) -> dict:
+        """Checks a JWS's header (EdDSA, a kid, ``typ``), signature and times; its claims."""
+        return self._decode_typed(token, (typ,), require)[1]
 
-    def _decode_typed(self, token: str, typs: Sequence[str], **options) -> Tuple[str, dict]:
-        """Checks a JWS's header (EdDSA, a kid, a ``typ`` of ``typs``; absent means the first)
-        and signature; its ``typ`` and claims."""
+    def _decode_typed(self, token: str, typs: Sequence[str], require: Sequence[str] = ()) -> Tuple[str, dict]:
+        """Checks a JWS's header (EdDSA, a kid, a ``typ`` of ``typs``; absent means the first),
+        signature, the ``require``d claims and its times; its ``typ`` and claims. The token is
+        parsed once; ``cryptography`` checks the signature."""
         try:
-            header = jwt.get_unverified_header(token)
-        except jwt.InvalidTokenError as e:
+            header, claims, signing_input, signature = _jws.parse(token)
+        except ValueError as e:
             raise TokenInvalid(f"malformed: {e}") from e
         kid = header.get("kid")
         if header.get("alg") != "EdDSA" or not isinstance(kid, str):
@@ -519,17 +522,23 @@ class Verifier:
         if typ not in typs:
             raise TokenInvalid(f"typ {header.get('typ')!r} is not one of {list(typs)}")
         try:
-            return typ, jwt.decode(
-                token,
-                self._key(kid),
-                algorithms=["EdDSA"],
-                leeway=self.leeway,
-                options={"verify_aud": False, **options},
-            )
-        except jwt.ExpiredSignatureError as e:
-            raise TokenExpired(str(e)) from e
-        except jwt.InvalidTokenError as e:
-            raise TokenInvalid(str(e)) from e
+            self._key(kid).verify(signature, signing_input)
+        except InvalidSignature as e:
+            raise TokenInvalid("the signature does not check") from e
+        for name in require:
+            if name not in claims:
+                raise TokenInvalid(f"the {name} claim is missing")
+        now = time.time()
+        for name in ("exp", "iat", "nbf"):
+            if name in claims and type(claims[name]) not in (int, float):
+                raise TokenInvalid(f"the {name} claim is not a number")
+        if "exp" in claims and claims["exp"] <= now - self.leeway:
+            raise TokenExpired("the token has expired")
+        if "nbf" in claims and claims["nbf"] > now + self.leeway:
+            raise TokenInvalid("the token is not valid yet (nbf)")
+        if "iat" in claims and claims["iat"] > now + self.leeway:
+            raise TokenInvalid("issued in the future")
+        return typ, claims
 
     # -- status lists -----------------------------------------------------------------
 
@@ -648,9 +657,7 @@ class Verifier:
     def _verify(self, token: str, scopes: Optional[Sequence[str]]) -> Tuple[dict, Agent]:
         """The token's claims and agent, checked offline (``verify``)."""
         typ, claims = self._decode_typed(_sized(token), ("JWT", ACCESS_TOKEN_TYP),
-                                         require=["exp", "iat", "sub", "iss"])
-        if claims["iat"] > time.time() + self.leeway:
-            raise TokenInvalid("issued in the future")
+                                         require=("exp", "iat", "sub", "iss"))
         issuer, granted, audience, client_id = self._kind(typ == ACCESS_TOKEN_TYP, claims)
         livemode = self._admit(claims["sub"], issuer, granted, claims.get("livemode", True))
         status = claims.get("status")

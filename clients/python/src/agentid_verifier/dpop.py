@@ -1,7 +1,8 @@
 """DPoP proofs (RFC 9449) of the agent's key, checked as the service checks them: a JWT with
 ``typ`` ``dpop+jwt``, ``alg`` EdDSA, Ed25519 or ES256, its public key in its ``jwk`` header,
 signed by that key, with ``jti``, ``htm``, ``htu``, ``iat`` and ``ath`` matching the request.
-Signatures are checked by PyJWT; this module only says what must match."""
+The proof is parsed once (``_jws``); signatures are checked by ``cryptography`` through PyJWT's
+algorithm objects (which read ES256's raw ``r||s``); this module only says what must match."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import hashlib
 import heapq
 import json
 import threading
+from collections import OrderedDict
 from typing import List, Optional, Set, Tuple
 
-import jwt
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm
+from jwt.exceptions import PyJWTError
+
+from . import _jws
 
 #: The longest proof read; a longer one is refused unparsed.
 MAX_PROOF_BYTES = 4096
@@ -42,12 +46,43 @@ def small_order(x: bytes) -> bool:
     return len(x) == 32 and any(x[:31] == s[:31] and x[31] & 0x7F == s[31] for s in _SMALL_ORDER)
 
 
-_JWS = jwt.PyJWS(algorithms=["EdDSA", "ES256"])
-_JWS.register_algorithm("Ed25519", OKPAlgorithm())
+_OKP = OKPAlgorithm()
+_EC = ECAlgorithm(ECAlgorithm.SHA256)
+#: How many agents' keys (and their thumbprints) are kept made: an agent signs every request
+#: with the same key, and making one costs more than checking its signature.
+KEYS_KEPT = 1024
+_keys: "OrderedDict[Tuple[str, ...], Tuple[object, str]]" = OrderedDict()
+_keys_lock = threading.Lock()
+
+
+def _key_of(jwk: dict) -> Tuple[object, str]:
+    """The public key in ``jwk`` and its thumbprint, made once for the last ``KEYS_KEPT`` keys."""
+    members = ("crv", "kty", "x") if jwk.get("kty") == "OKP" else ("crv", "kty", "x", "y")
+    if not all(isinstance(jwk.get(m), str) for m in members):
+        raise ValueError("the key lacks a member")
+    name = tuple(jwk[m] for m in members)
+    with _keys_lock:
+        made = _keys.get(name)
+        if made is not None:
+            _keys.move_to_end(name)
+            return made
+    if jwk["kty"] == "OKP" and small_order(_unb64(jwk["x"])):
+        raise SmallOrder("jwk is an Ed25519 point of small order, which no key pair has")
+    algorithm = _OKP if jwk["kty"] == "OKP" else _EC
+    made = (algorithm.from_jwk({m: jwk[m] for m in members}), thumbprint(jwk))
+    with _keys_lock:
+        _keys[name] = made
+        while len(_keys) > KEYS_KEPT:
+            _keys.popitem(last=False)
+    return made
 
 
 class ProofError(Exception):
     """A proof that does not check; the message says which part."""
+
+
+class SmallOrder(ValueError):
+    """A key no key pair has (never kept made, so checked each time it comes)."""
 
 
 def _b64(data: bytes) -> str:
@@ -83,8 +118,8 @@ def check_proof(proof: str, method: str, url: str, token: str, now: float, max_s
     if not isinstance(proof, str) or len(proof) > MAX_PROOF_BYTES:
         raise ProofError(f"not a proof of at most {MAX_PROOF_BYTES} bytes")
     try:
-        header = jwt.get_unverified_header(proof)
-    except jwt.PyJWTError as e:
+        header, claims, signing_input, signature = _jws.parse(proof)
+    except ValueError as e:
         raise ProofError(f"malformed: {e}") from e
     if header.get("typ") != "dpop+jwt":
         raise ProofError("typ must be dpop+jwt")
@@ -100,19 +135,15 @@ def check_proof(proof: str, method: str, url: str, token: str, now: float, max_s
         raise ProofError(f"jwk holds the private member {private[0]!r}")
     if (jwk.get("kty"), jwk.get("crv")) != ALGS[alg]:
         raise ProofError(f"alg {alg} does not fit a {jwk.get('kty')}/{jwk.get('crv')} key")
-    x = jwk.get("x")
-    if jwk["kty"] == "OKP" and isinstance(x, str) and small_order(_unb64(x)):
-        raise ProofError("jwk is an Ed25519 point of small order, which no key pair has")
     try:
-        algorithm = OKPAlgorithm if jwk["kty"] == "OKP" else ECAlgorithm
-        key = algorithm.from_jwk(json.dumps(jwk))
-        signed = _JWS.decode_complete(proof, key, algorithms=[alg])
-        claims = json.loads(signed["payload"])
-        jkt = thumbprint(jwk)
-    except (jwt.PyJWTError, ValueError, KeyError, TypeError) as e:
-        raise ProofError(f"the signature does not check with the key in jwk: {e}") from e
-    if not isinstance(claims, dict):
-        raise ProofError("its claims are not a JSON object")
+        key, jkt = _key_of(jwk)
+        checks = (_OKP if jwk["kty"] == "OKP" else _EC).verify(signing_input, key, signature)
+    except SmallOrder as e:
+        raise ProofError(str(e)) from e
+    except (ValueError, KeyError, TypeError, PyJWTError) as e:
+        raise ProofError(f"the key in jwk is not a usable public key: {e}") from e
+    if not checks:
+        raise ProofError("the signature does not check with the key in jwk")
     jti = claims.get("jti")
     if not isinstance(jti, str) or not 0 < len(jti) <= MAX_JTI_CHARS:
         raise ProofError(f"jti must be a string of 1 to {MAX_JTI_CHARS} characters")
