@@ -46,6 +46,7 @@ async fn every_secret_endpoint_needs_a_key() {
         ("GET", format!("/v1/agents/{id}")),
         ("POST", format!("/v1/agents/{id}/issue-token")),
         ("POST", format!("/v1/agents/{id}/revoke")),
+        ("POST", format!("/v1/agents/{id}/client-secret")),
         ("GET", "/v1/log".to_owned()),
     ] {
         let res = if method == "GET" {

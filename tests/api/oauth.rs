@@ -138,7 +138,7 @@ async fn the_metadata_names_the_issuer_and_its_endpoints() {
     assert_eq!(m["grant_types_supported"], json!(["client_credentials"]));
     assert_eq!(
         m["token_endpoint_auth_methods_supported"],
-        json!(["private_key_jwt"])
+        json!(["private_key_jwt", "client_secret_basic", "client_secret_post"])
     );
     assert_eq!(
         m["token_endpoint_auth_signing_alg_values_supported"],
@@ -659,4 +659,132 @@ async fn no_token_under_a_name_the_organization_released() {
         "invalid_client",
     );
     assert!(why.contains("example.com"), "{why}");
+}
+
+/// `Authorization: Basic` for a client id and secret (RFC 6749 §2.3.1 form-urlencodes each
+/// first, which leaves an agent id and a `cs_` secret as they are).
+fn basic(id: &str, secret: &str) -> String {
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{id}:{secret}"))
+    )
+}
+
+/// `POST /v1/agents/{id}/client-secret` with `key`.
+async fn make_secret(app: &TestApp, id: &str, key: &str) -> Resp {
+    app.post(&format!("/v1/agents/{id}/client-secret"), Some(key), None)
+        .await
+}
+
+/// An agent without a key authenticates with a client secret its issuer made, by either
+/// method; a new secret leaves the one before it valid (a day) and ends any older; a wrong
+/// one, another organization's agent, a revoked agent and two methods at once get nothing.
+#[actix_web::test]
+async fn an_agent_authenticates_with_a_client_secret() {
+    let app = spawn_app().await;
+    let (id, _) = app.agent().await;
+    let res = make_secret(&app, &id, app.secret()).await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    assert_eq!(res.header("cache-control").as_deref(), Some("no-store"));
+    let made = res.json();
+    assert_eq!(made["client_id"], id.as_str());
+    let first = made["client_secret"].as_str().unwrap().to_owned();
+    assert!(first.starts_with("cs_") && first.len() == 46, "{first}");
+
+    let post = |secret: String, extra: Vec<(&'static str, String)>, headers: Vec<(&'static str, String)>| {
+        let (app, id) = (&app, id.clone());
+        async move {
+            let mut form = vec![
+                ("grant_type", "client_credentials".to_owned()),
+                ("resource", RESOURCE.to_owned()),
+            ];
+            if !secret.is_empty() {
+                form.push(("client_id", id));
+                form.push(("client_secret", secret));
+            }
+            form.extend(extra);
+            let pairs: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            app.post_form("/oauth/token", &pairs, &headers).await
+        }
+    };
+    // client_secret_post.
+    let res = post(first.clone(), vec![], vec![]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let token = res.json()["access_token"].as_str().unwrap().to_owned();
+    assert_eq!(
+        (
+            payload(&token)["sub"].as_str(),
+            payload(&token)["client_id"].as_str()
+        ),
+        (Some(id.as_str()), Some(id.as_str()))
+    );
+    // client_secret_basic.
+    let res = post(String::new(), vec![], vec![("Authorization", basic(&id, &first))]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+
+    // A wrong secret; by the header, a Basic challenge too (RFC 6749 §5.2).
+    assert_oauth_error(
+        &post("cs_wrong".into(), vec![], vec![]).await,
+        401,
+        "invalid_client",
+    );
+    let res = post(
+        String::new(),
+        vec![],
+        vec![("Authorization", basic(&id, "cs_wrong"))],
+    )
+    .await;
+    assert_oauth_error(&res, 401, "invalid_client");
+    assert_eq!(
+        res.header("www-authenticate").as_deref(),
+        Some("Basic realm=\"agentid\"")
+    );
+    // Two ways at once.
+    let res = post(first.clone(), vec![], vec![("Authorization", basic(&id, &first))]).await;
+    assert_oauth_error(&res, 400, "invalid_request");
+    let res = post(
+        first.clone(),
+        vec![
+            ("client_assertion_type", ASSERTION_TYPE.to_owned()),
+            ("client_assertion", "a.b.c".to_owned()),
+        ],
+        vec![],
+    )
+    .await;
+    assert_oauth_error(&res, 400, "invalid_request");
+
+    // Rotation: the one before stays valid, older ones end.
+    let second = make_secret(&app, &id, app.secret()).await.json()["client_secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for s in [&first, &second] {
+        assert_eq!(post(s.clone(), vec![], vec![]).await.status, 200, "{s}");
+    }
+    let third = make_secret(&app, &id, app.secret()).await.json()["client_secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_oauth_error(&post(first.clone(), vec![], vec![]).await, 401, "invalid_client");
+    for s in [&second, &third] {
+        assert_eq!(post(s.clone(), vec![], vec![]).await.status, 200, "{s}");
+    }
+
+    // Another organization cannot make one for this agent.
+    let other = crate::helpers::spawn_app().await;
+    make_secret(&other, &id, other.secret())
+        .await
+        .assert_error(404, "AGENT_NOT_FOUND");
+    // A publishable key cannot either.
+    make_secret(&app, &id, &app.org.keys.publishable_live.clone())
+        .await
+        .assert_error(403, "FORBIDDEN");
+
+    // Revoked: no new secret, and the secrets it has get nothing.
+    assert_eq!(app.revoke(&id, None).await.status, 200);
+    make_secret(&app, &id, app.secret())
+        .await
+        .assert_error(409, "AGENT_REVOKED");
+    assert_oauth_error(&post(third.clone(), vec![], vec![]).await, 401, "invalid_client");
 }

@@ -820,7 +820,12 @@ async fn the_oauth_page_runs_as_written() {
     let [agent, receiver] = &parts[..] else {
         panic!("two blocks' output expected: {stdout}");
     };
-    let answer = &json_answers(agent)[0];
+    let answers = json_answers(agent);
+    let [answer, by_secret] = &answers[..] else {
+        panic!("two token answers expected (by assertion, by secret): {agent}");
+    };
+    assert_eq!(by_secret["token_type"], "Bearer", "{by_secret}");
+    assert!(by_secret["access_token"].is_string(), "{by_secret}");
     assert_eq!(
         (&answer["token_type"], &answer["expires_in"], &answer["scope"]),
         (

@@ -311,3 +311,24 @@ def test_authlib_gets_a_token_with_private_key_jwt(server):
     with pytest.raises(Exception) as refused:
         plain.fetch_token(token_endpoint, grant_type="client_credentials", resource=API_A)
     assert "invalid_client" in str(refused.value)
+
+
+@pytest.mark.parametrize("method", ["client_secret_basic", "client_secret_post"])
+def test_authlib_gets_a_token_with_a_client_secret(server, method):
+    """authlib's client credentials flow with the agent's client secret, by either method; a
+    wrong secret gets ``invalid_client``."""
+    from authlib.integrations.requests_client import OAuth2Session
+
+    agent_id, _ = server.register(scopes=["tools:call"])
+    made = server.call("POST", f"/v1/agents/{agent_id}/client-secret")
+    assert made["client_id"] == agent_id
+    token_endpoint = server.base + "/oauth/token"
+    session = OAuth2Session(agent_id, made["client_secret"], token_endpoint_auth_method=method)
+    token = session.fetch_token(token_endpoint, grant_type="client_credentials", resource=API_A)
+    assert token["token_type"] == "Bearer" and token["scope"] == "tools:call"
+    agent = Verifier(server.base, issuers=["example.com"], audience=API_A).verify(token["access_token"])
+    assert agent.client_id == agent_id
+    wrong = OAuth2Session(agent_id, "cs_not_it", token_endpoint_auth_method=method)
+    with pytest.raises(Exception) as refused:
+        wrong.fetch_token(token_endpoint, grant_type="client_credentials", resource=API_A)
+    assert "invalid_client" in str(refused.value)

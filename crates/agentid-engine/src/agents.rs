@@ -3,6 +3,10 @@
 
 use std::sync::Arc;
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use sha2::Digest as _;
+
 use agentid_core::domain::{
     new_id, AgentFields, AgentId, IdPrefix, KeyMode, ListId, Millis, RevokeReason, StatusPlace,
 };
@@ -25,6 +29,17 @@ use crate::EngineError;
 pub struct Registration {
     pub agent: AgentRecord,
     pub token: String,
+}
+
+/// How a client secret begins (`cs_`, then 256 random bits in base64url).
+pub const CLIENT_SECRET_PREFIX: &str = "cs_";
+/// How long the secret a new one replaces stays valid: time to roll the new one out.
+pub const PREVIOUS_SECRET_VALID: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// A client secret as stored: its SHA-256 (it holds 256 random bits, so a fast hash is the
+/// right one).
+pub fn client_secret_hash(secret: &str) -> [u8; 32] {
+    sha2::Sha256::digest(secret.as_bytes()).into()
 }
 
 /// The key a new token is bound to (RFC 9449 `cnf.jkt`).
@@ -232,6 +247,30 @@ impl Agents {
             token,
             expires_at: expires,
         })
+    }
+
+    /// A new client secret for the agent (shown only here; stored as its SHA-256), with which
+    /// it authenticates at the token endpoint (`client_secret_basic`, `client_secret_post`).
+    /// The secret it replaces stays valid [`PREVIOUS_SECRET_VALID`] more; older ones end.
+    pub async fn new_client_secret(&self, caller: &Caller, id: &AgentId) -> Result<String, EngineError> {
+        let agent = self.get(caller, id).await?;
+        if agent.revoked_at.is_some() {
+            return Err(EngineError::AgentRevoked);
+        }
+        let mut random = [0u8; 32];
+        rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut random);
+        let secret = format!("{CLIENT_SECRET_PREFIX}{}", URL_SAFE_NO_PAD.encode(random));
+        let now = Millis::now();
+        self.store
+            .new_client_secret(
+                &agent.id,
+                &client_secret_hash(&secret),
+                now,
+                now.plus_secs(PREVIOUS_SECRET_VALID.as_secs() as i64),
+            )
+            .await?;
+        tracing::info!(agent_id = %agent.id, "client secret made");
+        Ok(secret)
     }
 
     /// Revokes for good: commit to the store, then memory (`Revocations`), then answer. A

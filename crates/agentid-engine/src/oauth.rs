@@ -41,6 +41,8 @@ pub const JWT_BEARER_ASSERTION: &str = "urn:ietf:params:oauth:client-assertion-t
 pub const MAX_ASSERTION_LIFETIME_SECS: i64 = 300;
 /// Resources one token may name at most, and the longest one.
 pub const MAX_RESOURCES: usize = 10;
+/// The longest client secret read (the service's are 46 characters).
+const MAX_CLIENT_SECRET_LEN: usize = 256;
 pub use agentid_core::token::MAX_RESOURCE_LEN;
 /// How many DPoP proofs of token requests an instance remembers to refuse a replay.
 const REMEMBERED_PROOFS: usize = 100_000;
@@ -140,6 +142,10 @@ impl From<AuditError> for OAuthError {
 pub struct TokenRequest<'a> {
     pub grant_type: Option<&'a str>,
     pub client_id: Option<&'a str>,
+    /// `client_secret_post`'s, or `client_secret_basic`'s (then `basic`).
+    pub client_secret: Option<&'a str>,
+    /// The client id and secret came in `Authorization: Basic` (RFC 6749 §2.3.1).
+    pub basic: bool,
     pub client_assertion_type: Option<&'a str>,
     pub client_assertion: Option<&'a str>,
     pub scope: Option<&'a str>,
@@ -250,12 +256,28 @@ impl OAuth {
                 )))
             }
         }
+        let assertion = req.client_assertion_type.is_some() || req.client_assertion.is_some();
+        if req.client_secret.is_some() {
+            // RFC 6749 §2.3: one way of authenticating a request, no more.
+            if assertion {
+                return Err(OAuthError::InvalidRequest(
+                    "both a client secret and a client assertion: authenticate one way".into(),
+                ));
+            }
+            if req.client_id.is_none_or(str::is_empty) {
+                return Err(OAuthError::InvalidClient(
+                    "client_id is required with a client secret".into(),
+                ));
+            }
+            return check_resources(&req.resources);
+        }
         match req.client_assertion_type {
             Some(JWT_BEARER_ASSERTION) => {}
             None => {
                 return Err(OAuthError::InvalidClient(format!(
-                    "the client authenticates with private_key_jwt: client_assertion_type \
-                     {JWT_BEARER_ASSERTION} and a client_assertion signed by the agent's key"
+                    "the client authenticates with private_key_jwt (client_assertion_type \
+                     {JWT_BEARER_ASSERTION} and a client_assertion signed by the agent's key), \
+                     or with the agent's client secret (client_secret_basic, client_secret_post)"
                 )))
             }
             Some(other) => {
@@ -279,6 +301,11 @@ impl OAuth {
         received: Instant,
     ) -> Result<Client, OAuthError> {
         let now = Millis::now();
+        if let Some(secret) = req.client_secret {
+            return self
+                .authenticate_secret(req.client_id.unwrap_or_default(), secret, now, received)
+                .await;
+        }
         let assertion = req.client_assertion.unwrap_or_default();
         let claimed = assertion::claimed_client(assertion);
         let named = claimed.as_deref().and_then(AgentId::parse);
@@ -337,18 +364,7 @@ impl OAuth {
                     .await);
             }
         };
-        if let Some(rev) = self.registry.revocation(agent.id.as_str()) {
-            let why = revoked_failure_reason(rev.reason.as_deref());
-            return Err(self
-                .refused(Some(&agent), VerifyResult::Revoked, why, now, received)
-                .await);
-        }
-        if agent.revoked_at.is_some() {
-            let why = revoked_failure_reason(agent.revocation_reason.as_deref());
-            return Err(self
-                .refused(Some(&agent), VerifyResult::Revoked, why, now, received)
-                .await);
-        }
+        self.refuse_revoked(&agent, now, received).await?;
         // Fleet-wide: the store remembers each assertion until it expires.
         let mut id = Sha256::new();
         id.update(agent.id.as_str().as_bytes());
@@ -367,10 +383,70 @@ impl OAuth {
                 .refused(Some(&agent), VerifyResult::Invalid, why, now, received)
                 .await);
         }
+        self.client(agent).await
+    }
+
+    /// Refuses (recorded) an agent revoked in memory (at once, fleet-wide) or as stored.
+    async fn refuse_revoked(
+        &self,
+        agent: &AgentRecord,
+        now: Millis,
+        received: Instant,
+    ) -> Result<(), OAuthError> {
+        let reason = match self.registry.revocation(agent.id.as_str()) {
+            Some(rev) => rev.reason,
+            None if agent.revoked_at.is_some() => agent.revocation_reason.clone(),
+            None => return Ok(()),
+        };
+        let why = revoked_failure_reason(reason.as_deref());
+        Err(self
+            .refused(Some(agent), VerifyResult::Revoked, why, now, received)
+            .await)
+    }
+
+    /// The authenticated client: the agent and its organization.
+    async fn client(&self, agent: AgentRecord) -> Result<Client, OAuthError> {
         let Some(org) = self.store.get_org(&agent.org_id).await? else {
             return Err(StoreError::Corrupt(format!("agent {} has no organization", agent.id)).into());
         };
         Ok(Client { agent, org })
+    }
+
+    /// Authenticates an agent by its client secret (`client_secret_basic`, `client_secret_post`):
+    /// one of its secrets still valid, and the agent not revoked. A refusal is recorded as
+    /// `authenticate`'s are.
+    async fn authenticate_secret(
+        &self,
+        client_id: &str,
+        secret: &str,
+        now: Millis,
+        received: Instant,
+    ) -> Result<Client, OAuthError> {
+        let agent = match AgentId::parse(client_id) {
+            Some(id) => self.store.get_agent(&id).await?,
+            None => None,
+        };
+        let Some(agent) = agent else {
+            let why = format!("no agent {client_id:?}: the client_id is the agent's id (agt_…)");
+            return Err(self
+                .refused(None, VerifyResult::Invalid, why, now, received)
+                .await);
+        };
+        self.refuse_revoked(&agent, now, received).await?;
+        let holds = secret.len() <= MAX_CLIENT_SECRET_LEN
+            && self
+                .store
+                .client_secret_holds(&agent.id, &crate::agents::client_secret_hash(secret), now)
+                .await?;
+        if !holds {
+            let why = "client_secret is not one of the agent's, or it expired (POST \
+                       /v1/agents/{id}/client-secret makes one)"
+                .to_owned();
+            return Err(self
+                .refused(Some(&agent), VerifyResult::Invalid, why, now, received)
+                .await);
+        }
+        self.client(agent).await
     }
 
     /// Hands `client` an access token for what `req` asks, once the record of it is

@@ -408,6 +408,38 @@ pub(crate) async fn issue_token(
     }))
 }
 
+/// A new client secret (shown only here).
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ClientSecret {
+    /// The agent's id: its OAuth client_id.
+    client_id: String,
+    /// For the token endpoint: client_secret_basic or client_secret_post.
+    #[schema(example = "cs_…")]
+    client_secret: String,
+}
+
+#[utoipa::path(
+    post, path = "/v1/agents/{id}/client-secret", tag = "agents",
+    params(("id" = String, Path, description = "Agent id (agt_…)")),
+    responses(
+        (status = 201, description = "A new client secret, shown only here (stored as its hash). The agent authenticates with it at /oauth/token (client_secret_basic, client_secret_post); the secret it replaces stays valid 24 h more, any older one ends.", body = ClientSecret),
+        (status = 404, description = "AGENT_NOT_FOUND", body = ErrorBody),
+        (status = 409, description = "AGENT_REVOKED", body = ErrorBody),
+    ),
+)]
+pub(crate) async fn client_secret(
+    state: web::Data<AppState>,
+    Issuer(caller): Issuer,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = agent_path(&id)?;
+    let secret = state.engine.agents().new_client_secret(&caller, &id).await?;
+    Ok(no_store(HttpResponse::Created()).json(ClientSecret {
+        client_id: id.into(),
+        client_secret: secret,
+    }))
+}
+
 /// The revocation as stored (a repeated revoke returns the first one).
 #[derive(Serialize, ToSchema)]
 pub(crate) struct RevokedBody {

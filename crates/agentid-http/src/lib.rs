@@ -172,6 +172,7 @@ route_table! {
         AGENTS => [get: agents::list],
         AGENT => [get: agents::get],
         ISSUE_TOKEN => [post: agents::issue_token],
+        CLIENT_SECRET => [post: agents::client_secret],
         REVOKE => [post: agents::revoke],
         DOMAINS => [post: domains::claim, get: domains::list],
         DOMAIN => [get: domains::get, delete: domains::release],

@@ -7,6 +7,7 @@ use actix_web::http::header;
 use actix_web::http::StatusCode;
 use actix_web::web::Bytes;
 use actix_web::{web, HttpRequest, HttpResponse};
+use base64::Engine as _;
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -84,7 +85,7 @@ pub(crate) struct Metadata {
     /// None: agents use no browser flow (the authorization endpoint refuses every request).
     response_types_supported: [&'static str; 0],
     grant_types_supported: [&'static str; 1],
-    token_endpoint_auth_methods_supported: [&'static str; 1],
+    token_endpoint_auth_methods_supported: [&'static str; 3],
     token_endpoint_auth_signing_alg_values_supported: [&'static str; 2],
     introspection_endpoint_auth_methods_supported: [&'static str; 1],
     dpop_signing_alg_values_supported: [&'static str; 2],
@@ -106,7 +107,11 @@ pub(crate) async fn metadata(state: web::Data<AppState>) -> HttpResponse {
         issuer: issuer.to_owned(),
         response_types_supported: [],
         grant_types_supported: [CLIENT_CREDENTIALS],
-        token_endpoint_auth_methods_supported: ["private_key_jwt"],
+        token_endpoint_auth_methods_supported: [
+            "private_key_jwt",
+            "client_secret_basic",
+            "client_secret_post",
+        ],
         token_endpoint_auth_signing_alg_values_supported: ALGS,
         introspection_endpoint_auth_methods_supported: ["none"],
         dpop_signing_alg_values_supported: ALGS,
@@ -189,13 +194,18 @@ pub(crate) struct TokenForm {
     /// client_credentials.
     #[schema(example = "client_credentials")]
     grant_type: String,
-    /// urn:ietf:params:oauth:client-assertion-type:jwt-bearer.
-    client_assertion_type: String,
-    /// A JWT signed by the agent's bound key (EdDSA or ES256): iss and sub the agent's id,
-    /// aud this issuer or the token endpoint, exp at most 300 s after iat, a jti used once.
-    client_assertion: String,
-    /// The agent's id (agt_…); optional, the assertion names it.
+    /// private_key_jwt: urn:ietf:params:oauth:client-assertion-type:jwt-bearer.
+    client_assertion_type: Option<String>,
+    /// private_key_jwt: a JWT signed by the agent's bound key (EdDSA or ES256): iss and sub the
+    /// agent's id, aud this issuer or the token endpoint, exp at most 300 s after iat, a jti
+    /// used once.
+    client_assertion: Option<String>,
+    /// The agent's id (agt_…); optional with an assertion (it names it), required with
+    /// client_secret_post.
     client_id: Option<String>,
+    /// client_secret_post: the agent's client secret (POST /v1/agents/{id}/client-secret).
+    /// Or send the id and secret as `Authorization: Basic` (client_secret_basic).
+    client_secret: Option<String>,
     /// Scopes asked for, space-separated, all of them the agent's; absent: all of them.
     scope: Option<String>,
     /// The absolute URI of the service the token is for (the token's aud); repeat it for
@@ -225,7 +235,7 @@ pub(crate) struct TokenAnswer<'a> {
     responses(
         (status = 200, description = "The access token. Recorded in the agent's audit log before it is sent.", body = TokenAnswer),
         (status = 400, description = "invalid_request, unsupported_grant_type, invalid_scope, invalid_target or invalid_dpop_proof", body = OAuthErrorBody),
-        (status = 401, description = "invalid_client: an unknown, revoked or unbound agent, a bad, expired or replayed assertion", body = OAuthErrorBody),
+        (status = 401, description = "invalid_client: an unknown, revoked or unbound agent, a bad, expired or replayed assertion, or a client secret that is not the agent's", body = OAuthErrorBody),
         (status = 413, description = "invalid_request: the body is over 64 KiB", body = OAuthErrorBody),
         (status = 429, description = "temporarily_unavailable: the rate limit of the agent's organization (or, for failed requests, of this address) is used up; retry after Retry-After", body = OAuthErrorBody),
         (status = 500, description = "server_error", body = OAuthErrorBody),
@@ -237,7 +247,11 @@ pub(crate) async fn token(state: web::Data<AppState>, req: HttpRequest, body: By
         Ok(f) => f,
         Err(e) => return refusal(&e),
     };
-    let request = match token_request(&form, &req) {
+    let basic = match basic_credentials(&req) {
+        Ok(b) => b,
+        Err(e) => return refusal(&e),
+    };
+    let request = match token_request(&form, &req, basic.as_ref()) {
         Ok(r) => r,
         Err(e) => return refusal(&e),
     };
@@ -263,6 +277,13 @@ pub(crate) async fn token(state: web::Data<AppState>, req: HttpRequest, body: By
         Ok(c) => c,
         Err(e) => {
             let mut res = refusal(&e);
+            if request.basic && matches!(e, OAuthError::InvalidClient(_)) {
+                // RFC 6749 §5.2: a client that authenticated by the header is challenged so.
+                res.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    header::HeaderValue::from_static("Basic realm=\"agentid\""),
+                );
+            }
             if matches!(e, OAuthError::InvalidClient(_)) {
                 let charged = limits.check(ip, Class::Other).await;
                 res.extensions_mut().insert(Charged(charged));
@@ -310,7 +331,58 @@ fn too_many(decision: agentid_engine::ratelimit::Decision, why: &str) -> HttpRes
     res
 }
 
-fn token_request<'a>(form: &'a Form, req: &'a HttpRequest) -> Result<TokenRequest<'a>, OAuthError> {
+/// `Authorization: Basic` credentials (client_secret_basic, RFC 6749 §2.3.1): the client id
+/// and secret, each form-urlencoded before the pair was base64-encoded. `None` without the
+/// header or with another scheme.
+fn basic_credentials(req: &HttpRequest) -> Result<Option<(String, String)>, OAuthError> {
+    let Some(value) = req.headers().get(header::AUTHORIZATION) else {
+        return Ok(None);
+    };
+    let bad =
+        || OAuthError::InvalidClient("Authorization: Basic must hold base64(client_id:client_secret)".into());
+    let value = value.to_str().map_err(|_| bad())?;
+    let Some((scheme, encoded)) = value.split_once(' ') else {
+        return Ok(None);
+    };
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return Ok(None);
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .map_err(|_| bad())?;
+    let decoded = String::from_utf8(decoded).map_err(|_| bad())?;
+    let (id, secret) = decoded.split_once(':').ok_or_else(bad)?;
+    let unescape = |s: &str| -> String {
+        form_urlencoded::parse(format!("v={s}").as_bytes())
+            .next()
+            .map(|(_, v)| v.into_owned())
+            .unwrap_or_default()
+    };
+    Ok(Some((unescape(id), unescape(secret))))
+}
+
+fn token_request<'a>(
+    form: &'a Form,
+    req: &'a HttpRequest,
+    basic: Option<&'a (String, String)>,
+) -> Result<TokenRequest<'a>, OAuthError> {
+    let mut client_id = form.one("client_id")?;
+    let mut client_secret = form.one("client_secret")?;
+    if let Some((id, secret)) = basic {
+        // RFC 6749 §2.3.1: the header, or the body, not both.
+        if client_secret.is_some() {
+            return Err(OAuthError::InvalidRequest(
+                "a client secret in both Authorization: Basic and the body: send it one way".into(),
+            ));
+        }
+        if client_id.is_some_and(|c| c != id) {
+            return Err(OAuthError::InvalidRequest(
+                "client_id in the body is not the one in Authorization: Basic".into(),
+            ));
+        }
+        client_id = Some(id.as_str());
+        client_secret = Some(secret.as_str());
+    }
     let dpop = match req.headers().get_all("dpop").collect::<Vec<_>>()[..] {
         [] => None,
         [one] => Some(
@@ -321,7 +393,9 @@ fn token_request<'a>(form: &'a Form, req: &'a HttpRequest) -> Result<TokenReques
     };
     Ok(TokenRequest {
         grant_type: form.one("grant_type")?,
-        client_id: form.one("client_id")?,
+        client_id,
+        client_secret,
+        basic: basic.is_some(),
         client_assertion_type: form.one("client_assertion_type")?,
         client_assertion: form.one("client_assertion")?,
         scope: form.one("scope")?,

@@ -105,6 +105,7 @@ pub(crate) static REGISTER: Route = other("/v1/agents/register");
 pub(crate) static AGENTS: Route = other("/v1/agents");
 pub(crate) static AGENT: Route = other("/v1/agents/{id}");
 pub(crate) static ISSUE_TOKEN: Route = other("/v1/agents/{id}/issue-token");
+pub(crate) static CLIENT_SECRET: Route = other("/v1/agents/{id}/client-secret");
 pub(crate) static REVOKE: Route = other("/v1/agents/{id}/revoke");
 pub(crate) static DOMAINS: Route = other("/v1/domains");
 pub(crate) static DOMAIN: Route = other("/v1/domains/{domain}");

@@ -66,6 +66,22 @@ pub trait AgentStore {
     fn use_assertion<'a>(&'a self, key: &'a str, expires_at: Millis) -> StoreFuture<'a, bool>;
     /// Forgets the assertions that expired before `now`: they can pass no more.
     fn forget_assertions(&self, now: Millis) -> StoreFuture<'_, ()>;
+    /// Makes `secret_hash` the agent's client secret, in one transaction: the secret it
+    /// replaces stays valid until `previous_until`, any older one is deleted.
+    fn new_client_secret<'a>(
+        &'a self,
+        id: &'a AgentId,
+        secret_hash: &'a [u8; 32],
+        now: Millis,
+        previous_until: Millis,
+    ) -> StoreFuture<'a, ()>;
+    /// Whether `secret_hash` is a client secret of the agent valid at `now`.
+    fn client_secret_holds<'a>(
+        &'a self,
+        id: &'a AgentId,
+        secret_hash: &'a [u8; 32],
+        now: Millis,
+    ) -> StoreFuture<'a, bool>;
     /// Revokes once; a second call changes nothing. Returns the agent as stored afterwards,
     /// with the revocation epoch its revocation was stamped with (none for an agent revoked
     /// before the store had epochs).

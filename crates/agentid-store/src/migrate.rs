@@ -106,6 +106,11 @@ pub const SQLITE: Embedded = &[
         "key names",
         include_str!("../../../migrations/sqlite/0020_key_names.sql"),
     ),
+    (
+        21,
+        "client secrets",
+        include_str!("../../../migrations/sqlite/0021_client_secrets.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -208,6 +213,11 @@ pub const POSTGRES: Embedded = &[
         "key names",
         include_str!("../../../migrations/postgres/0020_key_names.sql"),
     ),
+    (
+        21,
+        "client secrets",
+        include_str!("../../../migrations/postgres/0021_client_secrets.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -269,7 +279,7 @@ pub(crate) fn grants_pg(role: &str) -> Vec<String> {
         format!(
             "GRANT INSERT, UPDATE, DELETE ON orgs, api_keys, agents, revocation_epoch, signing_keys, \
              rate_buckets, status_lists, ssf_streams, ssf_subjects, ssf_events, domain_claims, \
-             client_assertions, name_moves TO {r}"
+             client_assertions, name_moves, client_secrets TO {r}"
         ),
         format!(
             "GRANT INSERT ON audit_blocks, audit_block_agents, audit_tree_nodes, audit_checkpoints, \

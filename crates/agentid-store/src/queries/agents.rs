@@ -221,6 +221,59 @@ impl AgentStore for SqlStore<DB> {
         })
     }
 
+    fn new_client_secret<'a>(
+        &'a self,
+        id: &'a AgentId,
+        secret_hash: &'a [u8; 32],
+        now: Millis,
+        previous_until: Millis,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let mut tx = self.begin().await?;
+            sqlx::query("DELETE FROM client_secrets WHERE agent_id = $1 AND expires_at IS NOT NULL")
+                .bind(id.as_str())
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(
+                "UPDATE client_secrets SET expires_at = $2 WHERE agent_id = $1 AND expires_at IS NULL",
+            )
+            .bind(id.as_str())
+            .bind(previous_until.0)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(
+                "INSERT INTO client_secrets (agent_id, secret_hash, created_at, expires_at) VALUES ($1, $2, $3, NULL)",
+            )
+            .bind(id.as_str())
+            .bind(&secret_hash[..])
+            .bind(now.0)
+            .execute(&mut *tx)
+            .await?;
+            crate::sql::commit(tx).await?;
+            Ok(())
+        })
+    }
+
+    fn client_secret_holds<'a>(
+        &'a self,
+        id: &'a AgentId,
+        secret_hash: &'a [u8; 32],
+        now: Millis,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let found: Option<(i64,)> = sqlx::query_as(
+                "SELECT created_at FROM client_secrets WHERE agent_id = $1 AND secret_hash = $2 \
+                 AND (expires_at IS NULL OR expires_at > $3)",
+            )
+            .bind(id.as_str())
+            .bind(&secret_hash[..])
+            .bind(now.0)
+            .fetch_optional(&mut *self.conn().await?)
+            .await?;
+            Ok(found.is_some())
+        })
+    }
+
     fn forget_assertions(&self, now: Millis) -> StoreFuture<'_, ()> {
         Box::pin(async move {
             sqlx::query("DELETE FROM client_assertions WHERE expires_at < $1")

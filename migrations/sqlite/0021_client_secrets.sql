@@ -1,0 +1,11 @@
+-- An agent's client secrets (RFC 6749 §2.3.1), for client_secret_basic and client_secret_post
+-- at the token endpoint: each stored as its SHA-256 (a secret holds 256 random bits). The
+-- newest has no expiry; the one it replaced stays valid 24 h more; older ones are deleted when
+-- a new one is made.
+CREATE TABLE client_secrets (
+    agent_id    TEXT NOT NULL REFERENCES agents (id),
+    secret_hash BLOB NOT NULL,
+    created_at  INTEGER NOT NULL,
+    expires_at  INTEGER,
+    PRIMARY KEY (agent_id, secret_hash)
+);
