@@ -18,6 +18,7 @@ mod fleet;
 mod forward_auth;
 mod gateways;
 mod health;
+mod identity_providers;
 mod integrity;
 mod isolation;
 mod limits;

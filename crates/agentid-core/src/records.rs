@@ -6,8 +6,8 @@ use std::fmt;
 use crate::domain::audit::AuditRecord;
 use crate::domain::holding::Holding;
 use crate::domain::{
-    AgentId, ApiKeyKind, IssuerDomain, KeyMode, Ledger, Millis, OrgId, OrgLimits, Plan, Scopes, StatusPlace,
-    StreamId, VerifyResult,
+    AgentId, ApiKeyKind, IdpId, IssuerDomain, KeyMode, Ledger, Millis, OrgId, OrgLimits, Plan, Scopes,
+    StatusPlace, StreamId, VerifyResult,
 };
 use crate::tlog::tree::Hash;
 
@@ -139,6 +139,21 @@ pub struct Revocation {
     /// Its status place (every stored agent has one: migration 15 placed those registered
     /// before status lists).
     pub place: Option<StatusPlace>,
+}
+
+/// An identity provider an organization trusts to vouch for people (whose tokens its agents
+/// may exchange), with its keys given inline or where to fetch them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdentityProviderRecord {
+    pub id: IdpId,
+    pub org_id: OrgId,
+    /// Its `iss`, exactly.
+    pub issuer: String,
+    /// Its key set, as given (JSON), or
+    pub jwks: Option<String>,
+    /// where it publishes it.
+    pub jwks_uri: Option<String>,
+    pub created_at: Millis,
 }
 
 /// A stream as stored.

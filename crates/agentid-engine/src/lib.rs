@@ -14,6 +14,7 @@ pub mod domains;
 mod dpop;
 mod expiries;
 pub mod grants;
+pub mod identity_providers;
 pub mod oauth;
 pub mod outbound;
 pub mod ratelimit;
@@ -182,6 +183,13 @@ impl Engine {
     /// The issuer's agents: register, read, list, issue tokens, revoke.
     pub fn agents(&self) -> &Agents {
         &self.agents
+    }
+
+    /// The identity providers organizations trust.
+    pub fn identity_providers(&self) -> identity_providers::IdentityProviders {
+        identity_providers::IdentityProviders {
+            store: self.store.clone(),
+        }
     }
 
     /// The OAuth 2 authorization server: agents get their own access tokens.

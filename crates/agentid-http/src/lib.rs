@@ -11,6 +11,7 @@ mod domains;
 mod error;
 mod forward;
 mod gate;
+mod identity_providers;
 mod input;
 mod log;
 mod meta;
@@ -173,6 +174,8 @@ route_table! {
         AGENT => [get: agents::get],
         ISSUE_TOKEN => [post: agents::issue_token],
         CLIENT_SECRET => [post: agents::client_secret],
+        IDENTITY_PROVIDERS => [post: identity_providers::add, get: identity_providers::list],
+        IDENTITY_PROVIDER => [delete: identity_providers::remove],
         REVOKE => [post: agents::revoke],
         DOMAINS => [post: domains::claim, get: domains::list],
         DOMAIN => [get: domains::get, delete: domains::release],

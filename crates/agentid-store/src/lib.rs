@@ -15,6 +15,7 @@ pub mod batch;
 pub mod block;
 mod domains;
 mod holdings;
+mod identity_providers;
 /// Migrations embedded in the binary; the tests build older schemas with them.
 #[doc(hidden)]
 pub mod migrate;
@@ -44,13 +45,15 @@ use agentid_core::domain::Totals;
 
 pub use agentid_core::keys::SigningKeyRecord;
 pub use agentid_core::records::{
-    AgentRecord, Attempt, Claimed, DomainClaim, Held, KeyRecord, LogPage, LogQuery, Moved, NameMove,
-    NewApiKey, OrgRecord, Revocation, RevokedSince, SsfEvent, StoredCheckpoint, StreamRecord,
+    AgentRecord, Attempt, Claimed, DomainClaim, Held, IdentityProviderRecord, KeyRecord, LogPage, LogQuery,
+    Moved, NameMove, NewApiKey, OrgRecord, Revocation, RevokedSince, SsfEvent, StoredCheckpoint,
+    StreamRecord,
 };
 pub use agents::{AgentStore, KeyBinding};
 pub use audit::AuditStore;
 pub use block::AgentBlockRow;
 pub use domains::{DomainListSize, DomainRules, DomainStore, RELEASED_REASON, REPLACED_REASON};
+pub use identity_providers::{IdentityProviderStore, IdpAdded};
 pub use migrate::valid_role;
 pub use orgs::{KeyListing, OrgStore};
 pub use places::PlaceDraw;
@@ -186,6 +189,7 @@ pub trait Store:
     + TreeStore
     + SsfStore
     + DomainStore
+    + IdentityProviderStore
     + Send
     + Sync
     + fmt::Debug

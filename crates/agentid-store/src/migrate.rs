@@ -111,6 +111,11 @@ pub const SQLITE: Embedded = &[
         "client secrets",
         include_str!("../../../migrations/sqlite/0021_client_secrets.sql"),
     ),
+    (
+        22,
+        "identity providers",
+        include_str!("../../../migrations/sqlite/0022_identity_providers.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -218,6 +223,11 @@ pub const POSTGRES: Embedded = &[
         "client secrets",
         include_str!("../../../migrations/postgres/0021_client_secrets.sql"),
     ),
+    (
+        22,
+        "identity providers",
+        include_str!("../../../migrations/postgres/0022_identity_providers.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -279,7 +289,7 @@ pub(crate) fn grants_pg(role: &str) -> Vec<String> {
         format!(
             "GRANT INSERT, UPDATE, DELETE ON orgs, api_keys, agents, revocation_epoch, signing_keys, \
              rate_buckets, status_lists, ssf_streams, ssf_subjects, ssf_events, domain_claims, \
-             client_assertions, name_moves, client_secrets TO {r}"
+             client_assertions, name_moves, client_secrets, identity_providers TO {r}"
         ),
         format!(
             "GRANT INSERT ON audit_blocks, audit_block_agents, audit_tree_nodes, audit_checkpoints, \

@@ -12,6 +12,7 @@ pub enum IdPrefix {
     Stream,
     Event,
     ApiKey,
+    IdentityProvider,
 }
 
 impl IdPrefix {
@@ -25,6 +26,7 @@ impl IdPrefix {
             IdPrefix::Stream => "ssf_",
             IdPrefix::Event => "evt_",
             IdPrefix::ApiKey => "key_",
+            IdPrefix::IdentityProvider => "idp_",
         }
     }
 }
@@ -128,6 +130,11 @@ prefixed_id!(
     /// A Token Status List: `sl_…`.
     ListId,
     StatusList
+);
+prefixed_id!(
+    /// An identity provider an organization trusts: `idp_…`.
+    IdpId,
+    IdentityProvider
 );
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ pub(crate) mod agents;
 pub(crate) mod audit;
 pub(crate) mod domains;
 pub(crate) mod holdings;
+pub(crate) mod identity_providers;
 pub(crate) mod orgs;
 pub(crate) mod places;
 pub(crate) mod revoke;

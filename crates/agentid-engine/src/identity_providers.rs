@@ -1,0 +1,234 @@
+//! The identity providers an organization trusts to vouch for the people its agents act for:
+//! an issuer, exactly as its tokens' `iss` says it, with its public keys given inline or the
+//! `https` URL it publishes them at. At most [`MAX_IDENTITY_PROVIDERS`] an organization, in
+//! live mode only. Token exchange (RFC 8693) and ID-JAG, which take a person's token from one
+//! of them, are built on this list.
+
+use agentid_core::domain::{new_id, IdPrefix, IdpId, KeyMode, Millis};
+use agentid_core::records::IdentityProviderRecord;
+use agentid_store::{IdpAdded, SharedStore, StoreError};
+use serde_json::Value;
+
+use crate::apikeys::Caller;
+
+/// The most identity providers an organization trusts.
+pub const MAX_IDENTITY_PROVIDERS: i64 = 10;
+/// The longest issuer or key-set URL taken.
+const MAX_URL_LEN: usize = 1024;
+/// The most keys in an inline key set, and its largest JSON.
+const MAX_KEYS: usize = 20;
+const MAX_JWKS_BYTES: usize = 64 * 1024;
+/// Members that make a JWK private (or symmetric).
+const PRIVATE_MEMBERS: [&str; 8] = ["d", "p", "q", "dp", "dq", "qi", "oth", "k"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityProviderError {
+    #[error("{field}: {message}")]
+    Invalid { field: &'static str, message: String },
+    /// A test-mode key: a person's identity is vouched for in live mode only.
+    #[error("identity providers are trusted in live mode only: use a sk_live_ key")]
+    TestMode,
+    #[error("no identity provider with this id")]
+    NotFound,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> IdentityProviderError {
+    IdentityProviderError::Invalid {
+        field,
+        message: message.into(),
+    }
+}
+
+/// Where an identity provider's keys are.
+#[derive(Debug, Clone)]
+pub enum Keys {
+    /// Its key set, as JSON.
+    Inline(Value),
+    /// The `https` URL it publishes it at.
+    At(String),
+}
+
+/// An `https` URL with a host, without fragment, of at most [`MAX_URL_LEN`] bytes.
+fn https_url(field: &'static str, s: &str) -> Result<(), IdentityProviderError> {
+    let host = s
+        .strip_prefix("https://")
+        .map(|rest| rest.split(['/', '?']).next().unwrap_or(""));
+    if s.len() > MAX_URL_LEN
+        || !s.bytes().all(|b| b.is_ascii_graphic())
+        || s.contains('#')
+        || host.is_none_or(str::is_empty)
+    {
+        return Err(invalid(
+            field,
+            format!("must be an https:// URL with a host, no fragment, at most {MAX_URL_LEN} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+/// A key set of 1 to [`MAX_KEYS`] public keys (RSA, EC P-256/P-384/P-521, OKP Ed25519), none
+/// private, each with the members its type needs; its canonical JSON.
+fn key_set(jwks: &Value) -> Result<String, IdentityProviderError> {
+    let keys = jwks
+        .get("keys")
+        .and_then(Value::as_array)
+        .ok_or_else(|| invalid("jwks", "must be a key set: {\"keys\": [ … ]}"))?;
+    if keys.is_empty() || keys.len() > MAX_KEYS {
+        return Err(invalid("jwks", format!("must hold 1 to {MAX_KEYS} keys")));
+    }
+    for (i, key) in keys.iter().enumerate() {
+        let Some(key) = key.as_object() else {
+            return Err(invalid("jwks", format!("keys[{i}] is not a JSON object")));
+        };
+        if let Some(m) = PRIVATE_MEMBERS.iter().find(|m| key.contains_key(**m)) {
+            return Err(invalid(
+                "jwks",
+                format!("keys[{i}] holds the private member {m:?}"),
+            ));
+        }
+        let text = |m: &str| key.get(m).and_then(Value::as_str).is_some_and(|v| !v.is_empty());
+        let fits = match key.get("kty").and_then(Value::as_str) {
+            Some("RSA") => text("n") && text("e"),
+            Some("EC") => {
+                matches!(
+                    key.get("crv").and_then(Value::as_str),
+                    Some("P-256" | "P-384" | "P-521")
+                ) && text("x")
+                    && text("y")
+            }
+            Some("OKP") => key.get("crv").and_then(Value::as_str) == Some("Ed25519") && text("x"),
+            _ => false,
+        };
+        if !fits {
+            return Err(invalid(
+                "jwks",
+                format!("keys[{i}] is not a public RSA, EC (P-256, P-384, P-521) or Ed25519 key"),
+            ));
+        }
+    }
+    let json = jwks.to_string();
+    if json.len() > MAX_JWKS_BYTES {
+        return Err(invalid("jwks", format!("must be at most {MAX_JWKS_BYTES} bytes")));
+    }
+    Ok(json)
+}
+
+fn live(caller: &Caller) -> Result<(), IdentityProviderError> {
+    if caller.mode == KeyMode::Live {
+        Ok(())
+    } else {
+        Err(IdentityProviderError::TestMode)
+    }
+}
+
+pub struct IdentityProviders {
+    pub(crate) store: SharedStore,
+}
+
+impl IdentityProviders {
+    /// Trusts `issuer`, with `keys`: refused when the organization trusts it already or
+    /// trusts [`MAX_IDENTITY_PROVIDERS`].
+    pub async fn add(
+        &self,
+        caller: &Caller,
+        issuer: &str,
+        keys: Keys,
+    ) -> Result<IdentityProviderRecord, IdentityProviderError> {
+        live(caller)?;
+        https_url("issuer", issuer)?;
+        let (jwks, jwks_uri) = match keys {
+            Keys::Inline(v) => (Some(key_set(&v)?), None),
+            Keys::At(url) => {
+                https_url("jwks_uri", &url)?;
+                (None, Some(url))
+            }
+        };
+        let idp = IdentityProviderRecord {
+            id: IdpId::parse(&new_id(IdPrefix::IdentityProvider)).expect("a fresh id parses"),
+            org_id: caller.org.id.clone(),
+            issuer: issuer.to_owned(),
+            jwks,
+            jwks_uri,
+            created_at: Millis::now(),
+        };
+        match self
+            .store
+            .add_identity_provider(&idp, MAX_IDENTITY_PROVIDERS)
+            .await?
+        {
+            IdpAdded::Added => Ok(idp),
+            IdpAdded::Exists => Err(invalid(
+                "issuer",
+                "is trusted already (DELETE it first to change its keys)",
+            )),
+            IdpAdded::Full => Err(invalid(
+                "issuer",
+                format!("an organization trusts at most {MAX_IDENTITY_PROVIDERS} identity providers"),
+            )),
+        }
+    }
+
+    /// The organization's, oldest first.
+    pub async fn list(&self, caller: &Caller) -> Result<Vec<IdentityProviderRecord>, IdentityProviderError> {
+        live(caller)?;
+        Ok(self.store.identity_providers(&caller.org.id).await?)
+    }
+
+    /// Stops trusting one.
+    pub async fn remove(&self, caller: &Caller, id: &IdpId) -> Result<(), IdentityProviderError> {
+        live(caller)?;
+        if self.store.remove_identity_provider(&caller.org.id, id).await? {
+            tracing::info!(org_id = %caller.org.id, idp = %id, "identity provider removed");
+            Ok(())
+        } else {
+            Err(IdentityProviderError::NotFound)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn key_sets_hold_public_keys_only() {
+        let ed = json!({"kty": "OKP", "crv": "Ed25519", "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"});
+        assert!(key_set(&json!({"keys": [ed]})).is_ok());
+        assert!(key_set(&json!({"keys": [{"kty": "RSA", "n": "AQAB", "e": "AQAB", "kid": "r"}]})).is_ok());
+        for bad in [
+            json!({}),
+            json!({"keys": []}),
+            json!({"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}),
+            json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": "a", "d": "b"}]}),
+            json!({"keys": [{"kty": "EC", "crv": "P-192", "x": "a", "y": "b"}]}),
+            json!({"keys": [7]}),
+            json!({"keys": vec![ed.clone(); MAX_KEYS + 1]}),
+        ] {
+            assert!(key_set(&bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn issuers_and_key_urls_are_https() {
+        assert!(https_url("issuer", "https://idp.example").is_ok());
+        assert!(https_url("issuer", "https://idp.example/tenant/v2.0").is_ok());
+        for bad in [
+            "http://idp.example",
+            "https://",
+            "https:///x",
+            "idp.example",
+            "https://idp.example/#x",
+            "https://idp example",
+        ] {
+            assert!(https_url("issuer", bad).is_err(), "{bad}");
+        }
+        assert!(https_url(
+            "issuer",
+            &format!("https://a.example/{}", "x".repeat(MAX_URL_LEN))
+        )
+        .is_err());
+    }
+}

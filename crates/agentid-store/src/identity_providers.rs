@@ -1,0 +1,49 @@
+//! The identity providers organizations trust: facts and one bounded insert.
+
+use super::{IdentityProviderRecord, StoreError, StoreFuture};
+use agentid_core::domain::{IdpId, Millis, OrgId};
+
+/// What an insert did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdpAdded {
+    Added,
+    /// The organization trusts `max` already.
+    Full,
+    /// The organization trusts this issuer already.
+    Exists,
+}
+
+/// The identity providers organizations trust.
+pub trait IdentityProviderStore {
+    /// Adds `idp` unless its organization has `max` already or trusts its issuer (one
+    /// exclusive transaction, so two adds at once cannot pass `max`).
+    fn add_identity_provider<'a>(
+        &'a self,
+        idp: &'a IdentityProviderRecord,
+        max: i64,
+    ) -> StoreFuture<'a, IdpAdded>;
+    /// An organization's, oldest first.
+    fn identity_providers<'a>(&'a self, org_id: &'a OrgId) -> StoreFuture<'a, Vec<IdentityProviderRecord>>;
+    /// Removes one of the organization's; false when it has no such one.
+    fn remove_identity_provider<'a>(&'a self, org_id: &'a OrgId, id: &'a IdpId) -> StoreFuture<'a, bool>;
+}
+
+row! {
+    pub(crate) struct IdentityProviderRow {
+        id: String, org_id: String, issuer: String, jwks: Option<String>, jwks_uri: Option<String>,
+        created_at: i64,
+    }
+}
+
+impl IdentityProviderRow {
+    pub(crate) fn into_record(self) -> Result<IdentityProviderRecord, StoreError> {
+        Ok(IdentityProviderRecord {
+            id: super::sql::decode("identity provider", &self.id, IdpId::parse)?,
+            org_id: super::sql::decode("organization", &self.org_id, OrgId::parse)?,
+            issuer: self.issuer,
+            jwks: self.jwks,
+            jwks_uri: self.jwks_uri,
+            created_at: Millis(self.created_at),
+        })
+    }
+}
