@@ -81,15 +81,15 @@ const made = new Map();
 export async function proofKey(jwk, alg) {
   const members = jwk.kty === "OKP" ? ["crv", "kty", "x"] : ["crv", "kty", "x", "y"];
   if (!members.every((m) => typeof jwk[m] === "string")) throw new Error("the key lacks a member");
-  const name = members.map((m) => jwk[m]).join(" ");
-  let entry = made.get(`${alg} ${name}`);
+  const name = `${alg} ${members.map((m) => jwk[m]).join(" ")}`;
+  let entry = made.get(name);
   if (entry) {
-    made.delete(`${alg} ${name}`);
+    made.delete(name);
   } else {
     const bare = Object.fromEntries(members.map((m) => [m, jwk[m]]));
     entry = { key: await publicKey(bare, alg), jkt: await calculateJwkThumbprint(bare, "sha256") };
   }
-  made.set(`${alg} ${name}`, entry);
+  made.set(name, entry);
   if (made.size > KEYS_KEPT) made.delete(made.keys().next().value);
   return entry;
 }

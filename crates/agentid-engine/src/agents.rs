@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
-use sha2::Digest as _;
 
 use agentid_core::domain::{
     new_id, AgentFields, AgentId, IdPrefix, KeyMode, ListId, Millis, RevokeReason, StatusPlace,
@@ -17,7 +16,7 @@ use agentid_store::{AgentRecord, DomainRules, KeyBinding, OrgRecord, PlaceDraw, 
 
 use crate::domains::IssuerCheck;
 
-use crate::apikeys::Caller;
+use crate::apikeys::{hash_key, Caller};
 use crate::expiries::NotedExpiries;
 use crate::registry::Registry;
 use crate::revocations::Revocations;
@@ -35,12 +34,6 @@ pub struct Registration {
 pub const CLIENT_SECRET_PREFIX: &str = "cs_";
 /// How long the secret a new one replaces stays valid: time to roll the new one out.
 pub const PREVIOUS_SECRET_VALID: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
-
-/// A client secret as stored: its SHA-256 (it holds 256 random bits, so a fast hash is the
-/// right one).
-pub fn client_secret_hash(secret: &str) -> [u8; 32] {
-    sha2::Sha256::digest(secret.as_bytes()).into()
-}
 
 /// The key a new token is bound to (RFC 9449 `cnf.jkt`).
 #[derive(Debug, Clone, Copy)]
@@ -264,7 +257,7 @@ impl Agents {
         self.store
             .new_client_secret(
                 &agent.id,
-                &client_secret_hash(&secret),
+                &hash_key(&secret),
                 now,
                 now.plus_secs(PREVIOUS_SECRET_VALID.as_secs() as i64),
             )

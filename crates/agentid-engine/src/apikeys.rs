@@ -35,7 +35,8 @@ pub enum KeyLookup {
     Throttled(crate::ratelimit::Decision),
 }
 
-/// SHA-256 of the whole key. Keys carry ≥ 160 random bits, so a fast hash is the right one.
+/// SHA-256 of the whole key (an API key, or an agent's client secret, as stored). Each carries
+/// ≥ 160 random bits, so a fast hash is the right one.
 pub fn hash_key(key: &str) -> [u8; 32] {
     Sha256::digest(key.as_bytes()).into()
 }

@@ -4,7 +4,7 @@
 //! live mode only. Token exchange (RFC 8693) and ID-JAG, which take a person's token from one
 //! of them, are built on this list.
 
-use agentid_core::domain::{new_id, IdPrefix, IdpId, KeyMode, Millis};
+use agentid_core::domain::{IdpId, KeyMode, Millis};
 use agentid_core::records::IdentityProviderRecord;
 use agentid_store::{IdpAdded, SharedStore, StoreError};
 use serde_json::Value;
@@ -146,7 +146,7 @@ impl IdentityProviders {
             }
         };
         let idp = IdentityProviderRecord {
-            id: IdpId::parse(&new_id(IdPrefix::IdentityProvider)).expect("a fresh id parses"),
+            id: IdpId::generate(),
             org_id: caller.org.id.clone(),
             issuer: issuer.to_owned(),
             jwks,

@@ -37,7 +37,7 @@ use agentid_store::{LogPage, LogQuery, SharedStore};
 
 use agentid_core::domain::holding::NotCovered;
 pub use agentid_store::StoreError;
-pub use agents::{client_secret_hash, Agents, Binding, IssuedToken, Registration, CLIENT_SECRET_PREFIX};
+pub use agents::{Agents, Binding, IssuedToken, Registration, CLIENT_SECRET_PREFIX};
 pub use apikeys::{hash_key, Caller, KeyLookup};
 pub use audit::{AuditError, GrownLedgers, WriterConfig};
 pub use dpop::{Presented, ProofError};

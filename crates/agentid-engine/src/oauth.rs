@@ -256,39 +256,7 @@ impl OAuth {
                 )))
             }
         }
-        let assertion = req.client_assertion_type.is_some() || req.client_assertion.is_some();
-        if req.client_secret.is_some() {
-            // RFC 6749 §2.3: one way of authenticating a request, no more.
-            if assertion {
-                return Err(OAuthError::InvalidRequest(
-                    "both a client secret and a client assertion: authenticate one way".into(),
-                ));
-            }
-            if req.client_id.is_none_or(str::is_empty) {
-                return Err(OAuthError::InvalidClient(
-                    "client_id is required with a client secret".into(),
-                ));
-            }
-            return check_resources(&req.resources);
-        }
-        match req.client_assertion_type {
-            Some(JWT_BEARER_ASSERTION) => {}
-            None => {
-                return Err(OAuthError::InvalidClient(format!(
-                    "the client authenticates with private_key_jwt (client_assertion_type \
-                     {JWT_BEARER_ASSERTION} and a client_assertion signed by the agent's key), \
-                     or with the agent's client secret (client_secret_basic, client_secret_post)"
-                )))
-            }
-            Some(other) => {
-                return Err(OAuthError::InvalidClient(format!(
-                    "client_assertion_type {other:?} is not supported: use {JWT_BEARER_ASSERTION}"
-                )))
-            }
-        }
-        if req.client_assertion.is_none_or(str::is_empty) {
-            return Err(OAuthError::InvalidClient("client_assertion is required".into()));
-        }
+        check_client(req)?;
         check_resources(&req.resources)
     }
 
@@ -436,7 +404,7 @@ impl OAuth {
         let holds = secret.len() <= MAX_CLIENT_SECRET_LEN
             && self
                 .store
-                .client_secret_holds(&agent.id, &crate::agents::client_secret_hash(secret), now)
+                .client_secret_holds(&agent.id, &crate::apikeys::hash_key(secret), now)
                 .await?;
         if !holds {
             let why = "client_secret is not one of the agent's, or it expired (POST \
@@ -669,6 +637,45 @@ impl OAuth {
             .await?;
         Ok(())
     }
+}
+
+/// How the client of `req` authenticates: by a client secret (with its client_id) or by a
+/// `private_key_jwt` assertion, one of the two (RFC 6749 §2.3).
+fn check_client(req: &TokenRequest<'_>) -> Result<(), OAuthError> {
+    let assertion = req.client_assertion_type.is_some() || req.client_assertion.is_some();
+    if req.client_secret.is_some() {
+        // RFC 6749 §2.3: one way of authenticating a request, no more.
+        if assertion {
+            return Err(OAuthError::InvalidRequest(
+                "both a client secret and a client assertion: authenticate one way".into(),
+            ));
+        }
+        if req.client_id.is_none_or(str::is_empty) {
+            return Err(OAuthError::InvalidClient(
+                "client_id is required with a client secret".into(),
+            ));
+        }
+        return Ok(());
+    }
+    match req.client_assertion_type {
+        Some(JWT_BEARER_ASSERTION) => {}
+        None => {
+            return Err(OAuthError::InvalidClient(format!(
+                "the client authenticates with private_key_jwt (client_assertion_type \
+                 {JWT_BEARER_ASSERTION} and a client_assertion signed by the agent's key), \
+                 or with the agent's client secret (client_secret_basic, client_secret_post)"
+            )))
+        }
+        Some(other) => {
+            return Err(OAuthError::InvalidClient(format!(
+                "client_assertion_type {other:?} is not supported: use {JWT_BEARER_ASSERTION}"
+            )))
+        }
+    }
+    if req.client_assertion.is_none_or(str::is_empty) {
+        return Err(OAuthError::InvalidClient("client_assertion is required".into()));
+    }
+    Ok(())
 }
 
 /// RFC 8707 §2: one or more absolute URIs, none with a fragment.
