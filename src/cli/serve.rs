@@ -92,6 +92,15 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "AGENTID_ACCESS_TOKEN_SECONDS", default_value_t = OAuthConfig::default().access_token_lifetime.as_secs(),
           value_parser = clap::value_parser!(u64).range(60..=3600))]
     pub(crate) access_token_seconds: u64,
+    /// The most agents a delegation chain may hold: a person's agent is 1, an agent it hands
+    /// the task to 2, and so on (1 to 16).
+    #[arg(long, env = "AGENTID_MAX_DELEGATION_DEPTH", default_value_t = OAuthConfig::default().max_delegation_depth as u8,
+          value_parser = clap::value_parser!(u8).range(1..=16))]
+    pub(crate) max_delegation_depth: u8,
+    /// Identity providers' jwks_uri may resolve to loopback and private addresses
+    /// (development and tests only: an organization could otherwise reach internal hosts).
+    #[arg(long, env = "AGENTID_IDENTITY_PROVIDER_KEYS_ALLOW_LOCAL", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false)]
+    pub(crate) identity_provider_keys_allow_local: bool,
     /// Places of each Token Status List (a multiple of 8, up to 16777216); a new list opens
     /// once half of the newest one's places are taken.
     #[arg(long, env = "AGENTID_STATUS_LIST_SIZE", default_value_t = StatusConfig::default().size,
@@ -166,6 +175,12 @@ fn insecure_warnings(args: &ServeArgs) {
              loopback or private addresses (development only)"
         );
     }
+    if args.identity_provider_keys_allow_local {
+        tracing::warn!(
+            "--identity-provider-keys-allow-local: identity providers' jwks_uri may reach loopback and \
+             private addresses (development only)"
+        );
+    }
     // `--issuer-domains open` is warned of by the engine as it starts.
 }
 
@@ -236,6 +251,8 @@ pub(super) async fn serve(args: ServeArgs) -> CliResult {
             dpop_max_skew: Duration::from_secs(args.dpop_max_skew_seconds),
             oauth: OAuthConfig {
                 access_token_lifetime: Duration::from_secs(args.access_token_seconds),
+                max_delegation_depth: usize::from(args.max_delegation_depth),
+                allow_local_provider_keys: args.identity_provider_keys_allow_local,
             },
             checkpoint_interval: Duration::from_millis(args.checkpoint_interval_ms.max(1)),
             status: StatusConfig {

@@ -47,6 +47,9 @@ async fn every_secret_endpoint_needs_a_key() {
         ("POST", format!("/v1/agents/{id}/issue-token")),
         ("POST", format!("/v1/agents/{id}/revoke")),
         ("POST", format!("/v1/agents/{id}/client-secret")),
+        ("POST", "/v1/identity-providers".to_owned()),
+        ("GET", "/v1/identity-providers".to_owned()),
+        ("POST", "/v1/subjects/revoke".to_owned()),
         ("GET", "/v1/log".to_owned()),
     ] {
         let res = if method == "GET" {

@@ -939,7 +939,7 @@ fn closed_port() -> u16 {
         .port()
 }
 
-fn ok(body: &str) -> String {
+pub(crate) fn ok(body: &str) -> String {
     format!(
         "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
@@ -948,10 +948,12 @@ fn ok(body: &str) -> String {
 
 /// A server on 127.0.0.1 that answers every request with one fixed response (HTTP, or
 /// HTTPS with a certificate of the tests' own root), counting connections.
-struct Http {
-    port: u16,
+pub(crate) struct Http {
+    pub(crate) port: u16,
     response: Arc<std::sync::Mutex<Vec<u8>>>,
     hits: Arc<AtomicUsize>,
+    /// The head of each request read, in order.
+    heads: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Http {
@@ -959,7 +961,7 @@ impl Http {
         Http::serve(response, None)
     }
 
-    fn start_tls(pki: &Pki) -> Http {
+    pub(crate) fn start_tls(pki: &Pki) -> Http {
         let config =
             rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
                 .with_safe_default_protocol_versions()
@@ -978,7 +980,8 @@ impl Http {
         let port = listener.local_addr().unwrap().port();
         let response = Arc::new(std::sync::Mutex::new(response.to_vec()));
         let hits = Arc::new(AtomicUsize::new(0));
-        let (r, h) = (response.clone(), hits.clone());
+        let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (r, h, seen) = (response.clone(), hits.clone(), heads.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
@@ -989,7 +992,8 @@ impl Http {
                     Some(config) => {
                         let conn = rustls::ServerConnection::new(config.clone()).unwrap();
                         let mut s = rustls::StreamOwned::new(conn, stream);
-                        if read_request(&mut s) {
+                        if let Some(head) = read_request(&mut s) {
+                            seen.lock().unwrap().push(head);
                             let _ = s.write_all(&answer);
                             s.conn.send_close_notify();
                             let _ = s.flush();
@@ -997,47 +1001,57 @@ impl Http {
                     }
                     None => {
                         let mut s = stream;
-                        if read_request(&mut s) {
+                        if let Some(head) = read_request(&mut s) {
+                            seen.lock().unwrap().push(head);
                             let _ = s.write_all(&answer);
                         }
                     }
                 }
             }
         });
-        Http { port, response, hits }
+        Http {
+            port,
+            response,
+            hits,
+            heads,
+        }
     }
 
-    fn answer(&self, response: String) {
+    pub(crate) fn answer(&self, response: String) {
         *self.response.lock().unwrap() = response.into_bytes();
     }
 
-    fn hits(&self) -> usize {
+    pub(crate) fn hits(&self) -> usize {
         self.hits.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn heads(&self) -> Vec<String> {
+        self.heads.lock().unwrap().clone()
     }
 }
 
-/// Reads up to the end of a request's head; false when the peer went away first.
-fn read_request(s: &mut impl Read) -> bool {
+/// Reads up to the end of a request's head; `None` when the peer went away first.
+fn read_request(s: &mut impl Read) -> Option<String> {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
         match s.read(&mut byte) {
             Ok(1) => head.push(byte[0]),
-            _ => return false,
+            _ => return None,
         }
     }
-    true
+    Some(String::from_utf8_lossy(&head).into_owned())
 }
 
 /// A root certificate and a leaf for one host, made with openssl: DER.
-struct Pki {
-    root: Vec<u8>,
+pub(crate) struct Pki {
+    pub(crate) root: Vec<u8>,
     leaf: Vec<u8>,
     key: Vec<u8>,
 }
 
 impl Pki {
-    fn new(host: &str) -> Pki {
+    pub(crate) fn new(host: &str) -> Pki {
         let dir = tempfile::tempdir().unwrap();
         let run = |args: &[&str]| {
             let out = std::process::Command::new("openssl")

@@ -9,6 +9,7 @@ mod admin;
 mod agents;
 mod auth;
 pub mod cli;
+mod delegation;
 mod domains;
 mod dpop;
 mod engine;

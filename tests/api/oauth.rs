@@ -135,7 +135,14 @@ async fn the_metadata_names_the_issuer_and_its_endpoints() {
     assert_eq!(m["token_endpoint"], format!("{issuer}/oauth/token"));
     assert_eq!(m["introspection_endpoint"], format!("{issuer}/oauth/introspect"));
     assert_eq!(m["jwks_uri"], format!("{issuer}/.well-known/jwks.json"));
-    assert_eq!(m["grant_types_supported"], json!(["client_credentials"]));
+    assert_eq!(
+        m["grant_types_supported"],
+        json!([
+            "client_credentials",
+            "urn:ietf:params:oauth:grant-type:token-exchange",
+            "urn:ietf:params:oauth:grant-type:jwt-bearer"
+        ])
+    );
     assert_eq!(
         m["token_endpoint_auth_methods_supported"],
         json!(["private_key_jwt", "client_secret_basic", "client_secret_post"])

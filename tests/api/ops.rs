@@ -39,6 +39,7 @@ async fn the_openapi_document_covers_every_route_schema_and_error() {
         "/v1/agents/{id}/client-secret",
         "/v1/identity-providers",
         "/v1/identity-providers/{id}",
+        "/v1/subjects/revoke",
         "/v1/domains",
         "/v1/domains/{domain}",
         "/v1/domains/{domain}/verify",

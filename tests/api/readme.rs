@@ -43,6 +43,7 @@ const PAGES: &[(&str, &str)] = &[
     ("docs/operations.md", include_str!("../../docs/operations.md")),
     ("docs/performance.md", include_str!("../../docs/performance.md")),
     ("docs/gateways.md", include_str!("../../docs/gateways.md")),
+    ("docs/delegation.md", include_str!("../../docs/delegation.md")),
 ];
 
 /// A fenced block of a page, with the `## ` section it sits in.
@@ -851,6 +852,53 @@ async fn the_oauth_page_runs_as_written() {
         "{verified}"
     );
     let key = dir.path().join("agent-key.pem");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(key).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+}
+
+/// "Agents acting for people" as written: the stand-in provider trusted, a person's ID token
+/// exchanged, the task handed to a second agent, the person revoked; what verify says at
+/// each step.
+#[actix_web::test]
+async fn the_delegation_page_runs_as_written() {
+    let app = spawn_app().await;
+    let marker = "printf '\\n::block::\\n'\n";
+    let script = [
+        shell_blocks("An identity provider vouches for a person").concat(),
+        shell_blocks("Handing a task to another agent").concat(),
+        shell_blocks("Revoking a person").concat(),
+    ]
+    .join(marker);
+    let dir = tempfile::tempdir().unwrap();
+    let idp = snippet("idp.py");
+    std::fs::write(dir.path().join(&idp.name), &idp.text).unwrap();
+    let mut cmd = shell(dir.path(), &script);
+    cmd.env("BASE", &app.base).env("SK", app.secret());
+    let stdout = output_of(cmd, "the delegation page's commands").await;
+    let parts: Vec<&str> = stdout.split("\n::block::\n").collect();
+    let [person, handed, revoked] = &parts[..] else {
+        panic!("three blocks' output expected: {stdout}");
+    };
+    let verified = &json_answers(person)[0];
+    assert_eq!(verified["valid"], true, "{verified}");
+    assert_eq!(verified["sub"], "alice");
+    assert_eq!(verified["scopes"], serde_json::json!(["read:mail"]));
+    assert_eq!(verified["sub_id"]["iss"], "https://idp.example");
+    assert_eq!(verified["act"]["sub"], verified["agent_id"]);
+    let chain = &json_answers(handed)[0];
+    assert_eq!(chain["sub"], "alice", "{chain}");
+    assert_eq!(chain["act"]["sub"], chain["agent_id"]);
+    assert_eq!(chain["act"]["act"]["sub"], verified["agent_id"]);
+    let answers = json_answers(revoked);
+    assert_eq!(answers[0]["sub"], "alice", "{revoked}");
+    assert_eq!(
+        answers[1],
+        serde_json::json!({"valid": false, "error": "TOKEN_REVOKED"})
+    );
+    let key = dir.path().join("idp-key.pem");
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(
         std::fs::metadata(key).unwrap().permissions().mode() & 0o777,

@@ -75,7 +75,7 @@ fn part(jwt: &str, i: usize) -> Value {
 }
 
 /// A SET's claims, once its signature checks with its kid in JWKS and its header is a SET's.
-async fn checked_set(app: &TestApp, set: &str) -> Value {
+pub(crate) async fn checked_set(app: &TestApp, set: &str) -> Value {
     let (header, claims) = crate::helpers::checked_with_jwks(app, set).await;
     assert_eq!(header["typ"], "secevent+jwt");
     assert_eq!(claims["iss"], app.base.as_str());
@@ -86,7 +86,13 @@ async fn checked_set(app: &TestApp, set: &str) -> Value {
     claims
 }
 
-async fn send(app: &TestApp, method: &str, path: &str, key: Option<&str>, body: Option<Value>) -> Resp {
+pub(crate) async fn send(
+    app: &TestApp,
+    method: &str,
+    path: &str,
+    key: Option<&str>,
+    body: Option<Value>,
+) -> Resp {
     let mut req = app.client.request(method.parse().unwrap(), app.url(path));
     if let Some(k) = key {
         req = req.insert_header(("Authorization", format!("Bearer {k}")));

@@ -176,6 +176,27 @@ impl IdentityProviders {
         Ok(self.store.identity_providers(&caller.org.id).await?)
     }
 
+    /// Revokes the person `sub` as the provider `iss` names them: every delegated token the
+    /// organization's agents hold for them, issued until now, fails online at once, and a
+    /// `session-revoked` event naming them goes to the organization's Shared Signals streams.
+    /// The issuer need not be trusted still (a provider removed first is fine).
+    pub async fn revoke_subject(
+        &self,
+        caller: &Caller,
+        iss: &str,
+        sub: &str,
+    ) -> Result<Millis, IdentityProviderError> {
+        live(caller)?;
+        https_url("iss", iss)?;
+        if sub.is_empty() || sub.len() > 255 {
+            return Err(invalid("sub", "must be 1 to 255 bytes"));
+        }
+        let at = Millis::now();
+        self.store.revoke_subject(&caller.org.id, iss, sub, at).await?;
+        tracing::info!(org_id = %caller.org.id, "a person's delegations revoked");
+        Ok(at)
+    }
+
     /// Stops trusting one.
     pub async fn remove(&self, caller: &Caller, id: &IdpId) -> Result<(), IdentityProviderError> {
         live(caller)?;

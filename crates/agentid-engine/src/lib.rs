@@ -10,6 +10,7 @@ pub mod admin;
 mod agents;
 mod apikeys;
 mod audit;
+pub mod delegation;
 pub mod domains;
 mod dpop;
 mod expiries;

@@ -21,10 +21,15 @@ use agentid_core::domain::{
 };
 use agentid_core::keys::SigningKeys;
 use agentid_core::token::dpop::{check_proof, Expected as ProofExpected, PublicJwk};
-use agentid_core::token::{absolute_uri, assertion, Audience, Claims, Confirmation, MAX_TOKEN_LEN};
+use agentid_core::token::{absolute_uri, assertion, Actor, Audience, Claims, Confirmation, MAX_TOKEN_LEN};
 use agentid_store::{AgentRecord, DomainRules, OrgRecord, SharedStore, StoreError};
 
+use crate::delegation::{
+    ProviderKeys, ACCESS_TOKEN_TYPE, ID_TOKEN_TYPE, JWT_BEARER_GRANT, JWT_TYPE, TOKEN_EXCHANGE,
+};
 use crate::domains::IssuerCheck;
+use crate::outbound::Outbound;
+use crate::verifier::TokenVerifier;
 
 use crate::audit::{AuditError, AuditHandle};
 use crate::dpop::Replays;
@@ -52,12 +57,19 @@ const REMEMBERED_PROOFS: usize = 100_000;
 pub struct OAuthConfig {
     /// How long an access token lives.
     pub access_token_lifetime: std::time::Duration,
+    /// The most agents a delegation chain may hold (a person's agent handing its task on).
+    pub max_delegation_depth: usize,
+    /// Identity providers' `jwks_uri` may be `http://` and resolve to local addresses: for
+    /// development only.
+    pub allow_local_provider_keys: bool,
 }
 
 impl Default for OAuthConfig {
     fn default() -> Self {
         OAuthConfig {
             access_token_lifetime: std::time::Duration::from_secs(15 * 60),
+            max_delegation_depth: 4,
+            allow_local_provider_keys: false,
         }
     }
 }
@@ -72,6 +84,8 @@ pub enum OAuthError {
     InvalidClient(String),
     #[error("unsupported_grant_type: {0}")]
     UnsupportedGrantType(String),
+    #[error("invalid_grant: {0}")]
+    InvalidGrant(String),
     #[error("invalid_scope: {0}")]
     InvalidScope(String),
     #[error("invalid_target: {0}")]
@@ -93,6 +107,7 @@ impl OAuthError {
             OAuthError::InvalidRequest(_) => "invalid_request",
             OAuthError::InvalidClient(_) => "invalid_client",
             OAuthError::UnsupportedGrantType(_) => "unsupported_grant_type",
+            OAuthError::InvalidGrant(_) => "invalid_grant",
             OAuthError::InvalidScope(_) => "invalid_scope",
             OAuthError::InvalidTarget(_) => "invalid_target",
             OAuthError::InvalidDpopProof(_) => "invalid_dpop_proof",
@@ -107,6 +122,7 @@ impl OAuthError {
             OAuthError::InvalidRequest(d)
             | OAuthError::InvalidClient(d)
             | OAuthError::UnsupportedGrantType(d)
+            | OAuthError::InvalidGrant(d)
             | OAuthError::InvalidScope(d)
             | OAuthError::InvalidTarget(d)
             | OAuthError::InvalidDpopProof(d)
@@ -152,6 +168,13 @@ pub struct TokenRequest<'a> {
     pub resources: Vec<&'a str>,
     /// The request's `DPoP` header.
     pub dpop: Option<&'a str>,
+    /// Token exchange (RFC 8693 §2.1).
+    pub subject_token: Option<&'a str>,
+    pub subject_token_type: Option<&'a str>,
+    pub actor_token: Option<&'a str>,
+    pub requested_token_type: Option<&'a str>,
+    /// A JWT authorization grant (RFC 7523 §2.1): an ID-JAG.
+    pub assertion: Option<&'a str>,
 }
 
 /// A client whose assertion checked: the agent, as the store had it, and its organization
@@ -170,6 +193,8 @@ pub struct AccessToken {
     pub token_type: &'static str,
     pub expires_in: i64,
     pub scope: String,
+    /// Token exchange answers it (RFC 8693 §2.2.1).
+    pub issued_token_type: Option<&'static str>,
 }
 
 pub struct OAuth {
@@ -188,6 +213,10 @@ pub struct OAuth {
     pub(crate) max_skew_secs: i64,
     pub(crate) proofs: Replays,
     pub(crate) expiries: Arc<NotedExpiries>,
+    /// Checks agentid's own tokens handed on as subject tokens.
+    pub(crate) tokens: Arc<TokenVerifier>,
+    pub(crate) provider_keys: ProviderKeys,
+    pub(crate) max_delegation_depth: usize,
     /// When this instance last forgot expired assertions (Unix ms).
     last_pruned: AtomicI64,
     /// Organizations found to hold their agent's issuer domain lately, and when: a name
@@ -210,6 +239,8 @@ impl OAuth {
         audit: AuditHandle,
         issuers: IssuerCheck,
         expiries: Arc<NotedExpiries>,
+        tokens: Arc<TokenVerifier>,
+        outbound: Arc<Outbound>,
         public_url: &str,
         cfg: &OAuthConfig,
         max_skew_secs: i64,
@@ -229,6 +260,9 @@ impl OAuth {
             max_skew_secs,
             proofs: Replays::new(REMEMBERED_PROOFS),
             expiries,
+            tokens,
+            provider_keys: ProviderKeys::new(outbound, cfg.allow_local_provider_keys),
+            max_delegation_depth: cfg.max_delegation_depth,
             last_pruned: AtomicI64::new(0),
             held: quick_cache::sync::Cache::new(10_000),
         }
@@ -250,13 +284,26 @@ impl OAuth {
         match req.grant_type {
             None => return Err(OAuthError::InvalidRequest("grant_type is required".into())),
             Some(CLIENT_CREDENTIALS) => {}
+            Some(TOKEN_EXCHANGE) => check_exchange(req)?,
+            Some(JWT_BEARER_GRANT) => {
+                if req.assertion.is_none() {
+                    return Err(OAuthError::InvalidRequest(
+                        "assertion is required: an ID-JAG (typ oauth-id-jag+jwt)".into(),
+                    ));
+                }
+            }
             Some(other) => {
                 return Err(OAuthError::UnsupportedGrantType(format!(
-                    "grant_type {other:?} is not supported: use client_credentials"
+                    "grant_type {other:?} is not supported: use client_credentials, {TOKEN_EXCHANGE} \
+                     or {JWT_BEARER_GRANT}"
                 )))
             }
         }
         check_client(req)?;
+        if req.grant_type == Some(JWT_BEARER_GRANT) && req.resources.is_empty() {
+            // The ID-JAG names its resource.
+            return Ok(());
+        }
         check_resources(&req.resources)
     }
 
@@ -428,7 +475,32 @@ impl OAuth {
         let now = Millis::now();
         let agent = &client.agent;
         let revocations_seen = self.registry.revocations_seen();
-        let granted = match granted_scope(req.scope, &agent.scopes) {
+        let delegated = match self.delegation(agent, req, now).await {
+            Ok(d) => d,
+            Err(e @ (OAuthError::Unavailable(_) | OAuthError::ServerError)) => return Err(e),
+            Err(e) => return Err(self.refused_after(agent, e, now, received).await),
+        };
+        let resources: Vec<String> = match delegated.as_ref().and_then(|d| d.resource.as_deref()) {
+            Some(r) if req.resources.iter().any(|asked| asked != &r) => {
+                let e = OAuthError::InvalidTarget(format!(
+                    "the assertion is for the resource {r}: ask for that one, or name none"
+                ));
+                return Err(self.refused_after(agent, e, now, received).await);
+            }
+            Some(r) => vec![r.to_owned()],
+            None if req.resources.is_empty() => {
+                let e = OAuthError::InvalidTarget(
+                    "resource is required: the assertion names none (RFC 8707)".into(),
+                );
+                return Err(self.refused_after(agent, e, now, received).await);
+            }
+            None => req.resources.iter().map(|r| (*r).to_owned()).collect(),
+        };
+        let scoped = match &delegated {
+            Some(d) => delegated_scope(req.scope, &agent.scopes, d.allowed.as_deref()),
+            None => granted_scope(req.scope, &agent.scopes),
+        };
+        let granted = match scoped {
             Ok(g) => g,
             Err(e) => return Err(self.refused_after(agent, e, now, received).await),
         };
@@ -459,12 +531,31 @@ impl OAuth {
                 .await);
         }
         let issued = now.as_secs();
-        let expires = issued + self.lifetime_secs;
+        let cap = delegated.as_ref().and_then(|d| d.exp_cap).unwrap_or(i64::MAX);
+        let expires = (issued + self.lifetime_secs).min(cap);
+        if expires <= issued {
+            let e = OAuthError::InvalidRequest("the subject token expires now".into());
+            return Err(self.refused_after(agent, e, now, received).await);
+        }
+        let (sub, sub_id, act) = match delegated {
+            Some(d) => {
+                let act = match d.inner {
+                    Some(inner) => inner.wrapped(agent.id.as_str(), agent.issuer_domain.as_str()),
+                    None => Actor {
+                        sub: agent.id.to_string(),
+                        issuer_domain: agent.issuer_domain.to_string(),
+                        act: None,
+                    },
+                };
+                (d.sub_id.sub.clone(), Some(d.sub_id), Some(act))
+            }
+            None => (agent.id.to_string(), None, None),
+        };
         let claims = Claims {
             client_id: Some(agent.id.to_string()),
-            aud: Some(Audience::of(
-                req.resources.iter().map(|r| (*r).to_owned()).collect(),
-            )),
+            aud: Some(Audience::of(resources)),
+            sub_id,
+            act,
             scope: Some(granted.clone()),
             issuer_domain: Some(agent.issuer_domain.to_string()),
             status: agent.status.as_ref().map(|p| self.status.claim(p)),
@@ -472,7 +563,7 @@ impl OAuth {
             cnf: cnf.map(|jkt| Confirmation { jkt }),
             ..Claims::agent(
                 &self.issuer,
-                agent.id.as_str(),
+                &sub,
                 &new_id(IdPrefix::Request)[4..],
                 issued,
                 expires,
@@ -512,8 +603,9 @@ impl OAuth {
         Ok(AccessToken {
             token,
             token_type: if claims.cnf.is_some() { "DPoP" } else { "Bearer" },
-            expires_in: self.lifetime_secs,
+            expires_in: expires - issued,
             scope: granted,
+            issued_token_type: (req.grant_type == Some(TOKEN_EXCHANGE)).then_some(ACCESS_TOKEN_TYPE),
         })
     }
 
@@ -678,6 +770,38 @@ fn check_client(req: &TokenRequest<'_>) -> Result<(), OAuthError> {
     Ok(())
 }
 
+/// A token exchange's form (RFC 8693 §2.1): a subject token of a type taken, no actor token
+/// (the authenticated agent is the actor), an access token asked for.
+fn check_exchange(req: &TokenRequest<'_>) -> Result<(), OAuthError> {
+    if req.subject_token.is_none() {
+        return Err(OAuthError::InvalidRequest("subject_token is required".into()));
+    }
+    match req.subject_token_type {
+        Some(ID_TOKEN_TYPE | JWT_TYPE | ACCESS_TOKEN_TYPE) => {}
+        None => {
+            return Err(OAuthError::InvalidRequest(
+                "subject_token_type is required".into(),
+            ))
+        }
+        Some(other) => {
+            return Err(OAuthError::InvalidRequest(format!(
+            "subject_token_type {other:?} is not taken: {ID_TOKEN_TYPE}, {JWT_TYPE} or {ACCESS_TOKEN_TYPE}"
+        )))
+        }
+    }
+    if req.actor_token.is_some() {
+        return Err(OAuthError::InvalidRequest(
+            "actor_token is not taken: the authenticated agent is the actor".into(),
+        ));
+    }
+    match req.requested_token_type {
+        None | Some(ACCESS_TOKEN_TYPE) => Ok(()),
+        Some(other) => Err(OAuthError::InvalidRequest(format!(
+            "requested_token_type {other:?}: only {ACCESS_TOKEN_TYPE} is issued"
+        ))),
+    }
+}
+
 /// RFC 8707 §2: one or more absolute URIs, none with a fragment.
 fn check_resources(resources: &[&str]) -> Result<(), OAuthError> {
     if resources.is_empty() {
@@ -719,9 +843,59 @@ fn granted_scope(asked: Option<&str>, held: &[String]) -> Result<String, OAuthEr
     Ok(granted.join(" "))
 }
 
+/// A delegated token's scope: what was asked (all of the agent's when nothing was), of what
+/// the agent holds and what the subject token allowed; nothing left is `invalid_scope`.
+fn delegated_scope(
+    asked: Option<&str>,
+    held: &[String],
+    allowed: Option<&[String]>,
+) -> Result<String, OAuthError> {
+    let asked: Vec<&str> = asked.map_or_else(Vec::new, |s| s.split(' ').filter(|s| !s.is_empty()).collect());
+    let mut granted: Vec<&str> = Vec::new();
+    let wanted: Vec<&str> = if asked.is_empty() {
+        held.iter().map(String::as_str).collect()
+    } else {
+        asked
+    };
+    for s in wanted {
+        let ok = held.iter().any(|h| h == s) && allowed.is_none_or(|a| a.iter().any(|x| x == s));
+        if ok && !granted.contains(&s) {
+            granted.push(s);
+        }
+    }
+    if granted.is_empty() {
+        return Err(OAuthError::InvalidScope(
+            "no scope is left: what was asked, what the agent holds and what the subject token allows \
+             share none"
+                .into(),
+        ));
+    }
+    Ok(granted.join(" "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_delegated_scope_is_the_intersection_of_every_link() {
+        let held = vec!["read:a".to_owned(), "write:b".to_owned()];
+        let allowed = vec!["read:a".to_owned()];
+        assert_eq!(delegated_scope(None, &held, None).unwrap(), "read:a write:b");
+        assert_eq!(delegated_scope(None, &held, Some(&allowed)).unwrap(), "read:a");
+        assert_eq!(
+            delegated_scope(Some("write:b read:a"), &held, Some(&allowed)).unwrap(),
+            "read:a"
+        );
+        assert!(matches!(
+            delegated_scope(Some("write:b"), &held, Some(&allowed)),
+            Err(OAuthError::InvalidScope(_))
+        ));
+        assert!(matches!(
+            delegated_scope(None, &held, Some(&[])),
+            Err(OAuthError::InvalidScope(_))
+        ));
+    }
 
     #[test]
     fn resources_are_absolute_uris_without_fragments() {

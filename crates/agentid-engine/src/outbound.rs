@@ -214,6 +214,8 @@ impl std::fmt::Debug for Outbound {
 pub(crate) enum Fetched {
     /// 200, and its body (at most the bound given).
     Body(Vec<u8>),
+    /// 304 to a conditional request: what was held is current.
+    NotModified,
     /// Anything else, said in a few words: `answered 404`, `connection refused`, …
     Failed(String),
 }
@@ -339,27 +341,57 @@ impl Outbound {
         timeout: Duration,
         max_bytes: usize,
     ) -> Fetched {
-        let response = match self.agent(addrs, timeout).get(url).call() {
+        self.get_cached(url, addrs, timeout, max_bytes, None).0
+    }
+
+    /// [`Outbound::get`], conditional on `etag` (`If-None-Match`: a 304 is
+    /// [`Fetched::NotModified`]), with the answer's `ETag`.
+    pub(crate) fn get_cached(
+        &self,
+        url: &str,
+        addrs: Vec<SocketAddr>,
+        timeout: Duration,
+        max_bytes: usize,
+        etag: Option<&str>,
+    ) -> (Fetched, Option<String>) {
+        let mut request = self.agent(addrs, timeout).get(url);
+        if let Some(tag) = etag {
+            request = request.set("If-None-Match", tag);
+        }
+        let response = match request.call() {
             Ok(r) => r,
-            Err(ureq::Error::Status(code, _)) => return Fetched::Failed(format!("answered {code}")),
-            Err(ureq::Error::Transport(t)) => return Fetched::Failed(transport_failure(&t)),
+            Err(ureq::Error::Status(code, _)) => return (Fetched::Failed(format!("answered {code}")), None),
+            Err(ureq::Error::Transport(t)) => return (Fetched::Failed(transport_failure(&t)), None),
         };
         let status = response.status();
+        if status == 304 && etag.is_some() {
+            return (Fetched::NotModified, etag.map(str::to_owned));
+        }
         if (300..400).contains(&status) {
-            return Fetched::Failed(format!("answered {status}, a redirect, which is not followed"));
+            return (
+                Fetched::Failed(format!("answered {status}, a redirect, which is not followed")),
+                None,
+            );
         }
         if status != 200 {
-            return Fetched::Failed(format!("answered {status}"));
+            return (Fetched::Failed(format!("answered {status}")), None);
         }
+        let tag = response.header("etag").map(str::to_owned);
         let mut body = Vec::new();
         let limit = max_bytes as u64 + 1;
         if let Err(e) = response.into_reader().take(limit).read_to_end(&mut body) {
-            return Fetched::Failed(format!("reading the answer failed ({})", io_failure(&e)));
+            return (
+                Fetched::Failed(format!("reading the answer failed ({})", io_failure(&e))),
+                None,
+            );
         }
         if body.len() > max_bytes {
-            return Fetched::Failed(format!("the answer is larger than {max_bytes} bytes"));
+            return (
+                Fetched::Failed(format!("the answer is larger than {max_bytes} bytes")),
+                None,
+            );
         }
-        Fetched::Body(body)
+        (Fetched::Body(body), tag)
     }
 }
 

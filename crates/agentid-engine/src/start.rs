@@ -141,6 +141,8 @@ impl Engine {
                 audit.clone(),
                 issuers.clone(),
                 expiries.clone(),
+                tokens.clone(),
+                outbound.clone(),
                 &cfg.public_url,
                 &cfg.oauth,
                 cfg.dpop_max_skew.as_secs() as i64,

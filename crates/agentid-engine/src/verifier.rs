@@ -48,8 +48,16 @@ fn weight(token: &str, checked: &VerifiedToken) -> u64 {
         + c.aud
             .as_ref()
             .map_or(0, |a| a.values().iter().map(|r| r.len() + 24).sum());
+    let delegation = c.sub_id.as_ref().map_or(0, |s| s.iss.len() + s.sub.len() + 48)
+        + c.act.as_ref().map_or(0, |a| {
+            a.chain()
+                .iter()
+                .map(|x| x.sub.len() + x.issuer_domain.len() + 64)
+                .sum()
+        });
     let claims = c.iss.len()
         + c.sub.len()
+        + delegation
         + c.jti.len()
         + c.scopes.iter().map(|s| s.len() + 24).sum::<usize>()
         + access;
@@ -189,7 +197,7 @@ impl TokenVerifier {
         if let Err(reason) = keys.0.verify(&unverified) {
             return Err(Rejected {
                 reason,
-                sub: Some(unverified.claims.sub),
+                sub: Some(unverified.claims.agent_id().to_owned()),
             });
         }
         Ok(Arc::new(VerifiedToken::checked_in(unverified.claims, generation)))

@@ -10,7 +10,7 @@ use std::time::Instant;
 use agentid_core::domain::audit::{revoked_failure_reason, AuditEntry, Event};
 use agentid_core::domain::{AgentId, Ledger, Millis, VerifyResult};
 use agentid_core::token::policy::{Policy, PolicyRefusal};
-use agentid_core::token::RejectReason;
+use agentid_core::token::{Claims, RejectReason};
 use agentid_store::{SharedStore, StoreError};
 
 use crate::audit::AuditHandle;
@@ -255,14 +255,15 @@ impl Verify {
             }
         };
         let claims = &token.claims;
-        let Some(agent) = self.find_agent(&claims.sub).await? else {
+        let Some(agent) = self.find_agent(claims.agent_id()).await? else {
             return Ok(invalid(None, None, RejectReason::UnknownAgent, revocations_seen));
         };
         let ledger = Ledger {
             org_id: agent.org_id.as_str().to_owned(),
             mode: agent.mode,
         };
-        let (result, failure_reason) = if let Some(rev) = self.registry.revocation(&claims.sub) {
+        let (mut result, mut failure_reason) = if let Some(rev) = self.registry.revocation(claims.agent_id())
+        {
             (
                 VerifyResult::Revoked,
                 Some(revoked_failure_reason(rev.reason.as_deref())),
@@ -273,6 +274,11 @@ impl Verify {
         } else {
             (VerifyResult::Valid, None)
         };
+        if result == VerifyResult::Valid && claims.act.is_some() {
+            if let Some(why) = Box::pin(self.chain_refusal(claims, &agent)).await? {
+                (result, failure_reason) = (VerifyResult::Revoked, Some(why));
+            }
+        }
         let miss = cache == CacheOutcome::Miss;
         if miss && result != VerifyResult::Valid {
             // No answer to render: cached now (a valid one is, once its record is committed).
@@ -283,7 +289,7 @@ impl Verify {
         let cache_it = result == VerifyResult::Valid && (miss || !token.has_answer());
         Ok(Outcome {
             ledger,
-            agent_id: claims.sub.clone(),
+            agent_id: claims.agent_id().to_owned(),
             result,
             failure_reason,
             valid: (result == VerifyResult::Valid).then(|| ValidToken { token, agent }),
@@ -292,6 +298,31 @@ impl Verify {
             proof_error: None,
             policy_error: None,
         })
+    }
+
+    /// Why a delegated token no longer stands (an agent of its chain revoked, its provider
+    /// no longer trusted, its person revoked), read from the store on every verification:
+    /// each of these is seen at once, fleet-wide. `None` for a token that acts for nobody.
+    async fn chain_refusal(&self, claims: &Claims, agent: &AgentEntry) -> Result<Option<String>, StoreError> {
+        let (Some(act), Some(id)) = (&claims.act, &claims.sub_id) else {
+            return Ok(None);
+        };
+        let Some(chain) = crate::delegation::chain_ids(act) else {
+            return Ok(Some(
+                "the token's chain names something that is not an agent".into(),
+            ));
+        };
+        if let Some(gone) = chain
+            .iter()
+            .find(|a| self.registry.revocation(a.as_str()).is_some())
+        {
+            return Ok(Some(format!("agent {gone} of the token's chain is revoked")));
+        }
+        let standing = self
+            .store
+            .delegation_standing(&agent.org_id, &id.iss, &id.sub, &chain[1..])
+            .await?;
+        Ok(crate::delegation::verdict(claims, &standing))
     }
 
     /// The agent with this id: from the registry, else (registered through another

@@ -222,11 +222,15 @@ fn pass(v: &Verification) -> HttpResponse {
                 res.insert_header((HeaderName::from_static(name), v));
             }
         };
-        put("x-agent-id", &c.sub);
+        put("x-agent-id", c.agent_id());
         put("x-agent-issuer", c.issuer_domain());
         put("x-agent-scopes", &c.granted().join(" "));
         if let Some(client) = &c.client_id {
             put("x-agent-client-id", client);
+        }
+        if let Some(person) = &c.sub_id {
+            put("x-agent-subject", &person.sub);
+            put("x-agent-subject-issuer", &person.iss);
         }
     }
     res.finish()
@@ -244,7 +248,7 @@ fn pass(v: &Verification) -> HttpResponse {
         ("X-Agentid-Key" = Option<String>, Header, description = "The gateway's publishable key (pk_…): its organization's verify limit instead of the gateway address's"),
     ),
     responses(
-        (status = 200, description = "Let the request through: the token is valid for this receiver, and recorded. No body; X-Agent-Id, X-Agent-Issuer, X-Agent-Scopes (space-separated) and, for an access token, X-Agent-Client-Id name the agent."),
+        (status = 200, description = "Let the request through: the token is valid for this receiver, and recorded. No body; X-Agent-Id, X-Agent-Issuer, X-Agent-Scopes (space-separated) and, for an access token, X-Agent-Client-Id name the agent; for a delegated token, X-Agent-Subject and X-Agent-Subject-Issuer name the person it acts for."),
         (status = 400, description = "VALIDATION_ERROR: the gateway's URL names an unknown parameter or a malformed value", body = ErrorBody),
         (status = 401, description = "TOKEN_INVALID, TOKEN_EXPIRED, TOKEN_REVOKED, PROOF_INVALID or PROOF_REPLAYED, with the WWW-Authenticate challenge a receiver sends (RFC 6750, RFC 9449); or no token (a bare challenge); or UNAUTHORIZED: an invalid X-Agentid-Key", body = ErrorBody),
         (status = 403, description = "INSUFFICIENT_SCOPE, with `WWW-Authenticate: … error=\"insufficient_scope\", scope=\"…\"`", body = ErrorBody),

@@ -1,5 +1,6 @@
 //! Issuer endpoints for the identity providers an organization trusts to vouch for the people
-//! its agents act for: add one, list them, remove one (live secret keys only).
+//! its agents act for: add one, list them, remove one; and revoking a person's delegations
+//! (live secret keys only).
 
 use actix_web::web::{self, Bytes};
 use actix_web::{HttpRequest, HttpResponse};
@@ -143,4 +144,53 @@ pub(crate) async fn remove(
     let id = IdpId::parse(&id).ok_or(IdentityProviderError::NotFound)?;
     state.engine.identity_providers().remove(&caller, &id).await?;
     Ok(HttpResponse::NoContent().finish())
+}
+
+/// `POST /v1/subjects/revoke` body: a person, as their identity provider names them.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RevokeSubjectRequest {
+    /// The identity provider's issuer (https URL), as the token's sub_id.iss says it.
+    #[schema(example = "https://idp.example")]
+    iss: String,
+    /// The person's sub at that provider (1 to 255 bytes).
+    #[schema(example = "alice")]
+    sub: String,
+}
+
+/// A person's delegations revoked.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct SubjectRevoked {
+    iss: String,
+    sub: String,
+    /// Every delegated token for the person issued until then fails online.
+    #[schema(value_type = Timestamp)]
+    revoked_at: Millis,
+}
+
+#[utoipa::path(
+    post, path = "/v1/subjects/revoke", tag = "agents", request_body = RevokeSubjectRequest,
+    responses(
+        (status = 200, description = "Every delegated token the organization's agents hold for this person, issued until now, fails online verification and introspection at once; an OpenID CAEP session-revoked event (sub_id iss_sub) goes to the organization's live Shared Signals streams that carry revocations. A token the person gets after this (a new sign-in) is not affected.", body = SubjectRevoked),
+        (status = 400, description = "VALIDATION_ERROR: iss is not an https URL, or sub is empty or over 255 bytes", body = ErrorBody),
+        (status = 403, description = "FORBIDDEN: a publishable or test-mode key", body = ErrorBody),
+    ),
+)]
+pub(crate) async fn revoke_subject(
+    state: web::Data<AppState>,
+    Issuer(caller): Issuer,
+    req: HttpRequest,
+    body: Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let r: RevokeSubjectRequest = json_body(&req, &body)?;
+    let at = state
+        .engine
+        .identity_providers()
+        .revoke_subject(&caller, &r.iss, &r.sub)
+        .await?;
+    Ok(HttpResponse::Ok().json(SubjectRevoked {
+        iss: r.iss,
+        sub: r.sub,
+        revoked_at: at,
+    }))
 }

@@ -176,6 +176,7 @@ route_table! {
         CLIENT_SECRET => [post: agents::client_secret],
         IDENTITY_PROVIDERS => [post: identity_providers::add, get: identity_providers::list],
         IDENTITY_PROVIDER => [delete: identity_providers::remove],
+        SUBJECTS_REVOKE => [post: identity_providers::revoke_subject],
         REVOKE => [post: agents::revoke],
         DOMAINS => [post: domains::claim, get: domains::list],
         DOMAIN => [get: domains::get, delete: domains::release],

@@ -15,6 +15,8 @@ use super::context::{self, AppState, Auth, Charged, KeepBody};
 use super::input::content_type_is;
 use super::verify::Cnf;
 use agentid_core::token::Audience;
+use agentid_core::token::{Actor, SubjectId};
+use agentid_engine::delegation::{ID_JAG_PROFILE, JWT_BEARER_GRANT, TOKEN_EXCHANGE};
 use agentid_engine::oauth::{OAuthError, TokenRequest, CLIENT_CREDENTIALS};
 use agentid_engine::ratelimit::{Class, RateSubject};
 use agentid_engine::{Verification, VerifyError};
@@ -84,7 +86,10 @@ pub(crate) struct Metadata {
     jwks_uri: String,
     /// None: agents use no browser flow (the authorization endpoint refuses every request).
     response_types_supported: [&'static str; 0],
-    grant_types_supported: [&'static str; 1],
+    grant_types_supported: [&'static str; 3],
+    /// The ID-JAG profile (urn:ietf:params:oauth:grant-profile:id-jag): a person's identity
+    /// provider vouches for them with an ID-JAG at the jwt-bearer grant.
+    authorization_grant_profiles_supported: [&'static str; 1],
     token_endpoint_auth_methods_supported: [&'static str; 3],
     token_endpoint_auth_signing_alg_values_supported: [&'static str; 2],
     introspection_endpoint_auth_methods_supported: [&'static str; 1],
@@ -106,7 +111,8 @@ pub(crate) async fn metadata(state: web::Data<AppState>) -> HttpResponse {
         jwks_uri: format!("{issuer}/.well-known/jwks.json"),
         issuer: issuer.to_owned(),
         response_types_supported: [],
-        grant_types_supported: [CLIENT_CREDENTIALS],
+        grant_types_supported: [CLIENT_CREDENTIALS, TOKEN_EXCHANGE, JWT_BEARER_GRANT],
+        authorization_grant_profiles_supported: [ID_JAG_PROFILE],
         token_endpoint_auth_methods_supported: [
             "private_key_jwt",
             "client_secret_basic",
@@ -187,13 +193,27 @@ impl Form {
     }
 }
 
-/// The token endpoint's form (RFC 6749 §4.4.2, RFC 7523 §2.2, RFC 8707 §2).
+/// The token endpoint's form (RFC 6749 §4.4.2, RFC 7523 §2.2, RFC 8707 §2, RFC 8693 §2.1).
 #[derive(ToSchema)]
 #[allow(dead_code)]
 pub(crate) struct TokenForm {
-    /// client_credentials.
+    /// client_credentials; urn:ietf:params:oauth:grant-type:token-exchange (an agent acting
+    /// for a person, or taking a task handed on); urn:ietf:params:oauth:grant-type:jwt-bearer
+    /// (an ID-JAG).
     #[schema(example = "client_credentials")]
     grant_type: String,
+    /// Token exchange: the person's token from an identity provider the organization trusts
+    /// (aud the agent's id or this issuer), or a delegated agentid token whose aud includes
+    /// this issuer (handed on by another agent of the organization).
+    subject_token: Option<String>,
+    /// Token exchange: urn:ietf:params:oauth:token-type:id_token, …:jwt or …:access_token.
+    subject_token_type: Option<String>,
+    /// Token exchange: absent or urn:ietf:params:oauth:token-type:access_token.
+    requested_token_type: Option<String>,
+    /// jwt-bearer: an ID-JAG (typ oauth-id-jag+jwt) from an identity provider the organization
+    /// trusts: aud this issuer, client_id the agent, exp at most 300 s ahead, a jti used once;
+    /// its resource is the token's aud.
+    assertion: Option<String>,
     /// private_key_jwt: urn:ietf:params:oauth:client-assertion-type:jwt-bearer.
     client_assertion_type: Option<String>,
     /// private_key_jwt: a JWT signed by the agent's bound key (EdDSA or ES256): iss and sub the
@@ -226,6 +246,9 @@ pub(crate) struct TokenAnswer<'a> {
     expires_in: i64,
     /// The scopes granted, space-separated.
     scope: &'a str,
+    /// Token exchange only (RFC 8693 §2.2.1): urn:ietf:params:oauth:token-type:access_token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    issued_token_type: Option<&'static str>,
 }
 
 #[utoipa::path(
@@ -308,6 +331,7 @@ pub(crate) async fn token(state: web::Data<AppState>, req: HttpRequest, body: By
                 token_type: t.token_type,
                 expires_in: t.expires_in,
                 scope: &t.scope,
+                issued_token_type: t.issued_token_type,
             }),
         Err(e) => refusal(&e),
     };
@@ -401,6 +425,11 @@ fn token_request<'a>(
         scope: form.one("scope")?,
         resources: form.all("resource"),
         dpop,
+        subject_token: form.one("subject_token")?,
+        subject_token_type: form.one("subject_token_type")?,
+        actor_token: form.one("actor_token")?,
+        requested_token_type: form.one("requested_token_type")?,
+        assertion: form.one("assertion")?,
     })
 }
 
@@ -423,12 +452,22 @@ pub(crate) struct Introspection<'a> {
     /// agent token.
     #[serde(skip_serializing_if = "Option::is_none")]
     iss: Option<&'a str>,
-    /// The agent.
+    /// The agent; for a delegated token, the person it acts for (as sub_id's provider names
+    /// them).
     #[serde(skip_serializing_if = "Option::is_none")]
     sub: Option<&'a str>,
-    /// The agent (an agent is its own OAuth client).
+    /// The agent (an agent is its own OAuth client); for a delegated token, the agent acting.
     #[serde(skip_serializing_if = "Option::is_none")]
     client_id: Option<&'a str>,
+    /// A delegated token's person (RFC 9493 iss_sub).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    sub_id: Option<&'a SubjectId>,
+    /// A delegated token's chain of agents (RFC 8693 §4.1): the one acting, and inside it
+    /// (act) the one that handed it the task, and so on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    act: Option<&'a Actor>,
     /// An access token's resources: a string, or an array of several.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
@@ -518,7 +557,9 @@ pub(crate) fn introspection_json(v: &Verification) -> String {
         active: true,
         iss: Some(&c.iss),
         sub: Some(&c.sub),
-        client_id: Some(c.client_id.as_deref().unwrap_or(&c.sub)),
+        client_id: Some(c.agent_id()),
+        sub_id: c.sub_id.as_ref(),
+        act: c.act.as_ref(),
         aud: c.aud.as_ref(),
         scope: Some(c.granted().join(" ")),
         exp: Some(c.exp),

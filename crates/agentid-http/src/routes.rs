@@ -108,6 +108,7 @@ pub(crate) static ISSUE_TOKEN: Route = other("/v1/agents/{id}/issue-token");
 pub(crate) static CLIENT_SECRET: Route = other("/v1/agents/{id}/client-secret");
 pub(crate) static IDENTITY_PROVIDERS: Route = other("/v1/identity-providers");
 pub(crate) static IDENTITY_PROVIDER: Route = other("/v1/identity-providers/{id}");
+pub(crate) static SUBJECTS_REVOKE: Route = other("/v1/subjects/revoke");
 pub(crate) static REVOKE: Route = other("/v1/agents/{id}/revoke");
 pub(crate) static DOMAINS: Route = other("/v1/domains");
 pub(crate) static DOMAIN: Route = other("/v1/domains/{domain}");

@@ -56,6 +56,22 @@ pub(crate) struct ValidBody<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     cnf: Option<Cnf<'a>>,
+    /// A delegated token only: the person the agent acts for, as the identity provider in
+    /// sub_id names them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    sub: Option<&'a str>,
+    /// A delegated token only: the person (RFC 9493 iss_sub: the provider that vouched for
+    /// them, and its sub).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>, nullable = false)]
+    sub_id: Option<&'a agentid_core::token::SubjectId>,
+    /// A delegated token only: the chain of agents (RFC 8693 §4.1), the one acting
+    /// outermost (`sub` its id, `issuer_domain` its organization's name), the one that handed
+    /// it the task in its `act`. Every agent of it is checked for revocation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>, nullable = false)]
+    act: Option<&'a agentid_core::token::Actor>,
     #[schema(value_type = Timestamp)]
     verified_at: Millis,
 }
@@ -94,9 +110,11 @@ pub(crate) enum TokenError {
     ProofReplayed,
 }
 
-/// The verification result: the valid form or the invalid form.
+/// The verification result: the valid form or the invalid form. Built to be serialized at
+/// once, never kept, so the size of its valid form costs nothing.
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum VerifyAnswer<'a> {
     /// Rendered in two parts (`valid_json`); this is its schema.
     #[cfg_attr(not(test), allow(dead_code))]
@@ -260,7 +278,7 @@ impl<'a> ValidBody<'a> {
         let c = &t.token.claims;
         ValidBody {
             valid: true,
-            agent_id: &c.sub,
+            agent_id: c.agent_id(),
             name: &t.agent.name,
             issuer: c.issuer_domain(),
             scopes: c.granted(),
@@ -272,6 +290,9 @@ impl<'a> ValidBody<'a> {
             client_id: c.client_id.as_deref(),
             scope: c.scope.as_deref(),
             cnf: c.cnf.as_ref().map(|k| Cnf { jkt: &k.jkt }),
+            sub: c.act.as_ref().map(|_| c.sub.as_str()),
+            sub_id: c.sub_id.as_ref(),
+            act: c.act.as_ref(),
             verified_at,
         }
     }
@@ -361,6 +382,9 @@ mod tests {
                 client_id: None,
                 scope: None,
                 cnf: None,
+                sub: None,
+                sub_id: None,
+                act: None,
                 verified_at,
             }))
             .unwrap();

@@ -1,7 +1,7 @@
 //! The identity providers organizations trust: facts and one bounded insert.
 
 use super::{IdentityProviderRecord, StoreError, StoreFuture};
-use agentid_core::domain::{IdpId, Millis, OrgId};
+use agentid_core::domain::{AgentId, IdpId, Millis, OrgId};
 
 /// What an insert did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +26,37 @@ pub trait IdentityProviderStore {
     fn identity_providers<'a>(&'a self, org_id: &'a OrgId) -> StoreFuture<'a, Vec<IdentityProviderRecord>>;
     /// Removes one of the organization's; false when it has no such one.
     fn remove_identity_provider<'a>(&'a self, org_id: &'a OrgId, id: &'a IdpId) -> StoreFuture<'a, bool>;
+    /// Notes that the organization revoked the person `(iss, sub)` at `at`, and queues a
+    /// `subject-revoked` event on each of its live streams that carries revocations (enabled
+    /// or paused), in one transaction.
+    fn revoke_subject<'a>(
+        &'a self,
+        org_id: &'a OrgId,
+        iss: &'a str,
+        sub: &'a str,
+        at: Millis,
+    ) -> StoreFuture<'a, ()>;
+    /// What a delegated token of the organization's agents for the person `(iss, sub)`
+    /// stands on: the provider still trusted, when the person was revoked last, and which of
+    /// the `chain`'s agents are revoked.
+    fn delegation_standing<'a>(
+        &'a self,
+        org_id: &'a OrgId,
+        iss: &'a str,
+        sub: &'a str,
+        chain: &'a [AgentId],
+    ) -> StoreFuture<'a, Standing>;
+}
+
+/// What a delegated token stands on, as the store has it now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Standing {
+    /// The organization still trusts the provider that vouched for the person.
+    pub provider_trusted: bool,
+    /// When the organization last revoked the person.
+    pub subject_revoked_at: Option<Millis>,
+    /// The agents of the chain that are revoked.
+    pub revoked: Vec<AgentId>,
 }
 
 row! {

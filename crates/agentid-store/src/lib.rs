@@ -53,7 +53,7 @@ pub use agents::{AgentStore, KeyBinding};
 pub use audit::AuditStore;
 pub use block::AgentBlockRow;
 pub use domains::{DomainListSize, DomainRules, DomainStore, RELEASED_REASON, REPLACED_REASON};
-pub use identity_providers::{IdentityProviderStore, IdpAdded};
+pub use identity_providers::{IdentityProviderStore, IdpAdded, Standing};
 pub use migrate::valid_role;
 pub use orgs::{KeyListing, OrgStore};
 pub use places::PlaceDraw;

@@ -116,6 +116,11 @@ pub const SQLITE: Embedded = &[
         "identity providers",
         include_str!("../../../migrations/sqlite/0022_identity_providers.sql"),
     ),
+    (
+        23,
+        "subject revocations",
+        include_str!("../../../migrations/sqlite/0023_subject_revocations.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -228,6 +233,11 @@ pub const POSTGRES: Embedded = &[
         "identity providers",
         include_str!("../../../migrations/postgres/0022_identity_providers.sql"),
     ),
+    (
+        23,
+        "subject revocations",
+        include_str!("../../../migrations/postgres/0023_subject_revocations.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -289,7 +299,7 @@ pub(crate) fn grants_pg(role: &str) -> Vec<String> {
         format!(
             "GRANT INSERT, UPDATE, DELETE ON orgs, api_keys, agents, revocation_epoch, signing_keys, \
              rate_buckets, status_lists, ssf_streams, ssf_subjects, ssf_events, domain_claims, \
-             client_assertions, name_moves, client_secrets, identity_providers TO {r}"
+             client_assertions, name_moves, client_secrets, identity_providers, subject_revocations TO {r}"
         ),
         format!(
             "GRANT INSERT ON audit_blocks, audit_block_agents, audit_tree_nodes, audit_checkpoints, \

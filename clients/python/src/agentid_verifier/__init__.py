@@ -48,6 +48,8 @@ from . import dpop as _dpop
 
 __all__ = [
     "Agent",
+    "Subject",
+    "Actor",
     "Verifier",
     "VerificationError",
     "TokenInvalid",
@@ -192,7 +194,59 @@ class Counts:
 
 
 @dataclass(frozen=True)
+class Subject:
+    """The person a delegated token acts for, as the identity provider that vouched for them
+    names them."""
+
+    #: The person's ``sub`` at the provider.
+    sub: str
+    #: The provider's issuer URL.
+    iss: str
+
+    @property
+    def sub_id(self) -> Dict[str, str]:
+        """The person as RFC 9493 has it: ``{"format": "iss_sub", "iss": …, "sub": …}``."""
+        return {"format": "iss_sub", "iss": self.iss, "sub": self.sub}
+
+
+@dataclass(frozen=True)
+class Actor:
+    """One agent of a delegated token's chain."""
+
+    agent_id: str
+    #: The name its organization proved.
+    issuer: str
+
+
+#: The most agents a chain may hold (the service's own bound).
+MAX_CHAIN = 16
+
+
+def _delegation(doc: dict) -> Tuple[Optional[Subject], Tuple[Actor, ...]]:
+    """The person and the chain of agents of a token's claims (or an online answer): both
+    absent for a token that acts for nobody, both present for a delegated one."""
+    act, sub_id = doc.get("act"), doc.get("sub_id")
+    if act is None and sub_id is None:
+        return None, ()
+    if (not isinstance(sub_id, dict) or sub_id.get("format") != "iss_sub"
+            or not isinstance(sub_id.get("iss"), str) or not isinstance(sub_id.get("sub"), str)
+            or sub_id["sub"] != doc.get("sub")):
+        raise TokenInvalid("a delegated token needs sub_id (iss_sub) naming its sub")
+    actors: List[Actor] = []
+    while act is not None:
+        if (not isinstance(act, dict) or not isinstance(act.get("sub"), str)
+                or not isinstance(act.get("issuer_domain"), str) or len(actors) >= MAX_CHAIN):
+            raise TokenInvalid("malformed act")
+        actors.append(Actor(act["sub"], act["issuer_domain"]))
+        act = act.get("act")
+    if not actors:
+        raise TokenInvalid("a delegated token needs act")
+    return Subject(sub_id["sub"], sub_id["iss"]), tuple(actors)
+
+
+@dataclass(frozen=True)
 class Agent:
+    #: The agent: the one acting, for a delegated token.
     agent_id: str
     #: The name the agent's organization proved (an access token's ``issuer_domain``).
     issuer: str
@@ -208,6 +262,17 @@ class Agent:
     client_id: Optional[str] = None
     #: The token's claims, as verified (the online answer's members for ``verify_online``).
     claims: Dict[str, object] = field(default_factory=dict, compare=False, repr=False)
+    #: The person a delegated token acts for; None for a token that acts for nobody.
+    subject: Optional[Subject] = None
+    #: A delegated token's chain of agents, the one acting first, then the one that handed it
+    #: the task, and so on. Offline, only the first one's revocation is seen (through its
+    #: status list, or a pushed event for any of them); ``verify_online`` sees every link.
+    actors: Tuple[Actor, ...] = ()
+
+    @property
+    def delegated(self) -> bool:
+        """Whether the agent acts for a person."""
+        return self.subject is not None
 
 
 #: What a reason must not carry raw: controls (C0, DEL, C1), line and paragraph separators and
@@ -357,6 +422,8 @@ class Verifier:
         self._last_key_fetch = float("-inf")
         self._lists: Dict[str, _StatusList] = {}
         self._revoked: Set[str] = set()
+        # (provider, person) -> when the organization revoked them (Unix s), from pushed events.
+        self._revoked_subjects: Dict[Tuple[str, str], float] = {}
         self._seen_sets: "OrderedDict[str, None]" = OrderedDict()
         self._verifications: Dict[str, int] = {}
         self._fetches: Dict[Tuple[str, str], int] = {}
@@ -659,7 +726,10 @@ class Verifier:
         typ, claims = self._decode_typed(_sized(token), ("JWT", ACCESS_TOKEN_TYP),
                                          require=("exp", "iat", "sub", "iss"))
         issuer, granted, audience, client_id = self._kind(typ == ACCESS_TOKEN_TYP, claims)
-        livemode = self._admit(claims["sub"], issuer, granted, claims.get("livemode", True))
+        subject, actors = _delegation(claims) if client_id is not None else (None, ())
+        agent_id = client_id or claims["sub"]
+        livemode = self._admit(agent_id, issuer, granted, claims.get("livemode", True))
+        self._admit_chain(subject, actors, claims["iat"])
         status = claims.get("status")
         if status is not None:
             try:
@@ -672,7 +742,7 @@ class Verifier:
                 raise TokenRevoked("revoked (status list)")
         self._scoped(granted, scopes)
         return claims, Agent(
-            agent_id=claims["sub"],
+            agent_id=agent_id,
             issuer=issuer,
             scopes=list(granted),
             issued_at=_utc(claims["iat"]),
@@ -681,7 +751,20 @@ class Verifier:
             audience=audience,
             client_id=client_id,
             claims=claims,
+            subject=subject,
+            actors=actors,
         )
+
+    def _admit_chain(self, subject: Optional[Subject], actors: Tuple[Actor, ...], iat: object) -> None:
+        """A delegated token's other links, as pushed events told of them: any agent of the
+        chain revoked, or its person revoked since the token was issued."""
+        if subject is None:
+            return
+        if any(a.agent_id in self._revoked for a in actors):
+            raise TokenRevoked("an agent of the token's chain is revoked (a pushed event)")
+        at = self._revoked_subjects.get((subject.iss, subject.sub))
+        if at is not None and isinstance(iat, (int, float)) and iat <= at:
+            raise TokenRevoked("the person's delegation was revoked (a pushed event)")
 
     def _kind(self, access: bool, claims: dict) -> Tuple[object, List[str], Tuple[str, ...], Optional[str]]:
         """The issuer domain, scopes, audience and client of an agent token's or an access
@@ -695,8 +778,12 @@ class Verifier:
             if claims.get("iss") != self.base_url:
                 raise TokenInvalid(f"an access token of {claims.get('iss')!r}, not of {self.base_url!r}")
             scope, client_id = claims.get("scope"), claims.get("client_id")
-            if not isinstance(scope, str) or not scope or client_id != claims.get("sub") or not audience:
-                raise TokenInvalid("an access token needs aud, scope and client_id (its sub)")
+            delegated = "act" in claims or "sub_id" in claims
+            if (not isinstance(scope, str) or not scope or not isinstance(client_id, str) or not audience
+                    or (not delegated and client_id != claims.get("sub"))
+                    or (delegated and not (isinstance(claims.get("act"), dict)
+                                           and claims["act"].get("sub") == client_id))):
+                raise TokenInvalid("an access token needs aud, scope and client_id (its sub, or its act's)")
             issuer, granted = claims.get("issuer_domain"), scope.split(" ")
         else:
             if "client_id" in claims or "scope" in claims:
@@ -748,6 +835,10 @@ class Verifier:
         if self.audience is not None and not any(a in self.audience for a in audience):
             raise TokenInvalid(f"a token for {list(audience) or 'no audience'}, not for {list(self.audience)}")
         livemode = self._admit(agent_id, issuer, granted, answer.get("livemode", True))
+        try:
+            subject, actors = _delegation(answer)
+        except TokenInvalid as e:
+            raise Unavailable(f"verify gave a malformed answer: {e}") from e
         if "cnf" in answer:
             raise ProofInvalid("the token is bound to a key: it passes only with a DPoP proof (verify_dpop)")
         self._scoped(granted, scopes)
@@ -761,6 +852,8 @@ class Verifier:
             audience=audience,
             client_id=answer.get("client_id"),
             claims=answer,
+            subject=subject,
+            actors=actors,
         )
 
     def handle_set(self, set_jwt: str) -> None:
@@ -768,7 +861,9 @@ class Verifier:
         the JWKS; issued by this service (``iss`` is ``base_url``); for this receiver (its
         ``aud`` holds ``set_audience``, when given); not seen before (its ``jti`` is not one of
         the last 10,000 taken); of a subject of an accepted issuer (``sub_id.iss`` is in
-        ``issuers``, when given). A revocation marks its agent revoked at once."""
+        ``issuers``, when given). A revocation marks its agent revoked at once; a person's
+        (``sub_id.iss`` an identity provider's https URL) revokes every delegated token for
+        them issued until the event."""
         claims = self._decode(_sized(set_jwt, MAX_SET_BYTES, "SET"), "secevent+jwt",
                               require=["iss", "jti", "iat"])
         if claims["iss"] != self.base_url:
@@ -779,15 +874,20 @@ class Verifier:
         jti, events = claims["jti"], claims.get("events")
         if not isinstance(jti, str) or not isinstance(events, dict):
             raise TokenInvalid("a SET needs a jti and events")
-        revoked = None
+        revoked = person = None
         if SESSION_REVOKED in events:
             subject = claims.get("sub_id")
             if (not isinstance(subject, dict) or subject.get("format") != "iss_sub"
                     or not isinstance(subject.get("iss"), str) or not isinstance(subject.get("sub"), str)):
                 raise TokenInvalid("a revocation without an iss_sub subject")
-            if self.issuers is not None and subject["iss"] not in self.issuers:
+            body = events[SESSION_REVOKED]
+            when = body.get("event_timestamp") if isinstance(body, dict) else None
+            if subject["iss"].startswith("https://"):
+                person = (subject["iss"], subject["sub"]), (when if isinstance(when, (int, float)) else claims["iat"])
+            elif self.issuers is not None and subject["iss"] not in self.issuers:
                 raise TokenInvalid(f"a revocation of an agent of {subject['iss']!r}, not an accepted issuer")
-            revoked = subject["sub"]
+            else:
+                revoked = subject["sub"]
         with self._lock:
             if jti in self._seen_sets:
                 raise TokenInvalid(f"SET {jti!r} was taken already (a replay)")
@@ -796,3 +896,9 @@ class Verifier:
                 self._seen_sets.popitem(last=False)
             if revoked is not None:
                 self._revoked.add(revoked)
+            if person is not None:
+                key, when = person
+                self._revoked_subjects[key] = max(when, self._revoked_subjects.pop(key, when))
+                if len(self._revoked_subjects) > SEEN_SETS:
+                    # The oldest: its tokens (an hour at most) are long expired.
+                    self._revoked_subjects.pop(next(iter(self._revoked_subjects)))

@@ -160,17 +160,21 @@ def presented(authorization: Optional[str], proofs: List[str]) -> Tuple[str, Opt
 
 
 def check(verifier: Verifier, scheme: str, token: Optional[str], proof: Optional[str],
-          method: str, url: Optional[str], scopes: Sequence[str]):
+          method: str, url: Optional[str], scopes: Sequence[str], delegated: bool = False):
     """The agent of a request, by its scheme (``url``: the receiver's public origin and the
     request's path, None when the receiver named no origin); a ``VerificationError``
-    otherwise."""
+    otherwise. With ``delegated``, a token that acts for no person is ``TOKEN_INVALID``."""
     if token is None:
         raise TokenInvalid("no token in the Authorization header")
     if scheme == "DPoP":
         if url is None:
             raise NoPublicOrigin()
-        return verifier.verify_dpop(token, proof, method, url, scopes)
-    return verifier.verify(token, scopes)
+        agent = verifier.verify_dpop(token, proof, method, url, scopes)
+    else:
+        agent = verifier.verify(token, scopes)
+    if delegated and not agent.delegated:
+        raise TokenInvalid("this route takes an agent acting for a person: a token that acts for nobody")
+    return agent
 
 
 class AgentIdMiddleware:

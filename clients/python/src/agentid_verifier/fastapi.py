@@ -63,8 +63,10 @@ def add_resource_metadata(app: FastAPI, metadata: ResourceMetadata) -> None:
 
 def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
                   public_origin: Optional[str] = None,
-                  resource_metadata: Optional[ResourceMetadata] = None) -> Callable[..., Awaitable[Agent]]:
-    """A dependency whose value is the request's verified ``Agent``."""
+                  resource_metadata: Optional[ResourceMetadata] = None,
+                  delegated: bool = False) -> Callable[..., Awaitable[Agent]]:
+    """A dependency whose value is the request's verified ``Agent``; with ``delegated``, only
+    an agent acting for a person (``Agent.subject``) passes."""
     bearer = HTTPBearer(scheme_name="agentid", auto_error=False,
                         description="An agentid agent token (Authorization: Bearer, or DPoP with its proof)")
     origin = warn_without_origin(public_origin, "agentid_verifier.fastapi.require_agent")
@@ -79,7 +81,7 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
         try:
             scheme, token, proof = presented(authorization, request.headers.getlist("dpop"))
             url = origin + request.url.path if origin else None
-            args = (verifier, scheme, token, proof, request.method, url, wanted)
+            args = (verifier, scheme, token, proof, request.method, url, wanted, delegated)
             try:
                 return warm_only(check, *args)  # no thread hop when nothing is to be fetched
             except Cold:

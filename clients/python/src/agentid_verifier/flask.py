@@ -40,8 +40,10 @@ def add_resource_metadata(app: Flask, metadata: ResourceMetadata) -> None:
 
 def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
                   public_origin: Optional[str] = None,
-                  resource_metadata: Optional[ResourceMetadata] = None) -> Callable[[_F], _F]:
-    """A decorator: the view runs only for a verified agent, in ``g.agent``."""
+                  resource_metadata: Optional[ResourceMetadata] = None,
+                  delegated: bool = False) -> Callable[[_F], _F]:
+    """A decorator: the view runs only for a verified agent, in ``g.agent`` (with
+    ``delegated``, only for one acting for a person)."""
     origin = warn_without_origin(public_origin, "agentid_verifier.flask.require_agent")
     wanted = list(scopes)
 
@@ -52,7 +54,7 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
             try:
                 scheme, token, proof = presented(authorization, request.headers.getlist("DPoP"))
                 url = origin + request.script_root + request.path if origin else None
-                g.agent = check(verifier, scheme, token, proof, request.method, url, wanted)
+                g.agent = check(verifier, scheme, token, proof, request.method, url, wanted, delegated)
             except VerificationError as e:
                 status, headers, body = refusal(e, scheme_of(authorization), wanted, resource_metadata)
                 return Response(body, status=status, headers=[(k.decode(), v.decode()) for k, v in headers])

@@ -49,9 +49,10 @@ class AgentIdTokenVerifier(TokenVerifier):
 
 
 def access_token(token: str, agent: Agent, audience: Optional[tuple] = None) -> AccessToken:
-    """The ``AccessToken`` of a verified agent: its client, scopes and expiry, the resource it
-    is for (the receiver's own audience that it names, else its first), the agent as its
-    subject, and its claims."""
+    """The ``AccessToken`` of a verified agent: its client (the agent acting), scopes and
+    expiry, the resource it is for (the receiver's own audience that it names, else its
+    first), its subject (the person a delegated token acts for, else the agent), and its
+    claims (``act`` holds the chain of agents)."""
     resource = next((a for a in agent.audience if audience and a in audience),
                     agent.audience[0] if agent.audience else None)
     return AccessToken(
@@ -60,6 +61,6 @@ def access_token(token: str, agent: Agent, audience: Optional[tuple] = None) -> 
         scopes=list(agent.scopes),
         expires_at=int(agent.expires_at.timestamp()),
         resource=resource,
-        subject=agent.agent_id,
+        subject=agent.subject.sub if agent.subject else agent.agent_id,
         claims=dict(agent.claims),
     )

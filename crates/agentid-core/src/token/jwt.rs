@@ -50,6 +50,70 @@ pub struct Claims {
     /// Access tokens only: the name the agent's organization proved (an agent token's `iss`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issuer_domain: Option<String>,
+    /// Delegated access tokens only: the person the agents act for, as their identity
+    /// provider names them (RFC 9493 `iss_sub`; `sub` is its `sub`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_id: Option<SubjectId>,
+    /// Delegated access tokens only: the agent acting (the client), and inside it the agents
+    /// that handed it the task, innermost last (RFC 8693 §4.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub act: Option<Actor>,
+}
+
+/// The most agents a delegation chain may hold, whatever the service's setting: a bound on
+/// what a token's parser follows.
+pub const MAX_CHAIN: usize = 16;
+
+/// A person as an identity provider names them (RFC 9493 §3.2.6 `iss_sub`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubjectId {
+    pub format: String,
+    pub iss: String,
+    pub sub: String,
+}
+
+impl SubjectId {
+    pub fn iss_sub(iss: &str, sub: &str) -> SubjectId {
+        SubjectId {
+            format: "iss_sub".to_owned(),
+            iss: iss.to_owned(),
+            sub: sub.to_owned(),
+        }
+    }
+}
+
+/// One agent of a delegation chain (RFC 8693 §4.1 `act`): its id and the name its
+/// organization proved; `act` the agent that handed it the task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Actor {
+    pub sub: String,
+    pub issuer_domain: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub act: Option<Box<Actor>>,
+}
+
+impl Actor {
+    /// The agents of the chain, outermost (the one acting) first.
+    pub fn chain(&self) -> Vec<&Actor> {
+        let mut out = vec![self];
+        let mut at = self;
+        while let Some(inner) = &at.act {
+            out.push(inner);
+            at = inner;
+        }
+        out
+    }
+
+    /// This chain with `outer` acting on top of it.
+    pub fn wrapped(self, sub: &str, issuer_domain: &str) -> Actor {
+        Actor {
+            sub: sub.to_owned(),
+            issuer_domain: issuer_domain.to_owned(),
+            act: Some(Box::new(self)),
+        }
+    }
 }
 
 impl Claims {
@@ -69,7 +133,21 @@ impl Claims {
             aud: None,
             scope: None,
             issuer_domain: None,
+            sub_id: None,
+            act: None,
         }
+    }
+
+    /// The agent the token is for: an agent token's `sub`, an access token's client (the
+    /// agent acting, when it acts for a person).
+    pub fn agent_id(&self) -> &str {
+        self.client_id.as_deref().unwrap_or(&self.sub)
+    }
+
+    /// The agents of a delegated token's chain, outermost (the one acting) first; empty for
+    /// a token that acts for nobody.
+    pub fn actors(&self) -> Vec<&Actor> {
+        self.act.as_ref().map_or_else(Vec::new, Actor::chain)
     }
 
     /// Whether these are an access token's claims (RFC 9068): it has a `client_id`.
@@ -105,10 +183,29 @@ impl Claims {
     /// and its scope string is scopes separated by single spaces.
     fn well_formed(&self) -> bool {
         match (&self.client_id, &self.aud, &self.scope, &self.issuer_domain) {
-            (None, None, None, None) => !self.scopes.is_empty(),
+            (None, None, None, None) => {
+                !self.scopes.is_empty() && self.act.is_none() && self.sub_id.is_none()
+            }
             (Some(client), Some(aud), Some(scope), Some(domain)) => {
-                self.scopes.is_empty()
-                    && *client == self.sub
+                let party = match (&self.act, &self.sub_id) {
+                    (None, None) => *client == self.sub,
+                    (Some(act), Some(id)) => {
+                        let chain = act.chain();
+                        act.sub == *client
+                            && act.issuer_domain == *domain
+                            && chain.len() <= MAX_CHAIN
+                            && chain
+                                .iter()
+                                .all(|a| !a.sub.is_empty() && !a.issuer_domain.is_empty())
+                            && id.format == "iss_sub"
+                            && id.sub == self.sub
+                            && !id.iss.is_empty()
+                            && !id.sub.is_empty()
+                    }
+                    _ => false,
+                };
+                party
+                    && self.scopes.is_empty()
                     && aud.well_formed()
                     && !domain.is_empty()
                     && !scope.is_empty()
@@ -247,7 +344,8 @@ impl RejectReason {
     }
 }
 
-/// A rejected token, with the `sub` claim when the payload could be read (for attribution).
+/// A rejected token, with the agent it names (`client_id`, else `sub`) when the payload
+/// could be read (for attribution).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejected {
     pub reason: RejectReason,
@@ -301,7 +399,7 @@ pub fn decode(token: &str) -> Result<Unverified<'_>, Rejected> {
         Some(c) if c.livemode != Some(true) => c,
         _ => return reject(RejectReason::Malformed, loose_sub(p)),
     };
-    let sub = Some(claims.sub.clone());
+    let sub = Some(claims.agent_id().to_owned());
     let header: Header = match b64_json(h) {
         Some(h) => h,
         None => return reject(RejectReason::Malformed, sub),
@@ -334,7 +432,10 @@ pub fn decode(token: &str) -> Result<Unverified<'_>, Rejected> {
 /// The `sub` of a payload that failed strict parsing, read only to attribute the attempt.
 fn loose_sub(part: &str) -> Option<String> {
     let v: serde_json::Value = b64_json(part)?;
-    v.get("sub")?.as_str().map(str::to_owned)
+    v.get("client_id")
+        .or_else(|| v.get("sub"))?
+        .as_str()
+        .map(str::to_owned)
 }
 
 fn b64_json<T: serde::de::DeserializeOwned>(part: &str) -> Option<T> {
@@ -366,6 +467,92 @@ mod tests {
             scope: Some("read:x write:y".into()),
             issuer_domain: Some("example.com".into()),
             ..claims()
+        }
+    }
+
+    /// A delegated token: the person as `sub` and `sub_id`, the agent acting as `client_id`
+    /// and the outermost `act`; any other shape is malformed whatever its signature.
+    #[test]
+    fn delegated_tokens_name_the_person_and_the_chain_consistently() {
+        let agent = "agt_01jd0000000000000000000000";
+        let inner = Actor {
+            sub: "agt_01jd0000000000000000000001".into(),
+            issuer_domain: "example.com".into(),
+            act: None,
+        };
+        let delegated = Claims {
+            sub: "alice".into(),
+            sub_id: Some(SubjectId::iss_sub("https://idp.example", "alice")),
+            act: Some(inner.clone().wrapped(agent, "example.com")),
+            ..access()
+        };
+        let key = SigningKey::from_bytes(&[7u8; 32]);
+        let encoded = encode(&key, "k1", &delegated);
+        let u = decode(&encoded).unwrap();
+        assert_eq!(u.claims.agent_id(), agent);
+        let chain: Vec<&str> = u.claims.actors().iter().map(|a| a.sub.as_str()).collect();
+        assert_eq!(chain, [agent, inner.sub.as_str()]);
+        let sig = URL_SAFE_NO_PAD.encode([0u8; 64]);
+        let h = URL_SAFE_NO_PAD.encode(r#"{"alg":"EdDSA","kid":"k","typ":"at+jwt"}"#);
+        let good = serde_json::to_value(&delegated).unwrap();
+        let with = |v: &serde_json::Value| format!("{h}.{}.{sig}", URL_SAFE_NO_PAD.encode(v.to_string()));
+        assert!(decode(&with(&good)).is_ok());
+        let mut deep = serde_json::json!({"sub": "agt_x", "issuer_domain": "example.com"});
+        for _ in 0..MAX_CHAIN {
+            deep = serde_json::json!({"sub": "agt_x", "issuer_domain": "example.com", "act": deep});
+        }
+        let mut cases = Vec::new();
+        for (member, value) in [
+            ("sub", serde_json::json!("bob")),
+            (
+                "act",
+                serde_json::json!({"sub": "agt_other", "issuer_domain": "example.com"}),
+            ),
+            (
+                "act",
+                serde_json::json!({"sub": agent, "issuer_domain": "other.example"}),
+            ),
+            (
+                "act",
+                serde_json::json!({"sub": agent, "issuer_domain": "example.com", "x": 1}),
+            ),
+            (
+                "act",
+                serde_json::json!({"sub": agent, "issuer_domain": "example.com", "act": {"sub": "", "issuer_domain": "a"}}),
+            ),
+            (
+                "act",
+                serde_json::json!({"sub": agent, "issuer_domain": "example.com", "act": deep}),
+            ),
+            (
+                "sub_id",
+                serde_json::json!({"format": "opaque", "iss": "https://idp.example", "sub": "alice"}),
+            ),
+            (
+                "sub_id",
+                serde_json::json!({"format": "iss_sub", "iss": "", "sub": "alice"}),
+            ),
+        ] {
+            let mut bad = good.clone();
+            bad[member] = value;
+            cases.push(bad);
+        }
+        for member in ["act", "sub_id"] {
+            let mut bad = good.clone();
+            bad.as_object_mut().unwrap().remove(member);
+            cases.push(bad);
+        }
+        // An agent token never acts for anyone.
+        let mut agent_token = serde_json::to_value(claims()).unwrap();
+        agent_token["act"] = good["act"].clone();
+        agent_token["sub_id"] = good["sub_id"].clone();
+        let agent_h = URL_SAFE_NO_PAD.encode(r#"{"alg":"EdDSA","kid":"k","typ":"JWT"}"#);
+        let agent_case = format!(
+            "{agent_h}.{}.{sig}",
+            URL_SAFE_NO_PAD.encode(agent_token.to_string())
+        );
+        for bad in cases.iter().map(with).chain([agent_case]) {
+            assert_eq!(decode(&bad).unwrap_err().reason, RejectReason::Malformed, "{bad}");
         }
     }
 

@@ -4,10 +4,12 @@
 
 pub mod assertion;
 pub mod dpop;
+pub mod foreign;
 mod jwt;
 pub mod policy;
 
 pub use jwt::{
-    absolute_uri, decode, encode, encode_json, Audience, Claims, Confirmation, RejectReason, Rejected,
-    Status, StatusListRef, Unverified, ACCESS_TOKEN_TYP, MAX_RESOURCE_LEN, MAX_TOKEN_LEN,
+    absolute_uri, decode, encode, encode_json, Actor, Audience, Claims, Confirmation, RejectReason, Rejected,
+    Status, StatusListRef, SubjectId, Unverified, ACCESS_TOKEN_TYP, MAX_CHAIN, MAX_RESOURCE_LEN,
+    MAX_TOKEN_LEN,
 };

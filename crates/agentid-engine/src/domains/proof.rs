@@ -78,6 +78,8 @@ impl Domains {
                     cut(&String::from_utf8_lossy(&body))
                 )),
                 Fetched::Failed(why) => found.push(format!("{url}: {why}")),
+                // Asked without a validator: never answered so.
+                Fetched::NotModified => found.push(format!("{url}: answered 304")),
             }
         }
         Err(found)

@@ -1,9 +1,10 @@
 //! The SQL of `crate::identity_providers` for one backend.
 
-use crate::identity_providers::{IdentityProviderRow, IdentityProviderStore, IdpAdded};
+use crate::identity_providers::{IdentityProviderRow, IdentityProviderStore, IdpAdded, Standing};
 use crate::sql::{Backend, SqlStore};
+use crate::ssf::NewEvent;
 use crate::{IdentityProviderRecord, StoreFuture};
-use agentid_core::domain::{IdpId, OrgId};
+use agentid_core::domain::{AgentId, IdpId, KeyMode, Millis, OrgId};
 
 use super::DB;
 
@@ -64,6 +65,92 @@ impl IdentityProviderStore for SqlStore<DB> {
                 .execute(&mut *self.conn().await?)
                 .await?;
             Ok(DB::rows_affected(&done) == 1)
+        })
+    }
+
+    fn revoke_subject<'a>(
+        &'a self,
+        org_id: &'a OrgId,
+        iss: &'a str,
+        sub: &'a str,
+        at: Millis,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let mut tx = self.begin().await?;
+            sqlx::query(
+                "INSERT INTO subject_revocations (org_id, iss, sub, revoked_at) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (org_id, iss, sub) DO UPDATE SET revoked_at = excluded.revoked_at",
+            )
+            .bind(org_id.as_str())
+            .bind(iss)
+            .bind(sub)
+            .bind(at.0)
+            .execute(&mut *tx)
+            .await?;
+            let streams: Vec<(String,)> = sqlx::query_as(
+                "SELECT id FROM ssf_streams WHERE org_id = $1 AND mode = $2 AND revocations \
+                 AND status IN ('enabled', 'paused') ORDER BY id",
+            )
+            .bind(org_id.as_str())
+            .bind(KeyMode::Live.as_str())
+            .fetch_all(&mut *tx)
+            .await?;
+            let event = NewEvent {
+                kind: "subject-revoked",
+                agent_id: Some(sub),
+                issuer: Some(iss),
+                reason: None,
+                state: None,
+                at,
+            };
+            for (stream,) in streams {
+                super::ssf::enqueue(&mut tx, &stream, &event).await?;
+            }
+            crate::sql::commit(tx).await
+        })
+    }
+
+    fn delegation_standing<'a>(
+        &'a self,
+        org_id: &'a OrgId,
+        iss: &'a str,
+        sub: &'a str,
+        chain: &'a [AgentId],
+    ) -> StoreFuture<'a, Standing> {
+        Box::pin(async move {
+            let mut conn = self.conn().await?;
+            let (provider_trusted,): (bool,) = sqlx::query_as(
+                "SELECT EXISTS (SELECT 1 FROM identity_providers WHERE org_id = $1 AND issuer = $2)",
+            )
+            .bind(org_id.as_str())
+            .bind(iss)
+            .fetch_one(&mut *conn)
+            .await?;
+            let revoked_at: Option<(i64,)> = sqlx::query_as(
+                "SELECT revoked_at FROM subject_revocations WHERE org_id = $1 AND iss = $2 AND sub = $3",
+            )
+            .bind(org_id.as_str())
+            .bind(iss)
+            .bind(sub)
+            .fetch_optional(&mut *conn)
+            .await?;
+            let mut revoked = Vec::new();
+            for id in chain {
+                let (gone,): (bool,) = sqlx::query_as(
+                    "SELECT EXISTS (SELECT 1 FROM agents WHERE id = $1 AND revoked_at IS NOT NULL)",
+                )
+                .bind(id.as_str())
+                .fetch_one(&mut *conn)
+                .await?;
+                if gone {
+                    revoked.push(id.clone());
+                }
+            }
+            Ok(Standing {
+                provider_trusted,
+                subject_revoked_at: revoked_at.map(|(t,)| Millis(t)),
+                revoked,
+            })
         })
     }
 }

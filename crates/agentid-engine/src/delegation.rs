@@ -1,0 +1,467 @@
+//! Agents acting for people: the token endpoint's two delegation grants, and what a delegated
+//! token stands on.
+//!
+//! - Token exchange (RFC 8693): the agent, authenticated as a client, presents a person's
+//!   token from an identity provider its organization trusts (an ID token, a JWT or an access
+//!   token whose `aud` names the agent or this issuer), or a delegated agentid token whose
+//!   `aud` names this issuer (another agent of the organization handing it the task).
+//! - ID-JAG (draft-ietf-oauth-identity-assertion-authz-grant, the jwt-bearer grant): the
+//!   provider signs an assertion (`typ: oauth-id-jag+jwt`) for this issuer, naming the agent
+//!   (`client_id`) and the resource; each is used once and lives at most 5 minutes.
+//!
+//! A delegated token's `sub` is the person's, `sub_id` says who vouched for them (RFC 9493
+//! `iss_sub`), and `act` is the chain of agents, the one acting outermost. Its scopes are
+//! what was asked of what the agent holds and what every link allowed; it never outlives a
+//! link. Online, it is refused once any agent of its chain is revoked, the organization stops
+//! trusting the provider, or the organization revokes the person ([`Verdict`]).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use agentid_core::domain::{AgentId, Millis, OrgId};
+use agentid_core::records::IdentityProviderRecord;
+use agentid_core::token::foreign::{self, Foreign};
+use agentid_core::token::{Actor, Claims, SubjectId};
+use agentid_store::{AgentRecord, Standing};
+
+use crate::oauth::{OAuth, OAuthError, TokenRequest};
+use crate::outbound::{Fetched, Outbound};
+
+/// `grant_type` of token exchange (RFC 8693 §2.1).
+pub const TOKEN_EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
+/// `grant_type` of a JWT authorization grant (RFC 7523 §2.1), which carries an ID-JAG.
+pub const JWT_BEARER_GRANT: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
+/// The header `typ` of an ID-JAG.
+pub const ID_JAG_TYP: &str = "oauth-id-jag+jwt";
+/// The grant profile metadata advertises (`authorization_grant_profiles_supported`).
+pub const ID_JAG_PROFILE: &str = "urn:ietf:params:oauth:grant-profile:id-jag";
+/// Token types a subject token may be (RFC 8693 §3), and the type handed out.
+pub const ID_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:id_token";
+pub const JWT_TYPE: &str = "urn:ietf:params:oauth:token-type:jwt";
+pub const ACCESS_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:access_token";
+/// The longest an ID-JAG may live ahead of now.
+pub const MAX_ID_JAG_LIFETIME_SECS: i64 = 300;
+/// The longest person's `sub` taken.
+const MAX_SUB_LEN: usize = 255;
+
+/// What a delegation grant establishes: for whom, through which agents before this one, and
+/// what the links allow.
+#[derive(Debug, Clone)]
+pub(crate) struct Delegated {
+    pub sub_id: SubjectId,
+    /// The agents that handed the task on, the nearest outermost (a nested exchange).
+    pub inner: Option<Actor>,
+    /// The scopes the subject token allowed, where it says.
+    pub allowed: Option<Vec<String>>,
+    /// The latest the token may live to (Unix s): the subject token's `exp`.
+    pub exp_cap: Option<i64>,
+    /// The ID-JAG's resource: the token's audience.
+    pub resource: Option<String>,
+}
+
+/// Why a delegated token no longer stands, when it does not.
+pub(crate) fn verdict(claims: &Claims, standing: &Standing) -> Option<String> {
+    let id = claims.sub_id.as_ref()?;
+    if !standing.provider_trusted {
+        return Some(format!(
+            "the agent's organization no longer trusts the identity provider {} that vouched for the person",
+            id.iss
+        ));
+    }
+    if let Some(at) = standing.subject_revoked_at {
+        if claims.iat * 1000 <= at.0 {
+            return Some(format!(
+                "the organization revoked the person's delegation at {}",
+                at.to_rfc3339()
+            ));
+        }
+    }
+    standing
+        .revoked
+        .first()
+        .map(|a| format!("agent {a} of the token's chain is revoked"))
+}
+
+/// The agent ids of a chain, parsed; `None` when one is not an agent id.
+pub(crate) fn chain_ids(act: &Actor) -> Option<Vec<AgentId>> {
+    act.chain().iter().map(|a| AgentId::parse(&a.sub)).collect()
+}
+
+/// Identity providers' key sets published at a `jwks_uri`: fetched under the outbound rule
+/// (https, globally reachable addresses unless the development flag allows local ones, no
+/// redirect, 5 s, 64 KiB), kept 5 minutes and then asked again with the `ETag` it came
+/// with; fetched again at once when a token names a key the set lacks (at most every 30 s).
+/// One fetch a URL at a time: callers that find it missing wait for the one fetching.
+pub(crate) struct ProviderKeys {
+    outbound: Arc<Outbound>,
+    allow_local: bool,
+    sets: quick_cache::sync::Cache<String, Arc<KeySet>>,
+    fetching: tokio::sync::Mutex<()>,
+}
+
+struct KeySet {
+    jwks: Value,
+    etag: Option<String>,
+    fetched: Instant,
+    /// When it was last fetched for a key it lacked.
+    refreshed: Option<Instant>,
+}
+
+const FRESH_FOR: Duration = Duration::from_secs(300);
+const REFETCH_AFTER: Duration = Duration::from_secs(30);
+const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+const MAX_KEY_SET_BYTES: usize = 64 * 1024;
+
+impl ProviderKeys {
+    pub(crate) fn new(outbound: Arc<Outbound>, allow_local: bool) -> Self {
+        ProviderKeys {
+            outbound,
+            allow_local,
+            sets: quick_cache::sync::Cache::new(1000),
+            fetching: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The provider's key set; fetched anew when `refresh` and the one held is older than
+    /// [`REFETCH_AFTER`].
+    async fn key_set(&self, idp: &IdentityProviderRecord, refresh: bool) -> Result<Value, String> {
+        if let Some(inline) = &idp.jwks {
+            return serde_json::from_str(inline).map_err(|_| "its stored key set is not JSON".to_owned());
+        }
+        let Some(url) = &idp.jwks_uri else {
+            return Err("it has no keys".into());
+        };
+        let wanted = |s: &KeySet| {
+            if refresh {
+                s.refreshed.is_some_and(|at| at.elapsed() < REFETCH_AFTER)
+            } else {
+                s.fetched.elapsed() < FRESH_FOR
+            }
+        };
+        if let Some(s) = self.sets.get(url).filter(|s| wanted(s)) {
+            return Ok(s.jwks.clone());
+        }
+        let _one = self.fetching.lock().await;
+        let held = self.sets.get(url);
+        if let Some(s) = held.as_ref().filter(|s| wanted(s)) {
+            return Ok(s.jwks.clone());
+        }
+        let addrs = self
+            .outbound
+            .vetted(url, self.allow_local)
+            .await
+            .map_err(|e| format!("its jwks_uri {e}"))?;
+        let etag = held.as_ref().and_then(|s| s.etag.clone());
+        let (outbound, target) = (self.outbound.clone(), url.clone());
+        let (fetched, new_etag) = tokio::task::spawn_blocking(move || {
+            outbound.get_cached(&target, addrs, FETCH_TIMEOUT, MAX_KEY_SET_BYTES, etag.as_deref())
+        })
+        .await
+        .map_err(|_| "fetching its keys failed".to_owned())?;
+        let jwks = match fetched {
+            Fetched::NotModified => match &held {
+                Some(s) => s.jwks.clone(),
+                None => return Err("its jwks_uri answered 304 to a request without a validator".into()),
+            },
+            Fetched::Body(body) => {
+                let v: Value =
+                    serde_json::from_slice(&body).map_err(|_| "its jwks_uri answered no JSON".to_owned())?;
+                if !v.get("keys").is_some_and(Value::is_array) {
+                    return Err("its jwks_uri answered no key set".into());
+                }
+                v
+            }
+            Fetched::Failed(why) => return Err(format!("its jwks_uri {why}")),
+        };
+        self.sets.insert(
+            url.clone(),
+            Arc::new(KeySet {
+                jwks: jwks.clone(),
+                etag: new_etag,
+                fetched: Instant::now(),
+                refreshed: if refresh {
+                    Some(Instant::now())
+                } else {
+                    held.and_then(|s| s.refreshed)
+                },
+            }),
+        );
+        Ok(jwks)
+    }
+}
+
+impl OAuth {
+    /// What a delegation grant in `req` establishes for `agent`, or why it establishes
+    /// nothing. `req`'s form was checked (`check_request`).
+    pub(crate) async fn delegation(
+        &self,
+        agent: &AgentRecord,
+        req: &TokenRequest<'_>,
+        now: Millis,
+    ) -> Result<Option<Delegated>, OAuthError> {
+        match req.grant_type {
+            Some(TOKEN_EXCHANGE) => {
+                let token = req.subject_token.unwrap_or_default();
+                let delegated = if foreign::unverified_issuer(token).as_deref() == Some(self.issuer.as_str())
+                {
+                    self.handed_on(agent, token, now).await?
+                } else {
+                    self.vouched_for(agent, token, now).await?
+                };
+                Ok(Some(delegated))
+            }
+            Some(JWT_BEARER_GRANT) => Ok(Some(
+                self.id_jag(agent, req.assertion.unwrap_or_default(), now).await?,
+            )),
+            _ => Ok(None),
+        }
+    }
+
+    /// The provider of the agent's organization that issued `token`, and the token checked
+    /// with its keys (fetched again once if it names a key the set lacks).
+    async fn provider_token(
+        &self,
+        org: &OrgId,
+        token: &str,
+        now: Millis,
+        what: &str,
+        refusal: fn(String) -> OAuthError,
+    ) -> Result<(IdentityProviderRecord, Foreign), OAuthError> {
+        let Some(iss) = foreign::unverified_issuer(token) else {
+            return Err(refusal(format!("{what} is not a JWT with an iss")));
+        };
+        let providers = self.store.identity_providers(org).await?;
+        let Some(idp) = providers.into_iter().find(|p| p.issuer == iss) else {
+            return Err(refusal(format!(
+                "{what}: {iss:?} is not an identity provider the agent's organization trusts \
+                 (POST /v1/identity-providers)"
+            )));
+        };
+        let skew = self.max_skew_secs;
+        let mut refreshed = false;
+        loop {
+            let keys = self
+                .provider_keys
+                .key_set(&idp, refreshed)
+                .await
+                .map_err(|e| OAuthError::Unavailable(format!("the keys of {iss} cannot be had: {e}")))?;
+            match foreign::verify(token, &keys, now.as_secs(), skew) {
+                Ok(checked) => return Ok((idp, checked)),
+                Err(e) if e.unknown_key && idp.jwks_uri.is_some() && !refreshed => refreshed = true,
+                Err(e) => return Err(refusal(format!("{what}: {}", e.reason))),
+            }
+        }
+    }
+
+    /// A person's token from a trusted provider, for this agent or this issuer.
+    async fn vouched_for(
+        &self,
+        agent: &AgentRecord,
+        token: &str,
+        now: Millis,
+    ) -> Result<Delegated, OAuthError> {
+        let (idp, t) = self
+            .provider_token(
+                &agent.org_id,
+                token,
+                now,
+                "subject_token",
+                OAuthError::InvalidRequest,
+            )
+            .await?;
+        if !t.audience_is_one_of(&[agent.id.as_str(), self.issuer.as_str()]) {
+            return Err(OAuthError::InvalidRequest(format!(
+                "subject_token's aud names neither the agent ({}) nor this issuer ({})",
+                agent.id, self.issuer
+            )));
+        }
+        let sub = person(&t, OAuthError::InvalidRequest)?;
+        self.not_revoked(
+            &agent.org_id,
+            &idp.issuer,
+            &sub,
+            t.int("iat"),
+            OAuthError::InvalidRequest,
+        )
+        .await?;
+        Ok(Delegated {
+            sub_id: SubjectId::iss_sub(&idp.issuer, &sub),
+            inner: None,
+            allowed: t.text("scope").map(split_scope),
+            exp_cap: t.int("exp"),
+            resource: None,
+        })
+    }
+
+    /// A delegated agentid token that another agent of the organization got for this issuer
+    /// to hand its task on.
+    async fn handed_on(
+        &self,
+        agent: &AgentRecord,
+        token: &str,
+        now: Millis,
+    ) -> Result<Delegated, OAuthError> {
+        let refuse = |why: &str| Err(OAuthError::InvalidRequest(format!("subject_token: {why}")));
+        let parent = match self.tokens.check(token).0 {
+            Ok(t) => t,
+            Err(rej) => return refuse(rej.reason.describe()),
+        };
+        let c = &parent.claims;
+        let (Some(act), Some(sub_id)) = (&c.act, &c.sub_id) else {
+            return refuse(
+                "it is an agentid token that acts for nobody: hand on a delegated token (one with act)",
+            );
+        };
+        if !c.aud.as_ref().is_some_and(|a| a.contains(&self.issuer)) {
+            return refuse(&format!(
+                "its aud does not include this issuer ({}): ask for it with resource={}",
+                self.issuer, self.issuer
+            ));
+        }
+        if c.exp <= now.as_secs() {
+            return refuse("it expired");
+        }
+        let Some(ids) = chain_ids(act) else {
+            return refuse("its chain names something that is not an agent");
+        };
+        let acting = match self.store.get_agent(&ids[0]).await? {
+            Some(a) => a,
+            None => return refuse("its agent is unknown"),
+        };
+        if acting.org_id != agent.org_id {
+            return refuse("it is another organization's: a task is handed on within an organization");
+        }
+        if ids
+            .iter()
+            .any(|id| self.registry.revocation(id.as_str()).is_some())
+        {
+            return refuse("an agent of its chain is revoked");
+        }
+        let standing = self
+            .store
+            .delegation_standing(&agent.org_id, &sub_id.iss, &sub_id.sub, &ids)
+            .await?;
+        if let Some(why) = verdict(c, &standing) {
+            return refuse(&why);
+        }
+        let depth = ids.len() + 1;
+        if depth > self.max_delegation_depth {
+            return refuse(&format!(
+                "the chain would hold {depth} agents, over this service's maximum of {}",
+                self.max_delegation_depth
+            ));
+        }
+        Ok(Delegated {
+            sub_id: sub_id.clone(),
+            inner: Some(act.clone()),
+            allowed: Some(split_scope(c.scope.as_deref().unwrap_or(""))),
+            exp_cap: Some(c.exp),
+            resource: None,
+        })
+    }
+
+    /// An ID-JAG: from a trusted provider, for this issuer and this agent, used once.
+    async fn id_jag(
+        &self,
+        agent: &AgentRecord,
+        assertion: &str,
+        now: Millis,
+    ) -> Result<Delegated, OAuthError> {
+        let grant = OAuthError::InvalidGrant;
+        let (idp, t) = self
+            .provider_token(&agent.org_id, assertion, now, "assertion", grant)
+            .await?;
+        let typ = t.typ.as_deref().unwrap_or("");
+        if !typ.eq_ignore_ascii_case(ID_JAG_TYP) && !typ.eq_ignore_ascii_case("application/oauth-id-jag+jwt")
+        {
+            return Err(grant(format!("assertion: its typ is {typ:?}, not {ID_JAG_TYP}")));
+        }
+        if !t.audience_is_one_of(&[self.issuer.as_str()]) {
+            return Err(grant(format!(
+                "assertion: its aud is not this issuer ({})",
+                self.issuer
+            )));
+        }
+        if t.text("client_id") != Some(agent.id.as_str()) {
+            return Err(grant(format!(
+                "assertion: its client_id is not the authenticated client ({})",
+                agent.id
+            )));
+        }
+        let exp = t.int("exp").unwrap_or_default();
+        if exp > now.as_secs() + MAX_ID_JAG_LIFETIME_SECS + self.max_skew_secs {
+            return Err(grant(format!(
+                "assertion: it lives more than {MAX_ID_JAG_LIFETIME_SECS} s ahead"
+            )));
+        }
+        let Some(jti) = t.text("jti").filter(|j| !j.is_empty() && j.len() <= 255) else {
+            return Err(grant("assertion: jti is required".into()));
+        };
+        let resource = match t.claims.get("resource") {
+            None => None,
+            Some(Value::String(r)) if agentid_core::token::absolute_uri(r).is_ok() => Some(r.clone()),
+            Some(_) => return Err(grant("assertion: its resource is not an absolute URI".into())),
+        };
+        let sub = person(&t, grant)?;
+        self.not_revoked(&agent.org_id, &idp.issuer, &sub, t.int("iat"), grant)
+            .await?;
+        let mut key = Sha256::new();
+        for part in ["id-jag", idp.issuer.as_str(), jti] {
+            key.update(part.as_bytes());
+            key.update([0]);
+        }
+        let key = URL_SAFE_NO_PAD.encode(key.finalize());
+        if !self.store.use_assertion(&key, Millis::from_secs(exp)).await? {
+            return Err(grant("assertion was used already (its jti)".into()));
+        }
+        Ok(Delegated {
+            sub_id: SubjectId::iss_sub(&idp.issuer, &sub),
+            inner: None,
+            allowed: t.text("scope").map(split_scope),
+            exp_cap: None,
+            resource,
+        })
+    }
+
+    /// Refuses a person the organization revoked since `iat` (a token without `iat` counts as
+    /// issued before).
+    async fn not_revoked(
+        &self,
+        org: &OrgId,
+        iss: &str,
+        sub: &str,
+        iat: Option<i64>,
+        refusal: fn(String) -> OAuthError,
+    ) -> Result<(), OAuthError> {
+        let standing = self.store.delegation_standing(org, iss, sub, &[]).await?;
+        match standing.subject_revoked_at {
+            Some(at) if iat.unwrap_or(0) * 1000 <= at.0 => Err(refusal(format!(
+                "the organization revoked this person's delegation at {}: the person signs in again",
+                at.to_rfc3339()
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The person a provider's token names (`sub`, 1 to 255 bytes).
+fn person(t: &Foreign, refusal: fn(String) -> OAuthError) -> Result<String, OAuthError> {
+    match t.text("sub") {
+        Some(s) if !s.is_empty() && s.len() <= MAX_SUB_LEN => Ok(s.to_owned()),
+        _ => Err(refusal(format!(
+            "the token's sub must be 1 to {MAX_SUB_LEN} bytes"
+        ))),
+    }
+}
+
+fn split_scope(s: &str) -> Vec<String> {
+    s.split(' ')
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}

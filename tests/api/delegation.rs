@@ -1,0 +1,822 @@
+//! Agents acting for people: token exchange (RFC 8693) with a person's token from a trusted
+//! identity provider, a task handed on from one agent to another (a nested `act`), ID-JAG
+//! (the jwt-bearer grant), what verify and introspection show of the chain, and each way the
+//! chain dies: an agent of it revoked, the provider no longer trusted, the person revoked.
+//! Every attack is a test here.
+
+use std::net::IpAddr;
+
+use serde_json::{json, Value};
+
+use crate::dns::TestDns;
+use crate::domains::{ok, Http, Pki};
+use crate::dpop::{b64, now, payload, AgentKey};
+use crate::helpers::{spawn_app, spawn_app_with, Options, Resp, TestApp};
+use agentid::engine::outbound::OutboundConfig;
+
+const RESOURCE: &str = "https://api.example/mcp";
+const IDP: &str = "https://idp.example";
+const EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
+const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
+const ID_TOKEN: &str = "urn:ietf:params:oauth:token-type:id_token";
+const ACCESS_TOKEN: &str = "urn:ietf:params:oauth:token-type:access_token";
+
+/// An identity provider: its issuer and signing key.
+struct Idp {
+    iss: String,
+    key: AgentKey,
+    kid: &'static str,
+}
+
+impl Idp {
+    fn new(iss: &str) -> Idp {
+        Idp {
+            iss: iss.to_owned(),
+            key: AgentKey::es(),
+            kid: "k1",
+        }
+    }
+
+    fn jwks(&self) -> Value {
+        let mut jwk = self.key.jwk();
+        jwk["kid"] = self.kid.into();
+        json!({"keys": [jwk]})
+    }
+
+    /// A JWT of this provider with these claims over the usual ones (a null removes one).
+    fn sign(&self, typ: &str, extra: Value) -> String {
+        let mut claims = json!({"iss": self.iss, "sub": "alice", "iat": now(), "exp": now() + 600,
+                                "jti": ulid::Ulid::new().to_string()});
+        for (k, v) in extra.as_object().unwrap() {
+            if v.is_null() {
+                claims.as_object_mut().unwrap().remove(k);
+            } else {
+                claims[k] = v.clone();
+            }
+        }
+        let header = json!({"alg": self.key.alg(), "kid": self.kid, "typ": typ});
+        self.key.proof_with(&header, &claims)
+    }
+
+    /// The person's ID token for `client`.
+    fn id_token(&self, client: &str) -> String {
+        self.sign("JWT", json!({"aud": client}))
+    }
+
+    /// An ID-JAG for `client` at `app`, for `resource`.
+    fn id_jag(&self, app: &TestApp, client: &str, extra: Value) -> String {
+        let mut claims = json!({"aud": app.base, "client_id": client, "resource": RESOURCE,
+                                "exp": now() + 300, "scope": "read:docs"});
+        for (k, v) in extra.as_object().unwrap() {
+            claims[k] = v.clone();
+        }
+        self.sign("oauth-id-jag+jwt", claims)
+    }
+}
+
+/// An agent with a client secret: its id and secret.
+struct Client {
+    id: String,
+    secret: String,
+}
+
+impl TestApp {
+    async fn trust(&self, key: &str, idp: &Idp) -> String {
+        let res = self
+            .post(
+                "/v1/identity-providers",
+                Some(key),
+                Some(&json!({"issuer": idp.iss, "jwks": idp.jwks()})),
+            )
+            .await;
+        assert_eq!(res.status, 201, "{}", res.text());
+        res.json()["id"].as_str().unwrap().to_owned()
+    }
+
+    /// An agent of `key`'s organization with these scopes, and a client secret.
+    async fn confidential(&self, key: &str, scopes: &[&str]) -> Client {
+        self.confidential_in(key, "example.com", scopes).await
+    }
+
+    /// As `confidential`, under `domain`.
+    async fn confidential_in(&self, key: &str, domain: &str, scopes: &[&str]) -> Client {
+        let a = self
+            .register_with(
+                key,
+                json!({"name": "assistant", "issuer_domain": domain, "scopes": scopes}),
+            )
+            .await;
+        let id = a["agent_id"].as_str().unwrap().to_owned();
+        let res = self
+            .post(&format!("/v1/agents/{id}/client-secret"), Some(key), None)
+            .await;
+        assert_eq!(res.status, 201, "{}", res.text());
+        Client {
+            id,
+            secret: res.json()["client_secret"].as_str().unwrap().to_owned(),
+        }
+    }
+
+    /// A token request by `c` (client_secret_post) with these fields.
+    async fn token_for(&self, c: &Client, form: &[(&str, &str)]) -> Resp {
+        let mut all = vec![("client_id", c.id.as_str()), ("client_secret", c.secret.as_str())];
+        all.extend_from_slice(form);
+        self.post_form("/oauth/token", &all, &[]).await
+    }
+
+    /// Token exchange by `c` of `subject` (of `kind`) for `resource`, with `extra` fields.
+    async fn exchange(
+        &self,
+        c: &Client,
+        subject: &str,
+        kind: &str,
+        resource: &str,
+        extra: &[(&str, &str)],
+    ) -> Resp {
+        let mut form = vec![
+            ("grant_type", EXCHANGE),
+            ("subject_token", subject),
+            ("subject_token_type", kind),
+            ("resource", resource),
+        ];
+        form.extend_from_slice(extra);
+        self.token_for(c, &form).await
+    }
+
+    async fn delegated(&self, c: &Client, subject: &str, kind: &str, resource: &str) -> Value {
+        let res = self.exchange(c, subject, kind, resource, &[]).await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        res.json()
+    }
+
+    /// `POST /v1/subjects/revoke` of `sub` at [`IDP`], which passes.
+    async fn revoke_person(&self, key: &str, sub: &str) {
+        let res = self
+            .post(
+                "/v1/subjects/revoke",
+                Some(key),
+                Some(&json!({"iss": IDP, "sub": sub})),
+            )
+            .await;
+        assert_eq!(res.status, 200, "{}", res.text());
+    }
+
+    async fn introspect(&self, token: &str) -> Value {
+        let res = self
+            .post_form("/oauth/introspect", &[("token", token)], &[])
+            .await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        res.json()
+    }
+}
+
+fn refused(res: &Resp, status: u16, code: &str) -> String {
+    assert_eq!(res.status, status, "{code}: {}", res.text());
+    let body = res.json();
+    assert_eq!(body["error"], code, "{body}");
+    body["error_description"].as_str().unwrap().to_owned()
+}
+
+fn access(answer: &Value) -> String {
+    answer["access_token"].as_str().unwrap().to_owned()
+}
+
+/// A person's ID token becomes an access token that names the person, who vouched for them
+/// and the agent acting; verify and introspection say so; its scope is what every link
+/// allows; revoking the person ends it at once, and a new sign-in works again.
+#[actix_web::test]
+async fn an_agent_acts_for_a_person_its_provider_vouched_for() {
+    let app = spawn_app().await;
+    let sk = app.secret().to_owned();
+    let idp = Idp::new(IDP);
+    app.trust(&sk, &idp).await;
+    let a = app.confidential(&sk, &["read:docs", "write:docs"]).await;
+
+    let answer = app.delegated(&a, &idp.id_token(&a.id), ID_TOKEN, RESOURCE).await;
+    assert_eq!(answer["issued_token_type"], ACCESS_TOKEN, "{answer}");
+    assert_eq!(answer["token_type"], "Bearer");
+    assert_eq!(answer["scope"], "read:docs write:docs");
+    let token = access(&answer);
+    let claims = payload(&token);
+    assert_eq!(claims["sub"], "alice");
+    assert_eq!(claims["client_id"], a.id.as_str());
+    assert_eq!(
+        claims["sub_id"],
+        json!({"format": "iss_sub", "iss": IDP, "sub": "alice"})
+    );
+    assert_eq!(
+        claims["act"],
+        json!({"sub": a.id, "issuer_domain": "example.com"})
+    );
+    assert_eq!(claims["aud"], RESOURCE);
+    assert!(
+        claims["status"]["status_list"]["uri"].is_string(),
+        "the acting agent's place: {claims}"
+    );
+
+    let v = app.verify(&token).await;
+    assert_eq!(v["valid"], true, "{v}");
+    assert_eq!(v["agent_id"], a.id.as_str());
+    assert_eq!(v["sub"], "alice");
+    assert_eq!(v["sub_id"]["iss"], IDP);
+    assert_eq!(v["act"]["sub"], a.id.as_str());
+    let i = app.introspect(&token).await;
+    assert_eq!(i["active"], true, "{i}");
+    assert_eq!(
+        (i["sub"].as_str(), i["client_id"].as_str()),
+        (Some("alice"), Some(a.id.as_str()))
+    );
+    assert_eq!(i["act"]["sub"], a.id.as_str());
+    assert_eq!(i["sub_id"]["sub"], "alice");
+
+    // The subject token's scope narrows what the agent gets; asking outside it is dropped.
+    let narrow = idp.sign("JWT", json!({"aud": a.id, "scope": "read:docs profile"}));
+    let answer = app.delegated(&a, &narrow, ID_TOKEN, RESOURCE).await;
+    assert_eq!(answer["scope"], "read:docs");
+    let res = app
+        .exchange(&a, &narrow, ID_TOKEN, RESOURCE, &[("scope", "write:docs")])
+        .await;
+    refused(&res, 400, "invalid_scope");
+    // Never outlives the subject token.
+    let short = idp.sign("JWT", json!({"aud": a.id, "exp": now() + 90}));
+    let answer = app.delegated(&a, &short, ID_TOKEN, RESOURCE).await;
+    assert!(answer["expires_in"].as_i64().unwrap() <= 90, "{answer}");
+    assert!(payload(&access(&answer))["exp"].as_i64().unwrap() <= now() + 90);
+    // aud may name this issuer instead of the agent.
+    app.delegated(
+        &a,
+        &idp.sign("JWT", json!({"aud": [app.base.clone()]})),
+        ID_TOKEN,
+        RESOURCE,
+    )
+    .await;
+
+    // The person revoked: their tokens die at once; the old ID token buys nothing more.
+    app.revoke_person(&sk, "alice").await;
+    let v = app.verify(&token).await;
+    assert_eq!(v["error"], "TOKEN_REVOKED", "{v}");
+    assert_eq!(app.introspect(&token).await, json!({"active": false}));
+    let res = app
+        .exchange(&a, &idp.id_token(&a.id), ID_TOKEN, RESOURCE, &[])
+        .await;
+    refused(&res, 400, "invalid_request");
+    // A sign-in after the revocation works (a token of the revocation's own second does not:
+    // times are whole seconds, and the doubt goes against the token).
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let later = idp.sign("JWT", json!({"aud": a.id, "iat": now() + 2}));
+    let fresh = access(&app.delegated(&a, &later, ID_TOKEN, RESOURCE).await);
+    assert_eq!(app.verify(&fresh).await["valid"], true);
+    // Another person is untouched by alice's revocation.
+    let bob = idp.sign("JWT", json!({"aud": a.id, "sub": "bob"}));
+    assert_eq!(
+        payload(&access(&app.delegated(&a, &bob, ID_TOKEN, RESOURCE).await))["sub"],
+        "bob"
+    );
+
+    // The revocation's body is checked; a test-mode key may not.
+    app.post(
+        "/v1/subjects/revoke",
+        Some(&sk),
+        Some(&json!({"iss": "http://idp.example", "sub": "a"})),
+    )
+    .await
+    .assert_error(400, "VALIDATION_ERROR");
+    app.post(
+        "/v1/subjects/revoke",
+        Some(&sk),
+        Some(&json!({"iss": IDP, "sub": ""})),
+    )
+    .await
+    .assert_error(400, "VALIDATION_ERROR");
+    app.post(
+        "/v1/subjects/revoke",
+        Some(&app.org.keys.secret_test),
+        Some(&json!({"iss": IDP, "sub": "a"})),
+    )
+    .await
+    .assert_error(403, "FORBIDDEN");
+}
+
+/// Agent A hands its task to agent B: B's token nests the chain, narrows the scopes, never
+/// outlives A's, and dies with A, with B, with the provider's trust.
+#[actix_web::test]
+async fn a_two_hop_chain_verifies_and_dies_with_either_link() {
+    let app = spawn_app().await;
+    let sk = app.secret().to_owned();
+    let idp = Idp::new(IDP);
+    let idp_id = app.trust(&sk, &idp).await;
+    let a = app.confidential(&sk, &["read:docs", "write:docs"]).await;
+    let b = app.confidential(&sk, &["read:docs", "admin:all"]).await;
+
+    let chain = |a: &Client, b: &Client| {
+        let (app, idp) = (&app, &idp);
+        let (a, b) = (
+            Client {
+                id: a.id.clone(),
+                secret: a.secret.clone(),
+            },
+            Client {
+                id: b.id.clone(),
+                secret: b.secret.clone(),
+            },
+        );
+        async move {
+            let for_b = access(&app.delegated(&a, &idp.id_token(&a.id), ID_TOKEN, &app.base).await);
+            let answer = app.delegated(&b, &for_b, ACCESS_TOKEN, RESOURCE).await;
+            (for_b, answer)
+        }
+    };
+    let (for_b, answer) = chain(&a, &b).await;
+    assert_eq!(answer["scope"], "read:docs", "only what both hold: {answer}");
+    let token = access(&answer);
+    let claims = payload(&token);
+    assert_eq!(claims["sub"], "alice");
+    assert_eq!(claims["client_id"], b.id.as_str());
+    assert_eq!(
+        claims["act"],
+        json!({"sub": b.id, "issuer_domain": "example.com",
+               "act": {"sub": a.id, "issuer_domain": "example.com"}})
+    );
+    assert!(claims["exp"].as_i64() <= payload(&for_b)["exp"].as_i64());
+    let v = app.verify(&token).await;
+    assert_eq!(
+        (v["valid"].as_bool(), v["agent_id"].as_str()),
+        (Some(true), Some(b.id.as_str())),
+        "{v}"
+    );
+    assert_eq!(v["act"]["act"]["sub"], a.id.as_str());
+
+    // Attack: B asks for a scope A's token lacked (B holds it).
+    let res = app
+        .exchange(&b, &for_b, ACCESS_TOKEN, RESOURCE, &[("scope", "admin:all")])
+        .await;
+    refused(&res, 400, "invalid_scope");
+
+    // The inner agent revoked: the outer token dies at once, and hands on nothing more.
+    assert_eq!(app.revoke(&a.id, None).await.status, 200);
+    assert_eq!(app.verify(&token).await["error"], "TOKEN_REVOKED");
+    assert_eq!(app.introspect(&token).await["active"], false);
+    let res = app.exchange(&b, &for_b, ACCESS_TOKEN, RESOURCE, &[]).await;
+    refused(&res, 400, "invalid_request");
+
+    // The outer agent revoked.
+    let a2 = app.confidential(&sk, &["read:docs"]).await;
+    let c = app.confidential(&sk, &["read:docs"]).await;
+    let (_, answer) = chain(&a2, &c).await;
+    let token = access(&answer);
+    assert_eq!(app.verify(&token).await["valid"], true);
+    assert_eq!(app.revoke(&c.id, None).await.status, 200);
+    assert_eq!(app.verify(&token).await["error"], "TOKEN_REVOKED");
+
+    // The provider no longer trusted: every token it vouched for dies.
+    let d = app.confidential(&sk, &["read:docs"]).await;
+    let (_, answer) = chain(&a2, &d).await;
+    let token = access(&answer);
+    let direct = access(
+        &app.delegated(&a2, &idp.id_token(&a2.id), ID_TOKEN, RESOURCE)
+            .await,
+    );
+    assert_eq!(app.verify(&token).await["valid"], true);
+    let res = app
+        .client
+        .delete(app.url(&format!("/v1/identity-providers/{idp_id}")))
+        .insert_header(("Authorization", format!("Bearer {sk}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 204);
+    for t in [&token, &direct] {
+        let v = app.verify(t).await;
+        assert_eq!(v["error"], "TOKEN_REVOKED", "{v}");
+    }
+    let res = app
+        .exchange(&a2, &idp.id_token(&a2.id), ID_TOKEN, RESOURCE, &[])
+        .await;
+    refused(&res, 400, "invalid_request");
+}
+
+/// A chain one agent deeper than `--max-delegation-depth` is refused.
+#[actix_web::test]
+async fn a_chain_deeper_than_the_maximum_is_refused() {
+    let app = spawn_app_with(Options {
+        tweak: Box::new(|c| c.engine.oauth.max_delegation_depth = 2),
+        ..Options::default()
+    })
+    .await;
+    let sk = app.secret().to_owned();
+    let idp = Idp::new(IDP);
+    app.trust(&sk, &idp).await;
+    let [a, b, c] = [
+        app.confidential(&sk, &["read:docs"]).await,
+        app.confidential(&sk, &["read:docs"]).await,
+        app.confidential(&sk, &["read:docs"]).await,
+    ];
+    let one = access(&app.delegated(&a, &idp.id_token(&a.id), ID_TOKEN, &app.base).await);
+    let two = access(&app.delegated(&b, &one, ACCESS_TOKEN, &app.base).await);
+    let why = refused(
+        &app.exchange(&c, &two, ACCESS_TOKEN, RESOURCE, &[]).await,
+        400,
+        "invalid_request",
+    );
+    assert!(why.contains("maximum"), "{why}");
+}
+
+/// Every subject token that should buy nothing buys nothing, and says why.
+#[actix_web::test]
+async fn foreign_forged_stale_and_misaddressed_subject_tokens_are_refused() {
+    let app = spawn_app().await;
+    let sk = app.secret().to_owned();
+    let idp = Idp::new(IDP);
+    app.trust(&sk, &idp).await;
+    let a = app.confidential(&sk, &["read:docs"]).await;
+    let other = app.confidential(&sk, &["read:docs"]).await;
+    let ask = |subject: String, kind: &'static str| {
+        let (app, a) = (&app, &a);
+        async move { app.exchange(a, &subject, kind, RESOURCE, &[]).await }
+    };
+
+    // An untrusted issuer, signing with its own key.
+    let stranger = Idp::new("https://stranger.example");
+    let why = refused(
+        &ask(stranger.id_token(&a.id), ID_TOKEN).await,
+        400,
+        "invalid_request",
+    );
+    assert!(why.contains("trusts"), "{why}");
+    // A provider another organization trusts (not this one's).
+    let b_org = agentid::engine::admin::create_org(
+        &app.store,
+        "b",
+        agentid::domain::Plan::Enterprise,
+        agentid::domain::OrgLimits::resolve(
+            agentid::domain::Plan::Enterprise,
+            Some(1_000_000),
+            Some(1_000_000),
+            None,
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    app.grant(&b_org.org_id, "b.example", false).await.unwrap();
+    let theirs = Idp::new("https://theirs.example");
+    app.trust(&b_org.keys.secret_live, &theirs).await;
+    refused(
+        &ask(theirs.id_token(&a.id), ID_TOKEN).await,
+        400,
+        "invalid_request",
+    );
+    // A trusted issuer's name on a token signed by another key.
+    let forger = Idp {
+        iss: IDP.to_owned(),
+        key: AgentKey::es(),
+        kid: "k1",
+    };
+    let why = refused(
+        &ask(forger.id_token(&a.id), ID_TOKEN).await,
+        400,
+        "invalid_request",
+    );
+    assert!(why.contains("signature"), "{why}");
+    // For another client; for nobody; expired; without a sub; alg none.
+    refused(
+        &ask(idp.id_token(&other.id), ID_TOKEN).await,
+        400,
+        "invalid_request",
+    );
+    refused(
+        &ask(idp.sign("JWT", json!({})), ID_TOKEN).await,
+        400,
+        "invalid_request",
+    );
+    let why = refused(
+        &ask(
+            idp.sign("JWT", json!({"aud": a.id, "exp": now() - 600})),
+            ID_TOKEN,
+        )
+        .await,
+        400,
+        "invalid_request",
+    );
+    assert!(why.contains("expired"), "{why}");
+    refused(
+        &ask(idp.sign("JWT", json!({"aud": a.id, "sub": null})), ID_TOKEN).await,
+        400,
+        "invalid_request",
+    );
+    let none = format!(
+        "{}.{}.",
+        b64(&json!({"alg": "none", "kid": "k1"})),
+        b64(&json!({"iss": IDP, "sub": "alice", "aud": a.id, "exp": now() + 60}))
+    );
+    refused(&ask(none, ID_TOKEN).await, 400, "invalid_request");
+
+    // agentid tokens that act for nobody: an agent token, a plain access token for this issuer.
+    let (_, agent_token) = app.agent().await;
+    refused(&ask(agent_token, ACCESS_TOKEN).await, 400, "invalid_request");
+    let plain = app
+        .token_for(
+            &a,
+            &[
+                ("grant_type", "client_credentials"),
+                ("resource", app.base.as_str()),
+            ],
+        )
+        .await;
+    assert_eq!(plain.status, 200, "{}", plain.text());
+    let why = refused(
+        &ask(access(&plain.json()), ACCESS_TOKEN).await,
+        400,
+        "invalid_request",
+    );
+    assert!(why.contains("nobody"), "{why}");
+    // A delegated token another organization's agent holds for this issuer.
+    let theirs_agent = app
+        .confidential_in(&b_org.keys.secret_live, "b.example", &["read:docs"])
+        .await;
+    let foreign = access(
+        &app.delegated(
+            &theirs_agent,
+            &theirs.id_token(&theirs_agent.id),
+            ID_TOKEN,
+            &app.base,
+        )
+        .await,
+    );
+    let why = refused(&ask(foreign, ACCESS_TOKEN).await, 400, "invalid_request");
+    assert!(why.contains("organization"), "{why}");
+    // A delegated token for a resource, not for this issuer, handed on.
+    let for_api = access(
+        &app.delegated(&other, &idp.id_token(&other.id), ID_TOKEN, RESOURCE)
+            .await,
+    );
+    refused(&ask(for_api, ACCESS_TOKEN).await, 400, "invalid_request");
+
+    // The form: a subject token type not taken, an actor token, another requested type.
+    let t = idp.id_token(&a.id);
+    for extra in [
+        vec![("actor_token", "x")],
+        vec![(
+            "requested_token_type",
+            "urn:ietf:params:oauth:token-type:refresh_token",
+        )],
+    ] {
+        refused(
+            &app.exchange(&a, &t, ID_TOKEN, RESOURCE, &extra).await,
+            400,
+            "invalid_request",
+        );
+    }
+    refused(
+        &app.exchange(&a, &t, "urn:x", RESOURCE, &[]).await,
+        400,
+        "invalid_request",
+    );
+    let res = app
+        .token_for(
+            &a,
+            &[
+                ("grant_type", EXCHANGE),
+                ("subject_token_type", ID_TOKEN),
+                ("resource", RESOURCE),
+            ],
+        )
+        .await;
+    refused(&res, 400, "invalid_request");
+    // Without client authentication: no token.
+    let res = app
+        .post_form(
+            "/oauth/token",
+            &[
+                ("grant_type", EXCHANGE),
+                ("subject_token", &t),
+                ("subject_token_type", ID_TOKEN),
+                ("resource", RESOURCE),
+            ],
+            &[],
+        )
+        .await;
+    refused(&res, 401, "invalid_client");
+}
+
+/// ID-JAG: the provider's assertion for this issuer and this agent buys one token for its
+/// resource; replayed, for another client or resource, too long-lived or of another type, none.
+#[actix_web::test]
+async fn an_id_jag_buys_one_token_for_its_resource() {
+    let app = spawn_app().await;
+    let sk = app.secret().to_owned();
+    let idp = Idp::new(IDP);
+    app.trust(&sk, &idp).await;
+    let a = app.confidential(&sk, &["read:docs", "write:docs"]).await;
+    let other = app.confidential(&sk, &["read:docs"]).await;
+    let meta = app
+        .get("/.well-known/oauth-authorization-server", None)
+        .await
+        .json();
+    assert_eq!(
+        meta["grant_types_supported"],
+        json!(["client_credentials", EXCHANGE, JWT_BEARER])
+    );
+    assert_eq!(
+        meta["authorization_grant_profiles_supported"],
+        json!(["urn:ietf:params:oauth:grant-profile:id-jag"])
+    );
+
+    let jag = idp.id_jag(&app, &a.id, json!({}));
+    let res = app
+        .token_for(&a, &[("grant_type", JWT_BEARER), ("assertion", &jag)])
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let answer = res.json();
+    assert!(answer.get("issued_token_type").is_none(), "{answer}");
+    assert_eq!(answer["scope"], "read:docs");
+    let claims = payload(&access(&answer));
+    assert_eq!(
+        (claims["aud"].as_str(), claims["sub"].as_str()),
+        (Some(RESOURCE), Some("alice"))
+    );
+    assert_eq!(claims["act"]["sub"], a.id.as_str());
+    assert_eq!(app.verify(&access(&answer)).await["sub"], "alice");
+
+    // Replayed.
+    let res = app
+        .token_for(&a, &[("grant_type", JWT_BEARER), ("assertion", &jag)])
+        .await;
+    let why = refused(&res, 400, "invalid_grant");
+    assert!(why.contains("used already"), "{why}");
+    // Its resource asked again is fine; another resource is not.
+    let res = app
+        .token_for(
+            &a,
+            &[
+                ("grant_type", JWT_BEARER),
+                ("assertion", &idp.id_jag(&app, &a.id, json!({}))),
+                ("resource", RESOURCE),
+            ],
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let res = app
+        .token_for(
+            &a,
+            &[
+                ("grant_type", JWT_BEARER),
+                ("assertion", &idp.id_jag(&app, &a.id, json!({}))),
+                ("resource", "https://other.example/"),
+            ],
+        )
+        .await;
+    refused(&res, 400, "invalid_target");
+    // For another client (presented by this one).
+    let res = app
+        .token_for(
+            &a,
+            &[
+                ("grant_type", JWT_BEARER),
+                ("assertion", &idp.id_jag(&app, &other.id, json!({}))),
+            ],
+        )
+        .await;
+    refused(&res, 400, "invalid_grant");
+    // For another audience; living too long; of another type; without a jti; untrusted.
+    for bad in [
+        idp.id_jag(&app, &a.id, json!({"aud": "https://elsewhere.example"})),
+        idp.id_jag(&app, &a.id, json!({"exp": now() + 3600})),
+        idp.sign(
+            "JWT",
+            json!({"aud": app.base, "client_id": a.id, "resource": RESOURCE, "exp": now() + 200}),
+        ),
+        idp.id_jag(&app, &a.id, json!({"jti": ""})),
+        Idp::new("https://stranger.example").id_jag(&app, &a.id, json!({})),
+    ] {
+        let res = app
+            .token_for(&a, &[("grant_type", JWT_BEARER), ("assertion", &bad)])
+            .await;
+        refused(&res, 400, "invalid_grant");
+    }
+    // No assertion.
+    refused(
+        &app.token_for(&a, &[("grant_type", JWT_BEARER)]).await,
+        400,
+        "invalid_request",
+    );
+}
+
+/// A person revoked reaches the organization's Shared Signals streams as a CAEP
+/// session-revoked event naming them (`iss_sub`).
+#[actix_web::test]
+async fn a_revoked_person_is_a_session_revoked_event() {
+    let app = spawn_app().await;
+    let sk = app.secret().to_owned();
+    let res = crate::ssf::send(
+        &app,
+        "POST",
+        "/ssf/streams",
+        Some(&sk),
+        Some(json!({"delivery": {"method": "urn:ietf:rfc:8936"},
+                    "events_requested": ["https://schemas.openid.net/secevent/caep/event-type/session-revoked"]})),
+    )
+    .await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    let created = res.json();
+    let (id, poll_token) = (
+        created["stream_id"].as_str().unwrap().to_owned(),
+        created["poll_token"].as_str().unwrap().to_owned(),
+    );
+    app.revoke_person(&sk, "alice").await;
+    let polled = crate::ssf::send(
+        &app,
+        "POST",
+        &format!("/ssf/poll/{id}"),
+        Some(&poll_token),
+        Some(json!({"returnImmediately": true})),
+    )
+    .await
+    .json();
+    let sets: Vec<&Value> = polled["sets"].as_object().unwrap().values().collect();
+    assert_eq!(sets.len(), 1, "{polled}");
+    let claims = crate::ssf::checked_set(&app, sets[0].as_str().unwrap()).await;
+    assert_eq!(
+        claims["sub_id"],
+        json!({"format": "iss_sub", "iss": IDP, "sub": "alice"})
+    );
+    assert!(
+        claims["events"]["https://schemas.openid.net/secevent/caep/event-type/session-revoked"]
+            ["event_timestamp"]
+            .is_i64(),
+        "{claims}"
+    );
+}
+
+/// A provider's keys published at its jwks_uri: fetched over TLS, kept, asked again with the
+/// ETag once a token names a key the set lacks, and a new key found then.
+#[actix_web::test]
+async fn keys_at_a_jwks_uri_are_fetched_cached_and_refreshed() {
+    let pki = Pki::new("keys.idp.example");
+    let tls = Http::start_tls(&pki);
+    let dns = TestDns::start().await;
+    dns.addr("keys.idp.example", "127.0.0.1".parse::<IpAddr>().unwrap());
+    let app = spawn_app_with(Options {
+        tweak: Box::new(|c| c.engine.oauth.allow_local_provider_keys = true),
+        outbound: OutboundConfig {
+            dns_server: Some(dns.addr),
+            extra_roots: vec![pki.root.clone()],
+            https_port: tls.port,
+            http_port: 80,
+        },
+        ..Options::default()
+    })
+    .await;
+    let sk = app.secret().to_owned();
+    let mut idp = Idp::new(IDP);
+    let serve = |jwks: &Value, etag: &str| {
+        let body = jwks.to_string();
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nETag: \"{etag}\"\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    tls.answer(serve(&idp.jwks(), "v1"));
+    let res = app
+        .post(
+            "/v1/identity-providers",
+            Some(&sk),
+            Some(&json!({"issuer": IDP, "jwks_uri": "https://keys.idp.example/jwks"})),
+        )
+        .await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    let a = app.confidential(&sk, &["read:docs"]).await;
+    app.delegated(&a, &idp.id_token(&a.id), ID_TOKEN, RESOURCE).await;
+    app.delegated(&a, &idp.id_token(&a.id), ID_TOKEN, RESOURCE).await;
+    assert_eq!(tls.hits(), 1, "the set is kept");
+    assert!(tls.heads()[0].starts_with("GET /jwks "), "{:?}", tls.heads());
+
+    // The provider rotates: a token with the new kid makes the service ask again, with the
+    // validator it holds.
+    idp.key = AgentKey::ed();
+    idp.kid = "k2";
+    tls.answer(serve(&idp.jwks(), "v2"));
+    app.delegated(&a, &idp.id_token(&a.id), ID_TOKEN, RESOURCE).await;
+    assert_eq!(tls.hits(), 2);
+    assert!(
+        tls.heads()[1]
+            .to_ascii_lowercase()
+            .contains("if-none-match: \"v1\""),
+        "{:?}",
+        tls.heads()
+    );
+    // An unknown kid again within 30 s asks nobody.
+    let stranger_kid = Idp {
+        iss: IDP.to_owned(),
+        key: AgentKey::ed(),
+        kid: "k3",
+    };
+    refused(
+        &app.exchange(&a, &stranger_kid.id_token(&a.id), ID_TOKEN, RESOURCE, &[])
+            .await,
+        400,
+        "invalid_request",
+    );
+    assert_eq!(tls.hits(), 2);
+    let _ = ok("");
+}
