@@ -14,10 +14,16 @@ declare global {
  * MISCONFIGURED) with {"error": code, "message": …} and a WWW-Authenticate challenge (naming
  * `resourceMetadata`, when given). `publicOrigin`: the origin agents address (behind a
  * proxy), from which a proof's URL is rebuilt. A path in `exclude` (`["/health"]`), or below
- * one, passes unchecked. */
+ * one, passes unchecked. With `delegated`, only an agent acting for a person passes. */
 export function agentIdMiddleware(
   verifier: Verifier,
-  options?: { scopes?: string[]; publicOrigin?: string; resourceMetadata?: ResourceMetadata; exclude?: string[] },
+  options?: {
+    scopes?: string[];
+    publicOrigin?: string;
+    resourceMetadata?: ResourceMetadata;
+    exclude?: string[];
+    delegated?: boolean;
+  },
 ): (req: any, res: any, next: (err?: unknown) => void) => Promise<void>;
 
 /** An Express handler serving `metadata`: `app.get(metadata.path, resourceMetadataHandler(metadata))`.

@@ -10,7 +10,8 @@
 // (RFC 6750 §3.1: no error code without credentials, and then the DPoP challenge beside the
 // Bearer one; `insufficient_scope` on a 403; RFC 9449 §7.1 for DPoP), naming
 // `resourceMetadata` (RFC 9728) when given; `resourceMetadataHandler` serves it. A path in
-// `exclude`, or below one, passes unchecked.
+// `exclude`, or below one, passes unchecked. With `delegated`, only an agent acting for a
+// person (`req.agent.subject`) passes; any other token is TOKEN_INVALID.
 import { VerificationError } from "./index.js";
 
 const STATUS = { INSUFFICIENT_SCOPE: 403, UNAVAILABLE: 503, MISCONFIGURED: 500 };
@@ -70,7 +71,7 @@ function excluded(path, exclude) {
   return exclude.some((e) => path === e || path.startsWith(`${e.replace(/\/+$/, "")}/`));
 }
 
-export function agentIdMiddleware(verifier, { scopes = [], publicOrigin, resourceMetadata, exclude = [] } = {}) {
+export function agentIdMiddleware(verifier, { scopes = [], publicOrigin, resourceMetadata, exclude = [], delegated = false } = {}) {
   const origin = publicOrigin?.replace(/\/+$/, "");
   if (!origin) {
     console.warn("agentIdMiddleware has no publicOrigin: every DPoP-bound token is refused (set publicOrigin to the origin agents address, e.g. https://api.example)");
@@ -99,6 +100,10 @@ export function agentIdMiddleware(verifier, { scopes = [], publicOrigin, resourc
         const token = header.toLowerCase().startsWith("bearer ") ? header.slice(7).trim() : "";
         if (!token) throw new VerificationError("TOKEN_INVALID", header.trim() ? "no bearer token" : "no Authorization header");
         req.agent = await verifier.verify(token, { scopes });
+      }
+      if (delegated && !req.agent.subject) {
+        req.agent = undefined;
+        throw new VerificationError("TOKEN_INVALID", "this route takes an agent acting for a person: a token that acts for nobody");
       }
     } catch (e) {
       if (!(e instanceof VerificationError)) return next(e);

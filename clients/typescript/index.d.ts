@@ -23,7 +23,26 @@ export class VerificationError extends Error {
   readonly code: ErrorCode;
 }
 
+/** The person a delegated token acts for, as the identity provider that vouched for them
+ * names them. */
+export interface Subject {
+  /** The person's `sub` at the provider. */
+  sub: string;
+  /** The provider's issuer URL. */
+  iss: string;
+  /** RFC 9493: `{format: "iss_sub", iss, sub}`. */
+  subId: { format: "iss_sub"; iss: string; sub: string };
+}
+
+/** One agent of a delegated token's chain. */
+export interface Actor {
+  agentId: string;
+  /** The name its organization proved. */
+  issuer: string;
+}
+
 export interface Agent {
+  /** The agent: the one acting, for a delegated token. */
   agentId: string;
   /** The name the agent's organization proved (an access token's `issuer_domain`). */
   issuer: string;
@@ -39,6 +58,12 @@ export interface Agent {
   clientId: string | null;
   /** The token's claims, as verified (the online answer's members for `verifyOnline`). */
   claims: Record<string, unknown>;
+  /** The person a delegated token acts for; null for a token that acts for nobody. */
+  subject: Subject | null;
+  /** A delegated token's chain of agents, the one acting first. Offline, only the first one's
+   * revocation is seen (its status list, or a pushed event for any of them); `verifyOnline`
+   * sees every link. */
+  actors: Actor[];
 }
 
 export interface VerifierOptions {

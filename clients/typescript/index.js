@@ -175,6 +175,9 @@ export class Verifier {
     this.lastKidFetch = -Infinity;
     this.lists = new Map(); // uri -> {bits, ttl, doc}
     this.revoked = new Set();
+    /** `provider + "\n" + sub` -> when the organization revoked the person (Unix s), from
+     * pushed events. */
+    this.revokedSubjects = new Map();
     this.seenSets = new Set(); // the last SEEN_SETS jtis taken, oldest first
     this.dpopMaxSkew = dpopMaxSkew;
     this.seenProofs = new Set(); // `${jkt}.${jti}` of the proofs remembered
@@ -468,7 +471,10 @@ export class Verifier {
     const { typ, claims: c } = await this.decodeTyped(sized(token), ["JWT", ACCESS_TOKEN_TYP], ["exp", "iat", "sub", "iss"]);
     if (c.iat > Date.now() / 1000 + this.leeway) fail("TOKEN_INVALID", "issued in the future");
     const { issuer, granted, audience, clientId } = this.kind(typ === ACCESS_TOKEN_TYP, c);
-    const livemode = this.admit(c.sub, issuer, granted, c.livemode);
+    const { subject, actors } = clientId === null ? { subject: null, actors: [] } : delegation(c);
+    const agentId = clientId ?? c.sub;
+    const livemode = this.admit(agentId, issuer, granted, c.livemode);
+    this.admitChain(subject, actors, c.iat);
     if (c.status !== undefined) {
       const ref = c.status?.status_list;
       if (!ref || !Number.isSafeInteger(ref.idx) || ref.idx < 0 || typeof ref.uri !== "string") {
@@ -478,7 +484,7 @@ export class Verifier {
     }
     scoped(granted, scopes);
     const agent = {
-      agentId: c.sub,
+      agentId,
       issuer,
       scopes: granted,
       issuedAt: new Date(c.iat * 1000),
@@ -487,8 +493,21 @@ export class Verifier {
       audience,
       clientId,
       claims: c,
+      subject,
+      actors,
     };
     return { claims: c, agent };
+  }
+
+  /** A delegated token's other links, as pushed events told of them: any agent of the chain
+   * revoked, or its person revoked since the token was issued. */
+  admitChain(subject, actors, iat) {
+    if (subject === null) return;
+    if (actors.some((a) => this.revoked.has(a.agentId))) {
+      fail("TOKEN_REVOKED", "an agent of the token's chain is revoked (a pushed event)");
+    }
+    const at = this.revokedSubjects.get(`${subject.iss}\n${subject.sub}`);
+    if (at !== undefined && iat <= at) fail("TOKEN_REVOKED", "the person's delegation was revoked (a pushed event)");
   }
 
   /** The issuer domain, scopes, audience and client of an agent token's or an access token's
@@ -500,8 +519,10 @@ export class Verifier {
     let issuer, granted, clientId;
     if (access) {
       if (c.iss !== this.baseUrl) fail("TOKEN_INVALID", `an access token of ${c.iss}, not of ${this.baseUrl}`);
-      if (typeof c.scope !== "string" || !c.scope || c.client_id !== c.sub || !audience.length) {
-        fail("TOKEN_INVALID", "an access token needs aud, scope and client_id (its sub)");
+      const delegated = "act" in c || "sub_id" in c;
+      if (typeof c.scope !== "string" || !c.scope || typeof c.client_id !== "string" || !audience.length
+          || (!delegated && c.client_id !== c.sub) || (delegated && c.act?.sub !== c.client_id)) {
+        fail("TOKEN_INVALID", "an access token needs aud, scope and client_id (its sub, or its act's)");
       }
       [issuer, granted, clientId] = [c.issuer_domain, c.scope.split(" "), c.client_id];
     } else {
@@ -550,17 +571,24 @@ export class Verifier {
     const audience = a.aud === undefined ? [] : [a.aud].flat();
     this.heldToAudience(audience);
     const livemode = this.admit(a.agent_id, a.issuer, granted, a.livemode);
+    let chain;
+    try {
+      chain = delegation(a);
+    } catch (e) {
+      fail("UNAVAILABLE", `verify gave a malformed answer: ${e.message}`);
+    }
     if (a.cnf !== undefined) fail("PROOF_INVALID", "the token is bound to a key: it passes only with a DPoP proof (verifyDpop)");
     scoped(granted, scopes);
     return { agentId: a.agent_id, issuer: a.issuer, scopes: granted, issuedAt, expiresAt, livemode,
-             audience, clientId: a.client_id ?? null, claims: a };
+             audience, clientId: a.client_id ?? null, claims: a, subject: chain.subject, actors: chain.actors };
   }
 
   /** Takes a Security Event Token the service pushed (or a poll gave): verified through the
    * JWKS; issued by this service (`iss` is `baseUrl`); for this receiver (its `aud` holds
    * `setAudience`, when given); not seen before (its `jti` is not one of the last 10,000
    * taken); of a subject of an accepted issuer (`sub_id.iss` is in `issuers`, when given).
-   * A revocation marks its agent revoked at once. */
+   * A revocation marks its agent revoked at once; a person's (`sub_id.iss` an identity
+   * provider's https URL) revokes every delegated token for them issued until the event. */
   async handleSet(setJwt) {
     const c = await this.decode(sized(setJwt, MAX_SET_BYTES, "SET"), "secevent+jwt", ["iss", "jti", "iat"]);
     if (c.iss !== this.baseUrl) fail("TOKEN_INVALID", `a SET of ${c.iss}, not of ${this.baseUrl}`);
@@ -570,20 +598,56 @@ export class Verifier {
     if (typeof c.jti !== "string" || typeof c.events !== "object" || c.events === null) {
       fail("TOKEN_INVALID", "a SET needs a jti and events");
     }
-    let revoked;
+    let revoked, person;
     if (SESSION_REVOKED in c.events) {
       const s = c.sub_id;
       if (s?.format !== "iss_sub" || typeof s.iss !== "string" || typeof s.sub !== "string") {
         fail("TOKEN_INVALID", "a revocation without an iss_sub subject");
       }
-      if (this.issuers && !this.issuers.has(s.iss)) fail("TOKEN_INVALID", `a revocation of an agent of ${s.iss}, not an accepted issuer`);
-      revoked = s.sub;
+      if (s.iss.startsWith("https://")) {
+        const when = c.events[SESSION_REVOKED]?.event_timestamp;
+        person = [`${s.iss}\n${s.sub}`, Number.isFinite(when) ? when : c.iat];
+      } else {
+        if (this.issuers && !this.issuers.has(s.iss)) fail("TOKEN_INVALID", `a revocation of an agent of ${s.iss}, not an accepted issuer`);
+        revoked = s.sub;
+      }
     }
     if (this.seenSets.has(c.jti)) fail("TOKEN_INVALID", `SET ${c.jti} was taken already (a replay)`);
     this.seenSets.add(c.jti);
     if (this.seenSets.size > SEEN_SETS) this.seenSets.delete(this.seenSets.values().next().value);
     if (revoked !== undefined) this.revoked.add(revoked);
+    if (person !== undefined) {
+      const [key, when] = person;
+      const before = this.revokedSubjects.get(key) ?? when;
+      this.revokedSubjects.delete(key);
+      this.revokedSubjects.set(key, Math.max(before, when));
+      // The oldest: its tokens (an hour at most) are long expired.
+      if (this.revokedSubjects.size > SEEN_SETS) this.revokedSubjects.delete(this.revokedSubjects.keys().next().value);
+    }
   }
+}
+
+/** The most agents a chain may hold (the service's own bound). */
+const MAX_CHAIN = 16;
+
+/** The person and the chain of agents of a token's claims (or an online answer): both absent
+ * for a token that acts for nobody, both present for a delegated one. */
+function delegation(doc) {
+  let { act, sub_id: id } = doc;
+  if (act === undefined && id === undefined) return { subject: null, actors: [] };
+  if (id?.format !== "iss_sub" || typeof id.iss !== "string" || typeof id.sub !== "string" || id.sub !== doc.sub) {
+    fail("TOKEN_INVALID", "a delegated token needs sub_id (iss_sub) naming its sub");
+  }
+  const actors = [];
+  while (act !== undefined) {
+    if (typeof act?.sub !== "string" || typeof act.issuer_domain !== "string" || actors.length >= MAX_CHAIN) {
+      fail("TOKEN_INVALID", "malformed act");
+    }
+    actors.push({ agentId: act.sub, issuer: act.issuer_domain });
+    act = act.act;
+  }
+  if (!actors.length) fail("TOKEN_INVALID", "a delegated token needs act");
+  return { subject: { sub: id.sub, iss: id.iss, subId: { format: "iss_sub", iss: id.iss, sub: id.sub } }, actors };
 }
 
 /** Where RFC 9728 puts a resource's metadata: between its host and its path. */

@@ -14,8 +14,8 @@ import { VerificationError } from "./index.js";
 
 /** The MCP SDK's `OAuthTokenVerifier` on an agentid `Verifier`: its `AuthInfo` carries the
  * agent's client id, scopes and expiry (seconds), the resource the token is for (the
- * receiver's own audience that it names, else its first), and in `extra` the agent and the
- * token's claims. */
+ * receiver's own audience that it names, else its first), and in `extra` the agent, the
+ * token's claims, and for a delegated token the person (`subject`) and the chain (`actors`). */
 export function mcpTokenVerifier(verifier) {
   return {
     async verifyAccessToken(token) {
@@ -35,7 +35,8 @@ export function mcpTokenVerifier(verifier) {
         scopes: agent.scopes,
         expiresAt: Math.floor(agent.expiresAt.getTime() / 1000),
         ...(resource ? { resource: new URL(resource) } : {}),
-        extra: { agentId: agent.agentId, issuer: agent.issuer, livemode: agent.livemode, claims: agent.claims },
+        extra: { agentId: agent.agentId, issuer: agent.issuer, livemode: agent.livemode, claims: agent.claims,
+                 subject: agent.subject, actors: agent.actors },
       };
     },
   };

@@ -170,6 +170,25 @@ impl TestApp {
     }
 }
 
+/// A delegated token: an agent's, acting for alice of a provider the test organization trusts
+/// (added here, once), for `resource` and `scope`.
+pub(crate) struct PersonToken {
+    pub(crate) agent: String,
+    pub(crate) token: String,
+}
+
+pub(crate) async fn person_token(app: &TestApp, resource: &str, scope: &str) -> PersonToken {
+    let sk = app.secret().to_owned();
+    let idp = Idp::new(IDP);
+    app.trust(&sk, &idp).await;
+    let a = app.confidential(&sk, &[scope]).await;
+    let answer = app.delegated(&a, &idp.id_token(&a.id), ID_TOKEN, resource).await;
+    PersonToken {
+        agent: a.id,
+        token: access(&answer),
+    }
+}
+
 fn refused(res: &Resp, status: u16, code: &str) -> String {
     assert_eq!(res.status, status, "{code}: {}", res.text());
     let body = res.json();
@@ -630,6 +649,10 @@ async fn an_id_jag_buys_one_token_for_its_resource() {
     let answer = res.json();
     assert!(answer.get("issued_token_type").is_none(), "{answer}");
     assert_eq!(answer["scope"], "read:docs");
+    assert!(
+        answer["expires_in"].as_i64().unwrap() <= 300,
+        "never past the ID-JAG: {answer}"
+    );
     let claims = payload(&access(&answer));
     assert_eq!(
         (claims["aud"].as_str(), claims["sub"].as_str()),
@@ -819,4 +842,64 @@ async fn keys_at_a_jwks_uri_are_fetched_cached_and_refreshed() {
     );
     assert_eq!(tls.hits(), 2);
     let _ = ok("");
+}
+
+/// Attack, by someone who can write the database: a provider row inserted there (with a MAC
+/// copied from a real row, or none), or a trusted provider's keys swapped for theirs. The key
+/// file seals each row, so none of these vouches for anyone, and tokens the swapped provider
+/// vouched for die online.
+#[actix_web::test]
+async fn a_provider_written_into_the_database_vouches_for_no_one() {
+    let app = spawn_app().await;
+    let sk = app.secret().to_owned();
+    let idp = Idp::new(IDP);
+    app.trust(&sk, &idp).await;
+    let a = app.confidential(&sk, &["read:docs"]).await;
+    let before = access(&app.delegated(&a, &idp.id_token(&a.id), ID_TOKEN, RESOURCE).await);
+    assert_eq!(app.verify(&before).await["valid"], true);
+
+    // An attacker's provider, inserted with the real row's MAC.
+    let evil = Idp::new("https://evil.example");
+    let quoted = |v: &Value| v.to_string().replace('\'', "''");
+    app.raw_execute(&format!(
+        "INSERT INTO identity_providers (id, org_id, issuer, jwks, jwks_uri, created_at, mac) \
+         SELECT 'idp_01jd0000000000000000000000', org_id, 'https://evil.example', '{}', NULL, created_at, mac \
+         FROM identity_providers WHERE issuer = '{IDP}'",
+        quoted(&evil.jwks())
+    ))
+    .await
+    .unwrap();
+    let why = refused(
+        &app.exchange(&a, &evil.id_token(&a.id), ID_TOKEN, RESOURCE, &[])
+            .await,
+        400,
+        "invalid_request",
+    );
+    assert!(why.contains("trusts"), "{why}");
+
+    // The trusted provider's keys swapped for the attacker's: its name buys nothing, and the
+    // tokens it vouched for die at once.
+    let forger = Idp {
+        iss: IDP.to_owned(),
+        key: AgentKey::es(),
+        kid: "k1",
+    };
+    app.raw_execute(&format!(
+        "UPDATE identity_providers SET jwks = '{}' WHERE issuer = '{IDP}'",
+        quoted(&forger.jwks())
+    ))
+    .await
+    .unwrap();
+    refused(
+        &app.exchange(&a, &forger.id_token(&a.id), ID_TOKEN, RESOURCE, &[])
+            .await,
+        400,
+        "invalid_request",
+    );
+    assert_eq!(app.verify(&before).await["error"], "TOKEN_REVOKED");
+    let counted = agentid::telemetry::metrics_handle().render();
+    assert!(
+        counted.contains(r#"agentid_integrity_failures_total{what="identity_provider"}"#),
+        "the alarm is counted"
+    );
 }

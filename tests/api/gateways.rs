@@ -190,11 +190,20 @@ async fn the_gateway_holds(app: &TestApp, gw: &Gateway, hits: &AtomicUsize) {
             ("Authorization", &bearer),
             ("X-Agent-Id", "agt_forged"),
             ("X-Agent-Client-Id", "forged"),
+            ("X-Agent-Subject", "mallory"),
+            ("X-Agent-Subject-Issuer", "https://idp.example"),
         ],
     )
     .await;
     assert_eq!(res.status, 200, "{}", res.text());
     let seen = res.json();
+    // A token that acts for nobody: the caller's person is gone, whatever it claimed.
+    for forged in ["x-agent-subject", "x-agent-subject-issuer"] {
+        assert!(
+            seen["agent"].get(forged).is_none_or(|v| v == ""),
+            "{forged}: {seen}"
+        );
+    }
     assert_eq!(seen["path"], "/docs/1?page=2");
     assert_eq!(seen["method"], "POST");
     assert_eq!(seen["agent"]["x-agent-id"], agent.as_str(), "{seen}");
@@ -221,6 +230,24 @@ async fn the_gateway_holds(app: &TestApp, gw: &Gateway, hits: &AtomicUsize) {
         401,
         invalid,
     );
+    // An agent acting for a person: the upstream learns who, from agentid alone.
+    let delegated = crate::delegation::person_token(app, "https://api.example", "read:docs").await;
+    let res = through(
+        gw,
+        "GET",
+        "/docs/2",
+        &[
+            ("Authorization", &format!("Bearer {}", delegated.token)),
+            ("X-Agent-Subject", "mallory"),
+        ],
+    )
+    .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let seen = res.json();
+    assert_eq!(seen["agent"]["x-agent-subject"], "alice", "{seen}");
+    assert_eq!(seen["agent"]["x-agent-subject-issuer"], "https://idp.example");
+    assert_eq!(seen["agent"]["x-agent-id"], delegated.agent.as_str());
+    let before = before + 1;
     let (_, agent_token) = app.agent().await;
     let agent_token = format!("Bearer {agent_token}");
     refused(

@@ -70,6 +70,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 mod builder;
+mod delegation;
 mod dpop;
 mod error;
 mod keys;
@@ -84,6 +85,7 @@ mod transport;
 
 pub use builder::Builder;
 use builder::RefusalHook;
+pub use delegation::{Actor, Subject, MAX_CHAIN};
 pub use dpop::{MAX_PROOF_BYTES, SEEN_PROOFS};
 pub use error::{printable, Error};
 use lists::HeldList;
@@ -122,6 +124,7 @@ pub const FETCHES: &str = "agentid_verifier_fetches_total";
 /// A verified agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Agent {
+    /// The agent: the one acting, for a delegated token.
     pub agent_id: String,
     /// The name the agent's organization proved (an access token's `issuer_domain`).
     pub issuer: String,
@@ -138,6 +141,19 @@ pub struct Agent {
     /// The token's claims, as verified (the online answer's members for
     /// [`Verifier::verify_online`]).
     pub claims: Value,
+    /// The person a delegated token acts for; None for a token that acts for nobody.
+    pub subject: Option<Subject>,
+    /// A delegated token's chain of agents, the one acting first. Offline, only the first
+    /// one's revocation is seen (its status list, or a pushed event for any of them);
+    /// [`Verifier::verify_online`] sees every link.
+    pub actors: Vec<Actor>,
+}
+
+impl Agent {
+    /// Whether the agent acts for a person.
+    pub fn delegated(&self) -> bool {
+        self.subject.is_some()
+    }
 }
 
 #[derive(Default)]
@@ -149,6 +165,8 @@ struct State {
     last_kid_fetch: Option<Instant>,
     lists: HashMap<String, HeldList>,
     revoked: HashSet<String>,
+    /// (provider, person) -> when the organization revoked them (Unix s), from pushed events.
+    revoked_subjects: HashMap<(String, String), i64>,
     /// The `jti`s of the last [`SEEN_SETS`] SETs taken, and their order (oldest first).
     seen_sets: HashSet<String>,
     seen_order: VecDeque<String>,

@@ -78,6 +78,8 @@ impl Verifier {
         let audience = audience_of(answer.get("aud")).ok_or_else(|| malformed("aud"))?;
         self.held_to_audience(&audience)?;
         let livemode = self.admit(agent_id, issuer, answer.get("livemode"))?;
+        let (subject, actors) =
+            crate::delegation::delegation(&answer).map_err(|e| malformed(&format!("its chain ({e})")))?;
         if answer.get("cnf").is_some() {
             return Err(bound_as_bearer());
         }
@@ -92,6 +94,8 @@ impl Verifier {
             audience,
             client_id: answer["client_id"].as_str().map(str::to_owned),
             claims: answer.clone(),
+            subject,
+            actors,
         })
     }
 }

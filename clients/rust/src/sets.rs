@@ -1,5 +1,5 @@
 //! Security Event Tokens pushed to (or polled by) the receiver: a revocation marks its
-//! agent revoked at once.
+//! agent revoked at once; a person's revokes their delegated tokens issued until then.
 
 use serde_json::Value;
 
@@ -11,8 +11,9 @@ impl Verifier {
     /// JWKS; issued by this service (`iss` is the base URL); for this receiver (its `aud`
     /// holds [`Builder::set_audience`](crate::Builder::set_audience), when set); not seen before (its `jti` is not one of the
     /// last [`SEEN_SETS`] taken); of a subject of an accepted issuer (`sub_id.iss` is one of
-    /// [`Builder::issuers`](crate::Builder::issuers), when set). A revocation marks its agent revoked at once. Every
-    /// refusal is `TOKEN_INVALID`.
+    /// [`Builder::issuers`](crate::Builder::issuers), when set). A revocation marks its agent revoked at once; a
+    /// person's (`sub_id.iss` an identity provider's https URL) revokes every delegated token
+    /// for them issued until the event. Every refusal is `TOKEN_INVALID`.
     pub async fn handle_set(&self, set_jwt: &str) -> Result<(), Error> {
         let c = self
             .decode(sized(set_jwt, MAX_SET_BYTES, "SET")?, "secevent+jwt")
@@ -34,11 +35,12 @@ impl Verifier {
                 return Err(invalid(format!("a SET for {aud}, not for {want}")));
             }
         }
-        let (Some(jti), Some(_), Some(events)) =
+        let (Some(jti), Some(iat), Some(events)) =
             (c["jti"].as_str(), c["iat"].as_i64(), c["events"].as_object())
         else {
             return Err(invalid("a SET needs jti, iat and events"));
         };
+        let mut person = None;
         let revoked = if events.contains_key(SESSION_REVOKED) {
             let s = &c["sub_id"];
             let (Some("iss_sub"), Some(iss), Some(sub)) =
@@ -46,12 +48,17 @@ impl Verifier {
             else {
                 return Err(invalid("a revocation without an iss_sub subject"));
             };
-            if self.inner.issuers.as_ref().is_some_and(|i| !i.contains(iss)) {
+            if iss.starts_with("https://") {
+                let at = events[SESSION_REVOKED]["event_timestamp"].as_i64().unwrap_or(iat);
+                person = Some((iss, sub, at));
+                None
+            } else if self.inner.issuers.as_ref().is_some_and(|i| !i.contains(iss)) {
                 return Err(invalid(format!(
                     "a revocation of an agent of {iss}, not an accepted issuer"
                 )));
+            } else {
+                Some(sub)
             }
-            Some(sub)
         } else {
             None
         };
@@ -67,6 +74,10 @@ impl Verifier {
         }
         if let Some(sub) = revoked {
             s.revoked.insert(sub.to_owned());
+        }
+        drop(s);
+        if let Some((iss, sub, at)) = person {
+            self.person_revoked(iss, sub, at);
         }
         Ok(())
     }

@@ -173,7 +173,13 @@ impl Verifier {
             return Err(invalid("issued in the future"));
         }
         let kind = self.kind(typ == ACCESS_TOKEN_TYP, &c)?;
-        let livemode = self.admit(sub, &kind.issuer, c.get("livemode"))?;
+        let (subject, actors) = match kind.client_id {
+            Some(_) => crate::delegation::delegation(&c)?,
+            None => (None, Vec::new()),
+        };
+        let agent_id = kind.client_id.clone().unwrap_or_else(|| sub.to_owned());
+        let livemode = self.admit(&agent_id, &kind.issuer, c.get("livemode"))?;
+        self.admit_chain(subject.as_ref(), &actors, iat)?;
         if let Some(status) = c.get("status") {
             let r = &status["status_list"];
             // A non-negative integer: -1, 1.5, "3" or true are not indices.
@@ -186,7 +192,7 @@ impl Verifier {
         }
         scoped(&kind.granted, scopes)?;
         let agent = Agent {
-            agent_id: sub.to_owned(),
+            agent_id,
             issuer: kind.issuer,
             scopes: kind.granted,
             issued_at: UNIX_EPOCH + Duration::from_secs(iat.max(0) as u64),
@@ -195,6 +201,8 @@ impl Verifier {
             audience: kind.audience,
             client_id: kind.client_id,
             claims: c,
+            subject,
+            actors,
         };
         Ok(agent)
     }
@@ -220,9 +228,14 @@ impl Verifier {
                     "an access token needs scope, client_id and issuer_domain",
                 ));
             };
-            if scope.is_empty() || c["sub"] != client || audience.is_empty() {
+            let delegated = c.get("act").is_some() || c.get("sub_id").is_some();
+            if scope.is_empty()
+                || audience.is_empty()
+                || (!delegated && c["sub"] != client)
+                || (delegated && c["act"]["sub"] != client)
+            {
                 return Err(invalid(
-                    "an access token needs aud, scope and client_id (its sub)",
+                    "an access token needs aud, scope and client_id (its sub, or its act's)",
                 ));
             }
             Kind {

@@ -22,6 +22,7 @@ pub struct AgentIdLayer {
     scopes: Arc<Vec<String>>,
     public_origin: Option<Arc<str>>,
     metadata_url: Option<Arc<str>>,
+    delegated: bool,
     warned: Arc<std::sync::Once>,
 }
 
@@ -32,6 +33,7 @@ impl AgentIdLayer {
             scopes: Arc::new(scopes.iter().map(|s| s.to_string()).collect()),
             public_origin: None,
             metadata_url: None,
+            delegated: false,
             warned: Arc::new(std::sync::Once::new()),
         }
     }
@@ -50,6 +52,13 @@ impl AgentIdLayer {
     /// receiver would pass). Without it, every DPoP-bound token is refused.
     pub fn public_origin(mut self, origin: &str) -> Self {
         self.public_origin = Some(origin.trim_end_matches('/').into());
+        self
+    }
+
+    /// Lets only an agent acting for a person through ([`super::Agent::subject`]); a token
+    /// that acts for nobody is `TOKEN_INVALID`.
+    pub fn delegated(mut self) -> Self {
+        self.delegated = true;
         self
     }
 }
@@ -257,6 +266,12 @@ where
                     None if bare => Err(Error::Invalid("no Authorization header".into())),
                     None => Err(Error::Invalid("no bearer token".into())),
                 }
+            };
+            let verified = match verified {
+                Ok(agent) if layer.delegated && !agent.delegated() => Err(Error::Invalid(
+                    "this route takes an agent acting for a person: a token that acts for nobody".into(),
+                )),
+                other => other,
             };
             match verified {
                 Ok(agent) => {

@@ -17,6 +17,8 @@ use serde_json::{json, Value};
 
 #[path = "live/counters.rs"]
 mod counters;
+#[path = "live/delegation.rs"]
+mod delegation;
 #[path = "live/dpop.rs"]
 mod dpop;
 #[path = "live/examples.rs"]
@@ -193,13 +195,7 @@ impl Server {
             .iter()
             .find(|k| k["x"] == x.as_str());
         let header = json!({"alg": "EdDSA", "kid": jwk.unwrap()["kid"], "typ": typ});
-        let signed = format!(
-            "{}.{}",
-            URL_SAFE_NO_PAD.encode(header.to_string()),
-            URL_SAFE_NO_PAD.encode(claims.to_string())
-        );
-        let sig = key.sign(signed.as_bytes());
-        format!("{signed}.{}", URL_SAFE_NO_PAD.encode(sig.to_bytes()))
+        jws(&key, &header, claims)
     }
 
     /// The SET of a revocation, polled from a new poll stream (created with `stream`'s extra
@@ -393,6 +389,17 @@ fn proxied() -> (Server, Proxy) {
     let s = Server::start_with(&[("AGENTID_PUBLIC_URL", &proxy.url)]);
     proxy.state.lock().unwrap().upstream = s.base.clone();
     (s, proxy)
+}
+
+/// A compact JWS of `claims` under `header`, signed with the Ed25519 `key`.
+fn jws(key: &SigningKey, header: &Value, claims: &Value) -> String {
+    let signed = format!(
+        "{}.{}",
+        URL_SAFE_NO_PAD.encode(header.to_string()),
+        URL_SAFE_NO_PAD.encode(claims.to_string())
+    );
+    let sig = key.sign(signed.as_bytes());
+    format!("{signed}.{}", URL_SAFE_NO_PAD.encode(sig.to_bytes()))
 }
 
 fn claims_of(token: &str) -> Value {

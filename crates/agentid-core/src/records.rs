@@ -154,6 +154,26 @@ pub struct IdentityProviderRecord {
     /// where it publishes it.
     pub jwks_uri: Option<String>,
     pub created_at: Millis,
+    /// The key file's MAC of [`IdentityProviderRecord::canonical`]: a row written with
+    /// database access alone (or changed there) has none that checks, and is trusted by no
+    /// one.
+    pub mac: Option<[u8; 32]>,
+}
+
+impl IdentityProviderRecord {
+    /// The bytes its MAC is computed over: JSON of every member but the MAC, in a fixed order.
+    pub fn canonical(&self) -> Vec<u8> {
+        serde_json::to_vec(&(
+            "identity provider v1",
+            self.id.as_str(),
+            self.org_id.as_str(),
+            &self.issuer,
+            &self.jwks,
+            &self.jwks_uri,
+            self.created_at.0,
+        ))
+        .expect("a record serializes")
+    }
 }
 
 /// A stream as stored.

@@ -24,6 +24,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use agentid_core::domain::{AgentId, Millis, OrgId};
+use agentid_core::keys::KeyRing;
 use agentid_core::records::IdentityProviderRecord;
 use agentid_core::token::foreign::{self, Foreign};
 use agentid_core::token::{Actor, Claims, SubjectId};
@@ -58,16 +59,31 @@ pub(crate) struct Delegated {
     pub inner: Option<Actor>,
     /// The scopes the subject token allowed, where it says.
     pub allowed: Option<Vec<String>>,
-    /// The latest the token may live to (Unix s): the subject token's `exp`.
+    /// The latest the token may live to (Unix s): the subject token's (or the ID-JAG's) `exp`.
     pub exp_cap: Option<i64>,
     /// The ID-JAG's resource: the token's audience.
     pub resource: Option<String>,
 }
 
+/// Whether the key file vouches for a provider's row (its MAC checks). One that it does not
+/// was written or changed with database access alone: an integrity alarm, and trusted by no
+/// one.
+pub(crate) fn vouched(keys: &KeyRing, idp: &IdentityProviderRecord) -> bool {
+    let ok = idp
+        .mac
+        .is_some_and(|mac| keys.identity_provider_vouched(&idp.canonical(), &mac));
+    if !ok {
+        tracing::error!(idp = %idp.id, org_id = %idp.org_id,
+            "integrity alarm: an identity provider's row is not sealed by the key file; it is not trusted");
+        metrics::counter!("agentid_integrity_failures_total", "what" => "identity_provider").increment(1);
+    }
+    ok
+}
+
 /// Why a delegated token no longer stands, when it does not.
-pub(crate) fn verdict(claims: &Claims, standing: &Standing) -> Option<String> {
+pub(crate) fn verdict(keys: &KeyRing, claims: &Claims, standing: &Standing) -> Option<String> {
     let id = claims.sub_id.as_ref()?;
-    if !standing.provider_trusted {
+    if !standing.provider.as_ref().is_some_and(|p| vouched(keys, p)) {
         return Some(format!(
             "the agent's organization no longer trusts the identity provider {} that vouched for the person",
             id.iss
@@ -236,7 +252,10 @@ impl OAuth {
             return Err(refusal(format!("{what} is not a JWT with an iss")));
         };
         let providers = self.store.identity_providers(org).await?;
-        let Some(idp) = providers.into_iter().find(|p| p.issuer == iss) else {
+        let Some(idp) = providers
+            .into_iter()
+            .find(|p| p.issuer == iss && vouched(&self.keys, p))
+        else {
             return Err(refusal(format!(
                 "{what}: {iss:?} is not an identity provider the agent's organization trusts \
                  (POST /v1/identity-providers)"
@@ -346,7 +365,7 @@ impl OAuth {
             .store
             .delegation_standing(&agent.org_id, &sub_id.iss, &sub_id.sub, &ids)
             .await?;
-        if let Some(why) = verdict(c, &standing) {
+        if let Some(why) = verdict(&self.keys, c, &standing) {
             return refuse(&why);
         }
         let depth = ids.len() + 1;
@@ -423,7 +442,8 @@ impl OAuth {
             sub_id: SubjectId::iss_sub(&idp.issuer, &sub),
             inner: None,
             allowed: t.text("scope").map(split_scope),
-            exp_cap: None,
+            // Every link bounds the token's life, the ID-JAG's too.
+            exp_cap: Some(exp),
             resource,
         })
     }

@@ -125,6 +125,8 @@ fn live(caller: &Caller) -> Result<(), IdentityProviderError> {
 
 pub struct IdentityProviders {
     pub(crate) store: SharedStore,
+    /// The key file: it seals each provider's row.
+    pub(crate) keys: std::sync::Arc<agentid_core::keys::KeyRing>,
 }
 
 impl IdentityProviders {
@@ -145,14 +147,16 @@ impl IdentityProviders {
                 (None, Some(url))
             }
         };
-        let idp = IdentityProviderRecord {
+        let mut idp = IdentityProviderRecord {
             id: IdpId::generate(),
             org_id: caller.org.id.clone(),
             issuer: issuer.to_owned(),
             jwks,
             jwks_uri,
             created_at: Millis::now(),
+            mac: None,
         };
+        idp.mac = Some(self.keys.identity_provider_mac(&idp.canonical()));
         match self
             .store
             .add_identity_provider(&idp, MAX_IDENTITY_PROVIDERS)

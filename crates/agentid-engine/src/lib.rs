@@ -190,6 +190,7 @@ impl Engine {
     pub fn identity_providers(&self) -> identity_providers::IdentityProviders {
         identity_providers::IdentityProviders {
             store: self.store.clone(),
+            keys: self.keys.clone(),
         }
     }
 

@@ -19,7 +19,7 @@ use agentid_core::domain::holding::NotCovered;
 use agentid_core::domain::{
     new_id, AgentId, IdPrefix, IssuerDomain, KeyMode, Ledger, Millis, OrgId, VerifyResult,
 };
-use agentid_core::keys::SigningKeys;
+use agentid_core::keys::{KeyRing, SigningKeys};
 use agentid_core::token::dpop::{check_proof, Expected as ProofExpected, PublicJwk};
 use agentid_core::token::{absolute_uri, assertion, Actor, Audience, Claims, Confirmation, MAX_TOKEN_LEN};
 use agentid_store::{AgentRecord, DomainRules, OrgRecord, SharedStore, StoreError};
@@ -216,6 +216,8 @@ pub struct OAuth {
     /// Checks agentid's own tokens handed on as subject tokens.
     pub(crate) tokens: Arc<TokenVerifier>,
     pub(crate) provider_keys: ProviderKeys,
+    /// The key file: it vouches for identity providers' rows.
+    pub(crate) keys: Arc<KeyRing>,
     pub(crate) max_delegation_depth: usize,
     /// When this instance last forgot expired assertions (Unix ms).
     last_pruned: AtomicI64,
@@ -241,6 +243,7 @@ impl OAuth {
         expiries: Arc<NotedExpiries>,
         tokens: Arc<TokenVerifier>,
         outbound: Arc<Outbound>,
+        keys: Arc<KeyRing>,
         public_url: &str,
         cfg: &OAuthConfig,
         max_skew_secs: i64,
@@ -262,6 +265,7 @@ impl OAuth {
             expiries,
             tokens,
             provider_keys: ProviderKeys::new(outbound, cfg.allow_local_provider_keys),
+            keys,
             max_delegation_depth: cfg.max_delegation_depth,
             last_pruned: AtomicI64::new(0),
             held: quick_cache::sync::Cache::new(10_000),

@@ -131,6 +131,7 @@ impl Engine {
                 audit.clone(),
                 revocations.clone(),
                 ProofCheck::new(cfg.dpop_max_skew.as_secs() as i64, MAX_REMEMBERED_PROOFS),
+                keys.clone(),
             ),
             oauth: OAuth::new(
                 store.clone(),
@@ -143,6 +144,7 @@ impl Engine {
                 expiries.clone(),
                 tokens.clone(),
                 outbound.clone(),
+                keys.clone(),
                 &cfg.public_url,
                 &cfg.oauth,
                 cfg.dpop_max_skew.as_secs() as i64,

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use agentid_core::domain::audit::{revoked_failure_reason, AuditEntry, Event};
 use agentid_core::domain::{AgentId, Ledger, Millis, VerifyResult};
+use agentid_core::keys::KeyRing;
 use agentid_core::token::policy::{Policy, PolicyRefusal};
 use agentid_core::token::{Claims, RejectReason};
 use agentid_store::{SharedStore, StoreError};
@@ -96,6 +97,8 @@ pub struct Verify {
     audit: AuditHandle,
     revocations: Arc<Revocations>,
     proofs: ProofCheck,
+    /// The key file: it vouches for the identity providers delegated tokens stand on.
+    keys: Arc<KeyRing>,
 }
 
 /// How a token is presented: alone (`GET /v1/verify/{token}`, where a bound token answers
@@ -115,6 +118,7 @@ impl Verify {
         audit: AuditHandle,
         revocations: Arc<Revocations>,
         proofs: ProofCheck,
+        keys: Arc<KeyRing>,
     ) -> Self {
         Verify {
             counters: Counters::register(),
@@ -124,6 +128,7 @@ impl Verify {
             audit,
             revocations,
             proofs,
+            keys,
         }
     }
 
@@ -322,7 +327,7 @@ impl Verify {
             .store
             .delegation_standing(&agent.org_id, &id.iss, &id.sub, &chain[1..])
             .await?;
-        Ok(crate::delegation::verdict(claims, &standing))
+        Ok(crate::delegation::verdict(&self.keys, claims, &standing))
     }
 
     /// The agent with this id: from the registry, else (registered through another

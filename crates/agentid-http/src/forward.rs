@@ -228,10 +228,11 @@ fn pass(v: &Verification) -> HttpResponse {
         if let Some(client) = &c.client_id {
             put("x-agent-client-id", client);
         }
-        if let Some(person) = &c.sub_id {
-            put("x-agent-subject", &person.sub);
-            put("x-agent-subject-issuer", &person.iss);
-        }
+        // Always, empty for a token that acts for nobody: a gateway that copies them then
+        // overwrites a caller's own, whatever the token.
+        let person = c.sub_id.as_ref();
+        put("x-agent-subject", person.map_or("", |p| p.sub.as_str()));
+        put("x-agent-subject-issuer", person.map_or("", |p| p.iss.as_str()));
     }
     res.finish()
 }
@@ -248,7 +249,7 @@ fn pass(v: &Verification) -> HttpResponse {
         ("X-Agentid-Key" = Option<String>, Header, description = "The gateway's publishable key (pk_…): its organization's verify limit instead of the gateway address's"),
     ),
     responses(
-        (status = 200, description = "Let the request through: the token is valid for this receiver, and recorded. No body; X-Agent-Id, X-Agent-Issuer, X-Agent-Scopes (space-separated) and, for an access token, X-Agent-Client-Id name the agent; for a delegated token, X-Agent-Subject and X-Agent-Subject-Issuer name the person it acts for."),
+        (status = 200, description = "Let the request through: the token is valid for this receiver, and recorded. No body; X-Agent-Id, X-Agent-Issuer, X-Agent-Scopes (space-separated) and, for an access token, X-Agent-Client-Id name the agent; X-Agent-Subject and X-Agent-Subject-Issuer name the person a delegated token acts for (empty for one that acts for nobody)."),
         (status = 400, description = "VALIDATION_ERROR: the gateway's URL names an unknown parameter or a malformed value", body = ErrorBody),
         (status = 401, description = "TOKEN_INVALID, TOKEN_EXPIRED, TOKEN_REVOKED, PROOF_INVALID or PROOF_REPLAYED, with the WWW-Authenticate challenge a receiver sends (RFC 6750, RFC 9449); or no token (a bare challenge); or UNAUTHORIZED: an invalid X-Agentid-Key", body = ErrorBody),
         (status = 403, description = "INSUFFICIENT_SCOPE, with `WWW-Authenticate: … error=\"insufficient_scope\", scope=\"…\"`", body = ErrorBody),

@@ -37,8 +37,8 @@ pub trait IdentityProviderStore {
         at: Millis,
     ) -> StoreFuture<'a, ()>;
     /// What a delegated token of the organization's agents for the person `(iss, sub)`
-    /// stands on: the provider still trusted, when the person was revoked last, and which of
-    /// the `chain`'s agents are revoked.
+    /// stands on: the provider's row (its seal is the engine's to check), when the person was
+    /// revoked last, and which of the `chain`'s agents are revoked.
     fn delegation_standing<'a>(
         &'a self,
         org_id: &'a OrgId,
@@ -51,8 +51,8 @@ pub trait IdentityProviderStore {
 /// What a delegated token stands on, as the store has it now.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Standing {
-    /// The organization still trusts the provider that vouched for the person.
-    pub provider_trusted: bool,
+    /// The organization's provider of that issuer, as stored.
+    pub provider: Option<IdentityProviderRecord>,
     /// When the organization last revoked the person.
     pub subject_revoked_at: Option<Millis>,
     /// The agents of the chain that are revoked.
@@ -62,7 +62,7 @@ pub struct Standing {
 row! {
     pub(crate) struct IdentityProviderRow {
         id: String, org_id: String, issuer: String, jwks: Option<String>, jwks_uri: Option<String>,
-        created_at: i64,
+        created_at: i64, mac: Option<Vec<u8>>,
     }
 }
 
@@ -75,6 +75,8 @@ impl IdentityProviderRow {
             jwks: self.jwks,
             jwks_uri: self.jwks_uri,
             created_at: Millis(self.created_at),
+            // A MAC of another length vouches for nothing: the engine finds it so.
+            mac: self.mac.and_then(|m| m.as_slice().try_into().ok()),
         })
     }
 }

@@ -121,6 +121,11 @@ pub const SQLITE: Embedded = &[
         "subject revocations",
         include_str!("../../../migrations/sqlite/0023_subject_revocations.sql"),
     ),
+    (
+        24,
+        "identity provider seals",
+        include_str!("../../../migrations/sqlite/0024_identity_provider_seals.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -237,6 +242,11 @@ pub const POSTGRES: Embedded = &[
         23,
         "subject revocations",
         include_str!("../../../migrations/postgres/0023_subject_revocations.sql"),
+    ),
+    (
+        24,
+        "identity provider seals",
+        include_str!("../../../migrations/postgres/0024_identity_provider_seals.sql"),
     ),
 ];
 

@@ -220,6 +220,21 @@ impl KeyRing {
         self.hmac(b"agentid domain holdings v1", &[canonical])
     }
 
+    /// The MAC of an identity provider's row (`IdentityProviderRecord::canonical`): a row
+    /// written or changed with database access alone vouches for no one.
+    pub fn identity_provider_mac(&self, canonical: &[u8]) -> [u8; 32] {
+        self.hmac(b"agentid identity providers v1", &[canonical])
+    }
+
+    /// Whether `mac` is the MAC of an identity provider's canonical bytes (constant time).
+    pub fn identity_provider_vouched(&self, canonical: &[u8], mac: &[u8; 32]) -> bool {
+        use hmac::{Hmac, Mac};
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.derived(b"agentid identity providers v1"))
+            .expect("HMAC takes any key length");
+        m.update(canonical);
+        m.verify_slice(mac).is_ok()
+    }
+
     /// Whether `mac` is the MAC of an event's canonical bytes (constant time).
     pub(crate) fn domain_event_vouched(&self, canonical: &[u8], mac: &[u8; 32]) -> bool {
         use hmac::{Hmac, Mac};

@@ -28,7 +28,7 @@ impl IdentityProviderStore for SqlStore<DB> {
                 return Ok(IdpAdded::Full);
             }
             sqlx::query(&format!(
-                "INSERT INTO identity_providers ({}) VALUES ($1, $2, $3, $4, $5, $6)",
+                "INSERT INTO identity_providers ({}) VALUES ($1, $2, $3, $4, $5, $6, $7)",
                 IdentityProviderRow::COLUMNS
             ))
             .bind(idp.id.as_str())
@@ -37,6 +37,7 @@ impl IdentityProviderStore for SqlStore<DB> {
             .bind(idp.jwks.as_deref())
             .bind(idp.jwks_uri.as_deref())
             .bind(idp.created_at.0)
+            .bind(idp.mac.map(|m| m.to_vec()))
             .execute(&mut *tx)
             .await?;
             crate::sql::commit(tx).await?;
@@ -119,13 +120,15 @@ impl IdentityProviderStore for SqlStore<DB> {
     ) -> StoreFuture<'a, Standing> {
         Box::pin(async move {
             let mut conn = self.conn().await?;
-            let (provider_trusted,): (bool,) = sqlx::query_as(
-                "SELECT EXISTS (SELECT 1 FROM identity_providers WHERE org_id = $1 AND issuer = $2)",
-            )
+            let provider: Option<IdentityProviderRow> = sqlx::query_as(&format!(
+                "SELECT {} FROM identity_providers WHERE org_id = $1 AND issuer = $2",
+                IdentityProviderRow::COLUMNS
+            ))
             .bind(org_id.as_str())
             .bind(iss)
-            .fetch_one(&mut *conn)
+            .fetch_optional(&mut *conn)
             .await?;
+            let provider = provider.map(IdentityProviderRow::into_record).transpose()?;
             let revoked_at: Option<(i64,)> = sqlx::query_as(
                 "SELECT revoked_at FROM subject_revocations WHERE org_id = $1 AND iss = $2 AND sub = $3",
             )
@@ -147,7 +150,7 @@ impl IdentityProviderStore for SqlStore<DB> {
                 }
             }
             Ok(Standing {
-                provider_trusted,
+                provider,
                 subject_revoked_at: revoked_at.map(|(t,)| Millis(t)),
                 revoked,
             })
