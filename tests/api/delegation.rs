@@ -570,6 +570,31 @@ async fn foreign_forged_stale_and_misaddressed_subject_tokens_are_refused() {
             .await,
     );
     refused(&ask(for_api, ACCESS_TOKEN).await, 400, "invalid_request");
+    // A delegated token bound to its holder's key (DPoP), handed on without the key.
+    let dpop = AgentKey::ed();
+    let proof = dpop.proof_with(
+        &dpop.header(),
+        &json!({"jti": ulid::Ulid::new().to_string(), "htm": "POST",
+                "htu": format!("{}/oauth/token", app.base), "iat": now()}),
+    );
+    let subject = idp.id_token(&other.id);
+    let form = [
+        ("client_id", other.id.as_str()),
+        ("client_secret", other.secret.as_str()),
+        ("grant_type", EXCHANGE),
+        ("subject_token", subject.as_str()),
+        ("subject_token_type", ID_TOKEN),
+        ("resource", app.base.as_str()),
+    ];
+    let res = app.post_form("/oauth/token", &form, &[("DPoP", &proof)]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.json()["token_type"], "DPoP");
+    let why = refused(
+        &ask(access(&res.json()), ACCESS_TOKEN).await,
+        400,
+        "invalid_request",
+    );
+    assert!(why.contains("bound"), "{why}");
 
     // The form: a subject token type not taken, an actor token, another requested type.
     let t = idp.id_token(&a.id);

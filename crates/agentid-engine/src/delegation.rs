@@ -345,6 +345,11 @@ impl OAuth {
         if c.exp <= now.as_secs() {
             return refuse("it expired");
         }
+        if c.cnf.is_some() {
+            // Its holder's key stays with the agent that asked for it: a bound token cannot be
+            // handed on, and one that could would pass without its proof.
+            return refuse("it is bound to a key (cnf): a token to hand on is asked for without DPoP");
+        }
         let Some(ids) = chain_ids(act) else {
             return refuse("its chain names something that is not an agent");
         };
