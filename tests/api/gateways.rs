@@ -19,7 +19,7 @@ use crate::forward_auth::{proof, send};
 use crate::helpers::{spawn_app, Resp, TestApp};
 
 /// A free port on the loopback address.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -57,9 +57,9 @@ async fn upstream() -> (u16, Arc<AtomicUsize>) {
 }
 
 /// A gateway process, stopped when dropped.
-struct Gateway {
+pub(crate) struct Gateway {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
 }
 
 impl Drop for Gateway {
@@ -80,7 +80,8 @@ impl Drop for Gateway {
 
 /// The documented configuration in `lang`, with the test's agentid, upstream and port.
 fn documented(lang: &str, agentid: &str, upstream: u16, port: u16) -> String {
-    crate::readme::only_block(lang)
+    let section = if lang == "nginx" { "NGINX" } else { "Caddy" };
+    crate::readme::only_block(section, lang)
         .replace("127.0.0.1:8080", agentid)
         .replace("127.0.0.1:9000", &format!("127.0.0.1:{upstream}"))
         .replace("listen 8000;", &format!("listen 127.0.0.1:{port};"))
@@ -98,12 +99,16 @@ fn installed(program: &str) -> Command {
 
 async fn nginx(dir: &Path, agentid: &str, upstream: u16) -> Gateway {
     let port = free_port();
+    nginx_serving(dir, &documented("nginx", agentid, upstream, port), port).await
+}
+
+/// NGINX with `servers` (its `server` blocks), listening on `port`.
+pub(crate) async fn nginx_serving(dir: &Path, servers: &str, port: u16) -> Gateway {
     let d = dir.display();
     let conf = format!(
         "daemon off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\nevents {{}}\n\
          http {{\naccess_log off;\nclient_body_temp_path {d}/body;\nproxy_temp_path {d}/proxy;\n\
-         fastcgi_temp_path {d}/fastcgi;\nuwsgi_temp_path {d}/uwsgi;\nscgi_temp_path {d}/scgi;\n{}\n}}\n",
-        documented("nginx", agentid, upstream, port)
+         fastcgi_temp_path {d}/fastcgi;\nuwsgi_temp_path {d}/uwsgi;\nscgi_temp_path {d}/scgi;\n{servers}\n}}\n"
     );
     std::fs::write(dir.join("nginx.conf"), conf).unwrap();
     let child = installed("nginx")

@@ -40,6 +40,8 @@ async fn the_openapi_document_covers_every_route_schema_and_error() {
         "/v1/identity-providers",
         "/v1/identity-providers/{id}",
         "/v1/subjects/revoke",
+        "/v1/directories/{issuer_domain}",
+        "/v1/verify/request",
         "/v1/domains",
         "/v1/domains/{domain}",
         "/v1/domains/{domain}/verify",

@@ -44,6 +44,10 @@ const PAGES: &[(&str, &str)] = &[
     ("docs/performance.md", include_str!("../../docs/performance.md")),
     ("docs/gateways.md", include_str!("../../docs/gateways.md")),
     ("docs/delegation.md", include_str!("../../docs/delegation.md")),
+    (
+        "docs/signed-requests.md",
+        include_str!("../../docs/signed-requests.md"),
+    ),
 ];
 
 /// A fenced block of a page, with the `## ` section it sits in.
@@ -102,7 +106,7 @@ fn blocks() -> Vec<Block> {
 
 /// The shell blocks of the section titled `title`, on whichever page it is (titles are
 /// unique across the pages: `section_titles_are_unique_across_the_pages`).
-fn shell_blocks(title: &str) -> Vec<String> {
+pub fn shell_blocks(title: &str) -> Vec<String> {
     let found: Vec<String> = blocks()
         .into_iter()
         .filter(|b| b.section == title && b.lang == "sh")
@@ -112,14 +116,20 @@ fn shell_blocks(title: &str) -> Vec<String> {
     found
 }
 
-/// The one block of the pages in `lang` (a gateway's configuration), as written.
-pub fn only_block(lang: &str) -> String {
+/// The one block of the pages in `lang` under `## section` (a gateway's configuration), as
+/// written.
+pub fn only_block(section: &str, lang: &str) -> String {
     let mut found: Vec<String> = blocks()
         .into_iter()
-        .filter(|b| b.lang == lang)
+        .filter(|b| b.lang == lang && b.section == section)
         .map(|b| b.text)
         .collect();
-    assert_eq!(found.len(), 1, "the pages have {} blocks in {lang}", found.len());
+    assert_eq!(
+        found.len(),
+        1,
+        "the pages have {} blocks in {lang} under \"## {section}\"",
+        found.len()
+    );
     found.remove(0)
 }
 
@@ -273,7 +283,7 @@ pub fn run(name: &str, dir: &Path, token: &str, base: &str) -> Result<Value, Str
 }
 
 /// Runs `cmd` off the test's thread; its output, asserted successful (`what` names it).
-async fn output_of(cmd: Command, what: &str) -> String {
+pub async fn output_of(cmd: Command, what: &str) -> String {
     let mut cmd = cmd;
     let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
         .await
@@ -288,7 +298,7 @@ async fn output_of(cmd: Command, what: &str) -> String {
 }
 
 /// The JSON answers `text` holds one after the other (curl prints each without a newline).
-fn json_answers(text: &str) -> Vec<Value> {
+pub fn json_answers(text: &str) -> Vec<Value> {
     serde_json::Deserializer::from_str(text)
         .into_iter()
         .collect::<Result<_, _>>()

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod domain;
+pub mod httpsig;
 pub mod keys;
 pub mod records;
 pub mod tlog;

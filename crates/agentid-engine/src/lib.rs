@@ -22,6 +22,7 @@ pub mod ratelimit;
 pub mod recorder;
 mod registry;
 mod revocations;
+pub mod signed;
 pub mod ssf;
 mod start;
 pub mod status;
@@ -150,6 +151,7 @@ pub struct Engine {
     verify: Verify,
     agents: Agents,
     oauth: oauth::OAuth,
+    signed: signed::SignedRequests,
     domains: Domains,
     api_keys: ApiKeys,
     rate_limits: Arc<RateLimits>,
@@ -192,6 +194,11 @@ impl Engine {
             store: self.store.clone(),
             keys: self.keys.clone(),
         }
+    }
+
+    /// Signed requests (Web Bot Auth): directories and the online check.
+    pub fn signed_requests(&self) -> &signed::SignedRequests {
+        &self.signed
     }
 
     /// The OAuth 2 authorization server: agents get their own access tokens.

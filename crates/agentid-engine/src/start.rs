@@ -23,6 +23,7 @@ use crate::outbound::Outbound;
 use crate::ratelimit::{self, RateLimits};
 use crate::registry::Registry;
 use crate::revocations::{self, Revocations};
+use crate::signed;
 use crate::ssf::{self, Ssf};
 use crate::status::{self, StatusLists};
 use crate::transparency::checkpointer::{self, Transparency};
@@ -147,6 +148,13 @@ impl Engine {
                 keys.clone(),
                 &cfg.public_url,
                 &cfg.oauth,
+                cfg.dpop_max_skew.as_secs() as i64,
+            ),
+            signed: signed::SignedRequests::new(
+                store.clone(),
+                registry.clone(),
+                audit.clone(),
+                &cfg.public_url,
                 cfg.dpop_max_skew.as_secs() as i64,
             ),
             agents: Agents {

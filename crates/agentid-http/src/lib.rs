@@ -19,6 +19,7 @@ mod oauth;
 pub(crate) mod openapi;
 pub(crate) mod routes;
 mod schema;
+mod signed;
 mod ssf;
 mod verify;
 
@@ -160,6 +161,8 @@ route_table! {
         // a proof (4 KiB each): an oversized proof, up to twice the usual body limit, is
         // answered PROOF_INVALID and recorded rather than refused unread.
         VERIFY_DPOP => [post: verify::verify_dpop] limit 2 * MAX_BODY,
+        // Before verify's scope too: a request's fields (each at most 8 KiB).
+        VERIFY_REQUEST => [post: signed::verify_request] limit 2 * MAX_BODY,
         // Verify is routed by its static prefix, not by its pattern's regex (see `verify::verify`).
         VERIFY => scope "/v1/verify" [get: verify::verify],
         // Any method: gateways pass the guarded request's own (NGINX's auth_request does). A
@@ -169,6 +172,7 @@ route_table! {
         // regex-lite (load/instructions-per-request): they come after verify's scope, so that
         // routing a verify runs none of them.
         STATUS_LIST => [get: meta::status_list] [head: meta::status_list],
+        DIRECTORY => [get: signed::directory],
         REGISTER => [post: agents::register],
         AGENTS => [get: agents::list],
         AGENT => [get: agents::get],

@@ -81,23 +81,33 @@ pub(crate) static ERROR_DOCS: Route = document("/docs/errors");
 pub(crate) static OPENAPI: Route = document("/openapi.json");
 /// Token Status Lists: public documents like the keys.
 pub(crate) static STATUS_LIST: Route = document("/v1/status/{id}");
+/// A verification: verify's own class and limits, callable from any origin, a key optional.
+const fn verifying(pattern: &'static str) -> Route {
+    Route {
+        pattern,
+        class: Class::Verify,
+        counted: true,
+        public: true,
+        keyless: false,
+        oauth: false,
+        key_header: AUTHORIZATION,
+    }
+}
+
 /// Mounted by its static prefix (`/v1/verify`), with the token as the rest of the path.
-pub(crate) static VERIFY: Route = Route {
-    pattern: "/v1/verify/{token}",
-    class: Class::Verify,
-    counted: true,
-    public: true,
-    keyless: false,
-    oauth: false,
-    key_header: AUTHORIZATION,
-};
+pub(crate) static VERIFY: Route = verifying("/v1/verify/{token}");
 /// A token with its DPoP proof: verify's own class and limits.
-pub(crate) static VERIFY_DPOP: Route = Route {
-    pattern: "/v1/verify",
-    class: Class::Verify,
+pub(crate) static VERIFY_DPOP: Route = verifying("/v1/verify");
+/// A signed request's check: verify's own class and limits.
+pub(crate) static VERIFY_REQUEST: Route = verifying("/v1/verify/request");
+/// An issuer's signature directory: public, keyless, read from the store, so counted against
+/// the caller's address (receivers cache it a minute).
+pub(crate) static DIRECTORY: Route = Route {
+    pattern: "/v1/directories/{issuer_domain}",
+    class: Class::Other,
     counted: true,
     public: true,
-    keyless: false,
+    keyless: true,
     oauth: false,
     key_header: AUTHORIZATION,
 };

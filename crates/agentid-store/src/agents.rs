@@ -38,6 +38,11 @@ pub trait AgentStore {
     fn status_lists(&self) -> StoreFuture<'_, Vec<(String, u64)>>;
     /// Any organization's agent: callers check ownership.
     fn get_agent<'a>(&'a self, id: &'a AgentId) -> StoreFuture<'a, Option<AgentRecord>>;
+    /// The live agents of `issuer_domain` that are not revoked and are bound to a key, by id,
+    /// at most `limit`: a signature directory's.
+    fn keyed_agents<'a>(&'a self, issuer_domain: &'a str, limit: u32) -> StoreFuture<'a, Vec<AgentRecord>>;
+    /// Whether any live agent was ever registered under `issuer_domain` (revoked ones count).
+    fn issuer_has_agents<'a>(&'a self, issuer_domain: &'a str) -> StoreFuture<'a, bool>;
     /// An organization's agents in one mode, newest first: with an id below `before` when
     /// given, at most `limit` when given.
     fn list_agents<'a>(

@@ -129,6 +129,34 @@ impl AgentStore for SqlStore<DB> {
         })
     }
 
+    fn keyed_agents<'a>(&'a self, issuer_domain: &'a str, limit: u32) -> StoreFuture<'a, Vec<AgentRecord>> {
+        Box::pin(async move {
+            let sql = format!(
+                "SELECT {AGENT_COLUMNS} FROM agents WHERE issuer_domain = $1 AND mode = $2 \
+                 AND revoked_at IS NULL AND jwk IS NOT NULL ORDER BY id LIMIT $3"
+            );
+            let rows: Vec<AgentRow> = sqlx::query_as(&sql)
+                .bind(issuer_domain)
+                .bind(KeyMode::Live.as_str())
+                .bind(i64::from(limit))
+                .fetch_all(&mut *self.conn().await?)
+                .await?;
+            rows.into_iter().map(AgentRow::into_record).collect()
+        })
+    }
+
+    fn issuer_has_agents<'a>(&'a self, issuer_domain: &'a str) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let (found,): (bool,) =
+                sqlx::query_as("SELECT EXISTS (SELECT 1 FROM agents WHERE issuer_domain = $1 AND mode = $2)")
+                    .bind(issuer_domain)
+                    .bind(KeyMode::Live.as_str())
+                    .fetch_one(&mut *self.conn().await?)
+                    .await?;
+            Ok(found)
+        })
+    }
+
     fn list_agents<'a>(
         &'a self,
         org_id: &'a OrgId,

@@ -1,0 +1,458 @@
+//! Signed HTTP requests (RFC 9421) as Web Bot Auth uses them
+//! (draft-meunier-webbotauth-httpsig-protocol-01): the signature a request carries under a
+//! tag, its parameters and times, the `Signature-Agent` that names where its key is
+//! published, and the signature base to check it against. Structured fields are read and
+//! written by `sfv` (RFC 8941/9651); the signature is checked by `ed25519-dalek`
+//! (`verify_strict`). Pure: the caller finds the key.
+
+use ed25519_dalek::{Signature, VerifyingKey};
+use sfv::{BareItem, Dictionary, FieldType, InnerList, Item, List, ListEntry, Parser};
+
+/// The longest time a signature may cover (`expires - created`).
+pub const MAX_VALIDITY_SECS: i64 = 24 * 60 * 60;
+/// The tag of Web Bot Auth signatures.
+pub const WEB_BOT_AUTH: &str = "web-bot-auth";
+/// The longest field value read.
+const MAX_FIELD: usize = 8192;
+
+/// A request as the receiver got it: its method, its absolute target URI, and its header
+/// fields (names in any case; a name given twice is one field, its values joined by `, `).
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub method: &'a str,
+    pub url: &'a str,
+    pub headers: &'a [(String, String)],
+}
+
+impl Request<'_> {
+    fn field(&self, name: &str) -> Option<String> {
+        let values: Vec<&str> = self
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.trim())
+            .collect();
+        (!values.is_empty()).then(|| values.join(", "))
+    }
+}
+
+/// Why a request's signature counts for nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// It carries no signature under the tag asked for.
+    Unsigned(String),
+    /// It carries one, and it is malformed, out of its time, or covers too little.
+    Invalid(String),
+}
+
+fn invalid<T>(why: impl Into<String>) -> Result<T, Refusal> {
+    Err(Refusal::Invalid(why.into()))
+}
+
+/// A signature read from a request, ready to be checked with the key `keyid` names.
+#[derive(Debug, Clone)]
+pub struct Signed {
+    pub label: String,
+    /// Where the signer publishes its keys (`Signature-Agent`), when the request names it.
+    pub signature_agent: Option<String>,
+    pub keyid: String,
+    pub tag: String,
+    pub created: i64,
+    pub expires: i64,
+    pub nonce: Option<String>,
+    /// The signature bases it may have been made over: one, or two when a
+    /// `"signature-agent";key=…` component may be the dictionary member (draft -01) or the
+    /// whole field (as `web-bot-auth` 0.1.3 signs it).
+    bases: Vec<Vec<u8>>,
+    signature: Vec<u8>,
+}
+
+impl Signed {
+    /// Whether the signature checks with this Ed25519 key (`alg` absent or `ed25519`).
+    pub fn verifies_with(&self, key: &VerifyingKey) -> bool {
+        let Ok(sig) = Signature::from_slice(&self.signature) else {
+            return false;
+        };
+        self.bases.iter().any(|b| key.verify_strict(b, &sig).is_ok())
+    }
+}
+
+/// Reads the request's signature tagged `tag`, and checks its form and times against `now`
+/// (Unix seconds, `max_skew` either way for `created`).
+pub fn read(req: &Request<'_>, tag: &str, now: i64, max_skew: i64) -> Result<Signed, Refusal> {
+    let (Some(input), Some(signatures)) = (req.field("signature-input"), req.field("signature")) else {
+        return Err(Refusal::Unsigned(
+            "no Signature-Input and Signature fields".into(),
+        ));
+    };
+    if input.len() > MAX_FIELD || signatures.len() > MAX_FIELD {
+        return invalid("a signature field is over 8 KiB");
+    }
+    let Ok(inputs) = Parser::new(&input).parse::<Dictionary>() else {
+        return invalid("Signature-Input is not a structured dictionary");
+    };
+    let Ok(sigs) = Parser::new(&signatures).parse::<Dictionary>() else {
+        return invalid("Signature is not a structured dictionary");
+    };
+    let found = inputs.iter().find_map(|(label, entry)| match entry {
+        ListEntry::InnerList(list) if text_param(list, "tag") == Some(tag) => Some((label, list)),
+        _ => None,
+    });
+    let Some((label, covered)) = found else {
+        return Err(Refusal::Unsigned(format!("no signature tagged {tag:?}")));
+    };
+    let signature = match sigs.get(label.as_str()) {
+        Some(ListEntry::Item(Item {
+            bare_item: BareItem::ByteSequence(b),
+            ..
+        })) => b.clone(),
+        _ => return invalid(format!("Signature has no byte sequence labelled {label}")),
+    };
+    let int = |name: &str| {
+        covered
+            .params
+            .get(name)
+            .and_then(BareItem::as_integer)
+            .map(i64::from)
+    };
+    let (Some(created), Some(expires)) = (int("created"), int("expires")) else {
+        return invalid("created and expires are required");
+    };
+    let Some(keyid) = text_param(covered, "keyid") else {
+        return invalid("keyid is required");
+    };
+    if let Some(alg) = covered.params.get("alg") {
+        if alg.as_string().map(|s| s.as_str()) != Some("ed25519") {
+            return invalid("alg must be ed25519");
+        }
+    }
+    if expires <= created || expires - created > MAX_VALIDITY_SECS {
+        return invalid("expires must come after created, at most 24 h later");
+    }
+    if created > now + max_skew {
+        return invalid("created is in the future");
+    }
+    if expires <= now {
+        return invalid("the signature expired");
+    }
+    let nonce = match covered.params.get("nonce") {
+        None => None,
+        Some(n) => match n.as_string() {
+            Some(n) if !n.as_str().is_empty() => Some(n.as_str().to_owned()),
+            _ => return invalid("nonce must be a non-empty string"),
+        },
+    };
+    let (bases, signature_agent) = bases(req, label.as_str(), covered)?;
+    Ok(Signed {
+        label: label.as_str().to_owned(),
+        signature_agent,
+        keyid: keyid.to_owned(),
+        tag: tag.to_owned(),
+        created,
+        expires,
+        nonce,
+        bases,
+        signature,
+    })
+}
+
+fn text_param<'a>(list: &'a InnerList, name: &str) -> Option<&'a str> {
+    list.params
+        .get(name)
+        .and_then(BareItem::as_string)
+        .map(|s| s.as_str())
+}
+
+/// One structured value serialized (an item, or an inner list, with its parameters).
+fn serialized(entry: ListEntry) -> String {
+    List::from_iter([entry]).serialize().unwrap_or_default()
+}
+
+/// The signature bases of `covered` over `req`, and the `Signature-Agent` URL.
+fn bases(
+    req: &Request<'_>,
+    label: &str,
+    covered: &InnerList,
+) -> Result<(Vec<Vec<u8>>, Option<String>), Refusal> {
+    let agent_field = req.field("signature-agent");
+    let mut lines: Vec<Vec<String>> = vec![Vec::new()];
+    let mut names = Vec::new();
+    let mut agent = None;
+    let (mut authority, mut covers_agent) = (false, false);
+    for item in &covered.items {
+        let Some(name) = item.bare_item.as_string().map(|s| s.as_str().to_owned()) else {
+            return invalid("a covered component is not a string");
+        };
+        let id = serialized(ListEntry::Item(item.clone()));
+        if names.contains(&id) {
+            return invalid(format!("{name} is covered twice"));
+        }
+        names.push(id.clone());
+        let key = match item.params.iter().next() {
+            None => None,
+            Some((k, v)) if k.as_str() == "key" && item.params.len() == 1 => match v.as_string() {
+                Some(s) => Some(s.as_str().to_owned()),
+                None => return invalid("a component's key must be a string"),
+            },
+            Some((k, _)) => return invalid(format!("component parameter {:?} is not supported", k.as_str())),
+        };
+        authority |= name == "@authority" || name == "@target-uri";
+        let values: Vec<String> = if name == "signature-agent" {
+            covers_agent = true;
+            let field = agent_field
+                .clone()
+                .ok_or_else(|| Refusal::Invalid("covers Signature-Agent, which the request lacks".into()))?;
+            let (url, member) = signature_agent(&field, key.as_deref(), label)?;
+            agent = Some(url);
+            // Draft -01: the member; web-bot-auth 0.1.3: the whole field, even with a key.
+            match member {
+                Some(m) => vec![m, field],
+                None => vec![field],
+            }
+        } else if let Some(key) = key {
+            let field = req
+                .field(&name)
+                .ok_or_else(|| Refusal::Invalid(format!("covers {name}, which the request lacks")))?;
+            let dict = Parser::new(&field)
+                .parse::<Dictionary>()
+                .map_err(|_| Refusal::Invalid(format!("{name} is not a structured dictionary")))?;
+            let member = dict
+                .get(key.as_str())
+                .ok_or_else(|| Refusal::Invalid(format!("{name} has no member {key}")))?;
+            vec![serialized(member.clone())]
+        } else {
+            vec![component(req, &name)?]
+        };
+        lines = lines
+            .into_iter()
+            .flat_map(|done| {
+                let id = &id;
+                values.iter().map(move |v| {
+                    let mut next = done.clone();
+                    next.push(format!("{id}: {v}"));
+                    next
+                })
+            })
+            .collect();
+    }
+    if !authority {
+        return invalid("the signature covers neither @authority nor @target-uri");
+    }
+    if agent_field.is_some() && !covers_agent {
+        return invalid("the signature does not cover Signature-Agent");
+    }
+    let params = serialized(ListEntry::InnerList(covered.clone()));
+    let bases = lines
+        .into_iter()
+        .map(|mut l| {
+            l.push(format!("\"@signature-params\": {params}"));
+            l.join("\n").into_bytes()
+        })
+        .collect();
+    Ok((bases, agent))
+}
+
+/// The URL a `Signature-Agent` field names, and the serialized member a `key` picks: a
+/// dictionary (draft -01; the member `key`, else the one labelled as the signature, else its
+/// only one) or a bare string (the legacy form).
+fn signature_agent(field: &str, key: Option<&str>, label: &str) -> Result<(String, Option<String>), Refusal> {
+    if field.len() > MAX_FIELD {
+        return invalid("Signature-Agent is over 8 KiB");
+    }
+    if let (Ok(item), None) = (Parser::new(field).parse::<Item>(), key) {
+        if let Some(url) = item.bare_item.as_string() {
+            return Ok((url.as_str().to_owned(), None));
+        }
+    }
+    let Ok(dict) = Parser::new(field).parse::<Dictionary>() else {
+        return invalid("Signature-Agent is neither a string nor a structured dictionary");
+    };
+    let member = match key {
+        Some(k) => dict.get(k),
+        None => dict
+            .get(label)
+            .or_else(|| (dict.len() == 1).then(|| dict.values().next()).flatten()),
+    };
+    match member {
+        Some(ListEntry::Item(item)) => match item.bare_item.as_string() {
+            Some(url) => Ok((
+                url.as_str().to_owned(),
+                key.map(|_| serialized(ListEntry::Item(item.clone()))),
+            )),
+            None => invalid("the Signature-Agent member is not a string"),
+        },
+        _ => invalid("Signature-Agent has no member for this signature"),
+    }
+}
+
+/// A derived component's value (RFC 9421 §2.2), or a header field's.
+fn component(req: &Request<'_>, name: &str) -> Result<String, Refusal> {
+    let (scheme, rest) = req
+        .url
+        .split_once("://")
+        .ok_or_else(|| Refusal::Invalid("the request's url is not absolute".into()))?;
+    let (authority, path_query) = match rest.find(['/', '?']) {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    let (path, query) = match path_query.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (path_query, None),
+    };
+    let path = if path.is_empty() { "/" } else { path };
+    Ok(match name {
+        "@method" => req.method.to_owned(),
+        "@target-uri" => req.url.to_owned(),
+        "@authority" => normalized_authority(scheme, authority),
+        "@scheme" => scheme.to_ascii_lowercase(),
+        "@path" => path.to_owned(),
+        "@query" => format!("?{}", query.unwrap_or("")),
+        "@request-target" => match query {
+            Some(q) => format!("{path}?{q}"),
+            None => path.to_owned(),
+        },
+        n if n.starts_with('@') => return invalid(format!("component {n} is not supported")),
+        n if n != n.to_ascii_lowercase() => return invalid(format!("component {n} is not lower case")),
+        n => req
+            .field(n)
+            .ok_or_else(|| Refusal::Invalid(format!("covers {n}, which the request lacks")))?,
+    })
+}
+
+/// RFC 9421 §2.2.3: the host lower-cased, without the scheme's default port.
+fn normalized_authority(scheme: &str, authority: &str) -> String {
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, h)| h)
+        .to_ascii_lowercase();
+    let default = match scheme.to_ascii_lowercase().as_str() {
+        "https" => ":443",
+        "http" => ":80",
+        _ => "",
+    };
+    match host.strip_suffix(default) {
+        Some(h) if !default.is_empty() => h.to_owned(),
+        _ => host,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::engine::general_purpose::STANDARD;
+    use base64::Engine as _;
+    use ed25519_dalek::{Signer, SigningKey};
+
+    fn headers(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn sign(key: &SigningKey, base: &str) -> String {
+        STANDARD.encode(key.sign(base.as_bytes()).to_bytes())
+    }
+
+    #[test]
+    fn a_signature_over_authority_and_signature_agent_checks() {
+        let key = SigningKey::from_bytes(&[3; 32]);
+        let now = 1_800_000_000;
+        let params = format!(
+            "(\"@authority\" \"signature-agent\");created={now};keyid=\"k\";alg=\"ed25519\";expires={};nonce=\"n1\";tag=\"web-bot-auth\"",
+            now + 60
+        );
+        let base = format!(
+            "\"@authority\": api.example\n\"signature-agent\": \"https://id.example/d\"\n\"@signature-params\": {params}"
+        );
+        let h = headers(&[
+            ("Signature-Agent", "\"https://id.example/d\""),
+            ("Signature-Input", &format!("sig1={params}")),
+            ("Signature", &format!("sig1=:{}:", sign(&key, &base))),
+        ]);
+        let req = Request {
+            method: "GET",
+            url: "https://API.example:443/x?y=1",
+            headers: &h,
+        };
+        let s = read(&req, WEB_BOT_AUTH, now, 60).unwrap();
+        assert_eq!(s.signature_agent.as_deref(), Some("https://id.example/d"));
+        assert_eq!((s.keyid.as_str(), s.nonce.as_deref()), ("k", Some("n1")));
+        assert!(s.verifies_with(&key.verifying_key()));
+        assert!(!s.verifies_with(&SigningKey::from_bytes(&[4; 32]).verifying_key()));
+        // Another authority, or a changed agent: the base differs.
+        let moved = Request {
+            url: "https://other.example/x",
+            ..req
+        };
+        assert!(!read(&moved, WEB_BOT_AUTH, now, 60)
+            .unwrap()
+            .verifies_with(&key.verifying_key()));
+        // Out of time, another tag, nothing signed.
+        assert!(matches!(
+            read(&req, WEB_BOT_AUTH, now + 61, 60),
+            Err(Refusal::Invalid(_))
+        ));
+        assert!(matches!(
+            read(&req, WEB_BOT_AUTH, now - 120, 60),
+            Err(Refusal::Invalid(_))
+        ));
+        assert!(matches!(read(&req, "other", now, 60), Err(Refusal::Unsigned(_))));
+        let bare = Request { headers: &[], ..req };
+        assert!(matches!(
+            read(&bare, WEB_BOT_AUTH, now, 60),
+            Err(Refusal::Unsigned(_))
+        ));
+        // Signature-Agent sent but not covered.
+        let params2 = format!(
+            "(\"@authority\");created={now};keyid=\"k\";expires={};tag=\"web-bot-auth\"",
+            now + 60
+        );
+        let h2 = headers(&[
+            ("Signature-Agent", "\"https://id.example/d\""),
+            ("Signature-Input", &format!("sig1={params2}")),
+            ("Signature", "sig1=:AAAA:"),
+        ]);
+        let uncovered = Request { headers: &h2, ..req };
+        assert!(matches!(
+            read(&uncovered, WEB_BOT_AUTH, now, 60),
+            Err(Refusal::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn a_dictionary_signature_agent_is_read_by_its_key() {
+        let key = SigningKey::from_bytes(&[5; 32]);
+        let now = 1_800_000_000;
+        let params = format!(
+            "(\"@authority\" \"signature-agent\";key=\"sig2\");created={now};keyid=\"k\";expires={};tag=\"web-bot-auth\"",
+            now + 60
+        );
+        let field = "sig2=\"https://id.example/d\"";
+        for member in ["\"https://id.example/d\"", field] {
+            let base = format!(
+                "\"@authority\": api.example\n\"signature-agent\";key=\"sig2\": {member}\n\"@signature-params\": {params}"
+            );
+            let h = headers(&[
+                ("signature-agent", field),
+                ("signature-input", &format!("sig2={params}")),
+                ("signature", &format!("sig2=:{}:", sign(&key, &base))),
+            ]);
+            let req = Request {
+                method: "GET",
+                url: "https://api.example/",
+                headers: &h,
+            };
+            let s = read(&req, WEB_BOT_AUTH, now, 60).unwrap();
+            assert_eq!(s.signature_agent.as_deref(), Some("https://id.example/d"));
+            assert!(s.verifies_with(&key.verifying_key()), "{member}");
+        }
+    }
+
+    #[test]
+    fn authorities_are_normalized() {
+        assert_eq!(normalized_authority("https", "API.Example:443"), "api.example");
+        assert_eq!(normalized_authority("http", "a.example:80"), "a.example");
+        assert_eq!(normalized_authority("https", "a.example:8443"), "a.example:8443");
+    }
+}

@@ -1,0 +1,312 @@
+//! Signed requests (Web Bot Auth): the signature directories agentid serves for its issuers'
+//! agents, and the online check of a request a receiver forwards, with the revocation and the
+//! audit record the protocol lacks.
+//!
+//! A directory (`/v1/directories/{issuer_domain}`) lists the Ed25519 keys of the name's live
+//! agents that are bound to a key and not revoked, each with its RFC 7638 thumbprint as
+//! `kid`: read from the store on each call, so a revoked agent's key is gone at once. A
+//! signed request whose `Signature-Agent` is one of these directories is checked against it
+//! (the agent found by the signature's `keyid`), and so is one that names an issuer domain's own
+//! `https://<name>/.well-known/http-message-signatures-directory` when the name has agents
+//! here (its issuer serves this directory there). A signature agent elsewhere is not fetched
+//! here, and such a request is `unverified`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ed25519_dalek::VerifyingKey;
+use serde_json::{json, Value};
+
+use agentid_core::domain::audit::{AuditEntry, Event};
+use agentid_core::domain::{IssuerDomain, KeyMode, Ledger, Millis, VerifyResult};
+use agentid_core::httpsig::{self, Refusal, Request, Signed};
+use agentid_core::token::dpop::PublicJwk;
+use agentid_store::{AgentRecord, SharedStore, StoreError};
+
+use crate::audit::{AuditError, AuditHandle};
+use crate::dpop::Replays;
+use crate::registry::Registry;
+
+/// Where an issuer serves its directory from its own origin (draft-meunier-http-message-
+/// signatures-directory): `https://<issuer domain>` then this path names that name's directory.
+pub const WELL_KNOWN_DIRECTORY: &str = "/.well-known/http-message-signatures-directory";
+/// The most keys a directory lists.
+pub const MAX_DIRECTORY_KEYS: u32 = 1000;
+/// Signatures whose nonce an instance remembers to refuse a replay.
+const REMEMBERED_NONCES: usize = 100_000;
+
+/// What a check came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestResult {
+    /// Signed by a key of the directory it names, in its time, never seen before.
+    Verified,
+    /// Signed, and the signature fails: malformed, out of its time, covering too little, a
+    /// replay, a key the directory lacks, a revoked agent, a bad signature.
+    Invalid,
+    /// Nothing this service can vouch for: no signature with the tag asked for, or a
+    /// signature agent that is not one of its directories and that the receiver does not trust.
+    Unverified,
+}
+
+impl RequestResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestResult::Verified => "verified",
+            RequestResult::Invalid => "invalid",
+            RequestResult::Unverified => "unverified",
+        }
+    }
+}
+
+/// The receiver's policy: the tag a signature must carry.
+#[derive(Debug, Clone)]
+pub struct RequestPolicy {
+    pub tag: String,
+}
+
+impl Default for RequestPolicy {
+    fn default() -> Self {
+        RequestPolicy {
+            tag: httpsig::WEB_BOT_AUTH.to_owned(),
+        }
+    }
+}
+
+/// A checked request: the result, why when it is not verified, the signature's facts, and the
+/// agent when it is one of agentid's.
+#[derive(Debug, Clone)]
+pub struct RequestCheck {
+    pub result: RequestResult,
+    pub reason: Option<String>,
+    pub signature: Option<SignatureFacts>,
+    pub agent: Option<AgentRecord>,
+}
+
+#[derive(Debug, Clone)]
+pub struct SignatureFacts {
+    pub signature_agent: Option<String>,
+    pub keyid: String,
+    pub tag: String,
+    pub created: i64,
+    pub expires: i64,
+}
+
+pub struct SignedRequests {
+    store: SharedStore,
+    registry: Arc<Registry>,
+    audit: AuditHandle,
+    /// `<public URL>/v1/directories/`: a signature agent under it is one of ours.
+    directories: String,
+    max_skew_secs: i64,
+    nonces: Replays,
+}
+
+impl SignedRequests {
+    pub(crate) fn new(
+        store: SharedStore,
+        registry: Arc<Registry>,
+        audit: AuditHandle,
+        public_url: &str,
+        max_skew_secs: i64,
+    ) -> Self {
+        SignedRequests {
+            store,
+            registry,
+            audit,
+            directories: format!("{}/v1/directories/", public_url.trim_end_matches('/')),
+            max_skew_secs,
+            nonces: Replays::new(REMEMBERED_NONCES),
+        }
+    }
+
+    /// The URL of `domain`'s directory.
+    pub fn directory_url(&self, domain: &IssuerDomain) -> String {
+        format!("{}{}", self.directories, domain.as_str())
+    }
+
+    /// The public keys (Ed25519) of `domain`'s live agents bound to a key and not revoked,
+    /// each a JWK with its thumbprint as `kid`, by agent id.
+    pub async fn directory(&self, domain: &IssuerDomain) -> Result<Vec<Value>, StoreError> {
+        Ok(self
+            .keyed(domain)
+            .await?
+            .into_iter()
+            .map(|(_, jwk, kid)| {
+                let mut v: Value = serde_json::from_str(&jwk).unwrap_or(Value::Null);
+                v["kid"] = kid.into();
+                v
+            })
+            .collect())
+    }
+
+    /// The directory's agents with their canonical Ed25519 key and its thumbprint; an agent
+    /// whose stored key does not match its stored thumbprint is left out (an integrity alarm).
+    async fn keyed(&self, domain: &IssuerDomain) -> Result<Vec<(AgentRecord, String, String)>, StoreError> {
+        let agents = self
+            .store
+            .keyed_agents(domain.as_str(), MAX_DIRECTORY_KEYS)
+            .await?;
+        Ok(agents
+            .into_iter()
+            .filter(|a| a.mode == KeyMode::Live && self.registry.revocation(a.id.as_str()).is_none())
+            .filter_map(|a| {
+                let key = PublicJwk::from_canonical(a.jwk.as_deref()?).ok()?;
+                let kid = key.thumbprint();
+                if Some(&kid) != a.jkt.as_ref() {
+                    tracing::error!(agent = %a.id, "integrity alarm: an agent's stored key does not match its thumbprint");
+                    metrics::counter!("agentid_integrity_failures_total", "what" => "agent_key").increment(1);
+                    return None;
+                }
+                matches!(key, PublicJwk::Ed25519 { .. }).then(|| (a, key.canonical(), kid))
+            })
+            .collect())
+    }
+
+    /// Checks `req`'s signature under `policy`, records the check (in the agent's ledger when
+    /// the key is one of agentid's agents', else in the service's), and answers.
+    pub async fn check(
+        &self,
+        req: &Request<'_>,
+        policy: &RequestPolicy,
+        received: Instant,
+    ) -> Result<RequestCheck, CheckError> {
+        let now = Millis::now();
+        let revocations_seen = self.registry.revocations_seen();
+        let check = self.judge(req, policy, now).await?;
+        let agent = check.agent.as_ref();
+        let record = self
+            .audit
+            .append(AuditEntry {
+                ledger: agent.map_or_else(Ledger::service, AgentRecord::ledger),
+                event: Event::Verification,
+                agent_id: agent.map(|a| a.id.to_string()).unwrap_or_default(),
+                result: match check.result {
+                    RequestResult::Verified => VerifyResult::Valid,
+                    _ => VerifyResult::Invalid,
+                },
+                failure_reason: check
+                    .reason
+                    .as_ref()
+                    .map(|r| format!("signed request {}: {r}", check.result.as_str())),
+                latency_us: received.elapsed().as_micros() as i64,
+                requested_at: now,
+                revocations_seen,
+            })
+            .await?;
+        if check.result == RequestResult::Verified && record.result != VerifyResult::Valid {
+            // Revoked on another instance meanwhile: the store saw it inside the batch.
+            return Ok(RequestCheck {
+                result: RequestResult::Invalid,
+                reason: Some("the agent is revoked".into()),
+                ..check
+            });
+        }
+        Ok(check)
+    }
+
+    async fn judge(
+        &self,
+        req: &Request<'_>,
+        policy: &RequestPolicy,
+        now: Millis,
+    ) -> Result<RequestCheck, StoreError> {
+        let refused = |result, reason: String, signature| RequestCheck {
+            result,
+            reason: Some(reason),
+            signature,
+            agent: None,
+        };
+        let signed = match httpsig::read(req, &policy.tag, now.as_secs(), self.max_skew_secs) {
+            Ok(s) => s,
+            Err(Refusal::Unsigned(why)) => return Ok(refused(RequestResult::Unverified, why, None)),
+            Err(Refusal::Invalid(why)) => return Ok(refused(RequestResult::Invalid, why, None)),
+        };
+        let facts = Some(facts(&signed));
+        let Some(url) = signed.signature_agent.as_deref() else {
+            let why = "the request names no Signature-Agent: where its key is published is unknown".into();
+            return Ok(refused(RequestResult::Unverified, why, facts));
+        };
+        let ours = url.strip_prefix(&self.directories);
+        let theirs = url
+            .strip_prefix("https://")
+            .and_then(|rest| rest.strip_suffix(WELL_KNOWN_DIRECTORY));
+        let Some(domain) = ours.or(theirs).and_then(|d| IssuerDomain::parse(d).ok()) else {
+            let why = format!("the signature agent {url} is not one of this service's directories");
+            return Ok(refused(RequestResult::Unverified, why, facts));
+        };
+        let keyed = self.keyed(&domain).await?;
+        if ours.is_none() && keyed.is_empty() && !self.store.issuer_has_agents(domain.as_str()).await? {
+            // An issuer's own origin that serves no agentid agent: not ours to judge.
+            let why = format!("the signature agent {url} is not the directory of an issuer of this service");
+            return Ok(refused(RequestResult::Unverified, why, facts));
+        }
+        let Some((agent, jwk, _)) = keyed.into_iter().find(|(_, _, kid)| *kid == signed.keyid) else {
+            let why = format!(
+                "no live agent of {domain} has the key {} (unknown, revoked or never bound)",
+                signed.keyid
+            );
+            return Ok(refused(RequestResult::Invalid, why, facts));
+        };
+        let key = match PublicJwk::from_canonical(&jwk) {
+            Ok(PublicJwk::Ed25519 { key, .. }) => key,
+            _ => {
+                return Ok(refused(
+                    RequestResult::Invalid,
+                    "the agent's key is not Ed25519".into(),
+                    facts,
+                ))
+            }
+        };
+        if !verifies(&signed, &key) {
+            return Ok(refused(
+                RequestResult::Invalid,
+                "the signature does not verify with the agent's key".into(),
+                facts,
+            ));
+        }
+        if let Some(nonce) = &signed.nonce {
+            if self
+                .nonces
+                .admit(&signed.keyid, nonce, signed.expires, now.as_secs())
+                .is_err()
+            {
+                let why = "the signature's nonce was seen before: a replay".into();
+                return Ok(refused(RequestResult::Invalid, why, facts));
+            }
+        }
+        Ok(RequestCheck {
+            result: RequestResult::Verified,
+            reason: None,
+            signature: facts,
+            agent: Some(agent),
+        })
+    }
+}
+
+fn verifies(signed: &Signed, key: &VerifyingKey) -> bool {
+    signed.verifies_with(key)
+}
+
+fn facts(s: &Signed) -> SignatureFacts {
+    SignatureFacts {
+        signature_agent: s.signature_agent.clone(),
+        keyid: s.keyid.clone(),
+        tag: s.tag.clone(),
+        created: s.created,
+        expires: s.expires,
+    }
+}
+
+/// Why a check could not be answered: the store, or the audit record.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Unrecorded(#[from] AuditError),
+}
+
+/// The directory's JSON document.
+pub fn directory_document(keys: Vec<Value>) -> Value {
+    json!({ "keys": keys })
+}
