@@ -319,3 +319,58 @@ async fn an_issuers_own_origin_serves_its_directory() {
     );
     assert_eq!(app.check_request(url, &later).await["result"], "invalid");
 }
+
+/// A gateway passes a signed request's headers to forward auth: verified for the guarded
+/// request (the configuration's origin and the forwarded path), held to its issuers and
+/// scopes, answered in `X-Agent-*`; replayed, unscoped, or without an origin, refused.
+#[actix_web::test]
+async fn forward_auth_takes_a_signed_request() {
+    let app = spawn_app().await;
+    let (private, public) = keypair();
+    let a = app
+        .register(json!({"name": "crawler", "issuer_domain": "example.com", "scopes": ["read:docs"], "jwk": public}))
+        .await;
+    let directory = format!("{}/v1/directories/example.com", app.base);
+    let url = "https://shop.example/products/1";
+    let gate = |query: &'static str, signed: Value| {
+        let app = &app;
+        async move {
+            let mut req = app
+                .client
+                .get(app.url(&format!("/v1/forward-auth?{query}")))
+                .insert_header(("X-Forwarded-Method", "GET"))
+                .insert_header(("X-Forwarded-Uri", "/products/1?page=2"));
+            for (name, value) in signed.as_object().unwrap() {
+                req = req.insert_header((name.as_str(), value.as_str().unwrap()));
+            }
+            crate::helpers::read(req.send().await.unwrap()).await
+        }
+    };
+    let signed = cloudflare_signs(&private, url, &directory, 300).await;
+    let res = gate(
+        "scope=read:docs&issuer=example.com&origin=https://shop.example",
+        signed.clone(),
+    )
+    .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.header("x-agent-id").as_deref(), a["agent_id"].as_str());
+    assert_eq!(res.header("x-agent-issuer").as_deref(), Some("example.com"));
+    assert_eq!(res.header("x-agent-scopes").as_deref(), Some("read:docs"));
+    // Replayed.
+    let res = gate("origin=https://shop.example", signed).await;
+    res.assert_error(401, "TOKEN_INVALID");
+    // A scope the agent lacks; another issuer; no origin; another origin.
+    let fresh = || cloudflare_signs(&private, url, &directory, 300);
+    gate("scope=write:docs&origin=https://shop.example", fresh().await)
+        .await
+        .assert_error(403, "INSUFFICIENT_SCOPE");
+    gate("issuer=a.io&origin=https://shop.example", fresh().await)
+        .await
+        .assert_error(401, "TOKEN_INVALID");
+    gate("scope=read:docs", fresh().await)
+        .await
+        .assert_error(401, "TOKEN_INVALID");
+    gate("origin=https://other.example", fresh().await)
+        .await
+        .assert_error(401, "TOKEN_INVALID");
+}

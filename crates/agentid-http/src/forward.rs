@@ -9,7 +9,9 @@
 //! request is the call's own method and path, and its query is never read. Every call is verified and
 //! recorded as `POST /v1/verify` is, and answered with no body and the agent's facts in
 //! `X-Agent-*` headers, or refused as the receiver libraries refuse (401 or 403 with their
-//! `WWW-Authenticate`, 503 with `Retry-After`).
+//! `WWW-Authenticate`, 503 with `Retry-After`). A request without `Authorization` that an
+//! agent signed (Web Bot Auth: `Signature-Input`, `Signature`, `Signature-Agent`) is checked as
+//! `POST /v1/verify/request` checks it, for the configured origin and the forwarded path.
 
 use actix_web::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -24,6 +26,7 @@ use super::verify::fixed_part;
 use agentid_core::domain::{IssuerDomain, Scopes, ValidationError, VerifyResult};
 use agentid_core::token::absolute_uri;
 use agentid_core::token::policy::{Policy, PolicyRefusal};
+use agentid_engine::signed::{RequestPolicy, RequestResult};
 use agentid_engine::{Presentation, Presented, ProofError, Verification};
 
 /// The proof algorithms a DPoP challenge names (as the receiver libraries name them).
@@ -243,6 +246,7 @@ fn pass(v: &Verification) -> HttpResponse {
         ForwardAuthParams,
         ("Authorization" = Option<String>, Header, description = "The agent's token, as it sent it: `Bearer <token>`, or `DPoP <token>` for a token bound to a key"),
         ("DPoP" = Option<String>, Header, description = "The agent's proof, for a `DPoP` token"),
+        ("Signature-Input" = Option<String>, Header, description = "Instead of a token: a request the agent signed (Web Bot Auth, RFC 9421), with its Signature and Signature-Agent, checked as POST /v1/verify/request checks it for the configured origin and the forwarded path"),
         ("X-Forwarded-Method" = Option<String>, Header, description = "The guarded request's method (Traefik, Caddy; NGINX configurations send X-Original-Method). Read only from a peer in --forward-auth-trusted-peers"),
         ("X-Forwarded-Uri" = Option<String>, Header, description = "The guarded request's path (Traefik, Caddy; NGINX configurations send X-Original-URL). Read only from a peer in --forward-auth-trusted-peers"),
         ("X-Agentid-Policy" = Option<String>, Header, description = "Envoy's form, `/v1/forward-auth/<guarded path>` (ext_authz `path_prefix: /v1/forward-auth`): the policy, as this route's query string would name it. There the guarded method and path are the call's own (from a trusted peer), and the call's query string is the guarded request's, never read"),
@@ -278,6 +282,20 @@ pub(crate) async fn check(state: web::Data<AppState>, req: HttpRequest) -> Resul
         },
     };
     let Configured { policy, origin } = configured(query)?;
+    let peer = req.peer_addr().map(|a| a.ip());
+    let trusted = peer.is_some_and(|ip| state.forward_auth_peers.iter().any(|n| n.contains(&ip)));
+    let (method, path) = match (trusted, tail) {
+        (false, _) => (None, None),
+        (true, None) => forwarded(req.headers()),
+        (true, Some(tail)) => (Some(req.method().as_str().to_owned()), path_of(tail)),
+    };
+    if req.headers().get(header::AUTHORIZATION).is_none() && req.headers().contains_key("signature-input") {
+        let target = match (&method, &origin, &path) {
+            (Some(m), Some(o), Some(p)) => Some((m.as_str(), format!("{o}{p}"))),
+            _ => None,
+        };
+        return signed_request(&state, &req, target, &policy).await;
+    }
     let presented = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -301,13 +319,6 @@ pub(crate) async fn check(state: web::Data<AppState>, req: HttpRequest) -> Resul
                 challenge(ErrorCode::TokenInvalid, Scheme::Bearer, &[]),
             ));
         }
-    };
-    let peer = req.peer_addr().map(|a| a.ip());
-    let trusted = peer.is_some_and(|ip| state.forward_auth_peers.iter().any(|n| n.contains(&ip)));
-    let (method, path) = match (trusted, tail) {
-        (false, _) => (None, None),
-        (true, None) => forwarded(req.headers()),
-        (true, Some(tail)) => (Some(req.method().as_str().to_owned()), path_of(tail)),
     };
     let proof = req
         .headers()
@@ -352,6 +363,93 @@ pub(crate) async fn check(state: web::Data<AppState>, req: HttpRequest) -> Resul
             })
         }
     }
+}
+
+/// A request signed by its agent (Web Bot Auth) instead of a token: checked as `POST
+/// /v1/verify/request` checks it, for the guarded request (`target`: its method and the
+/// receiver's origin with its path), then held to the policy's issuers and scopes (a signature
+/// names no audience: it covers the receiver's authority instead).
+async fn signed_request(
+    state: &AppState,
+    req: &HttpRequest,
+    target: Option<(&str, String)>,
+    policy: &Policy,
+) -> Result<HttpResponse, ApiError> {
+    let bare = || format!("Bearer, DPoP algs=\"{DPOP_ALGS}\"");
+    let Some((method, url)) = target else {
+        let why = "a signed request needs the forward-auth URL's origin and the guarded request \
+                   (X-Forwarded-Method and -Uri, or X-Original-Method and -URL, from a trusted peer)";
+        return Err(refused(ErrorCode::TokenInvalid, why, bare()));
+    };
+    let headers: Vec<(String, String)> = req
+        .headers()
+        .iter()
+        .filter_map(|(n, v)| Some((n.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+        .collect();
+    let request = agentid_core::httpsig::Request {
+        method,
+        url: &url,
+        headers: &headers,
+    };
+    let check = state
+        .engine
+        .signed_requests()
+        .check(&request, &RequestPolicy::default(), context::received(req))
+        .await
+        .map_err(|e| {
+            let e = ApiError::from(e);
+            if e.code == ErrorCode::AuditUnavailable {
+                e.with_header(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER))
+            } else {
+                e
+            }
+        })?;
+    let agent = match (check.result, check.agent) {
+        (RequestResult::Verified, Some(agent)) => agent,
+        (result, _) => {
+            let why = format!(
+                "the signed request is {}: {}",
+                result.as_str(),
+                check.reason.unwrap_or_default()
+            );
+            return Err(refused(ErrorCode::TokenInvalid, why, bare()));
+        }
+    };
+    let domain = agent.issuer_domain.to_string();
+    if !policy.issuers.is_empty() && !policy.issuers.contains(&domain) {
+        let why = format!("the agent's issuer {domain} is not one this receiver accepts");
+        return Err(refused(ErrorCode::TokenInvalid, why, bare()));
+    }
+    let scopes = agent.scopes.as_slice();
+    let missing: Vec<String> = policy
+        .scopes
+        .iter()
+        .filter(|s| !scopes.contains(s))
+        .cloned()
+        .collect();
+    if !missing.is_empty() {
+        return Err(refused(
+            ErrorCode::InsufficientScope,
+            format!("the agent does not hold {}", missing.join(" ")),
+            challenge(ErrorCode::InsufficientScope, Scheme::Bearer, &policy.scopes),
+        ));
+    }
+    let mut res = HttpResponse::Ok();
+    res.insert_header((header::CACHE_CONTROL, "no-store"));
+    for (name, value) in [
+        ("x-agent-id", agent.id.to_string()),
+        ("x-agent-issuer", domain),
+        ("x-agent-scopes", scopes.join(" ")),
+        // Empty: a gateway that copies them overwrites a caller's own.
+        ("x-agent-client-id", String::new()),
+        ("x-agent-subject", String::new()),
+        ("x-agent-subject-issuer", String::new()),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            res.insert_header((HeaderName::from_static(name), v));
+        }
+    }
+    Ok(res.finish())
 }
 
 #[cfg(test)]
