@@ -10,6 +10,7 @@ use super::{may_create, CliResult, DbArgs};
 use crate::config::{self, Config};
 use crate::engine::domains::{DomainConfig, IssuerPolicy};
 use crate::engine::oauth::OAuthConfig;
+use crate::engine::signed::SignedConfig;
 use crate::engine::ssf::SsfConfig;
 use crate::engine::status::StatusConfig;
 use crate::engine::{EngineConfig, WriterConfig};
@@ -101,6 +102,10 @@ pub(crate) struct ServeArgs {
     /// (development and tests only: an organization could otherwise reach internal hosts).
     #[arg(long, env = "AGENTID_IDENTITY_PROVIDER_KEYS_ALLOW_LOCAL", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false)]
     pub(crate) identity_provider_keys_allow_local: bool,
+    /// Third parties' signature directories (Web Bot Auth) may be http:// and resolve to
+    /// loopback and private addresses (development and tests only).
+    #[arg(long, env = "AGENTID_SIGNATURE_DIRECTORIES_ALLOW_LOCAL", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false)]
+    pub(crate) signature_directories_allow_local: bool,
     /// Places of each Token Status List (a multiple of 8, up to 16777216); a new list opens
     /// once half of the newest one's places are taken.
     #[arg(long, env = "AGENTID_STATUS_LIST_SIZE", default_value_t = StatusConfig::default().size,
@@ -181,6 +186,12 @@ fn insecure_warnings(args: &ServeArgs) {
              private addresses (development only)"
         );
     }
+    if args.signature_directories_allow_local {
+        tracing::warn!(
+            "--signature-directories-allow-local: third parties' signature directories may be http:// \
+             and on loopback and private addresses (development only)"
+        );
+    }
     // `--issuer-domains open` is warned of by the engine as it starts.
 }
 
@@ -253,6 +264,9 @@ pub(super) async fn serve(args: ServeArgs) -> CliResult {
                 access_token_lifetime: Duration::from_secs(args.access_token_seconds),
                 max_delegation_depth: usize::from(args.max_delegation_depth),
                 allow_local_provider_keys: args.identity_provider_keys_allow_local,
+            },
+            signed: SignedConfig {
+                allow_local_directories: args.signature_directories_allow_local,
             },
             checkpoint_interval: Duration::from_millis(args.checkpoint_interval_ms.max(1)),
             status: StatusConfig {

@@ -374,3 +374,68 @@ async fn forward_auth_takes_a_signed_request() {
         .await
         .assert_error(401, "TOKEN_INVALID");
 }
+
+/// A signature agent that is a third party's: fetched over TLS only when the receiver trusts
+/// it, its keys taken by thumbprint, kept as its Cache-Control says; untrusted, unverified.
+#[actix_web::test]
+async fn a_trusted_third_partys_directory_is_fetched_and_kept() {
+    use crate::domains::{Http, Pki};
+    let pki = Pki::new("bots.example");
+    let tls = Http::start_tls(&pki);
+    let dns = crate::dns::TestDns::start().await;
+    dns.addr("bots.example", "127.0.0.1".parse().unwrap());
+    let app = crate::helpers::spawn_app_with(crate::helpers::Options {
+        tweak: Box::new(|c| c.engine.signed.allow_local_directories = true),
+        outbound: agentid::engine::outbound::OutboundConfig {
+            dns_server: Some(dns.addr),
+            extra_roots: vec![pki.root.clone()],
+            https_port: tls.port,
+            http_port: 80,
+        },
+        ..crate::helpers::Options::default()
+    })
+    .await;
+    let (private, public) = keypair();
+    let mut listed = public.clone();
+    listed["kid"] = json!("whatever the directory calls it");
+    let body = json!({"keys": [listed, {"kty": "RSA", "n": "AQAB", "e": "AQAB"}]}).to_string();
+    tls.answer(format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/http-message-signatures-directory+json\r\n\
+         Cache-Control: max-age=600\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    ));
+    let agent_url = "https://bots.example/.well-known/http-message-signatures-directory";
+    let url = "https://shop.example/";
+    let check = |headers: Value, trusted: bool| {
+        let app = &app;
+        async move {
+            let mut body = json!({"method": "GET", "url": url, "headers": headers});
+            if trusted {
+                body["trusted_signature_agents"] = json!([agent_url]);
+            }
+            app.post("/v1/verify/request", None, Some(&body)).await.json()
+        }
+    };
+    let v = check(cloudflare_signs(&private, url, agent_url, 300).await, false).await;
+    assert_eq!(v["result"], "unverified", "{v}");
+    assert_eq!(tls.hits(), 0, "an untrusted directory is never fetched");
+    let v = check(cloudflare_signs(&private, url, agent_url, 300).await, true).await;
+    assert_eq!(v["result"], "verified", "{v}");
+    assert!(v.get("agent_id").is_none(), "no agentid agent: {v}");
+    assert_eq!(v["keyid"], thumbprint(&public).as_str());
+    // Kept: a second check asks nobody; another key is not in it.
+    let (other, _) = keypair();
+    let v = check(cloudflare_signs(&other, url, agent_url, 300).await, true).await;
+    assert_eq!(v["result"], "invalid", "{v}");
+    assert_eq!(tls.hits(), 1);
+    // The form: too many trusted agents, or one that is no URL.
+    let many: Vec<String> = (0..17).map(|i| format!("https://a{i}.example/d")).collect();
+    let res = app
+        .post(
+            "/v1/verify/request",
+            None,
+            Some(&json!({"method": "GET", "url": url, "headers": {}, "trusted_signature_agents": many})),
+        )
+        .await;
+    res.assert_error(400, "VALIDATION_ERROR");
+}

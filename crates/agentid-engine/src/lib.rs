@@ -123,6 +123,7 @@ pub struct EngineConfig {
     pub ssf: ssf::SsfConfig,
     pub domains: domains::DomainConfig,
     pub oauth: oauth::OAuthConfig,
+    pub signed: signed::SignedConfig,
 }
 
 impl Default for EngineConfig {
@@ -142,6 +143,7 @@ impl Default for EngineConfig {
             ssf: ssf::SsfConfig::default(),
             domains: domains::DomainConfig::default(),
             oauth: oauth::OAuthConfig::default(),
+            signed: signed::SignedConfig::default(),
         }
     }
 }

@@ -344,6 +344,26 @@ impl Outbound {
         self.get_cached(url, addrs, timeout, max_bytes, None).0
     }
 
+    /// [`Outbound::get_cached`], with the answer's `Cache-Control: max-age` (seconds).
+    pub(crate) fn get_directory(
+        &self,
+        url: &str,
+        addrs: Vec<SocketAddr>,
+        timeout: Duration,
+        max_bytes: usize,
+        etag: Option<&str>,
+    ) -> (Fetched, Option<String>, Option<u64>) {
+        let mut max_age = None;
+        let (fetched, tag) = self.get_with(url, addrs, timeout, max_bytes, etag, |r| {
+            max_age = r.header("cache-control").and_then(|v| {
+                v.split(',')
+                    .find_map(|d| d.trim().strip_prefix("max-age="))
+                    .and_then(|s| s.trim().parse().ok())
+            });
+        });
+        (fetched, tag, max_age)
+    }
+
     /// [`Outbound::get`], conditional on `etag` (`If-None-Match`: a 304 is
     /// [`Fetched::NotModified`]), with the answer's `ETag`.
     pub(crate) fn get_cached(
@@ -353,6 +373,19 @@ impl Outbound {
         timeout: Duration,
         max_bytes: usize,
         etag: Option<&str>,
+    ) -> (Fetched, Option<String>) {
+        self.get_with(url, addrs, timeout, max_bytes, etag, |_| {})
+    }
+
+    /// [`Outbound::get_cached`], showing `seen` the response's head first.
+    fn get_with(
+        &self,
+        url: &str,
+        addrs: Vec<SocketAddr>,
+        timeout: Duration,
+        max_bytes: usize,
+        etag: Option<&str>,
+        seen: impl FnOnce(&ureq::Response),
     ) -> (Fetched, Option<String>) {
         let mut request = self.agent(addrs, timeout).get(url);
         if let Some(tag) = etag {
@@ -364,6 +397,7 @@ impl Outbound {
             Err(ureq::Error::Transport(t)) => return (Fetched::Failed(transport_failure(&t)), None),
         };
         let status = response.status();
+        seen(&response);
         if status == 304 && etag.is_some() {
             return (Fetched::NotModified, etag.map(str::to_owned));
         }

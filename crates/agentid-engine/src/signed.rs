@@ -8,11 +8,13 @@
 //! signed request whose `Signature-Agent` is one of these directories is checked against it
 //! (the agent found by the signature's `keyid`), and so is one that names an issuer domain's own
 //! `https://<name>/.well-known/http-message-signatures-directory` when the name has agents
-//! here (its issuer serves this directory there). A signature agent elsewhere is not fetched
-//! here, and such a request is `unverified`.
+//! here (its issuer serves this directory there). A signature agent elsewhere is fetched only
+//! when the receiver trusts it (its policy's `trusted`), under the outbound rule, kept as its
+//! `Cache-Control` says (1 minute to 1 day, else 5 minutes), asked again with its `ETag`, a
+//! failure remembered 5 minutes; else the request is `unverified`.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ed25519_dalek::VerifyingKey;
 use serde_json::{json, Value};
@@ -25,6 +27,7 @@ use agentid_store::{AgentRecord, SharedStore, StoreError};
 
 use crate::audit::{AuditError, AuditHandle};
 use crate::dpop::Replays;
+use crate::outbound::{Fetched, Outbound};
 use crate::registry::Registry;
 
 /// Where an issuer serves its directory from its own origin (draft-meunier-http-message-
@@ -58,18 +61,32 @@ impl RequestResult {
     }
 }
 
-/// The receiver's policy: the tag a signature must carry.
+/// The receiver's policy: the tag a signature must carry, and the signature agents beside
+/// agentid's own directories whose keys it takes (fetched from them).
 #[derive(Debug, Clone)]
 pub struct RequestPolicy {
     pub tag: String,
+    pub trusted: Vec<String>,
 }
 
 impl Default for RequestPolicy {
     fn default() -> Self {
         RequestPolicy {
             tag: httpsig::WEB_BOT_AUTH.to_owned(),
+            trusted: Vec::new(),
         }
     }
+}
+
+/// The most signature agents a policy trusts, and the longest URL.
+pub const MAX_TRUSTED: usize = 16;
+pub const MAX_AGENT_URL: usize = 1024;
+
+/// Signature directories' settings.
+#[derive(Debug, Clone, Default)]
+pub struct SignedConfig {
+    /// Third parties' directories may be `http://` and on local addresses: for development.
+    pub allow_local_directories: bool,
 }
 
 /// A checked request: the result, why when it is not verified, the signature's facts, and the
@@ -92,6 +109,7 @@ pub struct SignatureFacts {
 }
 
 pub struct SignedRequests {
+    directories_held: ThirdParties,
     store: SharedStore,
     registry: Arc<Registry>,
     audit: AuditHandle,
@@ -108,8 +126,11 @@ impl SignedRequests {
         audit: AuditHandle,
         public_url: &str,
         max_skew_secs: i64,
+        outbound: Arc<Outbound>,
+        cfg: &SignedConfig,
     ) -> Self {
         SignedRequests {
+            directories_held: ThirdParties::new(outbound, cfg.allow_local_directories),
             store,
             registry,
             audit,
@@ -231,14 +252,12 @@ impl SignedRequests {
             .strip_prefix("https://")
             .and_then(|rest| rest.strip_suffix(WELL_KNOWN_DIRECTORY));
         let Some(domain) = ours.or(theirs).and_then(|d| IssuerDomain::parse(d).ok()) else {
-            let why = format!("the signature agent {url} is not one of this service's directories");
-            return Ok(refused(RequestResult::Unverified, why, facts));
+            return Ok(self.third_party(&signed, url, policy, now, facts).await);
         };
         let keyed = self.keyed(&domain).await?;
         if ours.is_none() && keyed.is_empty() && !self.store.issuer_has_agents(domain.as_str()).await? {
             // An issuer's own origin that serves no agentid agent: not ours to judge.
-            let why = format!("the signature agent {url} is not the directory of an issuer of this service");
-            return Ok(refused(RequestResult::Unverified, why, facts));
+            return Ok(self.third_party(&signed, url, policy, now, facts).await);
         }
         let Some((agent, jwk, _)) = keyed.into_iter().find(|(_, _, kid)| *kid == signed.keyid) else {
             let why = format!(
@@ -264,15 +283,8 @@ impl SignedRequests {
                 facts,
             ));
         }
-        if let Some(nonce) = &signed.nonce {
-            if self
-                .nonces
-                .admit(&signed.keyid, nonce, signed.expires, now.as_secs())
-                .is_err()
-            {
-                let why = "the signature's nonce was seen before: a replay".into();
-                return Ok(refused(RequestResult::Invalid, why, facts));
-            }
+        if let Err(why) = self.fresh(&signed, now) {
+            return Ok(refused(RequestResult::Invalid, why, facts));
         }
         Ok(RequestCheck {
             result: RequestResult::Verified,
@@ -281,6 +293,176 @@ impl SignedRequests {
             agent: Some(agent),
         })
     }
+
+    /// Refuses a signature whose nonce was seen before (remembered until it expires).
+    fn fresh(&self, signed: &Signed, now: Millis) -> Result<(), String> {
+        match &signed.nonce {
+            Some(nonce)
+                if self
+                    .nonces
+                    .admit(&signed.keyid, nonce, signed.expires, now.as_secs())
+                    .is_err() =>
+            {
+                Err("the signature's nonce was seen before: a replay".into())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A signature agent that is not agentid's: its directory, fetched when the receiver
+    /// trusts it.
+    async fn third_party(
+        &self,
+        signed: &Signed,
+        url: &str,
+        policy: &RequestPolicy,
+        now: Millis,
+        facts: Option<SignatureFacts>,
+    ) -> RequestCheck {
+        let refused = |result, reason: String| RequestCheck {
+            result,
+            reason: Some(reason),
+            signature: facts.clone(),
+            agent: None,
+        };
+        if !policy.trusted.iter().any(|t| t == url) {
+            let why = format!(
+                "the signature agent {url} is neither one of this service's directories nor one this receiver trusts"
+            );
+            return refused(RequestResult::Unverified, why);
+        }
+        let keys = match self.directories_held.keys(url).await {
+            Ok(k) => k,
+            Err(why) => return refused(RequestResult::Unverified, format!("its directory {url}: {why}")),
+        };
+        let Some(key) = keys.iter().find(|(kid, _)| *kid == signed.keyid).map(|(_, k)| k) else {
+            return refused(
+                RequestResult::Invalid,
+                format!("the directory {url} has no key {}", signed.keyid),
+            );
+        };
+        if !signed.verifies_with(key) {
+            return refused(RequestResult::Invalid, "the signature does not verify with the directory's key".into());
+        }
+        if let Err(why) = self.fresh(signed, now) {
+            return refused(RequestResult::Invalid, why);
+        }
+        RequestCheck {
+            result: RequestResult::Verified,
+            reason: None,
+            signature: facts,
+            agent: None,
+        }
+    }
+}
+
+/// Third parties' signature directories, fetched and kept (see the module's documentation).
+struct ThirdParties {
+    outbound: Arc<Outbound>,
+    allow_local: bool,
+    held: quick_cache::sync::Cache<String, Arc<Held>>,
+    fetching: tokio::sync::Mutex<()>,
+}
+
+/// A directory as last fetched: its Ed25519 keys by thumbprint, or why it could not be had.
+struct Held {
+    keys: Result<Arc<Vec<(String, VerifyingKey)>>, String>,
+    etag: Option<String>,
+    until: Instant,
+}
+
+const DIRECTORY_DEFAULT_AGE: Duration = Duration::from_secs(300);
+const DIRECTORY_MIN_AGE: u64 = 60;
+const DIRECTORY_MAX_AGE: u64 = 86_400;
+const DIRECTORY_FAILURE_AGE: Duration = Duration::from_secs(300);
+const DIRECTORY_TIMEOUT: Duration = Duration::from_secs(5);
+const DIRECTORY_MAX_BYTES: usize = 64 * 1024;
+const DIRECTORY_MAX_KEYS: usize = 100;
+
+impl ThirdParties {
+    fn new(outbound: Arc<Outbound>, allow_local: bool) -> Self {
+        ThirdParties {
+            outbound,
+            allow_local,
+            held: quick_cache::sync::Cache::new(1000),
+            fetching: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    async fn keys(&self, url: &str) -> Result<Arc<Vec<(String, VerifyingKey)>>, String> {
+        let current = |h: &Held| Instant::now() < h.until;
+        if let Some(h) = self.held.get(url).filter(|h| current(h)) {
+            return h.keys.clone();
+        }
+        // One fetch at a time: callers that find it stale wait for the one fetching.
+        let _one = self.fetching.lock().await;
+        let held = self.held.get(url);
+        if let Some(h) = held.as_ref().filter(|h| current(h)) {
+            return h.keys.clone();
+        }
+        let fetched = self.fetch(url, held.as_deref()).await;
+        let keys = fetched.as_ref().map(|(k, _, _)| k.clone()).map_err(Clone::clone);
+        let (etag, until) = match &fetched {
+            Ok((_, etag, age)) => (etag.clone(), Instant::now() + *age),
+            Err(_) => (None, Instant::now() + DIRECTORY_FAILURE_AGE),
+        };
+        self.held.insert(url.to_owned(), Arc::new(Held { keys: keys.clone(), etag, until }));
+        keys
+    }
+
+    /// The directory's keys, its ETag and how long to keep them.
+    async fn fetch(
+        &self,
+        url: &str,
+        held: Option<&Held>,
+    ) -> Result<(Arc<Vec<(String, VerifyingKey)>>, Option<String>, Duration), String> {
+        if url.len() > MAX_AGENT_URL {
+            return Err("its URL is too long".into());
+        }
+        let addrs = self.outbound.vetted(url, self.allow_local).await?;
+        let etag = held.and_then(|h| h.etag.clone());
+        let (outbound, target) = (self.outbound.clone(), url.to_owned());
+        let (fetched, new_etag, max_age) = tokio::task::spawn_blocking(move || {
+            outbound.get_directory(&target, addrs, DIRECTORY_TIMEOUT, DIRECTORY_MAX_BYTES, etag.as_deref())
+        })
+        .await
+        .map_err(|_| "fetching it failed".to_owned())?;
+        let age = max_age
+            .map(|s| Duration::from_secs(s.clamp(DIRECTORY_MIN_AGE, DIRECTORY_MAX_AGE)))
+            .unwrap_or(DIRECTORY_DEFAULT_AGE);
+        let keys = match fetched {
+            Fetched::NotModified => match held.map(|h| h.keys.clone()) {
+                Some(Ok(k)) => k,
+                _ => return Err("it answered 304 to a request without a validator".into()),
+            },
+            Fetched::Body(body) => Arc::new(directory_keys(&body)?),
+            Fetched::Failed(why) => return Err(why),
+        };
+        Ok((keys, new_etag, age))
+    }
+}
+
+/// The Ed25519 keys of a directory (a JWK Set), by their RFC 7638 thumbprint; other keys are
+/// passed over.
+fn directory_keys(body: &[u8]) -> Result<Vec<(String, VerifyingKey)>, String> {
+    let v: Value = serde_json::from_slice(body).map_err(|_| "it is not JSON".to_owned())?;
+    let keys = v
+        .get("keys")
+        .and_then(Value::as_array)
+        .ok_or_else(|| "it is not a key set".to_owned())?;
+    if keys.len() > DIRECTORY_MAX_KEYS {
+        return Err(format!("it lists more than {DIRECTORY_MAX_KEYS} keys"));
+    }
+    Ok(keys
+        .iter()
+        .filter_map(|k| match PublicJwk::parse(k) {
+            Ok(PublicJwk::Ed25519 { key, x }) => Some((
+                PublicJwk::Ed25519 { key, x }.thumbprint(),
+                key,
+            )),
+            _ => None,
+        })
+        .collect())
 }
 
 fn verifies(signed: &Signed, key: &VerifyingKey) -> bool {

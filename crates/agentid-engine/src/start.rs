@@ -156,6 +156,8 @@ impl Engine {
                 audit.clone(),
                 &cfg.public_url,
                 cfg.dpop_max_skew.as_secs() as i64,
+                outbound.clone(),
+                &cfg.signed,
             ),
             agents: Agents {
                 store: store.clone(),

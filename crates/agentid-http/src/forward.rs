@@ -55,12 +55,18 @@ pub(crate) struct ForwardAuthParams {
     /// The receiver's public origin (`https://api.example`): a DPoP proof must name it and the
     /// forwarded path. Without it, DPoP-bound tokens are refused.
     origin: Option<String>,
+    /// A signed request's signature agent (a directory URL) the receiver trusts beside
+    /// agentid's own (repeatable, at most 16).
+    signature_agent: Option<Vec<String>>,
+    /// The tag a signed request's signature must carry (web-bot-auth).
+    required_tag: Option<String>,
 }
 
-/// The policy and origin a forward-auth URL names.
+/// The policy and origin a forward-auth URL names, and what it trusts of signed requests.
 struct Configured {
     policy: Policy,
     origin: Option<String>,
+    signed: RequestPolicy,
 }
 
 fn invalid(field: &'static str, message: impl Into<String>) -> ApiError {
@@ -71,6 +77,7 @@ fn configured(query: &str) -> Result<Configured, ApiError> {
     let mut out = Configured {
         policy: Policy::default(),
         origin: None,
+        signed: RequestPolicy::default(),
     };
     for (name, value) in form_urlencoded::parse(query.as_bytes()) {
         if value.len() > MAX_VALUE_LEN {
@@ -91,6 +98,19 @@ fn configured(query: &str) -> Result<Configured, ApiError> {
                 out.policy.issuers.push(domain.into());
                 continue;
             }
+            "signature_agent" => {
+                let mut trusted = std::mem::take(&mut out.signed.trusted);
+                trusted.push(value.into_owned());
+                out.signed.trusted = super::signed::trusted_agents(trusted)?;
+                continue;
+            }
+            "required_tag" => {
+                if value.is_empty() || value.len() > 64 {
+                    return Err(invalid("required_tag", "must be 1 to 64 bytes"));
+                }
+                out.signed.tag = value.into_owned();
+                continue;
+            }
             "origin" => {
                 if out.origin.is_some() {
                     return Err(invalid("origin", "is given twice"));
@@ -101,7 +121,7 @@ fn configured(query: &str) -> Result<Configured, ApiError> {
             other => {
                 return Err(invalid(
                     "query",
-                    format!("{other:?} is not audience, scope, issuer or origin"),
+                    format!("{other:?} is not audience, scope, issuer, origin, signature_agent or required_tag"),
                 ))
             }
         };
@@ -281,7 +301,7 @@ pub(crate) async fn check(state: web::Data<AppState>, req: HttpRequest) -> Resul
             Some(Err(_)) => return Err(invalid("X-Agentid-Policy", "must be ASCII")),
         },
     };
-    let Configured { policy, origin } = configured(query)?;
+    let Configured { policy, origin, signed } = configured(query)?;
     let peer = req.peer_addr().map(|a| a.ip());
     let trusted = peer.is_some_and(|ip| state.forward_auth_peers.iter().any(|n| n.contains(&ip)));
     let (method, path) = match (trusted, tail) {
@@ -294,7 +314,7 @@ pub(crate) async fn check(state: web::Data<AppState>, req: HttpRequest) -> Resul
             (Some(m), Some(o), Some(p)) => Some((m.as_str(), format!("{o}{p}"))),
             _ => None,
         };
-        return signed_request(&state, &req, target, &policy).await;
+        return signed_request(&state, &req, target, &policy, &signed).await;
     }
     let presented = req
         .headers()
@@ -374,6 +394,7 @@ async fn signed_request(
     req: &HttpRequest,
     target: Option<(&str, String)>,
     policy: &Policy,
+    signed: &RequestPolicy,
 ) -> Result<HttpResponse, ApiError> {
     let bare = || format!("Bearer, DPoP algs=\"{DPOP_ALGS}\"");
     let Some((method, url)) = target else {
@@ -394,7 +415,7 @@ async fn signed_request(
     let check = state
         .engine
         .signed_requests()
-        .check(&request, &RequestPolicy::default(), context::received(req))
+        .check(&request, signed, context::received(req))
         .await
         .map_err(|e| {
             let e = ApiError::from(e);
@@ -406,6 +427,30 @@ async fn signed_request(
         })?;
     let agent = match (check.result, check.agent) {
         (RequestResult::Verified, Some(agent)) => agent,
+        (RequestResult::Verified, None) => {
+            // A trusted third party's signer: no agent of agentid's, so no issuer or scope.
+            if !policy.issuers.is_empty() || !policy.scopes.is_empty() {
+                let why = "the request is signed by a trusted third party's key, which has no issuer or scopes here";
+                return Err(refused(ErrorCode::TokenInvalid, why, bare()));
+            }
+            let agent_url = check.signature.and_then(|s| s.signature_agent).unwrap_or_default();
+            let mut res = HttpResponse::Ok();
+            res.insert_header((header::CACHE_CONTROL, "no-store"));
+            for (name, value) in [
+                ("x-agent-id", ""),
+                ("x-agent-issuer", ""),
+                ("x-agent-scopes", ""),
+                ("x-agent-client-id", ""),
+                ("x-agent-subject", ""),
+                ("x-agent-subject-issuer", ""),
+                ("x-agent-signature-agent", agent_url.as_str()),
+            ] {
+                if let Ok(v) = HeaderValue::from_str(value) {
+                    res.insert_header((HeaderName::from_static(name), v));
+                }
+            }
+            return Ok(res.finish());
+        }
         (result, _) => {
             let why = format!(
                 "the signed request is {}: {}",

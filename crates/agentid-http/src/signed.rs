@@ -18,7 +18,9 @@ use super::input::json_body;
 use super::schema::Timestamp;
 use agentid_core::domain::{IssuerDomain, Millis, ValidationError};
 use agentid_core::httpsig::Request;
-use agentid_engine::signed::{directory_document, CheckError, RequestPolicy, RequestResult};
+use agentid_engine::signed::{
+    directory_document, CheckError, RequestPolicy, RequestResult, MAX_AGENT_URL, MAX_TRUSTED,
+};
 
 /// The media type of a signature directory (draft-meunier-http-message-signatures-directory).
 const DIRECTORY_TYPE: &str = "application/http-message-signatures-directory+json";
@@ -86,6 +88,10 @@ pub(crate) struct SignedRequest {
     /// The tag the signature must carry (web-bot-auth).
     #[serde(default)]
     required_tag: Option<String>,
+    /// Signature agents (directory URLs, at most 16) beside agentid's own whose keys the
+    /// receiver takes: fetched under the outbound rule and cached as they say.
+    #[serde(default)]
+    trusted_signature_agents: Vec<String>,
 }
 
 /// What the check found.
@@ -136,11 +142,35 @@ impl From<CheckError> for ApiError {
     }
 }
 
+/// Signature agents a receiver trusts: at most [`MAX_TRUSTED`] http(s) URLs.
+pub(crate) fn trusted_agents(urls: Vec<String>) -> Result<Vec<String>, ApiError> {
+    if urls.len() > MAX_TRUSTED {
+        return Err(ValidationError::new(
+            "trusted_signature_agents",
+            format!("at most {MAX_TRUSTED} URLs"),
+        )
+        .into());
+    }
+    for u in &urls {
+        let ok = (u.starts_with("https://") || u.starts_with("http://"))
+            && u.len() <= MAX_AGENT_URL
+            && u.bytes().all(|b| b.is_ascii_graphic());
+        if !ok {
+            return Err(ValidationError::new(
+                "trusted_signature_agents",
+                format!("{u:?} is not an http(s) URL of at most {MAX_AGENT_URL} bytes"),
+            )
+            .into());
+        }
+    }
+    Ok(urls)
+}
+
 #[utoipa::path(
     post, path = "/v1/verify/request", tag = "verify",
     request_body = SignedRequest,
     responses(
-        (status = 200, description = "The check of the request's HTTP message signature (RFC 9421, Web Bot Auth): its Signature-Input, Signature and Signature-Agent read as structured fields; the signature tagged required_tag (web-bot-auth); covering @authority (or @target-uri) and Signature-Agent; created and expires at most 24 h apart, created not ahead, expires not past; keyid the key's thumbprint in the agentid directory Signature-Agent names (a revoked agent's key is not there); a nonce seen before is a replay. Recorded in the audit log before it is sent.", body = SignedAnswer),
+        (status = 200, description = "The check of the request's HTTP message signature (RFC 9421, Web Bot Auth): its Signature-Input, Signature and Signature-Agent read as structured fields; the signature tagged required_tag (web-bot-auth); covering @authority (or @target-uri) and Signature-Agent; created and expires at most 24 h apart, created not ahead, expires not past; keyid the key's thumbprint in the directory Signature-Agent names: agentid's own (a revoked agent's key is not there; also https://<issuer domain>/.well-known/http-message-signatures-directory for a name with agents here), or one in trusted_signature_agents, fetched; a nonce seen before is a replay. Recorded in the audit log before it is sent.", body = SignedAnswer),
         (status = 400, description = "INVALID_REQUEST or VALIDATION_ERROR (method, url, headers)", body = ErrorBody),
         (status = 401, description = "UNAUTHORIZED: an Authorization header with an invalid key (the check needs none)", body = ErrorBody),
         (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
@@ -185,13 +215,17 @@ pub(crate) async fn verify_request(
         .into());
     }
     let headers: Vec<(String, String)> = r.headers.into_iter().collect();
-    let policy = match r.required_tag {
+    let mut policy = RequestPolicy {
+        trusted: trusted_agents(r.trusted_signature_agents)?,
+        ..RequestPolicy::default()
+    };
+    match r.required_tag {
         Some(tag) if tag.is_empty() || tag.len() > 64 => {
             return Err(ValidationError::new("required_tag", "must be 1 to 64 bytes").into())
         }
-        Some(tag) => RequestPolicy { tag },
-        None => RequestPolicy::default(),
-    };
+        Some(tag) => policy.tag = tag,
+        None => {}
+    }
     let request = Request {
         method: &r.method,
         url: &r.url,
