@@ -439,3 +439,44 @@ async fn a_trusted_third_partys_directory_is_fetched_and_kept() {
         .await;
     res.assert_error(400, "VALIDATION_ERROR");
 }
+
+/// Attack: a signed request replayed to another instance of the fleet.
+#[actix_web::test]
+async fn a_signature_replayed_to_another_instance_is_refused() {
+    // The second instance reaches the first one's directory as a trusted third party's (the
+    // test's instances have each their own URL): the nonce is the fleet's either way.
+    let fleet = crate::helpers::spawn_fleet(
+        2,
+        crate::helpers::Options {
+            tweak: Box::new(|c| c.engine.signed.allow_local_directories = true),
+            ..crate::helpers::Options::default()
+        },
+    )
+    .await;
+    let (private, public) = keypair();
+    fleet[0]
+        .register(json!({"name": "crawler", "issuer_domain": "example.com", "scopes": ["read:docs"], "jwk": public}))
+        .await;
+    let url = "https://shop.example/";
+    let directory = format!("{}/v1/directories/example.com", fleet[0].base);
+    let check = |app: &'static str, headers: Value| {
+        let (fleet, directory) = (&fleet, directory.clone());
+        async move {
+            let app = &fleet[usize::from(app == "second")];
+            let body = json!({"method": "GET", "url": url, "headers": headers,
+                              "trusted_signature_agents": [directory]});
+            app.post("/v1/verify/request", None, Some(&body)).await.json()
+        }
+    };
+    let headers = cloudflare_signs(&private, url, &directory, 300).await;
+    assert_eq!(check("first", headers.clone()).await["result"], "verified");
+    let replayed = check("second", headers).await;
+    assert_eq!(replayed["result"], "invalid", "{replayed}");
+    assert!(
+        replayed["reason"].as_str().unwrap().contains("nonce"),
+        "{replayed}"
+    );
+    // A fresh signature passes there.
+    let fresh = cloudflare_signs(&private, url, &directory, 300).await;
+    assert_eq!(check("second", fresh).await["result"], "verified");
+}

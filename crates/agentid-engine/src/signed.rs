@@ -26,6 +26,10 @@ use agentid_core::token::dpop::PublicJwk;
 use agentid_store::{AgentRecord, SharedStore, StoreError};
 
 use crate::audit::{AuditError, AuditHandle};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use sha2::{Digest, Sha256};
+
 use crate::dpop::Replays;
 use crate::outbound::{Fetched, Outbound};
 use crate::registry::Registry;
@@ -252,12 +256,12 @@ impl SignedRequests {
             .strip_prefix("https://")
             .and_then(|rest| rest.strip_suffix(WELL_KNOWN_DIRECTORY));
         let Some(domain) = ours.or(theirs).and_then(|d| IssuerDomain::parse(d).ok()) else {
-            return Ok(self.third_party(&signed, url, policy, now, facts).await);
+            return self.third_party(&signed, url, policy, now, facts).await;
         };
         let keyed = self.keyed(&domain).await?;
         if ours.is_none() && keyed.is_empty() && !self.store.issuer_has_agents(domain.as_str()).await? {
             // An issuer's own origin that serves no agentid agent: not ours to judge.
-            return Ok(self.third_party(&signed, url, policy, now, facts).await);
+            return self.third_party(&signed, url, policy, now, facts).await;
         }
         let Some((agent, jwk, _)) = keyed.into_iter().find(|(_, _, kid)| *kid == signed.keyid) else {
             let why = format!(
@@ -283,7 +287,7 @@ impl SignedRequests {
                 facts,
             ));
         }
-        if let Err(why) = self.fresh(&signed, now) {
+        if let Err(why) = self.fresh(&signed, now).await? {
             return Ok(refused(RequestResult::Invalid, why, facts));
         }
         Ok(RequestCheck {
@@ -294,19 +298,34 @@ impl SignedRequests {
         })
     }
 
-    /// Refuses a signature whose nonce was seen before (remembered until it expires).
-    fn fresh(&self, signed: &Signed, now: Millis) -> Result<(), String> {
-        match &signed.nonce {
-            Some(nonce)
-                if self
-                    .nonces
-                    .admit(&signed.keyid, nonce, signed.expires, now.as_secs())
-                    .is_err() =>
-            {
-                Err("the signature's nonce was seen before: a replay".into())
-            }
-            _ => Ok(()),
+    /// Refuses a signature whose nonce was seen before, on this instance or (through the
+    /// store, until the signature expires) on any of the fleet.
+    async fn fresh(&self, signed: &Signed, now: Millis) -> Result<Result<(), String>, StoreError> {
+        let Some(nonce) = &signed.nonce else {
+            return Ok(Ok(()));
+        };
+        let replay = || Ok(Err("the signature's nonce was seen before: a replay".into()));
+        if self
+            .nonces
+            .admit(&signed.keyid, nonce, signed.expires, now.as_secs())
+            .is_err()
+        {
+            return replay();
         }
+        let mut key = Sha256::new();
+        for part in ["web-bot-auth", signed.keyid.as_str(), nonce.as_str()] {
+            key.update(part.as_bytes());
+            key.update([0]);
+        }
+        let key = URL_SAFE_NO_PAD.encode(key.finalize());
+        if !self
+            .store
+            .use_assertion(&key, Millis::from_secs(signed.expires))
+            .await?
+        {
+            return replay();
+        }
+        Ok(Ok(()))
     }
 
     /// A signature agent that is not agentid's: its directory, fetched when the receiver
@@ -318,7 +337,7 @@ impl SignedRequests {
         policy: &RequestPolicy,
         now: Millis,
         facts: Option<SignatureFacts>,
-    ) -> RequestCheck {
+    ) -> Result<RequestCheck, StoreError> {
         let refused = |result, reason: String| RequestCheck {
             result,
             reason: Some(reason),
@@ -329,30 +348,38 @@ impl SignedRequests {
             let why = format!(
                 "the signature agent {url} is neither one of this service's directories nor one this receiver trusts"
             );
-            return refused(RequestResult::Unverified, why);
+            return Ok(refused(RequestResult::Unverified, why));
         }
         let keys = match self.directories_held.keys(url).await {
             Ok(k) => k,
-            Err(why) => return refused(RequestResult::Unverified, format!("its directory {url}: {why}")),
+            Err(why) => {
+                return Ok(refused(
+                    RequestResult::Unverified,
+                    format!("its directory {url}: {why}"),
+                ))
+            }
         };
         let Some(key) = keys.iter().find(|(kid, _)| *kid == signed.keyid).map(|(_, k)| k) else {
-            return refused(
+            return Ok(refused(
                 RequestResult::Invalid,
                 format!("the directory {url} has no key {}", signed.keyid),
-            );
+            ));
         };
         if !signed.verifies_with(key) {
-            return refused(RequestResult::Invalid, "the signature does not verify with the directory's key".into());
+            return Ok(refused(
+                RequestResult::Invalid,
+                "the signature does not verify with the directory's key".into(),
+            ));
         }
-        if let Err(why) = self.fresh(signed, now) {
-            return refused(RequestResult::Invalid, why);
+        if let Err(why) = self.fresh(signed, now).await? {
+            return Ok(refused(RequestResult::Invalid, why));
         }
-        RequestCheck {
+        Ok(RequestCheck {
             result: RequestResult::Verified,
             reason: None,
             signature: facts,
             agent: None,
-        }
+        })
     }
 }
 
@@ -406,7 +433,14 @@ impl ThirdParties {
             Ok((_, etag, age)) => (etag.clone(), Instant::now() + *age),
             Err(_) => (None, Instant::now() + DIRECTORY_FAILURE_AGE),
         };
-        self.held.insert(url.to_owned(), Arc::new(Held { keys: keys.clone(), etag, until }));
+        self.held.insert(
+            url.to_owned(),
+            Arc::new(Held {
+                keys: keys.clone(),
+                etag,
+                until,
+            }),
+        );
         keys
     }
 
@@ -423,7 +457,13 @@ impl ThirdParties {
         let etag = held.and_then(|h| h.etag.clone());
         let (outbound, target) = (self.outbound.clone(), url.to_owned());
         let (fetched, new_etag, max_age) = tokio::task::spawn_blocking(move || {
-            outbound.get_directory(&target, addrs, DIRECTORY_TIMEOUT, DIRECTORY_MAX_BYTES, etag.as_deref())
+            outbound.get_directory(
+                &target,
+                addrs,
+                DIRECTORY_TIMEOUT,
+                DIRECTORY_MAX_BYTES,
+                etag.as_deref(),
+            )
         })
         .await
         .map_err(|_| "fetching it failed".to_owned())?;
@@ -456,10 +496,7 @@ fn directory_keys(body: &[u8]) -> Result<Vec<(String, VerifyingKey)>, String> {
     Ok(keys
         .iter()
         .filter_map(|k| match PublicJwk::parse(k) {
-            Ok(PublicJwk::Ed25519 { key, x }) => Some((
-                PublicJwk::Ed25519 { key, x }.thumbprint(),
-                key,
-            )),
+            Ok(PublicJwk::Ed25519 { key, x }) => Some((PublicJwk::Ed25519 { key, x }.thumbprint(), key)),
             _ => None,
         })
         .collect())

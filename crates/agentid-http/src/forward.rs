@@ -83,48 +83,49 @@ fn configured(query: &str) -> Result<Configured, ApiError> {
         if value.len() > MAX_VALUE_LEN {
             return Err(invalid("query", format!("{name} is over {MAX_VALUE_LEN} bytes")));
         }
-        let list = match name.as_ref() {
-            "audience" => {
-                absolute_uri(&value).map_err(|why| invalid("audience", why))?;
-                &mut out.policy.audiences
-            }
-            "scope" => {
-                Scopes::parse(&[value.as_ref()]).map_err(ApiError::from)?;
-                &mut out.policy.scopes
-            }
-            "issuer" => {
-                let domain = IssuerDomain::parse(&value)
-                    .map_err(|_| invalid("issuer", "must be a DNS host name such as example.com"))?;
-                out.policy.issuers.push(domain.into());
-                continue;
-            }
-            "signature_agent" => {
-                let mut trusted = std::mem::take(&mut out.signed.trusted);
-                trusted.push(value.into_owned());
-                out.signed.trusted = super::signed::trusted_agents(trusted)?;
-                continue;
-            }
-            "required_tag" => {
-                if value.is_empty() || value.len() > 64 {
-                    return Err(invalid("required_tag", "must be 1 to 64 bytes"));
+        let list =
+            match name.as_ref() {
+                "audience" => {
+                    absolute_uri(&value).map_err(|why| invalid("audience", why))?;
+                    &mut out.policy.audiences
                 }
-                out.signed.tag = value.into_owned();
-                continue;
-            }
-            "origin" => {
-                if out.origin.is_some() {
-                    return Err(invalid("origin", "is given twice"));
+                "scope" => {
+                    Scopes::parse(&[value.as_ref()]).map_err(ApiError::from)?;
+                    &mut out.policy.scopes
                 }
-                out.origin = Some(origin(&value)?);
-                continue;
-            }
-            other => {
-                return Err(invalid(
+                "issuer" => {
+                    let domain = IssuerDomain::parse(&value)
+                        .map_err(|_| invalid("issuer", "must be a DNS host name such as example.com"))?;
+                    out.policy.issuers.push(domain.into());
+                    continue;
+                }
+                "signature_agent" => {
+                    let mut trusted = std::mem::take(&mut out.signed.trusted);
+                    trusted.push(value.into_owned());
+                    out.signed.trusted = super::signed::trusted_agents(trusted)?;
+                    continue;
+                }
+                "required_tag" => {
+                    if value.is_empty() || value.len() > 64 {
+                        return Err(invalid("required_tag", "must be 1 to 64 bytes"));
+                    }
+                    out.signed.tag = value.into_owned();
+                    continue;
+                }
+                "origin" => {
+                    if out.origin.is_some() {
+                        return Err(invalid("origin", "is given twice"));
+                    }
+                    out.origin = Some(origin(&value)?);
+                    continue;
+                }
+                other => return Err(invalid(
                     "query",
-                    format!("{other:?} is not audience, scope, issuer, origin, signature_agent or required_tag"),
-                ))
-            }
-        };
+                    format!(
+                        "{other:?} is not audience, scope, issuer, origin, signature_agent or required_tag"
+                    ),
+                )),
+            };
         if list.len() == MAX_VALUES {
             return Err(invalid("query", format!("at most {MAX_VALUES} values of {name}")));
         }
@@ -301,7 +302,11 @@ pub(crate) async fn check(state: web::Data<AppState>, req: HttpRequest) -> Resul
             Some(Err(_)) => return Err(invalid("X-Agentid-Policy", "must be ASCII")),
         },
     };
-    let Configured { policy, origin, signed } = configured(query)?;
+    let Configured {
+        policy,
+        origin,
+        signed,
+    } = configured(query)?;
     let peer = req.peer_addr().map(|a| a.ip());
     let trusted = peer.is_some_and(|ip| state.forward_auth_peers.iter().any(|n| n.contains(&ip)));
     let (method, path) = match (trusted, tail) {
@@ -433,7 +438,10 @@ async fn signed_request(
                 let why = "the request is signed by a trusted third party's key, which has no issuer or scopes here";
                 return Err(refused(ErrorCode::TokenInvalid, why, bare()));
             }
-            let agent_url = check.signature.and_then(|s| s.signature_agent).unwrap_or_default();
+            let agent_url = check
+                .signature
+                .and_then(|s| s.signature_agent)
+                .unwrap_or_default();
             let mut res = HttpResponse::Ok();
             res.insert_header((header::CACHE_CONTROL, "no-store"));
             for (name, value) in [

@@ -145,11 +145,9 @@ impl From<CheckError> for ApiError {
 /// Signature agents a receiver trusts: at most [`MAX_TRUSTED`] http(s) URLs.
 pub(crate) fn trusted_agents(urls: Vec<String>) -> Result<Vec<String>, ApiError> {
     if urls.len() > MAX_TRUSTED {
-        return Err(ValidationError::new(
-            "trusted_signature_agents",
-            format!("at most {MAX_TRUSTED} URLs"),
-        )
-        .into());
+        return Err(
+            ValidationError::new("trusted_signature_agents", format!("at most {MAX_TRUSTED} URLs")).into(),
+        );
     }
     for u in &urls {
         let ok = (u.starts_with("https://") || u.starts_with("http://"))
