@@ -103,7 +103,20 @@ export interface VerifierOptions {
   onVerification?: (outcome: Outcome) => void;
   /** Told of every fetch of the key set or a status list and what it came to. A hook that
    * throws is ignored. */
-  onFetch?: (document: "jwks" | "status_list", result: FetchResult) => void;
+  onFetch?: (document: "jwks" | "status_list" | "directory", result: FetchResult) => void;
+}
+
+/** What `verifyRequest` found of a signed request. */
+export interface SignedRequest {
+  /** The directory the key came from. */
+  signatureAgent: string;
+  /** The key's RFC 7638 thumbprint. */
+  keyid: string;
+  tag: "web-bot-auth";
+  created: Date;
+  expires: Date;
+  /** The agentid issuer domain whose directory it is; null for a trusted third party's. */
+  issuer: string | null;
 }
 
 export class Verifier {
@@ -125,6 +138,15 @@ export class Verifier {
   /** Online: GET /v1/verify/:token, then the issuer, mode and scope checks of `verify`. A
    * refused `key` is MISCONFIGURED. */
   verifyOnline(token: string, options?: { key?: string; scopes?: string[] }): Promise<Agent>;
+  /** A request an agent signed (Web Bot Auth, RFC 9421), offline: the signature tagged
+   * web-bot-auth, covering @authority (or @target-uri) and Signature-Agent, in its time (at
+   * most 24 h), by a key of the directory Signature-Agent names (this service's, or one of
+   * `trustedSignatureAgents`, fetched and cached as it says), its nonce new (PROOF_REPLAYED
+   * after). A revoked agent's key leaves its directory at once: seen at the next fetch. */
+  verifyRequest(
+    request: Request | { method?: string; url: string; headers: Record<string, string> },
+    options?: { trustedSignatureAgents?: string[] },
+  ): Promise<SignedRequest>;
   /** A Security Event Token the service pushed (or a poll gave): refused (TOKEN_INVALID) unless
    * its `iss` is `baseUrl`, its `aud` holds `setAudience` (when set), its `jti` is not one of
    * the last 10,000 taken, and its subject's `sub_id.iss` is in `issuers` (when set). A

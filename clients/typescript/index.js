@@ -10,6 +10,7 @@
 // jose) elsewhere; with `fetch` and `DecompressionStream` it runs on Node >= 20 and on
 // fetch-based runtimes.
 import { parse, proofKey, publicKey, sha256, verified } from "./jws.js";
+import { directoryKeys, verifyRequest } from "./requests.js";
 
 const SESSION_REVOKED = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
 /** The header `typ` of an OAuth access token (RFC 9068). */
@@ -175,6 +176,10 @@ export class Verifier {
     this.lastKidFetch = -Infinity;
     this.lists = new Map(); // uri -> {bits, ttl, doc}
     this.revoked = new Set();
+    /** Directory documents -> their keys (read once per body). */
+    this.directories = new WeakMap();
+    /** `keyid + "\n" + nonce` -> the signature's expiry (Unix s), in the order first seen. */
+    this.nonces = new Map();
     /** `provider + "\n" + sub` -> when the organization revoked the person (Unix s), from
      * pushed events. */
     this.revokedSubjects = new Map();
@@ -205,6 +210,53 @@ export class Verifier {
         };
       }
     }
+  }
+
+  /** Checks a request an agent signed (Web Bot Auth, RFC 9421) offline: its signature tagged
+   * `web-bot-auth`, covering `@authority` (or `@target-uri`) and `Signature-Agent`, in its time
+   * (at most 24 h), by a key of the directory `Signature-Agent` names (this service's
+   * `/v1/directories/<issuer>`, or one of `trustedSignatureAgents`), its nonce never seen
+   * before (PROOF_REPLAYED). `request`: a fetch `Request`, or `{method, url, headers}` with
+   * the URL as the agent addressed it. Resolves to the signature's facts (`issuer` the agentid
+   * name, null for a trusted third party), or rejects with a `VerificationError`. */
+  async verifyRequest(request, options = {}) {
+    return verifyRequest(this, request, options, fail);
+  }
+
+  /** The Ed25519 keys of the directory at `url`, by thumbprint: cached as it says, used past
+   * that for `listGrace` seconds when it cannot be had, then UNAVAILABLE. */
+  async directory(url) {
+    const held = this.docs.get(url);
+    let doc;
+    try {
+      doc = await this.fetchDoc(url, "directory", "application/http-message-signatures-directory+json");
+    } catch (e) {
+      if (!held || held.freshUntil + this.listGrace * 1000 < Date.now()) throw e;
+      doc = held;
+    }
+    let keys = this.directories.get(doc);
+    if (!keys) {
+      try {
+        keys = await directoryKeys(doc.body);
+      } catch (e) {
+        fail("UNAVAILABLE", `${url}: not a key set (${e.message})`);
+      }
+      this.directories.set(doc, keys);
+    }
+    return keys;
+  }
+
+  /** Whether a signature's nonce is new (remembered until the signature expires). */
+  nonceOnce(keyid, nonce, expires) {
+    const now = Date.now() / 1000;
+    for (const [k, at] of this.nonces) {
+      if (at > now && this.nonces.size <= SEEN_PROOFS) break;
+      this.nonces.delete(k);
+    }
+    const id = `${keyid}\n${nonce}`;
+    if (this.nonces.has(id)) return false;
+    this.nonces.set(id, expires);
+    return true;
   }
 
   /** GETs `url` with the timeout, no redirect; its status, headers and (for a 200) body,

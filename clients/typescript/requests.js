@@ -1,0 +1,116 @@
+// Signed requests (Web Bot Auth, RFC 9421) checked offline: the signature base is built and
+// the parameters read by Cloudflare's `web-bot-auth` (with `http-message-sig`), the
+// structured fields by `structured-headers`, the Ed25519 signature by `node:crypto` (WebCrypto
+// elsewhere). The key comes from the directory `Signature-Agent` names: the agentid
+// service's own (`<baseUrl>/v1/directories/<issuer>`) or one the receiver trusts, fetched as
+// the verifier fetches its key set (cached as the directory says, revalidated by ETag, one
+// fetch at a time) and used past its freshness for at most `listGrace` seconds when it cannot
+// be had: then UNAVAILABLE (fail closed). A revoked agent's key leaves its directory at once,
+// so the receiver sees it at its next fetch (a minute at most), or online at once.
+import { verify as webBotAuthVerify } from "web-bot-auth";
+import { parseDictionary, parseItem } from "structured-headers";
+import { publicKey, sha256, verified } from "./jws.js";
+
+/** The tag Web Bot Auth signatures carry. */
+const TAG = "web-bot-auth";
+/** The longest a signature may be valid (`expires - created`). */
+const MAX_VALIDITY = 24 * 60 * 60;
+/** The most keys read from a directory. */
+const MAX_DIRECTORY_KEYS = 100;
+const encoder = new TextEncoder();
+
+/** The URL `Signature-Agent` names: a bare string, or the dictionary member of `label` (else
+ * its only one). */
+function signatureAgent(field, label, fail) {
+  try {
+    const [value] = parseItem(field);
+    if (typeof value === "string") return value;
+  } catch {
+    // a dictionary, below
+  }
+  let dict;
+  try {
+    dict = parseDictionary(field);
+  } catch {
+    fail("TOKEN_INVALID", "Signature-Agent is neither a string nor a structured dictionary");
+  }
+  const member = dict.get(label) ?? (dict.size === 1 ? [...dict.values()][0] : undefined);
+  if (typeof member?.[0] !== "string") fail("TOKEN_INVALID", "Signature-Agent has no string for this signature");
+  return member[0];
+}
+
+/** The signature tagged web-bot-auth: its label and covered component names. */
+function covered(input, fail) {
+  let dict;
+  try {
+    dict = parseDictionary(input);
+  } catch {
+    fail("TOKEN_INVALID", "Signature-Input is not a structured dictionary");
+  }
+  const found = [...dict].find(([, [items, params]]) => Array.isArray(items) && params.get("tag") === TAG);
+  if (!found) fail("TOKEN_INVALID", `no signature tagged ${TAG}`);
+  if (dict.size !== 1) fail("TOKEN_INVALID", "more than one signature: one is checked");
+  const [label, [items]] = found;
+  return { label, names: items.map(([name]) => name) };
+}
+
+/** The Ed25519 keys of a directory's JSON, by RFC 7638 thumbprint. */
+async function directoryKeys(body) {
+  const { keys } = JSON.parse(body);
+  if (!Array.isArray(keys)) throw new Error("not a key set");
+  const found = new Map();
+  for (const jwk of keys.slice(0, MAX_DIRECTORY_KEYS)) {
+    if (jwk?.kty !== "OKP" || jwk.crv !== "Ed25519" || typeof jwk.x !== "string") continue;
+    const kid = await sha256(JSON.stringify({ crv: "Ed25519", kty: "OKP", x: jwk.x }));
+    found.set(kid, await publicKey({ kty: "OKP", crv: "Ed25519", x: jwk.x }, "EdDSA"));
+  }
+  return found;
+}
+
+/** `verifier`'s check of a signed request (see `Verifier.verifyRequest`). */
+export async function verifyRequest(verifier, request, { trustedSignatureAgents = [] } = {}, fail) {
+  const message = request instanceof Request
+    ? request
+    : new Request(request.url, { method: request.method ?? "GET", headers: request.headers ?? {} });
+  const input = message.headers.get("signature-input");
+  const agentField = message.headers.get("signature-agent");
+  if (!input || !message.headers.get("signature")) fail("TOKEN_INVALID", "the request is not signed");
+  const { label, names } = covered(input, fail);
+  if (!names.includes("@authority") && !names.includes("@target-uri")) {
+    fail("TOKEN_INVALID", "the signature covers neither @authority nor @target-uri");
+  }
+  if (!agentField) fail("TOKEN_INVALID", "no Signature-Agent: where the key is published is unknown");
+  if (!names.includes("signature-agent")) fail("TOKEN_INVALID", "the signature does not cover Signature-Agent");
+  const url = signatureAgent(agentField, label, fail);
+  const ours = url.startsWith(`${verifier.baseUrl}/v1/directories/`);
+  if (!ours && !trustedSignatureAgents.includes(url)) {
+    fail("TOKEN_INVALID", `the signature agent ${url} is neither the service's directory nor a trusted one`);
+  }
+  const keys = await verifier.directory(url);
+  let checked;
+  try {
+    checked = await webBotAuthVerify(message, async (data, signature, params) => {
+      const key = keys.get(params.keyid);
+      if (!key) throw new Error(`the directory ${url} has no key ${params.keyid}`);
+      const [created, expires] = [params.created, params.expires].map((d) => Math.floor(d.getTime() / 1000));
+      if (!(expires > created) || expires - created > MAX_VALIDITY) throw new Error("valid more than 24 h");
+      if (!(await verified(key, "EdDSA", encoder.encode(data), signature))) throw new Error("the signature does not verify");
+      return { keyid: params.keyid, created, expires, nonce: params.nonce };
+    });
+  } catch (e) {
+    fail("TOKEN_INVALID", `signed request: ${e.message}`);
+  }
+  if (checked.nonce !== undefined && !verifier.nonceOnce(checked.keyid, checked.nonce, checked.expires)) {
+    fail("PROOF_REPLAYED", "the signature's nonce was seen before");
+  }
+  return {
+    signatureAgent: url,
+    keyid: checked.keyid,
+    tag: TAG,
+    created: new Date(checked.created * 1000),
+    expires: new Date(checked.expires * 1000),
+    issuer: ours ? url.slice(`${verifier.baseUrl}/v1/directories/`.length) : null,
+  };
+}
+
+export { directoryKeys };

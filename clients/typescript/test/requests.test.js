@@ -1,0 +1,79 @@
+// Signed requests (Web Bot Auth) checked offline: requests Cloudflare's `web-bot-auth` signed
+// with an agent's key, against the directory of a real server the test starts.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { generateKeyPairSync } from "node:crypto";
+import { signatureHeaders } from "web-bot-auth";
+import { signerFromJWK } from "web-bot-auth/crypto";
+import { Verifier, VerificationError } from "../index.js";
+import { startServer } from "./server.js";
+
+let s;
+before(async () => {
+  s = await startServer();
+});
+after(() => s.stop());
+
+const code = (p) => p.then(() => "ok", (e) => (e instanceof VerificationError ? e.code : `not a VerificationError: ${e}`));
+
+/** An agent of example.com bound to a fresh Ed25519 key: its id and private JWK. */
+async function signingAgent() {
+  const { privateKey } = generateKeyPairSync("ed25519");
+  const jwk = privateKey.export({ format: "jwk" });
+  const [id] = await s.register({ scopes: ["read:docs"], jwk: { kty: "OKP", crv: "Ed25519", x: jwk.x } });
+  return [id, jwk];
+}
+
+/** A GET of `url` signed by `jwk`, naming `agent`, as `web-bot-auth` 0.1.3 makes it. */
+async function signed(jwk, url, agent) {
+  const signatureAgent = JSON.stringify(agent);
+  const request = new Request(url, { headers: { "Signature-Agent": signatureAgent } });
+  const now = new Date();
+  const headers = await signatureHeaders(request, await signerFromJWK(jwk), {
+    created: now,
+    expires: new Date(now.getTime() + 300_000),
+  });
+  return { method: "GET", url, headers: { ...headers, "Signature-Agent": signatureAgent } };
+}
+
+test("a signed request is checked offline against the agent's directory", async () => {
+  const [id, jwk] = await signingAgent();
+  const fetched = [];
+  const verifier = new Verifier({ baseUrl: s.base, issuers: ["example.com"], onFetch: (d, r) => fetched.push([d, r]) });
+  const directory = `${s.base}/v1/directories/example.com`;
+  const url = "https://shop.example/products/1";
+  const req = await signed(jwk, url, directory);
+  const got = await verifier.verifyRequest(req);
+  assert.equal(got.signatureAgent, directory);
+  assert.equal(got.issuer, "example.com");
+  assert.equal(got.tag, "web-bot-auth");
+  assert.ok(got.expires > got.created);
+  // Replayed; presented for another host; a changed Signature-Agent; unsigned.
+  assert.equal(await code(verifier.verifyRequest(req)), "PROOF_REPLAYED");
+  const fresh = await signed(jwk, url, directory);
+  assert.equal(await code(verifier.verifyRequest({ ...fresh, url: "https://evil.example/products/1" })), "TOKEN_INVALID");
+  const swapped = await signed(jwk, url, directory);
+  swapped.headers["Signature-Agent"] = JSON.stringify(`${s.base}/v1/directories/a.io`);
+  assert.equal(await code(verifier.verifyRequest(swapped)), "TOKEN_INVALID");
+  assert.equal(await code(verifier.verifyRequest({ method: "GET", url, headers: {} })), "TOKEN_INVALID");
+  // Another directory, untrusted: not fetched.
+  const elsewhere = await signed(jwk, url, "https://bots.example/.well-known/http-message-signatures-directory");
+  assert.equal(await code(verifier.verifyRequest(elsewhere)), "TOKEN_INVALID");
+  // A warm check fetches nothing.
+  const count = fetched.length;
+  await verifier.verifyRequest(await signed(jwk, url, directory));
+  assert.equal(fetched.length, count);
+  assert.deepEqual(fetched[0], ["directory", "fetched"]);
+  // Revoked: gone from the directory, seen at the next fetch.
+  await s.revoke(id);
+  const fresher = new Verifier({ baseUrl: s.base, issuers: ["example.com"] });
+  assert.equal(await code(fresher.verifyRequest(await signed(jwk, url, directory))), "TOKEN_INVALID");
+});
+
+test("an unreachable directory fails closed", async () => {
+  const [, jwk] = await signingAgent();
+  const verifier = new Verifier({ baseUrl: s.base });
+  const dead = "http://127.0.0.1:9/directory";
+  const req = await signed(jwk, "https://shop.example/", dead);
+  assert.equal(await code(verifier.verifyRequest(req, { trustedSignatureAgents: [dead] })), "UNAVAILABLE");
+});
