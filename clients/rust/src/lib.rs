@@ -76,6 +76,7 @@ mod error;
 mod keys;
 mod lists;
 mod online;
+mod requests;
 mod resource;
 mod sets;
 mod tokens;
@@ -89,6 +90,7 @@ pub use delegation::{Actor, Subject, MAX_CHAIN};
 pub use dpop::{MAX_PROOF_BYTES, SEEN_PROOFS};
 pub use error::{printable, Error};
 use lists::HeldList;
+pub use requests::SignedRequest;
 pub use resource::ResourceMetadata;
 
 /// The crate's README, whose example compiles as a doctest.
@@ -167,6 +169,10 @@ struct State {
     revoked: HashSet<String>,
     /// (provider, person) -> when the organization revoked them (Unix s), from pushed events.
     revoked_subjects: HashMap<(String, String), i64>,
+    /// Signature directories held, by URL.
+    directories: requests::Directories,
+    /// `keyid + "\n" + nonce` of signed requests taken -> when each expires (Unix s).
+    nonces: HashMap<String, i64>,
     /// The `jti`s of the last [`SEEN_SETS`] SETs taken, and their order (oldest first).
     seen_sets: HashSet<String>,
     seen_order: VecDeque<String>,

@@ -25,6 +25,8 @@ mod dpop;
 mod examples;
 #[path = "live/oauth.rs"]
 mod oauth;
+#[path = "live/requests.rs"]
+mod requests;
 
 const SESSION_REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
 

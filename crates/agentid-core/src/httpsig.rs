@@ -6,7 +6,7 @@
 //! (`verify_strict`). Pure: the caller finds the key.
 
 use ed25519_dalek::{Signature, VerifyingKey};
-use sfv::{BareItem, Dictionary, FieldType, InnerList, Item, List, ListEntry, Parser};
+use sfv::{BareItem, InnerList, Item, List, ListEntry, Parser, SerializeValue};
 
 /// The longest time a signature may cover (`expires - created`).
 pub const MAX_VALIDITY_SECS: i64 = 24 * 60 * 60;
@@ -88,10 +88,10 @@ pub fn read(req: &Request<'_>, tag: &str, now: i64, max_skew: i64) -> Result<Sig
     if input.len() > MAX_FIELD || signatures.len() > MAX_FIELD {
         return invalid("a signature field is over 8 KiB");
     }
-    let Ok(inputs) = Parser::new(&input).parse::<Dictionary>() else {
+    let Ok(inputs) = Parser::new(&input).parse_dictionary() else {
         return invalid("Signature-Input is not a structured dictionary");
     };
-    let Ok(sigs) = Parser::new(&signatures).parse::<Dictionary>() else {
+    let Ok(sigs) = Parser::new(&signatures).parse_dictionary() else {
         return invalid("Signature is not a structured dictionary");
     };
     let found = inputs.iter().find_map(|(label, entry)| match entry {
@@ -165,7 +165,7 @@ fn text_param<'a>(list: &'a InnerList, name: &str) -> Option<&'a str> {
 
 /// One structured value serialized (an item, or an inner list, with its parameters).
 fn serialized(entry: ListEntry) -> String {
-    List::from_iter([entry]).serialize().unwrap_or_default()
+    List::from_iter([entry]).serialize_value().unwrap_or_default()
 }
 
 /// The signature bases of `covered` over `req`, and the `Signature-Agent` URL.
@@ -214,7 +214,7 @@ fn bases(
                 .field(&name)
                 .ok_or_else(|| Refusal::Invalid(format!("covers {name}, which the request lacks")))?;
             let dict = Parser::new(&field)
-                .parse::<Dictionary>()
+                .parse_dictionary()
                 .map_err(|_| Refusal::Invalid(format!("{name} is not a structured dictionary")))?;
             let member = dict
                 .get(key.as_str())
@@ -259,12 +259,12 @@ fn signature_agent(field: &str, key: Option<&str>, label: &str) -> Result<(Strin
     if field.len() > MAX_FIELD {
         return invalid("Signature-Agent is over 8 KiB");
     }
-    if let (Ok(item), None) = (Parser::new(field).parse::<Item>(), key) {
+    if let (Ok(item), None) = (Parser::new(field).parse_item(), key) {
         if let Some(url) = item.bare_item.as_string() {
             return Ok((url.as_str().to_owned(), None));
         }
     }
-    let Ok(dict) = Parser::new(field).parse::<Dictionary>() else {
+    let Ok(dict) = Parser::new(field).parse_dictionary() else {
         return invalid("Signature-Agent is neither a string nor a structured dictionary");
     };
     let member = match key {

@@ -83,49 +83,50 @@ fn configured(query: &str) -> Result<Configured, ApiError> {
         if value.len() > MAX_VALUE_LEN {
             return Err(invalid("query", format!("{name} is over {MAX_VALUE_LEN} bytes")));
         }
-        let list =
-            match name.as_ref() {
-                "audience" => {
-                    absolute_uri(&value).map_err(|why| invalid("audience", why))?;
-                    &mut out.policy.audiences
+        let list = match name.as_ref() {
+            "audience" => {
+                absolute_uri(&value).map_err(|why| invalid("audience", why))?;
+                &mut out.policy.audiences
+            }
+            "scope" => {
+                Scopes::parse(&[value.as_ref()]).map_err(ApiError::from)?;
+                &mut out.policy.scopes
+            }
+            "issuer" => {
+                let domain = IssuerDomain::parse(&value)
+                    .map_err(|_| invalid("issuer", "must be a DNS host name such as example.com"))?;
+                out.policy.issuers.push(domain.into());
+                continue;
+            }
+            "signature_agent" => {
+                let mut trusted = std::mem::take(&mut out.signed.trusted);
+                trusted.push(value.into_owned());
+                out.signed.trusted = super::signed::trusted_agents(trusted)?;
+                continue;
+            }
+            "required_tag" => {
+                if value.is_empty() || value.len() > 64 {
+                    return Err(invalid("required_tag", "must be 1 to 64 bytes"));
                 }
-                "scope" => {
-                    Scopes::parse(&[value.as_ref()]).map_err(ApiError::from)?;
-                    &mut out.policy.scopes
+                out.signed.tag = value.into_owned();
+                continue;
+            }
+            "origin" => {
+                if out.origin.is_some() {
+                    return Err(invalid("origin", "is given twice"));
                 }
-                "issuer" => {
-                    let domain = IssuerDomain::parse(&value)
-                        .map_err(|_| invalid("issuer", "must be a DNS host name such as example.com"))?;
-                    out.policy.issuers.push(domain.into());
-                    continue;
-                }
-                "signature_agent" => {
-                    let mut trusted = std::mem::take(&mut out.signed.trusted);
-                    trusted.push(value.into_owned());
-                    out.signed.trusted = super::signed::trusted_agents(trusted)?;
-                    continue;
-                }
-                "required_tag" => {
-                    if value.is_empty() || value.len() > 64 {
-                        return Err(invalid("required_tag", "must be 1 to 64 bytes"));
-                    }
-                    out.signed.tag = value.into_owned();
-                    continue;
-                }
-                "origin" => {
-                    if out.origin.is_some() {
-                        return Err(invalid("origin", "is given twice"));
-                    }
-                    out.origin = Some(origin(&value)?);
-                    continue;
-                }
-                other => return Err(invalid(
+                out.origin = Some(origin(&value)?);
+                continue;
+            }
+            other => {
+                return Err(invalid(
                     "query",
                     format!(
                         "{other:?} is not audience, scope, issuer, origin, signature_agent or required_tag"
                     ),
-                )),
-            };
+                ))
+            }
+        };
         if list.len() == MAX_VALUES {
             return Err(invalid("query", format!("at most {MAX_VALUES} values of {name}")));
         }

@@ -1,0 +1,201 @@
+//! Signed requests (Web Bot Auth, RFC 9421) checked offline, on Cloudflare's `web-bot-auth`
+//! crate (the signature, its parameters and base, `Signature-Agent`): the key comes from the
+//! directory `Signature-Agent` names, the service's own (`<base>/v1/directories/<issuer>`) or
+//! one the receiver trusts, fetched as the key set is (cached as it says, revalidated by
+//! ETag) and used past that for at most the list grace when it cannot be had; then
+//! `UNAVAILABLE`. A revoked agent's key leaves its directory at once: seen at the next fetch.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use web_bot_auth::components::{CoveredComponent, DerivedComponent};
+use web_bot_auth::keyring::{JSONWebKeySet, KeyRing};
+use web_bot_auth::message_signatures::SignedMessage;
+use web_bot_auth::{SignatureAgentLink, WebBotAuthVerifier};
+
+use crate::error::{invalid, unavailable};
+use crate::transport::cache_for;
+use crate::{now_secs, Error, Verifier};
+
+/// The longest a signature may be valid (`expires - created`).
+const MAX_VALIDITY_SECS: i64 = 24 * 60 * 60;
+/// Signatures whose nonce a verifier remembers.
+const SEEN_NONCES: usize = 100_000;
+
+/// What [`Verifier::verify_request`] found of a signed request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignedRequest {
+    /// The directory the key came from.
+    pub signature_agent: String,
+    /// The key's RFC 7638 thumbprint.
+    pub keyid: String,
+    pub created: SystemTime,
+    pub expires: SystemTime,
+    /// The agentid issuer domain whose directory it is; None for a trusted third party's.
+    pub issuer: Option<String>,
+}
+
+/// A directory as last fetched.
+pub(crate) struct Directory {
+    keys: Arc<JSONWebKeySet>,
+    etag: Option<String>,
+    fresh_until: Instant,
+}
+
+/// The request as the receiver got it.
+struct Message<'a> {
+    method: &'a str,
+    url: &'a str,
+    headers: &'a [(String, String)],
+}
+
+impl SignedMessage for Message<'_> {
+    fn lookup_component(&self, name: &CoveredComponent) -> Vec<String> {
+        let (scheme, rest) = self.url.split_once("://").unwrap_or(("", self.url));
+        let (authority, target) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+        let target = if target.is_empty() { "/" } else { target };
+        let (path, query) = target
+            .split_once('?')
+            .map_or((target, None), |(p, q)| (p, Some(q)));
+        let value = match name {
+            CoveredComponent::HTTP(field) => {
+                return self
+                    .headers
+                    .iter()
+                    .filter(|(n, _)| n.eq_ignore_ascii_case(&field.name))
+                    .map(|(_, v)| v.trim().to_owned())
+                    .collect()
+            }
+            CoveredComponent::Derived(DerivedComponent::Authority { .. }) => authority.to_ascii_lowercase(),
+            CoveredComponent::Derived(DerivedComponent::TargetUri { .. }) => self.url.to_owned(),
+            CoveredComponent::Derived(DerivedComponent::Method { .. }) => self.method.to_owned(),
+            CoveredComponent::Derived(DerivedComponent::Path { .. }) => path.to_owned(),
+            CoveredComponent::Derived(DerivedComponent::Scheme { .. }) => scheme.to_ascii_lowercase(),
+            CoveredComponent::Derived(DerivedComponent::RequestTarget { .. }) => target.to_owned(),
+            CoveredComponent::Derived(DerivedComponent::Query { .. }) => format!("?{}", query.unwrap_or("")),
+            _ => return Vec::new(),
+        };
+        vec![value]
+    }
+}
+
+impl Verifier {
+    /// Checks a request an agent signed (Web Bot Auth), offline: its signature tagged
+    /// `web-bot-auth`, covering `@authority` (or `@target-uri`) and `Signature-Agent`, in its
+    /// time (at most 24 h), by a key of the directory `Signature-Agent` names (the service's,
+    /// or one of `trusted`), its nonce never seen before (`PROOF_REPLAYED`). `url` is the
+    /// request's absolute URL as the agent addressed it; `headers` its fields.
+    pub async fn verify_request(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(String, String)],
+        trusted: &[&str],
+    ) -> Result<SignedRequest, Error> {
+        let message = Message { method, url, headers };
+        let parsed =
+            WebBotAuthVerifier::parse(&message).map_err(|e| invalid(format!("signed request: {e:?}")))?;
+        let agent = match parsed.get_signature_agents().as_slice() {
+            [SignatureAgentLink::External(u)] => u.clone(),
+            [] => {
+                return Err(invalid(
+                    "no Signature-Agent: where the key is published is unknown",
+                ))
+            }
+            _ => return Err(invalid("Signature-Agent names no single directory URL")),
+        };
+        let ours = format!("{}/v1/directories/", self.inner.base);
+        let issuer = agent.strip_prefix(&ours).map(str::to_owned);
+        if issuer.is_none() && !trusted.contains(&agent.as_str()) {
+            return Err(invalid(format!(
+                "the signature agent {agent} is neither the service's directory nor a trusted one"
+            )));
+        }
+        let details = parsed.get_parsed_label().base.parameters.details.clone();
+        let (Some(created), Some(expires), Some(keyid)) = (details.created, details.expires, details.keyid)
+        else {
+            return Err(invalid("created, expires and keyid are required"));
+        };
+        let now = now_secs();
+        if expires <= created || expires - created > MAX_VALIDITY_SECS {
+            return Err(invalid("expires must come after created, at most 24 h later"));
+        }
+        if created > now + self.inner.leeway || expires <= now {
+            return Err(invalid("the signature is out of its time"));
+        }
+        let keys = self.directory(&agent).await?;
+        let mut ring = KeyRing::default();
+        ring.import_jwks((*keys).clone());
+        parsed
+            .verify(&ring, None)
+            .map_err(|e| invalid(format!("the signature does not verify: {e:?}")))?;
+        if let Some(nonce) = details.nonce {
+            let mut s = self.inner.state.lock();
+            let seen = &mut s.nonces;
+            seen.retain(|_, at| *at > now);
+            if seen.len() >= SEEN_NONCES || seen.insert(format!("{keyid}\n{nonce}"), expires).is_some() {
+                return Err(Error::ProofReplayed(
+                    "the signature's nonce was seen before".into(),
+                ));
+            }
+        }
+        Ok(SignedRequest {
+            signature_agent: agent,
+            keyid,
+            created: UNIX_EPOCH + Duration::from_secs(created.max(0) as u64),
+            expires: UNIX_EPOCH + Duration::from_secs(expires.max(0) as u64),
+            issuer,
+        })
+    }
+
+    /// The key set of the directory at `url`: held while fresh, else fetched (revalidated);
+    /// held past that for the list grace when the fetch fails.
+    async fn directory(&self, url: &str) -> Result<Arc<JSONWebKeySet>, Error> {
+        let held = {
+            let s = self.inner.state.lock();
+            s.directories
+                .get(url)
+                .map(|d| (d.keys.clone(), d.etag.clone(), d.fresh_until))
+        };
+        if let Some((keys, _, until)) = &held {
+            if *until > Instant::now() {
+                return Ok(keys.clone());
+            }
+        }
+        let answer = self
+            .fetch(
+                url.to_owned(),
+                "directory",
+                "application/http-message-signatures-directory+json",
+                held.as_ref().and_then(|h| h.1.clone()),
+            )
+            .await;
+        let answer = match (answer, &held) {
+            (Ok(a), _) => a,
+            (Err(_), Some((keys, _, until))) if *until + self.inner.list_grace > Instant::now() => {
+                return Ok(keys.clone())
+            }
+            (Err(e), _) => return Err(e),
+        };
+        let keys = match (answer.status, held) {
+            (304, Some((keys, _, _))) => keys,
+            _ => Arc::new(
+                serde_json::from_slice::<JSONWebKeySet>(&answer.body)
+                    .map_err(|e| unavailable(format!("{url}: not a key set ({e})")))?,
+            ),
+        };
+        self.inner.state.lock().directories.insert(
+            url.to_owned(),
+            Directory {
+                keys: keys.clone(),
+                etag: answer.etag,
+                fresh_until: Instant::now() + cache_for(answer.max_age),
+            },
+        );
+        Ok(keys)
+    }
+}
+
+/// Directories held, by URL.
+pub(crate) type Directories = HashMap<String, Directory>;

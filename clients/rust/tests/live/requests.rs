@@ -1,0 +1,112 @@
+//! Signed requests (Web Bot Auth) checked offline: requests Cloudflare's `web-bot-auth` (npm,
+//! unmodified) signed with an agent's key, against the directory of a real server.
+
+use std::path::Path;
+use std::process::Command;
+
+use agentid_verifier::Verifier;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use ed25519_dalek::SigningKey;
+use serde_json::{json, Value};
+
+use super::{code, Server};
+
+const SIGNER: &str = r#"
+import { signatureHeaders } from "web-bot-auth";
+import { signerFromJWK } from "web-bot-auth/crypto";
+const agent = JSON.stringify(process.env.AGENT);
+const request = new Request(process.env.URL, { headers: { "Signature-Agent": agent } });
+const now = new Date();
+const headers = await signatureHeaders(request, await signerFromJWK(JSON.parse(process.env.KEY)), {
+  created: now, expires: new Date(now.getTime() + 300000),
+});
+console.log(JSON.stringify({ ...headers, "Signature-Agent": agent }));
+"#;
+
+/// The headers `web-bot-auth` makes for a GET of `url` signed by `key`, naming `agent`.
+fn signed(key: &SigningKey, url: &str, agent: &str) -> Vec<(String, String)> {
+    let dir = std::env::temp_dir().join(format!("agentid-wba-{}-{}", std::process::id(), rand_u64()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("sign.mjs"), SIGNER).unwrap();
+    let modules = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/offline/node_modules");
+    let _ = std::os::unix::fs::symlink(modules, dir.join("node_modules"));
+    let jwk = json!({"kty": "OKP", "crv": "Ed25519",
+                     "x": URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes()),
+                     "d": URL_SAFE_NO_PAD.encode(key.to_bytes())});
+    let out = Command::new("node")
+        .arg("sign.mjs")
+        .current_dir(&dir)
+        .env("KEY", jwk.to_string())
+        .env("URL", url)
+        .env("AGENT", agent)
+        .output()
+        .expect("node runs (npm ci --prefix tests/offline first)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let headers: Value = serde_json::from_slice(&out.stdout).unwrap();
+    headers
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+        .collect()
+}
+
+fn rand_u64() -> u64 {
+    let mut b = [0u8; 8];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b).unwrap();
+    u64::from_le_bytes(b)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_signed_request_is_checked_offline_against_the_agents_directory() {
+    let s = Server::start();
+    let mut seed = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut seed).unwrap();
+    let key = SigningKey::from_bytes(&seed);
+    let jwk =
+        json!({"kty": "OKP", "crv": "Ed25519", "x": URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes())});
+    let (id, _) = s.register(json!({"scopes": ["read:docs"], "jwk": jwk}));
+    let v = Verifier::builder(&s.base).build().unwrap();
+    let directory = format!("{}/v1/directories/example.com", s.base);
+    let url = "https://shop.example/products/1";
+    let headers = signed(&key, url, &directory);
+    let got = v.verify_request("GET", url, &headers, &[]).await.unwrap();
+    assert_eq!(got.signature_agent, directory);
+    assert_eq!(got.issuer.as_deref(), Some("example.com"));
+    assert!(got.expires > got.created);
+    // Replayed; presented for another host; unsigned; an untrusted directory.
+    assert_eq!(
+        code(v.verify_request("GET", url, &headers, &[]).await),
+        "PROOF_REPLAYED"
+    );
+    let fresh = signed(&key, url, &directory);
+    assert_eq!(
+        code(
+            v.verify_request("GET", "https://evil.example/products/1", &fresh, &[])
+                .await
+        ),
+        "TOKEN_INVALID"
+    );
+    assert_eq!(
+        code(v.verify_request("GET", url, &[], &[]).await),
+        "TOKEN_INVALID"
+    );
+    let elsewhere = signed(
+        &key,
+        url,
+        "https://bots.example/.well-known/http-message-signatures-directory",
+    );
+    assert_eq!(
+        code(v.verify_request("GET", url, &elsewhere, &[]).await),
+        "TOKEN_INVALID"
+    );
+    // Revoked: gone from the directory, seen at the next fetch.
+    s.revoke(&id);
+    let later = Verifier::builder(&s.base).build().unwrap();
+    let headers = signed(&key, url, &directory);
+    assert_eq!(
+        code(later.verify_request("GET", url, &headers, &[]).await),
+        "TOKEN_INVALID"
+    );
+}
