@@ -37,7 +37,7 @@ import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, TypeVar
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar
 
 import jwt
 from cryptography.exceptions import InvalidSignature
@@ -45,9 +45,12 @@ from jwt.algorithms import OKPAlgorithm
 
 from . import _jws
 from . import dpop as _dpop
+from . import signed as _signed
+from .signed import SignedRequest
 
 __all__ = [
     "Agent",
+    "SignedRequest",
     "Subject",
     "Actor",
     "Verifier",
@@ -412,6 +415,9 @@ class Verifier:
         if self.audience is not None and (not self.audience or not all(isinstance(a, str) and a for a in self.audience)):
             raise ValueError("audience must be a URI or a list of URIs")
         self._proofs = _dpop.Replays(SEEN_PROOFS)
+        self._nonces = _dpop.Replays(SEEN_PROOFS)
+        # Signature directories by URL: the document last read, and its keys (read once a body).
+        self._directories: Dict[str, Tuple[_Document, dict]] = {}
         self._lock = threading.Lock()
         self._fetching: Dict[str, threading.Lock] = {}
         self._refreshing: Set[str] = set()  # URLs a background refresh is fetching
@@ -855,6 +861,41 @@ class Verifier:
             subject=subject,
             actors=actors,
         )
+
+    @_reported
+    def verify_request(self, method: str, url: str, headers: Mapping[str, str],
+                       trusted_signature_agents: Sequence[str] = ()) -> "SignedRequest":
+        """Checks a request an agent signed (Web Bot Auth, RFC 9421) offline: its signature
+        tagged ``web-bot-auth``, covering ``@authority`` and ``Signature-Agent``, in its time
+        (at most 24 h), by a key of the directory ``Signature-Agent`` names (this service's
+        ``/v1/directories/<issuer>``, or one of ``trusted_signature_agents``), its nonce new
+        (``PROOF_REPLAYED`` after). ``url`` is the request's absolute URL as the agent
+        addressed it. A ``VerificationError`` otherwise."""
+        return _signed.verify_request(self, method, url, headers, trusted_signature_agents)
+
+    def _directory(self, url: str) -> dict:
+        """The Ed25519 keys of the directory at ``url``, by thumbprint: held while fresh,
+        used past that for ``list_grace`` when it cannot be had, then ``UNAVAILABLE``."""
+        held = self._docs.get(url)
+        try:
+            doc = self._fetch(url, "directory", "application/http-message-signatures-directory+json")
+        except Unavailable:
+            if held is None or held.fresh_until + self.list_grace < time.time():
+                raise
+            doc = held
+        read = self._directories.get(url)
+        if read is not None and read[0] is doc:
+            return read[1]
+        try:
+            keys = _signed.directory_keys(doc.body)
+        except (ValueError, TypeError) as e:
+            raise Unavailable(f"{url}: not a key set ({e})") from e
+        self._directories[url] = (doc, keys)
+        return keys
+
+    def _nonce_once(self, keyid: str, nonce: str, expires: int) -> bool:
+        """Whether a signature's nonce is new (remembered until the signature expires)."""
+        return self._nonces.admit(keyid, nonce, expires, time.time()) is None
 
     def handle_set(self, set_jwt: str) -> None:
         """Takes a Security Event Token the service pushed (or a poll gave): verified through

@@ -1,0 +1,152 @@
+"""Signed requests (Web Bot Auth, RFC 9421) checked offline, on ``http-message-signatures``
+(the signature base, its parameters and times, the Ed25519 check by ``cryptography``) and
+``http-sf`` (``Signature-Agent``): the key comes from the directory ``Signature-Agent`` names,
+the service's own (``<base_url>/v1/directories/<issuer>``) or one the receiver trusts, fetched
+as the key set is (cached as it says, revalidated by ETag, one fetch at a time) and used past
+that for at most ``list_grace`` when it cannot be had; then ``UNAVAILABLE``. A revoked agent's
+key leaves its directory at once: seen at the next fetch."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Dict, Mapping, Optional, Sequence
+
+import http_sf
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from http_message_signatures import HTTPMessageVerifier, HTTPSignatureKeyResolver, algorithms
+from http_message_signatures.exceptions import HTTPMessageSignaturesException, InvalidSignature
+
+if TYPE_CHECKING:
+    from . import Verifier
+
+#: The tag Web Bot Auth signatures carry.
+TAG = "web-bot-auth"
+#: The longest a signature may be valid (``expires - created``).
+MAX_VALIDITY = 24 * 60 * 60
+#: The most keys read from a directory.
+MAX_DIRECTORY_KEYS = 100
+
+
+@dataclass(frozen=True)
+class SignedRequest:
+    """What ``Verifier.verify_request`` found of a signed request."""
+
+    #: The directory the key came from.
+    signature_agent: str
+    #: The key's RFC 7638 thumbprint.
+    keyid: str
+    created: datetime.datetime
+    expires: datetime.datetime
+    #: The agentid issuer domain whose directory it is; None for a trusted third party's.
+    issuer: Optional[str]
+    tag: str = TAG
+
+
+@dataclass
+class _Message:
+    method: str
+    url: str
+    headers: Dict[str, str]
+
+
+class _Directory(HTTPSignatureKeyResolver):
+    def __init__(self, keys: Mapping[str, Ed25519PublicKey]):
+        self.keys = keys
+
+    def resolve_public_key(self, key_id: str):
+        return self.keys.get(key_id)
+
+
+def directory_keys(body: bytes) -> Dict[str, Ed25519PublicKey]:
+    """The Ed25519 keys of a directory, by RFC 7638 thumbprint."""
+    keys = json.loads(body).get("keys")
+    if not isinstance(keys, list):
+        raise ValueError("not a key set")
+    found = {}
+    for jwk in keys[:MAX_DIRECTORY_KEYS]:
+        if not isinstance(jwk, dict) or jwk.get("kty") != "OKP" or jwk.get("crv") != "Ed25519":
+            continue
+        x = jwk.get("x")
+        if not isinstance(x, str):
+            continue
+        canonical = json.dumps({"crv": "Ed25519", "kty": "OKP", "x": x}, separators=(",", ":"))
+        kid = base64.urlsafe_b64encode(hashlib.sha256(canonical.encode()).digest()).rstrip(b"=").decode()
+        raw = base64.urlsafe_b64decode(x + "=" * (-len(x) % 4))
+        found[kid] = Ed25519PublicKey.from_public_bytes(raw)
+    return found
+
+
+def signature_agent(field: str, label: Optional[str]) -> str:
+    """The URL ``Signature-Agent`` names: a bare string, or the dictionary member of ``label``
+    (else its only one)."""
+    from . import TokenInvalid
+
+    try:
+        value, _ = http_sf.parse(field.encode(), tltype="item")
+        if isinstance(value, str):
+            return value
+    except Exception:  # a dictionary, below
+        pass
+    try:
+        members = http_sf.parse(field.encode(), tltype="dictionary")
+    except Exception as e:
+        raise TokenInvalid("Signature-Agent is neither a string nor a structured dictionary") from e
+    member = members.get(label) if label else None
+    if member is None and len(members) == 1:
+        member = next(iter(members.values()))
+    if not isinstance(member, tuple) or not isinstance(member[0], str):
+        raise TokenInvalid("Signature-Agent has no string for this signature")
+    return member[0]
+
+
+def verify_request(verifier: "Verifier", method: str, url: str, headers: Mapping[str, str],
+                   trusted: Sequence[str]) -> SignedRequest:
+    from . import ProofReplayed, TokenInvalid
+
+    fields = {k.lower(): v for k, v in headers.items()}
+    if "signature-input" not in fields or "signature" not in fields:
+        raise TokenInvalid("the request is not signed")
+    if "signature-agent" not in fields:
+        raise TokenInvalid("no Signature-Agent: where the key is published is unknown")
+    try:
+        inputs = http_sf.parse(fields["signature-input"].encode(), tltype="dictionary")
+    except Exception as e:
+        raise TokenInvalid("Signature-Input is not a structured dictionary") from e
+    label = next((lb for lb, (_, params) in inputs.items() if params.get("tag") == TAG), None)
+    agent = signature_agent(fields["signature-agent"], label)
+    ours = f"{verifier.base_url}/v1/directories/"
+    issuer = agent[len(ours):] if agent.startswith(ours) else None
+    if issuer is None and agent not in trusted:
+        raise TokenInvalid(f"the signature agent {agent} is neither the service's directory nor a trusted one")
+    keys = verifier._directory(agent)
+    checker = HTTPMessageVerifier(signature_algorithm=algorithms.ED25519, key_resolver=_Directory(keys))
+    try:
+        [result] = checker.verify(_Message(method, url, dict(headers)), expect_tag=TAG,
+                                  max_age=datetime.timedelta(seconds=MAX_VALIDITY),
+                                  require_components=("@authority", "signature-agent"))
+    except (InvalidSignature, HTTPMessageSignaturesException, ValueError) as e:
+        raise TokenInvalid(f"signed request: {e}") from e
+    params = result.parameters
+    created, expires = params.get("created"), params.get("expires")
+    if not isinstance(created, int) or not isinstance(expires, int) or not 0 < expires - created <= MAX_VALIDITY:
+        raise TokenInvalid("created and expires are required, at most 24 h apart")
+    nonce = params.get("nonce")
+    if nonce is not None and not verifier._nonce_once(str(params["keyid"]), str(nonce), expires):
+        raise ProofReplayed("the signature's nonce was seen before")
+    utc = datetime.timezone.utc
+    return SignedRequest(
+        signature_agent=agent,
+        keyid=str(params["keyid"]),
+        created=datetime.datetime.fromtimestamp(created, tz=utc),
+        expires=datetime.datetime.fromtimestamp(expires, tz=utc),
+        issuer=issuer,
+    )
+
+
+def now() -> float:
+    return time.time()

@@ -1,0 +1,87 @@
+"""Signed requests (Web Bot Auth) checked offline: requests Cloudflare's ``web-bot-auth`` (npm,
+unmodified) signed with an agent's key, against the directory of a real server."""
+
+import base64
+import json
+import os
+import subprocess
+import tempfile
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from agentid_verifier import ProofReplayed, TokenInvalid, Unavailable, Verifier
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+SIGNER = """
+import { signatureHeaders } from "web-bot-auth";
+import { signerFromJWK } from "web-bot-auth/crypto";
+const agent = JSON.stringify(process.env.AGENT);
+const request = new Request(process.env.URL, { headers: { "Signature-Agent": agent } });
+const now = new Date();
+const headers = await signatureHeaders(request, await signerFromJWK(JSON.parse(process.env.KEY)), {
+  created: now, expires: new Date(now.getTime() + 300000),
+});
+console.log(JSON.stringify({ ...headers, "Signature-Agent": agent }));
+"""
+
+
+def b64(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def agent_key():
+    key = Ed25519PrivateKey.generate()
+    x = b64(key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw))
+    d = b64(key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                              serialization.NoEncryption()))
+    return {"kty": "OKP", "crv": "Ed25519", "x": x, "d": d}
+
+
+def signed(jwk, url, agent):
+    """The headers web-bot-auth makes for a GET of ``url`` signed by ``jwk``, naming ``agent``."""
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "sign.mjs"), "w") as f:
+            f.write(SIGNER)
+        os.symlink(os.path.join(ROOT, "tests", "offline", "node_modules"), os.path.join(d, "node_modules"))
+        out = subprocess.run(["node", "sign.mjs"], cwd=d, capture_output=True, text=True, check=True,
+                             env=dict(os.environ, KEY=json.dumps(jwk), URL=url, AGENT=agent))
+    return json.loads(out.stdout)
+
+
+def test_a_signed_request_is_checked_offline_against_the_agents_directory(server):
+    jwk = agent_key()
+    agent_id, _ = server.register(("read:docs",), jwk={k: jwk[k] for k in ("kty", "crv", "x")})
+    verifier = Verifier(server.base, issuers=["example.com"])
+    directory = f"{server.base}/v1/directories/example.com"
+    url = "https://shop.example/products/1"
+    headers = signed(jwk, url, directory)
+    got = verifier.verify_request("GET", url, headers)
+    assert got.signature_agent == directory and got.issuer == "example.com" and got.tag == "web-bot-auth"
+    assert got.expires > got.created
+    assert verifier.counts().fetches[("directory", "fetched")] == 1
+    # Replayed; presented for another host; unsigned; an untrusted directory.
+    with pytest.raises(ProofReplayed):
+        verifier.verify_request("GET", url, headers)
+    with pytest.raises(TokenInvalid):
+        verifier.verify_request("GET", "https://evil.example/products/1", signed(jwk, url, directory))
+    with pytest.raises(TokenInvalid):
+        verifier.verify_request("GET", url, {})
+    elsewhere = "https://bots.example/.well-known/http-message-signatures-directory"
+    with pytest.raises(TokenInvalid):
+        verifier.verify_request("GET", url, signed(jwk, url, elsewhere))
+    # Warm: no fetch.
+    verifier.verify_request("GET", url, signed(jwk, url, directory))
+    assert verifier.counts().fetches[("directory", "fetched")] == 1
+    # Revoked: gone from the directory, seen at the next fetch.
+    server.revoke(agent_id)
+    with pytest.raises(TokenInvalid):
+        Verifier(server.base).verify_request("GET", url, signed(jwk, url, directory))
+
+
+def test_an_unreachable_directory_fails_closed(server):
+    dead = "http://127.0.0.1:9/directory"
+    with pytest.raises(Unavailable):
+        Verifier(server.base).verify_request("GET", "https://shop.example/", signed(agent_key(), "https://shop.example/", dead),
+                                             trusted_signature_agents=[dead])
