@@ -233,8 +233,10 @@ async fn a_request_signed_by_web_bot_auth_is_verified_online() {
 async fn the_signed_requests_page_runs_as_written() {
     let app = spawn_app().await;
     let dir = tempfile::tempdir().unwrap();
-    let signer = crate::readme::snippet("sign_request.mjs");
-    std::fs::write(dir.path().join(&signer.name), &signer.text).unwrap();
+    for name in ["sign_request.mjs", "sign_request.py"] {
+        let signer = crate::readme::snippet(name);
+        std::fs::write(dir.path().join(&signer.name), &signer.text).unwrap();
+    }
     let modules = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/offline/node_modules");
     std::os::unix::fs::symlink(modules, dir.path().join("node_modules")).unwrap();
     let script = [
@@ -254,10 +256,11 @@ async fn the_signed_requests_page_runs_as_written() {
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("crawler-jwk.json")).unwrap()).unwrap();
     assert_eq!(listed["keys"][0]["kid"], thumbprint(&jwk).as_str(), "{listed}");
     let answers = crate::readme::json_answers(checked);
-    assert_eq!(answers.len(), 2, "{checked}");
+    assert_eq!(answers.len(), 3, "{checked}");
     assert_eq!(answers[0]["result"], "verified", "{checked}");
     assert_eq!(answers[0]["issuer"], "example.com");
-    assert_eq!(answers[1]["result"], "invalid", "{checked}");
+    assert_eq!(answers[1]["result"], "verified", "the Python signer's: {checked}");
+    assert_eq!(answers[2]["result"], "invalid", "{checked}");
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(dir.path().join("crawler-key.json"))
         .unwrap()
@@ -479,4 +482,24 @@ async fn a_signature_replayed_to_another_instance_is_refused() {
     // A fresh signature passes there.
     let fresh = cloudflare_signs(&private, url, &directory, 300).await;
     assert_eq!(check("second", fresh).await["result"], "verified");
+}
+
+/// Attack: an agent bound to RFC 9421's published test key (the Web Bot Auth drafts' example
+/// key, whose private half everyone has) would let anyone sign as it.
+#[actix_web::test]
+async fn the_rfc_9421_test_key_binds_no_agent() {
+    let app = spawn_app().await;
+    let res = app
+        .post(
+            "/v1/agents/register",
+            Some(app.secret()),
+            Some(&json!({"name": "copycat", "issuer_domain": "example.com", "scopes": ["read:docs"],
+                         "jwk": {"kty": "OKP", "crv": "Ed25519", "x": "JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs"}})),
+        )
+        .await;
+    let body = res.assert_error(400, "VALIDATION_ERROR");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("RFC 9421"),
+        "{body}"
+    );
 }

@@ -13,6 +13,10 @@ pub const MAX_PROOF_LEN: usize = 4096;
 /// The longest `jti` remembered.
 pub(crate) const MAX_JTI_LEN: usize = 256;
 
+/// The public half of RFC 9421's Ed25519 test key (Appendix B.1.4), which the Web Bot Auth
+/// drafts' examples sign with: its private half is published, so no agent may be bound to it.
+pub const RFC_9421_TEST_KEY_X: &str = "JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs";
+
 /// Members a public JWK must not carry: any of them makes it a private (or symmetric) key.
 const PRIVATE_MEMBERS: [&str; 8] = ["d", "p", "q", "dp", "dq", "qi", "oth", "k"];
 
@@ -55,10 +59,16 @@ impl PublicJwk {
     /// its curve.
     pub fn parse(value: &Value) -> Result<PublicJwk, DpopError> {
         let key = PublicJwk::read(value)?;
-        if let PublicJwk::P256 { point, .. } = &key {
-            if !on_p256(point) {
+        match &key {
+            PublicJwk::P256 { point, .. } if !on_p256(point) => {
                 return refuse("x and y are not a point of P-256");
             }
+            PublicJwk::Ed25519 { x, .. } if x == RFC_9421_TEST_KEY_X => {
+                return refuse(
+                    "is RFC 9421's published test key (Appendix B.1.4), whose private half everyone has",
+                );
+            }
+            _ => {}
         }
         Ok(key)
     }
