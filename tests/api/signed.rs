@@ -416,9 +416,24 @@ async fn a_trusted_third_partys_directory_is_fetched_and_kept() {
             if trusted {
                 body["trusted_signature_agents"] = json!([agent_url]);
             }
-            app.post("/v1/verify/request", None, Some(&body)).await.json()
+            let key = app.org.keys.publishable_live.as_str();
+            app.post("/v1/verify/request", Some(key), Some(&body))
+                .await
+                .json()
         }
     };
+    // Attack: a caller with no key making the service fetch a URL of its choosing.
+    let res = app
+        .post(
+            "/v1/verify/request",
+            None,
+            Some(
+                &json!({"method": "GET", "url": url, "headers": {}, "trusted_signature_agents": [agent_url]}),
+            ),
+        )
+        .await;
+    res.assert_error(401, "UNAUTHORIZED");
+    assert_eq!(tls.hits(), 0);
     let v = check(cloudflare_signs(&private, url, agent_url, 300).await, false).await;
     assert_eq!(v["result"], "unverified", "{v}");
     assert_eq!(tls.hits(), 0, "an untrusted directory is never fetched");
@@ -436,7 +451,7 @@ async fn a_trusted_third_partys_directory_is_fetched_and_kept() {
     let res = app
         .post(
             "/v1/verify/request",
-            None,
+            Some(&app.org.keys.publishable_live),
             Some(&json!({"method": "GET", "url": url, "headers": {}, "trusted_signature_agents": many})),
         )
         .await;
@@ -468,7 +483,10 @@ async fn a_signature_replayed_to_another_instance_is_refused() {
             let app = &fleet[usize::from(app == "second")];
             let body = json!({"method": "GET", "url": url, "headers": headers,
                               "trusted_signature_agents": [directory]});
-            app.post("/v1/verify/request", None, Some(&body)).await.json()
+            let key = app.org.keys.publishable_live.as_str();
+            app.post("/v1/verify/request", Some(key), Some(&body))
+                .await
+                .json()
         }
     };
     let headers = cloudflare_signs(&private, url, &directory, 300).await;

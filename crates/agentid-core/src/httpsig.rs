@@ -14,6 +14,8 @@ pub const MAX_VALIDITY_SECS: i64 = 24 * 60 * 60;
 pub const WEB_BOT_AUTH: &str = "web-bot-auth";
 /// The longest field value read.
 const MAX_FIELD: usize = 8192;
+/// The most components a signature may cover.
+const MAX_COMPONENTS: usize = 32;
 
 /// A request as the receiver got it: its method, its absolute target URI, and its header
 /// fields (names in any case; a name given twice is one field, its values joined by `, `).
@@ -175,6 +177,11 @@ fn bases(
     covered: &InnerList,
 ) -> Result<(Vec<Vec<u8>>, Option<String>), Refusal> {
     let agent_field = req.field("signature-agent");
+    if covered.items.len() > MAX_COMPONENTS {
+        return invalid(format!(
+            "the signature covers more than {MAX_COMPONENTS} components"
+        ));
+    }
     let mut lines: Vec<Vec<String>> = vec![Vec::new()];
     let mut names = Vec::new();
     let mut agent = None;
@@ -198,6 +205,10 @@ fn bases(
         };
         authority |= name == "@authority" || name == "@target-uri";
         let values: Vec<String> = if name == "signature-agent" {
+            // Once: each reading doubles the bases to try.
+            if covers_agent {
+                return invalid("Signature-Agent is covered twice");
+            }
             covers_agent = true;
             let field = agent_field
                 .clone()
@@ -446,6 +457,49 @@ mod tests {
             let s = read(&req, WEB_BOT_AUTH, now, 60).unwrap();
             assert_eq!(s.signature_agent.as_deref(), Some("https://id.example/d"));
             assert!(s.verifies_with(&key.verifying_key()), "{member}");
+        }
+    }
+
+    /// Attack: a signature covering Signature-Agent under many keys, each reading of which
+    /// would double the bases to try.
+    #[test]
+    fn signature_agent_is_covered_once() {
+        let now = 1_800_000_000;
+        let items: Vec<String> = (0..40)
+            .map(|i| format!("\"signature-agent\";key=\"k{i}\""))
+            .collect();
+        let members: Vec<String> = (0..40)
+            .map(|i| format!("k{i}=\"https://a.example/{i}\""))
+            .collect();
+        let input = format!(
+            "sig1=(\"@authority\" {});created={now};keyid=\"k\";expires={};tag=\"web-bot-auth\"",
+            items.join(" "),
+            now + 60
+        );
+        let h = headers(&[
+            ("signature-agent", &members.join(", ")),
+            ("signature-input", &input),
+            ("signature", "sig1=:AAAA:"),
+        ]);
+        let req = Request {
+            method: "GET",
+            url: "https://api.example/",
+            headers: &h,
+        };
+        assert!(matches!(
+            read(&req, WEB_BOT_AUTH, now, 60),
+            Err(Refusal::Invalid(_))
+        ));
+        let two = input.replacen(&items[2..].join(" "), "", 1);
+        let h = headers(&[
+            ("signature-agent", &members.join(", ")),
+            ("signature-input", &two),
+            ("signature", "sig1=:AAAA:"),
+        ]);
+        let req = Request { headers: &h, ..req };
+        match read(&req, WEB_BOT_AUTH, now, 60) {
+            Err(Refusal::Invalid(why)) => assert!(why.contains("twice"), "{why}"),
+            other => panic!("{other:?}"),
         }
     }
 

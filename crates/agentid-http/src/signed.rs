@@ -89,7 +89,8 @@ pub(crate) struct SignedRequest {
     #[serde(default)]
     required_tag: Option<String>,
     /// Signature agents (directory URLs, at most 16) beside agentid's own whose keys the
-    /// receiver takes: fetched under the outbound rule and cached as they say.
+    /// receiver takes: fetched under the outbound rule and cached as they say. Needs an API
+    /// key (pk_…): each is a URL the service fetches.
     #[serde(default)]
     trusted_signature_agents: Vec<String>,
 }
@@ -170,7 +171,7 @@ pub(crate) fn trusted_agents(urls: Vec<String>) -> Result<Vec<String>, ApiError>
     responses(
         (status = 200, description = "The check of the request's HTTP message signature (RFC 9421, Web Bot Auth): its Signature-Input, Signature and Signature-Agent read as structured fields; the signature tagged required_tag (web-bot-auth); covering @authority (or @target-uri) and Signature-Agent; created and expires at most 24 h apart, created not ahead, expires not past; keyid the key's thumbprint in the directory Signature-Agent names: agentid's own (a revoked agent's key is not there; also https://<issuer domain>/.well-known/http-message-signatures-directory for a name with agents here), or one in trusted_signature_agents, fetched; a nonce seen before is a replay. Recorded in the audit log before it is sent.", body = SignedAnswer),
         (status = 400, description = "INVALID_REQUEST or VALIDATION_ERROR (method, url, headers)", body = ErrorBody),
-        (status = 401, description = "UNAUTHORIZED: an Authorization header with an invalid key (the check needs none)", body = ErrorBody),
+        (status = 401, description = "UNAUTHORIZED: an Authorization header with an invalid key (the check needs none), or trusted_signature_agents without a key", body = ErrorBody),
         (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
         (status = 503, description = "AUDIT_UNAVAILABLE: the check cannot be recorded, so it is not answered", body = ErrorBody),
     ),
@@ -180,16 +181,23 @@ pub(crate) async fn verify_request(
     req: HttpRequest,
     body: Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    match context::auth(&req) {
+    let keyed = match context::auth(&req) {
         Auth::Rejected => {
             return Err(ApiError::unauthorized(
                 "invalid, unknown or disabled API key (the check needs none; omit the header or send a valid pk_ key)",
             ))
         }
         Auth::NotBearer => return Err(ApiError::unauthorized(super::auth::NOT_BEARER)),
-        _ => {}
-    }
+        Auth::Key(_) => true,
+        Auth::Anonymous | Auth::Unverifiable => false,
+    };
     let r: SignedRequest = json_body(&req, &body)?;
+    if !r.trusted_signature_agents.is_empty() && !keyed {
+        // Each names a URL the service may fetch: not for callers it cannot tell apart.
+        return Err(ApiError::unauthorized(
+            "trusted_signature_agents makes the service fetch their directories: send an API key (pk_…)",
+        ));
+    }
     if r.method.is_empty() || r.method.len() > 32 || !r.method.bytes().all(|b| b.is_ascii_alphabetic()) {
         return Err(ValidationError::new("method", "must be an HTTP method (letters, at most 32)").into());
     }
