@@ -523,6 +523,15 @@ async fn foreign_forged_stale_and_misaddressed_subject_tokens_are_refused() {
         400,
         "invalid_request",
     );
+    refused(
+        &ask(idp.sign("JWT", json!({"aud": a.id, "sub": "al\nice"})), ID_TOKEN).await,
+        400,
+        "invalid_request",
+    );
+    // An ID-JAG as a subject token: its single use would be bypassed.
+    let jag = idp.id_jag(&app, &a.id, json!({}));
+    let why = refused(&ask(jag, ID_TOKEN).await, 400, "invalid_request");
+    assert!(why.contains("ID-JAG"), "{why}");
     let none = format!(
         "{}.{}.",
         b64(&json!({"alg": "none", "kid": "k1"})),

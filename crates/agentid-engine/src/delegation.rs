@@ -293,6 +293,15 @@ impl OAuth {
                 OAuthError::InvalidRequest,
             )
             .await?;
+        if t.typ
+            .as_deref()
+            .is_some_and(|typ| typ.to_ascii_lowercase().contains("id-jag"))
+        {
+            // Its single use is the jwt-bearer grant's to enforce: never a subject token.
+            return Err(OAuthError::InvalidRequest(
+                "subject_token is an ID-JAG: present it with the jwt-bearer grant".into(),
+            ));
+        }
         if !t.audience_is_one_of(&[agent.id.as_str(), self.issuer.as_str()]) {
             return Err(OAuthError::InvalidRequest(format!(
                 "subject_token's aud names neither the agent ({}) nor this issuer ({})",
@@ -477,9 +486,12 @@ impl OAuth {
 /// The person a provider's token names (`sub`, 1 to 255 bytes).
 fn person(t: &Foreign, refusal: fn(String) -> OAuthError) -> Result<String, OAuthError> {
     match t.text("sub") {
-        Some(s) if !s.is_empty() && s.len() <= MAX_SUB_LEN => Ok(s.to_owned()),
+        // Printable: it goes into headers (forward auth's X-Agent-Subject) and logs.
+        Some(s) if !s.is_empty() && s.len() <= MAX_SUB_LEN && !s.chars().any(char::is_control) => {
+            Ok(s.to_owned())
+        }
         _ => Err(refusal(format!(
-            "the token's sub must be 1 to {MAX_SUB_LEN} bytes"
+            "the token's sub must be 1 to {MAX_SUB_LEN} bytes, without control characters"
         ))),
     }
 }
