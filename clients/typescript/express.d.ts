@@ -1,10 +1,13 @@
-import type { Agent, ResourceMetadata, Verifier } from "./index.js";
+import type { Agent, ResourceMetadata, SignedRequest, Verifier } from "./index.js";
 
 declare global {
   namespace Express {
     interface Request {
       /** The verified agent, set by `agentIdMiddleware`. */
       agent?: Agent;
+      /** A verified signed request (Web Bot Auth), set by `agentIdMiddleware` instead of
+       * `agent` for a request an agent signed rather than sending a token. */
+      signedRequest?: SignedRequest;
     }
   }
 }
@@ -14,7 +17,9 @@ declare global {
  * MISCONFIGURED) with {"error": code, "message": …} and a WWW-Authenticate challenge (naming
  * `resourceMetadata`, when given). `publicOrigin`: the origin agents address (behind a
  * proxy), from which a proof's URL is rebuilt. A path in `exclude` (`["/health"]`), or below
- * one, passes unchecked. With `delegated`, only an agent acting for a person passes. */
+ * one, passes unchecked. With `delegated`, only an agent acting for a person passes. A
+ * request an agent signed (Web Bot Auth) instead passes with `req.signedRequest`, checked for
+ * `publicOrigin` (a route with `scopes` or `delegated` refuses it). */
 export function agentIdMiddleware(
   verifier: Verifier,
   options?: {
@@ -23,6 +28,8 @@ export function agentIdMiddleware(
     resourceMetadata?: ResourceMetadata;
     exclude?: string[];
     delegated?: boolean;
+    /** Signature directories, beside the service's own, whose signed requests pass. */
+    trustedSignatureAgents?: string[];
   },
 ): (req: any, res: any, next: (err?: unknown) => void) => Promise<void>;
 

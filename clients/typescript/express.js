@@ -11,7 +11,12 @@
 // Bearer one; `insufficient_scope` on a 403; RFC 9449 §7.1 for DPoP), naming
 // `resourceMetadata` (RFC 9728) when given; `resourceMetadataHandler` serves it. A path in
 // `exclude`, or below one, passes unchecked. With `delegated`, only an agent acting for a
-// person (`req.agent.subject`) passes; any other token is TOKEN_INVALID.
+// person (`req.agent.subject`) passes; any other token is TOKEN_INVALID. A request without
+// `Authorization` that an agent signed (Web Bot Auth: `Signature-Input`) is checked by
+// `verifier.verifyRequest` for `publicOrigin` and the request's path and query (directories in
+// `trustedSignatureAgents` beside the service's own): on success `req.signedRequest` holds what
+// it found (a signature names no scopes nor person, so a route with `scopes` or `delegated`
+// refuses it).
 import { VerificationError } from "./index.js";
 
 const STATUS = { INSUFFICIENT_SCOPE: 403, UNAVAILABLE: 503, MISCONFIGURED: 500 };
@@ -71,7 +76,14 @@ function excluded(path, exclude) {
   return exclude.some((e) => path === e || path.startsWith(`${e.replace(/\/+$/, "")}/`));
 }
 
-export function agentIdMiddleware(verifier, { scopes = [], publicOrigin, resourceMetadata, exclude = [], delegated = false } = {}) {
+/** The request's header fields as one string each (Node joins repeated ones with commas). */
+function fields(headers) {
+  return Object.fromEntries(
+    Object.entries(headers ?? {}).map(([name, value]) => [name, Array.isArray(value) ? value.join(", ") : String(value)]),
+  );
+}
+
+export function agentIdMiddleware(verifier, { scopes = [], publicOrigin, resourceMetadata, exclude = [], delegated = false, trustedSignatureAgents = [] } = {}) {
   const origin = publicOrigin?.replace(/\/+$/, "");
   if (!origin) {
     console.warn("agentIdMiddleware has no publicOrigin: every DPoP-bound token is refused (set publicOrigin to the origin agents address, e.g. https://api.example)");
@@ -81,6 +93,18 @@ export function agentIdMiddleware(verifier, { scopes = [], publicOrigin, resourc
     const header = req.headers?.authorization || "";
     const scheme = header.slice(0, 5).toLowerCase() === "dpop " ? "DPoP" : "Bearer";
     try {
+      if (!header.trim() && req.headers?.["signature-input"]) {
+        if (!origin) {
+          throw new VerificationError("TOKEN_INVALID", "this receiver takes no signed request: its publicOrigin is not configured");
+        }
+        const target = req.originalUrl ?? req.url ?? "/";
+        const url = origin + (target.startsWith("/") ? target : pathOf(target));
+        const found = await verifier.verifyRequest({ method: req.method, url, headers: fields(req.headers) }, { trustedSignatureAgents });
+        if (scopes.length) throw new VerificationError("INSUFFICIENT_SCOPE", "a signed request names no scopes");
+        if (delegated) throw new VerificationError("TOKEN_INVALID", "a signed request acts for no person");
+        req.signedRequest = found;
+        return next();
+      }
       if (scheme === "DPoP") {
         const token = header.slice(5).trim();
         if (!token) throw new VerificationError("TOKEN_INVALID", "no token");

@@ -85,3 +85,41 @@ def test_an_unreachable_directory_fails_closed(server):
     with pytest.raises(Unavailable):
         Verifier(server.base).verify_request("GET", "https://shop.example/", signed(agent_key(), "https://shop.example/", dead),
                                              trusted_signature_agents=[dead])
+
+
+def test_the_asgi_middleware_takes_a_signed_request_in_place_of_a_token(server):
+    import asyncio
+
+    from agentid_verifier.asgi import AgentIdMiddleware
+
+    jwk = agent_key()
+    server.register(("read:docs",), jwk={k: jwk[k] for k in ("kty", "crv", "x")})
+    verifier = Verifier(server.base, issuers=["example.com"])
+    directory = f"{server.base}/v1/directories/example.com"
+
+    async def app(scope, receive, send):
+        found = scope["signed_request"]
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": json.dumps([found.issuer, scope["agent"]]).encode()})
+
+    def call(middleware, path, query=b""):
+        url = f"https://shop.example{path}" + (f"?{query.decode()}" if query else "")
+        headers = [(k.lower().encode(), v.encode()) for k, v in signed(jwk, url, directory).items()]
+        sent = []
+
+        async def receive():
+            return {"type": "http.request", "body": b""}
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "method": "GET", "path": path, "query_string": query, "headers": headers}
+        asyncio.run(middleware(scope, receive, send))
+        start = next(m for m in sent if m["type"] == "http.response.start")
+        return start["status"], b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+    status, body = call(AgentIdMiddleware(app, verifier, public_origin="https://shop.example"), "/products/1", b"page=2")
+    assert status == 200 and json.loads(body) == ["example.com", None], body
+    # No public origin: refused; a route that needs scopes: refused.
+    assert call(AgentIdMiddleware(app, verifier), "/")[0] == 401
+    assert call(AgentIdMiddleware(app, verifier, scopes=["read:docs"], public_origin="https://shop.example"), "/")[0] == 403

@@ -23,6 +23,7 @@ pub struct AgentIdLayer {
     public_origin: Option<Arc<str>>,
     metadata_url: Option<Arc<str>>,
     delegated: bool,
+    trusted: Arc<Vec<String>>,
     warned: Arc<std::sync::Once>,
 }
 
@@ -34,6 +35,7 @@ impl AgentIdLayer {
             public_origin: None,
             metadata_url: None,
             delegated: false,
+            trusted: Arc::new(Vec::new()),
             warned: Arc::new(std::sync::Once::new()),
         }
     }
@@ -52,6 +54,16 @@ impl AgentIdLayer {
     /// receiver would pass). Without it, every DPoP-bound token is refused.
     pub fn public_origin(mut self, origin: &str) -> Self {
         self.public_origin = Some(origin.trim_end_matches('/').into());
+        self
+    }
+
+    /// Signature directories, beside the service's own, whose signed requests (Web Bot Auth)
+    /// pass: a request without `Authorization` that an agent signed is checked by
+    /// [`Verifier::verify_request`] for the public origin and the request's path and query, and
+    /// goes on with the [`super::SignedRequest`] in its extensions (no [`super::Agent`]); a
+    /// signature names no scopes, so a layer with scopes refuses it.
+    pub fn trusted_signature_agents(mut self, urls: &[&str]) -> Self {
+        self.trusted = Arc::new(urls.iter().map(|u| u.to_string()).collect());
         self
     }
 
@@ -237,6 +249,47 @@ where
                 .is_some_and(|p| p.eq_ignore_ascii_case("dpop "));
             let scopes: Vec<&str> = layer.scopes.iter().map(String::as_str).collect();
             let bare = authorization.trim().is_empty();
+            if bare && req.headers().contains_key("signature-input") {
+                let checked = match (&layer.public_origin, layer.scopes.is_empty(), layer.delegated) {
+                    (None, _, _) => Err(Error::Invalid(
+                        "this receiver takes no signed request: its public_origin is not configured".into(),
+                    )),
+                    (Some(_), false, _) => Err(Error::InsufficientScope(layer.scopes.to_vec())),
+                    (Some(_), true, true) => {
+                        Err(Error::Invalid("a signed request acts for no person".into()))
+                    }
+                    (Some(origin), true, false) => {
+                        let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+                        let url = format!("{origin}{target}");
+                        let headers: Vec<(String, String)> = req
+                            .headers()
+                            .iter()
+                            .filter_map(|(n, v)| Some((n.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+                            .collect();
+                        let trusted: Vec<&str> = layer.trusted.iter().map(String::as_str).collect();
+                        layer
+                            .verifier
+                            .verify_request(req.method().as_str(), &url, &headers, &trusted)
+                            .await
+                    }
+                };
+                return match checked {
+                    Ok(found) => {
+                        req.extensions_mut().insert(found);
+                        inner.call(req).await
+                    }
+                    Err(e) => Ok(answer(
+                        &e,
+                        &Came {
+                            dpop: false,
+                            bare: false,
+                            scopes: &layer.scopes,
+                            metadata_url: layer.metadata_url.as_deref(),
+                            no_origin: false,
+                        },
+                    )),
+                };
+            }
             let verified = if is_dpop {
                 let proofs: Vec<&str> = req
                     .headers()

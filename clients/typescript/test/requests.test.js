@@ -77,3 +77,44 @@ test("an unreachable directory fails closed", async () => {
   const req = await signed(jwk, "https://shop.example/", dead);
   assert.equal(await code(verifier.verifyRequest(req, { trustedSignatureAgents: [dead] })), "UNAVAILABLE");
 });
+
+test("the Express middleware takes a signed request in place of a token", async () => {
+  const express = (await import("express")).default;
+  const { agentIdMiddleware } = await import("../express.js");
+  const [, jwk] = await signingAgent();
+  const verifier = new Verifier({ baseUrl: s.base, issuers: ["example.com"] });
+  const app = express();
+  app.get("/products/:id", agentIdMiddleware(verifier, { publicOrigin: "https://shop.example" }),
+    (req, res) => res.json({ signed: req.signedRequest?.issuer ?? null, agent: req.agent?.agentId ?? null }));
+  app.get("/orders", agentIdMiddleware(verifier, { publicOrigin: "https://shop.example", scopes: ["read:docs"] }),
+    (req, res) => res.json({}));
+  const server = await new Promise((resolve) => {
+    const srv = app.listen(0, "127.0.0.1", () => resolve(srv));
+  });
+  try {
+    const base = `http://127.0.0.1:${server.address().port}`;
+    const directory = `${s.base}/v1/directories/example.com`;
+    const signedGet = async (path) => {
+      const { headers } = await signed(jwk, `https://shop.example${path}`, directory);
+      return fetch(base + path, { headers });
+    };
+    const ok = await signedGet("/products/1?page=2");
+    assert.equal(ok.status, 200, await ok.clone().text());
+    assert.deepEqual(await ok.json(), { signed: "example.com", agent: null });
+    assert.equal((await signedGet("/orders")).status, 403);
+    const noOrigin = express();
+    noOrigin.get("/", agentIdMiddleware(verifier), (req, res) => res.json({}));
+    const other = await new Promise((resolve) => {
+      const srv = noOrigin.listen(0, "127.0.0.1", () => resolve(srv));
+    });
+    try {
+      const { headers } = await signed(jwk, "https://shop.example/", directory);
+      const res = await fetch(`http://127.0.0.1:${other.address().port}/`, { headers });
+      assert.equal(res.status, 401);
+    } finally {
+      other.close();
+    }
+  } finally {
+    server.close();
+  }
+});

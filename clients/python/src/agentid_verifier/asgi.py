@@ -33,7 +33,7 @@ import json
 import logging
 from typing import List, Optional, Sequence, Tuple
 
-from . import Cold, ProofInvalid, TokenInvalid, VerificationError, Verifier, warm_only
+from . import Cold, InsufficientScope, ProofInvalid, TokenInvalid, VerificationError, Verifier, warm_only
 from .resource import ResourceMetadata
 
 STATUS = {"INSUFFICIENT_SCOPE": 403, "UNAVAILABLE": 503, "MISCONFIGURED": 500}
@@ -178,10 +178,19 @@ def check(verifier: Verifier, scheme: str, token: Optional[str], proof: Optional
 
 
 class AgentIdMiddleware:
+    """The verified agent goes to the app as ``scope["agent"]``. A request without
+    ``Authorization`` that an agent signed (Web Bot Auth: ``Signature-Input``) is checked by
+    ``Verifier.verify_request`` for ``public_origin`` and the request's path and query
+    (directories in ``trusted_signature_agents`` beside the service's own) and goes as
+    ``scope["signed_request"]`` (``scope["agent"]`` None); a signature names no scopes, so
+    with ``scopes`` it is refused."""
+
     def __init__(self, app, verifier: Verifier, scopes: Optional[Sequence[str]] = None,
                  public_origin: Optional[str] = None, exclude: Sequence[str] = (),
-                 resource_metadata: Optional[ResourceMetadata] = None):
+                 resource_metadata: Optional[ResourceMetadata] = None,
+                 trusted_signature_agents: Sequence[str] = ()):
         self.app, self.verifier, self.scopes = app, verifier, list(scopes or [])
+        self.trusted = list(trusted_signature_agents)
         self.public_origin = warn_without_origin(public_origin, "the ASGI middleware")
         self.exclude = list(exclude)
         self.metadata = resource_metadata
@@ -208,6 +217,15 @@ class AgentIdMiddleware:
         if scope["type"] != "http" or excluded(scope.get("path", "/"), self.exclude):
             return await self.app(scope, receive, send)
         authorization = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
+        if not authorization.strip() and b"signature-input" in dict(scope.get("headers") or []):
+            try:
+                found = await self._signed(scope)
+            except VerificationError as e:
+                status, out_headers, body = refusal(e, "Bearer", self.scopes, self.metadata)
+                await send({"type": "http.response.start", "status": status, "headers": out_headers})
+                await send({"type": "http.response.body", "body": body})
+                return
+            return await self.app(dict(scope, agent=None, signed_request=found), receive, send)
         try:
             agent = await self._agent(scope, "GET")
         except VerificationError as e:
@@ -216,6 +234,26 @@ class AgentIdMiddleware:
             await send({"type": "http.response.body", "body": body})
             return
         await self.app(dict(scope, agent=agent), receive, send)
+
+    async def _signed(self, scope):
+        """The request's signature, checked (in a worker thread when it must fetch)."""
+        if self.public_origin is None:
+            raise TokenInvalid("this receiver takes no signed request: its public_origin is not configured")
+        if self.scopes:
+            raise InsufficientScope("a signed request names no scopes")
+        raw = scope.get("raw_path")
+        path = raw.decode("latin-1") if raw else scope.get("root_path", "") + scope.get("path", "/")
+        query = scope.get("query_string") or b""
+        url = self.public_origin + path.split("?")[0] + (f"?{query.decode('latin-1')}" if query else "")
+        headers: dict = {}
+        for k, v in scope.get("headers") or []:
+            name = k.decode("latin-1").lower()
+            headers[name] = f"{headers[name]}, {v.decode('latin-1')}" if name in headers else v.decode("latin-1")
+        args = (scope.get("method", "GET"), url, headers, self.trusted)
+        try:
+            return warm_only(self.verifier.verify_request, *args)
+        except Cold:
+            return await asyncio.to_thread(self.verifier.verify_request, *args)
 
     async def _agent(self, scope, method: str):
         """The request's verified agent (its token from the headers of ``scope``); a warm

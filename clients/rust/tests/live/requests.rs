@@ -110,3 +110,58 @@ async fn a_signed_request_is_checked_offline_against_the_agents_directory() {
         "TOKEN_INVALID"
     );
 }
+
+/// The tower layer takes a signed request in place of a token: the signature goes to the
+/// service in the request's extensions; without a public origin, or with scopes, refused.
+#[cfg(feature = "tower")]
+#[tokio::test(flavor = "current_thread")]
+async fn the_tower_layer_takes_a_signed_request_in_place_of_a_token() {
+    use agentid_verifier::tower::AgentIdLayer;
+    use agentid_verifier::SignedRequest;
+    use tower_layer::Layer;
+    use tower_service::Service;
+
+    #[derive(Clone)]
+    struct Signed;
+    impl Service<http::Request<()>> for Signed {
+        type Response = http::Response<String>;
+        type Error = std::convert::Infallible;
+        type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+        fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, req: http::Request<()>) -> Self::Future {
+            let found = req.extensions().get::<SignedRequest>().unwrap();
+            std::future::ready(Ok(http::Response::new(found.issuer.clone().unwrap_or_default())))
+        }
+    }
+
+    let s = Server::start();
+    let mut seed = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut seed).unwrap();
+    let key = SigningKey::from_bytes(&seed);
+    let jwk =
+        json!({"kty": "OKP", "crv": "Ed25519", "x": URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes())});
+    s.register(json!({"scopes": ["read:docs"], "jwk": jwk}));
+    let v = Verifier::builder(&s.base).build().unwrap();
+    let directory = format!("{}/v1/directories/example.com", s.base);
+    let call = |layer: AgentIdLayer, path: &str| {
+        let headers = signed(&key, &format!("https://shop.example{path}"), &directory);
+        let mut req = http::Request::builder().uri(path);
+        for (n, v) in &headers {
+            req = req.header(n.as_str(), v.as_str());
+        }
+        let req = req.body(()).unwrap();
+        let mut svc = layer.layer(Signed);
+        async move { svc.call(req).await.unwrap() }
+    };
+    let ok = call(
+        AgentIdLayer::new(v.clone(), &[]).public_origin("https://shop.example"),
+        "/products/1?page=2",
+    )
+    .await;
+    assert_eq!((ok.status().as_u16(), ok.body().as_str()), (200, "example.com"));
+    assert_eq!(call(AgentIdLayer::new(v.clone(), &[]), "/").await.status(), 401);
+    let scoped = AgentIdLayer::new(v.clone(), &["read:docs"]).public_origin("https://shop.example");
+    assert_eq!(call(scoped, "/").await.status(), 403);
+}
