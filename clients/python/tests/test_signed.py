@@ -123,3 +123,74 @@ def test_the_asgi_middleware_takes_a_signed_request_in_place_of_a_token(server):
     # No public origin: refused; a route that needs scopes: refused.
     assert call(AgentIdMiddleware(app, verifier), "/")[0] == 401
     assert call(AgentIdMiddleware(app, verifier, scopes=["read:docs"], public_origin="https://shop.example"), "/")[0] == 403
+
+
+def test_the_wsgi_middleware_takes_a_signed_request_in_place_of_a_token(server):
+    from agentid_verifier.wsgi import AgentIdMiddleware
+
+    jwk = agent_key()
+    server.register(("read:docs",), jwk={k: jwk[k] for k in ("kty", "crv", "x")})
+    verifier = Verifier(server.base, issuers=["example.com"])
+    directory = f"{server.base}/v1/directories/example.com"
+
+    def app(environ, start_response):
+        start_response("200 OK", [("Content-Type", "application/json")])
+        return [json.dumps(environ["agentid.signed_request"].issuer).encode()]
+
+    def call(middleware):
+        headers = signed(jwk, "https://shop.example/products/1?page=2", directory)
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/products/1", "QUERY_STRING": "page=2"}
+        environ.update({"HTTP_" + k.upper().replace("-", "_"): v for k, v in headers.items()})
+        seen = {}
+
+        def start_response(status, headers):
+            seen["status"] = int(status.split()[0])
+
+        body = b"".join(middleware(environ, start_response))
+        return seen["status"], body
+
+    status, body = call(AgentIdMiddleware(app, verifier, public_origin="https://shop.example"))
+    assert status == 200 and json.loads(body) == "example.com", body
+    assert call(AgentIdMiddleware(app, verifier))[0] == 401
+
+
+def test_fastapi_and_flask_take_a_signed_request_when_told_to(server):
+    from fastapi import Depends, FastAPI
+    from fastapi.testclient import TestClient
+    from flask import Flask, g
+
+    from agentid_verifier import SignedRequest
+    from agentid_verifier.fastapi import require_agent as fastapi_agent
+    from agentid_verifier.flask import require_agent as flask_agent
+
+    jwk = agent_key()
+    server.register(("read:docs",), jwk={k: jwk[k] for k in ("kty", "crv", "x")})
+    verifier = Verifier(server.base, issuers=["example.com"])
+    directory = f"{server.base}/v1/directories/example.com"
+    origin = "https://shop.example"
+
+    api = FastAPI()
+
+    @api.get("/signed")
+    def signed_route(who=Depends(fastapi_agent(verifier, public_origin=origin, trusted_signature_agents=[]))):
+        return {"issuer": who.issuer if isinstance(who, SignedRequest) else None}
+
+    @api.get("/tokens")
+    def token_route(who=Depends(fastapi_agent(verifier, public_origin=origin))):
+        return {}
+
+    client = TestClient(api)
+    res = client.get("/signed?x=1", headers=signed(jwk, f"{origin}/signed?x=1", directory))
+    assert res.status_code == 200 and res.json() == {"issuer": "example.com"}, res.text
+    # Not told to: a signed request is no token.
+    assert client.get("/tokens", headers=signed(jwk, f"{origin}/tokens", directory)).status_code == 401
+
+    web = Flask(__name__)
+
+    @web.get("/signed")
+    @flask_agent(verifier, public_origin=origin, trusted_signature_agents=[])
+    def flask_route():
+        return {"issuer": g.signed_request.issuer, "agent": g.agent}
+
+    res = web.test_client().get("/signed", headers=signed(jwk, f"{origin}/signed", directory))
+    assert res.status_code == 200 and res.get_json() == {"issuer": "example.com", "agent": None}, res.text

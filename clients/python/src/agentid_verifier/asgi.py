@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 from . import Cold, InsufficientScope, ProofInvalid, TokenInvalid, VerificationError, Verifier, warm_only
 from .resource import ResourceMetadata
@@ -177,6 +177,27 @@ def check(verifier: Verifier, scheme: str, token: Optional[str], proof: Optional
     return agent
 
 
+def is_signed(authorization: Optional[str], headers: Mapping[str, str]) -> bool:
+    """Whether a request comes signed (Web Bot Auth) instead of with a token: no
+    ``Authorization``, a ``Signature-Input`` (``headers`` by lower-case name)."""
+    return not (authorization or "").strip() and "signature-input" in headers
+
+
+def check_signed(verifier: Verifier, public_origin: Optional[str], scopes: Sequence[str],
+                 delegated: bool, method: str, target: str, headers: Mapping[str, str],
+                 trusted: Sequence[str]):
+    """A signed request's ``SignedRequest``: checked by ``Verifier.verify_request`` for
+    ``public_origin`` and ``target`` (the request's path and query); refused where scopes or a
+    person are required, since a signature names neither."""
+    if public_origin is None:
+        raise TokenInvalid("this receiver takes no signed request: its public_origin is not configured")
+    if scopes:
+        raise InsufficientScope("a signed request names no scopes")
+    if delegated:
+        raise TokenInvalid("a signed request acts for no person")
+    return verifier.verify_request(method, public_origin + target, headers, trusted)
+
+
 class AgentIdMiddleware:
     """The verified agent goes to the app as ``scope["agent"]``. A request without
     ``Authorization`` that an agent signed (Web Bot Auth: ``Signature-Input``) is checked by
@@ -237,23 +258,20 @@ class AgentIdMiddleware:
 
     async def _signed(self, scope):
         """The request's signature, checked (in a worker thread when it must fetch)."""
-        if self.public_origin is None:
-            raise TokenInvalid("this receiver takes no signed request: its public_origin is not configured")
-        if self.scopes:
-            raise InsufficientScope("a signed request names no scopes")
         raw = scope.get("raw_path")
         path = raw.decode("latin-1") if raw else scope.get("root_path", "") + scope.get("path", "/")
         query = scope.get("query_string") or b""
-        url = self.public_origin + path.split("?")[0] + (f"?{query.decode('latin-1')}" if query else "")
+        target = path.split("?")[0] + (f"?{query.decode('latin-1')}" if query else "")
         headers: dict = {}
         for k, v in scope.get("headers") or []:
             name = k.decode("latin-1").lower()
             headers[name] = f"{headers[name]}, {v.decode('latin-1')}" if name in headers else v.decode("latin-1")
-        args = (scope.get("method", "GET"), url, headers, self.trusted)
+        args = (self.verifier, self.public_origin, self.scopes, False, scope.get("method", "GET"), target,
+                headers, self.trusted)
         try:
-            return warm_only(self.verifier.verify_request, *args)
+            return warm_only(check_signed, *args)
         except Cold:
-            return await asyncio.to_thread(self.verifier.verify_request, *args)
+            return await asyncio.to_thread(check_signed, *args)
 
     async def _agent(self, scope, method: str):
         """The request's verified agent (its token from the headers of ``scope``); a warm

@@ -23,15 +23,16 @@ bearer security scheme ``agentid``, and refuses with ``AgentRefused`` (an ``HTTP
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable, Optional, Sequence
+from typing import Awaitable, Callable, Optional, Sequence, Union
 
 from fastapi import FastAPI, HTTPException, Request, Security
 from fastapi.responses import JSONResponse
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPBearer, SecurityScopes
 
-from . import Agent, Cold, VerificationError, Verifier, warm_only
-from .asgi import check, presented, refusal, refusal_body, scheme_of, warn_without_origin
+from . import Agent, Cold, SignedRequest, VerificationError, Verifier, warm_only
+from .asgi import (check, check_signed, is_signed, presented, refusal, refusal_body, scheme_of,
+                   warn_without_origin)
 from .resource import ResourceMetadata
 
 
@@ -64,9 +65,13 @@ def add_resource_metadata(app: FastAPI, metadata: ResourceMetadata) -> None:
 def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
                   public_origin: Optional[str] = None,
                   resource_metadata: Optional[ResourceMetadata] = None,
-                  delegated: bool = False) -> Callable[..., Awaitable[Agent]]:
+                  delegated: bool = False,
+                  trusted_signature_agents: Optional[Sequence[str]] = None,
+                  ) -> Callable[..., Awaitable[Union[Agent, SignedRequest]]]:
     """A dependency whose value is the request's verified ``Agent``; with ``delegated``, only
-    an agent acting for a person (``Agent.subject``) passes."""
+    an agent acting for a person (``Agent.subject``) passes. With ``trusted_signature_agents``
+    (a list, empty for the service's directories alone), a request an agent signed instead
+    (Web Bot Auth) passes too, and the value is its ``SignedRequest``."""
     bearer = HTTPBearer(scheme_name="agentid", auto_error=False,
                         description="An agentid agent token (Authorization: Bearer, or DPoP with its proof)")
     origin = warn_without_origin(public_origin, "agentid_verifier.fastapi.require_agent")
@@ -75,10 +80,19 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
     # The scopes given here, declared on the scheme, are in each route's OpenAPI security
     # requirement with those a route adds through Security(…, scopes=[…]).
     async def agent(request: Request, security_scopes: SecurityScopes,
-                    _shown: object = Security(bearer, scopes=required)) -> Agent:
+                    _shown: object = Security(bearer, scopes=required)) -> Union[Agent, SignedRequest]:
         wanted = required + [s for s in security_scopes.scopes if s not in required]
         authorization = request.headers.get("authorization", "")
         try:
+            fields = {k.lower(): ", ".join(request.headers.getlist(k)) for k in request.headers.keys()}
+            if trusted_signature_agents is not None and is_signed(authorization, fields):
+                target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                signed = (verifier, origin, wanted, delegated, request.method, target, fields,
+                          list(trusted_signature_agents))
+                try:
+                    return warm_only(check_signed, *signed)
+                except Cold:
+                    return await run_in_threadpool(check_signed, *signed)
             scheme, token, proof = presented(authorization, request.headers.getlist("dpop"))
             url = origin + request.url.path if origin else None
             args = (verifier, scheme, token, proof, request.method, url, wanted, delegated)

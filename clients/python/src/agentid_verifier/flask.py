@@ -23,7 +23,7 @@ from typing import Callable, Optional, Sequence, TypeVar
 from flask import Flask, Response, g, request
 
 from . import VerificationError, Verifier
-from .asgi import check, presented, refusal, scheme_of, warn_without_origin
+from .asgi import check, check_signed, is_signed, presented, refusal, scheme_of, warn_without_origin
 from .resource import ResourceMetadata
 
 _F = TypeVar("_F", bound=Callable)
@@ -41,9 +41,13 @@ def add_resource_metadata(app: Flask, metadata: ResourceMetadata) -> None:
 def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
                   public_origin: Optional[str] = None,
                   resource_metadata: Optional[ResourceMetadata] = None,
-                  delegated: bool = False) -> Callable[[_F], _F]:
+                  delegated: bool = False,
+                  trusted_signature_agents: Optional[Sequence[str]] = None) -> Callable[[_F], _F]:
     """A decorator: the view runs only for a verified agent, in ``g.agent`` (with
-    ``delegated``, only for one acting for a person)."""
+    ``delegated``, only for one acting for a person). With ``trusted_signature_agents`` (a
+    list, empty for the service's directories alone), a request an agent signed instead (Web
+    Bot Auth) runs it too, with its ``SignedRequest`` in ``g.signed_request`` and
+    ``g.agent`` None."""
     origin = warn_without_origin(public_origin, "agentid_verifier.flask.require_agent")
     wanted = list(scopes)
 
@@ -52,6 +56,14 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
         def wrapper(*args, **kwargs):
             authorization = request.headers.get("Authorization", "")
             try:
+                fields = {k.lower(): v for k, v in request.headers.items()}
+                if trusted_signature_agents is not None and is_signed(authorization, fields):
+                    query = request.query_string.decode("latin-1")
+                    target = request.script_root + request.path + (f"?{query}" if query else "")
+                    g.signed_request = check_signed(verifier, origin, wanted, delegated, request.method,
+                                                    target, fields, list(trusted_signature_agents))
+                    g.agent = None
+                    return view(*args, **kwargs)
                 scheme, token, proof = presented(authorization, request.headers.getlist("DPoP"))
                 url = origin + request.script_root + request.path if origin else None
                 g.agent = check(verifier, scheme, token, proof, request.method, url, wanted, delegated)

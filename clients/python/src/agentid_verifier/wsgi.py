@@ -3,7 +3,9 @@
     app = AgentIdMiddleware(app, verifier, scopes=["read:orders"])
 
 Bearer and DPoP-bound tokens are taken as by the ASGI middleware (``public_origin`` too). On
-success the ``Agent`` is in ``environ["agentid.agent"]``; otherwise the answer is 401 (403 for
+success the ``Agent`` is in ``environ["agentid.agent"]`` (a request an agent signed instead,
+Web Bot Auth: its ``SignedRequest`` in ``environ["agentid.signed_request"]``, as the ASGI
+middleware takes it); otherwise the answer is 401 (403 for
 ``INSUFFICIENT_SCOPE``, 503 for ``UNAVAILABLE``, 500 for ``MISCONFIGURED``) with
 ``{"error": code, "message": …}`` and the challenges of the ASGI middleware; ``exclude`` and
 ``resource_metadata`` too.
@@ -15,7 +17,7 @@ import urllib.parse
 from typing import Optional, Sequence
 
 from . import VerificationError, Verifier
-from .asgi import check, excluded, presented, refusal, scheme_of, warn_without_origin
+from .asgi import check, check_signed, excluded, is_signed, presented, refusal, scheme_of, warn_without_origin
 from .resource import ResourceMetadata
 
 REASONS = {401: "Unauthorized", 403: "Forbidden", 500: "Internal Server Error", 503: "Service Unavailable"}
@@ -24,8 +26,10 @@ REASONS = {401: "Unauthorized", 403: "Forbidden", 500: "Internal Server Error", 
 class AgentIdMiddleware:
     def __init__(self, app, verifier: Verifier, scopes: Optional[Sequence[str]] = None,
                  public_origin: Optional[str] = None, exclude: Sequence[str] = (),
-                 resource_metadata: Optional[ResourceMetadata] = None):
+                 resource_metadata: Optional[ResourceMetadata] = None,
+                 trusted_signature_agents: Sequence[str] = ()):
         self.app, self.verifier, self.scopes = app, verifier, list(scopes or [])
+        self.trusted = list(trusted_signature_agents)
         self.public_origin = warn_without_origin(public_origin, "the WSGI middleware")
         self.exclude = list(exclude)
         self.metadata = resource_metadata
@@ -51,10 +55,20 @@ class AgentIdMiddleware:
         # WSGI joins repeated headers with commas; a proof holds none.
         proofs = [p.strip() for p in environ["HTTP_DPOP"].split(",")] if "HTTP_DPOP" in environ else []
         try:
-            scheme, token, proof = presented(authorization, proofs)
-            url = self._url(environ) if scheme == "DPoP" else None
-            environ["agentid.agent"] = check(self.verifier, scheme, token, proof,
-                                             environ.get("REQUEST_METHOD", "GET"), url, self.scopes)
+            fields = {k[5:].replace("_", "-").lower(): v for k, v in environ.items() if k.startswith("HTTP_")}
+            if is_signed(authorization, fields):
+                path = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
+                query = environ.get("QUERY_STRING", "")
+                target = urllib.parse.quote(path or "/", safe="/;=,") + (f"?{query}" if query else "")
+                environ["agentid.signed_request"] = check_signed(
+                    self.verifier, self.public_origin, self.scopes, False,
+                    environ.get("REQUEST_METHOD", "GET"), target, fields, self.trusted)
+                environ["agentid.agent"] = None
+            else:
+                scheme, token, proof = presented(authorization, proofs)
+                url = self._url(environ) if scheme == "DPoP" else None
+                environ["agentid.agent"] = check(self.verifier, scheme, token, proof,
+                                                 environ.get("REQUEST_METHOD", "GET"), url, self.scopes)
         except VerificationError as e:
             status, headers, body = refusal(e, scheme_of(authorization), self.scopes, self.metadata)
             start_response(
