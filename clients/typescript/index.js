@@ -178,16 +178,14 @@ export class Verifier {
     this.revoked = new Set();
     /** Directory documents -> their keys (read once per body). */
     this.directories = new WeakMap();
-    /** `keyid + "\n" + nonce` -> the signature's expiry (Unix s), in the order first seen. */
-    this.nonces = new Map();
+    /** Signed requests' nonces, by `keyid`, each until its signature expires. */
+    this.nonces = new Replays(SEEN_PROOFS);
     /** `provider + "\n" + sub` -> when the organization revoked the person (Unix s), from
      * pushed events. */
     this.revokedSubjects = new Map();
     this.seenSets = new Set(); // the last SEEN_SETS jtis taken, oldest first
     this.dpopMaxSkew = dpopMaxSkew;
-    this.seenProofs = new Set(); // `${jkt}.${jti}` of the proofs remembered
-    this.proofsByIat = new Map(); // iat -> the ids of the proofs made then
-    this.proofFloor = -Infinity; // proofs made at or before this are refused (the memory was full)
+    this.proofs = new Replays(SEEN_PROOFS); // `${jkt}.${jti}` of the proofs taken, by iat
     this.onFetch = onFetch;
     if (onRefusal || onVerification) {
       // Every outcome of the three checks is told to the hooks; a hook that throws is ignored,
@@ -248,15 +246,7 @@ export class Verifier {
 
   /** Whether a signature's nonce is new (remembered until the signature expires). */
   nonceOnce(keyid, nonce, expires) {
-    const now = Date.now() / 1000;
-    for (const [k, at] of this.nonces) {
-      if (at > now && this.nonces.size <= SEEN_PROOFS) break;
-      this.nonces.delete(k);
-    }
-    const id = `${keyid}\n${nonce}`;
-    if (this.nonces.has(id)) return false;
-    this.nonces.set(id, expires);
-    return true;
+    return this.nonces.admit(`${keyid}\n${nonce}`, expires, Date.now() / 1000) === null;
   }
 
   /** GETs `url` with the timeout, no redirect; its status, headers and (for a 200) body,
@@ -491,31 +481,13 @@ export class Verifier {
     return agent;
   }
 
-  /** Remembers a proof, or refuses it as a replay (see `SEEN_PROOFS`): past that many, the
-   * earliest made are forgotten (by `iat`, not the first taken: a proof dated ahead must not
-   * raise the floor for everyone), and every proof made at or before the latest forgotten is
-   * refused. Proofs are kept by the second they were made (at most `2 * dpopMaxSkew + 1`
-   * seconds pass the time check), so the earliest are found without a sort. */
+  /** Remembers a proof, or refuses it as a replay (see `Replays`). */
   admitProof(jkt, jti, iat) {
-    const oldestValid = Date.now() / 1000 - this.dpopMaxSkew;
-    for (const [at, ids] of this.proofsByIat) {
-      if (at >= oldestValid) continue;
-      for (const id of ids) this.seenProofs.delete(id);
-      this.proofsByIat.delete(at);
+    const refused = this.proofs.admit(`${jkt}.${jti}`, iat, Date.now() / 1000 - this.dpopMaxSkew);
+    if (refused === "floor") {
+      fail("PROOF_REPLAYED", `DPoP proof made at or before ${this.proofs.floor}, when the memory of used proofs is full`);
     }
-    if (iat <= this.proofFloor) fail("PROOF_REPLAYED", `DPoP proof made at or before ${this.proofFloor}, when the memory of used proofs is full`);
-    const id = `${jkt}.${jti}`;
-    if (this.seenProofs.has(id)) fail("PROOF_REPLAYED", "DPoP proof replayed: its jti was already used with this key");
-    this.seenProofs.add(id);
-    if (!this.proofsByIat.has(iat)) this.proofsByIat.set(iat, []);
-    this.proofsByIat.get(iat).push(id);
-    while (this.seenProofs.size > SEEN_PROOFS) {
-      const earliest = Math.min(...this.proofsByIat.keys());
-      const ids = this.proofsByIat.get(earliest);
-      this.seenProofs.delete(ids.shift());
-      if (!ids.length) this.proofsByIat.delete(earliest);
-      this.proofFloor = Math.max(this.proofFloor, earliest);
-    }
+    if (refused === "seen") fail("PROOF_REPLAYED", "DPoP proof replayed: its jti was already used with this key");
   }
 
   /** The claims and agent of `token`, checked offline (`verify`). */
@@ -700,6 +672,50 @@ function delegation(doc) {
   }
   if (!actors.length) fail("TOKEN_INVALID", "a delegated token needs act");
   return { subject: { sub: id.sub, iss: id.iss, subId: { format: "iss_sub", iss: id.iss, sub: id.sub } }, actors };
+}
+
+/** What was taken once (a DPoP proof, a signature's nonce), by id, each kept while the time
+ * it is filed under (`at`: a proof's `iat`, a signature's `expires`) could still pass. Past
+ * `capacity` the earliest filed are forgotten (by `at`, not the first taken: one dated ahead
+ * must not raise the floor for everyone), and everything filed at or before the latest
+ * forgotten is refused, so that no replay passes however full. */
+class Replays {
+  constructor(capacity) {
+    this.capacity = capacity;
+    this.seen = new Set();
+    this.byAt = new Map(); // at -> the ids filed then
+    this.floor = -Infinity;
+    this.prunedAt = -Infinity;
+  }
+
+  /** Takes `id` filed under `at`, forgetting what was filed before `oldestValid`: null, or
+   * why it is refused ("floor": the memory was full; "seen": taken before). */
+  admit(id, at, oldestValid) {
+    // What can no longer pass is forgotten at most once a second: the scan is over every time
+    // filed under, and what lingers a second refuses only what its time check refuses anyway.
+    if (oldestValid - this.prunedAt >= 1) {
+      this.prunedAt = oldestValid;
+      for (const [when, ids] of this.byAt) {
+        if (when >= oldestValid) continue;
+        for (const old of ids) this.seen.delete(old);
+        this.byAt.delete(when);
+      }
+    }
+    if (at <= this.floor) return "floor";
+    if (this.seen.has(id)) return "seen";
+    this.seen.add(id);
+    if (!this.byAt.has(at)) this.byAt.set(at, []);
+    this.byAt.get(at).push(id);
+    while (this.seen.size > this.capacity) {
+      let earliest = Infinity;
+      for (const when of this.byAt.keys()) earliest = Math.min(earliest, when);
+      const ids = this.byAt.get(earliest);
+      this.seen.delete(ids.shift());
+      if (!ids.length) this.byAt.delete(earliest);
+      this.floor = Math.max(this.floor, earliest);
+    }
+    return null;
+  }
 }
 
 /** Where RFC 9728 puts a resource's metadata: between its host and its path. */

@@ -171,8 +171,9 @@ struct State {
     revoked_subjects: HashMap<(String, String), i64>,
     /// Signature directories held, by URL.
     directories: requests::Directories,
-    /// `keyid + "\n" + nonce` of signed requests taken -> when each expires (Unix s).
-    nonces: HashMap<String, i64>,
+    /// The nonces of signed requests taken (by `keyid`), each kept until its signature
+    /// expires: the memory DPoP proofs have, keyed by expiry instead of `iat`.
+    nonces: dpop::Replays,
     /// The `jti`s of the last [`SEEN_SETS`] SETs taken, and their order (oldest first).
     seen_sets: HashSet<String>,
     seen_order: VecDeque<String>,

@@ -20,8 +20,6 @@ use crate::{now_secs, Error, Verifier};
 
 /// The longest a signature may be valid (`expires - created`).
 const MAX_VALIDITY_SECS: i64 = 24 * 60 * 60;
-/// Signatures whose nonce a verifier remembers.
-const SEEN_NONCES: usize = 100_000;
 
 /// What [`Verifier::verify_request`] found of a signed request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,14 +129,17 @@ impl Verifier {
             .verify(&ring, None)
             .map_err(|e| invalid(format!("the signature does not verify: {e:?}")))?;
         if let Some(nonce) = details.nonce {
-            let mut s = self.inner.state.lock();
-            let seen = &mut s.nonces;
-            seen.retain(|_, at| *at > now);
-            if seen.len() >= SEEN_NONCES || seen.insert(format!("{keyid}\n{nonce}"), expires).is_some() {
-                return Err(Error::ProofReplayed(
-                    "the signature's nonce was seen before".into(),
-                ));
-            }
+            let taken = crate::dpop::Checked {
+                jkt: keyid.clone(),
+                jti: nonce,
+                iat: expires,
+            };
+            self.inner
+                .state
+                .lock()
+                .nonces
+                .admit(&taken, now)
+                .map_err(|_| Error::ProofReplayed("the signature's nonce was seen before".into()))?;
         }
         Ok(SignedRequest {
             signature_agent: agent,
