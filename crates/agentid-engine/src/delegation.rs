@@ -167,18 +167,12 @@ impl ProviderKeys {
         if let Some(s) = held.as_ref().filter(|s| wanted(s)) {
             return Ok(s.jwks.clone());
         }
-        let addrs = self
+        let etag = held.as_ref().and_then(|s| s.etag.clone());
+        let (fetched, caching) = self
             .outbound
-            .vetted(url, self.allow_local)
+            .fetch_revalidated(url, self.allow_local, etag, FETCH_TIMEOUT, MAX_KEY_SET_BYTES)
             .await
             .map_err(|e| format!("its jwks_uri {e}"))?;
-        let etag = held.as_ref().and_then(|s| s.etag.clone());
-        let (outbound, target) = (self.outbound.clone(), url.clone());
-        let (fetched, new_etag) = tokio::task::spawn_blocking(move || {
-            outbound.get_cached(&target, addrs, FETCH_TIMEOUT, MAX_KEY_SET_BYTES, etag.as_deref())
-        })
-        .await
-        .map_err(|_| "fetching its keys failed".to_owned())?;
         let jwks = match fetched {
             Fetched::NotModified => match &held {
                 Some(s) => s.jwks.clone(),
@@ -198,7 +192,7 @@ impl ProviderKeys {
             url.clone(),
             Arc::new(KeySet {
                 jwks: jwks.clone(),
-                etag: new_etag,
+                etag: caching.etag,
                 fetched: Instant::now(),
                 refreshed: if refresh {
                     Some(Instant::now())

@@ -209,6 +209,13 @@ impl std::fmt::Debug for Outbound {
     }
 }
 
+/// What an answer said of caching it: its `ETag`, and its `Cache-Control: max-age` (s).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Caching {
+    pub(crate) etag: Option<String>,
+    pub(crate) max_age: Option<u64>,
+}
+
 /// What a fetch found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Fetched {
@@ -332,6 +339,25 @@ impl Outbound {
             .build()
     }
 
+    /// GETs `url` (its addresses vetted: see [`Outbound::vetted`]) revalidating `etag`, on a
+    /// blocking thread: what came and what it said of caching it, or why nothing came.
+    pub(crate) async fn fetch_revalidated(
+        self: &Arc<Self>,
+        url: &str,
+        allow_local: bool,
+        etag: Option<String>,
+        timeout: Duration,
+        max_bytes: usize,
+    ) -> Result<(Fetched, Caching), String> {
+        let addrs = self.vetted(url, allow_local).await?;
+        let (outbound, target) = (self.clone(), url.to_owned());
+        tokio::task::spawn_blocking(move || {
+            outbound.get_cached(&target, addrs, timeout, max_bytes, etag.as_deref())
+        })
+        .await
+        .map_err(|_| "the fetch failed".to_owned())
+    }
+
     /// GETs `url` from `addrs` (see [`Outbound::agent`]): a 200's body of at most `max_bytes`,
     /// or what went wrong. Blocking: run it off the async threads.
     pub(crate) fn get(
@@ -344,28 +370,8 @@ impl Outbound {
         self.get_cached(url, addrs, timeout, max_bytes, None).0
     }
 
-    /// [`Outbound::get_cached`], with the answer's `Cache-Control: max-age` (seconds).
-    pub(crate) fn get_directory(
-        &self,
-        url: &str,
-        addrs: Vec<SocketAddr>,
-        timeout: Duration,
-        max_bytes: usize,
-        etag: Option<&str>,
-    ) -> (Fetched, Option<String>, Option<u64>) {
-        let mut max_age = None;
-        let (fetched, tag) = self.get_with(url, addrs, timeout, max_bytes, etag, |r| {
-            max_age = r.header("cache-control").and_then(|v| {
-                v.split(',')
-                    .find_map(|d| d.trim().strip_prefix("max-age="))
-                    .and_then(|s| s.trim().parse().ok())
-            });
-        });
-        (fetched, tag, max_age)
-    }
-
     /// [`Outbound::get`], conditional on `etag` (`If-None-Match`: a 304 is
-    /// [`Fetched::NotModified`]), with the answer's `ETag`.
+    /// [`Fetched::NotModified`]), with what the answer said of caching it.
     pub(crate) fn get_cached(
         &self,
         url: &str,
@@ -373,59 +379,57 @@ impl Outbound {
         timeout: Duration,
         max_bytes: usize,
         etag: Option<&str>,
-    ) -> (Fetched, Option<String>) {
-        self.get_with(url, addrs, timeout, max_bytes, etag, |_| {})
-    }
-
-    /// [`Outbound::get_cached`], showing `seen` the response's head first.
-    fn get_with(
-        &self,
-        url: &str,
-        addrs: Vec<SocketAddr>,
-        timeout: Duration,
-        max_bytes: usize,
-        etag: Option<&str>,
-        seen: impl FnOnce(&ureq::Response),
-    ) -> (Fetched, Option<String>) {
+    ) -> (Fetched, Caching) {
         let mut request = self.agent(addrs, timeout).get(url);
         if let Some(tag) = etag {
             request = request.set("If-None-Match", tag);
         }
         let response = match request.call() {
             Ok(r) => r,
-            Err(ureq::Error::Status(code, _)) => return (Fetched::Failed(format!("answered {code}")), None),
-            Err(ureq::Error::Transport(t)) => return (Fetched::Failed(transport_failure(&t)), None),
+            Err(ureq::Error::Status(code, _)) => {
+                return (Fetched::Failed(format!("answered {code}")), Caching::default())
+            }
+            Err(ureq::Error::Transport(t)) => {
+                return (Fetched::Failed(transport_failure(&t)), Caching::default())
+            }
         };
         let status = response.status();
-        seen(&response);
+        let caching = Caching {
+            etag: response.header("etag").map(str::to_owned),
+            max_age: response.header("cache-control").and_then(|v| {
+                v.split(',')
+                    .find_map(|d| d.trim().strip_prefix("max-age="))
+                    .and_then(|s| s.trim().parse().ok())
+            }),
+        };
         if status == 304 && etag.is_some() {
-            return (Fetched::NotModified, etag.map(str::to_owned));
+            let etag = etag.map(str::to_owned);
+            return (Fetched::NotModified, Caching { etag, ..caching });
         }
         if (300..400).contains(&status) {
             return (
                 Fetched::Failed(format!("answered {status}, a redirect, which is not followed")),
-                None,
+                Caching::default(),
             );
         }
         if status != 200 {
-            return (Fetched::Failed(format!("answered {status}")), None);
+            return (Fetched::Failed(format!("answered {status}")), Caching::default());
         }
-        let tag = response.header("etag").map(str::to_owned);
         let mut body = Vec::new();
         let limit = max_bytes as u64 + 1;
         if let Err(e) = response.into_reader().take(limit).read_to_end(&mut body) {
             return (
                 Fetched::Failed(format!("reading the answer failed ({})", io_failure(&e))),
-                None,
+                Caching::default(),
             );
         }
         if body.len() > max_bytes {
             return (
                 Fetched::Failed(format!("the answer is larger than {max_bytes} bytes")),
-                None,
+                Caching::default(),
             );
         }
-        (Fetched::Body(body), tag)
+        (Fetched::Body(body), caching)
     }
 }
 

@@ -280,7 +280,7 @@ impl SignedRequests {
                 ))
             }
         };
-        if !verifies(&signed, &key) {
+        if !signed.verifies_with(&key) {
             return Ok(refused(
                 RequestResult::Invalid,
                 "the signature does not verify with the agent's key".into(),
@@ -453,21 +453,19 @@ impl ThirdParties {
         if url.len() > MAX_AGENT_URL {
             return Err("its URL is too long".into());
         }
-        let addrs = self.outbound.vetted(url, self.allow_local).await?;
         let etag = held.and_then(|h| h.etag.clone());
-        let (outbound, target) = (self.outbound.clone(), url.to_owned());
-        let (fetched, new_etag, max_age) = tokio::task::spawn_blocking(move || {
-            outbound.get_directory(
-                &target,
-                addrs,
+        let (fetched, caching) = self
+            .outbound
+            .fetch_revalidated(
+                url,
+                self.allow_local,
+                etag,
                 DIRECTORY_TIMEOUT,
                 DIRECTORY_MAX_BYTES,
-                etag.as_deref(),
             )
-        })
-        .await
-        .map_err(|_| "fetching it failed".to_owned())?;
-        let age = max_age
+            .await?;
+        let age = caching
+            .max_age
             .map(|s| Duration::from_secs(s.clamp(DIRECTORY_MIN_AGE, DIRECTORY_MAX_AGE)))
             .unwrap_or(DIRECTORY_DEFAULT_AGE);
         let keys = match fetched {
@@ -478,7 +476,7 @@ impl ThirdParties {
             Fetched::Body(body) => Arc::new(directory_keys(&body)?),
             Fetched::Failed(why) => return Err(why),
         };
-        Ok((keys, new_etag, age))
+        Ok((keys, caching.etag, age))
     }
 }
 
@@ -500,10 +498,6 @@ fn directory_keys(body: &[u8]) -> Result<Vec<(String, VerifyingKey)>, String> {
             _ => None,
         })
         .collect())
-}
-
-fn verifies(signed: &Signed, key: &VerifyingKey) -> bool {
-    signed.verifies_with(key)
 }
 
 fn facts(s: &Signed) -> SignatureFacts {
