@@ -102,6 +102,11 @@ pub(crate) fn thumbprint(jwk: &Value) -> String {
             r#"{{"crv":"Ed25519","kty":"OKP","x":"{}"}}"#,
             jwk["x"].as_str().unwrap()
         ),
+        "RSA" => format!(
+            r#"{{"e":"{}","kty":"RSA","n":"{}"}}"#,
+            jwk["e"].as_str().unwrap(),
+            jwk["n"].as_str().unwrap()
+        ),
         _ => format!(
             r#"{{"crv":"P-256","kty":"EC","x":"{}","y":"{}"}}"#,
             jwk["x"].as_str().unwrap(),

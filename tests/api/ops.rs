@@ -155,6 +155,7 @@ async fn metrics_are_served_on_their_own_listener() {
         "agentid_http_request_duration_seconds_bucket{",
         "agentid_verify_results_total{result=\"valid\"}",
         "agentid_verify_results_total{result=\"revoked\"}",
+        "agentid_signed_request_results_total{result=\"verified\"}",
         "agentid_token_cache_requests_total{outcome=\"hit\"}",
         "agentid_audit_batch_size_bucket",
         "agentid_audit_flush_duration_seconds_bucket",

@@ -1,6 +1,6 @@
 //! Signed requests (Web Bot Auth): an issuer's signature directory, and requests signed by
-//! Cloudflare's `web-bot-auth` npm package (0.1.3, unmodified) checked online, with each way a
-//! signed request should fail.
+//! Cloudflare's `web-bot-auth` npm package (0.1.3, unmodified) and by Python's
+//! `http-message-signatures` checked online, with each way a signed request should fail.
 
 use std::path::Path;
 
@@ -8,25 +8,10 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use ed25519_dalek::SigningKey;
 use serde_json::{json, Value};
+use sha2::Sha256;
 
 use crate::dpop::thumbprint;
 use crate::helpers::{spawn_app, Resp, TestApp};
-
-/// Cloudflare's signer: signs a GET of `URL` with the JWK in `KEY`, and `AGENT` as its
-/// Signature-Agent (a bare string, as 0.1.3 sends it), valid for `VALID` seconds; prints the
-/// headers it made.
-const SIGNER: &str = r#"
-import { signatureHeaders } from "web-bot-auth";
-import { signerFromJWK } from "web-bot-auth/crypto";
-const agent = JSON.stringify(process.env.AGENT);
-const request = new Request(process.env.URL, { headers: { "Signature-Agent": agent } });
-const now = new Date();
-const headers = await signatureHeaders(request, await signerFromJWK(JSON.parse(process.env.KEY)), {
-  created: now,
-  expires: new Date(now.getTime() + Number(process.env.VALID) * 1000),
-});
-console.log(JSON.stringify({ ...headers, "Signature-Agent": agent }));
-"#;
 
 /// An agent's Ed25519 key as a private JWK, and its public one.
 fn keypair() -> (Value, Value) {
@@ -38,13 +23,12 @@ fn keypair() -> (Value, Value) {
     (private, public)
 }
 
-/// The headers `web-bot-auth` makes for a GET of `url` signed with `key`, naming `agent`.
-async fn cloudflare_signs(key: &Value, url: &str, agent: &str, valid: u32) -> Value {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("sign.mjs"), SIGNER).unwrap();
-    let modules = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/offline/node_modules");
-    std::os::unix::fs::symlink(modules, dir.path().join("node_modules")).unwrap();
-    let mut cmd = crate::readme::shell(dir.path(), "node sign.mjs");
+/// The headers a stock signer of `tests/offline` makes for a GET of `url` signed with `key`,
+/// naming `agent`, valid for `valid` seconds: `sign.mjs` (Cloudflare's `web-bot-auth`) or
+/// `sign.py` (Python's `http-message-signatures`).
+async fn stock_signs(signer: &str, key: &Value, url: &str, agent: &str, valid: u32) -> Value {
+    let offline = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/offline");
+    let mut cmd = crate::readme::shell(&offline, signer);
     cmd.env("KEY", key.to_string())
         .env("URL", url)
         .env("AGENT", agent)
@@ -54,10 +38,15 @@ async fn cloudflare_signs(key: &Value, url: &str, agent: &str, valid: u32) -> Va
         .unwrap();
     assert!(
         out.status.success(),
-        "web-bot-auth: {}",
+        "{signer}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The headers Cloudflare's `web-bot-auth` makes (see [`stock_signs`]).
+async fn cloudflare_signs(key: &Value, url: &str, agent: &str, valid: u32) -> Value {
+    stock_signs("node sign.mjs", key, url, agent, valid).await
 }
 
 impl TestApp {
@@ -152,6 +141,10 @@ async fn a_request_signed_by_web_bot_auth_is_verified_online() {
     assert_eq!(v["keyid"], thumbprint(&public).as_str());
     assert_eq!(v["tag"], "web-bot-auth");
     assert!(v["created"].is_string() && v["expires"].is_string(), "{v}");
+    // Python's http-message-signatures, the same key: verified as well.
+    let python = stock_signs("python3 sign.py", &private, url, &directory, 300).await;
+    let v = app.check_request(url, &python).await;
+    assert_eq!(v["result"], "verified", "{v}");
 
     // The same signature again: its nonce was seen.
     let again = app.check_request(url, &headers).await;
@@ -359,6 +352,11 @@ async fn forward_auth_takes_a_signed_request() {
     assert_eq!(res.header("x-agent-id").as_deref(), a["agent_id"].as_str());
     assert_eq!(res.header("x-agent-issuer").as_deref(), Some("example.com"));
     assert_eq!(res.header("x-agent-scopes").as_deref(), Some("read:docs"));
+    // Signed by Python's http-message-signatures: the same.
+    let python = stock_signs("python3 sign.py", &private, url, &directory, 300).await;
+    let res = gate("origin=https://shop.example", python).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.header("x-agent-id").as_deref(), a["agent_id"].as_str());
     // Replayed.
     let res = gate("origin=https://shop.example", signed).await;
     res.assert_error(401, "TOKEN_INVALID");
@@ -503,7 +501,8 @@ async fn a_signature_replayed_to_another_instance_is_refused() {
 }
 
 /// Attack: an agent bound to RFC 9421's published test key (the Web Bot Auth drafts' example
-/// key, whose private half everyone has) would let anyone sign as it.
+/// key, whose private half everyone has) would let anyone sign as it; a request signed with
+/// it, as the draft's appendix is, counts for nothing.
 #[actix_web::test]
 async fn the_rfc_9421_test_key_binds_no_agent() {
     let app = spawn_app().await;
@@ -520,4 +519,392 @@ async fn the_rfc_9421_test_key_binds_no_agent() {
         body["error"]["message"].as_str().unwrap().contains("RFC 9421"),
         "{body}"
     );
+    // The Web Bot Auth draft's appendix example, as published: parsed, and refused for its key.
+    let vector = json!({
+        "Signature-Agent": "agent2=\"https://signature-agent.test\"",
+        "Signature-Input": "sig2=(\"@authority\" \"signature-agent\";key=\"agent2\");created=1735689600;keyid=\"poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U\";alg=\"ed25519\";expires=4889289600;nonce=\"n9p433xm+NJ3ph3upfBIGmsuwHw387YV7Q/F+6BSpGCVjYCqQw6rznNA8PVVLySrAWsv0hQtFioQb6E1YsauiA==\";tag=\"web-bot-auth\"",
+        "Signature": "sig2=:RdNFx5Bj6au3YgAMQL/RzmUlZE8QZLIaXGRpw985hWnwPfMxT228NMk6ehRS1PSl4e8PhbNZACSanGdhEwYCCg==:",
+    });
+    let v = app
+        .check_request("https://example.com/path/to/resource", &vector)
+        .await;
+    assert_eq!(v["result"], "invalid", "{v}");
+    assert!(
+        v["reason"].as_str().unwrap().contains("published test keys"),
+        "{v}"
+    );
+}
+
+/// A GET of `url` signed by hand, for what `web-bot-auth` will not sign: `covered` (each
+/// `@authority`, `signature-agent` or a header of `extra`) then the parameters `params`
+/// (`;created=…;…`), naming `agent`; the headers made, with `extra`'s.
+fn hand_signed(
+    key: &SigningKey,
+    url: &str,
+    agent: &str,
+    covered: &[&str],
+    params: &str,
+    extra: &[(&str, &str)],
+) -> Value {
+    use ed25519_dalek::Signer;
+    let agent_field = format!("\"{agent}\"");
+    let mut headers = json!({"Signature-Agent": agent_field});
+    for (name, value) in extra {
+        headers[*name] = json!(value);
+    }
+    let mut lines: Vec<String> = covered
+        .iter()
+        .map(|c| {
+            let value = match *c {
+                "@authority" => url.split('/').nth(2).unwrap().to_owned(),
+                "signature-agent" => agent_field.clone(),
+                h => extra
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case(h))
+                    .unwrap()
+                    .1
+                    .to_owned(),
+            };
+            format!("\"{c}\": {value}")
+        })
+        .collect();
+    let list: Vec<String> = covered.iter().map(|c| format!("\"{c}\"")).collect();
+    let input = format!("({}){params}", list.join(" "));
+    lines.push(format!("\"@signature-params\": {input}"));
+    let signature = key.sign(lines.join("\n").as_bytes());
+    headers["Signature-Input"] = json!(format!("sig1={input}"));
+    headers["Signature"] = json!(format!(
+        "sig1=:{}:",
+        base64::engine::general_purpose::STANDARD.encode(signature.to_bytes())
+    ));
+    headers
+}
+
+/// Attacks a signer can make by hand: a signature over too little (no `@authority`), a covered
+/// header changed after signing, out of its time (expired, or made in the future), an HMAC
+/// signature keyed with the agent's public key, and a key of one name's directory presented
+/// under another's. Each is refused, with its reason; the same request signed
+/// soundly passes.
+#[actix_web::test]
+async fn hand_made_signatures_that_cover_too_little_or_lie_are_refused() {
+    use hmac::{Hmac, Mac};
+    let app = spawn_app().await;
+    let key = SigningKey::from_bytes(&rand::random::<[u8; 32]>());
+    let public =
+        json!({"kty": "OKP", "crv": "Ed25519", "x": URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes())});
+    app.register(
+        json!({"name": "crawler", "issuer_domain": "example.com", "scopes": ["read:docs"], "jwk": public}),
+    )
+    .await;
+    let kid = thumbprint(&public);
+    let directory = format!("{}/v1/directories/example.com", app.base);
+    let url = "https://shop.example/products/1";
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let params = |created: i64, expires: i64, alg: &str| {
+        format!(
+            ";created={created};expires={expires};keyid=\"{kid}\"{alg};nonce=\"{}\";tag=\"web-bot-auth\"",
+            URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>())
+        )
+    };
+    let sound = ["@authority", "signature-agent"];
+    let refused = |v: Value, why: &str| {
+        assert_eq!(v["result"], "invalid", "{v}");
+        assert!(v["reason"].as_str().unwrap().contains(why), "{why}: {v}");
+    };
+
+    let ok = hand_signed(&key, url, &directory, &sound, &params(now, now + 300, ""), &[]);
+    assert_eq!(app.check_request(url, &ok).await["result"], "verified");
+    // No @authority: good for any host.
+    let anywhere = hand_signed(
+        &key,
+        url,
+        &directory,
+        &["signature-agent"],
+        &params(now, now + 300, ""),
+        &[],
+    );
+    refused(app.check_request(url, &anywhere).await, "@authority");
+    // A covered header changed after signing.
+    let covered = ["@authority", "signature-agent", "accept"];
+    let mut changed = hand_signed(
+        &key,
+        url,
+        &directory,
+        &covered,
+        &params(now, now + 300, ""),
+        &[("Accept", "text/html")],
+    );
+    changed["Accept"] = json!("application/json");
+    refused(app.check_request(url, &changed).await, "does not verify");
+    // Expired; made in the future.
+    let old = hand_signed(
+        &key,
+        url,
+        &directory,
+        &sound,
+        &params(now - 600, now - 300, ""),
+        &[],
+    );
+    refused(app.check_request(url, &old).await, "expired");
+    let ahead = hand_signed(
+        &key,
+        url,
+        &directory,
+        &sound,
+        &params(now + 600, now + 900, ""),
+        &[],
+    );
+    refused(app.check_request(url, &ahead).await, "future");
+    // HMAC, keyed with the agent's public key (which anyone can read in its directory).
+    let input = format!(
+        "(\"@authority\" \"signature-agent\"){}",
+        params(now, now + 300, ";alg=\"hmac-sha256\"")
+    );
+    let base = format!(
+        "\"@authority\": shop.example\n\"signature-agent\": \"{directory}\"\n\"@signature-params\": {input}"
+    );
+    let mut mac = Hmac::<Sha256>::new_from_slice(key.verifying_key().as_bytes()).unwrap();
+    mac.update(base.as_bytes());
+    let hmac = json!({
+        "Signature-Agent": format!("\"{directory}\""),
+        "Signature-Input": format!("sig1={input}"),
+        "Signature": format!("sig1=:{}:", base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())),
+    });
+    refused(app.check_request(url, &hmac).await, "alg");
+    // A key of another directory (the agent of another name), presented under example.com's.
+    let stranger = SigningKey::from_bytes(&rand::random::<[u8; 32]>());
+    let theirs = json!({"kty": "OKP", "crv": "Ed25519", "x": URL_SAFE_NO_PAD.encode(stranger.verifying_key().as_bytes())});
+    app.register(json!({"name": "x", "issuer_domain": "a.io", "scopes": ["read:docs"], "jwk": theirs}))
+        .await;
+    let their_kid = thumbprint(&theirs);
+    let borrowed = hand_signed(
+        &stranger,
+        url,
+        &directory,
+        &sound,
+        &params(now, now + 300, "").replace(&kid, &their_kid),
+        &[],
+    );
+    refused(
+        app.check_request(url, &borrowed).await,
+        "no live agent of example.com",
+    );
+}
+
+impl TestApp {
+    /// Checks a GET of `https://shop.example/` signed as `headers`, trusting `agent`.
+    async fn check_trusting(&self, agent: &str, headers: &Value) -> Value {
+        let body = json!({"method": "GET", "url": "https://shop.example/", "headers": headers,
+                          "trusted_signature_agents": [agent]});
+        let res = self
+            .post(
+                "/v1/verify/request",
+                Some(&self.org.keys.publishable_live),
+                Some(&body),
+            )
+            .await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        res.json()
+    }
+}
+
+/// A third party's directory and the outbound client that reaches it: `bots.example` at
+/// 127.0.0.1, served over TLS by the tests' own root.
+struct ThirdParty {
+    tls: crate::domains::Http,
+    _dns: crate::dns::TestDns,
+    outbound: agentid::engine::outbound::OutboundConfig,
+}
+
+impl ThirdParty {
+    async fn start() -> ThirdParty {
+        use crate::domains::{Http, Pki};
+        let pki = Pki::new("bots.example");
+        let tls = Http::start_tls(&pki);
+        let dns = crate::dns::TestDns::start().await;
+        dns.addr("bots.example", "127.0.0.1".parse().unwrap());
+        let outbound = agentid::engine::outbound::OutboundConfig {
+            dns_server: Some(dns.addr),
+            extra_roots: vec![pki.root.clone()],
+            https_port: tls.port,
+            http_port: 80,
+        };
+        ThirdParty {
+            tls,
+            _dns: dns,
+            outbound,
+        }
+    }
+
+    /// A service that reaches it, on a loopback address: local directories allowed.
+    async fn service(&self) -> TestApp {
+        crate::helpers::spawn_app_with(crate::helpers::Options {
+            tweak: Box::new(|c| c.engine.signed.allow_local_directories = true),
+            outbound: self.outbound.clone(),
+            ..crate::helpers::Options::default()
+        })
+        .await
+    }
+
+    /// Serves `body` as a directory.
+    fn serves(&self, body: &str) {
+        self.tls.answer(format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/http-message-signatures-directory+json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ));
+    }
+}
+
+/// A soundly signed GET of `https://shop.example/` by `key`, naming `agent`.
+fn signed_now(key: &SigningKey, agent: &str) -> Value {
+    let public =
+        json!({"kty": "OKP", "crv": "Ed25519", "x": URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes())});
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let params = format!(
+        ";created={now};expires={};keyid=\"{}\";nonce=\"{}\";tag=\"web-bot-auth\"",
+        now + 300,
+        thumbprint(&public),
+        URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>())
+    );
+    hand_signed(
+        key,
+        "https://shop.example/",
+        agent,
+        &["@authority", "signature-agent"],
+        &params,
+        &[],
+    )
+}
+
+/// Attacks through the directories a receiver trusts: one whose name resolves to a private
+/// address (never dialled), one of 10 MB, one of 10,000 keys, one of more keys than are read,
+/// and one that never answers, which holds up only its own callers: a sound directory's check
+/// meanwhile answers at once.
+#[actix_web::test]
+async fn hostile_directories_are_refused_and_hold_up_no_one() {
+    let third = ThirdParty::start().await;
+    let key = SigningKey::from_bytes(&rand::random::<[u8; 32]>());
+    let public =
+        json!({"kty": "OKP", "crv": "Ed25519", "x": URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes())});
+    let sound = json!({"keys": [public]}).to_string();
+    third.serves(&sound);
+    let unverified = |v: Value, why: &str| {
+        assert_eq!(v["result"], "unverified", "{v}");
+        assert!(v["reason"].as_str().unwrap().contains(why), "{why}: {v}");
+    };
+
+    // The outbound rule as deployed: bots.example is at 127.0.0.1, so it is never asked.
+    let strict = crate::helpers::spawn_app_with(crate::helpers::Options {
+        outbound: third.outbound.clone(),
+        ..crate::helpers::Options::default()
+    })
+    .await;
+    let agent = "https://bots.example/private";
+    unverified(
+        strict.check_trusting(agent, &signed_now(&key, agent)).await,
+        "not a globally reachable address",
+    );
+    assert_eq!(third.tls.hits(), 0);
+
+    let app = third.service().await;
+    // 10 MB.
+    third.serves(&format!(
+        "{{\"keys\": [{public}], \"pad\": \"{}\"}}",
+        "x".repeat(10 << 20)
+    ));
+    let agent = "https://bots.example/big";
+    unverified(
+        app.check_trusting(agent, &signed_now(&key, agent)).await,
+        "larger than",
+    );
+    // 10,000 keys (over the size bound as well), and 101 within it.
+    let keys = |n: usize| {
+        let many: Vec<Value> = (0..n).map(|_| keypair().1).chain([public.clone()]).collect();
+        json!({ "keys": many }).to_string()
+    };
+    third.serves(&keys(10_000));
+    let agent = "https://bots.example/ten-thousand";
+    unverified(
+        app.check_trusting(agent, &signed_now(&key, agent)).await,
+        "larger than",
+    );
+    third.serves(&keys(100));
+    let agent = "https://bots.example/hundred-and-one";
+    unverified(
+        app.check_trusting(agent, &signed_now(&key, agent)).await,
+        "more than 100 keys",
+    );
+
+    // One that takes the connection and never answers, asked while a sound one is.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let slow = format!("http://{}/directory", silent.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let held: Vec<_> = silent.incoming().take(2).collect();
+        std::thread::sleep(std::time::Duration::from_secs(15));
+        drop(held);
+    });
+    third.serves(&sound);
+    let good = "https://bots.example/good";
+    let timed = |agent: String, delay: u64| {
+        let (app, key) = (&app, &key);
+        async move {
+            actix_web::rt::time::sleep(std::time::Duration::from_millis(delay)).await;
+            let start = std::time::Instant::now();
+            let v = app.check_trusting(&agent, &signed_now(key, &agent)).await;
+            (v, start.elapsed())
+        }
+    };
+    let ((late, waited), (fine, took)) =
+        futures_util::future::join(timed(slow.clone(), 0), timed(good.into(), 500)).await;
+    assert_eq!(fine["result"], "verified", "{fine}");
+    assert!(
+        took < std::time::Duration::from_secs(3),
+        "held up by the silent one: {took:?}"
+    );
+    unverified(late, "timed out");
+    assert!(waited < std::time::Duration::from_secs(10), "{waited:?}");
+}
+
+/// A third party's RSA key (RSASSA-PSS with SHA-512, as Web Bot Auth allows beside Ed25519):
+/// a request Cloudflare's signer signed with it verifies against the trusted directory listing
+/// it, and not under another key's thumbprint.
+#[actix_web::test]
+async fn a_third_partys_rsa_pss_key_verifies() {
+    let third = ThirdParty::start().await;
+    let app = third.service().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = crate::readme::shell(
+        dir.path(),
+        r#"node -e 'const { privateKey } = require("node:crypto").generateKeyPairSync("rsa", { modulusLength: 2048 });
+console.log(JSON.stringify({ ...privateKey.export({ format: "jwk" }), alg: "PS512" }))'"#,
+    );
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let private: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let public = json!({"kty": "RSA", "n": private["n"], "e": private["e"]});
+    let (_, ed25519) = keypair();
+    third.serves(&json!({"keys": [public, ed25519]}).to_string());
+    let agent = "https://bots.example/.well-known/http-message-signatures-directory";
+    let headers = cloudflare_signs(&private, "https://shop.example/", agent, 300).await;
+    let v = app.check_trusting(agent, &headers).await;
+    assert_eq!(v["result"], "verified", "{v}");
+    assert_eq!(v["keyid"], thumbprint(&public).as_str());
+    assert!(headers["Signature-Input"]
+        .as_str()
+        .unwrap()
+        .contains("rsa-pss-sha512"));
+    // The same signature under the Ed25519 key's thumbprint: that key does not verify it.
+    let mut lying = cloudflare_signs(&private, "https://shop.example/", agent, 300).await;
+    let input = lying["Signature-Input"].as_str().unwrap().to_owned();
+    let kid = thumbprint(&public);
+    lying["Signature-Input"] = json!(input.replace(&kid, &thumbprint(&ed25519)));
+    let v = app.check_trusting(agent, &lying).await;
+    assert_eq!(v["result"], "invalid", "{v}");
 }

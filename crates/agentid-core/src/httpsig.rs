@@ -3,10 +3,18 @@
 //! tag, its parameters and times, the `Signature-Agent` that names where its key is
 //! published, and the signature base to check it against. Structured fields are read and
 //! written by `sfv` (RFC 8941/9651); the signature is checked by `ed25519-dalek`
-//! (`verify_strict`). Pure: the caller finds the key.
+//! (`verify_strict`) or, for a third party's RSA key, by `ring` (RSASSA-PSS with SHA-512).
+//! Pure: the caller finds the key.
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
 use ed25519_dalek::{Signature, VerifyingKey};
+use ring::signature::{RsaPublicKeyComponents, RSA_PSS_2048_8192_SHA512};
+use serde_json::Value;
 use sfv::{BareItem, InnerList, Item, List, ListEntry, Parser, SerializeValue};
+use sha2::{Digest, Sha256};
+
+use crate::token::dpop::PublicJwk;
 
 /// The longest time a signature may cover (`expires - created`).
 pub const MAX_VALIDITY_SECS: i64 = 24 * 60 * 60;
@@ -16,6 +24,13 @@ pub const WEB_BOT_AUTH: &str = "web-bot-auth";
 const MAX_FIELD: usize = 8192;
 /// The most components a signature may cover.
 const MAX_COMPONENTS: usize = 32;
+/// The RFC 7638 thumbprints of RFC 9421's published test keys (Appendix B.1.4, Ed25519, and
+/// B.1.2, RSA-PSS), with which the Web Bot Auth drafts' examples are signed: everyone has
+/// their private halves, so a signature by one proves nothing.
+pub const PUBLISHED_TEST_KEYS: [&str; 2] = [
+    "poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U",
+    "oD0HwocPBSfpNy5W3bpJeyFGY_IQ_YpqxSjQ3Yd-CLA",
+];
 
 /// A request as the receiver got it: its method, its absolute target URI, and its header
 /// fields (names in any case; a name given twice is one field, its values joined by `, `).
@@ -62,6 +77,8 @@ pub struct Signed {
     pub created: i64,
     pub expires: i64,
     pub nonce: Option<String>,
+    /// The algorithm the signer named (`ed25519` or `rsa-pss-sha512`), if it named one.
+    pub alg: Option<String>,
     /// The signature bases it may have been made over: one, or two when a
     /// `"signature-agent";key=…` component may be the dictionary member (draft -01) or the
     /// whole field (as `web-bot-auth` 0.1.3 signs it).
@@ -70,18 +87,108 @@ pub struct Signed {
 }
 
 impl Signed {
-    /// Whether the signature checks with this Ed25519 key (`alg` absent or `ed25519`).
-    pub fn verifies_with(&self, key: &VerifyingKey) -> bool {
-        let Ok(sig) = Signature::from_slice(&self.signature) else {
-            return false;
-        };
-        self.bases.iter().any(|b| key.verify_strict(b, &sig).is_ok())
+    /// Whether the signature checks with this key, under the algorithm the signer named (or
+    /// the key's, when it named none).
+    pub fn verifies_with(&self, key: &SignatureKey) -> bool {
+        match (key, self.alg.as_deref()) {
+            (SignatureKey::Ed25519(key), None | Some("ed25519")) => {
+                let Ok(sig) = Signature::from_slice(&self.signature) else {
+                    return false;
+                };
+                self.bases.iter().any(|b| key.verify_strict(b, &sig).is_ok())
+            }
+            (SignatureKey::RsaPss { n, e }, None | Some("rsa-pss-sha512")) => {
+                let key = RsaPublicKeyComponents { n, e };
+                self.bases
+                    .iter()
+                    .any(|b| key.verify(&RSA_PSS_2048_8192_SHA512, b, &self.signature).is_ok())
+            }
+            _ => false,
+        }
+    }
+
+    /// Refuses a signature naming one of RFC 9421's published test keys, out of its time at
+    /// `now` (Unix seconds, `max_skew` either way for `created`), or valid for more than a day.
+    pub fn check(&self, now: i64, max_skew: i64) -> Result<(), Refusal> {
+        if PUBLISHED_TEST_KEYS.contains(&self.keyid.as_str()) {
+            return invalid(
+                "signed with one of RFC 9421's published test keys, whose private half everyone has",
+            );
+        }
+        let (created, expires) = (self.created, self.expires);
+        if expires <= created || expires - created > MAX_VALIDITY_SECS {
+            return invalid("expires must come after created, at most 24 h later");
+        }
+        if created > now + max_skew {
+            return invalid("created is in the future");
+        }
+        if expires <= now {
+            return invalid("the signature expired");
+        }
+        Ok(())
     }
 }
 
+/// A key a signature may be checked with: an agent's Ed25519 key, or a third party's RSA key
+/// (RSASSA-PSS with SHA-512, RFC 9421 §3.3.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignatureKey {
+    Ed25519(VerifyingKey),
+    RsaPss { n: Vec<u8>, e: Vec<u8> },
+}
+
+impl SignatureKey {
+    /// A directory's key (a JWK) and its RFC 7638 thumbprint; `None` for a key of another
+    /// type, a malformed one, an RSA modulus under 2048 or over 8192 bits, or one of RFC
+    /// 9421's published test keys.
+    pub fn from_jwk(jwk: &Value) -> Option<(String, SignatureKey)> {
+        let (kid, key) = match jwk.get("kty")?.as_str()? {
+            "OKP" => match PublicJwk::parse(jwk).ok()? {
+                PublicJwk::Ed25519 { key, x } => (
+                    PublicJwk::Ed25519 { key, x }.thumbprint(),
+                    SignatureKey::Ed25519(key),
+                ),
+                PublicJwk::P256 { .. } => return None,
+            },
+            "RSA" => {
+                let text = |name: &str| jwk.get(name).and_then(Value::as_str);
+                let (n64, e64) = (text("n")?, text("e")?);
+                let n = URL_SAFE_NO_PAD.decode(n64).ok()?;
+                let e = URL_SAFE_NO_PAD.decode(e64).ok()?;
+                let minimal = |b: &[u8]| b.first().is_some_and(|&f| f != 0);
+                if !(256..=1024).contains(&n.len())
+                    || !(1..=8).contains(&e.len())
+                    || !minimal(&n)
+                    || !minimal(&e)
+                {
+                    return None;
+                }
+                (rsa_thumbprint(e64, n64), SignatureKey::RsaPss { n, e })
+            }
+            _ => return None,
+        };
+        (!PUBLISHED_TEST_KEYS.contains(&kid.as_str())).then_some((kid, key))
+    }
+}
+
+/// RFC 7638's thumbprint of an RSA key.
+fn rsa_thumbprint(e: &str, n: &str) -> String {
+    let canonical = format!(r#"{{"e":"{e}","kty":"RSA","n":"{n}"}}"#);
+    URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.as_bytes()))
+}
+
 /// Reads the request's signature tagged `tag`, and checks its form and times against `now`
-/// (Unix seconds, `max_skew` either way for `created`).
+/// (Unix seconds, `max_skew` either way for `created`). A signature naming one of RFC 9421's
+/// published test keys is refused.
 pub fn read(req: &Request<'_>, tag: &str, now: i64, max_skew: i64) -> Result<Signed, Refusal> {
+    let signed = parse(req, tag)?;
+    signed.check(now, max_skew)?;
+    Ok(signed)
+}
+
+/// Reads the request's signature tagged `tag` and its form; [`Signed::check`] then judges its
+/// key and times.
+pub fn parse(req: &Request<'_>, tag: &str) -> Result<Signed, Refusal> {
     let (Some(input), Some(signatures)) = (req.field("signature-input"), req.field("signature")) else {
         return Err(Refusal::Unsigned(
             "no Signature-Input and Signature fields".into(),
@@ -123,20 +230,15 @@ pub fn read(req: &Request<'_>, tag: &str, now: i64, max_skew: i64) -> Result<Sig
     let Some(keyid) = text_param(covered, "keyid") else {
         return invalid("keyid is required");
     };
-    if let Some(alg) = covered.params.get("alg") {
-        if alg.as_string().map(|s| s.as_str()) != Some("ed25519") {
-            return invalid("alg must be ed25519");
-        }
-    }
-    if expires <= created || expires - created > MAX_VALIDITY_SECS {
-        return invalid("expires must come after created, at most 24 h later");
-    }
-    if created > now + max_skew {
-        return invalid("created is in the future");
-    }
-    if expires <= now {
-        return invalid("the signature expired");
-    }
+    let alg = match covered
+        .params
+        .get("alg")
+        .map(|a| a.as_string().map(|s| s.as_str()))
+    {
+        None => None,
+        Some(Some(a @ ("ed25519" | "rsa-pss-sha512"))) => Some(a.to_owned()),
+        Some(_) => return invalid("alg must be ed25519 or rsa-pss-sha512"),
+    };
     let nonce = match covered.params.get("nonce") {
         None => None,
         Some(n) => match n.as_string() {
@@ -153,6 +255,7 @@ pub fn read(req: &Request<'_>, tag: &str, now: i64, max_skew: i64) -> Result<Sig
         created,
         expires,
         nonce,
+        alg,
         bases,
         signature,
     })
@@ -351,7 +454,6 @@ fn normalized_authority(scheme: &str, authority: &str) -> String {
 mod tests {
     use super::*;
     use base64::engine::general_purpose::STANDARD;
-    use base64::Engine as _;
     use ed25519_dalek::{Signer, SigningKey};
 
     fn headers(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -363,6 +465,10 @@ mod tests {
 
     fn sign(key: &SigningKey, base: &str) -> String {
         STANDARD.encode(key.sign(base.as_bytes()).to_bytes())
+    }
+
+    fn ed(key: &SigningKey) -> SignatureKey {
+        SignatureKey::Ed25519(key.verifying_key())
     }
 
     #[test]
@@ -389,8 +495,8 @@ mod tests {
         let s = read(&req, WEB_BOT_AUTH, now, 60).unwrap();
         assert_eq!(s.signature_agent.as_deref(), Some("https://id.example/d"));
         assert_eq!((s.keyid.as_str(), s.nonce.as_deref()), ("k", Some("n1")));
-        assert!(s.verifies_with(&key.verifying_key()));
-        assert!(!s.verifies_with(&SigningKey::from_bytes(&[4; 32]).verifying_key()));
+        assert!(s.verifies_with(&ed(&key)));
+        assert!(!s.verifies_with(&ed(&SigningKey::from_bytes(&[4; 32]))));
         // Another authority, or a changed agent: the base differs.
         let moved = Request {
             url: "https://other.example/x",
@@ -398,7 +504,7 @@ mod tests {
         };
         assert!(!read(&moved, WEB_BOT_AUTH, now, 60)
             .unwrap()
-            .verifies_with(&key.verifying_key()));
+            .verifies_with(&ed(&key)));
         // Out of time, another tag, nothing signed.
         assert!(matches!(
             read(&req, WEB_BOT_AUTH, now + 61, 60),
@@ -456,7 +562,7 @@ mod tests {
             };
             let s = read(&req, WEB_BOT_AUTH, now, 60).unwrap();
             assert_eq!(s.signature_agent.as_deref(), Some("https://id.example/d"));
-            assert!(s.verifies_with(&key.verifying_key()), "{member}");
+            assert!(s.verifies_with(&ed(&key)), "{member}");
         }
     }
 
@@ -508,5 +614,113 @@ mod tests {
         assert_eq!(normalized_authority("https", "API.Example:443"), "api.example");
         assert_eq!(normalized_authority("http", "a.example:80"), "a.example");
         assert_eq!(normalized_authority("https", "a.example:8443"), "a.example:8443");
+    }
+
+    /// RFC 9421's RSA-PSS test key's modulus (Appendix B.1.2).
+    const RSA_TEST_N: &str = "r4tmm3r20Wd_PbqvP1s2-QEtvpuRaV8Yq40gjUR8y2Rjxa6dpG2GXHbPfvMs8ct-Lh1GH45x28Rw3Ry53mm-oAXjyQ86OnDkZ5N8lYbggD4O3w6M6pAvLkhk95AndTrifbIFPNU8PPMO7OyrFAHqgDsznjPFmTOtCEcN2Z1FpWgchwuYLPL-Wokqltd11nqqzi-bJ9cvSKADYdUAAN5WUtzdpiy6LbTgSxP7ociU4Tn0g5I6aDZJ7A8Lzo0KSyZYoA485mqcO0GVAdVw9lq4aOT9v6d-nb4bnNkQVklLQ3fVAvJm-xdDOp9LCNCN48V2pnDOkFV6-U9nV5oyc6XI2w";
+
+    /// The Web Bot Auth draft's appendix vectors: a GET of `https://example.com/path/to/resource`
+    /// signed with RFC 9421's test keys (Signature-Input, Signature, Signature-Agent, key).
+    const DRAFT_VECTORS: [(&str, &str, Option<&str>, &str); 4] = [
+        (
+            "sig1=(\"@authority\");created=1735689600;keyid=\"oD0HwocPBSfpNy5W3bpJeyFGY_IQ_YpqxSjQ3Yd-CLA\";alg=\"rsa-pss-sha512\";expires=4889289600;nonce=\"JojDFWJ90jf+gZhdKeTyJYsu1XvNPZSFAGhvYq5SuV3gneOEUAhq+xl792WGuD1W+Dr6NRmx+m+t06NsYnL4iA==\";tag=\"web-bot-auth\"",
+            "sig1=:hWPaj85MWQiRkzU4jnIKvdPQiDfMCPIoxOP8nZveNc3aFQ7r/UmXWCwGNImw588iRvTFey5TR3fVEgnXpcttlyK+u5pN831z9Wlr+IMNfub4uEM3SuO+SKFygJZyLG0pf7OAiRcU4C0gyx1BS/+z9ydQTRzDLr88wCkBBRqwGRrSi8HTwxkqg1jugobh93hcnU6gV8MK1n+VnhRprIgl2RQSO6q5cfbB4OS8C4t/8ndW0lYmP2SWzKZJXnpX5Wrj17PuLqnVW6MO8pJnLAMXNvxUdx32KHeq/cHFrzZazZsua3UOoP+k+niHwoQ8bBWj1Vi4mM1mYJK+fk366cCLsQ==:",
+            None,
+            "rsa",
+        ),
+        (
+            "sig2=(\"@authority\" \"signature-agent\";key=\"agent2\");created=1735689600;keyid=\"oD0HwocPBSfpNy5W3bpJeyFGY_IQ_YpqxSjQ3Yd-CLA\";alg=\"rsa-pss-sha512\";expires=4889289600;nonce=\"wcfPQPh7SzkvrIVvhD00vNk9PkxJNY2NVbYl2PVBB4zmUoluSwE7W6bPtF60QA3k8g06FU7PPCD+J58YofY1zg==\";tag=\"web-bot-auth\"",
+            "sig2=:gHzpLNeHaHIO19NaJH9YMW5dcVSi2s0wOMBr6p18vcofS106sfC4KBIS0/szPlBBd1vIcyQ88B6CTEWIhRAiVrb9zfX0mx1aG12CSGWcYkSirHeyTxhbuJvXd27ed6skWoy4PjXItq38936ivUQjfdIwXh1aX6HxkAC3vRnEdSNfntkLWeEuIQ5BLIOBGE39fSwg27Qjq6OVWYas/9/aFUr3HA34MXWYdp+//cvlEKDp3kRoLOw9ro0AOr6srHrTeEtxon2afcws1aZVSlPdd2fZSEIGmw9HAHLDCEkFTERu1gH2k/zIEqgy7CAYXI9E5slog0cLg/Vc6+f8gih33g==:",
+            Some("agent2=\"https://signature-agent.test\""),
+            "rsa",
+        ),
+        (
+            "sig1=(\"@authority\");created=1735689600;keyid=\"poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U\";alg=\"ed25519\";expires=4889289600;nonce=\"zIW8+cdmA3vdYagbxojpONwa/l0EKJ/O3/wD486VvsQjO/RxPaSt6ZxvQaMcQzNnqKN/mQ6hpGiFro2L2qkz5A==\";tag=\"web-bot-auth\"",
+            "sig1=:QKN4fTdIYfh82fvoZCQiQA1weuozfCS/Led2zTMbewMMqH8PI2Wsy/5c4ao6B6D09nraNQdBNOADg8aM1MqfCg==:",
+            None,
+            "ed",
+        ),
+        (
+            "sig2=(\"@authority\" \"signature-agent\";key=\"agent2\");created=1735689600;keyid=\"poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U\";alg=\"ed25519\";expires=4889289600;nonce=\"n9p433xm+NJ3ph3upfBIGmsuwHw387YV7Q/F+6BSpGCVjYCqQw6rznNA8PVVLySrAWsv0hQtFioQb6E1YsauiA==\";tag=\"web-bot-auth\"",
+            "sig2=:RdNFx5Bj6au3YgAMQL/RzmUlZE8QZLIaXGRpw985hWnwPfMxT228NMk6ehRS1PSl4e8PhbNZACSanGdhEwYCCg==:",
+            Some("agent2=\"https://signature-agent.test\""),
+            "ed",
+        ),
+    ];
+
+    /// The signature bases built here are the draft's: each of its vectors checks with its
+    /// key (and not with the other); `read` refuses each for that key.
+    #[test]
+    fn the_drafts_vectors_check_and_are_refused_for_their_test_key() {
+        let rsa = SignatureKey::RsaPss {
+            n: URL_SAFE_NO_PAD.decode(RSA_TEST_N).unwrap(),
+            e: vec![1, 0, 1],
+        };
+        let x = URL_SAFE_NO_PAD
+            .decode(crate::token::dpop::RFC_9421_TEST_KEY_X)
+            .unwrap();
+        let ed25519 = SignatureKey::Ed25519(VerifyingKey::from_bytes(&x.try_into().unwrap()).unwrap());
+        assert_eq!(rsa_thumbprint("AQAB", RSA_TEST_N), PUBLISHED_TEST_KEYS[1]);
+        for (input, signature, agent, which) in DRAFT_VECTORS {
+            let mut h = headers(&[("Signature-Input", input), ("Signature", signature)]);
+            h.extend(agent.map(|a| ("Signature-Agent".to_owned(), a.to_owned())));
+            let req = Request {
+                method: "GET",
+                url: "https://example.com/path/to/resource",
+                headers: &h,
+            };
+            let signed = parse(&req, WEB_BOT_AUTH).unwrap();
+            let (key, other) = if which == "rsa" {
+                (&rsa, &ed25519)
+            } else {
+                (&ed25519, &rsa)
+            };
+            assert!(signed.verifies_with(key), "{input}");
+            assert!(!signed.verifies_with(other), "{input}");
+            assert!(PUBLISHED_TEST_KEYS.contains(&signed.keyid.as_str()));
+            match read(&req, WEB_BOT_AUTH, signed.created, 60) {
+                Err(Refusal::Invalid(why)) => assert!(why.contains("test keys"), "{why}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        // Neither test key counts in a directory.
+        let jwk = serde_json::json!({"kty": "RSA", "e": "AQAB", "n": RSA_TEST_N});
+        assert_eq!(SignatureKey::from_jwk(&jwk), None);
+        let jwk =
+            serde_json::json!({"kty": "OKP", "crv": "Ed25519", "x": crate::token::dpop::RFC_9421_TEST_KEY_X});
+        assert_eq!(SignatureKey::from_jwk(&jwk), None);
+    }
+
+    /// A directory's keys: Ed25519 and RSA (2048 to 8192 bits) by thumbprint; others passed over.
+    #[test]
+    fn directory_keys_are_ed25519_or_rsa_of_a_sound_size() {
+        let key = SigningKey::from_bytes(&[7; 32]);
+        let x = URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes());
+        let (kid, k) =
+            SignatureKey::from_jwk(&serde_json::json!({"kty": "OKP", "crv": "Ed25519", "x": x})).unwrap();
+        assert_eq!(k, ed(&key));
+        assert_eq!(kid.len(), 43);
+        let n = |bytes: usize| URL_SAFE_NO_PAD.encode(vec![0xc5; bytes]);
+        for (jwk, kept) in [
+            (serde_json::json!({"kty": "RSA", "e": "AQAB", "n": n(256)}), true),
+            (serde_json::json!({"kty": "RSA", "e": "AQAB", "n": n(1024)}), true),
+            (serde_json::json!({"kty": "RSA", "e": "AQAB", "n": n(255)}), false),
+            (
+                serde_json::json!({"kty": "RSA", "e": "AQAB", "n": n(1025)}),
+                false,
+            ),
+            (
+                serde_json::json!({"kty": "RSA", "e": "AAEAAQ", "n": n(256)}),
+                false,
+            ),
+            (serde_json::json!({"kty": "RSA", "e": "AQAB"}), false),
+            (serde_json::json!({"kty": "oct", "k": "c2VjcmV0"}), false),
+            (
+                serde_json::json!({"kty": "EC", "crv": "P-256", "x": x, "y": x}),
+                false,
+            ),
+        ] {
+            assert_eq!(SignatureKey::from_jwk(&jwk).is_some(), kept, "{jwk}");
+        }
     }
 }

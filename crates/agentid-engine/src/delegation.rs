@@ -31,7 +31,7 @@ use agentid_core::token::{Actor, Claims, SubjectId};
 use agentid_store::{AgentRecord, Standing};
 
 use crate::oauth::{OAuth, OAuthError, TokenRequest};
-use crate::outbound::{Fetched, Outbound};
+use crate::outbound::{FetchLocks, Fetched, Outbound};
 
 /// `grant_type` of token exchange (RFC 8693 §2.1).
 pub const TOKEN_EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
@@ -112,12 +112,13 @@ pub(crate) fn chain_ids(act: &Actor) -> Option<Vec<AgentId>> {
 /// (https, globally reachable addresses unless the development flag allows local ones, no
 /// redirect, 5 s, 64 KiB), kept 5 minutes and then asked again with the `ETag` it came
 /// with; fetched again at once when a token names a key the set lacks (at most every 30 s).
-/// One fetch a URL at a time: callers that find it missing wait for the one fetching.
+/// One fetch a URL at a time ([`FetchLocks`]): callers that find it missing wait for the one
+/// fetching it.
 pub(crate) struct ProviderKeys {
     outbound: Arc<Outbound>,
     allow_local: bool,
     sets: quick_cache::sync::Cache<String, Arc<KeySet>>,
-    fetching: tokio::sync::Mutex<()>,
+    fetching: FetchLocks,
 }
 
 struct KeySet {
@@ -139,7 +140,7 @@ impl ProviderKeys {
             outbound,
             allow_local,
             sets: quick_cache::sync::Cache::new(1000),
-            fetching: tokio::sync::Mutex::new(()),
+            fetching: FetchLocks::new(1000),
         }
     }
 
@@ -162,7 +163,7 @@ impl ProviderKeys {
         if let Some(s) = self.sets.get(url).filter(|s| wanted(s)) {
             return Ok(s.jwks.clone());
         }
-        let _one = self.fetching.lock().await;
+        let _one = self.fetching.lock(url).await;
         let held = self.sets.get(url);
         if let Some(s) = held.as_ref().filter(|s| wanted(s)) {
             return Ok(s.jwks.clone());

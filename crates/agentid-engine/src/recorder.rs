@@ -51,6 +51,10 @@ fn describe() {
     );
     describe_counter!("agentid_verify_results_total", "Online verifications by result");
     describe_counter!(
+        "agentid_signed_request_results_total",
+        "Signed requests checked (Web Bot Auth), by result"
+    );
+    describe_counter!(
         "agentid_token_cache_requests_total",
         "Verified-token cache lookups by outcome (hit, miss)"
     );
@@ -171,6 +175,9 @@ fn describe() {
 fn register_zeroes() {
     for result in ["valid", "invalid", "expired", "revoked", "unrecorded"] {
         metrics::counter!("agentid_verify_results_total", "result" => result).increment(0);
+    }
+    for result in ["verified", "invalid", "unverified"] {
+        metrics::counter!("agentid_signed_request_results_total", "result" => result).increment(0);
     }
     for outcome in ["hit", "miss"] {
         metrics::counter!("agentid_token_cache_requests_total", "outcome" => outcome).increment(0);

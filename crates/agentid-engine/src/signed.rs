@@ -11,17 +11,17 @@
 //! here (its issuer serves this directory there). A signature agent elsewhere is fetched only
 //! when the receiver trusts it (its policy's `trusted`), under the outbound rule, kept as its
 //! `Cache-Control` says (1 minute to 1 day, else 5 minutes), asked again with its `ETag`, a
-//! failure remembered 5 minutes; else the request is `unverified`.
+//! failure remembered 5 minutes, one fetch of a URL at a time; its Ed25519 and RSA keys
+//! (RSA-PSS with SHA-512) count. Else the request is `unverified`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ed25519_dalek::VerifyingKey;
 use serde_json::{json, Value};
 
 use agentid_core::domain::audit::{AuditEntry, Event};
 use agentid_core::domain::{IssuerDomain, KeyMode, Ledger, Millis, VerifyResult};
-use agentid_core::httpsig::{self, Refusal, Request, Signed};
+use agentid_core::httpsig::{self, Refusal, Request, SignatureKey, Signed};
 use agentid_core::token::dpop::PublicJwk;
 use agentid_store::{AgentRecord, SharedStore, StoreError};
 
@@ -31,7 +31,7 @@ use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
 use crate::dpop::Replays;
-use crate::outbound::{Fetched, Outbound};
+use crate::outbound::{FetchLocks, Fetched, Outbound};
 use crate::registry::Registry;
 
 /// Where an issuer serves its directory from its own origin (draft-meunier-http-message-
@@ -164,27 +164,30 @@ impl SignedRequests {
             .collect())
     }
 
-    /// The directory's agents with their canonical Ed25519 key and its thumbprint; an agent
-    /// whose stored key does not match its stored thumbprint is left out (an integrity alarm).
+    /// The directory's agents with their canonical Ed25519 key and its thumbprint.
     async fn keyed(&self, domain: &IssuerDomain) -> Result<Vec<(AgentRecord, String, String)>, StoreError> {
         let agents = self
             .store
             .keyed_agents(domain.as_str(), MAX_DIRECTORY_KEYS)
             .await?;
-        Ok(agents
-            .into_iter()
-            .filter(|a| a.mode == KeyMode::Live && self.registry.revocation(a.id.as_str()).is_none())
-            .filter_map(|a| {
-                let key = PublicJwk::from_canonical(a.jwk.as_deref()?).ok()?;
-                let kid = key.thumbprint();
-                if Some(&kid) != a.jkt.as_ref() {
-                    tracing::error!(agent = %a.id, "integrity alarm: an agent's stored key does not match its thumbprint");
-                    metrics::counter!("agentid_integrity_failures_total", "what" => "agent_key").increment(1);
-                    return None;
-                }
-                matches!(key, PublicJwk::Ed25519 { .. }).then(|| (a, key.canonical(), kid))
-            })
-            .collect())
+        Ok(agents.into_iter().filter_map(|a| self.listed(a)).collect())
+    }
+
+    /// An agent as its directory lists it (its canonical Ed25519 key and thumbprint), when it
+    /// is live, not revoked, and its stored key matches its stored thumbprint (else an
+    /// integrity alarm).
+    fn listed(&self, a: AgentRecord) -> Option<(AgentRecord, String, String)> {
+        if a.mode != KeyMode::Live || self.registry.revocation(a.id.as_str()).is_some() {
+            return None;
+        }
+        let key = PublicJwk::from_canonical(a.jwk.as_deref()?).ok()?;
+        let kid = key.thumbprint();
+        if Some(&kid) != a.jkt.as_ref() {
+            tracing::error!(agent = %a.id, "integrity alarm: an agent's stored key does not match its thumbprint");
+            metrics::counter!("agentid_integrity_failures_total", "what" => "agent_key").increment(1);
+            return None;
+        }
+        matches!(key, PublicJwk::Ed25519 { .. }).then(|| (a, key.canonical(), kid))
     }
 
     /// Checks `req`'s signature under `policy`, records the check (in the agent's ledger when
@@ -218,14 +221,18 @@ impl SignedRequests {
                 revocations_seen,
             })
             .await?;
-        if check.result == RequestResult::Verified && record.result != VerifyResult::Valid {
+        let check = if check.result == RequestResult::Verified && record.result != VerifyResult::Valid {
             // Revoked on another instance meanwhile: the store saw it inside the batch.
-            return Ok(RequestCheck {
+            RequestCheck {
                 result: RequestResult::Invalid,
                 reason: Some("the agent is revoked".into()),
                 ..check
-            });
-        }
+            }
+        } else {
+            check
+        };
+        metrics::counter!("agentid_signed_request_results_total", "result" => check.result.as_str())
+            .increment(1);
         Ok(check)
     }
 
@@ -241,12 +248,17 @@ impl SignedRequests {
             signature,
             agent: None,
         };
-        let signed = match httpsig::read(req, &policy.tag, now.as_secs(), self.max_skew_secs) {
+        let signed = match httpsig::parse(req, &policy.tag) {
             Ok(s) => s,
             Err(Refusal::Unsigned(why)) => return Ok(refused(RequestResult::Unverified, why, None)),
             Err(Refusal::Invalid(why)) => return Ok(refused(RequestResult::Invalid, why, None)),
         };
         let facts = Some(facts(&signed));
+        if let Err(Refusal::Invalid(why) | Refusal::Unsigned(why)) =
+            signed.check(now.as_secs(), self.max_skew_secs)
+        {
+            return Ok(refused(RequestResult::Invalid, why, facts));
+        }
         let Some(url) = signed.signature_agent.as_deref() else {
             let why = "the request names no Signature-Agent: where its key is published is unknown".into();
             return Ok(refused(RequestResult::Unverified, why, facts));
@@ -258,12 +270,16 @@ impl SignedRequests {
         let Some(domain) = ours.or(theirs).and_then(|d| IssuerDomain::parse(d).ok()) else {
             return self.third_party(&signed, url, policy, now, facts).await;
         };
-        let keyed = self.keyed(&domain).await?;
-        if ours.is_none() && keyed.is_empty() && !self.store.issuer_has_agents(domain.as_str()).await? {
+        let signer = self
+            .store
+            .keyed_agent(domain.as_str(), &signed.keyid)
+            .await?
+            .and_then(|a| self.listed(a));
+        if ours.is_none() && signer.is_none() && !self.store.issuer_has_agents(domain.as_str()).await? {
             // An issuer's own origin that serves no agentid agent: not ours to judge.
             return self.third_party(&signed, url, policy, now, facts).await;
         }
-        let Some((agent, jwk, _)) = keyed.into_iter().find(|(_, _, kid)| *kid == signed.keyid) else {
+        let Some((agent, jwk, _)) = signer else {
             let why = format!(
                 "no live agent of {domain} has the key {} (unknown, revoked or never bound)",
                 signed.keyid
@@ -271,7 +287,7 @@ impl SignedRequests {
             return Ok(refused(RequestResult::Invalid, why, facts));
         };
         let key = match PublicJwk::from_canonical(&jwk) {
-            Ok(PublicJwk::Ed25519 { key, .. }) => key,
+            Ok(PublicJwk::Ed25519 { key, .. }) => SignatureKey::Ed25519(key),
             _ => {
                 return Ok(refused(
                     RequestResult::Invalid,
@@ -388,12 +404,12 @@ struct ThirdParties {
     outbound: Arc<Outbound>,
     allow_local: bool,
     held: quick_cache::sync::Cache<String, Arc<Held>>,
-    fetching: tokio::sync::Mutex<()>,
+    fetching: FetchLocks,
 }
 
-/// A directory as last fetched: its Ed25519 keys by thumbprint, or why it could not be had.
+/// A directory as last fetched: its Ed25519 and RSA keys by thumbprint, or why it could not be had.
 struct Held {
-    keys: Result<Arc<Vec<(String, VerifyingKey)>>, String>,
+    keys: Result<Arc<Vec<(String, SignatureKey)>>, String>,
     etag: Option<String>,
     until: Instant,
 }
@@ -412,17 +428,16 @@ impl ThirdParties {
             outbound,
             allow_local,
             held: quick_cache::sync::Cache::new(1000),
-            fetching: tokio::sync::Mutex::new(()),
+            fetching: FetchLocks::new(1000),
         }
     }
 
-    async fn keys(&self, url: &str) -> Result<Arc<Vec<(String, VerifyingKey)>>, String> {
+    async fn keys(&self, url: &str) -> Result<Arc<Vec<(String, SignatureKey)>>, String> {
         let current = |h: &Held| Instant::now() < h.until;
         if let Some(h) = self.held.get(url).filter(|h| current(h)) {
             return h.keys.clone();
         }
-        // One fetch at a time: callers that find it stale wait for the one fetching.
-        let _one = self.fetching.lock().await;
+        let _one = self.fetching.lock(url).await;
         let held = self.held.get(url);
         if let Some(h) = held.as_ref().filter(|h| current(h)) {
             return h.keys.clone();
@@ -449,7 +464,7 @@ impl ThirdParties {
         &self,
         url: &str,
         held: Option<&Held>,
-    ) -> Result<(Arc<Vec<(String, VerifyingKey)>>, Option<String>, Duration), String> {
+    ) -> Result<(Arc<Vec<(String, SignatureKey)>>, Option<String>, Duration), String> {
         if url.len() > MAX_AGENT_URL {
             return Err("its URL is too long".into());
         }
@@ -480,9 +495,9 @@ impl ThirdParties {
     }
 }
 
-/// The Ed25519 keys of a directory (a JWK Set), by their RFC 7638 thumbprint; other keys are
-/// passed over.
-fn directory_keys(body: &[u8]) -> Result<Vec<(String, VerifyingKey)>, String> {
+/// The Ed25519 and RSA keys of a directory (a JWK Set), by their RFC 7638 thumbprint; other
+/// keys, and RFC 9421's published test keys, are passed over.
+fn directory_keys(body: &[u8]) -> Result<Vec<(String, SignatureKey)>, String> {
     let v: Value = serde_json::from_slice(body).map_err(|_| "it is not JSON".to_owned())?;
     let keys = v
         .get("keys")
@@ -491,13 +506,7 @@ fn directory_keys(body: &[u8]) -> Result<Vec<(String, VerifyingKey)>, String> {
     if keys.len() > DIRECTORY_MAX_KEYS {
         return Err(format!("it lists more than {DIRECTORY_MAX_KEYS} keys"));
     }
-    Ok(keys
-        .iter()
-        .filter_map(|k| match PublicJwk::parse(k) {
-            Ok(PublicJwk::Ed25519 { key, x }) => Some((PublicJwk::Ed25519 { key, x }.thumbprint(), key)),
-            _ => None,
-        })
-        .collect())
+    Ok(keys.iter().filter_map(SignatureKey::from_jwk).collect())
 }
 
 fn facts(s: &Signed) -> SignatureFacts {

@@ -41,6 +41,13 @@ pub trait AgentStore {
     /// The live agents of `issuer_domain` that are not revoked and are bound to a key, by id,
     /// at most `limit`: a signature directory's.
     fn keyed_agents<'a>(&'a self, issuer_domain: &'a str, limit: u32) -> StoreFuture<'a, Vec<AgentRecord>>;
+    /// The first (by id) live agent of `issuer_domain` that is not revoked and is bound to the
+    /// key whose RFC 7638 thumbprint is `jkt`: who signed a request naming that `keyid`.
+    fn keyed_agent<'a>(
+        &'a self,
+        issuer_domain: &'a str,
+        jkt: &'a str,
+    ) -> StoreFuture<'a, Option<AgentRecord>>;
     /// Whether any live agent was ever registered under `issuer_domain` (revoked ones count).
     fn issuer_has_agents<'a>(&'a self, issuer_domain: &'a str) -> StoreFuture<'a, bool>;
     /// An organization's agents in one mode, newest first: with an id below `before` when

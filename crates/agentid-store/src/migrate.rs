@@ -126,6 +126,11 @@ pub const SQLITE: Embedded = &[
         "identity provider seals",
         include_str!("../../../migrations/sqlite/0024_identity_provider_seals.sql"),
     ),
+    (
+        25,
+        "agents by issuer and key",
+        include_str!("../../../migrations/sqlite/0025_agents_by_issuer_and_key.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -247,6 +252,11 @@ pub const POSTGRES: Embedded = &[
         24,
         "identity provider seals",
         include_str!("../../../migrations/postgres/0024_identity_provider_seals.sql"),
+    ),
+    (
+        25,
+        "agents by issuer and key",
+        include_str!("../../../migrations/postgres/0025_agents_by_issuer_and_key.sql"),
     ),
 ];
 

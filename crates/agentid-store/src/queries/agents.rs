@@ -145,6 +145,26 @@ impl AgentStore for SqlStore<DB> {
         })
     }
 
+    fn keyed_agent<'a>(
+        &'a self,
+        issuer_domain: &'a str,
+        jkt: &'a str,
+    ) -> StoreFuture<'a, Option<AgentRecord>> {
+        Box::pin(async move {
+            let sql = format!(
+                "SELECT {AGENT_COLUMNS} FROM agents WHERE jkt = $1 AND issuer_domain = $2 AND mode = $3 \
+                 AND revoked_at IS NULL AND jwk IS NOT NULL ORDER BY id LIMIT 1"
+            );
+            let row: Option<AgentRow> = sqlx::query_as(&sql)
+                .bind(jkt)
+                .bind(issuer_domain)
+                .bind(KeyMode::Live.as_str())
+                .fetch_optional(&mut *self.conn().await?)
+                .await?;
+            row.map(AgentRow::into_record).transpose()
+        })
+    }
+
     fn issuer_has_agents<'a>(&'a self, issuer_domain: &'a str) -> StoreFuture<'a, bool> {
         Box::pin(async move {
             let (found,): (bool,) =
