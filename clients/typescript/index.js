@@ -611,8 +611,10 @@ export class Verifier {
    * JWKS; issued by this service (`iss` is `baseUrl`); for this receiver (its `aud` holds
    * `setAudience`, when given); not seen before (its `jti` is not one of the last 10,000
    * taken); of a subject of an accepted issuer (`sub_id.iss` is in `issuers`, when given).
-   * A revocation marks its agent revoked at once; a person's (`sub_id.iss` an identity
-   * provider's https URL) revokes every delegated token for them issued until the event. */
+   * A revocation marks its agent revoked at once, and drops what is held of its issuer's
+   * signature directory (the next signed request fetches it anew, without the agent's key);
+   * a person's (`sub_id.iss` an identity provider's https URL) revokes every delegated token
+   * for them issued until the event. */
   async handleSet(setJwt) {
     const c = await this.decode(sized(setJwt, MAX_SET_BYTES, "SET"), "secevent+jwt", ["iss", "jti", "iat"]);
     if (c.iss !== this.baseUrl) fail("TOKEN_INVALID", `a SET of ${c.iss}, not of ${this.baseUrl}`);
@@ -639,7 +641,12 @@ export class Verifier {
     if (this.seenSets.has(c.jti)) fail("TOKEN_INVALID", `SET ${c.jti} was taken already (a replay)`);
     this.seenSets.add(c.jti);
     if (this.seenSets.size > SEEN_SETS) this.seenSets.delete(this.seenSets.values().next().value);
-    if (revoked !== undefined) this.revoked.add(revoked);
+    if (revoked !== undefined) {
+      this.revoked.add(revoked);
+      // Its key leaves the issuer's directory at once: what is held of it is stale.
+      this.docs.delete(`${this.baseUrl}/v1/directories/${c.sub_id.iss}`);
+      this.docs.delete(`https://${c.sub_id.iss}/.well-known/http-message-signatures-directory`);
+    }
     if (person !== undefined) {
       const [key, when] = person;
       const before = this.revokedSubjects.get(key) ?? when;

@@ -106,6 +106,20 @@ class Server:
     def revoke(self, agent_id):
         return self.call("POST", f"/v1/agents/{agent_id}/revoke")
 
+    def set_stream(self, **stream):
+        """A new poll stream of revocations."""
+        return self.call("POST", "/ssf/streams", {
+            "delivery": {"method": "urn:ietf:rfc:8936"},
+            "events_requested": ["https://schemas.openid.net/secevent/caep/event-type/session-revoked"],
+            **stream})
+
+    def the_set(self, stream):
+        """The one SET a poll of ``stream`` gives."""
+        polled = self.call("POST", f"/ssf/poll/{stream['stream_id']}", {"returnImmediately": True},
+                           key=stream["poll_token"])
+        (set_jwt,) = polled["sets"].values()
+        return set_jwt
+
     def sign(self, claims, typ="JWT"):
         """A JWS of ``claims`` signed with the key of the server's key file (the key that signs
         until a rotation): what only the service could sign."""

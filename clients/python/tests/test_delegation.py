@@ -104,18 +104,9 @@ def test_a_person_revoked_by_a_pushed_event_is_refused_offline(server, idp):
     token = exchange(server, a, secret, idp.sign(aud=a, sub="carol"), API)
     verifier = Verifier(server.base, issuers=["example.com"], audience=API)
     assert verifier.verify(token).subject.sub == "carol"
-    stream = server.call("POST", "/ssf/streams", {
-        "delivery": {"method": "urn:ietf:rfc:8936"},
-        "events_requested": ["https://schemas.openid.net/secevent/caep/event-type/session-revoked"]})
+    stream = server.set_stream()
     server.call("POST", "/v1/subjects/revoke", {"iss": IDP, "sub": "carol"})
-    req = urllib.request.Request(server.base + f"/ssf/poll/{stream['stream_id']}",
-                                 data=json.dumps({"returnImmediately": True}).encode(), method="POST",
-                                 headers={"Authorization": f"Bearer {stream['poll_token']}",
-                                          "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as res:
-        sets = list(json.loads(res.read())["sets"].values())
-    assert len(sets) == 1
-    verifier.handle_set(sets[0])
+    verifier.handle_set(server.the_set(stream))
     with pytest.raises(TokenRevoked):
         verifier.verify(token)
     # Another person, and the agent's own tokens, stand.

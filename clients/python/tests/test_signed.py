@@ -1,11 +1,12 @@
 """Signed requests (Web Bot Auth) checked offline: requests Cloudflare's ``web-bot-auth`` (npm,
-unmodified) signed with an agent's key, against the directory of a real server."""
+unmodified) and Python's ``http-message-signatures`` signed with an agent's key, against the
+directory of a real server."""
 
 import base64
 import json
 import os
 import subprocess
-import tempfile
+import sys
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -14,17 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from agentid_verifier import ProofReplayed, TokenInvalid, Unavailable, Verifier
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-SIGNER = """
-import { signatureHeaders } from "web-bot-auth";
-import { signerFromJWK } from "web-bot-auth/crypto";
-const agent = JSON.stringify(process.env.AGENT);
-const request = new Request(process.env.URL, { headers: { "Signature-Agent": agent } });
-const now = new Date();
-const headers = await signatureHeaders(request, await signerFromJWK(JSON.parse(process.env.KEY)), {
-  created: now, expires: new Date(now.getTime() + 300000),
-});
-console.log(JSON.stringify({ ...headers, "Signature-Agent": agent }));
-"""
+OFFLINE = os.path.join(ROOT, "tests", "offline")
 
 
 def b64(data):
@@ -39,15 +30,16 @@ def agent_key():
     return {"kty": "OKP", "crv": "Ed25519", "x": x, "d": d}
 
 
-def signed(jwk, url, agent):
-    """The headers web-bot-auth makes for a GET of ``url`` signed by ``jwk``, naming ``agent``."""
-    with tempfile.TemporaryDirectory() as d:
-        with open(os.path.join(d, "sign.mjs"), "w") as f:
-            f.write(SIGNER)
-        os.symlink(os.path.join(ROOT, "tests", "offline", "node_modules"), os.path.join(d, "node_modules"))
-        out = subprocess.run(["node", "sign.mjs"], cwd=d, capture_output=True, text=True, check=True,
-                             env=dict(os.environ, KEY=json.dumps(jwk), URL=url, AGENT=agent))
+def signed(jwk, url, agent, signer=("node", "sign.mjs")):
+    """The headers a stock signer of tests/offline makes for a GET of ``url`` signed by
+    ``jwk``, naming ``agent``: Cloudflare's web-bot-auth, or Python's http-message-signatures."""
+    out = subprocess.run(signer, cwd=OFFLINE, capture_output=True, text=True, check=True,
+                         env=dict(os.environ, KEY=json.dumps(jwk), URL=url, AGENT=agent))
     return json.loads(out.stdout)
+
+
+def python_signed(jwk, url, agent):
+    return signed(jwk, url, agent, (sys.executable, "sign.py"))
 
 
 def test_a_signed_request_is_checked_offline_against_the_agents_directory(server):
@@ -61,6 +53,8 @@ def test_a_signed_request_is_checked_offline_against_the_agents_directory(server
     assert got.signature_agent == directory and got.issuer == "example.com" and got.tag == "web-bot-auth"
     assert got.expires > got.created
     assert verifier.counts().fetches[("directory", "fetched")] == 1
+    # Signed by Python's http-message-signatures: verified as well.
+    assert verifier.verify_request("GET", url, python_signed(jwk, url, directory)).issuer == "example.com"
     # Replayed; presented for another host; unsigned; an untrusted directory.
     with pytest.raises(ProofReplayed):
         verifier.verify_request("GET", url, headers)
@@ -78,6 +72,22 @@ def test_a_signed_request_is_checked_offline_against_the_agents_directory(server
     server.revoke(agent_id)
     with pytest.raises(TokenInvalid):
         Verifier(server.base).verify_request("GET", url, signed(jwk, url, directory))
+
+
+def test_a_pushed_revocation_drops_the_issuers_directory_at_once(server):
+    stream = server.set_stream()
+    jwk = agent_key()
+    agent_id, _ = server.register(("read:docs",), jwk={k: jwk[k] for k in ("kty", "crv", "x")})
+    verifier = Verifier(server.base, issuers=["example.com"])
+    directory = f"{server.base}/v1/directories/example.com"
+    url = "https://shop.example/"
+    verifier.verify_request("GET", url, signed(jwk, url, directory))  # the directory is held, fresh
+    server.revoke(agent_id)
+    verifier.handle_set(server.the_set(stream))
+    # Within the directory's minute, and refused: fetched anew, without the agent's key.
+    with pytest.raises(TokenInvalid):
+        verifier.verify_request("GET", url, signed(jwk, url, directory))
+    assert verifier.counts().fetches[("directory", "fetched")] == 2
 
 
 def test_an_unreachable_directory_fails_closed(server):

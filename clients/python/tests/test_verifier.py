@@ -14,8 +14,6 @@ from agentid_verifier import (MAX_SET_BYTES, InsufficientScope, TokenExpired, To
                               TokenRevoked, Unavailable, VerificationError, Verifier)
 from conftest import Proxy, Server
 
-SESSION_REVOKED = "https://schemas.openid.net/secevent/caep/event-type/session-revoked"
-
 
 def b64(data):
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
@@ -93,17 +91,12 @@ def test_a_revocation_is_seen_through_the_status_list_within_its_ttl(server):
 
 
 def test_a_pushed_set_revokes_at_once(server):
-    stream = server.call("POST", "/ssf/streams", {
-        "delivery": {"method": "urn:ietf:rfc:8936"},
-        "events_requested": ["https://schemas.openid.net/secevent/caep/event-type/session-revoked"]})
+    stream = server.set_stream()
     agent_id, token = server.register()
     verifier = Verifier(server.base)
     verifier.verify(token)  # the status list is now held, fresh, with the agent valid
     server.revoke(agent_id)
-    polled = server.call("POST", f"/ssf/poll/{stream['stream_id']}", {"returnImmediately": True},
-                         key=stream["poll_token"])
-    (set_jwt,) = polled["sets"].values()
-    verifier.handle_set(set_jwt)
+    verifier.handle_set(server.the_set(stream))
     with pytest.raises(TokenRevoked):
         verifier.verify(token)
     with pytest.raises(TokenInvalid):
@@ -322,14 +315,10 @@ def test_a_refused_api_key_is_misconfigured(server):
 
 def polled_set(server, **stream):
     """The SET of a revocation, polled from a new stream: (the SET, the stream, the agent's token)."""
-    created = server.call("POST", "/ssf/streams", {
-        "delivery": {"method": "urn:ietf:rfc:8936"}, "events_requested": [SESSION_REVOKED], **stream})
+    created = server.set_stream(**stream)
     agent_id, token = server.register()
     server.revoke(agent_id)
-    polled = server.call("POST", f"/ssf/poll/{created['stream_id']}", {"returnImmediately": True},
-                         key=created["poll_token"])
-    (set_jwt,) = polled["sets"].values()
-    return set_jwt, created, token
+    return server.the_set(created), created, token
 
 
 def test_a_set_for_another_audience_is_refused(proxied):

@@ -1,5 +1,6 @@
 //! Security Event Tokens pushed to (or polled by) the receiver: a revocation marks its
-//! agent revoked at once; a person's revokes their delegated tokens issued until then.
+//! agent revoked at once and drops its issuer's signature directory; a person's revokes their
+//! delegated tokens issued until then.
 
 use serde_json::Value;
 
@@ -11,9 +12,11 @@ impl Verifier {
     /// JWKS; issued by this service (`iss` is the base URL); for this receiver (its `aud`
     /// holds [`Builder::set_audience`](crate::Builder::set_audience), when set); not seen before (its `jti` is not one of the
     /// last [`SEEN_SETS`] taken); of a subject of an accepted issuer (`sub_id.iss` is one of
-    /// [`Builder::issuers`](crate::Builder::issuers), when set). A revocation marks its agent revoked at once; a
-    /// person's (`sub_id.iss` an identity provider's https URL) revokes every delegated token
-    /// for them issued until the event. Every refusal is `TOKEN_INVALID`.
+    /// [`Builder::issuers`](crate::Builder::issuers), when set). A revocation marks its agent revoked at once, and
+    /// drops what is held of its issuer's signature directory (the next signed request fetches
+    /// it anew, without the agent's key); a person's (`sub_id.iss` an identity provider's https
+    /// URL) revokes every delegated token for them issued until the event. Every refusal is
+    /// `TOKEN_INVALID`.
     pub async fn handle_set(&self, set_jwt: &str) -> Result<(), Error> {
         let c = self
             .decode(sized(set_jwt, MAX_SET_BYTES, "SET")?, "secevent+jwt")
@@ -57,7 +60,7 @@ impl Verifier {
                     "a revocation of an agent of {iss}, not an accepted issuer"
                 )));
             } else {
-                Some(sub)
+                Some((iss, sub))
             }
         } else {
             None
@@ -72,8 +75,14 @@ impl Verifier {
                 s.seen_sets.remove(&oldest);
             }
         }
-        if let Some(sub) = revoked {
+        if let Some((iss, sub)) = revoked {
             s.revoked.insert(sub.to_owned());
+            // Its key leaves the issuer's directory at once: what is held of it is stale.
+            s.directories
+                .remove(&format!("{}/v1/directories/{iss}", self.inner.base));
+            s.directories.remove(&format!(
+                "https://{iss}/.well-known/http-message-signatures-directory"
+            ));
         }
         drop(s);
         if let Some((iss, sub, at)) = person {

@@ -202,24 +202,35 @@ impl Server {
 
     /// The SET of a revocation, polled from a new poll stream (created with `stream`'s extra
     /// fields): the SET and the stream.
-    fn polled_set(&self, stream: Value) -> (String, Value) {
+    /// A new poll stream of revocations (`stream`'s members added to its request).
+    fn set_stream(&self, stream: Value) -> Value {
         let mut body =
             json!({"delivery": {"method": "urn:ietf:rfc:8936"}, "events_requested": [SESSION_REVOKED]});
         body.as_object_mut()
             .unwrap()
             .extend(stream.as_object().unwrap().clone());
-        let created = self.call("POST", "/ssf/streams", Some(body), None);
-        let (id, _) = self.register(json!({}));
-        self.revoke(&id);
+        self.call("POST", "/ssf/streams", Some(body), None)
+    }
+
+    /// The one SET a poll of `stream` gives.
+    fn the_set(&self, stream: &Value) -> String {
         let polled = self.call(
             "POST",
-            &format!("/ssf/poll/{}", created["stream_id"].as_str().unwrap()),
+            &format!("/ssf/poll/{}", stream["stream_id"].as_str().unwrap()),
             Some(json!({"returnImmediately": true})),
-            created["poll_token"].as_str(),
+            stream["poll_token"].as_str(),
         );
         let sets: Vec<&Value> = polled["sets"].as_object().unwrap().values().collect();
-        assert_eq!(sets.len(), 1);
-        (sets[0].as_str().unwrap().to_owned(), created)
+        assert_eq!(sets.len(), 1, "{polled}");
+        sets[0].as_str().unwrap().to_owned()
+    }
+
+    /// The SET of a revocation, polled from a new stream: the SET and the stream.
+    fn polled_set(&self, stream: Value) -> (String, Value) {
+        let created = self.set_stream(stream);
+        let (id, _) = self.register(json!({}));
+        self.revoke(&id);
+        (self.the_set(&created), created)
     }
 }
 

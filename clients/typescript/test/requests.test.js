@@ -2,7 +2,9 @@
 // with an agent's key, against the directory of a real server the test starts.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { generateKeyPairSync } from "node:crypto";
+import { fileURLToPath } from "node:url";
 import { signatureHeaders } from "web-bot-auth";
 import { signerFromJWK } from "web-bot-auth/crypto";
 import { Verifier, VerificationError } from "../index.js";
@@ -68,6 +70,40 @@ test("a signed request is checked offline against the agent's directory", async 
   await s.revoke(id);
   const fresher = new Verifier({ baseUrl: s.base, issuers: ["example.com"] });
   assert.equal(await code(fresher.verifyRequest(await signed(jwk, url, directory))), "TOKEN_INVALID");
+});
+
+test("a pushed revocation drops the issuer's directory at once", async () => {
+  const stream = await s.call("POST", "/ssf/streams", {
+    delivery: { method: "urn:ietf:rfc:8936" },
+    events_requested: ["https://schemas.openid.net/secevent/caep/event-type/session-revoked"],
+  });
+  const [id, jwk] = await signingAgent();
+  const fetched = [];
+  const verifier = new Verifier({ baseUrl: s.base, issuers: ["example.com"], onFetch: (d, r) => fetched.push([d, r]) });
+  const directory = `${s.base}/v1/directories/example.com`;
+  const url = "https://shop.example/";
+  await verifier.verifyRequest(await signed(jwk, url, directory)); // the directory is held, fresh
+  await s.revoke(id);
+  const polled = await s.call("POST", `/ssf/poll/${stream.stream_id}`, { returnImmediately: true }, stream.poll_token);
+  const [set] = Object.values(polled.sets);
+  await verifier.handleSet(set);
+  // Within the directory's minute, and refused: fetched anew, without the agent's key.
+  assert.equal(await code(verifier.verifyRequest(await signed(jwk, url, directory))), "TOKEN_INVALID");
+  assert.equal(fetched.filter(([d, r]) => d === "directory" && r === "fetched").length, 2);
+});
+
+test("a request Python's http-message-signatures signed is checked as well", async () => {
+  const [, jwk] = await signingAgent();
+  const verifier = new Verifier({ baseUrl: s.base, issuers: ["example.com"] });
+  const directory = `${s.base}/v1/directories/example.com`;
+  const url = "https://shop.example/products/1";
+  const offline = fileURLToPath(new URL("../../../tests/offline", import.meta.url));
+  const out = execFileSync("python3", ["sign.py"], {
+    cwd: offline,
+    env: { ...process.env, KEY: JSON.stringify(jwk), URL: url, AGENT: directory },
+  });
+  const got = await verifier.verifyRequest({ method: "GET", url, headers: JSON.parse(out) });
+  assert.equal(got.issuer, "example.com");
 });
 
 test("an unreachable directory fails closed", async () => {

@@ -902,9 +902,10 @@ class Verifier:
         the JWKS; issued by this service (``iss`` is ``base_url``); for this receiver (its
         ``aud`` holds ``set_audience``, when given); not seen before (its ``jti`` is not one of
         the last 10,000 taken); of a subject of an accepted issuer (``sub_id.iss`` is in
-        ``issuers``, when given). A revocation marks its agent revoked at once; a person's
-        (``sub_id.iss`` an identity provider's https URL) revokes every delegated token for
-        them issued until the event."""
+        ``issuers``, when given). A revocation marks its agent revoked at once, and drops what
+        is held of its issuer's signature directory (the next signed request fetches it anew,
+        without the agent's key); a person's (``sub_id.iss`` an identity provider's https URL)
+        revokes every delegated token for them issued until the event."""
         claims = self._decode(_sized(set_jwt, MAX_SET_BYTES, "SET"), "secevent+jwt",
                               require=["iss", "jti", "iat"])
         if claims["iss"] != self.base_url:
@@ -916,6 +917,7 @@ class Verifier:
         if not isinstance(jti, str) or not isinstance(events, dict):
             raise TokenInvalid("a SET needs a jti and events")
         revoked = person = None
+        stale: List[str] = []
         if SESSION_REVOKED in events:
             subject = claims.get("sub_id")
             if (not isinstance(subject, dict) or subject.get("format") != "iss_sub"
@@ -929,6 +931,9 @@ class Verifier:
                 raise TokenInvalid(f"a revocation of an agent of {subject['iss']!r}, not an accepted issuer")
             else:
                 revoked = subject["sub"]
+                # Its key leaves the issuer's directory at once: what is held of it is stale.
+                stale = [f"{self.base_url}/v1/directories/{subject['iss']}",
+                         f"https://{subject['iss']}/.well-known/http-message-signatures-directory"]
         with self._lock:
             if jti in self._seen_sets:
                 raise TokenInvalid(f"SET {jti!r} was taken already (a replay)")
@@ -937,6 +942,9 @@ class Verifier:
                 self._seen_sets.popitem(last=False)
             if revoked is not None:
                 self._revoked.add(revoked)
+                for url in stale:
+                    self._docs.pop(url, None)
+                    self._directories.pop(url, None)
             if person is not None:
                 key, when = person
                 self._revoked_subjects[key] = max(when, self._revoked_subjects.pop(key, when))

@@ -4,7 +4,8 @@
 the service's own (``<base_url>/v1/directories/<issuer>``) or one the receiver trusts, fetched
 as the key set is (cached as it says, revalidated by ETag, one fetch at a time) and used past
 that for at most ``list_grace`` when it cannot be had; then ``UNAVAILABLE``. A revoked agent's
-key leaves its directory at once: seen at the next fetch."""
+key leaves its directory at once: seen at the next fetch, or at once when the revocation's
+event is pushed (``Verifier.handle_set`` drops the issuer's directory)."""
 
 from __future__ import annotations
 

@@ -150,29 +150,14 @@ async fn a_person_revoked_by_a_pushed_event_is_refused_offline() {
     let v = Verifier::builder(&s.base).audience(API).build().unwrap();
     let token = exchange(&s, &a, &id_token(&idp, "carol", &a.0), API, ID_TOKEN);
     assert!(v.verify(&token).await.unwrap().delegated());
-    let stream = s.call(
-        "POST",
-        "/ssf/streams",
-        Some(json!({"delivery": {"method": "urn:ietf:rfc:8936"},
-                    "events_requested": ["https://schemas.openid.net/secevent/caep/event-type/session-revoked"]})),
-        None,
-    );
+    let stream = s.set_stream(json!({}));
     s.call(
         "POST",
         "/v1/subjects/revoke",
         Some(json!({"iss": IDP, "sub": "carol"})),
         None,
     );
-    let poll_token = stream["poll_token"].as_str().unwrap();
-    let polled = s.call(
-        "POST",
-        &format!("/ssf/poll/{}", stream["stream_id"].as_str().unwrap()),
-        Some(json!({"returnImmediately": true})),
-        Some(poll_token),
-    );
-    let sets: Vec<&Value> = polled["sets"].as_object().unwrap().values().collect();
-    assert_eq!(sets.len(), 1, "{polled}");
-    v.handle_set(sets[0].as_str().unwrap()).await.unwrap();
+    v.handle_set(&s.the_set(&stream)).await.unwrap();
     assert_eq!(code(v.verify(&token).await), "TOKEN_REVOKED");
     let dave = exchange(&s, &a, &id_token(&idp, "dave", &a.0), API, ID_TOKEN);
     assert_eq!(v.verify(&dave).await.unwrap().subject.unwrap().sub, "dave");

@@ -1,5 +1,6 @@
 //! Signed requests (Web Bot Auth) checked offline: requests Cloudflare's `web-bot-auth` (npm,
-//! unmodified) signed with an agent's key, against the directory of a real server.
+//! unmodified) and Python's `http-message-signatures` signed with an agent's key, against the
+//! directory of a real server.
 
 use std::path::Path;
 use std::process::Command;
@@ -12,36 +13,22 @@ use serde_json::{json, Value};
 
 use super::{code, Server};
 
-const SIGNER: &str = r#"
-import { signatureHeaders } from "web-bot-auth";
-import { signerFromJWK } from "web-bot-auth/crypto";
-const agent = JSON.stringify(process.env.AGENT);
-const request = new Request(process.env.URL, { headers: { "Signature-Agent": agent } });
-const now = new Date();
-const headers = await signatureHeaders(request, await signerFromJWK(JSON.parse(process.env.KEY)), {
-  created: now, expires: new Date(now.getTime() + 300000),
-});
-console.log(JSON.stringify({ ...headers, "Signature-Agent": agent }));
-"#;
-
-/// The headers `web-bot-auth` makes for a GET of `url` signed by `key`, naming `agent`.
-fn signed(key: &SigningKey, url: &str, agent: &str) -> Vec<(String, String)> {
-    let dir = std::env::temp_dir().join(format!("agentid-wba-{}-{}", std::process::id(), rand_u64()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("sign.mjs"), SIGNER).unwrap();
-    let modules = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/offline/node_modules");
-    let _ = std::os::unix::fs::symlink(modules, dir.join("node_modules"));
+/// The headers a stock signer of `tests/offline` (`node sign.mjs`: Cloudflare's
+/// `web-bot-auth`; `python3 sign.py`: Python's `http-message-signatures`) makes for a GET of
+/// `url` signed by `key`, naming `agent`.
+fn signed_by(signer: &[&str], key: &SigningKey, url: &str, agent: &str) -> Vec<(String, String)> {
+    let offline = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/offline");
     let jwk = json!({"kty": "OKP", "crv": "Ed25519",
                      "x": URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes()),
                      "d": URL_SAFE_NO_PAD.encode(key.to_bytes())});
-    let out = Command::new("node")
-        .arg("sign.mjs")
-        .current_dir(&dir)
+    let out = Command::new(signer[0])
+        .args(&signer[1..])
+        .current_dir(offline)
         .env("KEY", jwk.to_string())
         .env("URL", url)
         .env("AGENT", agent)
         .output()
-        .expect("node runs (npm ci --prefix tests/offline first)");
+        .expect("the signer runs (npm ci --prefix tests/offline first)");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let headers: Value = serde_json::from_slice(&out.stdout).unwrap();
     headers
@@ -52,21 +39,26 @@ fn signed(key: &SigningKey, url: &str, agent: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-fn rand_u64() -> u64 {
-    let mut b = [0u8; 8];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b).unwrap();
-    u64::from_le_bytes(b)
-}
-
-#[tokio::test(flavor = "current_thread")]
-async fn a_signed_request_is_checked_offline_against_the_agents_directory() {
-    let s = Server::start();
+/// An agent of example.com bound to a new Ed25519 key: its id and key.
+fn signing_agent(s: &Server) -> (String, SigningKey) {
     let mut seed = [0u8; 32];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut seed).unwrap();
     let key = SigningKey::from_bytes(&seed);
     let jwk =
         json!({"kty": "OKP", "crv": "Ed25519", "x": URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes())});
     let (id, _) = s.register(json!({"scopes": ["read:docs"], "jwk": jwk}));
+    (id, key)
+}
+
+/// Signed by Cloudflare's `web-bot-auth` (see [`signed_by`]).
+fn signed(key: &SigningKey, url: &str, agent: &str) -> Vec<(String, String)> {
+    signed_by(&["node", "sign.mjs"], key, url, agent)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_signed_request_is_checked_offline_against_the_agents_directory() {
+    let s = Server::start();
+    let (id, key) = signing_agent(&s);
     let v = Verifier::builder(&s.base).build().unwrap();
     let directory = format!("{}/v1/directories/example.com", s.base);
     let url = "https://shop.example/products/1";
@@ -75,6 +67,9 @@ async fn a_signed_request_is_checked_offline_against_the_agents_directory() {
     assert_eq!(got.signature_agent, directory);
     assert_eq!(got.issuer.as_deref(), Some("example.com"));
     assert!(got.expires > got.created);
+    // Signed by Python's http-message-signatures: verified as well.
+    let python = signed_by(&["python3", "sign.py"], &key, url, &directory);
+    v.verify_request("GET", url, &python, &[]).await.unwrap();
     // Replayed; presented for another host; unsigned; an untrusted directory.
     assert_eq!(
         code(v.verify_request("GET", url, &headers, &[]).await),
@@ -107,6 +102,27 @@ async fn a_signed_request_is_checked_offline_against_the_agents_directory() {
     let headers = signed(&key, url, &directory);
     assert_eq!(
         code(later.verify_request("GET", url, &headers, &[]).await),
+        "TOKEN_INVALID"
+    );
+}
+
+/// A revocation's pushed event drops what the verifier holds of the issuer's directory: the
+/// agent's next signed request, within the directory's minute, is refused.
+#[tokio::test(flavor = "current_thread")]
+async fn a_pushed_revocation_drops_the_issuers_directory_at_once() {
+    let s = Server::start();
+    let stream = s.set_stream(json!({}));
+    let (id, key) = signing_agent(&s);
+    let v = Verifier::builder(&s.base).build().unwrap();
+    let directory = format!("{}/v1/directories/example.com", s.base);
+    let url = "https://shop.example/";
+    let first = signed(&key, url, &directory);
+    v.verify_request("GET", url, &first, &[]).await.unwrap(); // the directory is held, fresh
+    s.revoke(&id);
+    v.handle_set(&s.the_set(&stream)).await.unwrap();
+    let next = signed(&key, url, &directory);
+    assert_eq!(
+        code(v.verify_request("GET", url, &next, &[]).await),
         "TOKEN_INVALID"
     );
 }
