@@ -809,21 +809,7 @@ async fn a_revoked_person_is_a_session_revoked_event() {
 /// ETag once a token names a key the set lacks, and a new key found then.
 #[actix_web::test]
 async fn keys_at_a_jwks_uri_are_fetched_cached_and_refreshed() {
-    let pki = Pki::new("keys.idp.example");
-    let tls = Http::start_tls(&pki);
-    let dns = TestDns::start().await;
-    dns.addr("keys.idp.example", "127.0.0.1".parse::<IpAddr>().unwrap());
-    let app = spawn_app_with(Options {
-        tweak: Box::new(|c| c.engine.oauth.allow_local_provider_keys = true),
-        outbound: OutboundConfig {
-            dns_server: Some(dns.addr),
-            extra_roots: vec![pki.root.clone()],
-            https_port: tls.port,
-            http_port: 80,
-        },
-        ..Options::default()
-    })
-    .await;
+    let (app, tls, _dns) = keys_host().await;
     let sk = app.secret().to_owned();
     let mut idp = Idp::new(IDP);
     let serve = |jwks: &Value, etag: &str| {
@@ -834,15 +820,7 @@ async fn keys_at_a_jwks_uri_are_fetched_cached_and_refreshed() {
         )
     };
     tls.answer(serve(&idp.jwks(), "v1"));
-    let res = app
-        .post(
-            "/v1/identity-providers",
-            Some(&sk),
-            Some(&json!({"issuer": IDP, "jwks_uri": "https://keys.idp.example/jwks"})),
-        )
-        .await;
-    assert_eq!(res.status, 201, "{}", res.text());
-    let a = app.confidential(&sk, &["read:docs"]).await;
+    let a = trust_keys_host(&app, &sk).await;
     app.delegated(&a, &idp.id_token(&a.id), ID_TOKEN, RESOURCE).await;
     app.delegated(&a, &idp.id_token(&a.id), ID_TOKEN, RESOURCE).await;
     assert_eq!(tls.hits(), 1, "the set is kept");
@@ -876,6 +854,60 @@ async fn keys_at_a_jwks_uri_are_fetched_cached_and_refreshed() {
     );
     assert_eq!(tls.hits(), 2);
     let _ = ok("");
+}
+
+/// Trusts [`IDP`] with its keys at `https://keys.idp.example/jwks`; a client of the
+/// organization.
+async fn trust_keys_host(app: &TestApp, sk: &str) -> Client {
+    let res = app
+        .post(
+            "/v1/identity-providers",
+            Some(sk),
+            Some(&json!({"issuer": IDP, "jwks_uri": "https://keys.idp.example/jwks"})),
+        )
+        .await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    app.confidential(sk, &["read:docs"]).await
+}
+
+/// A service (local provider keys allowed) that reaches `keys.idp.example` at 127.0.0.1, and
+/// the TLS server there (a certificate of the tests' own root), with the DNS server naming it.
+async fn keys_host() -> (TestApp, Http, TestDns) {
+    let pki = Pki::new("keys.idp.example");
+    let tls = Http::start_tls(&pki);
+    let dns = TestDns::start().await;
+    dns.addr("keys.idp.example", "127.0.0.1".parse::<IpAddr>().unwrap());
+    let app = spawn_app_with(Options {
+        tweak: Box::new(|c| c.engine.oauth.allow_local_provider_keys = true),
+        outbound: OutboundConfig {
+            dns_server: Some(dns.addr),
+            extra_roots: vec![pki.root.clone()],
+            https_port: tls.port,
+            http_port: 80,
+        },
+        ..Options::default()
+    })
+    .await;
+    (app, tls, dns)
+}
+
+/// Attack: a provider's `jwks_uri` that fails (or hangs) is asked once, not by every caller
+/// in turn: the exchanges that come within 30 s of the failure fail at once, unfetched.
+#[actix_web::test]
+async fn a_failing_jwks_uri_is_not_asked_again_at_once() {
+    let (app, tls, _dns) = keys_host().await;
+    let sk = app.secret().to_owned();
+    let idp = Idp::new(IDP);
+    tls.answer("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into());
+    let a = trust_keys_host(&app, &sk).await;
+    for _ in 0..3 {
+        let res = app
+            .exchange(&a, &idp.id_token(&a.id), ID_TOKEN, RESOURCE, &[])
+            .await;
+        assert_ne!(res.status, 200, "{}", res.text());
+        assert!(res.text().contains("503"), "{}", res.text());
+    }
+    assert_eq!(tls.hits(), 1, "asked once");
 }
 
 /// Attack, by someone who can write the database: a provider row inserted there (with a MAC

@@ -24,12 +24,19 @@ pub const WEB_BOT_AUTH: &str = "web-bot-auth";
 const MAX_FIELD: usize = 8192;
 /// The most components a signature may cover.
 const MAX_COMPONENTS: usize = 32;
-/// The RFC 7638 thumbprints of RFC 9421's published test keys (Appendix B.1.4, Ed25519, and
-/// B.1.2, RSA-PSS), with which the Web Bot Auth drafts' examples are signed: everyone has
-/// their private halves, so a signature by one proves nothing.
-pub const PUBLISHED_TEST_KEYS: [&str; 2] = [
+/// The RFC 7638 thumbprints of RFC 9421's published test keys (Appendix B.1.4, Ed25519;
+/// B.1.2, RSA-PSS; B.1.1, RSA), with which the Web Bot Auth drafts' examples are signed:
+/// everyone has their private halves, so a signature by one proves nothing.
+pub const PUBLISHED_TEST_KEYS: [&str; 3] = [
     "poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U",
     "oD0HwocPBSfpNy5W3bpJeyFGY_IQ_YpqxSjQ3Yd-CLA",
+    "BHj8s0GPnMEQtkaULIM-PLgEhLBbuGUQ1vMxmBWZzEo",
+];
+/// The moduli of RFC 9421's RSA test keys (Appendix B.1.2, B.1.1): with their published
+/// primes, a key of either modulus and any exponent has a private half anyone can compute.
+const PUBLISHED_RSA_MODULI: [&str; 2] = [
+    "r4tmm3r20Wd_PbqvP1s2-QEtvpuRaV8Yq40gjUR8y2Rjxa6dpG2GXHbPfvMs8ct-Lh1GH45x28Rw3Ry53mm-oAXjyQ86OnDkZ5N8lYbggD4O3w6M6pAvLkhk95AndTrifbIFPNU8PPMO7OyrFAHqgDsznjPFmTOtCEcN2Z1FpWgchwuYLPL-Wokqltd11nqqzi-bJ9cvSKADYdUAAN5WUtzdpiy6LbTgSxP7ociU4Tn0g5I6aDZJ7A8Lzo0KSyZYoA485mqcO0GVAdVw9lq4aOT9v6d-nb4bnNkQVklLQ3fVAvJm-xdDOp9LCNCN48V2pnDOkFV6-U9nV5oyc6XI2w",
+    "hAKYdtoeoy8zcAcR874L8cnZxKzAGwd7v36APp7Pv6Q2jdsPBRrwWEBnez6d0UDKDwGbc6nxfEXAy5mbhgajzrw3MOEt8uA5txSKobBpKDeBLOsdJKFqMGmXCQvEG7YemcxDTRPxAleIAgYYRjTSd_QBwVW9OwNFhekro3RtlinV0a75jfZgkne_YiktSvLG34lw2zqXBDTC5NHROUqGTlML4PlNZS5Ri2U4aCNx2rUPRcKIlE0PuKxI4T-HIaFpv8-rdV6eUgOrB2xeI1dSFFn_nnv5OoZJEIB-VmuKn3DCUcCZSFlQPSXSfBDiUGhwOw76WuSSsf1D4b_vLoJ10w",
 ];
 
 /// A request as the receiver got it: its method, its absolute target URI, and its header
@@ -140,7 +147,8 @@ pub enum SignatureKey {
 impl SignatureKey {
     /// A directory's key (a JWK) and its RFC 7638 thumbprint; `None` for a key of another
     /// type, a malformed one, an RSA modulus under 2048 or over 8192 bits, or one of RFC
-    /// 9421's published test keys.
+    /// 9421's published test keys (an RSA key of a test key's modulus, whatever its exponent;
+    /// the Ed25519 test key or its negation).
     pub fn from_jwk(jwk: &Value) -> Option<(String, SignatureKey)> {
         let (kid, key) = match jwk.get("kty")?.as_str()? {
             "OKP" => match PublicJwk::parse(jwk).ok()? {
@@ -156,11 +164,14 @@ impl SignatureKey {
                 let n = URL_SAFE_NO_PAD.decode(n64).ok()?;
                 let e = URL_SAFE_NO_PAD.decode(e64).ok()?;
                 let minimal = |b: &[u8]| b.first().is_some_and(|&f| f != 0);
-                if !(256..=1024).contains(&n.len())
-                    || !(1..=8).contains(&e.len())
-                    || !minimal(&n)
-                    || !minimal(&e)
-                {
+                if !minimal(&n) || !minimal(&e) || !(1..=8).contains(&e.len()) {
+                    return None;
+                }
+                let bits = n.len() * 8 - n[0].leading_zeros() as usize;
+                let published = PUBLISHED_RSA_MODULI
+                    .iter()
+                    .any(|m| URL_SAFE_NO_PAD.decode(m).is_ok_and(|m| m == n));
+                if !(2048..=8192).contains(&bits) || published {
                     return None;
                 }
                 (rsa_thumbprint(e64, n64), SignatureKey::RsaPss { n, e })
@@ -616,9 +627,6 @@ mod tests {
         assert_eq!(normalized_authority("https", "a.example:8443"), "a.example:8443");
     }
 
-    /// RFC 9421's RSA-PSS test key's modulus (Appendix B.1.2).
-    const RSA_TEST_N: &str = "r4tmm3r20Wd_PbqvP1s2-QEtvpuRaV8Yq40gjUR8y2Rjxa6dpG2GXHbPfvMs8ct-Lh1GH45x28Rw3Ry53mm-oAXjyQ86OnDkZ5N8lYbggD4O3w6M6pAvLkhk95AndTrifbIFPNU8PPMO7OyrFAHqgDsznjPFmTOtCEcN2Z1FpWgchwuYLPL-Wokqltd11nqqzi-bJ9cvSKADYdUAAN5WUtzdpiy6LbTgSxP7ociU4Tn0g5I6aDZJ7A8Lzo0KSyZYoA485mqcO0GVAdVw9lq4aOT9v6d-nb4bnNkQVklLQ3fVAvJm-xdDOp9LCNCN48V2pnDOkFV6-U9nV5oyc6XI2w";
-
     /// The Web Bot Auth draft's appendix vectors: a GET of `https://example.com/path/to/resource`
     /// signed with RFC 9421's test keys (Signature-Input, Signature, Signature-Agent, key).
     const DRAFT_VECTORS: [(&str, &str, Option<&str>, &str); 4] = [
@@ -653,14 +661,17 @@ mod tests {
     #[test]
     fn the_drafts_vectors_check_and_are_refused_for_their_test_key() {
         let rsa = SignatureKey::RsaPss {
-            n: URL_SAFE_NO_PAD.decode(RSA_TEST_N).unwrap(),
+            n: URL_SAFE_NO_PAD.decode(PUBLISHED_RSA_MODULI[0]).unwrap(),
             e: vec![1, 0, 1],
         };
         let x = URL_SAFE_NO_PAD
             .decode(crate::token::dpop::RFC_9421_TEST_KEY_X)
             .unwrap();
         let ed25519 = SignatureKey::Ed25519(VerifyingKey::from_bytes(&x.try_into().unwrap()).unwrap());
-        assert_eq!(rsa_thumbprint("AQAB", RSA_TEST_N), PUBLISHED_TEST_KEYS[1]);
+        assert_eq!(
+            rsa_thumbprint("AQAB", PUBLISHED_RSA_MODULI[0]),
+            PUBLISHED_TEST_KEYS[1]
+        );
         for (input, signature, agent, which) in DRAFT_VECTORS {
             let mut h = headers(&[("Signature-Input", input), ("Signature", signature)]);
             h.extend(agent.map(|a| ("Signature-Agent".to_owned(), a.to_owned())));
@@ -683,12 +694,26 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
-        // Neither test key counts in a directory.
-        let jwk = serde_json::json!({"kty": "RSA", "e": "AQAB", "n": RSA_TEST_N});
-        assert_eq!(SignatureKey::from_jwk(&jwk), None);
-        let jwk =
-            serde_json::json!({"kty": "OKP", "crv": "Ed25519", "x": crate::token::dpop::RFC_9421_TEST_KEY_X});
-        assert_eq!(SignatureKey::from_jwk(&jwk), None);
+        // No test key counts in a directory: not B.1.2's nor B.1.1's modulus, under any
+        // exponent, nor the Ed25519 key or its negation (the sign bit flipped).
+        for n in PUBLISHED_RSA_MODULI {
+            for e in ["AQAB", "Aw", "AQAD"] {
+                let jwk = serde_json::json!({"kty": "RSA", "e": e, "n": n});
+                assert_eq!(SignatureKey::from_jwk(&jwk), None, "{e}");
+            }
+        }
+        assert_eq!(
+            rsa_thumbprint("AQAB", PUBLISHED_RSA_MODULI[1]),
+            PUBLISHED_TEST_KEYS[2]
+        );
+        let mut x = URL_SAFE_NO_PAD
+            .decode(crate::token::dpop::RFC_9421_TEST_KEY_X)
+            .unwrap();
+        for _ in 0..2 {
+            let jwk = serde_json::json!({"kty": "OKP", "crv": "Ed25519", "x": URL_SAFE_NO_PAD.encode(&x)});
+            assert_eq!(SignatureKey::from_jwk(&jwk), None);
+            x[31] ^= 0x80;
+        }
     }
 
     /// A directory's keys: Ed25519 and RSA (2048 to 8192 bits) by thumbprint; others passed over.
@@ -700,17 +725,35 @@ mod tests {
             SignatureKey::from_jwk(&serde_json::json!({"kty": "OKP", "crv": "Ed25519", "x": x})).unwrap();
         assert_eq!(k, ed(&key));
         assert_eq!(kid.len(), 43);
-        let n = |bytes: usize| URL_SAFE_NO_PAD.encode(vec![0xc5; bytes]);
+        let n = |bytes: usize, first: u8| {
+            let mut n = vec![0xc5; bytes];
+            n[0] = first;
+            URL_SAFE_NO_PAD.encode(n)
+        };
         for (jwk, kept) in [
-            (serde_json::json!({"kty": "RSA", "e": "AQAB", "n": n(256)}), true),
-            (serde_json::json!({"kty": "RSA", "e": "AQAB", "n": n(1024)}), true),
-            (serde_json::json!({"kty": "RSA", "e": "AQAB", "n": n(255)}), false),
             (
-                serde_json::json!({"kty": "RSA", "e": "AQAB", "n": n(1025)}),
+                serde_json::json!({"kty": "RSA", "e": "AQAB", "n": n(256, 0x80)}),
+                true,
+            ),
+            (
+                serde_json::json!({"kty": "RSA", "e": "AQAB", "n": n(1024, 0xff)}),
+                true,
+            ),
+            // 2047 bits in 256 bytes; 2040 bits; 8193 bits.
+            (
+                serde_json::json!({"kty": "RSA", "e": "AQAB", "n": n(256, 0x7f)}),
                 false,
             ),
             (
-                serde_json::json!({"kty": "RSA", "e": "AAEAAQ", "n": n(256)}),
+                serde_json::json!({"kty": "RSA", "e": "AQAB", "n": n(255, 0xc5)}),
+                false,
+            ),
+            (
+                serde_json::json!({"kty": "RSA", "e": "AQAB", "n": n(1025, 0x01)}),
+                false,
+            ),
+            (
+                serde_json::json!({"kty": "RSA", "e": "AAEAAQ", "n": n(256, 0x80)}),
                 false,
             ),
             (serde_json::json!({"kty": "RSA", "e": "AQAB"}), false),

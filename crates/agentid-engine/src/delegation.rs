@@ -111,13 +111,16 @@ pub(crate) fn chain_ids(act: &Actor) -> Option<Vec<AgentId>> {
 /// Identity providers' key sets published at a `jwks_uri`: fetched under the outbound rule
 /// (https, globally reachable addresses unless the development flag allows local ones, no
 /// redirect, 5 s, 64 KiB), kept 5 minutes and then asked again with the `ETag` it came
-/// with; fetched again at once when a token names a key the set lacks (at most every 30 s).
-/// One fetch a URL at a time ([`FetchLocks`]): callers that find it missing wait for the one
-/// fetching it.
+/// with; fetched again at once when a token names a key the set lacks (at most every 30 s);
+/// a failed fetch not repeated for 30 s. One fetch a URL at a time ([`FetchLocks`]): callers
+/// that find it missing wait for the one fetching it, and share its failure.
 pub(crate) struct ProviderKeys {
     outbound: Arc<Outbound>,
     allow_local: bool,
     sets: quick_cache::sync::Cache<String, Arc<KeySet>>,
+    /// A `jwks_uri` whose last fetch failed: when, and why. Not asked again within
+    /// [`REFETCH_AFTER`]: the callers that waited for that fetch fail at once.
+    failed: quick_cache::sync::Cache<String, (Instant, String)>,
     fetching: FetchLocks,
 }
 
@@ -140,6 +143,7 @@ impl ProviderKeys {
             outbound,
             allow_local,
             sets: quick_cache::sync::Cache::new(1000),
+            failed: quick_cache::sync::Cache::new(1000),
             fetching: FetchLocks::new(1000),
         }
     }
@@ -168,14 +172,31 @@ impl ProviderKeys {
         if let Some(s) = held.as_ref().filter(|s| wanted(s)) {
             return Ok(s.jwks.clone());
         }
-        let etag = held.as_ref().and_then(|s| s.etag.clone());
+        if let Some((at, why)) = self.failed.get(url) {
+            if at.elapsed() < REFETCH_AFTER {
+                return Err(why);
+            }
+        }
+        let fetched = self.fetch(url, held.as_deref(), refresh).await;
+        match &fetched {
+            Ok(_) => {
+                self.failed.remove(url);
+            }
+            Err(why) => self.failed.insert(url.clone(), (Instant::now(), why.clone())),
+        }
+        fetched
+    }
+
+    /// Fetches the key set at `url` (revalidating `held`), and keeps it.
+    async fn fetch(&self, url: &str, held: Option<&KeySet>, refresh: bool) -> Result<Value, String> {
+        let etag = held.and_then(|s| s.etag.clone());
         let (fetched, caching) = self
             .outbound
             .fetch_revalidated(url, self.allow_local, etag, FETCH_TIMEOUT, MAX_KEY_SET_BYTES)
             .await
             .map_err(|e| format!("its jwks_uri {e}"))?;
         let jwks = match fetched {
-            Fetched::NotModified => match &held {
+            Fetched::NotModified => match held {
                 Some(s) => s.jwks.clone(),
                 None => return Err("its jwks_uri answered 304 to a request without a validator".into()),
             },
@@ -190,7 +211,7 @@ impl ProviderKeys {
             Fetched::Failed(why) => return Err(format!("its jwks_uri {why}")),
         };
         self.sets.insert(
-            url.clone(),
+            url.to_owned(),
             Arc::new(KeySet {
                 jwks: jwks.clone(),
                 etag: caching.etag,

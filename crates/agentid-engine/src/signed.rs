@@ -150,7 +150,8 @@ impl SignedRequests {
     }
 
     /// The public keys (Ed25519) of `domain`'s live agents bound to a key and not revoked,
-    /// each a JWK with its thumbprint as `kid`, by agent id.
+    /// each a JWK with its thumbprint as `kid`, by agent id: the first [`MAX_DIRECTORY_KEYS`]
+    /// (the check itself finds any agent by its key).
     pub async fn directory(&self, domain: &IssuerDomain) -> Result<Vec<Value>, StoreError> {
         Ok(self
             .keyed(domain)

@@ -17,6 +17,16 @@ pub(crate) const MAX_JTI_LEN: usize = 256;
 /// drafts' examples sign with: its private half is published, so no agent may be bound to it.
 pub const RFC_9421_TEST_KEY_X: &str = "JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs";
 
+/// Whether `key` is RFC 9421's Ed25519 test key or its negation (the same encoding with the
+/// sign bit flipped): a key whose private scalar anyone can derive from the published one.
+pub fn is_rfc_9421_test_point(key: &VerifyingKey) -> bool {
+    let Ok(test) = URL_SAFE_NO_PAD.decode(RFC_9421_TEST_KEY_X) else {
+        return false;
+    };
+    let mine = key.as_bytes();
+    test.len() == 32 && mine[..31] == test[..31] && mine[31] & 0x7f == test[31] & 0x7f
+}
+
 /// Members a public JWK must not carry: any of them makes it a private (or symmetric) key.
 const PRIVATE_MEMBERS: [&str; 8] = ["d", "p", "q", "dp", "dq", "qi", "oth", "k"];
 
@@ -63,7 +73,7 @@ impl PublicJwk {
             PublicJwk::P256 { point, .. } if !on_p256(point) => {
                 return refuse("x and y are not a point of P-256");
             }
-            PublicJwk::Ed25519 { x, .. } if x == RFC_9421_TEST_KEY_X => {
+            PublicJwk::Ed25519 { key, .. } if is_rfc_9421_test_point(key) => {
                 return refuse(
                     "is RFC 9421's published test key (Appendix B.1.4), whose private half everyone has",
                 );
