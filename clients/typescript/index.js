@@ -167,7 +167,7 @@ export class Verifier {
     this.kidRefetchInterval = kidRefetchInterval;
     this.timeout = timeout;
     this.setAudience = setAudience;
-    this.docs = new Map(); // url -> {body, etag, freshUntil, fetchedAt}; a 304 refreshes it in place
+    this.docs = new Map(); // url -> {body, etag, freshUntil, fetchedAt, epoch}; a 304 refreshes it in place
     this.inflight = new Map(); // url -> Promise of a fetch
     this.refreshing = new Set(); // URLs a background refresh is fetching
     this.retry = new Map(); // url -> {at, failures}: no background refresh before `at`
@@ -178,6 +178,9 @@ export class Verifier {
     this.revoked = new Set();
     /** Directory documents -> their keys (read once per body). */
     this.directories = new WeakMap();
+    /** Directory URL -> how many times a pushed revocation dropped it: a document asked for
+     * before the last drop may predate the revocation, and is fetched again. */
+    this.dropped = new Map();
     /** Signed requests' nonces, by `keyid`, each until its signature expires. */
     this.nonces = new Replays(SEEN_PROOFS);
     /** `provider + "\n" + sub` -> when the organization revoked the person (Unix s), from
@@ -224,6 +227,16 @@ export class Verifier {
   /** The Ed25519 keys of the directory at `url`, by thumbprint: cached as it says, used past
    * that for `listGrace` seconds when it cannot be had, then UNAVAILABLE. */
   async directory(url) {
+    for (let tries = 0; tries < 3; tries++) {
+      const [doc, keys] = await this.directoryOnce(url);
+      if ((doc.epoch ?? 0) === (this.dropped.get(url) ?? 0)) return keys;
+      // Asked for before a pushed revocation dropped it: it may predate the revocation.
+      if (this.docs.get(url) === doc) this.docs.delete(url);
+    }
+    fail("UNAVAILABLE", `${url}: revocations keep coming while it is fetched`);
+  }
+
+  async directoryOnce(url) {
     const held = this.docs.get(url);
     let doc;
     try {
@@ -241,7 +254,7 @@ export class Verifier {
       }
       this.directories.set(doc, keys);
     }
-    return keys;
+    return [doc, keys];
   }
 
   /** Whether a signature's nonce is new (remembered until the signature expires). */
@@ -273,6 +286,7 @@ export class Verifier {
     let pending = this.inflight.get(url);
     if (!pending) {
       pending = (async () => {
+        const epoch = this.dropped.get(url) ?? 0;
         const headers = { accept };
         if (held?.etag) headers["if-none-match"] = held.etag;
         let res;
@@ -288,11 +302,11 @@ export class Verifier {
         const freshUntil = now + maxAge(res.headers.get("cache-control"), 60) * 1000;
         if (res.status === 304) {
           // The same body: whoever read it keeps what they read.
-          Object.assign(held, { etag: res.headers.get("etag") || held.etag, freshUntil, fetchedAt: now });
+          Object.assign(held, { etag: res.headers.get("etag") || held.etag, freshUntil, fetchedAt: now, epoch });
           return held;
         }
         // A new body, even without an ETag (a proxy may strip it): it is read anew.
-        const doc = { body: res.body, etag: res.headers.get("etag") || undefined, freshUntil, fetchedAt: now };
+        const doc = { body: res.body, etag: res.headers.get("etag") || undefined, freshUntil, fetchedAt: now, epoch };
         this.docs.set(url, doc);
         return doc;
       })().finally(() => this.inflight.delete(url));
@@ -644,8 +658,15 @@ export class Verifier {
     if (revoked !== undefined) {
       this.revoked.add(revoked);
       // Its key leaves the issuer's directory at once: what is held of it is stale.
-      this.docs.delete(`${this.baseUrl}/v1/directories/${c.sub_id.iss}`);
-      this.docs.delete(`https://${c.sub_id.iss}/.well-known/http-message-signatures-directory`);
+      for (const url of [`${this.baseUrl}/v1/directories/${c.sub_id.iss}`,
+                         `https://${c.sub_id.iss}/.well-known/http-message-signatures-directory`]) {
+        const times = this.dropped.get(url) ?? 0;
+        this.dropped.delete(url);
+        this.dropped.set(url, times + 1);
+        this.docs.delete(url);
+      }
+      // The oldest drop: every fetch across it is long done.
+      while (this.dropped.size > SEEN_SETS) this.dropped.delete(this.dropped.keys().next().value);
     }
     if (person !== undefined) {
       const [key, when] = person;

@@ -15,6 +15,8 @@ import { publicKey, sha256, verified } from "./jws.js";
 const TAG = "web-bot-auth";
 /** The longest a signature may be valid (`expires - created`). */
 const MAX_VALIDITY = 24 * 60 * 60;
+/** An issuer domain as the service names it in a directory's URL: lower case, two labels or more. */
+const ISSUER = /^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$/;
 /** The most keys read from a directory. */
 const MAX_DIRECTORY_KEYS = 100;
 const encoder = new TextEncoder();
@@ -83,6 +85,11 @@ export async function verifyRequest(verifier, request, { trustedSignatureAgents 
   if (!names.includes("signature-agent")) fail("TOKEN_INVALID", "the signature does not cover Signature-Agent");
   const url = signatureAgent(agentField, label, fail);
   const ours = url.startsWith(`${verifier.baseUrl}/v1/directories/`);
+  if (ours && !ISSUER.test(url.slice(`${verifier.baseUrl}/v1/directories/`.length))) {
+    // Another spelling of a directory (upper case, a query, a fragment) would be held apart
+    // from the one a pushed revocation drops.
+    fail("TOKEN_INVALID", `the signature agent ${url} names no issuer domain as this service writes it`);
+  }
   if (!ours && !trustedSignatureAgents.includes(url)) {
     fail("TOKEN_INVALID", `the signature agent ${url} is neither the service's directory nor a trusted one`);
   }

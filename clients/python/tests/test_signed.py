@@ -65,6 +65,10 @@ def test_a_signed_request_is_checked_offline_against_the_agents_directory(server
     elsewhere = "https://bots.example/.well-known/http-message-signatures-directory"
     with pytest.raises(TokenInvalid):
         verifier.verify_request("GET", url, signed(jwk, url, elsewhere))
+    # Another spelling of the directory, which a pushed revocation would not drop.
+    for alias in (f"{server.base}/v1/directories/EXAMPLE.COM", f"{directory}?again"):
+        with pytest.raises(TokenInvalid, match="names no issuer domain"):
+            verifier.verify_request("GET", url, signed(jwk, url, alias))
     # Warm: no fetch.
     verifier.verify_request("GET", url, signed(jwk, url, directory))
     assert verifier.counts().fetches[("directory", "fetched")] == 1

@@ -105,6 +105,13 @@ impl Verifier {
         };
         let ours = format!("{}/v1/directories/", self.inner.base);
         let issuer = agent.strip_prefix(&ours).map(str::to_owned);
+        if issuer.as_deref().is_some_and(|i| !issuer_domain(i)) {
+            // Another spelling of a directory (upper case, a query, a fragment) would be held
+            // apart from the one a pushed revocation drops.
+            return Err(invalid(format!(
+                "the signature agent {agent} names no issuer domain as this service writes it"
+            )));
+        }
         if issuer.is_none() && !trusted.contains(&agent.as_str()) {
             return Err(invalid(format!(
                 "the signature agent {agent} is neither the service's directory nor a trusted one"
@@ -151,52 +158,99 @@ impl Verifier {
     }
 
     /// The key set of the directory at `url`: held while fresh, else fetched (revalidated);
-    /// held past that for the list grace when the fetch fails.
+    /// held past that for the list grace when the fetch fails. Asked for again when a pushed
+    /// revocation dropped the URL meanwhile: the answer may predate the revocation.
     async fn directory(&self, url: &str) -> Result<Arc<JSONWebKeySet>, Error> {
-        let held = {
-            let s = self.inner.state.lock();
-            s.directories
-                .get(url)
-                .map(|d| (d.keys.clone(), d.etag.clone(), d.fresh_until))
-        };
-        if let Some((keys, _, until)) = &held {
-            if *until > Instant::now() {
-                return Ok(keys.clone());
+        for _ in 0..3 {
+            let (held, epoch) = {
+                let s = self.inner.state.lock();
+                let held = s.directories.held.get(url);
+                let held = held.map(|d| (d.keys.clone(), d.etag.clone(), d.fresh_until));
+                (held, s.directories.drops(url))
+            };
+            if let Some((keys, _, until)) = &held {
+                if *until > Instant::now() {
+                    return Ok(keys.clone());
+                }
             }
-        }
-        let answer = self
-            .fetch(
+            let answer = self
+                .fetch(
+                    url.to_owned(),
+                    "directory",
+                    "application/http-message-signatures-directory+json",
+                    held.as_ref().and_then(|h| h.1.clone()),
+                )
+                .await;
+            let current = || self.inner.state.lock().directories.drops(url) == epoch;
+            let answer = match (answer, &held) {
+                (Ok(a), _) => a,
+                (Err(_), Some((keys, _, until)))
+                    if *until + self.inner.list_grace > Instant::now() && current() =>
+                {
+                    return Ok(keys.clone())
+                }
+                (Err(e), _) => return Err(e),
+            };
+            let keys = match (answer.status, held) {
+                (304, Some((keys, _, _))) => keys,
+                _ => Arc::new(
+                    serde_json::from_slice::<JSONWebKeySet>(&answer.body)
+                        .map_err(|e| unavailable(format!("{url}: not a key set ({e})")))?,
+                ),
+            };
+            let mut s = self.inner.state.lock();
+            if s.directories.drops(url) != epoch {
+                continue;
+            }
+            s.directories.held.insert(
                 url.to_owned(),
-                "directory",
-                "application/http-message-signatures-directory+json",
-                held.as_ref().and_then(|h| h.1.clone()),
-            )
-            .await;
-        let answer = match (answer, &held) {
-            (Ok(a), _) => a,
-            (Err(_), Some((keys, _, until))) if *until + self.inner.list_grace > Instant::now() => {
-                return Ok(keys.clone())
-            }
-            (Err(e), _) => return Err(e),
-        };
-        let keys = match (answer.status, held) {
-            (304, Some((keys, _, _))) => keys,
-            _ => Arc::new(
-                serde_json::from_slice::<JSONWebKeySet>(&answer.body)
-                    .map_err(|e| unavailable(format!("{url}: not a key set ({e})")))?,
-            ),
-        };
-        self.inner.state.lock().directories.insert(
-            url.to_owned(),
-            Directory {
-                keys: keys.clone(),
-                etag: answer.etag,
-                fresh_until: Instant::now() + cache_for(answer.max_age),
-            },
-        );
-        Ok(keys)
+                Directory {
+                    keys: keys.clone(),
+                    etag: answer.etag,
+                    fresh_until: Instant::now() + cache_for(answer.max_age),
+                },
+            );
+            return Ok(keys);
+        }
+        Err(unavailable(format!(
+            "{url}: revocations keep coming while it is fetched"
+        )))
     }
 }
 
-/// Directories held, by URL.
-pub(crate) type Directories = HashMap<String, Directory>;
+/// An issuer domain as the service names it in a directory's URL: lower case, two labels or
+/// more, each of letters, digits and inner hyphens.
+fn issuer_domain(s: &str) -> bool {
+    let labels: Vec<&str> = s.split('.').collect();
+    labels.len() >= 2
+        && labels.iter().all(|l| {
+            !l.is_empty()
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        })
+}
+
+/// Directories held, by URL, and how many times a pushed revocation dropped each URL.
+#[derive(Default)]
+pub(crate) struct Directories {
+    held: HashMap<String, Directory>,
+    dropped: HashMap<String, u64>,
+}
+
+impl Directories {
+    /// Forgets what is held of `url`: a fetch asked for before this stores nothing.
+    pub(crate) fn drop_url(&mut self, url: String) {
+        self.held.remove(&url);
+        if self.dropped.len() >= crate::SEEN_SETS {
+            // Every fetch across those drops is long done; one under way is asked again.
+            self.dropped.clear();
+        }
+        *self.dropped.entry(url).or_default() += 1;
+    }
+
+    fn drops(&self, url: &str) -> u64 {
+        self.dropped.get(url).copied().unwrap_or(0)
+    }
+}

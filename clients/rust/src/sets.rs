@@ -79,8 +79,8 @@ impl Verifier {
             s.revoked.insert(sub.to_owned());
             // Its key leaves the issuer's directory at once: what is held of it is stale.
             s.directories
-                .remove(&format!("{}/v1/directories/{iss}", self.inner.base));
-            s.directories.remove(&format!(
+                .drop_url(format!("{}/v1/directories/{iss}", self.inner.base));
+            s.directories.drop_url(format!(
                 "https://{iss}/.well-known/http-message-signatures-directory"
             ));
         }

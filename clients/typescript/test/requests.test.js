@@ -61,6 +61,10 @@ test("a signed request is checked offline against the agent's directory", async 
   // Another directory, untrusted: not fetched.
   const elsewhere = await signed(jwk, url, "https://bots.example/.well-known/http-message-signatures-directory");
   assert.equal(await code(verifier.verifyRequest(elsewhere)), "TOKEN_INVALID");
+  // Another spelling of the directory, which a pushed revocation would not drop.
+  for (const alias of [`${s.base}/v1/directories/EXAMPLE.COM`, `${directory}?again`]) {
+    assert.equal(await code(verifier.verifyRequest(await signed(jwk, url, alias))), "TOKEN_INVALID");
+  }
   // A warm check fetches nothing.
   const count = fetched.length;
   await verifier.verifyRequest(await signed(jwk, url, directory));

@@ -329,6 +329,8 @@ class _Document:
     etag: Optional[str]
     fresh_until: float
     fetched_at: float
+    #: How many times a pushed revocation had dropped the URL when it was asked for.
+    epoch: int = 0
 
 
 @dataclass(frozen=True)
@@ -418,6 +420,9 @@ class Verifier:
         self._nonces = _dpop.Replays(SEEN_PROOFS)
         # Signature directories by URL: the document last read, and its keys (read once a body).
         self._directories: Dict[str, Tuple[_Document, dict]] = {}
+        # Directory URL -> how many times a pushed revocation dropped it: a document asked for
+        # before the last drop may predate the revocation, and is fetched again.
+        self._dropped: "OrderedDict[str, int]" = OrderedDict()
         self._lock = threading.Lock()
         self._fetching: Dict[str, threading.Lock] = {}
         self._refreshing: Set[str] = set()  # URLs a background refresh is fetching
@@ -484,6 +489,7 @@ class Verifier:
             held = self._docs.get(url)
             if held is not None and held.fresh_until > time.time() and held.fetched_at > fresher_than:
                 return held
+            epoch = self._dropped.get(url, 0)
             req = urllib.request.Request(url, headers={"Accept": accept})
             if held is not None and held.etag:
                 req.add_header("If-None-Match", held.etag)
@@ -503,10 +509,11 @@ class Verifier:
             fresh_until = now + _max_age(headers.get("Cache-Control"), 60)
             if held is not None and result == "not_modified":
                 held.etag = headers.get("ETag") or held.etag
-                held.fresh_until, held.fetched_at = fresh_until, now
+                held.fresh_until, held.fetched_at, held.epoch = fresh_until, now, epoch
                 return held
             # A new body, even with no ETag (a proxy may strip it): whoever reads it, reads it anew.
-            doc = _Document(body=body, etag=headers.get("ETag"), fresh_until=fresh_until, fetched_at=now)
+            doc = _Document(body=body, etag=headers.get("ETag"), fresh_until=fresh_until, fetched_at=now,
+                            epoch=epoch)
             self._docs[url] = doc
             return doc
 
@@ -875,7 +882,19 @@ class Verifier:
 
     def _directory(self, url: str) -> dict:
         """The Ed25519 keys of the directory at ``url``, by thumbprint: held while fresh,
-        used past that for ``list_grace`` when it cannot be had, then ``UNAVAILABLE``."""
+        used past that for ``list_grace`` when it cannot be had, then ``UNAVAILABLE``. Read
+        again when a revocation was pushed meanwhile: the answer may predate it."""
+        for _ in range(3):
+            doc, keys = self._directory_once(url)
+            with self._lock:
+                if doc.epoch == self._dropped.get(url, 0):
+                    return keys
+                if self._docs.get(url) is doc:
+                    self._docs.pop(url, None)
+                    self._directories.pop(url, None)
+        raise Unavailable(f"{url}: revocations keep coming while it is fetched")
+
+    def _directory_once(self, url: str) -> Tuple[_Document, dict]:
         held = self._docs.get(url)
         try:
             doc = self._fetch(url, "directory", "application/http-message-signatures-directory+json")
@@ -885,13 +904,13 @@ class Verifier:
             doc = held
         read = self._directories.get(url)
         if read is not None and read[0] is doc:
-            return read[1]
+            return doc, read[1]
         try:
             keys = _signed.directory_keys(doc.body)
         except (ValueError, TypeError) as e:
             raise Unavailable(f"{url}: not a key set ({e})") from e
         self._directories[url] = (doc, keys)
-        return keys
+        return doc, keys
 
     def _nonce_once(self, keyid: str, nonce: str, expires: int) -> bool:
         """Whether a signature's nonce is new (remembered until the signature expires)."""
@@ -943,8 +962,12 @@ class Verifier:
             if revoked is not None:
                 self._revoked.add(revoked)
                 for url in stale:
+                    self._dropped[url] = self._dropped.pop(url, 0) + 1
                     self._docs.pop(url, None)
                     self._directories.pop(url, None)
+                while len(self._dropped) > SEEN_SETS:
+                    # The oldest drop: every fetch across it is long done.
+                    self._dropped.popitem(last=False)
             if person is not None:
                 key, when = person
                 self._revoked_subjects[key] = max(when, self._revoked_subjects.pop(key, when))

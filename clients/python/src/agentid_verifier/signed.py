@@ -13,6 +13,7 @@ import base64
 import datetime
 import hashlib
 import json
+import re
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Mapping, Optional, Sequence
@@ -31,6 +32,8 @@ TAG = "web-bot-auth"
 MAX_VALIDITY = 24 * 60 * 60
 #: The most keys read from a directory.
 MAX_DIRECTORY_KEYS = 100
+#: An issuer domain as the service names it in a directory's URL: lower case, two labels or more.
+ISSUER = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+")
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,10 @@ def verify_request(verifier: "Verifier", method: str, url: str, headers: Mapping
     agent = signature_agent(fields["signature-agent"], label)
     ours = f"{verifier.base_url}/v1/directories/"
     issuer = agent[len(ours):] if agent.startswith(ours) else None
+    if issuer is not None and not ISSUER.fullmatch(issuer):
+        # Another spelling of a directory (upper case, a query, a fragment) would be held apart
+        # from the one a pushed revocation drops.
+        raise TokenInvalid(f"the signature agent {agent} names no issuer domain as this service writes it")
     if issuer is None and agent not in trusted:
         raise TokenInvalid(f"the signature agent {agent} is neither the service's directory nor a trusted one")
     keys = verifier._directory(agent)

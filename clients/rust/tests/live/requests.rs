@@ -96,6 +96,17 @@ async fn a_signed_request_is_checked_offline_against_the_agents_directory() {
         code(v.verify_request("GET", url, &elsewhere, &[]).await),
         "TOKEN_INVALID"
     );
+    // Another spelling of the directory, which a pushed revocation would not drop.
+    for alias in [
+        format!("{}/v1/directories/EXAMPLE.COM", s.base),
+        format!("{directory}?again"),
+    ] {
+        let aliased = signed(&key, url, &alias);
+        assert_eq!(
+            code(v.verify_request("GET", url, &aliased, &[]).await),
+            "TOKEN_INVALID"
+        );
+    }
     // Revoked: gone from the directory, seen at the next fetch.
     s.revoke(&id);
     let later = Verifier::builder(&s.base).build().unwrap();
