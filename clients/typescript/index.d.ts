@@ -142,7 +142,8 @@ export class Verifier {
    * web-bot-auth, covering @authority (or @target-uri) and Signature-Agent, in its time (at
    * most 24 h), by a key of the directory Signature-Agent names (this service's, or one of
    * `trustedSignatureAgents`, fetched and cached as it says), its nonce new (PROOF_REPLAYED
-   * after). A revoked agent's key leaves its directory at once: seen at the next fetch. */
+   * after). A revoked agent's key leaves its directory at once: seen at the next fetch, or at
+   * once after `handleSet` of the revocation's event (it drops the issuer's directory). */
   verifyRequest(
     request: Request | { method?: string; url: string; headers: Record<string, string> },
     options?: { trustedSignatureAgents?: string[] },
@@ -150,7 +151,7 @@ export class Verifier {
   /** A Security Event Token the service pushed (or a poll gave): refused (TOKEN_INVALID) unless
    * its `iss` is `baseUrl`, its `aud` holds `setAudience` (when set), its `jti` is not one of
    * the last 10,000 taken, and its subject's `sub_id.iss` is in `issuers` (when set). A
-   * revocation revokes at once. */
+   * revocation revokes at once, and drops what is held of its issuer's signature directory. */
   handleSet(setJwt: string): Promise<void>;
 }
 

@@ -6,7 +6,8 @@
 // the verifier fetches its key set (cached as the directory says, revalidated by ETag, one
 // fetch at a time) and used past its freshness for at most `listGrace` seconds when it cannot
 // be had: then UNAVAILABLE (fail closed). A revoked agent's key leaves its directory at once,
-// so the receiver sees it at its next fetch (a minute at most), or online at once.
+// so the receiver sees it at its next fetch (a minute at most), or at once when it takes the
+// revocation's pushed event (`handleSet` drops the issuer's directory).
 import { verify as webBotAuthVerify } from "web-bot-auth";
 import { parseDictionary, parseItem } from "structured-headers";
 import { publicKey, sha256, verified } from "./jws.js";

@@ -3,7 +3,9 @@
 //! directory `Signature-Agent` names, the service's own (`<base>/v1/directories/<issuer>`) or
 //! one the receiver trusts, fetched as the key set is (cached as it says, revalidated by
 //! ETag) and used past that for at most the list grace when it cannot be had; then
-//! `UNAVAILABLE`. A revoked agent's key leaves its directory at once: seen at the next fetch.
+//! `UNAVAILABLE`. A revoked agent's key leaves its directory at once: seen at the next fetch,
+//! or at once when the revocation's pushed event is taken ([`Verifier::handle_set`] drops the
+//! issuer's directory).
 
 use std::collections::HashMap;
 use std::sync::Arc;
