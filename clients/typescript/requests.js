@@ -10,7 +10,7 @@
 // revocation's pushed event (`handleSet` drops the issuer's directory).
 import { verify as webBotAuthVerify } from "web-bot-auth";
 import { parseDictionary, parseItem } from "structured-headers";
-import { publicKey, sha256, verified } from "./jws.js";
+import { b64urlStrict, publicKey, sha256, verified } from "./jws.js";
 
 /** The tag Web Bot Auth signatures carry. */
 const TAG = "web-bot-auth";
@@ -20,6 +20,24 @@ const MAX_VALIDITY = 24 * 60 * 60;
 const ISSUER = /^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$/;
 /** The most keys read from a directory. */
 const MAX_DIRECTORY_KEYS = 100;
+/** RFC 7638 thumbprints of RFC 9421's published test keys (B.1.4 Ed25519, B.1.2 RSA-PSS, B.1.1
+ * RSA), which the Web Bot Auth drafts' examples sign with: anyone can sign with them. */
+const PUBLISHED_TEST_KEYS = new Set([
+  "poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U",
+  "oD0HwocPBSfpNy5W3bpJeyFGY_IQ_YpqxSjQ3Yd-CLA",
+  "BHj8s0GPnMEQtkaULIM-PLgEhLBbuGUQ1vMxmBWZzEo",
+]);
+/** The Ed25519 test key's point, its sign bit cleared: the key or its negation. */
+const TEST_POINT = b64urlStrict("JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs");
+const isTestPoint = (x) => {
+  let raw;
+  try {
+    raw = b64urlStrict(x);
+  } catch {
+    return false;
+  }
+  return raw.length === 32 && raw.subarray(0, 31).every((b, i) => b === TEST_POINT[i]) && (raw[31] & 0x7f) === (TEST_POINT[31] & 0x7f);
+};
 const encoder = new TextEncoder();
 
 /** The URL `Signature-Agent` names: a bare string, or the dictionary member of `label` (else
@@ -53,17 +71,21 @@ function covered(input, fail) {
   const found = [...dict].find(([, [items, params]]) => Array.isArray(items) && params.get("tag") === TAG);
   if (!found) fail("TOKEN_INVALID", `no signature tagged ${TAG}`);
   if (dict.size !== 1) fail("TOKEN_INVALID", "more than one signature: one is checked");
-  const [label, [items]] = found;
+  const [label, [items, params]] = found;
+  if (PUBLISHED_TEST_KEYS.has(params.get("keyid"))) {
+    fail("TOKEN_INVALID", "signed with one of RFC 9421's published test keys, whose private half everyone has");
+  }
   return { label, names: items.map(([name]) => name) };
 }
 
-/** The Ed25519 keys of a directory's JSON, by RFC 7638 thumbprint. */
+/** The Ed25519 keys of a directory's JSON, by RFC 7638 thumbprint; RFC 9421's test key (or its
+ * negation) passed over. */
 async function directoryKeys(body) {
   const { keys } = JSON.parse(body);
   if (!Array.isArray(keys)) throw new Error("not a key set");
   const found = new Map();
   for (const jwk of keys.slice(0, MAX_DIRECTORY_KEYS)) {
-    if (jwk?.kty !== "OKP" || jwk.crv !== "Ed25519" || typeof jwk.x !== "string") continue;
+    if (jwk?.kty !== "OKP" || jwk.crv !== "Ed25519" || typeof jwk.x !== "string" || isTestPoint(jwk.x)) continue;
     const kid = await sha256(JSON.stringify({ crv: "Ed25519", kty: "OKP", x: jwk.x }));
     found.set(kid, await publicKey({ kty: "OKP", crv: "Ed25519", x: jwk.x }, "EdDSA"));
   }
@@ -121,4 +143,4 @@ export async function verifyRequest(verifier, request, { trustedSignatureAgents 
   };
 }
 
-export { directoryKeys };
+export { directoryKeys, PUBLISHED_TEST_KEYS };

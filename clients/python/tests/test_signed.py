@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agentid_verifier import ProofReplayed, TokenInvalid, Unavailable, Verifier
+from agentid_verifier.signed import directory_keys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 OFFLINE = os.path.join(ROOT, "tests", "offline")
@@ -92,6 +93,24 @@ def test_a_pushed_revocation_drops_the_issuers_directory_at_once(server):
     with pytest.raises(TokenInvalid):
         verifier.verify_request("GET", url, signed(jwk, url, directory))
     assert verifier.counts().fetches[("directory", "fetched")] == 2
+
+
+#: RFC 9421's Ed25519 test key (Appendix B.1.4), which the Web Bot Auth drafts sign with.
+RFC_9421_KEY = {"kty": "OKP", "crv": "Ed25519", "d": "n4Ni-HpISpVObnQMW0wOhCKROaIKqKtW_2ZYb2p9KcU",
+                "x": "JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs"}
+
+
+def test_rfc_9421s_test_key_counts_for_nothing():
+    dead = "http://127.0.0.1:9/directory"
+    url = "https://shop.example/"
+    with pytest.raises(TokenInvalid, match="published test keys"):
+        Verifier("http://127.0.0.1:9").verify_request("GET", url, signed(RFC_9421_KEY, url, dead),
+                                                      trusted_signature_agents=[dead])
+    # Nor does it, or its negation, count in a directory.
+    negated = bytearray(base64.urlsafe_b64decode(RFC_9421_KEY["x"] + "="))
+    negated[31] ^= 0x80
+    for x in (RFC_9421_KEY["x"], b64(bytes(negated))):
+        assert directory_keys(json.dumps({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": x}]}).encode()) == {}
 
 
 def test_an_unreachable_directory_fails_closed(server):

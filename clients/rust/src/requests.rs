@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use web_bot_auth::components::{CoveredComponent, DerivedComponent};
-use web_bot_auth::keyring::{JSONWebKeySet, KeyRing};
+use web_bot_auth::keyring::{JSONWebKeySet, KeyRing, Thumbprintable};
 use web_bot_auth::message_signatures::SignedMessage;
 use web_bot_auth::{SignatureAgentLink, WebBotAuthVerifier};
 
@@ -124,6 +124,11 @@ impl Verifier {
         else {
             return Err(invalid("created, expires and keyid are required"));
         };
+        if PUBLISHED_TEST_KEYS.contains(&keyid.as_str()) {
+            return Err(invalid(
+                "signed with one of RFC 9421's published test keys, whose private half everyone has",
+            ));
+        }
         let now = now_secs();
         if expires <= created || expires - created > MAX_VALIDITY_SECS {
             return Err(invalid("expires must come after created, at most 24 h later"));
@@ -132,8 +137,11 @@ impl Verifier {
             return Err(invalid("the signature is out of its time"));
         }
         let keys = self.directory(&agent).await?;
+        let mut keys = (*keys).clone();
+        keys.keys
+            .retain(|k| !matches!(k, Thumbprintable::OKP { x, .. } if test_point(x)));
         let mut ring = KeyRing::default();
-        ring.import_jwks((*keys).clone());
+        ring.import_jwks(keys);
         parsed
             .verify(&ring, None)
             .map_err(|e| invalid(format!("the signature does not verify: {e:?}")))?;
@@ -218,6 +226,28 @@ impl Verifier {
             "{url}: revocations keep coming while it is fetched"
         )))
     }
+}
+
+/// RFC 7638 thumbprints of RFC 9421's published test keys (B.1.4 Ed25519, B.1.2 RSA-PSS, B.1.1
+/// RSA), which the Web Bot Auth drafts' examples sign with: anyone can sign with them.
+const PUBLISHED_TEST_KEYS: [&str; 3] = [
+    "poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U",
+    "oD0HwocPBSfpNy5W3bpJeyFGY_IQ_YpqxSjQ3Yd-CLA",
+    "BHj8s0GPnMEQtkaULIM-PLgEhLBbuGUQ1vMxmBWZzEo",
+];
+
+/// Whether `x` is RFC 9421's Ed25519 test key or its negation (the sign bit flipped): a key
+/// whose private half anyone has.
+fn test_point(x: &str) -> bool {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine as _;
+    let (Ok(mine), Ok(test)) = (
+        URL_SAFE_NO_PAD.decode(x),
+        URL_SAFE_NO_PAD.decode("JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs"),
+    ) else {
+        return false;
+    };
+    mine.len() == 32 && mine[..31] == test[..31] && mine[31] & 0x7f == test[31] & 0x7f
 }
 
 /// An issuer domain as the service names it in a directory's URL: lower case, two labels or

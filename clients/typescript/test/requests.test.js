@@ -8,6 +8,7 @@ import { fileURLToPath } from "node:url";
 import { signatureHeaders } from "web-bot-auth";
 import { signerFromJWK } from "web-bot-auth/crypto";
 import { Verifier, VerificationError } from "../index.js";
+import { directoryKeys } from "../requests.js";
 import { startServer } from "./server.js";
 
 let s;
@@ -108,6 +109,20 @@ test("a request Python's http-message-signatures signed is checked as well", asy
   });
   const got = await verifier.verifyRequest({ method: "GET", url, headers: JSON.parse(out) });
   assert.equal(got.issuer, "example.com");
+});
+
+test("RFC 9421's test key counts for nothing", async () => {
+  const rfcKey = { kty: "OKP", crv: "Ed25519", d: "n4Ni-HpISpVObnQMW0wOhCKROaIKqKtW_2ZYb2p9KcU", x: "JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs" };
+  const dead = "http://127.0.0.1:9/directory";
+  const verifier = new Verifier({ baseUrl: "http://127.0.0.1:9" });
+  const req = await signed(rfcKey, "https://shop.example/", dead);
+  await assert.rejects(verifier.verifyRequest(req, { trustedSignatureAgents: [dead] }), /published test keys/);
+  // Nor does it, or its negation, count in a directory.
+  const negated = Buffer.from(rfcKey.x, "base64url");
+  negated[31] ^= 0x80;
+  for (const x of [rfcKey.x, negated.toString("base64url")]) {
+    assert.equal((await directoryKeys(JSON.stringify({ keys: [{ kty: "OKP", crv: "Ed25519", x }] }))).size, 0);
+  }
 });
 
 test("an unreachable directory fails closed", async () => {

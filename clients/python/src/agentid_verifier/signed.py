@@ -32,6 +32,21 @@ TAG = "web-bot-auth"
 MAX_VALIDITY = 24 * 60 * 60
 #: The most keys read from a directory.
 MAX_DIRECTORY_KEYS = 100
+#: RFC 7638 thumbprints of RFC 9421's published test keys (B.1.4 Ed25519, B.1.2 RSA-PSS, B.1.1
+#: RSA), which the Web Bot Auth drafts' examples sign with: anyone can sign with them.
+PUBLISHED_TEST_KEYS = frozenset({
+    "poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U",
+    "oD0HwocPBSfpNy5W3bpJeyFGY_IQ_YpqxSjQ3Yd-CLA",
+    "BHj8s0GPnMEQtkaULIM-PLgEhLBbuGUQ1vMxmBWZzEo",
+})
+_TEST_POINT = base64.urlsafe_b64decode("JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs=")
+
+
+def _test_point(raw: bytes) -> bool:
+    """Whether ``raw`` is RFC 9421's Ed25519 test key or its negation (the sign bit flipped)."""
+    return len(raw) == 32 and raw[:31] == _TEST_POINT[:31] and raw[31] & 0x7F == _TEST_POINT[31] & 0x7F
+
+
 #: An issuer domain as the service names it in a directory's URL: lower case, two labels or more.
 ISSUER = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+")
 
@@ -67,7 +82,8 @@ class _Directory(HTTPSignatureKeyResolver):
 
 
 def directory_keys(body: bytes) -> Dict[str, Ed25519PublicKey]:
-    """The Ed25519 keys of a directory, by RFC 7638 thumbprint."""
+    """The Ed25519 keys of a directory, by RFC 7638 thumbprint; RFC 9421's test key (or its
+    negation) passed over."""
     keys = json.loads(body).get("keys")
     if not isinstance(keys, list):
         raise ValueError("not a key set")
@@ -81,6 +97,8 @@ def directory_keys(body: bytes) -> Dict[str, Ed25519PublicKey]:
         canonical = json.dumps({"crv": "Ed25519", "kty": "OKP", "x": x}, separators=(",", ":"))
         kid = base64.urlsafe_b64encode(hashlib.sha256(canonical.encode()).digest()).rstrip(b"=").decode()
         raw = base64.urlsafe_b64decode(x + "=" * (-len(x) % 4))
+        if _test_point(raw):
+            continue
         found[kid] = Ed25519PublicKey.from_public_bytes(raw)
     return found
 
@@ -122,6 +140,8 @@ def verify_request(verifier: "Verifier", method: str, url: str, headers: Mapping
     except Exception as e:
         raise TokenInvalid("Signature-Input is not a structured dictionary") from e
     label = next((lb for lb, (_, params) in inputs.items() if params.get("tag") == TAG), None)
+    if label is not None and inputs[label][1].get("keyid") in PUBLISHED_TEST_KEYS:
+        raise TokenInvalid("signed with one of RFC 9421's published test keys, whose private half everyone has")
     agent = signature_agent(fields["signature-agent"], label)
     ours = f"{verifier.base_url}/v1/directories/"
     issuer = agent[len(ours):] if agent.startswith(ours) else None

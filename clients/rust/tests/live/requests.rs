@@ -117,6 +117,24 @@ async fn a_signed_request_is_checked_offline_against_the_agents_directory() {
     );
 }
 
+/// RFC 9421's Ed25519 test key (the Web Bot Auth drafts sign with it) counts for nothing: a
+/// request it signed is refused before any directory is asked.
+#[tokio::test(flavor = "current_thread")]
+async fn rfc_9421s_test_key_counts_for_nothing() {
+    let d = URL_SAFE_NO_PAD
+        .decode("n4Ni-HpISpVObnQMW0wOhCKROaIKqKtW_2ZYb2p9KcU")
+        .unwrap();
+    let key = SigningKey::from_bytes(&d.try_into().unwrap());
+    let dead = "http://127.0.0.1:9/directory";
+    let v = Verifier::builder("http://127.0.0.1:9").build().unwrap();
+    let headers = signed(&key, "https://shop.example/", dead);
+    let err = v
+        .verify_request("GET", "https://shop.example/", &headers, &[dead])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("published test keys"), "{err}");
+}
+
 /// A revocation's pushed event drops what the verifier holds of the issuer's directory: the
 /// agent's next signed request, within the directory's minute, is refused.
 #[tokio::test(flavor = "current_thread")]
