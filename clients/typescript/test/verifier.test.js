@@ -65,7 +65,9 @@ test("tampered tokens and alg or kid tricks are invalid", async () => {
     // that are not zero (the service refuses each, so the library does too), or a header
     // that names a critical extension.
     `${h}.${p}.${sig}==`,
-    `${h}.${p}.${Buffer.from(sig, "base64url").toString("base64").replace(/=+$/, "")}`,
+    // (A signature with neither "-" nor "_", one in fifteen, is spelled alike in both
+    // alphabets: then that form is the token itself, and is left out.)
+    ...[`${h}.${p}.${Buffer.from(sig, "base64url").toString("base64").replace(/=+$/, "")}`].filter((t) => t !== token),
     `${h}.${p.slice(0, 8)} ${p.slice(8)}.${sig}`,
     `${h}.${p}.${sig.slice(0, -1)}${ALPHABET[ALPHABET.indexOf(sig.at(-1)) | 1]}`,
     `${Buffer.from("[1]").toString("base64url")}.${p}.${sig}`,
