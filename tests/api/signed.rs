@@ -506,19 +506,28 @@ async fn a_signature_replayed_to_another_instance_is_refused() {
 #[actix_web::test]
 async fn the_rfc_9421_test_key_binds_no_agent() {
     let app = spawn_app().await;
-    let res = app
-        .post(
-            "/v1/agents/register",
-            Some(app.secret()),
-            Some(&json!({"name": "copycat", "issuer_domain": "example.com", "scopes": ["read:docs"],
-                         "jwk": {"kty": "OKP", "crv": "Ed25519", "x": "JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs"}})),
-        )
-        .await;
-    let body = res.assert_error(400, "VALIDATION_ERROR");
-    assert!(
-        body["error"]["message"].as_str().unwrap().contains("RFC 9421"),
-        "{body}"
-    );
+    // Its Ed25519 key (B.1.4) and its P-256 key (B.1.3): no token may be bound to either.
+    for jwk in [
+        json!({"kty": "OKP", "crv": "Ed25519", "x": "JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs"}),
+        json!({"kty": "EC", "crv": "P-256", "x": "qIVYZVLCrPZHGHjP17CTW0_-D9Lfw0EkjqF7xB4FivA",
+               "y": "Mc4nN9LTDOBhfoUeg8Ye9WedFRhnZXZJA12Qp0zZ6F0"}),
+    ] {
+        let res = app
+            .post(
+                "/v1/agents/register",
+                Some(app.secret()),
+                Some(
+                    &json!({"name": "copycat", "issuer_domain": "example.com", "scopes": ["read:docs"],
+                             "jwk": jwk}),
+                ),
+            )
+            .await;
+        let body = res.assert_error(400, "VALIDATION_ERROR");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains("RFC 9421"),
+            "{body}"
+        );
+    }
     // The Web Bot Auth draft's appendix example, as published: parsed, and refused for its key.
     let vector = json!({
         "Signature-Agent": "agent2=\"https://signature-agent.test\"",

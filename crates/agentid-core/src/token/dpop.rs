@@ -16,6 +16,9 @@ pub(crate) const MAX_JTI_LEN: usize = 256;
 /// The public half of RFC 9421's Ed25519 test key (Appendix B.1.4), which the Web Bot Auth
 /// drafts' examples sign with: its private half is published, so no agent may be bound to it.
 pub const RFC_9421_TEST_KEY_X: &str = "JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs";
+/// The `x` of RFC 9421's P-256 test key (Appendix B.1.3): its private half is published too, so
+/// a token bound to that point (or its negation, the same `x`) proves nothing of its holder.
+const RFC_9421_P256_TEST_KEY_X: &str = "qIVYZVLCrPZHGHjP17CTW0_-D9Lfw0EkjqF7xB4FivA";
 
 /// Whether `key` is RFC 9421's Ed25519 test key or its negation (the same encoding with the
 /// sign bit flipped): a key whose private scalar anyone can derive from the published one.
@@ -73,18 +76,15 @@ impl PublicJwk {
             PublicJwk::P256 { point, .. } if !on_p256(point) => {
                 return refuse("x and y are not a point of P-256");
             }
-            PublicJwk::Ed25519 { key, .. } if is_rfc_9421_test_point(key) => {
-                return refuse(
-                    "is RFC 9421's published test key (Appendix B.1.4), whose private half everyone has",
-                );
-            }
             _ => {}
         }
         Ok(key)
     }
 
     /// The key of a proof's `jwk` header: `parse`'s form, without its costly question of a
-    /// P-256 point (an ECDH agreement), which the signature check answers anyway.
+    /// P-256 point (an ECDH agreement), which the signature check answers anyway. RFC 9421's
+    /// published test keys are refused here: no token is bound to one, and no proof made with
+    /// one binds a token.
     fn read(value: &Value) -> Result<PublicJwk, DpopError> {
         let Value::Object(jwk) = value else {
             return refuse("must be a JSON object (a public JWK)");
@@ -104,10 +104,20 @@ impl PublicJwk {
                 if key.is_weak() {
                     return refuse("x is a point of small order, which no key pair has");
                 }
+                if is_rfc_9421_test_point(&key) {
+                    return refuse(
+                        "is RFC 9421's published test key (Appendix B.1.4), whose private half everyone has",
+                    );
+                }
                 Ok(PublicJwk::Ed25519 { x: x.to_owned(), key })
             }
             ("EC", "P-256") => {
                 let (x, y) = (text(jwk, "x")?, text(jwk, "y")?);
+                if x == RFC_9421_P256_TEST_KEY_X {
+                    return refuse(
+                        "is RFC 9421's published test key (Appendix B.1.3), whose private half everyone has",
+                    );
+                }
                 let mut point = vec![4u8];
                 point.extend(b64_bytes(x, 32, "x")?);
                 point.extend(b64_bytes(y, 32, "y")?);
@@ -442,6 +452,33 @@ mod tests {
             let err = PublicJwk::parse(&jwk).unwrap_err().0;
             assert!(err.contains(why), "{jwk}: {err}");
         }
+    }
+
+    /// Attack: a proof made with RFC 9421's published Ed25519 key (or its negation), which
+    /// would bind a token to a key whose private half everyone has.
+    #[test]
+    fn a_proof_by_a_published_test_key_binds_nothing() {
+        let d = URL_SAFE_NO_PAD
+            .decode("n4Ni-HpISpVObnQMW0wOhCKROaIKqKtW_2ZYb2p9KcU")
+            .unwrap();
+        let key = SigningKey::from_bytes(&d.try_into().unwrap());
+        let jwk = json!({"kty": "OKP", "crv": "Ed25519",
+                         "x": URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes())});
+        let header = json!({"typ": "dpop+jwt", "alg": "EdDSA", "jwk": jwk});
+        let signed = format!("{}.{}", b64(&header), b64(&claims()));
+        let proof = format!(
+            "{signed}.{}",
+            URL_SAFE_NO_PAD.encode(key.sign(signed.as_bytes()).to_bytes())
+        );
+        let err = check_proof(&proof, &expected()).unwrap_err().0;
+        assert!(err.contains("RFC 9421"), "{err}");
+        let mut negated = key.verifying_key().to_bytes();
+        negated[31] ^= 0x80;
+        let jwk = json!({"kty": "OKP", "crv": "Ed25519", "x": URL_SAFE_NO_PAD.encode(negated)});
+        assert!(PublicJwk::parse(&jwk).unwrap_err().0.contains("RFC 9421"));
+        let p256 = json!({"kty": "EC", "crv": "P-256", "x": RFC_9421_P256_TEST_KEY_X,
+                          "y": "Mc4nN9LTDOBhfoUeg8Ye9WedFRhnZXZJA12Qp0zZ6F0"});
+        assert!(PublicJwk::parse(&p256).unwrap_err().0.contains("RFC 9421"));
     }
 
     #[test]
