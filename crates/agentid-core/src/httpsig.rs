@@ -188,15 +188,6 @@ fn rsa_thumbprint(e: &str, n: &str) -> String {
     URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.as_bytes()))
 }
 
-/// Reads the request's signature tagged `tag`, and checks its form and times against `now`
-/// (Unix seconds, `max_skew` either way for `created`). A signature naming one of RFC 9421's
-/// published test keys is refused.
-pub fn read(req: &Request<'_>, tag: &str, now: i64, max_skew: i64) -> Result<Signed, Refusal> {
-    let signed = parse(req, tag)?;
-    signed.check(now, max_skew)?;
-    Ok(signed)
-}
-
 /// Reads the request's signature tagged `tag` and its form; [`Signed::check`] then judges its
 /// key and times.
 pub fn parse(req: &Request<'_>, tag: &str) -> Result<Signed, Refusal> {
@@ -476,6 +467,13 @@ mod tests {
 
     fn sign(key: &SigningKey, base: &str) -> String {
         STANDARD.encode(key.sign(base.as_bytes()).to_bytes())
+    }
+
+    /// The request's signature tagged `tag`, read and checked as the engine does.
+    fn read(req: &Request<'_>, tag: &str, now: i64, max_skew: i64) -> Result<Signed, Refusal> {
+        let signed = parse(req, tag)?;
+        signed.check(now, max_skew)?;
+        Ok(signed)
     }
 
     fn ed(key: &SigningKey) -> SignatureKey {

@@ -157,16 +157,16 @@ impl SignedRequests {
             .keyed(domain)
             .await?
             .into_iter()
-            .map(|(_, jwk, kid)| {
-                let mut v: Value = serde_json::from_str(&jwk).unwrap_or(Value::Null);
-                v["kid"] = kid.into();
+            .map(|listed| {
+                let mut v: Value = serde_json::from_str(&listed.jwk.canonical()).unwrap_or(Value::Null);
+                v["kid"] = listed.kid.into();
                 v
             })
             .collect())
     }
 
-    /// The directory's agents with their canonical Ed25519 key and its thumbprint.
-    async fn keyed(&self, domain: &IssuerDomain) -> Result<Vec<(AgentRecord, String, String)>, StoreError> {
+    /// The directory's agents with their Ed25519 key and its thumbprint.
+    async fn keyed(&self, domain: &IssuerDomain) -> Result<Vec<Listed>, StoreError> {
         let agents = self
             .store
             .keyed_agents(domain.as_str(), MAX_DIRECTORY_KEYS)
@@ -174,10 +174,10 @@ impl SignedRequests {
         Ok(agents.into_iter().filter_map(|a| self.listed(a)).collect())
     }
 
-    /// An agent as its directory lists it (its canonical Ed25519 key and thumbprint), when it
-    /// is live, not revoked, and its stored key matches its stored thumbprint (else an
+    /// An agent as its directory lists it (its Ed25519 key, read once, and its thumbprint),
+    /// when it is live, not revoked, and its stored key matches its stored thumbprint (else an
     /// integrity alarm).
-    fn listed(&self, a: AgentRecord) -> Option<(AgentRecord, String, String)> {
+    fn listed(&self, a: AgentRecord) -> Option<Listed> {
         if a.mode != KeyMode::Live || self.registry.revocation(a.id.as_str()).is_some() {
             return None;
         }
@@ -188,7 +188,15 @@ impl SignedRequests {
             metrics::counter!("agentid_integrity_failures_total", "what" => "agent_key").increment(1);
             return None;
         }
-        matches!(key, PublicJwk::Ed25519 { .. }).then(|| (a, key.canonical(), kid))
+        let PublicJwk::Ed25519 { key: ed25519, .. } = &key else {
+            return None;
+        };
+        Some(Listed {
+            key: SignatureKey::Ed25519(*ed25519),
+            agent: a,
+            jwk: key,
+            kid,
+        })
     }
 
     /// Checks `req`'s signature under `policy`, records the check (in the agent's ledger when
@@ -280,22 +288,12 @@ impl SignedRequests {
             // An issuer's own origin that serves no agentid agent: not ours to judge.
             return self.third_party(&signed, url, policy, now, facts).await;
         }
-        let Some((agent, jwk, _)) = signer else {
+        let Some(Listed { agent, key, .. }) = signer else {
             let why = format!(
                 "no live agent of {domain} has the key {} (unknown, revoked or never bound)",
                 signed.keyid
             );
             return Ok(refused(RequestResult::Invalid, why, facts));
-        };
-        let key = match PublicJwk::from_canonical(&jwk) {
-            Ok(PublicJwk::Ed25519 { key, .. }) => SignatureKey::Ed25519(key),
-            _ => {
-                return Ok(refused(
-                    RequestResult::Invalid,
-                    "the agent's key is not Ed25519".into(),
-                    facts,
-                ))
-            }
         };
         if !signed.verifies_with(&key) {
             return Ok(refused(
@@ -398,6 +396,15 @@ impl SignedRequests {
             agent: None,
         })
     }
+}
+
+/// An agent of a directory: its record, its key (read from the store once) as the directory
+/// lists it and as a signature is checked with it, and the key's thumbprint.
+struct Listed {
+    agent: AgentRecord,
+    jwk: PublicJwk,
+    key: SignatureKey,
+    kid: String,
 }
 
 /// Third parties' signature directories, fetched and kept (see the module's documentation).
