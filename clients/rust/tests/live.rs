@@ -437,12 +437,24 @@ fn kid(token: &str) -> String {
 }
 
 /// A service that answers with the agent id the tower layer put in the extensions.
+/// A service behind the tower layer answering each request with what its function reads of
+/// it (the extensions the layer set).
 #[cfg(feature = "tower")]
 #[derive(Clone)]
-struct Echo;
+struct Reply(fn(&http::Request<()>) -> String);
+
+/// Answers with the id of the agent the layer verified.
+#[cfg(feature = "tower")]
+const ECHO: Reply = Reply(|req| {
+    req.extensions()
+        .get::<agentid_verifier::Agent>()
+        .unwrap()
+        .agent_id
+        .clone()
+});
 
 #[cfg(feature = "tower")]
-impl tower_service::Service<http::Request<()>> for Echo {
+impl tower_service::Service<http::Request<()>> for Reply {
     type Response = http::Response<String>;
     type Error = std::convert::Infallible;
     type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
@@ -450,8 +462,7 @@ impl tower_service::Service<http::Request<()>> for Echo {
         std::task::Poll::Ready(Ok(()))
     }
     fn call(&mut self, req: http::Request<()>) -> Self::Future {
-        let agent = req.extensions().get::<agentid_verifier::Agent>().unwrap();
-        std::future::ready(Ok(http::Response::new(agent.agent_id.clone())))
+        std::future::ready(Ok(http::Response::new((self.0)(&req))))
     }
 }
 
@@ -629,7 +640,7 @@ async fn the_tower_layer_answers_401_403_and_200() {
     let (id, token) = s.register(json!({}));
     let v = Verifier::builder(&s.base).build().unwrap();
     let call = |scopes: &[&str], auth: Option<String>| {
-        let mut svc = AgentIdLayer::new(v.clone(), scopes).layer(Echo);
+        let mut svc = AgentIdLayer::new(v.clone(), scopes).layer(ECHO);
         let mut req = http::Request::builder();
         if let Some(a) = auth {
             req = req.header("Authorization", a);

@@ -125,7 +125,7 @@ async fn a_delegated_token_names_the_person_and_the_chain() {
         let call = |token: String| {
             let mut svc = AgentIdLayer::new(anyone.clone(), &[])
                 .delegated()
-                .layer(super::Echo);
+                .layer(super::ECHO);
             let req = http::Request::builder()
                 .header("Authorization", format!("Bearer {token}"))
                 .body(())

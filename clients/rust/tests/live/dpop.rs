@@ -327,7 +327,7 @@ async fn the_tower_layer_takes_dpop_and_refuses_as_rfc_9449_says() {
     use tower_layer::Layer;
     use tower_service::Service;
 
-    use super::Echo;
+    use super::ECHO;
 
     let s = Server::start();
     let v = Verifier::builder(&s.base).build().unwrap();
@@ -338,7 +338,7 @@ async fn the_tower_layer_takes_dpop_and_refuses_as_rfc_9449_says() {
         if let Some(o) = origin {
             layer = layer.public_origin(o);
         }
-        let mut svc = layer.layer(Echo);
+        let mut svc = layer.layer(ECHO);
         let mut req = http::Request::builder().uri(uri);
         for (k, val) in headers {
             req = req.header(k, val);

@@ -154,7 +154,7 @@ async fn the_tower_layer_names_and_serves_resource_metadata() {
     let call = |auth: Option<String>| {
         let mut svc = AgentIdLayer::new(v.clone(), &[])
             .resource_metadata(&metadata)
-            .layer(super::Echo);
+            .layer(super::ECHO);
         let mut req = http::Request::builder();
         if let Some(a) = auth {
             req = req.header("Authorization", a);

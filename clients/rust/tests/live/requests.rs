@@ -166,30 +166,19 @@ async fn the_tower_layer_takes_a_signed_request_in_place_of_a_token() {
     use tower_layer::Layer;
     use tower_service::Service;
 
-    #[derive(Clone)]
-    struct Signed;
-    impl Service<http::Request<()>> for Signed {
-        type Response = http::Response<String>;
-        type Error = std::convert::Infallible;
-        type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
-        fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
-            std::task::Poll::Ready(Ok(()))
-        }
-        fn call(&mut self, req: http::Request<()>) -> Self::Future {
-            let found = req.extensions().get::<SignedRequest>().unwrap();
-            std::future::ready(Ok(http::Response::new(found.issuer.clone().unwrap_or_default())))
-        }
-    }
-
     let s = Server::start();
-    let mut seed = [0u8; 32];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut seed).unwrap();
-    let key = SigningKey::from_bytes(&seed);
-    let jwk =
-        json!({"kty": "OKP", "crv": "Ed25519", "x": URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes())});
-    s.register(json!({"scopes": ["read:docs"], "jwk": jwk}));
+    let (_, key) = signing_agent(&s);
     let v = Verifier::builder(&s.base).build().unwrap();
     let directory = format!("{}/v1/directories/example.com", s.base);
+    // The service answers with the issuer of the signature the layer put in the extensions.
+    let issuer = super::Reply(|req| {
+        req.extensions()
+            .get::<SignedRequest>()
+            .unwrap()
+            .issuer
+            .clone()
+            .unwrap_or_default()
+    });
     let call = |layer: AgentIdLayer, path: &str| {
         let headers = signed(&key, &format!("https://shop.example{path}"), &directory);
         let mut req = http::Request::builder().uri(path);
@@ -197,7 +186,7 @@ async fn the_tower_layer_takes_a_signed_request_in_place_of_a_token() {
             req = req.header(n.as_str(), v.as_str());
         }
         let req = req.body(()).unwrap();
-        let mut svc = layer.layer(Signed);
+        let mut svc = layer.layer(issuer.clone());
         async move { svc.call(req).await.unwrap() }
     };
     let ok = call(
