@@ -28,23 +28,13 @@ use agentid_core::keys::KeyRing;
 use agentid_core::records::IdentityProviderRecord;
 use agentid_core::token::foreign::{self, Foreign};
 use agentid_core::token::{Actor, Claims, SubjectId};
-use agentid_store::{AgentRecord, Standing};
+use agentid_store::{AgentRecord, SharedStore, Standing};
 
-use crate::oauth::{OAuth, OAuthError, TokenRequest};
+use crate::oauth::request::{OAuthError, TokenRequest, ID_JAG_TYP, JWT_BEARER_GRANT, TOKEN_EXCHANGE};
 use crate::outbound::{FetchLocks, Fetched, Outbound};
+use crate::registry::Registry;
+use crate::verifier::TokenVerifier;
 
-/// `grant_type` of token exchange (RFC 8693 §2.1).
-pub const TOKEN_EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
-/// `grant_type` of a JWT authorization grant (RFC 7523 §2.1), which carries an ID-JAG.
-pub const JWT_BEARER_GRANT: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
-/// The header `typ` of an ID-JAG.
-pub const ID_JAG_TYP: &str = "oauth-id-jag+jwt";
-/// The grant profile metadata advertises (`authorization_grant_profiles_supported`).
-pub const ID_JAG_PROFILE: &str = "urn:ietf:params:oauth:grant-profile:id-jag";
-/// Token types a subject token may be (RFC 8693 §3), and the type handed out.
-pub const ID_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:id_token";
-pub const JWT_TYPE: &str = "urn:ietf:params:oauth:token-type:jwt";
-pub const ACCESS_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:access_token";
 /// The longest an ID-JAG may live ahead of now.
 pub const MAX_ID_JAG_LIFETIME_SECS: i64 = 300;
 /// The longest person's `sub` taken.
@@ -227,10 +217,28 @@ impl ProviderKeys {
     }
 }
 
-impl OAuth {
+/// The token endpoint's delegation grants, with what they read: the store, the registry's
+/// revocations, agentid's own tokens, identity providers' keys and the key file that vouches
+/// for providers' rows.
+pub(crate) struct Delegation {
+    pub(crate) store: SharedStore,
+    pub(crate) registry: Arc<Registry>,
+    /// Checks agentid's own tokens handed on as subject tokens.
+    pub(crate) tokens: Arc<TokenVerifier>,
+    pub(crate) provider_keys: ProviderKeys,
+    /// The key file: it vouches for identity providers' rows.
+    pub(crate) keys: Arc<KeyRing>,
+    /// The issuer identifier (the service's public URL).
+    pub(crate) issuer: String,
+    pub(crate) max_skew_secs: i64,
+    /// The most agents a chain may hold.
+    pub(crate) max_delegation_depth: usize,
+}
+
+impl Delegation {
     /// What a delegation grant in `req` establishes for `agent`, or why it establishes
-    /// nothing. `req`'s form was checked (`check_request`).
-    pub(crate) async fn delegation(
+    /// nothing. `req`'s form was checked (`OAuth::check_request`).
+    pub(crate) async fn grant(
         &self,
         agent: &AgentRecord,
         req: &TokenRequest<'_>,

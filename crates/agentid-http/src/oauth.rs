@@ -16,8 +16,8 @@ use super::input::content_type_is;
 use super::verify::Cnf;
 use agentid_core::token::Audience;
 use agentid_core::token::{Actor, SubjectId};
-use agentid_engine::delegation::{ID_JAG_PROFILE, JWT_BEARER_GRANT, TOKEN_EXCHANGE};
 use agentid_engine::oauth::{OAuthError, TokenRequest, CLIENT_CREDENTIALS};
+use agentid_engine::oauth::{ID_JAG_PROFILE, JWT_BEARER_GRANT, TOKEN_EXCHANGE};
 use agentid_engine::ratelimit::{Class, RateSubject};
 use agentid_engine::{Verification, VerifyError};
 

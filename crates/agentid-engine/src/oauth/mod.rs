@@ -24,24 +24,25 @@ use agentid_core::token::dpop::{check_proof, Expected as ProofExpected, PublicJw
 use agentid_core::token::{absolute_uri, assertion, Actor, Audience, Claims, Confirmation, MAX_TOKEN_LEN};
 use agentid_store::{AgentRecord, DomainRules, OrgRecord, SharedStore, StoreError};
 
-use crate::delegation::{
-    ProviderKeys, ACCESS_TOKEN_TYPE, ID_TOKEN_TYPE, JWT_BEARER_GRANT, JWT_TYPE, TOKEN_EXCHANGE,
-};
+use crate::delegation::{Delegation, ProviderKeys};
 use crate::domains::IssuerCheck;
 use crate::outbound::Outbound;
 use crate::verifier::TokenVerifier;
 
-use crate::audit::{AuditError, AuditHandle};
+use crate::audit::AuditHandle;
 use crate::dpop::Replays;
 use crate::expiries::NotedExpiries;
 use crate::registry::Registry;
 use crate::revocations::Revocations;
 use crate::status::StatusLists;
 
-/// `grant_type` of the client credentials grant (RFC 6749 §4.4).
-pub const CLIENT_CREDENTIALS: &str = "client_credentials";
-/// `client_assertion_type` of a JWT client assertion (RFC 7523 §2.2).
-pub const JWT_BEARER_ASSERTION: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+pub mod request;
+
+pub use request::{
+    OAuthError, TokenRequest, ACCESS_TOKEN_TYPE, CLIENT_CREDENTIALS, ID_JAG_PROFILE, ID_JAG_TYP,
+    ID_TOKEN_TYPE, JWT_BEARER_ASSERTION, JWT_BEARER_GRANT, JWT_TYPE, TOKEN_EXCHANGE,
+};
+
 /// The longest a client assertion may live (`exp - iat`): what the MCP SDK signs.
 pub const MAX_ASSERTION_LIFETIME_SECS: i64 = 300;
 /// Resources one token may name at most, and the longest one.
@@ -72,109 +73,6 @@ impl Default for OAuthConfig {
             allow_local_provider_keys: false,
         }
     }
-}
-
-/// A refused token request, as RFC 6749 §5.2 (with RFC 8707's `invalid_target` and RFC
-/// 9449's `invalid_dpop_proof`) names it; each with what to tell the client.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum OAuthError {
-    #[error("invalid_request: {0}")]
-    InvalidRequest(String),
-    #[error("invalid_client: {0}")]
-    InvalidClient(String),
-    #[error("unsupported_grant_type: {0}")]
-    UnsupportedGrantType(String),
-    #[error("invalid_grant: {0}")]
-    InvalidGrant(String),
-    #[error("invalid_scope: {0}")]
-    InvalidScope(String),
-    #[error("invalid_target: {0}")]
-    InvalidTarget(String),
-    #[error("invalid_dpop_proof: {0}")]
-    InvalidDpopProof(String),
-    /// The request could not be checked or recorded (the store): nothing was handed out.
-    #[error("temporarily_unavailable: {0}")]
-    Unavailable(String),
-    /// Something unexpected failed (no detail for the client; the log has it).
-    #[error("server_error")]
-    ServerError,
-}
-
-impl OAuthError {
-    /// The `error` code (RFC 6749 §5.2).
-    pub fn code(&self) -> &'static str {
-        match self {
-            OAuthError::InvalidRequest(_) => "invalid_request",
-            OAuthError::InvalidClient(_) => "invalid_client",
-            OAuthError::UnsupportedGrantType(_) => "unsupported_grant_type",
-            OAuthError::InvalidGrant(_) => "invalid_grant",
-            OAuthError::InvalidScope(_) => "invalid_scope",
-            OAuthError::InvalidTarget(_) => "invalid_target",
-            OAuthError::InvalidDpopProof(_) => "invalid_dpop_proof",
-            OAuthError::Unavailable(_) => "temporarily_unavailable",
-            OAuthError::ServerError => "server_error",
-        }
-    }
-
-    /// The `error_description`.
-    pub fn description(&self) -> &str {
-        match self {
-            OAuthError::InvalidRequest(d)
-            | OAuthError::InvalidClient(d)
-            | OAuthError::UnsupportedGrantType(d)
-            | OAuthError::InvalidGrant(d)
-            | OAuthError::InvalidScope(d)
-            | OAuthError::InvalidTarget(d)
-            | OAuthError::InvalidDpopProof(d)
-            | OAuthError::Unavailable(d) => d,
-            OAuthError::ServerError => "an unexpected error occurred",
-        }
-    }
-}
-
-impl From<StoreError> for OAuthError {
-    fn from(e: StoreError) -> Self {
-        if e.is_transient() {
-            tracing::warn!(error = %e, "token request: the store is unavailable");
-            OAuthError::Unavailable(match e {
-                StoreError::Busy => "every database connection is in use; retry shortly".into(),
-                _ => "the database cannot be reached; retry shortly".into(),
-            })
-        } else {
-            tracing::error!(error = %e, "token request: the store failed");
-            OAuthError::ServerError
-        }
-    }
-}
-
-impl From<AuditError> for OAuthError {
-    fn from(e: AuditError) -> Self {
-        OAuthError::Unavailable(format!("the request could not be recorded ({e}); retry shortly"))
-    }
-}
-
-/// A token request (`POST /oauth/token`) as its form said it; every value unchecked.
-#[derive(Debug, Clone, Default)]
-pub struct TokenRequest<'a> {
-    pub grant_type: Option<&'a str>,
-    pub client_id: Option<&'a str>,
-    /// `client_secret_post`'s, or `client_secret_basic`'s (then `basic`).
-    pub client_secret: Option<&'a str>,
-    /// The client id and secret came in `Authorization: Basic` (RFC 6749 §2.3.1).
-    pub basic: bool,
-    pub client_assertion_type: Option<&'a str>,
-    pub client_assertion: Option<&'a str>,
-    pub scope: Option<&'a str>,
-    pub resources: Vec<&'a str>,
-    /// The request's `DPoP` header.
-    pub dpop: Option<&'a str>,
-    /// Token exchange (RFC 8693 §2.1).
-    pub subject_token: Option<&'a str>,
-    pub subject_token_type: Option<&'a str>,
-    pub actor_token: Option<&'a str>,
-    pub requested_token_type: Option<&'a str>,
-    /// A JWT authorization grant (RFC 7523 §2.1): an ID-JAG.
-    pub assertion: Option<&'a str>,
 }
 
 /// A client whose assertion checked: the agent, as the store had it, and its organization
@@ -213,12 +111,8 @@ pub struct OAuth {
     pub(crate) max_skew_secs: i64,
     pub(crate) proofs: Replays,
     pub(crate) expiries: Arc<NotedExpiries>,
-    /// Checks agentid's own tokens handed on as subject tokens.
-    pub(crate) tokens: Arc<TokenVerifier>,
-    pub(crate) provider_keys: ProviderKeys,
-    /// The key file: it vouches for identity providers' rows.
-    pub(crate) keys: Arc<KeyRing>,
-    pub(crate) max_delegation_depth: usize,
+    /// The delegation grants: token exchange and ID-JAG.
+    delegation: Delegation,
     /// When this instance last forgot expired assertions (Unix ms).
     last_pruned: AtomicI64,
     /// Organizations found to hold their agent's issuer domain lately, and when: a name
@@ -249,7 +143,18 @@ impl OAuth {
         max_skew_secs: i64,
     ) -> Self {
         let issuer = public_url.trim_end_matches('/').to_owned();
+        let delegation = Delegation {
+            store: store.clone(),
+            registry: registry.clone(),
+            tokens,
+            provider_keys: ProviderKeys::new(outbound, cfg.allow_local_provider_keys),
+            keys,
+            issuer: issuer.clone(),
+            max_skew_secs,
+            max_delegation_depth: cfg.max_delegation_depth,
+        };
         OAuth {
+            delegation,
             token_endpoint: format!("{issuer}/oauth/token"),
             issuer,
             store,
@@ -263,10 +168,6 @@ impl OAuth {
             max_skew_secs,
             proofs: Replays::new(REMEMBERED_PROOFS),
             expiries,
-            tokens,
-            provider_keys: ProviderKeys::new(outbound, cfg.allow_local_provider_keys),
-            keys,
-            max_delegation_depth: cfg.max_delegation_depth,
             last_pruned: AtomicI64::new(0),
             held: quick_cache::sync::Cache::new(10_000),
         }
@@ -479,7 +380,7 @@ impl OAuth {
         let now = Millis::now();
         let agent = &client.agent;
         let revocations_seen = self.registry.revocations_seen();
-        let delegated = match self.delegation(agent, req, now).await {
+        let delegated = match self.delegation.grant(agent, req, now).await {
             Ok(d) => d,
             Err(e @ (OAuthError::Unavailable(_) | OAuthError::ServerError)) => return Err(e),
             Err(e) => return Err(self.refused_after(agent, e, now, received).await),
