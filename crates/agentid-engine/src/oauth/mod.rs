@@ -583,13 +583,8 @@ impl OAuth {
         received: Instant,
     ) -> OAuthError {
         let why = format!("token request refused: {e}");
-        match self
-            .record(Some(agent), VerifyResult::Invalid, why, now, received)
-            .await
-        {
-            Ok(()) => e,
-            Err(unrecorded) => unrecorded,
-        }
+        let result = VerifyResult::Invalid;
+        self.recorded(Some(agent), result, why, e, now, received).await
     }
 
     /// Records a refused authentication, and answers `invalid_client` (or what kept it from
@@ -606,33 +601,34 @@ impl OAuth {
             VerifyResult::Revoked => OAuthError::InvalidClient("the agent is revoked".into()),
             _ => OAuthError::InvalidClient(why.clone()),
         };
-        match self.record(agent, result, why, now, received).await {
-            Ok(()) => answer,
-            Err(unrecorded) => unrecorded,
-        }
+        self.recorded(agent, result, why, answer, now, received).await
     }
 
-    async fn record(
+    /// Records a refused request, and answers `answer`, or what kept the record from being
+    /// committed.
+    async fn recorded(
         &self,
         agent: Option<&AgentRecord>,
         result: VerifyResult,
         why: String,
+        answer: OAuthError,
         now: Millis,
         received: Instant,
-    ) -> Result<(), OAuthError> {
-        self.audit
-            .append(AuditEntry {
-                ledger: agent.map_or_else(Ledger::service, AgentRecord::ledger),
-                event: Event::TokenRequest,
-                agent_id: agent.map(|a| a.id.to_string()).unwrap_or_default(),
-                result,
-                failure_reason: Some(why),
-                latency_us: received.elapsed().as_micros() as i64,
-                requested_at: now,
-                revocations_seen: self.registry.revocations_seen(),
-            })
-            .await?;
-        Ok(())
+    ) -> OAuthError {
+        let entry = AuditEntry {
+            ledger: agent.map_or_else(Ledger::service, AgentRecord::ledger),
+            event: Event::TokenRequest,
+            agent_id: agent.map(|a| a.id.to_string()).unwrap_or_default(),
+            result,
+            failure_reason: Some(why),
+            latency_us: received.elapsed().as_micros() as i64,
+            requested_at: now,
+            revocations_seen: self.registry.revocations_seen(),
+        };
+        match self.audit.append(entry).await {
+            Ok(_) => answer,
+            Err(e) => e.into(),
+        }
     }
 }
 
