@@ -10,7 +10,7 @@ use super::auth::Issuer;
 use super::context::AppState;
 use super::cursor;
 use super::error::{ApiError, ErrorBody, ErrorCode};
-use super::input::{agent_path, json_body};
+use super::input::{agent_path, json_body, JsonBody};
 use super::schema::Timestamp;
 use agentid_core::domain::fields;
 use agentid_core::domain::{
@@ -146,10 +146,8 @@ pub(crate) struct Registered {
 pub(crate) async fn register(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
-    req: HttpRequest,
-    body: Bytes,
+    JsonBody(request): JsonBody<RegisterRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let request = json_body::<RegisterRequest>(&req, &body)?;
     let key = binding(request.jwk.as_ref())?;
     let fields = request.parse()?;
     let reg = state

@@ -4,15 +4,15 @@
 //! stops its organization's live issuance).
 
 use actix_web::http::header::{self, HeaderValue};
-use actix_web::web::{self, Bytes};
-use actix_web::{HttpRequest, HttpResponse};
+use actix_web::web;
+use actix_web::HttpResponse;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::auth::{Issuer, LiveIssuer};
 use super::context::AppState;
 use super::error::{ApiError, ErrorBody, ErrorCode};
-use super::input::json_body;
+use super::input::JsonBody;
 use super::schema::Timestamp;
 use agentid_core::domain::holding::parse_name;
 use agentid_core::domain::Millis;
@@ -158,10 +158,8 @@ fn body(d: DomainView) -> DomainBody {
 pub(crate) async fn claim(
     state: web::Data<AppState>,
     LiveIssuer(caller): LiveIssuer,
-    req: HttpRequest,
-    body_bytes: Bytes,
+    JsonBody(request): JsonBody<ClaimRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let request = json_body::<ClaimRequest>(&req, &body_bytes)?;
     let name = parse_name("domain", &request.domain)?;
     let (view, new) = state.engine.domains().claim(&caller.org.id, &name).await?;
     if new {

@@ -2,15 +2,15 @@
 //! its agents act for: add one, list them, remove one; and revoking a person's delegations
 //! (live secret keys only).
 
-use actix_web::web::{self, Bytes};
-use actix_web::{HttpRequest, HttpResponse};
+use actix_web::web;
+use actix_web::HttpResponse;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::auth::Issuer;
 use super::context::AppState;
 use super::error::{ApiError, ErrorBody, ErrorCode};
-use super::input::json_body;
+use super::input::JsonBody;
 use super::schema::Timestamp;
 use agentid_core::domain::{IdpId, Millis, ValidationError};
 use agentid_core::records::IdentityProviderRecord;
@@ -93,10 +93,8 @@ pub(crate) struct IdentityProviderList {
 pub(crate) async fn add(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
-    req: HttpRequest,
-    body: Bytes,
+    JsonBody(r): JsonBody<AddRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let r: AddRequest = json_body(&req, &body)?;
     let keys = match (r.jwks, r.jwks_uri) {
         (Some(jwks), None) => Keys::Inline(jwks),
         (None, Some(uri)) => Keys::At(uri),
@@ -179,10 +177,8 @@ pub(crate) struct SubjectRevoked {
 pub(crate) async fn revoke_subject(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
-    req: HttpRequest,
-    body: Bytes,
+    JsonBody(r): JsonBody<RevokeSubjectRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let r: RevokeSubjectRequest = json_body(&req, &body)?;
     let at = state
         .engine
         .identity_providers()

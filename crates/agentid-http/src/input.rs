@@ -1,9 +1,11 @@
 //! What handlers share of reading a request: JSON bodies and page sizes, each bad value with
 //! its own clear error.
 
+use actix_web::dev::Payload;
 use actix_web::http::header;
 use actix_web::web::Bytes;
-use actix_web::HttpRequest;
+use actix_web::{FromRequest, HttpRequest};
+use futures_util::future::LocalBoxFuture;
 
 use crate::error::{ApiError, ErrorCode};
 use agentid_core::domain::{AgentId, StreamId, ValidationError};
@@ -92,4 +94,20 @@ pub(crate) fn json_body<T: serde::de::DeserializeOwned>(
         };
         ApiError::new(ErrorCode::ValidationError, message)
     })
+}
+
+/// A request body read as `T` by [`json_body`]. Declared after the caller's own extractors
+/// (`Issuer`), so that a caller without a valid key is refused before its body is read.
+pub(crate) struct JsonBody<T>(pub(crate) T);
+
+impl<T: serde::de::DeserializeOwned + 'static> FromRequest for JsonBody<T> {
+    type Error = actix_web::Error;
+    type Future = LocalBoxFuture<'static, Result<Self, actix_web::Error>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        // The body as the route's limit reads it: over it, actix's 413.
+        let body = Bytes::from_request(&req, payload);
+        Box::pin(async move { Ok(JsonBody(json_body(&req, &body.await?)?)) })
+    }
 }

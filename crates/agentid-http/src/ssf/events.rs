@@ -1,7 +1,6 @@
 //! What flows on a stream: its subjects, the verification event, and poll delivery.
 
 use actix_web::http::header;
-use actix_web::web::Bytes;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -9,7 +8,7 @@ use utoipa::ToSchema;
 use crate::auth::Issuer;
 use crate::context::AppState;
 use crate::error::{ApiError, ErrorBody};
-use crate::input::{json_body, stream_id};
+use crate::input::{stream_id, JsonBody};
 use agentid_core::domain::ValidationError;
 /// An agent as a subject: `iss` its issuer_domain, `sub` its agent_id.
 #[derive(Deserialize, ToSchema)]
@@ -33,11 +32,9 @@ pub(crate) struct SubjectChange {
 async fn subject(
     state: &AppState,
     caller: &agentid_engine::Caller,
-    req: &HttpRequest,
-    body: &Bytes,
+    c: SubjectChange,
     add: bool,
 ) -> Result<(), ApiError> {
-    let c: SubjectChange = json_body(req, body)?;
     let _ = c.verified;
     if c.subject.format != "iss_sub" {
         return Err(ValidationError::new("subject.format", "must be iss_sub").into());
@@ -67,10 +64,9 @@ async fn subject(
 pub(crate) async fn add_subject(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
-    req: HttpRequest,
-    body: Bytes,
+    JsonBody(c): JsonBody<SubjectChange>,
 ) -> Result<HttpResponse, ApiError> {
-    subject(&state, &caller, &req, &body, true).await?;
+    subject(&state, &caller, c, true).await?;
     Ok(HttpResponse::Ok().finish())
 }
 
@@ -85,10 +81,9 @@ pub(crate) async fn add_subject(
 pub(crate) async fn remove_subject(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
-    req: HttpRequest,
-    body: Bytes,
+    JsonBody(c): JsonBody<SubjectChange>,
 ) -> Result<HttpResponse, ApiError> {
-    subject(&state, &caller, &req, &body, false).await?;
+    subject(&state, &caller, c, false).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -111,10 +106,8 @@ pub(crate) struct VerificationRequest {
 pub async fn verify(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
-    req: HttpRequest,
-    body: Bytes,
+    JsonBody(v): JsonBody<VerificationRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let v: VerificationRequest = json_body(&req, &body)?;
     state
         .engine
         .ssf()
@@ -161,7 +154,7 @@ pub async fn poll(
     state: web::Data<AppState>,
     req: HttpRequest,
     id: web::Path<String>,
-    body: Bytes,
+    JsonBody(p): JsonBody<PollRequest>,
 ) -> Result<HttpResponse, ApiError> {
     let token = req
         .headers()
@@ -169,7 +162,6 @@ pub async fn poll(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
-    let p: PollRequest = json_body(&req, &body)?;
     if p.ack.len() + p.set_errs.len() > 1000 {
         return Err(ValidationError::new("ack", "at most 1000 acknowledgements a poll").into());
     }

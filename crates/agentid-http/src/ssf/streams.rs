@@ -1,15 +1,14 @@
 //! An organization's streams: create, read, replace, update, delete, and their status.
 
 use actix_web::http::header;
-use actix_web::web::Bytes;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Issuer;
 use crate::context::AppState;
 use crate::error::{ApiError, ErrorBody};
-use crate::input::{json_body, stream_id};
+use crate::input::{stream_id, JsonBody};
 use agentid_core::domain::{StreamId, ValidationError};
 use agentid_core::records::StreamRecord;
 use agentid_engine::ssf::{StreamInput, EVENTS_SUPPORTED, POLL};
@@ -134,10 +133,8 @@ pub(crate) struct StreamQuery {
 pub async fn create(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
-    req: HttpRequest,
-    body: Bytes,
+    JsonBody(r): JsonBody<StreamRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let r: StreamRequest = json_body(&req, &body)?;
     if r.stream_id.is_some() {
         return Err(ValidationError::new("stream_id", "is given by the service").into());
     }
@@ -206,10 +203,8 @@ pub async fn read(
 pub async fn replace(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
-    req: HttpRequest,
-    body: Bytes,
+    JsonBody(r): JsonBody<StreamRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let r: StreamRequest = json_body(&req, &body)?;
     let id = r
         .stream_id
         .clone()
@@ -238,10 +233,8 @@ pub async fn replace(
 pub async fn update(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
-    req: HttpRequest,
-    body: Bytes,
+    JsonBody(p): JsonBody<StreamPatch>,
 ) -> Result<HttpResponse, ApiError> {
-    let p: StreamPatch = json_body(&req, &body)?;
     let ssf = state.engine.ssf();
     let current = ssf
         .get(&caller.org.id, caller.mode, &stream_id(&p.stream_id)?)
@@ -335,10 +328,8 @@ pub async fn status(
 pub async fn set_status(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
-    req: HttpRequest,
-    body: Bytes,
+    JsonBody(c): JsonBody<StatusChange>,
 ) -> Result<HttpResponse, ApiError> {
-    let c: StatusChange = json_body(&req, &body)?;
     let _ = c.reason;
     let s = state
         .engine
