@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use agentid_core::domain::audit::{AuditEntry, Event};
 use agentid_core::domain::{IssuerDomain, KeyMode, Ledger, Millis, VerifyResult};
@@ -534,9 +534,4 @@ pub enum CheckError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Unrecorded(#[from] AuditError),
-}
-
-/// The directory's JSON document.
-pub fn directory_document(keys: Vec<Value>) -> Value {
-    json!({ "keys": keys })
 }

@@ -18,9 +18,7 @@ use super::input::json_body;
 use super::schema::Timestamp;
 use agentid_core::domain::{IssuerDomain, Millis, ValidationError};
 use agentid_core::httpsig::Request;
-use agentid_engine::signed::{
-    directory_document, CheckError, RequestPolicy, RequestResult, MAX_AGENT_URL, MAX_TRUSTED,
-};
+use agentid_engine::signed::{CheckError, RequestPolicy, RequestResult, MAX_AGENT_URL, MAX_TRUSTED};
 
 /// The media type of a signature directory (draft-meunier-http-message-signatures-directory).
 const DIRECTORY_TYPE: &str = "application/http-message-signatures-directory+json";
@@ -46,7 +44,7 @@ pub(crate) async fn directory(
 ) -> Result<HttpResponse, ApiError> {
     let domain = IssuerDomain::parse(&domain)?;
     let keys = state.engine.signed_requests().directory(&domain).await?;
-    let body = directory_document(keys).to_string();
+    let body = serde_json::json!({ "keys": keys }).to_string();
     let etag = format!(
         "\"{}\"",
         URL_SAFE_NO_PAD.encode(&Sha256::digest(body.as_bytes())[..16])
