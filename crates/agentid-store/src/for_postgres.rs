@@ -3,4 +3,4 @@
 pub(crate) type DB = sqlx::Postgres;
 
 #[path = "queries/mod.rs"]
-mod queries;
+pub(crate) mod queries;

@@ -3,4 +3,4 @@
 pub(crate) type DB = sqlx::Sqlite;
 
 #[path = "queries/mod.rs"]
-mod queries;
+pub(crate) mod queries;

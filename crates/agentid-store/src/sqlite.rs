@@ -11,8 +11,9 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Sqlite, SqliteConnection};
 
 use super::block::{self, Block};
+use super::for_sqlite::queries::audit::ledger_heads;
 use super::sql::{self, Backend, Exclusive, LogPlan, Refused, SqlStore};
-use super::{audit, batch, migrate, Create, PoolStats, SharedBuckets, StoreError, StoreOptions};
+use super::{batch, migrate, Create, PoolStats, SharedBuckets, StoreError, StoreOptions};
 use agentid_core::domain::audit::{AuditEntry, AuditRecord};
 
 /// SQLite allows 32766 bound parameters; stay far below it.
@@ -148,15 +149,7 @@ impl SqlStore<Sqlite> {
         }
         batch::apply_revocations(entries, &revoked);
 
-        let mut heads = block::Heads::new();
-        for ledger in batch::ledgers(entries) {
-            let head = sqlx::query_as(audit::LEDGER_HEAD_SQL)
-                .bind(&ledger.org_id)
-                .bind(ledger.mode.as_str())
-                .fetch_optional(&mut *tx)
-                .await?;
-            heads.insert(ledger, audit::ledger_head(head)?);
-        }
+        let heads = ledger_heads(&mut tx, batch::ledgers(entries)).await?;
         Ok((tx, heads))
     }
 }

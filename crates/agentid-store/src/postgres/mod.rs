@@ -12,13 +12,14 @@ use sqlx::{PgConnection, PgPool, Postgres};
 
 use super::block;
 use super::sql::{self, Backend, Exclusive, LogPlan, Refused, SqlStore};
-use super::{audit, batch, migrate, PoolStats, SharedBuckets, StoreError, StoreOptions};
+use super::{batch, migrate, PoolStats, SharedBuckets, StoreError, StoreOptions};
 use agentid_core::domain::audit::{AuditEntry, AuditRecord};
 use agentid_core::domain::Ledger;
 
 mod append;
 mod buckets;
 
+use super::for_postgres::queries::audit::ledger_heads;
 use super::sql::may_have_committed;
 use append::{look_up, seal_and_write, Found, Sealed, Sent, Unsealed, WriterCache, LOCK_LEDGERS};
 
@@ -342,15 +343,7 @@ impl SqlStore<Postgres> {
             .execute(&mut *tx)
             .await?;
         metrics::histogram!("agentid_audit_chain_lock_wait_seconds").record(waiting.elapsed().as_secs_f64());
-        let mut heads = block::Heads::new();
-        for ledger in ledgers {
-            let head = sqlx::query_as(audit::LEDGER_HEAD_SQL)
-                .bind(&ledger.org_id)
-                .bind(ledger.mode.as_str())
-                .fetch_optional(&mut *tx)
-                .await?;
-            heads.insert(ledger, audit::ledger_head(head)?);
-        }
+        let heads = ledger_heads(&mut tx, ledgers).await?;
         Ok((tx, heads))
     }
 
@@ -371,13 +364,9 @@ impl SqlStore<Postgres> {
                 .cloned()
                 .collect()
         };
-        for ledger in missing {
-            let head = sqlx::query_as(audit::LEDGER_HEAD_SQL)
-                .bind(&ledger.org_id)
-                .bind(ledger.mode.as_str())
-                .fetch_optional(&self.extra.pool)
-                .await?;
-            heads.insert(ledger, audit::ledger_head(head)?);
+        if !missing.is_empty() {
+            let mut conn = self.extra.pool.acquire().await?;
+            heads.extend(ledger_heads(&mut conn, missing).await?);
         }
         Ok(heads)
     }

@@ -221,3 +221,20 @@ impl AuditStore for SqlStore<DB> {
         })
     }
 }
+
+/// The heads of `ledgers` (where each one's next record goes), read on `conn`.
+pub(crate) async fn ledger_heads(
+    conn: &mut <DB as sqlx::Database>::Connection,
+    ledgers: impl IntoIterator<Item = Ledger>,
+) -> Result<block::Heads, StoreError> {
+    let mut heads = block::Heads::new();
+    for ledger in ledgers {
+        let head = sqlx::query_as(crate::audit::LEDGER_HEAD_SQL)
+            .bind(&ledger.org_id)
+            .bind(ledger.mode.as_str())
+            .fetch_optional(&mut *conn)
+            .await?;
+        heads.insert(ledger, crate::audit::ledger_head(head)?);
+    }
+    Ok(heads)
+}
