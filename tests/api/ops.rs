@@ -105,6 +105,18 @@ async fn the_openapi_document_covers_every_route_schema_and_error() {
     // A scope's schema is the rule the server checks: the whole string at most 128.
     assert_eq!(schemas["ScopeString"]["maxLength"], 128);
     assert_eq!(schemas["ScopeString"]["pattern"], "^[a-z0-9_.-]+:[a-z0-9_.*/-]+$");
+    // A request's method, wherever a body names one, is the rule the server checks.
+    for (schema, field) in [("VerifyRequest", "htm"), ("SignedRequest", "method")] {
+        let method = &schemas[schema]["properties"][field];
+        assert_eq!(
+            method["pattern"], "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$",
+            "{schema}.{field}"
+        );
+        assert_eq!(
+            (&method["minLength"], &method["maxLength"]),
+            (&serde_json::json!(1), &serde_json::json!(32))
+        );
+    }
     // Every operation documents 429 and its success answer (but the OAuth authorization
     // endpoint, which refuses every request by design).
     for (path, item) in doc["paths"].as_object().unwrap() {

@@ -208,10 +208,14 @@ async fn a_request_signed_by_web_bot_auth_is_verified_online() {
         .collect();
     assert!(mine.iter().any(|r| r["result"] == "valid"), "{log}");
 
-    // The form: a relative URL, a missing method, too many fields.
+    // The form: a relative URL, a missing method, a method that is no token (a request
+    // line's method, as the document's pattern says), too many fields.
     for bad in [
         json!({"method": "GET", "url": "/x", "headers": {}}),
         json!({"url": url, "headers": {}}),
+        json!({"method": "GET /x", "url": url, "headers": {}}),
+        json!({"method": "", "url": url, "headers": {}}),
+        json!({"method": "M".repeat(33), "url": url, "headers": {}}),
         json!({"method": "GET", "url": url, "headers": (0..65).map(|i| (format!("h{i}"), json!("v"))).collect::<serde_json::Map<_, _>>()}),
     ] {
         let res = app.post("/v1/verify/request", None, Some(&bad)).await;

@@ -20,10 +20,9 @@ use utoipa::IntoParams;
 
 use super::context::{self, AppState, Auth};
 use super::error::{ApiError, ErrorBody, ErrorCode};
-use super::input::is_method;
 use super::routes::FORWARD_AUTH;
 use super::verify::fixed_part;
-use agentid_core::domain::{IssuerDomain, Scopes, ValidationError, VerifyResult};
+use agentid_core::domain::{is_http_method, IssuerDomain, Scopes, ValidationError, VerifyResult};
 use agentid_core::token::absolute_uri;
 use agentid_core::token::policy::{Policy, PolicyRefusal};
 use agentid_engine::signed::{RequestPolicy, RequestResult};
@@ -169,7 +168,7 @@ fn forwarded(headers: &HeaderMap) -> (Option<String>, Option<String>) {
             .filter(|v| !v.is_empty() && v.len() <= MAX_VALUE_LEN)
     };
     let method = first(&["x-forwarded-method", "x-original-method"])
-        .filter(|m| is_method(m))
+        .filter(|m| is_http_method(m))
         .map(str::to_owned);
     let path = first(&["x-forwarded-uri", "x-original-url", "x-original-uri"]).and_then(path_of);
     (method, path)

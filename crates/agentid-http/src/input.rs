@@ -37,12 +37,6 @@ pub(crate) fn stream_id(s: &str) -> Result<StreamId, ApiError> {
     StreamId::parse(s).ok_or_else(|| SsfError::NotFound.into())
 }
 
-/// An HTTP method as a request line carries it: 1 to 32 token characters (RFC 9110 §9.1).
-pub(crate) fn is_method(m: &str) -> bool {
-    let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-    (1..=32).contains(&m.len()) && m.bytes().all(tchar)
-}
-
 /// Whether the request's `Content-Type` is `essence` (its parameters aside).
 pub(crate) fn content_type_is(req: &HttpRequest, essence: &str) -> bool {
     let ct = req

@@ -37,6 +37,8 @@ const FIELD_RULES: &[(&str, &str, &FieldRule)] = &[
     ("Issued", "agent_id", &fields::AGENT_ID),
     ("RevokedBody", "agent_id", &fields::AGENT_ID),
     ("ValidBody", "agent_id", &fields::AGENT_ID),
+    ("VerifyRequest", "htm", &fields::HTTP_METHOD),
+    ("SignedRequest", "method", &fields::HTTP_METHOD),
 ];
 
 impl Modify for FieldRules {

@@ -16,7 +16,7 @@ use super::context::{self, AppState, Auth};
 use super::error::{ApiError, ErrorBody, ErrorCode};
 use super::input::json_body;
 use super::schema::Timestamp;
-use agentid_core::domain::{IssuerDomain, Millis, ValidationError};
+use agentid_core::domain::{is_http_method, IssuerDomain, Millis, ValidationError};
 use agentid_core::httpsig::Request;
 use agentid_engine::signed::{CheckError, RequestPolicy, RequestResult, MAX_AGENT_URL, MAX_TRUSTED};
 
@@ -196,8 +196,10 @@ pub(crate) async fn verify_request(
             "trusted_signature_agents makes the service fetch their directories: send an API key (pk_…)",
         ));
     }
-    if r.method.is_empty() || r.method.len() > 32 || !r.method.bytes().all(|b| b.is_ascii_alphabetic()) {
-        return Err(ValidationError::new("method", "must be an HTTP method (letters, at most 32)").into());
+    if !is_http_method(&r.method) {
+        return Err(
+            ValidationError::new("method", "must be an HTTP method (1 to 32 token characters)").into(),
+        );
     }
     let absolute = (r.url.starts_with("https://") || r.url.starts_with("http://"))
         && r.url.len() <= MAX_URL

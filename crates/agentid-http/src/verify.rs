@@ -11,9 +11,9 @@ use utoipa::ToSchema;
 use super::context::AppState;
 use super::context::{self, Auth};
 use super::error::{ApiError, ErrorBody, ErrorCode};
-use super::input::{is_method, json_body};
+use super::input::json_body;
 use super::schema::Timestamp;
-use agentid_core::domain::{KeyMode, Millis, ValidationError, VerifyResult};
+use agentid_core::domain::{is_http_method, KeyMode, Millis, ValidationError, VerifyResult};
 use agentid_engine::{Presentation, Presented, ProofError, ValidToken, Verification};
 
 /// A valid token.
@@ -167,7 +167,7 @@ pub(crate) struct VerifyRequest {
     #[serde(default)]
     dpop: Option<String>,
     /// The method of the request the agent made to the receiver (required with `dpop`).
-    #[schema(example = "GET", pattern = "^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}$")]
+    #[schema(example = "GET")]
     #[serde(default)]
     htm: Option<String>,
     /// The URL of that request as the agent addressed it, `https://` or `http://` (required
@@ -187,7 +187,7 @@ impl VerifyRequest {
             .htm
             .as_deref()
             .map(|m| {
-                if is_method(m) {
+                if is_http_method(m) {
                     Ok(m)
                 } else {
                     Err(ValidationError::new("htm", "must be an HTTP method such as GET"))

@@ -65,6 +65,13 @@ pub const REVOKE_REASON: FieldRule = FieldRule {
     max_length: Some(512),
 };
 
+/// An HTTP method as a request line carries it: token characters (RFC 9110 §9.1), at most 32.
+pub const HTTP_METHOD: FieldRule = FieldRule {
+    pattern: "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$",
+    min_length: Some(1),
+    max_length: Some(32),
+};
+
 /// An agent's id, as the service issues it.
 pub const AGENT_ID: FieldRule = FieldRule {
     pattern: "^agt_[0-9a-z]{26}$",
@@ -75,7 +82,7 @@ pub const AGENT_ID: FieldRule = FieldRule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{AgentId, Description, IssuerDomain, Name, RevokeReason, Scopes};
+    use crate::domain::{is_http_method, AgentId, Description, IssuerDomain, Name, RevokeReason, Scopes};
     use proptest::prelude::*;
 
     /// Whether `s` keeps `rule`, as a JSON Schema validator would judge it.
@@ -103,6 +110,7 @@ mod tests {
             prop_assert_eq!(Scopes::parse(&[&s]).is_ok(), keeps(&SCOPE, &s), "scope {:?}", s);
             prop_assert_eq!(Description::parse(&s).is_ok(), keeps(&DESCRIPTION, &s), "description {:?}", s);
             prop_assert_eq!(RevokeReason::parse(&s).is_ok(), keeps(&REVOKE_REASON, &s), "reason {:?}", s);
+            prop_assert_eq!(is_http_method(&s), keeps(&HTTP_METHOD, &s), "method {:?}", s);
             let id = format!("agt_{s}");
             prop_assert_eq!(AgentId::parse(&id).is_some(), keeps(&AGENT_ID, &id), "id {:?}", id);
         }
@@ -139,5 +147,9 @@ mod tests {
         assert!(!keeps(&SCOPE, &scope) && Scopes::parse(&[&scope]).is_err());
         let id = AgentId::generate();
         assert!(keeps(&AGENT_ID, id.as_str()));
+        let method = "M".repeat(32);
+        assert!(keeps(&HTTP_METHOD, &method) && is_http_method(&method));
+        let method = format!("{method}M");
+        assert!(!keeps(&HTTP_METHOD, &method) && !is_http_method(&method));
     }
 }

@@ -36,6 +36,12 @@ impl ValidationError {
     }
 }
 
+/// Whether `m` is an HTTP method as a request line carries it ([`fields::HTTP_METHOD`]).
+pub fn is_http_method(m: &str) -> bool {
+    let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    (1..=fields::HTTP_METHOD.max()).contains(&m.len()) && m.bytes().all(tchar)
+}
+
 /// Result of one verification, as the audit log and the metrics name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum VerifyResult {
