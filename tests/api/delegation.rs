@@ -914,6 +914,55 @@ async fn a_failing_jwks_uri_is_not_asked_again_at_once() {
 /// copied from a real row, or none), or a trusted provider's keys swapped for theirs. The key
 /// file seals each row, so none of these vouches for anyone, and tokens the swapped provider
 /// vouched for die online.
+/// A person's revocation cannot be undone in the database: its row deleted, its time set
+/// back (by an update, or by SQLite's REPLACE, which deletes without delete triggers), or
+/// moved to another person; the revoked tokens stay refused, by a new instance too. Revoked
+/// again, the time moves forward.
+#[actix_web::test]
+async fn a_persons_revocation_cannot_be_undone_in_the_database() {
+    let app = spawn_app().await;
+    let t = person_token(&app, RESOURCE, "read:docs").await;
+    assert_eq!(app.verify(&t.token).await["valid"], true);
+    let sk = app.secret().to_owned();
+    app.revoke_person(&sk, "alice").await;
+    assert_eq!(app.verify(&t.token).await["error"], "TOKEN_REVOKED");
+
+    let mut undo = vec![
+        "DELETE FROM subject_revocations".to_owned(),
+        "UPDATE subject_revocations SET revoked_at = 0".to_owned(),
+        "UPDATE subject_revocations SET sub = 'mallory'".to_owned(),
+    ];
+    if !app.db.is_postgres() {
+        undo.push(
+            "INSERT OR REPLACE INTO subject_revocations (org_id, iss, sub, revoked_at) \
+             SELECT org_id, iss, sub, 0 FROM subject_revocations"
+                .to_owned(),
+        );
+    } else {
+        undo.push("TRUNCATE subject_revocations".to_owned());
+    }
+    for sql in &undo {
+        let err = app.raw_execute(sql).await.expect_err(sql).to_string();
+        assert!(err.contains("a person's revocation is kept"), "{sql}: {err}");
+    }
+    let app = app.restart().await;
+    assert_eq!(app.verify(&t.token).await["error"], "TOKEN_REVOKED");
+
+    // Revoked again: the row's time moves forward; an update moving it forward passes.
+    let org = crate::helpers::org_id(&app.org.org_id);
+    let at = || async {
+        let standing = app.store.delegation_standing(&org, IDP, "alice", &[]);
+        standing.await.unwrap().subject_revoked_at.unwrap()
+    };
+    let first = at().await;
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    app.revoke_person(&sk, "alice").await;
+    assert!(at().await > first);
+    app.raw_execute("UPDATE subject_revocations SET revoked_at = revoked_at + 1")
+        .await
+        .unwrap();
+}
+
 #[actix_web::test]
 async fn a_provider_written_into_the_database_vouches_for_no_one() {
     let app = spawn_app().await;

@@ -131,6 +131,11 @@ pub const SQLITE: Embedded = &[
         "agents by issuer and key",
         include_str!("../../../migrations/sqlite/0025_agents_by_issuer_and_key.sql"),
     ),
+    (
+        26,
+        "subject revocations are kept",
+        include_str!("../../../migrations/sqlite/0026_subject_revocations_are_kept.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -258,6 +263,11 @@ pub const POSTGRES: Embedded = &[
         "agents by issuer and key",
         include_str!("../../../migrations/postgres/0025_agents_by_issuer_and_key.sql"),
     ),
+    (
+        26,
+        "subject revocations are kept",
+        include_str!("../../../migrations/postgres/0026_subject_revocations_are_kept.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -319,8 +329,10 @@ pub(crate) fn grants_pg(role: &str) -> Vec<String> {
         format!(
             "GRANT INSERT, UPDATE, DELETE ON orgs, api_keys, agents, revocation_epoch, signing_keys, \
              rate_buckets, status_lists, ssf_streams, ssf_subjects, ssf_events, domain_claims, \
-             client_assertions, name_moves, client_secrets, identity_providers, subject_revocations TO {r}"
+             client_assertions, name_moves, client_secrets, identity_providers TO {r}"
         ),
+        // A person's revocation is kept (its triggers refuse the rest too).
+        format!("GRANT INSERT, UPDATE ON subject_revocations TO {r}"),
         format!(
             "GRANT INSERT ON audit_blocks, audit_block_agents, audit_tree_nodes, audit_checkpoints, \
              domain_events TO {r}"

@@ -3,7 +3,7 @@
 use crate::identity_providers::{IdentityProviderRow, IdentityProviderStore, IdpAdded, Standing};
 use crate::sql::{Backend, SqlStore};
 use crate::ssf::NewEvent;
-use crate::{IdentityProviderRecord, StoreFuture};
+use crate::{IdentityProviderRecord, StoreError, StoreFuture};
 use agentid_core::domain::{AgentId, IdpId, KeyMode, Millis, OrgId};
 
 use super::DB;
@@ -78,9 +78,14 @@ impl IdentityProviderStore for SqlStore<DB> {
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let mut tx = self.begin().await?;
+            // The time only moves forward (the table's triggers refuse the rest): revoked
+            // again, it is the later of the two.
+            let held = subject_revoked_at(&mut tx, org_id, iss, sub).await?;
+            let at = held.map_or(at, |t| Millis(t.0.max(at.0)));
             sqlx::query(
                 "INSERT INTO subject_revocations (org_id, iss, sub, revoked_at) VALUES ($1, $2, $3, $4) \
-                 ON CONFLICT (org_id, iss, sub) DO UPDATE SET revoked_at = excluded.revoked_at",
+                 ON CONFLICT (org_id, iss, sub) DO UPDATE SET revoked_at = excluded.revoked_at \
+                 WHERE excluded.revoked_at > subject_revocations.revoked_at",
             )
             .bind(org_id.as_str())
             .bind(iss)
@@ -129,14 +134,7 @@ impl IdentityProviderStore for SqlStore<DB> {
             .fetch_optional(&mut *conn)
             .await?;
             let provider = provider.map(IdentityProviderRow::into_record).transpose()?;
-            let revoked_at: Option<(i64,)> = sqlx::query_as(
-                "SELECT revoked_at FROM subject_revocations WHERE org_id = $1 AND iss = $2 AND sub = $3",
-            )
-            .bind(org_id.as_str())
-            .bind(iss)
-            .bind(sub)
-            .fetch_optional(&mut *conn)
-            .await?;
+            let revoked_at = subject_revoked_at(&mut conn, org_id, iss, sub).await?;
             let mut revoked = Vec::new();
             for id in chain {
                 let (gone,): (bool,) = sqlx::query_as(
@@ -151,9 +149,27 @@ impl IdentityProviderStore for SqlStore<DB> {
             }
             Ok(Standing {
                 provider,
-                subject_revoked_at: revoked_at.map(|(t,)| Millis(t)),
+                subject_revoked_at: revoked_at,
                 revoked,
             })
         })
     }
+}
+
+/// When the organization last revoked the person, read on `conn`.
+async fn subject_revoked_at(
+    conn: &mut <DB as sqlx::Database>::Connection,
+    org_id: &OrgId,
+    iss: &str,
+    sub: &str,
+) -> Result<Option<Millis>, StoreError> {
+    let at: Option<(i64,)> = sqlx::query_as(
+        "SELECT revoked_at FROM subject_revocations WHERE org_id = $1 AND iss = $2 AND sub = $3",
+    )
+    .bind(org_id.as_str())
+    .bind(iss)
+    .bind(sub)
+    .fetch_optional(conn)
+    .await?;
+    Ok(at.map(|(t,)| Millis(t)))
 }
