@@ -120,6 +120,25 @@ impl World {
             .await
     }
 
+    /// bank.example granted to B by `store` as a mover that stops right after the move
+    /// would leave it: the name is B's, nothing it owes is revoked yet.
+    async fn bank_to_b(&self, store: &agentid::store::SharedStore) -> agentid::store::Held {
+        let keys = self.app.key_ring();
+        let now = agentid::domain::Millis::now();
+        store
+            .hold_domain(
+                &agentid::engine::domains::Rules::new(&keys),
+                &crate::helpers::org_id(&self.b.org_id),
+                &agentid::domain::IssuerDomain::parse("bank.example").unwrap(),
+                agentid::domain::holding::Grant::Operator { force: true },
+                now,
+                now,
+            )
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
     async fn registered(&self, key: &str, domain: &str) -> (String, String) {
         let res = self.register(key, domain).await;
         assert_eq!(res.status, 201, "{}", res.text());
@@ -1171,6 +1190,54 @@ async fn a_test_key_cannot_release_or_prove_a_live_name() {
     assert_eq!(w.register(w.a(), "bank.example").await.status, 201);
 }
 
+/// A database writer cannot stop a moved name's revocations: the move's note is kept while
+/// it owes any (deleted, rewritten, or on SQLite replaced), and the next instance finishes
+/// them and deletes it.
+#[actix_web::test]
+async fn a_moves_note_is_kept_while_it_owes_revocations() {
+    let mut w = world().await;
+    let a = w.app.org.org_id.clone();
+    w.app.grant(&a, "bank.example", false).await.unwrap();
+    let (_, token) = w.registered(w.a(), "eu.bank.example").await;
+    // The move, with no instance running to revoke what it owes.
+    w.app.stop().await;
+    let store = agentid::store::connect(&w.app.db.url, &Default::default())
+        .await
+        .unwrap();
+    let held = w.bank_to_b(&store).await;
+    let m = held.moving.expect("A's agent is owed its revocation");
+    let mut undo = vec![
+        "DELETE FROM name_moves".to_owned(),
+        "UPDATE name_moves SET domain = 'other.example'".to_owned(),
+        "UPDATE name_moves SET below = FALSE".to_owned(),
+    ];
+    if w.app.db.is_postgres() {
+        undo.push("TRUNCATE name_moves".to_owned());
+    } else {
+        undo.push(format!(
+            "INSERT OR REPLACE INTO name_moves (seq, org_id, domain, below, at) \
+             VALUES ({}, '{}', 'other.example', 0, 0)",
+            m.seq, m.org_id
+        ));
+    }
+    for sql in &undo {
+        let err = w.app.raw_execute(sql).await.expect_err(sql).to_string();
+        assert!(err.contains("a moved name's note"), "{sql}: {err}");
+    }
+    // The next instance revokes what is owed, and the note goes.
+    let app = w.app.restart().await;
+    let mut answer = Value::Null;
+    for _ in 0..200 {
+        answer = app.verify(&token).await;
+        if answer["error"] == "TOKEN_REVOKED" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(answer["error"], "TOKEN_REVOKED", "{answer}");
+    assert!(app.store.name_moves().await.unwrap().is_empty());
+}
+
 /// A name changes hands at once, and what its former holder issued under it is revoked
 /// after, in bounded batches outside the lock every change of who holds what takes (which
 /// held up every registration in the fleet for as long as the revocations took). Each batch
@@ -1178,8 +1245,6 @@ async fn a_test_key_cannot_release_or_prove_a_live_name() {
 /// unfinished (its mover stopped) is finished by an instance that did not make it.
 #[actix_web::test]
 async fn a_moved_name_revokes_in_batches_that_outlive_their_mover() {
-    use agentid::domain::holding::Grant;
-    use agentid::domain::Millis;
     let w = world().await;
     let a = w.app.org.org_id.clone();
     w.app.grant(&a, "bank.example", false).await.unwrap();
@@ -1196,22 +1261,7 @@ async fn a_moved_name_revokes_in_batches_that_outlive_their_mover() {
     let (_, kept) = w.registered(w.a(), "example.com").await;
     // The move, as a mover that stops right after it leaves it: the name is B's, nothing
     // is revoked yet.
-    let keys = w.app.key_ring();
-    let now = Millis::now();
-    let held = w
-        .app
-        .store
-        .hold_domain(
-            &agentid::engine::domains::Rules::new(&keys),
-            &crate::helpers::org_id(&w.b.org_id),
-            &agentid::domain::IssuerDomain::parse("bank.example").unwrap(),
-            Grant::Operator { force: true },
-            now,
-            now,
-        )
-        .await
-        .unwrap()
-        .unwrap();
+    let held = w.bank_to_b(&w.app.store).await;
     assert!(held.revoked.is_empty());
     let m = held.moving.expect("A's agents are owed revocations");
     assert_eq!(w.app.store.name_moves().await.unwrap(), std::slice::from_ref(&m));

@@ -136,6 +136,11 @@ pub const SQLITE: Embedded = &[
         "subject revocations are kept",
         include_str!("../../../migrations/sqlite/0026_subject_revocations_are_kept.sql"),
     ),
+    (
+        27,
+        "name moves are kept",
+        include_str!("../../../migrations/sqlite/0027_name_moves_are_kept.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -267,6 +272,11 @@ pub const POSTGRES: Embedded = &[
         26,
         "subject revocations are kept",
         include_str!("../../../migrations/postgres/0026_subject_revocations_are_kept.sql"),
+    ),
+    (
+        27,
+        "name moves are kept",
+        include_str!("../../../migrations/postgres/0027_name_moves_are_kept.sql"),
     ),
 ];
 
