@@ -16,7 +16,7 @@
 //! trusting the provider, or the organization revokes the person ([`Verdict`]).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -30,8 +30,9 @@ use agentid_core::token::foreign::{self, Foreign};
 use agentid_core::token::{Actor, Claims, SubjectId};
 use agentid_store::{AgentRecord, SharedStore, Standing};
 
+use crate::kept::{Keeping, Kept};
 use crate::oauth::request::{OAuthError, TokenRequest, ID_JAG_TYP, JWT_BEARER_GRANT, TOKEN_EXCHANGE};
-use crate::outbound::{FetchLocks, Fetched, Outbound};
+use crate::outbound::Outbound;
 use crate::registry::Registry;
 use crate::verifier::TokenVerifier;
 
@@ -102,118 +103,45 @@ pub(crate) fn chain_ids(act: &Actor) -> Option<Vec<AgentId>> {
 /// (https, globally reachable addresses unless the development flag allows local ones, no
 /// redirect, 5 s, 64 KiB), kept 5 minutes and then asked again with the `ETag` it came
 /// with; fetched again at once when a token names a key the set lacks (at most every 30 s);
-/// a failed fetch not repeated for 30 s. One fetch a URL at a time ([`FetchLocks`]): callers
-/// that find it missing wait for the one fetching it, and share its failure.
-pub(crate) struct ProviderKeys {
-    outbound: Arc<Outbound>,
-    allow_local: bool,
-    sets: quick_cache::sync::Cache<String, Arc<KeySet>>,
-    /// A `jwks_uri` whose last fetch failed: when, and why. Not asked again within
-    /// [`REFETCH_AFTER`]: the callers that waited for that fetch fail at once.
-    failed: quick_cache::sync::Cache<String, (Instant, String)>,
-    fetching: FetchLocks,
-}
+/// a failed fetch not repeated for 30 s ([`Kept`]).
+pub(crate) struct ProviderKeys(Kept<Value>);
 
-struct KeySet {
-    jwks: Value,
-    etag: Option<String>,
-    fetched: Instant,
-    /// When it was last fetched for a key it lacked.
-    refreshed: Option<Instant>,
-}
-
-const FRESH_FOR: Duration = Duration::from_secs(300);
-const REFETCH_AFTER: Duration = Duration::from_secs(30);
-const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
-const MAX_KEY_SET_BYTES: usize = 64 * 1024;
+const PROVIDER_KEYS: Keeping = Keeping {
+    fresh_for: Duration::from_secs(300),
+    max_age: None,
+    failure_for: Duration::from_secs(30),
+    refetch_after: Duration::from_secs(30),
+    timeout: Duration::from_secs(5),
+    max_bytes: 64 * 1024,
+};
 
 impl ProviderKeys {
     pub(crate) fn new(outbound: Arc<Outbound>, allow_local: bool) -> Self {
-        ProviderKeys {
-            outbound,
-            allow_local,
-            sets: quick_cache::sync::Cache::new(1000),
-            failed: quick_cache::sync::Cache::new(1000),
-            fetching: FetchLocks::new(1000),
-        }
+        ProviderKeys(Kept::new(outbound, allow_local, PROVIDER_KEYS))
     }
 
-    /// The provider's key set; fetched anew when `refresh` and the one held is older than
-    /// [`REFETCH_AFTER`].
-    async fn key_set(&self, idp: &IdentityProviderRecord, refresh: bool) -> Result<Value, String> {
+    /// The provider's key set: its stored one, or the one at its `jwks_uri`, fetched anew
+    /// when `refresh` (a token names a key it lacks) and the one held is older than 30 s.
+    async fn key_set(&self, idp: &IdentityProviderRecord, refresh: bool) -> Result<Arc<Value>, String> {
         if let Some(inline) = &idp.jwks {
-            return serde_json::from_str(inline).map_err(|_| "its stored key set is not JSON".to_owned());
+            return serde_json::from_str(inline)
+                .map(Arc::new)
+                .map_err(|_| "its stored key set is not JSON".to_owned());
         }
         let Some(url) = &idp.jwks_uri else {
             return Err("it has no keys".into());
         };
-        let wanted = |s: &KeySet| {
-            if refresh {
-                s.refreshed.is_some_and(|at| at.elapsed() < REFETCH_AFTER)
-            } else {
-                s.fetched.elapsed() < FRESH_FOR
+        let read = |body: &[u8]| {
+            let v: Value = serde_json::from_slice(body).map_err(|_| "answered no JSON".to_owned())?;
+            if !v.get("keys").is_some_and(Value::is_array) {
+                return Err("answered no key set".to_owned());
             }
+            Ok(v)
         };
-        if let Some(s) = self.sets.get(url).filter(|s| wanted(s)) {
-            return Ok(s.jwks.clone());
-        }
-        let _one = self.fetching.lock(url).await;
-        let held = self.sets.get(url);
-        if let Some(s) = held.as_ref().filter(|s| wanted(s)) {
-            return Ok(s.jwks.clone());
-        }
-        if let Some((at, why)) = self.failed.get(url) {
-            if at.elapsed() < REFETCH_AFTER {
-                return Err(why);
-            }
-        }
-        let fetched = self.fetch(url, held.as_deref(), refresh).await;
-        match &fetched {
-            Ok(_) => {
-                self.failed.remove(url);
-            }
-            Err(why) => self.failed.insert(url.clone(), (Instant::now(), why.clone())),
-        }
-        fetched
-    }
-
-    /// Fetches the key set at `url` (revalidating `held`), and keeps it.
-    async fn fetch(&self, url: &str, held: Option<&KeySet>, refresh: bool) -> Result<Value, String> {
-        let etag = held.and_then(|s| s.etag.clone());
-        let (fetched, caching) = self
-            .outbound
-            .fetch_revalidated(url, self.allow_local, etag, FETCH_TIMEOUT, MAX_KEY_SET_BYTES)
+        self.0
+            .get(url, refresh, read)
             .await
-            .map_err(|e| format!("its jwks_uri {e}"))?;
-        let jwks = match fetched {
-            Fetched::NotModified => match held {
-                Some(s) => s.jwks.clone(),
-                None => return Err("its jwks_uri answered 304 to a request without a validator".into()),
-            },
-            Fetched::Body(body) => {
-                let v: Value =
-                    serde_json::from_slice(&body).map_err(|_| "its jwks_uri answered no JSON".to_owned())?;
-                if !v.get("keys").is_some_and(Value::is_array) {
-                    return Err("its jwks_uri answered no key set".into());
-                }
-                v
-            }
-            Fetched::Failed(why) => return Err(format!("its jwks_uri {why}")),
-        };
-        self.sets.insert(
-            url.to_owned(),
-            Arc::new(KeySet {
-                jwks: jwks.clone(),
-                etag: caching.etag,
-                fetched: Instant::now(),
-                refreshed: if refresh {
-                    Some(Instant::now())
-                } else {
-                    held.and_then(|s| s.refreshed)
-                },
-            }),
-        );
-        Ok(jwks)
+            .map_err(|e| format!("its jwks_uri {e}"))
     }
 }
 

@@ -16,6 +16,7 @@ mod dpop;
 mod expiries;
 pub mod grants;
 pub mod identity_providers;
+mod kept;
 pub mod oauth;
 pub mod outbound;
 pub mod ratelimit;

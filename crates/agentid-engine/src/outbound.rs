@@ -216,29 +216,6 @@ pub(crate) struct Caching {
     pub(crate) max_age: Option<u64>,
 }
 
-/// One fetch of a URL at a time, fetches of different URLs side by side: a caller that finds
-/// what it holds of a URL stale waits for the one fetching it, and a server that answers
-/// slowly holds up only its own URL's callers.
-pub(crate) struct FetchLocks(quick_cache::sync::Cache<String, Arc<tokio::sync::Mutex<()>>>);
-
-impl FetchLocks {
-    pub(crate) fn new(urls: usize) -> Self {
-        FetchLocks(quick_cache::sync::Cache::new(urls))
-    }
-
-    /// Waits for any fetch of `url` under way, and holds the URL until the guard drops.
-    pub(crate) async fn lock(&self, url: &str) -> tokio::sync::OwnedMutexGuard<()> {
-        let lock = match self
-            .0
-            .get_or_insert_with(url, || Ok::<_, std::convert::Infallible>(Arc::default()))
-        {
-            Ok(lock) => lock,
-            Err(never) => match never {},
-        };
-        lock.lock_owned().await
-    }
-}
-
 /// What a fetch found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Fetched {

@@ -31,7 +31,8 @@ use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
 use crate::dpop::Replays;
-use crate::outbound::{FetchLocks, Fetched, Outbound};
+use crate::kept::{Keeping, Kept};
+use crate::outbound::Outbound;
 use crate::registry::Registry;
 
 /// Where an issuer serves its directory from its own origin (draft-meunier-http-message-
@@ -408,98 +409,29 @@ struct Listed {
 }
 
 /// Third parties' signature directories, fetched and kept (see the module's documentation).
-struct ThirdParties {
-    outbound: Arc<Outbound>,
-    allow_local: bool,
-    held: quick_cache::sync::Cache<String, Arc<Held>>,
-    fetching: FetchLocks,
-}
+struct ThirdParties(Kept<Vec<(String, SignatureKey)>>);
 
-/// A directory as last fetched: its Ed25519 and RSA keys by thumbprint, or why it could not be had.
-struct Held {
-    keys: Result<Arc<Vec<(String, SignatureKey)>>, String>,
-    etag: Option<String>,
-    until: Instant,
-}
-
-const DIRECTORY_DEFAULT_AGE: Duration = Duration::from_secs(300);
-const DIRECTORY_MIN_AGE: u64 = 60;
-const DIRECTORY_MAX_AGE: u64 = 86_400;
-const DIRECTORY_FAILURE_AGE: Duration = Duration::from_secs(300);
-const DIRECTORY_TIMEOUT: Duration = Duration::from_secs(5);
-const DIRECTORY_MAX_BYTES: usize = 64 * 1024;
+const DIRECTORIES: Keeping = Keeping {
+    fresh_for: Duration::from_secs(300),
+    max_age: Some((60, 86_400)),
+    failure_for: Duration::from_secs(300),
+    // A directory is not fetched again for a key it lacks.
+    refetch_after: Duration::ZERO,
+    timeout: Duration::from_secs(5),
+    max_bytes: 64 * 1024,
+};
 const DIRECTORY_MAX_KEYS: usize = 100;
 
 impl ThirdParties {
     fn new(outbound: Arc<Outbound>, allow_local: bool) -> Self {
-        ThirdParties {
-            outbound,
-            allow_local,
-            held: quick_cache::sync::Cache::new(1000),
-            fetching: FetchLocks::new(1000),
-        }
+        ThirdParties(Kept::new(outbound, allow_local, DIRECTORIES))
     }
 
     async fn keys(&self, url: &str) -> Result<Arc<Vec<(String, SignatureKey)>>, String> {
-        let current = |h: &Held| Instant::now() < h.until;
-        if let Some(h) = self.held.get(url).filter(|h| current(h)) {
-            return h.keys.clone();
-        }
-        let _one = self.fetching.lock(url).await;
-        let held = self.held.get(url);
-        if let Some(h) = held.as_ref().filter(|h| current(h)) {
-            return h.keys.clone();
-        }
-        let fetched = self.fetch(url, held.as_deref()).await;
-        let keys = fetched.as_ref().map(|(k, _, _)| k.clone()).map_err(Clone::clone);
-        let (etag, until) = match &fetched {
-            Ok((_, etag, age)) => (etag.clone(), Instant::now() + *age),
-            Err(_) => (None, Instant::now() + DIRECTORY_FAILURE_AGE),
-        };
-        self.held.insert(
-            url.to_owned(),
-            Arc::new(Held {
-                keys: keys.clone(),
-                etag,
-                until,
-            }),
-        );
-        keys
-    }
-
-    /// The directory's keys, its ETag and how long to keep them.
-    async fn fetch(
-        &self,
-        url: &str,
-        held: Option<&Held>,
-    ) -> Result<(Arc<Vec<(String, SignatureKey)>>, Option<String>, Duration), String> {
         if url.len() > MAX_AGENT_URL {
             return Err("its URL is too long".into());
         }
-        let etag = held.and_then(|h| h.etag.clone());
-        let (fetched, caching) = self
-            .outbound
-            .fetch_revalidated(
-                url,
-                self.allow_local,
-                etag,
-                DIRECTORY_TIMEOUT,
-                DIRECTORY_MAX_BYTES,
-            )
-            .await?;
-        let age = caching
-            .max_age
-            .map(|s| Duration::from_secs(s.clamp(DIRECTORY_MIN_AGE, DIRECTORY_MAX_AGE)))
-            .unwrap_or(DIRECTORY_DEFAULT_AGE);
-        let keys = match fetched {
-            Fetched::NotModified => match held.map(|h| h.keys.clone()) {
-                Some(Ok(k)) => k,
-                _ => return Err("it answered 304 to a request without a validator".into()),
-            },
-            Fetched::Body(body) => Arc::new(directory_keys(&body)?),
-            Fetched::Failed(why) => return Err(why),
-        };
-        Ok((keys, caching.etag, age))
+        self.0.get(url, false, directory_keys).await
     }
 }
 

@@ -1,0 +1,163 @@
+//! Key sets fetched at URLs that callers or rows name (identity providers' `jwks_uri`, third
+//! parties' signature directories), each read once and kept: one fetch of a URL at a time,
+//! revalidated with its `ETag`, a failure remembered so that the callers that waited for it,
+//! and those after them, fail at once instead of each fetching again.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::outbound::{Fetched, Outbound};
+
+/// How one kind of document is fetched and kept.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Keeping {
+    /// How long one is current, unless `max_age` bounds its own `Cache-Control: max-age`.
+    pub(crate) fresh_for: Duration,
+    /// The least and most seconds a document's `max-age` is taken at; `None`: not read.
+    pub(crate) max_age: Option<(u64, u64)>,
+    /// How long a failed fetch stands: callers get its reason without a fetch.
+    pub(crate) failure_for: Duration,
+    /// A caller that lacks a key fetches again at most this often (`Kept::get`'s `refresh`).
+    pub(crate) refetch_after: Duration,
+    pub(crate) timeout: Duration,
+    pub(crate) max_bytes: usize,
+}
+
+/// Documents of one kind, by URL, each as `T` once read.
+pub(crate) struct Kept<T> {
+    outbound: Arc<Outbound>,
+    /// `http://` and local addresses allowed: for development only.
+    allow_local: bool,
+    keeping: Keeping,
+    held: quick_cache::sync::Cache<String, Arc<Held<T>>>,
+    fetching: FetchLocks,
+}
+
+/// A URL's document as last fetched, or why it could not be had.
+struct Held<T> {
+    got: Result<Arc<T>, String>,
+    etag: Option<String>,
+    /// Current until then (a failure: stands until then).
+    until: Instant,
+    /// When it was last fetched for a key a caller lacked.
+    refreshed: Option<Instant>,
+}
+
+impl<T> Kept<T> {
+    pub(crate) fn new(outbound: Arc<Outbound>, allow_local: bool, keeping: Keeping) -> Self {
+        Kept {
+            outbound,
+            allow_local,
+            keeping,
+            held: quick_cache::sync::Cache::new(1000),
+            fetching: FetchLocks::new(1000),
+        }
+    }
+
+    /// The document at `url`, as `read` makes it of a body. `refresh`: the caller lacks a key
+    /// it names, so one fetched more than `refetch_after` ago is fetched again.
+    pub(crate) async fn get(
+        &self,
+        url: &str,
+        refresh: bool,
+        read: impl FnOnce(&[u8]) -> Result<T, String>,
+    ) -> Result<Arc<T>, String> {
+        let usable = |h: &Held<T>| {
+            let current = Instant::now() < h.until;
+            match &h.got {
+                Ok(_) if refresh => h
+                    .refreshed
+                    .is_some_and(|at| at.elapsed() < self.keeping.refetch_after),
+                _ => current,
+            }
+        };
+        if let Some(h) = self.held.get(url).filter(|h| usable(h)) {
+            return h.got.clone();
+        }
+        let _one = self.fetching.lock(url).await;
+        let held = self.held.get(url);
+        if let Some(h) = held.as_ref().filter(|h| usable(h)) {
+            return h.got.clone();
+        }
+        let last = held
+            .as_ref()
+            .and_then(|h| h.got.as_ref().ok().map(|got| (got, h)));
+        let now = Instant::now();
+        let kept = match self
+            .fetch(url, last.map(|(got, h)| (got.clone(), h.etag.clone())), read)
+            .await
+        {
+            Ok((got, etag, fresh_for)) => Held {
+                got: Ok(got),
+                etag,
+                until: now + fresh_for,
+                refreshed: if refresh {
+                    Some(now)
+                } else {
+                    last.and_then(|(_, h)| h.refreshed)
+                },
+            },
+            Err(why) => Held {
+                got: Err(why),
+                etag: None,
+                until: now + self.keeping.failure_for,
+                refreshed: None,
+            },
+        };
+        let got = kept.got.clone();
+        self.held.insert(url.to_owned(), Arc::new(kept));
+        got
+    }
+
+    /// Fetches `url` (revalidating what was last had, with its ETag): the document, its ETag
+    /// and how long it is current.
+    async fn fetch(
+        &self,
+        url: &str,
+        last: Option<(Arc<T>, Option<String>)>,
+        read: impl FnOnce(&[u8]) -> Result<T, String>,
+    ) -> Result<(Arc<T>, Option<String>, Duration), String> {
+        let k = &self.keeping;
+        let etag = last.as_ref().and_then(|(_, etag)| etag.clone());
+        let (fetched, caching) = self
+            .outbound
+            .fetch_revalidated(url, self.allow_local, etag, k.timeout, k.max_bytes)
+            .await?;
+        let fresh_for = match (k.max_age, caching.max_age) {
+            (Some((least, most)), Some(s)) => Duration::from_secs(s.clamp(least, most)),
+            _ => k.fresh_for,
+        };
+        let got = match fetched {
+            Fetched::NotModified => match last {
+                Some((got, _)) => got,
+                None => return Err("answered 304 to a request without a validator".into()),
+            },
+            Fetched::Body(body) => Arc::new(read(&body)?),
+            Fetched::Failed(why) => return Err(why),
+        };
+        Ok((got, caching.etag, fresh_for))
+    }
+}
+
+/// One fetch of a URL at a time, fetches of different URLs side by side: a caller that finds
+/// what it holds of a URL stale waits for the one fetching it, and a server that answers
+/// slowly holds up only its own URL's callers.
+struct FetchLocks(quick_cache::sync::Cache<String, Arc<tokio::sync::Mutex<()>>>);
+
+impl FetchLocks {
+    fn new(urls: usize) -> Self {
+        FetchLocks(quick_cache::sync::Cache::new(urls))
+    }
+
+    /// Waits for any fetch of `url` under way, and holds the URL until the guard drops.
+    async fn lock(&self, url: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = match self
+            .0
+            .get_or_insert_with(url, || Ok::<_, std::convert::Infallible>(Arc::default()))
+        {
+            Ok(lock) => lock,
+            Err(never) => match never {},
+        };
+        lock.lock_owned().await
+    }
+}
