@@ -168,10 +168,7 @@ impl SignedRequests {
 
     /// The directory's agents with their Ed25519 key and its thumbprint.
     async fn keyed(&self, domain: &IssuerDomain) -> Result<Vec<Listed>, StoreError> {
-        let agents = self
-            .store
-            .keyed_agents(domain.as_str(), MAX_DIRECTORY_KEYS)
-            .await?;
+        let agents = self.store.keyed_agents(domain, MAX_DIRECTORY_KEYS).await?;
         Ok(agents.into_iter().filter_map(|a| self.listed(a)).collect())
     }
 
@@ -282,10 +279,10 @@ impl SignedRequests {
         };
         let signer = self
             .store
-            .keyed_agent(domain.as_str(), &signed.keyid)
+            .keyed_agent(&domain, &signed.keyid)
             .await?
             .and_then(|a| self.listed(a));
-        if ours.is_none() && signer.is_none() && !self.store.issuer_has_agents(domain.as_str()).await? {
+        if ours.is_none() && signer.is_none() && !self.store.issuer_has_agents(&domain).await? {
             // An issuer's own origin that serves no agentid agent: not ours to judge.
             return self.third_party(&signed, url, policy, now, facts).await;
         }

@@ -2,7 +2,7 @@
 //! instances learn of each other's revocations.
 
 use super::places::PlaceDraw;
-use agentid_core::domain::{AgentId, OrgId};
+use agentid_core::domain::{AgentId, IssuerDomain, OrgId};
 
 use super::{AgentRecord, RevokedSince, StoreFuture};
 use crate::domains::DomainRules;
@@ -40,16 +40,20 @@ pub trait AgentStore {
     fn get_agent<'a>(&'a self, id: &'a AgentId) -> StoreFuture<'a, Option<AgentRecord>>;
     /// The live agents of `issuer_domain` that are not revoked and are bound to a key, by id,
     /// at most `limit`: a signature directory's.
-    fn keyed_agents<'a>(&'a self, issuer_domain: &'a str, limit: u32) -> StoreFuture<'a, Vec<AgentRecord>>;
+    fn keyed_agents<'a>(
+        &'a self,
+        issuer_domain: &'a IssuerDomain,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<AgentRecord>>;
     /// The first (by id) live agent of `issuer_domain` that is not revoked and is bound to the
     /// key whose RFC 7638 thumbprint is `jkt`: who signed a request naming that `keyid`.
     fn keyed_agent<'a>(
         &'a self,
-        issuer_domain: &'a str,
+        issuer_domain: &'a IssuerDomain,
         jkt: &'a str,
     ) -> StoreFuture<'a, Option<AgentRecord>>;
     /// Whether any live agent was ever registered under `issuer_domain` (revoked ones count).
-    fn issuer_has_agents<'a>(&'a self, issuer_domain: &'a str) -> StoreFuture<'a, bool>;
+    fn issuer_has_agents<'a>(&'a self, issuer_domain: &'a IssuerDomain) -> StoreFuture<'a, bool>;
     /// An organization's agents in one mode, newest first: with an id below `before` when
     /// given, at most `limit` when given.
     fn list_agents<'a>(

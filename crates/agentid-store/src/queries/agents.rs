@@ -10,7 +10,7 @@ use crate::places::PlaceDraw;
 use crate::sql::{decode, Backend, SqlStore};
 use crate::{AgentRecord, Revocation, RevokedSince, StoreError, StoreFuture};
 use agentid_core::domain::holding::NotCovered;
-use agentid_core::domain::{AgentId, KeyMode, Ledger, Millis, OrgId, StatusPlace};
+use agentid_core::domain::{AgentId, IssuerDomain, KeyMode, Ledger, Millis, OrgId, StatusPlace};
 
 use crate::agents::{AgentStore, KeyBinding, RevocationRow};
 
@@ -129,14 +129,18 @@ impl AgentStore for SqlStore<DB> {
         })
     }
 
-    fn keyed_agents<'a>(&'a self, issuer_domain: &'a str, limit: u32) -> StoreFuture<'a, Vec<AgentRecord>> {
+    fn keyed_agents<'a>(
+        &'a self,
+        issuer_domain: &'a IssuerDomain,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<AgentRecord>> {
         Box::pin(async move {
             let sql = format!(
                 "SELECT {AGENT_COLUMNS} FROM agents WHERE issuer_domain = $1 AND mode = $2 \
                  AND revoked_at IS NULL AND jwk IS NOT NULL ORDER BY id LIMIT $3"
             );
             let rows: Vec<AgentRow> = sqlx::query_as(&sql)
-                .bind(issuer_domain)
+                .bind(issuer_domain.as_str())
                 .bind(KeyMode::Live.as_str())
                 .bind(i64::from(limit))
                 .fetch_all(&mut *self.conn().await?)
@@ -147,7 +151,7 @@ impl AgentStore for SqlStore<DB> {
 
     fn keyed_agent<'a>(
         &'a self,
-        issuer_domain: &'a str,
+        issuer_domain: &'a IssuerDomain,
         jkt: &'a str,
     ) -> StoreFuture<'a, Option<AgentRecord>> {
         Box::pin(async move {
@@ -157,7 +161,7 @@ impl AgentStore for SqlStore<DB> {
             );
             let row: Option<AgentRow> = sqlx::query_as(&sql)
                 .bind(jkt)
-                .bind(issuer_domain)
+                .bind(issuer_domain.as_str())
                 .bind(KeyMode::Live.as_str())
                 .fetch_optional(&mut *self.conn().await?)
                 .await?;
@@ -165,11 +169,11 @@ impl AgentStore for SqlStore<DB> {
         })
     }
 
-    fn issuer_has_agents<'a>(&'a self, issuer_domain: &'a str) -> StoreFuture<'a, bool> {
+    fn issuer_has_agents<'a>(&'a self, issuer_domain: &'a IssuerDomain) -> StoreFuture<'a, bool> {
         Box::pin(async move {
             let (found,): (bool,) =
                 sqlx::query_as("SELECT EXISTS (SELECT 1 FROM agents WHERE issuer_domain = $1 AND mode = $2)")
-                    .bind(issuer_domain)
+                    .bind(issuer_domain.as_str())
                     .bind(KeyMode::Live.as_str())
                     .fetch_one(&mut *self.conn().await?)
                     .await?;
