@@ -910,10 +910,41 @@ async fn a_failing_jwks_uri_is_not_asked_again_at_once() {
     assert_eq!(tls.hits(), 1, "asked once");
 }
 
-/// Attack, by someone who can write the database: a provider row inserted there (with a MAC
-/// copied from a real row, or none), or a trusted provider's keys swapped for theirs. The key
-/// file seals each row, so none of these vouches for anyone, and tokens the swapped provider
-/// vouched for die online.
+/// Attack: a token naming a key the set lacks makes the service ask the `jwks_uri` again; when
+/// that fetch fails, the set it holds still serves the tokens of the keys it has (anyone can
+/// ask for such a refetch: it must take nothing away), and the failure stands for the
+/// refetches that follow, unfetched.
+#[actix_web::test]
+async fn a_failed_refetch_takes_no_key_away() {
+    let (app, tls, _dns) = keys_host().await;
+    let sk = app.secret().to_owned();
+    let idp = Idp::new(IDP);
+    let body = idp.jwks().to_string();
+    tls.answer(format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    ));
+    let a = trust_keys_host(&app, &sk).await;
+    app.delegated(&a, &idp.id_token(&a.id), ID_TOKEN, RESOURCE).await;
+    assert_eq!(tls.hits(), 1);
+
+    tls.answer("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into());
+    let stranger = Idp {
+        iss: IDP.to_owned(),
+        key: AgentKey::ed(),
+        kid: "k9",
+    };
+    for _ in 0..2 {
+        let res = app
+            .exchange(&a, &stranger.id_token(&a.id), ID_TOKEN, RESOURCE, &[])
+            .await;
+        assert_ne!(res.status, 200, "{}", res.text());
+    }
+    assert_eq!(tls.hits(), 2, "the refetch is asked once");
+    app.delegated(&a, &idp.id_token(&a.id), ID_TOKEN, RESOURCE).await;
+    assert_eq!(tls.hits(), 2, "the held set served it");
+}
+
 /// A person's revocation cannot be undone in the database: its row deleted, its time set
 /// back (by an update, or by SQLite's REPLACE, which deletes without delete triggers), or
 /// moved to another person; the revoked tokens stay refused, by a new instance too. Revoked
@@ -963,6 +994,10 @@ async fn a_persons_revocation_cannot_be_undone_in_the_database() {
         .unwrap();
 }
 
+/// Attack, by someone who can write the database: a provider row inserted there (with a MAC
+/// copied from a real row, or none), or a trusted provider's keys swapped for theirs. The key
+/// file seals each row, so none of these vouches for anyone, and tokens the swapped provider
+/// vouched for die online.
 #[actix_web::test]
 async fn a_provider_written_into_the_database_vouches_for_no_one() {
     let app = spawn_app().await;

@@ -33,14 +33,18 @@ pub(crate) struct Kept<T> {
     fetching: FetchLocks,
 }
 
-/// A URL's document as last fetched, or why it could not be had.
+/// What is held of a URL: the document as last fetched, and the last fetch's failure.
 struct Held<T> {
-    got: Result<Arc<T>, String>,
+    got: Option<Arc<T>>,
     etag: Option<String>,
-    /// Current until then (a failure: stands until then).
+    /// The document is current until then.
     until: Instant,
     /// When it was last fetched for a key a caller lacked.
     refreshed: Option<Instant>,
+    /// The last fetch failed: when, and why. A current document still serves the callers
+    /// that do not ask for a refresh, so that a refresh that fails (which any caller can
+    /// ask for, naming a key the set lacks) takes nothing away.
+    failed: Option<(Instant, String)>,
 }
 
 impl<T> Kept<T> {
@@ -54,6 +58,26 @@ impl<T> Kept<T> {
         }
     }
 
+    /// What `h` answers without a fetch, if anything.
+    fn answer(&self, h: &Held<T>, refresh: bool) -> Option<Result<Arc<T>, String>> {
+        let now = Instant::now();
+        if let Some(got) = &h.got {
+            let usable = if refresh {
+                h.refreshed
+                    .is_some_and(|at| now < at + self.keeping.refetch_after)
+            } else {
+                now < h.until
+            };
+            if usable {
+                return Some(Ok(got.clone()));
+            }
+        }
+        match &h.failed {
+            Some((at, why)) if now < *at + self.keeping.failure_for => Some(Err(why.clone())),
+            _ => None,
+        }
+    }
+
     /// The document at `url`, as `read` makes it of a body. `refresh`: the caller lacks a key
     /// it names, so one fetched more than `refetch_after` ago is fetched again.
     pub(crate) async fn get(
@@ -62,51 +86,54 @@ impl<T> Kept<T> {
         refresh: bool,
         read: impl FnOnce(&[u8]) -> Result<T, String>,
     ) -> Result<Arc<T>, String> {
-        let usable = |h: &Held<T>| {
-            let current = Instant::now() < h.until;
-            match &h.got {
-                Ok(_) if refresh => h
-                    .refreshed
-                    .is_some_and(|at| at.elapsed() < self.keeping.refetch_after),
-                _ => current,
-            }
-        };
-        if let Some(h) = self.held.get(url).filter(|h| usable(h)) {
-            return h.got.clone();
+        if let Some(answer) = self.held.get(url).and_then(|h| self.answer(&h, refresh)) {
+            return answer;
         }
         let _one = self.fetching.lock(url).await;
         let held = self.held.get(url);
-        if let Some(h) = held.as_ref().filter(|h| usable(h)) {
-            return h.got.clone();
+        if let Some(answer) = held.as_ref().and_then(|h| self.answer(h, refresh)) {
+            return answer;
         }
-        let last = held
-            .as_ref()
-            .and_then(|h| h.got.as_ref().ok().map(|got| (got, h)));
+        let last = held.as_ref().and_then(|h| Some((h.got.clone()?, h.etag.clone())));
         let now = Instant::now();
-        let kept = match self
-            .fetch(url, last.map(|(got, h)| (got.clone(), h.etag.clone())), read)
-            .await
-        {
-            Ok((got, etag, fresh_for)) => Held {
-                got: Ok(got),
-                etag,
-                until: now + fresh_for,
-                refreshed: if refresh {
+        let (kept, answer) = match self.fetch(url, last, read).await {
+            Ok((got, etag, fresh_for)) => {
+                let refreshed = if refresh {
                     Some(now)
                 } else {
-                    last.and_then(|(_, h)| h.refreshed)
-                },
-            },
-            Err(why) => Held {
-                got: Err(why),
-                etag: None,
-                until: now + self.keeping.failure_for,
-                refreshed: None,
-            },
+                    held.as_ref().and_then(|h| h.refreshed)
+                };
+                let kept = Held {
+                    got: Some(got.clone()),
+                    etag,
+                    until: now + fresh_for,
+                    refreshed,
+                    failed: None,
+                };
+                (kept, Ok(got))
+            }
+            Err(why) => {
+                let kept = match held.as_deref() {
+                    Some(h) => Held {
+                        got: h.got.clone(),
+                        etag: h.etag.clone(),
+                        until: h.until,
+                        refreshed: h.refreshed,
+                        failed: Some((now, why.clone())),
+                    },
+                    None => Held {
+                        got: None,
+                        etag: None,
+                        until: now,
+                        refreshed: None,
+                        failed: Some((now, why.clone())),
+                    },
+                };
+                (kept, Err(why))
+            }
         };
-        let got = kept.got.clone();
         self.held.insert(url.to_owned(), Arc::new(kept));
-        got
+        answer
     }
 
     /// Fetches `url` (revalidating what was last had, with its ETag): the document, its ETag
