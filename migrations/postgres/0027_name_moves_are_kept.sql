@@ -6,7 +6,11 @@ BEGIN
     IF TG_OP = 'UPDATE' THEN
         RAISE EXCEPTION 'a moved name''s note never changes';
     END IF;
-    IF TG_OP = 'TRUNCATE' OR EXISTS (
+    -- A statement's trigger has no row to look at: a TRUNCATE is refused outright.
+    IF TG_OP = 'TRUNCATE' THEN
+        RAISE EXCEPTION 'a moved name''s note is kept while it owes revocations';
+    END IF;
+    IF EXISTS (
         SELECT 1 FROM agents WHERE org_id <> OLD.org_id AND revoked_at IS NULL
           AND (issuer_domain = OLD.domain OR (OLD.below AND issuer_domain LIKE '%.' || OLD.domain))
     ) THEN
