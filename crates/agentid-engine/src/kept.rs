@@ -188,3 +188,159 @@ impl FetchLocks {
         lock.lock_owned().await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::sync::Mutex;
+
+    /// A server on loopback that answers every request with the answer set last, and keeps
+    /// each request's head.
+    struct Server {
+        url: String,
+        answer: Arc<Mutex<String>>,
+        heads: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl Server {
+        fn start(answer: &str) -> Server {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let url = format!("http://{}/keys", listener.local_addr().unwrap());
+            let answer = Arc::new(Mutex::new(answer.to_owned()));
+            let heads = Arc::new(Mutex::new(Vec::new()));
+            let (a, h) = (answer.clone(), heads.clone());
+            std::thread::spawn(move || {
+                for mut conn in listener.incoming().flatten() {
+                    let mut buf = [0u8; 4096];
+                    let n = conn.read(&mut buf).unwrap_or(0);
+                    h.lock()
+                        .unwrap()
+                        .push(String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase());
+                    let _ = conn.write_all(a.lock().unwrap().as_bytes());
+                }
+            });
+            Server { url, answer, heads }
+        }
+
+        fn answer(&self, answer: &str) {
+            *self.answer.lock().unwrap() = answer.to_owned();
+        }
+
+        fn hits(&self) -> usize {
+            self.heads.lock().unwrap().len()
+        }
+
+        fn last_head(&self) -> String {
+            self.heads.lock().unwrap().last().cloned().unwrap_or_default()
+        }
+    }
+
+    fn ok(body: &str, headers: &str) -> String {
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n{headers}Connection: close\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    const FAILING: &str =
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+    const NOT_MODIFIED: &str = "HTTP/1.1 304 Not Modified\r\nConnection: close\r\n\r\n";
+
+    const KEEPING: Keeping = Keeping {
+        fresh_for: Duration::from_secs(60),
+        max_age: None,
+        failure_for: Duration::from_secs(60),
+        refetch_after: Duration::from_secs(60),
+        timeout: Duration::from_secs(2),
+        max_bytes: 1024,
+    };
+
+    fn kept(keeping: Keeping) -> Kept<String> {
+        Kept::new(Arc::new(Outbound::new(Default::default())), true, keeping)
+    }
+
+    fn text(body: &[u8]) -> Result<String, String> {
+        String::from_utf8(body.to_vec()).map_err(|_| "not text".into())
+    }
+
+    async fn get(k: &Kept<String>, s: &Server, refresh: bool) -> Result<String, String> {
+        k.get(&s.url, refresh, text).await.map(|t| (*t).clone())
+    }
+
+    #[tokio::test]
+    async fn a_document_is_kept_and_a_refresh_revalidates_it_at_most_so_often() {
+        let s = Server::start(&ok("a", "ETag: \"v1\"\r\n"));
+        let k = kept(KEEPING);
+        assert_eq!(get(&k, &s, false).await.unwrap(), "a");
+        assert_eq!(get(&k, &s, false).await.unwrap(), "a");
+        assert_eq!(s.hits(), 1, "kept");
+        s.answer(NOT_MODIFIED);
+        assert_eq!(get(&k, &s, true).await.unwrap(), "a", "a 304 keeps what was held");
+        assert_eq!(s.hits(), 2);
+        assert!(
+            s.last_head().contains("if-none-match: \"v1\""),
+            "{}",
+            s.last_head()
+        );
+        assert_eq!(get(&k, &s, true).await.unwrap(), "a");
+        assert_eq!(s.hits(), 2, "refreshed a moment ago");
+    }
+
+    /// Anyone can ask for a refresh (a token naming a key the set lacks): one that fails
+    /// takes the current document from no one, and stands for the refreshes after it.
+    #[tokio::test]
+    async fn a_failed_refresh_takes_nothing_away_and_stands() {
+        let s = Server::start(&ok("a", ""));
+        let k = kept(KEEPING);
+        assert_eq!(get(&k, &s, false).await.unwrap(), "a");
+        s.answer(FAILING);
+        assert!(get(&k, &s, true).await.unwrap_err().contains("503"));
+        assert_eq!(get(&k, &s, false).await.unwrap(), "a");
+        assert!(get(&k, &s, true).await.unwrap_err().contains("503"));
+        assert_eq!(s.hits(), 2, "the failure stands, unfetched");
+    }
+
+    #[tokio::test]
+    async fn an_expired_document_is_not_served_after_a_failure_which_stands() {
+        let s = Server::start(&ok("a", ""));
+        let k = kept(Keeping {
+            fresh_for: Duration::ZERO,
+            ..KEEPING
+        });
+        assert_eq!(get(&k, &s, false).await.unwrap(), "a");
+        s.answer(FAILING);
+        assert!(get(&k, &s, false).await.is_err());
+        assert!(get(&k, &s, false).await.is_err());
+        assert_eq!(s.hits(), 2);
+        assert!(get(&k, &s, false).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn max_age_counts_only_within_its_bounds() {
+        let s = Server::start(&ok("a", "Cache-Control: max-age=1\r\n"));
+        let bounded = kept(Keeping {
+            fresh_for: Duration::ZERO,
+            max_age: Some((60, 600)),
+            ..KEEPING
+        });
+        get(&bounded, &s, false).await.unwrap();
+        get(&bounded, &s, false).await.unwrap();
+        assert_eq!(s.hits(), 1, "max-age=1 is taken as 60 s");
+        let unread = kept(Keeping {
+            fresh_for: Duration::ZERO,
+            ..KEEPING
+        });
+        get(&unread, &s, false).await.unwrap();
+        get(&unread, &s, false).await.unwrap();
+        assert_eq!(s.hits(), 3, "max-age not read: fresh_for");
+    }
+
+    #[tokio::test]
+    async fn a_304_to_a_request_without_a_validator_is_a_failure() {
+        let s = Server::start(NOT_MODIFIED);
+        let k = kept(KEEPING);
+        assert!(get(&k, &s, false).await.unwrap_err().contains("304"));
+    }
+}
