@@ -77,7 +77,9 @@ impl IdentityProviderStore for SqlStore<DB> {
         at: Millis,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            let mut tx = self.begin().await?;
+            // It reads before it writes: on SQLite a deferred transaction could not take the
+            // write lock once another writer committed meanwhile.
+            let mut tx = self.writing().await?;
             // The time only moves forward (the table's triggers refuse the rest): revoked
             // again, it is the later of the two.
             let held = subject_revoked_at(&mut tx, org_id, iss, sub).await?;
