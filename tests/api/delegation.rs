@@ -853,8 +853,11 @@ async fn keys_at_a_jwks_uri_are_fetched_cached_and_refreshed() {
         "invalid_request",
     );
     assert_eq!(tls.hits(), 2);
-    let _ = ok("");
 }
+
+/// What a failing `jwks_uri` answers.
+const UNAVAILABLE: &str =
+    "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 
 /// Trusts [`IDP`] with its keys at `https://keys.idp.example/jwks`; a client of the
 /// organization.
@@ -898,7 +901,7 @@ async fn a_failing_jwks_uri_is_not_asked_again_at_once() {
     let (app, tls, _dns) = keys_host().await;
     let sk = app.secret().to_owned();
     let idp = Idp::new(IDP);
-    tls.answer("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into());
+    tls.answer(UNAVAILABLE.into());
     let a = trust_keys_host(&app, &sk).await;
     for _ in 0..3 {
         let res = app
@@ -919,16 +922,12 @@ async fn a_failed_refetch_takes_no_key_away() {
     let (app, tls, _dns) = keys_host().await;
     let sk = app.secret().to_owned();
     let idp = Idp::new(IDP);
-    let body = idp.jwks().to_string();
-    tls.answer(format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    ));
+    tls.answer(ok(&idp.jwks().to_string()));
     let a = trust_keys_host(&app, &sk).await;
     app.delegated(&a, &idp.id_token(&a.id), ID_TOKEN, RESOURCE).await;
     assert_eq!(tls.hits(), 1);
 
-    tls.answer("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into());
+    tls.answer(UNAVAILABLE.into());
     let stranger = Idp {
         iss: IDP.to_owned(),
         key: AgentKey::ed(),
