@@ -1,7 +1,15 @@
 //! The GETs of the binary's own commands (`audit witness`, `token inspect`), to the service's
-//! URL the operator gave: the body of a 200, of at most 1 MiB.
+//! URL the operator gave: the body of a 200, of at most 1 MiB, from that URL itself (a
+//! redirect is an answer like any other than 200, never followed: the key asked with goes
+//! nowhere else).
 
 use std::io::Read as _;
+use std::time::Duration;
+
+/// The client of a command: no redirect followed, every call bounded by `timeout`.
+pub(crate) fn agent(timeout: Duration) -> ureq::Agent {
+    ureq::AgentBuilder::new().timeout(timeout).redirects(0).build()
+}
 
 /// The most of an answer read.
 const MAX_ANSWER: u64 = 1 << 20;

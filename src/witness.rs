@@ -49,7 +49,7 @@ impl Witness {
     pub fn run(&self) -> Result<Seen, WitnessError> {
         std::fs::create_dir_all(&self.state)
             .map_err(|e| check(format!("state folder {}: {e}", self.state.display())))?;
-        let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(30)).build();
+        let agent = crate::fetch::agent(Duration::from_secs(30));
         let base = self.url.trim_end_matches('/');
         let verifier = self.verifier(&agent, base)?;
 

@@ -98,10 +98,7 @@ fn inspect(token: &str, url: Option<&str>) -> Result<Value, String> {
     let Some(base) = url.map(|u| u.trim_end_matches('/')) else {
         return Ok(out);
     };
-    let agent = ureq::AgentBuilder::new()
-        .timeout(Duration::from_secs(10))
-        .redirects(0)
-        .build();
+    let agent = crate::fetch::agent(Duration::from_secs(10));
     let jwks: Value = serde_json::from_slice(&get(&agent, &format!("{base}/.well-known/jwks.json"), None)?)
         .map_err(|_| format!("{base}/.well-known/jwks.json is not JSON"))?;
     let kid = header.get("kid").and_then(Value::as_str);

@@ -976,7 +976,7 @@ pub(crate) struct Http {
 }
 
 impl Http {
-    fn start(response: &[u8]) -> Http {
+    pub(crate) fn start(response: &[u8]) -> Http {
         Http::serve(response, None)
     }
 

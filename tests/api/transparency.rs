@@ -749,6 +749,34 @@ async fn the_witness_refuses_a_log_key_other_than_the_pinned_one() {
     );
 }
 
+/// A service that answers with a redirect does not send the witness, and its key, elsewhere:
+/// the witness reads the service's own answers only.
+#[actix_web::test]
+async fn the_witness_follows_no_redirect() {
+    use crate::domains::{ok, Http};
+    let elsewhere = Http::start(ok("x").as_bytes());
+    let redirecting = Http::start(
+        format!(
+            "HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:{}/\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            elsewhere.port
+        )
+        .as_bytes(),
+    );
+    let state = tempfile::tempdir().unwrap();
+    let url = format!("http://127.0.0.1:{}", redirecting.port);
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_agentid"));
+    cmd.args(["audit", "witness", "--url", &url, "--key", "sk_live_x", "--state"])
+        .arg(state.path());
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("302"), "{err}");
+    assert_eq!(redirecting.hits(), 1);
+    assert_eq!(elsewhere.hits(), 0, "the witness followed the redirect");
+}
+
 // ---- The database's own refusals ------------------------------------------------------------------
 
 #[actix_web::test]
