@@ -81,7 +81,7 @@ pub(crate) fn verdict(keys: &KeyRing, claims: &Claims, standing: &Standing) -> O
         ));
     }
     if let Some(at) = standing.subject_revoked_at {
-        if claims.iat * 1000 <= at.0 {
+        if claims.iat.saturating_mul(1000) <= at.0 {
             return Some(format!(
                 "the organization revoked the person's delegation at {}",
                 at.to_rfc3339()
@@ -426,7 +426,7 @@ impl Delegation {
     ) -> Result<(), OAuthError> {
         let standing = self.store.delegation_standing(org, iss, sub, &[]).await?;
         match standing.subject_revoked_at {
-            Some(at) if iat.unwrap_or(0) * 1000 <= at.0 => Err(refusal(format!(
+            Some(at) if iat.unwrap_or(0).saturating_mul(1000) <= at.0 => Err(refusal(format!(
                 "the organization revoked this person's delegation at {}: the person signs in again",
                 at.to_rfc3339()
             ))),

@@ -129,7 +129,7 @@ pub fn check(assertion: &str, key: &PublicJwk, expected: &Expected<'_>) -> Resul
     if iat > expected.now + expected.max_skew {
         return refuse("iat is in the future");
     }
-    if exp - iat > expected.max_lifetime {
+    if exp.saturating_sub(iat) > expected.max_lifetime {
         return refuse(format!(
             "exp is more than {} s after iat: an assertion lives at most that long",
             expected.max_lifetime
@@ -256,6 +256,16 @@ mod tests {
             (with("aud", Value::Null), "aud must name"),
             (with("exp", json!(NOW)), "expired"),
             (with("exp", json!(NOW + 301)), "more than 300 s"),
+            // A lifetime past i64's range is past 300 s too, not a negative one.
+            (
+                {
+                    let mut c = claims();
+                    c["iat"] = json!(i64::MIN);
+                    c["exp"] = json!(i64::MAX);
+                    ed_signed(&header, &c)
+                },
+                "more than 300 s",
+            ),
             (with("exp", Value::Null), "exp and iat"),
             (with("iat", Value::Null), "exp and iat"),
             (with("iat", json!(NOW + 61)), "iat is in the future"),

@@ -313,7 +313,7 @@ pub fn check_proof(proof: &str, expected: &Expected<'_>) -> Result<VerifiedProof
     let Some(iat) = claims.get("iat").and_then(Value::as_i64) else {
         return refuse("iat must be an integer");
     };
-    if (iat - expected.now).abs() > expected.max_skew {
+    if iat.abs_diff(expected.now) > expected.max_skew.unsigned_abs() {
         return refuse(format!("iat is more than {} s from now", expected.max_skew));
     }
     // Not asked for (RFC 9449 bounds a proof by its iat), but honoured when present.
@@ -456,6 +456,17 @@ mod tests {
 
     /// Attack: a proof made with RFC 9421's published Ed25519 key (or its negation), which
     /// would bind a token to a key whose private half everyone has.
+    #[test]
+    fn an_iat_at_the_ends_of_its_range_is_refused_not_wrapped() {
+        for iat in [i64::MIN, i64::MIN + NOW, i64::MAX] {
+            let mut c = claims();
+            c["iat"] = json!(iat);
+            let (proof, _) = ed_proof(json!({"typ": "dpop+jwt", "alg": "EdDSA"}), &c);
+            let err = check_proof(&proof, &expected()).unwrap_err().0;
+            assert!(err.contains("iat is more than 60 s from now"), "{iat}: {err}");
+        }
+    }
+
     #[test]
     fn a_proof_by_a_published_test_key_binds_nothing() {
         let d = URL_SAFE_NO_PAD
