@@ -3,6 +3,7 @@
 //! 8707; DPoP, RFC 9449), the tokens (RFC 9068) as verify and introspection (RFC 7662) see
 //! them, and each way a client could try to get a token it should not.
 
+use agentid::domain::audit::MAX_FAILURE_REASON;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use serde_json::{json, Value};
@@ -369,6 +370,36 @@ async fn stolen_forged_replayed_and_foreign_assertions_get_no_token() {
     assert!(reasons.len() >= 10, "{reasons:?}");
     assert!(reasons.iter().any(|r| r.contains("used already")), "{reasons:?}");
     app.log_holds().await;
+}
+
+/// An assertion that is not even signed names the agent whose ledger records the refusal:
+/// whatever text comes with it, the record keeps a bounded reason.
+#[actix_web::test]
+async fn a_refusal_records_a_bounded_reason_whatever_the_caller_sends() {
+    let app = spawn_app().await;
+    let key = AgentKey::ed();
+    let agent = client(&app, &key).await;
+    let unsigned = format!(
+        "{}.{}.",
+        b64(&json!({"alg": "EdDSA"})),
+        b64(&json!({"sub": agent}))
+    );
+    let long = "forged line\n".repeat(4_000);
+    let res = ask(
+        &app,
+        &unsigned,
+        &[("client_id", long.as_str()), ("resource", RESOURCE)],
+    )
+    .await;
+    assert_oauth_error(&res, 401, "invalid_client");
+    let log = app.get("/v1/log?limit=1", Some(app.secret())).await;
+    assert_eq!(log.status, 200, "{}", log.text());
+    let record = &log.json()["data"][0];
+    assert_eq!(record["agent_id"], agent.as_str());
+    let reason = record["failure_reason"].as_str().unwrap();
+    assert!(reason.starts_with("client_id "), "{reason}");
+    assert_eq!(reason.chars().count(), MAX_FAILURE_REASON + 1, "{reason}");
+    assert!(reason.ends_with('…'), "{reason}");
 }
 
 #[actix_web::test]

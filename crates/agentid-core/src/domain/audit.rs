@@ -65,6 +65,23 @@ pub struct AuditEntry {
     pub revocations_seen: i64,
 }
 
+/// The most characters of a failure reason a record keeps (a revocation's reason of 512 and
+/// its prefix fit): a longer one, which holds text a caller chose, is cut there and ends in
+/// an ellipsis, so that no caller can make a ledger hold more.
+pub const MAX_FAILURE_REASON: usize = 1024;
+
+fn bounded(reason: String) -> String {
+    match reason.char_indices().nth(MAX_FAILURE_REASON) {
+        Some((at, _)) => {
+            let mut cut = reason;
+            cut.truncate(at);
+            cut.push('…');
+            cut
+        }
+        None => reason,
+    }
+}
+
 /// A record placed in its ledger's chain.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditRecord {
@@ -82,7 +99,8 @@ pub struct AuditRecord {
 }
 
 impl AuditRecord {
-    /// Places `entry` after a record whose hash is `prev_hash` and sequence number `seq - 1`.
+    /// Places `entry` after a record whose hash is `prev_hash` and sequence number `seq - 1`,
+    /// its failure reason bounded by [`MAX_FAILURE_REASON`].
     pub fn seal(entry: AuditEntry, id: String, seq: i64, prev_hash: [u8; 32]) -> Self {
         let mut rec = AuditRecord {
             ledger: entry.ledger,
@@ -91,7 +109,7 @@ impl AuditRecord {
             event: entry.event,
             agent_id: entry.agent_id,
             result: entry.result,
-            failure_reason: entry.failure_reason,
+            failure_reason: entry.failure_reason.map(bounded),
             latency_us: entry.latency_us,
             requested_at: entry.requested_at,
             prev_hash,
@@ -238,6 +256,21 @@ mod tests {
             seq: r.seq,
         })
         .unwrap()
+    }
+
+    #[test]
+    fn a_long_reason_is_cut_at_a_character() {
+        let sealed = |reason: String| {
+            let mut e = entry("agt_x");
+            e.failure_reason = Some(reason);
+            AuditRecord::seal(e, "log_1".into(), 1, GENESIS)
+                .failure_reason
+                .unwrap()
+        };
+        let kept = "é".repeat(MAX_FAILURE_REASON);
+        assert_eq!(sealed(kept.clone()), kept);
+        let cut = sealed("é".repeat(MAX_FAILURE_REASON + 1));
+        assert_eq!(cut, format!("{kept}…"));
     }
 
     #[test]

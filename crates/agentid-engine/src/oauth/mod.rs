@@ -243,7 +243,7 @@ impl OAuth {
                 .await);
         };
         if let Some(id) = req.client_id.filter(|id| agent.id != **id) {
-            let why = format!("client_id {id} is not the client the assertion names");
+            let why = format!("client_id {id:?} is not the client the assertion names");
             return Err(self
                 .refused(Some(&agent), VerifyResult::Invalid, why, now, received)
                 .await);
