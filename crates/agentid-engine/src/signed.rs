@@ -30,7 +30,6 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
-use crate::dpop::Replays;
 use crate::kept::{Keeping, Kept};
 use crate::outbound::Outbound;
 use crate::registry::Registry;
@@ -40,8 +39,6 @@ use crate::registry::Registry;
 pub const WELL_KNOWN_DIRECTORY: &str = "/.well-known/http-message-signatures-directory";
 /// The most keys a directory lists.
 pub const MAX_DIRECTORY_KEYS: u32 = 1000;
-/// Signatures whose nonce an instance remembers to refuse a replay.
-const REMEMBERED_NONCES: usize = 100_000;
 
 /// What a check came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,7 +118,6 @@ pub struct SignedRequests {
     /// `<public URL>/v1/directories/`: a signature agent under it is one of ours.
     directories: String,
     max_skew_secs: i64,
-    nonces: Replays,
 }
 
 impl SignedRequests {
@@ -141,7 +137,6 @@ impl SignedRequests {
             audit,
             directories: format!("{}/v1/directories/", public_url.trim_end_matches('/')),
             max_skew_secs,
-            nonces: Replays::new(REMEMBERED_NONCES),
         }
     }
 
@@ -275,7 +270,7 @@ impl SignedRequests {
             .strip_prefix("https://")
             .and_then(|rest| rest.strip_suffix(WELL_KNOWN_DIRECTORY));
         let Some(domain) = ours.or(theirs).and_then(|d| IssuerDomain::parse(d).ok()) else {
-            return self.third_party(&signed, url, policy, now, facts).await;
+            return self.third_party(&signed, url, policy, facts).await;
         };
         let signer = self
             .store
@@ -284,7 +279,7 @@ impl SignedRequests {
             .and_then(|a| self.listed(a));
         if ours.is_none() && signer.is_none() && !self.store.issuer_has_agents(&domain).await? {
             // An issuer's own origin that serves no agentid agent: not ours to judge.
-            return self.third_party(&signed, url, policy, now, facts).await;
+            return self.third_party(&signed, url, policy, facts).await;
         }
         let Some(Listed { agent, key, .. }) = signer else {
             let why = format!(
@@ -300,7 +295,7 @@ impl SignedRequests {
                 facts,
             ));
         }
-        if let Err(why) = self.fresh(&signed, now).await? {
+        if let Err(why) = self.fresh(&signed).await? {
             return Ok(refused(RequestResult::Invalid, why, facts));
         }
         Ok(RequestCheck {
@@ -311,20 +306,14 @@ impl SignedRequests {
         })
     }
 
-    /// Refuses a signature whose nonce was seen before, on this instance or (through the
-    /// store, until the signature expires) on any of the fleet.
-    async fn fresh(&self, signed: &Signed, now: Millis) -> Result<Result<(), String>, StoreError> {
+    /// Refuses a signature whose nonce was seen before anywhere in the fleet (the store keeps
+    /// each until its signature expires). No memory of the instance's own stands before the
+    /// store: a signer chooses its signature's expiry (up to a day ahead), so a bounded memory
+    /// filled with a day's worth of its own nonces would have had to refuse everyone's.
+    async fn fresh(&self, signed: &Signed) -> Result<Result<(), String>, StoreError> {
         let Some(nonce) = &signed.nonce else {
             return Ok(Ok(()));
         };
-        let replay = || Ok(Err("the signature's nonce was seen before: a replay".into()));
-        if self
-            .nonces
-            .admit(&signed.keyid, nonce, signed.expires, now.as_secs())
-            .is_err()
-        {
-            return replay();
-        }
         let mut key = Sha256::new();
         for part in ["web-bot-auth", signed.keyid.as_str(), nonce.as_str()] {
             key.update(part.as_bytes());
@@ -336,7 +325,7 @@ impl SignedRequests {
             .use_assertion(&key, Millis::from_secs(signed.expires))
             .await?
         {
-            return replay();
+            return Ok(Err("the signature's nonce was seen before: a replay".into()));
         }
         Ok(Ok(()))
     }
@@ -348,7 +337,6 @@ impl SignedRequests {
         signed: &Signed,
         url: &str,
         policy: &RequestPolicy,
-        now: Millis,
         facts: Option<SignatureFacts>,
     ) -> Result<RequestCheck, StoreError> {
         let refused = |result, reason: String| RequestCheck {
@@ -384,7 +372,7 @@ impl SignedRequests {
                 "the signature does not verify with the directory's key".into(),
             ));
         }
-        if let Err(why) = self.fresh(signed, now).await? {
+        if let Err(why) = self.fresh(signed).await? {
             return Ok(refused(RequestResult::Invalid, why));
         }
         Ok(RequestCheck {
