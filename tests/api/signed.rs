@@ -27,8 +27,21 @@ fn keypair() -> (Value, Value) {
 /// naming `agent`, valid for `valid` seconds: `sign.mjs` (Cloudflare's `web-bot-auth`) or
 /// `sign.py` (Python's `http-message-signatures`).
 async fn stock_signs(signer: &str, key: &Value, url: &str, agent: &str, valid: u32) -> Value {
+    stock_signs_covering(signer, key, url, agent, valid, "@authority signature-agent").await
+}
+
+/// As [`stock_signs`], covering `components` (space-separated; `sign.py` alone takes them).
+async fn stock_signs_covering(
+    signer: &str,
+    key: &Value,
+    url: &str,
+    agent: &str,
+    valid: u32,
+    components: &str,
+) -> Value {
     let offline = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/offline");
     let mut cmd = crate::readme::shell(&offline, signer);
+    cmd.env("COMPONENTS", components);
     cmd.env("KEY", key.to_string())
         .env("URL", url)
         .env("AGENT", agent)
@@ -378,6 +391,64 @@ async fn forward_auth_takes_a_signed_request() {
     gate("origin=https://other.example", fresh().await)
         .await
         .assert_error(401, "TOKEN_INVALID");
+}
+
+/// Attack: a signature over a request's path and query, replayed through the gateway with
+/// another query. Forward auth checks it against the guarded request's whole target, the
+/// query the gateway forwarded included: that query, and only that, verifies.
+#[actix_web::test]
+async fn forward_auth_checks_a_signed_query_against_the_forwarded_one() {
+    let app = spawn_app().await;
+    let (private, public) = keypair();
+    app.register(
+        json!({"name": "crawler", "issuer_domain": "example.com", "scopes": ["read:docs"], "jwk": public}),
+    )
+    .await;
+    let directory = format!("{}/v1/directories/example.com", app.base);
+    let gate = |uri: &'static str, signed: Value| {
+        let app = &app;
+        async move {
+            let mut req = app
+                .client
+                .get(app.url("/v1/forward-auth?origin=https://shop.example"))
+                .insert_header(("X-Forwarded-Method", "GET"))
+                .insert_header(("X-Forwarded-Uri", uri));
+            for (name, value) in signed.as_object().unwrap() {
+                req = req.insert_header((name.as_str(), value.as_str().unwrap()));
+            }
+            crate::helpers::read(req.send().await.unwrap()).await
+        }
+    };
+    let signs = |url: &'static str| {
+        let (private, directory) = (&private, &directory);
+        async move {
+            let covered = "@authority @path @query signature-agent";
+            stock_signs_covering("python3 sign.py", private, url, directory, 300, covered).await
+        }
+    };
+    let res = gate(
+        "/orders?page=2",
+        signs("https://shop.example/orders?page=2").await,
+    )
+    .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let res = gate(
+        "/orders?page=2#top",
+        signs("https://shop.example/orders?page=2").await,
+    )
+    .await;
+    assert_eq!(res.status, 200, "a fragment is not the query: {}", res.text());
+    gate("/orders?delete=1", signs("https://shop.example/orders").await)
+        .await
+        .assert_error(401, "TOKEN_INVALID");
+    gate(
+        "/orders?delete=1",
+        signs("https://shop.example/orders?page=2").await,
+    )
+    .await
+    .assert_error(401, "TOKEN_INVALID");
+    let res = gate("/orders", signs("https://shop.example/orders").await).await;
+    assert_eq!(res.status, 200, "{}", res.text());
 }
 
 /// A signature agent that is a third party's: fetched over TLS only when the receiver trusts

@@ -1,6 +1,6 @@
 """A Python signer (``http-message-signatures``, unmodified), as the tests run it: signs a GET
 of $URL with the private Ed25519 JWK in $KEY, covering ``@authority`` and ``Signature-Agent``
-(a bare string naming $AGENT) with a nonce, tagged ``web-bot-auth``, valid for $VALID seconds
+(a bare string naming $AGENT), or the components $COMPONENTS names (space-separated), with a nonce, tagged ``web-bot-auth``, valid for $VALID seconds
 (300 by default); prints the headers it made as one JSON object."""
 import base64
 import datetime
@@ -39,5 +39,5 @@ HTTPMessageSigner(signature_algorithm=algorithms.ED25519, key_resolver=Key(key))
     request, key_id=keyid, created=now,
     expires=now + datetime.timedelta(seconds=int(os.environ.get("VALID", "300"))),
     nonce=secrets.token_urlsafe(32), label="sig1", tag="web-bot-auth",
-    covered_component_ids=("@authority", "signature-agent"))
+    covered_component_ids=tuple(os.environ.get("COMPONENTS", "@authority signature-agent").split()))
 print(json.dumps(request.headers))

@@ -6,12 +6,13 @@
 //! the query string of the URL in the gateway's configuration. Envoy, which appends the
 //! guarded path to the URL it calls and keeps the guarded method, calls
 //! `/v1/forward-auth/<guarded path>` with the policy in `X-Agentid-Policy`: there the guarded
-//! request is the call's own method and path, and its query is never read. Every call is verified and
+//! request is the call's own method, path and query, the query never read as policy. Every call is verified and
 //! recorded as `POST /v1/verify` is, and answered with no body and the agent's facts in
 //! `X-Agent-*` headers, or refused as the receiver libraries refuse (401 or 403 with their
 //! `WWW-Authenticate`, 503 with `Retry-After`). A request without `Authorization` that an
 //! agent signed (Web Bot Auth: `Signature-Input`, `Signature`, `Signature-Agent`) is checked as
-//! `POST /v1/verify/request` checks it, for the configured origin and the forwarded path.
+//! `POST /v1/verify/request` checks it, for the configured origin and the forwarded path and
+//! query.
 
 use actix_web::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -156,8 +157,9 @@ fn origin(s: &str) -> Result<String, ApiError> {
 
 /// The guarded request's method and path, from the gateway's forwarded headers, and only
 /// from a trusted peer: Traefik and Caddy send `X-Forwarded-Method` and `X-Forwarded-Uri`,
-/// NGINX configurations `X-Original-Method` and `X-Original-URL` (or `-URI`). The path loses
-/// its query: a proof names the URL without it, and the query is never read as policy.
+/// NGINX configurations `X-Original-Method` and `X-Original-URL` (or `-URI`). The target keeps
+/// its query, which a signature may cover (a DPoP proof's `htu` names the URL without it),
+/// and is never read as policy.
 fn forwarded(headers: &HeaderMap) -> (Option<String>, Option<String>) {
     let first = |names: &[&str]| {
         names
@@ -170,19 +172,23 @@ fn forwarded(headers: &HeaderMap) -> (Option<String>, Option<String>) {
     let method = first(&["x-forwarded-method", "x-original-method"])
         .filter(|m| is_http_method(m))
         .map(str::to_owned);
-    let path = first(&["x-forwarded-uri", "x-original-url", "x-original-uri"]).and_then(path_of);
-    (method, path)
+    let target = first(&["x-forwarded-uri", "x-original-url", "x-original-uri"]).and_then(target_of);
+    (method, target)
 }
 
-/// The path of a request target, also of an absolute one (`https://host/path`), without its
-/// query and fragment.
-fn path_of(target: &str) -> Option<String> {
-    let path = match target.split_once("://") {
-        Some((_, rest)) if !target.starts_with('/') => rest.find('/').map_or("/", |i| &rest[i..]),
+/// The path and query of a request target, also of an absolute one
+/// (`https://host/path?query`), without its fragment.
+fn target_of(target: &str) -> Option<String> {
+    let target = match target.split_once("://") {
+        Some((_, rest)) if !target.starts_with('/') => rest.find(['/', '?']).map_or("/", |i| &rest[i..]),
         _ => target,
     };
-    let path = path.split(['?', '#']).next().unwrap_or("");
-    (path.starts_with('/') && path.bytes().all(|b| b.is_ascii_graphic())).then(|| path.to_owned())
+    let target = target.split('#').next().unwrap_or("");
+    let target = match target.strip_prefix('?') {
+        Some(query) => format!("/?{query}"),
+        None => target.to_owned(),
+    };
+    (target.starts_with('/') && target.bytes().all(|b| b.is_ascii_graphic())).then_some(target)
 }
 
 /// How the agent presented its token.
@@ -267,10 +273,10 @@ fn pass(v: &Verification) -> HttpResponse {
         ForwardAuthParams,
         ("Authorization" = Option<String>, Header, description = "The agent's token, as it sent it: `Bearer <token>`, or `DPoP <token>` for a token bound to a key"),
         ("DPoP" = Option<String>, Header, description = "The agent's proof, for a `DPoP` token"),
-        ("Signature-Input" = Option<String>, Header, description = "Instead of a token: a request the agent signed (Web Bot Auth, RFC 9421), with its Signature and Signature-Agent, checked as POST /v1/verify/request checks it for the configured origin and the forwarded path"),
+        ("Signature-Input" = Option<String>, Header, description = "Instead of a token: a request the agent signed (Web Bot Auth, RFC 9421), with its Signature and Signature-Agent, checked as POST /v1/verify/request checks it for the configured origin and the forwarded path and query"),
         ("X-Forwarded-Method" = Option<String>, Header, description = "The guarded request's method (Traefik, Caddy; NGINX configurations send X-Original-Method). Read only from a peer in --forward-auth-trusted-peers"),
-        ("X-Forwarded-Uri" = Option<String>, Header, description = "The guarded request's path (Traefik, Caddy; NGINX configurations send X-Original-URL). Read only from a peer in --forward-auth-trusted-peers"),
-        ("X-Agentid-Policy" = Option<String>, Header, description = "Envoy's form, `/v1/forward-auth/<guarded path>` (ext_authz `path_prefix: /v1/forward-auth`): the policy, as this route's query string would name it. There the guarded method and path are the call's own (from a trusted peer), and the call's query string is the guarded request's, never read"),
+        ("X-Forwarded-Uri" = Option<String>, Header, description = "The guarded request's path and query (Traefik, Caddy; NGINX configurations send X-Original-URL). Read only from a peer in --forward-auth-trusted-peers"),
+        ("X-Agentid-Policy" = Option<String>, Header, description = "Envoy's form, `/v1/forward-auth/<guarded path>` (ext_authz `path_prefix: /v1/forward-auth`): the policy, as this route's query string would name it. There the guarded method, path and query are the call's own (from a trusted peer), the query never read as policy"),
         ("X-Agentid-Key" = Option<String>, Header, description = "The gateway's publishable key (pk_…): its organization's verify limit instead of the gateway address's"),
     ),
     responses(
@@ -309,13 +315,19 @@ pub(crate) async fn check(state: web::Data<AppState>, req: HttpRequest) -> Resul
     } = configured(query)?;
     let peer = req.peer_addr().map(|a| a.ip());
     let trusted = peer.is_some_and(|ip| state.forward_auth_peers.iter().any(|n| n.contains(&ip)));
-    let (method, path) = match (trusted, tail) {
+    let (method, target) = match (trusted, tail) {
         (false, _) => (None, None),
         (true, None) => forwarded(req.headers()),
-        (true, Some(tail)) => (Some(req.method().as_str().to_owned()), path_of(tail)),
+        (true, Some(tail)) => {
+            let target = match req.uri().query() {
+                Some(query) => format!("{tail}?{query}"),
+                None => tail.to_owned(),
+            };
+            (Some(req.method().as_str().to_owned()), target_of(&target))
+        }
     };
     if req.headers().get(header::AUTHORIZATION).is_none() && req.headers().contains_key("signature-input") {
-        let target = match (&method, &origin, &path) {
+        let target = match (&method, &origin, &target) {
             (Some(m), Some(o), Some(p)) => Some((m.as_str(), format!("{o}{p}"))),
             _ => None,
         };
@@ -350,8 +362,9 @@ pub(crate) async fn check(state: web::Data<AppState>, req: HttpRequest) -> Resul
         .get("dpop")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let htu = match (&origin, &path) {
-        (Some(o), Some(p)) => Some(format!("{o}{p}")),
+    // RFC 9449 §4.3: the proof's htu is the URL without its query.
+    let htu = match (&origin, &target) {
+        (Some(o), Some(t)) => Some(format!("{o}{}", t.split('?').next().unwrap_or(t))),
         _ => None,
     };
     let how = match scheme {
@@ -533,15 +546,17 @@ mod tests {
     }
 
     #[test]
-    fn only_the_path_of_the_forwarded_target_counts() {
-        assert_eq!(path_of("/orders?id=1").as_deref(), Some("/orders"));
+    fn the_path_and_query_of_the_forwarded_target_count() {
+        assert_eq!(target_of("/orders?id=1").as_deref(), Some("/orders?id=1"));
         assert_eq!(
-            path_of("https://evil.example/orders#x").as_deref(),
-            Some("/orders")
+            target_of("https://evil.example/orders?id=1#x").as_deref(),
+            Some("/orders?id=1")
         );
-        assert_eq!(path_of("https://api.example").as_deref(), Some("/"));
-        assert_eq!(path_of("orders"), None);
-        assert_eq!(path_of("/a b"), None);
+        assert_eq!(target_of("https://api.example").as_deref(), Some("/"));
+        assert_eq!(target_of("https://api.example?q=1").as_deref(), Some("/?q=1"));
+        assert_eq!(target_of("orders"), None);
+        assert_eq!(target_of("/a b"), None);
+        assert_eq!(target_of("/a?b c"), None);
     }
 
     #[test]
