@@ -532,6 +532,24 @@ async fn foreign_forged_stale_and_misaddressed_subject_tokens_are_refused() {
     let jag = idp.id_jag(&app, &a.id, json!({}));
     let why = refused(&ask(jag, ID_TOKEN).await, 400, "invalid_request");
     assert!(why.contains("ID-JAG"), "{why}");
+    // Bound to a key (a DPoP-bound token, stolen): it is good only with a proof of that key,
+    // which an exchange does not take, so it buys nothing (RFC 9449 §6.1).
+    let bound = idp.sign(
+        "JWT",
+        json!({"aud": a.id, "cnf": {"jkt": "0ZcOCORZNYy-DWpqq30jZyJGHTN0d2HglBV3uiguA4I"}}),
+    );
+    let why = refused(&ask(bound, ID_TOKEN).await, 400, "invalid_request");
+    assert!(why.contains("cnf"), "{why}");
+    let bound = idp.id_jag(
+        &app,
+        &a.id,
+        json!({"cnf": {"jkt": "0ZcOCORZNYy-DWpqq30jZyJGHTN0d2HglBV3uiguA4I"}}),
+    );
+    let res = app
+        .token_for(&a, &[("grant_type", JWT_BEARER), ("assertion", &bound)])
+        .await;
+    let why = refused(&res, 400, "invalid_grant");
+    assert!(why.contains("cnf"), "{why}");
     let none = format!(
         "{}.{}.",
         b64(&json!({"alg": "none", "kid": "k1"})),

@@ -222,6 +222,13 @@ impl Delegation {
                 .await
                 .map_err(|e| OAuthError::Unavailable(format!("the keys of {iss} cannot be had: {e}")))?;
             match foreign::verify(token, &keys, now.as_secs(), skew) {
+                // RFC 9449 §6.1: a token bound to a key is good only with a proof of that key,
+                // which neither grant takes: a stolen one must buy nothing.
+                Ok(checked) if checked.claims.contains_key("cnf") => {
+                    return Err(refusal(format!(
+                        "{what} is bound to a key (cnf): present a token of the person that is not"
+                    )))
+                }
                 Ok(checked) => return Ok((idp, checked)),
                 Err(e) if e.unknown_key && idp.jwks_uri.is_some() && !refreshed => refreshed = true,
                 Err(e) => return Err(refusal(format!("{what}: {}", e.reason))),
