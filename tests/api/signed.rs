@@ -893,7 +893,7 @@ async fn hostile_directories_are_refused_and_hold_up_no_one() {
     let agent = "https://bots.example/private";
     unverified(
         strict.check_trusting(agent, &signed_now(&key, agent)).await,
-        "not a globally reachable address",
+        "not globally reachable",
     );
     assert_eq!(third.tls.hits(), 0);
 

@@ -44,7 +44,7 @@ mod tests {
     #[tokio::test]
     async fn push_endpoints_must_be_public_https() {
         let outbound = Outbound::new(OutboundConfig::default());
-        let local = "not a globally reachable address";
+        let local = "not globally reachable";
         for (url, why) in [
             ("http://example.com/x", "https"),
             ("ftp://example.com/x", "https"),
