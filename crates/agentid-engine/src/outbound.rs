@@ -10,10 +10,10 @@
 //! carried inside an IPv6 one (IPv4-mapped and -compatible, NAT64 `64:ff9b::/96`, 6to4,
 //! Teredo) is taken out and judged itself, so `[64:ff9b::7f00:1]` is 127.0.0.1.
 
-use std::io::Read;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hickory_resolver::config::{ConnectionConfig, NameServerConfig, ResolveHosts, ResolverConfig};
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
@@ -331,10 +331,15 @@ impl Outbound {
     /// answer that changes in between cannot send the connection elsewhere), follows no
     /// redirect and takes at most `timeout` a request. Run it off the async threads.
     pub(crate) fn agent(&self, addrs: Vec<SocketAddr>, timeout: Duration) -> ureq::Agent {
+        let tls = Arc::new(DeadlineTls {
+            config: self.tls.clone(),
+            deadline: Instant::now() + timeout,
+        });
         ureq::AgentBuilder::new()
             .timeout(timeout)
+            .timeout_connect(timeout)
             .redirects(0)
-            .tls_config(self.tls.clone())
+            .tls_connector(tls)
             .resolver(move |_: &str| Ok(addrs.clone()))
             .build()
     }
@@ -433,6 +438,99 @@ impl Outbound {
     }
 }
 
+/// TLS whose every read and write of the connection beneath waits at most until one deadline.
+/// ureq sets its deadline once per buffered read, and one TLS record spans many reads of the
+/// connection, so a server dripping a record a byte at a time (in the handshake, or in the
+/// answer) would hold a call for as long as it dripped.
+struct DeadlineTls {
+    config: Arc<rustls::ClientConfig>,
+    deadline: Instant,
+}
+
+impl ureq::TlsConnector for DeadlineTls {
+    fn connect(
+        &self,
+        dns_name: &str,
+        io: Box<dyn ureq::ReadWrite>,
+    ) -> Result<Box<dyn ureq::ReadWrite>, ureq::Error> {
+        let name = dns_name.trim_start_matches('[').trim_end_matches(']');
+        let server = rustls::pki_types::ServerName::try_from(name.to_owned())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let mut tls = rustls::ClientConnection::new(self.config.clone(), server).map_err(io::Error::other)?;
+        let mut io = Timed {
+            io,
+            deadline: self.deadline,
+        };
+        tls.complete_io(&mut io)?;
+        Ok(Box::new(TlsStream(rustls::StreamOwned::new(tls, io))))
+    }
+}
+
+/// A connection whose every read and write waits at most until `deadline`, and fails past it.
+#[derive(Debug)]
+struct Timed {
+    io: Box<dyn ureq::ReadWrite>,
+    deadline: Instant,
+}
+
+impl Timed {
+    fn bound(&self) -> io::Result<()> {
+        let left = self
+            .deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::TimedOut, "timed out"))?;
+        if let Some(socket) = self.io.socket() {
+            socket.set_read_timeout(Some(left))?;
+            socket.set_write_timeout(Some(left))?;
+        }
+        Ok(())
+    }
+}
+
+impl Read for Timed {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.bound()?;
+        self.io.read(buf)
+    }
+}
+
+impl Write for Timed {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.bound()?;
+        self.io.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.io.flush()
+    }
+}
+
+#[derive(Debug)]
+struct TlsStream(rustls::StreamOwned<rustls::ClientConnection, Timed>);
+
+impl ureq::ReadWrite for TlsStream {
+    fn socket(&self) -> Option<&TcpStream> {
+        self.0.get_ref().io.socket()
+    }
+}
+
+impl Read for TlsStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl Write for TlsStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
 /// A failed lookup in a few words.
 pub(crate) fn dns_failure(e: &hickory_resolver::net::NetError) -> String {
     if e.is_nx_domain() {
@@ -484,6 +582,36 @@ fn io_failure(e: &std::io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Attack: a server that answers the TLS handshake a byte at a time, each byte well within
+    /// a read's timeout, would hold a call for as long as it drips.
+    #[test]
+    fn an_answer_dripped_a_byte_at_a_time_ends_at_the_timeout() {
+        use std::io::Write as _;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            // A TLS record's header announcing 16 KiB, then its body one byte at a time.
+            let _ = s.write_all(&[0x16, 0x03, 0x03, 0x40, 0x00]);
+            for _ in 0..16_000 {
+                std::thread::sleep(Duration::from_millis(100));
+                if s.write_all(&[0]).is_err() {
+                    return;
+                }
+            }
+        });
+        let outbound = Outbound::new(OutboundConfig::default());
+        let started = std::time::Instant::now();
+        let url = format!("https://localhost:{}/", addr.port());
+        let fetched = outbound.get(&url, vec![addr], Duration::from_secs(1), 1024);
+        let took = started.elapsed();
+        assert!(
+            matches!(&fetched, Fetched::Failed(why) if why.contains("timed out")),
+            "{fetched:?}"
+        );
+        assert!(took < Duration::from_secs(3), "held for {took:?}");
+    }
 
     #[test]
     fn only_globally_reachable_addresses_pass() {
@@ -544,7 +672,10 @@ mod tests {
             false,
         );
         let err = err.unwrap_err();
-        assert!(err.contains("not globally reachable") && !err.contains("10.0.0.1"), "{err}");
+        assert!(
+            err.contains("not globally reachable") && !err.contains("10.0.0.1"),
+            "{err}"
+        );
     }
 
     fn web_ports(https: bool) -> u16 {
