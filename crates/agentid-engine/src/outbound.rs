@@ -116,12 +116,10 @@ pub(crate) fn check_addresses(addrs: &[IpAddr], allow_local: bool) -> Result<(),
     if addrs.is_empty() {
         return Err("resolves to no address".into());
     }
-    if !allow_local {
-        if addrs.iter().any(|a| !globally_reachable(*a)) {
-            // Which address, the caller is not told: it would map the service's own network
-            // (its resolver's answers for internal names).
-            return Err("resolves to an address that is not globally reachable".into());
-        }
+    // Which address, the caller is not told: it would map the service's own network (its
+    // resolver's answers for internal names).
+    if !allow_local && addrs.iter().any(|a| !globally_reachable(*a)) {
+        return Err("resolves to an address that is not globally reachable".into());
     }
     Ok(())
 }
