@@ -276,6 +276,7 @@ pub(super) async fn serve(args: ServeArgs) -> CliResult {
             ssf: SsfConfig {
                 allow_insecure_endpoints: args.ssf_allow_insecure_endpoints,
                 lease: Duration::from_secs(args.ssf_lease_seconds),
+                ..SsfConfig::default()
             },
             domains: DomainConfig::new(
                 match args.issuer_domains {

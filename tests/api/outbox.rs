@@ -171,7 +171,13 @@ async fn due_streams_are_found_by_their_next_due_time() {
         claimed.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
         [crate::helpers::stream_id("ssf_pushed").as_str()]
     );
-    s.release_stream(&crate::helpers::stream_id("ssf_pushed"))
+    // A release of a lease that is not the one held (it ran out, and another instance took
+    // the stream) leaves the holder's.
+    s.release_stream(&crate::helpers::stream_id("ssf_pushed"), t(8999), None)
+        .await
+        .unwrap();
+    assert!(s.claim_streams(now, until, 16).await.unwrap().is_empty());
+    s.release_stream(&crate::helpers::stream_id("ssf_pushed"), until, None)
         .await
         .unwrap();
 
@@ -191,7 +197,13 @@ async fn due_streams_are_found_by_their_next_due_time() {
     .unwrap();
     assert!(s.claim_streams(now, until, 16).await.unwrap().is_empty());
     assert_eq!(s.claim_streams(t(8000), until, 16).await.unwrap().len(), 1);
-    s.release_stream(&crate::helpers::stream_id("ssf_pushed"))
+    // A pass cut short goes behind: due again no earlier than the time given.
+    s.release_stream(&crate::helpers::stream_id("ssf_pushed"), until, Some(t(8500)))
+        .await
+        .unwrap();
+    assert!(s.claim_streams(t(8400), until, 16).await.unwrap().is_empty());
+    assert_eq!(s.claim_streams(t(8500), until, 16).await.unwrap().len(), 1);
+    s.release_stream(&crate::helpers::stream_id("ssf_pushed"), until, None)
         .await
         .unwrap();
 

@@ -2,7 +2,7 @@
 //! 8417 alone: it takes `application/secevent+jwt` POSTs, answers 202, and the test checks
 //! each SET's signature through JWKS.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,11 +17,13 @@ use crate::helpers::{spawn_app, spawn_app_with, Options, Resp, TestApp};
 const REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
 const VERIFICATION: &str = "https://schemas.openid.net/secevent/ssf/event-type/verification";
 
-/// A push receiver: what it was sent, and whether it is up (down: 503).
+/// A push receiver: what it was sent, whether it is up (down: 503), and how long it takes
+/// to answer (ms).
 #[derive(Clone, Default)]
 struct Receiver {
     got: Arc<Mutex<Vec<String>>>,
     down: Arc<AtomicBool>,
+    slow: Arc<AtomicU64>,
 }
 
 impl Receiver {
@@ -35,6 +37,8 @@ impl Receiver {
                 web::post().to(move |req: HttpRequest, body: web::Bytes| {
                     let state = state.clone();
                     async move {
+                        let slow = state.slow.load(Ordering::SeqCst);
+                        actix_web::rt::time::sleep(Duration::from_millis(slow)).await;
                         if state.down.load(Ordering::SeqCst) {
                             return HttpResponse::ServiceUnavailable().finish();
                         }
@@ -309,6 +313,73 @@ async fn a_receiver_that_was_down_gets_its_events_in_order_when_back() {
     assert_eq!(subs, [json!(a), json!(b)]);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(receiver.got.lock().len(), 2);
+}
+
+/// Queues `n` verification events on `stream`.
+async fn verifications(app: &TestApp, stream: &str, n: usize) {
+    for i in 0..n {
+        let body = json!({"stream_id": stream, "state": format!("s-{i}")});
+        let res = send(app, "POST", "/ssf/verify", Some(app.secret()), Some(body)).await;
+        assert_eq!(res.status, 204, "{}", res.text());
+    }
+}
+
+/// Attack: a receiver that takes its time over every SET, with many queued. Its stream's pass
+/// holds up no other stream's events.
+#[actix_web::test]
+async fn a_slow_receiver_holds_up_only_its_own_stream() {
+    let app = spawn_app().await;
+    let slow = behind_a_slow_stream(&app, |slow| async move {
+        slow.wait_for(1, Duration::from_secs(5)).await;
+    })
+    .await;
+    assert!(slow.got.lock().len() < 8, "the slow stream was done first");
+}
+
+/// Two streams: one whose receiver takes 1.5 s a SET, with 8 queued, then (once `started`
+/// has waited on its receiver) one SET for the other, which must arrive within 4 s.
+async fn behind_a_slow_stream<F: std::future::Future>(
+    app: &TestApp,
+    started: impl FnOnce(Receiver) -> F,
+) -> Receiver {
+    let (slow, slow_url) = Receiver::start().await;
+    slow.slow.store(1500, Ordering::SeqCst);
+    let (other, other_url) = Receiver::start().await;
+    let slow_stream = push_stream(app, &slow_url).await;
+    let other_stream = push_stream(app, &other_url).await;
+    verifications(app, &slow_stream, 8).await;
+    started(slow.clone()).await;
+    verifications(app, &other_stream, 1).await;
+    let t = Instant::now();
+    assert_eq!(other.wait_for(1, Duration::from_secs(15)).await.len(), 1);
+    let waited = t.elapsed();
+    assert!(
+        waited < Duration::from_secs(4),
+        "waited {waited:?} behind the slow stream"
+    );
+    slow
+}
+
+/// Attack: more slow streams than an instance delivers at once. A pass that the lease cuts
+/// short goes behind the streams that waited, so they are not starved.
+#[actix_web::test]
+async fn a_pass_cut_short_goes_behind_the_streams_that_waited() {
+    let app = spawn_app_with(Options {
+        tweak: Box::new(|c| {
+            c.engine.ssf.streams_at_once = 1;
+            // The shortest lease: a pass ends one push after it starts.
+            c.engine.ssf.lease = Duration::from_secs(12);
+        }),
+        ..Options::default()
+    })
+    .await;
+    let slow = behind_a_slow_stream(&app, |_| tokio::time::sleep(Duration::from_millis(300))).await;
+    assert!(slow.got.lock().len() < 6, "the slow stream was done first");
+    assert_eq!(
+        slow.wait_for(8, Duration::from_secs(30)).await.len(),
+        8,
+        "and it is done in turn"
+    );
 }
 
 /// Poll delivery (RFC 8936): pending SETs come back until acknowledged, never after.

@@ -41,7 +41,15 @@ pub trait SsfStore {
     /// Leases up to `limit` enabled push streams with an event due at `now`, until `until`
     /// (no other instance takes them meanwhile).
     fn claim_streams(&self, now: Millis, until: Millis, limit: u32) -> StoreFuture<'_, Vec<StreamRecord>>;
-    fn release_stream<'a>(&'a self, id: &'a StreamId) -> StoreFuture<'a, ()>;
+    /// Ends the lease `claim_streams` gave until `until`, if it still holds it (one that ran
+    /// out and another instance took is that instance's). With `behind`, a stream still due is
+    /// due no earlier than then: a pass cut short goes behind the streams that waited.
+    fn release_stream<'a>(
+        &'a self,
+        id: &'a StreamId,
+        until: Millis,
+        behind: Option<Millis>,
+    ) -> StoreFuture<'a, ()>;
     /// A stream's pending events, oldest first.
     fn pending_events<'a>(&'a self, stream_id: &'a StreamId, limit: u32) -> StoreFuture<'a, Vec<SsfEvent>>;
     /// Deletes a stream's events that are done (delivered, refused for good or given up).

@@ -1,10 +1,13 @@
 //! Delivering push streams' events: the deliverer leases a stream (no other instance
-//! delivers it meanwhile), posts its pending events in order, and on a failure waits and
-//! tries again: 1 s, doubling, at most 5 min apart, for 24 h.
+//! delivers it meanwhile), posts its pending events in order within the lease, each stream
+//! beside the others, and on a failure waits and tries again: 1 s, doubling, at most 5 min
+//! apart, for 24 h.
 
 use std::io::Read;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use tokio::sync::Semaphore;
 
 use super::vetting::pusher;
 use super::{Ssf, GIVE_UP_AFTER, PUSH_TIMEOUT};
@@ -50,11 +53,14 @@ fn backoff(attempts: i32) -> Duration {
     Duration::from_secs(1u64 << attempts.clamp(1, 10).saturating_sub(1) as u32).min(Duration::from_secs(300))
 }
 
-/// Delivers push streams' events for as long as it runs.
+/// Delivers push streams' events for as long as it runs: each leased stream in a task of its
+/// own, at most `streams_at_once` of them at a time, so that a slow receiver holds up only its
+/// own stream.
 pub(crate) async fn deliverer(ssf: Arc<Ssf>) {
+    let slots = Arc::new(Semaphore::new(ssf.cfg.streams_at_once.max(1)));
     let mut sampled = Instant::now() - Duration::from_secs(60);
     loop {
-        if let Err(e) = deliver_due(&ssf).await {
+        if let Err(e) = deliver_due(&ssf, &slots).await {
             tracing::warn!(error = %e, "event delivery failed; retrying");
         }
         if sampled.elapsed() >= Duration::from_secs(5) {
@@ -68,29 +74,61 @@ pub(crate) async fn deliverer(ssf: Arc<Ssf>) {
     }
 }
 
-/// One pass: every push stream with an event due, one after the other.
-async fn deliver_due(ssf: &Arc<Ssf>) -> Result<(), StoreError> {
+/// Leases as many streams with an event due as there are free slots, and starts a pass on
+/// each; until none is due or no slot is free.
+async fn deliver_due(ssf: &Arc<Ssf>, slots: &Arc<Semaphore>) -> Result<(), StoreError> {
     loop {
+        let free = slots.available_permits();
+        if free == 0 {
+            return Ok(());
+        }
+        let claimed = Instant::now();
         let now = Millis::now();
         let until = Millis(now.0 + ssf.cfg.lease.as_millis() as i64);
-        let streams = ssf.store.claim_streams(now, until, 16).await?;
+        let streams = ssf.store.claim_streams(now, until, free as u32).await?;
         if streams.is_empty() {
             return Ok(());
         }
         for stream in streams {
-            let result = deliver_stream(ssf, &stream).await;
-            ssf.store.release_stream(&stream.id).await?;
-            result?;
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                // Not reached: only this loop takes slots, and it counted them.
+                ssf.store.release_stream(&stream.id, until, None).await?;
+                continue;
+            };
+            let ssf = ssf.clone();
+            tokio::spawn(async move {
+                let pass = deliver_stream(&ssf, &stream, claimed + ssf.cfg.lease).await;
+                let behind = matches!(pass, Ok(Pass::Cut)).then(Millis::now);
+                if let Err(e) = ssf.store.release_stream(&stream.id, until, behind).await {
+                    tracing::warn!(stream = %stream.id, error = %e, "releasing a stream failed; its lease runs out");
+                }
+                if let Err(e) = pass {
+                    tracing::warn!(stream = %stream.id, error = %e, "event delivery failed; retrying");
+                }
+                drop(slot);
+            });
         }
     }
 }
 
-/// Posts a leased stream's pending events in order; stops at the first that fails.
-async fn deliver_stream(ssf: &Arc<Ssf>, stream: &StreamRecord) -> Result<(), StoreError> {
+/// How a pass over a stream ended.
+enum Pass {
+    /// Every pending event was tried (or the first failure waits for its retry).
+    Done,
+    /// The lease was running out with events left: the stream goes behind those that waited.
+    Cut,
+}
+
+/// Posts a leased stream's pending events in order, while a push that times out would still
+/// end before the lease does (`lease_ends`); stops at the first that fails.
+async fn deliver_stream(
+    ssf: &Arc<Ssf>,
+    stream: &StreamRecord,
+    lease_ends: Instant,
+) -> Result<Pass, StoreError> {
     let Some(url) = stream.endpoint_url.clone() else {
-        return Ok(());
+        return Ok(Pass::Done);
     };
-    let started = Instant::now();
     // The endpoint is checked again (https, public addresses) before every pass.
     let agent = pusher(&ssf.outbound, &url, ssf.cfg.allow_insecure_endpoints).await;
     // Delivered events are marked done a chunk at a time (one commit, not one per event): a
@@ -98,9 +136,10 @@ async fn deliver_stream(ssf: &Arc<Ssf>, stream: &StreamRecord) -> Result<(), Sto
     let mut done: Vec<i64> = Vec::new();
     let outcome =
         |o: &'static str| metrics::counter!("agentid_ssf_deliveries_total", "outcome" => o).increment(1);
+    let mut pass = Pass::Done;
     for event in ssf.store.pending_events(&stream.id, 500).await? {
-        // A pass ends while a push that times out would still end within the lease.
-        if started.elapsed() + PUSH_TIMEOUT >= ssf.cfg.lease.saturating_sub(Duration::from_secs(1)) {
+        if Instant::now() + PUSH_TIMEOUT + Duration::from_secs(1) >= lease_ends {
+            pass = Pass::Cut;
             break;
         }
         let pushed = match &agent {
@@ -142,7 +181,7 @@ async fn deliver_stream(ssf: &Arc<Ssf>, stream: &StreamRecord) -> Result<(), Sto
                 ssf.store
                     .event_retry(&stream.id, event.seq, attempts, next)
                     .await?;
-                return Ok(());
+                return Ok(Pass::Done);
             }
         }
         if done.len() >= 64 {
@@ -151,7 +190,7 @@ async fn deliver_stream(ssf: &Arc<Ssf>, stream: &StreamRecord) -> Result<(), Sto
         }
     }
     ssf.store.events_done(&stream.id, &done).await?;
-    Ok(())
+    Ok(pass)
 }
 
 #[cfg(test)]

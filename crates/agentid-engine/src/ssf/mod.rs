@@ -57,6 +57,8 @@ pub struct SsfConfig {
     /// How long an instance holds a push stream it delivers: after a crash, the stream's
     /// events wait this long for another instance (or the restarted one).
     pub lease: Duration,
+    /// How many streams an instance delivers at once, each in its own pass.
+    pub streams_at_once: usize,
 }
 
 impl Default for SsfConfig {
@@ -64,6 +66,7 @@ impl Default for SsfConfig {
         SsfConfig {
             allow_insecure_endpoints: false,
             lease: Duration::from_secs(30),
+            streams_at_once: 16,
         }
     }
 }

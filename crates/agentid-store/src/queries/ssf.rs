@@ -265,12 +265,23 @@ impl SsfStore for SqlStore<DB> {
         })
     }
 
-    fn release_stream<'a>(&'a self, id: &'a StreamId) -> StoreFuture<'a, ()> {
+    fn release_stream<'a>(
+        &'a self,
+        id: &'a StreamId,
+        until: Millis,
+        behind: Option<Millis>,
+    ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            sqlx::query("UPDATE ssf_streams SET lease_until = NULL WHERE id = $1")
-                .bind(id.as_str())
-                .execute(&mut *self.conn().await?)
-                .await?;
+            sqlx::query(
+                "UPDATE ssf_streams SET lease_until = NULL, next_due_at = CASE \
+                 WHEN $3 IS NOT NULL AND next_due_at < $3 THEN $3 ELSE next_due_at END \
+                 WHERE id = $1 AND lease_until = $2",
+            )
+            .bind(id.as_str())
+            .bind(until.0)
+            .bind(behind.map(|b| b.0))
+            .execute(&mut *self.conn().await?)
+            .await?;
             Ok(())
         })
     }
