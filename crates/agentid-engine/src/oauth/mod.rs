@@ -758,9 +758,16 @@ fn delegated_scope(
     } else {
         asked
     };
+    // Each scope is looked for in the subject token's list once, and only one the agent
+    // holds (a handful): a request that repeats a scope thousands of times against a token
+    // that allows thousands costs no more than one that names it once.
+    let mut tried: Vec<&str> = Vec::new();
     for s in wanted {
-        let ok = held.iter().any(|h| h == s) && allowed.is_none_or(|a| a.iter().any(|x| x == s));
-        if ok && !granted.contains(&s) {
+        if tried.contains(&s) || !held.iter().any(|h| h == s) {
+            continue;
+        }
+        tried.push(s);
+        if allowed.is_none_or(|a| a.iter().any(|x| x == s)) {
             granted.push(s);
         }
     }
