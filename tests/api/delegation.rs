@@ -528,6 +528,24 @@ async fn foreign_forged_stale_and_misaddressed_subject_tokens_are_refused() {
         400,
         "invalid_request",
     );
+    // A test-mode agent of the same organization: people are vouched for in live mode only,
+    // so it acts for no one, by any grant.
+    let test = app
+        .confidential(&app.org.keys.secret_test.clone(), &["read:docs"])
+        .await;
+    let why = refused(
+        &app.exchange(&test, &idp.id_token(&test.id), ID_TOKEN, RESOURCE, &[])
+            .await,
+        400,
+        "invalid_request",
+    );
+    assert!(why.contains("test-mode"), "{why}");
+    let jag = idp.id_jag(&app, &test.id, json!({}));
+    let res = app
+        .token_for(&test, &[("grant_type", JWT_BEARER), ("assertion", &jag)])
+        .await;
+    let why = refused(&res, 400, "invalid_grant");
+    assert!(why.contains("test-mode"), "{why}");
     // An ID-JAG as a subject token: its single use would be bypassed.
     let jag = idp.id_jag(&app, &a.id, json!({}));
     let why = refused(&ask(jag, ID_TOKEN).await, 400, "invalid_request");

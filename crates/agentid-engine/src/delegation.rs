@@ -23,7 +23,7 @@ use base64::Engine as _;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use agentid_core::domain::{AgentId, Millis, OrgId};
+use agentid_core::domain::{AgentId, KeyMode, Millis, OrgId};
 use agentid_core::keys::KeyRing;
 use agentid_core::records::IdentityProviderRecord;
 use agentid_core::token::foreign::{self, Foreign};
@@ -172,6 +172,16 @@ impl Delegation {
         req: &TokenRequest<'_>,
         now: Millis,
     ) -> Result<Option<Delegated>, OAuthError> {
+        if agent.mode == KeyMode::Test {
+            // People are vouched for in live mode only (identity providers, revocations): a
+            // test-mode token never acts for one.
+            let why = "a test-mode agent acts for no person: delegation is live mode's".to_owned();
+            match req.grant_type {
+                Some(TOKEN_EXCHANGE) => return Err(OAuthError::InvalidRequest(why)),
+                Some(JWT_BEARER_GRANT) => return Err(OAuthError::InvalidGrant(why)),
+                _ => {}
+            }
+        }
         match req.grant_type {
             Some(TOKEN_EXCHANGE) => {
                 let token = req.subject_token.unwrap_or_default();
