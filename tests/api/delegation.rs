@@ -270,14 +270,14 @@ async fn an_agent_acts_for_a_person_its_provider_vouched_for() {
     )
     .await;
 
-    // The person revoked: their tokens die at once; the old ID token buys nothing more.
+    // The person revoked: their tokens die at once; an ID token from before buys nothing more
+    // (one signed after it, even in the same second, could be a later second's by then).
+    let old = idp.id_token(&a.id);
     app.revoke_person(&sk, "alice").await;
     let v = app.verify(&token).await;
     assert_eq!(v["error"], "TOKEN_REVOKED", "{v}");
     assert_eq!(app.introspect(&token).await, json!({"active": false}));
-    let res = app
-        .exchange(&a, &idp.id_token(&a.id), ID_TOKEN, RESOURCE, &[])
-        .await;
+    let res = app.exchange(&a, &old, ID_TOKEN, RESOURCE, &[]).await;
     refused(&res, 400, "invalid_request");
     // A sign-in after the revocation works (a token of the revocation's own second does not:
     // times are whole seconds, and the doubt goes against the token).
@@ -1087,4 +1087,56 @@ async fn a_provider_written_into_the_database_vouches_for_no_one() {
         counted.contains(r#"agentid_integrity_failures_total{what="identity_provider"}"#),
         "the alarm is counted"
     );
+}
+
+/// Attack, by someone who can write the database: a provider the organization removed (its
+/// key leaked, say) put back with the row it had, MAC and all. Removal is kept: the row is
+/// refused, and the note of the removal is never deleted or changed.
+#[actix_web::test]
+async fn a_removed_provider_cannot_be_put_back_in_the_database() {
+    let app = spawn_app().await;
+    let sk = app.secret().to_owned();
+    let idp = Idp::new(IDP);
+    let idp_id = app.trust(&sk, &idp).await;
+    let a = app.confidential(&sk, &["read:docs"]).await;
+    app.delegated(&a, &idp.id_token(&a.id), ID_TOKEN, RESOURCE).await;
+    app.raw_execute("CREATE TABLE kept_provider AS SELECT * FROM identity_providers")
+        .await
+        .unwrap();
+    let res = app
+        .client
+        .delete(app.url(&format!("/v1/identity-providers/{idp_id}")))
+        .insert_header(("Authorization", format!("Bearer {sk}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 204);
+
+    let mut undo = vec![
+        "INSERT INTO identity_providers SELECT * FROM kept_provider".to_owned(),
+        "DELETE FROM identity_provider_removals".to_owned(),
+        "UPDATE identity_provider_removals SET id = 'idp_01jd0000000000000000000000'".to_owned(),
+    ];
+    if app.db.is_postgres() {
+        undo.push("TRUNCATE identity_provider_removals".to_owned());
+    } else {
+        undo.push("INSERT OR REPLACE INTO identity_providers SELECT * FROM kept_provider".to_owned());
+    }
+    for sql in &undo {
+        let err = app.raw_execute(sql).await.expect_err(sql).to_string();
+        assert!(
+            err.contains("a removed identity provider stays removed"),
+            "{sql}: {err}"
+        );
+    }
+    let why = refused(
+        &app.exchange(&a, &idp.id_token(&a.id), ID_TOKEN, RESOURCE, &[])
+            .await,
+        400,
+        "invalid_request",
+    );
+    assert!(why.contains("trusts"), "{why}");
+    // Trusted again through the API, it is a new provider: its removal stays.
+    app.trust(&sk, &idp).await;
+    app.delegated(&a, &idp.id_token(&a.id), ID_TOKEN, RESOURCE).await;
 }

@@ -141,6 +141,11 @@ pub const SQLITE: Embedded = &[
         "name moves are kept",
         include_str!("../../../migrations/sqlite/0027_name_moves_are_kept.sql"),
     ),
+    (
+        28,
+        "identity provider removals",
+        include_str!("../../../migrations/sqlite/0028_identity_provider_removals.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -278,6 +283,11 @@ pub const POSTGRES: Embedded = &[
         "name moves are kept",
         include_str!("../../../migrations/postgres/0027_name_moves_are_kept.sql"),
     ),
+    (
+        28,
+        "identity provider removals",
+        include_str!("../../../migrations/postgres/0028_identity_provider_removals.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -343,6 +353,7 @@ pub(crate) fn grants_pg(role: &str) -> Vec<String> {
         ),
         // A person's revocation is kept (its triggers refuse the rest too).
         format!("GRANT INSERT, UPDATE ON subject_revocations TO {r}"),
+        format!("GRANT INSERT ON identity_provider_removals TO {r}"),
         format!(
             "GRANT INSERT ON audit_blocks, audit_block_agents, audit_tree_nodes, audit_checkpoints, \
              domain_events TO {r}"

@@ -60,12 +60,27 @@ impl IdentityProviderStore for SqlStore<DB> {
 
     fn remove_identity_provider<'a>(&'a self, org_id: &'a OrgId, id: &'a IdpId) -> StoreFuture<'a, bool> {
         Box::pin(async move {
+            // With its note of the removal, in one transaction: the row can never be put
+            // back (migration 0028).
+            let mut tx = self.begin().await?;
             let done = sqlx::query("DELETE FROM identity_providers WHERE org_id = $1 AND id = $2")
                 .bind(org_id.as_str())
                 .bind(id.as_str())
-                .execute(&mut *self.conn().await?)
+                .execute(&mut *tx)
                 .await?;
-            Ok(DB::rows_affected(&done) == 1)
+            if DB::rows_affected(&done) != 1 {
+                return Ok(false);
+            }
+            sqlx::query(
+                "INSERT INTO identity_provider_removals (id, org_id, removed_at) VALUES ($1, $2, $3)",
+            )
+            .bind(id.as_str())
+            .bind(org_id.as_str())
+            .bind(Millis::now().0)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(true)
         })
     }
 
