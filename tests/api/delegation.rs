@@ -93,6 +93,18 @@ impl TestApp {
         res.json()["id"].as_str().unwrap().to_owned()
     }
 
+    /// Removes provider `id` from `key`'s organization's trust.
+    async fn distrust(&self, key: &str, id: &str) {
+        let res = self
+            .client
+            .delete(self.url(&format!("/v1/identity-providers/{id}")))
+            .insert_header(("Authorization", format!("Bearer {key}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status().as_u16(), 204);
+    }
+
     /// An agent of `key`'s organization with these scopes, and a client secret.
     async fn confidential(&self, key: &str, scopes: &[&str]) -> Client {
         self.confidential_in(key, "example.com", scopes).await
@@ -396,14 +408,7 @@ async fn a_two_hop_chain_verifies_and_dies_with_either_link() {
             .await,
     );
     assert_eq!(app.verify(&token).await["valid"], true);
-    let res = app
-        .client
-        .delete(app.url(&format!("/v1/identity-providers/{idp_id}")))
-        .insert_header(("Authorization", format!("Bearer {sk}")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status().as_u16(), 204);
+    app.distrust(&sk, &idp_id).await;
     for t in [&token, &direct] {
         let v = app.verify(t).await;
         assert_eq!(v["error"], "TOKEN_REVOKED", "{v}");
@@ -1103,14 +1108,7 @@ async fn a_removed_provider_cannot_be_put_back_in_the_database() {
     app.raw_execute("CREATE TABLE kept_provider AS SELECT * FROM identity_providers")
         .await
         .unwrap();
-    let res = app
-        .client
-        .delete(app.url(&format!("/v1/identity-providers/{idp_id}")))
-        .insert_header(("Authorization", format!("Bearer {sk}")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status().as_u16(), 204);
+    app.distrust(&sk, &idp_id).await;
 
     let mut undo = vec![
         "INSERT INTO identity_providers SELECT * FROM kept_provider".to_owned(),
