@@ -200,6 +200,26 @@ async fn a_publishable_key_cannot_starve_its_organizations_secret_keys() {
     app.get(&path, Some(&sk)).await.assert_error(429, "RATE_LIMITED");
 }
 
+/// Attack: the publishable key (anyone has it) calling the secret-key endpoints, or none at
+/// all, to spend the organization's other calls. Each call is refused (403, 404), charged to
+/// the caller's address, never to the organization.
+#[actix_web::test]
+async fn a_publishable_key_spends_none_of_its_organizations_other_calls() {
+    let app = spawn_app_with(Options {
+        plan: Plan::Enterprise,
+        verify_limit: Some(100),
+        other_limit: Some(5),
+        ..Options::default()
+    })
+    .await;
+    let pk = app.org.keys.publishable_live.clone();
+    let statuses = burst(&app, "/v1/agents", Some(&pk), 5).await;
+    assert!(statuses.iter().all(|s| *s == 403), "{statuses:?}");
+    let statuses = burst(&app, "/nowhere", Some(&pk), 5).await;
+    assert!(statuses.iter().all(|s| *s == 404 || *s == 429), "{statuses:?}");
+    assert_eq!(app.get("/v1/agents", Some(app.secret())).await.status, 200);
+}
+
 #[actix_web::test]
 async fn failed_authentication_costs_the_address_a_call() {
     let app = spawn_app().await;

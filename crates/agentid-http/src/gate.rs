@@ -61,8 +61,13 @@ pub(crate) async fn gate(
     };
     let class = route.class;
     // A key that does not check out still costs its address a call: no free retries (a key
-    // the store could not check is the outage's, below).
+    // the store could not check is the outage's, below). A publishable key (anyone has it)
+    // spends its organization's calls on verify only: anywhere else it is refused, and the
+    // call costs its address.
     let who = match &auth {
+        Auth::Key(c) if c.kind == ApiKeyKind::Publishable && class == Class::Other => {
+            RateSubject::Anonymous(ip)
+        }
         Auth::Key(c) => RateSubject::Org {
             org_id: c.org.id.as_str(),
             per_minute: match class {
