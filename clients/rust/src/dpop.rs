@@ -173,7 +173,7 @@ pub(crate) fn check_proof(
         return refuse(format!("htu is not {}", without_query(url)));
     }
     let iat = match claims.get("iat").and_then(Value::as_i64) {
-        Some(iat) if (iat - now).abs() <= max_skew => iat,
+        Some(iat) if iat.abs_diff(now) <= max_skew.unsigned_abs() => iat,
         _ => return refuse(format!("iat is more than {max_skew} s from now")),
     };
     // Not asked for (RFC 9449 bounds a proof by its iat), but honoured when present.
@@ -316,6 +316,33 @@ mod tests {
             jkt: "k".into(),
             jti: jti.into(),
             iat,
+        }
+    }
+
+    /// Attack: a proof dated at the ends of i64's range. Its distance from now is taken
+    /// without overflow: refused, never a panic or a wrapped pass.
+    #[test]
+    fn an_iat_at_the_ends_of_its_range_is_refused() {
+        use ed25519_dalek::Signer as _;
+        let key = ed25519_dalek::SigningKey::from_bytes(&[7; 32]);
+        let jwk = serde_json::json!({"kty": "OKP", "crv": "Ed25519",
+                                     "x": URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes())});
+        let now = 1_800_000_000;
+        for iat in [i64::MIN, i64::MIN + now, i64::MAX] {
+            let header = serde_json::json!({"typ": "dpop+jwt", "alg": "EdDSA", "jwk": jwk});
+            let claims =
+                serde_json::json!({"jti": "j", "htm": "GET", "htu": "https://a.example/x", "iat": iat});
+            let signed = format!(
+                "{}.{}",
+                URL_SAFE_NO_PAD.encode(header.to_string()),
+                URL_SAFE_NO_PAD.encode(claims.to_string())
+            );
+            let proof = format!(
+                "{signed}.{}",
+                URL_SAFE_NO_PAD.encode(key.sign(signed.as_bytes()).to_bytes())
+            );
+            let got = check_proof(&proof, "GET", "https://a.example/x", "t", now, 60);
+            assert!(matches!(&got, Err(e) if e.to_string().contains("iat")), "{iat}");
         }
     }
 

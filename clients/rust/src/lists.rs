@@ -9,7 +9,8 @@ use base64::Engine as _;
 
 use crate::error::{invalid, unavailable};
 use crate::transport::Answer;
-use crate::{Error, Verifier, MAX_LIST_BYTES};
+use crate::{now_secs, Error, Verifier, MAX_LIST_BYTES};
+use serde_json::Value;
 
 /// A status list as held: its bits, when it was fetched, its ttl and ETag.
 #[derive(Clone)]
@@ -99,6 +100,22 @@ impl Verifier {
         let claims = self.decode(body.trim(), "statuslist+jwt").await?;
         if claims["sub"] != uri {
             return Err(invalid(format!("the list at {uri} says it is {}", claims["sub"])));
+        }
+        // Its times, as a token's: an expired list (an old one replayed from a cache, from
+        // before a revocation) says nothing of now.
+        let now = now_secs();
+        let Some(iat) = claims["iat"].as_i64() else {
+            return Err(invalid("iat is required"));
+        };
+        if iat > now.saturating_add(self.inner.leeway) {
+            return Err(invalid("issued in the future"));
+        }
+        match claims.get("exp").map(Value::as_i64) {
+            Some(None) => return Err(invalid("exp is not a number")),
+            Some(Some(exp)) if exp.saturating_add(self.inner.leeway) < now => {
+                return Err(invalid("the list has expired (exp)"))
+            }
+            _ => {}
         }
         if claims["status_list"]["bits"] != 1 {
             return Err(invalid("status lists of one bit only"));

@@ -892,6 +892,30 @@ async fn a_broken_or_oversized_answer_is_unavailable() {
             list_of(json!({"bits": 1, "lst": zeros}), json!("60")),
         ),
         ("/v1/status/", format!("{good}{}", " ".repeat(1 << 20))),
+        // Expired (an old list replayed from a cache, from before a revocation), issued in
+        // the future, or undated.
+        (
+            "/v1/status/",
+            s.sign(
+                &json!({"sub": uri, "iat": now() - 7200, "exp": now() - 3600, "ttl": 60,
+                        "status_list": {"bits": 1, "lst": zeros}}),
+                "statuslist+jwt",
+            ),
+        ),
+        (
+            "/v1/status/",
+            s.sign(
+                &json!({"sub": uri, "iat": now() + 3600, "ttl": 60, "status_list": {"bits": 1, "lst": zeros}}),
+                "statuslist+jwt",
+            ),
+        ),
+        (
+            "/v1/status/",
+            s.sign(
+                &json!({"sub": uri, "ttl": 60, "status_list": {"bits": 1, "lst": zeros}}),
+                "statuslist+jwt",
+            ),
+        ),
         ("/v1/verify/", "<html>gateway</html>".into()),
         ("/v1/verify/", r#"{"valid": true}"#.into()),
         ("/v1/verify/", r#"{"error": "TOKEN_INVALID"}"#.into()),
