@@ -113,6 +113,9 @@ export async function verifyRequest(verifier, request, { trustedSignatureAgents 
     // from the one a pushed revocation drops.
     fail("TOKEN_INVALID", `the signature agent ${url} names no issuer domain as this service writes it`);
   }
+  const issuer = ours ? url.slice(`${verifier.baseUrl}/v1/directories/`.length) : null;
+  // Held to the issuers as a token is, before anything is fetched for it.
+  if (ours && verifier.issuers && !verifier.issuers.has(issuer)) fail("TOKEN_INVALID", `issuer ${issuer} is not accepted`);
   if (!ours && !trustedSignatureAgents.includes(url)) {
     fail("TOKEN_INVALID", `the signature agent ${url} is neither the service's directory nor a trusted one`);
   }
@@ -139,7 +142,7 @@ export async function verifyRequest(verifier, request, { trustedSignatureAgents 
     tag: TAG,
     created: new Date(checked.created * 1000),
     expires: new Date(checked.expires * 1000),
-    issuer: ours ? url.slice(`${verifier.baseUrl}/v1/directories/`.length) : null,
+    issuer,
   };
 }
 

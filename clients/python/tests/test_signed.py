@@ -113,6 +113,15 @@ def test_rfc_9421s_test_key_counts_for_nothing():
         assert directory_keys(json.dumps({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": x}]}).encode()) == {}
 
 
+def test_a_directory_of_an_issuer_not_accepted_is_never_fetched():
+    # The service is unreachable: a fetch would be Unavailable, not a refusal.
+    base = "http://127.0.0.1:9"
+    url = "https://shop.example/"
+    with pytest.raises(TokenInvalid, match="issuer other.example is not accepted"):
+        Verifier(base, issuers=["example.com"]).verify_request(
+            "GET", url, signed(agent_key(), url, f"{base}/v1/directories/other.example"))
+
+
 def test_an_unreachable_directory_fails_closed(server):
     dead = "http://127.0.0.1:9/directory"
     with pytest.raises(Unavailable):

@@ -114,6 +114,12 @@ impl Verifier {
                 "the signature agent {agent} names no issuer domain as this service writes it"
             )));
         }
+        if let (Some(i), Some(accepted)) = (&issuer, &self.inner.issuers) {
+            if !accepted.contains(i) {
+                // Held to the issuers as a token is, before anything is fetched for it.
+                return Err(invalid(format!("issuer {i} is not accepted")));
+            }
+        }
         if issuer.is_none() && !trusted.contains(&agent.as_str()) {
             return Err(invalid(format!(
                 "the signature agent {agent} is neither the service's directory nor a trusted one"

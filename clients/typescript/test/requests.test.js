@@ -125,6 +125,15 @@ test("RFC 9421's test key counts for nothing", async () => {
   }
 });
 
+test("a directory of an issuer not accepted is never fetched", async () => {
+  // The service is unreachable: a fetch would be UNAVAILABLE, not a refusal.
+  const [, jwk] = await signingAgent();
+  const base = "http://127.0.0.1:9";
+  const verifier = new Verifier({ baseUrl: base, issuers: ["example.com"] });
+  const req = await signed(jwk, "https://shop.example/", `${base}/v1/directories/other.example`);
+  await assert.rejects(verifier.verifyRequest(req), /issuer other.example is not accepted/);
+});
+
 test("an unreachable directory fails closed", async () => {
   const [, jwk] = await signingAgent();
   const verifier = new Verifier({ baseUrl: s.base });

@@ -149,6 +149,9 @@ def verify_request(verifier: "Verifier", method: str, url: str, headers: Mapping
         # Another spelling of a directory (upper case, a query, a fragment) would be held apart
         # from the one a pushed revocation drops.
         raise TokenInvalid(f"the signature agent {agent} names no issuer domain as this service writes it")
+    if issuer is not None and verifier.issuers is not None and issuer not in verifier.issuers:
+        # Held to the issuers as a token is, before anything is fetched for it.
+        raise TokenInvalid(f"issuer {issuer} is not accepted")
     if issuer is None and agent not in trusted:
         raise TokenInvalid(f"the signature agent {agent} is neither the service's directory nor a trusted one")
     keys = verifier._directory(agent)

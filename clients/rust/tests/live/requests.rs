@@ -135,6 +135,29 @@ async fn rfc_9421s_test_key_counts_for_nothing() {
     assert!(err.to_string().contains("published test keys"), "{err}");
 }
 
+/// A signature agent that is the service's directory of an issuer the receiver does not
+/// accept is refused before anything is fetched (the service here is unreachable: a fetch
+/// would be UNAVAILABLE).
+#[tokio::test(flavor = "current_thread")]
+async fn a_directory_of_an_issuer_not_accepted_is_never_fetched() {
+    let base = "http://127.0.0.1:9";
+    let key = SigningKey::from_bytes(&[5; 32]);
+    let v = Verifier::builder(base).issuers(["example.com"]).build().unwrap();
+    let headers = signed(
+        &key,
+        "https://shop.example/",
+        &format!("{base}/v1/directories/other.example"),
+    );
+    let err = v
+        .verify_request("GET", "https://shop.example/", &headers, &[])
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("issuer other.example is not accepted"),
+        "{err}"
+    );
+}
+
 /// A revocation's pushed event drops what the verifier holds of the issuer's directory: the
 /// agent's next signed request, within the directory's minute, is refused.
 #[tokio::test(flavor = "current_thread")]
