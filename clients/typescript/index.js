@@ -833,8 +833,14 @@ async function checkProof(proof, method, url, token, now, maxSkew) {
   const secret = PRIVATE_MEMBERS.find((m) => m in jwk);
   if (secret) refuse(`jwk holds the private member ${secret}`);
   if (jwk.kty !== fit[0] || jwk.crv !== fit[1]) refuse(`alg ${header.alg} does not fit a ${jwk.kty}/${jwk.crv} key`);
-  if (jwk.kty === "OKP" && typeof jwk.x === "string" && smallOrder(b64url(jwk.x))) {
-    refuse("jwk is an Ed25519 point of small order, which no key pair has");
+  if (jwk.kty === "OKP" && typeof jwk.x === "string") {
+    let x;
+    try {
+      x = b64url(jwk.x);
+    } catch {
+      refuse("jwk's x is not base64url");
+    }
+    if (smallOrder(x)) refuse("jwk is an Ed25519 point of small order, which no key pair has");
   }
   const alg = header.alg === "ES256" ? "ES256" : "EdDSA";
   let key, jkt, checks;

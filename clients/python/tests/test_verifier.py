@@ -262,6 +262,18 @@ def test_a_negative_status_index_is_invalid(proxied):
             verifier.verify(server.sign(claims))
 
 
+def test_a_header_nested_too_deep_is_invalid_not_an_escaped_error():
+    import base64
+
+    deep = base64.urlsafe_b64encode(b"[" * 1500).rstrip(b"=").decode()
+    token = f"{deep}.e30.AA"
+    verifier = Verifier("http://127.0.0.1:9")  # refused unparsed: no request is made
+    with pytest.raises(TokenInvalid):
+        verifier.verify(token)
+    with pytest.raises(TokenInvalid):
+        verifier.handle_set(token)
+
+
 def test_an_oversized_token_is_refused_unparsed(proxied):
     server, proxy = proxied
     _, token = server.register()

@@ -178,6 +178,9 @@ test("a key of small order proves nothing", async () => {
   const forged = `${part({ typ: "dpop+jwt", alg: "EdDSA", jwk: identity })}.${part({ jti: "j", htm: "GET", htu: URL, iat: now, ath })}.${b64(Uint8Array.from([1, ...new Array(63).fill(0)]))}`;
   const v = new Verifier({ baseUrl: s.base });
   await assert.rejects(v.verifyDpop(token, forged, "GET", URL), (e) => e.code === "PROOF_INVALID" && /small order/.test(e.message));
+  // A key whose x is not base64url at all: refused as a proof, not thrown as something else.
+  const broken = `${part({ typ: "dpop+jwt", alg: "EdDSA", jwk: { ...identity, x: "a" } })}.${part({ jti: "k", htm: "GET", htu: URL, iat: now, ath })}.${b64(Uint8Array.from([1, ...new Array(63).fill(0)]))}`;
+  await assert.rejects(v.verifyDpop(token, broken, "GET", URL), (e) => e.code === "PROOF_INVALID");
 });
 
 test("a proof dated ahead does not lock out honest ones", () => {

@@ -316,7 +316,7 @@ def _jwks(body: bytes) -> Dict[str, object]:
             if jwk.get("kty") == "OKP" and jwk.get("crv") == "Ed25519" and isinstance(jwk.get("kid"), str):
                 keys[jwk["kid"]] = OKPAlgorithm.from_jwk(json.dumps(jwk))
         return keys
-    except (ValueError, KeyError, TypeError, AttributeError, jwt.PyJWTError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError, jwt.PyJWTError) as e:
         raise Unavailable(f"the service's JWKS is unusable: {e}") from e
 
 
@@ -841,7 +841,7 @@ class Verifier:
             granted = answer.get("scopes", [])
             issued_at, expires_at = (datetime.fromisoformat(answer[k].replace("Z", "+00:00"))
                                      for k in ("issued_at", "expires_at"))
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
             raise Unavailable(f"verify gave a malformed answer: {e}") from e
         aud = answer.get("aud")
         audience = tuple(aud) if isinstance(aud, list) else (aud,) if isinstance(aud, str) else ()

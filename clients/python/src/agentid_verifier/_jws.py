@@ -15,7 +15,16 @@ _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 _VALUE = {c: i for i, c in enumerate(_ALPHABET)}
 _STANDARD = bytes.maketrans(b"-_", b"+/")
 _PAD = (b"", b"", b"==", b"=")
-_object = json.JSONDecoder().decode
+_decode = json.JSONDecoder().decode
+
+
+def _object(text: str):
+    """JSON text's value; ``ValueError`` also for nesting too deep to read (``json`` raises
+    ``RecursionError`` for it), so that no input escapes as another error."""
+    try:
+        return _decode(text)
+    except RecursionError as e:
+        raise ValueError("JSON nested too deep") from e
 
 
 def b64url(segment: str) -> bytes:

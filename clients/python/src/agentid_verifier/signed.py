@@ -84,7 +84,11 @@ class _Directory(HTTPSignatureKeyResolver):
 def directory_keys(body: bytes) -> Dict[str, Ed25519PublicKey]:
     """The Ed25519 keys of a directory, by RFC 7638 thumbprint; RFC 9421's test key (or its
     negation) passed over."""
-    keys = json.loads(body).get("keys")
+    try:
+        document = json.loads(body)
+    except RecursionError as e:
+        raise ValueError("JSON nested too deep") from e
+    keys = document.get("keys") if isinstance(document, dict) else None
     if not isinstance(keys, list):
         raise ValueError("not a key set")
     found = {}
