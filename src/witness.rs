@@ -219,10 +219,12 @@ pub(crate) fn notes_in(path: &std::path::Path) -> Result<Vec<agentid_core::tlog:
         let io = |e: std::io::Error| format!("{}: {e}", path.display());
         for entry in std::fs::read_dir(path).map_err(io)? {
             let p = entry.map_err(io)?.path();
-            // A witness's state folder also holds its pinned log key and, briefly, a file
-            // being written.
-            let skip =
-                p.file_name().is_some_and(|n| n == LOG_KEY_FILE) || p.extension().is_some_and(|e| e == "tmp");
+            // A witness's state folder also holds its pinned log key, its note of records
+            // past the checkpoint and, briefly, a file being written.
+            let skip = p
+                .file_name()
+                .is_some_and(|n| n == LOG_KEY_FILE || n == UNCOVERED_FILE)
+                || p.extension().is_some_and(|e| e == "tmp");
             if p.is_file() && !skip {
                 files.push(p);
             }
