@@ -664,3 +664,65 @@ async fn a_fleet_delivers_every_event_once() {
     let unique: std::collections::HashSet<_> = subs.iter().collect();
     assert_eq!(unique.len(), 20, "a duplicate: {subs:?}");
 }
+
+/// Attack: text a database cannot hold (a NUL character; PostgreSQL refuses it in any text
+/// column) in each field of the Shared Signals API and a person's revocation. Each is a
+/// caller's mistake: 400, never 500; an acknowledgement that cannot name a SET is passed over.
+#[actix_web::test]
+async fn text_with_a_nul_is_refused_not_a_server_error() {
+    let app = spawn_app().await;
+    let (_, url) = Receiver::start().await;
+    let nul = "a\u{0}b";
+    let push = |extra: Value| {
+        let mut body = json!({"delivery": {"method": "urn:ietf:rfc:8935", "endpoint_url": url},
+                              "events_requested": [REVOKED]});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        body
+    };
+    for body in [
+        push(json!({"description": nul})),
+        push(json!({"aud": nul})),
+        push(json!({"events_requested": [nul]})),
+    ] {
+        send(&app, "POST", "/ssf/streams", Some(app.secret()), Some(body))
+            .await
+            .assert_error(400, "VALIDATION_ERROR");
+    }
+    let stream = push_stream(&app, &url).await;
+    send(
+        &app,
+        "POST",
+        "/ssf/verify",
+        Some(app.secret()),
+        Some(json!({"stream_id": stream, "state": nul})),
+    )
+    .await
+    .assert_error(400, "VALIDATION_ERROR");
+    app.post(
+        "/v1/subjects/revoke",
+        Some(app.secret()),
+        Some(&json!({"iss": "https://idp.example", "sub": nul})),
+    )
+    .await
+    .assert_error(400, "VALIDATION_ERROR");
+    let res = send(
+        &app,
+        "POST",
+        "/ssf/streams",
+        Some(app.secret()),
+        Some(json!({"delivery": {"method": "urn:ietf:rfc:8936"}, "events_requested": [REVOKED]})),
+    )
+    .await;
+    let created = res.json();
+    let poll = send(
+        &app,
+        "POST",
+        &format!("/ssf/poll/{}", created["stream_id"].as_str().unwrap()),
+        created["poll_token"].as_str(),
+        Some(json!({"returnImmediately": true, "ack": [nul]})),
+    )
+    .await;
+    assert_eq!(poll.status, 200, "{}", poll.text());
+}

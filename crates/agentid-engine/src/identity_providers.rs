@@ -192,8 +192,8 @@ impl IdentityProviders {
     ) -> Result<Millis, IdentityProviderError> {
         live(caller)?;
         https_url("iss", iss)?;
-        if sub.is_empty() || sub.len() > 255 {
-            return Err(invalid("sub", "must be 1 to 255 bytes"));
+        if sub.is_empty() || sub.len() > 255 || sub.contains('\0') {
+            return Err(invalid("sub", "must be 1 to 255 bytes, none NUL"));
         }
         let at = Millis::now();
         self.store.revoke_subject(&caller.org.id, iss, sub, at).await?;

@@ -50,6 +50,12 @@ const GIVE_UP_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// How long a poll with `returnImmediately: false` waits for an event.
 pub(crate) const POLL_WAIT: Duration = Duration::from_secs(30);
 
+/// Text a stream keeps: 1 to `MAX_TEXT` characters, none of them NUL (which no database
+/// column of text holds: PostgreSQL refuses it).
+fn stored_text(t: &str) -> bool {
+    !t.is_empty() && t.len() <= MAX_TEXT && !t.contains('\0')
+}
+
 #[derive(Debug, Clone)]
 pub struct SsfConfig {
     /// Allow `http://` and loopback or private push endpoints (development and tests).
@@ -151,10 +157,10 @@ impl Ssf {
         let Some(url) = input.endpoint_url.clone().filter(|_| input.method == PUSH) else {
             return Ok(());
         };
-        if url.len() > MAX_TEXT {
+        if url.len() > MAX_TEXT || url.contains('\0') {
             return Err(invalid(
                 "delivery.endpoint_url",
-                format!("at most {MAX_TEXT} characters"),
+                format!("at most {MAX_TEXT} characters, none of them NUL"),
             ));
         }
         check_endpoint(&self.outbound, &url, self.cfg.allow_insecure_endpoints)
@@ -182,19 +188,21 @@ impl Ssf {
             }
         };
         if input.events_requested.len() > MAX_EVENTS_REQUESTED
-            || input
-                .events_requested
-                .iter()
-                .any(|e| e.is_empty() || e.len() > MAX_TEXT)
+            || input.events_requested.iter().any(|e| !stored_text(e))
         {
             return Err(invalid(
                 "events_requested",
-                format!("at most {MAX_EVENTS_REQUESTED} event type URIs of 1 to {MAX_TEXT} characters"),
+                format!(
+                    "at most {MAX_EVENTS_REQUESTED} event type URIs of 1 to {MAX_TEXT} characters, none NUL"
+                ),
             ));
         }
         for (field, text) in [("description", &input.description), ("aud", &input.aud)] {
-            if text.as_ref().is_some_and(|t| t.is_empty() || t.len() > MAX_TEXT) {
-                return Err(invalid(field, format!("must be 1 to {MAX_TEXT} characters")));
+            if text.as_ref().is_some_and(|t| !stored_text(t)) {
+                return Err(invalid(
+                    field,
+                    format!("must be 1 to {MAX_TEXT} characters, none NUL"),
+                ));
             }
         }
         Ok(StreamRecord {
@@ -345,8 +353,11 @@ impl Ssf {
         id: &StreamId,
         state: Option<&str>,
     ) -> Result<(), SsfError> {
-        if state.is_some_and(|s| s.len() > MAX_TEXT) {
-            return Err(invalid("state", format!("at most {MAX_TEXT} characters")));
+        if state.is_some_and(|s| s.len() > MAX_TEXT || s.contains('\0')) {
+            return Err(invalid(
+                "state",
+                format!("at most {MAX_TEXT} characters, none NUL"),
+            ));
         }
         let stream = self.get(org_id, mode, id).await?;
         self.store

@@ -59,8 +59,10 @@ impl Ssf {
         if given.as_deref() != Some(expected) {
             return Err(SsfError::BadPollToken);
         }
+        // An acknowledgement with a NUL names no SET (and no database takes it as text).
+        let ack: Vec<String> = ack.iter().filter(|j| !j.contains('\0')).cloned().collect();
         if !ack.is_empty() {
-            let n = self.store.ack_events(id, ack).await?;
+            let n = self.store.ack_events(id, &ack).await?;
             metrics::counter!("agentid_ssf_deliveries_total", "outcome" => "acknowledged").increment(n);
         }
         let started = Instant::now();
