@@ -382,12 +382,10 @@ async fn a_pass_cut_short_goes_behind_the_streams_that_waited() {
     );
 }
 
-/// Poll delivery (RFC 8936): pending SETs come back until acknowledged, never after.
-#[actix_web::test]
-async fn poll_returns_sets_until_they_are_acknowledged() {
-    let app = spawn_app().await;
+/// A poll stream of revocations: the answer that created it (its poll token is shown once).
+async fn poll_stream(app: &TestApp) -> Value {
     let res = send(
-        &app,
+        app,
         "POST",
         "/ssf/streams",
         Some(app.secret()),
@@ -395,7 +393,14 @@ async fn poll_returns_sets_until_they_are_acknowledged() {
     )
     .await;
     assert_eq!(res.status, 201, "{}", res.text());
-    let created = res.json();
+    res.json()
+}
+
+/// Poll delivery (RFC 8936): pending SETs come back until acknowledged, never after.
+#[actix_web::test]
+async fn poll_returns_sets_until_they_are_acknowledged() {
+    let app = spawn_app().await;
+    let created = poll_stream(&app).await;
     let id = created["stream_id"].as_str().unwrap().to_owned();
     let token = created["poll_token"].as_str().unwrap().to_owned();
     let poll_url = created["delivery"]["endpoint_url"].as_str().unwrap().to_owned();
@@ -707,15 +712,7 @@ async fn text_with_a_nul_is_refused_not_a_server_error() {
     )
     .await
     .assert_error(400, "VALIDATION_ERROR");
-    let res = send(
-        &app,
-        "POST",
-        "/ssf/streams",
-        Some(app.secret()),
-        Some(json!({"delivery": {"method": "urn:ietf:rfc:8936"}, "events_requested": [REVOKED]})),
-    )
-    .await;
-    let created = res.json();
+    let created = poll_stream(&app).await;
     let poll = send(
         &app,
         "POST",
