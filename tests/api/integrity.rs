@@ -376,9 +376,9 @@ async fn a_revocation_or_retirement_undone_behind_the_triggers_is_caught() {
 }
 
 /// Junk checkpoint rows: one far beyond the ledger (it was the latest by size, and every
-/// checkpoint after it stopped), and one at each size the next checkpoint could take. The
-/// checkpoints go on past them, the note served is the log key's (the witness agrees), and
-/// `audit verify` reports the junk.
+/// checkpoint after it stopped), and one at each of the next 70 sizes (more than one read of
+/// rows finds). The checkpoints go on past them, the note served is the log key's (the
+/// witness agrees), and `audit verify` reports the junk.
 #[actix_web::test]
 async fn junk_checkpoint_rows_neither_stop_nor_stand_in_for_checkpoints() {
     let metrics = agentid::telemetry::metrics_handle();
@@ -389,7 +389,7 @@ async fn junk_checkpoint_rows_neither_stop_nor_stand_in_for_checkpoints() {
     let out = crate::helpers::witness(&app, state.path(), &[]).await;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let org = &app.org.org_id;
-    for size in [1_000_000, 11, 12, 13, 14, 15] {
+    for size in std::iter::once(1_000_000).chain(11..=80) {
         app.raw_execute(&format!(
             "INSERT INTO audit_checkpoints (org_id, mode, tree_size, root, note, created_at) \
              VALUES ('{org}', 'live', {size}, {}, 'junk', 1)",
@@ -401,7 +401,8 @@ async fn junk_checkpoint_rows_neither_stop_nor_stand_in_for_checkpoints() {
     let before = integrity_failures(metrics, "checkpoint");
     records(&app, 5).await;
     records(&app, 5).await;
-    covered(&app, 20).await;
+    records(&app, 75).await;
+    covered(&app, 95).await;
     assert!(integrity_failures(metrics, "checkpoint") > before);
     let out = crate::helpers::witness(&app, state.path(), &[]).await;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

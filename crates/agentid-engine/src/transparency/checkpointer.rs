@@ -331,29 +331,35 @@ impl Transparency {
 
     /// The ledger's latest checkpoint of at most `size` records that this log key signed,
     /// as stored. Other rows are junk written into the database: passed over (an alarm when
-    /// `report`), up to `JUNK_READ` of them.
+    /// `report`), read `JUNK_READ` at a time, largest first, however many there are.
     pub async fn latest_signed(
         &self,
         ledger: &Ledger,
         size: u64,
         report: bool,
     ) -> Result<Option<StoredCheckpoint>, StoreError> {
-        let rows = self.store.latest_checkpoints(ledger, size, JUNK_READ).await?;
-        let found = rows.iter().position(|c| self.signed(ledger, c));
-        let junk = found.unwrap_or(rows.len());
+        let (mut at_most, mut junk, mut found) = (size, 0, None);
+        loop {
+            let rows = self.store.latest_checkpoints(ledger, at_most, JUNK_READ).await?;
+            if let Some(i) = rows.iter().position(|c| self.signed(ledger, c)) {
+                junk += i;
+                found = Some(rows[i].clone());
+                break;
+            }
+            junk += rows.len();
+            match rows.last() {
+                // Sizes are unique: the next read starts below the smallest one read.
+                Some(c) if rows.len() == JUNK_READ as usize && c.size > 0 => at_most = c.size - 1,
+                _ => break,
+            }
+        }
         if report && junk > 0 {
             alarm(
                 "checkpoint",
                 &format!("ledger {ledger}: {junk} checkpoint rows the log key did not sign; passed over"),
             );
         }
-        match found {
-            Some(i) => Ok(Some(rows[i].clone())),
-            None if rows.len() < JUNK_READ as usize => Ok(None),
-            None => Err(StoreError::Corrupt(format!(
-                "ledger {ledger}: none of its latest {JUNK_READ} checkpoint rows is signed by the log key"
-            ))),
-        }
+        Ok(found)
     }
 
     /// Whether a stored checkpoint is this log key's signature of exactly its ledger, size
