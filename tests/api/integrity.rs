@@ -375,6 +375,38 @@ async fn a_revocation_or_retirement_undone_behind_the_triggers_is_caught() {
     assert!(err.contains("ALERT: the log did not only grow"), "{err}");
 }
 
+/// Attack: the newest block written in again one record later (the service's role may insert
+/// into the log's tables), so that the ledger's head is a copy of records already in it. The
+/// blocks no longer form one chain: no checkpoint signs past the copy (the checkpointer's
+/// reads refuse it), and `audit verify` reports it.
+#[actix_web::test]
+async fn a_block_written_over_the_chain_is_never_checkpointed() {
+    let app = spawn_app().await;
+    records(&app, 10).await;
+    covered(&app, 10).await;
+    let before = checkpointed(&app).await;
+    let org = &app.org.org_id;
+    app.raw_execute(&format!(
+        "INSERT INTO audit_blocks (org_id, mode, first_seq, last_seq, prev_hash, last_hash, results, \
+         n_valid, n_invalid, n_expired, n_revoked, records) \
+         SELECT org_id, mode, first_seq + 1, last_seq + 1, prev_hash, last_hash, results, n_valid, \
+         n_invalid, n_expired, n_revoked, records FROM audit_blocks \
+         WHERE org_id = '{org}' AND mode = 'live' ORDER BY first_seq DESC LIMIT 1"
+    ))
+    .await
+    .unwrap();
+    // Verifications after it (the writer may find its next place taken: they need not pass),
+    // then several checkpoint intervals.
+    let (_, token) = app.agent().await;
+    for _ in 0..3 {
+        app.verify_as_receiver(&token).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(checkpointed(&app).await, before, "a checkpoint signed the copy");
+    let (code, out) = audit_verify(&app);
+    assert_eq!(code, Some(1), "{out}");
+}
+
 /// Junk checkpoint rows: one far beyond the ledger (it was the latest by size, and every
 /// checkpoint after it stopped), and one at each of the next 70 sizes (more than one read of
 /// rows finds). The checkpoints go on past them, the note served is the log key's (the

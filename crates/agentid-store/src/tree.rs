@@ -56,10 +56,13 @@ pub enum Added {
     SizeTaken,
 }
 
-/// The blocks holding `seq` `$3..=$4` of a ledger, oldest first; binds org, mode, first, last.
+/// Every block holding any `seq` of `$3..=$4` of a ledger, oldest first; binds org, mode,
+/// first, last. A block holds at most `BLOCK_MAX` (128) records, so one holding `$3` starts
+/// no earlier than 127 before it; a row that overlaps another is read too, and breaks the
+/// chain its reader checks.
 pub(crate) const RANGE_BLOCKS_SQL: &str = "SELECT first_seq, last_seq, prev_hash, records FROM audit_blocks \
-    WHERE org_id = $1 AND mode = $2 AND first_seq >= COALESCE((SELECT MAX(first_seq) FROM audit_blocks \
-    WHERE org_id = $1 AND mode = $2 AND first_seq <= $3), 0) AND first_seq <= $4 ORDER BY first_seq";
+    WHERE org_id = $1 AND mode = $2 AND first_seq > $3 - 128 AND first_seq <= $4 AND last_seq >= $3 \
+    ORDER BY first_seq";
 
 row! {
     pub(crate) struct CheckpointRow {

@@ -215,17 +215,35 @@ pub fn decode(
 }
 
 /// The record hashes of a block whose `seq` lies in `seqs`, in order, appended to `out`
-/// (the leaves of the ledger's Merkle tree): nothing else is allocated.
-pub(crate) fn record_hashes(
+/// (the leaves of the ledger's Merkle tree): nothing else is allocated. The block follows
+/// the records `chain` ends with (its last seq and hash, if any, left at the block's last):
+/// every record must come next in sequence and name the hash before it as its `prev_hash`,
+/// or the blocks do not form one chain (a block written into the database that overlaps, or
+/// does not follow, its predecessor) and the read is `Corrupt`.
+pub(crate) fn chained_hashes(
     block: &StoredBlock,
     seqs: std::ops::RangeInclusive<i64>,
     out: &mut Vec<[u8; 32]>,
+    chain: &mut Option<(i64, [u8; 32])>,
 ) -> Result<(), StoreError> {
-    walk(block, |seq, _, raw| {
+    let mut broken = None;
+    walk(block, |seq, prev, raw| {
+        if let Some((last, hash)) = *chain {
+            if broken.is_none() && (seq != last + 1 || prev != hash) {
+                broken = Some(seq);
+            }
+        }
+        *chain = Some((seq, raw.hash));
         if seqs.contains(&seq) {
             out.push(raw.hash);
         }
-    })
+    })?;
+    match broken {
+        Some(seq) => Err(StoreError::Corrupt(format!(
+            "the chain breaks at seq {seq}: its block overlaps, or does not follow, the one before"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Reads every record of a block in sequence order: `visit(seq, prev_hash, record)`.

@@ -218,7 +218,7 @@ mod tests;
 
 #[cfg(test)]
 use decode::*;
-pub(crate) use decode::{decode, record_hashes};
+pub(crate) use decode::{chained_hashes, decode};
 pub use encode::encode;
 #[cfg(test)]
 use encode::*;

@@ -51,7 +51,7 @@ proptest! {
         let ledger = Ledger { org_id: "o".into(), mode: KeyMode::Live };
         let b = stored(records, first, first.saturating_add(len), prev);
         let _ = decode(&ledger, &b, |_| true);
-        let _ = record_hashes(&b, 0..=i64::MAX, &mut Vec::new());
+        let _ = chained_hashes(&b, 0..=i64::MAX, &mut Vec::new(), &mut None);
     }
 
     #[test]

@@ -368,3 +368,10 @@ fn a_full_block_of_one_agent_fits_a_row() {
     assert!(v2 + 150 < 8160, "{v2} bytes");
     assert!(v2 * 2 < v1, "version 2 {v2} bytes, version 1 {v1}");
 }
+
+#[test]
+fn a_range_of_records_reads_every_block_that_can_hold_them() {
+    // The range query's window is a block's most records: it finds every block holding its
+    // first seq (and any row overlapping it).
+    assert!(crate::tree::RANGE_BLOCKS_SQL.contains(&format!("first_seq > $3 - {BLOCK_MAX} ")));
+}

@@ -14,23 +14,27 @@ impl TreeStore for SqlStore<DB> {
     fn record_hashes<'a>(&'a self, ledger: &'a Ledger, first: u64, last: u64) -> StoreFuture<'a, Vec<Hash>> {
         Box::pin(async move {
             let (first, last) = (seq_i64(first)?, seq_i64(last)?);
+            // From the record before the first: each block read must follow the one before
+            // it in the chain, that record's block included.
+            let from = (first - 1).max(1);
             let blocks: Vec<StoredBlock> = sqlx::query_as(RANGE_BLOCKS_SQL)
                 .bind(ledger.org_id.as_str())
                 .bind(ledger.mode.as_str())
-                .bind(first)
+                .bind(from)
                 .bind(last)
                 .fetch_all(&mut *self.conn().await?)
                 .await?;
             let mut out = Vec::with_capacity(usize::try_from(last - first + 1).unwrap_or(0).min(1 << 20));
-            let mut next = first;
-            for b in blocks.iter().filter(|b| b.last_seq >= first) {
+            let (mut next, mut chain) = (from, None);
+            for b in blocks.iter().filter(|b| b.last_seq >= from) {
                 if b.first_seq > next {
                     return Err(StoreError::Corrupt(format!(
                         "ledger {ledger}: no block holds seq {next} (the next starts at {})",
                         b.first_seq
                     )));
                 }
-                block::record_hashes(b, next..=last, &mut out)?;
+                block::chained_hashes(b, first..=last, &mut out, &mut chain)
+                    .map_err(|e| StoreError::Corrupt(format!("ledger {ledger}: {e}")))?;
                 next = b.last_seq + 1;
             }
             Ok(out)
