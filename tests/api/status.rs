@@ -348,3 +348,35 @@ async fn agents_from_before_lists_are_placed_by_the_migration() {
     assert_eq!(app.revoke(old[0].as_str(), None).await.status, 200);
     until_revoked(&app, &uri, idx).await;
 }
+
+/// Attack, by someone who can write the database: status list rows of their own, one dated in
+/// the future (it would stay the newest, and every registration would open a new list beside
+/// it) and one of 2^62 places (every instance would allocate its bits at start). Neither is
+/// used nor held: registrations fill the real list, and a restart comes up.
+#[actix_web::test]
+async fn list_rows_written_into_the_database_are_neither_used_nor_held() {
+    let app = spawn_app_with(Options {
+        tweak: Box::new(|c| c.engine.status.size = 64),
+        ..Options::unlimited()
+    })
+    .await;
+    let first = place(&app.agent().await.1).1;
+    let future = agentid::domain::Millis::now().0 + 86_400_000;
+    for (id, size, at) in [
+        ("sl_01jd0000000000000000000000", 64, future),
+        ("sl_01jd0000000000000000000001", 1_i64 << 62, 1),
+    ] {
+        app.raw_execute(&format!(
+            "INSERT INTO status_lists (id, size, allocated, created_at, mode) VALUES ('{id}', {size}, 0, {at}, 'live')"
+        ))
+        .await
+        .unwrap();
+    }
+    let mut lists = HashSet::new();
+    for _ in 0..5 {
+        lists.insert(place(&app.agent().await.1).1);
+    }
+    assert_eq!(lists, HashSet::from([first]), "the real list is filled");
+    let app = app.restart().await;
+    assert_eq!(app.get("/health", None).await.status, 200);
+}

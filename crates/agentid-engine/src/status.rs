@@ -116,6 +116,15 @@ impl StatusLists {
         if self.lists.read().contains_key(id) {
             return;
         }
+        if !(StatusConfig::MIN_SIZE..=StatusConfig::MAX_SIZE).contains(&size) {
+            // No list the service makes: a row written into the database, whose bits would
+            // be this instance's memory. No agent's place is in it (places never move).
+            crate::transparency::alarm(
+                "status_list",
+                &format!("status list {id} of {size} places, which no list of the service has; not held"),
+            );
+            return;
+        }
         self.lists.write().entry(id.to_owned()).or_insert_with(|| {
             Mutex::new(List {
                 bits: StatusBits::new(size),

@@ -15,11 +15,16 @@ pub(crate) async fn allocate(
     placing: &PlaceDraw,
     now: Millis,
 ) -> Result<(StatusPlace, u64), StoreError> {
+    // The newest list made by now, of at most the configured size: a row dated ahead would
+    // stay the newest for as long (a clock ahead, or a row written into the database), and
+    // one larger than any list the service makes is none of its own.
     let newest: Option<(String, i64, i64)> = sqlx::query_as(
-        "SELECT id, size, allocated FROM status_lists WHERE mode = $1 \
-         ORDER BY created_at DESC, id DESC LIMIT 1",
+        "SELECT id, size, allocated FROM status_lists WHERE mode = $1 AND created_at <= $2 \
+         AND size <= $3 ORDER BY created_at DESC, id DESC LIMIT 1",
     )
     .bind(placing.mode.as_str())
+    .bind(now.0)
+    .bind(i64::try_from(placing.size).unwrap_or(i64::MAX))
     .fetch_optional(&mut **tx)
     .await?;
     let (list, size) = match newest {
