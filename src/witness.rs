@@ -20,6 +20,9 @@ pub(crate) const LOG_KEY_FILE: &str = "log-key";
 /// The file of the state folder holding `<records> <unix ms>`: the ledger held that many
 /// records, more than its checkpoint covered, at that time.
 pub(crate) const UNCOVERED_FILE: &str = "uncovered";
+/// The file of the state folder a run holds locked: one run at a time (a slow run that
+/// overlapped the next could save its older checkpoint over the newer one).
+pub(crate) const LOCK_FILE: &str = "lock";
 
 #[derive(Debug, Clone)]
 pub(crate) struct Witness {
@@ -49,6 +52,23 @@ impl Witness {
     pub fn run(&self) -> Result<Seen, WitnessError> {
         std::fs::create_dir_all(&self.state)
             .map_err(|e| check(format!("state folder {}: {e}", self.state.display())))?;
+        let lock = self.state.join(LOCK_FILE);
+        let held = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock)
+            .map_err(|e| check(format!("{}: {e}", lock.display())))?;
+        match held.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(check(format!(
+                    "another witness run holds {} (one run at a time)",
+                    self.state.display()
+                )))
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(check(format!("{}: {e}", lock.display()))),
+        }
         let agent = crate::fetch::agent(Duration::from_secs(30));
         let base = self.url.trim_end_matches('/');
         let verifier = self.verifier(&agent, base)?;
@@ -220,10 +240,10 @@ pub(crate) fn notes_in(path: &std::path::Path) -> Result<Vec<agentid_core::tlog:
         for entry in std::fs::read_dir(path).map_err(io)? {
             let p = entry.map_err(io)?.path();
             // A witness's state folder also holds its pinned log key, its note of records
-            // past the checkpoint and, briefly, a file being written.
+            // past the checkpoint, its lock and, briefly, a file being written.
             let skip = p
                 .file_name()
-                .is_some_and(|n| n == LOG_KEY_FILE || n == UNCOVERED_FILE)
+                .is_some_and(|n| n == LOG_KEY_FILE || n == UNCOVERED_FILE || n == LOCK_FILE)
                 || p.extension().is_some_and(|e| e == "tmp");
             if p.is_file() && !skip {
                 files.push(p);

@@ -749,6 +749,28 @@ async fn the_witness_refuses_a_log_key_other_than_the_pinned_one() {
     );
 }
 
+/// Two runs on one state folder at once: the second is refused (it could save an older
+/// checkpoint over the newer one); the folder's lock is no note for `audit verify`.
+#[actix_web::test]
+async fn one_witness_run_at_a_time_holds_the_state_folder() {
+    let app = spawn_app().await;
+    fill(&app, 2).await;
+    checkpoint_at(&app, 2).await;
+    let state = tempfile::tempdir().unwrap();
+    assert!(witness(&app, state.path()).await.status.success());
+    let lock = std::fs::OpenOptions::new()
+        .write(true)
+        .open(state.path().join("lock"))
+        .unwrap();
+    lock.lock().unwrap();
+    let out = witness(&app, state.path()).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("another witness run"), "{err}");
+    lock.unlock().unwrap();
+    assert!(witness(&app, state.path()).await.status.success());
+}
+
 /// A service that answers with a redirect does not send the witness, and its key, elsewhere:
 /// the witness reads the service's own answers only.
 #[actix_web::test]
