@@ -8,6 +8,9 @@ use crate::places::PlaceDraw;
 
 use super::DB;
 
+/// How far ahead of this instance's clock another instance's may be.
+const CLOCKS_APART_MS: i64 = 5 * 60 * 1000;
+
 /// Takes a free place, as `PlaceDraw` says, inside the caller's exclusive transaction: the
 /// place, and its list's size.
 pub(crate) async fn allocate(
@@ -15,15 +18,15 @@ pub(crate) async fn allocate(
     placing: &PlaceDraw,
     now: Millis,
 ) -> Result<(StatusPlace, u64), StoreError> {
-    // The newest list made by now, of at most the configured size: a row dated ahead would
-    // stay the newest for as long (a clock ahead, or a row written into the database), and
-    // one larger than any list the service makes is none of its own.
+    // The newest list made by now (give or take the fleet's clocks), of at most the configured
+    // size: a row dated further ahead would stay the newest for as long (a row written into
+    // the database), and one larger than any list the service makes is none of its own.
     let newest: Option<(String, i64, i64)> = sqlx::query_as(
         "SELECT id, size, allocated FROM status_lists WHERE mode = $1 AND created_at <= $2 \
          AND size <= $3 ORDER BY created_at DESC, id DESC LIMIT 1",
     )
     .bind(placing.mode.as_str())
-    .bind(now.0)
+    .bind(now.0.saturating_add(CLOCKS_APART_MS))
     .bind(i64::try_from(placing.size).unwrap_or(i64::MAX))
     .fetch_optional(&mut **tx)
     .await?;
