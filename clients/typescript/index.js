@@ -353,19 +353,23 @@ export class Verifier {
     }
   }
 
-  /** The key of `kid`: from the cached JWKS, refreshed behind when stale, or fetched (when
-   * stale, else at most once per `kidRefetchInterval`) when the kid is unknown. While the
-   * JWKS cannot be had (or is unusable), the keys last read serve. */
+  /** The key of `kid`: from the cached JWKS, refreshed behind when stale, or fetched when the
+   * kid is unknown (at once when no JWKS is held, else at most once per `kidRefetchInterval`,
+   * tried or not: a stream of made-up kids fetches no more while the service is down). While
+   * the JWKS cannot be had (or is unusable), the keys last read serve. */
   async key(kid) {
     const url = `${this.baseUrl}/.well-known/jwks.json`;
     const held = this.docs.get(url);
     const stale = !held || held.freshUntil <= Date.now();
-    if (!this.keys.has(kid) && (stale || Date.now() - this.lastKidFetch >= this.kidRefetchInterval * 1000)) {
+    if (!this.keys.has(kid) && (!held || Date.now() - this.lastKidFetch >= this.kidRefetchInterval * 1000)) {
       // Nothing held answers for this kid: it waits for the fetch.
-      await this.loadKeys(url, Date.now() - 1);
-      this.lastKidFetch = Date.now();
+      try {
+        await this.loadKeys(url, Date.now() - 1);
+      } finally {
+        this.lastKidFetch = Date.now();
+      }
     } else if (stale) {
-      // The keys held (the kid is among them) serve while one refresh runs behind.
+      // The keys held serve while one refresh runs behind.
       this.refreshLater(url, () => this.loadKeys(url, -Infinity));
     }
     const key = this.keys.get(kid);

@@ -262,6 +262,68 @@ def test_a_negative_status_index_is_invalid(proxied):
             verifier.verify(server.sign(claims))
 
 
+def test_an_answer_dripped_a_byte_at_a_time_ends_at_the_timeout():
+    # Attack: a server that sends its status line and headers a byte at a time, each byte well
+    # within a read's timeout; the whole answer must still come within the verifier's.
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def drip():
+        conn, _ = listener.accept()
+        try:
+            for byte in b"HTTP/1.1 200 OK\r\n" + b"X-Slow: " + b"a" * 200:
+                conn.sendall(bytes([byte]))
+                time.sleep(0.2)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    threading.Thread(target=drip, daemon=True).start()
+    verifier = Verifier(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=1)
+    header = base64.urlsafe_b64encode(json.dumps({"alg": "EdDSA", "kid": "k", "typ": "JWT"}).encode())
+    started = time.monotonic()
+    with pytest.raises(Unavailable):
+        verifier.verify(f"{header.rstrip(b'=').decode()}.e30.{'A' * 86}")
+    assert time.monotonic() - started < 3
+    listener.close()
+
+
+def test_made_up_kids_fetch_the_key_set_no_more_while_the_service_is_down(proxied):
+    # Attack: tokens naming kids nobody has, while the key set is stale and the service
+    # answers 503: the key set is asked for once per kid_refetch_interval, not once a token.
+    server, proxy = proxied
+    state = {"down": False, "asked": 0}
+
+    def rewrite(path, status, headers, body):
+        if not path.endswith("jwks.json"):
+            return status, headers, body
+        if state["down"]:
+            state["asked"] += 1
+            return 503, [], b""
+        kept = [(k, v) for k, v in headers if k.lower() != "cache-control"]
+        return status, kept + [("Cache-Control", "max-age=1")], body
+
+    proxy.rewrite = rewrite
+    try:
+        _, token = server.register()
+        verifier = Verifier(proxy.url)
+        verifier.verify(token)
+        state["down"] = True
+        time.sleep(1.2)
+        for i in range(20):
+            header = base64.urlsafe_b64encode(json.dumps({"alg": "EdDSA", "kid": f"k{i}", "typ": "JWT"}).encode())
+            forged = f"{header.rstrip(b'=').decode()}.e30.{'A' * 86}"
+            with pytest.raises(TokenInvalid):
+                verifier.verify(forged)
+        assert state["asked"] <= 3, state
+    finally:
+        proxy.rewrite = None
+
+
 def test_a_header_nested_too_deep_is_invalid_not_an_escaped_error():
     import base64
 

@@ -41,7 +41,9 @@ fn read_jwks(body: &[u8]) -> Result<HashMap<String, VerifyingKey>, Error> {
 
 impl Verifier {
     /// Fetches the JWKS when it is still wanted once the fetch is ours: when stale, or (for
-    /// `kid`, unknown) at most once per `kid_refetch_interval`. A failure leaves the keys held.
+    /// `kid`, unknown) when none is held, else at most once per `kid_refetch_interval`, tried
+    /// or not (a stream of made-up kids fetches no more while the service is down). A failure
+    /// leaves the keys held.
     pub(crate) async fn load_keys(&self, kid: Option<&str>) -> Result<(), Error> {
         let want = |s: &State| {
             let stale = s.keys_fresh_until.map_or(true, |t| t <= Instant::now());
@@ -49,7 +51,7 @@ impl Verifier {
                 .last_kid_fetch
                 .map_or(true, |t| t.elapsed() >= self.inner.kid_refetch);
             match kid {
-                Some(kid) => !s.keys.contains_key(kid) && (stale || may),
+                Some(kid) => !s.keys.contains_key(kid) && (s.keys_fresh_until.is_none() || may),
                 None => stale,
             }
         };
@@ -91,9 +93,9 @@ impl Verifier {
         Ok(())
     }
 
-    /// The key of `kid`: from the cached JWKS, refreshed behind when stale, or fetched (when
-    /// stale, else at most once per `kid_refetch_interval`) when the kid is unknown. While the
-    /// JWKS cannot be had (or is unusable), the keys last read serve.
+    /// The key of `kid`: from the cached JWKS, refreshed behind when stale, or fetched when
+    /// the kid is unknown (see [`Verifier::load_keys`]). While the JWKS cannot be had (or is
+    /// unusable), the keys last read serve.
     pub(crate) async fn key(&self, kid: &str) -> Result<VerifyingKey, Error> {
         let (known, stale) = {
             let s = self.inner.state.lock();
@@ -103,13 +105,21 @@ impl Verifier {
             )
         };
         if !known {
-            // Nothing held answers for this kid: it waits for the fetch.
+            // Nothing held answers for this kid: it waits for the fetch (if one is due).
             if let Err(e) = self.load_keys(Some(kid)).await {
                 if self.inner.state.lock().keys_fresh_until.is_none() {
                     return Err(e);
                 }
             }
-        } else if stale {
+        }
+        let stale = stale
+            && self
+                .inner
+                .state
+                .lock()
+                .keys_fresh_until
+                .map_or(true, |t| t <= Instant::now());
+        if stale {
             // The keys held serve while one refresh runs behind.
             let this = self.clone();
             let url = format!("{}/.well-known/jwks.json", self.inner.base);

@@ -772,6 +772,48 @@ async fn a_hung_issuer_stalls_no_warm_check_until_the_grace_runs_out() {
     p.pass();
 }
 
+/// Attack: tokens naming kids nobody has, while the key set is stale and the service answers
+/// 503: the key set is asked for once per `kid_refetch_interval`, not once a token.
+#[tokio::test(flavor = "current_thread")]
+async fn made_up_kids_fetch_the_key_set_no_more_while_the_service_is_down() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+    let (s, p) = proxied();
+    let (asked, down) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+    let (a, d) = (asked.clone(), down.clone());
+    p.rewrite(move |path, status, mut headers, body| {
+        if !path.ends_with("jwks.json") {
+            return (status, headers, body);
+        }
+        if d.load(SeqCst) {
+            a.fetch_add(1, SeqCst);
+            return (503, Vec::new(), Vec::new());
+        }
+        headers.retain(|(name, _)| name != "cache-control");
+        headers.push(("cache-control".into(), "max-age=1".into()));
+        (status, headers, body)
+    });
+    let (_, token) = s.register(json!({}));
+    let v = Verifier::builder(&p.url).build().unwrap();
+    v.verify(&token).await.unwrap();
+    down.store(true, SeqCst);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    for i in 0..20 {
+        let header = json!({"alg": "EdDSA", "kid": format!("k{i}"), "typ": "JWT"});
+        let forged = format!(
+            "{}.e30.{}",
+            URL_SAFE_NO_PAD.encode(header.to_string()),
+            URL_SAFE_NO_PAD.encode([0u8; 64])
+        );
+        assert_eq!(code(v.verify(&forged).await), "TOKEN_INVALID");
+    }
+    assert!(
+        asked.load(SeqCst) <= 3,
+        "{} fetches of the key set",
+        asked.load(SeqCst)
+    );
+    p.pass();
+}
+
 /// After a rotation, a token of the old key (still held, fresh) whose list is now signed by
 /// the new key: reading the list fetches the keys, and must not wait on itself. (No grace:
 /// the list is read, not the one held.)

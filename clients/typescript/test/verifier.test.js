@@ -208,6 +208,36 @@ const claimsOf = (token) => JSON.parse(Buffer.from(token.split(".")[1], "base64u
 /** A proxy rewrite answering `answer(path, status, headers, body)` for paths under `prefix`. */
 const under = (prefix, answer) => (path, ...rest) => (path.startsWith(prefix) ? answer(path, ...rest) : rest);
 
+test("made-up kids fetch the key set no more while the service is down", async () => {
+  // Attack: tokens naming kids nobody has, while the key set is stale and the service
+  // answers 503: the key set is asked for once per kidRefetchInterval, not once a token.
+  let down = false;
+  let asked = 0;
+  proxy.rewrite = (path, status, headers, body) => {
+    if (!path.endsWith("jwks.json")) return [status, headers, body];
+    if (down) {
+      asked += 1;
+      return [503, {}, Buffer.alloc(0)];
+    }
+    return [status, { ...headers, "cache-control": "max-age=1" }, body];
+  };
+  try {
+    const [, token] = await ps.register();
+    const v = new Verifier({ baseUrl: proxy.url });
+    assert.equal(await code(v.verify(token)), "ok");
+    down = true;
+    await sleep(1200);
+    for (let i = 0; i < 20; i++) {
+      const header = Buffer.from(JSON.stringify({ alg: "EdDSA", kid: `k${i}`, typ: "JWT" })).toString("base64url");
+      const forged = `${header}.e30.${Buffer.alloc(64).toString("base64url")}`;
+      assert.equal(await code(v.verify(forged)), "TOKEN_INVALID");
+    }
+    assert.ok(asked <= 3, `${asked} fetches of the key set`);
+  } finally {
+    proxy.rewrite = null;
+  }
+});
+
 test("a key set served without an ETag still refreshes", async () => {
   const p = await startProxy();
   const t = await startServer({ AGENTID_PUBLIC_URL: p.url });

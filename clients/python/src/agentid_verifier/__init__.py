@@ -28,6 +28,7 @@ import json
 import logging
 import math
 import re
+import socket
 import threading
 import time
 import urllib.error
@@ -144,7 +145,51 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-_OPENER = urllib.request.build_opener(_NoRedirect)
+class _Watched:
+    """The sockets a request opens, shut at its deadline by a timer: a socket's timeout bounds
+    each read alone, so an answer dripped a byte at a time (its status line, its headers, a
+    TLS handshake) would otherwise hold the request for as long as it dripped."""
+
+    def __init__(self, seconds: float):
+        self.sockets: List[object] = []
+        self.timer = threading.Timer(seconds, self.shut)
+        self.timer.daemon = True
+
+    def create_connection(self, *args, **kwargs):
+        sock = socket.create_connection(*args, **kwargs)
+        self.sockets.append(sock)
+        return sock
+
+    def shut(self) -> None:
+        for sock in self.sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class _WatchedHandler(urllib.request.HTTPHandler, urllib.request.HTTPSHandler):
+    """Opens each connection through the request's ``_Watched`` (``req.watched``)."""
+
+    def _connection(self, base, req):
+        watched = req.watched
+
+        class Connection(base):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                self._create_connection = watched.create_connection
+
+        return Connection
+
+    def http_open(self, req):
+        return self.do_open(self._connection(http.client.HTTPConnection, req), req)
+
+    def https_open(self, req):
+        return self.do_open(self._connection(http.client.HTTPSConnection, req), req,
+                            context=self._context)
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect, _WatchedHandler)
 _LOG = logging.getLogger("agentid_verifier")
 # Whether a Verifier without issuers was built already (the warning says so once a process).
 _warned_without_issuers = False
@@ -454,6 +499,8 @@ class Verifier:
         """Sends ``req``: its status, headers and (for a 200) body. No redirect is followed,
         no more than ``MAX_BODY_BYTES`` read, and the body must come within ``timeout``."""
         deadline = time.monotonic() + self.timeout
+        req.watched = _Watched(self.timeout)
+        req.watched.timer.start()
         try:
             try:
                 res = _OPENER.open(req, timeout=self.timeout)
@@ -468,11 +515,17 @@ class Verifier:
                     body += chunk
                     if time.monotonic() > deadline:
                         raise Unavailable(f"{req.full_url}: no whole answer within {self.timeout} s")
+                if time.monotonic() > deadline:
+                    raise Unavailable(f"{req.full_url}: no whole answer within {self.timeout} s")
                 if len(body) > MAX_BODY_BYTES:
                     raise Unavailable(f"{req.full_url}: an answer over {MAX_BODY_BYTES} bytes")
                 return res.status, res.headers, bytes(body)
         except (OSError, http.client.HTTPException, ValueError) as e:
+            if time.monotonic() > deadline:
+                raise Unavailable(f"{req.full_url}: no whole answer within {self.timeout} s") from e
             raise Unavailable(f"{req.full_url}: {e}") from e
+        finally:
+            req.watched.timer.cancel()
 
     def _fetch(self, url: str, document: str, accept: str, fresher_than: float = float("-inf")) -> _Document:
         """GETs ``url`` (revalidating what is held) unless what is held is fresh and was
@@ -562,19 +615,22 @@ class Verifier:
 
     def _key(self, kid: str):
         """The public key of ``kid``: from the cached JWKS, refreshed behind when stale, or
-        fetched (when stale, else at most once per ``kid_refetch_interval``) when the kid is
-        unknown. While the JWKS cannot be had (or is unusable), the keys last read serve."""
+        fetched when the kid is unknown (at once when no JWKS is held, else at most once per
+        ``kid_refetch_interval``, tried or not: a stream of made-up kids fetches no more while
+        the service is down). While the JWKS cannot be had (or is unusable), the keys last read
+        serve."""
         url = f"{self.base_url}/.well-known/jwks.json"
         held = self._docs.get(url)
         stale = held is None or held.fresh_until <= time.time()
         unknown = kid not in self._keys
-        if unknown and (stale or time.monotonic() - self._last_key_fetch >= self.kid_refetch_interval):
+        if unknown and (held is None or time.monotonic() - self._last_key_fetch >= self.kid_refetch_interval):
             # Nothing held answers for this kid: it waits for the fetch.
-            self._load_keys(url, fresher_than=time.time())
-            self._last_key_fetch = time.monotonic()
+            try:
+                self._load_keys(url, fresher_than=time.time())
+            finally:
+                self._last_key_fetch = time.monotonic()
         elif stale:
-            # The keys held (there are some: the kid is among them) serve while one refresh
-            # runs behind.
+            # The keys held serve while one refresh runs behind.
             self._refresh_later(url, lambda: self._load_keys(url, float("-inf")))
         key = self._keys.get(kid)
         if key is None:
