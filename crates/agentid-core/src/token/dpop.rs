@@ -454,8 +454,8 @@ mod tests {
         }
     }
 
-    /// Attack: a proof made with RFC 9421's published Ed25519 key (or its negation), which
-    /// would bind a token to a key whose private half everyone has.
+    /// Attack: a proof dated at the ends of i64's range, whose distance from now would
+    /// overflow (a panic in debug builds, a wrapped pass in release).
     #[test]
     fn an_iat_at_the_ends_of_its_range_is_refused_not_wrapped() {
         for iat in [i64::MIN, i64::MIN + NOW, i64::MAX] {
@@ -467,6 +467,8 @@ mod tests {
         }
     }
 
+    /// Attack: a proof made with RFC 9421's published Ed25519 key (or its negation), which
+    /// would bind a token to a key whose private half everyone has.
     #[test]
     fn a_proof_by_a_published_test_key_binds_nothing() {
         let d = URL_SAFE_NO_PAD
