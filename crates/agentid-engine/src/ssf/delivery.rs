@@ -90,11 +90,12 @@ async fn deliver_due(ssf: &Arc<Ssf>, slots: &Arc<Semaphore>) -> Result<(), Store
             return Ok(());
         }
         for stream in streams {
-            let Ok(slot) = slots.clone().try_acquire_owned() else {
-                // Not reached: only this loop takes slots, and it counted them.
-                ssf.store.release_stream(&stream.id, until, None).await?;
-                continue;
-            };
+            // Free at once: only this loop takes slots, and it claimed no more than were free.
+            let slot = slots
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("the slots are never closed");
             let ssf = ssf.clone();
             tokio::spawn(async move {
                 let pass = deliver_stream(&ssf, &stream, claimed + ssf.cfg.lease).await;
