@@ -33,8 +33,10 @@ impl TreeStore for SqlStore<DB> {
                         b.first_seq
                     )));
                 }
-                block::chained_hashes(b, first..=last, &mut out, &mut chain)
-                    .map_err(|e| StoreError::Corrupt(format!("ledger {ledger}: {e}")))?;
+                block::chained_hashes(b, first..=last, &mut out, &mut chain).map_err(|e| match e {
+                    StoreError::Corrupt(why) => StoreError::Corrupt(format!("ledger {ledger}: {why}")),
+                    e => e,
+                })?;
                 next = b.last_seq + 1;
             }
             Ok(out)
