@@ -357,11 +357,11 @@ def _jwks(body: bytes) -> Dict[str, object]:
     """The Ed25519 keys of a JWKS, by ``kid``; ``UNAVAILABLE`` when it is not one."""
     try:
         keys = {}
-        for jwk in json.loads(body)["keys"]:
+        for jwk in _jws.json_value(body)["keys"]:
             if jwk.get("kty") == "OKP" and jwk.get("crv") == "Ed25519" and isinstance(jwk.get("kid"), str):
                 keys[jwk["kid"]] = OKPAlgorithm.from_jwk(json.dumps(jwk))
         return keys
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError, jwt.PyJWTError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, jwt.PyJWTError) as e:
         raise Unavailable(f"the service's JWKS is unusable: {e}") from e
 
 
@@ -889,7 +889,7 @@ class Verifier:
         if status != 200:
             raise Unavailable(f"verify answered {status}")
         try:
-            answer = json.loads(body)
+            answer = _jws.json_value(body)
             if answer.get("valid") is not True:
                 error = answer.get("error", "TOKEN_INVALID")
                 raise {"TOKEN_REVOKED": TokenRevoked, "TOKEN_EXPIRED": TokenExpired}.get(error, TokenInvalid)(error)
@@ -897,7 +897,7 @@ class Verifier:
             granted = answer.get("scopes", [])
             issued_at, expires_at = (datetime.fromisoformat(answer[k].replace("Z", "+00:00"))
                                      for k in ("issued_at", "expires_at"))
-        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise Unavailable(f"verify gave a malformed answer: {e}") from e
         aud = answer.get("aud")
         audience = tuple(aud) if isinstance(aud, list) else (aud,) if isinstance(aud, str) else ()

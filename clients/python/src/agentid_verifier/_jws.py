@@ -15,14 +15,12 @@ _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 _VALUE = {c: i for i, c in enumerate(_ALPHABET)}
 _STANDARD = bytes.maketrans(b"-_", b"+/")
 _PAD = (b"", b"", b"==", b"=")
-_decode = json.JSONDecoder().decode
-
-
-def _object(text: str):
-    """JSON text's value; ``ValueError`` also for nesting too deep to read (``json`` raises
-    ``RecursionError`` for it), so that no input escapes as another error."""
+def json_value(text):
+    """The value of JSON text (``str`` or ``bytes``); ``ValueError`` for anything else, nesting
+    too deep to read included (``json`` raises ``RecursionError`` for it), so that no input
+    escapes as another error. Every JSON the library reads goes through it."""
     try:
-        return _decode(text)
+        return json.loads(text)
     except RecursionError as e:
         raise ValueError("JSON nested too deep") from e
 
@@ -51,8 +49,8 @@ def parse(jws: str) -> Parsed:
     if len(parts) != 3:
         raise ValueError(f"{len(parts)} parts, not 3")
     head, payload, signature = parts
-    header = _object(b64url(head).decode())
-    claims = _object(b64url(payload).decode())
+    header = json_value(b64url(head).decode())
+    claims = json_value(b64url(payload).decode())
     if not isinstance(header, dict) or not isinstance(claims, dict):
         raise ValueError("the header and the claims must be JSON objects")
     return Parsed(header, claims, jws[: len(head) + 1 + len(payload)].encode(), b64url(signature))

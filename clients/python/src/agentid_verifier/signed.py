@@ -23,6 +23,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from http_message_signatures import HTTPMessageVerifier, HTTPSignatureKeyResolver, algorithms
 from http_message_signatures.exceptions import HTTPMessageSignaturesException, InvalidSignature
 
+from ._jws import json_value
+
 if TYPE_CHECKING:
     from . import Verifier
 
@@ -84,10 +86,7 @@ class _Directory(HTTPSignatureKeyResolver):
 def directory_keys(body: bytes) -> Dict[str, Ed25519PublicKey]:
     """The Ed25519 keys of a directory, by RFC 7638 thumbprint; RFC 9421's test key (or its
     negation) passed over."""
-    try:
-        document = json.loads(body)
-    except RecursionError as e:
-        raise ValueError("JSON nested too deep") from e
+    document = json_value(body)
     keys = document.get("keys") if isinstance(document, dict) else None
     if not isinstance(keys, list):
         raise ValueError("not a key set")
