@@ -2,7 +2,7 @@
 //! memory of proofs already used. A proof is checked only once its token passed; its failure
 //! is an answer (`PROOF_INVALID`, `PROOF_REPLAYED`) recorded like any other.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
@@ -10,8 +10,9 @@ use sha2::{Digest, Sha256};
 use agentid_core::token::dpop::{check_proof, Expected};
 use agentid_core::token::Claims;
 
-/// How many proofs an instance remembers at most (about 72 MiB when full).
-pub const MAX_REMEMBERED_PROOFS: usize = 1_000_000;
+/// How many proofs an instance remembers at most (about 57 MiB when full, 98 MiB when each
+/// proof has a key of its own).
+pub const MAX_REMEMBERED_PROOFS: usize = 500_000;
 
 /// A proof as the receiver passed it on: the `DPoP` header's value, and the method and URL of
 /// the request it came with.
@@ -97,20 +98,90 @@ impl ProofCheck {
 }
 
 /// The proofs used lately, by key and `jti`: each is kept while its `iat` could still pass
-/// the time check. At most `capacity`; past that the earliest-made are forgotten, and every
-/// proof made at or before the last one forgotten is refused (it might be one of them), so
-/// that a replay is never let through, however full the memory.
+/// the time check. At most `capacity`; past that, the key holding the most proofs forgets its
+/// earliest-made, and every proof of that key made at or before the last one it forgot is
+/// refused (it might be one of them). A replay is never let through, however full the memory,
+/// and a key that fills it (with proofs dated ahead, say) raises the floor of no other key.
+/// Only when every key holds a single proof is the earliest-made forgotten whatever its key,
+/// and then every proof made at or before it is refused.
 pub(crate) struct Replays {
     capacity: usize,
     inner: Mutex<Seen>,
 }
 
-#[derive(Default)]
 struct Seen {
-    ids: HashSet<[u8; 16]>,
-    by_iat: BTreeSet<(i64, [u8; 16])>,
-    /// Proofs made at or before this time are refused (`i64::MIN` until one was forgotten).
+    /// Every proof held as (`iat`, key, `jti`), earliest made first: the order they expire in.
+    by_iat: BTreeSet<(i64, u64, u64)>,
+    /// The same as (key, `iat`, `jti`): each key's earliest made first.
+    by_key: BTreeSet<(u64, i64, u64)>,
+    /// The (key, `jti`) pairs held.
+    ids: HashSet<(u64, u64)>,
+    /// Each key holding a proof: how many it holds, and its floor (its proofs made at or
+    /// before it are refused; `i64::MIN` until it forgot one). The floor is never above the
+    /// key's earliest proof, so when that has expired and the key goes, the floor refuses
+    /// nothing the time check would pass.
+    keys: HashMap<u64, (usize, i64)>,
+    /// The keys by how many proofs they hold.
+    by_count: BTreeSet<(usize, u64)>,
+    /// Proofs made at or before this time are refused, whatever their key (`i64::MIN` until
+    /// a proof was forgotten while every key held one).
     floor: i64,
+}
+
+/// The first 8 bytes of the SHA-256 of `bytes`: a key's, or within a key a `jti`'s, name in
+/// the memory. A caller chooses its own `jti`s, so a collision it finds costs only its key.
+fn short_hash(bytes: &[u8]) -> u64 {
+    let digest = Sha256::digest(bytes);
+    u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"))
+}
+
+fn full(floor: i64) -> Refused {
+    Refused {
+        error: ProofError::Replayed,
+        reason: format!(
+            "DPoP proof made at or before {floor}, when the memory of used proofs is full: it might be a replay"
+        ),
+    }
+}
+
+impl Seen {
+    /// Sets how many proofs `key` holds, from `before` to `after`; a key left with none goes.
+    fn recount(&mut self, key: u64, before: usize, after: usize, floor: i64) {
+        self.by_count.remove(&(before, key));
+        if after == 0 {
+            self.keys.remove(&key);
+        } else {
+            self.by_count.insert((after, key));
+            self.keys.insert(key, (after, floor));
+        }
+    }
+
+    /// Forgets the proof (`iat`, `key`, `jti`), which is held, raising the key's floor to
+    /// `floor` at least.
+    fn forget(&mut self, iat: i64, key: u64, jti: u64, floor: i64) {
+        self.by_iat.remove(&(iat, key, jti));
+        self.by_key.remove(&(key, iat, jti));
+        self.ids.remove(&(key, jti));
+        let (count, held) = self.keys.get(&key).copied().unwrap_or((1, i64::MIN));
+        self.recount(key, count, count.saturating_sub(1), held.max(floor));
+    }
+
+    /// Forgets one proof: the earliest of the key holding most, or, when every key holds
+    /// one, the earliest of all. False when none is held.
+    fn forget_one(&mut self) -> bool {
+        let Some(&(count, key)) = self.by_count.last() else {
+            return false;
+        };
+        if count > 1 {
+            if let Some(&(_, iat, jti)) = self.by_key.range((key, i64::MIN, 0)..).next() {
+                self.forget(iat, key, jti, iat);
+            }
+        } else if let Some(&(iat, key, jti)) = self.by_iat.first() {
+            self.floor = self.floor.max(iat);
+            self.forget(iat, key, jti, i64::MIN);
+        }
+        true
+    }
 }
 
 impl Replays {
@@ -118,8 +189,12 @@ impl Replays {
         Replays {
             capacity: capacity.max(1),
             inner: Mutex::new(Seen {
+                by_iat: BTreeSet::new(),
+                by_key: BTreeSet::new(),
+                ids: HashSet::new(),
+                keys: HashMap::new(),
+                by_count: BTreeSet::new(),
                 floor: i64::MIN,
-                ..Seen::default()
             }),
         }
     }
@@ -127,47 +202,36 @@ impl Replays {
     /// Remembers the proof of `jkt` and `jti` made at `iat`, or refuses it as a replay.
     /// Proofs made before `oldest_valid` can no longer pass, and are forgotten.
     pub(crate) fn admit(&self, jkt: &str, jti: &str, iat: i64, oldest_valid: i64) -> Result<(), Refused> {
-        let mut h = Sha256::new();
-        h.update(jkt.as_bytes());
-        h.update([0]);
-        h.update(jti.as_bytes());
-        let id: [u8; 16] = h.finalize()[..16].try_into().expect("16 bytes");
+        let key = short_hash(jkt.as_bytes());
+        let jti = short_hash(jti.as_bytes());
         let mut seen = self.inner.lock();
-        while let Some(&(at, old)) = seen.by_iat.first() {
+        while let Some(&(at, k, j)) = seen.by_iat.first() {
             if at >= oldest_valid {
                 break;
             }
-            seen.by_iat.pop_first();
-            seen.ids.remove(&old);
+            seen.forget(at, k, j, i64::MIN);
         }
-        if iat <= seen.floor {
-            return Err(Refused {
-                error: ProofError::Replayed,
-                reason: format!(
-                    "DPoP proof made at or before {}, when the memory of used proofs is full: it might be a replay",
-                    seen.floor
-                ),
-            });
+        let (count, floor) = seen.keys.get(&key).copied().unwrap_or((0, i64::MIN));
+        if iat <= seen.floor.max(floor) {
+            return Err(full(seen.floor.max(floor)));
         }
-        if !seen.ids.insert(id) {
+        if !seen.ids.insert((key, jti)) {
             return Err(Refused {
                 error: ProofError::Replayed,
                 reason: "DPoP proof replayed: its jti was already used with this key".into(),
             });
         }
-        seen.by_iat.insert((iat, id));
-        while seen.ids.len() > self.capacity {
-            let (at, old) = seen.by_iat.pop_first().expect("as many entries as ids");
-            seen.ids.remove(&old);
-            seen.floor = seen.floor.max(at);
-        }
+        seen.by_iat.insert((iat, key, jti));
+        seen.by_key.insert((key, iat, jti));
+        seen.recount(key, count, count + 1, floor);
+        while seen.by_iat.len() > self.capacity && seen.forget_one() {}
         Ok(())
     }
 
     /// How many proofs are remembered.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.inner.lock().ids.len()
+        self.inner.lock().by_iat.len()
     }
 }
 
@@ -214,5 +278,55 @@ mod tests {
         assert_eq!(r.admit("k", "b", 30, 0).unwrap_err().error, ProofError::Replayed);
         assert!(r.admit("k", "e", 11, 0).is_ok());
         assert_eq!(r.len(), 3);
+    }
+
+    #[test]
+    fn a_key_that_fills_the_memory_raises_no_other_keys_floor() {
+        let r = Replays::new(100);
+        // Now is 100; a key holder fills the memory with proofs dated up to a minute ahead.
+        for i in 0..200 {
+            r.admit("greedy", &format!("g{i}"), 141 + i / 10, 40).unwrap();
+        }
+        assert_eq!(r.len(), 100);
+        // Other keys' proofs made now still pass, one after another in the same second.
+        for i in 0..5 {
+            r.admit("honest", &format!("h{i}"), 100, 40).unwrap();
+            r.admit("other", &format!("o{i}"), 100, 40).unwrap();
+        }
+        assert_eq!(r.len(), 100);
+        // The greedy key's forgotten proofs are still refused, by its own floor.
+        assert_eq!(
+            r.admit("greedy", "g0", 141, 40).unwrap_err().error,
+            ProofError::Replayed
+        );
+        assert_eq!(
+            r.admit("greedy", "fresh", 150, 40).unwrap_err().error,
+            ProofError::Replayed
+        );
+        // And the honest ones' held proofs as replays.
+        assert_eq!(
+            r.admit("honest", "h4", 100, 40).unwrap_err().error,
+            ProofError::Replayed
+        );
+    }
+
+    #[test]
+    fn when_every_key_holds_one_proof_the_earliest_is_forgotten_for_all() {
+        let r = Replays::new(3);
+        for (key, iat) in [("a", 10), ("b", 30), ("c", 20), ("d", 40)] {
+            r.admit(key, "j", iat, 0).unwrap();
+        }
+        assert_eq!(r.len(), 3);
+        assert_eq!(r.admit("a", "j", 10, 0).unwrap_err().error, ProofError::Replayed);
+        assert_eq!(r.admit("e", "j", 10, 0).unwrap_err().error, ProofError::Replayed);
+        assert!(r.admit("e", "j", 11, 0).is_ok());
+        // Expired proofs take their keys with them.
+        r.admit("f", "j", 50, 45).unwrap();
+        assert_eq!(r.len(), 1);
+        let seen = r.inner.lock();
+        assert_eq!(
+            (seen.keys.len(), seen.by_count.len(), seen.by_key.len()),
+            (1, 1, 1)
+        );
     }
 }
