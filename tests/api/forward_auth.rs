@@ -69,7 +69,15 @@ async fn a_valid_token_passes_with_the_agents_facts_and_is_recorded() {
         assert_eq!(res.header("x-agent-id").as_deref(), Some(agent.as_str()));
         assert_eq!(res.header("x-agent-issuer").as_deref(), Some("example.com"));
         assert_eq!(res.header("x-agent-scopes").as_deref(), Some("read:docs"));
-        assert!(res.header("x-agent-client-id").is_none());
+        // Every agent header always, empty where it does not apply.
+        for empty in [
+            "x-agent-client-id",
+            "x-agent-subject",
+            "x-agent-subject-issuer",
+            "x-agent-signature-agent",
+        ] {
+            assert_eq!(res.header(empty).as_deref(), Some(""), "{empty}");
+        }
     }
     let log = app
         .get(&format!("/v1/log?agent_id={agent}"), Some(app.secret()))
@@ -293,16 +301,50 @@ async fn the_policy_is_the_gateways_and_a_misspelt_one_is_refused() {
         )
         .await;
     assert_eq!(res.status, 200, "{}", res.text());
+    let many_issuers = (0..17)
+        .map(|i| format!("issuer=i{i}.example"))
+        .collect::<Vec<_>>()
+        .join("&");
     for query in [
         "scopes=read:docs",
         "scope=READ",
         "origin=https://a.example/path",
         "audience=nouri",
+        "allow_test=yes",
+        many_issuers.as_str(),
     ] {
         let res = app.forward("GET", query, &[("Authorization", &bearer)]).await;
         assert_eq!(res.status, 400, "{query}: {}", res.text());
         assert_eq!(res.json()["error"]["code"], "VALIDATION_ERROR");
     }
+}
+
+/// A token issued with a test-mode key passes only a gateway whose URL allows test tokens, as
+/// the receiver libraries refuse it unless built to take it.
+#[actix_web::test]
+async fn a_test_mode_token_passes_only_where_the_policy_allows_test_tokens() {
+    let app = spawn_app().await;
+    let body = json!({"name": "bot", "issuer_domain": "example.com", "scopes": ["read:docs"]});
+    let test_key = app.org.keys.secret_test.clone();
+    let registered = app.register_with(&test_key, body).await;
+    let bearer = format!("Bearer {}", registered["token"].as_str().unwrap());
+    for query in ["issuer=example.com", "issuer=example.com&allow_test=false"] {
+        let res = app.forward("GET", query, &[("Authorization", &bearer)]).await;
+        refused(&res, 401, "TOKEN_INVALID", "Bearer error=\"invalid_token\"");
+        assert!(res.text().contains("test-mode"), "{}", res.text());
+    }
+    let res = app
+        .forward(
+            "GET",
+            "issuer=example.com&allow_test=true",
+            &[("Authorization", &bearer)],
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(
+        res.header("x-agent-id").as_deref(),
+        registered["agent_id"].as_str()
+    );
 }
 
 /// Envoy's `ext_authz` over HTTP calls `path_prefix` + the guarded path and query, with the

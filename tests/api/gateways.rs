@@ -197,13 +197,18 @@ async fn the_gateway_holds(app: &TestApp, gw: &Gateway, hits: &AtomicUsize) {
             ("X-Agent-Client-Id", "forged"),
             ("X-Agent-Subject", "mallory"),
             ("X-Agent-Subject-Issuer", "https://idp.example"),
+            ("X-Agent-Signature-Agent", "https://forged.example/directory"),
         ],
     )
     .await;
     assert_eq!(res.status, 200, "{}", res.text());
     let seen = res.json();
-    // A token that acts for nobody: the caller's person is gone, whatever it claimed.
-    for forged in ["x-agent-subject", "x-agent-subject-issuer"] {
+    // A token that acts for nobody, signed by no third party: the caller's claims are gone.
+    for forged in [
+        "x-agent-subject",
+        "x-agent-subject-issuer",
+        "x-agent-signature-agent",
+    ] {
         assert!(
             seen["agent"].get(forged).is_none_or(|v| v == ""),
             "{forged}: {seen}"

@@ -60,6 +60,8 @@ pub(crate) struct ForwardAuthParams {
     signature_agent: Option<Vec<String>>,
     /// The tag a signed request's signature must carry (web-bot-auth).
     required_tag: Option<String>,
+    /// `true` lets test-mode tokens (`livemode: false`) through; without it they are refused.
+    allow_test: Option<bool>,
 }
 
 /// The policy and origin a forward-auth URL names, and what it trusts of signed requests.
@@ -95,7 +97,18 @@ fn configured(query: &str) -> Result<Configured, ApiError> {
             "issuer" => {
                 let domain = IssuerDomain::parse(&value)
                     .map_err(|_| invalid("issuer", "must be a DNS host name such as example.com"))?;
+                if out.policy.issuers.len() == MAX_VALUES {
+                    return Err(invalid("query", format!("at most {MAX_VALUES} values of {name}")));
+                }
                 out.policy.issuers.push(domain.into());
+                continue;
+            }
+            "allow_test" => {
+                out.policy.allow_test = match value.as_ref() {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(invalid("allow_test", "must be true or false")),
+                };
                 continue;
             }
             "signature_agent" => {
@@ -122,7 +135,7 @@ fn configured(query: &str) -> Result<Configured, ApiError> {
                 return Err(invalid(
                     "query",
                     format!(
-                        "{other:?} is not audience, scope, issuer, origin, signature_agent or required_tag"
+                        "{other:?} is not audience, scope, issuer, origin, signature_agent, required_tag or allow_test"
                     ),
                 ))
             }
@@ -241,30 +254,45 @@ fn answer(v: &Verification, scheme: Scheme, policy: &Policy) -> Result<HttpRespo
     Err(refused(code, message, challenge(code, scheme, &policy.scopes)))
 }
 
-/// 200, no body, the agent's facts in headers.
-fn pass(v: &Verification) -> HttpResponse {
+/// The headers a pass names the agent in, which a gateway copies over the caller's own.
+const AGENT_HEADERS: [&str; 7] = [
+    "x-agent-id",
+    "x-agent-issuer",
+    "x-agent-scopes",
+    "x-agent-client-id",
+    "x-agent-subject",
+    "x-agent-subject-issuer",
+    "x-agent-signature-agent",
+];
+
+/// 200, no body, the agent's facts in [`AGENT_HEADERS`]: every one always, empty where it
+/// does not apply, so that a gateway copying them overwrites a caller's own whatever passed.
+fn passed(values: [&str; 7]) -> HttpResponse {
     let mut res = HttpResponse::Ok();
     res.insert_header((header::CACHE_CONTROL, "no-store"));
-    if let Some(t) = &v.valid {
-        let c = &t.token.claims;
-        let mut put = |name: &'static str, value: &str| {
-            if let Ok(v) = HeaderValue::from_str(value) {
-                res.insert_header((HeaderName::from_static(name), v));
-            }
-        };
-        put("x-agent-id", c.agent_id());
-        put("x-agent-issuer", c.issuer_domain());
-        put("x-agent-scopes", &c.granted().join(" "));
-        if let Some(client) = &c.client_id {
-            put("x-agent-client-id", client);
-        }
-        // Always, empty for a token that acts for nobody: a gateway that copies them then
-        // overwrites a caller's own, whatever the token.
-        let person = c.sub_id.as_ref();
-        put("x-agent-subject", person.map_or("", |p| p.sub.as_str()));
-        put("x-agent-subject-issuer", person.map_or("", |p| p.iss.as_str()));
+    for (name, value) in AGENT_HEADERS.into_iter().zip(values) {
+        let value = HeaderValue::from_str(value).unwrap_or(HeaderValue::from_static(""));
+        res.insert_header((HeaderName::from_static(name), value));
     }
     res.finish()
+}
+
+/// A valid token's pass.
+fn pass(v: &Verification) -> HttpResponse {
+    let Some(t) = &v.valid else {
+        return passed([""; 7]);
+    };
+    let c = &t.token.claims;
+    let person = c.sub_id.as_ref();
+    passed([
+        c.agent_id(),
+        c.issuer_domain(),
+        &c.granted().join(" "),
+        c.client_id.as_deref().unwrap_or(""),
+        person.map_or("", |p| p.sub.as_str()),
+        person.map_or("", |p| p.iss.as_str()),
+        "",
+    ])
 }
 
 #[utoipa::path(
@@ -455,22 +483,7 @@ async fn signed_request(
                 .signature
                 .and_then(|s| s.signature_agent)
                 .unwrap_or_default();
-            let mut res = HttpResponse::Ok();
-            res.insert_header((header::CACHE_CONTROL, "no-store"));
-            for (name, value) in [
-                ("x-agent-id", ""),
-                ("x-agent-issuer", ""),
-                ("x-agent-scopes", ""),
-                ("x-agent-client-id", ""),
-                ("x-agent-subject", ""),
-                ("x-agent-subject-issuer", ""),
-                ("x-agent-signature-agent", agent_url.as_str()),
-            ] {
-                if let Ok(v) = HeaderValue::from_str(value) {
-                    res.insert_header((HeaderName::from_static(name), v));
-                }
-            }
-            return Ok(res.finish());
+            return Ok(passed(["", "", "", "", "", "", &agent_url]));
         }
         (result, _) => {
             let why = format!(
@@ -500,22 +513,15 @@ async fn signed_request(
             challenge(ErrorCode::InsufficientScope, Scheme::Bearer, &policy.scopes),
         ));
     }
-    let mut res = HttpResponse::Ok();
-    res.insert_header((header::CACHE_CONTROL, "no-store"));
-    for (name, value) in [
-        ("x-agent-id", agent.id.to_string()),
-        ("x-agent-issuer", domain),
-        ("x-agent-scopes", scopes.join(" ")),
-        // Empty: a gateway that copies them overwrites a caller's own.
-        ("x-agent-client-id", String::new()),
-        ("x-agent-subject", String::new()),
-        ("x-agent-subject-issuer", String::new()),
-    ] {
-        if let Ok(v) = HeaderValue::from_str(&value) {
-            res.insert_header((HeaderName::from_static(name), v));
-        }
-    }
-    Ok(res.finish())
+    Ok(passed([
+        agent.id.as_ref(),
+        &domain,
+        &scopes.join(" "),
+        "",
+        "",
+        "",
+        "",
+    ]))
 }
 
 #[cfg(test)]

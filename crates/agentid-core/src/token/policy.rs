@@ -14,6 +14,8 @@ pub struct Policy {
     pub issuers: Vec<String>,
     /// The token grants every one of these.
     pub scopes: Vec<String>,
+    /// A test-mode token (`livemode: false`) passes too; refused unless set.
+    pub allow_test: bool,
 }
 
 /// Why a valid token does not meet a policy.
@@ -40,6 +42,11 @@ impl PolicyRefusal {
 impl Policy {
     /// Whether `claims` (of a token that passed every other check) meet the policy.
     pub fn check(&self, claims: &Claims) -> Result<(), PolicyRefusal> {
+        if claims.livemode == Some(false) && !self.allow_test {
+            return Err(PolicyRefusal::NotForReceiver(
+                "a test-mode token (livemode false): this receiver takes live tokens only".into(),
+            ));
+        }
         if !self.audiences.is_empty() {
             let named = claims
                 .aud
@@ -94,7 +101,25 @@ mod tests {
             audiences: v(audiences),
             issuers: v(issuers),
             scopes: v(scopes),
+            allow_test: false,
         }
+    }
+
+    #[test]
+    fn a_test_mode_token_passes_only_a_policy_that_allows_it() {
+        let mut token = agent_token(&["read:docs"]);
+        token.livemode = Some(false);
+        assert!(matches!(
+            Policy::default().check(&token),
+            Err(PolicyRefusal::NotForReceiver(why)) if why.contains("test-mode")
+        ));
+        let allowing = Policy {
+            allow_test: true,
+            ..Policy::default()
+        };
+        assert!(allowing.check(&token).is_ok());
+        token.livemode = None;
+        assert!(Policy::default().check(&token).is_ok());
     }
 
     #[test]
