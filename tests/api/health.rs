@@ -79,6 +79,38 @@ async fn public_endpoints_allow_any_origin_including_preflight() {
     }
 }
 
+/// A browser's POST of JSON to a verify route is preflighted: the preflight lets it through.
+#[actix_web::test]
+async fn a_browser_may_post_to_verify_after_its_preflight() {
+    let app = spawn_app().await;
+    for path in ["/v1/verify", "/v1/verify/request"] {
+        let pre = crate::helpers::read(
+            app.client
+                .request(awc::http::Method::OPTIONS, app.url(path))
+                .insert_header(("Origin", "https://receiver.example"))
+                .insert_header(("Access-Control-Request-Method", "POST"))
+                .insert_header(("Access-Control-Request-Headers", "content-type"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert!(
+            pre.status == 200 || pre.status == 204,
+            "{path}: {} {}",
+            pre.status,
+            pre.text()
+        );
+        assert_eq!(pre.header("access-control-allow-origin").as_deref(), Some("*"));
+        assert!(
+            pre.header("access-control-allow-methods")
+                .unwrap_or_default()
+                .contains("POST"),
+            "{path}"
+        );
+    }
+}
+
 /// The headers a browser caller may read on every public answer.
 pub const EXPOSED: [&str; 5] = [
     "retry-after",

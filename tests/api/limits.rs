@@ -373,6 +373,12 @@ async fn health_is_never_limited_and_counts_against_no_bucket() {
         assert_headers(&app.get("/health", Some(app.secret())).await, 500),
         500
     );
+    // Unknown keys from one address, past what it may look up: health still answers.
+    for i in 0..70 {
+        let key = format!("sk_live_{i:0>40}");
+        let res = app.get("/health", Some(&key)).await;
+        assert_eq!(res.status, 200, "{i}: {}", res.text());
+    }
 }
 
 /// Behind a trusted balancer each client has its own anonymous bucket, by the address the

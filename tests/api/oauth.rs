@@ -116,6 +116,35 @@ pub(crate) async fn bound_token(
     res.json()["access_token"].as_str().unwrap().to_owned()
 }
 
+/// A bad key in `Authorization` is answered with the challenge of its scheme; an outage with
+/// no word of the store's.
+#[actix_web::test]
+async fn introspection_refusals_name_their_scheme_and_no_internals() {
+    let app = spawn_app().await;
+    let (_, token) = app.agent().await;
+    let bad = format!("Bearer pk_live_{}", "x".repeat(40));
+    let res = app
+        .post_form(
+            "/oauth/introspect",
+            &[("token", &token)],
+            &[("Authorization", &bad)],
+        )
+        .await;
+    assert_eq!(res.status, 401, "{}", res.text());
+    assert_eq!(res.json()["error"], "invalid_client");
+    assert_eq!(res.header("www-authenticate").as_deref(), Some("Bearer"));
+    app.store.close().await;
+    let res = app
+        .post_form("/oauth/introspect", &[("token", &token)], &[])
+        .await;
+    assert_eq!(res.status, 503, "{}", res.text());
+    assert_eq!(res.json()["error"], "temporarily_unavailable");
+    let said = res.json()["error_description"].as_str().unwrap().to_lowercase();
+    for word in ["store", "pool", "sql", "database"] {
+        assert!(!said.contains(word), "{said}");
+    }
+}
+
 async fn introspect(app: &TestApp, token: &str) -> Value {
     let res = app.post_form("/oauth/introspect", &[("token", token)], &[]).await;
     assert_eq!(res.status, 200, "{}", res.text());

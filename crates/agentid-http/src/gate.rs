@@ -47,6 +47,9 @@ pub(crate) async fn gate(
         Some(Some(key)) => match state.engine.authenticate(key, ip).await {
             Ok(KeyLookup::Valid(caller)) => Auth::Key(caller),
             Ok(KeyLookup::Rejected) => Auth::Rejected,
+            // Never refused where nothing is counted (`/health`): no key is looked up, the
+            // call is anonymous.
+            Ok(KeyLookup::Throttled(_)) if !route.counted => Auth::Anonymous,
             Ok(KeyLookup::Throttled(decision)) => {
                 metrics::counter!("agentid_rate_limited_total", "class" => "key_lookup").increment(1);
                 let res = too_many(req, &decision, "too many unknown API keys from this address");

@@ -510,10 +510,16 @@ pub(crate) struct Introspection<'a> {
 )]
 pub(crate) async fn introspect(state: web::Data<AppState>, req: HttpRequest, body: Bytes) -> HttpResponse {
     if let Auth::Rejected = context::auth(&req) {
-        return refusal(&OAuthError::InvalidClient(
+        // The key came in `Authorization`: the challenge names its scheme (RFC 6749 §5.2).
+        let mut res = refusal(&OAuthError::InvalidClient(
             "invalid, unknown or disabled API key (introspection needs none; omit the header or send a valid pk_ key)"
                 .into(),
         ));
+        res.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer"),
+        );
+        return res;
     }
     let token = match Form::parse(&req, &body).and_then(|f| f.one("token").map(|t| t.map(str::to_owned))) {
         Ok(Some(t)) => t,
@@ -541,9 +547,11 @@ fn unverified(e: VerifyError) -> OAuthError {
             tracing::error!(error = %s, "introspection: the token's agent could not be read");
             OAuthError::ServerError
         }
-        e => OAuthError::Unavailable(format!(
-            "the introspection could not be recorded ({e}); retry shortly"
-        )),
+        e => {
+            // The store's own words stay in the service's log, not in the answer.
+            tracing::warn!(error = %e, "introspection: not recorded");
+            OAuthError::Unavailable("the introspection could not be recorded; retry shortly".into())
+        }
     }
 }
 

@@ -206,7 +206,7 @@ pub(crate) fn cors() -> actix_cors::Cors {
     actix_cors::Cors::default()
         .allow_any_origin()
         .send_wildcard()
-        .allowed_methods(["GET", "HEAD"])
+        .allowed_methods(["GET", "HEAD", "POST"])
         .allow_any_header()
         .expose_headers(EXPOSED_HEADERS.split(", "))
         .max_age(86_400)
