@@ -73,7 +73,8 @@ pub(crate) enum Command {
 #[derive(Debug, Args)]
 pub(crate) struct DbArgs {
     /// sqlite://PATH (embedded) or postgres://USER@HOST:PORT/DB
-    #[arg(long, env = "DATABASE_URL", default_value = config::DEFAULT_DATABASE_URL)]
+    // Its value is never shown in `--help`: it may hold a password.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, default_value = config::DEFAULT_DATABASE_URL)]
     pub(crate) database_url: String,
 }
 

@@ -778,3 +778,24 @@ fn token_inspect_escapes_what_a_token_could_plant_in_a_terminal() {
     assert_eq!(read["claims"]["sub"], planted);
     assert_eq!(read["header"]["kid"], planted);
 }
+
+/// `--help` shows where each setting comes from, never the database URL's value: it may hold
+/// a password.
+#[test]
+fn help_never_shows_the_database_password() {
+    for command in [
+        &["serve", "--help"][..],
+        &["migrate", "--help"],
+        &["org", "create", "--help"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_agentid"))
+            .args(command)
+            .env("DATABASE_URL", "postgres://agentid:s3cret-pw@db.internal/agentid")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{command:?}: {text}");
+        assert!(text.contains("DATABASE_URL"), "{command:?}: {text}");
+        assert!(!text.contains("s3cret-pw"), "{command:?}: {text}");
+    }
+}

@@ -543,7 +543,7 @@ pub(crate) fn dns_failure(e: &hickory_resolver::net::NetError) -> String {
 }
 
 /// A transport failure in a few words, without the URL (the caller names it).
-fn transport_failure(t: &ureq::Transport) -> String {
+pub(crate) fn transport_failure(t: &ureq::Transport) -> String {
     use std::error::Error as _;
     let mut source = t.source();
     while let Some(s) = source {

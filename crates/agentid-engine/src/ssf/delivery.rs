@@ -37,7 +37,8 @@ fn push(agent: &ureq::Agent, url: &str, set: &str) -> Pushed {
         Ok(r) => Pushed::Failed(format!("answered {}", r.status())),
         Err(ureq::Error::Status(400, r)) => Pushed::Refused(refusal(r)),
         Err(ureq::Error::Status(code, _)) => Pushed::Failed(format!("answered {code}")),
-        Err(e) => Pushed::Failed(e.to_string()),
+        // Without the URL: a receiver's endpoint may carry a secret in its query.
+        Err(ureq::Error::Transport(t)) => Pushed::Failed(crate::outbound::transport_failure(&t)),
     }
 }
 
@@ -197,6 +198,16 @@ async fn deliver_stream(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_push_names_no_part_of_the_receivers_url() {
+        // Nothing listens on port 1: the connection is refused.
+        let url = "http://127.0.0.1:1/events?token=S3CRET";
+        let Pushed::Failed(why) = push(&ureq::agent(), url, "a.b.c") else {
+            panic!("a refused connection is a failed push");
+        };
+        assert!(!why.contains("S3CRET") && !why.contains("/events"), "{why}");
+    }
 
     #[test]
     fn failed_pushes_wait_longer_each_time_up_to_five_minutes() {
