@@ -161,6 +161,52 @@ async fn register_rejects_bodies_that_are_not_json_objects() {
     res.assert_error(413, "PAYLOAD_TOO_LARGE");
 }
 
+/// A body sent a byte at a time holds its connection no longer than the body's time (10 s):
+/// the call ends with a 400 that says so.
+#[actix_web::test]
+async fn a_body_that_comes_too_slowly_ends_the_call() {
+    use actix_web::rt::net::TcpStream;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let app = spawn_app().await;
+    let addr = app.base.trim_start_matches("http://");
+    let mut conn = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /v1/agents/register HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{",
+        app.secret()
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let started = std::time::Instant::now();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    // One more byte every second; the answer comes in between.
+    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+        assert!(started.elapsed().as_secs() < 20, "no answer after 20 s");
+        match actix_web::rt::time::timeout(std::time::Duration::from_secs(1), conn.read(&mut buf)).await {
+            Ok(Ok(0)) => break,
+            Ok(Ok(n)) => answer.extend_from_slice(&buf[..n]),
+            Ok(Err(e)) => panic!("{e}"),
+            Err(_) => {
+                let _ = conn.write_all(b" ").await;
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    assert!(started.elapsed().as_secs() < 15, "{:?}", started.elapsed());
+    // The body follows the head; read it to see the error's words.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while !answer.ends_with(b"}") && std::time::Instant::now() < deadline {
+        match actix_web::rt::time::timeout(std::time::Duration::from_millis(200), conn.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => answer.extend_from_slice(&buf[..n]),
+            _ => {}
+        }
+    }
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.contains("did not arrive within 10 s"), "{text}");
+}
+
 #[actix_web::test]
 async fn expiry_is_capped_by_the_plan() {
     let app = spawn_app_with(Options {

@@ -4,6 +4,8 @@
 //! response, records metrics, and logs one line per request (route pattern, never the path:
 //! verify paths hold tokens).
 
+use std::cell::Cell;
+use std::rc::Rc;
 use std::time::Instant;
 
 use actix_web::body::{BoxBody, MessageBody};
@@ -15,10 +17,10 @@ use actix_web::ResponseError;
 use actix_web::{web, HttpMessage, HttpRequest};
 use tracing::Instrument;
 
-use super::client;
 use super::context::{AppState, Auth, Charged, KeepBody, RequestCtx};
 use super::error::{code_for_status, ApiError, ErrorBody, ErrorCode, ErrorDetail, ErrorInfo};
 use super::routes::{self, Route};
+use super::{client, input};
 use agentid_core::domain::{new_id, ApiKeyKind, IdPrefix};
 use agentid_engine::ratelimit::{Class, Decision, RateSubject};
 use agentid_engine::KeyLookup;
@@ -26,7 +28,7 @@ use agentid_engine::KeyLookup;
 /// The gate of `route`: every request the route takes passes it first.
 pub(crate) async fn gate(
     route: &'static Route,
-    req: ServiceRequest,
+    mut req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     let received = Instant::now();
@@ -115,13 +117,29 @@ pub(crate) async fn gate(
         return Ok(finish(route, res, &state, &request_id, received, &decision));
     }
     req.extensions_mut().insert(RequestCtx { received, auth, ip });
+    // A body that comes too slowly ends the call: it cannot hold its connection for long.
+    let late = input::has_body(req.headers()).then(|| {
+        let late = Rc::new(Cell::new(false));
+        let body = req.take_payload();
+        req.set_payload(input::timed(body, late.clone()));
+        late
+    });
     // Handlers, extractors and the CORS layer turn their errors into responses, so an `Err`
     // here is actix's own last resort; it is passed on as it is.
-    let res = next
+    let mut res = next
         .call(req)
         .instrument(span.clone())
         .await?
         .map_into_boxed_body();
+    if late.is_some_and(|l| l.get()) && res.response().extensions().get::<ErrorInfo>().is_none() {
+        res.response_mut().extensions_mut().insert(ErrorInfo {
+            code: ErrorCode::InvalidRequest.as_str(),
+            message: format!(
+                "the request body did not arrive within {} s",
+                input::BODY_TIME.as_secs()
+            ),
+        });
+    }
     let _entered = span.enter();
     Ok(finish(route, res, &state, &request_id, received, &decision))
 }

@@ -1,11 +1,21 @@
 //! What handlers share of reading a request: JSON bodies and page sizes, each bad value with
 //! its own clear error.
 
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
 use actix_web::dev::Payload;
-use actix_web::http::header;
+use actix_web::error::PayloadError;
+use actix_web::http::header::{self, HeaderMap};
+use actix_web::rt::time::{sleep, Sleep};
 use actix_web::web::Bytes;
 use actix_web::{FromRequest, HttpRequest};
 use futures_util::future::LocalBoxFuture;
+use futures_util::Stream;
 
 use crate::error::{ApiError, ErrorCode};
 use agentid_core::domain::{AgentId, StreamId, ValidationError};
@@ -103,5 +113,52 @@ impl<T: serde::de::DeserializeOwned + 'static> FromRequest for JsonBody<T> {
         // The body as the route's limit reads it: over it, actix's 413.
         let body = Bytes::from_request(&req, payload);
         Box::pin(async move { Ok(JsonBody(json_body(&req, &body.await?)?)) })
+    }
+}
+
+/// How long a request's body may take to arrive, from its head: a caller that sends it a byte
+/// at a time holds a connection this long at most.
+pub(crate) const BODY_TIME: Duration = Duration::from_secs(10);
+
+/// Whether the request announces a body (`Content-Length` above 0, or chunked).
+pub(crate) fn has_body(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes() != b"0")
+}
+
+/// `body`, cut off with an error once [`BODY_TIME`] has passed; `late` says it was.
+pub(crate) fn timed(body: Payload, late: Rc<Cell<bool>>) -> Payload {
+    Payload::Stream {
+        payload: Box::pin(Timed {
+            body,
+            deadline: Box::pin(sleep(BODY_TIME)),
+            late,
+        }),
+    }
+}
+
+struct Timed {
+    body: Payload,
+    deadline: Pin<Box<Sleep>>,
+    late: Rc<Cell<bool>>,
+}
+
+impl Stream for Timed {
+    type Item = Result<Bytes, PayloadError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Poll::Ready(item) = Pin::new(&mut self.body).poll_next(cx) {
+            return Poll::Ready(item);
+        }
+        match self.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                self.late.set(true);
+                let late = std::io::Error::new(std::io::ErrorKind::TimedOut, "the body came too slowly");
+                Poll::Ready(Some(Err(PayloadError::Io(late))))
+            }
+            Poll::Pending => Poll::Pending,
+        }
     }
 }
