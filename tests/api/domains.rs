@@ -871,6 +871,43 @@ async fn a_released_name_keeps_its_tokens_and_issues_no_more() {
     assert_eq!(w.app.verify(&token).await["error"], "TOKEN_REVOKED");
 }
 
+/// Released: an agent's key signs no request under the name, and its directory lists none.
+#[actix_web::test]
+async fn a_released_name_signs_no_more_requests() {
+    let w = world().await;
+    w.hold_by_dns(w.a(), "bank.example").await;
+    let (private, public) = crate::signed::keypair();
+    let body =
+        json!({"name": "crawler", "issuer_domain": "bank.example", "scopes": ["read:docs"], "jwk": public});
+    let res = w.app.post("/v1/agents/register", Some(w.a()), Some(&body)).await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    let directory = format!("{}/v1/directories/bank.example", w.app.base);
+    let url = "https://shop.example/products/1";
+    let signed = crate::signed::cloudflare_signs(&private, url, &directory, 300).await;
+    assert_eq!(w.app.check_request(url, &signed).await["result"], "verified");
+    let listed = w.app.directory("bank.example", None).await.json();
+    assert_eq!(listed["keys"].as_array().unwrap().len(), 1, "{listed}");
+    let res = w
+        .app
+        .client
+        .delete(w.app.url("/v1/domains/bank.example"))
+        .insert_header(("Authorization", format!("Bearer {}", w.a())))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 204);
+    // A holding found is trusted a second at most.
+    actix_web::rt::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let signed = crate::signed::cloudflare_signs(&private, url, &directory, 300).await;
+    let v = w.app.check_request(url, &signed).await;
+    assert_eq!(v["result"], "invalid", "{v}");
+    assert!(v["reason"].as_str().unwrap().contains("no longer holds"), "{v}");
+    assert_eq!(
+        w.app.directory("bank.example", None).await.json()["keys"],
+        json!([])
+    );
+}
+
 /// Agents registered while a name changes hands: none of A's stays valid under it after.
 #[actix_web::test]
 async fn no_two_organizations_issue_under_one_name_at_once() {

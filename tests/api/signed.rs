@@ -14,7 +14,7 @@ use crate::dpop::thumbprint;
 use crate::helpers::{spawn_app, Resp, TestApp};
 
 /// An agent's Ed25519 key as a private JWK, and its public one.
-fn keypair() -> (Value, Value) {
+pub(crate) fn keypair() -> (Value, Value) {
     let key = SigningKey::from_bytes(&rand::random::<[u8; 32]>());
     let x = URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes());
     let public = json!({"kty": "OKP", "crv": "Ed25519", "x": x});
@@ -58,12 +58,12 @@ async fn stock_signs_covering(
 }
 
 /// The headers Cloudflare's `web-bot-auth` makes (see [`stock_signs`]).
-async fn cloudflare_signs(key: &Value, url: &str, agent: &str, valid: u32) -> Value {
+pub(crate) async fn cloudflare_signs(key: &Value, url: &str, agent: &str, valid: u32) -> Value {
     stock_signs("node sign.mjs", key, url, agent, valid).await
 }
 
 impl TestApp {
-    async fn check_request(&self, url: &str, headers: &Value) -> Value {
+    pub(crate) async fn check_request(&self, url: &str, headers: &Value) -> Value {
         let res = self
             .post(
                 "/v1/verify/request",
@@ -75,7 +75,7 @@ impl TestApp {
         res.json()
     }
 
-    async fn directory(&self, domain: &str, etag: Option<&str>) -> Resp {
+    pub(crate) async fn directory(&self, domain: &str, etag: Option<&str>) -> Resp {
         let mut req = self.client.get(self.url(&format!("/v1/directories/{domain}")));
         if let Some(tag) = etag {
             req = req.insert_header(("If-None-Match", tag));

@@ -30,6 +30,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
+use crate::domains::IssuerCheck;
 use crate::kept::{Keeping, Kept};
 use crate::outbound::Outbound;
 use crate::registry::Registry;
@@ -112,6 +113,8 @@ pub struct SignatureFacts {
 
 pub struct SignedRequests {
     directories_held: ThirdParties,
+    /// Whether a signer's organization still holds its issuer domain.
+    issuers: IssuerCheck,
     store: SharedStore,
     registry: Arc<Registry>,
     audit: AuditHandle,
@@ -121,6 +124,7 @@ pub struct SignedRequests {
 }
 
 impl SignedRequests {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         store: SharedStore,
         registry: Arc<Registry>,
@@ -129,9 +133,11 @@ impl SignedRequests {
         max_skew_secs: i64,
         outbound: Arc<Outbound>,
         cfg: &SignedConfig,
+        issuers: IssuerCheck,
     ) -> Self {
         SignedRequests {
             directories_held: ThirdParties::new(outbound, cfg.allow_local_directories),
+            issuers,
             store,
             registry,
             audit,
@@ -161,10 +167,17 @@ impl SignedRequests {
             .collect())
     }
 
-    /// The directory's agents with their Ed25519 key and its thumbprint.
+    /// The directory's agents with their Ed25519 key and its thumbprint, of organizations
+    /// that still hold the name.
     async fn keyed(&self, domain: &IssuerDomain) -> Result<Vec<Listed>, StoreError> {
         let agents = self.store.keyed_agents(domain, MAX_DIRECTORY_KEYS).await?;
-        Ok(agents.into_iter().filter_map(|a| self.listed(a)).collect())
+        let mut listed = Vec::new();
+        for agent in agents.into_iter().filter_map(|a| self.listed(a)) {
+            if self.issuers.may_issue(&self.store, &agent.agent).await?.is_ok() {
+                listed.push(agent);
+            }
+        }
+        Ok(listed)
     }
 
     /// An agent as its directory lists it (its Ed25519 key, read once, and its thumbprint),
@@ -294,6 +307,13 @@ impl SignedRequests {
                 "the signature does not verify with the agent's key".into(),
                 facts,
             ));
+        }
+        if self.issuers.may_issue(&self.store, &agent).await?.is_err() {
+            let why = format!(
+                "the agent's organization no longer holds its issuer domain {}",
+                agent.issuer_domain
+            );
+            return Ok(refused(RequestResult::Invalid, why, facts));
         }
         if let Err(why) = self.fresh(&signed).await? {
             return Ok(refused(RequestResult::Invalid, why, facts));

@@ -158,6 +158,7 @@ impl Engine {
                 cfg.dpop_max_skew.as_secs() as i64,
                 outbound.clone(),
                 &cfg.signed,
+                issuers.clone(),
             ),
             agents: Agents {
                 store: store.clone(),

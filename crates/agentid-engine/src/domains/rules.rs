@@ -7,29 +7,64 @@ use agentid_core::domain::holding::{
     self, DomainEvent, Grant, HoldPlan, HoldRefused, Holding, NotCovered, UnreadEvent,
 };
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use agentid_core::domain::{IssuerDomain, OrgId};
 use agentid_core::keys::KeyRing;
-use agentid_store::DomainRules;
+use agentid_store::{AgentRecord, DomainRules, SharedStore, StoreError};
 
 use super::IssuerPolicy;
 
+/// How long a holding found is trusted by an instance.
+const HELD_FOR: Duration = Duration::from_secs(1);
+
 /// The issuer-domain policy, and the key file its rules need: what a registration, a token
-/// or a token request checks of the name it is issued under.
+/// request or a signed request checks of the name it is issued under.
 #[derive(Clone)]
 pub struct IssuerCheck {
     policy: IssuerPolicy,
     keys: Arc<KeyRing>,
+    /// Organizations found to hold an agent's issuer domain lately, and when: a name released
+    /// is refused within `HELD_FOR` (a name taken by another organization revokes its
+    /// agents, which every check sees at once).
+    held: Arc<quick_cache::sync::Cache<(OrgId, IssuerDomain), Instant>>,
 }
 
 impl IssuerCheck {
     pub(crate) fn new(policy: IssuerPolicy, keys: Arc<KeyRing>) -> Self {
-        IssuerCheck { policy, keys }
+        IssuerCheck {
+            policy,
+            keys,
+            held: Arc::new(quick_cache::sync::Cache::new(10_000)),
+        }
     }
 
     /// The rules an issuance's transaction applies: none under the `open` policy, where any
     /// organization issues under any name.
     pub(crate) fn rules(&self) -> Option<Rules<'_>> {
         (self.policy == IssuerPolicy::Verified).then(|| Rules::new(&self.keys))
+    }
+
+    /// Whether the agent's organization may still speak for its issuer domain (under the
+    /// `verified` policy), found in the store at most once per `HELD_FOR` per instance.
+    pub(crate) async fn may_issue(
+        &self,
+        store: &SharedStore,
+        agent: &AgentRecord,
+    ) -> Result<Result<(), NotCovered>, StoreError> {
+        let Some(rules) = self.rules() else {
+            return Ok(Ok(()));
+        };
+        let pair = (agent.org_id.clone(), agent.issuer_domain.clone());
+        if self.held.get(&pair).is_some_and(|at| at.elapsed() < HELD_FOR) {
+            return Ok(Ok(()));
+        }
+        let held = store.holdings_over(&rules, agent.issuer_domain.as_str()).await?;
+        let decided = rules.may_issue(agent.org_id.as_str(), agent.issuer_domain.as_str(), &held);
+        if decided.is_ok() {
+            self.held.insert(pair, Instant::now());
+        }
+        Ok(decided)
     }
 }
 

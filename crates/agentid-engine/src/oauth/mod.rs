@@ -15,14 +15,11 @@ use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
 use agentid_core::domain::audit::{revoked_failure_reason, AuditEntry, Event};
-use agentid_core::domain::holding::NotCovered;
-use agentid_core::domain::{
-    new_id, AgentId, IdPrefix, IssuerDomain, KeyMode, Ledger, Millis, OrgId, VerifyResult,
-};
+use agentid_core::domain::{new_id, AgentId, IdPrefix, KeyMode, Ledger, Millis, VerifyResult};
 use agentid_core::keys::{KeyRing, SigningKeys};
 use agentid_core::token::dpop::{check_proof, Expected as ProofExpected, PublicJwk};
 use agentid_core::token::{absolute_uri, assertion, Actor, Audience, Claims, Confirmation, MAX_TOKEN_LEN};
-use agentid_store::{AgentRecord, DomainRules, OrgRecord, SharedStore, StoreError};
+use agentid_store::{AgentRecord, OrgRecord, SharedStore, StoreError};
 
 use crate::delegation::{Delegation, ProviderKeys};
 use crate::domains::IssuerCheck;
@@ -115,14 +112,7 @@ pub struct OAuth {
     delegation: Delegation,
     /// When this instance last forgot expired assertions (Unix ms).
     last_pruned: AtomicI64,
-    /// Organizations found to hold their agent's issuer domain lately, and when: a name
-    /// released is refused here within `HELD_FOR` (a name taken by another organization
-    /// revokes its agents, which every token request sees at once).
-    held: quick_cache::sync::Cache<(OrgId, IssuerDomain), Instant>,
 }
-
-/// How long a holding found is trusted by an instance.
-const HELD_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl OAuth {
     #[allow(clippy::too_many_arguments)]
@@ -169,7 +159,6 @@ impl OAuth {
             proofs: Replays::new(REMEMBERED_PROOFS),
             expiries,
             last_pruned: AtomicI64::new(0),
-            held: quick_cache::sync::Cache::new(10_000),
         }
     }
 
@@ -413,7 +402,7 @@ impl OAuth {
             Ok(c) => c,
             Err(e) => return Err(self.refused_after(agent, e, now, received).await),
         };
-        match self.may_issue(agent).await {
+        match self.issuers.may_issue(&self.store, agent).await {
             Ok(Ok(())) => {}
             Ok(Err(_)) => {
                 let refusal = OAuthError::InvalidClient(format!(
@@ -512,27 +501,6 @@ impl OAuth {
             scope: granted,
             issued_token_type: (req.grant_type == Some(TOKEN_EXCHANGE)).then_some(ACCESS_TOKEN_TYPE),
         })
-    }
-
-    /// Whether the agent's organization may issue under its issuer domain (under the
-    /// `verified` policy), found in the store at most once per `HELD_FOR` per instance.
-    async fn may_issue(&self, agent: &AgentRecord) -> Result<Result<(), NotCovered>, StoreError> {
-        let Some(rules) = self.issuers.rules() else {
-            return Ok(Ok(()));
-        };
-        let pair = (agent.org_id.clone(), agent.issuer_domain.clone());
-        if self.held.get(&pair).is_some_and(|at| at.elapsed() < HELD_FOR) {
-            return Ok(Ok(()));
-        }
-        let held = self
-            .store
-            .holdings_over(&rules, agent.issuer_domain.as_str())
-            .await?;
-        let decided = rules.may_issue(agent.org_id.as_str(), agent.issuer_domain.as_str(), &held);
-        if decided.is_ok() {
-            self.held.insert(pair, Instant::now());
-        }
-        Ok(decided)
     }
 
     /// Deletes the assertions that expired, at most once a second per instance (each is
