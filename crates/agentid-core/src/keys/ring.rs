@@ -328,7 +328,32 @@ pub fn thumbprint(key: &VerifyingKey) -> String {
     URL_SAFE_NO_PAD.encode(Sha256::digest(jwk.as_bytes()))
 }
 
+/// Writes `bytes` to a new file at `path`, readable by its owner alone, whole or not at all:
+/// they go to a file of their own beside it first, synced, then take the name (a hard link,
+/// which never replaces a file), and the folder is synced so that the name lasts a crash.
+/// Where the file system takes no hard link, the file is written in place.
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{:016x}.tmp", rand::random::<u64>()));
+    let tmp = dir.join(name);
+    write_new(&tmp, bytes)?;
+    let linked = std::fs::hard_link(&tmp, path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(e),
+        Err(_) => write_new(path, bytes)?,
+    }
+    #[cfg(unix)]
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).create_new(true);
     #[cfg(unix)]
@@ -348,6 +373,36 @@ mod tests {
 
     use super::*;
     use crate::token::decode;
+
+    /// Two processes starting at once on one key file: the one that does not make it reads
+    /// the other's whole, never a file half written.
+    #[test]
+    fn a_key_file_is_never_seen_half_written() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..300 {
+            let path = dir.path().join(format!("{i}/key.pem"));
+            let reader = {
+                let path = path.clone();
+                std::thread::spawn(move || loop {
+                    match std::fs::read(&path) {
+                        Ok(bytes) => return bytes,
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::hint::spin_loop(),
+                        Err(e) => panic!("{e}"),
+                    }
+                })
+            };
+            let ring = KeyRing::create(&path).unwrap();
+            let seen = reader.join().unwrap();
+            let read = SigningKey::from_pkcs8_pem(std::str::from_utf8(&seen).unwrap());
+            assert!(read.is_ok(), "run {i}: {} bytes seen", seen.len());
+            assert_eq!(KeyRing::from_signing_key(read.unwrap()).kid(), ring.kid());
+            // Nothing is left beside it.
+            assert_eq!(
+                std::fs::read_dir(dir.path().join(i.to_string())).unwrap().count(),
+                1
+            );
+        }
+    }
 
     #[test]
     fn created_key_is_private_and_reloads() {
