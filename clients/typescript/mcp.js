@@ -8,7 +8,9 @@
 //
 // A token is checked offline, as `Verifier.verify` checks it (signature, issuer, audience,
 // expiry, revocation through its status list or a pushed event). A token bound to a key
-// (DPoP) is refused: the SDK takes bearer tokens only.
+// (DPoP) is refused: the SDK takes bearer tokens only. The verifier must name its `audience`
+// (the server's resource URL): MCP servers take only tokens issued for them, and the SDK
+// checks the resource only when told to.
 import { InvalidTokenError } from "@modelcontextprotocol/sdk/server/auth/errors.js";
 import { VerificationError } from "./index.js";
 
@@ -17,6 +19,9 @@ import { VerificationError } from "./index.js";
  * receiver's own audience that it names, else its first), and in `extra` the agent, the
  * token's claims, and for a delegated token the person (`subject`) and the chain (`actors`). */
 export function mcpTokenVerifier(verifier) {
+  if (!verifier?.audience?.length) {
+    throw new TypeError("mcpTokenVerifier needs a Verifier built with audience (this server's resource URL): an MCP server takes only tokens issued for it");
+  }
   return {
     async verifyAccessToken(token) {
       let agent;

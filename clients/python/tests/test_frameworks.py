@@ -67,6 +67,10 @@ def test_fastapi_protects_routes_that_ask_and_documents_them(server):
     assert res.json()["detail"]["error"] == "TOKEN_INVALID"
     res = client.get("/orders", headers={"Authorization": f"Bearer {bound}"})
     assert res.status_code == 401 and res.headers["www-authenticate"].startswith('DPoP error="invalid_token"')
+    # Two Authorization headers, one of them valid: refused.
+    for pair in (("Bearer forged", f"Bearer {token}"), (f"Bearer {token}", "Bearer forged")):
+        res = client.get("/orders", headers=[("Authorization", value) for value in pair])
+        assert res.status_code == 401 and res.json()["error"] == "TOKEN_INVALID"
 
 
 def test_flask_protects_the_views_it_decorates(server):

@@ -83,6 +83,30 @@ def test_asgi_middleware(server):
     assert status == 200 and body.startswith(b"agt_")
 
 
+def test_two_authorization_headers_are_refused_whichever_is_valid(server):
+    """A gateway or the app may read the first, another layer the last: a request carries one."""
+    _, token = server.register()
+    sent = []
+
+    async def app(scope, receive, send):
+        raise AssertionError("the app is not reached")
+
+    async def receive():
+        return {"type": "http.request", "body": b""}
+
+    async def send(message):
+        sent.append(message)
+
+    for pair in (("Bearer forged", f"Bearer {token}"), (f"Bearer {token}", "Bearer forged")):
+        sent.clear()
+        headers = [(b"authorization", value.encode()) for value in pair]
+        asyncio.run(Asgi(app, Verifier(server.base))({"type": "http", "path": "/", "headers": headers},
+                                                      receive, send))
+        start = next(m for m in sent if m["type"] == "http.response.start")
+        body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+        assert start["status"] == 401 and refused_with(body, "TOKEN_INVALID"), body
+
+
 def test_a_broken_key_set_is_a_503_never_a_500(proxied):
     """A JWKS that is not JSON (a gateway's error page) is UNAVAILABLE: 503, not an exception."""
     server, proxy = proxied

@@ -108,6 +108,9 @@ def test_the_mcp_token_verifier_gives_the_sdk_its_access_token(server):
     other = AgentIdTokenVerifier(Verifier(server.base, audience="https://c.example/mcp"))
     assert asyncio.run(other.verify_token(token)) is None
     assert asyncio.run(verifier.verify_token("garbage")) is None
+    # A verifier that names no audience would take a token issued for any server: refused.
+    with pytest.raises(ValueError, match="audience"):
+        AgentIdTokenVerifier(Verifier(server.base, issuers=["example.com"]))
 
 
 def test_resource_metadata_is_served_and_named_in_challenges(server):

@@ -155,6 +155,8 @@ test("the MCP SDK's requireBearerAuth takes mcpTokenVerifier", async () => {
   } finally {
     srv.stop();
   }
+  // A verifier that names no audience would take a token issued for any server: refused.
+  assert.throws(() => mcpTokenVerifier(new Verifier({ baseUrl: s.base, issuers: ["example.com"] })), TypeError);
 });
 
 test("Auth0's express-oauth2-jwt-bearer validates agentid's access tokens", async () => {

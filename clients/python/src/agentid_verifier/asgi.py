@@ -69,6 +69,11 @@ def warn_without_origin(public_origin: Optional[str], where: str) -> Optional[st
     return None
 
 
+def authorizations(scope) -> List[str]:
+    """An ASGI request's ``Authorization`` values, in order."""
+    return [v.decode("latin-1") for k, v in scope.get("headers") or [] if k == b"authorization"]
+
+
 def path_of(target: str) -> str:
     """The path of a request target, also of an absolute-form one (``http://host/path``),
     without its query: a proof's URL is the receiver's origin and this path alone."""
@@ -152,6 +157,21 @@ def scheme_of(authorization: Optional[str]) -> str:
     return "DPoP" if (authorization or "")[:5].lower() == "dpop " else "Bearer"
 
 
+def one_authorization(values: Sequence[str]) -> str:
+    """The request's ``Authorization`` value ("" without one). Two are refused: a request
+    carries one (RFC 9110), and a gateway, this check and the app could each read another."""
+    if len(values) > 1:
+        raise TokenInvalid("more than one Authorization header")
+    return values[0] if values else ""
+
+
+def request_path(scope) -> str:
+    """The path of an ASGI request as it came (``raw_path``), without its query: never one
+    built from ``Host`` or an absolute-form target, which the caller chooses."""
+    raw = scope.get("raw_path")
+    return path_of(raw.decode("latin-1")) if raw else scope.get("root_path", "") + scope.get("path", "/")
+
+
 def presented(authorization: Optional[str], proofs: List[str]) -> Tuple[str, Optional[str], Optional[str]]:
     """``credentials``, or ``NoCredentials`` for a request without an Authorization header."""
     if not (authorization or "").strip():
@@ -221,9 +241,7 @@ class AgentIdMiddleware:
         ``Host``, forwarded headers or an absolute-form target, which the caller chooses)."""
         if self.public_origin is None:
             return None
-        raw = scope.get("raw_path")
-        path = path_of(raw.decode("latin-1")) if raw else scope.get("root_path", "") + scope.get("path", "/")
-        return self.public_origin + path
+        return self.public_origin + request_path(scope)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "websocket" and not excluded(scope.get("path", "/"), self.exclude):
@@ -237,7 +255,8 @@ class AgentIdMiddleware:
             return
         if scope["type"] != "http" or excluded(scope.get("path", "/"), self.exclude):
             return await self.app(scope, receive, send)
-        authorization = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
+        authorization = authorizations(scope)[:1]
+        authorization = authorization[0] if authorization else ""
         if not authorization.strip() and b"signature-input" in dict(scope.get("headers") or []):
             try:
                 found = await self._signed(scope)
@@ -258,10 +277,8 @@ class AgentIdMiddleware:
 
     async def _signed(self, scope):
         """The request's signature, checked (in a worker thread when it must fetch)."""
-        raw = scope.get("raw_path")
-        path = raw.decode("latin-1") if raw else scope.get("root_path", "") + scope.get("path", "/")
         query = scope.get("query_string") or b""
-        target = path.split("?")[0] + (f"?{query.decode('latin-1')}" if query else "")
+        target = request_path(scope) + (f"?{query.decode('latin-1')}" if query else "")
         headers: dict = {}
         for k, v in scope.get("headers") or []:
             name = k.decode("latin-1").lower()
@@ -277,7 +294,7 @@ class AgentIdMiddleware:
         """The request's verified agent (its token from the headers of ``scope``); a warm
         check runs here, one that must fetch in a worker thread."""
         headers = scope.get("headers") or []
-        authorization = dict(headers).get(b"authorization", b"").decode("latin-1")
+        authorization = one_authorization(authorizations(scope))
         proofs = [v.decode("latin-1") for k, v in headers if k == b"dpop"]
         scheme, token, proof = presented(authorization, proofs)
         url = self._url(scope) if scheme == "DPoP" else None

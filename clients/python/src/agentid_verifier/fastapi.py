@@ -31,8 +31,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPBearer, SecurityScopes
 
 from . import Agent, Cold, SignedRequest, VerificationError, Verifier, warm_only
-from .asgi import (check, check_signed, is_signed, presented, refusal, refusal_body, scheme_of,
-                   warn_without_origin)
+from .asgi import (check, check_signed, is_signed, one_authorization, presented, refusal, refusal_body,
+                   request_path, scheme_of, warn_without_origin)
 from .resource import ResourceMetadata
 
 
@@ -84,9 +84,13 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
         wanted = required + [s for s in security_scopes.scopes if s not in required]
         authorization = request.headers.get("authorization", "")
         try:
+            authorization = one_authorization(request.headers.getlist("authorization"))
             fields = {k.lower(): ", ".join(request.headers.getlist(k)) for k in request.headers.keys()}
+            # The path as it came: Starlette's `request.url` is rebuilt from `Host` in some
+            # versions, which the caller chooses.
+            path = request_path(request.scope)
             if trusted_signature_agents is not None and is_signed(authorization, fields):
-                target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                target = path + (f"?{request.url.query}" if request.url.query else "")
                 signed = (verifier, origin, wanted, delegated, request.method, target, fields,
                           list(trusted_signature_agents))
                 try:
@@ -94,7 +98,7 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
                 except Cold:
                     return await run_in_threadpool(check_signed, *signed)
             scheme, token, proof = presented(authorization, request.headers.getlist("dpop"))
-            url = origin + request.url.path if origin else None
+            url = origin + path if origin else None
             args = (verifier, scheme, token, proof, request.method, url, wanted, delegated)
             try:
                 return warm_only(check, *args)  # no thread hop when nothing is to be fetched

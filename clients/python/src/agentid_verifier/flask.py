@@ -23,7 +23,8 @@ from typing import Callable, Optional, Sequence, TypeVar
 from flask import Flask, Response, g, request
 
 from . import VerificationError, Verifier
-from .asgi import check, check_signed, is_signed, presented, refusal, scheme_of, warn_without_origin
+from .asgi import (check, check_signed, is_signed, one_authorization, presented, refusal, scheme_of,
+                   warn_without_origin)
 from .resource import ResourceMetadata
 
 _F = TypeVar("_F", bound=Callable)
@@ -56,6 +57,7 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
         def wrapper(*args, **kwargs):
             authorization = request.headers.get("Authorization", "")
             try:
+                authorization = one_authorization(request.headers.getlist("Authorization"))
                 fields = {k.lower(): v for k, v in request.headers.items()}
                 if trusted_signature_agents is not None and is_signed(authorization, fields):
                     query = request.query_string.decode("latin-1")

@@ -18,7 +18,8 @@ A token is checked offline, as ``Verifier.verify`` checks it (signature, issuer,
 expiry, revocation through its status list or a pushed event); a warm check runs on the event
 loop, one that needs the network in a worker thread. A token that does not verify is no
 ``AccessToken`` (the SDK answers 401 with its challenge); a token bound to a key (DPoP) is
-refused, since the SDK takes bearer tokens only.
+refused, since the SDK takes bearer tokens only. The verifier must name its ``audience`` (the
+server's resource URL): an MCP server takes only tokens issued for it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ class AgentIdTokenVerifier(TokenVerifier):
     """The MCP SDK's ``TokenVerifier`` on an agentid ``Verifier``."""
 
     def __init__(self, verifier: Verifier):
+        if not verifier.audience:
+            raise ValueError(
+                "AgentIdTokenVerifier needs a Verifier built with audience (this server's resource "
+                "URL): an MCP server takes only tokens issued for it"
+            )
         self.verifier = verifier
 
     async def verify_token(self, token: str) -> Optional[AccessToken]:
