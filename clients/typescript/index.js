@@ -188,7 +188,7 @@ export class Verifier {
     this.revokedSubjects = new Map();
     this.seenSets = new Set(); // the last SEEN_SETS jtis taken, oldest first
     this.dpopMaxSkew = dpopMaxSkew;
-    this.proofs = new Replays(SEEN_PROOFS); // `${jkt}.${jti}` of the proofs taken, by iat
+    this.proofs = new Replays(SEEN_PROOFS); // the proofs taken, by key thumbprint and jti
     this.onFetch = onFetch;
     if (onRefusal || onVerification) {
       // Every outcome of the three checks is told to the hooks; a hook that throws is ignored,
@@ -259,7 +259,7 @@ export class Verifier {
 
   /** Whether a signature's nonce is new (remembered until the signature expires). */
   nonceOnce(keyid, nonce, expires) {
-    return this.nonces.admit(`${keyid}\n${nonce}`, expires, Date.now() / 1000) === null;
+    return this.nonces.admit(keyid, nonce, expires, Date.now() / 1000) === null;
   }
 
   /** GETs `url` with the timeout, no redirect; its status, headers and (for a 200) body,
@@ -501,9 +501,9 @@ export class Verifier {
 
   /** Remembers a proof, or refuses it as a replay (see `Replays`). */
   admitProof(jkt, jti, iat) {
-    const refused = this.proofs.admit(`${jkt}.${jti}`, iat, Date.now() / 1000 - this.dpopMaxSkew);
-    if (refused === "floor") {
-      fail("PROOF_REPLAYED", `DPoP proof made at or before ${this.proofs.floor}, when the memory of used proofs is full`);
+    const refused = this.proofs.admit(jkt, jti, iat, Date.now() / 1000 - this.dpopMaxSkew);
+    if (typeof refused === "number") {
+      fail("PROOF_REPLAYED", `DPoP proof made at or before ${refused}, when the memory of used proofs is full`);
     }
     if (refused === "seen") fail("PROOF_REPLAYED", "DPoP proof replayed: its jti was already used with this key");
   }
@@ -706,47 +706,156 @@ function delegation(doc) {
   return { subject: { sub: id.sub, iss: id.iss, subId: { format: "iss_sub", iss: id.iss, sub: id.sub } }, actors };
 }
 
-/** What was taken once (a DPoP proof, a signature's nonce), by id, each kept while the time
- * it is filed under (`at`: a proof's `iat`, a signature's `expires`) could still pass. Past
- * `capacity` the earliest filed are forgotten (by `at`, not the first taken: one dated ahead
- * must not raise the floor for everyone), and everything filed at or before the latest
- * forgotten is refused, so that no replay passes however full. */
+/** Whether array `x` sorts before `y`, item by item. */
+const before = (x, y) => {
+  for (let i = 0; i < x.length; i++) {
+    if (x[i] < y[i]) return true;
+    if (x[i] > y[i]) return false;
+  }
+  return false;
+};
+
+/** A binary heap of arrays, the least (by `before`) on top. */
+class Heap {
+  constructor(items = []) {
+    this.items = items;
+    for (let i = (items.length >> 1) - 1; i >= 0; i--) this.down(i);
+  }
+
+  get size() {
+    return this.items.length;
+  }
+
+  peek() {
+    return this.items[0];
+  }
+
+  push(x) {
+    const a = this.items;
+    a.push(x);
+    for (let i = a.length - 1; i > 0; ) {
+      const up = (i - 1) >> 1;
+      if (!before(a[i], a[up])) break;
+      [a[i], a[up]] = [a[up], a[i]];
+      i = up;
+    }
+  }
+
+  pop() {
+    const a = this.items;
+    const top = a[0];
+    const last = a.pop();
+    if (a.length) {
+      a[0] = last;
+      this.down(0);
+    }
+    return top;
+  }
+
+  down(i) {
+    const a = this.items;
+    for (;;) {
+      const l = 2 * i + 1;
+      let m = i;
+      if (l < a.length && before(a[l], a[m])) m = l;
+      if (l + 1 < a.length && before(a[l + 1], a[m])) m = l + 1;
+      if (m === i) return;
+      [a[i], a[m]] = [a[m], a[i]];
+      i = m;
+    }
+  }
+}
+
+/** What was taken once (a DPoP proof, a signature's nonce), by key and id, each kept while
+ * the time it is filed under (`at`: a proof's `iat`, a signature's `expires`) could still pass.
+ * Past `capacity` the key holding the most forgets its earliest filed (by `at`, not the first
+ * taken), and everything of that key filed at or before the latest it forgot is refused, so
+ * that no replay passes however full, and a key that fills the memory (with proofs dated ahead,
+ * say) raises no other key's floor. Only when every key holds one is the earliest of all
+ * forgotten, under a floor for every key. Heaps are cleaned as they are read. */
 class Replays {
   constructor(capacity) {
     this.capacity = capacity;
-    this.seen = new Set();
-    this.byAt = new Map(); // at -> the ids filed then
+    this.keys = new Map(); // key -> { ids: Map(id -> at), heap: Heap([at, id]), floor }
+    this.byAt = new Heap(); // [at, key, id] of everything taken
+    this.byCount = new Map(); // how many a key holds -> the keys holding so many
+    this.most = 0;
+    this.held = 0;
     this.floor = -Infinity;
-    this.prunedAt = -Infinity;
   }
 
-  /** Takes `id` filed under `at`, forgetting what was filed before `oldestValid`: null, or
-   * why it is refused ("floor": the memory was full; "seen": taken before). */
-  admit(id, at, oldestValid) {
-    // What can no longer pass is forgotten at most once a second: the scan is over every time
-    // filed under, and what lingers a second refuses only what its time check refuses anyway.
-    if (oldestValid - this.prunedAt >= 1) {
-      this.prunedAt = oldestValid;
-      for (const [when, ids] of this.byAt) {
-        if (when >= oldestValid) continue;
-        for (const old of ids) this.seen.delete(old);
-        this.byAt.delete(when);
-      }
+  /** Takes `id` of `key` filed under `at`, forgetting what was filed before `oldestValid`:
+   * null, "seen" (taken before), or the floor it is at or under (the memory was full). */
+  admit(key, id, at, oldestValid) {
+    while (this.byAt.size && this.byAt.peek()[0] < oldestValid) {
+      const [when, k, i] = this.byAt.pop();
+      this.forget(k, i, when);
     }
-    if (at <= this.floor) return "floor";
-    if (this.seen.has(id)) return "seen";
-    this.seen.add(id);
-    if (!this.byAt.has(at)) this.byAt.set(at, []);
-    this.byAt.get(at).push(id);
-    while (this.seen.size > this.capacity) {
-      let earliest = Infinity;
-      for (const when of this.byAt.keys()) earliest = Math.min(earliest, when);
-      const ids = this.byAt.get(earliest);
-      this.seen.delete(ids.shift());
-      if (!ids.length) this.byAt.delete(earliest);
-      this.floor = Math.max(this.floor, earliest);
+    let held = this.keys.get(key);
+    const floor = Math.max(this.floor, held ? held.floor : -Infinity);
+    if (at <= floor) return floor;
+    if (held?.ids.has(id)) return "seen";
+    if (!held) {
+      held = { ids: new Map(), heap: new Heap(), floor: -Infinity };
+      this.keys.set(key, held);
+    }
+    held.ids.set(id, at);
+    held.heap.push([at, id]);
+    this.byAt.push([at, key, id]);
+    this.held++;
+    this.count(key, held.ids.size - 1, held.ids.size);
+    while (this.held > this.capacity) this.forgetOne();
+    if (this.byAt.size > 2 * this.held + 64) {
+      this.byAt = new Heap([...this.keys].flatMap(([k, h]) => [...h.ids].map(([i, when]) => [when, k, i])));
     }
     return null;
+  }
+
+  /** Forgets `id` of `key` filed under `at` if it is held (a heap may hold one forgotten). */
+  forget(key, id, at) {
+    const held = this.keys.get(key);
+    if (!held || held.ids.get(id) !== at) return false;
+    held.ids.delete(id);
+    this.held--;
+    this.count(key, held.ids.size + 1, held.ids.size);
+    if (!held.ids.size) this.keys.delete(key);
+    else if (held.heap.size > 2 * held.ids.size + 16) held.heap = new Heap([...held.ids].map(([i, when]) => [when, i]));
+    return true;
+  }
+
+  /** The earliest of the key holding the most, or of all when every key holds one. */
+  forgetOne() {
+    if (this.most > 1) {
+      const key = this.byCount.get(this.most).values().next().value;
+      const held = this.keys.get(key);
+      let at, id;
+      do [at, id] = held.heap.pop();
+      while (held.ids.get(id) !== at);
+      held.floor = Math.max(held.floor, at);
+      this.forget(key, id, at);
+      return;
+    }
+    for (;;) {
+      const [at, key, id] = this.byAt.pop();
+      if (this.forget(key, id, at)) {
+        this.floor = Math.max(this.floor, at);
+        return;
+      }
+    }
+  }
+
+  count(key, was, now) {
+    if (was) {
+      const keys = this.byCount.get(was);
+      keys.delete(key);
+      if (!keys.size) this.byCount.delete(was);
+    }
+    if (now) {
+      if (!this.byCount.has(now)) this.byCount.set(now, new Set());
+      this.byCount.get(now).add(key);
+    }
+    this.most = Math.max(this.most, now);
+    while (this.most && !this.byCount.has(this.most)) this.most--;
   }
 }
 

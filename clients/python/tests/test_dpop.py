@@ -338,6 +338,32 @@ def test_a_proof_dated_ahead_does_not_lock_out_honest_ones():
     assert r.admit("k", "ahead", now + 60, now - 60) is not None
 
 
+def test_a_key_that_fills_the_memory_raises_no_other_keys_floor():
+    """Attack: a key holder fills the memory with proofs dated up to a minute ahead. Its own
+    earliest are forgotten, under its own floor: other keys' proofs made now, several in one
+    second, still pass."""
+    from agentid_verifier.dpop import Replays
+
+    now = 1_800_000_000
+    r = Replays(100)
+    for i in range(200):
+        assert r.admit("greedy", f"g{i}", now + 41 + i // 10, now - 60) is None
+    for i in range(5):
+        assert r.admit("honest", f"h{i}", now, now - 60) is None
+        assert r.admit("other", f"o{i}", now, now - 60) is None
+    assert r.admit("greedy", "g0", now + 41, now - 60) is not None
+    assert r.admit("honest", "h4", now, now - 60) is not None
+    # When every key holds one, the earliest of all goes, and a floor for all with it.
+    r = Replays(2)
+    for key, iat in (("a", now), ("b", now + 2), ("c", now + 1)):
+        assert r.admit(key, "j", iat, now - 60) is None
+    assert r.admit("d", "j", now, now - 60) is not None
+    assert r.admit("d", "j", now + 1, now - 60) is None
+    # What expires takes its key with it.
+    assert r.admit("e", "j", now + 100, now + 50) is None
+    assert len(r._keys) == 1 and r._held == 1
+
+
 def test_the_refusal_hook_hears_no_raw_controls(server):
     """Attack: a proof whose jwk's kty carries a newline, an escape sequence, a C1 control and
     a right-to-left override, which the refusal's reason names: the hook hears them escaped."""

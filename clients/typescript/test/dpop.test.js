@@ -195,6 +195,30 @@ test("a proof dated ahead does not lock out honest ones", () => {
   assert.throws(() => v.admitProof("k", "ahead", now + 60), (e) => e.code === "PROOF_REPLAYED");
 });
 
+test("a key that fills the memory raises no other key's floor", () => {
+  // Attack: a key holder fills the memory with proofs dated up to a minute ahead. Its own
+  // earliest are forgotten, under its own floor: other keys' proofs made now, several in one
+  // second, still pass.
+  const v = new Verifier({ baseUrl: s.base });
+  v.proofs.capacity = 100;
+  const now = Math.floor(Date.now() / 1000);
+  for (let i = 0; i < 200; i++) v.admitProof("greedy", `g${i}`, now + 41 + Math.floor(i / 10));
+  for (let i = 0; i < 5; i++) {
+    assert.doesNotThrow(() => v.admitProof("honest", `h${i}`, now));
+    assert.doesNotThrow(() => v.admitProof("other", `o${i}`, now));
+  }
+  assert.equal(v.proofs.held, 100);
+  assert.throws(() => v.admitProof("greedy", "g0", now + 41), (e) => e.code === "PROOF_REPLAYED");
+  assert.throws(() => v.admitProof("honest", "h4", now), (e) => e.code === "PROOF_REPLAYED");
+  // When every key holds one, the earliest of all goes, and a floor for all with it.
+  const w = new Verifier({ baseUrl: s.base });
+  w.proofs.capacity = 2;
+  for (const [key, iat] of [["a", now], ["b", now + 2], ["c", now + 1]]) w.admitProof(key, "j", iat);
+  assert.throws(() => w.admitProof("d", "j", now), (e) => e.code === "PROOF_REPLAYED" && /memory/.test(e.message));
+  assert.doesNotThrow(() => w.admitProof("d", "j", now + 1));
+  assert.equal(w.proofs.keys.size, 2);
+});
+
 test("the refusal hook hears no raw controls", async () => {
   // Attack: a proof whose jwk's kty carries a newline, an escape sequence, a C1 control and a
   // right-to-left override, which the refusal's reason names.

@@ -12,7 +12,7 @@ import heapq
 import json
 import threading
 from collections import OrderedDict
-from typing import List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm
 from jwt.exceptions import PyJWTError
@@ -168,17 +168,37 @@ def check_proof(proof: str, method: str, url: str, token: str, now: float, max_s
     return jkt, jti, iat
 
 
+class _Key:
+    """One key's proofs taken (``jti`` to ``iat``), a heap of them earliest first (cleaned as
+    it is read), and the key's floor."""
+
+    __slots__ = ("jtis", "heap", "floor")
+
+    def __init__(self) -> None:
+        self.jtis: Dict[str, int] = {}
+        self.heap: List[Tuple[int, str]] = []
+        self.floor: Optional[int] = None
+
+
+def _higher(floor: Optional[int], at: int) -> int:
+    return at if floor is None else max(floor, at)
+
+
 class Replays:
     """The proofs taken lately, by key and ``jti``, each while its ``iat`` could still pass:
-    at most ``capacity``. Past that the earliest made (by ``iat``, not the first taken: a
-    proof dated ahead must not raise the floor for everyone) are forgotten, and every proof
-    made at or before the latest ``iat`` forgotten is refused, so that no replay passes
-    however full."""
+    at most ``capacity``. Past that the key holding the most forgets its earliest made (by
+    ``iat``, not the first taken), and every proof of that key made at or before the latest
+    ``iat`` it forgot is refused, so that no replay passes however full, and a key that fills
+    the memory (with proofs dated ahead, say) raises no other key's floor. Only when every key
+    holds one proof is the earliest made of all forgotten, under a floor for every key."""
 
     def __init__(self, capacity: int):
         self.capacity = max(1, capacity)
-        self._seen: Set[Tuple[str, str]] = set()
-        self._by_iat: List[Tuple[int, str, str]] = []  # a heap: the earliest made first
+        self._keys: Dict[str, _Key] = {}
+        self._by_iat: List[Tuple[int, str, str]] = []  # a heap of every proof, cleaned as read
+        self._by_count: Dict[int, Set[str]] = {}  # the keys by how many proofs they hold
+        self._most = 0
+        self._held = 0
         self._floor: Optional[int] = None
         self._lock = threading.Lock()
 
@@ -186,16 +206,68 @@ class Replays:
         """Remembers the proof; why it is refused as a replay, or ``None``."""
         with self._lock:
             while self._by_iat and self._by_iat[0][0] < oldest_valid:
-                _, k, j = heapq.heappop(self._by_iat)
-                self._seen.discard((k, j))
-            if self._floor is not None and iat <= self._floor:
-                return f"made at or before {self._floor}, when the memory of used proofs is full"
-            if (jkt, jti) in self._seen:
+                at, k, j = heapq.heappop(self._by_iat)
+                self._forget(k, j, at)
+            key = self._keys.get(jkt)
+            floor = self._floor if key is None or key.floor is None else _higher(self._floor, key.floor)
+            if floor is not None and iat <= floor:
+                return f"made at or before {floor}, when the memory of used proofs is full"
+            if key is not None and jti in key.jtis:
                 return "its jti was already used with this key"
-            self._seen.add((jkt, jti))
+            if key is None:
+                key = self._keys[jkt] = _Key()
+            key.jtis[jti] = iat
+            heapq.heappush(key.heap, (iat, jti))
             heapq.heappush(self._by_iat, (iat, jkt, jti))
-            while len(self._seen) > self.capacity:
-                forgotten, k, j = heapq.heappop(self._by_iat)
-                self._seen.discard((k, j))
-                self._floor = forgotten if self._floor is None else max(self._floor, forgotten)
+            self._held += 1
+            self._count(jkt, len(key.jtis) - 1, len(key.jtis))
+            while self._held > self.capacity:
+                self._forget_one()
+            if len(self._by_iat) > 2 * self._held + 64:
+                self._by_iat = [(at, k, j) for k, held in self._keys.items() for j, at in held.jtis.items()]
+                heapq.heapify(self._by_iat)
             return None
+
+    def _forget(self, jkt: str, jti: str, iat: int) -> bool:
+        """Forgets the proof if it is held (a heap's entry may be one already forgotten)."""
+        key = self._keys.get(jkt)
+        if key is None or key.jtis.get(jti) != iat:
+            return False
+        del key.jtis[jti]
+        self._held -= 1
+        self._count(jkt, len(key.jtis) + 1, len(key.jtis))
+        if not key.jtis:
+            del self._keys[jkt]
+        elif len(key.heap) > 2 * len(key.jtis) + 16:
+            key.heap = [(at, j) for j, at in key.jtis.items()]
+            heapq.heapify(key.heap)
+        return True
+
+    def _forget_one(self) -> None:
+        """The earliest of the key holding the most, or of all when every key holds one."""
+        if self._most > 1:
+            jkt = next(iter(self._by_count[self._most]))
+            key = self._keys[jkt]
+            while True:
+                at, j = heapq.heappop(key.heap)
+                if key.jtis.get(j) == at:
+                    break
+            key.floor = _higher(key.floor, at)
+            self._forget(jkt, j, at)
+        else:
+            while True:
+                at, k, j = heapq.heappop(self._by_iat)
+                if self._forget(k, j, at):
+                    break
+            self._floor = _higher(self._floor, at)
+
+    def _count(self, jkt: str, before: int, after: int) -> None:
+        if before:
+            self._by_count[before].discard(jkt)
+            if not self._by_count[before]:
+                del self._by_count[before]
+        if after:
+            self._by_count.setdefault(after, set()).add(jkt)
+        self._most = max(self._most, after)
+        while self._most and self._most not in self._by_count:
+            self._most -= 1
