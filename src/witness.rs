@@ -24,7 +24,7 @@ pub(crate) const UNCOVERED_FILE: &str = "uncovered";
 /// overlapped the next could save its older checkpoint over the newer one).
 pub(crate) const LOCK_FILE: &str = "lock";
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct Witness {
     /// The service's base URL.
     pub(crate) url: String,
@@ -35,6 +35,18 @@ pub(crate) struct Witness {
     pub(crate) log_key: Option<String>,
     /// Records that no checkpoint has covered for longer are an alarm.
     pub(crate) stale_after: Duration,
+}
+
+impl std::fmt::Debug for Witness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Witness")
+            .field("url", &self.url)
+            .field("key", &"…")
+            .field("state", &self.state)
+            .field("log_key", &self.log_key)
+            .field("stale_after", &self.stale_after)
+            .finish()
+    }
 }
 
 /// Why a run failed: the log broke its promise, or the check could not be made.
@@ -289,6 +301,23 @@ mod notes_tests {
     use agentid_core::tlog::note::{Checkpoint, LogKey};
 
     use super::notes_in;
+
+    /// The witness's API key never shows in `Debug`.
+    #[test]
+    fn debug_shows_no_key() {
+        let witness = super::Witness {
+            url: "https://id.example".into(),
+            key: "sk_live_S3CRET".into(),
+            state: "state".into(),
+            log_key: None,
+            stale_after: std::time::Duration::from_secs(60),
+        };
+        let shown = format!("{witness:?}");
+        assert!(
+            !shown.contains("S3CRET") && shown.contains("id.example"),
+            "{shown}"
+        );
+    }
 
     /// A file of several signed notes, with or without blank lines between them, gives each.
     #[test]

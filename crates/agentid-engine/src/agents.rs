@@ -24,10 +24,19 @@ use crate::status::StatusLists;
 use crate::EngineError;
 
 /// A freshly registered agent and its first token.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Registration {
     pub agent: AgentRecord,
     pub token: String,
+}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registration")
+            .field("agent", &self.agent)
+            .field("token", &"…")
+            .finish()
+    }
 }
 
 /// How a client secret begins (`cs_`, then 256 random bits in base64url).
@@ -48,11 +57,21 @@ pub enum Binding<'a> {
 }
 
 /// A newly issued token.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct IssuedToken {
     pub agent_id: AgentId,
     pub token: String,
     pub expires_at: Millis,
+}
+
+impl std::fmt::Debug for IssuedToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IssuedToken")
+            .field("agent_id", &self.agent_id)
+            .field("token", &"…")
+            .field("expires_at", &self.expires_at)
+            .finish()
+    }
 }
 
 pub struct Agents {

@@ -16,11 +16,21 @@ pub const MAX_REMEMBERED_PROOFS: usize = 500_000;
 
 /// A proof as the receiver passed it on: the `DPoP` header's value, and the method and URL of
 /// the request it came with.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Presented<'a> {
     pub proof: &'a str,
     pub htm: &'a str,
     pub htu: &'a str,
+}
+
+impl std::fmt::Debug for Presented<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Presented")
+            .field("proof", &"…")
+            .field("htm", &self.htm)
+            .field("htu", &self.htu)
+            .finish()
+    }
 }
 
 /// Why a proof did not do.

@@ -81,7 +81,7 @@ pub struct Client {
 }
 
 /// An access token handed out.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct AccessToken {
     pub token: String,
     /// `DPoP` when bound to the proof's key, else `Bearer`.
@@ -90,6 +90,18 @@ pub struct AccessToken {
     pub scope: String,
     /// Token exchange answers it (RFC 8693 §2.2.1).
     pub issued_token_type: Option<&'static str>,
+}
+
+impl std::fmt::Debug for AccessToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AccessToken")
+            .field("token", &"…")
+            .field("token_type", &self.token_type)
+            .field("expires_in", &self.expires_in)
+            .field("scope", &self.scope)
+            .field("issued_token_type", &self.issued_token_type)
+            .finish()
+    }
 }
 
 pub struct OAuth {
@@ -752,6 +764,48 @@ fn delegated_scope(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Secrets a request or an answer carries never show in `Debug` (a `?value` in a log).
+    #[test]
+    fn debug_shows_no_secret() {
+        let secret = "S3CRET-VALUE";
+        let request = TokenRequest {
+            client_id: Some("agt_x"),
+            client_secret: Some(secret),
+            client_assertion: Some(secret),
+            dpop: Some(secret),
+            subject_token: Some(secret),
+            actor_token: Some(secret),
+            assertion: Some(secret),
+            ..TokenRequest::default()
+        };
+        let answer = AccessToken {
+            token: secret.into(),
+            token_type: "Bearer",
+            expires_in: 60,
+            scope: "read:docs".into(),
+            issued_token_type: None,
+        };
+        let issued = crate::agents::IssuedToken {
+            agent_id: AgentId::parse("agt_01m8nbw6g1k0m5bpbc9rpng1rf").unwrap(),
+            token: secret.into(),
+            expires_at: Millis(0),
+        };
+        let presented = crate::dpop::Presented {
+            proof: secret,
+            htm: "GET",
+            htu: "https://a.example/",
+        };
+        for shown in [
+            format!("{request:?}"),
+            format!("{answer:?}"),
+            format!("{issued:?}"),
+            format!("{presented:?}"),
+        ] {
+            assert!(!shown.contains(secret), "{shown}");
+            assert!(shown.contains('…'), "{shown}");
+        }
+    }
 
     #[test]
     fn a_delegated_scope_is_the_intersection_of_every_link() {

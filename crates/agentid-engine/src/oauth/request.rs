@@ -103,7 +103,7 @@ impl From<AuditError> for OAuthError {
 }
 
 /// A token request (`POST /oauth/token`) as its form said it; every value unchecked.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct TokenRequest<'a> {
     pub grant_type: Option<&'a str>,
     pub client_id: Option<&'a str>,
@@ -124,4 +124,30 @@ pub struct TokenRequest<'a> {
     pub requested_token_type: Option<&'a str>,
     /// A JWT authorization grant (RFC 7523 §2.1): an ID-JAG.
     pub assertion: Option<&'a str>,
+}
+
+/// What a secret shows in `Debug`: whether there is one, never what it is.
+pub(crate) fn hidden(secret: Option<&str>) -> Option<&'static str> {
+    secret.map(|_| "…")
+}
+
+impl std::fmt::Debug for TokenRequest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenRequest")
+            .field("grant_type", &self.grant_type)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &hidden(self.client_secret))
+            .field("basic", &self.basic)
+            .field("client_assertion_type", &self.client_assertion_type)
+            .field("client_assertion", &hidden(self.client_assertion))
+            .field("scope", &self.scope)
+            .field("resources", &self.resources)
+            .field("dpop", &hidden(self.dpop))
+            .field("subject_token", &hidden(self.subject_token))
+            .field("subject_token_type", &self.subject_token_type)
+            .field("actor_token", &hidden(self.actor_token))
+            .field("requested_token_type", &self.requested_token_type)
+            .field("assertion", &hidden(self.assertion))
+            .finish()
+    }
 }
