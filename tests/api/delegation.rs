@@ -1127,6 +1127,18 @@ async fn a_removed_provider_cannot_be_put_back_in_the_database() {
             "{sql}: {err}"
         );
     }
+    if app.db.is_postgres() {
+        // A temporary table under the removals' name (any role may make one) hides nothing.
+        let err = app
+            .raw_session(&[
+                "CREATE TEMP TABLE identity_provider_removals (id TEXT, org_id TEXT, removed_at BIGINT)",
+                "INSERT INTO identity_providers SELECT * FROM kept_provider",
+            ])
+            .await
+            .expect_err("a temporary table stood in for the removals")
+            .to_string();
+        assert!(err.contains("a removed identity provider stays removed"), "{err}");
+    }
     let why = refused(
         &app.exchange(&a, &idp.id_token(&a.id), ID_TOKEN, RESOURCE, &[])
             .await,

@@ -486,6 +486,25 @@ impl TestApp {
     }
 
     /// A direct connection to the test database, for what the API cannot do.
+    /// `sqls` in order on one connection (one session: a temporary table one of them makes is
+    /// what the next ones see); the first error.
+    pub async fn raw_session(&self, sqls: &[&str]) -> Result<(), sqlx::Error> {
+        use sqlx::Connection as _;
+        if self.db.is_postgres() {
+            let mut c = sqlx::PgConnection::connect(&self.db.url).await?;
+            for sql in sqls {
+                sqlx::query(sql).execute(&mut c).await?;
+            }
+            c.close().await
+        } else {
+            let mut c = sqlx::SqliteConnection::connect(&self.db.url).await?;
+            for sql in sqls {
+                sqlx::query(sql).execute(&mut c).await?;
+            }
+            c.close().await
+        }
+    }
+
     pub async fn raw_execute(&self, sql: &str) -> Result<u64, sqlx::Error> {
         if self.db.is_postgres() {
             let pool = sqlx::PgPool::connect(&self.db.url).await?;
@@ -514,17 +533,10 @@ impl Drop for TestApp {
 /// tasks run there), with `extra` arguments.
 pub async fn witness(app: &TestApp, state: &std::path::Path, extra: &[&str]) -> std::process::Output {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_agentid"));
-    cmd.args([
-        "audit",
-        "witness",
-        "--url",
-        &app.base,
-        "--key",
-        app.secret(),
-        "--state",
-    ])
-    .arg(state)
-    .args(extra);
+    cmd.args(["audit", "witness", "--url", &app.base, "--state"])
+        .arg(state)
+        .args(extra)
+        .env("AGENTID_WITNESS_KEY", app.secret());
     tokio::task::spawn_blocking(move || cmd.output().unwrap())
         .await
         .unwrap()

@@ -142,6 +142,14 @@ async fn retirement_and_revocation_cannot_be_undone_in_the_database() {
         format!("UPDATE agents SET id = id || 'x' WHERE id = '{other}'"),
         "DELETE FROM revocation_epoch".to_owned(),
         "UPDATE revocation_epoch SET epoch = 0".to_owned(),
+        // Every later revocation would fail past the largest epoch.
+        "UPDATE revocation_epoch SET epoch = 9223372036854775807".to_owned(),
+        // Set back under what instances have read, a revocation would go unseen by them.
+        format!("UPDATE agents SET revoked_epoch = 0 WHERE id = '{other}'"),
+        format!("UPDATE agents SET revoked_epoch = NULL WHERE id = '{other}'"),
+        format!("UPDATE agents SET revoked_epoch = 1 WHERE id = '{agent}'"),
+        // Under another name, a name's move would owe the agent no revocation.
+        format!("UPDATE agents SET issuer_domain = 'x.invalid' WHERE id = '{agent}'"),
     ] {
         let err = app.raw_execute(&sql).await.expect_err(&sql).to_string();
         assert!(
@@ -155,7 +163,49 @@ async fn retirement_and_revocation_cannot_be_undone_in_the_database() {
     let app = app.restart().await;
     assert_eq!(app.verify(&token).await["error"], "TOKEN_INVALID");
     assert_eq!(app.verify(&other_token).await["error"], "TOKEN_REVOKED");
-    let _ = agent;
+    // The epoch still moves, one revocation at a time.
+    assert_eq!(app.revoke(&agent, None).await.status, 200);
+}
+
+/// A key disabled "for good" stays disabled: its row's `disabled_at` never goes back.
+#[actix_web::test]
+async fn a_disabled_key_cannot_be_enabled_in_the_database() {
+    let app = spawn_app().await;
+    let key = app.org.keys.publishable_test.clone();
+    assert_eq!(app.get("/v1/verify/x", Some(&key)).await.status, 200);
+    let disable = "UPDATE api_keys SET disabled_at = 1 WHERE kind = 'publishable' AND mode = 'test'";
+    assert_eq!(app.raw_execute(disable).await.unwrap(), 1);
+    for sql in [
+        "UPDATE api_keys SET disabled_at = NULL WHERE kind = 'publishable' AND mode = 'test'",
+        "UPDATE api_keys SET disabled_at = 2 WHERE kind = 'publishable' AND mode = 'test'",
+    ] {
+        let err = app.raw_execute(sql).await.expect_err(sql).to_string();
+        assert!(err.contains("stays disabled"), "{sql}: {err}");
+    }
+}
+
+/// Every trigger function finds its tables in its own schema: a temporary table of the same
+/// name, which any role may make, never stands in for a real one.
+#[actix_web::test]
+async fn trigger_functions_see_no_temporary_tables() {
+    let app = spawn_app().await;
+    if !app.db.is_postgres() {
+        return; // SQLite's triggers read their own schema's tables
+    }
+    let pool = sqlx::PgPool::connect(&app.db.url).await.unwrap();
+    let open: Vec<(String,)> = sqlx::query_as(
+        "SELECT p.proname::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+         WHERE n.nspname = current_schema() AND p.prorettype = 'trigger'::regtype \
+         AND NOT COALESCE(array_to_string(p.proconfig, ',') LIKE 'search_path=pg_catalog, %pg_temp', false)",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    assert!(
+        open.is_empty(),
+        "trigger functions without a fixed search_path: {open:?}"
+    );
 }
 
 /// The process's `agentid_integrity_failures_total{what}` (tests share the process).

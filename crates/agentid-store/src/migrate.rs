@@ -146,6 +146,11 @@ pub const SQLITE: Embedded = &[
         "identity provider removals",
         include_str!("../../../migrations/sqlite/0028_identity_provider_removals.sql"),
     ),
+    (
+        29,
+        "triggers hold against the service role",
+        include_str!("../../../migrations/sqlite/0029_triggers_hold_against_the_service_role.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -287,6 +292,11 @@ pub const POSTGRES: Embedded = &[
         28,
         "identity provider removals",
         include_str!("../../../migrations/postgres/0028_identity_provider_removals.sql"),
+    ),
+    (
+        29,
+        "triggers hold against the service role",
+        include_str!("../../../migrations/postgres/0029_triggers_hold_against_the_service_role.sql"),
     ),
 ];
 
