@@ -49,9 +49,10 @@ pub(crate) enum AuditCommand {
         /// The service's base URL.
         #[arg(long)]
         url: String,
-        /// A secret key of your organization (its mode picks the ledger).
-        #[arg(long, env = "AGENTID_WITNESS_KEY", hide_env_values = true)]
-        key: String,
+        /// Not taken: a key given here would be in every process listing. A secret key of
+        /// your organization (its mode picks the ledger) comes in AGENTID_WITNESS_KEY.
+        #[arg(long, hide = true)]
+        key: Option<String>,
         /// Folder that keeps the last checkpoint and the pinned log key (one per ledger).
         #[arg(long)]
         state: PathBuf,
@@ -76,6 +77,9 @@ pub(crate) struct StalenessArgs {
 }
 
 /// Runs `agentid audit …`.
+/// Where `audit witness` reads its API key.
+const WITNESS_KEY: &str = "AGENTID_WITNESS_KEY";
+
 pub(super) async fn run(cmd: AuditCommand) -> CliResult {
     match cmd {
         AuditCommand::Verify {
@@ -103,6 +107,15 @@ pub(super) async fn run(cmd: AuditCommand) -> CliResult {
             log_key,
             staleness,
         } => {
+            if key.is_some() {
+                return Err(
+                    "the key is read from AGENTID_WITNESS_KEY, not from the command line \
+                     (where process listings and shell history would keep it)"
+                        .into(),
+                );
+            }
+            let key = std::env::var(WITNESS_KEY)
+                .map_err(|_| format!("{WITNESS_KEY} must hold a secret key of your organization"))?;
             witness(crate::witness::Witness {
                 url,
                 key,

@@ -62,11 +62,14 @@ pub(crate) struct ServeArgs {
     /// accepting, finishes what is in flight and exits.
     #[arg(long, env = "AGENTID_SHUTDOWN_DRAIN_SECONDS", default_value_t = Config::new(config::DEFAULT_DATABASE_URL).shutdown_drain.as_secs())]
     pub(crate) shutdown_drain_seconds: u64,
-    /// Most audit records written in one transaction.
-    #[arg(long, env = "AGENTID_AUDIT_BATCH_MAX", default_value_t = WriterConfig::default().max_batch)]
-    pub(crate) audit_batch_max: usize,
-    /// How long a partly filled audit batch waits for more records, in milliseconds.
-    #[arg(long, env = "AGENTID_AUDIT_LINGER_MS", default_value_t = WriterConfig::default().linger.as_millis() as u64)]
+    /// Most audit records written in one transaction (1 to 65536).
+    #[arg(long, env = "AGENTID_AUDIT_BATCH_MAX", default_value_t = WriterConfig::default().max_batch as u64,
+          value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    pub(crate) audit_batch_max: u64,
+    /// How long a partly filled audit batch waits for more records, in milliseconds (at most
+    /// 1000: every verification waits as long).
+    #[arg(long, env = "AGENTID_AUDIT_LINGER_MS", default_value_t = WriterConfig::default().linger.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(0..=1000))]
     pub(crate) audit_linger_ms: u64,
     /// Database connections.
     #[arg(long, env = "AGENTID_DB_MAX_CONNECTIONS", default_value_t = StoreOptions::default().max_connections)]
@@ -250,7 +253,7 @@ pub(super) async fn serve(args: ServeArgs) -> CliResult {
         outbound_ports: ports,
         engine: EngineConfig {
             writer: WriterConfig {
-                max_batch: args.audit_batch_max.max(1),
+                max_batch: args.audit_batch_max as usize,
                 linger: Duration::from_millis(args.audit_linger_ms),
                 // A batch may wait out an outage: the flush outlasts that wait.
                 flush_timeout: WriterConfig::default()

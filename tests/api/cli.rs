@@ -799,3 +799,45 @@ fn help_never_shows_the_database_password() {
         assert!(!text.contains("s3cret-pw"), "{command:?}: {text}");
     }
 }
+
+/// Settings a caller could make the writer allocate or wait without bound are refused at
+/// once; the witness takes its key from the environment only.
+#[test]
+fn out_of_range_settings_and_a_key_on_the_command_line_are_refused() {
+    for (name, value) in [
+        ("--audit-batch-max", "0"),
+        ("--audit-batch-max", "18446744073709551615"),
+        ("--audit-linger-ms", "1001"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_agentid"))
+            .args(["serve", name, value])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{name} {value}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(name),
+            "{name} {value}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_agentid"))
+        .args([
+            "audit",
+            "witness",
+            "--url",
+            "http://127.0.0.1:9",
+            "--key",
+            "sk_live_S3CRET",
+            "--state",
+        ])
+        .arg(dir.path())
+        .env_remove("AGENTID_WITNESS_KEY")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("AGENTID_WITNESS_KEY"),
+        "{err}"
+    );
+    assert!(!err.contains("S3CRET"), "{err}");
+}

@@ -729,16 +729,9 @@ async fn the_witness_refuses_a_log_key_other_than_the_pinned_one() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("does not verify"), "{err}");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentid"))
-        .args([
-            "audit",
-            "witness",
-            "--url",
-            "http://127.0.0.1:9",
-            "--key",
-            "sk_live_x",
-            "--state",
-        ])
+        .args(["audit", "witness", "--url", "http://127.0.0.1:9", "--state"])
         .arg(state.path())
+        .env("AGENTID_WITNESS_KEY", "sk_live_x")
         .output()
         .unwrap();
     assert_eq!(
@@ -787,8 +780,9 @@ async fn the_witness_follows_no_redirect() {
     let state = tempfile::tempdir().unwrap();
     let url = format!("http://127.0.0.1:{}", redirecting.port);
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_agentid"));
-    cmd.args(["audit", "witness", "--url", &url, "--key", "sk_live_x", "--state"])
-        .arg(state.path());
+    cmd.args(["audit", "witness", "--url", &url, "--state"])
+        .arg(state.path())
+        .env("AGENTID_WITNESS_KEY", "sk_live_x");
     let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
         .await
         .unwrap();
