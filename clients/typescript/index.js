@@ -27,6 +27,9 @@ const SEEN_SETS = 10_000;
 /** The longest DPoP proof read, and how many proofs are remembered to refuse a replay. */
 const MAX_PROOF_BYTES = 4096;
 const SEEN_PROOFS = 100_000;
+/** How many signature directories are held (past that, the one held longest goes): a
+ * verifier without `issuers` takes any issuer's, which a caller names. */
+const MAX_DIRECTORIES = 1_000;
 /** The DPoP proof algorithms, with the key type and curve each needs. */
 const PROOF_ALGS = { EdDSA: ["OKP", "Ed25519"], Ed25519: ["OKP", "Ed25519"], ES256: ["EC", "P-256"] };
 /** The encodings of Ed25519 points of small order, the sign bit aside (libsodium's list): a
@@ -178,6 +181,9 @@ export class Verifier {
     this.revoked = new Set();
     /** Directory documents -> their keys (read once per body). */
     this.directories = new WeakMap();
+    /** The directory URLs held, the one held longest first. */
+    this.directoryUrls = new Set();
+    this.maxDirectories = MAX_DIRECTORIES;
     /** Directory URL -> how many times a pushed revocation dropped it: a document asked for
      * before the last drop may predate the revocation, and is fetched again. */
     this.dropped = new Map();
@@ -253,6 +259,14 @@ export class Verifier {
         fail("UNAVAILABLE", `${url}: not a key set (${e.message})`);
       }
       this.directories.set(doc, keys);
+    }
+    this.directoryUrls.delete(url);
+    this.directoryUrls.add(url);
+    for (const old of this.directoryUrls) {
+      if (this.directoryUrls.size <= this.maxDirectories) break;
+      this.directoryUrls.delete(old);
+      this.docs.delete(old);
+      this.retry.delete(old);
     }
     return [doc, keys];
   }
@@ -506,6 +520,7 @@ export class Verifier {
       fail("PROOF_REPLAYED", `DPoP proof made at or before ${refused}, when the memory of used proofs is full`);
     }
     if (refused === "seen") fail("PROOF_REPLAYED", "DPoP proof replayed: its jti was already used with this key");
+    if (refused === "old") fail("PROOF_REPLAYED", "DPoP proof made before the proofs remembered: it might be a replay");
   }
 
   /** The claims and agent of `token`, checked offline (`verify`). */
@@ -782,15 +797,20 @@ class Replays {
     this.most = 0;
     this.held = 0;
     this.floor = -Infinity;
+    this.horizon = -Infinity; // the latest `oldestValid` given: what was before may be forgotten
   }
 
   /** Takes `id` of `key` filed under `at`, forgetting what was filed before `oldestValid`:
-   * null, "seen" (taken before), or the floor it is at or under (the memory was full). */
+   * null, "seen" (taken before), "old" (filed before what may have been forgotten), or the
+   * floor it is at or under (the memory was full). */
   admit(key, id, at, oldestValid) {
-    while (this.byAt.size && this.byAt.peek()[0] < oldestValid) {
+    this.horizon = Math.max(this.horizon, oldestValid);
+    while (this.byAt.size && this.byAt.peek()[0] < this.horizon) {
       const [when, k, i] = this.byAt.pop();
       this.forget(k, i, when);
     }
+    // A caller that read the time before an earlier call forgot it.
+    if (at < this.horizon) return "old";
     let held = this.keys.get(key);
     const floor = Math.max(this.floor, held ? held.floor : -Infinity);
     if (at <= floor) return floor;

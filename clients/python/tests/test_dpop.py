@@ -364,6 +364,16 @@ def test_a_key_that_fills_the_memory_raises_no_other_keys_floor():
     assert len(r._keys) == 1 and r._held == 1
 
 
+def test_a_proof_older_than_what_was_forgotten_is_refused():
+    """A caller that read the time before another's call forgot the proof cannot take it again."""
+    from agentid_verifier.dpop import Replays
+
+    r = Replays(10)
+    assert r.admit("k", "p", 100, 40) is None
+    assert r.admit("k", "q", 130, 101) is None
+    assert r.admit("k", "p", 100, 40) is not None
+
+
 def test_the_refusal_hook_hears_no_raw_controls(server):
     """Attack: a proof whose jwk's kty carries a newline, an escape sequence, a C1 control and
     a right-to-left override, which the refusal's reason names: the hook hears them escaped."""

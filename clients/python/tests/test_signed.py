@@ -122,6 +122,20 @@ def test_a_directory_of_an_issuer_not_accepted_is_never_fetched():
             "GET", url, signed(agent_key(), url, f"{base}/v1/directories/other.example"))
 
 
+def test_the_directories_held_are_bounded(server):
+    """Attack: without ``issuers``, each made-up issuer a caller names is a directory fetched
+    and held: the one held longest goes past the bound."""
+    verifier = Verifier(server.base)
+    verifier.max_directories = 3
+    url = "https://shop.example/"
+    for i in range(6):
+        with pytest.raises(TokenInvalid):
+            verifier.verify_request("GET", url, signed(agent_key(), url, f"{server.base}/v1/directories/d{i}.example"))
+    held = sorted(u.rsplit("/", 1)[1] for u in verifier._directories)
+    assert held == ["d3.example", "d4.example", "d5.example"]
+    assert not any("/v1/directories/d0." in u for u in verifier._docs)
+
+
 def test_an_unreachable_directory_fails_closed(server):
     dead = "http://127.0.0.1:9/directory"
     with pytest.raises(Unavailable):

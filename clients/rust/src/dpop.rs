@@ -215,6 +215,8 @@ pub(crate) struct Replays {
     /// The keys by how many proofs they hold.
     by_count: BTreeSet<(usize, u64)>,
     floor: Option<i64>,
+    /// The latest `oldest_valid` given: what was made before it may have been forgotten.
+    horizon: i64,
     capacity: usize,
 }
 
@@ -227,6 +229,7 @@ impl Default for Replays {
             keys: HashMap::new(),
             by_count: BTreeSet::new(),
             floor: None,
+            horizon: i64::MIN,
             capacity: SEEN_PROOFS,
         }
     }
@@ -243,11 +246,19 @@ fn short_hash(s: &str) -> u64 {
 
 impl Replays {
     pub(crate) fn admit(&mut self, proof: &Checked, oldest_valid: i64) -> Result<(), Error> {
+        self.horizon = self.horizon.max(oldest_valid);
         while let Some(&(iat, key, jti)) = self.by_iat.first() {
-            if iat >= oldest_valid {
+            if iat >= self.horizon {
                 break;
             }
             self.forget(iat, key, jti, None);
+        }
+        if proof.iat < self.horizon {
+            // A caller that read the time before another's call forgot it.
+            return Err(Error::ProofReplayed(format!(
+                "made before {}: proofs that old are no longer remembered",
+                self.horizon
+            )));
         }
         let (key, jti) = (short_hash(&proof.jkt), short_hash(&proof.jti));
         let (count, floor) = self.keys.get(&key).copied().unwrap_or((0, None));
@@ -452,5 +463,19 @@ mod tests {
         assert!(r.admit(&of("d", "j", now), now - 60).is_err());
         assert!(r.admit(&of("d", "j", now + 1), now - 60).is_ok());
         assert_eq!((r.keys.len(), r.by_count.len(), r.by_key.len()), (2, 2, 2));
+    }
+
+    /// A caller that read the time before another forgot a proof cannot take it again.
+    #[test]
+    fn a_proof_older_than_what_was_forgotten_is_refused() {
+        let mut r = Replays::default();
+        let of = |jti: &str, iat| Checked {
+            jkt: "k".into(),
+            jti: jti.into(),
+            iat,
+        };
+        r.admit(&of("p", 100), 40).unwrap();
+        r.admit(&of("q", 130), 101).unwrap();
+        assert!(r.admit(&of("p", 100), 40).is_err());
     }
 }

@@ -116,6 +116,9 @@ pub const MAX_BODY_BYTES: u64 = 1 << 20;
 pub const MAX_SET_BYTES: usize = 16_384;
 /// How many SET `jti`s are remembered to refuse a replay.
 pub const SEEN_SETS: usize = 10_000;
+/// How many signature directories are held (past that, the one held longest goes): a
+/// verifier without `issuers` takes any issuer's, which a caller names.
+pub const MAX_DIRECTORIES: usize = 1_000;
 /// The most an inflated status list may hold.
 const MAX_LIST_BYTES: usize = 16 << 20;
 /// The counter of verifications, by `outcome` (see the crate's documentation).

@@ -41,6 +41,8 @@ pub(crate) struct Directory {
     keys: Arc<JSONWebKeySet>,
     etag: Option<String>,
     fresh_until: Instant,
+    /// When it was last fetched (or revalidated).
+    read_at: Instant,
 }
 
 /// The request as the receiver got it.
@@ -218,13 +220,15 @@ impl Verifier {
             if s.directories.drops(url) != epoch {
                 continue;
             }
-            s.directories.held.insert(
+            s.directories.hold(
                 url.to_owned(),
                 Directory {
                     keys: keys.clone(),
                     etag: answer.etag,
                     fresh_until: Instant::now() + cache_for(answer.max_age),
+                    read_at: Instant::now(),
                 },
+                crate::MAX_DIRECTORIES,
             );
             return Ok(keys);
         }
@@ -278,6 +282,22 @@ pub(crate) struct Directories {
 }
 
 impl Directories {
+    /// Holds `directory` for `url`; past `most` directories, the one held longest goes.
+    fn hold(&mut self, url: String, directory: Directory, most: usize) {
+        self.held.insert(url, directory);
+        while self.held.len() > most.max(1) {
+            let oldest = self
+                .held
+                .iter()
+                .min_by_key(|(_, d)| d.read_at)
+                .map(|(u, _)| u.clone());
+            match oldest {
+                Some(u) => self.held.remove(&u),
+                None => break,
+            };
+        }
+    }
+
     /// Forgets what is held of `url`: a fetch asked for before this stores nothing.
     pub(crate) fn drop_url(&mut self, url: String) {
         self.held.remove(&url);
@@ -290,5 +310,41 @@ impl Directories {
 
     fn drops(&self, url: &str) -> u64 {
         self.dropped.get(url).copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Attack: without `issuers`, each made-up issuer a caller names is a directory fetched
+    /// and held: the one held longest goes past the bound.
+    #[test]
+    fn the_directories_held_are_bounded() {
+        let mut held = Directories::default();
+        let start = Instant::now();
+        for i in 0..6u64 {
+            let at = start + Duration::from_secs(i);
+            let directory = Directory {
+                keys: Arc::new(serde_json::from_str(r#"{"keys":[]}"#).unwrap()),
+                etag: None,
+                fresh_until: at,
+                read_at: at,
+            };
+            held.hold(
+                format!("https://id.example/v1/directories/d{i}.example"),
+                directory,
+                3,
+            );
+        }
+        let mut urls: Vec<&String> = held.held.keys().collect();
+        urls.sort();
+        assert_eq!(
+            urls,
+            ["d3", "d4", "d5"]
+                .map(|d| format!("https://id.example/v1/directories/{d}.example"))
+                .iter()
+                .collect::<Vec<_>>()
+        );
     }
 }

@@ -219,6 +219,15 @@ test("a key that fills the memory raises no other key's floor", () => {
   assert.equal(w.proofs.keys.size, 2);
 });
 
+test("a proof older than what was forgotten is refused", () => {
+  // A caller that read the time before another's call forgot the proof cannot take it again.
+  const v = new Verifier({ baseUrl: s.base });
+  const now = Math.floor(Date.now() / 1000);
+  assert.equal(v.proofs.admit("k", "p", now - 59, now - 60), null);
+  assert.equal(v.proofs.admit("k", "q", now, now - 58), null);
+  assert.equal(v.proofs.admit("k", "p", now - 59, now - 60), "old");
+});
+
 test("the refusal hook hears no raw controls", async () => {
   // Attack: a proof whose jwk's kty carries a newline, an escape sequence, a C1 control and a
   // right-to-left override, which the refusal's reason names.

@@ -134,6 +134,20 @@ test("a directory of an issuer not accepted is never fetched", async () => {
   await assert.rejects(verifier.verifyRequest(req), /issuer other.example is not accepted/);
 });
 
+test("the directories held are bounded", async () => {
+  // Attack: without `issuers`, each made-up issuer a caller names is a directory fetched and
+  // held: the one held longest goes past the bound.
+  const [, jwk] = await signingAgent();
+  const verifier = new Verifier({ baseUrl: s.base });
+  verifier.maxDirectories = 3;
+  for (let i = 0; i < 6; i++) {
+    const req = await signed(jwk, "https://shop.example/", `${s.base}/v1/directories/d${i}.example`);
+    await assert.rejects(verifier.verifyRequest(req), (e) => e.code === "TOKEN_INVALID");
+  }
+  assert.deepEqual([...verifier.directoryUrls].map((u) => u.split("/").pop()), ["d3.example", "d4.example", "d5.example"]);
+  assert.ok(![...verifier.docs.keys()].some((u) => u.includes("/v1/directories/d0.")));
+});
+
 test("an unreachable directory fails closed", async () => {
   const [, jwk] = await signingAgent();
   const verifier = new Verifier({ baseUrl: s.base });

@@ -136,6 +136,10 @@ struct Seen {
     /// Proofs made at or before this time are refused, whatever their key (`i64::MIN` until
     /// a proof was forgotten while every key held one).
     floor: i64,
+    /// The latest `oldest_valid` a caller gave: what was made before it may have been
+    /// forgotten, so a proof made before it is refused (a caller that read the time before
+    /// another's call forgot it cannot take it again).
+    horizon: i64,
 }
 
 /// The first 8 bytes of the SHA-256 of `bytes`: a key's, or within a key a `jti`'s, name in
@@ -205,6 +209,7 @@ impl Replays {
                 keys: HashMap::new(),
                 by_count: BTreeSet::new(),
                 floor: i64::MIN,
+                horizon: i64::MIN,
             }),
         }
     }
@@ -215,11 +220,21 @@ impl Replays {
         let key = short_hash(jkt.as_bytes());
         let jti = short_hash(jti.as_bytes());
         let mut seen = self.inner.lock();
+        seen.horizon = seen.horizon.max(oldest_valid);
         while let Some(&(at, k, j)) = seen.by_iat.first() {
-            if at >= oldest_valid {
+            if at >= seen.horizon {
                 break;
             }
             seen.forget(at, k, j, i64::MIN);
+        }
+        if iat < seen.horizon {
+            return Err(Refused {
+                error: ProofError::Replayed,
+                reason: format!(
+                    "DPoP proof made at {iat}, before {}: proofs that old are no longer remembered, it might be a replay",
+                    seen.horizon
+                ),
+            });
         }
         let (count, floor) = seen.keys.get(&key).copied().unwrap_or((0, i64::MIN));
         if iat <= seen.floor.max(floor) {
@@ -337,6 +352,20 @@ mod tests {
         assert_eq!(
             (seen.keys.len(), seen.by_count.len(), seen.by_key.len()),
             (1, 1, 1)
+        );
+    }
+
+    /// A caller that read the time before another forgot a proof cannot take it again.
+    #[test]
+    fn a_proof_older_than_what_was_forgotten_is_refused() {
+        let r = Replays::new(10);
+        r.admit("k", "p", 100, 40).unwrap();
+        // A later call forgets everything made before 101 ...
+        r.admit("k", "q", 130, 101).unwrap();
+        // ... so a replay of "p", checked against an older clock, is still refused.
+        assert_eq!(
+            r.admit("k", "p", 100, 40).unwrap_err().error,
+            ProofError::Replayed
         );
     }
 }

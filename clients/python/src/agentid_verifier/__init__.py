@@ -83,6 +83,9 @@ SEEN_SETS = 10_000
 MAX_SET_BYTES = 16_384
 #: How many DPoP proofs are remembered to refuse a replay.
 SEEN_PROOFS = 100_000
+#: How many signature directories are held (past that, the one held longest goes): a
+#: verifier without ``issuers`` takes any issuer's, which a caller names.
+MAX_DIRECTORIES = 1_000
 #: What a verification can come to: ``valid``, or the code of its refusal.
 OUTCOMES = ("valid", "TOKEN_INVALID", "TOKEN_EXPIRED", "TOKEN_REVOKED", "INSUFFICIENT_SCOPE",
             "UNAVAILABLE", "MISCONFIGURED", "PROOF_INVALID", "PROOF_REPLAYED")
@@ -463,8 +466,10 @@ class Verifier:
             raise ValueError("audience must be a URI or a list of URIs")
         self._proofs = _dpop.Replays(SEEN_PROOFS)
         self._nonces = _dpop.Replays(SEEN_PROOFS)
-        # Signature directories by URL: the document last read, and its keys (read once a body).
+        # Signature directories by URL: the document last read, and its keys (read once a body);
+        # the one held longest first.
         self._directories: Dict[str, Tuple[_Document, dict]] = {}
+        self.max_directories = MAX_DIRECTORIES
         # Directory URL -> how many times a pushed revocation dropped it: a document asked for
         # before the last drop may predate the revocation, and is fetched again.
         self._dropped: "OrderedDict[str, int]" = OrderedDict()
@@ -965,7 +970,13 @@ class Verifier:
             keys = _signed.directory_keys(doc.body)
         except (ValueError, TypeError) as e:
             raise Unavailable(f"{url}: not a key set ({e})") from e
-        self._directories[url] = (doc, keys)
+        with self._lock:
+            self._directories.pop(url, None)
+            self._directories[url] = (doc, keys)
+            while len(self._directories) > self.max_directories:
+                old = next(iter(self._directories))
+                for held in (self._directories, self._docs, self._fetching, self._retry):
+                    held.pop(old, None)
         return doc, keys
 
     def _nonce_once(self, keyid: str, nonce: str, expires: int) -> bool:

@@ -255,8 +255,14 @@ class AgentIdMiddleware:
             return
         if scope["type"] != "http" or excluded(scope.get("path", "/"), self.exclude):
             return await self.app(scope, receive, send)
-        authorization = authorizations(scope)[:1]
-        authorization = authorization[0] if authorization else ""
+        given = authorizations(scope)
+        authorization = given[0] if given else ""
+        if len(given) > 1:
+            status, out_headers, body = refusal(TokenInvalid("more than one Authorization header"),
+                                                scheme_of(authorization), self.scopes, self.metadata)
+            await send({"type": "http.response.start", "status": status, "headers": out_headers})
+            await send({"type": "http.response.body", "body": body})
+            return
         if not authorization.strip() and b"signature-input" in dict(scope.get("headers") or []):
             try:
                 found = await self._signed(scope)

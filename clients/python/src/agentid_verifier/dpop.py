@@ -200,14 +200,20 @@ class Replays:
         self._most = 0
         self._held = 0
         self._floor: Optional[int] = None
+        # The latest ``oldest_valid`` given: what was made before it may have been forgotten.
+        self._horizon = float("-inf")
         self._lock = threading.Lock()
 
     def admit(self, jkt: str, jti: str, iat: int, oldest_valid: float) -> Optional[str]:
         """Remembers the proof; why it is refused as a replay, or ``None``."""
         with self._lock:
-            while self._by_iat and self._by_iat[0][0] < oldest_valid:
+            self._horizon = max(self._horizon, oldest_valid)
+            while self._by_iat and self._by_iat[0][0] < self._horizon:
                 at, k, j = heapq.heappop(self._by_iat)
                 self._forget(k, j, at)
+            if iat < self._horizon:
+                # A caller that read the time before another's call forgot it.
+                return f"made before {self._horizon:.0f}: proofs that old are no longer remembered"
             key = self._keys.get(jkt)
             floor = self._floor if key is None or key.floor is None else _higher(self._floor, key.floor)
             if floor is not None and iat <= floor:
