@@ -171,9 +171,20 @@ impl SignedRequests {
     /// that still hold the name.
     async fn keyed(&self, domain: &IssuerDomain) -> Result<Vec<Listed>, StoreError> {
         let agents = self.store.keyed_agents(domain, MAX_DIRECTORY_KEYS).await?;
+        // Asked once per organization: a name's agents are mostly one organization's.
+        let mut holds = std::collections::HashMap::new();
         let mut listed = Vec::new();
         for agent in agents.into_iter().filter_map(|a| self.listed(a)) {
-            if self.issuers.may_issue(&self.store, &agent.agent).await?.is_ok() {
+            let org = agent.agent.org_id.clone();
+            let held = match holds.get(&org) {
+                Some(&held) => held,
+                None => {
+                    let held = self.issuers.may_issue(&self.store, &agent.agent).await?.is_ok();
+                    holds.insert(org, held);
+                    held
+                }
+            };
+            if held {
                 listed.push(agent);
             }
         }

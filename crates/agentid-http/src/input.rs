@@ -116,8 +116,9 @@ impl<T: serde::de::DeserializeOwned + 'static> FromRequest for JsonBody<T> {
     }
 }
 
-/// How long a request's body may take to arrive, from its head: a caller that sends it a byte
-/// at a time holds a connection this long at most.
+/// How long a request's body may take to arrive, from when the gate takes the request: a caller
+/// that sends it a byte at a time holds its call this long at most (and a body of a stated
+/// length its connection; actix reads a chunked one to its end, however slowly it comes).
 pub(crate) const BODY_TIME: Duration = Duration::from_secs(10);
 
 /// Whether the request announces a body (`Content-Length` above 0, or chunked).

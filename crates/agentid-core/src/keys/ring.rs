@@ -331,7 +331,7 @@ pub fn thumbprint(key: &VerifyingKey) -> String {
 /// Writes `bytes` to a new file at `path`, readable by its owner alone, whole or not at all:
 /// they go to a file of their own beside it first, synced, then take the name (a hard link,
 /// which never replaces a file), and the folder is synced so that the name lasts a crash.
-/// Where the file system takes no hard link, the file is written in place.
+/// Where the file system takes no hard link (or refuses one), the file is written in place.
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path
         .parent()
@@ -345,8 +345,15 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let _ = std::fs::remove_file(&tmp);
     match linked {
         Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(e),
-        Err(_) => write_new(path, bytes)?,
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::Unsupported | std::io::ErrorKind::PermissionDenied
+            ) =>
+        {
+            write_new(path, bytes)?
+        }
+        Err(e) => return Err(e),
     }
     #[cfg(unix)]
     std::fs::File::open(dir)?.sync_all()?;
