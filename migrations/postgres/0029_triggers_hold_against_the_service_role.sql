@@ -10,6 +10,8 @@
 -- - The revocation epoch could jump to its maximum, failing every revocation after: each
 --   revocation moves it by one, and nothing else moves it.
 -- - A disabled API key could be enabled again.
+-- - Each of these rows could be deleted and written again as wanted: the service deletes no
+--   agent and no disabled key, so neither is deleted.
 CREATE OR REPLACE FUNCTION agents_identity_is_fixed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.id IS DISTINCT FROM OLD.id OR NEW.org_id IS DISTINCT FROM OLD.org_id
@@ -33,7 +35,7 @@ $$;
 CREATE FUNCTION agents_revocation_epoch_is_final() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF (OLD.revoked_epoch IS NOT NULL AND NEW.revoked_epoch IS DISTINCT FROM OLD.revoked_epoch)
-       OR (NEW.revoked_at IS NULL AND NEW.revoked_epoch IS NOT NULL) THEN
+       OR (OLD.revoked_at IS NULL AND NEW.revoked_at IS NULL AND NEW.revoked_epoch IS NOT NULL) THEN
         RAISE EXCEPTION 'a revocation''s epoch never changes';
     END IF;
     RETURN NEW;
@@ -51,6 +53,19 @@ $$;
 CREATE TRIGGER api_keys_disabled_for_good BEFORE UPDATE ON api_keys
     FOR EACH ROW WHEN (OLD.disabled_at IS NOT NULL AND NEW.disabled_at IS DISTINCT FROM OLD.disabled_at)
     EXECUTE FUNCTION api_keys_disabled_for_good();
+CREATE TRIGGER api_keys_disabled_are_kept BEFORE DELETE ON api_keys
+    FOR EACH ROW WHEN (OLD.disabled_at IS NOT NULL)
+    EXECUTE FUNCTION api_keys_disabled_for_good();
+
+-- A revoked agent's row is kept by `agents_revoked_are_kept`; any other by this one.
+CREATE FUNCTION agents_rows_are_kept() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'an agent''s identity never changes: its row is kept';
+END;
+$$;
+CREATE TRIGGER agents_rows_are_kept BEFORE DELETE ON agents
+    FOR EACH ROW WHEN (OLD.revoked_at IS NULL)
+    EXECUTE FUNCTION agents_rows_are_kept();
 
 DO $$
 DECLARE

@@ -1,7 +1,8 @@
 -- What a writer of rows could still do around the triggers, closed (see the PostgreSQL
 -- migration of the same number; SQLite's triggers find tables in their own schema already):
 -- an agent's issuer domain changed, a revoked agent's epoch set back, the revocation epoch
--- moved by more than one, a disabled API key enabled again.
+-- moved by more than one, a disabled API key enabled again; and an agent's row or a disabled
+-- key's deleted or replaced (REPLACE deletes without firing delete triggers) to write it anew.
 DROP TRIGGER agents_identity_is_fixed;
 CREATE TRIGGER agents_identity_is_fixed BEFORE UPDATE OF id, org_id, mode, created_at, issuer_domain ON agents
 WHEN NEW.id IS NOT OLD.id OR NEW.org_id IS NOT OLD.org_id OR NEW.mode IS NOT OLD.mode
@@ -19,7 +20,7 @@ END;
 
 CREATE TRIGGER agents_revocation_epoch_is_final BEFORE UPDATE OF revoked_epoch ON agents
 WHEN (OLD.revoked_epoch IS NOT NULL AND NEW.revoked_epoch IS NOT OLD.revoked_epoch)
-  OR (NEW.revoked_at IS NULL AND NEW.revoked_epoch IS NOT NULL)
+  OR (OLD.revoked_at IS NULL AND NEW.revoked_at IS NULL AND NEW.revoked_epoch IS NOT NULL)
 BEGIN
     SELECT RAISE(ABORT, 'a revocation''s epoch never changes');
 END;
@@ -28,4 +29,26 @@ CREATE TRIGGER api_keys_disabled_for_good BEFORE UPDATE OF disabled_at ON api_ke
 WHEN OLD.disabled_at IS NOT NULL AND NEW.disabled_at IS NOT OLD.disabled_at
 BEGIN
     SELECT RAISE(ABORT, 'a disabled key stays disabled');
+END;
+CREATE TRIGGER api_keys_disabled_are_kept BEFORE DELETE ON api_keys
+WHEN OLD.disabled_at IS NOT NULL
+BEGIN
+    SELECT RAISE(ABORT, 'a disabled key stays disabled');
+END;
+CREATE TRIGGER api_keys_disabled_no_replace BEFORE INSERT ON api_keys
+WHEN EXISTS (SELECT 1 FROM api_keys WHERE key_hash = NEW.key_hash AND disabled_at IS NOT NULL)
+BEGIN
+    SELECT RAISE(ABORT, 'a disabled key stays disabled');
+END;
+
+-- A revoked agent's row is kept by the triggers of migration 8; any other by these.
+CREATE TRIGGER agents_rows_are_kept BEFORE DELETE ON agents
+WHEN OLD.revoked_at IS NULL
+BEGIN
+    SELECT RAISE(ABORT, 'an agent''s identity never changes: its row is kept');
+END;
+CREATE TRIGGER agents_no_replace BEFORE INSERT ON agents
+WHEN EXISTS (SELECT 1 FROM agents WHERE id = NEW.id AND revoked_at IS NULL)
+BEGIN
+    SELECT RAISE(ABORT, 'an agent''s identity never changes: its row is kept');
 END;

@@ -150,7 +150,14 @@ async fn retirement_and_revocation_cannot_be_undone_in_the_database() {
         format!("UPDATE agents SET revoked_epoch = 1 WHERE id = '{agent}'"),
         // Under another name, a name's move would owe the agent no revocation.
         format!("UPDATE agents SET issuer_domain = 'x.invalid' WHERE id = '{agent}'"),
-    ] {
+        // Nor deleted to be written again under another name.
+        format!("DELETE FROM agents WHERE id = '{agent}'"),
+    ]
+    .into_iter()
+    .chain(
+        (!app.db.is_postgres())
+            .then(|| format!("INSERT OR REPLACE INTO agents SELECT * FROM agents WHERE id = '{agent}'")),
+    ) {
         let err = app.raw_execute(&sql).await.expect_err(&sql).to_string();
         assert!(
             ["never changes", "is final", "is kept", "only grows"]
@@ -175,10 +182,20 @@ async fn a_disabled_key_cannot_be_enabled_in_the_database() {
     assert_eq!(app.get("/v1/verify/x", Some(&key)).await.status, 200);
     let disable = "UPDATE api_keys SET disabled_at = 1 WHERE kind = 'publishable' AND mode = 'test'";
     assert_eq!(app.raw_execute(disable).await.unwrap(), 1);
-    for sql in [
+    let mut undo = vec![
         "UPDATE api_keys SET disabled_at = NULL WHERE kind = 'publishable' AND mode = 'test'",
         "UPDATE api_keys SET disabled_at = 2 WHERE kind = 'publishable' AND mode = 'test'",
-    ] {
+        // Deleted to be written again without `disabled_at`.
+        "DELETE FROM api_keys WHERE kind = 'publishable' AND mode = 'test'",
+    ];
+    if !app.db.is_postgres() {
+        undo.push(
+            "INSERT OR REPLACE INTO api_keys (key_hash, org_id, kind, mode, hint, created_at, id) \
+             SELECT key_hash, org_id, kind, mode, hint, created_at, id FROM api_keys \
+             WHERE kind = 'publishable' AND mode = 'test'",
+        );
+    }
+    for sql in undo {
         let err = app.raw_execute(sql).await.expect_err(sql).to_string();
         assert!(err.contains("stays disabled"), "{sql}: {err}");
     }
