@@ -141,10 +141,8 @@ impl Builder {
         metrics::describe_counter!(FETCHES, "Fetches of the key set and status lists by result.");
         Ok(Verifier {
             inner: Arc::new(Inner {
-                agent: ureq::AgentBuilder::new()
-                    .timeout(self.timeout)
-                    .redirects(0)
-                    .build(),
+                tls: crate::transport::tls(),
+                timeout: self.timeout,
                 base,
                 issuers: self.issuers,
                 leeway: i64::try_from(self.leeway.as_secs()).unwrap_or(i64::MAX),

@@ -246,7 +246,13 @@ fn short_hash(s: &str) -> u64 {
 
 impl Replays {
     pub(crate) fn admit(&mut self, proof: &Checked, oldest_valid: i64) -> Result<(), Error> {
-        self.horizon = self.horizon.max(oldest_valid);
+        // A clock stepped back over a minute takes the horizon with it: honest proofs would
+        // otherwise be refused until it caught up (what was forgotten meanwhile could pass).
+        self.horizon = if oldest_valid < self.horizon.saturating_sub(60) {
+            oldest_valid
+        } else {
+            self.horizon.max(oldest_valid)
+        };
         while let Some(&(iat, key, jti)) = self.by_iat.first() {
             if iat >= self.horizon {
                 break;
@@ -474,8 +480,10 @@ mod tests {
             jti: jti.into(),
             iat,
         };
-        r.admit(&of("p", 100), 40).unwrap();
+        r.admit(&of("p", 100), 50).unwrap();
         r.admit(&of("q", 130), 101).unwrap();
-        assert!(r.admit(&of("p", 100), 40).is_err());
+        assert!(r.admit(&of("p", 100), 50).is_err());
+        // A clock stepped back over a minute: proofs made by it pass.
+        assert!(r.admit(&of("after", 30), 0).is_ok());
     }
 }

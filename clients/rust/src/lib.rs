@@ -188,7 +188,9 @@ struct State {
 }
 
 struct Inner {
-    agent: ureq::Agent,
+    /// The TLS of every fetch (its roots), and how long a fetch may take in all.
+    tls: Arc<rustls::ClientConfig>,
+    timeout: Duration,
     base: String,
     issuers: Option<HashSet<String>>,
     leeway: i64,

@@ -2,7 +2,9 @@
 //! fetches, and refreshes that run behind the caller.
 
 use std::future::Future;
-use std::io::Read as _;
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::error::unavailable;
@@ -28,6 +30,128 @@ pub(crate) fn cache_for(max_age: Option<u64>) -> Duration {
     Duration::from_secs(max_age.unwrap_or(60).min(86_400))
 }
 
+/// The TLS of every fetch: the web's roots (webpki-roots), ring's cryptography.
+pub(crate) fn tls() -> Arc<rustls::ClientConfig> {
+    static TLS: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
+    TLS.get_or_init(|| {
+        let roots = rustls::RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        };
+        let config =
+            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .expect("ring supports the default protocol versions")
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+        Arc::new(config)
+    })
+    .clone()
+}
+
+/// A client for one fetch: no redirect followed, and all of it within `timeout`. ureq sets its
+/// deadline once per buffered read, and one TLS record spans many reads of the connection, so
+/// its TLS runs over a connection whose every read and write waits at most until the fetch's
+/// deadline: a server dripping a record a byte at a time cannot hold a fetch past it.
+fn agent(tls: Arc<rustls::ClientConfig>, timeout: Duration) -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout(timeout)
+        .redirects(0)
+        .tls_connector(Arc::new(DeadlineTls {
+            config: tls,
+            deadline: Instant::now() + timeout,
+        }))
+        .build()
+}
+
+struct DeadlineTls {
+    config: Arc<rustls::ClientConfig>,
+    deadline: Instant,
+}
+
+impl ureq::TlsConnector for DeadlineTls {
+    fn connect(
+        &self,
+        dns_name: &str,
+        io: Box<dyn ureq::ReadWrite>,
+    ) -> Result<Box<dyn ureq::ReadWrite>, ureq::Error> {
+        let name = dns_name.trim_start_matches('[').trim_end_matches(']');
+        let server = rustls::pki_types::ServerName::try_from(name.to_owned())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let mut tls = rustls::ClientConnection::new(self.config.clone(), server).map_err(io::Error::other)?;
+        let mut io = Timed {
+            io,
+            deadline: self.deadline,
+        };
+        tls.complete_io(&mut io)?;
+        Ok(Box::new(TlsStream(rustls::StreamOwned::new(tls, io))))
+    }
+}
+
+/// A connection whose every read and write waits at most until `deadline`, and fails past it.
+#[derive(Debug)]
+struct Timed {
+    io: Box<dyn ureq::ReadWrite>,
+    deadline: Instant,
+}
+
+impl Timed {
+    fn bound(&self) -> io::Result<()> {
+        let left = self
+            .deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::TimedOut, "timed out"))?;
+        if let Some(socket) = self.io.socket() {
+            socket.set_read_timeout(Some(left))?;
+            socket.set_write_timeout(Some(left))?;
+        }
+        Ok(())
+    }
+}
+
+impl Read for Timed {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.bound()?;
+        self.io.read(buf)
+    }
+}
+
+impl Write for Timed {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.bound()?;
+        self.io.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.io.flush()
+    }
+}
+
+#[derive(Debug)]
+struct TlsStream(rustls::StreamOwned<rustls::ClientConnection, Timed>);
+
+impl ureq::ReadWrite for TlsStream {
+    fn socket(&self) -> Option<&TcpStream> {
+        self.0.get_ref().io.socket()
+    }
+}
+
+impl Read for TlsStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl Write for TlsStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
 impl Verifier {
     /// GETs `url` on a blocking thread: no redirect followed (a 3xx is an answer like any
     /// other), the whole within the timeout, and of a 200 no more than [`MAX_BODY_BYTES`]
@@ -39,7 +163,7 @@ impl Verifier {
         etag: Option<String>,
         key: Option<String>,
     ) -> Result<Answer, Error> {
-        let agent = self.inner.agent.clone();
+        let agent = agent(self.inner.tls.clone(), self.inner.timeout);
         tokio::task::spawn_blocking(move || {
             let mut req = agent.get(&url).set("Accept", accept);
             if let Some(e) = &etag {
@@ -124,5 +248,47 @@ impl Verifier {
                 s.retry.insert(url, (Instant::now() + wait, failures));
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Attack: a server (the one the verifier is pointed at, or a trusted directory) that
+    /// answers the TLS handshake a byte at a time, each byte well within a read's timeout,
+    /// would hold a fetch for as long as it drips.
+    #[tokio::test]
+    async fn an_answer_dripped_a_byte_at_a_time_ends_at_the_timeout() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            // A TLS record's header announcing 16 KiB, then its body one byte at a time.
+            let _ = s.write_all(&[0x16, 0x03, 0x03, 0x40, 0x00]);
+            for _ in 0..16_000 {
+                std::thread::sleep(Duration::from_millis(100));
+                if s.write_all(&[0]).is_err() {
+                    return;
+                }
+            }
+        });
+        let base = format!("https://localhost:{port}");
+        let verifier = Verifier::builder(&base)
+            .timeout(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        let started = Instant::now();
+        let got = verifier
+            .send(
+                format!("{base}/.well-known/jwks.json"),
+                "application/json",
+                None,
+                None,
+            )
+            .await;
+        assert!(got.is_err());
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(3), "held for {took:?}");
     }
 }
