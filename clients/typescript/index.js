@@ -804,7 +804,9 @@ class Replays {
    * null, "seen" (taken before), "old" (filed before what may have been forgotten), or the
    * floor it is at or under (the memory was full). */
   admit(key, id, at, oldestValid) {
-    this.horizon = Math.max(this.horizon, oldestValid);
+    // A clock stepped back over a minute takes the horizon with it: honest proofs would
+    // otherwise be refused until it caught up (what was forgotten meanwhile could pass).
+    this.horizon = oldestValid < this.horizon - 60 ? oldestValid : Math.max(this.horizon, oldestValid);
     while (this.byAt.size && this.byAt.peek()[0] < this.horizon) {
       const [when, k, i] = this.byAt.pop();
       this.forget(k, i, when);

@@ -133,6 +133,8 @@ export async function verifyRequest(verifier, request, { trustedSignatureAgents 
   } catch (e) {
     fail("TOKEN_INVALID", `signed request: ${e.message}`);
   }
+  // A nonce is kept until `expires`: one past it is not taken, whatever skew the check allowed.
+  if (checked.expires <= Date.now() / 1000) fail("TOKEN_INVALID", "signed request: the signature has expired");
   if (checked.nonce !== undefined && !verifier.nonceOnce(checked.keyid, checked.nonce, checked.expires)) {
     fail("PROOF_REPLAYED", "the signature's nonce was seen before");
   }

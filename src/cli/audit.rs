@@ -76,10 +76,10 @@ pub(crate) struct StalenessArgs {
     pub(crate) stale_after_intervals: u32,
 }
 
-/// Runs `agentid audit …`.
 /// Where `audit witness` reads its API key.
 const WITNESS_KEY: &str = "AGENTID_WITNESS_KEY";
 
+/// Runs `agentid audit …`.
 pub(super) async fn run(cmd: AuditCommand) -> CliResult {
     match cmd {
         AuditCommand::Verify {

@@ -485,7 +485,6 @@ impl TestApp {
         grants::approve(&self.store, &self.key_ring(), &org, domain, force).await
     }
 
-    /// A direct connection to the test database, for what the API cannot do.
     /// `sqls` in order on one connection (one session: a temporary table one of them makes is
     /// what the next ones see); the first error.
     pub async fn raw_session(&self, sqls: &[&str]) -> Result<(), sqlx::Error> {
@@ -505,6 +504,7 @@ impl TestApp {
         }
     }
 
+    /// A direct connection to the test database, for what the API cannot do.
     pub async fn raw_execute(&self, sql: &str) -> Result<u64, sqlx::Error> {
         if self.db.is_postgres() {
             let pool = sqlx::PgPool::connect(&self.db.url).await?;

@@ -226,6 +226,8 @@ test("a proof older than what was forgotten is refused", () => {
   assert.equal(v.proofs.admit("k", "p", now - 59, now - 60), null);
   assert.equal(v.proofs.admit("k", "q", now, now - 58), null);
   assert.equal(v.proofs.admit("k", "p", now - 59, now - 60), "old");
+  // A clock stepped back over a minute: proofs made by it pass.
+  assert.equal(v.proofs.admit("k", "after", now - 200, now - 230), null);
 });
 
 test("the refusal hook hears no raw controls", async () => {

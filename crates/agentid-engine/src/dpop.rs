@@ -10,6 +10,10 @@ use sha2::{Digest, Sha256};
 use agentid_core::token::dpop::{check_proof, Expected};
 use agentid_core::token::Claims;
 
+/// How far back (seconds) a caller's clock may read before the replay memory takes it for a
+/// clock stepped back.
+const CLOCK_STEP: i64 = 60;
+
 /// How many proofs an instance remembers at most (about 57 MiB when full, 98 MiB when each
 /// proof has a key of its own).
 pub const MAX_REMEMBERED_PROOFS: usize = 500_000;
@@ -220,7 +224,13 @@ impl Replays {
         let key = short_hash(jkt.as_bytes());
         let jti = short_hash(jti.as_bytes());
         let mut seen = self.inner.lock();
-        seen.horizon = seen.horizon.max(oldest_valid);
+        // A clock stepped back over a minute takes the horizon with it: honest proofs would
+        // otherwise be refused until it caught up (what was forgotten meanwhile could pass).
+        seen.horizon = if oldest_valid < seen.horizon.saturating_sub(CLOCK_STEP) {
+            oldest_valid
+        } else {
+            seen.horizon.max(oldest_valid)
+        };
         while let Some(&(at, k, j)) = seen.by_iat.first() {
             if at >= seen.horizon {
                 break;
@@ -359,13 +369,15 @@ mod tests {
     #[test]
     fn a_proof_older_than_what_was_forgotten_is_refused() {
         let r = Replays::new(10);
-        r.admit("k", "p", 100, 40).unwrap();
+        r.admit("k", "p", 100, 50).unwrap();
         // A later call forgets everything made before 101 ...
         r.admit("k", "q", 130, 101).unwrap();
         // ... so a replay of "p", checked against an older clock, is still refused.
         assert_eq!(
-            r.admit("k", "p", 100, 40).unwrap_err().error,
+            r.admit("k", "p", 100, 50).unwrap_err().error,
             ProofError::Replayed
         );
+        // A clock stepped back over a minute: proofs made by it pass.
+        r.admit("k", "after", 30, 0).unwrap();
     }
 }

@@ -207,7 +207,12 @@ class Replays:
     def admit(self, jkt: str, jti: str, iat: int, oldest_valid: float) -> Optional[str]:
         """Remembers the proof; why it is refused as a replay, or ``None``."""
         with self._lock:
-            self._horizon = max(self._horizon, oldest_valid)
+            # A clock stepped back over a minute takes the horizon with it: honest proofs would
+            # otherwise be refused until it caught up (what was forgotten meanwhile could pass).
+            if oldest_valid < self._horizon - 60:
+                self._horizon = oldest_valid
+            else:
+                self._horizon = max(self._horizon, oldest_valid)
             while self._by_iat and self._by_iat[0][0] < self._horizon:
                 at, k, j = heapq.heappop(self._by_iat)
                 self._forget(k, j, at)

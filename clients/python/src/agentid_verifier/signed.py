@@ -169,6 +169,9 @@ def verify_request(verifier: "Verifier", method: str, url: str, headers: Mapping
     created, expires = params.get("created"), params.get("expires")
     if not isinstance(created, int) or not isinstance(expires, int) or not 0 < expires - created <= MAX_VALIDITY:
         raise TokenInvalid("created and expires are required, at most 24 h apart")
+    if expires <= time.time():
+        # http-message-signatures allows a few seconds of skew; a nonce is kept until `expires`.
+        raise TokenInvalid("the signature has expired")
     nonce = params.get("nonce")
     if nonce is not None and not verifier._nonce_once(str(params["keyid"]), str(nonce), expires):
         raise ProofReplayed("the signature's nonce was seen before")
