@@ -74,6 +74,19 @@ impl World {
         &self.b.keys.secret_live
     }
 
+    /// `DELETE /v1/domains/{domain}` with `key`: its status.
+    async fn release(&self, key: &str, domain: &str) -> u16 {
+        self.app
+            .client
+            .delete(self.app.url(&format!("/v1/domains/{domain}")))
+            .insert_header(("Authorization", format!("Bearer {key}")))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    }
+
     async fn claim(&self, key: &str, domain: &str) -> Resp {
         self.app
             .post("/v1/domains", Some(key), Some(&json!({ "domain": domain })))
@@ -800,15 +813,7 @@ async fn pending_claims_are_bounded() {
     }
     assert_eq!(created, 100);
     // Releasing one makes room for one.
-    let res = w
-        .app
-        .client
-        .delete(w.app.url("/v1/domains/n0.example"))
-        .insert_header(("Authorization", format!("Bearer {}", w.a())))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 204);
+    assert_eq!(w.release(w.a(), "n0.example").await, 204);
     assert_eq!(w.claim(w.a(), "fresh.example").await.status, 201);
     w.claim(w.a(), "fresher.example")
         .await
@@ -845,15 +850,7 @@ async fn a_released_name_keeps_its_tokens_and_issues_no_more() {
     let w = world().await;
     w.hold_by_dns(w.a(), "bank.example").await;
     let (id, token) = w.registered(w.a(), "bank.example").await;
-    let res = w
-        .app
-        .client
-        .delete(w.app.url("/v1/domains/bank.example"))
-        .insert_header(("Authorization", format!("Bearer {}", w.a())))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 204);
+    assert_eq!(w.release(w.a(), "bank.example").await, 204);
     assert_eq!(w.app.verify(&token).await["valid"], true);
     w.app
         .post(&format!("/v1/agents/{id}/issue-token"), Some(w.a()), None)
@@ -887,15 +884,7 @@ async fn a_released_name_signs_no_more_requests() {
     assert_eq!(w.app.check_request(url, &signed).await["result"], "verified");
     let listed = w.app.directory("bank.example", None).await.json();
     assert_eq!(listed["keys"].as_array().unwrap().len(), 1, "{listed}");
-    let res = w
-        .app
-        .client
-        .delete(w.app.url("/v1/domains/bank.example"))
-        .insert_header(("Authorization", format!("Bearer {}", w.a())))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 204);
+    assert_eq!(w.release(w.a(), "bank.example").await, 204);
     // A holding found is trusted a second at most.
     actix_web::rt::time::sleep(std::time::Duration::from_millis(1100)).await;
     let signed = crate::signed::cloudflare_signs(&private, url, &directory, 300).await;
@@ -1213,15 +1202,7 @@ async fn a_test_key_cannot_release_or_prove_a_live_name() {
     let w = world().await;
     w.hold_by_dns(w.a(), "bank.example").await;
     let test_key = w.app.org.keys.secret_test.clone();
-    let release = w
-        .app
-        .client
-        .delete(w.app.url("/v1/domains/bank.example"))
-        .insert_header(("Authorization", format!("Bearer {test_key}")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(release.status(), 403);
+    assert_eq!(w.release(&test_key, "bank.example").await, 403);
     w.app
         .post("/v1/domains/bank.example/verify", Some(&test_key), None)
         .await
