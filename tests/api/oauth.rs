@@ -693,9 +693,30 @@ async fn test_mode_tokens_say_so_and_the_lifetime_is_configured() {
     let c = payload(answer["access_token"].as_str().unwrap());
     assert_eq!(c["livemode"], false);
     assert_eq!(c["exp"].as_i64().unwrap() - c["iat"].as_i64().unwrap(), 120);
+    // Inactive to a receiver's live (or no) key, as forward auth and the libraries refuse it;
+    // active to a test-mode key.
+    let token = answer["access_token"].as_str().unwrap();
+    assert_eq!(introspect(&app, token).await, json!({"active": false}));
+    let live = format!("Bearer {}", app.org.keys.publishable_live);
+    let res = app
+        .post_form(
+            "/oauth/introspect",
+            &[("token", token)],
+            &[("Authorization", &live)],
+        )
+        .await;
+    assert_eq!(res.json(), json!({"active": false}));
+    let test = format!("Bearer {}", app.org.keys.publishable_test);
+    let res = app
+        .post_form(
+            "/oauth/introspect",
+            &[("token", token)],
+            &[("Authorization", &test)],
+        )
+        .await;
     assert_eq!(
-        introspect(&app, answer["access_token"].as_str().unwrap()).await["livemode"],
-        false
+        (res.json()["active"].clone(), res.json()["livemode"].clone()),
+        (json!(true), json!(false))
     );
 }
 

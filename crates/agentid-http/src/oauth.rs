@@ -14,12 +14,14 @@ use utoipa::ToSchema;
 use super::context::{self, AppState, Auth, Charged, KeepBody};
 use super::input::content_type_is;
 use super::verify::Cnf;
+use agentid_core::domain::KeyMode;
+use agentid_core::token::policy::Policy;
 use agentid_core::token::Audience;
 use agentid_core::token::{Actor, SubjectId};
 use agentid_engine::oauth::{OAuthError, TokenRequest, CLIENT_CREDENTIALS};
 use agentid_engine::oauth::{ID_JAG_PROFILE, JWT_BEARER_GRANT, TOKEN_EXCHANGE};
 use agentid_engine::ratelimit::{Class, RateSubject};
-use agentid_engine::{Verification, VerifyError};
+use agentid_engine::{Presentation, Verification, VerifyError};
 
 /// RFC 6749 §5.2's error body.
 #[derive(Serialize, ToSchema)]
@@ -499,7 +501,7 @@ pub(crate) struct Introspection<'a> {
     post, path = "/oauth/introspect", tag = "oauth",
     request_body(content = IntrospectForm, content_type = "application/x-www-form-urlencoded"),
     responses(
-        (status = 200, description = "What the token is (RFC 7662): active only when it verifies now (signature, agent, revocation at once, expiry). Recorded in the audit log like a verification.", body = Introspection),
+        (status = 200, description = "What the token is (RFC 7662): active only when it verifies now (signature, agent, revocation at once, expiry), and a test-mode token only to a caller sending a test-mode key (`pk_test_…`). Recorded in the audit log like a verification.", body = Introspection),
         (status = 400, description = "invalid_request: no token, or not a form", body = OAuthErrorBody),
         (status = 401, description = "invalid_client: an Authorization header with an invalid API key (introspection needs none)", body = OAuthErrorBody),
         (status = 413, description = "invalid_request: the body is over 64 KiB", body = OAuthErrorBody),
@@ -526,10 +528,22 @@ pub(crate) async fn introspect(state: web::Data<AppState>, req: HttpRequest, bod
         Ok(None) => return refusal(&OAuthError::InvalidRequest("token is required".into())),
         Err(e) => return refusal(&e),
     };
+    // A test-mode token is active only to a caller with a test-mode key: a receiver's
+    // introspection takes live tokens alone, as forward auth and the receiver libraries do.
+    let policy = Policy {
+        allow_test: matches!(context::auth(&req), Auth::Key(c) if c.mode == KeyMode::Test),
+        ..Policy::default()
+    };
     let v = match state
         .engine
         .verify()
-        .verify(&token, context::received(&req), crate::verify::fixed_part)
+        .verify_for(
+            &token,
+            Presentation::Token,
+            Some(&policy),
+            context::received(&req),
+            crate::verify::fixed_part,
+        )
         .await
     {
         Ok(v) => v,
