@@ -9,7 +9,8 @@
 -- - An agent's issuer domain could be changed, so that a name's move owed it no revocation.
 -- - The revocation epoch could jump to its maximum, failing every revocation after: each
 --   revocation moves it by one, and nothing else moves it.
--- - A disabled API key could be enabled again.
+-- - A disabled API key could be enabled again, or its row given another hash (or id,
+--   organization, kind, mode) so that a fresh row could take its place.
 -- - Each of these rows could be deleted and written again as wanted: the service deletes no
 --   agent and no disabled key, so neither is deleted.
 CREATE OR REPLACE FUNCTION agents_identity_is_fixed() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -53,6 +54,16 @@ $$;
 CREATE TRIGGER api_keys_disabled_for_good BEFORE UPDATE ON api_keys
     FOR EACH ROW WHEN (OLD.disabled_at IS NOT NULL AND NEW.disabled_at IS DISTINCT FROM OLD.disabled_at)
     EXECUTE FUNCTION api_keys_disabled_for_good();
+CREATE FUNCTION api_keys_identity_is_fixed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'a key''s identity never changes';
+END;
+$$;
+CREATE TRIGGER api_keys_identity_is_fixed BEFORE UPDATE ON api_keys
+    FOR EACH ROW WHEN (NEW.key_hash IS DISTINCT FROM OLD.key_hash OR NEW.id IS DISTINCT FROM OLD.id
+                       OR NEW.org_id IS DISTINCT FROM OLD.org_id OR NEW.kind IS DISTINCT FROM OLD.kind
+                       OR NEW.mode IS DISTINCT FROM OLD.mode)
+    EXECUTE FUNCTION api_keys_identity_is_fixed();
 CREATE TRIGGER api_keys_disabled_are_kept BEFORE DELETE ON api_keys
     FOR EACH ROW WHEN (OLD.disabled_at IS NOT NULL)
     EXECUTE FUNCTION api_keys_disabled_for_good();
