@@ -798,15 +798,18 @@ class Replays {
     this.held = 0;
     this.floor = -Infinity;
     this.horizon = -Infinity; // the latest `oldestValid` given: what was before may be forgotten
+    this.clock = -Infinity; // the wall clock at the last call: over a minute before, it stepped back
   }
 
   /** Takes `id` of `key` filed under `at`, forgetting what was filed before `oldestValid`:
    * null, "seen" (taken before), "old" (filed before what may have been forgotten), or the
    * floor it is at or under (the memory was full). */
-  admit(key, id, at, oldestValid) {
+  admit(key, id, at, oldestValid, clock = Date.now() / 1000) {
     // A clock stepped back over a minute takes the horizon with it: honest proofs would
-    // otherwise be refused until it caught up (what was forgotten meanwhile could pass).
-    this.horizon = oldestValid < this.horizon - 60 ? oldestValid : Math.max(this.horizon, oldestValid);
+    // otherwise be refused until it caught up (what was forgotten meanwhile could pass). A
+    // caller that read the time late never does.
+    this.horizon = clock < this.clock - 60 ? oldestValid : Math.max(this.horizon, oldestValid);
+    this.clock = clock;
     while (this.byAt.size && this.byAt.peek()[0] < this.horizon) {
       const [when, k, i] = this.byAt.pop();
       this.forget(k, i, when);

@@ -217,6 +217,8 @@ pub(crate) struct Replays {
     floor: Option<i64>,
     /// The latest `oldest_valid` given: what was made before it may have been forgotten.
     horizon: i64,
+    /// The wall clock at the last call: one that reads over a minute before it stepped back.
+    clock: i64,
     capacity: usize,
 }
 
@@ -230,6 +232,7 @@ impl Default for Replays {
             by_count: BTreeSet::new(),
             floor: None,
             horizon: i64::MIN,
+            clock: i64::MIN,
             capacity: SEEN_PROOFS,
         }
     }
@@ -246,13 +249,20 @@ fn short_hash(s: &str) -> u64 {
 
 impl Replays {
     pub(crate) fn admit(&mut self, proof: &Checked, oldest_valid: i64) -> Result<(), Error> {
+        self.admit_at(proof, oldest_valid, now_secs())
+    }
+
+    /// [`Replays::admit`] with the wall clock reading `clock` (seconds).
+    fn admit_at(&mut self, proof: &Checked, oldest_valid: i64, clock: i64) -> Result<(), Error> {
         // A clock stepped back over a minute takes the horizon with it: honest proofs would
         // otherwise be refused until it caught up (what was forgotten meanwhile could pass).
-        self.horizon = if oldest_valid < self.horizon.saturating_sub(60) {
+        // A caller that read the time late never does.
+        self.horizon = if clock < self.clock.saturating_sub(60) {
             oldest_valid
         } else {
             self.horizon.max(oldest_valid)
         };
+        self.clock = clock;
         while let Some(&(iat, key, jti)) = self.by_iat.first() {
             if iat >= self.horizon {
                 break;
@@ -480,10 +490,10 @@ mod tests {
             jti: jti.into(),
             iat,
         };
-        r.admit(&of("p", 100), 50).unwrap();
+        r.admit(&of("p", 100), 40).unwrap();
         r.admit(&of("q", 130), 101).unwrap();
-        assert!(r.admit(&of("p", 100), 50).is_err());
-        // A clock stepped back over a minute: proofs made by it pass.
-        assert!(r.admit(&of("after", 30), 0).is_ok());
+        assert!(r.admit(&of("p", 100), 40).is_err());
+        // The wall clock stepped back over a minute: proofs made by it pass.
+        assert!(r.admit_at(&of("after", 30), 0, now_secs() - 200).is_ok());
     }
 }

@@ -58,14 +58,15 @@ fn agent(tls: Arc<rustls::ClientConfig>, timeout: Duration) -> ureq::Agent {
         .redirects(0)
         .tls_connector(Arc::new(DeadlineTls {
             config: tls,
-            deadline: Instant::now() + timeout,
+            // A timeout past what an `Instant` holds bounds nothing.
+            deadline: Instant::now().checked_add(timeout),
         }))
         .build()
 }
 
 struct DeadlineTls {
     config: Arc<rustls::ClientConfig>,
-    deadline: Instant,
+    deadline: Option<Instant>,
 }
 
 impl ureq::TlsConnector for DeadlineTls {
@@ -91,13 +92,15 @@ impl ureq::TlsConnector for DeadlineTls {
 #[derive(Debug)]
 struct Timed {
     io: Box<dyn ureq::ReadWrite>,
-    deadline: Instant,
+    deadline: Option<Instant>,
 }
 
 impl Timed {
     fn bound(&self) -> io::Result<()> {
-        let left = self
-            .deadline
+        let Some(deadline) = self.deadline else {
+            return Ok(());
+        };
+        let left = deadline
             .checked_duration_since(Instant::now())
             .filter(|d| !d.is_zero())
             .ok_or_else(|| io::Error::new(io::ErrorKind::TimedOut, "timed out"))?;

@@ -226,8 +226,10 @@ test("a proof older than what was forgotten is refused", () => {
   assert.equal(v.proofs.admit("k", "p", now - 59, now - 60), null);
   assert.equal(v.proofs.admit("k", "q", now, now - 58), null);
   assert.equal(v.proofs.admit("k", "p", now - 59, now - 60), "old");
-  // A clock stepped back over a minute: proofs made by it pass.
-  assert.equal(v.proofs.admit("k", "after", now - 200, now - 230), null);
+  // A caller that read the clock over a minute late is still refused; a wall clock stepped
+  // back over a minute takes the horizon with it.
+  assert.equal(v.proofs.admit("k", "p", now - 59, now - 130), "old");
+  assert.equal(v.proofs.admit("k", "after", now - 200, now - 230, now - 200), null);
 });
 
 test("the refusal hook hears no raw controls", async () => {

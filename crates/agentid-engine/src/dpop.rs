@@ -7,10 +7,11 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
+use agentid_core::domain::Millis;
 use agentid_core::token::dpop::{check_proof, Expected};
 use agentid_core::token::Claims;
 
-/// How far back (seconds) a caller's clock may read before the replay memory takes it for a
+/// How far back (seconds) the wall clock may read before the replay memory takes it for a
 /// clock stepped back.
 const CLOCK_STEP: i64 = 60;
 
@@ -144,6 +145,9 @@ struct Seen {
     /// forgotten, so a proof made before it is refused (a caller that read the time before
     /// another's call forgot it cannot take it again).
     horizon: i64,
+    /// The wall clock at the last call (seconds): one that reads more than a minute before it
+    /// stepped back (a caller that read the time late, after waiting on the store, did not).
+    clock: i64,
 }
 
 /// The first 8 bytes of the SHA-256 of `bytes`: a key's, or within a key a `jti`'s, name in
@@ -214,6 +218,7 @@ impl Replays {
                 by_count: BTreeSet::new(),
                 floor: i64::MIN,
                 horizon: i64::MIN,
+                clock: i64::MIN,
             }),
         }
     }
@@ -221,16 +226,23 @@ impl Replays {
     /// Remembers the proof of `jkt` and `jti` made at `iat`, or refuses it as a replay.
     /// Proofs made before `oldest_valid` can no longer pass, and are forgotten.
     pub(crate) fn admit(&self, jkt: &str, jti: &str, iat: i64, oldest_valid: i64) -> Result<(), Refused> {
+        self.admit_at(jkt, jti, iat, oldest_valid, Millis::now().as_secs())
+    }
+
+    /// [`Replays::admit`] with the wall clock reading `clock` (seconds).
+    fn admit_at(&self, jkt: &str, jti: &str, iat: i64, oldest_valid: i64, clock: i64) -> Result<(), Refused> {
         let key = short_hash(jkt.as_bytes());
         let jti = short_hash(jti.as_bytes());
         let mut seen = self.inner.lock();
         // A clock stepped back over a minute takes the horizon with it: honest proofs would
         // otherwise be refused until it caught up (what was forgotten meanwhile could pass).
-        seen.horizon = if oldest_valid < seen.horizon.saturating_sub(CLOCK_STEP) {
+        // A caller that read the time late never does.
+        seen.horizon = if clock < seen.clock.saturating_sub(CLOCK_STEP) {
             oldest_valid
         } else {
             seen.horizon.max(oldest_valid)
         };
+        seen.clock = clock;
         while let Some(&(at, k, j)) = seen.by_iat.first() {
             if at >= seen.horizon {
                 break;
@@ -369,15 +381,17 @@ mod tests {
     #[test]
     fn a_proof_older_than_what_was_forgotten_is_refused() {
         let r = Replays::new(10);
-        r.admit("k", "p", 100, 50).unwrap();
+        r.admit("k", "p", 100, 40).unwrap();
         // A later call forgets everything made before 101 ...
         r.admit("k", "q", 130, 101).unwrap();
-        // ... so a replay of "p", checked against an older clock, is still refused.
+        // ... so a replay of "p", checked against a clock read over a minute earlier (a call
+        // that waited on the store), is still refused.
         assert_eq!(
-            r.admit("k", "p", 100, 50).unwrap_err().error,
+            r.admit("k", "p", 100, 40).unwrap_err().error,
             ProofError::Replayed
         );
-        // A clock stepped back over a minute: proofs made by it pass.
-        r.admit("k", "after", 30, 0).unwrap();
+        // The wall clock stepped back over a minute: proofs made by it pass.
+        let stepped = Millis::now().as_secs() - 200;
+        r.admit_at("k", "after", 30, 0, stepped).unwrap();
     }
 }

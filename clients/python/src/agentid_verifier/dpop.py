@@ -11,6 +11,7 @@ import hashlib
 import heapq
 import json
 import threading
+import time
 from collections import OrderedDict
 from typing import Dict, List, Optional, Set, Tuple
 
@@ -200,19 +201,26 @@ class Replays:
         self._most = 0
         self._held = 0
         self._floor: Optional[int] = None
-        # The latest ``oldest_valid`` given: what was made before it may have been forgotten.
+        # The latest ``oldest_valid`` given: what was made before it may have been forgotten;
+        # and the wall clock at the last call (one over a minute before it stepped back).
         self._horizon = float("-inf")
+        self._clock = float("-inf")
         self._lock = threading.Lock()
 
-    def admit(self, jkt: str, jti: str, iat: int, oldest_valid: float) -> Optional[str]:
-        """Remembers the proof; why it is refused as a replay, or ``None``."""
+    def admit(self, jkt: str, jti: str, iat: int, oldest_valid: float,
+              clock: Optional[float] = None) -> Optional[str]:
+        """Remembers the proof; why it is refused as a replay, or ``None``. ``clock``: the
+        wall clock now (``time.time()`` unless given)."""
+        clock = time.time() if clock is None else clock
         with self._lock:
             # A clock stepped back over a minute takes the horizon with it: honest proofs would
             # otherwise be refused until it caught up (what was forgotten meanwhile could pass).
-            if oldest_valid < self._horizon - 60:
+            # A caller that read the time late never does.
+            if clock < self._clock - 60:
                 self._horizon = oldest_valid
             else:
                 self._horizon = max(self._horizon, oldest_valid)
+            self._clock = clock
             while self._by_iat and self._by_iat[0][0] < self._horizon:
                 at, k, j = heapq.heappop(self._by_iat)
                 self._forget(k, j, at)
