@@ -15,14 +15,45 @@ _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 _VALUE = {c: i for i, c in enumerate(_ALPHABET)}
 _STANDARD = bytes.maketrans(b"-_", b"+/")
 _PAD = (b"", b"", b"==", b"=")
+#: The deepest JSON read. ``json`` recurses a level a nesting, and a ``RecursionError`` deep in
+#: it leaves a traceback too deep for some handlers to format: deeper text is refused unread.
+MAX_DEPTH = 256
+
+
+def _depth(text: str) -> int:
+    """How deep the arrays and objects of JSON text nest (strings skipped)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
 def json_value(text):
     """The value of JSON text (``str`` or ``bytes``); ``ValueError`` for anything else, nesting
-    too deep to read included (``json`` raises ``RecursionError`` for it), so that no input
-    escapes as another error. Every JSON the library reads goes through it."""
+    deeper than ``MAX_DEPTH`` included (found before ``json`` recurses into it), so that no
+    input escapes as another error. Every JSON the library reads goes through it."""
+    probe = text if isinstance(text, str) else bytes(text).decode("utf-8", "replace")
+    # Fewer brackets than the bound cannot nest deeper: the common case costs two counts.
+    if probe.count("[") + probe.count("{") > MAX_DEPTH and _depth(probe) > MAX_DEPTH:
+        raise ValueError(f"JSON nested deeper than {MAX_DEPTH}")
     try:
         return json.loads(text)
-    except RecursionError as e:
-        raise ValueError("JSON nested too deep") from e
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
 
 
 def b64url(segment: str) -> bytes:
