@@ -256,30 +256,27 @@ class AgentIdMiddleware:
         if scope["type"] != "http" or excluded(scope.get("path", "/"), self.exclude):
             return await self.app(scope, receive, send)
         given = authorizations(scope)
-        authorization = given[0] if given else ""
-        if len(given) > 1:
-            status, out_headers, body = refusal(TokenInvalid("more than one Authorization header"),
-                                                scheme_of(authorization), self.scopes, self.metadata)
-            await send({"type": "http.response.start", "status": status, "headers": out_headers})
-            await send({"type": "http.response.body", "body": body})
-            return
+        try:
+            authorization = one_authorization(given)
+        except TokenInvalid as e:
+            return await self._refuse(send, e, scheme_of(given[0]))
         if not authorization.strip() and b"signature-input" in dict(scope.get("headers") or []):
             try:
                 found = await self._signed(scope)
             except VerificationError as e:
-                status, out_headers, body = refusal(e, "Bearer", self.scopes, self.metadata)
-                await send({"type": "http.response.start", "status": status, "headers": out_headers})
-                await send({"type": "http.response.body", "body": body})
-                return
+                return await self._refuse(send, e, "Bearer")
             return await self.app(dict(scope, agent=None, signed_request=found), receive, send)
         try:
             agent = await self._agent(scope, "GET")
         except VerificationError as e:
-            status, out_headers, body = refusal(e, scheme_of(authorization), self.scopes, self.metadata)
-            await send({"type": "http.response.start", "status": status, "headers": out_headers})
-            await send({"type": "http.response.body", "body": body})
-            return
+            return await self._refuse(send, e, scheme_of(authorization))
         await self.app(dict(scope, agent=agent), receive, send)
+
+    async def _refuse(self, send, error: VerificationError, scheme: str) -> None:
+        """Answers a refused request: ``error``, challenged as its ``scheme`` gets."""
+        status, headers, body = refusal(error, scheme, self.scopes, self.metadata)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
     async def _signed(self, scope):
         """The request's signature, checked (in a worker thread when it must fetch)."""
