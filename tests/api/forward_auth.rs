@@ -39,6 +39,20 @@ pub(crate) fn proof(key: &AgentKey, token: &str, htm: &str, htu: &str) -> String
     )
 }
 
+/// A pass for an agent token or an agent's signed request sends the headers that name an
+/// OAuth client, a person or a third party's signer, empty (a gateway copying them then
+/// overwrites a caller's own).
+pub(crate) fn agent_token_headers_are_empty(res: &Resp) {
+    for empty in [
+        "x-agent-client-id",
+        "x-agent-subject",
+        "x-agent-subject-issuer",
+        "x-agent-signature-agent",
+    ] {
+        assert_eq!(res.header(empty).as_deref(), Some(""), "{empty}");
+    }
+}
+
 fn refused(res: &Resp, status: u16, code: &str, challenge: &str) {
     assert_eq!(res.status, status, "{}", res.text());
     assert_eq!(res.json()["error"]["code"], code, "{}", res.text());
@@ -70,14 +84,7 @@ async fn a_valid_token_passes_with_the_agents_facts_and_is_recorded() {
         assert_eq!(res.header("x-agent-issuer").as_deref(), Some("example.com"));
         assert_eq!(res.header("x-agent-scopes").as_deref(), Some("read:docs"));
         // Every agent header always, empty where it does not apply.
-        for empty in [
-            "x-agent-client-id",
-            "x-agent-subject",
-            "x-agent-subject-issuer",
-            "x-agent-signature-agent",
-        ] {
-            assert_eq!(res.header(empty).as_deref(), Some(""), "{empty}");
-        }
+        agent_token_headers_are_empty(&res);
     }
     let log = app
         .get(&format!("/v1/log?agent_id={agent}"), Some(app.secret()))

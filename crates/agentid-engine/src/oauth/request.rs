@@ -127,7 +127,7 @@ pub struct TokenRequest<'a> {
 }
 
 /// What a secret shows in `Debug`: whether there is one, never what it is.
-pub(crate) fn hidden(secret: Option<&str>) -> Option<&'static str> {
+fn hidden(secret: Option<&str>) -> Option<&'static str> {
     secret.map(|_| "…")
 }
 
