@@ -648,6 +648,52 @@ async fn an_https_proof_holds_that_host_alone() {
     );
 }
 
+/// Attack: a server whose chunked answer sends a chunk's size line without end. ureq reads
+/// that line whole before the body's bound sees a byte: the check held as much as the server
+/// could send within its deadline (5 s; gigabytes on a fast link).
+#[actix_web::test]
+async fn an_answer_whose_chunk_size_never_ends_is_cut_off() {
+    let pki = Pki::new("bank.example");
+    let config = pki.server_config();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let written = Arc::new(AtomicUsize::new(0));
+    let sent = written.clone();
+    std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let conn = rustls::ServerConnection::new(config).unwrap();
+        let mut s = rustls::StreamOwned::new(conn, stream);
+        if read_request(&mut s).is_none() {
+            return;
+        }
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+        let block = vec![b'0'; 64 * 1024];
+        for _ in 0..512 {
+            if s.write_all(&block).and_then(|()| s.flush()).is_err() {
+                return;
+            }
+            sent.fetch_add(block.len(), Ordering::SeqCst);
+        }
+    });
+    let w = world_with(Reach {
+        insecure: true,
+        doors: TestDoors {
+            https_port: Some(port),
+            http_port: Some(closed_port()),
+            extra_roots: vec![pki.root.clone()],
+        },
+    })
+    .await;
+    w.claim(w.a(), "bank.example").await;
+    w.dns.addr("bank.example", "127.0.0.1".parse().unwrap());
+    w.verify(w.a(), "bank.example")
+        .await
+        .assert_error(422, "DOMAIN_NOT_VERIFIED");
+    // What the client read (256 KiB and a little) and what the sockets' buffers took.
+    let written = written.load(Ordering::SeqCst);
+    assert!(written < 16 << 20, "the client read {written} bytes");
+}
+
 /// Attack: an HTTPS check redirected to a loopback address.
 #[actix_web::test]
 async fn the_https_check_follows_no_redirect() {
@@ -1009,17 +1055,7 @@ impl Http {
     }
 
     pub(crate) fn start_tls(pki: &Pki) -> Http {
-        let config =
-            rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_no_client_auth()
-                .with_single_cert(
-                    vec![rustls::pki_types::CertificateDer::from(pki.leaf.clone())],
-                    rustls::pki_types::PrivateKeyDer::Pkcs8(pki.key.clone().into()),
-                )
-                .unwrap();
-        Http::serve(b"", Some(Arc::new(config)))
+        Http::serve(b"", Some(pki.server_config()))
     }
 
     fn serve(response: &[u8], tls: Option<Arc<rustls::ServerConfig>>) -> Http {
@@ -1098,6 +1134,21 @@ pub(crate) struct Pki {
 }
 
 impl Pki {
+    /// A TLS server's configuration with the leaf.
+    pub(crate) fn server_config(&self) -> Arc<rustls::ServerConfig> {
+        let config =
+            rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(
+                    vec![rustls::pki_types::CertificateDer::from(self.leaf.clone())],
+                    rustls::pki_types::PrivateKeyDer::Pkcs8(self.key.clone().into()),
+                )
+                .unwrap();
+        Arc::new(config)
+    }
+
     pub(crate) fn new(host: &str) -> Pki {
         let dir = tempfile::tempdir().unwrap();
         let run = |args: &[&str]| {

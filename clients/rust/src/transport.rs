@@ -48,10 +48,16 @@ pub(crate) fn tls() -> Arc<rustls::ClientConfig> {
     .clone()
 }
 
+/// Bytes a fetch may read off its https connection beside the answer's body: the TLS
+/// handshake (certificates), the answer's head and the framing of its body.
+const HEAD_ALLOWANCE: u64 = 256 * 1024;
+
 /// A client for one fetch: no redirect followed, and all of it within `timeout`. ureq sets its
 /// deadline once per buffered read, and one TLS record spans many reads of the connection, so
 /// its TLS runs over a connection whose every read and write waits at most until the fetch's
-/// deadline: a server dripping a record a byte at a time cannot hold a fetch past it.
+/// deadline: a server dripping a record a byte at a time cannot hold a fetch past it. And
+/// ureq reads a chunked body's size line whole, however long, before the body's bound sees a
+/// byte: that connection yields at most twice [`MAX_BODY_BYTES`] and [`HEAD_ALLOWANCE`].
 fn agent(tls: Arc<rustls::ClientConfig>, timeout: Duration) -> ureq::Agent {
     ureq::AgentBuilder::new()
         .timeout(timeout)
@@ -82,17 +88,20 @@ impl ureq::TlsConnector for DeadlineTls {
         let mut io = Timed {
             io,
             deadline: self.deadline,
+            left: 2 * MAX_BODY_BYTES + HEAD_ALLOWANCE,
         };
         tls.complete_io(&mut io)?;
         Ok(Box::new(TlsStream(rustls::StreamOwned::new(tls, io))))
     }
 }
 
-/// A connection whose every read and write waits at most until `deadline`, and fails past it.
+/// A connection whose every read and write waits at most until `deadline`, and fails past it,
+/// and that yields at most `left` more bytes.
 #[derive(Debug)]
 struct Timed {
     io: Box<dyn ureq::ReadWrite>,
     deadline: Option<Instant>,
+    left: u64,
 }
 
 impl Timed {
@@ -115,7 +124,16 @@ impl Timed {
 impl Read for Timed {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.bound()?;
-        self.io.read(buf)
+        if self.left == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the answer is larger than allowed",
+            ));
+        }
+        let most = usize::try_from(self.left).unwrap_or(usize::MAX).min(buf.len());
+        let n = self.io.read(&mut buf[..most])?;
+        self.left -= n as u64;
+        Ok(n)
     }
 }
 
@@ -257,6 +275,28 @@ impl Verifier {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Attack: a server whose chunked answer sends a chunk's size line without end (ureq
+    /// reads that line whole before the body's bound sees a byte).
+    #[test]
+    fn a_connection_yields_no_more_than_its_allowance() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let block = vec![b'0'; 64 * 1024];
+            while s.write_all(&block).is_ok() {}
+        });
+        let mut io = Timed {
+            io: Box::new(TcpStream::connect(addr).unwrap()),
+            deadline: Instant::now().checked_add(Duration::from_secs(10)),
+            left: 100_000,
+        };
+        let mut read = Vec::new();
+        let err = io.read_to_end(&mut read).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert_eq!(read.len(), 100_000);
+    }
 
     /// Attack: a server (the one the verifier is pointed at, or a trusted directory) that
     /// answers the TLS handshake a byte at a time, each byte well within a read's timeout,

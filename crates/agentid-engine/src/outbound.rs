@@ -12,7 +12,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hickory_resolver::config::{ConnectionConfig, NameServerConfig, ResolveHosts, ResolverConfig};
@@ -327,19 +327,22 @@ impl Outbound {
 
     /// A blocking client that connects only to `addrs` (vetted by the caller, so that a DNS
     /// answer that changes in between cannot send the connection elsewhere), follows no
-    /// redirect and takes at most `timeout` a request. Run it off the async threads.
-    pub(crate) fn agent(&self, addrs: Vec<SocketAddr>, timeout: Duration) -> ureq::Agent {
+    /// redirect, and gives each request at most `timeout` and about `max_bytes` read off the
+    /// connection (see [`Client`]). Run it off the async threads.
+    pub(crate) fn agent(&self, addrs: Vec<SocketAddr>, timeout: Duration, max_bytes: u64) -> Client {
+        let allowance = Allowance::new(timeout, max_bytes);
         let tls = Arc::new(DeadlineTls {
             config: self.tls.clone(),
-            deadline: Instant::now() + timeout,
+            allowance: allowance.clone(),
         });
-        ureq::AgentBuilder::new()
+        let agent = ureq::AgentBuilder::new()
             .timeout(timeout)
             .timeout_connect(timeout)
             .redirects(0)
             .tls_connector(tls)
             .resolver(move |_: &str| Ok(addrs.clone()))
-            .build()
+            .build();
+        Client { agent, allowance }
     }
 
     /// GETs `url` (its addresses vetted: see [`Outbound::vetted`]) revalidating `etag`, on a
@@ -383,7 +386,7 @@ impl Outbound {
         max_bytes: usize,
         etag: Option<&str>,
     ) -> (Fetched, Caching) {
-        let mut request = self.agent(addrs, timeout).get(url);
+        let mut request = self.agent(addrs, timeout, max_bytes as u64).request().get(url);
         if let Some(tag) = etag {
             request = request.set("If-None-Match", tag);
         }
@@ -436,13 +439,93 @@ impl Outbound {
     }
 }
 
-/// TLS whose every read and write of the connection beneath waits at most until one deadline.
-/// ureq sets its deadline once per buffered read, and one TLS record spans many reads of the
-/// connection, so a server dripping a record a byte at a time (in the handshake, or in the
-/// answer) would hold a call for as long as it dripped.
+/// An [`Outbound::agent`]: a ureq agent, and what the request under way on its connections
+/// may still take. Each request starts with [`Client::request`], which renews that allowance,
+/// so the connection a pass of pushes keeps alive serves each push its own.
+#[derive(Clone)]
+pub(crate) struct Client {
+    agent: ureq::Agent,
+    allowance: Allowance,
+}
+
+impl Client {
+    /// The agent, for one request: the allowance renewed.
+    pub(crate) fn request(&self) -> &ureq::Agent {
+        self.allowance.renew();
+        &self.agent
+    }
+}
+
+/// Bytes a request may read off its https connection beside its answer's body: the TLS
+/// handshake (certificates), the answer's head and the framing of its body.
+const HEAD_ALLOWANCE: u64 = 256 * 1024;
+
+/// Until when, and how many more bytes, the request under way may read off the connection.
+/// ureq's own deadline is set afresh for each buffered read, and one TLS record spans many
+/// reads of the connection, so a server dripping a record a byte at a time (in the
+/// handshake, or in the answer) would hold a call for as long as it dripped; and ureq reads
+/// a chunked body's size line whole, however long, before a reader bounded to the body's
+/// bytes sees any. Both are held here, beneath TLS, to this allowance.
+#[derive(Clone, Debug)]
+struct Allowance {
+    timeout: Duration,
+    bytes: u64,
+    left: Arc<Mutex<(Instant, u64)>>,
+}
+
+impl Allowance {
+    fn new(timeout: Duration, max_bytes: u64) -> Allowance {
+        let bytes = max_bytes.saturating_mul(2).saturating_add(HEAD_ALLOWANCE);
+        Allowance {
+            timeout,
+            bytes,
+            left: Arc::new(Mutex::new((Instant::now() + timeout, bytes))),
+        }
+    }
+
+    fn renew(&self) {
+        *self.lock() = (Instant::now() + self.timeout, self.bytes);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Instant, u64)> {
+        self.left.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The time left, set on `socket`'s reads and writes; an error once it has run out.
+    fn bound(&self, socket: Option<&TcpStream>) -> io::Result<()> {
+        let deadline = self.lock().0;
+        let left = deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::TimedOut, "timed out"))?;
+        if let Some(socket) = socket {
+            socket.set_read_timeout(Some(left))?;
+            socket.set_write_timeout(Some(left))?;
+        }
+        Ok(())
+    }
+
+    /// The bytes a read may still take; an error once none is left.
+    fn readable(&self) -> io::Result<usize> {
+        match self.lock().1 {
+            0 => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the answer is larger than allowed",
+            )),
+            n => Ok(usize::try_from(n).unwrap_or(usize::MAX)),
+        }
+    }
+
+    fn spent(&self, n: usize) {
+        let mut left = self.lock();
+        left.1 = left.1.saturating_sub(n as u64);
+    }
+}
+
+/// TLS over a connection whose reads and writes are held to the request's [`Allowance`].
 struct DeadlineTls {
     config: Arc<rustls::ClientConfig>,
-    deadline: Instant,
+    allowance: Allowance,
 }
 
 impl ureq::TlsConnector for DeadlineTls {
@@ -457,45 +540,33 @@ impl ureq::TlsConnector for DeadlineTls {
         let mut tls = rustls::ClientConnection::new(self.config.clone(), server).map_err(io::Error::other)?;
         let mut io = Timed {
             io,
-            deadline: self.deadline,
+            allowance: self.allowance.clone(),
         };
         tls.complete_io(&mut io)?;
         Ok(Box::new(TlsStream(rustls::StreamOwned::new(tls, io))))
     }
 }
 
-/// A connection whose every read and write waits at most until `deadline`, and fails past it.
+/// A connection held to an [`Allowance`].
 #[derive(Debug)]
 struct Timed {
     io: Box<dyn ureq::ReadWrite>,
-    deadline: Instant,
-}
-
-impl Timed {
-    fn bound(&self) -> io::Result<()> {
-        let left = self
-            .deadline
-            .checked_duration_since(Instant::now())
-            .filter(|d| !d.is_zero())
-            .ok_or_else(|| io::Error::new(io::ErrorKind::TimedOut, "timed out"))?;
-        if let Some(socket) = self.io.socket() {
-            socket.set_read_timeout(Some(left))?;
-            socket.set_write_timeout(Some(left))?;
-        }
-        Ok(())
-    }
+    allowance: Allowance,
 }
 
 impl Read for Timed {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.bound()?;
-        self.io.read(buf)
+        self.allowance.bound(self.io.socket())?;
+        let most = self.allowance.readable()?.min(buf.len());
+        let n = self.io.read(&mut buf[..most])?;
+        self.allowance.spent(n);
+        Ok(n)
     }
 }
 
 impl Write for Timed {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.bound()?;
+        self.allowance.bound(self.io.socket())?;
         self.io.write(buf)
     }
 
@@ -609,6 +680,22 @@ mod tests {
             "{fetched:?}"
         );
         assert!(took < Duration::from_secs(3), "held for {took:?}");
+    }
+
+    /// A pass of pushes keeps one connection alive: each push starts with the whole of its
+    /// time and bytes, however much the ones before it took.
+    #[test]
+    fn each_request_of_a_client_starts_with_its_whole_allowance() {
+        let outbound = Outbound::new(OutboundConfig::default());
+        let client = outbound.agent(vec!["127.0.0.1:1".parse().unwrap()], Duration::from_millis(50), 0);
+        let allowance = &client.allowance;
+        allowance.spent(usize::MAX);
+        assert!(allowance.readable().is_err());
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(allowance.bound(None).is_err());
+        let _ = client.request();
+        assert!(allowance.bound(None).is_ok());
+        assert_eq!(allowance.readable().unwrap(), 256 * 1024);
     }
 
     #[test]

@@ -10,12 +10,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
 use super::vetting::pusher;
-use super::{Ssf, GIVE_UP_AFTER, PUSH_TIMEOUT};
+use super::{Ssf, GIVE_UP_AFTER, PUSH_TIMEOUT, REFUSAL_BYTES};
+use crate::outbound::Client;
 use agentid_core::domain::Millis;
 use agentid_store::{StoreError, StreamRecord};
-
-/// The most of a receiver's refusal that is read and logged.
-const REFUSAL_BYTES: u64 = 300;
 
 /// What a push came to.
 enum Pushed {
@@ -26,8 +24,9 @@ enum Pushed {
 }
 
 /// POSTs a SET (blocking).
-fn push(agent: &ureq::Agent, url: &str, set: &str) -> Pushed {
-    match agent
+fn push(client: &Client, url: &str, set: &str) -> Pushed {
+    match client
+        .request()
         .post(url)
         .set("Content-Type", "application/secevent+jwt")
         .set("Accept", "application/json")
@@ -203,7 +202,12 @@ mod tests {
     fn a_failed_push_names_no_part_of_the_receivers_url() {
         // Nothing listens on port 1: the connection is refused.
         let url = "http://127.0.0.1:1/events?token=S3CRET";
-        let Pushed::Failed(why) = push(&ureq::agent(), url, "a.b.c") else {
+        let client = crate::outbound::Outbound::new(Default::default()).agent(
+            vec!["127.0.0.1:1".parse().unwrap()],
+            Duration::from_secs(1),
+            REFUSAL_BYTES,
+        );
+        let Pushed::Failed(why) = push(&client, url, "a.b.c") else {
             panic!("a refused connection is a failed push");
         };
         assert!(!why.contains("S3CRET") && !why.contains("/events"), "{why}");

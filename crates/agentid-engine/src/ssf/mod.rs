@@ -45,6 +45,8 @@ const MAX_EVENTS_REQUESTED: usize = 16;
 const MAX_TEXT: usize = 512;
 /// A push that takes longer failed.
 const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most of a receiver's refusal that is read and logged.
+const REFUSAL_BYTES: u64 = 300;
 /// Attempts stop this long after the event.
 const GIVE_UP_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// How long a poll with `returnImmediately: false` waits for an event.

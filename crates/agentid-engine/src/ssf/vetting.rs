@@ -2,8 +2,8 @@
 //! every address the name resolves to globally reachable (`outbound`), checked when a stream
 //! is made and again before each pass, whose connections go only to the addresses checked.
 
-use super::PUSH_TIMEOUT;
-use crate::outbound::Outbound;
+use super::{PUSH_TIMEOUT, REFUSAL_BYTES};
+use crate::outbound::{Client, Outbound};
 
 /// The origin (`scheme://host[:port]`) of a URL.
 pub(super) fn origin_of(url: &str) -> Option<String> {
@@ -23,17 +23,14 @@ pub(crate) async fn check_endpoint(
 
 /// An HTTP client for one delivery pass to one endpoint: it connects only to the addresses
 /// vetted at its making (so a DNS answer that changes in between cannot redirect it), keeps
-/// its connection alive between the pass's SETs, and follows no redirect.
-pub(super) async fn pusher(
-    outbound: &Outbound,
-    url: &str,
-    allow_insecure: bool,
-) -> Result<ureq::Agent, String> {
+/// its connection alive between the pass's SETs (each with its own time and bytes), and
+/// follows no redirect.
+pub(super) async fn pusher(outbound: &Outbound, url: &str, allow_insecure: bool) -> Result<Client, String> {
     let addrs = outbound
         .vetted(url, allow_insecure)
         .await
         .map_err(|e| format!("endpoint {e}"))?;
-    Ok(outbound.agent(addrs, PUSH_TIMEOUT))
+    Ok(outbound.agent(addrs, PUSH_TIMEOUT, REFUSAL_BYTES))
 }
 
 #[cfg(test)]
