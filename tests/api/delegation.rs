@@ -419,6 +419,57 @@ async fn a_two_hop_chain_verifies_and_dies_with_either_link() {
     refused(&res, 400, "invalid_request");
 }
 
+/// Removing a provider ends every token it vouched for, and adding its issuer again (new
+/// keys, after a leak) revives none of them: the tokens stood on the provider's name alone.
+#[actix_web::test]
+async fn a_provider_removed_and_added_again_revives_none_of_its_tokens() {
+    let app = spawn_app().await;
+    let sk = app.secret().to_owned();
+    let idp = Idp::new(IDP);
+    let idp_id = app.trust(&sk, &idp).await;
+    let a = app.confidential(&sk, &["read:docs"]).await;
+    let old = access(&app.delegated(&a, &idp.id_token(&a.id), ID_TOKEN, RESOURCE).await);
+    app.distrust(&sk, &idp_id).await;
+    assert_eq!(app.verify(&old).await["error"], "TOKEN_REVOKED");
+    // Past the second the old token was issued in (tokens' times are whole seconds).
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let again = Idp::new(IDP);
+    app.trust(&sk, &again).await;
+    let v = app.verify(&old).await;
+    assert_eq!(v["error"], "TOKEN_REVOKED", "{v}");
+    let res = app.exchange(&a, &old, ACCESS_TOKEN, RESOURCE, &[]).await;
+    assert_eq!(res.status, 400, "{}", res.text());
+    let fresh = access(
+        &app.delegated(&a, &again.id_token(&a.id), ID_TOKEN, RESOURCE)
+            .await,
+    );
+    assert_eq!(app.verify(&fresh).await["valid"], true);
+}
+
+/// Attack: an organization's own provider names an agent's id as its person. A delegated
+/// token's `sub` is the person, an agent's own token's its id: a resource server admitting
+/// agents by `sub` would take the token for that agent's.
+#[actix_web::test]
+async fn a_provider_cannot_name_an_agent_as_its_person() {
+    let app = spawn_app().await;
+    let sk = app.secret().to_owned();
+    let idp = Idp::new(IDP);
+    app.trust(&sk, &idp).await;
+    let a = app.confidential(&sk, &["read:docs"]).await;
+    let victim = app.confidential(&sk, &["read:docs"]).await;
+    let subject = idp.sign("JWT", json!({"aud": a.id, "sub": victim.id}));
+    let why = refused(
+        &app.exchange(&a, &subject, ID_TOKEN, RESOURCE, &[]).await,
+        400,
+        "invalid_request",
+    );
+    assert!(why.contains("agent's id"), "{why}");
+    // An `exp` at the end of time is far off, not a panic.
+    let subject = idp.sign("JWT", json!({"aud": a.id, "exp": i64::MAX}));
+    let res = app.exchange(&a, &subject, ID_TOKEN, RESOURCE, &[]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+}
+
 /// A chain one agent deeper than `--max-delegation-depth` is refused.
 #[actix_web::test]
 async fn a_chain_deeper_than_the_maximum_is_refused() {
@@ -754,17 +805,35 @@ async fn an_id_jag_buys_one_token_for_its_resource() {
         )
         .await;
     assert_eq!(res.status, 200, "{}", res.text());
+    let jag = idp.id_jag(&app, &a.id, json!({}));
     let res = app
         .token_for(
             &a,
             &[
                 ("grant_type", JWT_BEARER),
-                ("assertion", &idp.id_jag(&app, &a.id, json!({}))),
+                ("assertion", &jag),
                 ("resource", "https://other.example/"),
             ],
         )
         .await;
     refused(&res, 400, "invalid_target");
+    // A refused request (here, a scope the ID-JAG does not allow) spends no ID-JAG: the
+    // corrected one gets its token.
+    let res = app
+        .token_for(
+            &a,
+            &[
+                ("grant_type", JWT_BEARER),
+                ("assertion", &jag),
+                ("scope", "write:docs"),
+            ],
+        )
+        .await;
+    refused(&res, 400, "invalid_scope");
+    let res = app
+        .token_for(&a, &[("grant_type", JWT_BEARER), ("assertion", &jag)])
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
     // For another client (presented by this one).
     let res = app
         .token_for(

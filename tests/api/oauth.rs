@@ -446,6 +446,20 @@ async fn the_request_must_say_what_it_wants_in_the_standard_form() {
             "invalid_target",
         );
     }
+    // An audience (RFC 8693) that is not a resource asked for would be dropped unseen.
+    let why = assert_oauth_error(
+        &ask(
+            &app,
+            &a(),
+            &[("resource", RESOURCE), ("audience", "https://other.example/")],
+        )
+        .await,
+        400,
+        "invalid_target",
+    );
+    assert!(why.contains("audience"), "{why}");
+    let res = ask(&app, &a(), &[("resource", RESOURCE), ("audience", RESOURCE)]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
     // A scope the agent does not hold.
     let why = assert_oauth_error(
         &ask(
@@ -828,6 +842,16 @@ async fn an_agent_authenticates_with_a_client_secret() {
         res.header("www-authenticate").as_deref(),
         Some("Basic realm=\"agentid\"")
     );
+    // So is a header that is no Basic credential, or one without a client id.
+    for header in ["Basic !!!".to_owned(), basic("", &first)] {
+        let res = post(String::new(), vec![], vec![("Authorization", header.clone())]).await;
+        assert_oauth_error(&res, 401, "invalid_client");
+        assert_eq!(
+            res.header("www-authenticate").as_deref(),
+            Some("Basic realm=\"agentid\""),
+            "{header}"
+        );
+    }
     // Two ways at once.
     let res = post(first.clone(), vec![], vec![("Authorization", basic(&id, &first))]).await;
     assert_oauth_error(&res, 400, "invalid_request");
@@ -875,4 +899,8 @@ async fn an_agent_authenticates_with_a_client_secret() {
         .await
         .assert_error(409, "AGENT_REVOKED");
     assert_oauth_error(&post(third.clone(), vec![], vec![]).await, 401, "invalid_client");
+    // A caller without a secret learns nothing of the agent: not that it is revoked.
+    let res = post("cs_wrong".into(), vec![], vec![]).await;
+    assert_oauth_error(&res, 401, "invalid_client");
+    assert!(!res.text().contains("revoked"), "{}", res.text());
 }

@@ -54,6 +54,9 @@ pub(crate) struct Delegated {
     pub exp_cap: Option<i64>,
     /// The ID-JAG's resource: the token's audience.
     pub resource: Option<String>,
+    /// The ID-JAG's single use (its key, and until when it is kept), spent only once every
+    /// other check of the request passed: a refused request leaves it for a corrected one.
+    pub single_use: Option<(String, Millis)>,
 }
 
 /// Whether the key file vouches for a provider's row (its MAC checks). One that it does not
@@ -74,9 +77,17 @@ pub(crate) fn vouched(keys: &KeyRing, idp: &IdentityProviderRecord) -> bool {
 /// Why a delegated token no longer stands, when it does not.
 pub(crate) fn verdict(keys: &KeyRing, claims: &Claims, standing: &Standing) -> Option<String> {
     let id = claims.sub_id.as_ref()?;
-    if !standing.provider.as_ref().is_some_and(|p| vouched(keys, p)) {
+    let Some(provider) = standing.provider.as_ref().filter(|p| vouched(keys, p)) else {
         return Some(format!(
             "the agent's organization no longer trusts the identity provider {} that vouched for the person",
+            id.iss
+        ));
+    };
+    // Removing a provider ends every token it vouched for: adding the issuer again (with new
+    // keys, after a leak) brings none of them back.
+    if claims.iat.saturating_add(1).saturating_mul(1000) <= provider.created_at.0 {
+        return Some(format!(
+            "the identity provider {} that vouched for the person was removed and added again since",
             id.iss
         ));
     }
@@ -292,6 +303,7 @@ impl Delegation {
             allowed: t.text("scope").map(split_scope),
             exp_cap: t.int("exp"),
             resource: None,
+            single_use: None,
         })
     }
 
@@ -364,6 +376,7 @@ impl Delegation {
             allowed: Some(split_scope(c.scope.as_deref().unwrap_or(""))),
             exp_cap: Some(c.exp),
             resource: None,
+            single_use: None,
         })
     }
 
@@ -418,9 +431,6 @@ impl Delegation {
             key.update([0]);
         }
         let key = URL_SAFE_NO_PAD.encode(key.finalize());
-        if !self.store.use_assertion(&key, Millis::from_secs(exp)).await? {
-            return Err(grant("assertion was used already (its jti)".into()));
-        }
         Ok(Delegated {
             sub_id: SubjectId::iss_sub(&idp.issuer, &sub),
             inner: None,
@@ -428,6 +438,7 @@ impl Delegation {
             // Every link bounds the token's life, the ID-JAG's too.
             exp_cap: Some(exp),
             resource,
+            single_use: Some((key, Millis::from_secs(exp))),
         })
     }
 
@@ -452,9 +463,15 @@ impl Delegation {
     }
 }
 
-/// The person a provider's token names (`sub`, 1 to 255 bytes).
+/// The person a provider's token names (`sub`, 1 to 255 bytes, no agent's id).
 fn person(t: &Foreign, refusal: fn(String) -> OAuthError) -> Result<String, OAuthError> {
     match t.text("sub") {
+        // A delegated token's `sub` is the person, where an agent's own token has its id: a
+        // provider (any organization may add one) naming an agent's id would make a token a
+        // resource server that admits agents by `sub` takes for that agent's.
+        Some(s) if AgentId::parse(s).is_some() => Err(refusal(
+            "the token's sub is an agent's id, which names no person".to_owned(),
+        )),
         // Printable: it goes into headers (forward auth's X-Agent-Subject) and logs.
         Some(s) if !s.is_empty() && s.len() <= MAX_SUB_LEN && !s.chars().any(char::is_control) => {
             Ok(s.to_owned())

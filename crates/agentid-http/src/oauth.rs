@@ -234,6 +234,9 @@ pub(crate) struct TokenForm {
     /// several, at most 10.
     #[schema(example = "https://api.example.com/mcp")]
     resource: Vec<String>,
+    /// Token exchange's logical target (RFC 8693): each must be one of the resources asked
+    /// for (the token's audience is its resources).
+    audience: Vec<String>,
 }
 
 /// A token handed out (RFC 6749 §5.1).
@@ -268,6 +271,18 @@ pub(crate) struct TokenAnswer<'a> {
     ),
 )]
 pub(crate) async fn token(state: web::Data<AppState>, req: HttpRequest, body: Bytes) -> HttpResponse {
+    // RFC 6749 §5.2: a client that tried to authenticate by the header is challenged so.
+    let by_header = req.headers().contains_key(header::AUTHORIZATION);
+    let refusal = |e: &OAuthError| {
+        let mut res = refusal(e);
+        if by_header && matches!(e, OAuthError::InvalidClient(_)) {
+            res.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Basic realm=\"agentid\""),
+            );
+        }
+        res
+    };
     let form = match Form::parse(&req, &body) {
         Ok(f) => f,
         Err(e) => return refusal(&e),
@@ -302,13 +317,6 @@ pub(crate) async fn token(state: web::Data<AppState>, req: HttpRequest, body: By
         Ok(c) => c,
         Err(e) => {
             let mut res = refusal(&e);
-            if request.basic && matches!(e, OAuthError::InvalidClient(_)) {
-                // RFC 6749 §5.2: a client that authenticated by the header is challenged so.
-                res.headers_mut().insert(
-                    header::WWW_AUTHENTICATE,
-                    header::HeaderValue::from_static("Basic realm=\"agentid\""),
-                );
-            }
             if matches!(e, OAuthError::InvalidClient(_)) {
                 let charged = limits.check(ip, Class::Other).await;
                 res.extensions_mut().insert(Charged(charged));
@@ -421,11 +429,11 @@ fn token_request<'a>(
         grant_type: form.one("grant_type")?,
         client_id,
         client_secret,
-        basic: basic.is_some(),
         client_assertion_type: form.one("client_assertion_type")?,
         client_assertion: form.one("client_assertion")?,
         scope: form.one("scope")?,
         resources: form.all("resource"),
+        audiences: form.all("audience"),
         dpop,
         subject_token: form.one("subject_token")?,
         subject_token_type: form.one("subject_token_type")?,

@@ -114,7 +114,7 @@ pub fn verify(token: &str, jwks: &Value, now: i64, max_skew: i64) -> Result<Fore
     let Some(exp) = out.int("exp") else {
         return refuse("exp is required (a number)");
     };
-    if exp + max_skew <= now {
+    if exp.saturating_add(max_skew) <= now {
         return refuse("it expired");
     }
     for (name, what) in [

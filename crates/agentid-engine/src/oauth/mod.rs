@@ -206,6 +206,13 @@ impl OAuth {
             }
         }
         check_client(req)?;
+        // RFC 8693's `audience` names a target logically; a token's audience here is the
+        // resource it is for. One the resources do not name would be dropped unseen.
+        if let Some(other) = req.audiences.iter().find(|a| !req.resources.contains(a)) {
+            return Err(OAuthError::InvalidTarget(format!(
+                "audience {other:?} is not a resource asked for: name the target as resource (RFC 8707)"
+            )));
+        }
         if req.grant_type == Some(JWT_BEARER_GRANT) && req.resources.is_empty() {
             // The ID-JAG names its resource.
             return Ok(());
@@ -304,6 +311,7 @@ impl OAuth {
                 .refused(Some(&agent), VerifyResult::Invalid, why, now, received)
                 .await);
         }
+        self.refuse_revoked(&agent, now, received).await?;
         self.client(agent).await
     }
 
@@ -353,7 +361,8 @@ impl OAuth {
                 .refused(None, VerifyResult::Invalid, why, now, received)
                 .await);
         };
-        self.refuse_revoked(&agent, now, received).await?;
+        // The secret first: a caller without it learns nothing of the agent (that it is
+        // revoked), as with a key assertion, whose signature is checked first.
         let holds = secret.len() <= MAX_CLIENT_SECRET_LEN
             && self
                 .store
@@ -367,6 +376,7 @@ impl OAuth {
                 .refused(Some(&agent), VerifyResult::Invalid, why, now, received)
                 .await);
         }
+        self.refuse_revoked(&agent, now, received).await?;
         self.client(agent).await
     }
 
@@ -442,6 +452,12 @@ impl OAuth {
         if expires <= issued {
             let e = OAuthError::InvalidRequest("the subject token expires now".into());
             return Err(self.refused_after(agent, e, now, received).await);
+        }
+        if let Some((key, until)) = delegated.as_ref().and_then(|d| d.single_use.as_ref()) {
+            if !self.store.use_assertion(key, *until).await? {
+                let e = OAuthError::InvalidGrant("assertion was used already (its jti)".into());
+                return Err(self.refused_after(agent, e, now, received).await);
+            }
         }
         let (sub, sub_id, act) = match delegated {
             Some(d) => {

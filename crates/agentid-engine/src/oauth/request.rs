@@ -107,14 +107,14 @@ impl From<AuditError> for OAuthError {
 pub struct TokenRequest<'a> {
     pub grant_type: Option<&'a str>,
     pub client_id: Option<&'a str>,
-    /// `client_secret_post`'s, or `client_secret_basic`'s (then `basic`).
+    /// `client_secret_post`'s, or `client_secret_basic`'s.
     pub client_secret: Option<&'a str>,
-    /// The client id and secret came in `Authorization: Basic` (RFC 6749 §2.3.1).
-    pub basic: bool,
     pub client_assertion_type: Option<&'a str>,
     pub client_assertion: Option<&'a str>,
     pub scope: Option<&'a str>,
     pub resources: Vec<&'a str>,
+    /// Token exchange's logical targets (RFC 8693 §2.1), each one of `resources`.
+    pub audiences: Vec<&'a str>,
     /// The request's `DPoP` header.
     pub dpop: Option<&'a str>,
     /// Token exchange (RFC 8693 §2.1).
@@ -137,11 +137,11 @@ impl std::fmt::Debug for TokenRequest<'_> {
             .field("grant_type", &self.grant_type)
             .field("client_id", &self.client_id)
             .field("client_secret", &hidden(self.client_secret))
-            .field("basic", &self.basic)
             .field("client_assertion_type", &self.client_assertion_type)
             .field("client_assertion", &hidden(self.client_assertion))
             .field("scope", &self.scope)
             .field("resources", &self.resources)
+            .field("audiences", &self.audiences)
             .field("dpop", &hidden(self.dpop))
             .field("subject_token", &hidden(self.subject_token))
             .field("subject_token_type", &self.subject_token_type)
