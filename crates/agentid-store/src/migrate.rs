@@ -151,6 +151,11 @@ pub const SQLITE: Embedded = &[
         "triggers hold against the service role",
         include_str!("../../../migrations/sqlite/0029_triggers_hold_against_the_service_role.sql"),
     ),
+    (
+        30,
+        "domain events in order",
+        include_str!("../../../migrations/sqlite/0030_domain_events_in_order.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -297,6 +302,11 @@ pub const POSTGRES: Embedded = &[
         29,
         "triggers hold against the service role",
         include_str!("../../../migrations/postgres/0029_triggers_hold_against_the_service_role.sql"),
+    ),
+    (
+        30,
+        "domain events in order",
+        include_str!("../../../migrations/postgres/0030_domain_events_in_order.sql"),
     ),
 ];
 
