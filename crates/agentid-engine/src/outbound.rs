@@ -329,7 +329,10 @@ impl Outbound {
     /// answer that changes in between cannot send the connection elsewhere), follows no
     /// redirect, and gives each request at most `timeout` and about `max_bytes` read off the
     /// connection (see [`Client`]). Run it off the async threads.
-    pub(crate) fn agent(&self, addrs: Vec<SocketAddr>, timeout: Duration, max_bytes: u64) -> Client {
+    pub(crate) fn agent(&self, mut addrs: Vec<SocketAddr>, timeout: Duration, max_bytes: u64) -> Client {
+        // A connection tries the addresses in turn: a name with thousands would have one
+        // request knock at thousands of hosts.
+        addrs.truncate(MAX_ADDRESSES);
         let allowance = Allowance::new(timeout, max_bytes);
         let tls = Arc::new(DeadlineTls {
             config: self.tls.clone(),
@@ -455,6 +458,9 @@ impl Client {
         &self.agent
     }
 }
+
+/// The most addresses of a name a request tries.
+const MAX_ADDRESSES: usize = 8;
 
 /// Bytes a request may read off its https connection beside its answer's body: the TLS
 /// handshake (certificates), the answer's head and the framing of its body.
@@ -696,6 +702,33 @@ mod tests {
         let _ = client.request();
         assert!(allowance.bound(None).is_ok());
         assert_eq!(allowance.readable().unwrap(), 256 * 1024);
+    }
+
+    /// Attack: a name with thousands of addresses had one request knock at each in turn.
+    #[test]
+    fn a_request_tries_at_most_eight_of_a_names_addresses() {
+        use std::io::Write as _;
+        let closed = || {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let open = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for s in listener.incoming() {
+                let _ = s
+                    .unwrap()
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+            }
+        });
+        let outbound = Outbound::new(OutboundConfig::default());
+        let url = format!("http://example.com:{}/", open.port());
+        let fetch = |addrs: Vec<SocketAddr>| outbound.get(&url, addrs, Duration::from_secs(2), 1024);
+        let mut addrs: Vec<SocketAddr> = (0..7).map(|_| closed()).collect();
+        addrs.push(open);
+        assert!(matches!(fetch(addrs.clone()), Fetched::Body(b) if b == b"ok"));
+        addrs.insert(0, closed());
+        assert!(matches!(fetch(addrs), Fetched::Failed(_)));
     }
 
     #[test]
