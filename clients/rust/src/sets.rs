@@ -43,6 +43,16 @@ impl Verifier {
         else {
             return Err(invalid("a SET needs jti, iat and events"));
         };
+        let now = crate::now_secs();
+        if iat > now.saturating_add(self.inner.leeway) {
+            return Err(invalid("a SET issued in the future"));
+        }
+        match c.get("exp").map(Value::as_i64) {
+            None => {}
+            Some(Some(exp)) if exp.saturating_add(self.inner.leeway) >= now => {}
+            Some(Some(_)) => return Err(Error::Expired),
+            Some(None) => return Err(invalid("a SET's exp must be a whole number")),
+        }
         let mut person = None;
         let revoked = if events.contains_key(SESSION_REVOKED) {
             let s = &c["sub_id"];

@@ -172,6 +172,12 @@ impl Verifier {
         if iat > now.saturating_add(self.inner.leeway) {
             return Err(invalid("issued in the future"));
         }
+        match c.get("nbf").map(Value::as_i64) {
+            None => {}
+            Some(Some(nbf)) if nbf <= now.saturating_add(self.inner.leeway) => {}
+            Some(Some(_)) => return Err(invalid("not valid yet (nbf)")),
+            Some(None) => return Err(invalid("nbf must be a whole number")),
+        }
         let kind = self.kind(typ == ACCESS_TOKEN_TYP, &c)?;
         let (subject, actors) = match kind.client_id {
             Some(_) => crate::delegation::delegation(&c)?,

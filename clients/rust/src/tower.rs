@@ -248,7 +248,14 @@ where
                 .get(..5)
                 .is_some_and(|p| p.eq_ignore_ascii_case("dpop "));
             let scopes: Vec<&str> = layer.scopes.iter().map(String::as_str).collect();
-            let bare = authorization.trim().is_empty();
+            // An application behind the layer may read another of several (the last, say).
+            let several = req
+                .headers()
+                .get_all(http::header::AUTHORIZATION)
+                .iter()
+                .nth(1)
+                .is_some();
+            let bare = !several && authorization.trim().is_empty();
             if bare && req.headers().contains_key("signature-input") {
                 let checked = match (&layer.public_origin, layer.scopes.is_empty(), layer.delegated) {
                     (None, _, _) => Err(Error::Invalid(
@@ -290,7 +297,9 @@ where
                     )),
                 };
             }
-            let verified = if is_dpop {
+            let verified = if several {
+                Err(Error::Invalid("more than one Authorization header".into()))
+            } else if is_dpop {
                 let proofs: Vec<&str> = req
                     .headers()
                     .get_all("dpop")

@@ -672,6 +672,14 @@ async fn the_tower_layer_answers_401_403_and_200() {
     );
     let ok = call(&["read:orders"], Some(format!("Bearer {token}"))).await;
     assert_eq!((ok.status().as_u16(), ok.body().as_str()), (200, id.as_str()));
+    // Two Authorization headers: the application behind might read the other one.
+    let mut svc = AgentIdLayer::new(v.clone(), &[]).layer(ECHO);
+    let req = http::Request::builder()
+        .header("Authorization", format!("Bearer {token}"))
+        .header("Authorization", "Bearer someone-else")
+        .body(())
+        .unwrap();
+    assert_eq!(svc.call(req).await.unwrap().status(), 401);
 }
 
 /// Attack: a test-mode token offered to a default verifier.
@@ -1201,6 +1209,41 @@ async fn a_replayed_set_is_refused() {
     }
     assert_eq!(code(v.handle_set(&sets[10_000]).await), "TOKEN_INVALID");
     assert_eq!(code(v.handle_set(&sets[0]).await), "ok");
+}
+
+/// A SET issued in the future, or past its `exp`, is refused, as the other libraries refuse
+/// it; and a token is not taken before its `nbf`.
+#[tokio::test(flavor = "current_thread")]
+async fn times_out_of_bounds_are_refused_in_sets_and_tokens() {
+    let (s, p) = proxied();
+    let (set, _) = s.polled_set(json!({}));
+    let v = Verifier::builder(&p.url).build().unwrap();
+    let mut claims = claims_of(&set);
+    let now = now() as i64;
+    for (extra, want) in [
+        (json!({"iat": now + 3600}), "TOKEN_INVALID"),
+        (json!({"exp": now - 3600}), "TOKEN_EXPIRED"),
+        (json!({"exp": "soon"}), "TOKEN_INVALID"),
+        (json!({"exp": now + 3600}), "ok"),
+    ] {
+        for (k, val) in extra.as_object().unwrap() {
+            claims[k] = val.clone();
+        }
+        claims["jti"] = json!(format!("times-{extra}"));
+        let signed = s.sign(&claims, "secevent+jwt");
+        assert_eq!(code(v.handle_set(&signed).await), want, "{extra}");
+        claims = claims_of(&set);
+    }
+    let (_, token) = s.register(json!({}));
+    let mut claims = claims_of(&token);
+    for (nbf, want) in [
+        (json!(now + 3600), "TOKEN_INVALID"),
+        (json!("x"), "TOKEN_INVALID"),
+        (json!(now - 10), "ok"),
+    ] {
+        claims["nbf"] = nbf.clone();
+        assert_eq!(code(v.verify(&s.sign(&claims, "JWT")).await), want, "nbf {nbf}");
+    }
 }
 
 #[tokio::test(flavor = "current_thread")]
