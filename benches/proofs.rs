@@ -16,8 +16,8 @@ use agentid::domain::audit::{AuditEntry, Event};
 use agentid::domain::{KeyMode, Ledger, Millis, VerifyResult};
 use agentid::engine::transparency::checkpointer::{Step, Transparency};
 use agentid::engine::GrownLedgers;
-use agentid::store::{self, SharedStore, StoreOptions};
-use agentid::tlog::note::LogKey;
+use agentid::keys::KeyRing;
+use agentid::store::{self, BlockSealer, SharedStore, StoreOptions};
 use agentid::tlog::tree;
 use criterion::{black_box, Criterion};
 
@@ -48,14 +48,18 @@ fn entry(i: u64) -> AuditEntry {
 }
 
 /// The ledger with `n` records, all checkpointed.
-async fn build(store: &SharedStore, t: &Transparency, n: u64) {
+async fn build(store: &SharedStore, t: &Transparency, sealer: &BlockSealer, n: u64) {
     let l = ledger();
     let mut have = store.ledger_size(&l).await.unwrap();
     let started = Instant::now();
     while have < n {
         let batch: Vec<AuditEntry> = (have..(have + 512).min(n)).map(entry).collect();
         let k = batch.len() as u64;
-        store.append_audit(batch).await.into_result().unwrap();
+        store
+            .append_audit(batch, sealer.clone())
+            .await
+            .into_result()
+            .unwrap();
         have += k;
         if have % 1_000_000 < k {
             eprintln!("built {have} records ({:.0?})", started.elapsed());
@@ -88,14 +92,18 @@ fn main() {
     let store = rt
         .block_on(store::connect(&url, &StoreOptions::default()))
         .unwrap();
+    let keys = Arc::new(KeyRing::from_signing_key(ed25519_dalek::SigningKey::from_bytes(
+        &[7; 32],
+    )));
+    let sealer: BlockSealer = Arc::new(keys.audit_block_sealer());
     let t = Transparency::new(
         store.clone(),
-        LogKey::derive("bench/agentid", &[7; 32]),
+        keys,
         "bench",
         Duration::ZERO,
         Arc::new(GrownLedgers::default()),
     );
-    rt.block_on(build(&store, &t, n));
+    rt.block_on(build(&store, &t, &sealer, n));
 
     let l = ledger();
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;

@@ -165,7 +165,13 @@ pub(super) async fn verify(
         None => Vec::new(),
     };
     let store = open(&db).await?;
-    let report = logcheck::check(&store, &verifier, &given, stale_after).await?;
+    if root.is_none() {
+        println!(
+            "note: no signing key file at {}: the blocks' seals are not checked",
+            signing_key_file.display()
+        );
+    }
+    let report = logcheck::check(&store, &verifier, root.as_ref(), &given, stale_after).await?;
     for l in &report.ledgers {
         let failed = report.failures.iter().filter(|f| f.ledger == l.ledger).count();
         let status = if failed == 0 { "ok     " } else { "FAILED " };

@@ -615,7 +615,9 @@ async fn kill_9_loses_no_answered_verification_and_chains_hold() {
     )
     .await;
     let verifier = agentid::tlog::note::LogVerifier::parse(&key.text()).unwrap();
-    let report = crate::helpers::log_holds(&store, &verifier).await;
+    let keys = agentid::keys::KeyRing::load(&dir.path().join("data/signing-key.pem")).unwrap();
+    assert!(keys.is_some(), "the server's key file");
+    let report = crate::helpers::log_holds(&store, &verifier, keys.as_ref()).await;
     assert!(!report.ledgers.is_empty());
     store.close().await;
     let res = crate::helpers::read(

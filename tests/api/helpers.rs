@@ -345,10 +345,12 @@ pub async fn read(
 pub async fn log_holds(
     store: &SharedStore,
     verifier: &agentid::tlog::note::LogVerifier,
+    keys: Option<&agentid::keys::KeyRing>,
 ) -> agentid::engine::transparency::check::Report {
-    let report = agentid::engine::transparency::check::check(store, verifier, &[], Duration::from_secs(3600))
-        .await
-        .unwrap();
+    let report =
+        agentid::engine::transparency::check::check(store, verifier, keys, &[], Duration::from_secs(3600))
+            .await
+            .unwrap();
     assert!(report.ok(), "{:?}", report.failures);
     report
 }
@@ -356,7 +358,8 @@ pub async fn log_holds(
 impl TestApp {
     /// [`log_holds`] on this instance's store, with its log key.
     pub async fn log_holds(&self) -> agentid::engine::transparency::check::Report {
-        log_holds(&self.store, self.engine.transparency().verifier()).await
+        let keys = agentid::keys::KeyRing::load(&self.config.signing_key_file).unwrap();
+        log_holds(&self.store, self.engine.transparency().verifier(), keys.as_ref()).await
     }
 
     pub fn url(&self, path: &str) -> String {

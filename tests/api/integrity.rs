@@ -267,6 +267,62 @@ async fn covered(app: &TestApp, size: u64) {
     );
 }
 
+/// Attack: someone who can write the database appends a verification of their own, chained
+/// as the service chains records (the chain is SHA-256, which anyone computes: here with the
+/// service's own code, but without the key file). Its block's seal does not check: the
+/// checkpointer alarms (and goes on: the records after it chain to it), and `audit verify`
+/// names its records. A block with no seal at all is refused by the database.
+#[actix_web::test]
+async fn a_record_appended_without_the_key_file_is_caught() {
+    use agentid::domain::audit::{AuditEntry, Event};
+    use agentid::domain::{KeyMode, Ledger, VerifyResult};
+    let metrics = agentid::telemetry::metrics_handle();
+    let app = spawn_app().await;
+    records(&app, 3).await;
+    covered(&app, 3).await;
+    let before = integrity_failures(metrics, "audit_block");
+    let (agent, _) = app.agent().await;
+    let forged = AuditEntry {
+        event: Event::Verification,
+        ledger: Ledger {
+            org_id: app.org.org_id.clone(),
+            mode: KeyMode::Live,
+        },
+        agent_id: agent,
+        result: VerifyResult::Valid,
+        failure_reason: None,
+        latency_us: 7,
+        requested_at: Millis(1_000),
+        revocations_seen: i64::MAX,
+    };
+    let unkeyed: agentid::store::BlockSealer = std::sync::Arc::new(|_: &[u8]| [7u8; 32]);
+    let written = app
+        .store
+        .append_audit(vec![forged], unkeyed)
+        .await
+        .into_result()
+        .unwrap();
+    assert_eq!(written[0].seq, 4);
+    records(&app, 2).await;
+    covered(&app, 6).await;
+    assert!(integrity_failures(metrics, "audit_block") > before);
+    let (code, out) = audit_verify(&app);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("records 4..=4: the key file did not seal"), "{out}");
+    // The service's own blocks around it check.
+    assert_eq!(out.matches("the key file did not seal").count(), 1, "{out}");
+    let org = &app.org.org_id;
+    let unsealed = format!(
+        "INSERT INTO audit_blocks (org_id, mode, first_seq, last_seq, prev_hash, last_hash, results, \
+         n_valid, n_invalid, n_expired, n_revoked, records) \
+         SELECT org_id, mode, last_seq + 100, last_seq + 100, last_hash, last_hash, results, n_valid, \
+         n_invalid, n_expired, n_revoked, records FROM audit_blocks \
+         WHERE org_id = '{org}' AND mode = 'live' ORDER BY first_seq DESC LIMIT 1"
+    );
+    let err = app.raw_execute(&unsealed).await.expect_err(&unsealed).to_string();
+    assert!(err.contains("sealed by the service"), "{err}");
+}
+
 /// One row where the checkpointer writes the next subtree hash used to stop every later
 /// checkpoint (the no-replace trigger refused them all). Now the checkpoint is made over the
 /// records anyway, later ones too, and the row is an integrity alarm and an `audit verify`
@@ -458,9 +514,9 @@ async fn a_block_written_over_the_chain_is_never_checkpointed() {
     let org = &app.org.org_id;
     app.raw_execute(&format!(
         "INSERT INTO audit_blocks (org_id, mode, first_seq, last_seq, prev_hash, last_hash, results, \
-         n_valid, n_invalid, n_expired, n_revoked, records) \
+         n_valid, n_invalid, n_expired, n_revoked, records, mac) \
          SELECT org_id, mode, first_seq + 1, last_seq + 1, prev_hash, last_hash, results, n_valid, \
-         n_invalid, n_expired, n_revoked, records FROM audit_blocks \
+         n_invalid, n_expired, n_revoked, records, mac FROM audit_blocks \
          WHERE org_id = '{org}' AND mode = 'live' ORDER BY first_seq DESC LIMIT 1"
     ))
     .await

@@ -9,6 +9,14 @@ use agentid::store::{AgentRecord, LogQuery};
 
 use crate::helpers::spawn_app;
 
+/// Seals blocks with `app`'s key file, as its engine does.
+fn sealer(app: &crate::helpers::TestApp) -> agentid::store::BlockSealer {
+    let keys = agentid::keys::KeyRing::load(&app.config.signing_key_file)
+        .unwrap()
+        .unwrap();
+    std::sync::Arc::new(keys.audit_block_sealer())
+}
+
 /// A live agent row as the store keeps it (long expired: set `expires_at` where it matters).
 pub fn agent(id: &str, org: &str) -> AgentRecord {
     AgentRecord {
@@ -163,16 +171,19 @@ async fn batches_chain_count_and_recheck_revocation_inside_the_transaction() {
         entry(&test, &b.id, VerifyResult::Invalid),
         entry(&live, &a.id, VerifyResult::Expired),
     ];
-    let recs = s.append_audit(batch1).await.into_result().unwrap();
+    let recs = s.append_audit(batch1, sealer(&app)).await.into_result().unwrap();
     assert_eq!(recs.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 1, 2]);
 
     // Revoked in the store but not yet known to the caller: the batch must say so.
     s.revoke_agent(&a.id, Millis(5), Some("stolen")).await.unwrap();
     let recs = s
-        .append_audit(vec![
-            entry(&live, &a.id, VerifyResult::Valid),
-            entry(&live, &b.id, VerifyResult::Valid),
-        ])
+        .append_audit(
+            vec![
+                entry(&live, &a.id, VerifyResult::Valid),
+                entry(&live, &b.id, VerifyResult::Valid),
+            ],
+            sealer(&app),
+        )
         .await
         .into_result()
         .unwrap();
@@ -319,7 +330,7 @@ async fn batches_recheck_revocation_only_when_a_check_could_have_missed_one() {
         recs.into_iter().map(|r| r.result).collect::<Vec<_>>()
     };
     let recs = s
-        .append_audit(vec![seen(&a.id, 1), seen(&b.id, 1)])
+        .append_audit(vec![seen(&a.id, 1), seen(&b.id, 1)], sealer(&app))
         .await
         .into_result()
         .unwrap();
@@ -329,7 +340,7 @@ async fn batches_recheck_revocation_only_when_a_check_could_have_missed_one() {
         "taken as checked: not looked up"
     );
     let recs = s
-        .append_audit(vec![seen(&a.id, 1), seen(&b.id, 0)])
+        .append_audit(vec![seen(&a.id, 1), seen(&b.id, 0)], sealer(&app))
         .await
         .into_result()
         .unwrap();
@@ -337,13 +348,13 @@ async fn batches_recheck_revocation_only_when_a_check_could_have_missed_one() {
     // Another revocation moves the epoch past what the first entries had seen.
     s.revoke_agent(&b.id, Millis(6), None).await.unwrap();
     let recs = s
-        .append_audit(vec![seen(&a.id, 1), seen(&b.id, 1)])
+        .append_audit(vec![seen(&a.id, 1), seen(&b.id, 1)], sealer(&app))
         .await
         .into_result()
         .unwrap();
     assert_eq!(results(recs), [VerifyResult::Revoked, VerifyResult::Revoked]);
     let recs = s
-        .append_audit(vec![seen(&a.id, 2), seen(&b.id, 2)])
+        .append_audit(vec![seen(&a.id, 2), seen(&b.id, 2)], sealer(&app))
         .await
         .into_result()
         .unwrap();
@@ -368,10 +379,13 @@ async fn two_instances_appending_to_one_ledger_never_fork_the_chain() {
     for round in 0..6 {
         let store = if round % 2 == 0 { &app.store } else { &other };
         let recs = store
-            .append_audit(vec![
-                entry(&live, &a.id, VerifyResult::Valid),
-                entry(&live, &a.id, VerifyResult::Valid),
-            ])
+            .append_audit(
+                vec![
+                    entry(&live, &a.id, VerifyResult::Valid),
+                    entry(&live, &a.id, VerifyResult::Valid),
+                ],
+                sealer(&app),
+            )
             .await
             .into_result()
             .unwrap();
@@ -410,7 +424,11 @@ async fn two_instances_appending_to_one_ledger_never_fork_the_chain() {
         let batch = (0..300)
             .map(|i| entry(&live, &a.id, VerifyResult::ALL[i % 4]))
             .collect();
-        store.append_audit(batch).await.into_result().unwrap();
+        store
+            .append_audit(batch, sealer(&app))
+            .await
+            .into_result()
+            .unwrap();
         assert_eq!(
             store.get_agent(&a.id).await.unwrap().unwrap().verification_count,
             n
@@ -516,8 +534,8 @@ async fn one_ledgers_trouble_does_not_fail_the_other_ledgers_records() {
     };
     app.raw_execute(&format!(
         "INSERT INTO audit_blocks (org_id, mode, first_seq, last_seq, prev_hash, last_hash, results, \
-         n_valid, n_invalid, n_expired, n_revoked, records) \
-         VALUES ('org_broken', 'live', 1, 1, {zeros}, {blob}, 1, 1, 0, 0, 0, {blob})"
+         n_valid, n_invalid, n_expired, n_revoked, records, mac) \
+         VALUES ('org_broken', 'live', 1, 1, {zeros}, {blob}, 1, 1, 0, 0, 0, {blob}, {zeros})"
     ))
     .await
     .unwrap();
@@ -526,7 +544,7 @@ async fn one_ledgers_trouble_does_not_fail_the_other_ledgers_records() {
         entry(&broken, "agt_01bbbbbbbbbbbbbbbbbbbbbbbb", VerifyResult::Valid),
         entry(&good, "agt_01aaaaaaaaaaaaaaaaaaaaaaaa", VerifyResult::Invalid),
     ];
-    let appended = s.append_audit(batch).await;
+    let appended = s.append_audit(batch, sealer(&app)).await;
     assert!(appended.failure.is_some());
     let [first, second, third] = appended.records.try_into().unwrap();
     assert_eq!(first.map(|r| r.seq), Some(1));

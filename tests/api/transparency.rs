@@ -244,9 +244,16 @@ async fn audit(app: &TestApp, given: &[String]) -> logcheck::Report {
             note: n.clone(),
         })
         .collect();
-    logcheck::check(&app.store, &v, &given, std::time::Duration::from_secs(3600))
-        .await
-        .unwrap()
+    let keys = agentid::keys::KeyRing::load(&app.config.signing_key_file).unwrap();
+    logcheck::check(
+        &app.store,
+        &v,
+        keys.as_ref(),
+        &given,
+        std::time::Duration::from_secs(3600),
+    )
+    .await
+    .unwrap()
 }
 
 fn failures(r: &logcheck::Report) -> String {

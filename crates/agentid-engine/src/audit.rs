@@ -24,7 +24,8 @@ use parking_lot::Mutex;
 
 use agentid_core::domain::audit::{AuditEntry, AuditRecord};
 use agentid_core::domain::Ledger;
-use agentid_store::SharedStore;
+use agentid_core::keys::KeyRing;
+use agentid_store::{BlockSealer, SharedStore};
 
 #[derive(Debug, Clone)]
 pub struct WriterConfig {
@@ -90,11 +91,23 @@ impl Drop for WriterThread {
 
 impl AuditHandle {
     /// Starts the writer on an arbiter thread of its own.
-    pub fn start(store: SharedStore, cfg: WriterConfig, grown: Arc<GrownLedgers>) -> (Self, WriterThread) {
+    /// Each block it writes is sealed by `keys` (`KeyRing::audit_block_sealer`).
+    pub fn start(
+        store: SharedStore,
+        cfg: WriterConfig,
+        grown: Arc<GrownLedgers>,
+        keys: Arc<KeyRing>,
+    ) -> (Self, WriterThread) {
         let thread = Arbiter::new();
         let (tx, rx) = mpsc::channel(cfg.max_queue.max(1));
         let handle = AuditHandle { tx };
-        let writer = Writer { store, cfg, grown };
+        let sealer: BlockSealer = Arc::new(keys.audit_block_sealer());
+        let writer = Writer {
+            store,
+            cfg,
+            grown,
+            sealer,
+        };
         thread.spawn(writer.run(rx));
         (handle, WriterThread(thread))
     }
@@ -123,6 +136,7 @@ struct Writer {
     cfg: WriterConfig,
     /// Told which ledgers each committed batch grew (for their checkpoints).
     grown: Arc<GrownLedgers>,
+    sealer: BlockSealer,
 }
 
 impl Writer {
@@ -167,12 +181,14 @@ impl Writer {
     }
 
     async fn flush(&self, entries: Vec<AuditEntry>, replies: Vec<Reply>) {
-        let store = self.store.clone();
+        let (store, sealer) = (self.store.clone(), self.sealer.clone());
         let timeout = self.cfg.flush_timeout;
         let started = Instant::now();
         // The store call runs as a task of its own: a panic inside it ends that task only.
         let task =
-            tokio::spawn(async move { tokio::time::timeout(timeout, store.append_audit(entries)).await });
+            tokio::spawn(
+                async move { tokio::time::timeout(timeout, store.append_audit(entries, sealer)).await },
+            );
         // A batch the store could not write, or could not find out about (a commit of unknown
         // outcome), within its outage wait, fails: never answered as written.
         match task.await {

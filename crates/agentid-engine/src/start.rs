@@ -26,7 +26,7 @@ use crate::revocations::{self, Revocations};
 use crate::signed;
 use crate::ssf::{self, Ssf};
 use crate::status::{self, StatusLists};
-use crate::transparency::checkpointer::{self, Transparency};
+use crate::transparency::checkpointer::Transparency;
 use crate::transparency::DomainListWatch;
 use crate::verifier::TokenVerifier;
 use crate::verify::Verify;
@@ -83,13 +83,14 @@ impl Engine {
             cfg.token_cache_bytes,
         ));
         let grown = Arc::new(GrownLedgers::default());
-        let (audit, audit_thread) = AuditHandle::start(store.clone(), cfg.writer, grown.clone());
+        let (audit, audit_thread) =
+            AuditHandle::start(store.clone(), cfg.writer, grown.clone(), keys.clone());
         let rate_limits = Arc::new(RateLimits::new(&store));
         let domain_list = Arc::new(DomainListWatch::default());
         let transparency = Arc::new(
             Transparency::new(
                 store.clone(),
-                keys.log_key(&checkpointer::log_key_name(&cfg.log_host)),
+                keys.clone(),
                 &cfg.log_host,
                 cfg.checkpoint_interval,
                 grown,

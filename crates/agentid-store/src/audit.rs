@@ -3,9 +3,9 @@
 use agentid_core::domain::AgentId;
 use futures_util::future::BoxFuture;
 
-use super::block::{AgentBlockRow, Head};
+use super::block::{AgentBlockRow, BlockSealer, Head};
 use super::sql::{hash32, LogPlan};
-use super::{Appended, DecodedBlock, LogPage, LogQuery, StoreError, StoreFuture};
+use super::{Appended, BlockSeal, DecodedBlock, LogPage, LogQuery, StoreError, StoreFuture};
 use agentid_core::domain::audit::AuditEntry;
 use agentid_core::domain::{Ledger, Totals, VerifyResult};
 
@@ -17,7 +17,8 @@ pub trait AuditStore {
     /// Returns the records in entry order, as committed. When the batch is refused for
     /// another reason than an unreachable store, each of its ledgers is tried alone, so that
     /// one ledger's trouble does not fail the others' records.
-    fn append_audit(&self, entries: Vec<AuditEntry>) -> BoxFuture<'_, Appended>;
+    /// Each block is sealed with `sealer` (the key file's MAC).
+    fn append_audit(&self, entries: Vec<AuditEntry>, sealer: BlockSealer) -> BoxFuture<'_, Appended>;
     /// A page of a ledger, newest first, with the exact total of matching records.
     fn read_log<'a>(&'a self, q: LogQuery<'a>) -> StoreFuture<'a, LogPage>;
     /// Every ledger that holds records or checkpoints.
@@ -32,6 +33,8 @@ pub trait AuditStore {
         after: i64,
         limit: u32,
     ) -> StoreFuture<'a, Vec<DecodedBlock>>;
+    /// The seals of the blocks that hold records `from..=to`, ascending.
+    fn block_seals<'a>(&'a self, ledger: &'a Ledger, from: i64, to: i64) -> StoreFuture<'a, Vec<BlockSeal>>;
     /// An agent's `audit_block_agents` rows in a ledger, ascending.
     fn agent_rows<'a>(
         &'a self,

@@ -51,7 +51,7 @@ pub use agentid_core::records::{
 };
 pub use agents::{AgentStore, KeyBinding};
 pub use audit::AuditStore;
-pub use block::AgentBlockRow;
+pub use block::{AgentBlockRow, BlockSealer};
 pub use domains::{DomainListSize, DomainRules, DomainStore, RELEASED_REASON, REPLACED_REASON};
 pub use identity_providers::{IdentityProviderStore, IdpAdded, Standing};
 pub use migrate::valid_role;
@@ -216,12 +216,23 @@ pub struct DecodedBlock {
     pub last_seq: i64,
     /// The records, or why they cannot be read.
     pub records: Result<Vec<AuditRecord>, StoreError>,
+    /// What the block is sealed over, and its seal.
+    pub seal: BlockSeal,
     /// The hash the row says its last record has.
     pub last_hash: Vec<u8>,
     /// The results the row says its records hold (`VerifyResult::bit`s).
     pub results: i32,
     /// The ledger's running totals the row says hold after it.
     pub totals: Totals,
+}
+
+row! {
+    /// A block's place, the chain's hashes at its ends and its seal (`mac`: the key file's
+    /// MAC of `domain::audit::block_seal_input`; none on blocks written before seals).
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct BlockSeal {
+        first_seq: i64, last_seq: i64, prev_hash: Vec<u8>, last_hash: Vec<u8>, mac: Option<Vec<u8>>,
+    }
 }
 
 /// GCRA buckets a fleet shares, leased out in cells (see `engine::ratelimit`). A bucket of

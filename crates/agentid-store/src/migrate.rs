@@ -156,6 +156,11 @@ pub const SQLITE: Embedded = &[
         "domain events in order",
         include_str!("../../../migrations/sqlite/0030_domain_events_in_order.sql"),
     ),
+    (
+        31,
+        "audit blocks are sealed",
+        include_str!("../../../migrations/sqlite/0031_audit_blocks_are_sealed.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -307,6 +312,11 @@ pub const POSTGRES: Embedded = &[
         30,
         "domain events in order",
         include_str!("../../../migrations/postgres/0030_domain_events_in_order.sql"),
+    ),
+    (
+        31,
+        "audit blocks are sealed",
+        include_str!("../../../migrations/postgres/0031_audit_blocks_are_sealed.sql"),
     ),
 ];
 

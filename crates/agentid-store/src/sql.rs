@@ -50,6 +50,7 @@ pub(crate) trait Backend: Database {
     fn append(
         store: &SqlStore<Self>,
         entries: Vec<AuditEntry>,
+        sealer: crate::block::BlockSealer,
     ) -> BoxFuture<'_, Result<Vec<AuditRecord>, Refused>>;
     /// The store's shared rate-limit buckets, if a fleet shares them.
     fn shared_buckets(store: &SqlStore<Self>) -> Option<&dyn SharedBuckets>;

@@ -10,7 +10,7 @@ use futures_util::future::BoxFuture;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Sqlite, SqliteConnection};
 
-use super::block::{self, Block};
+use super::block::{self, Block, BlockSealer};
 use super::for_sqlite::queries::audit::ledger_heads;
 use super::sql::{self, Backend, Exclusive, LogPlan, Refused, SqlStore};
 use super::{batch, migrate, Create, PoolStats, SharedBuckets, StoreError, StoreOptions};
@@ -95,14 +95,19 @@ impl SqlStore<Sqlite> {
 
     /// Appends a batch in one transaction. On an error nothing was written, and the entries
     /// come back.
-    async fn append(&self, mut entries: Vec<AuditEntry>) -> Result<Vec<AuditRecord>, Refused> {
+    async fn append(
+        &self,
+        mut entries: Vec<AuditEntry>,
+        sealer: BlockSealer,
+    ) -> Result<Vec<AuditRecord>, Refused> {
         let seen_by_entry: Vec<i64> = entries.iter().map(|e| e.revocations_seen).collect();
         let (mut tx, mut heads) = match self.prepare(&mut entries).await {
             Ok(prepared) => prepared,
             Err(e) => return Err((e, entries)),
         };
         let records = batch::seal(entries, &mut heads);
-        let blocks = block::plan(&records, &mut heads);
+        let mut blocks = block::plan(&records, &mut heads);
+        block::seal(&mut blocks, &sealer);
         let written = async {
             write_blocks(&mut tx, &blocks).await?;
             tx.commit().await?;
@@ -221,8 +226,9 @@ impl Backend for Sqlite {
     fn append(
         store: &SqliteStore,
         entries: Vec<AuditEntry>,
+        sealer: BlockSealer,
     ) -> BoxFuture<'_, Result<Vec<AuditRecord>, Refused>> {
-        Box::pin(store.append(entries))
+        Box::pin(store.append(entries, sealer))
     }
 
     /// One instance: its rate-limit buckets stay in its memory.
@@ -251,8 +257,8 @@ async fn write_blocks(conn: &mut SqliteConnection, blocks: &[Block]) -> Result<(
     for b in blocks {
         sqlx::query(
             "INSERT INTO audit_blocks (org_id, mode, first_seq, last_seq, prev_hash, last_hash, results, \
-             n_valid, n_invalid, n_expired, n_revoked, records) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+             n_valid, n_invalid, n_expired, n_revoked, records, mac) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
         )
         .bind(&b.ledger.org_id)
         .bind(b.ledger.mode.as_str())
@@ -266,6 +272,7 @@ async fn write_blocks(conn: &mut SqliteConnection, blocks: &[Block]) -> Result<(
         .bind(b.totals[2])
         .bind(b.totals[3])
         .bind(&b.records)
+        .bind(&b.mac[..])
         .execute(&mut *conn)
         .await?;
         for a in &b.agents {

@@ -184,6 +184,32 @@ impl AuditRecord {
     }
 }
 
+/// The bytes a block of a ledger's records is sealed over (`KeyRing::audit_block_sealer`): where
+/// it sits in its ledger and the chain's hashes at its two ends. The chain ties every record's
+/// bytes to `last_hash` (`audit verify` recomputes it), so a block written with database
+/// access alone has no seal that checks, and a seal copied from another block names that
+/// block's place.
+pub fn block_seal_input(
+    ledger: &Ledger,
+    first_seq: i64,
+    last_seq: i64,
+    prev_hash: &[u8; 32],
+    last_hash: &[u8; 32],
+) -> Vec<u8> {
+    let org = ledger.org_id.as_bytes();
+    let mut out = Vec::with_capacity(32 + org.len() + 8 + 16 + 64);
+    out.extend_from_slice(b"agentid audit block v1\n");
+    out.extend_from_slice(&(org.len() as u64).to_be_bytes());
+    out.extend_from_slice(org);
+    out.extend_from_slice(ledger.mode.as_str().as_bytes());
+    out.push(b'\n');
+    out.extend_from_slice(&first_seq.to_be_bytes());
+    out.extend_from_slice(&last_seq.to_be_bytes());
+    out.extend_from_slice(prev_hash);
+    out.extend_from_slice(last_hash);
+    out
+}
+
 /// A JSON string. Ids, modes and results never need escaping; a string that does (a
 /// revocation reason may hold anything) is written by `serde_json` itself, so the bytes are
 /// exactly its bytes.

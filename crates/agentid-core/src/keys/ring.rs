@@ -226,6 +226,29 @@ impl KeyRing {
         self.hmac(b"agentid identity providers v1", &[canonical])
     }
 
+    /// What seals a block of the audit log (the MAC of `domain::audit::block_seal_input`): a
+    /// block written with database access alone has no seal that checks, so no checkpoint
+    /// covers it unseen. Its key is made once: the audit writer seals every block with it.
+    pub fn audit_block_sealer(&self) -> impl Fn(&[u8]) -> [u8; 32] + Send + Sync + 'static {
+        use hmac::{Hmac, Mac};
+        let keyed = <Hmac<Sha256> as Mac>::new_from_slice(&self.derived(b"agentid audit blocks v1"))
+            .expect("HMAC takes any key length");
+        move |sealed| {
+            let mut m = keyed.clone();
+            m.update(sealed);
+            m.finalize().into_bytes().into()
+        }
+    }
+
+    /// Whether `mac` is a block's seal (constant time).
+    pub fn audit_block_vouched(&self, sealed: &[u8], mac: &[u8]) -> bool {
+        use hmac::{Hmac, Mac};
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.derived(b"agentid audit blocks v1"))
+            .expect("HMAC takes any key length");
+        m.update(sealed);
+        m.verify_slice(mac).is_ok()
+    }
+
     /// Whether `mac` is the MAC of an identity provider's canonical bytes (constant time).
     pub fn identity_provider_vouched(&self, canonical: &[u8], mac: &[u8; 32]) -> bool {
         use hmac::{Hmac, Mac};
@@ -380,6 +403,38 @@ mod tests {
 
     use super::*;
     use crate::token::decode;
+
+    /// A block's seal checks for that block alone: not at another place of its ledger, in
+    /// another ledger, over other hashes, or under another key file.
+    #[test]
+    fn a_blocks_seal_names_its_place_and_its_hashes() {
+        use crate::domain::audit::block_seal_input;
+        use crate::domain::{KeyMode, Ledger};
+        let ring = KeyRing::from_signing_key(SigningKey::from_bytes(&[1; 32]));
+        let other = KeyRing::from_signing_key(SigningKey::from_bytes(&[2; 32]));
+        let live = Ledger {
+            org_id: "org_a".into(),
+            mode: KeyMode::Live,
+        };
+        let test = Ledger {
+            mode: KeyMode::Test,
+            ..live.clone()
+        };
+        let input = block_seal_input(&live, 4, 9, &[1; 32], &[2; 32]);
+        let seal = ring.audit_block_sealer()(&input);
+        assert!(ring.audit_block_vouched(&input, &seal));
+        for moved in [
+            block_seal_input(&live, 5, 9, &[1; 32], &[2; 32]),
+            block_seal_input(&live, 4, 10, &[1; 32], &[2; 32]),
+            block_seal_input(&test, 4, 9, &[1; 32], &[2; 32]),
+            block_seal_input(&live, 4, 9, &[3; 32], &[2; 32]),
+            block_seal_input(&live, 4, 9, &[1; 32], &[3; 32]),
+        ] {
+            assert!(!ring.audit_block_vouched(&moved, &seal));
+        }
+        assert!(!other.audit_block_vouched(&input, &seal));
+        assert!(!ring.audit_block_vouched(&input, &seal[..31]));
+    }
 
     /// Two processes starting at once on one key file: the one that does not make it reads
     /// the other's whole, never a file half written.

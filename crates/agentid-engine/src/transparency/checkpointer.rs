@@ -24,6 +24,7 @@ use parking_lot::Mutex;
 
 use agentid_core::domain::audit::{AuditEntry, Event};
 use agentid_core::domain::{Ledger, Millis, VerifyResult};
+use agentid_core::keys::KeyRing;
 use agentid_core::tlog::commit::Commitments;
 use agentid_core::tlog::note::{Checkpoint, LogKey, LogVerifier};
 use agentid_core::tlog::tree::{self, Frontier};
@@ -31,10 +32,10 @@ use agentid_store::{Added, SharedStore, StoreError, StoredCheckpoint};
 
 use crate::audit::{AuditHandle, GrownLedgers};
 
-use super::alarm;
 use super::domain_list::DomainListWatch;
 use super::lists::{broken_commitments, committed_lists, CommittedLists};
 use super::subtrees::subtree_hashes;
+use super::{alarm, block_sealed};
 
 /// Most records one checkpoint adds to a tree; a ledger that grew more (a log that predates
 /// checkpoints) gets there in steps, each a checkpoint of its own.
@@ -48,6 +49,10 @@ const READ_CHUNK: u64 = 1 << 16;
 pub struct Transparency {
     pub(super) store: SharedStore,
     pub(super) key: LogKey,
+    /// The key file: checks the blocks' seals.
+    keys: Arc<KeyRing>,
+    /// Blocks of a ledger (by first `seq`) whose seal does not check, alarmed once.
+    unsealed: Mutex<HashSet<(Ledger, i64)>>,
     host: String,
     interval: Duration,
     grown: Arc<GrownLedgers>,
@@ -76,16 +81,19 @@ pub fn log_key_name(host: &str) -> String {
 }
 
 impl Transparency {
+    /// The checkpointer of `store`'s ledgers, its log key `keys`' for `host`.
     pub fn new(
         store: SharedStore,
-        key: LogKey,
+        keys: Arc<KeyRing>,
         host: &str,
         interval: Duration,
         grown: Arc<GrownLedgers>,
     ) -> Self {
         Transparency {
             store,
-            key,
+            key: keys.log_key(&log_key_name(host)),
+            keys,
+            unsealed: Mutex::default(),
             host: host.to_owned(),
             interval,
             grown,
@@ -231,6 +239,7 @@ impl Transparency {
             for h in &hashes {
                 frontier.push(h, |s, h| nodes.push((s, h)));
             }
+            self.check_seals(ledger, next, last).await?;
             next = last + 1;
         }
         let lists = committed_lists(&self.store, ledger).await?;
@@ -287,6 +296,27 @@ impl Transparency {
             self.note_lag(ledger, target, size, now);
         }
         Ok(if target < size { Step::More } else { Step::Done })
+    }
+
+    /// Alarms, once each, the blocks holding records `from..=to` that the key file does not
+    /// vouch for: written with database access alone. The checkpoint covers them still (the
+    /// records after them chain to them, and a ledger whose checkpoints stopped would prove
+    /// nothing more); `audit verify` names them.
+    async fn check_seals(&self, ledger: &Ledger, from: u64, to: u64) -> Result<(), StoreError> {
+        let seals = self.store.block_seals(ledger, from as i64, to as i64).await?;
+        for s in seals.iter().filter(|s| !block_sealed(&self.keys, ledger, s)) {
+            if self.unsealed.lock().insert((ledger.clone(), s.first_seq)) {
+                alarm(
+                    "audit_block",
+                    &format!(
+                        "ledger {ledger}: records {}..={} are in a block the key file did not seal: \
+                         written with database access alone",
+                        s.first_seq, s.last_seq
+                    ),
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Notes that `ledger` holds `size` records of which its checkpoints cover `covered`,

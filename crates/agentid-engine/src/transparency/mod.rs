@@ -14,6 +14,29 @@ pub use domain_list::DomainListWatch;
 pub use lists::{committed_lists, CommittedLists};
 pub use proofs::ProofRefused;
 
+use agentid_core::domain::audit::block_seal_input;
+use agentid_core::domain::Ledger;
+use agentid_core::keys::KeyRing;
+use agentid_store::BlockSeal;
+
+/// Whether the key file vouches for a stored block: its seal checks, or it has none, written
+/// before blocks were sealed (the database refuses a block without one since).
+pub(crate) fn block_sealed(keys: &KeyRing, ledger: &Ledger, s: &BlockSeal) -> bool {
+    let Some(mac) = &s.mac else {
+        return true;
+    };
+    let (Ok(prev), Ok(last)) = (
+        <[u8; 32]>::try_from(s.prev_hash.as_slice()),
+        <[u8; 32]>::try_from(s.last_hash.as_slice()),
+    ) else {
+        return false;
+    };
+    keys.audit_block_vouched(
+        &block_seal_input(ledger, s.first_seq, s.last_seq, &prev, &last),
+        mac,
+    )
+}
+
 /// Something stored that the service did not write: logged, and counted by `what`.
 pub(crate) fn alarm(what: &'static str, message: &str) {
     tracing::error!(what, "integrity alarm: {message}");

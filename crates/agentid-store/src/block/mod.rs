@@ -109,6 +109,25 @@ pub struct Block {
     pub(crate) totals: Totals,
     pub(crate) records: Vec<u8>,
     pub(crate) agents: Vec<BlockAgent>,
+    /// The key file's seal of the block ([`seal`]; zeros until then).
+    pub(crate) mac: [u8; 32],
+}
+
+/// Seals a block: the key file's MAC of `domain::audit::block_seal_input`, given to the store
+/// with every batch by whoever holds the key file (the engine).
+pub type BlockSealer = std::sync::Arc<dyn Fn(&[u8]) -> [u8; 32] + Send + Sync>;
+
+/// Seals planned blocks with `sealer`.
+pub(crate) fn seal(blocks: &mut [Block], sealer: &BlockSealer) {
+    for b in blocks {
+        b.mac = sealer(&agentid_core::domain::audit::block_seal_input(
+            &b.ledger,
+            b.first_seq,
+            b.last_seq,
+            &b.prev_hash,
+            &b.last_hash,
+        ));
+    }
 }
 
 /// Cuts sealed records into blocks: per ledger, in sequence order, at most [`BLOCK_MAX`]
@@ -169,6 +188,7 @@ pub fn plan(records: &[AuditRecord], heads: &mut Heads) -> Vec<Block> {
                         batch_delta: batch_agents[agent_id],
                     })
                     .collect(),
+                mac: [0; 32],
             });
             start = end;
         }
@@ -190,7 +210,7 @@ row! {
     pub(crate) struct FullBlock {
         #[flatten]
         block: StoredBlock, last_hash: Vec<u8>, results: i32, n_valid: i64, n_invalid: i64,
-        n_expired: i64, n_revoked: i64,
+        n_expired: i64, n_revoked: i64, mac: Option<Vec<u8>>,
     }
 }
 

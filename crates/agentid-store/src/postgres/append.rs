@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use parking_lot::Mutex;
 use sqlx::PgConnection;
 
-use crate::block::{self, Block, BlockAgent};
+use crate::block::{self, Block, BlockAgent, BlockSealer};
 use crate::sql::{self, may_have_committed, Refused};
 use crate::{batch, StoreError};
 use agentid_core::domain::audit::{AuditEntry, AuditRecord};
@@ -123,11 +123,12 @@ pub(super) async fn look_up(conn: &mut PgConnection, sent: &[Sent]) -> Result<Fo
 
 /// A batch as if it had been sent and its connection had broken before it reached the
 /// server (fault injection).
-pub(super) fn unsent(entries: Vec<AuditEntry>, heads: &block::Heads) -> Unsealed {
+pub(super) fn unsent(entries: Vec<AuditEntry>, heads: &block::Heads, sealer: &BlockSealer) -> Unsealed {
     let seen_by_entry: Vec<i64> = entries.iter().map(|e| e.revocations_seen).collect();
     let mut after = heads.clone();
     let records = batch::seal(entries, &mut after);
-    let blocks = block::plan(&records, &mut after);
+    let mut blocks = block::plan(&records, &mut after);
+    block::seal(&mut blocks, sealer);
     Unsealed {
         error: lost_connection(),
         sent: Some(Sent::of(records.clone(), &blocks)),
@@ -151,6 +152,7 @@ pub(super) async fn seal_and_write(
     mut entries: Vec<AuditEntry>,
     heads: block::Heads,
     cache: &Mutex<WriterCache>,
+    sealer: &BlockSealer,
 ) -> Result<Sealed, Unsealed> {
     // What each entry's check had seen: the records do not keep it (see `batch::unseal`).
     let seen_by_entry: Vec<i64> = entries.iter().map(|e| e.revocations_seen).collect();
@@ -160,7 +162,8 @@ pub(super) async fn seal_and_write(
         // Sealed by value: a round that does not write turns the records back into entries,
         // so no round clones the batch's strings.
         let records = batch::seal(std::mem::take(&mut entries), &mut after);
-        let blocks = block::plan(&records, &mut after);
+        let mut blocks = block::plan(&records, &mut after);
+        block::seal(&mut blocks, sealer);
         let known = cache.lock().known_agents(&blocks);
         let written = write_blocks_with(conn, &blocks, seen, &known).await;
         entries = match written {
@@ -247,6 +250,7 @@ async fn write_blocks_with(
         .bind(a.delta[3].as_slice())
         .bind(a.known)
         .bind(unknown)
+        .bind(b.mac)
         .fetch_all(&mut *conn)
         .await?;
     let mut revoked = Vec::new();
@@ -331,9 +335,10 @@ WITH lk AS (
       AND (SELECT epoch FROM revocation_epoch WHERE id = 1) > $1::bigint
 ), blk AS (
     INSERT INTO audit_blocks (org_id, mode, first_seq, last_seq, prev_hash, last_hash, results,
-                              n_valid, n_invalid, n_expired, n_revoked, records)
+                              n_valid, n_invalid, n_expired, n_revoked, records, mac)
     SELECT * FROM UNNEST($2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bytea[], $7::bytea[],
-                         $8::int[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bytea[])
+                         $8::int[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bytea[],
+                         $25::bytea[])
     WHERE NOT EXISTS (SELECT 1 FROM rev) AND (SELECT n FROM lk) >= 0
 ), agt AS (
     INSERT INTO audit_block_agents (org_id, mode, agent_id, first_seq, results,
@@ -370,6 +375,7 @@ struct BlockColumns {
     results: Vec<i32>,
     totals: [Vec<i64>; 4],
     records: Vec<Vec<u8>>,
+    mac: Vec<Vec<u8>>,
 }
 
 impl BlockColumns {
@@ -385,6 +391,7 @@ impl BlockColumns {
             col.push(n);
         }
         self.records.push(b.records.clone());
+        self.mac.push(b.mac.to_vec());
     }
 }
 

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool, Postgres};
 
-use super::block;
+use super::block::{self, BlockSealer};
 use super::sql::{self, Backend, Exclusive, LogPlan, Refused, SqlStore};
 use super::{batch, migrate, PoolStats, SharedBuckets, StoreError, StoreOptions};
 use agentid_core::domain::audit::{AuditEntry, AuditRecord};
@@ -144,7 +144,11 @@ impl SqlStore<Postgres> {
     /// appended anew. Nothing there yet: they are written again at the same keys, which the
     /// primary key lets only one of the two writes hold. An outcome still unknown when the
     /// wait ends fails the batch.
-    async fn append(&self, mut entries: Vec<AuditEntry>) -> Result<Vec<AuditRecord>, Refused> {
+    async fn append(
+        &self,
+        mut entries: Vec<AuditEntry>,
+        sealer: BlockSealer,
+    ) -> Result<Vec<AuditRecord>, Refused> {
         let ledgers = batch::ledgers(&entries);
         let deadline = self.outage.deadline();
         let mut pause = sql::FIRST_PAUSE;
@@ -153,8 +157,8 @@ impl SqlStore<Postgres> {
         let mut pinned: Option<block::Heads> = None;
         loop {
             let attempt = match &pinned {
-                None => self.append_once(entries, &ledgers).await,
-                Some(heads) => self.settle(entries, heads, &mut sent).await,
+                None => self.append_once(entries, &ledgers, &sealer).await,
+                Some(heads) => self.settle(entries, heads, &mut sent, &sealer).await,
             };
             let (error, back) = match attempt {
                 Ok(records) => {
@@ -204,6 +208,7 @@ impl SqlStore<Postgres> {
         &self,
         entries: Vec<AuditEntry>,
         ledgers: &[Ledger],
+        sealer: &BlockSealer,
     ) -> Result<Vec<AuditRecord>, Attempt> {
         let heads = match self.heads_for(ledgers).await {
             Ok(heads) => heads,
@@ -216,10 +221,10 @@ impl SqlStore<Postgres> {
         // Faults injected by the tests (none, otherwise).
         let fault = self.outage.faults.take_batch();
         if fault == Some(crate::WriteFault::LostWrite) {
-            return Err(Attempt::Unknown(append::unsent(entries, &heads), heads));
+            return Err(Attempt::Unknown(append::unsent(entries, &heads, sealer), heads));
         }
         let seen: Vec<i64> = entries.iter().map(|e| e.revocations_seen).collect();
-        let written = seal_and_write(&mut conn, entries, heads.clone(), &self.extra.cache).await;
+        let written = seal_and_write(&mut conn, entries, heads.clone(), &self.extra.cache, sealer).await;
         let written = match written {
             Ok(sealed) if fault == Some(crate::WriteFault::LostAck) => Err(Unsealed {
                 error: append::lost_connection(),
@@ -245,7 +250,8 @@ impl SqlStore<Postgres> {
             Err(u) => return Err(Attempt::Failed(u.into())),
         };
         self.extra.cache.lock().forget(ledgers);
-        self.append_locked(&mut conn, entries, ledgers.to_vec()).await
+        self.append_locked(&mut conn, entries, ledgers.to_vec(), sealer)
+            .await
     }
 
     /// `append` under the ledgers' locks, taken first and held to the commit. An error before
@@ -256,13 +262,14 @@ impl SqlStore<Postgres> {
         conn: &mut PgConnection,
         entries: Vec<AuditEntry>,
         ledgers: Vec<Ledger>,
+        sealer: &BlockSealer,
     ) -> Result<Vec<AuditRecord>, Attempt> {
         let seen_by_entry: Vec<i64> = entries.iter().map(|e| e.revocations_seen).collect();
         let (mut tx, heads) = match self.lock_heads(conn, ledgers).await {
             Ok(locked) => locked,
             Err(e) => return Err(Attempt::Failed((e, entries))),
         };
-        let sealed = seal_and_write(&mut tx, entries, heads.clone(), &self.extra.cache)
+        let sealed = seal_and_write(&mut tx, entries, heads.clone(), &self.extra.cache, sealer)
             .await
             .map_err(|u| Attempt::Failed(u.into()))?;
         if let Err(e) = tx.commit().await {
@@ -289,6 +296,7 @@ impl SqlStore<Postgres> {
         mut entries: Vec<AuditEntry>,
         heads: &block::Heads,
         sent: &mut Vec<Sent>,
+        sealer: &BlockSealer,
     ) -> Result<Vec<AuditRecord>, Attempt> {
         let mut conn = match self.extra.pool.acquire().await {
             Ok(conn) => conn,
@@ -305,7 +313,7 @@ impl SqlStore<Postgres> {
                 Ok(Found::Superseded) => return Err(Attempt::Superseded(entries)),
                 Ok(Found::Nothing) => {}
             }
-            match seal_and_write(&mut conn, entries, heads.clone(), &self.extra.cache).await {
+            match seal_and_write(&mut conn, entries, heads.clone(), &self.extra.cache, sealer).await {
                 Ok(Sealed { records, learned }) => {
                     self.extra.cache.lock().wrote(learned);
                     return Ok(records);
@@ -390,8 +398,12 @@ impl Backend for Postgres {
     const SKIP_LOCKED_ROWS: &'static str = " FOR UPDATE SKIP LOCKED";
     const LOSES_CONNECTIONS: bool = true;
 
-    fn append(store: &PgStore, entries: Vec<AuditEntry>) -> BoxFuture<'_, Result<Vec<AuditRecord>, Refused>> {
-        Box::pin(store.append(entries))
+    fn append(
+        store: &PgStore,
+        entries: Vec<AuditEntry>,
+        sealer: BlockSealer,
+    ) -> BoxFuture<'_, Result<Vec<AuditRecord>, Refused>> {
+        Box::pin(store.append(entries, sealer))
     }
 
     fn shared_buckets(store: &PgStore) -> Option<&dyn SharedBuckets> {

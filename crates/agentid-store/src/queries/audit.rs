@@ -3,9 +3,9 @@
 use agentid_core::domain::AgentId;
 use futures_util::future::BoxFuture;
 
-use crate::block::{self, AgentBlockRow, FullBlock, StoredBlock};
+use crate::block::{self, AgentBlockRow, BlockSealer, FullBlock, StoredBlock};
 use crate::sql::{parse_mode, Backend, SqlStore};
-use crate::{Appended, DecodedBlock, LogPage, LogQuery, StoreError, StoreFuture};
+use crate::{Appended, BlockSeal, DecodedBlock, LogPage, LogQuery, StoreError, StoreFuture};
 use agentid_core::domain::audit::{AuditEntry, AuditRecord};
 use agentid_core::domain::{Ledger, Totals};
 
@@ -14,11 +14,11 @@ use crate::audit::{log_blocks_sql, totals_sql, AuditStore, TotalsRow};
 use super::DB;
 
 impl AuditStore for SqlStore<DB> {
-    fn append_audit(&self, entries: Vec<AuditEntry>) -> BoxFuture<'_, Appended> {
+    fn append_audit(&self, entries: Vec<AuditEntry>, sealer: BlockSealer) -> BoxFuture<'_, Appended> {
         Box::pin(async move {
             assert!(!self.outage.faults.take_panic(), "injected audit flush failure");
             let n = entries.len();
-            let (failure, entries) = match DB::append(self, entries).await {
+            let (failure, entries) = match DB::append(self, entries, sealer.clone()).await {
                 Ok(records) => return Appended::all(records),
                 Err(refused) => refused,
             };
@@ -37,7 +37,7 @@ impl AuditStore for SqlStore<DB> {
                     .filter(|(_, e)| &e.ledger == ledger)
                     .map(|(i, e)| (i, e.clone()))
                     .unzip();
-                match DB::append(self, part).await {
+                match DB::append(self, part, sealer.clone()).await {
                     Ok(written) => {
                         for (i, r) in at.into_iter().zip(written) {
                             records[i] = Some(r);
@@ -148,7 +148,7 @@ impl AuditStore for SqlStore<DB> {
         Box::pin(async move {
             let rows: Vec<FullBlock> = sqlx::query_as(
                 "SELECT first_seq, last_seq, prev_hash, records, last_hash, results, \
-                 n_valid, n_invalid, n_expired, n_revoked FROM audit_blocks \
+                 n_valid, n_invalid, n_expired, n_revoked, mac FROM audit_blocks \
                  WHERE org_id = $1 AND mode = $2 AND first_seq > $3 ORDER BY first_seq LIMIT $4",
             )
             .bind(ledger.org_id.as_str())
@@ -163,11 +163,37 @@ impl AuditStore for SqlStore<DB> {
                     first_seq: b.block.first_seq,
                     last_seq: b.block.last_seq,
                     records: block::decode(ledger, &b.block, |_| true),
+                    seal: BlockSeal {
+                        first_seq: b.block.first_seq,
+                        last_seq: b.block.last_seq,
+                        prev_hash: b.block.prev_hash.clone(),
+                        last_hash: b.last_hash.clone(),
+                        mac: b.mac,
+                    },
                     last_hash: b.last_hash,
                     results: b.results,
                     totals: [b.n_valid, b.n_invalid, b.n_expired, b.n_revoked],
                 })
                 .collect())
+        })
+    }
+
+    fn block_seals<'a>(&'a self, ledger: &'a Ledger, from: i64, to: i64) -> StoreFuture<'a, Vec<BlockSeal>> {
+        Box::pin(async move {
+            let rows: Vec<BlockSeal> = sqlx::query_as(
+                "SELECT first_seq, last_seq, prev_hash, last_hash, mac FROM audit_blocks \
+                 WHERE org_id = $1 AND mode = $2 AND first_seq <= $4 \
+                 AND first_seq >= COALESCE((SELECT MAX(first_seq) FROM audit_blocks \
+                   WHERE org_id = $1 AND mode = $2 AND first_seq <= $3), 0) \
+                 ORDER BY first_seq",
+            )
+            .bind(ledger.org_id.as_str())
+            .bind(ledger.mode.as_str())
+            .bind(from)
+            .bind(to)
+            .fetch_all(&mut *self.conn().await?)
+            .await?;
+            Ok(rows)
         })
     }
 

@@ -12,6 +12,18 @@ impl LedgerCheck<'_> {
         pending: &mut std::iter::Peekable<impl Iterator<Item = Claim>>,
     ) {
         let first = b.first_seq.max(0) as u64;
+        if self
+            .keys
+            .is_some_and(|keys| !super::super::block_sealed(keys, &self.ledger, &b.seal))
+        {
+            self.fail(
+                Some(first),
+                format!(
+                    "records {first}..={}: the key file did not seal their block (written with database access alone)",
+                    b.last_seq
+                ),
+            );
+        }
         if first != walk.next {
             if first > walk.next {
                 self.fail(

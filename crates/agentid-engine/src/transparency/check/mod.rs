@@ -17,6 +17,7 @@ use std::time::Duration;
 use super::lists::committed_lists;
 use agentid_core::domain::audit::AuditRecord;
 use agentid_core::domain::{Ledger, Millis, Totals};
+use agentid_core::keys::KeyRing;
 use agentid_core::tlog::commit::{self, Commitments, List};
 pub use agentid_core::tlog::note::GivenNote;
 use agentid_core::tlog::note::LogVerifier;
@@ -74,11 +75,13 @@ struct Claim {
 }
 
 /// Checks every ledger. `given`: checkpoints from outside, each checked with `verifier`.
+/// `keys`: the key file, when at hand, checks each block's seal.
 /// `stale_after`: a ledger whose records no checkpoint has covered for longer fails (the
 /// checkpointer stopped, or was stopped).
 pub async fn check(
     store: &SharedStore,
     verifier: &LogVerifier,
+    keys: Option<&KeyRing>,
     given: &[GivenNote],
     stale_after: Duration,
 ) -> Result<Report, StoreError> {
@@ -120,7 +123,7 @@ pub async fn check(
     for ledger in ledgers {
         let given = claims.remove(&ledger).unwrap_or_default();
         let counts = agent_counts.remove(&ledger).unwrap_or_default();
-        let mut c = LedgerCheck::new(store, verifier, ledger, counts, stale_after);
+        let mut c = LedgerCheck::new(store, verifier, keys, ledger, counts, stale_after);
         c.run(given).await?;
         report.ledgers.push(c.summary);
         report.failures.extend(c.failures);
@@ -131,6 +134,7 @@ pub async fn check(
 struct LedgerCheck<'a> {
     store: &'a SharedStore,
     verifier: &'a LogVerifier,
+    keys: Option<&'a KeyRing>,
     ledger: Ledger,
     stored_agent_rows: HashMap<String, i64>,
     stale_after: Duration,
@@ -157,6 +161,7 @@ impl<'a> LedgerCheck<'a> {
     fn new(
         store: &'a SharedStore,
         verifier: &'a LogVerifier,
+        keys: Option<&'a KeyRing>,
         ledger: Ledger,
         counts: HashMap<String, i64>,
         stale_after: Duration,
@@ -164,6 +169,7 @@ impl<'a> LedgerCheck<'a> {
         LedgerCheck {
             store,
             verifier,
+            keys,
             stale_after,
             summary: LedgerSummary {
                 ledger: ledger.clone(),

@@ -1,0 +1,22 @@
+-- Every block of the audit log is sealed by the service: `mac` is the key file's MAC of the
+-- block's place in its ledger and the chain's hashes at its ends. A record written with
+-- database access alone chains as well as the service's (the chain is SHA-256, which anyone
+-- can compute), so without a seal the next checkpoint signed it and `audit verify` passed it.
+-- Blocks written before this migration have none; every block after it must.
+ALTER TABLE audit_blocks ADD COLUMN mac bytea;
+CREATE FUNCTION audit_blocks_are_sealed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.mac IS NULL THEN
+        RAISE EXCEPTION 'an audit block is sealed by the service';
+    END IF;
+    RETURN NEW;
+END;
+$$;
+CREATE TRIGGER audit_blocks_are_sealed BEFORE INSERT ON audit_blocks
+    FOR EACH ROW EXECUTE FUNCTION audit_blocks_are_sealed();
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION audit_blocks_are_sealed() SET search_path = pg_catalog, %I, pg_temp',
+                   current_schema());
+END;
+$$;
