@@ -93,6 +93,11 @@ export function agentIdMiddleware(verifier, { scopes = [], publicOrigin, resourc
     const header = req.headers?.authorization || "";
     const scheme = header.slice(0, 5).toLowerCase() === "dpop " ? "DPoP" : "Bearer";
     try {
+      // Node keeps the first of two Authorization headers; a gateway or the app may read the
+      // last. A request carries one (RFC 9110).
+      if ((req.rawHeaders ?? []).filter((v, i) => i % 2 === 0 && v.toLowerCase() === "authorization").length > 1) {
+        throw new VerificationError("TOKEN_INVALID", "more than one Authorization header");
+      }
       if (!header.trim() && req.headers?.["signature-input"]) {
         if (!origin) {
           throw new VerificationError("TOKEN_INVALID", "this receiver takes no signed request: its publicOrigin is not configured");

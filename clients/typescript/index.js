@@ -2,10 +2,10 @@
 // Token Status Lists and pushed Shared Signals events, or online. Agent tokens (minted by
 // the agent's organization) and OAuth access tokens (RFC 9068, `typ` at+jwt, which an agent
 // gets itself for the resources in their `aud`) verify alike; a receiver that names its
-// `audience` accepts only access tokens for it. Keys and lists
-// come only from `baseUrl`'s origin and are cached for as long as the service says, so a
-// warm verification makes no network call. No redirect is followed, no answer is read past
-// 1 MiB, and every failure is a `VerificationError`. A token is parsed once (`jws.js`) and its
+// `audience` accepts only access tokens for it. Keys and lists come only from `baseUrl`'s
+// origin and are cached for as long as the service says (a day at most), so a warm
+// verification makes no network call. No redirect is followed, no answer is read past 1 MiB,
+// and every failure is a `VerificationError`. A token is parsed once (`jws.js`) and its
 // signature checked by `node:crypto` where the runtime has it, by WebCrypto (keys imported by
 // jose) elsewhere; with `fetch` and `DecompressionStream` it runs on Node >= 20 and on
 // fetch-based runtimes.
@@ -22,6 +22,8 @@ const MAX_BODY_BYTES = 1 << 20;
 /** The longest SET taken (the service's are under 4 KiB); a longer one is not parsed. */
 const MAX_SET_BYTES = 16384;
 const MAX_LIST_BYTES = 16 << 20;
+/** The longest a fetched document is held fresh, whatever its `max-age` says: a day. */
+const MAX_CACHE_SECONDS = 86_400;
 /** How many SET `jti`s are remembered to refuse a replay. */
 const SEEN_SETS = 10_000;
 /** The longest DPoP proof read, and how many proofs are remembered to refuse a replay. */
@@ -65,10 +67,11 @@ const fail = (code, message) => {
   throw new VerificationError(code, message);
 };
 
+/** The `max-age` of a `Cache-Control` value, at most MAX_CACHE_SECONDS; `fallback` without one. */
 function maxAge(cacheControl, fallback) {
   for (const part of (cacheControl || "").split(",")) {
     const [name, value] = part.trim().split("=");
-    if (name.toLowerCase() === "max-age" && /^\d+$/.test(value || "")) return Number(value);
+    if (name.toLowerCase() === "max-age" && /^\d+$/.test(value || "")) return Math.min(Number(value), MAX_CACHE_SECONDS);
   }
   return fallback;
 }
@@ -418,7 +421,8 @@ export class Verifier {
     for (const name of required) if (!(name in claims)) fail("TOKEN_INVALID", `the ${name} claim is missing`);
     const now = Date.now() / 1000;
     for (const name of ["exp", "iat", "nbf"]) {
-      if (name in claims && typeof claims[name] !== "number") fail("TOKEN_INVALID", `the ${name} claim is not a number`);
+      // JSON.parse reads 1e999 as Infinity, which no time comes past.
+      if (name in claims && !Number.isFinite(claims[name])) fail("TOKEN_INVALID", `the ${name} claim is not a finite number`);
     }
     if ("exp" in claims && claims.exp <= now - this.leeway) fail("TOKEN_EXPIRED", "the token has expired");
     if ("nbf" in claims && claims.nbf > now + this.leeway) fail("TOKEN_INVALID", "the token is not valid yet (nbf)");

@@ -27,13 +27,46 @@ export function b64urlStrict(segment) {
 
 const isObject = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
 
+/** The deepest JSON read: deeper values could not even be printed in a message (the stack runs
+ * out), so deeper text is refused unread. */
+const MAX_DEPTH = 256;
+
+/** How deep the arrays and objects of JSON text nest (strings skipped). */
+function depth(text) {
+  let level = 0;
+  let deepest = 0;
+  let inString = false;
+  let escaped = false;
+  for (const ch of text) {
+    if (inString) {
+      if (escaped) escaped = false;
+      else if (ch === "\\") escaped = true;
+      else if (ch === '"') inString = false;
+    } else if (ch === '"') {
+      inString = true;
+    } else if (ch === "[" || ch === "{") {
+      deepest = Math.max(deepest, ++level);
+    } else if (ch === "]" || ch === "}") {
+      level -= 1;
+    }
+  }
+  return deepest;
+}
+
+/** The value of JSON text; throws for anything else, nesting deeper than MAX_DEPTH included. */
+function jsonValue(text) {
+  // Shorter text cannot open as many brackets: a token's parts rarely pay for the walk.
+  if (text.length > MAX_DEPTH && depth(text) > MAX_DEPTH) throw new Error(`JSON nested deeper than ${MAX_DEPTH}`);
+  return JSON.parse(text);
+}
+
 /** A compact JWS whose header and payload are JSON objects; throws otherwise. */
 export function parse(jws) {
   const parts = jws.split(".");
   if (parts.length !== 3) throw new Error(`${parts.length} parts, not 3`);
   const [head, payload, signature] = parts;
-  const header = JSON.parse(utf8.decode(b64urlStrict(head)));
-  const claims = JSON.parse(utf8.decode(b64urlStrict(payload)));
+  const header = jsonValue(utf8.decode(b64urlStrict(head)));
+  const claims = jsonValue(utf8.decode(b64urlStrict(payload)));
   if (!isObject(header) || !isObject(claims)) throw new Error("the header and the claims must be JSON objects");
   // RFC 7515 §4.1.11: no extension is understood here, so none may be critical; RFC 7797's
   // unencoded payload is not taken either.

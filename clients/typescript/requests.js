@@ -18,8 +18,8 @@ const TAG = "web-bot-auth";
 const MAX_VALIDITY = 24 * 60 * 60;
 /** An issuer domain as the service names it in a directory's URL: lower case, two labels or more. */
 const ISSUER = /^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$/;
-/** The most keys read from a directory. */
-const MAX_DIRECTORY_KEYS = 100;
+/** The most keys read from a directory: as many as the service lists in one. */
+const MAX_DIRECTORY_KEYS = 1_000;
 /** RFC 7638 thumbprints of RFC 9421's published test keys (B.1.4 Ed25519, B.1.2 RSA-PSS, B.1.1
  * RSA), which the Web Bot Auth drafts' examples sign with: anyone can sign with them. */
 const PUBLISHED_TEST_KEYS = new Set([
@@ -94,9 +94,15 @@ async function directoryKeys(body) {
 
 /** `verifier`'s check of a signed request (see `Verifier.verifyRequest`). */
 export async function verifyRequest(verifier, request, { trustedSignatureAgents = [] } = {}, fail) {
-  const message = request instanceof Request
-    ? request
-    : new Request(request.url, { method: request.method ?? "GET", headers: request.headers ?? {} });
+  let message = request;
+  if (!(request instanceof Request)) {
+    try {
+      message = new Request(request.url, { method: request.method ?? "GET", headers: request.headers ?? {} });
+    } catch (e) {
+      // A method fetch forbids (TRACE, TRACK, CONNECT), a URL or a header it cannot hold.
+      fail("TOKEN_INVALID", `the request cannot be checked: ${e.message}`);
+    }
+  }
   const input = message.headers.get("signature-input");
   const agentField = message.headers.get("signature-agent");
   if (!input || !message.headers.get("signature")) fail("TOKEN_INVALID", "the request is not signed");

@@ -121,13 +121,15 @@ class Server:
         return set_jwt
 
     def sign(self, claims, typ="JWT"):
-        """A JWS of ``claims`` signed with the key of the server's key file (the key that signs
-        until a rotation): what only the service could sign."""
+        """A JWS of ``claims`` (or of a payload's bytes) signed with the key of the server's key
+        file (the key that signs until a rotation): what only the service could sign."""
         with open(self.key_file, "rb") as f:
             key = serialization.load_pem_private_key(f.read(), password=None)
         x = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
         jwk = json.dumps({"crv": "Ed25519", "kty": "OKP", "x": b64(x)}, separators=(",", ":"))
         kid = b64(hashlib.sha256(jwk.encode()).digest())  # RFC 7638
+        if isinstance(claims, bytes):
+            return jwt.api_jws.encode(claims, key, algorithm="EdDSA", headers={"kid": kid, "typ": typ})
         return jwt.encode(claims, key, algorithm="EdDSA", headers={"kid": kid, "typ": typ})
 
     def stop(self):

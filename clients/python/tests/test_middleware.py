@@ -2,10 +2,14 @@
 
 import asyncio
 import json
+import time
+
+import jwt
 
 from agentid_verifier import Verifier
 from agentid_verifier.asgi import AgentIdMiddleware as Asgi
 from agentid_verifier.wsgi import AgentIdMiddleware as Wsgi
+from conftest import Server
 
 
 def wsgi_call(app, authorization=None, path="/"):
@@ -149,3 +153,26 @@ def test_a_refused_api_key_is_a_500(server):
                             wsgi_call(Wsgi(wsgi_app, Online(server.base)), f"Bearer {token}")):
         assert status == 500 and json.loads(body) == {
             "error": "MISCONFIGURED", "message": "this receiver cannot verify agents: its configuration is wrong"}
+
+
+def test_a_token_of_a_key_published_since_the_keys_were_read_passes_the_asgi_middleware_at_once():
+    """After a rotation, the first token of the new key: the check on the loop cannot fetch,
+    and the one in a worker thread fetches the key set (the loop's try spent no refetch)."""
+    s = Server()
+    try:
+        _, old = s.register()
+        verifier = Verifier(s.base, kid_refetch_interval=1)
+        verifier.verify(old)
+        rotated = json.loads(s.cli("signing-key", "rotate", "--publish-for", "0s"))
+        time.sleep(6)  # every instance reads the keys every 5 s
+        _, new = s.register()
+        assert jwt.get_unverified_header(new)["kid"] == rotated["kid"]
+
+        async def app(scope, receive, send):
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+
+        status, _, body = asgi_call(Asgi(app, verifier), f"Bearer {new}")
+        assert status == 200, body
+    finally:
+        s.stop()

@@ -113,6 +113,12 @@ def test_rfc_9421s_test_key_counts_for_nothing():
         assert directory_keys(json.dumps({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": x}]}).encode()) == {}
 
 
+def test_every_key_of_a_directory_as_long_as_the_service_lists_is_read():
+    """The service lists up to 1,000 keys in an issuer's directory: the last one signs too."""
+    jwks = [{k: v for k, v in agent_key().items() if k != "d"} for _ in range(1000)]
+    assert len(directory_keys(json.dumps({"keys": jwks}).encode())) == 1000
+
+
 def test_a_directory_of_an_issuer_not_accepted_is_never_fetched():
     # The service is unreachable: a fetch would be Unavailable, not a refusal.
     base = "http://127.0.0.1:9"
@@ -134,6 +140,20 @@ def test_the_directories_held_are_bounded(server):
     held = sorted(u.rsplit("/", 1)[1] for u in verifier._directories)
     assert held == ["d3.example", "d4.example", "d5.example"]
     assert not any("/v1/directories/d0." in u for u in verifier._docs)
+
+
+def test_directories_that_cannot_be_fetched_leave_nothing_behind():
+    """Attack: without ``issuers``, each made-up issuer a caller names while the service is
+    unreachable is a fetch that fails: none leaves anything held for it."""
+    base = "http://127.0.0.1:9"
+    verifier = Verifier(base)
+    url = "https://shop.example/"
+    headers = python_signed(agent_key(), url, f"{base}/v1/directories/d0.example")
+    for i in range(50):
+        named = dict(headers, **{"Signature-Agent": f'"{base}/v1/directories/d{i}.example"'})
+        with pytest.raises(Unavailable):
+            verifier.verify_request("GET", url, named)
+    assert not verifier._fetching and not verifier._docs and not verifier._directories
 
 
 def test_an_unreachable_directory_fails_closed(server):

@@ -5,6 +5,7 @@ import json
 import threading
 import time
 import urllib.request
+import zlib
 
 import jwt
 import pytest
@@ -247,6 +248,58 @@ def test_a_broken_or_oversized_answer_is_unavailable(proxied):
         verify = Verifier(proxy.url).verify_online if path == "/v1/verify/" else Verifier(proxy.url).verify
         with pytest.raises(Unavailable):
             verify(token)
+
+
+def test_a_max_age_of_other_digits_or_past_a_day_is_read_and_held_a_day_at_most(proxied):
+    """A key set served with a max-age of a superscript digit, of thousands of digits, or of a
+    year: verification goes on, and nothing is held fresh past a day."""
+    server, proxy = proxied
+    _, token = server.register()
+    for max_age in ("\u00b2", "9" * 400, "9" * 5000, "31536000"):
+        proxy.rewrite = lambda path, status, headers, body, max_age=max_age: (
+            status, [(k, v) for k, v in headers if k.lower() != "cache-control"]
+            + [("Cache-Control", f"max-age={max_age}")], body)
+        verifier = Verifier(proxy.url)
+        assert verifier.verify(token).issuer == "example.com", max_age
+        held = verifier._docs[f"{proxy.url}/.well-known/jwks.json"]
+        assert held.fresh_until <= time.time() + 86_400, max_age
+
+
+def test_a_status_list_is_inflated_to_16_mib_and_no_further(proxied):
+    """Attack on the receiver's memory: a list (signed as the service's) of a few kilobytes
+    that inflate past 16 MiB is UNAVAILABLE; one of 16 MiB is read."""
+    server, proxy = proxied
+    _, token = server.register()
+    for size, answer in ((16 << 20, "valid"), ((16 << 20) + 1, "UNAVAILABLE")):
+        lst = base64.urlsafe_b64encode(zlib.compress(bytes(size), 9)).rstrip(b"=").decode()
+
+        def inflated(path, status, headers, body, lst=lst):
+            if not path.startswith("/v1/status/"):
+                return status, headers, body
+            claims = jwt.decode(body, options={"verify_signature": False})
+            claims["status_list"]["lst"] = lst
+            return status, headers, server.sign(claims, typ="statuslist+jwt").encode()
+
+        proxy.rewrite = inflated
+        try:
+            got = Verifier(proxy.url).verify(token) and "valid"
+        except Unavailable as e:
+            got = e.code
+        assert got == answer, size
+
+
+def test_a_token_whose_times_are_nan_or_infinity_is_invalid(proxied):
+    """Attack: JSON has no NaN nor Infinity, but Python's json reads them (and 1e999 as
+    Infinity); an "exp" of one (signed as the service's) would never expire."""
+    server, proxy = proxied
+    _, token = server.register()
+    claims = jwt.decode(token, options={"verify_signature": False})
+    verifier = Verifier(proxy.url)
+    verifier.verify(server.sign(claims))  # the signer is the service's
+    for value in ("NaN", "Infinity", "1e999"):
+        payload = json.dumps(dict(claims, exp="EXP")).replace('"EXP"', value).encode()
+        with pytest.raises(TokenInvalid):
+            verifier.verify(server.sign(payload))
 
 
 def test_a_negative_status_index_is_invalid(proxied):

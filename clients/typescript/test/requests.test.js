@@ -125,6 +125,45 @@ test("RFC 9421's test key counts for nothing", async () => {
   }
 });
 
+test("every key of a directory as long as the service lists is read", async () => {
+  // The service lists up to 1,000 keys in an issuer's directory: the last one signs too.
+  const keys = Array.from({ length: 1000 }, () => {
+    const { x } = generateKeyPairSync("ed25519").publicKey.export({ format: "jwk" });
+    return { kty: "OKP", crv: "Ed25519", x };
+  });
+  assert.equal((await directoryKeys(JSON.stringify({ keys }))).size, 1000);
+});
+
+test("a signed request of a method fetch cannot carry is TOKEN_INVALID, and a 401 in Express", async () => {
+  const [, jwk] = await signingAgent();
+  const verifier = new Verifier({ baseUrl: s.base, issuers: ["example.com"] });
+  const directory = `${s.base}/v1/directories/example.com`;
+  for (const method of ["TRACE", "TRACK", "CONNECT"]) {
+    const req = await signed(jwk, "https://shop.example/", directory);
+    assert.equal(await code(verifier.verifyRequest({ ...req, method })), "TOKEN_INVALID", method);
+  }
+  const express = (await import("express")).default;
+  const { agentIdMiddleware } = await import("../express.js");
+  const { request } = await import("node:http");
+  const app = express();
+  app.use(agentIdMiddleware(verifier, { publicOrigin: "https://shop.example" }), (req, res) => res.json({}));
+  const server = await new Promise((resolve) => {
+    const srv = app.listen(0, "127.0.0.1", () => resolve(srv));
+  });
+  try {
+    const { headers } = await signed(jwk, "https://shop.example/", directory);
+    const status = await new Promise((resolve, reject) => {
+      request({ host: "127.0.0.1", port: server.address().port, path: "/", method: "TRACE", headers }, (res) => {
+        res.resume();
+        resolve(res.statusCode);
+      }).on("error", reject).end();
+    });
+    assert.equal(status, 401);
+  } finally {
+    server.close();
+  }
+});
+
 test("a directory of an issuer not accepted is never fetched", async () => {
   // The service is unreachable: a fetch would be UNAVAILABLE, not a refusal.
   const [, jwk] = await signingAgent();

@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { createInterface } from "node:readline";
-import { SignJWT, calculateJwkThumbprint, exportJWK, generateKeyPair, importPKCS8 } from "jose";
+import { CompactSign, SignJWT, calculateJwkThumbprint, exportJWK, generateKeyPair, importPKCS8 } from "jose";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const BIN = process.env.AGENTID_BIN || join(ROOT, "target", "debug", "agentid");
@@ -75,12 +75,14 @@ export async function startServer(serveEnv = {}) {
       });
       return [a.agent_id, (await res.json()).access_token];
     },
-    /** A JWS of `claims` signed with the key of the server's key file (the key that signs
-     * until a rotation): what only the service could sign. */
+    /** A JWS of `claims` (or of a payload's text) signed with the key of the server's key
+     * file (the key that signs until a rotation): what only the service could sign. */
     sign: async (claims, typ = "JWT") => {
       const key = await importPKCS8(readFileSync(env.AGENTID_SIGNING_KEY_FILE, "utf8"), "EdDSA");
       const kid = await calculateJwkThumbprint(await exportJWK(createPublicKey(key)));
-      return new SignJWT(claims).setProtectedHeader({ alg: "EdDSA", kid, typ }).sign(key);
+      const header = { alg: "EdDSA", kid, typ };
+      if (typeof claims === "string") return new CompactSign(new TextEncoder().encode(claims)).setProtectedHeader(header).sign(key);
+      return new SignJWT(claims).setProtectedHeader(header).sign(key);
     },
     stop: () => proc.kill("SIGKILL"),
   };

@@ -431,6 +431,69 @@ test("a SET of another service, or of an agent of another issuer, is refused", a
   assert.equal(await code(new Verifier({ baseUrl: proxy.url, issuers: ["example.com"] }).handleSet(set)), "ok");
 });
 
+test("a JOSE header nested thousands deep is TOKEN_INVALID, never a RangeError", async () => {
+  // Attack: a SET (up to 16 KiB) whose typ is an array 6,000 deep, which no message can print.
+  const deep = (n) => `${"[".repeat(n)}"secevent+jwt"${"]".repeat(n)}`;
+  const forged = (typ) => {
+    const header = Buffer.from(`{"alg":"EdDSA","kid":"k","typ":${typ}}`).toString("base64url");
+    return `${header}.e30.${Buffer.alloc(64).toString("base64url")}`;
+  };
+  assert.equal(await code(new Verifier({ baseUrl: proxy.url }).handleSet(forged(deep(6000)))), "TOKEN_INVALID");
+});
+
+test("a token whose exp is past a double's range (1e999, read as Infinity) is invalid", async () => {
+  // Attack: JSON.parse reads 1e999 as Infinity, and an exp of Infinity would never come.
+  const [, token] = await ps.register();
+  const v = new Verifier({ baseUrl: proxy.url });
+  assert.equal(await code(v.verify(await ps.sign(claimsOf(token)))), "ok"); // the signer is the service's
+  const payload = JSON.stringify({ ...claimsOf(token), exp: "EXP" }).replace('"EXP"', "1e999");
+  assert.equal(await code(v.verify(await ps.sign(payload))), "TOKEN_INVALID");
+});
+
+test("a key set is held fresh a day at most, whatever its max-age says", async () => {
+  const [, token] = await ps.register();
+  try {
+    for (const maxAge of ["9".repeat(400), "31536000"]) {
+      proxy.rewrite = under("/.well-known/jwks.json", (path, status, headers, body) => [status, { ...headers, "cache-control": `max-age=${maxAge}` }, body]);
+      const v = new Verifier({ baseUrl: proxy.url });
+      assert.equal(await code(v.verify(token)), "ok");
+      assert.ok(v.docs.get(`${proxy.url}/.well-known/jwks.json`).freshUntil <= Date.now() + 86_400_000, maxAge);
+    }
+  } finally {
+    proxy.rewrite = null;
+  }
+});
+
+test("the express middleware refuses two Authorization headers, whichever is valid", async () => {
+  // A gateway or the app may read the first, another layer the last: a request carries one.
+  // (Node keeps the first of them in req.headers.)
+  const express = (await import("express")).default;
+  const { request } = await import("node:http");
+  const [, token] = await s.register();
+  const app = express();
+  app.get("/", agentIdMiddleware(new Verifier({ baseUrl: s.base })), (req, res) => res.json({}));
+  const server = await new Promise((resolve) => {
+    const srv = app.listen(0, "127.0.0.1", () => resolve(srv));
+  });
+  const get = (authorization) => new Promise((resolve, reject) => {
+    request({ host: "127.0.0.1", port: server.address().port, path: "/", headers: { authorization } }, (res) => {
+      let body = "";
+      res.on("data", (chunk) => { body += chunk; });
+      res.on("end", () => resolve([res.statusCode, body]));
+    }).on("error", reject).end();
+  });
+  try {
+    assert.equal((await get(`Bearer ${token}`))[0], 200);
+    for (const pair of [["Bearer forged", `Bearer ${token}`], [`Bearer ${token}`, "Bearer forged"], ["", `Bearer ${token}`]]) {
+      const [status, body] = await get(pair);
+      assert.equal(status, 401, body);
+      assert.equal(JSON.parse(body).error, "TOKEN_INVALID");
+    }
+  } finally {
+    server.close();
+  }
+});
+
 async function runMiddleware(mw, authorization) {
   const res = { statusCode: 200, headers: {}, body: "", setHeader(k, val) { this.headers[k.toLowerCase()] = val; }, end(b) { this.body = b; } };
   const req = { headers: authorization ? { authorization } : {} };

@@ -12,10 +12,10 @@ domain), and an OAuth access token the agent got itself from the service's token
 receiver that names its ``audience`` accepts only access tokens for it.
 
 Keys and status lists come only from ``base_url``'s origin and are cached for as long as
-the service says (``Cache-Control``, a list's ``ttl``), so a warm verification makes no
-network call. No redirect is followed and no answer is read past 1 MiB. Every failure raises a
-``VerificationError`` whose ``code`` is the service's, or ``MISCONFIGURED`` when the service
-refuses the receiver's own configuration (its API key).
+the service says (``Cache-Control``, a day at most; a list's ``ttl``), so a warm verification
+makes no network call. No redirect is followed and no answer is read past 1 MiB. Every failure
+raises a ``VerificationError`` whose ``code`` is the service's, or ``MISCONFIGURED`` when the
+service refuses the receiver's own configuration (its API key).
 """
 
 from __future__ import annotations
@@ -77,6 +77,10 @@ ACCESS_TOKEN_TYP = "at+jwt"
 MAX_TOKEN_BYTES = 4096
 #: The most read of any answer of the service.
 MAX_BODY_BYTES = 1 << 20
+#: The longest a fetched document is held fresh, whatever its ``max-age`` says: a day.
+MAX_CACHE_SECONDS = 86_400
+#: The most bytes a status list is inflated to (a list of 128 Mi places).
+MAX_LIST_BYTES = 16 << 20
 #: How many SET ``jti``s are remembered to refuse a replay.
 SEEN_SETS = 10_000
 #: The longest SET taken (the service's are under 4 KiB); a longer one is not parsed.
@@ -342,11 +346,25 @@ def _utc(seconds: float) -> datetime:
 
 
 def _max_age(cache_control: Optional[str], default: int) -> int:
+    """The ``max-age`` of a ``Cache-Control`` value (ASCII digits), at most ``MAX_CACHE_SECONDS``;
+    ``default`` without one."""
     for part in (cache_control or "").split(","):
         name, _, value = part.strip().partition("=")
-        if name.lower() == "max-age" and value.isdigit():
-            return int(value)
+        if name.lower() == "max-age" and value.isascii() and value.isdigit():
+            digits = value.lstrip("0") or "0"
+            # Past six digits it is over the cap: never read into an int of thousands of digits.
+            return MAX_CACHE_SECONDS if len(digits) > 6 else min(int(digits), MAX_CACHE_SECONDS)
     return default
+
+
+def _inflate(data: bytes) -> bytes:
+    """The zlib stream ``data`` inflated; ``ValueError`` for a truncated one, and for one of
+    more than ``MAX_LIST_BYTES`` (inflated no further)."""
+    inflater = zlib.decompressobj()
+    out = inflater.decompress(data, MAX_LIST_BYTES)
+    if not inflater.eof:
+        raise ValueError(f"not a whole zlib stream of at most {MAX_LIST_BYTES} bytes")
+    return out
 
 
 def _sized(token: str, limit: int = MAX_TOKEN_BYTES, what: str = "token") -> str:
@@ -379,6 +397,14 @@ class _Document:
     fetched_at: float
     #: How many times a pushed revocation had dropped the URL when it was asked for.
     epoch: int = 0
+
+
+@dataclass
+class _Gate:
+    """One fetch of a URL at a time: the lock, and how many callers hold it or wait for it."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    users: int = 0
 
 
 @dataclass(frozen=True)
@@ -474,7 +500,7 @@ class Verifier:
         # before the last drop may predate the revocation, and is fetched again.
         self._dropped: "OrderedDict[str, int]" = OrderedDict()
         self._lock = threading.Lock()
-        self._fetching: Dict[str, threading.Lock] = {}
+        self._fetching: Dict[str, _Gate] = {}  # URL -> its gate, while a caller fetches it
         self._refreshing: Set[str] = set()  # URLs a background refresh is fetching
         self._retry: Dict[str, Tuple[float, int]] = {}  # URL -> (no refresh before, failures)
         self._docs: Dict[str, _Document] = {}
@@ -542,38 +568,50 @@ class Verifier:
                 return held
             raise Cold(url)
         with self._lock:
-            gate = self._fetching.setdefault(url, threading.Lock())
-        with gate:
-            held = self._docs.get(url)
-            if held is not None and held.fresh_until > time.time() and held.fetched_at > fresher_than:
-                return held
-            epoch = self._dropped.get(url, 0)
-            req = urllib.request.Request(url, headers={"Accept": accept})
-            if held is not None and held.etag:
-                req.add_header("If-None-Match", held.etag)
-            try:
-                status, headers, body = self._send(req)
-                if status == 304 and held is not None and held.etag:
-                    result = "not_modified"
-                elif status == 200:
-                    result = "fetched"
-                else:
-                    raise Unavailable(f"{url}: {status}")
-            except Unavailable:
-                self._count(self._fetches, (document, "failed"))
-                raise
-            self._count(self._fetches, (document, result))
-            now = time.time()
-            fresh_until = now + _max_age(headers.get("Cache-Control"), 60)
-            if held is not None and result == "not_modified":
-                held.etag = headers.get("ETag") or held.etag
-                held.fresh_until, held.fetched_at, held.epoch = fresh_until, now, epoch
-                return held
-            # A new body, even with no ETag (a proxy may strip it): whoever reads it, reads it anew.
-            doc = _Document(body=body, etag=headers.get("ETag"), fresh_until=fresh_until, fetched_at=now,
-                            epoch=epoch)
-            self._docs[url] = doc
-            return doc
+            gate = self._fetching.setdefault(url, _Gate())
+            gate.users += 1
+        try:
+            with gate.lock:
+                return self._fetch_alone(url, document, accept, fresher_than)
+        finally:
+            # Gone with its last user: a URL that fails (a made-up issuer's) leaves nothing.
+            with self._lock:
+                gate.users -= 1
+                if not gate.users:
+                    del self._fetching[url]
+
+    def _fetch_alone(self, url: str, document: str, accept: str, fresher_than: float) -> _Document:
+        """``_fetch``'s work, while no other caller fetches ``url``."""
+        held = self._docs.get(url)
+        if held is not None and held.fresh_until > time.time() and held.fetched_at > fresher_than:
+            return held
+        epoch = self._dropped.get(url, 0)
+        req = urllib.request.Request(url, headers={"Accept": accept})
+        if held is not None and held.etag:
+            req.add_header("If-None-Match", held.etag)
+        try:
+            status, headers, body = self._send(req)
+            if status == 304 and held is not None and held.etag:
+                result = "not_modified"
+            elif status == 200:
+                result = "fetched"
+            else:
+                raise Unavailable(f"{url}: {status}")
+        except Unavailable:
+            self._count(self._fetches, (document, "failed"))
+            raise
+        self._count(self._fetches, (document, result))
+        now = time.time()
+        fresh_until = now + _max_age(headers.get("Cache-Control"), 60)
+        if held is not None and result == "not_modified":
+            held.etag = headers.get("ETag") or held.etag
+            held.fresh_until, held.fetched_at, held.epoch = fresh_until, now, epoch
+            return held
+        # A new body, even with no ETag (a proxy may strip it): whoever reads it, reads it anew.
+        doc = _Document(body=body, etag=headers.get("ETag"), fresh_until=fresh_until, fetched_at=now,
+                        epoch=epoch)
+        self._docs[url] = doc
+        return doc
 
     def _refresh_later(self, url: str, refresh: Callable[[], object]) -> None:
         """Runs ``refresh`` in a background thread, unless one runs for ``url`` already or
@@ -630,6 +668,8 @@ class Verifier:
         unknown = kid not in self._keys
         if unknown and (held is None or time.monotonic() - self._last_key_fetch >= self.kid_refetch_interval):
             # Nothing held answers for this kid: it waits for the fetch.
+            if _WARM_ONLY.get():
+                raise Cold(url)  # before the budget is spent: the fetch is the retry's to make
             try:
                 self._load_keys(url, fresher_than=time.time())
             finally:
@@ -693,7 +733,7 @@ class Verifier:
             if lst["bits"] != 1:
                 raise TokenInvalid("status lists of one bit only")
             data = lst["lst"]
-            bits = zlib.decompress(base64.urlsafe_b64decode(data + "=" * (-len(data) % 4)))
+            bits = _inflate(base64.urlsafe_b64decode(data + "=" * (-len(data) % 4)))
             return _StatusList(bits=bits, ttl=int(claims.get("ttl", 60)), doc=doc)
         except (VerificationError, KeyError, TypeError, ValueError, zlib.error) as e:
             raise Unavailable(f"the status list at {uri} is unusable: {e}") from e
@@ -975,7 +1015,7 @@ class Verifier:
             self._directories[url] = (doc, keys)
             while len(self._directories) > self.max_directories:
                 old = next(iter(self._directories))
-                for held in (self._directories, self._docs, self._fetching, self._retry):
+                for held in (self._directories, self._docs, self._retry):
                     held.pop(old, None)
         return doc, keys
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import binascii
 import json
+import math
 import re
 from typing import NamedTuple
 
@@ -42,16 +43,29 @@ def _depth(text: str) -> int:
     return deepest
 
 
+def _not_json(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range")
+    return value
+
+
 def json_value(text):
-    """The value of JSON text (``str`` or ``bytes``); ``ValueError`` for anything else, nesting
-    deeper than ``MAX_DEPTH`` included (found before ``json`` recurses into it), so that no
-    input escapes as another error. Every JSON the library reads goes through it."""
+    """The value of JSON text (``str`` or ``bytes``); ``ValueError`` for anything else, so that
+    no input escapes as another error: nesting deeper than ``MAX_DEPTH`` (found before ``json``
+    recurses into it) included, and ``NaN``, ``Infinity`` and numbers past a float's range
+    (which ``json`` takes, and which no time compares past). Every JSON the library reads goes
+    through it."""
     probe = text if isinstance(text, str) else bytes(text).decode("utf-8", "replace")
     # Fewer brackets than the bound cannot nest deeper: the common case costs two counts.
     if probe.count("[") + probe.count("{") > MAX_DEPTH and _depth(probe) > MAX_DEPTH:
         raise ValueError(f"JSON nested deeper than {MAX_DEPTH}")
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_not_json, parse_float=_finite)
     except RecursionError:
         raise ValueError("JSON nested too deep") from None
 

@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 TAG = "web-bot-auth"
 #: The longest a signature may be valid (``expires - created``).
 MAX_VALIDITY = 24 * 60 * 60
-#: The most keys read from a directory.
-MAX_DIRECTORY_KEYS = 100
+#: The most keys read from a directory: as many as the service lists in one.
+MAX_DIRECTORY_KEYS = 1_000
 #: RFC 7638 thumbprints of RFC 9421's published test keys (B.1.4 Ed25519, B.1.2 RSA-PSS, B.1.1
 #: RSA), which the Web Bot Auth drafts' examples sign with: anyone can sign with them.
 PUBLISHED_TEST_KEYS = frozenset({
