@@ -152,12 +152,24 @@ async fn retirement_and_revocation_cannot_be_undone_in_the_database() {
         format!("UPDATE agents SET issuer_domain = 'x.invalid' WHERE id = '{agent}'"),
         // Nor deleted to be written again under another name.
         format!("DELETE FROM agents WHERE id = '{agent}'"),
+        // A key row that does not read (and cannot be deleted) stopped every instance's start.
+        format!(
+            "INSERT INTO signing_keys (kid, public_key, created_at) VALUES ('junk', {}, 1)",
+            blob(&app, &[0])
+        ),
     ] {
         let err = app.raw_execute(&sql).await.expect_err(&sql).to_string();
         assert!(
-            ["never changes", "is final", "is kept", "only grows"]
-                .iter()
-                .any(|m| err.contains(m)),
+            [
+                "never changes",
+                "is final",
+                "is kept",
+                "only grows",
+                "32 bytes",
+                "signing_keys_are_keys"
+            ]
+            .iter()
+            .any(|m| err.contains(m)),
             "{sql}: {err}"
         );
     }

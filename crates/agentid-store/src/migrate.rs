@@ -161,6 +161,11 @@ pub const SQLITE: Embedded = &[
         "audit blocks are sealed",
         include_str!("../../../migrations/sqlite/0031_audit_blocks_are_sealed.sql"),
     ),
+    (
+        32,
+        "signing keys are keys",
+        include_str!("../../../migrations/sqlite/0032_signing_keys_are_keys.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -317,6 +322,11 @@ pub const POSTGRES: Embedded = &[
         31,
         "audit blocks are sealed",
         include_str!("../../../migrations/postgres/0031_audit_blocks_are_sealed.sql"),
+    ),
+    (
+        32,
+        "signing keys are keys",
+        include_str!("../../../migrations/postgres/0032_signing_keys_are_keys.sql"),
     ),
 ];
 

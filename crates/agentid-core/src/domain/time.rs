@@ -33,10 +33,15 @@ impl Millis {
         s
     }
 
+    /// The time as its text shows it: within 1970 and the end of year 9999.
+    pub fn shown(self) -> Millis {
+        Millis(self.0.clamp(0, 253_402_300_799_999))
+    }
+
     /// Appends [`Millis::to_rfc3339`]'s text to `out`.
     pub fn write_rfc3339(self, out: &mut String) {
         use std::fmt::Write;
-        let ms = self.0.clamp(0, 253_402_300_799_999) as u64;
+        let ms = self.shown().0 as u64;
         let t = UNIX_EPOCH + Duration::from_millis(ms);
         write!(out, "{}", humantime::format_rfc3339_millis(t)).expect("writing to a String succeeds");
     }

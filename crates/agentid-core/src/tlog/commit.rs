@@ -74,6 +74,10 @@ impl Commitment {
     /// The commitment after one more entry: `SHA-256(name ‖ 0x0A ‖ hash ‖ id ‖ 0x0A ‖ at ‖
     /// 0x0A)`, `at` in decimal milliseconds.
     pub(crate) fn then(&self, list: List, id: &str, at: Millis) -> Commitment {
+        // The time as `/v1/log/commitments` shows it, which is what a witness recomputes from:
+        // a row's time out of that range (written with database access alone) would otherwise
+        // read as a commitment undone, at every witness run from then on.
+        let at = at.shown();
         Commitment {
             count: self.count + 1,
             hash: Sha256::new()
@@ -214,6 +218,20 @@ pub fn extends<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A time out of what RFC 3339 text shows (a row written with database access alone) is
+    /// committed to as shown: a witness recomputing from the shown entries agrees.
+    #[test]
+    fn a_time_is_committed_to_as_it_is_shown() {
+        for raw in [-1, i64::MIN, 253_402_300_800_000, i64::MAX] {
+            let shown = crate::tlog::witness::rfc3339_millis(&Millis(raw).to_rfc3339()).unwrap();
+            assert_eq!(
+                Commitment::of(List::Revocations, [("agt_1", Millis(raw))]),
+                Commitment::of(List::Revocations, [("agt_1", shown)]),
+                "{raw}"
+            );
+        }
+    }
 
     #[test]
     fn commitments_chain_and_read_back() {
