@@ -302,6 +302,34 @@ def test_a_token_whose_times_are_nan_or_infinity_is_invalid(proxied):
             verifier.verify(server.sign(payload))
 
 
+def test_checks_waiting_for_one_fetch_that_fails_all_end_with_it():
+    """While the service does not answer and nothing is held, checks that arrive together wait
+    for one fetch: each failed in its own timeout in turn (the eighth after eight timeouts)."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)  # connections are taken by the kernel and never answered
+    verifier = Verifier(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=0.5)
+    header = base64.urlsafe_b64encode(json.dumps({"alg": "EdDSA", "kid": "k", "typ": "JWT"}).encode())
+    token = f"{header.rstrip(b'=').decode()}.e30.{'A' * 86}"
+    took = []
+
+    def check():
+        started = time.monotonic()
+        with pytest.raises(Unavailable):
+            verifier.verify(token)
+        took.append(time.monotonic() - started)
+
+    threads = [threading.Thread(target=check) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    listener.close()
+    assert len(took) == 8 and max(took) < 1.5, took
+
+
 def test_a_negative_status_index_is_invalid(proxied):
     """Attack: a signed token whose status index counts from the end of the list."""
     server, proxy = proxied

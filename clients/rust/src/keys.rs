@@ -55,7 +55,13 @@ impl Verifier {
                 None => stale,
             }
         };
-        let _one = self.inner.fetching_keys.lock().await;
+        let asked = Instant::now();
+        let mut last_failure = self.inner.fetching_keys.lock().await;
+        // A fetch that failed while this call waited for it answers this call too: calls that
+        // came together do not each wait out a timeout in turn.
+        if let Some((_, e)) = last_failure.as_ref().filter(|(at, _)| *at >= asked) {
+            return Err(e.clone());
+        }
         let etag = {
             let s = self.inner.state.lock();
             match want(&s) {
@@ -80,6 +86,9 @@ impl Verifier {
             };
             Ok((keys, f.etag, f.max_age))
         });
+        if let Err(e) = &read {
+            *last_failure = Some((Instant::now(), e.clone()));
+        }
         let mut s = self.inner.state.lock();
         if kid.is_some() {
             s.last_kid_fetch = Some(Instant::now());

@@ -205,8 +205,10 @@ struct Inner {
     state: Mutex<State>,
     /// Held while fetching the keys, and the lists: concurrent verifications share one
     /// fetch. Two locks, as reading a list may need the keys.
-    fetching_keys: tokio::sync::Mutex<()>,
-    fetching_lists: tokio::sync::Mutex<()>,
+    /// One key set fetch at a time, and when the last one failed, and why.
+    fetching_keys: tokio::sync::Mutex<Option<(Instant, Error)>>,
+    /// One list fetch at a time, and when the last one failed, of which list, and why.
+    fetching_lists: tokio::sync::Mutex<Option<(Instant, String, Error)>>,
 }
 
 /// Verifies tokens of one agentid service. Cheap to clone.

@@ -64,12 +64,26 @@ impl Verifier {
 
     /// The list at `uri`, fetched anew unless another caller did so while this one waited.
     pub(crate) async fn load_list(&self, uri: &str) -> Result<Arc<Vec<u8>>, Error> {
-        let _one = self.inner.fetching_lists.lock().await;
+        let asked = Instant::now();
+        let mut last_failure = self.inner.fetching_lists.lock().await;
         let held = self.inner.state.lock().lists.get(uri).cloned();
         if let Some(h) = held.as_ref().filter(|h| h.fresh()) {
             return Ok(h.bits.clone());
         }
-        let list = self.fetch_list(uri, held.as_ref()).await?;
+        // A fetch of this list that failed while this call waited answers this call too.
+        if let Some((_, _, e)) = last_failure
+            .as_ref()
+            .filter(|(at, failed, _)| *at >= asked && failed == uri)
+        {
+            return Err(e.clone());
+        }
+        let list = match self.fetch_list(uri, held.as_ref()).await {
+            Ok(list) => list,
+            Err(e) => {
+                *last_failure = Some((Instant::now(), uri.to_owned(), e.clone()));
+                return Err(e);
+            }
+        };
         let bits = list.bits.clone();
         self.inner.state.lock().lists.insert(uri.to_owned(), list);
         Ok(bits)

@@ -1041,6 +1041,34 @@ async fn a_request_that_does_not_answer_in_time_is_unavailable() {
     );
 }
 
+/// While the service does not answer and nothing is held, checks that arrive together wait for
+/// one fetch and end with it: each used to fetch again in turn (the eighth after eight timeouts).
+#[tokio::test(flavor = "current_thread")]
+async fn checks_waiting_for_one_fetch_that_fails_all_end_with_it() {
+    let (s, p) = proxied();
+    let (_, token) = s.register(json!({}));
+    p.mode(Mode::Silent);
+    let v = Verifier::builder(&p.url)
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let checks: Vec<_> = (0..8)
+        .map(|_| {
+            let (v, token) = (v.clone(), token.clone());
+            tokio::spawn(async move { code(v.verify(&token).await) })
+        })
+        .collect();
+    for c in checks {
+        assert_eq!(c.await.unwrap(), "UNAVAILABLE");
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 /// Attack: a signed token whose status index is negative, or not an integer.
 #[tokio::test(flavor = "current_thread")]
 async fn a_negative_or_malformed_status_index_is_invalid() {

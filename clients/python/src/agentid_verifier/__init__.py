@@ -405,6 +405,10 @@ class _Gate:
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     users: int = 0
+    #: The last fetch's failure, and when it ended: callers that waited for that fetch take
+    #: it rather than each fetching again in turn (each a whole timeout while the service
+    #: does not answer).
+    failed: Optional[Tuple[float, "Unavailable"]] = None
 
 
 @dataclass(frozen=True)
@@ -570,9 +574,16 @@ class Verifier:
         with self._lock:
             gate = self._fetching.setdefault(url, _Gate())
             gate.users += 1
+        asked = time.monotonic()
         try:
             with gate.lock:
-                return self._fetch_alone(url, document, accept, fresher_than)
+                if gate.failed is not None and gate.failed[0] >= asked:
+                    raise gate.failed[1]
+                try:
+                    return self._fetch_alone(url, document, accept, fresher_than)
+                except Unavailable as e:
+                    gate.failed = (time.monotonic(), e)
+                    raise
         finally:
             # Gone with its last user: a URL that fails (a made-up issuer's) leaves nothing.
             with self._lock:
