@@ -15,6 +15,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use futures_util::future::BoxFuture;
+
+use crate::block::BlockSealer;
 use sqlx::{Database, Pool};
 
 use super::{PoolStats, SharedBuckets, StoreError, WriteFault};
@@ -47,11 +49,7 @@ pub(crate) trait Backend: Database {
     const SKIP_LOCKED_ROWS: &'static str;
 
     /// Appends a batch as one unit: every record, or nothing and the entries back.
-    fn append(
-        store: &SqlStore<Self>,
-        entries: Vec<AuditEntry>,
-        sealer: crate::block::BlockSealer,
-    ) -> BoxFuture<'_, Result<Vec<AuditRecord>, Refused>>;
+    fn append(store: &SqlStore<Self>, entries: Vec<AuditEntry>, sealer: BlockSealer) -> Appending<'_>;
     /// The store's shared rate-limit buckets, if a fleet shares them.
     fn shared_buckets(store: &SqlStore<Self>) -> Option<&dyn SharedBuckets>;
     /// Whether its audit writes go over a connection that can break (the faults of losing
@@ -78,6 +76,8 @@ pub(crate) struct LogPlan {
 
 /// A batch the store did not take: why, and its entries as they were handed in.
 pub(crate) type Refused = (StoreError, Vec<AuditEntry>);
+/// A batch's append: its records as committed, or the error and the entries back.
+pub(crate) type Appending<'a> = BoxFuture<'a, Result<Vec<AuditRecord>, Refused>>;
 
 /// How a backend opens an exclusive transaction: `begin`, then `lock`, which waits for any
 /// other exclusive transaction to end.

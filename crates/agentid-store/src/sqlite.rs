@@ -12,7 +12,7 @@ use sqlx::{Sqlite, SqliteConnection};
 
 use super::block::{self, Block, BlockSealer};
 use super::for_sqlite::queries::audit::ledger_heads;
-use super::sql::{self, Backend, Exclusive, LogPlan, Refused, SqlStore};
+use super::sql::{self, Appending, Backend, Exclusive, LogPlan, Refused, SqlStore};
 use super::{batch, migrate, Create, PoolStats, SharedBuckets, StoreError, StoreOptions};
 use agentid_core::domain::audit::{AuditEntry, AuditRecord};
 
@@ -223,11 +223,7 @@ impl Backend for Sqlite {
     const SKIP_LOCKED_ROWS: &'static str = "";
     const LOSES_CONNECTIONS: bool = false;
 
-    fn append(
-        store: &SqliteStore,
-        entries: Vec<AuditEntry>,
-        sealer: BlockSealer,
-    ) -> BoxFuture<'_, Result<Vec<AuditRecord>, Refused>> {
+    fn append(store: &SqliteStore, entries: Vec<AuditEntry>, sealer: BlockSealer) -> Appending<'_> {
         Box::pin(store.append(entries, sealer))
     }
 

@@ -11,7 +11,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool, Postgres};
 
 use super::block::{self, BlockSealer};
-use super::sql::{self, Backend, Exclusive, LogPlan, Refused, SqlStore};
+use super::sql::{self, Appending, Backend, Exclusive, LogPlan, Refused, SqlStore};
 use super::{batch, migrate, PoolStats, SharedBuckets, StoreError, StoreOptions};
 use agentid_core::domain::audit::{AuditEntry, AuditRecord};
 use agentid_core::domain::Ledger;
@@ -398,11 +398,7 @@ impl Backend for Postgres {
     const SKIP_LOCKED_ROWS: &'static str = " FOR UPDATE SKIP LOCKED";
     const LOSES_CONNECTIONS: bool = true;
 
-    fn append(
-        store: &PgStore,
-        entries: Vec<AuditEntry>,
-        sealer: BlockSealer,
-    ) -> BoxFuture<'_, Result<Vec<AuditRecord>, Refused>> {
+    fn append(store: &PgStore, entries: Vec<AuditEntry>, sealer: BlockSealer) -> Appending<'_> {
         Box::pin(store.append(entries, sealer))
     }
 
