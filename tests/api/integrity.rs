@@ -310,7 +310,7 @@ async fn a_record_appended_without_the_key_file_is_caught() {
     let unkeyed: agentid::store::BlockSealer = std::sync::Arc::new(|_: &[u8]| [7u8; 32]);
     let written = app
         .store
-        .append_audit(vec![forged], unkeyed)
+        .append_audit(vec![forged.clone()], unkeyed.clone())
         .await
         .into_result()
         .unwrap();
@@ -318,11 +318,7 @@ async fn a_record_appended_without_the_key_file_is_caught() {
     records(&app, 2).await;
     covered(&app, 6).await;
     assert!(integrity_failures(metrics, "audit_block") > before);
-    let (code, out) = audit_verify(&app);
-    assert_eq!(code, Some(1), "{out}");
-    assert!(out.contains("records 4..=4: the key file did not seal"), "{out}");
-    // The service's own blocks around it check.
-    assert_eq!(out.matches("the key file did not seal").count(), 1, "{out}");
+    // The database refuses a block with no seal.
     let org = &app.org.org_id;
     let unsealed = format!(
         "INSERT INTO audit_blocks (org_id, mode, first_seq, last_seq, prev_hash, last_hash, results, \
@@ -333,6 +329,30 @@ async fn a_record_appended_without_the_key_file_is_caught() {
     );
     let err = app.raw_execute(&unsealed).await.expect_err(&unsealed).to_string();
     assert!(err.contains("sealed by the service"), "{err}");
+    // Behind the triggers (the file's owner), one with no seal at all, as the blocks written
+    // before seals have: after a sealed block, it is caught as well.
+    let written = app
+        .store
+        .append_audit(vec![forged], unkeyed)
+        .await
+        .into_result()
+        .unwrap();
+    assert_eq!(written[0].seq, 7);
+    crate::helpers::tamper(
+        &app,
+        &format!(
+            "UPDATE audit_blocks SET mac = NULL WHERE org_id = '{org}' AND mode = 'live' AND first_seq = 7"
+        ),
+    )
+    .await;
+    records(&app, 1).await;
+    covered(&app, 8).await;
+    let (code, out) = audit_verify(&app);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("records 4..=4: the key file did not seal"), "{out}");
+    assert!(out.contains("records 7..=7: the key file did not seal"), "{out}");
+    // The service's own blocks around them check.
+    assert_eq!(out.matches("the key file did not seal").count(), 2, "{out}");
 }
 
 /// One row where the checkpointer writes the next subtree hash used to stop every later

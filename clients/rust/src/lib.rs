@@ -204,10 +204,9 @@ struct Inner {
     audience: Option<Vec<String>>,
     state: Mutex<State>,
     /// Held while fetching the keys, and the lists: concurrent verifications share one
-    /// fetch. Two locks, as reading a list may need the keys.
-    /// One key set fetch at a time, and when the last one failed, and why.
+    /// fetch (two locks, as reading a list may need the keys). Each holds when the last fetch
+    /// failed, and why (for a list, which).
     fetching_keys: tokio::sync::Mutex<Option<(Instant, Error)>>,
-    /// One list fetch at a time, and when the last one failed, of which list, and why.
     fetching_lists: tokio::sync::Mutex<Option<(Instant, String, Error)>>,
 }
 

@@ -54,10 +54,14 @@ pub(crate) struct Delegated {
     pub exp_cap: Option<i64>,
     /// The ID-JAG's resource: the token's audience.
     pub resource: Option<String>,
-    /// The ID-JAG's single use (its key, and until when it is kept), spent only once every
-    /// other check of the request passed: a refused request leaves it for a corrected one.
+    /// The ID-JAG's single use (its key, and until when it is kept), spent once every other
+    /// check of the request passed and its token is made, before its record: a refused
+    /// request leaves it for a corrected one.
     pub single_use: Option<(String, Millis)>,
 }
+
+/// How far behind another instance's clock an instance's may run, for a provider's removal.
+const PROVIDER_CLOCK_SKEW_SECS: i64 = 5;
 
 /// Whether the key file vouches for a provider's row (its MAC checks). One that it does not
 /// was written or changed with database access alone: an integrity alarm, and trusted by no
@@ -84,8 +88,14 @@ pub(crate) fn verdict(keys: &KeyRing, claims: &Claims, standing: &Standing) -> O
         ));
     };
     // Removing a provider ends every token it vouched for: adding the issuer again (with new
-    // keys, after a leak) brings none of them back.
-    if claims.iat.saturating_add(1).saturating_mul(1000) <= provider.created_at.0 {
+    // keys, after a leak) brings none of them back. Tokens' times are whole seconds, and the
+    // instance that issued one may run a little behind the one that added the provider.
+    if claims
+        .iat
+        .saturating_add(1 + PROVIDER_CLOCK_SKEW_SECS)
+        .saturating_mul(1000)
+        <= provider.created_at.0
+    {
         return Some(format!(
             "the identity provider {} that vouched for the person was removed and added again since",
             id.iss

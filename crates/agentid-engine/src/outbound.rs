@@ -328,7 +328,8 @@ impl Outbound {
     /// A blocking client that connects only to `addrs` (vetted by the caller, so that a DNS
     /// answer that changes in between cannot send the connection elsewhere), follows no
     /// redirect, and gives each request at most `timeout` and about `max_bytes` read off the
-    /// connection (see [`Client`]). Run it off the async threads.
+    /// connection (see [`Client`]; over https: plain http, which only the development flags
+    /// allow, has ureq's own deadline and no byte bound). Run it off the async threads.
     pub(crate) fn agent(&self, mut addrs: Vec<SocketAddr>, timeout: Duration, max_bytes: u64) -> Client {
         // A connection tries the addresses in turn: a name with thousands would have one
         // request knock at thousands of hosts.

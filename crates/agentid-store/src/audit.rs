@@ -33,7 +33,8 @@ pub trait AuditStore {
         after: i64,
         limit: u32,
     ) -> StoreFuture<'a, Vec<DecodedBlock>>;
-    /// The seals of the blocks that hold records `from..=to`, ascending.
+    /// The seals of the blocks that hold records `from..=to`, and of those before them back to
+    /// the latest sealed one, ascending.
     fn block_seals<'a>(&'a self, ledger: &'a Ledger, from: i64, to: i64) -> StoreFuture<'a, Vec<BlockSeal>>;
     /// An agent's `audit_block_agents` rows in a ledger, ascending.
     fn agent_rows<'a>(

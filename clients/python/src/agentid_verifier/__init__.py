@@ -408,7 +408,7 @@ class _Gate:
     #: The last fetch's failure, and when it ended: callers that waited for that fetch take
     #: it rather than each fetching again in turn (each a whole timeout while the service
     #: does not answer).
-    failed: Optional[Tuple[float, "Unavailable"]] = None
+    failed: Optional[Tuple[float, str]] = None
 
 
 @dataclass(frozen=True)
@@ -578,11 +578,14 @@ class Verifier:
         try:
             with gate.lock:
                 if gate.failed is not None and gate.failed[0] >= asked:
-                    raise gate.failed[1]
+                    held = self._docs.get(url)
+                    if held is not None and held.fresh_until > time.time() and held.fetched_at > fresher_than:
+                        return held  # a fetch after the failed one brought it
+                    raise Unavailable(gate.failed[1])
                 try:
                     return self._fetch_alone(url, document, accept, fresher_than)
                 except Unavailable as e:
-                    gate.failed = (time.monotonic(), e)
+                    gate.failed = (time.monotonic(), str(e))
                     raise
         finally:
             # Gone with its last user: a URL that fails (a made-up issuer's) leaves nothing.

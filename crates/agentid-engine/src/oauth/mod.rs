@@ -453,12 +453,7 @@ impl OAuth {
             let e = OAuthError::InvalidRequest("the subject token expires now".into());
             return Err(self.refused_after(agent, e, now, received).await);
         }
-        if let Some((key, until)) = delegated.as_ref().and_then(|d| d.single_use.as_ref()) {
-            if !self.store.use_assertion(key, *until).await? {
-                let e = OAuthError::InvalidGrant("assertion was used already (its jti)".into());
-                return Err(self.refused_after(agent, e, now, received).await);
-            }
-        }
+        let single_use = delegated.as_ref().and_then(|d| d.single_use.clone());
         let (sub, sub_id, act) = match delegated {
             Some(d) => {
                 let act = match d.inner {
@@ -504,6 +499,13 @@ impl OAuth {
         self.expiries
             .note(&self.store, &kid, Millis::from_secs(expires))
             .await?;
+        // Spent last but the record: a request refused before this leaves it for a corrected one.
+        if let Some((key, until)) = single_use {
+            if !self.store.use_assertion(&key, until).await? {
+                let e = OAuthError::InvalidGrant("assertion was used already (its jti)".into());
+                return Err(self.refused_after(agent, e, now, received).await);
+            }
+        }
         let record = self
             .audit
             .append(AuditEntry {

@@ -303,9 +303,13 @@ impl Transparency {
     /// records after them chain to them, and a ledger whose checkpoints stopped would prove
     /// nothing more); `audit verify` names them.
     async fn check_seals(&self, ledger: &Ledger, from: u64, to: u64) -> Result<(), StoreError> {
+        // From the latest sealed block before them: after it, every block must be sealed.
         let seals = self.store.block_seals(ledger, from as i64, to as i64).await?;
-        for s in seals.iter().filter(|s| !block_sealed(&self.keys, ledger, s)) {
-            if self.unsealed.lock().insert((ledger.clone(), s.first_seq)) {
+        let mut sealed_before = false;
+        for s in seals {
+            let sealed = block_sealed(&self.keys, ledger, &s, sealed_before);
+            sealed_before |= s.mac.is_some();
+            if !sealed && self.unsealed.lock().insert((ledger.clone(), s.first_seq)) {
                 alarm(
                     "audit_block",
                     &format!(

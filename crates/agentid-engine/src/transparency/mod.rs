@@ -19,11 +19,13 @@ use agentid_core::domain::Ledger;
 use agentid_core::keys::KeyRing;
 use agentid_store::BlockSeal;
 
-/// Whether the key file vouches for a stored block: its seal checks, or it has none, written
-/// before blocks were sealed (the database refuses a block without one since).
-pub(crate) fn block_sealed(keys: &KeyRing, ledger: &Ledger, s: &BlockSeal) -> bool {
+/// Whether the key file vouches for a stored block: its seal checks, or it has none and no
+/// block before it in its ledger has one (`sealed_before`): written before blocks were
+/// sealed. The database refuses a block without a seal since; one that gets past that (the
+/// SQLite file's owner) after a sealed block is caught all the same.
+pub(crate) fn block_sealed(keys: &KeyRing, ledger: &Ledger, s: &BlockSeal, sealed_before: bool) -> bool {
     let Some(mac) = &s.mac else {
-        return true;
+        return !sealed_before;
     };
     let (Ok(prev), Ok(last)) = (
         <[u8; 32]>::try_from(s.prev_hash.as_slice()),

@@ -183,7 +183,9 @@ impl AuditStore for SqlStore<DB> {
             let rows: Vec<BlockSeal> = sqlx::query_as(
                 "SELECT first_seq, last_seq, prev_hash, last_hash, mac FROM audit_blocks \
                  WHERE org_id = $1 AND mode = $2 AND first_seq <= $4 \
-                 AND first_seq >= COALESCE((SELECT MAX(first_seq) FROM audit_blocks \
+                 AND first_seq >= COALESCE((SELECT first_seq FROM audit_blocks \
+                   WHERE org_id = $1 AND mode = $2 AND first_seq < $3 AND mac IS NOT NULL \
+                   ORDER BY first_seq DESC LIMIT 1), (SELECT MAX(first_seq) FROM audit_blocks \
                    WHERE org_id = $1 AND mode = $2 AND first_seq <= $3), 0) \
                  ORDER BY first_seq",
             )

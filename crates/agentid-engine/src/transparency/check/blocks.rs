@@ -12,9 +12,11 @@ impl LedgerCheck<'_> {
         pending: &mut std::iter::Peekable<impl Iterator<Item = Claim>>,
     ) {
         let first = b.first_seq.max(0) as u64;
+        let sealed_before = walk.sealed;
+        walk.sealed |= b.seal.mac.is_some();
         if self
             .keys
-            .is_some_and(|keys| !super::super::block_sealed(keys, &self.ledger, &b.seal))
+            .is_some_and(|keys| !super::super::block_sealed(keys, &self.ledger, &b.seal, sealed_before))
         {
             self.fail(
                 Some(first),

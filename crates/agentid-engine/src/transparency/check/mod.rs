@@ -151,6 +151,8 @@ struct Walk {
     totals: Totals,
     agent_totals: HashMap<String, Totals>,
     expected_agent_rows: HashMap<String, Vec<AgentBlockRow>>,
+    /// Whether a block so far carries a seal (every block after it must).
+    sealed: bool,
     /// The tree so far; `None` once a record is missing or unreadable.
     tree: Option<Frontier>,
     /// Stored-height subtrees computed and not yet compared with the stored ones.
@@ -238,6 +240,7 @@ impl<'a> LedgerCheck<'a> {
             totals: [0; 4],
             agent_totals: HashMap::new(),
             expected_agent_rows: HashMap::new(),
+            sealed: false,
             tree: Some(Frontier::default()),
             nodes: Vec::new(),
         };
