@@ -904,3 +904,33 @@ async fn an_agent_authenticates_with_a_client_secret() {
     assert_oauth_error(&res, 401, "invalid_client");
     assert!(!res.text().contains("revoked"), "{}", res.text());
 }
+
+/// Another instance's clock may run behind this one's: a used assertion (or a signed
+/// request's nonce) is kept a minute past its expiry, so that instance still refuses a replay
+/// until its own clock passes the expiry. Deleted at once, one prune opened that window.
+#[actix_web::test]
+async fn used_assertions_are_kept_a_minute_past_their_expiry() {
+    use agentid::domain::Millis;
+    let app = spawn_app().await;
+    let now = Millis::now().0;
+    assert!(app
+        .store
+        .use_assertion("recent", Millis(now - 30_000))
+        .await
+        .unwrap());
+    assert!(app
+        .store
+        .use_assertion("old", Millis(now - 90_000))
+        .await
+        .unwrap());
+    // A token request prunes what expired.
+    let key = AgentKey::ed();
+    let agent = client(&app, &key).await;
+    let res = ask(&app, &assertion(&app, &key, &agent), &[("resource", RESOURCE)]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert!(
+        !app.store.use_assertion("recent", Millis(now)).await.unwrap(),
+        "forgotten within a minute of its expiry"
+    );
+    assert!(app.store.use_assertion("old", Millis(now)).await.unwrap());
+}

@@ -302,6 +302,11 @@ fn bases(
         names.push(id.clone());
         let key = match item.params.iter().next() {
             None => None,
+            // RFC 9421 §2.1: `key` names a member of a header's dictionary; a derived component
+            // has none (`"@authority";key=…` would read a header named "@authority").
+            Some((k, _)) if k.as_str() == "key" && name.starts_with('@') => {
+                return invalid(format!("{name} is a derived component: it takes no key"))
+            }
             Some((k, v)) if k.as_str() == "key" && item.params.len() == 1 => match v.as_string() {
                 Some(s) => Some(s.as_str().to_owned()),
                 None => return invalid("a component's key must be a string"),
@@ -543,6 +548,23 @@ mod tests {
         assert!(matches!(
             read(&uncovered, WEB_BOT_AUTH, now, 60),
             Err(Refusal::Invalid(_))
+        ));
+        // A derived component with a `key` (it would read a header named "@authority", which
+        // a caller of /v1/verify/request can send) covers nothing.
+        let params3 = format!(
+            "(\"@authority\";key=\"x\" \"signature-agent\");created={now};keyid=\"k\";expires={};tag=\"web-bot-auth\"",
+            now + 60
+        );
+        let h3 = headers(&[
+            ("Signature-Agent", "\"https://id.example/d\""),
+            ("@authority", "x=anything"),
+            ("Signature-Input", &format!("sig1={params3}")),
+            ("Signature", "sig1=:AAAA:"),
+        ]);
+        let keyed = Request { headers: &h3, ..req };
+        assert!(matches!(
+            read(&keyed, WEB_BOT_AUTH, now, 60),
+            Err(Refusal::Invalid(why)) if why.contains("derived")
         ));
     }
 

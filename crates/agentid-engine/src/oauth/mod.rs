@@ -545,7 +545,9 @@ impl OAuth {
         {
             return;
         }
-        if let Err(e) = self.store.forget_assertions(now).await {
+        // A minute after: another instance, whose clock may run behind this one's, still
+        // refuses a replay until its own clock passes the expiry.
+        if let Err(e) = self.store.forget_assertions(now.plus_secs(-60)).await {
             tracing::warn!(error = %e, "cannot delete expired client assertions; trying again later");
         }
     }
