@@ -534,38 +534,28 @@ mod tests {
             read(&bare, WEB_BOT_AUTH, now, 60),
             Err(Refusal::Unsigned(_))
         ));
-        // Signature-Agent sent but not covered.
-        let params2 = format!(
-            "(\"@authority\");created={now};keyid=\"k\";expires={};tag=\"web-bot-auth\"",
-            now + 60
-        );
-        let h2 = headers(&[
-            ("Signature-Agent", "\"https://id.example/d\""),
-            ("Signature-Input", &format!("sig1={params2}")),
-            ("Signature", "sig1=:AAAA:"),
-        ]);
-        let uncovered = Request { headers: &h2, ..req };
-        assert!(matches!(
-            read(&uncovered, WEB_BOT_AUTH, now, 60),
-            Err(Refusal::Invalid(_))
-        ));
-        // A derived component with a `key` (it would read a header named "@authority", which
-        // a caller of /v1/verify/request can send) covers nothing.
-        let params3 = format!(
-            "(\"@authority\";key=\"x\" \"signature-agent\");created={now};keyid=\"k\";expires={};tag=\"web-bot-auth\"",
-            now + 60
-        );
-        let h3 = headers(&[
-            ("Signature-Agent", "\"https://id.example/d\""),
-            ("@authority", "x=anything"),
-            ("Signature-Input", &format!("sig1={params3}")),
-            ("Signature", "sig1=:AAAA:"),
-        ]);
-        let keyed = Request { headers: &h3, ..req };
-        assert!(matches!(
-            read(&keyed, WEB_BOT_AUTH, now, 60),
-            Err(Refusal::Invalid(why)) if why.contains("derived")
-        ));
+        // Signature-Agent sent but not covered; a derived component with a `key` (it would read
+        // a header named "@authority", which a caller of /v1/verify/request can send).
+        for (covered, why) in [
+            ("\"@authority\"", "Signature-Agent"),
+            ("\"@authority\";key=\"x\" \"signature-agent\"", "derived"),
+        ] {
+            let input = format!(
+                "sig1=({covered});created={now};keyid=\"k\";expires={};tag=\"web-bot-auth\"",
+                now + 60
+            );
+            let h = headers(&[
+                ("Signature-Agent", "\"https://id.example/d\""),
+                ("@authority", "x=anything"),
+                ("Signature-Input", &input),
+                ("Signature", "sig1=:AAAA:"),
+            ]);
+            let refused = read(&Request { headers: &h, ..req }, WEB_BOT_AUTH, now, 60);
+            assert!(
+                matches!(&refused, Err(Refusal::Invalid(w)) if w.contains(why)),
+                "{covered}: {refused:?}"
+            );
+        }
     }
 
     #[test]
