@@ -835,6 +835,17 @@ async fn an_id_jag_buys_one_token_for_its_resource() {
         .token_for(&a, &[("grant_type", JWT_BEARER), ("assertion", &jag)])
         .await;
     assert_eq!(res.status, 200, "{}", res.text());
+    // Nor does one whose token cannot be recorded (503): the retry gets its token.
+    let jag = idp.id_jag(&app, &a.id, json!({}));
+    assert!(app.store.inject_write_fault(agentid::store::WriteFault::Panic));
+    let res = app
+        .token_for(&a, &[("grant_type", JWT_BEARER), ("assertion", &jag)])
+        .await;
+    assert_eq!(res.status, 503, "{}", res.text());
+    let res = app
+        .token_for(&a, &[("grant_type", JWT_BEARER), ("assertion", &jag)])
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
     // For another client (presented by this one).
     let res = app
         .token_for(

@@ -345,20 +345,7 @@ async fn forward_auth_takes_a_signed_request() {
         .await;
     let directory = format!("{}/v1/directories/example.com", app.base);
     let url = "https://shop.example/products/1";
-    let gate = |query: &'static str, signed: Value| {
-        let app = &app;
-        async move {
-            let mut req = app
-                .client
-                .get(app.url(&format!("/v1/forward-auth?{query}")))
-                .insert_header(("X-Forwarded-Method", "GET"))
-                .insert_header(("X-Forwarded-Uri", "/products/1?page=2"));
-            for (name, value) in signed.as_object().unwrap() {
-                req = req.insert_header((name.as_str(), value.as_str().unwrap()));
-            }
-            crate::helpers::read(req.send().await.unwrap()).await
-        }
-    };
+    let gate = |query: &'static str, signed: Value| forward_signed(&app, query, signed);
     let signed = cloudflare_signs(&private, url, &directory, 300).await;
     let res = gate(
         "scope=read:docs&issuer=example.com&origin=https://shop.example",
@@ -391,6 +378,43 @@ async fn forward_auth_takes_a_signed_request() {
         .await
         .assert_error(401, "TOKEN_INVALID");
     gate("origin=https://other.example", fresh().await)
+        .await
+        .assert_error(401, "TOKEN_INVALID");
+}
+
+/// `GET /v1/forward-auth?{query}` for a GET of `/products/1?page=2` with `signed`'s headers.
+async fn forward_signed(app: &TestApp, query: &str, signed: Value) -> Resp {
+    let mut req = app
+        .client
+        .get(app.url(&format!("/v1/forward-auth?{query}")))
+        .insert_header(("X-Forwarded-Method", "GET"))
+        .insert_header(("X-Forwarded-Uri", "/products/1?page=2"));
+    for (name, value) in signed.as_object().unwrap() {
+        req = req.insert_header((name.as_str(), value.as_str().unwrap()));
+    }
+    crate::helpers::read(req.send().await.unwrap()).await
+}
+
+/// A signed request whose check cannot be recorded is answered 503 and not let through; its
+/// nonce is given back, so the retry the answer asks for passes (it was refused as a replay).
+#[actix_web::test]
+async fn a_signed_request_whose_check_cannot_be_recorded_may_be_retried() {
+    let app = spawn_app().await;
+    let (private, public) = keypair();
+    app.register(
+        json!({"name": "crawler", "issuer_domain": "example.com", "scopes": ["read:docs"], "jwk": public}),
+    )
+    .await;
+    let directory = format!("{}/v1/directories/example.com", app.base);
+    let signed = cloudflare_signs(&private, "https://shop.example/products/1", &directory, 300).await;
+    let query = "origin=https://shop.example";
+    assert!(app.store.inject_write_fault(agentid::store::WriteFault::Panic));
+    forward_signed(&app, query, signed.clone())
+        .await
+        .assert_error(503, "AUDIT_UNAVAILABLE");
+    let res = forward_signed(&app, query, signed.clone()).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    forward_signed(&app, query, signed)
         .await
         .assert_error(401, "TOKEN_INVALID");
 }

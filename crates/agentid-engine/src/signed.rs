@@ -228,7 +228,7 @@ impl SignedRequests {
         let revocations_seen = self.registry.revocations_seen();
         let check = self.judge(req, policy, now).await?;
         let agent = check.agent.as_ref();
-        let record = self
+        let recorded = self
             .audit
             .append(AuditEntry {
                 ledger: agent.map_or_else(Ledger::service, AgentRecord::ledger),
@@ -246,7 +246,17 @@ impl SignedRequests {
                 requested_at: now,
                 revocations_seen,
             })
-            .await?;
+            .await;
+        let record = match recorded {
+            Ok(record) => record,
+            Err(e) => {
+                if check.result == RequestResult::Verified {
+                    // Its nonce was taken: the caller, told to try again, may.
+                    self.release_nonce(req, policy).await;
+                }
+                return Err(e.into());
+            }
+        };
         let check = if check.result == RequestResult::Verified && record.result != VerifyResult::Valid {
             // Revoked on another instance meanwhile: the store saw it inside the batch.
             RequestCheck {
@@ -342,15 +352,9 @@ impl SignedRequests {
     /// store: a signer chooses its signature's expiry (up to a day ahead), so a bounded memory
     /// filled with a day's worth of its own nonces would have had to refuse everyone's.
     async fn fresh(&self, signed: &Signed) -> Result<Result<(), String>, StoreError> {
-        let Some(nonce) = &signed.nonce else {
+        let Some(key) = nonce_key(signed) else {
             return Ok(Ok(()));
         };
-        let mut key = Sha256::new();
-        for part in ["web-bot-auth", signed.keyid.as_str(), nonce.as_str()] {
-            key.update(part.as_bytes());
-            key.update([0]);
-        }
-        let key = URL_SAFE_NO_PAD.encode(key.finalize());
         if !self
             .store
             .use_assertion(&key, Millis::from_secs(signed.expires))
@@ -359,6 +363,16 @@ impl SignedRequests {
             return Ok(Err("the signature's nonce was seen before: a replay".into()));
         }
         Ok(Ok(()))
+    }
+
+    /// Forgets that the nonce of `req`'s signature was seen (what `fresh` took).
+    async fn release_nonce(&self, req: &Request<'_>, policy: &RequestPolicy) {
+        let Some(key) = httpsig::parse(req, &policy.tag).ok().as_ref().and_then(nonce_key) else {
+            return;
+        };
+        if let Err(e) = self.store.release_assertion(&key).await {
+            tracing::warn!(error = %e, "cannot release a signed request's nonce; its retry is refused as a replay");
+        }
     }
 
     /// A signature agent that is not agentid's: its directory, fetched when the receiver
@@ -482,4 +496,15 @@ pub enum CheckError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Unrecorded(#[from] AuditError),
+}
+
+/// What a signature's nonce is remembered by, fleet-wide: its key's and its own.
+fn nonce_key(signed: &Signed) -> Option<String> {
+    let nonce = signed.nonce.as_ref()?;
+    let mut key = Sha256::new();
+    for part in ["web-bot-auth", signed.keyid.as_str(), nonce.as_str()] {
+        key.update(part.as_bytes());
+        key.update([0]);
+    }
+    Some(URL_SAFE_NO_PAD.encode(key.finalize()))
 }

@@ -80,6 +80,9 @@ pub trait AgentStore {
     /// Marks a client assertion used until `expires_at` (`key`: what identifies it, its
     /// client and `jti`); false when it was used already.
     fn use_assertion<'a>(&'a self, key: &'a str, expires_at: Millis) -> StoreFuture<'a, bool>;
+    /// Forgets that the assertion `key` was used: its use was not recorded, and the caller
+    /// may try again with it.
+    fn release_assertion<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()>;
     /// Forgets the assertions that expired before `now`: they can pass no more.
     fn forget_assertions(&self, now: Millis) -> StoreFuture<'_, ()>;
     /// Makes `secret_hash` the agent's client secret, in one transaction: the secret it

@@ -499,14 +499,15 @@ impl OAuth {
         self.expiries
             .note(&self.store, &kid, Millis::from_secs(expires))
             .await?;
-        // Spent last but the record: a request refused before this leaves it for a corrected one.
-        if let Some((key, until)) = single_use {
-            if !self.store.use_assertion(&key, until).await? {
+        // Spent last but the record: a request refused before this leaves it for a corrected
+        // one, and so does a record that cannot be written (given back below).
+        if let Some((key, until)) = &single_use {
+            if !self.store.use_assertion(key, *until).await? {
                 let e = OAuthError::InvalidGrant("assertion was used already (its jti)".into());
                 return Err(self.refused_after(agent, e, now, received).await);
             }
         }
-        let record = self
+        let recorded = self
             .audit
             .append(AuditEntry {
                 ledger: agent.ledger(),
@@ -518,7 +519,18 @@ impl OAuth {
                 requested_at: now,
                 revocations_seen,
             })
-            .await?;
+            .await;
+        let record = match recorded {
+            Ok(record) => record,
+            Err(e) => {
+                if let Some((key, _)) = &single_use {
+                    if let Err(e) = self.store.release_assertion(key).await {
+                        tracing::warn!(error = %e, "cannot give back an ID-JAG whose token was not recorded");
+                    }
+                }
+                return Err(e.into());
+            }
+        };
         if record.result != VerifyResult::Valid {
             // Revoked on another instance meanwhile: the store saw it inside the batch.
             Box::pin(self.revocations.seen_elsewhere(&self.store, agent.id.as_str())).await;

@@ -273,6 +273,16 @@ impl AgentStore for SqlStore<DB> {
         })
     }
 
+    fn release_assertion<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            sqlx::query("DELETE FROM client_assertions WHERE key = $1")
+                .bind(key)
+                .execute(&mut *self.conn().await?)
+                .await?;
+            Ok(())
+        })
+    }
+
     fn new_client_secret<'a>(
         &'a self,
         id: &'a AgentId,
