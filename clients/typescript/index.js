@@ -247,12 +247,20 @@ export class Verifier {
 
   async directoryOnce(url) {
     const held = this.docs.get(url);
+    const usable = held && held.freshUntil + this.listGrace * 1000 >= Date.now();
     let doc;
-    try {
-      doc = await this.fetchDoc(url, "directory", "application/http-message-signatures-directory+json");
-    } catch (e) {
-      if (!held || held.freshUntil + this.listGrace * 1000 < Date.now()) throw e;
+    if (usable && held.freshUntil <= Date.now() && (this.retry.get(url)?.at ?? 0) > Date.now()) {
+      // Stale, and the service failed lately: the held one serves without waiting for it.
       doc = held;
+    } else {
+      try {
+        doc = await this.fetchDoc(url, "directory", "application/http-message-signatures-directory+json");
+        this.retry.delete(url);
+      } catch (e) {
+        if (!usable) throw e;
+        this.failedLately(url);
+        doc = held;
+      }
     }
     let keys = this.directories.get(doc);
     if (!keys) {
@@ -341,12 +349,15 @@ export class Verifier {
     refresh()
       .then(
         () => this.retry.delete(url),
-        () => {
-          const failures = (this.retry.get(url)?.failures ?? 0) + 1;
-          this.retry.set(url, { at: Date.now() + Math.min(2 ** (failures - 1), 30) * 1000, failures });
-        },
+        () => this.failedLately(url),
       )
       .finally(() => this.refreshing.delete(url));
+  }
+
+  /** Notes a failed fetch of `url`: not again before 1 s, doubling per failure up to 30 s. */
+  failedLately(url) {
+    const failures = (this.retry.get(url)?.failures ?? 0) + 1;
+    this.retry.set(url, { at: Date.now() + Math.min(2 ** (failures - 1), 30) * 1000, failures });
   }
 
   /** Fetches the JWKS (unless what is held is fresh and fetched after `fresherThan`) and reads

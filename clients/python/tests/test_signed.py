@@ -163,6 +163,55 @@ def test_an_unreachable_directory_fails_closed(server):
                                              trusted_signature_agents=[dead])
 
 
+def test_a_stale_directory_whose_fetch_failed_lately_serves_at_once_within_the_grace(server):
+    """While the directory's server does not answer, a stale directory (within the grace) is
+    used after one fetch fails, not after each request waits out its own fetch."""
+    import http.server
+    import threading
+    import time
+
+    jwk = agent_key()
+    hang = threading.Event()
+
+    class Directory(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if hang.is_set():
+                time.sleep(3)  # longer than the verifier's timeout
+                return
+            body = json.dumps({"keys": [{k: jwk[k] for k in ("kty", "crv", "x")}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/http-message-signatures-directory+json")
+            self.send_header("Cache-Control", "max-age=1")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Directory)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    directory = f"http://127.0.0.1:{httpd.server_address[1]}/directory"
+    try:
+        verifier = Verifier(server.base, timeout=0.5)
+        url = "https://shop.example/"
+
+        def check():
+            verifier.verify_request("GET", url, signed(jwk, url, directory), trusted_signature_agents=[directory])
+
+        check()
+        hang.set()
+        time.sleep(1.1)
+        check()  # finds the server failing: a whole timeout
+        headers = [signed(jwk, url, directory) for _ in range(3)]  # signed first: node takes time
+        started = time.monotonic()
+        for h in headers:
+            verifier.verify_request("GET", url, h, trusted_signature_agents=[directory])
+        assert time.monotonic() - started < 0.4
+    finally:
+        httpd.shutdown()
+
+
 def test_the_asgi_middleware_takes_a_signed_request_in_place_of_a_token(server):
     import asyncio
 

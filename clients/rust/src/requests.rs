@@ -43,6 +43,8 @@ pub(crate) struct Directory {
     fresh_until: Instant,
     /// When it was last fetched (or revalidated).
     read_at: Instant,
+    /// While its fetch fails: not fetched again before this, and the failures in a row.
+    failing: Option<(Instant, u32)>,
 }
 
 /// The request as the receiver got it.
@@ -180,14 +182,20 @@ impl Verifier {
     /// revocation dropped the URL meanwhile: the answer may predate the revocation.
     async fn directory(&self, url: &str) -> Result<Arc<JSONWebKeySet>, Error> {
         for _ in 0..3 {
-            let (held, epoch) = {
+            let (held, epoch, failing) = {
                 let s = self.inner.state.lock();
                 let held = s.directories.held.get(url);
+                let failing = held
+                    .and_then(|d| d.failing)
+                    .is_some_and(|(at, _)| at > Instant::now());
                 let held = held.map(|d| (d.keys.clone(), d.etag.clone(), d.fresh_until));
-                (held, s.directories.drops(url))
+                (held, s.directories.drops(url), failing)
             };
             if let Some((keys, _, until)) = &held {
-                if *until > Instant::now() {
+                // Fresh; or stale, within the grace, and its fetch failed lately: the held one
+                // serves without waiting for the service again.
+                let grace = *until + self.inner.list_grace > Instant::now();
+                if *until > Instant::now() || (failing && grace) {
                     return Ok(keys.clone());
                 }
             }
@@ -205,7 +213,13 @@ impl Verifier {
                 (Err(_), Some((keys, _, until)))
                     if *until + self.inner.list_grace > Instant::now() && current() =>
                 {
-                    return Ok(keys.clone())
+                    if let Some(d) = self.inner.state.lock().directories.held.get_mut(url) {
+                        let failures = d.failing.map_or(0, |(_, n)| n) + 1;
+                        let wait =
+                            Duration::from_secs(1 << (failures - 1).min(5)).min(Duration::from_secs(30));
+                        d.failing = Some((Instant::now() + wait, failures));
+                    }
+                    return Ok(keys.clone());
                 }
                 (Err(e), _) => return Err(e),
             };
@@ -227,6 +241,7 @@ impl Verifier {
                     etag: answer.etag,
                     fresh_until: Instant::now() + cache_for(answer.max_age),
                     read_at: Instant::now(),
+                    failing: None,
                 },
                 crate::MAX_DIRECTORIES,
             );
@@ -330,6 +345,7 @@ mod tests {
                 etag: None,
                 fresh_until: at,
                 read_at: at,
+                failing: None,
             };
             held.hold(
                 format!("https://id.example/v1/directories/d{i}.example"),

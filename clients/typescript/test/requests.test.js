@@ -195,6 +195,36 @@ test("an unreachable directory fails closed", async () => {
   assert.equal(await code(verifier.verifyRequest(req, { trustedSignatureAgents: [dead] })), "UNAVAILABLE");
 });
 
+test("a stale directory whose fetch failed lately serves at once, within the grace", async () => {
+  const http = await import("node:http");
+  const { privateKey } = generateKeyPairSync("ed25519");
+  const jwk = privateKey.export({ format: "jwk" });
+  let hang = false;
+  const server = http.createServer((req, res) => {
+    if (hang) return; // never answers
+    res.writeHead(200, { "Content-Type": "application/http-message-signatures-directory+json", "Cache-Control": "max-age=1" });
+    res.end(JSON.stringify({ keys: [{ kty: "OKP", crv: "Ed25519", x: jwk.x }] }));
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  const directory = `http://127.0.0.1:${server.address().port}/directory`;
+  const trusted = { trustedSignatureAgents: [directory] };
+  try {
+    const verifier = new Verifier({ baseUrl: s.base, timeout: 0.5 });
+    const check = async () => verifier.verifyRequest(await signed(jwk, "https://shop.example/", directory), trusted);
+    assert.equal(await code(check()), "ok");
+    hang = true;
+    await new Promise((r) => setTimeout(r, 1100));
+    // The first finds the service failing (a whole timeout); the next wait for nothing.
+    assert.equal(await code(check()), "ok");
+    const started = Date.now();
+    for (let i = 0; i < 3; i++) assert.equal(await code(check()), "ok");
+    assert.ok(Date.now() - started < 400, `${Date.now() - started} ms`);
+  } finally {
+    server.closeAllConnections();
+    server.close();
+  }
+});
+
 test("the Express middleware takes a signed request in place of a token", async () => {
   const express = (await import("express")).default;
   const { agentIdMiddleware } = await import("../express.js");

@@ -643,14 +643,18 @@ class Verifier:
                 with self._lock:
                     self._retry.pop(url, None)
             except Exception:  # noqa: BLE001 - any failure: try again later
-                with self._lock:
-                    failures = self._retry.get(url, (0.0, 0))[1] + 1
-                    self._retry[url] = (time.monotonic() + min(2.0 ** (failures - 1), 30.0), failures)
+                self._failed_lately(url)
             finally:
                 with self._lock:
                     self._refreshing.discard(url)
 
         threading.Thread(target=run, name="agentid-refresh", daemon=True).start()
+
+    def _failed_lately(self, url: str) -> None:
+        """Notes a failed fetch of ``url``: not again before 1 s, doubling per failure up to 30 s."""
+        with self._lock:
+            failures = self._retry.get(url, (0.0, 0))[1] + 1
+            self._retry[url] = (time.monotonic() + min(2.0 ** (failures - 1), 30.0), failures)
 
     def _load_keys(self, url: str, fresher_than: float) -> None:
         """Fetches the JWKS (unless what is held is fresh and newer than ``fresher_than``) and
@@ -1011,12 +1015,20 @@ class Verifier:
 
     def _directory_once(self, url: str) -> Tuple[_Document, dict]:
         held = self._docs.get(url)
-        try:
-            doc = self._fetch(url, "directory", "application/http-message-signatures-directory+json")
-        except Unavailable:
-            if held is None or held.fresh_until + self.list_grace < time.time():
-                raise
+        usable = held is not None and held.fresh_until + self.list_grace >= time.time()
+        if usable and held.fresh_until <= time.time() and self._retry.get(url, (0.0, 0))[0] > time.monotonic():
+            # Stale, and the service failed lately: the held one serves without waiting for it.
             doc = held
+        else:
+            try:
+                doc = self._fetch(url, "directory", "application/http-message-signatures-directory+json")
+                with self._lock:
+                    self._retry.pop(url, None)
+            except Unavailable:
+                if not usable:
+                    raise
+                self._failed_lately(url)
+                doc = held
         read = self._directories.get(url)
         if read is not None and read[0] is doc:
             return doc, read[1]

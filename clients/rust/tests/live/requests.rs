@@ -222,3 +222,66 @@ async fn the_tower_layer_takes_a_signed_request_in_place_of_a_token() {
     let scoped = AgentIdLayer::new(v.clone(), &["read:docs"]).public_origin("https://shop.example");
     assert_eq!(call(scoped, "/").await.status(), 403);
 }
+
+/// While a directory's server does not answer, a stale directory (within the grace) is used
+/// after one fetch fails, not after each request waits out its own fetch.
+#[tokio::test(flavor = "current_thread")]
+async fn a_stale_directory_whose_fetch_failed_lately_serves_at_once_within_the_grace() {
+    use std::io::{Read as _, Write as _};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    let key = SigningKey::from_bytes(&[9; 32]);
+    let x = URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes());
+    let body = json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": x}]}).to_string();
+    let hang = Arc::new(AtomicBool::new(false));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let directory = format!("http://{}/directory", listener.local_addr().unwrap());
+    let hanging = hang.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            if hanging.load(Ordering::SeqCst) {
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_secs(3));
+                    drop(conn);
+                });
+                continue;
+            }
+            let _ = conn.write_all(
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/http-message-signatures-directory+json\r\n\
+                     Cache-Control: max-age=1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+        }
+    });
+    let v = Verifier::builder("http://127.0.0.1:9")
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let url = "https://shop.example/";
+    let trusted = [directory.as_str()];
+    let headers = signed(&key, url, &directory);
+    assert_eq!(code(v.verify_request("GET", url, &headers, &trusted).await), "ok");
+    hang.store(true, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(1100));
+    // The first finds the server failing (a whole timeout); the next wait for nothing.
+    let headers = signed(&key, url, &directory);
+    assert_eq!(code(v.verify_request("GET", url, &headers, &trusted).await), "ok");
+    let more: Vec<_> = (0..3).map(|_| signed(&key, url, &directory)).collect();
+    let started = Instant::now();
+    for headers in &more {
+        assert_eq!(code(v.verify_request("GET", url, headers, &trusted).await), "ok");
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(400),
+        "{:?}",
+        started.elapsed()
+    );
+}
