@@ -565,40 +565,63 @@ async fn a_block_written_over_the_chain_is_never_checkpointed() {
     assert_eq!(code, Some(1), "{out}");
 }
 
-/// Junk checkpoint rows: one far beyond the ledger (it was the latest by size, and every
-/// checkpoint after it stopped), and one at each of the next 70 sizes (more than one read of
-/// rows finds). The checkpoints go on past them, the note served is the log key's (the
-/// witness agrees), and `audit verify` reports the junk.
+/// Junk checkpoint rows. One past the ledger's records is refused: rows at every size after
+/// the latest checkpoint (a million, in one statement) left the checkpointer no size to sign
+/// at, for good, and one far beyond the ledger was the latest by size. Rows at every size of
+/// the records not yet covered stop checkpoints only until the next record; the note served
+/// is the log key's (the witness agrees), and `audit verify` reports the junk.
 #[actix_web::test]
 async fn junk_checkpoint_rows_neither_stop_nor_stand_in_for_checkpoints() {
+    use agentid::domain::{KeyMode, Ledger};
+    use agentid::engine::transparency::checkpointer::Step;
     let metrics = agentid::telemetry::metrics_handle();
-    let app = spawn_app().await;
-    let state = tempfile::tempdir().unwrap();
+    // A checkpointer that comes round only when the test asks.
+    let app = crate::helpers::spawn_app_with(crate::helpers::Options {
+        tweak: Box::new(|c| c.engine.checkpoint_interval = Duration::from_secs(3600)),
+        ..Default::default()
+    })
+    .await;
     records(&app, 10).await;
-    covered(&app, 10).await;
-    let out = crate::helpers::witness(&app, state.path(), &[]).await;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(checkpointed(&app).await, 0);
     let org = &app.org.org_id;
-    for size in std::iter::once(1_000_000).chain(11..=80) {
-        app.raw_execute(&format!(
+    let junk = |size: u64| {
+        format!(
             "INSERT INTO audit_checkpoints (org_id, mode, tree_size, root, note, created_at) \
              VALUES ('{org}', 'live', {size}, {}, 'junk', 1)",
             blob(&app, &[1; 32])
-        ))
-        .await
-        .unwrap();
+        )
+    };
+    for size in [11, 1_000_000] {
+        let err = app
+            .raw_execute(&junk(size))
+            .await
+            .expect_err("past the ledger")
+            .to_string();
+        assert!(err.contains("its ledger holds"), "{err}");
+    }
+    for size in 1..=10 {
+        app.raw_execute(&junk(size)).await.unwrap();
     }
     let before = integrity_failures(metrics, "checkpoint");
-    records(&app, 5).await;
-    records(&app, 5).await;
-    records(&app, 75).await;
-    covered(&app, 95).await;
+    let ledger = Ledger {
+        org_id: org.clone(),
+        mode: KeyMode::Live,
+    };
+    let checkpointer = app.engine.transparency();
+    for _ in 0..12 {
+        assert_eq!(checkpointer.checkpoint(&ledger).await.unwrap(), Step::More);
+    }
+    assert_eq!(checkpointed(&app).await, 0);
     assert!(integrity_failures(metrics, "checkpoint") > before);
+    records(&app, 1).await;
+    assert_eq!(checkpointer.checkpoint(&ledger).await.unwrap(), Step::Done);
+    assert_eq!(checkpointed(&app).await, 11);
+    let state = tempfile::tempdir().unwrap();
     let out = crate::helpers::witness(&app, state.path(), &[]).await;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let (code, out) = audit_verify(&app);
     assert_eq!(code, Some(1), "{out}");
-    assert!(out.contains("stored checkpoint of 1000000 records"), "{out}");
+    assert!(out.contains("stored checkpoint of 10 records"), "{out}");
 }
 
 /// Someone who can write the database gives another organization a name: a hold event of

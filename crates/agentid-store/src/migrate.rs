@@ -166,6 +166,11 @@ pub const SQLITE: Embedded = &[
         "signing keys are keys",
         include_str!("../../../migrations/sqlite/0032_signing_keys_are_keys.sql"),
     ),
+    (
+        33,
+        "checkpoints within their ledger",
+        include_str!("../../../migrations/sqlite/0033_checkpoints_within_their_ledger.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -327,6 +332,11 @@ pub const POSTGRES: Embedded = &[
         32,
         "signing keys are keys",
         include_str!("../../../migrations/postgres/0032_signing_keys_are_keys.sql"),
+    ),
+    (
+        33,
+        "checkpoints within their ledger",
+        include_str!("../../../migrations/postgres/0033_checkpoints_within_their_ledger.sql"),
     ),
 ];
 
