@@ -12,6 +12,7 @@ use base64::Engine as _;
 use ed25519_dalek::pkcs8::spki::der::pem::LineEnding;
 use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePrivateKey};
 use ed25519_dalek::{SigningKey, VerifyingKey};
+use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 use super::PublicKeys;
@@ -202,69 +203,61 @@ impl KeyRing {
             .into()
     }
 
+    /// HMAC-SHA-256, keyed with the key derived for `purpose`, ready for its message.
+    fn keyed(&self, purpose: &[u8]) -> Hmac<Sha256> {
+        <Hmac<Sha256> as Mac>::new_from_slice(&self.derived(purpose)).expect("HMAC takes any key length")
+    }
+
     /// HMAC-SHA-256 of `bytes` under the key derived for `purpose`.
     fn hmac(&self, purpose: &[u8], parts: &[&[u8]]) -> [u8; 32] {
-        use hmac::{Hmac, Mac};
-        let mut m =
-            <Hmac<Sha256> as Mac>::new_from_slice(&self.derived(purpose)).expect("HMAC takes any key length");
+        let mut m = self.keyed(purpose);
         for p in parts {
             m.update(p);
         }
         m.finalize().into_bytes().into()
     }
 
+    /// Whether `mac` is the HMAC of `bytes` under the key derived for `purpose` (constant time).
+    fn mac_checks(&self, purpose: &[u8], bytes: &[u8], mac: &[u8]) -> bool {
+        let mut m = self.keyed(purpose);
+        m.update(bytes);
+        m.verify_slice(mac).is_ok()
+    }
+
     /// The MAC of an event of the issuer-domain holdings (`DomainEvent::canonical`): an
     /// event counts only when the key file vouches for it, so a row written with database
     /// access alone gives nobody a name.
     pub fn domain_event_mac(&self, canonical: &[u8]) -> [u8; 32] {
-        self.hmac(b"agentid domain holdings v1", &[canonical])
+        self.hmac(DOMAIN_HOLDINGS, &[canonical])
     }
 
     /// The MAC of an identity provider's row (`IdentityProviderRecord::canonical`): a row
     /// written or changed with database access alone vouches for no one.
     pub fn identity_provider_mac(&self, canonical: &[u8]) -> [u8; 32] {
-        self.hmac(b"agentid identity providers v1", &[canonical])
+        self.hmac(IDENTITY_PROVIDERS, &[canonical])
     }
 
     /// What seals a block of the audit log (the MAC of `domain::audit::block_seal_input`): a
     /// block written with database access alone has no seal that checks, so no checkpoint
     /// covers it unseen. Its key is made once: the audit writer seals every block with it.
     pub fn audit_block_sealer(&self) -> impl Fn(&[u8]) -> [u8; 32] + Send + Sync + 'static {
-        use hmac::{Hmac, Mac};
-        let keyed = <Hmac<Sha256> as Mac>::new_from_slice(&self.derived(b"agentid audit blocks v1"))
-            .expect("HMAC takes any key length");
-        move |sealed| {
-            let mut m = keyed.clone();
-            m.update(sealed);
-            m.finalize().into_bytes().into()
-        }
+        let keyed = self.keyed(AUDIT_BLOCKS);
+        move |sealed| keyed.clone().chain_update(sealed).finalize().into_bytes().into()
     }
 
     /// Whether `mac` is a block's seal (constant time).
     pub fn audit_block_vouched(&self, sealed: &[u8], mac: &[u8]) -> bool {
-        use hmac::{Hmac, Mac};
-        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.derived(b"agentid audit blocks v1"))
-            .expect("HMAC takes any key length");
-        m.update(sealed);
-        m.verify_slice(mac).is_ok()
+        self.mac_checks(AUDIT_BLOCKS, sealed, mac)
     }
 
     /// Whether `mac` is the MAC of an identity provider's canonical bytes (constant time).
     pub fn identity_provider_vouched(&self, canonical: &[u8], mac: &[u8; 32]) -> bool {
-        use hmac::{Hmac, Mac};
-        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.derived(b"agentid identity providers v1"))
-            .expect("HMAC takes any key length");
-        m.update(canonical);
-        m.verify_slice(mac).is_ok()
+        self.mac_checks(IDENTITY_PROVIDERS, canonical, mac)
     }
 
     /// Whether `mac` is the MAC of an event's canonical bytes (constant time).
     pub(crate) fn domain_event_vouched(&self, canonical: &[u8], mac: &[u8; 32]) -> bool {
-        use hmac::{Hmac, Mac};
-        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.derived(b"agentid domain holdings v1"))
-            .expect("HMAC takes any key length");
-        m.update(canonical);
-        m.verify_slice(mac).is_ok()
+        self.mac_checks(DOMAIN_HOLDINGS, canonical, mac)
     }
 
     /// Whether the key file vouches for an issuer-domain event: its MAC checks, or it is a
@@ -328,6 +321,11 @@ pub fn thumbprint_of_text(text: &str) -> String {
 
 /// The version byte of a sealed signing key: 1 bound the `kid`, 2 binds the activation
 /// time too.
+/// What the key file's MACs are for: each its own key, derived from the file's.
+const DOMAIN_HOLDINGS: &[u8] = b"agentid domain holdings v1";
+const IDENTITY_PROVIDERS: &[u8] = b"agentid identity providers v1";
+const AUDIT_BLOCKS: &[u8] = b"agentid audit blocks v1";
+
 const SEALED_V1: u8 = 1;
 const SEALED_V2: u8 = 2;
 
