@@ -231,7 +231,7 @@ async fn blocks(app: &TestApp) -> Vec<(i64, Vec<AuditRecord>)> {
     let ledger = live(app);
     let rows = app.store.read_blocks(&ledger, 0, 10_000).await.unwrap();
     rows.into_iter()
-        .map(|b| (b.first_seq, b.records.unwrap()))
+        .map(|b| (b.seal.first_seq, b.records.unwrap()))
         .collect()
 }
 

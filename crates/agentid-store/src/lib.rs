@@ -212,14 +212,11 @@ pub type SharedStore = Arc<dyn Store>;
 /// them, for `audit verify` to recompute.
 #[derive(Debug)]
 pub struct DecodedBlock {
-    pub first_seq: i64,
-    pub last_seq: i64,
+    /// Its place (`first_seq`, `last_seq`), the hashes the row says its chain has at its ends
+    /// (`prev_hash`, `last_hash`), and its seal.
+    pub seal: BlockSeal,
     /// The records, or why they cannot be read.
     pub records: Result<Vec<AuditRecord>, StoreError>,
-    /// What the block is sealed over, and its seal.
-    pub seal: BlockSeal,
-    /// The hash the row says its last record has.
-    pub last_hash: Vec<u8>,
     /// The results the row says its records hold (`VerifyResult::bit`s).
     pub results: i32,
     /// The ledger's running totals the row says hold after it.

@@ -160,17 +160,14 @@ impl AuditStore for SqlStore<DB> {
             Ok(rows
                 .into_iter()
                 .map(|b| DecodedBlock {
-                    first_seq: b.block.first_seq,
-                    last_seq: b.block.last_seq,
                     records: block::decode(ledger, &b.block, |_| true),
                     seal: BlockSeal {
                         first_seq: b.block.first_seq,
                         last_seq: b.block.last_seq,
-                        prev_hash: b.block.prev_hash.clone(),
-                        last_hash: b.last_hash.clone(),
+                        prev_hash: b.block.prev_hash,
+                        last_hash: b.last_hash,
                         mac: b.mac,
                     },
-                    last_hash: b.last_hash,
                     results: b.results,
                     totals: [b.n_valid, b.n_invalid, b.n_expired, b.n_revoked],
                 })

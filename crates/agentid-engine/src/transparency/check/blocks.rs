@@ -11,7 +11,7 @@ impl LedgerCheck<'_> {
         walk: &mut Walk,
         pending: &mut std::iter::Peekable<impl Iterator<Item = Claim>>,
     ) {
-        let first = b.first_seq.max(0) as u64;
+        let first = b.seal.first_seq.max(0) as u64;
         let sealed_before = walk.sealed;
         walk.sealed |= b.seal.mac.is_some();
         if self
@@ -22,7 +22,7 @@ impl LedgerCheck<'_> {
                 Some(first),
                 format!(
                     "records {first}..={}: the key file did not seal their block (written with database access alone)",
-                    b.last_seq
+                    b.seal.last_seq
                 ),
             );
         }
@@ -45,8 +45,8 @@ impl LedgerCheck<'_> {
                     format!("unreadable block ({e}); checking goes on after it"),
                 );
                 walk.tree = None;
-                walk.next = b.last_seq.max(0) as u64 + 1;
-                walk.prev = b.last_hash.as_slice().try_into().unwrap_or([0; 32]);
+                walk.next = b.seal.last_seq.max(0) as u64 + 1;
+                walk.prev = b.seal.last_hash.as_slice().try_into().unwrap_or([0; 32]);
                 walk.totals = b.totals;
                 return;
             }
@@ -80,7 +80,7 @@ impl LedgerCheck<'_> {
             walk.next = seq + 1;
         }
         let last_hash: Option<Hash> = records.last().map(|r| r.hash);
-        if last_hash.as_ref().map(|h| &h[..]) != Some(b.last_hash.as_slice()) {
+        if last_hash.as_ref().map(|h| &h[..]) != Some(b.seal.last_hash.as_slice()) {
             self.fail(Some(first), "the block's last_hash is not its last record's hash");
         }
         if results != b.results {
@@ -111,7 +111,7 @@ impl LedgerCheck<'_> {
                 .entry(agent.to_owned())
                 .or_default()
                 .push(AgentBlockRow {
-                    first_seq: b.first_seq,
+                    first_seq: b.seal.first_seq,
                     results,
                     n_valid: totals[0],
                     n_invalid: totals[1],

@@ -258,7 +258,7 @@ impl<'a> LedgerCheck<'a> {
                     .map(|r| (r.seq as u64, r.requested_at));
             }
             let Some(last) = blocks.last() else { break };
-            after = last.first_seq;
+            after = last.seal.first_seq;
             for b in &blocks {
                 self.block(b, &mut walk, &mut pending);
             }
