@@ -18,10 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine as _;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use agentid_core::domain::{AgentId, KeyMode, Millis, OrgId};
 use agentid_core::keys::KeyRing;
@@ -435,12 +432,7 @@ impl Delegation {
         let sub = person(&t, grant)?;
         self.not_revoked(&agent.org_id, &idp.issuer, &sub, t.int("iat"), grant)
             .await?;
-        let mut key = Sha256::new();
-        for part in ["id-jag", idp.issuer.as_str(), jti] {
-            key.update(part.as_bytes());
-            key.update([0]);
-        }
-        let key = URL_SAFE_NO_PAD.encode(key.finalize());
+        let key = crate::oauth::used_key(&["id-jag", &idp.issuer, jti]);
         Ok(Delegated {
             sub_id: SubjectId::iss_sub(&idp.issuer, &sub),
             inner: None,

@@ -26,9 +26,6 @@ use agentid_core::token::dpop::PublicJwk;
 use agentid_store::{AgentRecord, SharedStore, StoreError};
 
 use crate::audit::{AuditError, AuditHandle};
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine as _;
-use sha2::{Digest, Sha256};
 
 use crate::domains::IssuerCheck;
 use crate::kept::{Keeping, Kept};
@@ -501,10 +498,5 @@ pub enum CheckError {
 /// What a signature's nonce is remembered by, fleet-wide: its key's and its own.
 fn nonce_key(signed: &Signed) -> Option<String> {
     let nonce = signed.nonce.as_ref()?;
-    let mut key = Sha256::new();
-    for part in ["web-bot-auth", signed.keyid.as_str(), nonce.as_str()] {
-        key.update(part.as_bytes());
-        key.update([0]);
-    }
-    Some(URL_SAFE_NO_PAD.encode(key.finalize()))
+    Some(crate::oauth::used_key(&["web-bot-auth", &signed.keyid, nonce]))
 }
