@@ -23,6 +23,16 @@ pub(crate) fn keypair() -> (Value, Value) {
     (private, public)
 }
 
+/// A crawler of example.com (`read:docs`) bound to a new key: its registration and its
+/// private JWK.
+async fn crawler(app: &TestApp) -> (Value, Value) {
+    let (private, public) = keypair();
+    let a = app
+        .register(json!({"name": "crawler", "issuer_domain": "example.com", "scopes": ["read:docs"], "jwk": public}))
+        .await;
+    (a, private)
+}
+
 /// The headers a stock signer of `tests/offline` makes for a GET of `url` signed with `key`,
 /// naming `agent`, valid for `valid` seconds: `sign.mjs` (Cloudflare's `web-bot-auth`) or
 /// `sign.py` (Python's `http-message-signatures`).
@@ -339,10 +349,7 @@ async fn an_issuers_own_origin_serves_its_directory() {
 #[actix_web::test]
 async fn forward_auth_takes_a_signed_request() {
     let app = spawn_app().await;
-    let (private, public) = keypair();
-    let a = app
-        .register(json!({"name": "crawler", "issuer_domain": "example.com", "scopes": ["read:docs"], "jwk": public}))
-        .await;
+    let (a, private) = crawler(&app).await;
     let directory = format!("{}/v1/directories/example.com", app.base);
     let url = "https://shop.example/products/1";
     let gate = |query: &'static str, signed: Value| forward_signed(&app, query, signed);
@@ -400,11 +407,7 @@ async fn forward_signed(app: &TestApp, query: &str, signed: Value) -> Resp {
 #[actix_web::test]
 async fn a_signed_request_whose_check_cannot_be_recorded_may_be_retried() {
     let app = spawn_app().await;
-    let (private, public) = keypair();
-    app.register(
-        json!({"name": "crawler", "issuer_domain": "example.com", "scopes": ["read:docs"], "jwk": public}),
-    )
-    .await;
+    let (_, private) = crawler(&app).await;
     let directory = format!("{}/v1/directories/example.com", app.base);
     let signed = cloudflare_signs(&private, "https://shop.example/products/1", &directory, 300).await;
     let query = "origin=https://shop.example";
@@ -425,11 +428,7 @@ async fn a_signed_request_whose_check_cannot_be_recorded_may_be_retried() {
 #[actix_web::test]
 async fn forward_auth_checks_a_signed_query_against_the_forwarded_one() {
     let app = spawn_app().await;
-    let (private, public) = keypair();
-    app.register(
-        json!({"name": "crawler", "issuer_domain": "example.com", "scopes": ["read:docs"], "jwk": public}),
-    )
-    .await;
+    let (_, private) = crawler(&app).await;
     let directory = format!("{}/v1/directories/example.com", app.base);
     let gate = |uri: &'static str, signed: Value| {
         let app = &app;
