@@ -214,10 +214,7 @@ impl Verifier {
                     if *until + self.inner.list_grace > Instant::now() && current() =>
                 {
                     if let Some(d) = self.inner.state.lock().directories.held.get_mut(url) {
-                        let failures = d.failing.map_or(0, |(_, n)| n) + 1;
-                        let wait =
-                            Duration::from_secs(1 << (failures - 1).min(5)).min(Duration::from_secs(30));
-                        d.failing = Some((Instant::now() + wait, failures));
+                        d.failing = Some(crate::transport::failed_again(d.failing));
                     }
                     return Ok(keys.clone());
                 }

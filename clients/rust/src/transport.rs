@@ -30,6 +30,14 @@ pub(crate) fn cache_for(max_age: Option<u64>) -> Duration {
     Duration::from_secs(max_age.unwrap_or(60).min(86_400))
 }
 
+/// After a failed fetch following `last` (not before when, failures in a row): not again
+/// before 1 s, doubling per failure up to 30 s.
+pub(crate) fn failed_again(last: Option<(Instant, u32)>) -> (Instant, u32) {
+    let failures = last.map_or(0, |(_, n)| n) + 1;
+    let wait = Duration::from_secs(1 << (failures - 1).min(5)).min(Duration::from_secs(30));
+    (Instant::now() + wait, failures)
+}
+
 /// The TLS of every fetch: the web's roots (webpki-roots), ring's cryptography.
 pub(crate) fn tls() -> Arc<rustls::ClientConfig> {
     static TLS: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
@@ -264,9 +272,8 @@ impl Verifier {
             if done.is_ok() {
                 s.retry.remove(&url);
             } else {
-                let failures = s.retry.get(&url).map_or(0, |r| r.1) + 1;
-                let wait = Duration::from_secs(1 << (failures - 1).min(5)).min(Duration::from_secs(30));
-                s.retry.insert(url, (Instant::now() + wait, failures));
+                let next = failed_again(s.retry.get(&url).copied());
+                s.retry.insert(url, next);
             }
         });
     }
