@@ -567,8 +567,8 @@ class Verifier:
         fetched after ``fresher_than``; one fetch per URL at a time, so callers that wait
         for it share its result. Each fetch is counted by ``document`` and result."""
         if _WARM_ONLY.get():
-            held = self._docs.get(url)
-            if held is not None and held.fresh_until > time.time() and held.fetched_at > fresher_than:
+            held = self._held_fresh(url, fresher_than)
+            if held is not None:
                 return held
             raise Cold(url)
         with self._lock:
@@ -577,13 +577,14 @@ class Verifier:
         asked = time.monotonic()
         try:
             with gate.lock:
+                # What a fetch while this caller waited brought, or how it failed.
+                held = self._held_fresh(url, fresher_than)
+                if held is not None:
+                    return held
                 if gate.failed is not None and gate.failed[0] >= asked:
-                    held = self._docs.get(url)
-                    if held is not None and held.fresh_until > time.time() and held.fetched_at > fresher_than:
-                        return held  # a fetch after the failed one brought it
                     raise Unavailable(gate.failed[1])
                 try:
-                    return self._fetch_alone(url, document, accept, fresher_than)
+                    return self._fetch_alone(url, document, accept)
                 except Unavailable as e:
                     gate.failed = (time.monotonic(), str(e))
                     raise
@@ -594,11 +595,16 @@ class Verifier:
                 if not gate.users:
                     del self._fetching[url]
 
-    def _fetch_alone(self, url: str, document: str, accept: str, fresher_than: float) -> _Document:
-        """``_fetch``'s work, while no other caller fetches ``url``."""
+    def _held_fresh(self, url: str, fresher_than: float) -> Optional[_Document]:
+        """What is held of ``url``, when it is fresh and was fetched after ``fresher_than``."""
         held = self._docs.get(url)
         if held is not None and held.fresh_until > time.time() and held.fetched_at > fresher_than:
             return held
+        return None
+
+    def _fetch_alone(self, url: str, document: str, accept: str) -> _Document:
+        """``_fetch``'s fetch, while no other caller fetches ``url``."""
+        held = self._docs.get(url)
         epoch = self._dropped.get(url, 0)
         req = urllib.request.Request(url, headers={"Accept": accept})
         if held is not None and held.etag:
