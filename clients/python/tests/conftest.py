@@ -76,6 +76,15 @@ class Server:
         a = self.call("POST", "/v1/agents/register", body, key=key)
         return a["agent_id"], a["token"]
 
+    def rotated_token(self):
+        """Rotates the signing key at once and, once every instance has read the new key (each
+        reads the keys every 5 s), registers an agent: its token, signed by the new key."""
+        rotated = json.loads(self.cli("signing-key", "rotate", "--publish-for", "0s"))
+        time.sleep(6)
+        _, token = self.register()
+        assert jwt.get_unverified_header(token)["kid"] == rotated["kid"]
+        return token
+
     def oauth_client(self, scopes=("tools:call",), key=None):
         """An agent bound to a fresh P-256 key, as an OAuth client: its id and its key."""
         key = key or ec.generate_private_key(ec.SECP256R1())
