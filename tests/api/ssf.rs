@@ -723,3 +723,232 @@ async fn text_with_a_nul_is_refused_not_a_server_error() {
     .await;
     assert_eq!(poll.status, 200, "{}", poll.text());
 }
+
+async fn subject(app: &TestApp, stream: &str, agent: &str, add: bool) {
+    let path = if add {
+        "/ssf/subjects/add"
+    } else {
+        "/ssf/subjects/remove"
+    };
+    let res = send(
+        app,
+        "POST",
+        path,
+        Some(app.secret()),
+        Some(json!({"stream_id": stream, "subject": {"format": "iss_sub", "iss": "example.com", "sub": agent}})),
+    )
+    .await;
+    assert_eq!(res.status, if add { 200 } else { 204 }, "{}", res.text());
+}
+
+/// Removing a stream's last subject asks for fewer events, not for every agent's: the stream
+/// stays narrowed. A person's revocation names no subject of a narrowed stream either. (The
+/// verification sent last arrives after anything queued before it: it ends the wait.)
+#[actix_web::test]
+async fn a_stream_whose_subjects_were_all_removed_carries_none() {
+    let app = spawn_app().await;
+    let (receiver, url) = Receiver::start().await;
+    let stream = push_stream(&app, &url).await;
+    let (a, _) = app.agent().await;
+    let (b, _) = app.agent().await;
+    subject(&app, &stream, &a, true).await;
+    subject(&app, &stream, &a, false).await;
+    assert_eq!(app.revoke(&b, None).await.status, 200);
+    assert_eq!(app.revoke(&a, None).await.status, 200);
+    let res = send(
+        &app,
+        "POST",
+        "/v1/subjects/revoke",
+        Some(app.secret()),
+        Some(json!({"iss": "https://idp.example", "sub": "alice"})),
+    )
+    .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let res = send(
+        &app,
+        "POST",
+        "/ssf/verify",
+        Some(app.secret()),
+        Some(json!({"stream_id": stream, "state": "last"})),
+    )
+    .await;
+    assert_eq!(res.status, 204, "{}", res.text());
+    let got = receiver.wait_for(1, Duration::from_secs(5)).await;
+    let events: Vec<Value> = got.iter().map(|s| part(s, 1)["events"].clone()).collect();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0][VERIFICATION]["state"], "last", "{events:?}");
+}
+
+/// SSF §8.1.2: a disabled stream holds no event for later. A verification asked of it is
+/// answered and dropped, not sent when the stream is enabled again.
+#[actix_web::test]
+async fn a_disabled_stream_holds_no_verification_for_later() {
+    let app = spawn_app().await;
+    let created = poll_stream(&app).await;
+    let id = created["stream_id"].as_str().unwrap();
+    let token = created["poll_token"].as_str().unwrap();
+    let status = |s: &'static str| {
+        send(
+            &app,
+            "POST",
+            "/ssf/status",
+            Some(app.secret()),
+            Some(json!({"stream_id": id, "status": s})),
+        )
+    };
+    assert_eq!(status("disabled").await.status, 200);
+    let res = send(
+        &app,
+        "POST",
+        "/ssf/verify",
+        Some(app.secret()),
+        Some(json!({"stream_id": id})),
+    )
+    .await;
+    assert_eq!(res.status, 204, "{}", res.text());
+    assert_eq!(status("enabled").await.status, 200);
+    // The scheme's name is case-insensitive (RFC 9110 §11.1).
+    let polled = app
+        .client
+        .post(app.url(&format!("/ssf/poll/{id}")))
+        .insert_header(("Authorization", format!("bearer {token}")))
+        .send_json(&json!({"returnImmediately": true}))
+        .await
+        .unwrap();
+    let polled = crate::helpers::read(polled).await;
+    assert_eq!(polled.json()["sets"], json!({}), "{}", polled.text());
+}
+
+/// A PATCH that moves a push stream to another endpoint moves an `aud` it was given by
+/// default (the endpoint's origin) along with it: receivers refuse a SET for another
+/// audience (RFC 8935 §2.3), and a refused event is dropped. An `aud` the owner chose stays.
+#[actix_web::test]
+async fn a_default_audience_follows_the_endpoint_and_a_chosen_one_stays() {
+    let app = spawn_app().await;
+    let (_, first) = Receiver::start().await;
+    let (_, second) = Receiver::start().await;
+    let origin = |url: &str| url.trim_end_matches("/events").to_owned();
+    let patch = |id: String, url: String| {
+        let app = &app;
+        async move {
+            let res = send(
+                app,
+                "PATCH",
+                "/ssf/streams",
+                Some(app.secret()),
+                Some(json!({"stream_id": id, "delivery": {"method": "urn:ietf:rfc:8935", "endpoint_url": url}})),
+            )
+            .await;
+            assert_eq!(res.status, 200, "{}", res.text());
+            res.json()
+        }
+    };
+    let id = push_stream(&app, &first).await;
+    assert_eq!(patch(id.clone(), second.clone()).await["aud"], origin(&second));
+    let chosen = send(
+        &app,
+        "PATCH",
+        "/ssf/streams",
+        Some(app.secret()),
+        Some(json!({"stream_id": id, "aud": "partner"})),
+    )
+    .await;
+    assert_eq!(chosen.json()["aud"], "partner", "{}", chosen.text());
+    assert_eq!(patch(id, first).await["aud"], "partner");
+}
+
+/// The ten streams an organization may have are counted per mode, as they are listed: a
+/// test key's streams, which a live key neither sees nor deletes, leave the live ones free.
+#[actix_web::test]
+async fn a_test_keys_streams_do_not_use_up_the_live_ones() {
+    let app = spawn_app().await;
+    let body = json!({"delivery": {"method": "urn:ietf:rfc:8936"}, "events_requested": [REVOKED]});
+    for _ in 0..10 {
+        let res = send(
+            &app,
+            "POST",
+            "/ssf/streams",
+            Some(&app.org.keys.secret_test),
+            Some(body.clone()),
+        )
+        .await;
+        assert_eq!(res.status, 201, "{}", res.text());
+    }
+    send(
+        &app,
+        "POST",
+        "/ssf/streams",
+        Some(&app.org.keys.secret_test),
+        Some(body.clone()),
+    )
+    .await
+    .assert_error(400, "VALIDATION_ERROR");
+    let live = send(&app, "POST", "/ssf/streams", Some(app.secret()), Some(body)).await;
+    assert_eq!(live.status, 201, "{}", live.text());
+}
+
+/// A configuration written from what was read before a status change (a PATCH racing a
+/// disable) leaves the status as it was set: only `POST /ssf/status` changes it.
+#[actix_web::test]
+async fn a_configuration_written_late_does_not_undo_a_status() {
+    let app = spawn_app().await;
+    let (_, url) = Receiver::start().await;
+    let id = push_stream(&app, &url).await;
+    let read = app
+        .store
+        .get_stream(&crate::helpers::stream_id(&id))
+        .await
+        .unwrap()
+        .unwrap();
+    let res = send(
+        &app,
+        "POST",
+        "/ssf/status",
+        Some(app.secret()),
+        Some(json!({"stream_id": id, "status": "disabled"})),
+    )
+    .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert!(app.store.update_stream(&read).await.unwrap());
+    let status = send(
+        &app,
+        "GET",
+        &format!("/ssf/status?stream_id={id}"),
+        Some(app.secret()),
+        None,
+    )
+    .await;
+    assert_eq!(status.json()["status"], "disabled", "{}", status.text());
+}
+
+/// A stream row that does not decode (written into the database) is passed over with an
+/// alarm: the claim that met it first, every tick after, stopped every stream's delivery.
+#[actix_web::test]
+async fn a_stream_row_that_does_not_decode_holds_up_no_other_stream() {
+    let app = spawn_app().await;
+    let (receiver, url) = Receiver::start().await;
+    let broken = push_stream(&app, &url).await;
+    let fine = push_stream(&app, &url).await;
+    app.raw_execute(&format!(
+        "UPDATE ssf_streams SET mode = 'x', next_due_at = 1, pending = 1 WHERE id = '{broken}'"
+    ))
+    .await
+    .unwrap();
+    let res = send(
+        &app,
+        "POST",
+        "/ssf/verify",
+        Some(app.secret()),
+        Some(json!({"stream_id": fine, "state": "through"})),
+    )
+    .await;
+    assert_eq!(res.status, 204, "{}", res.text());
+    let got = receiver.wait_for(1, Duration::from_secs(5)).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(part(&got[0], 1)["events"][VERIFICATION]["state"], "through");
+    let counted = agentid::telemetry::metrics_handle().render();
+    assert!(
+        counted.contains(r#"agentid_integrity_failures_total{what="ssf_stream"}"#),
+        "the alarm is counted"
+    );
+}

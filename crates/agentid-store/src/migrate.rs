@@ -171,6 +171,11 @@ pub const SQLITE: Embedded = &[
         "checkpoints within their ledger",
         include_str!("../../../migrations/sqlite/0033_checkpoints_within_their_ledger.sql"),
     ),
+    (
+        34,
+        "streams stay narrowed",
+        include_str!("../../../migrations/sqlite/0034_streams_stay_narrowed.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -337,6 +342,11 @@ pub const POSTGRES: Embedded = &[
         33,
         "checkpoints within their ledger",
         include_str!("../../../migrations/postgres/0033_checkpoints_within_their_ledger.sql"),
+    ),
+    (
+        34,
+        "streams stay narrowed",
+        include_str!("../../../migrations/postgres/0034_streams_stay_narrowed.sql"),
     ),
 ];
 

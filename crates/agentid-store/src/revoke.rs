@@ -4,8 +4,8 @@
 //! `STREAM_FACTS` reads.
 
 /// The streams of organization `$2`, mode `$3`, with what the rule needs of each for the
-/// agent `$1`: status, whether it carries revocations, has subjects, and names the agent.
-pub(crate) const STREAM_FACTS: &str = "SELECT s.id, s.status, s.revocations, \
-     EXISTS (SELECT 1 FROM ssf_subjects x WHERE x.stream_id = s.id), \
+/// agent `$1`: status, whether it carries revocations, was narrowed to subjects, and names
+/// the agent.
+pub(crate) const STREAM_FACTS: &str = "SELECT s.id, s.status, s.revocations, s.narrowed, \
      EXISTS (SELECT 1 FROM ssf_subjects x WHERE x.stream_id = s.id AND x.agent_id = $1) \
      FROM ssf_streams s WHERE s.org_id = $2 AND s.mode = $3 ORDER BY s.id";

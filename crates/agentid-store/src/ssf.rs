@@ -27,7 +27,11 @@ pub trait SsfStore {
     fn list_streams<'a>(&'a self, org_id: &'a OrgId, mode: KeyMode) -> StoreFuture<'a, Vec<StreamRecord>>;
     /// Stores what a stream's owner may change (aud, delivery, events, description, status);
     /// a stream disabled drops the events it was owed. False when there is no such stream.
+    /// Writes what the owner configures (not its status); false when it is gone.
     fn update_stream<'a>(&'a self, stream: &'a StreamRecord) -> StoreFuture<'a, bool>;
+    /// Sets a stream's status alone (a disabled stream's events are dropped); false when it
+    /// is gone.
+    fn set_stream_status<'a>(&'a self, id: &'a StreamId, status: &'a str) -> StoreFuture<'a, bool>;
     fn delete_stream<'a>(&'a self, id: &'a StreamId) -> StoreFuture<'a, bool>;
     fn add_subject<'a>(&'a self, stream_id: &'a StreamId, agent_id: &'a AgentId) -> StoreFuture<'a, ()>;
     fn remove_subject<'a>(&'a self, stream_id: &'a StreamId, agent_id: &'a AgentId) -> StoreFuture<'a, bool>;
@@ -39,8 +43,14 @@ pub trait SsfStore {
         at: Millis,
     ) -> StoreFuture<'a, ()>;
     /// Leases up to `limit` enabled push streams with an event due at `now`, until `until`
-    /// (no other instance takes them meanwhile).
-    fn claim_streams(&self, now: Millis, until: Millis, limit: u32) -> StoreFuture<'_, Vec<StreamRecord>>;
+    /// (no other instance takes them meanwhile). A leased row that does not decode is an
+    /// error in its place, the others are claimed all the same.
+    fn claim_streams(
+        &self,
+        now: Millis,
+        until: Millis,
+        limit: u32,
+    ) -> StoreFuture<'_, Vec<Result<StreamRecord, StoreError>>>;
     /// Ends the lease `claim_streams` gave until `until`, if it still holds it (one that ran
     /// out and another instance took is that instance's). With `behind`, a stream still due is
     /// due no earlier than then: a pass cut short goes behind the streams that waited.

@@ -7,17 +7,18 @@ pub struct StreamFacts<'a> {
     pub status: &'a str,
     /// It asked for revocations (`session-revoked`).
     pub revocations: bool,
-    /// It names subjects (then it carries their events alone).
-    pub has_subjects: bool,
+    /// It was given subjects: it carries their events alone, also once all were removed.
+    pub narrowed: bool,
     /// The revoked agent is one of its subjects.
     pub names_agent: bool,
 }
 
 /// Whether a stream of the revoked agent's organization and mode gets the revocation's event:
 /// it carries revocations, it is enabled or paused (a disabled stream drops its events, a
-/// paused one keeps them for later), and it names no subjects or the agent among them.
+/// paused one keeps them for later), and it was never narrowed to subjects or names the agent
+/// among them.
 pub fn receives_revocation(s: &StreamFacts) -> bool {
-    s.revocations && matches!(s.status, "enabled" | "paused") && (!s.has_subjects || s.names_agent)
+    s.revocations && matches!(s.status, "enabled" | "paused") && (!s.narrowed || s.names_agent)
 }
 
 #[cfg(test)]
@@ -29,7 +30,7 @@ mod tests {
         let base = StreamFacts {
             status: "enabled",
             revocations: true,
-            has_subjects: false,
+            narrowed: false,
             names_agent: false,
         };
         assert!(receives_revocation(&base));
@@ -46,7 +47,7 @@ mod tests {
             ..base
         }));
         let others = StreamFacts {
-            has_subjects: true,
+            narrowed: true,
             ..base
         };
         assert!(!receives_revocation(&others));

@@ -90,6 +90,14 @@ async fn deliver_due(ssf: &Arc<Ssf>, slots: &Arc<Semaphore>) -> Result<(), Store
             return Ok(());
         }
         for stream in streams {
+            let stream = match stream {
+                Ok(stream) => stream,
+                Err(e) => {
+                    // Leased and passed over until its lease runs out: the others go on.
+                    crate::transparency::alarm("ssf_stream", &format!("a stream passed over: {e}"));
+                    continue;
+                }
+            };
             // Free at once: only this loop takes slots, and it claimed no more than were free.
             let slot = slots
                 .clone()

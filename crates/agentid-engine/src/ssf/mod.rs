@@ -110,6 +110,15 @@ pub struct StreamInput {
     pub aud: Option<String>,
 }
 
+/// What a PATCH changes; each field left out keeps its value.
+pub struct StreamChange {
+    /// The delivery method and endpoint, together.
+    pub delivery: Option<(String, Option<String>)>,
+    pub events_requested: Option<Vec<String>>,
+    pub description: Option<String>,
+    pub aud: Option<String>,
+}
+
 pub struct Ssf {
     store: SharedStore,
     signing: Arc<SigningKeys>,
@@ -279,6 +288,41 @@ impl Ssf {
         input: StreamInput,
     ) -> Result<StreamRecord, SsfError> {
         let current = self.get(org_id, mode, id).await?;
+        self.rewrite(current, input).await
+    }
+
+    /// Changes what `change` gives and keeps the rest. An `aud` the stream was given by
+    /// default (its endpoint's origin) follows a new endpoint; one the owner chose stays.
+    pub async fn patch(
+        &self,
+        org_id: &OrgId,
+        mode: KeyMode,
+        id: &StreamId,
+        change: StreamChange,
+    ) -> Result<StreamRecord, SsfError> {
+        let current = self.get(org_id, mode, id).await?;
+        let defaulted = match current.method.as_str() {
+            PUSH => current.endpoint_url.as_deref().and_then(origin_of),
+            _ => Some(current.id.to_string()),
+        }
+        .is_some_and(|d| d == current.aud);
+        let (method, endpoint_url) = change
+            .delivery
+            .unwrap_or_else(|| (current.method.clone(), current.endpoint_url.clone()));
+        let input = StreamInput {
+            method,
+            endpoint_url,
+            events_requested: change
+                .events_requested
+                .unwrap_or_else(|| current.events_requested.clone()),
+            description: change.description.or_else(|| current.description.clone()),
+            aud: change.aud.or_else(|| (!defaulted).then(|| current.aud.clone())),
+        };
+        self.rewrite(current, input).await
+    }
+
+    /// `current` as `input` makes it, written.
+    async fn rewrite(&self, current: StreamRecord, input: StreamInput) -> Result<StreamRecord, SsfError> {
         if input.method != current.method {
             return Err(invalid(
                 "delivery.method",
@@ -310,8 +354,11 @@ impl Ssf {
             return Err(invalid("status", "must be enabled, paused or disabled"));
         }
         let mut stream = self.get(org_id, mode, id).await?;
+        // The status alone is written: a configuration changed meanwhile stays as changed.
+        if !self.store.set_stream_status(&stream.id, status).await? {
+            return Err(SsfError::NotFound);
+        }
         stream.status = status.to_owned();
-        self.store.update_stream(&stream).await?;
         self.wake();
         Ok(stream)
     }
@@ -362,6 +409,11 @@ impl Ssf {
             ));
         }
         let stream = self.get(org_id, mode, id).await?;
+        // A disabled stream holds no event for later (SSF §8.1.2): the request is answered
+        // as any other, and nothing is queued.
+        if stream.status == "disabled" {
+            return Ok(());
+        }
         self.store
             .add_verification(&stream.id, state, Millis::now())
             .await?;

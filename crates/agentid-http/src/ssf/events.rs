@@ -160,8 +160,9 @@ pub async fn poll(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
     if p.ack.len() + p.set_errs.len() > 1000 {
         return Err(ValidationError::new("ack", "at most 1000 acknowledgements a poll").into());
     }

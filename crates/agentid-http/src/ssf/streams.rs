@@ -11,7 +11,7 @@ use crate::error::{ApiError, ErrorBody};
 use crate::input::{stream_id, JsonBody};
 use agentid_core::domain::{StreamId, ValidationError};
 use agentid_core::records::StreamRecord;
-use agentid_engine::ssf::{StreamInput, EVENTS_SUPPORTED, POLL};
+use agentid_engine::ssf::{StreamChange, StreamInput, EVENTS_SUPPORTED, POLL};
 /// How a stream's SETs travel.
 #[derive(Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -235,22 +235,16 @@ pub async fn update(
     Issuer(caller): Issuer,
     JsonBody(p): JsonBody<StreamPatch>,
 ) -> Result<HttpResponse, ApiError> {
-    let ssf = state.engine.ssf();
-    let current = ssf
-        .get(&caller.org.id, caller.mode, &stream_id(&p.stream_id)?)
-        .await?;
-    let delivery = p.delivery.unwrap_or(Delivery {
-        method: current.method.clone(),
-        endpoint_url: current.endpoint_url.clone(),
-    });
-    let changed = input(
-        delivery,
-        p.events_requested.unwrap_or(current.events_requested),
-        p.description.or(current.description),
-        Some(p.aud.unwrap_or(current.aud)),
-    );
-    let stream = ssf
-        .replace(&caller.org.id, caller.mode, &current.id, changed)
+    let change = StreamChange {
+        delivery: p.delivery.map(|d| (d.method, d.endpoint_url)),
+        events_requested: p.events_requested,
+        description: p.description,
+        aud: p.aud,
+    };
+    let stream = state
+        .engine
+        .ssf()
+        .patch(&caller.org.id, caller.mode, &stream_id(&p.stream_id)?, change)
         .await?;
     Ok(HttpResponse::Ok().json(config(&state, stream, None)))
 }

@@ -112,7 +112,7 @@ impl IdentityProviderStore for SqlStore<DB> {
             .await?;
             let streams: Vec<(String,)> = sqlx::query_as(
                 "SELECT id FROM ssf_streams WHERE org_id = $1 AND mode = $2 AND revocations \
-                 AND status IN ('enabled', 'paused') ORDER BY id",
+                 AND NOT narrowed AND status IN ('enabled', 'paused') ORDER BY id",
             )
             .bind(org_id.as_str())
             .bind(KeyMode::Live.as_str())

@@ -71,11 +71,11 @@ async fn queue_events(
         state: None,
         at,
     };
-    for (stream, status, revocations, has_subjects, names_agent) in streams {
+    for (stream, status, revocations, narrowed, names_agent) in streams {
         let facts = StreamFacts {
             status: &status,
             revocations,
-            has_subjects,
+            narrowed,
             names_agent,
         };
         if receives_revocation(&facts) {

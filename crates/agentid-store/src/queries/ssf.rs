@@ -68,10 +68,12 @@ impl SsfStore for SqlStore<DB> {
     fn insert_stream<'a>(&'a self, s: &'a StreamRecord, max: i64) -> StoreFuture<'a, bool> {
         Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.exclusive().await?;
-            let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM ssf_streams WHERE org_id = $1")
-                .bind(s.org_id.as_str())
-                .fetch_one(&mut *tx)
-                .await?;
+            let (n,): (i64,) =
+                sqlx::query_as("SELECT COUNT(*) FROM ssf_streams WHERE org_id = $1 AND mode = $2")
+                    .bind(s.org_id.as_str())
+                    .bind(s.mode.as_str())
+                    .fetch_one(&mut *tx)
+                    .await?;
             if n >= max {
                 return Ok(false);
             }
@@ -125,10 +127,9 @@ impl SsfStore for SqlStore<DB> {
 
     fn update_stream<'a>(&'a self, s: &'a StreamRecord) -> StoreFuture<'a, bool> {
         Box::pin(self.outage.ride_out(move || async move {
-            let mut tx = self.begin().await?;
             let done = sqlx::query(
                 "UPDATE ssf_streams SET aud = $2, endpoint_url = $3, events_requested = $4, \
-                 revocations = $5, description = $6, status = $7 WHERE id = $1",
+                 revocations = $5, description = $6 WHERE id = $1",
             )
             .bind(s.id.as_str())
             .bind(s.aud.as_str())
@@ -136,18 +137,29 @@ impl SsfStore for SqlStore<DB> {
             .bind(events_json(&s.events_requested))
             .bind(s.revocations)
             .bind(s.description.as_deref())
-            .bind(s.status.as_str())
-            .execute(&mut *tx)
+            .execute(&mut *self.conn().await?)
             .await?;
+            Ok(DB::rows_affected(&done) == 1)
+        }))
+    }
+
+    fn set_stream_status<'a>(&'a self, id: &'a StreamId, status: &'a str) -> StoreFuture<'a, bool> {
+        Box::pin(self.outage.ride_out(move || async move {
+            let mut tx = self.begin().await?;
+            let done = sqlx::query("UPDATE ssf_streams SET status = $2 WHERE id = $1")
+                .bind(id.as_str())
+                .bind(status)
+                .execute(&mut *tx)
+                .await?;
             if DB::rows_affected(&done) != 1 {
                 return Ok(false);
             }
-            if s.status == "disabled" {
+            if status == "disabled" {
                 let dropped = sqlx::query("DELETE FROM ssf_events WHERE stream_id = $1")
-                    .bind(s.id.as_str())
+                    .bind(id.as_str())
                     .execute(&mut *tx)
                     .await?;
-                settle(&mut tx, s.id.as_str(), DB::rows_affected(&dropped) as i64).await?;
+                settle(&mut tx, id.as_str(), DB::rows_affected(&dropped) as i64).await?;
             }
             crate::sql::commit(tx).await?;
             Ok(true)
@@ -176,14 +188,19 @@ impl SsfStore for SqlStore<DB> {
 
     fn add_subject<'a>(&'a self, stream_id: &'a StreamId, agent_id: &'a AgentId) -> StoreFuture<'a, ()> {
         Box::pin(async move {
+            let mut tx = self.begin().await?;
             sqlx::query(
                 "INSERT INTO ssf_subjects (stream_id, agent_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
             )
             .bind(stream_id.as_str())
             .bind(agent_id.as_str())
-            .execute(&mut *self.conn().await?)
+            .execute(&mut *tx)
             .await?;
-            Ok(())
+            sqlx::query("UPDATE ssf_streams SET narrowed = TRUE WHERE id = $1")
+                .bind(stream_id.as_str())
+                .execute(&mut *tx)
+                .await?;
+            crate::sql::commit(tx).await
         })
     }
 
@@ -220,7 +237,12 @@ impl SsfStore for SqlStore<DB> {
         }))
     }
 
-    fn claim_streams(&self, now: Millis, until: Millis, limit: u32) -> StoreFuture<'_, Vec<StreamRecord>> {
+    fn claim_streams(
+        &self,
+        now: Millis,
+        until: Millis,
+        limit: u32,
+    ) -> StoreFuture<'_, Vec<Result<StreamRecord, StoreError>>> {
         Box::pin(async move {
             // Looked at without a lock first: this runs every quarter second on every
             // instance, and on SQLite the exclusive transaction would queue behind, and hold
@@ -258,7 +280,10 @@ impl SsfStore for SqlStore<DB> {
                         .bind(id.as_str())
                         .fetch_one(&mut *tx)
                         .await?;
-                out.push(row.into_record()?);
+                // A row that does not decode stays leased and is reported, not returned: it
+                // would be first of every claim after (its event stays due), and failing the
+                // claim for it stopped every stream's delivery.
+                out.push(row.into_record());
             }
             tx.commit().await?;
             Ok(out)
