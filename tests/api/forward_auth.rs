@@ -17,7 +17,7 @@ const ORIGIN: &str = "https://api.example";
 pub(crate) async fn send(client: &awc::Client, method: &str, url: String, headers: &[(&str, &str)]) -> Resp {
     let mut req = client.request(method.parse().unwrap(), url);
     for (name, value) in headers {
-        req = req.insert_header((*name, *value));
+        req = req.append_header((*name, *value));
     }
     read(req.send().await.expect("request")).await
 }
@@ -218,6 +218,30 @@ async fn a_bound_token_passes_only_with_a_fresh_proof_for_this_receiver_and_requ
     let fresh = proof(&key, &token, "GET", "https://api.example/orders");
     let res = call(fresh, "GET", "https://shop-b.example/orders").await;
     assert_eq!(res.status, 200, "{}", res.text());
+
+    // One token and one proof: a second copy, which the upstream may read instead of the one
+    // checked, is refused.
+    for (name, value) in [("DPoP", "x"), ("Authorization", "Bearer x")] {
+        let fresh = proof(&key, &token, "GET", "https://api.example/orders");
+        let res = app
+            .forward(
+                "GET",
+                &query,
+                &[
+                    ("Authorization", &dpop_auth),
+                    ("DPoP", &fresh),
+                    ("X-Original-Method", "GET"),
+                    ("X-Original-URL", "/orders"),
+                    (name, value),
+                ],
+            )
+            .await;
+        let (code, challenge) = match name {
+            "DPoP" => ("PROOF_INVALID", "DPoP"),
+            _ => ("TOKEN_INVALID", "Bearer"),
+        };
+        refused(&res, 401, code, challenge);
+    }
 
     // As a bearer token, a bound token is refused.
     let res = app

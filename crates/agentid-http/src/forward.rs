@@ -361,6 +361,16 @@ pub(crate) async fn check(state: web::Data<AppState>, req: HttpRequest) -> Resul
         };
         return signed_request(&state, &req, target, &policy, &signed).await;
     }
+    // One token and one proof: the upstream may read another copy than the one checked
+    // here (RFC 9449 §4.3 refuses a second DPoP header).
+    if req.headers().get_all(header::AUTHORIZATION).nth(1).is_some() {
+        let bare = format!("Bearer, DPoP algs=\"{DPOP_ALGS}\"");
+        return Err(refused(
+            ErrorCode::TokenInvalid,
+            "more than one Authorization header",
+            bare,
+        ));
+    }
     let presented = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -385,6 +395,14 @@ pub(crate) async fn check(state: web::Data<AppState>, req: HttpRequest) -> Resul
             ));
         }
     };
+    if req.headers().get_all("dpop").nth(1).is_some() {
+        let value = challenge(ErrorCode::ProofInvalid, scheme, &[]);
+        return Err(refused(
+            ErrorCode::ProofInvalid,
+            "more than one DPoP header",
+            value,
+        ));
+    }
     let proof = req
         .headers()
         .get("dpop")
