@@ -186,6 +186,34 @@ async fn places_are_random_unique_and_lists_open_as_they_fill() {
     }
 }
 
+/// A list made when the configured size was smaller fills to half of its own size, not of
+/// the new one: filled to the last place, its random draws missed more and more often, and
+/// each miss failed a registration with a 500.
+#[actix_web::test]
+async fn a_larger_list_size_leaves_the_older_list_half_free() {
+    let mut app = spawn_app_with(Options {
+        tweak: Box::new(|c| c.engine.status.size = 64),
+        ..Options::unlimited()
+    })
+    .await;
+    // The list's id: a restarted app serves at another port.
+    let list = |uri: String| uri.rsplit('/').next().unwrap().to_owned();
+    let first = list(place(&app.agent().await.1).1);
+    app.config.engine.status.size = 128;
+    let app = app.restart().await;
+    let mut in_first = 1;
+    for _ in 0..63 {
+        let (_, token) = app.agent().await;
+        let (idx, uri) = place(&token);
+        if list(uri) == first {
+            in_first += 1;
+        } else {
+            assert!(idx < 128, "{idx}");
+        }
+    }
+    assert_eq!(in_first, 32, "half of the older list's 64 places");
+}
+
 /// Revoked on one instance, shown by the other's list within 2 s; and two instances
 /// registering at once never share a place.
 #[actix_web::test]

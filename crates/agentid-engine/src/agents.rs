@@ -95,7 +95,6 @@ impl Agents {
             mode,
             new_list: ListId::generate(),
             size: cfg.size,
-            fill: cfg.fill(),
             draws: (0..64).map(|_| rand::random::<u64>()).collect(),
         }
     }

@@ -45,12 +45,6 @@ impl StatusConfig {
     /// Bounds of `--status-list-size`: whole bytes, and at most 16 Mi places (2 MiB).
     pub const MIN_SIZE: u64 = 8;
     pub const MAX_SIZE: u64 = 1 << 24;
-
-    /// A new list opens once the newest holds this many places: half its size, so a random
-    /// draw finds a free place at the first try at least half the time.
-    pub(crate) fn fill(&self) -> u64 {
-        self.size / 2
-    }
 }
 
 /// A signed list as it is served.

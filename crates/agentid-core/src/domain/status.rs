@@ -11,6 +11,14 @@ pub struct StatusPlace {
     pub idx: u64,
 }
 
+/// Whether a list of `size` places with `taken` of them taken gives a new agent its place:
+/// while half of it is free, so a random draw finds a free place at the first try at least
+/// half the time. Half of the list's own size: a list made when the configured size was
+/// smaller fills no further than its half either.
+pub fn takes_new_places(size: u64, taken: u64) -> bool {
+    taken < size / 2
+}
+
 /// The bits of one list: the status of index `i` is bit `i mod 8` of byte `i / 8`, counting
 /// from the least significant bit.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 
 use crate::sql::decode;
 use crate::StoreError;
-use agentid_core::domain::{ListId, Millis, StatusPlace};
+use agentid_core::domain::{takes_new_places, ListId, Millis, StatusPlace};
 
 use crate::places::PlaceDraw;
 
@@ -31,7 +31,7 @@ pub(crate) async fn allocate(
     .fetch_optional(&mut **tx)
     .await?;
     let (list, size) = match newest {
-        Some((id, size, allocated)) if size > 0 && (allocated as u64) < placing.fill.min(size as u64) => {
+        Some((id, size, allocated)) if size > 0 && takes_new_places(size as u64, allocated.max(0) as u64) => {
             (decode("status list", &id, ListId::parse)?, size as u64)
         }
         _ => {
