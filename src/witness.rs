@@ -144,13 +144,27 @@ impl Witness {
             .and_then(|r| r["requested_at"].as_str())
             .and_then(witness::rfc3339_millis);
         let path = self.state.join(UNCOVERED_FILE);
-        let noted = read_optional(&path)?.and_then(|s| {
-            let (n, t) = s.trim().split_once(' ')?;
-            Some(Uncovered {
-                records: n.parse().ok()?,
-                since: Millis(t.parse().ok()?),
-            })
-        });
+        // A note that does not read is an error, not a note forgotten: forgetting it would
+        // start the staleness clock again.
+        let noted = match read_optional(&path)? {
+            None => None,
+            Some(s) => Some(
+                s.trim()
+                    .split_once(' ')
+                    .and_then(|(n, t)| {
+                        Some(Uncovered {
+                            records: n.parse().ok()?,
+                            since: Millis(t.parse().ok()?),
+                        })
+                    })
+                    .ok_or_else(|| {
+                        check(format!(
+                            "{} is not \"<records> <ms>\": remove it to start counting again",
+                            path.display()
+                        ))
+                    })?,
+            ),
+        };
         let limit = self.stale_after.as_millis() as i64;
         match witness::coverage(cp, held, made, noted, Millis::now(), limit)? {
             Coverage::Covered => match std::fs::remove_file(&path) {

@@ -437,6 +437,14 @@ async fn records_left_uncovered_by_checkpoints_are_an_alarm() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("ALERT: checkpoints stopped"), "{err}");
+
+    // A note that does not read is an error, not a note forgotten (which would start the
+    // count again).
+    std::fs::write(state.path().join("uncovered"), "junk\n").unwrap();
+    let out = crate::helpers::witness(&app, state.path(), &[]).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("remove it to start counting again"), "{err}");
 }
 
 fn audit_verify_with(app: &TestApp, extra: &[&str]) -> (Option<i32>, String) {

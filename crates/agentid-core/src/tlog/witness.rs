@@ -3,7 +3,7 @@
 //! list, its newest record), whether the log only grew and still checkpoints its records.
 //! `agentid audit witness` (the binary) fetches and keeps the state folder; this decides.
 
-use super::commit::{self, Commitment, Commitments, List};
+use super::commit::{Commitment, Commitments, List};
 use super::note::Checkpoint;
 use super::tree::{self, Hash};
 use crate::domain::{unhex32, Millis};
@@ -101,22 +101,35 @@ fn parse_proof(body: &str, from: u64, to: u64) -> Result<Vec<Hash>, String> {
         .collect()
 }
 
+/// How many pages of one list a run reads at most: the service's pages hold 1,000 entries,
+/// so 100 million entries a list; a log answering one entry a page to a count near 2^64 is
+/// an error, not a run that never ends.
+const MAX_PAGES: u64 = 100_000;
+
 /// Whether every list `new` commits to (the ledger's revocations, the fleet's key
 /// retirements and issuer-domain events) extends what `old` committed to; with no `old`,
 /// what the empty lists did. `page(list, from)` is the log's answer to `GET
 /// /v1/log/commitments?<list>_from=<from>`. An entry taken out (a revocation undone in the
-/// database, a key un-retired) is a log that did not only grow.
+/// database, a key un-retired) is a log that did not only grow; so is a checkpoint that
+/// commits to no lists after one that did (the next would start again from empty lists).
+/// Entries are folded in as each page comes: a run holds one page, however long the lists.
 pub fn lists_extend(
     old: Option<&Checkpoint>,
     new: &Checkpoint,
     mut page: impl FnMut(List, u64) -> Result<String, Finding>,
 ) -> Result<(), Finding> {
-    let Some(now) = Commitments::parse(&new.extensions).map_err(Finding::Log)? else {
-        return Ok(()); // the log commits to no lists
-    };
     let before = match old {
         Some(o) => Commitments::parse(&o.extensions).map_err(Finding::Log)?,
         None => None,
+    };
+    let Some(now) = Commitments::parse(&new.extensions).map_err(Finding::Log)? else {
+        return match before {
+            Some(_) => Err(Finding::Log(format!(
+                "the log did not only grow: {} commits to no lists, and did before",
+                new.origin
+            ))),
+            None => Ok(()), // the log commits to no lists
+        };
     };
     let before = before.unwrap_or(Commitments {
         revocations: Commitment::EMPTY,
@@ -131,18 +144,26 @@ pub fn lists_extend(
                 new.origin, later.count, earlier.count
             )));
         }
-        let mut entries: Vec<(String, Millis)> = Vec::new();
-        while earlier.count + (entries.len() as u64) < later.count {
-            let body = page(list, earlier.count + entries.len() as u64)?;
+        let mut folded = earlier;
+        let mut pages = 0;
+        while folded.count < later.count {
+            pages += 1;
+            if pages > MAX_PAGES {
+                return Err(Finding::Check(format!(
+                    "GET /v1/log/commitments: more than {MAX_PAGES} pages of {what}s"
+                )));
+            }
+            let body = page(list, folded.count)?;
             let got = parse_entries(&body, list.param())
                 .map_err(|e| Finding::Check(format!("GET /v1/log/commitments: {e}")))?;
             if got.is_empty() {
                 break;
             }
-            entries.extend(got);
+            let left = later.count - folded.count;
+            let walk = got.iter().take(usize::try_from(left).unwrap_or(usize::MAX));
+            folded = walk.fold(folded, |c, (id, at)| c.then(list, id, *at));
         }
-        let walk = entries.iter().map(|(id, at)| (id.as_str(), *at));
-        if !commit::extends(list, &earlier, &later, walk) {
+        if folded != later {
             return Err(Finding::Log(format!(
                 "the log did not only grow: the {what}s {} commits to ({}) do not extend the {} seen \
                  before: one was undone",
@@ -230,6 +251,12 @@ pub fn coverage(
     }
     match noted {
         Some(n) if n.records > cp.size => {
+            // A note dated ahead of the clock (the clock was set back) counts from now: kept
+            // as it was, it would hold off the alarm until the clock caught up.
+            let n = Uncovered {
+                since: n.since.min(now),
+                ..n
+            };
             if now.0 - n.since.0 > limit_ms {
                 Err(stale(n.records, n.since))
             } else {
@@ -336,6 +363,20 @@ mod tests {
         };
         let r = coverage(&c, 14, Some(Millis(99_000)), Some(old_note), now, limit);
         assert!(matches!(r, Err(Finding::Log(m)) if m.contains("checkpoints stopped")));
+        // A note dated ahead of the clock counts from now, and is saved so: the alarm comes
+        // a limit later, not when the clock catches up with the note.
+        let ahead = Uncovered {
+            records: 11,
+            since: Millis(10_000_000),
+        };
+        let r = coverage(&c, 14, Some(Millis(99_000)), Some(ahead), now, limit);
+        assert_eq!(
+            r,
+            Ok(Coverage::Note(Uncovered {
+                records: 11,
+                since: now
+            }))
+        );
         // A note the checkpoint has since covered is replaced.
         let covered = Uncovered {
             records: 9,
@@ -389,5 +430,26 @@ mod tests {
             log(lists_extend(Some(&with(other)), &with(ab), pages)),
             "another first entry"
         );
+        // A checkpoint without the lines, after one with them: the run after would have
+        // started from empty lists again, and taken a list with an entry undone.
+        let bare = cp(3, mth(0..3));
+        assert!(log(lists_extend(Some(&with(ab)), &bare, pages)), "lines dropped");
+        assert_eq!(lists_extend(Some(&bare), &bare, pages), Ok(()));
+        // A count near 2^64, answered one entry a page: an error after a bounded run, with
+        // one page held at a time.
+        let endless = Commitment {
+            count: u64::MAX,
+            ..ab
+        };
+        let mut asked = 0_u64;
+        let one = |_: List, from: u64| {
+            asked += 1;
+            Ok(serde_json::json!({"revocations": {"entries": [
+                {"id": format!("agt_{from}"), "at": "1970-01-01T00:00:00.001Z"}]}})
+            .to_string())
+        };
+        let r = lists_extend(None, &with(endless), one);
+        assert!(matches!(r, Err(Finding::Check(_))), "{r:?}");
+        assert_eq!(asked, MAX_PAGES);
     }
 }
