@@ -139,6 +139,10 @@ async fn retirement_and_revocation_cannot_be_undone_in_the_database() {
             root.kid()
         ),
         format!("DELETE FROM signing_keys WHERE kid = '{}'", root.kid()),
+        // Lowered, a replaced key counted as retired on the next instance to start, which
+        // refused its tokens still in their lifetime.
+        "UPDATE signing_keys SET last_expires_at = 0".to_owned(),
+        "UPDATE signing_keys SET last_expires_at = NULL".to_owned(),
         format!("UPDATE agents SET id = id || 'x' WHERE id = '{other}'"),
         "DELETE FROM revocation_epoch".to_owned(),
         "UPDATE revocation_epoch SET epoch = 0".to_owned(),

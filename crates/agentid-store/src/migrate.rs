@@ -176,6 +176,11 @@ pub const SQLITE: Embedded = &[
         "streams stay narrowed",
         include_str!("../../../migrations/sqlite/0034_streams_stay_narrowed.sql"),
     ),
+    (
+        35,
+        "signing key expiries only grow",
+        include_str!("../../../migrations/sqlite/0035_signing_key_expiries_only_grow.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -347,6 +352,11 @@ pub const POSTGRES: Embedded = &[
         34,
         "streams stay narrowed",
         include_str!("../../../migrations/postgres/0034_streams_stay_narrowed.sql"),
+    ),
+    (
+        35,
+        "signing key expiries only grow",
+        include_str!("../../../migrations/postgres/0035_signing_key_expiries_only_grow.sql"),
     ),
 ];
 
