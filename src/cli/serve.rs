@@ -109,6 +109,11 @@ pub(crate) struct ServeArgs {
     /// loopback and private addresses (development and tests only).
     #[arg(long, env = "AGENTID_SIGNATURE_DIRECTORIES_ALLOW_LOCAL", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false)]
     pub(crate) signature_directories_allow_local: bool,
+    /// Create no organization on a first start. Without it, a first start on an empty
+    /// database creates one and prints its keys (to stdout, which a service manager may keep
+    /// in its logs); with it, create organizations with `agentid org create`.
+    #[arg(long, env = "AGENTID_NO_DEFAULT_ORG", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false)]
+    pub(crate) no_default_org: bool,
     /// Places of each Token Status List (a multiple of 8, up to 16777216); a new list opens
     /// once half of the newest one's places are taken.
     #[arg(long, env = "AGENTID_STATUS_LIST_SIZE", default_value_t = StatusConfig::default().size,
@@ -298,6 +303,7 @@ pub(super) async fn serve(args: ServeArgs) -> CliResult {
             ..StoreOptions::default()
         },
         shutdown_drain: Duration::from_secs(args.shutdown_drain_seconds),
+        bootstrap: !args.no_default_org,
         ..Config::new(args.db.database_url)
     };
     let database = crate::config::redact_url(&cfg.database_url);

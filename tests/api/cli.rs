@@ -252,6 +252,47 @@ async fn first_start_creates_everything_and_prints_keys_once() {
     );
 }
 
+/// With `--no-default-org` (for a service manager that keeps stdout in its logs), a first
+/// start creates no organization and prints no key; one made with `org create` works.
+#[actix_web::test]
+async fn a_first_start_without_a_default_organization_prints_no_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_server(dir.path(), None, &[("AGENTID_NO_DEFAULT_ORG", "true")]);
+    let out = server.stdout.join("\n");
+    assert!(
+        !out.contains("created organization") && !out.contains("sk_"),
+        "{out}"
+    );
+    let created = Command::new(env!("CARGO_BIN_EXE_agentid"))
+        .args(["org", "create", "--name", "Acme", "--plan", "growth"])
+        .current_dir(dir.path())
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let org: serde_json::Value = serde_json::from_slice(&created.stdout).unwrap();
+    let key = org["keys"]["secret_live"].as_str().unwrap();
+    let res = read(
+        client()
+            .get(format!("{}/v1/agents", server.base))
+            .insert_header(("Authorization", format!("Bearer {key}")))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let flag = Command::new(env!("CARGO_BIN_EXE_agentid"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&flag.stdout).contains("--no-default-org"));
+}
+
 #[test]
 fn org_create_refuses_bad_input_clearly() {
     let dir = tempfile::tempdir().unwrap();
