@@ -962,11 +962,75 @@ function scoped(granted, scopes) {
   if (missing.length) fail("INSUFFICIENT_SCOPE", `missing scopes ${missing.join(", ")}`);
 }
 
-const withoutQuery = (url) => url.split("#")[0].split("?")[0];
+const asciiLower = (s) => s.replace(/[A-Z]+/g, (m) => m.toLowerCase());
+
+/** `s` with each percent-encoding of an unreserved character decoded, and the others' hex
+ * digits in upper case (RFC 3986 §6.2.2.1, §6.2.2.2).
+ * @param {string} s
+ * @returns {string} */
+function percentNormal(s) {
+  let out = "";
+  for (let i = 0; i < s.length; ) {
+    const hex = s.slice(i + 1, i + 3);
+    if (s[i] === "%" && /^[0-9A-Fa-f]{2}$/.test(hex)) {
+      const c = String.fromCharCode(parseInt(hex, 16));
+      out += /^[A-Za-z0-9\-._~]$/.test(c) ? c : `%${hex.toUpperCase()}`;
+      i += 3;
+    } else {
+      out += s[i];
+      i += 1;
+    }
+  }
+  return out;
+}
+
+/** An absolute path without its `.` and `..` segments (RFC 3986 §5.2.4).
+ * @param {string} path
+ * @returns {string} */
+function removeDotSegments(path) {
+  const segments = path.split("/").slice(1);
+  const out = [];
+  for (const [i, segment] of segments.entries()) {
+    if (segment !== "." && segment !== "..") {
+      out.push(segment);
+      continue;
+    }
+    if (segment === "..") out.pop();
+    if (i + 1 === segments.length) out.push("");
+  }
+  return `/${out.join("/")}`;
+}
+
+/** A URL as `htu` is compared (RFC 9449 §4.3): without its query and fragment, normalized as
+ * RFC 3986 §6.2.2 and §6.2.3 say (scheme and host in lower case, no default port, an empty
+ * path as `/`, percent-encodings of unreserved characters decoded and the others' hex digits
+ * in upper case, dot segments removed), as the service does. A host's trailing dot stays: it
+ * names another host. Exported for the tests; not part of the declared API.
+ * @param {string} url
+ * @returns {string} */
+export function htuForm(url) {
+  url = url.split(/[?#]/, 1)[0];
+  const sep = url.indexOf("://");
+  if (sep < 0) return url;
+  const scheme = asciiLower(url.slice(0, sep));
+  const rest = url.slice(sep + 3);
+  const slash = rest.indexOf("/");
+  const authority = slash < 0 ? rest : rest.slice(0, slash);
+  const path = slash < 0 ? "" : rest.slice(slash);
+  const at = authority.lastIndexOf("@");
+  const userinfo = at < 0 ? null : authority.slice(0, at);
+  let host = asciiLower(percentNormal(at < 0 ? authority : authority.slice(at + 1)));
+  const defaultPort = scheme === "https" ? ":443" : scheme === "http" ? ":80" : "";
+  if (defaultPort && host.endsWith(defaultPort)) host = host.slice(0, -defaultPort.length);
+  if (host.endsWith(":")) host = host.slice(0, -1);
+  const normalPath = path ? removeDotSegments(percentNormal(path)) : "/";
+  return userinfo === null ? `${scheme}://${host}${normalPath}` : `${scheme}://${percentNormal(userinfo)}@${host}${normalPath}`;
+}
 
 /** Checks a DPoP proof (RFC 9449 §4.3) for a `method` request to `url` with `token` at `now`
  * (seconds): `typ` dpop+jwt, `alg` EdDSA, Ed25519 or ES256 fitting the public key in its
- * `jwk` header, signed by that key, and `jti`, `htm`, `htu`, `iat`, `ath` matching.
+ * `jwk` header, signed by that key, and `jti`, `htm`, `htu`, `iat`, `ath` matching (`htu`
+ * without its query and fragment, both URLs normalized: `htuForm`).
  * The thumbprint of its key, its `jti` and `iat`; PROOF_INVALID otherwise. */
 async function checkProof(proof, method, url, token, now, maxSkew) {
   const refuse = (why) => fail("PROOF_INVALID", `DPoP proof: ${why}`);
@@ -1006,7 +1070,7 @@ async function checkProof(proof, method, url, token, now, maxSkew) {
   if (!checks) refuse("the signature does not check with the key in jwk");
   if (typeof c.jti !== "string" || !c.jti || c.jti.length > 256) refuse("jti must be a string of 1 to 256 characters");
   if (c.htm !== method) refuse(`htm is not ${method}`);
-  if (typeof c.htu !== "string" || !c.htu || withoutQuery(c.htu) !== withoutQuery(url)) refuse(`htu is not ${withoutQuery(url)}`);
+  if (typeof c.htu !== "string" || !c.htu || htuForm(c.htu) !== htuForm(url)) refuse(`htu is not ${htuForm(url)}`);
   if (!Number.isSafeInteger(c.iat) || Math.abs(c.iat - now) > maxSkew) refuse(`iat is more than ${maxSkew} s from now`);
   // Not asked for (RFC 9449 bounds a proof by its iat), but honoured when present.
   for (const name of ["exp", "nbf"]) {

@@ -277,6 +277,15 @@ async fn a_bound_token_passes_online_only_with_a_fresh_proof_by_its_key() {
         c["htu"] = json!(format!("{HTU}?page=2"));
         let got = answer(&app, &token, Some(&key.proof_with(&key.header(), &c))).await;
         assert_eq!(got["valid"], true, "{got}");
+        // Nor how the URL is written (RFC 9449 §4.3: compared after RFC 3986's normalization):
+        // the receiver's default port, the signer's case and percent-encoding.
+        c["jti"] = json!(ulid::Ulid::new().to_string());
+        c["htu"] = json!("HTTPS://API.Example/%6Frders");
+        let proof = key.proof_with(&key.header(), &c);
+        let body =
+            json!({"token": token, "dpop": proof, "htm": "GET", "htu": "https://api.example:443/orders"});
+        let got = check(&app, body).await.json();
+        assert_eq!(got["valid"], true, "{got}");
     }
     // A bearer token without a proof passes as with GET.
     let (_, bearer) = app.agent().await;

@@ -402,3 +402,46 @@ def test_proofs_that_expired_are_not_valid_yet_or_name_critical_extensions_are_r
         with pytest.raises(ProofInvalid):
             verifier.verify_dpop(token, proof, "GET", URL)
     assert verifier.verify_dpop(token, signer.proof(token, exp=now + 60), "GET", URL)
+
+
+def test_htu_is_compared_normalized_as_the_service_compares_it():
+    """RFC 9449 §4.3: both URLs normalized (RFC 3986 §6.2.2, §6.2.3) before they are compared,
+    as the service does; what names another resource stays different."""
+    from agentid_verifier.dpop import _htu_form
+
+    same = [
+        ("https://api.example/orders", "https://api.example:443/orders"),
+        ("https://api.example/orders", "HTTPS://API.Example/orders?x=1#f"),
+        ("https://api.example/~orders", "https://api.example/%7eorders"),
+        ("https://api.example/a%2Fb", "https://api.example/a%2fb"),
+        ("https://api.example/", "https://api.example"),
+        ("https://api.example/a/c", "https://api.example/a/./b/../c"),
+        ("https://api.example/a/", "https://api.example/a/b/.."),
+        ("http://api.example/x", "http://api.example:80/x"),
+        ("https://api.example/x", "https://api.example:/x"),
+        ("https://[::1]/x", "https://[::1]:443/x"),
+        ("https://api.example/é", "https://api.example/é"),
+    ]
+    different = [
+        ("https://api.example/orders", "https://api.example/Orders"),
+        ("https://api.example/x", "https://api.example:8443/x"),
+        ("https://api.example/x", "http://api.example/x"),
+        ("https://api.example/x", "http://api.example:443/x"),
+        ("https://api.example/a%2Fb", "https://api.example/a/b"),
+        ("https://api.example/x", "https://api.example./x"),
+        ("https://api.example/x", "https://other.example/x"),
+    ]
+    for a, b in same:
+        assert _htu_form(a) == _htu_form(b), (a, b, _htu_form(a), _htu_form(b))
+    for a, b in different:
+        assert _htu_form(a) != _htu_form(b), (a, b, _htu_form(a))
+
+
+def test_a_proof_whose_htu_is_written_another_way_passes(server):
+    """The agent wrote the URL in upper case with an encoded unreserved character, the receiver
+    names it with its default port: one URL, so the proof passes."""
+    signer = Agent()
+    agent_id, token = server.register(jwk=signer.public)
+    verifier = Verifier(server.base)
+    proof = signer.proof(token, htu="HTTPS://API.Example/%6Frders")
+    assert verifier.verify_dpop(token, proof, "GET", "https://api.example:443/orders").agent_id == agent_id

@@ -88,8 +88,93 @@ fn ed25519_key(x: [u8; 32]) -> Option<VerifyingKey> {
     Some(key)
 }
 
-fn without_query(url: &str) -> &str {
-    url.split(['?', '#']).next().unwrap_or(url)
+/// A URL as `htu` is compared (RFC 9449 §4.3): without its query and fragment, normalized as
+/// RFC 3986 §6.2.2 and §6.2.3 say (scheme and host in lower case, no default port, an empty
+/// path as `/`, percent-encodings of unreserved characters decoded and the others' hex digits
+/// in upper case, dot segments removed), so that two ways of writing one URL match. A host's
+/// trailing dot stays: it names another host.
+fn htu_form(url: &str) -> String {
+    let url = url.split(['?', '#']).next().unwrap_or(url);
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let (userinfo, host) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    let mut host = percent_normal(host).to_ascii_lowercase();
+    let default_port = match scheme.as_str() {
+        "https" => ":443",
+        "http" => ":80",
+        _ => "",
+    };
+    if !default_port.is_empty() && host.ends_with(default_port) {
+        host.truncate(host.len() - default_port.len());
+    }
+    if host.ends_with(':') {
+        host.pop();
+    }
+    let path = if path.is_empty() {
+        "/".to_owned()
+    } else {
+        remove_dot_segments(&percent_normal(path))
+    };
+    match userinfo {
+        Some(u) => format!("{scheme}://{}@{host}{path}", percent_normal(u)),
+        None => format!("{scheme}://{host}{path}"),
+    }
+}
+
+/// `s` with each percent-encoding of an unreserved character decoded, and the others' hex
+/// digits in upper case (RFC 3986 §6.2.2.1, §6.2.2.2).
+fn percent_normal(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if let (b'%', Some(&h), Some(&l)) = (b[i], b.get(i + 1), b.get(i + 2)) {
+            if let (Some(h), Some(l)) = (hex(h), hex(l)) {
+                let c = (h * 16 + l) as u8;
+                if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~') {
+                    out.push(c as char);
+                } else {
+                    out.push_str(&format!("%{c:02X}"));
+                }
+                i += 3;
+                continue;
+            }
+        }
+        let len = s[i..].chars().next().map_or(1, char::len_utf8);
+        out.push_str(&s[i..i + len]);
+        i += len;
+    }
+    out
+}
+
+/// An absolute path without its `.` and `..` segments (RFC 3986 §5.2.4).
+fn remove_dot_segments(path: &str) -> String {
+    let segments: Vec<&str> = path.split('/').skip(1).collect();
+    let mut out: Vec<&str> = Vec::with_capacity(segments.len());
+    for (i, segment) in segments.iter().enumerate() {
+        let last = i + 1 == segments.len();
+        match *segment {
+            "." => {}
+            ".." => {
+                out.pop();
+            }
+            other => {
+                out.push(other);
+                continue;
+            }
+        }
+        if last {
+            out.push("");
+        }
+    }
+    format!("/{}", out.join("/"))
 }
 
 /// A proof that checked: its key's thumbprint, its `jti` and `iat`.
@@ -169,8 +254,9 @@ pub(crate) fn check_proof(
         return refuse(format!("htm is not {method}"));
     }
     let htu = text(&claims, "htu");
-    if htu.is_empty() || without_query(htu) != without_query(url) {
-        return refuse(format!("htu is not {}", without_query(url)));
+    let wanted = htu_form(url);
+    if htu.is_empty() || htu_form(htu) != wanted {
+        return refuse(format!("htu is not {wanted}"));
     }
     let iat = match claims.get("iat").and_then(Value::as_i64) {
         Some(iat) if iat.abs_diff(now) <= max_skew.unsigned_abs() => iat,
@@ -399,26 +485,66 @@ mod tests {
     /// without overflow: refused, never a panic or a wrapped pass.
     #[test]
     fn an_iat_at_the_ends_of_its_range_is_refused() {
+        let now = 1_800_000_000;
+        for iat in [i64::MIN, i64::MIN + now, i64::MAX] {
+            let claims =
+                serde_json::json!({"jti": "j", "htm": "GET", "htu": "https://a.example/x", "iat": iat});
+            let got = check_proof(&signed(&claims), "GET", "https://a.example/x", "t", now, 60);
+            assert!(matches!(&got, Err(e) if e.to_string().contains("iat")), "{iat}");
+        }
+    }
+
+    /// A proof of `claims` by a fixed Ed25519 key.
+    fn signed(claims: &Value) -> String {
         use ed25519_dalek::Signer as _;
         let key = ed25519_dalek::SigningKey::from_bytes(&[7; 32]);
         let jwk = serde_json::json!({"kty": "OKP", "crv": "Ed25519",
                                      "x": URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes())});
+        let header = serde_json::json!({"typ": "dpop+jwt", "alg": "EdDSA", "jwk": jwk});
+        let signed = format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(header.to_string()),
+            URL_SAFE_NO_PAD.encode(claims.to_string())
+        );
+        format!(
+            "{signed}.{}",
+            URL_SAFE_NO_PAD.encode(key.sign(signed.as_bytes()).to_bytes())
+        )
+    }
+
+    /// RFC 9449 §4.3: `htu` is compared after RFC 3986's syntax- and scheme-based
+    /// normalization (as the service compares it); what names another resource stays apart.
+    #[test]
+    fn htu_matches_another_writing_of_the_same_url_only() {
         let now = 1_800_000_000;
-        for iat in [i64::MIN, i64::MIN + now, i64::MAX] {
-            let header = serde_json::json!({"typ": "dpop+jwt", "alg": "EdDSA", "jwk": jwk});
-            let claims =
-                serde_json::json!({"jti": "j", "htm": "GET", "htu": "https://a.example/x", "iat": iat});
-            let signed = format!(
-                "{}.{}",
-                URL_SAFE_NO_PAD.encode(header.to_string()),
-                URL_SAFE_NO_PAD.encode(claims.to_string())
-            );
-            let proof = format!(
-                "{signed}.{}",
-                URL_SAFE_NO_PAD.encode(key.sign(signed.as_bytes()).to_bytes())
-            );
-            let got = check_proof(&proof, "GET", "https://a.example/x", "t", now, 60);
-            assert!(matches!(&got, Err(e) if e.to_string().contains("iat")), "{iat}");
+        let check = |htu: &str, url: &str| {
+            let claims = serde_json::json!({"jti": "j", "htm": "GET", "htu": htu, "iat": now,
+                "ath": URL_SAFE_NO_PAD.encode(ring::digest::digest(&ring::digest::SHA256, b"t"))});
+            check_proof(&signed(&claims), "GET", url, "t", now, 60)
+        };
+        let got = check("HTTPS://API.Example/%6Frders", "https://api.example:443/orders");
+        assert!(got.is_ok(), "{:?}", got.err());
+        let got = check("https://api.example/Orders", "https://api.example/orders");
+        assert!(matches!(&got, Err(e) if e.to_string().contains("htu")));
+        for (a, b) in [
+            ("https://api.example/~orders", "https://api.example/%7eorders"),
+            ("https://api.example/a%2Fb", "https://api.example/a%2fb"),
+            ("https://api.example/", "https://api.example"),
+            ("https://api.example/a/c", "https://api.example/a/./b/../c"),
+            ("https://api.example/a/", "https://api.example/a/b/.."),
+            ("http://api.example/x", "http://api.example:80/x"),
+            ("https://api.example/x", "https://api.example:/x"),
+            ("https://[::1]/x", "https://[::1]:443/x"),
+        ] {
+            assert_eq!(htu_form(a), htu_form(b), "{a} {b}");
+        }
+        for (a, b) in [
+            ("https://api.example/x", "https://api.example:8443/x"),
+            ("https://api.example/x", "http://api.example:443/x"),
+            ("https://api.example/a%2Fb", "https://api.example/a/b"),
+            ("https://api.example/x", "https://api.example./x"),
+        ] {
+            assert_ne!(htu_form(a), htu_form(b), "{a} {b}");
         }
     }
 

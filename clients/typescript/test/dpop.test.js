@@ -5,7 +5,7 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { SignJWT, exportJWK, generateKeyPair as joseKeyPair, base64url } from "jose";
 import { generateKeyPair, generateProof } from "dpop";
-import { Verifier, VerificationError } from "../index.js";
+import { Verifier, VerificationError, htuForm } from "../index.js";
 import { agentIdMiddleware } from "../express.js";
 import { startServer } from "./server.js";
 
@@ -270,4 +270,47 @@ test("proofs that say they expired, are not valid yet or name critical extension
     assert.equal(await code(v.verifyDpop(token, proof, "GET", URL)), "PROOF_INVALID");
   }
   assert.equal(await code(v.verifyDpop(token, await sign({ exp: now + 60 }), "GET", URL)), "ok");
+});
+
+test("htu is compared normalized, as the service compares it", () => {
+  // RFC 9449 §4.3: both URLs normalized (RFC 3986 §6.2.2, §6.2.3) before they are compared;
+  // what names another resource stays different.
+  const same = [
+    ["https://api.example/orders", "https://api.example:443/orders"],
+    ["https://api.example/orders", "HTTPS://API.Example/orders?x=1#f"],
+    ["https://api.example/~orders", "https://api.example/%7eorders"],
+    ["https://api.example/a%2Fb", "https://api.example/a%2fb"],
+    ["https://api.example/", "https://api.example"],
+    ["https://api.example/a/c", "https://api.example/a/./b/../c"],
+    ["https://api.example/a/", "https://api.example/a/b/.."],
+    ["http://api.example/x", "http://api.example:80/x"],
+    ["https://api.example/x", "https://api.example:/x"],
+    ["https://[::1]/x", "https://[::1]:443/x"],
+    ["https://api.example/é", "https://api.example/é"],
+  ];
+  const different = [
+    ["https://api.example/orders", "https://api.example/Orders"],
+    ["https://api.example/x", "https://api.example:8443/x"],
+    ["https://api.example/x", "http://api.example/x"],
+    ["https://api.example/x", "http://api.example:443/x"],
+    ["https://api.example/a%2Fb", "https://api.example/a/b"],
+    ["https://api.example/x", "https://api.example./x"],
+    ["https://api.example/x", "https://other.example/x"],
+  ];
+  for (const [a, b] of same) assert.equal(htuForm(a), htuForm(b), `${a} ${b}`);
+  for (const [a, b] of different) assert.notEqual(htuForm(a), htuForm(b), `${a} ${b}`);
+});
+
+test("a proof whose htu is written another way passes", async () => {
+  // The agent wrote the URL in upper case with an encoded unreserved character, the receiver
+  // names it with its default port: one URL, so the proof passes.
+  const keyPair = await joseKeyPair("EdDSA", { extractable: true });
+  const jwk = await publicJwk(keyPair);
+  const [id, token] = await s.register({ jwk });
+  const v = new Verifier({ baseUrl: s.base });
+  const ath = base64url.encode(new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(token))));
+  const proof = await new SignJWT({ jti: crypto.randomUUID(), htm: "GET", htu: "HTTPS://API.Example/%6Frders", iat: Math.floor(Date.now() / 1000), ath })
+    .setProtectedHeader({ typ: "dpop+jwt", alg: "EdDSA", jwk })
+    .sign(keyPair.privateKey);
+  assert.equal((await v.verifyDpop(token, proof, "GET", "https://api.example:443/orders")).agentId, id);
 });

@@ -1,6 +1,7 @@
 """DPoP proofs (RFC 9449) of the agent's key, checked as the service checks them: a JWT with
 ``typ`` ``dpop+jwt``, ``alg`` EdDSA, Ed25519 or ES256, its public key in its ``jwk`` header,
-signed by that key, with ``jti``, ``htm``, ``htu``, ``iat`` and ``ath`` matching the request.
+signed by that key, with ``jti``, ``htm``, ``htu``, ``iat`` and ``ath`` matching the request
+(``htu`` without its query and fragment, both URLs normalized as RFC 9449 §4.3 says).
 The proof is parsed once (``_jws``); signatures are checked by ``cryptography`` through PyJWT's
 algorithm objects (which read ES256's raw ``r||s``); this module only says what must match."""
 
@@ -10,6 +11,7 @@ import base64
 import hashlib
 import heapq
 import json
+import string
 import threading
 import time
 from collections import OrderedDict
@@ -109,8 +111,70 @@ def thumbprint(jwk: dict) -> str:
     return _b64(hashlib.sha256(canonical.encode()).digest())
 
 
-def _without_query(url: str) -> str:
-    return url.split("#", 1)[0].split("?", 1)[0]
+_HEX = frozenset("0123456789abcdefABCDEF")
+_UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def _percent_normal(s: str) -> str:
+    """``s`` with each percent-encoding of an unreserved character decoded, and the others' hex
+    digits in upper case (RFC 3986 §6.2.2.1, §6.2.2.2)."""
+    out: List[str] = []
+    i = 0
+    while i < len(s):
+        if s[i] == "%" and i + 2 < len(s) and s[i + 1] in _HEX and s[i + 2] in _HEX:
+            c = chr(int(s[i + 1:i + 3], 16))
+            out.append(c if c in _UNRESERVED else "%" + s[i + 1:i + 3].upper())
+            i += 3
+        else:
+            out.append(s[i])
+            i += 1
+    return "".join(out)
+
+
+def _remove_dot_segments(path: str) -> str:
+    """An absolute path without its ``.`` and ``..`` segments (RFC 3986 §5.2.4)."""
+    segments = path.split("/")[1:]
+    out: List[str] = []
+    for i, segment in enumerate(segments):
+        if segment == "..":
+            if out:
+                out.pop()
+        elif segment != ".":
+            out.append(segment)
+            continue
+        if i + 1 == len(segments):
+            out.append("")
+    return "/" + "/".join(out)
+
+
+def _htu_form(url: str) -> str:
+    """A URL as ``htu`` is compared (RFC 9449 §4.3): without its query and fragment, normalized
+    as RFC 3986 §6.2.2 and §6.2.3 say (scheme and host in lower case, no default port, an empty
+    path as ``/``, percent-encodings of unreserved characters decoded and the others' hex
+    digits in upper case, dot segments removed), as the service does. A host's trailing dot
+    stays: it names another host."""
+    url = url.split("?", 1)[0].split("#", 1)[0]
+    if "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    scheme = scheme.translate(_ASCII_LOWER)
+    slash = rest.find("/")
+    authority, path = (rest, "") if slash < 0 else (rest[:slash], rest[slash:])
+    userinfo: Optional[str] = None
+    host = authority
+    if "@" in authority:
+        userinfo, host = authority.rsplit("@", 1)
+    host = _percent_normal(host).translate(_ASCII_LOWER)
+    default_port = {"https": ":443", "http": ":80"}.get(scheme)
+    if default_port and host.endswith(default_port):
+        host = host[:-len(default_port)]
+    if host.endswith(":"):
+        host = host[:-1]
+    path = "/" if not path else _remove_dot_segments(_percent_normal(path))
+    if userinfo is not None:
+        return f"{scheme}://{_percent_normal(userinfo)}@{host}{path}"
+    return f"{scheme}://{host}{path}"
 
 
 def check_proof(proof: str, method: str, url: str, token: str, now: float, max_skew: int) -> Tuple[str, str, int]:
@@ -151,8 +215,8 @@ def check_proof(proof: str, method: str, url: str, token: str, now: float, max_s
     if claims.get("htm") != method:
         raise ProofError(f"htm is not {method}")
     htu = claims.get("htu")
-    if not isinstance(htu, str) or not htu or _without_query(htu) != _without_query(url):
-        raise ProofError(f"htu is not {_without_query(url)}")
+    if not isinstance(htu, str) or not htu or _htu_form(htu) != _htu_form(url):
+        raise ProofError(f"htu is not {_htu_form(url)}")
     iat = claims.get("iat")
     if type(iat) is not int or abs(iat - now) > max_skew:
         raise ProofError(f"iat is more than {max_skew} s from now")

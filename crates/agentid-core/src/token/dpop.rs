@@ -221,9 +221,93 @@ pub struct VerifiedProof {
     pub iat: i64,
 }
 
-/// A URL without its query and fragment, as `htu` is compared.
-fn without_query(url: &str) -> &str {
-    url.split(['?', '#']).next().unwrap_or(url)
+/// A URL as `htu` is compared (RFC 9449 §4.3): without its query and fragment, normalized as
+/// RFC 3986 §6.2.2 and §6.2.3 say (scheme and host in lower case, no default port, an empty
+/// path as `/`, percent-encodings of unreserved characters decoded and the others' hex digits
+/// in upper case, dot segments removed), so that two ways of writing one URL match. A host's
+/// trailing dot stays: it names another host.
+fn htu_form(url: &str) -> String {
+    let url = url.split(['?', '#']).next().unwrap_or(url);
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let (userinfo, host) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    let mut host = percent_normal(host).to_ascii_lowercase();
+    let default_port = match scheme.as_str() {
+        "https" => ":443",
+        "http" => ":80",
+        _ => "",
+    };
+    if !default_port.is_empty() && host.ends_with(default_port) {
+        host.truncate(host.len() - default_port.len());
+    }
+    if host.ends_with(':') {
+        host.pop();
+    }
+    let path = if path.is_empty() {
+        "/".to_owned()
+    } else {
+        remove_dot_segments(&percent_normal(path))
+    };
+    match userinfo {
+        Some(u) => format!("{scheme}://{}@{host}{path}", percent_normal(u)),
+        None => format!("{scheme}://{host}{path}"),
+    }
+}
+
+/// `s` with each percent-encoding of an unreserved character decoded, and the others' hex
+/// digits in upper case (RFC 3986 §6.2.2.1, §6.2.2.2).
+fn percent_normal(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if let (b'%', Some(&h), Some(&l)) = (b[i], b.get(i + 1), b.get(i + 2)) {
+            if let (Some(h), Some(l)) = (hex(h), hex(l)) {
+                let c = (h * 16 + l) as u8;
+                if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~') {
+                    out.push(c as char);
+                } else {
+                    out.push_str(&format!("%{c:02X}"));
+                }
+                i += 3;
+                continue;
+            }
+        }
+        let len = s[i..].chars().next().map_or(1, char::len_utf8);
+        out.push_str(&s[i..i + len]);
+        i += len;
+    }
+    out
+}
+
+/// An absolute path without its `.` and `..` segments (RFC 3986 §5.2.4).
+fn remove_dot_segments(path: &str) -> String {
+    let segments: Vec<&str> = path.split('/').skip(1).collect();
+    let mut out: Vec<&str> = Vec::with_capacity(segments.len());
+    for (i, segment) in segments.iter().enumerate() {
+        let last = i + 1 == segments.len();
+        match *segment {
+            "." => {}
+            ".." => {
+                out.pop();
+            }
+            other => {
+                out.push(other);
+                continue;
+            }
+        }
+        if last {
+            out.push("");
+        }
+    }
+    format!("/{}", out.join("/"))
 }
 
 fn part(s: &str, what: &str) -> Result<Map<String, Value>, DpopError> {
@@ -307,8 +391,9 @@ pub fn check_proof(proof: &str, expected: &Expected<'_>) -> Result<VerifiedProof
         return refuse(format!("htm is not {}", expected.htm));
     }
     let htu = claims.get("htu").and_then(Value::as_str).unwrap_or_default();
-    if htu.is_empty() || without_query(htu) != without_query(expected.htu) {
-        return refuse(format!("htu is not {}", without_query(expected.htu)));
+    let wanted = htu_form(expected.htu);
+    if htu.is_empty() || htu_form(htu) != wanted {
+        return refuse(format!("htu is not {wanted}"));
     }
     let Some(iat) = claims.get("iat").and_then(Value::as_i64) else {
         return refuse("iat must be an integer");
@@ -351,6 +436,38 @@ mod tests {
 
     const NOW: i64 = 1_800_000_000;
     const TOKEN: &str = "eyJ.token.sig";
+
+    /// RFC 9449 §4.3: `htu` is compared after RFC 3986's syntax- and scheme-based
+    /// normalization; what names another resource stays apart.
+    #[test]
+    fn htu_matches_another_writing_of_the_same_url_only() {
+        for (a, b) in [
+            ("https://api.example/orders", "https://api.example:443/orders"),
+            ("https://api.example/orders", "HTTPS://API.Example/orders?x=1#f"),
+            ("https://api.example/~orders", "https://api.example/%7eorders"),
+            ("https://api.example/a%2Fb", "https://api.example/a%2fb"),
+            ("https://api.example/", "https://api.example"),
+            ("https://api.example/a/c", "https://api.example/a/./b/../c"),
+            ("https://api.example/a/", "https://api.example/a/b/.."),
+            ("http://api.example/x", "http://api.example:80/x"),
+            ("https://api.example/x", "https://api.example:/x"),
+            ("https://[::1]/x", "https://[::1]:443/x"),
+            ("https://api.example/é", "https://api.example/é"),
+        ] {
+            assert_eq!(htu_form(a), htu_form(b), "{a} {b}");
+        }
+        for (a, b) in [
+            ("https://api.example/orders", "https://api.example/Orders"),
+            ("https://api.example/x", "https://api.example:8443/x"),
+            ("https://api.example/x", "http://api.example/x"),
+            ("https://api.example/x", "http://api.example:443/x"),
+            ("https://api.example/a%2Fb", "https://api.example/a/b"),
+            ("https://api.example/x", "https://api.example./x"),
+            ("https://api.example/x", "https://other.example/x"),
+        ] {
+            assert_ne!(htu_form(a), htu_form(b), "{a} {b}");
+        }
+    }
 
     fn expected() -> Expected<'static> {
         Expected {
