@@ -1365,3 +1365,36 @@ async fn a_moved_name_revokes_in_batches_that_outlive_their_mover() {
     assert!(w.app.store.name_moves().await.unwrap().is_empty());
     assert_eq!(w.app.verify(&kept).await["valid"], true);
 }
+
+/// A move still revoking when the name changes hands again owes only the agents registered
+/// before it: the name's holder after it (here its former holder, given it back) keeps what
+/// it registers since. (The move's note went on revoking every agent of another
+/// organization under the name, the rightful holder's new ones too.)
+#[actix_web::test]
+async fn a_move_overtaken_by_another_revokes_none_of_the_later_agents() {
+    let w = world().await;
+    let a = w.app.org.org_id.clone();
+    w.app.grant(&a, "bank.example", false).await.unwrap();
+    let (_, before) = w.registered(w.a(), "bank.example").await;
+    // To B, as a mover that stops right after the move leaves it: nothing revoked yet.
+    let held = w.bank_to_b(&w.app.store).await;
+    let first = held.moving.expect("A's agent is owed a revocation");
+    // Given straight back to A, which registers under it again.
+    w.app.grant(&a, "bank.example", true).await.unwrap();
+    let (_, after) = w.registered(w.a(), "bank.example").await;
+    // The first move runs to its end.
+    for _ in 0..100 {
+        if w.app.store.revoke_moved(&first, 100).await.unwrap().done {
+            break;
+        }
+    }
+    for _ in 0..100 {
+        if w.app.store.name_moves().await.unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(w.app.store.name_moves().await.unwrap().is_empty());
+    assert_eq!(w.app.verify(&before).await["error"], "TOKEN_REVOKED");
+    assert_eq!(w.app.verify(&after).await["valid"], true);
+}

@@ -152,8 +152,10 @@ async fn retirement_and_revocation_cannot_be_undone_in_the_database() {
         format!("UPDATE agents SET revoked_epoch = 0 WHERE id = '{other}'"),
         format!("UPDATE agents SET revoked_epoch = NULL WHERE id = '{other}'"),
         format!("UPDATE agents SET revoked_epoch = 1 WHERE id = '{agent}'"),
-        // Under another name, a name's move would owe the agent no revocation.
+        // Under another name, a name's move would owe the agent no revocation; nor if it
+        // seemed registered after the move.
         format!("UPDATE agents SET issuer_domain = 'x.invalid' WHERE id = '{agent}'"),
+        format!("UPDATE agents SET domain_events_seen = 999999 WHERE id = '{agent}'"),
         // Nor deleted to be written again under another name.
         format!("DELETE FROM agents WHERE id = '{agent}'"),
         // A key row that does not read (and cannot be deleted) stopped every instance's start.

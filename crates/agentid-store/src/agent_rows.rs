@@ -82,10 +82,14 @@ pub(crate) fn place(list: Option<String>, idx: Option<i64>) -> Result<Option<Sta
     }
 }
 
+/// The `INSERT` of a new agent, with the last issuer-domain event its registration saw (it
+/// runs under the lock every change of who holds what takes): a name's move after it owes it
+/// no revocation.
 pub(crate) fn insert_agent_sql() -> String {
     format!(
-        "INSERT INTO agents ({AGENT_INSERT_COLUMNS}) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+        "INSERT INTO agents ({AGENT_INSERT_COLUMNS}, domain_events_seen) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
+         (SELECT COALESCE(MAX(seq), 0) FROM domain_events))"
     )
 }
 

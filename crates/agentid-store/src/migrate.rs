@@ -181,6 +181,11 @@ pub const SQLITE: Embedded = &[
         "signing key expiries only grow",
         include_str!("../../../migrations/sqlite/0035_signing_key_expiries_only_grow.sql"),
     ),
+    (
+        36,
+        "moves owe only earlier agents",
+        include_str!("../../../migrations/sqlite/0036_moves_owe_only_earlier_agents.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -357,6 +362,11 @@ pub const POSTGRES: Embedded = &[
         35,
         "signing key expiries only grow",
         include_str!("../../../migrations/postgres/0035_signing_key_expiries_only_grow.sql"),
+    ),
+    (
+        36,
+        "moves owe only earlier agents",
+        include_str!("../../../migrations/postgres/0036_moves_owe_only_earlier_agents.sql"),
     ),
 ];
 

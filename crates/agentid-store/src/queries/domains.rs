@@ -17,8 +17,9 @@ use crate::domains::{
 use super::DB;
 
 /// Up to `max` agents (by id) that `m` owes a revocation: other organizations' agents under
-/// its name, not revoked yet. `take`: locked for this transaction, passing over those another
-/// transaction holds (another mover's batch).
+/// its name, registered before the move (their registration saw none of its events) and not
+/// revoked yet. `take`: locked for this transaction, passing over those another transaction
+/// holds (another mover's batch).
 async fn owed_revocations(
     tx: &mut sqlx::Transaction<'_, DB>,
     m: &NameMove,
@@ -26,7 +27,8 @@ async fn owed_revocations(
     take: bool,
 ) -> Result<Vec<String>, StoreError> {
     let mut select = String::from(
-        "SELECT id FROM agents WHERE org_id <> $1 AND revoked_at IS NULL AND (issuer_domain = $2",
+        "SELECT id FROM agents WHERE org_id <> $1 AND revoked_at IS NULL \
+         AND COALESCE(domain_events_seen, 0) < $4 AND (issuer_domain = $2",
     );
     if m.below {
         // Names are letters, digits, hyphens and dots: nothing LIKE reads as a wildcard.
@@ -40,6 +42,7 @@ async fn owed_revocations(
         .bind(m.org_id.as_str())
         .bind(m.domain.as_str())
         .bind(i64::from(max))
+        .bind(m.seq)
         .fetch_all(&mut **tx)
         .await?;
     Ok(ids.into_iter().map(|(id,)| id).collect())
