@@ -556,3 +556,26 @@ async fn a_binding_erased_in_the_database_still_holds() {
     );
     assert!(app.verify(&token).await["cnf"]["jkt"].is_string());
 }
+
+/// A proof whose verification could not be recorded (503, "retry shortly") was not used: the
+/// receiver's retry with it passes. (It was taken before the record, and the retry was
+/// refused as a replay.) A proof whose verification was answered stays used.
+#[actix_web::test]
+async fn a_proof_whose_check_cannot_be_recorded_may_be_sent_again() {
+    let app = spawn_app().await;
+    let key = AgentKey::ed();
+    let (_, token) = bound(&app, &key).await;
+    let proof = key.proof(&token);
+    assert!(app.store.inject_write_fault(agentid::store::WriteFault::Panic));
+    let res = check(
+        &app,
+        json!({"token": token, "dpop": proof, "htm": "GET", "htu": HTU}),
+    )
+    .await;
+    res.assert_error(503, "AUDIT_UNAVAILABLE");
+    assert_eq!(answer(&app, &token, Some(&proof)).await["valid"], true);
+    assert_eq!(
+        answer(&app, &token, Some(&proof)).await["error"],
+        "PROOF_REPLAYED"
+    );
+}

@@ -222,10 +222,11 @@ async fn a_crashing_writer_is_restarted_and_loses_no_acknowledged_record() {
         answered += 1;
     }
     assert!(app.store.inject_write_fault(agentid::store::WriteFault::Panic));
-    // The batch whose flush crashes is answered 503: nothing unrecorded is acknowledged.
-    app.verify_as_receiver(&token)
-        .await
-        .assert_error(503, "AUDIT_UNAVAILABLE");
+    // The batch whose flush crashes is answered 503: nothing unrecorded is acknowledged. It
+    // says when to try again.
+    let res = app.verify_as_receiver(&token).await;
+    res.assert_error(503, "AUDIT_UNAVAILABLE");
+    assert_eq!(res.header("retry-after").as_deref(), Some("1"));
     // The writer went on; verification works again.
     for _ in 0..3 {
         assert_eq!(app.verify_as_receiver(&token).await.json()["valid"], true);

@@ -76,16 +76,17 @@ impl ProofCheck {
         }
     }
 
-    /// Checks what was presented with `token` (whose claims passed) at `now_secs`.
+    /// Checks what was presented with `token` (whose claims passed) at `now_secs`: the proof
+    /// taken, if one was.
     pub(crate) fn check(
         &self,
         token: &str,
         claims: &Claims,
         presented: Option<&Presented<'_>>,
         now_secs: i64,
-    ) -> Result<(), Refused> {
+    ) -> Result<Option<Taken>, Refused> {
         let (bound, presented) = match (&claims.cnf, presented) {
-            (None, None) => return Ok(()),
+            (None, None) => return Ok(None),
             (None, Some(_)) => return Err(invalid("sent with a token that is not bound to a key")),
             (Some(_), None) => return Err(invalid("missing: the token is bound to a key")),
             (Some(cnf), Some(p)) => (cnf, p),
@@ -108,8 +109,22 @@ impl ProofCheck {
             &checked.jti,
             checked.iat,
             now_secs - self.max_skew_secs,
-        )
+        )?;
+        Ok(Some(Taken {
+            jkt: checked.jkt,
+            jti: checked.jti,
+            iat: checked.iat,
+        }))
     }
+}
+
+/// A proof the memory took: given back when the verification it came with is not answered
+/// (503), so that the caller, told to try again, may.
+#[derive(Debug)]
+pub(crate) struct Taken {
+    jkt: String,
+    jti: String,
+    iat: i64,
 }
 
 /// The proofs used lately, by key and `jti`: each is kept while its `iat` could still pass
@@ -273,6 +288,15 @@ impl Replays {
         seen.recount(key, count, count + 1, floor);
         while seen.by_iat.len() > self.capacity && seen.forget_one() {}
         Ok(())
+    }
+
+    /// Forgets the proof `taken`, if it is still held: as if it had never come.
+    pub(crate) fn release(&self, taken: &Taken) {
+        let (key, jti) = (short_hash(taken.jkt.as_bytes()), short_hash(taken.jti.as_bytes()));
+        let mut seen = self.inner.lock();
+        if seen.by_iat.contains(&(taken.iat, key, jti)) {
+            seen.forget(taken.iat, key, jti, i64::MIN);
+        }
     }
 
     /// How many proofs are remembered.

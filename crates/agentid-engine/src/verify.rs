@@ -172,15 +172,19 @@ impl Verify {
                 return Err(VerifyError::AgentUnreadable(e));
             }
         };
+        let mut taken = None;
         if let (Presentation::Dpop(presented), Some(valid)) = (how, &checked.valid) {
-            if let Err(refused) =
-                self.proofs
-                    .check(token, &valid.token.claims, presented.as_ref(), now.as_secs())
+            match self
+                .proofs
+                .check(token, &valid.token.claims, presented.as_ref(), now.as_secs())
             {
-                checked.result = VerifyResult::Invalid;
-                checked.failure_reason = Some(refused.reason);
-                checked.proof_error = Some(refused.error);
-                checked.valid = None;
+                Ok(t) => taken = t,
+                Err(refused) => {
+                    checked.result = VerifyResult::Invalid;
+                    checked.failure_reason = Some(refused.reason);
+                    checked.proof_error = Some(refused.error);
+                    checked.valid = None;
+                }
             }
         }
         if let (Some(policy), Some(valid)) = (policy, &checked.valid) {
@@ -205,6 +209,10 @@ impl Verify {
             Ok(r) => r,
             Err(e) => {
                 self.counters.unrecorded.increment(1);
+                // Not answered, so not used: the receiver, told to retry, sends it again.
+                if let Some(t) = &taken {
+                    self.proofs.seen.release(t);
+                }
                 return Err(e.into());
             }
         };

@@ -2,7 +2,7 @@
 //! standard error body (`error.code`, `message`, `request_id`, `docs_url`) is written by the
 //! gate middleware for every error response, whatever produced it.
 
-use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 
@@ -157,6 +157,9 @@ impl std::fmt::Display for ApiError {
     }
 }
 
+/// Seconds a caller is asked to wait after a 503 that says to retry shortly.
+pub(crate) const RETRY_AFTER_SECONDS: &str = "1";
+
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         self.code.status()
@@ -164,6 +167,11 @@ impl ResponseError for ApiError {
 
     fn error_response(&self) -> HttpResponse {
         let mut res = HttpResponse::build(self.code.status());
+        // Every 503 that says "retry shortly" says when: verify's receivers, gateways and
+        // stock HTTP clients retry on it.
+        if self.code == ErrorCode::AuditUnavailable {
+            res.insert_header((header::RETRY_AFTER, RETRY_AFTER_SECONDS));
+        }
         for (name, value) in &self.headers {
             res.insert_header((name.clone(), value.clone()));
         }

@@ -31,8 +31,6 @@ use agentid_engine::{Presentation, Presented, ProofError, Verification};
 
 /// The proof algorithms a DPoP challenge names (as the receiver libraries name them).
 const DPOP_ALGS: &str = "EdDSA Ed25519 ES256";
-/// Seconds a gateway is asked to wait after a 503.
-const RETRY_AFTER: u32 = 1;
 /// The most values of a policy parameter, and the longest value.
 const MAX_VALUES: usize = 16;
 const MAX_VALUE_LEN: usize = 2048;
@@ -438,14 +436,7 @@ pub(crate) async fn check(state: web::Data<AppState>, req: HttpRequest) -> Resul
         .await;
     match verified {
         Ok(v) => answer(&v, scheme, &policy),
-        Err(e) => {
-            let e = ApiError::from(e);
-            Err(if e.code == ErrorCode::AuditUnavailable {
-                e.with_header(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER))
-            } else {
-                e
-            })
-        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -480,15 +471,7 @@ async fn signed_request(
         .engine
         .signed_requests()
         .check(&request, signed, context::received(req))
-        .await
-        .map_err(|e| {
-            let e = ApiError::from(e);
-            if e.code == ErrorCode::AuditUnavailable {
-                e.with_header(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER))
-            } else {
-                e
-            }
-        })?;
+        .await?;
     let agent = match (check.result, check.agent) {
         (RequestResult::Verified, Some(agent)) => agent,
         (RequestResult::Verified, None) => {

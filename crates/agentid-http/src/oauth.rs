@@ -67,7 +67,7 @@ fn refusal(e: &OAuthError) -> HttpResponse {
     let mut res = HttpResponse::build(status);
     res.insert_header((header::CACHE_CONTROL, "no-store"));
     if status == StatusCode::SERVICE_UNAVAILABLE {
-        res.insert_header((header::RETRY_AFTER, "1"));
+        res.insert_header((header::RETRY_AFTER, crate::error::RETRY_AFTER_SECONDS));
     }
     let mut res = res
         .content_type("application/json")
