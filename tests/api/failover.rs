@@ -275,3 +275,43 @@ async fn a_revocation_of_unknown_outcome_runs_again_once() {
         .json();
     assert_eq!(poll["sets"].as_object().map(|s| s.len()), Some(1), "{poll}");
 }
+
+/// Calls of an organization whose leased rate-limit cells ran out, while the database has
+/// stopped answering: one asks the store for more and gets no connection, and it and the
+/// calls of the next second pass the limit without asking (to be answered for the outage by
+/// their own work). Each used to ask in turn, one pool timeout after another: the twelfth
+/// waited twelve.
+#[actix_web::test]
+async fn a_database_that_stops_answering_holds_no_call_at_the_rate_limit() {
+    let Some((proxy, app)) = crate::proxy::app_behind_proxy_with(|c| {
+        c.engine.writer.flush_timeout = Duration::from_secs(1);
+    })
+    .await
+    else {
+        return;
+    };
+    let limits = agentid::domain::OrgLimits::resolve(agentid::domain::Plan::Free, None, None, None).unwrap();
+    let org = agentid::engine::admin::create_org(&app.store, "free", agentid::domain::Plan::Free, limits)
+        .await
+        .unwrap();
+    let key = org.keys.secret_live.clone();
+    let (_, token) = app.agent().await;
+    let path = format!("/v1/verify/{token}");
+    // Free: 500 verifications a minute, leased 5 cells at a time. Use up a lease.
+    for _ in 0..5 {
+        assert_eq!(app.get(&path, Some(&key)).await.json()["valid"], true);
+    }
+    proxy.stall();
+    let started = Instant::now();
+    let calls = (0..12).map(|_| app.get(&path, Some(&key)));
+    let answered = tokio::time::timeout(Duration::from_secs(20), futures_util::future::join_all(calls))
+        .await
+        .expect("every call is answered");
+    let took = started.elapsed();
+    for res in &answered {
+        res.assert_error(503, "AUDIT_UNAVAILABLE");
+    }
+    // One pool timeout (1 s here) for the lease, one flush timeout for the record: not twelve.
+    assert!(took < Duration::from_secs(8), "{took:?}");
+    proxy.restore();
+}

@@ -8,44 +8,74 @@ use tokio::sync::watch;
 
 pub struct Proxy {
     pub addr: SocketAddr,
-    up: watch::Sender<bool>,
+    state: watch::Sender<State>,
+}
+
+/// What the proxy does with connections.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    Up,
+    /// New connections are refused, open ones dropped.
+    Cut,
+    /// Connections, open and new, are held open and carry nothing: a database that stopped
+    /// answering (a host gone, a partition), which no error reports.
+    Stalled,
 }
 
 impl Proxy {
     pub async fn start(target: SocketAddr) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let (up, watch_rx) = watch::channel(true);
+        let (state, watch_rx) = watch::channel(State::Up);
         tokio::spawn(async move {
             loop {
                 let Ok((mut client, _)) = listener.accept().await else {
                     return;
                 };
                 let mut state = watch_rx.clone();
-                if !*state.borrow() {
-                    drop(client); // refused while down
-                    continue;
+                let now = *state.borrow();
+                match now {
+                    State::Cut => {
+                        drop(client); // refused while down
+                        continue;
+                    }
+                    State::Stalled => {
+                        tokio::spawn(async move {
+                            let _ = state.wait_for(|s| *s != State::Stalled).await;
+                            drop(client);
+                        });
+                        continue;
+                    }
+                    State::Up => {}
                 }
                 tokio::spawn(async move {
                     let Ok(mut server) = TcpStream::connect(target).await else {
                         return;
                     };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-                        _ = state.wait_for(|up| !*up) => {} // cut: both sockets drop
+                    let stalled = tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => false,
+                        s = state.wait_for(|s| *s != State::Up) => s.is_ok_and(|s| *s == State::Stalled),
+                    };
+                    // Cut: both sockets drop. Stalled: held, silent, until it ends.
+                    if stalled {
+                        let _ = state.wait_for(|s| *s != State::Stalled).await.is_ok();
                     }
                 });
             }
         });
-        Proxy { addr, up }
+        Proxy { addr, state }
     }
 
     pub fn cut(&self) {
-        self.up.send_replace(false);
+        self.state.send_replace(State::Cut);
+    }
+
+    pub fn stall(&self) {
+        self.state.send_replace(State::Stalled);
     }
 
     pub fn restore(&self) {
-        self.up.send_replace(true);
+        self.state.send_replace(State::Up);
     }
 }
 

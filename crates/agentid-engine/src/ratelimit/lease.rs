@@ -9,7 +9,7 @@ use dashmap::DashMap;
 use parking_lot::Mutex;
 
 use super::{bucket_key, decision, Class, Clock, Decision, LEASE_IDLE};
-use agentid_store::{SharedStore, Taken};
+use agentid_store::{SharedStore, StoreError, Taken};
 
 /// The cells an instance leased from one shared bucket.
 #[derive(Debug)]
@@ -23,6 +23,9 @@ struct Lease {
     full_at: Duration,
     /// The shared bucket had no cell to lease: refuse until then without asking again.
     refused_until: Duration,
+    /// The store could not lease: let calls through until then without asking again (each
+    /// caller waiting its turn at the store would otherwise wait out every one before it).
+    failing_until: Duration,
     /// The last time a cell was handed out or leased.
     used_at: Duration,
 }
@@ -52,6 +55,10 @@ pub(crate) struct Leases {
     store: SharedStore,
     buckets: [DashMap<String, Arc<Leased>>; 3],
 }
+
+/// How long a call waits for the store to lease cells: a store that does not answer (a
+/// connection that hangs) lets the call through then, as one that fails does.
+const LEASE_WAIT: Duration = Duration::from_secs(3);
 
 /// Cells an instance leases at once from a bucket of `limit` a minute.
 fn lease_size(limit: u32) -> u32 {
@@ -85,6 +92,7 @@ impl Leases {
                         shared_left: limit,
                         full_at: Duration::ZERO,
                         refused_until: Duration::ZERO,
+                        failing_until: Duration::ZERO,
                         used_at: now,
                     }),
                     refill: tokio::sync::Mutex::new(()),
@@ -106,7 +114,11 @@ impl Leases {
             }
             let buckets = self.store.shared_buckets().expect("leases run on shared buckets");
             let key = bucket_key(org_id, class);
-            match buckets.take_cells(&key, limit, lease_size(limit)).await {
+            let asked = tokio::time::timeout(LEASE_WAIT, buckets.take_cells(&key, limit, lease_size(limit)));
+            match asked
+                .await
+                .unwrap_or_else(|_| Err(StoreError::OutcomeUnknown("no answer in time".into())))
+            {
                 Ok(taken) => {
                     let now = clock.now();
                     let mut lease = bucket.lease.lock();
@@ -117,9 +129,11 @@ impl Leases {
                 }
                 Err(e) => {
                     // The store is unreachable: the call will most likely fail there too.
-                    // Let it through rather than answer 429 for the store's outage.
-                    tracing::warn!(error = %e, "cannot lease rate-limit cells; the call passes");
-                    let lease = bucket.lease.lock();
+                    // Let it through rather than answer 429 for the store's outage, and
+                    // the calls after it for a second, without asking again.
+                    tracing::warn!(error = %e, "cannot lease rate-limit cells; calls pass for a second");
+                    let mut lease = bucket.lease.lock();
+                    lease.failing_until = clock.now() + LEASE_WAIT.min(Duration::from_secs(1));
                     return decision(limit, lease.shared_left, Duration::ZERO, None);
                 }
             }
@@ -139,6 +153,9 @@ impl Leases {
             lease.cells -= 1;
             lease.used_at = now;
             return Some(lease.decision(now, false));
+        }
+        if now < lease.failing_until {
+            return Some(decision(limit, lease.shared_left, Duration::ZERO, None));
         }
         (now < lease.refused_until).then(|| lease.decision(now, true))
     }
@@ -206,6 +223,7 @@ mod tests {
                 shared_left: 500,
                 full_at: Duration::ZERO,
                 refused_until: Duration::ZERO,
+                failing_until: Duration::ZERO,
                 used_at: Duration::ZERO,
             }),
             refill: tokio::sync::Mutex::new(()),
