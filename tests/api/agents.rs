@@ -84,6 +84,8 @@ async fn register_rejects_each_broken_field_by_name() {
         ("expiry_seconds", json!(0), "expiry_seconds"),
         ("expiry_seconds", json!(-5), "expiry_seconds"),
         ("expiry_seconds", json!(1.5), "expiry_seconds"),
+        ("expiry_seconds", json!(-0.0), "expiry_seconds"),
+        ("expiry_seconds", json!(0.5), "expiry_seconds"),
         ("expiry_seconds", json!("60"), "expiry_seconds"),
         ("admin", json!(true), "admin"),
     ];
@@ -247,6 +249,21 @@ async fn expiry_is_capped_by_the_plan() {
         .post("/v1/agents/register", Some(app.secret()), Some(&body(u64::MAX)))
         .await;
     res.assert_error(400, "EXPIRY_TOO_LONG");
+    // A whole number however written is one (JSON Schema's integer: a Python client's
+    // `timedelta(days=1).total_seconds()` sends 86400.0); one past u64 is too long, not a
+    // wrong type.
+    for (written, ok) in [(86_400.0, true), (60.0, true), (1e23, false)] {
+        let body = json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"],
+                          "expiry_seconds": written});
+        let res = app
+            .post("/v1/agents/register", Some(app.secret()), Some(&body))
+            .await;
+        if ok {
+            assert_eq!(res.status, 201, "{written}: {}", res.text());
+        } else {
+            res.assert_error(400, "EXPIRY_TOO_LONG");
+        }
+    }
 }
 
 #[actix_web::test]

@@ -37,10 +37,11 @@ pub(crate) struct RegisterRequest {
     /// Optional context, at most 1024 characters (newline and tab allowed).
     #[serde(default)]
     description: Option<String>,
-    /// Token lifetime in seconds (default 86400; the plan caps it: EXPIRY_TOO_LONG).
-    #[schema(minimum = 1, example = 86400)]
+    /// Token lifetime in seconds (default 86400; the plan caps it: EXPIRY_TOO_LONG). A whole
+    /// number, however written (`86400.0` too).
+    #[schema(value_type = Option<u64>, minimum = 1, example = 86400)]
     #[serde(default)]
-    expiry_seconds: Option<u64>,
+    expiry_seconds: Option<serde_json::Number>,
     /// Binds the token to this key (DPoP, RFC 9449): a public JWK, OKP/Ed25519 or EC/P-256.
     /// The token carries its thumbprint as `cnf.jkt`, and passes only with a proof made with
     /// the key. Without it, the token is a bearer token.
@@ -110,7 +111,7 @@ impl RegisterRequest {
             description: Description::parse(self.description.as_deref().unwrap_or(""))?,
             expiry: self
                 .expiry_seconds
-                .map_or(Ok(ExpirySeconds::DEFAULT), ExpirySeconds::parse)?,
+                .map_or(Ok(ExpirySeconds::DEFAULT), |n| ExpirySeconds::from_number(&n))?,
         })
     }
 }

@@ -193,6 +193,25 @@ impl ExpirySeconds {
         Ok(ExpirySeconds(v))
     }
 
+    /// From a JSON number: a whole one, however written (`86400`, `86400.0`, `8.64e4`, as JSON
+    /// Schema's `integer` reads them); one past `u64` stands at `u64::MAX`, for the plan to
+    /// refuse as too long.
+    pub fn from_number(n: &serde_json::Number) -> Result<Self, ValidationError> {
+        if let Some(v) = n.as_u64() {
+            return Self::parse(v);
+        }
+        match n.as_f64() {
+            Some(f) if f.is_finite() && f >= 1.0 && f.fract() == 0.0 => {
+                // `as` saturates: 1e23 is u64::MAX.
+                Self::parse(f as u64)
+            }
+            _ => Err(ValidationError::new(
+                "expiry_seconds",
+                "must be a positive integer",
+            )),
+        }
+    }
+
     pub fn get(self) -> u64 {
         self.0
     }
