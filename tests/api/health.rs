@@ -16,6 +16,27 @@ async fn health_reports_ok_version_and_time() {
     assert!(res.header("x-request-id").unwrap().starts_with("req_"));
 }
 
+/// HEAD, which uptime monitors send (and RFC 9110 §9.1 asks of every general-purpose
+/// server), answers as GET without the body: on the health check and every public document.
+#[actix_web::test]
+async fn health_and_public_documents_answer_head() {
+    let app = spawn_app().await;
+    for path in [
+        "/health",
+        "/.well-known/public-key.pem",
+        "/.well-known/log-key",
+        "/.well-known/oauth-authorization-server",
+        "/.well-known/ssf-configuration",
+        "/docs/errors",
+        "/openapi.json",
+    ] {
+        let head = crate::helpers::read(app.client.head(app.url(path)).send().await.unwrap()).await;
+        assert_eq!(head.status, 200, "{path}");
+        assert!(head.body.is_empty(), "{path}");
+        assert!(head.header("x-ratelimit-limit").is_some(), "{path}");
+    }
+}
+
 #[actix_web::test]
 async fn health_is_503_when_the_store_is_unreachable() {
     let app = spawn_app().await;

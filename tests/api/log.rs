@@ -133,6 +133,16 @@ async fn bad_parameters_and_foreign_cursors_are_refused() {
             .await
             .assert_error(400, "VALIDATION_ERROR");
     }
+    // A parameter given twice is named (the message said only that the request could not
+    // be processed).
+    for path in ["/v1/log?limit=1&limit=2", "/v1/agents?cursor=a&cursor=b"] {
+        let err = app
+            .get(path, Some(app.secret()))
+            .await
+            .assert_error(400, "VALIDATION_ERROR");
+        let message = err["error"]["message"].as_str().unwrap();
+        assert!(message.contains("duplicate field"), "{path}: {message}");
+    }
     assert_eq!(app.log("?limit=200").await["data"].as_array().unwrap().len(), 3);
     assert_eq!(app.log("?limit=1").await["data"].as_array().unwrap().len(), 1);
 

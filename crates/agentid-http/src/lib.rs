@@ -57,6 +57,14 @@ pub fn app(
     actix_web::App::new()
         .app_data(state)
         .app_data(web::PayloadConfig::new(MAX_BODY))
+        // A query string that does not read (a parameter given twice) names what is wrong.
+        .app_data(web::QueryConfig::default().error_handler(|e, _| {
+            let why = match e {
+                actix_web::error::QueryPayloadError::Deserialize(d) => d.to_string(),
+                other => other.to_string(),
+            };
+            error::ApiError::from(agentid_core::domain::ValidationError::new("query", why)).into()
+        }))
         .configure(routes)
         .default_service(
             web::to(gate::no_route).wrap(from_fn(|req, next| gate::gate(&routes::UNMATCHED, req, next))),
@@ -147,13 +155,13 @@ route_table! {
         ),
     }
     routes: {
-        HEALTH => [get: meta::health],
-        PUBLIC_KEY => [get: meta::public_key_pem],
+        HEALTH => [get: meta::health] [head: meta::health],
+        PUBLIC_KEY => [get: meta::public_key_pem] [head: meta::public_key_pem],
         JWKS => [get: meta::jwks] [head: meta::jwks],
-        LOG_KEY => [get: meta::log_key],
-        ERROR_DOCS => [get: meta::error_docs],
-        OPENAPI => [get: openapi::document],
-        OAUTH_METADATA => [get: oauth::metadata],
+        LOG_KEY => [get: meta::log_key] [head: meta::log_key],
+        ERROR_DOCS => [get: meta::error_docs] [head: meta::error_docs],
+        OPENAPI => [get: openapi::document] [head: openapi::document],
+        OAUTH_METADATA => [get: oauth::metadata] [head: oauth::metadata],
         OAUTH_AUTHORIZE => [get: oauth::authorize, post: oauth::authorize_form],
         OAUTH_TOKEN => [post: oauth::token],
         OAUTH_INTROSPECT => [post: oauth::introspect],
@@ -188,7 +196,7 @@ route_table! {
         LOG => [get: log::read],
         LOG_CHECKPOINT => [get: log::checkpoint],
         LOG_COMMITMENTS => [get: log::commitments],
-        SSF_CONFIGURATION => [get: ssf::configuration],
+        SSF_CONFIGURATION => [get: ssf::configuration] [head: ssf::configuration],
         SSF_STREAMS => [
             post: ssf::streams::create,
             get: ssf::streams::read,
