@@ -751,8 +751,28 @@ async fn a_stream_whose_subjects_were_all_removed_carries_none() {
     let stream = push_stream(&app, &url).await;
     let (a, _) = app.agent().await;
     let (b, _) = app.agent().await;
+    // Removing from a stream that carries every agent cannot make it carry fewer: refused
+    // (SSF §8.1.3.3: 404), as is removing a subject twice.
+    let remove =
+        json!({"stream_id": stream, "subject": {"format": "iss_sub", "iss": "example.com", "sub": a}});
+    let refused = send(
+        &app,
+        "POST",
+        "/ssf/subjects/remove",
+        Some(app.secret()),
+        Some(remove.clone()),
+    );
+    refused.await.assert_error(404, "NOT_FOUND");
     subject(&app, &stream, &a, true).await;
     subject(&app, &stream, &a, false).await;
+    let again = send(
+        &app,
+        "POST",
+        "/ssf/subjects/remove",
+        Some(app.secret()),
+        Some(remove),
+    );
+    again.await.assert_error(404, "NOT_FOUND");
     assert_eq!(app.revoke(&b, None).await.status, 200);
     assert_eq!(app.revoke(&a, None).await.status, 200);
     let res = send(
@@ -928,12 +948,22 @@ async fn a_stream_row_that_does_not_decode_holds_up_no_other_stream() {
     let app = spawn_app().await;
     let (receiver, url) = Receiver::start().await;
     let broken = push_stream(&app, &url).await;
+    let mistyped = push_stream(&app, &url).await;
     let fine = push_stream(&app, &url).await;
     app.raw_execute(&format!(
         "UPDATE ssf_streams SET mode = 'x', next_due_at = 1, pending = 1 WHERE id = '{broken}'"
     ))
     .await
     .unwrap();
+    // SQLite takes any value in any column: one that is not the column's type fails the
+    // row's read itself.
+    if !app.db.is_postgres() {
+        app.raw_execute(&format!(
+            "UPDATE ssf_streams SET created_at = 'x', next_due_at = 1, pending = 1 WHERE id = '{mistyped}'"
+        ))
+        .await
+        .unwrap();
+    }
     let res = send(
         &app,
         "POST",

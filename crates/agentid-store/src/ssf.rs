@@ -18,16 +18,15 @@ pub const MAX_PENDING: i64 = 10_000;
 
 /// Streams, subjects and the event outbox.
 pub trait SsfStore {
-    /// Stores a new stream unless its organization has `max` streams already (false then):
-    /// counted and written in one exclusive transaction, so that concurrent creations cannot
-    /// pass the bound together.
+    /// Stores a new stream unless its organization has `max` streams already in its mode
+    /// (false then): counted and written in one exclusive transaction, so that concurrent
+    /// creations cannot pass the bound together.
     fn insert_stream<'a>(&'a self, stream: &'a StreamRecord, max: i64) -> StoreFuture<'a, bool>;
     fn get_stream<'a>(&'a self, id: &'a StreamId) -> StoreFuture<'a, Option<StreamRecord>>;
     /// An organization's streams in one mode, oldest first.
     fn list_streams<'a>(&'a self, org_id: &'a OrgId, mode: KeyMode) -> StoreFuture<'a, Vec<StreamRecord>>;
-    /// Stores what a stream's owner may change (aud, delivery, events, description, status);
-    /// a stream disabled drops the events it was owed. False when there is no such stream.
-    /// Writes what the owner configures (not its status); false when it is gone.
+    /// Stores what a stream's owner configures (aud, delivery, events, description), not its
+    /// status. False when there is no such stream.
     fn update_stream<'a>(&'a self, stream: &'a StreamRecord) -> StoreFuture<'a, bool>;
     /// Sets a stream's status alone (a disabled stream's events are dropped); false when it
     /// is gone.

@@ -85,7 +85,12 @@ pub enum SsfError {
     Invalid { field: &'static str, message: String },
     #[error("no such stream")]
     NotFound,
-    #[error("an organization has at most {MAX_STREAMS} streams")]
+    /// A subject to remove that is not one of the stream's (SSF §8.1.3.3: 404).
+    #[error("the subject is not one of the stream's subjects")]
+    NoSuchSubject,
+    #[error(
+        "an organization has at most {MAX_STREAMS} streams in each mode (test and live keys count their own)"
+    )]
     TooMany,
     #[error("poll token missing or not this stream's")]
     BadPollToken,
@@ -388,8 +393,10 @@ impl Ssf {
         };
         if add {
             self.store.add_subject(&stream.id, &agent.id).await?;
-        } else {
-            self.store.remove_subject(&stream.id, &agent.id).await?;
+        } else if !self.store.remove_subject(&stream.id, &agent.id).await? {
+            // Answered, not passed over: a stream that carries every agent (none added) would
+            // go on carrying this one.
+            return Err(SsfError::NoSuchSubject);
         }
         Ok(())
     }

@@ -75,7 +75,7 @@ pub(crate) async fn add_subject(
     responses(
         (status = 204, description = "Removed"),
         (status = 400, description = "VALIDATION_ERROR", body = ErrorBody),
-        (status = 404, description = "NOT_FOUND", body = ErrorBody),
+        (status = 404, description = "NOT_FOUND: no such stream, or the subject is not one of its subjects", body = ErrorBody),
     ),
 )]
 pub(crate) async fn remove_subject(

@@ -23,6 +23,11 @@ impl From<SsfError> for ApiError {
                 ErrorCode::NotFound,
                 "no such stream of this organization and mode",
             ),
+            SsfError::NoSuchSubject => ApiError::new(
+                ErrorCode::NotFound,
+                "the subject is not one of the stream's subjects (a stream carries every agent of \
+                 its organization and mode until subjects are added)",
+            ),
             SsfError::TooMany => ApiError::new(ErrorCode::ValidationError, e.to_string()),
             SsfError::BadPollToken => {
                 ApiError::unauthorized("send Authorization: Bearer <the stream's poll_token>")

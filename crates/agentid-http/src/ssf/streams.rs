@@ -127,7 +127,7 @@ pub(crate) struct StreamQuery {
     post, path = "/ssf/streams", tag = "ssf", request_body = StreamRequest,
     responses(
         (status = 201, description = "The stream's configuration (a poll stream's `poll_token` only here)", body = StreamConfig),
-        (status = 400, description = "VALIDATION_ERROR: a field breaks a rule (a push endpoint must be https and public), or the organization has 10 streams", body = ErrorBody),
+        (status = 400, description = "VALIDATION_ERROR: a field breaks a rule (a push endpoint must be https and public), or the organization has 10 streams in the key's mode", body = ErrorBody),
     ),
 )]
 pub async fn create(

@@ -275,15 +275,23 @@ impl SsfStore for SqlStore<DB> {
                     .bind(until.0)
                     .execute(&mut *tx)
                     .await?;
-                let row: StreamRow =
-                    sqlx::query_as(&format!("SELECT {STREAM_COLUMNS} FROM ssf_streams WHERE id = $1"))
-                        .bind(id.as_str())
-                        .fetch_one(&mut *tx)
-                        .await?;
-                // A row that does not decode stays leased and is reported, not returned: it
-                // would be first of every claim after (its event stays due), and failing the
-                // claim for it stopped every stream's delivery.
-                out.push(row.into_record());
+                let row = sqlx::query_as::<_, StreamRow>(&format!(
+                    "SELECT {STREAM_COLUMNS} FROM ssf_streams WHERE id = $1"
+                ))
+                .bind(id.as_str())
+                .fetch_one(&mut *tx)
+                .await;
+                // A row that does not decode (a column of another type too: SQLite takes any
+                // value in any column) stays leased and is reported, not returned: it would be
+                // first of every claim after (its event stays due), and failing the claim for
+                // it stopped every stream's delivery.
+                out.push(match row {
+                    Ok(row) => row.into_record(),
+                    Err(e @ (sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_))) => {
+                        Err(StoreError::Corrupt(format!("stream {id}: {e}")))
+                    }
+                    Err(e) => return Err(e.into()),
+                });
             }
             tx.commit().await?;
             Ok(out)
