@@ -58,7 +58,7 @@ impl Proxy {
                     };
                     // Cut: both sockets drop. Stalled: held, silent, until it ends.
                     if stalled {
-                        let _ = state.wait_for(|s| *s != State::Stalled).await.is_ok();
+                        let _ = state.wait_for(|s| *s != State::Stalled).await.map(|_| ());
                     }
                 });
             }

@@ -84,7 +84,7 @@ impl ProofCheck {
         claims: &Claims,
         presented: Option<&Presented<'_>>,
         now_secs: i64,
-    ) -> Result<Option<Taken>, Refused> {
+    ) -> Result<Option<TakenProof>, Refused> {
         let (bound, presented) = match (&claims.cnf, presented) {
             (None, None) => return Ok(None),
             (None, Some(_)) => return Err(invalid("sent with a token that is not bound to a key")),
@@ -110,7 +110,7 @@ impl ProofCheck {
             checked.iat,
             now_secs - self.max_skew_secs,
         )?;
-        Ok(Some(Taken {
+        Ok(Some(TakenProof {
             jkt: checked.jkt,
             jti: checked.jti,
             iat: checked.iat,
@@ -121,7 +121,7 @@ impl ProofCheck {
 /// A proof the memory took: given back when the verification it came with is not answered
 /// (503), so that the caller, told to try again, may.
 #[derive(Debug)]
-pub(crate) struct Taken {
+pub(crate) struct TakenProof {
     jkt: String,
     jti: String,
     iat: i64,
@@ -291,7 +291,7 @@ impl Replays {
     }
 
     /// Forgets the proof `taken`, if it is still held: as if it had never come.
-    pub(crate) fn release(&self, taken: &Taken) {
+    pub(crate) fn release(&self, taken: &TakenProof) {
         let (key, jti) = (short_hash(taken.jkt.as_bytes()), short_hash(taken.jti.as_bytes()));
         let mut seen = self.inner.lock();
         if seen.by_iat.contains(&(taken.iat, key, jti)) {

@@ -224,6 +224,11 @@ fn challenge(code: ErrorCode, scheme: Scheme, scopes: &[String]) -> String {
     }
 }
 
+/// The challenge to a request that sent no token: either scheme will do.
+fn bare() -> String {
+    format!("Bearer, DPoP algs=\"{DPOP_ALGS}\"")
+}
+
 fn refused(code: ErrorCode, message: impl Into<String>, challenge: String) -> ApiError {
     let value = HeaderValue::from_str(&challenge).unwrap_or(HeaderValue::from_static("Bearer"));
     ApiError::new(code, message).with_header(header::WWW_AUTHENTICATE, value)
@@ -362,11 +367,10 @@ pub(crate) async fn check(state: web::Data<AppState>, req: HttpRequest) -> Resul
     // One token and one proof: the upstream may read another copy than the one checked
     // here (RFC 9449 §4.3 refuses a second DPoP header).
     if req.headers().get_all(header::AUTHORIZATION).nth(1).is_some() {
-        let bare = format!("Bearer, DPoP algs=\"{DPOP_ALGS}\"");
         return Err(refused(
             ErrorCode::TokenInvalid,
             "more than one Authorization header",
-            bare,
+            bare(),
         ));
     }
     let presented = req
@@ -375,11 +379,10 @@ pub(crate) async fn check(state: web::Data<AppState>, req: HttpRequest) -> Resul
         .map(|v| v.to_str().ok().and_then(|v| v.split_once(' ')));
     let (scheme, token) = match presented {
         None => {
-            let bare = format!("Bearer, DPoP algs=\"{DPOP_ALGS}\"");
             return Err(refused(
                 ErrorCode::TokenInvalid,
                 "no token: send Authorization: Bearer or DPoP",
-                bare,
+                bare(),
             ));
         }
         Some(Some((s, t))) if s.eq_ignore_ascii_case("bearer") => (Scheme::Bearer, t.trim()),
@@ -451,7 +454,6 @@ async fn signed_request(
     policy: &Policy,
     signed: &RequestPolicy,
 ) -> Result<HttpResponse, ApiError> {
-    let bare = || format!("Bearer, DPoP algs=\"{DPOP_ALGS}\"");
     let Some((method, url)) = target else {
         let why = "a signed request needs the forward-auth URL's origin and the guarded request \
                    (X-Forwarded-Method and -Uri, or X-Original-Method and -URL, from a trusted peer)";

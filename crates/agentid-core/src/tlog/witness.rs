@@ -240,13 +240,13 @@ pub fn coverage(
              them, and the uncovered ones have been there for {} s (allowed: {} s)",
             cp.origin,
             cp.size,
-            (now.0 - since.0) / 1000,
+            now.0.saturating_sub(since.0) / 1000,
             limit_ms / 1000
         ))
     };
     let made = newest_made
         .ok_or_else(|| Finding::Check("GET /v1/log: a record without a readable requested_at".into()))?;
-    if now.0 - made.0 > limit_ms {
+    if now.0.saturating_sub(made.0) > limit_ms {
         return Err(stale(held, made));
     }
     match noted {
@@ -257,7 +257,7 @@ pub fn coverage(
                 since: n.since.min(now),
                 ..n
             };
-            if now.0 - n.since.0 > limit_ms {
+            if now.0.saturating_sub(n.since.0) > limit_ms {
                 Err(stale(n.records, n.since))
             } else {
                 Ok(Coverage::Note(n))
@@ -362,6 +362,13 @@ mod tests {
             since: Millis(10_000),
         };
         let r = coverage(&c, 14, Some(Millis(99_000)), Some(old_note), now, limit);
+        assert!(matches!(r, Err(Finding::Log(m)) if m.contains("checkpoints stopped")));
+        // A note dated at the far end of the past is stale, not an overflow.
+        let ancient = Uncovered {
+            records: 11,
+            since: Millis(i64::MIN),
+        };
+        let r = coverage(&c, 14, Some(Millis(99_000)), Some(ancient), now, limit);
         assert!(matches!(r, Err(Finding::Log(m)) if m.contains("checkpoints stopped")));
         // A note dated ahead of the clock counts from now, and is saved so: the alarm comes
         // a limit later, not when the clock catches up with the note.

@@ -224,8 +224,8 @@ pub struct VerifiedProof {
 /// A URL as `htu` is compared (RFC 9449 §4.3): without its query and fragment, normalized as
 /// RFC 3986 §6.2.2 and §6.2.3 say (scheme and host in lower case, no default port, an empty
 /// path as `/`, percent-encodings of unreserved characters decoded and the others' hex digits
-/// in upper case, dot segments removed), so that two ways of writing one URL match. A host's
-/// trailing dot stays: it names another host.
+/// in upper case, in the host lower case like the rest of it, dot segments removed), so that
+/// two ways of writing one URL match. A host's trailing dot stays: it names another host.
 fn htu_form(url: &str) -> String {
     let url = url.split(['?', '#']).next().unwrap_or(url);
     let Some((scheme, rest)) = url.split_once("://") else {

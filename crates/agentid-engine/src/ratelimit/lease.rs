@@ -59,6 +59,8 @@ pub(crate) struct Leases {
 /// How long a call waits for the store to lease cells: a store that does not answer (a
 /// connection that hangs) lets the call through then, as one that fails does.
 const LEASE_WAIT: Duration = Duration::from_secs(3);
+/// After a lease failed: how long the organization's calls pass without asking again.
+const FAIL_OPEN_FOR: Duration = Duration::from_secs(1);
 
 /// Cells an instance leases at once from a bucket of `limit` a minute.
 fn lease_size(limit: u32) -> u32 {
@@ -133,7 +135,7 @@ impl Leases {
                     // the calls after it for a second, without asking again.
                     tracing::warn!(error = %e, "cannot lease rate-limit cells; calls pass for a second");
                     let mut lease = bucket.lease.lock();
-                    lease.failing_until = clock.now() + LEASE_WAIT.min(Duration::from_secs(1));
+                    lease.failing_until = clock.now() + FAIL_OPEN_FOR;
                     return decision(limit, lease.shared_left, Duration::ZERO, None);
                 }
             }
@@ -260,6 +262,15 @@ mod tests {
         assert!(
             Leases::from_lease(&bucket, clock.now(), 500).is_none(),
             "ask again"
+        );
+        // After a lease the store failed, calls pass for a second without asking.
+        bucket.lease.lock().failing_until = clock.now() + FAIL_OPEN_FOR;
+        let passed = Leases::from_lease(&bucket, clock.now(), 500).expect("passes");
+        assert!(passed.allowed);
+        clock.advance(FAIL_OPEN_FOR);
+        assert!(
+            Leases::from_lease(&bucket, clock.now(), 500).is_none(),
+            "ask again once the second is over"
         );
     }
 
