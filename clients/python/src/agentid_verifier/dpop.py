@@ -152,8 +152,8 @@ def _htu_form(url: str) -> str:
     """A URL as ``htu`` is compared (RFC 9449 §4.3): without its query and fragment, normalized
     as RFC 3986 §6.2.2 and §6.2.3 say (scheme and host in lower case, no default port, an empty
     path as ``/``, percent-encodings of unreserved characters decoded and the others' hex
-    digits in upper case, dot segments removed), as the service does. A host's trailing dot
-    stays: it names another host."""
+    digits in upper case (in the host, lower case like the rest of it), dot segments removed),
+    as the service does. A host's trailing dot stays: it names another host."""
     url = url.split("?", 1)[0].split("#", 1)[0]
     if "://" not in url:
         return url
