@@ -432,7 +432,7 @@ impl Delegation {
         let sub = person(&t, grant)?;
         self.not_revoked(&agent.org_id, &idp.issuer, &sub, t.int("iat"), grant)
             .await?;
-        let key = crate::oauth::used_key(&["id-jag", &idp.issuer, jti]);
+        let key = crate::once::used_key(&["id-jag", &idp.issuer, jti]);
         Ok(Delegated {
             sub_id: SubjectId::iss_sub(&idp.issuer, &sub),
             inner: None,

@@ -18,6 +18,7 @@ pub mod grants;
 pub mod identity_providers;
 mod kept;
 pub mod oauth;
+mod once;
 pub mod outbound;
 pub mod ratelimit;
 pub mod recorder;

@@ -498,5 +498,5 @@ pub enum CheckError {
 /// What a signature's nonce is remembered by, fleet-wide: its key's and its own.
 fn nonce_key(signed: &Signed) -> Option<String> {
     let nonce = signed.nonce.as_ref()?;
-    Some(crate::oauth::used_key(&["web-bot-auth", &signed.keyid, nonce]))
+    Some(crate::once::used_key(&["web-bot-auth", &signed.keyid, nonce]))
 }

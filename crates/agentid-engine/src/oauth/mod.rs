@@ -793,17 +793,6 @@ fn delegated_scope(
     Ok(granted.join(" "))
 }
 
-/// What the store remembers a used one-time credential by (an ID-JAG, a signed request's
-/// nonce), fleet-wide: the SHA-256 of `parts`, each ended by a zero byte, in base64url.
-pub(crate) fn used_key(parts: &[&str]) -> String {
-    let mut key = Sha256::new();
-    for part in parts {
-        key.update(part.as_bytes());
-        key.update([0]);
-    }
-    URL_SAFE_NO_PAD.encode(key.finalize())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
