@@ -147,8 +147,12 @@ impl Leases {
     fn from_lease(bucket: &Leased, now: Duration, limit: u32) -> Option<Decision> {
         let mut lease = bucket.lease.lock();
         if lease.limit != limit {
-            // The plan changed: what was leased under the old limit is worth other cells.
+            // The plan changed: what was leased under the old limit is worth other cells. No
+            // more of them are handed out than a lease under the new one holds (a plan moved
+            // down would otherwise pass the old lease's on top of the new limit); the rest
+            // are dropped, not given back: the fleet passes fewer, never more.
             lease.limit = limit;
+            lease.cells = lease.cells.min(lease_size(limit));
             lease.refused_until = Duration::ZERO;
         }
         if lease.cells > 0 {
@@ -272,6 +276,30 @@ mod tests {
             Leases::from_lease(&bucket, clock.now(), 500).is_none(),
             "ask again once the second is over"
         );
+    }
+
+    /// A plan moved down hands out no more of what was leased under the old one than a lease
+    /// under the new one holds.
+    #[test]
+    fn a_plan_moved_down_keeps_no_more_cells_than_its_own_lease() {
+        let clock = FakeClock::default();
+        let bucket = Leased {
+            lease: Mutex::new(Lease {
+                limit: 50_000,
+                cells: 500,
+                shared_left: 40_000,
+                full_at: Duration::ZERO,
+                refused_until: Duration::ZERO,
+                failing_until: Duration::ZERO,
+                used_at: Duration::ZERO,
+            }),
+            refill: tokio::sync::Mutex::new(()),
+        };
+        let mut passed = 0;
+        while Leases::from_lease(&bucket, clock.now(), 60).is_some_and(|d| d.allowed) {
+            passed += 1;
+        }
+        assert_eq!(passed, lease_size(60));
     }
 
     #[test]
