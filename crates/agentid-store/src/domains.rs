@@ -72,7 +72,9 @@ pub trait DomainStore {
         domain: &'a IssuerDomain,
     ) -> StoreFuture<'a, Option<DomainClaim>>;
     fn domain_claims<'a>(&'a self, org_id: &'a OrgId) -> StoreFuture<'a, Vec<DomainClaim>>;
-    /// Counts a verification attempt of a claim, at most `per_minute` in any minute.
+    /// Counts a verification attempt of a claim, at most `per_minute` in any minute for the
+    /// organization and name (kept apart from the claim: releasing it and claiming again
+    /// keeps the count).
     fn domain_attempt<'a>(
         &'a self,
         org_id: &'a OrgId,

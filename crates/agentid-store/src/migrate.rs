@@ -186,6 +186,11 @@ pub const SQLITE: Embedded = &[
         "moves owe only earlier agents",
         include_str!("../../../migrations/sqlite/0036_moves_owe_only_earlier_agents.sql"),
     ),
+    (
+        37,
+        "domain attempts outlive claims",
+        include_str!("../../../migrations/sqlite/0037_domain_attempts_outlive_claims.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -368,6 +373,11 @@ pub const POSTGRES: Embedded = &[
         "moves owe only earlier agents",
         include_str!("../../../migrations/postgres/0036_moves_owe_only_earlier_agents.sql"),
     ),
+    (
+        37,
+        "domain attempts outlive claims",
+        include_str!("../../../migrations/postgres/0037_domain_attempts_outlive_claims.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -429,7 +439,7 @@ pub(crate) fn grants_pg(role: &str) -> Vec<String> {
         format!(
             "GRANT INSERT, UPDATE, DELETE ON orgs, api_keys, agents, revocation_epoch, signing_keys, \
              rate_buckets, status_lists, ssf_streams, ssf_subjects, ssf_events, domain_claims, \
-             client_assertions, name_moves, client_secrets, identity_providers TO {r}"
+             domain_attempts, client_assertions, name_moves, client_secrets, identity_providers TO {r}"
         ),
         // A person's revocation is kept (its triggers refuse the rest too).
         format!("GRANT INSERT, UPDATE ON subject_revocations TO {r}"),

@@ -23,7 +23,7 @@ use moves::{Mover, INLINE_BUDGET};
 
 /// Pending claims an organization may have at once.
 pub(crate) const MAX_PENDING: u32 = 100;
-/// Verification attempts of one claim in any minute.
+/// Verification attempts of one organization's claims of a name in any minute.
 pub(crate) const ATTEMPTS_PER_MINUTE: usize = 10;
 /// The label under which the TXT record is looked up.
 pub(crate) const DNS_LABEL: &str = "_agentid-challenge";

@@ -200,16 +200,28 @@ impl DomainStore for SqlStore<DB> {
     ) -> StoreFuture<'a, Attempt> {
         Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.exclusive().await?;
-            let row: Option<(String,)> =
-                sqlx::query_as("SELECT attempts FROM domain_claims WHERE org_id = $1 AND domain = $2")
+            let (claimed,): (bool,) = sqlx::query_as(
+                "SELECT EXISTS (SELECT 1 FROM domain_claims WHERE org_id = $1 AND domain = $2)",
+            )
+            .bind(org_id.as_str())
+            .bind(domain.as_str())
+            .fetch_one(&mut *tx)
+            .await?;
+            if !claimed {
+                return Ok(Attempt::NoClaim);
+            }
+            // Kept apart from the claim, so that releasing and claiming again keeps them.
+            sqlx::query("DELETE FROM domain_attempts WHERE last_at < $1")
+                .bind(now.0 - 60_000)
+                .execute(&mut *tx)
+                .await?;
+            let stored: Option<(String,)> =
+                sqlx::query_as("SELECT attempts FROM domain_attempts WHERE org_id = $1 AND domain = $2")
                     .bind(org_id.as_str())
                     .bind(domain.as_str())
                     .fetch_optional(&mut *tx)
                     .await?;
-            let Some((stored,)) = row else {
-                return Ok(Attempt::NoClaim);
-            };
-            let mut recent = recent_attempts(&stored, now);
+            let mut recent = recent_attempts(stored.as_ref().map_or("", |(s,)| s.as_str()), now);
             if recent.len() >= per_minute {
                 let oldest = recent.iter().min().copied().unwrap_or(now.0);
                 let wait = (oldest + 60_000 - now.0).max(1);
@@ -217,12 +229,17 @@ impl DomainStore for SqlStore<DB> {
             }
             recent.push(now.0);
             let stored = recent.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
-            sqlx::query("UPDATE domain_claims SET attempts = $3 WHERE org_id = $1 AND domain = $2")
-                .bind(org_id.as_str())
-                .bind(domain.as_str())
-                .bind(stored.as_str())
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query(
+                "INSERT INTO domain_attempts (org_id, domain, attempts, last_at) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (org_id, domain) DO UPDATE SET attempts = excluded.attempts, \
+                 last_at = excluded.last_at",
+            )
+            .bind(org_id.as_str())
+            .bind(domain.as_str())
+            .bind(stored.as_str())
+            .bind(now.0)
+            .execute(&mut *tx)
+            .await?;
             crate::sql::commit(tx).await?;
             Ok(Attempt::Allowed)
         }))
