@@ -131,6 +131,25 @@ async fn every_stream_is_owed_at_most_ten_thousand_events_whatever_its_state() {
         .is_empty());
 }
 
+/// A disabled stream holds nothing for later: a verification queued as it is disabled (the
+/// engine read its status before) is not kept. (It was queued, and sent once the stream was
+/// enabled again.)
+#[actix_web::test]
+async fn a_disabled_stream_takes_no_verification_from_a_late_writer() {
+    let app = spawn_app().await;
+    let s = &app.store;
+    assert!(s
+        .insert_stream(&stream(&app, "ssf_off", POLL, "disabled"), 10)
+        .await
+        .unwrap());
+    let id = crate::helpers::stream_id("ssf_off");
+    s.add_verification(&id, Some("late"), Millis(2000)).await.unwrap();
+    assert!(s.pending_events(&id, 10).await.unwrap().is_empty());
+    assert!(s.set_stream_status(&id, "enabled").await.unwrap());
+    s.add_verification(&id, Some("now"), Millis(3000)).await.unwrap();
+    assert_eq!(s.pending_events(&id, 10).await.unwrap().len(), 1);
+}
+
 /// The deliverer's look for due streams reads streams, not events: 10,000 events waiting
 /// on a paused stream and on a poll stream make no push stream due, and one enabled push
 /// stream is found by its own next due time, which follows its oldest event. The test's

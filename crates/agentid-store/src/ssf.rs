@@ -34,7 +34,8 @@ pub trait SsfStore {
     fn delete_stream<'a>(&'a self, id: &'a StreamId) -> StoreFuture<'a, bool>;
     fn add_subject<'a>(&'a self, stream_id: &'a StreamId, agent_id: &'a AgentId) -> StoreFuture<'a, ()>;
     fn remove_subject<'a>(&'a self, stream_id: &'a StreamId, agent_id: &'a AgentId) -> StoreFuture<'a, bool>;
-    /// Queues a verification event carrying `state`.
+    /// Queues a verification event carrying `state`, unless the stream is disabled (checked
+    /// under its row's lock, so that a disable at the same time leaves nothing queued).
     fn add_verification<'a>(
         &'a self,
         stream_id: &'a StreamId,

@@ -223,6 +223,17 @@ impl SsfStore for SqlStore<DB> {
     ) -> StoreFuture<'a, ()> {
         Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.begin().await?;
+            // The stream's row, locked, unless it is disabled: a disable that commits first is
+            // seen here (nothing queued), one that waits for this deletes what this queues.
+            let open = sqlx::query(
+                "UPDATE ssf_streams SET pending = pending WHERE id = $1 AND status <> 'disabled'",
+            )
+            .bind(stream_id.as_str())
+            .execute(&mut *tx)
+            .await?;
+            if DB::rows_affected(&open) == 0 {
+                return Ok(());
+            }
             let event = NewEvent {
                 kind: "verification",
                 agent_id: None,
