@@ -50,6 +50,24 @@ struct Leased {
     refill: tokio::sync::Mutex<()>,
 }
 
+impl Leased {
+    /// A bucket of `limit` a minute with nothing leased yet, first used at `now`.
+    fn new(limit: u32, now: Duration) -> Self {
+        Leased {
+            lease: Mutex::new(Lease {
+                limit,
+                cells: 0,
+                shared_left: limit,
+                full_at: Duration::ZERO,
+                refused_until: Duration::ZERO,
+                failing_until: Duration::ZERO,
+                used_at: now,
+            }),
+            refill: tokio::sync::Mutex::new(()),
+        }
+    }
+}
+
 /// Organization buckets in the store a fleet shares, by class and organization.
 pub(crate) struct Leases {
     store: SharedStore,
@@ -86,20 +104,7 @@ impl Leases {
             return b.clone();
         }
         map.entry(org_id.to_owned())
-            .or_insert_with(|| {
-                Arc::new(Leased {
-                    lease: Mutex::new(Lease {
-                        limit,
-                        cells: 0,
-                        shared_left: limit,
-                        full_at: Duration::ZERO,
-                        refused_until: Duration::ZERO,
-                        failing_until: Duration::ZERO,
-                        used_at: now,
-                    }),
-                    refill: tokio::sync::Mutex::new(()),
-                })
-            })
+            .or_insert_with(|| Arc::new(Leased::new(limit, now)))
             .clone()
     }
 
@@ -222,18 +227,7 @@ mod tests {
     #[test]
     fn a_lease_hands_out_its_cells_then_asks_again() {
         let clock = FakeClock::default();
-        let bucket = Leased {
-            lease: Mutex::new(Lease {
-                limit: 500,
-                cells: 0,
-                shared_left: 500,
-                full_at: Duration::ZERO,
-                refused_until: Duration::ZERO,
-                failing_until: Duration::ZERO,
-                used_at: Duration::ZERO,
-            }),
-            refill: tokio::sync::Mutex::new(()),
-        };
+        let bucket = Leased::new(500, Duration::ZERO);
         assert!(
             Leases::from_lease(&bucket, clock.now(), 500).is_none(),
             "nothing leased yet"
@@ -283,18 +277,12 @@ mod tests {
     #[test]
     fn a_plan_moved_down_keeps_no_more_cells_than_its_own_lease() {
         let clock = FakeClock::default();
-        let bucket = Leased {
-            lease: Mutex::new(Lease {
-                limit: 50_000,
-                cells: 500,
-                shared_left: 40_000,
-                full_at: Duration::ZERO,
-                refused_until: Duration::ZERO,
-                failing_until: Duration::ZERO,
-                used_at: Duration::ZERO,
-            }),
-            refill: tokio::sync::Mutex::new(()),
-        };
+        let bucket = Leased::new(50_000, Duration::ZERO);
+        {
+            let mut lease = bucket.lease.lock();
+            lease.cells = 500;
+            lease.shared_left = 40_000;
+        }
         let mut passed = 0;
         while Leases::from_lease(&bucket, clock.now(), 60).is_some_and(|d| d.allowed) {
             passed += 1;

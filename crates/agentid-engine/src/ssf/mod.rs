@@ -115,6 +115,15 @@ pub struct StreamInput {
     pub aud: Option<String>,
 }
 
+/// The `aud` a stream gets when its owner names none: a push stream's endpoint origin (none
+/// when the endpoint is not a URL), a poll stream's id.
+fn default_aud(method: &str, endpoint_url: Option<&str>, id: &StreamId) -> Option<String> {
+    match method {
+        PUSH => endpoint_url.and_then(origin_of),
+        _ => Some(id.to_string()),
+    }
+}
+
 /// What a PATCH changes; each field left out keeps its value.
 pub struct StreamChange {
     /// The delivery method and endpoint, together.
@@ -186,16 +195,13 @@ impl Ssf {
 
     /// A stream built from `input` (its endpoint vetted), keeping `base`'s identity.
     fn build(&self, base: StreamRecord, input: StreamInput) -> Result<StreamRecord, SsfError> {
-        let (endpoint_url, default_aud) = match input.method.as_str() {
-            PUSH => {
-                let url = input
+        let endpoint_url = match input.method.as_str() {
+            PUSH => Some(
+                input
                     .endpoint_url
-                    .ok_or_else(|| invalid("delivery.endpoint_url", "is required for push delivery"))?;
-                let origin =
-                    origin_of(&url).ok_or_else(|| invalid("delivery.endpoint_url", "is not a URL"))?;
-                (Some(url), origin)
-            }
-            POLL => (None, base.id.to_string()),
+                    .ok_or_else(|| invalid("delivery.endpoint_url", "is required for push delivery"))?,
+            ),
+            POLL => None,
             other => {
                 return Err(invalid(
                     "delivery.method",
@@ -203,6 +209,8 @@ impl Ssf {
                 ))
             }
         };
+        let default_aud = default_aud(&input.method, endpoint_url.as_deref(), &base.id)
+            .ok_or_else(|| invalid("delivery.endpoint_url", "is not a URL"))?;
         if input.events_requested.len() > MAX_EVENTS_REQUESTED
             || input.events_requested.iter().any(|e| !stored_text(e))
         {
@@ -306,11 +314,8 @@ impl Ssf {
         change: StreamChange,
     ) -> Result<StreamRecord, SsfError> {
         let current = self.get(org_id, mode, id).await?;
-        let defaulted = match current.method.as_str() {
-            PUSH => current.endpoint_url.as_deref().and_then(origin_of),
-            _ => Some(current.id.to_string()),
-        }
-        .is_some_and(|d| d == current.aud);
+        let defaulted = default_aud(&current.method, current.endpoint_url.as_deref(), &current.id)
+            .is_some_and(|d| d == current.aud);
         let (method, endpoint_url) = change
             .delivery
             .unwrap_or_else(|| (current.method.clone(), current.endpoint_url.clone()));
@@ -416,11 +421,8 @@ impl Ssf {
             ));
         }
         let stream = self.get(org_id, mode, id).await?;
-        // A disabled stream holds no event for later (SSF §8.1.2): the request is answered
-        // as any other, and nothing is queued.
-        if stream.status == "disabled" {
-            return Ok(());
-        }
+        // A disabled stream holds no event for later (SSF §8.1.2): the request is answered as
+        // any other, and the store queues nothing on it.
         self.store
             .add_verification(&stream.id, state, Millis::now())
             .await?;
