@@ -841,6 +841,35 @@ fn help_never_shows_the_database_password() {
     }
 }
 
+/// A password in a URL parameter the database driver does not know (`sslpassword`, a
+/// misspelt `Password`) is refused by name, never printed: the driver would log it, value and
+/// all, at start.
+#[test]
+fn an_unknown_database_url_parameter_is_refused_without_its_value() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in [
+        "postgres://agentid@127.0.0.1:1/agentid?sslpassword=hunter2",
+        "postgres://agentid@127.0.0.1:1/agentid?sslmode=disable&Password=hunter2",
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_agentid"))
+            .args(["serve", "--bind", "127.0.0.1:0"])
+            .current_dir(dir.path())
+            .env("DATABASE_URL", url)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(!out.status.success(), "{url}");
+        assert!(
+            !stdout.contains("hunter2") && !stderr.contains("hunter2"),
+            "{url}: {stdout}{stderr}"
+        );
+        assert!(stderr.contains("does not know"), "{url}: {stderr}");
+    }
+}
+
 /// Settings a caller could make the writer allocate or wait without bound are refused at
 /// once; the witness takes its key from the environment only.
 #[test]

@@ -95,6 +95,13 @@ pub enum StoreError {
     NotOwner(String),
     #[error("unsupported database URL (use sqlite://… or postgres://…)")]
     UnsupportedUrl,
+    /// A PostgreSQL URL parameter the driver does not know (it would be ignored, and its
+    /// value logged): named, its value never shown.
+    #[error(
+        "the database URL has a parameter the service does not know: {0:?} (check its spelling; \
+         a password goes in the user part or as password=…)"
+    )]
+    UnknownUrlParameter(String),
     /// A SQLite database that this command may not create.
     #[error("no database at {path}: {why}")]
     NoDatabase { path: String, why: String },

@@ -78,8 +78,48 @@ async fn reachable(connect: &PgConnectOptions, within: std::time::Duration) -> R
     Err(StoreError::Unreachable { target, cause })
 }
 
+/// The query parameters the PostgreSQL driver reads. It logs any other one, value and all,
+/// and goes on without it: a misspelt or unsupported password parameter (`sslpassword`,
+/// `Password`) would print the password.
+const URL_PARAMETERS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+];
+
+/// Refuses a URL with a parameter outside [`URL_PARAMETERS`] (or `options[…]`), by name.
+fn known_parameters(url: &str) -> Result<(), StoreError> {
+    let Some((_, query)) = url.split_once('?') else {
+        return Ok(());
+    };
+    let query = query.split_once('#').map_or(query, |(q, _)| q);
+    for (key, _) in form_urlencoded::parse(query.as_bytes()) {
+        let known = URL_PARAMETERS.contains(&&*key) || (key.starts_with("options[") && key.ends_with(']'));
+        if !known {
+            return Err(StoreError::UnknownUrlParameter(key.into_owned()));
+        }
+    }
+    Ok(())
+}
+
 impl SqlStore<Postgres> {
     pub async fn connect(url: &str, opts: &StoreOptions) -> Result<Self, StoreError> {
+        known_parameters(url)?;
         let connect = PgConnectOptions::from_str(url)?.application_name("agentid");
         reachable(&connect, opts.acquire_timeout).await?;
         // API calls and reads ping a connection before using it (the default), so a
