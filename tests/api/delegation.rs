@@ -881,6 +881,114 @@ async fn an_id_jag_buys_one_token_for_its_resource() {
     );
 }
 
+/// A person's token narrows the grant by its `scope` and by its `scp` (Okta's array, Entra's
+/// string); a `scope` of another shape is refused, never read as "no limit".
+#[actix_web::test]
+async fn a_persons_scopes_narrow_the_grant_in_every_form() {
+    let app = spawn_app().await;
+    let sk = app.secret().to_owned();
+    let idp = Idp::new(IDP);
+    app.trust(&sk, &idp).await;
+    let a = app.confidential(&sk, &["read:docs", "write:docs"]).await;
+    for allowed in [
+        json!({"scp": ["read:docs"]}),
+        json!({"scp": "read:docs"}),
+        json!({"scope": "read:docs write:docs", "scp": ["read:docs"]}),
+    ] {
+        let mut claims = json!({"aud": a.id});
+        claims
+            .as_object_mut()
+            .unwrap()
+            .extend(allowed.as_object().unwrap().clone());
+        let person = idp.sign("JWT", claims);
+        let answer = app.delegated(&a, &person, ID_TOKEN, RESOURCE).await;
+        assert_eq!(answer["scope"], "read:docs", "{allowed}");
+        let res = app
+            .exchange(&a, &person, ID_TOKEN, RESOURCE, &[("scope", "write:docs")])
+            .await;
+        refused(&res, 400, "invalid_scope");
+    }
+    for bad in [
+        json!({"scope": ["read:docs"]}),
+        json!({"scope": 7}),
+        json!({"scp": [1]}),
+        json!({"scp": {"read:docs": true}}),
+    ] {
+        let mut claims = json!({"aud": a.id});
+        claims
+            .as_object_mut()
+            .unwrap()
+            .extend(bad.as_object().unwrap().clone());
+        let res = app
+            .exchange(
+                &a,
+                &idp.sign("JWT", claims),
+                ID_TOKEN,
+                RESOURCE,
+                &[("scope", "write:docs")],
+            )
+            .await;
+        let why = refused(&res, 400, "invalid_request");
+        assert!(why.contains("sc"), "{bad}: {why}");
+        let jag = idp.id_jag(&app, &a.id, bad.clone());
+        let res = app
+            .token_for(&a, &[("grant_type", JWT_BEARER), ("assertion", &jag)])
+            .await;
+        refused(&res, 400, "invalid_grant");
+    }
+}
+
+/// An ID-JAG is spent within its organization: another one that trusts the same issuer name
+/// with keys of its own, spending an ID-JAG with the same `jti` first, takes nothing from it.
+#[actix_web::test]
+async fn another_organization_cannot_spend_an_id_jag_first() {
+    let app = spawn_app().await;
+    let sk = app.secret().to_owned();
+    let idp = Idp::new(IDP);
+    app.trust(&sk, &idp).await;
+    let a = app.confidential(&sk, &["read:docs"]).await;
+    let b_org = agentid::engine::admin::create_org(
+        &app.store,
+        "b",
+        agentid::domain::Plan::Enterprise,
+        agentid::domain::OrgLimits::resolve(
+            agentid::domain::Plan::Enterprise,
+            Some(1_000_000),
+            Some(1_000_000),
+            None,
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    app.grant(&b_org.org_id, "b.example", false).await.unwrap();
+    let b_sk = b_org.keys.secret_live.clone();
+    let spoof = Idp::new(IDP);
+    app.trust(&b_sk, &spoof).await;
+    let b = app.confidential_in(&b_sk, "b.example", &["read:docs"]).await;
+    let jti = json!({"jti": "predictable-1"});
+    let res = app
+        .token_for(
+            &b,
+            &[
+                ("grant_type", JWT_BEARER),
+                ("assertion", &spoof.id_jag(&app, &b.id, jti.clone())),
+            ],
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let res = app
+        .token_for(
+            &a,
+            &[
+                ("grant_type", JWT_BEARER),
+                ("assertion", &idp.id_jag(&app, &a.id, jti)),
+            ],
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+}
+
 /// A person revoked reaches the organization's Shared Signals streams as a CAEP
 /// session-revoked event naming them (`iss_sub`).
 #[actix_web::test]

@@ -307,7 +307,7 @@ impl Delegation {
         Ok(Delegated {
             sub_id: SubjectId::iss_sub(&idp.issuer, &sub),
             inner: None,
-            allowed: t.text("scope").map(split_scope),
+            allowed: person_scope(&t, OAuthError::InvalidRequest)?,
             exp_cap: t.int("exp"),
             resource: None,
             single_use: None,
@@ -432,11 +432,13 @@ impl Delegation {
         let sub = person(&t, grant)?;
         self.not_revoked(&agent.org_id, &idp.issuer, &sub, t.int("iat"), grant)
             .await?;
-        let key = crate::once::used_key(&["id-jag", &idp.issuer, jti]);
+        // Spent within the organization: another one trusting the same issuer name (with
+        // keys of its own) cannot spend this one's ID-JAGs by guessing their jti.
+        let key = crate::once::used_key(&["id-jag", agent.org_id.as_str(), &idp.issuer, jti]);
         Ok(Delegated {
             sub_id: SubjectId::iss_sub(&idp.issuer, &sub),
             inner: None,
-            allowed: t.text("scope").map(split_scope),
+            allowed: person_scope(&t, grant)?,
             // Every link bounds the token's life, the ID-JAG's too.
             exp_cap: Some(exp),
             resource,
@@ -482,6 +484,40 @@ fn person(t: &Foreign, refusal: fn(String) -> OAuthError) -> Result<String, OAut
             "the token's sub must be 1 to {MAX_SUB_LEN} bytes, without control characters"
         ))),
     }
+}
+
+/// The scopes a provider's token allows the agent: its `scope` (a space-separated string,
+/// RFC 8693 and RFC 9068) and its `scp` (a string or an array of strings, as Okta and Entra
+/// write it), each one present narrowing the grant; `None` when it carries neither. A claim
+/// of another shape is refused: read as absent, it would allow everything the agent holds.
+fn person_scope(t: &Foreign, refusal: fn(String) -> OAuthError) -> Result<Option<Vec<String>>, OAuthError> {
+    let mut allowed: Option<Vec<String>> = None;
+    for name in ["scope", "scp"] {
+        let these = match t.claims.get(name) {
+            None => continue,
+            Some(Value::String(s)) => split_scope(s),
+            Some(Value::Array(items)) if name == "scp" => items
+                .iter()
+                .map(|v| v.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| refusal("the token's scp holds something that is not a string".into()))?,
+            Some(_) => {
+                return Err(refusal(format!(
+                    "the token's {name} is not {}",
+                    if name == "scope" {
+                        "a string"
+                    } else {
+                        "a string or an array of strings"
+                    }
+                )))
+            }
+        };
+        allowed = Some(match allowed {
+            None => these,
+            Some(before) => before.into_iter().filter(|s| these.contains(s)).collect(),
+        });
+    }
+    Ok(allowed)
 }
 
 fn split_scope(s: &str) -> Vec<String> {
