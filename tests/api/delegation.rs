@@ -1085,6 +1085,29 @@ async fn keys_at_a_jwks_uri_are_fetched_cached_and_refreshed() {
     assert_eq!(tls.hits(), 2);
 }
 
+/// Attack: a `jwks_uri` answering more keys than a provider may have (each kept, for every
+/// URL, for minutes) is refused as unavailable, like any set that cannot be had.
+#[actix_web::test]
+async fn a_jwks_uri_with_too_many_keys_is_refused() {
+    let (app, tls, _dns) = keys_host().await;
+    let sk = app.secret().to_owned();
+    let idp = Idp::new(IDP);
+    let mut jwks = idp.jwks();
+    let key = jwks["keys"][0].clone();
+    jwks["keys"] = json!(vec![key; 21]);
+    let body = jwks.to_string();
+    tls.answer(format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    ));
+    let a = trust_keys_host(&app, &sk).await;
+    let res = app
+        .exchange(&a, &idp.id_token(&a.id), ID_TOKEN, RESOURCE, &[])
+        .await;
+    let why = refused(&res, 503, "temporarily_unavailable");
+    assert!(why.contains("more than 20 keys"), "{why}");
+}
+
 /// What a failing `jwks_uri` answers.
 const UNAVAILABLE: &str =
     "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";

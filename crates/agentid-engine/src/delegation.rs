@@ -149,18 +149,41 @@ impl ProviderKeys {
         let Some(url) = &idp.jwks_uri else {
             return Err("it has no keys".into());
         };
-        let read = |body: &[u8]| {
-            let v: Value = serde_json::from_slice(body).map_err(|_| "answered no JSON".to_owned())?;
-            if !v.get("keys").is_some_and(Value::is_array) {
-                return Err("answered no key set".to_owned());
-            }
-            Ok(v)
-        };
         self.0
-            .get(url, refresh, read)
+            .get(url, refresh, fetched_key_set)
             .await
             .map_err(|e| format!("its jwks_uri {e}"))
     }
+}
+
+/// The members of a JWK that checking a signature reads.
+const KEY_MEMBERS: [&str; 9] = ["kty", "kid", "use", "alg", "crv", "x", "y", "n", "e"];
+
+/// A fetched key set as it is kept: at most [`MAX_KEYS`](crate::identity_providers::MAX_KEYS)
+/// keys, each with only its [`KEY_MEMBERS`] of text. Whatever else the document held (a
+/// hostile one: 64 KiB of nested padding, several megabytes parsed) is not kept, for every
+/// provider's URL, for minutes.
+fn fetched_key_set(body: &[u8]) -> Result<Value, String> {
+    use crate::identity_providers::MAX_KEYS;
+    let v: Value = serde_json::from_slice(body).map_err(|_| "answered no JSON".to_owned())?;
+    let Some(keys) = v.get("keys").and_then(Value::as_array) else {
+        return Err("answered no key set".to_owned());
+    };
+    if keys.len() > MAX_KEYS {
+        return Err(format!("answered more than {MAX_KEYS} keys"));
+    }
+    let keys: Vec<Value> = keys
+        .iter()
+        .filter_map(Value::as_object)
+        .map(|key| {
+            KEY_MEMBERS
+                .iter()
+                .filter_map(|m| Some((m.to_string(), Value::String(key.get(*m)?.as_str()?.to_owned()))))
+                .collect::<serde_json::Map<_, _>>()
+                .into()
+        })
+        .collect();
+    Ok(serde_json::json!({ "keys": keys }))
 }
 
 /// The token endpoint's delegation grants, with what they read: the store, the registry's
@@ -525,4 +548,27 @@ fn split_scope(s: &str) -> Vec<String> {
         .filter(|s| !s.is_empty())
         .map(str::to_owned)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A key set padded to its 64 KiB bound is kept as its keys' members alone; more keys
+    /// than a provider may have is refused.
+    #[test]
+    fn a_fetched_key_set_is_kept_as_its_keys_alone() {
+        let key = serde_json::json!({"kty": "OKP", "crv": "Ed25519", "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo", "kid": "k1", "x5c": ["AAAA"], "d": "secret"});
+        let pad: Vec<Value> = (0..8000).map(|_| serde_json::json!({"a": 0})).collect();
+        let body = serde_json::json!({"keys": [key], "pad": pad}).to_string();
+        assert!(body.len() > 60_000);
+        let kept = fetched_key_set(body.as_bytes()).unwrap();
+        assert_eq!(
+            kept,
+            serde_json::json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo", "kid": "k1"}]})
+        );
+        let many = serde_json::json!({"keys": vec![key; crate::identity_providers::MAX_KEYS + 1]});
+        assert!(fetched_key_set(many.to_string().as_bytes()).is_err());
+        assert!(fetched_key_set(b"{\"keys\": {}}").is_err());
+    }
 }

@@ -15,8 +15,8 @@ use crate::apikeys::Caller;
 pub const MAX_IDENTITY_PROVIDERS: i64 = 10;
 /// The longest issuer or key-set URL taken.
 const MAX_URL_LEN: usize = 1024;
-/// The most keys in an inline key set, and its largest JSON.
-const MAX_KEYS: usize = 20;
+/// The most keys in a key set, inline or fetched, and an inline one's largest JSON.
+pub(crate) const MAX_KEYS: usize = 20;
 const MAX_JWKS_BYTES: usize = 64 * 1024;
 /// Members that make a JWK private (or symmetric).
 const PRIVATE_MEMBERS: [&str; 8] = ["d", "p", "q", "dp", "dq", "qi", "oth", "k"];
