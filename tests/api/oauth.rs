@@ -687,6 +687,28 @@ async fn token_requests_count_against_the_organizations_limit() {
     panic!("failed token requests were never limited");
 }
 
+/// Attack: a neighbour behind the same address (a NAT, a /64) spending the address's
+/// anonymous calls on pages that do not exist shuts no agent out of the token endpoint, whose
+/// failed requests have a bucket of their own.
+#[actix_web::test]
+async fn other_anonymous_calls_from_an_address_leave_its_token_requests_alone() {
+    let app = spawn_app().await;
+    let key = AgentKey::ed();
+    let agent = client(&app, &key).await;
+    for path in ["/nope", "/oauth/authorize", "/v1/agents"] {
+        for _ in 0..10 {
+            app.get(path, None).await;
+        }
+    }
+    assert_eq!(
+        app.get("/nope", None).await.status,
+        429,
+        "the address's calls are spent"
+    );
+    let res = ask(&app, &assertion(&app, &key, &agent), &[("resource", RESOURCE)]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+}
+
 #[actix_web::test]
 async fn test_mode_tokens_say_so_and_the_lifetime_is_configured() {
     let app = spawn_app_with(Options {

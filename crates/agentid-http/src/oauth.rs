@@ -300,9 +300,9 @@ pub(crate) async fn token(state: web::Data<AppState>, req: HttpRequest, body: By
         return refusal(&e);
     }
     let limits = state.engine.rate_limits();
-    let ip = RateSubject::Anonymous(context::client_ip(&req));
-    // An address whose failed requests used up its calls is refused before any check.
-    let peeked = limits.peek(ip, Class::Other);
+    let ip = context::client_ip(&req);
+    // An address whose failed requests used up its bucket is refused before any check.
+    let peeked = limits.failed_client(ip, false);
     if peeked.remaining == 0 {
         let refused = agentid_engine::ratelimit::Decision {
             allowed: false,
@@ -318,7 +318,7 @@ pub(crate) async fn token(state: web::Data<AppState>, req: HttpRequest, body: By
         Err(e) => {
             let mut res = refusal(&e);
             if matches!(e, OAuthError::InvalidClient(_)) {
-                let charged = limits.check(ip, Class::Other).await;
+                let charged = limits.failed_client(ip, true);
                 res.extensions_mut().insert(Charged(charged));
             }
             return res;

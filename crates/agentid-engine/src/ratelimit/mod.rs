@@ -32,6 +32,8 @@ pub(crate) const ANON_OTHER_PER_MINUTE: u32 = 20;
 /// Database look-ups of API keys the cache has not seen, per client address: bounds what a
 /// flood of random keys costs the store. Refreshing a key the cache held is not charged.
 pub(crate) const KEY_LOOKUPS_PER_MINUTE: u32 = 60;
+/// Token requests whose client failed to authenticate, per client address.
+pub const FAILED_CLIENTS_PER_MINUTE: u32 = 20;
 /// A leased cell that goes unused this long goes back to the shared bucket.
 pub(crate) const LEASE_IDLE: Duration = Duration::from_secs(1);
 
@@ -136,6 +138,10 @@ pub struct RateLimits<C: Clock = MonotonicClock> {
     anon_verify: LocalBuckets<AddressKey>,
     anon_other: LocalBuckets<AddressKey>,
     key_lookups: LocalBuckets<AddressKey>,
+    /// The token endpoint's failed client authentications: a bucket of their own, so that an
+    /// address's other anonymous calls (a neighbour behind the same NAT asking for pages that
+    /// do not exist) never shut the endpoint for the agents there.
+    failed_clients: LocalBuckets<AddressKey>,
     orgs: OrgBuckets,
 }
 
@@ -164,6 +170,7 @@ impl<C: Clock> RateLimits<C> {
             anon_verify: LocalBuckets::new(),
             anon_other: LocalBuckets::new(),
             key_lookups: LocalBuckets::new(),
+            failed_clients: LocalBuckets::new(),
             orgs,
         }
     }
@@ -172,6 +179,13 @@ impl<C: Clock> RateLimits<C> {
     pub(crate) fn check_key_lookup(&self, ip: IpAddr) -> Decision {
         self.key_lookups
             .check(&ip.into(), KEY_LOOKUPS_PER_MINUTE, self.clock.now(), true)
+    }
+
+    /// The address's bucket of failed client authentications at the token endpoint: a cell
+    /// taken (`take`, a client that failed) or a look (is any left?).
+    pub fn failed_client(&self, ip: IpAddr, take: bool) -> Decision {
+        self.failed_clients
+            .check(&ip.into(), FAILED_CLIENTS_PER_MINUTE, self.clock.now(), take)
     }
 
     /// Takes a cell of the caller's bucket for the class.
@@ -234,7 +248,12 @@ impl<C: Clock> RateLimits<C> {
     /// Forgets the buckets in memory that are full again (a walk of every bucket).
     pub(crate) fn evict_full(&self) {
         let now = self.clock.now();
-        for b in [&self.anon_verify, &self.anon_other, &self.key_lookups] {
+        for b in [
+            &self.anon_verify,
+            &self.anon_other,
+            &self.key_lookups,
+            &self.failed_clients,
+        ] {
             b.evict_full(now);
         }
         if let OrgBuckets::Local(b) = &self.orgs {
@@ -256,7 +275,16 @@ impl<C: Clock> RateLimits<C> {
             OrgBuckets::Local(b) => b.iter().map(|b| b.map.len()).sum(),
             OrgBuckets::Shared(l) => l.tracked(),
         };
-        self.anon_verify.map.len() + self.anon_other.map.len() + self.key_lookups.map.len() + orgs
+        [
+            &self.anon_verify,
+            &self.anon_other,
+            &self.key_lookups,
+            &self.failed_clients,
+        ]
+        .iter()
+        .map(|b| b.map.len())
+        .sum::<usize>()
+            + orgs
     }
 }
 
