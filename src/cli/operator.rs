@@ -19,6 +19,14 @@ pub(crate) enum SigningKeyCommand {
     List {
         #[command(flatten)]
         db: DbArgs,
+        /// The key file every instance starts with (a key it does not vouch for is listed
+        /// as unvouched: it counts nowhere).
+        #[arg(
+            long,
+            env = "AGENTID_SIGNING_KEY_FILE",
+            default_value = config::DEFAULT_SIGNING_KEY_FILE
+        )]
+        signing_key_file: PathBuf,
     },
     /// Add a signing key: in JWKS at once, signing once --publish-for has passed. The key it
     /// replaces keeps validating until its last token expires. Running instances follow
@@ -46,6 +54,14 @@ pub(crate) enum SigningKeyCommand {
         kid: String,
         #[command(flatten)]
         db: DbArgs,
+        /// The key file every instance starts with (which keys are active is worked out among
+        /// those it vouches for).
+        #[arg(
+            long,
+            env = "AGENTID_SIGNING_KEY_FILE",
+            default_value = config::DEFAULT_SIGNING_KEY_FILE
+        )]
+        signing_key_file: PathBuf,
     },
 }
 
@@ -190,27 +206,40 @@ pub(super) async fn domain(cmd: DomainCommand) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The key file at `path`, which must exist.
+fn key_file(path: &std::path::Path) -> Result<crate::keys::KeyRing, Box<dyn std::error::Error>> {
+    crate::keys::KeyRing::load(path)?
+        .ok_or_else(|| admin::AdminError::NoKeyFile(path.display().to_string()).into())
+}
+
 pub(super) async fn signing_key(cmd: SigningKeyCommand) -> CliResult {
     match cmd {
-        SigningKeyCommand::List { db } => {
+        SigningKeyCommand::List { db, signing_key_file } => {
+            let root = key_file(&signing_key_file)?;
             let store = open(&db).await?;
-            println!("{}", serde_json::to_string(&admin::signing_keys(&store).await?)?);
+            println!(
+                "{}",
+                serde_json::to_string(&admin::signing_keys(&store, &root).await?)?
+            );
         }
         SigningKeyCommand::Rotate {
             db,
             publish_for,
             signing_key_file,
         } => {
-            let Some(root) = crate::keys::KeyRing::load(&signing_key_file)? else {
-                return Err(admin::AdminError::NoKeyFile(signing_key_file.display().to_string()).into());
-            };
+            let root = key_file(&signing_key_file)?;
             let store = open(&db).await?;
             let view = admin::rotate_signing_key(&store, &root, &signing_key_file, publish_for).await?;
             println!("{}", serde_json::to_string(&view)?);
         }
-        SigningKeyCommand::Retire { kid, db } => {
+        SigningKeyCommand::Retire {
+            kid,
+            db,
+            signing_key_file,
+        } => {
+            let root = key_file(&signing_key_file)?;
             let store = open(&db).await?;
-            admin::retire_signing_key(&store, &kid).await?;
+            admin::retire_signing_key(&store, &root, &kid).await?;
             println!("retired {kid} (running instances refuse its tokens within 10 s)");
         }
     }

@@ -69,7 +69,9 @@ async fn rotation_and_retirement_follow_the_rules_without_the_binary() {
     assert_eq!(again.kid(), root.kid());
 
     // The only active key cannot be retired.
-    let refused = admin::retire_signing_key(&store, root.kid()).await.unwrap_err();
+    let refused = admin::retire_signing_key(&store, &root, root.kid())
+        .await
+        .unwrap_err();
     assert!(matches!(refused, AdminError::OnlyActiveKey(_)), "{refused}");
 
     // A key published for an hour is next; one at once signs, and then the first may go.
@@ -81,16 +83,20 @@ async fn rotation_and_retirement_follow_the_rules_without_the_binary() {
         .await
         .unwrap();
     assert_eq!(now.state, KeyState::Active);
-    admin::retire_signing_key(&store, root.kid()).await.unwrap();
-    let again = admin::retire_signing_key(&store, root.kid()).await.unwrap_err();
+    admin::retire_signing_key(&store, &root, root.kid())
+        .await
+        .unwrap();
+    let again = admin::retire_signing_key(&store, &root, root.kid())
+        .await
+        .unwrap_err();
     assert!(matches!(again, AdminError::RetiredAlready(_)), "{again}");
-    let views = admin::signing_keys(&store).await.unwrap();
+    let views = admin::signing_keys(&store, &root).await.unwrap();
     let state = |kid: &str| views.iter().find(|v| v.kid == kid).unwrap().state;
     assert_eq!(
         (state(root.kid()), state(&next.kid), state(&now.kid)),
         (KeyState::Retired, KeyState::Next, KeyState::Active)
     );
-    let unknown = admin::retire_signing_key(&store, "no-such-kid")
+    let unknown = admin::retire_signing_key(&store, &root, "no-such-kid")
         .await
         .unwrap_err();
     assert!(matches!(unknown, AdminError::NoSigningKey(_)), "{unknown}");

@@ -114,6 +114,51 @@ async fn a_signing_key_written_into_the_database_validates_nothing() {
     assert_eq!(res["error"], "TOKEN_INVALID", "{res}");
 }
 
+/// A key written into the database (active now) is listed as unvouched and cannot stand in
+/// for the signer: retiring the fleet's only vouched active key is still refused, which would
+/// leave the instances no key to sign with.
+#[actix_web::test]
+async fn a_signing_key_written_into_the_database_cannot_stand_in_for_the_signer() {
+    let app = spawn_app().await;
+    let evil = SigningKey::from_bytes(&[68; 32]);
+    let kid = thumbprint(&evil.verifying_key());
+    app.raw_execute(&format!(
+        "INSERT INTO signing_keys (kid, public_key, created_at, private_key, activates_at, \
+         retired_at, last_expires_at) VALUES ('{kid}', {}, 1, NULL, 1, NULL, 4102444800000)",
+        blob(&app, evil.verifying_key().as_bytes())
+    ))
+    .await
+    .unwrap();
+    let root = app.key_ring();
+    let views = admin::signing_keys(&app.store, &root).await.unwrap();
+    let state = |k: &str| views.iter().find(|v| v.kid == k).map(|v| v.state);
+    assert_eq!(
+        (state(root.kid()), state(&kid)),
+        (
+            Some(agentid::keys::KeyState::Active),
+            Some(agentid::keys::KeyState::Unvouched)
+        )
+    );
+    let refused = admin::retire_signing_key(&app.store, &root, root.kid())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, admin::AdminError::OnlyActiveKey(_)),
+        "{refused}"
+    );
+    // As the operator runs it.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentid"))
+        .args(["signing-key", "retire", root.kid()])
+        .env("DATABASE_URL", &app.config.database_url)
+        .env("AGENTID_SIGNING_KEY_FILE", &app.config.signing_key_file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    app.engine.refresh_keys().await.unwrap();
+    let (_, token) = app.agent().await;
+    assert_eq!(app.verify(&token).await["valid"], true);
+}
+
 /// The rows that would undo a retirement or a revocation do not change: a retired key's
 /// `retired_at` set back to NULL, an agent renamed so that a fresh row can take its id, the
 /// revocation epoch deleted or moved back.
@@ -127,7 +172,9 @@ async fn retirement_and_revocation_cannot_be_undone_in_the_database() {
     admin::rotate_signing_key(&app.store, &root, &app.config.signing_key_file, Duration::ZERO)
         .await
         .unwrap();
-    admin::retire_signing_key(&app.store, root.kid()).await.unwrap();
+    admin::retire_signing_key(&app.store, &root, root.kid())
+        .await
+        .unwrap();
     app.engine.refresh_keys().await.unwrap();
     assert_eq!(app.verify(&token).await["error"], "TOKEN_INVALID");
 
@@ -488,7 +535,9 @@ async fn a_revocation_or_retirement_undone_behind_the_triggers_is_caught() {
     admin::rotate_signing_key(&app.store, &root, &app.config.signing_key_file, Duration::ZERO)
         .await
         .unwrap();
-    admin::retire_signing_key(&app.store, root.kid()).await.unwrap();
+    admin::retire_signing_key(&app.store, &root, root.kid())
+        .await
+        .unwrap();
     app.engine.refresh_keys().await.unwrap();
     let (agent, token) = app.agent().await;
     assert_eq!(app.revoke(&agent, Some("leaked")).await.status, 200);

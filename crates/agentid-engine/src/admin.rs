@@ -208,21 +208,28 @@ pub async fn set_limits(
 }
 
 /// Every recorded signing key with its state now, oldest first.
-pub async fn signing_keys(store: &SharedStore) -> Result<Vec<KeyView>, StoreError> {
-    Ok(views(&store.signing_keys().await?, Millis::now()))
+/// The recorded signing keys as the fleet sees them: the states of those the key file `root`
+/// vouches for, worked out among them alone, then the others, `unvouched`.
+pub async fn signing_keys(store: &SharedStore, root: &KeyRing) -> Result<Vec<KeyView>, StoreError> {
+    Ok(views(root, &store.signing_keys().await?, Millis::now()))
 }
 
-fn views(keys: &[SigningKeyRecord], now: Millis) -> Vec<KeyView> {
-    let (st, _) = states(keys, now);
-    keys.iter()
-        .zip(st)
-        .map(|(k, state)| KeyView {
-            kid: k.kid.clone(),
-            state,
-            created_at: k.created_at,
-            activates_at: k.activates_at,
-        })
-        .collect()
+fn views(root: &KeyRing, keys: &[SigningKeyRecord], now: Millis) -> Vec<KeyView> {
+    let (vouched, unvouched) = agentid_core::keys::vouched(root, keys);
+    let (st, _) = states(&vouched, now);
+    let view = |k: &SigningKeyRecord, state| KeyView {
+        kid: k.kid.clone(),
+        state,
+        created_at: k.created_at,
+        activates_at: k.activates_at,
+    };
+    let mut out: Vec<KeyView> = vouched.iter().zip(st).map(|(k, state)| view(k, state)).collect();
+    out.extend(
+        keys.iter()
+            .filter(|k| unvouched.iter().any(|u| u.kid == k.kid))
+            .map(|k| view(k, KeyState::Unvouched)),
+    );
+    out
 }
 
 /// Adds a signing key, sealed under the key file's key (`root`, which must be the fleet's):
@@ -247,7 +254,7 @@ pub async fn rotate_signing_key(
     let record = SigningKeyRecord::new(kid.clone(), key.verifying_key().to_bytes(), Some(sealed), at);
     store.add_signing_key(&record).await?;
     let all = store.signing_keys().await?;
-    views(&all, Millis::now())
+    views(root, &all, Millis::now())
         .into_iter()
         .find(|v| v.kid == kid)
         .ok_or(AdminError::NoSigningKey(kid))
@@ -262,20 +269,23 @@ pub async fn unvouched_signing_keys(
     Ok(agentid_core::keys::vouched(root, &store.signing_keys().await?).1)
 }
 
-/// Retires a signing key now; refused for the only active key.
-pub async fn retire_signing_key(store: &SharedStore, kid: &str) -> Result<(), AdminError> {
+/// Retires a signing key now; refused for the only active key among those the key file
+/// `root` vouches for (a row written into the database by someone else signs nothing, so it
+/// cannot stand in for the signer).
+pub async fn retire_signing_key(store: &SharedStore, root: &KeyRing, kid: &str) -> Result<(), AdminError> {
     let keys = store.signing_keys().await?;
-    let (st, _) = states(&keys, Millis::now());
-    let Some(i) = keys.iter().position(|k| k.kid == kid) else {
+    if !keys.iter().any(|k| k.kid == kid) {
         return Err(AdminError::NoSigningKey(kid.to_owned()));
-    };
+    }
+    let (vouched, _) = agentid_core::keys::vouched(root, &keys);
+    let (st, _) = states(&vouched, Millis::now());
+    let state = |k: &str| vouched.iter().position(|v| v.kid == k).map(|i| st[i]);
     // The signer may go only when another activated key (a replaced one) can sign instead.
-    let others = st
+    let others = vouched
         .iter()
-        .enumerate()
-        .filter(|(j, s)| *j != i && matches!(s, KeyState::Active | KeyState::Replaced))
+        .filter(|v| v.kid != kid && matches!(state(&v.kid), Some(KeyState::Active | KeyState::Replaced)))
         .count();
-    if st[i] == KeyState::Active && others == 0 {
+    if state(kid) == Some(KeyState::Active) && others == 0 {
         return Err(AdminError::OnlyActiveKey(kid.to_owned()));
     }
     // Retirements are committed to in the order of their times (`tlog::commit`): a later

@@ -80,6 +80,9 @@ pub enum KeyState {
     Active,
     Replaced,
     Retired,
+    /// A row the key file does not vouch for (written into the database by someone else): it
+    /// counts nowhere, and [`states`] never gives it.
+    Unvouched,
 }
 
 /// One key as `agentid signing-key list` shows it.
