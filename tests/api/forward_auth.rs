@@ -265,6 +265,51 @@ async fn a_bound_token_passes_only_with_a_fresh_proof_for_this_receiver_and_requ
     refused(&res, 401, "TOKEN_INVALID", "DPoP error=\"invalid_token\"");
 }
 
+/// Attack: a gateway that names the request in one family of headers and passes the client's
+/// headers on lets the client add the other family; a proof for the client's request (not the
+/// one the gateway forwards) passes nothing.
+#[actix_web::test]
+async fn a_clients_forwarded_headers_cannot_rename_the_request() {
+    let app = spawn_app().await;
+    let key = AgentKey::ed();
+    let (_, token) = bound(&app, &key).await;
+    let query = format!("origin={ORIGIN}");
+    let dpop_auth = format!("DPoP {token}");
+    let lying = proof(&key, &token, "POST", "https://api.example/admin");
+    let res = app
+        .forward(
+            "GET",
+            &query,
+            &[
+                ("Authorization", &dpop_auth),
+                ("DPoP", &lying),
+                ("X-Original-Method", "GET"),
+                ("X-Original-URL", "/orders"),
+                ("X-Forwarded-Method", "POST"),
+                ("X-Forwarded-Uri", "/admin"),
+            ],
+        )
+        .await;
+    refused(&res, 401, "TOKEN_INVALID", "DPoP");
+    // Both families naming the same request: that request.
+    let fresh = proof(&key, &token, "GET", "https://api.example/orders");
+    let res = app
+        .forward(
+            "GET",
+            &query,
+            &[
+                ("Authorization", &dpop_auth),
+                ("DPoP", &fresh),
+                ("X-Original-Method", "GET"),
+                ("X-Original-URL", "https://api.example/orders"),
+                ("X-Forwarded-Method", "GET"),
+                ("X-Forwarded-Uri", "/orders"),
+            ],
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+}
+
 #[actix_web::test]
 async fn forwarded_headers_count_only_from_a_trusted_gateway() {
     let app = spawn_app_with(Options {

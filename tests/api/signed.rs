@@ -402,6 +402,82 @@ async fn forward_signed(app: &TestApp, query: &str, signed: Value) -> Resp {
     crate::helpers::read(req.send().await.unwrap()).await
 }
 
+/// Attack: a covered header sent again with a line that is not ASCII (which the upstream
+/// sees) is checked over every line, and fails; forwarded headers of both families (the
+/// client's passed on beside the gateway's) that disagree name no request.
+#[actix_web::test]
+async fn forward_auth_checks_every_line_of_what_a_signature_covers() {
+    let app = spawn_app().await;
+    let key = SigningKey::from_bytes(&rand::random::<[u8; 32]>());
+    let public =
+        json!({"kty": "OKP", "crv": "Ed25519", "x": URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes())});
+    app.register(
+        json!({"name": "crawler", "issuer_domain": "example.com", "scopes": ["read:docs"], "jwk": public}),
+    )
+    .await;
+    let kid = thumbprint(&public);
+    let directory = format!("{}/v1/directories/example.com", app.base);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let signed = || {
+        let params = format!(
+            ";created={now};expires={};keyid=\"{kid}\";nonce=\"{}\";tag=\"web-bot-auth\"",
+            now + 300,
+            URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>())
+        );
+        hand_signed(
+            &key,
+            "https://shop.example/products/1",
+            &directory,
+            &["@authority", "signature-agent", "x-a"],
+            &params,
+            &[("X-A", "1")],
+        )
+    };
+    let send = |headers: Value, extra: Vec<(&'static str, awc::http::header::HeaderValue)>| {
+        let app = &app;
+        async move {
+            let mut req = app
+                .client
+                .get(app.url("/v1/forward-auth?origin=https://shop.example"))
+                .insert_header(("X-Forwarded-Method", "GET"))
+                .insert_header(("X-Forwarded-Uri", "/products/1"));
+            for (name, value) in headers.as_object().unwrap() {
+                req = req.insert_header((name.as_str(), value.as_str().unwrap()));
+            }
+            for (name, value) in extra {
+                req = req.append_header((name, value));
+            }
+            crate::helpers::read(req.send().await.unwrap()).await
+        }
+    };
+    let value = |b: &[u8]| awc::http::header::HeaderValue::from_bytes(b).unwrap();
+    let res = send(signed(), vec![]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    send(signed(), vec![("X-A", value(b"caf\xe9"))])
+        .await
+        .assert_error(401, "TOKEN_INVALID");
+    // The other family, agreeing: the same request. Disagreeing, or a second line: none.
+    let res = send(
+        signed(),
+        vec![
+            ("X-Original-Method", value(b"GET")),
+            ("X-Original-URL", value(b"/products/1")),
+        ],
+    )
+    .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    for extra in [
+        vec![("X-Original-Method", value(b"POST"))],
+        vec![("X-Original-URL", value(b"/admin"))],
+        vec![("X-Forwarded-Uri", value(b"/admin"))],
+    ] {
+        send(signed(), extra).await.assert_error(401, "TOKEN_INVALID");
+    }
+}
+
 /// A signed request whose check cannot be recorded is answered 503 and not let through; its
 /// nonce is given back, so the retry the answer asks for passes (it was refused as a replay).
 #[actix_web::test]

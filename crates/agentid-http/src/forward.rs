@@ -171,19 +171,37 @@ fn origin(s: &str) -> Result<String, ApiError> {
 /// NGINX configurations `X-Original-Method` and `X-Original-URL` (or `-URI`). The target keeps
 /// its query, which a signature may cover (a DPoP proof's `htu` names the URL without it),
 /// and is never read as policy.
+///
+/// Every line of every one of these headers must name the same request: a gateway that sets
+/// one family and passes the client's headers on would otherwise let the client's other
+/// family (or a second line) choose the method and path a proof or signature is held to.
+/// Disagreeing lines name no request, and a check that needs one is refused.
 fn forwarded(headers: &HeaderMap) -> (Option<String>, Option<String>) {
-    let first = |names: &[&str]| {
-        names
-            .iter()
-            .find_map(|n| headers.get(*n))
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|v| !v.is_empty() && v.len() <= MAX_VALUE_LEN)
-    };
-    let method = first(&["x-forwarded-method", "x-original-method"])
-        .filter(|m| is_http_method(m))
-        .map(str::to_owned);
-    let target = first(&["x-forwarded-uri", "x-original-url", "x-original-uri"]).and_then(target_of);
+    fn one<T: PartialEq>(headers: &HeaderMap, names: &[&str], read: impl Fn(&str) -> Option<T>) -> Option<T> {
+        let mut found = None;
+        for value in names.iter().flat_map(|n| headers.get_all(*n)) {
+            let value = value
+                .to_str()
+                .ok()
+                .map(str::trim)
+                .filter(|v| !v.is_empty() && v.len() <= MAX_VALUE_LEN)
+                .and_then(&read)?;
+            match &found {
+                Some(f) if *f != value => return None,
+                Some(_) => {}
+                None => found = Some(value),
+            }
+        }
+        found
+    }
+    let method = one(headers, &["x-forwarded-method", "x-original-method"], |m| {
+        is_http_method(m).then(|| m.to_owned())
+    });
+    let target = one(
+        headers,
+        &["x-forwarded-uri", "x-original-url", "x-original-uri"],
+        target_of,
+    );
     (method, target)
 }
 
@@ -459,10 +477,19 @@ async fn signed_request(
                    (X-Forwarded-Method and -Uri, or X-Original-Method and -URL, from a trusted peer)";
         return Err(refused(ErrorCode::TokenInvalid, why, bare()));
     };
+    // Every line, as the upstream will see it: a line that is not visible ASCII is kept (its
+    // bytes read as UTF-8, lossily), so that a signature covering its header fails rather
+    // than being checked over the other lines alone.
     let headers: Vec<(String, String)> = req
         .headers()
         .iter()
-        .filter_map(|(n, v)| Some((n.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+        .map(|(n, v)| {
+            let value = match v.to_str() {
+                Ok(v) => v.to_owned(),
+                Err(_) => String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            };
+            (n.as_str().to_owned(), value)
+        })
         .collect();
     let request = agentid_core::httpsig::Request {
         method,
