@@ -71,6 +71,12 @@ fn assert_oauth_error(res: &Resp, status: u16, code: &str) -> String {
     let body = res.json();
     assert_eq!(body["error"], code, "{body}");
     assert_eq!(res.header("cache-control").as_deref(), Some("no-store"), "{code}");
+    if status == 401 {
+        assert!(
+            res.header("www-authenticate").is_some(),
+            "a 401 challenges: {code}"
+        );
+    }
     res.assert_rate_limit_headers(code);
     body["error_description"].as_str().unwrap().to_owned()
 }
@@ -847,11 +853,13 @@ async fn an_agent_authenticates_with_a_client_secret() {
     let res = post(String::new(), vec![], vec![("Authorization", basic(&id, &first))]).await;
     assert_eq!(res.status, 200, "{}", res.text());
 
-    // A wrong secret; by the header, a Basic challenge too (RFC 6749 §5.2).
-    assert_oauth_error(
-        &post("cs_wrong".into(), vec![], vec![]).await,
-        401,
-        "invalid_client",
+    // A wrong secret, in the body or by the header: a Basic challenge (RFC 6749 §5.2, and
+    // RFC 9110 §15.5.2 for every 401).
+    let res = post("cs_wrong".into(), vec![], vec![]).await;
+    assert_oauth_error(&res, 401, "invalid_client");
+    assert_eq!(
+        res.header("www-authenticate").as_deref(),
+        Some("Basic realm=\"agentid\"")
     );
     let res = post(
         String::new(),

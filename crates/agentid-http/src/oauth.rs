@@ -271,11 +271,12 @@ pub(crate) struct TokenAnswer<'a> {
     ),
 )]
 pub(crate) async fn token(state: web::Data<AppState>, req: HttpRequest, body: Bytes) -> HttpResponse {
-    // RFC 6749 §5.2: a client that tried to authenticate by the header is challenged so.
-    let by_header = req.headers().contains_key(header::AUTHORIZATION);
+    // A client that failed to authenticate is challenged, whichever way it tried: RFC 6749
+    // §5.2 asks it of the header's, and RFC 9110 §15.5.2 of every 401 (Basic: the one scheme
+    // of the header the endpoint takes).
     let refusal = |e: &OAuthError| {
         let mut res = refusal(e);
-        if by_header && matches!(e, OAuthError::InvalidClient(_)) {
+        if matches!(e, OAuthError::InvalidClient(_)) {
             res.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 header::HeaderValue::from_static("Basic realm=\"agentid\""),
