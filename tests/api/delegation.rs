@@ -857,8 +857,10 @@ async fn an_id_jag_buys_one_token_for_its_resource() {
         )
         .await;
     refused(&res, 400, "invalid_grant");
-    // For another audience; living too long; of another type; without a jti; untrusted.
+    // For another audience; living too long; of another type; without a jti; untrusted;
+    // expired a moment ago (within the clock skew a token is checked with).
     for bad in [
+        idp.id_jag(&app, &a.id, json!({"exp": now() - 5})),
         idp.id_jag(&app, &a.id, json!({"aud": "https://elsewhere.example"})),
         idp.id_jag(&app, &a.id, json!({"exp": now() + 3600})),
         idp.sign(

@@ -450,7 +450,11 @@ impl OAuth {
         let cap = delegated.as_ref().and_then(|d| d.exp_cap).unwrap_or(i64::MAX);
         let expires = (issued + self.lifetime_secs).min(cap);
         if expires <= issued {
-            let e = OAuthError::InvalidRequest("the subject token expires now".into());
+            // RFC 7523 §3.1: an assertion that expired is the grant's fault, invalid_grant.
+            let e = match req.grant_type {
+                Some(JWT_BEARER_GRANT) => OAuthError::InvalidGrant("the assertion expires now".into()),
+                _ => OAuthError::InvalidRequest("the subject token expires now".into()),
+            };
             return Err(self.refused_after(agent, e, now, received).await);
         }
         let single_use = delegated.as_ref().and_then(|d| d.single_use.clone());
