@@ -806,6 +806,30 @@ async fn make_secret(app: &TestApp, id: &str, key: &str) -> Resp {
         .await
 }
 
+/// Attack: rotations at the same time each expired what they saw and added their own, so
+/// several new secrets stayed current for good (a leaked one then outlives any rotation).
+/// However many run at once, one secret is current.
+#[actix_web::test]
+async fn rotations_at_once_leave_one_current_secret() {
+    let app = spawn_app().await;
+    let key = AgentKey::ed();
+    let agent = client(&app, &key).await;
+    let sk = app.secret().to_owned();
+    for _ in 0..3 {
+        let rotations = (0..8).map(|_| make_secret(&app, &agent, &sk));
+        for res in futures_util::future::join_all(rotations).await {
+            assert_eq!(res.status, 201, "{}", res.text());
+        }
+        let current = app
+            .raw_execute(&format!(
+                "UPDATE client_secrets SET expires_at = expires_at WHERE agent_id = '{agent}' AND expires_at IS NULL"
+            ))
+            .await
+            .unwrap();
+        assert_eq!(current, 1);
+    }
+}
+
 /// An agent without a key authenticates with a client secret its issuer made, by either
 /// method; a new secret leaves the one before it valid (a day) and ends any older; a wrong
 /// one, another organization's agent, a revoked agent and two methods at once get nothing.

@@ -191,6 +191,11 @@ pub const SQLITE: Embedded = &[
         "domain attempts outlive claims",
         include_str!("../../../migrations/sqlite/0037_domain_attempts_outlive_claims.sql"),
     ),
+    (
+        38,
+        "one current client secret",
+        include_str!("../../../migrations/sqlite/0038_one_current_client_secret.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -377,6 +382,11 @@ pub const POSTGRES: Embedded = &[
         37,
         "domain attempts outlive claims",
         include_str!("../../../migrations/postgres/0037_domain_attempts_outlive_claims.sql"),
+    ),
+    (
+        38,
+        "one current client secret",
+        include_str!("../../../migrations/postgres/0038_one_current_client_secret.sql"),
     ),
 ];
 

@@ -290,29 +290,42 @@ impl AgentStore for SqlStore<DB> {
         now: Millis,
         previous_until: Millis,
     ) -> StoreFuture<'a, ()> {
+        // A rotation running at the same time as this one added its secret after this one
+        // expired what it saw: the index of one current secret refuses this one's, which then
+        // runs again and expires that one too.
         Box::pin(async move {
-            let mut tx = self.begin().await?;
-            sqlx::query("DELETE FROM client_secrets WHERE agent_id = $1 AND expires_at IS NOT NULL")
-                .bind(id.as_str())
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query(
-                "UPDATE client_secrets SET expires_at = $2 WHERE agent_id = $1 AND expires_at IS NULL",
-            )
-            .bind(id.as_str())
-            .bind(previous_until.0)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query(
-                "INSERT INTO client_secrets (agent_id, secret_hash, created_at, expires_at) VALUES ($1, $2, $3, NULL)",
-            )
-            .bind(id.as_str())
-            .bind(&secret_hash[..])
-            .bind(now.0)
-            .execute(&mut *tx)
-            .await?;
-            crate::sql::commit(tx).await?;
-            Ok(())
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                let attempt = async {
+                    let mut tx = self.begin().await?;
+                    sqlx::query("DELETE FROM client_secrets WHERE agent_id = $1 AND expires_at IS NOT NULL")
+                        .bind(id.as_str())
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query(
+                        "UPDATE client_secrets SET expires_at = $2 WHERE agent_id = $1 AND expires_at IS NULL",
+                    )
+                    .bind(id.as_str())
+                    .bind(previous_until.0)
+                    .execute(&mut *tx)
+                    .await?;
+                    sqlx::query(
+                        "INSERT INTO client_secrets (agent_id, secret_hash, created_at, expires_at) VALUES ($1, $2, $3, NULL)",
+                    )
+                    .bind(id.as_str())
+                    .bind(&secret_hash[..])
+                    .bind(now.0)
+                    .execute(&mut *tx)
+                    .await?;
+                    crate::sql::commit(tx).await
+                };
+                match attempt.await {
+                    // Each conflict is another rotation that committed: this one makes progress.
+                    Err(StoreError::Conflict(_)) if tries < 32 => continue,
+                    done => return done,
+                }
+            }
         })
     }
 
