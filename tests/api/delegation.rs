@@ -1110,6 +1110,45 @@ async fn a_jwks_uri_with_too_many_keys_is_refused() {
     assert!(why.contains("more than 20 keys"), "{why}");
 }
 
+/// A provider removed and added again (its key leaked and rotated at the source) has its
+/// `jwks_uri` fetched afresh: the set held for the removed one vouches for no new token.
+#[actix_web::test]
+async fn a_provider_added_again_fetches_its_keys_afresh() {
+    let (app, tls, _dns) = keys_host().await;
+    let sk = app.secret().to_owned();
+    let leaked = Idp::new(IDP);
+    let serve = |jwks: &Value| {
+        let body = jwks.to_string();
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    tls.answer(serve(&leaked.jwks()));
+    let a = trust_keys_host(&app, &sk).await;
+    app.delegated(&a, &leaked.id_token(&a.id), ID_TOKEN, RESOURCE)
+        .await;
+    let providers = app.get("/v1/identity-providers", Some(&sk)).await.json();
+    let id = providers["data"][0]["id"].as_str().unwrap().to_owned();
+    // The source's keys rotate; the organization takes the provider out and back in.
+    let rotated = Idp {
+        iss: IDP.to_owned(),
+        key: AgentKey::ed(),
+        kid: "k2",
+    };
+    tls.answer(serve(&rotated.jwks()));
+    app.distrust(&sk, &id).await;
+    trust_keys_host(&app, &sk).await;
+    refused(
+        &app.exchange(&a, &leaked.id_token(&a.id), ID_TOKEN, RESOURCE, &[])
+            .await,
+        400,
+        "invalid_request",
+    );
+    app.delegated(&a, &rotated.id_token(&a.id), ID_TOKEN, RESOURCE)
+        .await;
+}
+
 /// What a failing `jwks_uri` answers.
 const UNAVAILABLE: &str =
     "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";

@@ -149,8 +149,10 @@ impl ProviderKeys {
         let Some(url) = &idp.jwks_uri else {
             return Err("it has no keys".into());
         };
+        // Held per provider row as well as URL: a provider removed and added again (after a
+        // leak, its keys rotated at the source) fetches its set afresh, not in 5 minutes.
         self.0
-            .get(url, refresh, fetched_key_set)
+            .get_as(&format!("{} {url}", idp.id), url, refresh, fetched_key_set)
             .await
             .map_err(|e| format!("its jwks_uri {e}"))
     }

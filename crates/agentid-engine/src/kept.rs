@@ -86,11 +86,23 @@ impl<T> Kept<T> {
         refresh: bool,
         read: impl FnOnce(&[u8]) -> Result<T, String>,
     ) -> Result<Arc<T>, String> {
-        if let Some(answer) = self.held.get(url).and_then(|h| self.answer(&h, refresh)) {
+        self.get_as(url, url, refresh, read).await
+    }
+
+    /// [`Kept::get`], the document held under `key` (the URL, and what else makes it another
+    /// one: a row that names the URL anew starts afresh).
+    pub(crate) async fn get_as(
+        &self,
+        key: &str,
+        url: &str,
+        refresh: bool,
+        read: impl FnOnce(&[u8]) -> Result<T, String>,
+    ) -> Result<Arc<T>, String> {
+        if let Some(answer) = self.held.get(key).and_then(|h| self.answer(&h, refresh)) {
             return answer;
         }
-        let _one = self.fetching.lock(url).await;
-        let held = self.held.get(url);
+        let _one = self.fetching.lock(key).await;
+        let held = self.held.get(key);
         if let Some(answer) = held.as_ref().and_then(|h| self.answer(h, refresh)) {
             return answer;
         }
@@ -132,7 +144,7 @@ impl<T> Kept<T> {
                 (kept, Err(why))
             }
         };
-        self.held.insert(url.to_owned(), Arc::new(kept));
+        self.held.insert(key.to_owned(), Arc::new(kept));
         answer
     }
 
