@@ -97,6 +97,11 @@ async fn only_public_keys_https_issuers_ten_providers_and_live_keys() {
         json!({"issuer": "https://idp.example", "jwks": {"keys": [{"kty": "OKP", "crv": "Ed25519", "x": ED, "d": ED}]}}),
         json!({"issuer": "https://idp.example", "jwks": {"keys": []}}),
         json!({"issuer": "https://idp.example", "jwks_uri": "https://idp.example/k", "extra": 1}),
+        // Credentials (stored and shown back), a port that is none; a key no token can be
+        // checked with (every exchange would then fail as the service's fault).
+        json!({"issuer": "https://idp.example", "jwks_uri": "https://u:hunter2@idp.example/k"}),
+        json!({"issuer": "https://idp.example", "jwks_uri": "https://idp.example:70000/k"}),
+        json!({"issuer": "https://idp.example", "jwks": {"keys": [{"kty": "RSA", "n": "AQAB", "e": "AQAB"}]}}),
     ] {
         app.add_idp(&sk, bad.clone())
             .await

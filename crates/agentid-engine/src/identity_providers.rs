@@ -50,19 +50,45 @@ pub enum Keys {
     At(String),
 }
 
-/// An `https` URL with a host, without fragment, of at most [`MAX_URL_LEN`] bytes.
+/// An `https` URL with a host (and a port, if any, of 1 to 65535), without credentials or
+/// fragment, of at most [`MAX_URL_LEN`] bytes. Credentials would be stored and shown back
+/// with the provider; a URL that could never be fetched would fail every exchange later.
 fn https_url(field: &'static str, s: &str) -> Result<(), IdentityProviderError> {
-    let host = s
+    let authority = s
         .strip_prefix("https://")
         .map(|rest| rest.split(['/', '?']).next().unwrap_or(""));
+    let host_port = |a: &str| {
+        if a.contains('@') {
+            return false;
+        }
+        // An IPv6 literal's colons are inside its brackets.
+        let (host, port) = match a.strip_prefix('[') {
+            Some(rest) => match rest.split_once(']') {
+                Some((host, "")) => (host, None),
+                Some((host, tail)) => match tail.strip_prefix(':') {
+                    Some(port) => (host, Some(port)),
+                    None => return false,
+                },
+                None => return false,
+            },
+            None => match a.split_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (a, None),
+            },
+        };
+        !host.is_empty() && port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0))
+    };
     if s.len() > MAX_URL_LEN
         || !s.bytes().all(|b| b.is_ascii_graphic())
         || s.contains('#')
-        || host.is_none_or(str::is_empty)
+        || !authority.is_some_and(host_port)
     {
         return Err(invalid(
             field,
-            format!("must be an https:// URL with a host, no fragment, at most {MAX_URL_LEN} bytes"),
+            format!(
+                "must be an https:// URL with a host (no user or password, a port of 1 to 65535 if \
+                 any), no fragment, at most {MAX_URL_LEN} bytes"
+            ),
         ));
     }
     Ok(())
@@ -88,23 +114,34 @@ fn key_set(jwks: &Value) -> Result<String, IdentityProviderError> {
                 format!("keys[{i}] holds the private member {m:?}"),
             ));
         }
-        let text = |m: &str| key.get(m).and_then(Value::as_str).is_some_and(|v| !v.is_empty());
+        // A member's bytes, base64url as RFC 7518 has it.
+        let bytes = |m: &str| {
+            use base64::Engine as _;
+            key.get(m)
+                .and_then(Value::as_str)
+                .and_then(|v| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(v).ok())
+                .map_or(0, |b| b.len())
+        };
+        let crv = key.get("crv").and_then(Value::as_str);
+        // Only keys a token can be checked with: RSA of 2048 to 8192 bits, P-256, P-384,
+        // Ed25519 (no ES512 is taken), each of its curve's size.
         let fits = match key.get("kty").and_then(Value::as_str) {
-            Some("RSA") => text("n") && text("e"),
-            Some("EC") => {
-                matches!(
-                    key.get("crv").and_then(Value::as_str),
-                    Some("P-256" | "P-384" | "P-521")
-                ) && text("x")
-                    && text("y")
-            }
-            Some("OKP") => key.get("crv").and_then(Value::as_str) == Some("Ed25519") && text("x"),
+            Some("RSA") => (256..=1024).contains(&bytes("n")) && (1..=8).contains(&bytes("e")),
+            Some("EC") => match crv {
+                Some("P-256") => bytes("x") == 32 && bytes("y") == 32,
+                Some("P-384") => bytes("x") == 48 && bytes("y") == 48,
+                _ => false,
+            },
+            Some("OKP") => crv == Some("Ed25519") && bytes("x") == 32,
             _ => false,
         };
         if !fits {
             return Err(invalid(
                 "jwks",
-                format!("keys[{i}] is not a public RSA, EC (P-256, P-384, P-521) or Ed25519 key"),
+                format!(
+                    "keys[{i}] is not a public key a token can be checked with: RSA of 2048 to \
+                     8192 bits, EC P-256 or P-384, or Ed25519"
+                ),
             ));
         }
     }
@@ -222,8 +259,21 @@ mod tests {
     fn key_sets_hold_public_keys_only() {
         let ed = json!({"kty": "OKP", "crv": "Ed25519", "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"});
         assert!(key_set(&json!({"keys": [ed]})).is_ok());
-        assert!(key_set(&json!({"keys": [{"kty": "RSA", "n": "AQAB", "e": "AQAB", "kid": "r"}]})).is_ok());
+        let b64 = |n: usize| {
+            use base64::Engine as _;
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(vec![0xC5u8; n])
+        };
+        let rsa = |bytes: usize| json!({"kty": "RSA", "n": b64(bytes), "e": "AQAB", "kid": "r"});
+        assert!(key_set(&json!({"keys": [rsa(256)]})).is_ok());
+        let p384 = json!({"kty": "EC", "crv": "P-384", "x": b64(48), "y": b64(48)});
+        assert!(key_set(&json!({"keys": [p384]})).is_ok());
         for bad in [
+            // Keys no token can be checked with: RSA under 2048 bits, P-521, a short point.
+            json!({"keys": [rsa(128)]}),
+            json!({"keys": [{"kty": "RSA", "n": "AQAB", "e": "AQAB"}]}),
+            json!({"keys": [{"kty": "EC", "crv": "P-521", "x": b64(66), "y": b64(66)}]}),
+            json!({"keys": [{"kty": "EC", "crv": "P-256", "x": b64(32), "y": b64(31)}]}),
+            json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": b64(31)}]}),
             json!({}),
             json!({"keys": []}),
             json!({"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}),
@@ -240,6 +290,9 @@ mod tests {
     fn issuers_and_key_urls_are_https() {
         assert!(https_url("issuer", "https://idp.example").is_ok());
         assert!(https_url("issuer", "https://idp.example/tenant/v2.0").is_ok());
+        assert!(https_url("jwks_uri", "https://idp.example:8443/jwks").is_ok());
+        assert!(https_url("jwks_uri", "https://[2001:db8::1]:8443/jwks").is_ok());
+        assert!(https_url("jwks_uri", "https://[2001:db8::1]/jwks").is_ok());
         for bad in [
             "http://idp.example",
             "https://",
@@ -247,6 +300,12 @@ mod tests {
             "idp.example",
             "https://idp.example/#x",
             "https://idp example",
+            "https://u:p@idp.example/jwks",
+            "https://idp.example:99999/jwks",
+            "https://idp.example:0/",
+            "https://idp.example:/",
+            "https://[::1/jwks",
+            "https://[::1]x/jwks",
         ] {
             assert!(https_url("issuer", bad).is_err(), "{bad}");
         }
