@@ -38,6 +38,11 @@ pub(crate) enum AuditCommand {
         /// The service's public URL (its host names the log key) [default: http://127.0.0.1:8080]
         #[arg(long, env = "AGENTID_PUBLIC_URL")]
         public_url: Option<String>,
+        /// Check without the key file (with --log-key): the blocks' seals, the signing keys
+        /// and the issuer-domain events are then not checked. Without this flag a missing
+        /// key file is an error (exit 2), never a quieter check.
+        #[arg(long)]
+        without_key_file: bool,
         #[command(flatten)]
         staleness: StalenessArgs,
     },
@@ -68,19 +73,32 @@ pub(crate) enum AuditCommand {
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct StalenessArgs {
     /// The service's checkpoint interval, in milliseconds (as `serve` takes it).
-    #[arg(long, env = "AGENTID_CHECKPOINT_INTERVAL_MS", default_value_t = EngineConfig::default().checkpoint_interval.as_millis() as u64)]
+    #[arg(long, env = "AGENTID_CHECKPOINT_INTERVAL_MS", default_value_t = EngineConfig::default().checkpoint_interval.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     pub(crate) checkpoint_interval_ms: u64,
     /// Fail when a record has gone uncovered by any checkpoint for more than this many
     /// checkpoint intervals (the checkpointer stopped, or was stopped).
-    #[arg(long, env = "AGENTID_STALE_AFTER_INTERVALS", default_value_t = 6)]
+    #[arg(long, env = "AGENTID_STALE_AFTER_INTERVALS", default_value_t = 6,
+          value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) stale_after_intervals: u32,
 }
 
 /// Where `audit witness` reads its API key.
 const WITNESS_KEY: &str = "AGENTID_WITNESS_KEY";
 
-/// Runs `agentid audit …`.
+/// Runs `agentid audit …`: exit 0 when the log holds, 1 when it broke its promise, 2 when
+/// it could not be checked (a cron job missing its settings raises no false alarm).
 pub(super) async fn run(cmd: AuditCommand) -> CliResult {
+    match checked(cmd).await {
+        Ok(code) => Ok(code),
+        Err(e) => {
+            eprintln!("agentid audit: could not check: {e}");
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+async fn checked(cmd: AuditCommand) -> CliResult {
     match cmd {
         AuditCommand::Verify {
             db,
@@ -88,15 +106,16 @@ pub(super) async fn run(cmd: AuditCommand) -> CliResult {
             log_key,
             signing_key_file,
             public_url,
+            without_key_file,
             staleness,
         } => {
             verify(
                 db,
                 checkpoints,
                 log_key,
-                signing_key_file,
+                (signing_key_file, without_key_file),
                 public_url,
-                staleness.limit(),
+                staleness.limit()?,
             )
             .await
         }
@@ -121,7 +140,7 @@ pub(super) async fn run(cmd: AuditCommand) -> CliResult {
                 key,
                 state,
                 log_key,
-                stale_after: staleness.limit(),
+                stale_after: staleness.limit()?,
             })
             .await
         }
@@ -129,8 +148,15 @@ pub(super) async fn run(cmd: AuditCommand) -> CliResult {
 }
 
 impl StalenessArgs {
-    fn limit(&self) -> Duration {
-        Duration::from_millis(self.checkpoint_interval_ms.max(1)) * self.stale_after_intervals.max(1)
+    /// The interval times the count; an error when that is past any clock (over a century).
+    fn limit(&self) -> Result<Duration, String> {
+        const MAX: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+        Duration::from_millis(self.checkpoint_interval_ms.max(1))
+            .checked_mul(self.stale_after_intervals.max(1))
+            .filter(|d| *d <= MAX)
+            .ok_or_else(|| {
+                "--checkpoint-interval-ms times --stale-after-intervals is over a century".to_owned()
+            })
     }
 }
 
@@ -138,12 +164,21 @@ pub(super) async fn verify(
     db: DbArgs,
     checkpoints: Option<PathBuf>,
     log_key: Option<String>,
-    signing_key_file: PathBuf,
+    (signing_key_file, without_key_file): (PathBuf, bool),
     public_url: Option<String>,
     stale_after: Duration,
 ) -> CliResult {
     use agentid_engine::transparency::check as logcheck;
     let root = crate::keys::KeyRing::load(&signing_key_file)?;
+    if root.is_none() && !without_key_file && log_key.is_some() {
+        return Err(format!(
+            "no signing key file at {}: the blocks' seals, the signing keys and the issuer-domain \
+             events are checked with it (give --signing-key-file, or --without-key-file to check \
+             the rest knowingly)",
+            signing_key_file.display()
+        )
+        .into());
+    }
     let verifier = match log_key {
         Some(k) => crate::tlog::note::LogVerifier::parse(&k)?,
         None => {

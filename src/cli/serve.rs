@@ -42,9 +42,9 @@ pub(crate) struct ServeArgs {
     /// Log format on stderr.
     #[arg(long, env = "AGENTID_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub(crate) log_format: LogFormat,
-    /// HTTP worker threads [default: one per CPU]
-    #[arg(long, env = "AGENTID_WORKERS")]
-    pub(crate) workers: Option<usize>,
+    /// HTTP worker threads, 1 to 1024 [default: one per CPU]
+    #[arg(long, env = "AGENTID_WORKERS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub(crate) workers: Option<u16>,
     /// Balancers in front of the service, as CIDRs (e.g. 10.0.0.0/8,::1/128): only a peer in
     /// one of them is believed about the client's address (X-Forwarded-For, Forwarded).
     #[arg(long, env = "AGENTID_TRUSTED_PROXIES", default_value = "")]
@@ -60,7 +60,8 @@ pub(crate) struct ServeArgs {
     /// After SIGTERM, SIGINT or SIGQUIT: seconds the instance goes on serving while /health
     /// answers 503 "draining" (so that a balancer moves its traffic), before it stops
     /// accepting, finishes what is in flight and exits.
-    #[arg(long, env = "AGENTID_SHUTDOWN_DRAIN_SECONDS", default_value_t = Config::new(config::DEFAULT_DATABASE_URL).shutdown_drain.as_secs())]
+    #[arg(long, env = "AGENTID_SHUTDOWN_DRAIN_SECONDS", default_value_t = Config::new(config::DEFAULT_DATABASE_URL).shutdown_drain.as_secs(),
+          value_parser = clap::value_parser!(u64).range(0..=3600))]
     pub(crate) shutdown_drain_seconds: u64,
     /// Most audit records written in one transaction (1 to 65536).
     #[arg(long, env = "AGENTID_AUDIT_BATCH_MAX", default_value_t = WriterConfig::default().max_batch as u64,
@@ -71,8 +72,9 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "AGENTID_AUDIT_LINGER_MS", default_value_t = WriterConfig::default().linger.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(0..=1000))]
     pub(crate) audit_linger_ms: u64,
-    /// Database connections.
-    #[arg(long, env = "AGENTID_DB_MAX_CONNECTIONS", default_value_t = StoreOptions::default().max_connections)]
+    /// Database connections (1 to 1000; SQLite takes at most 8).
+    #[arg(long, env = "AGENTID_DB_MAX_CONNECTIONS", default_value_t = StoreOptions::default().max_connections,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub(crate) db_max_connections: u32,
     /// How long a write waits for the database to take writes again (a failover, a
     /// switchover) before it is answered 503, in seconds (0 to 60).
@@ -80,8 +82,9 @@ pub(crate) struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(0..=60))]
     pub(crate) db_outage_wait_seconds: u64,
     /// A ledger of the audit log that grew gets a new signed checkpoint at most this often,
-    /// in milliseconds.
-    #[arg(long, env = "AGENTID_CHECKPOINT_INTERVAL_MS", default_value_t = EngineConfig::default().checkpoint_interval.as_millis() as u64)]
+    /// in milliseconds (1 to 86400000, a day).
+    #[arg(long, env = "AGENTID_CHECKPOINT_INTERVAL_MS", default_value_t = EngineConfig::default().checkpoint_interval.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     pub(crate) checkpoint_interval_ms: u64,
     /// Bytes of verified tokens (with their claims and answers) remembered; 0 disables the
     /// cache.
@@ -248,7 +251,7 @@ pub(super) async fn serve(args: ServeArgs) -> CliResult {
         public_url: args.public_url,
         signing_key_file: args.signing_key_file,
         metrics_bind,
-        workers: args.workers,
+        workers: args.workers.map(usize::from),
         trusted_proxies: parse_nets("--trusted-proxies", &args.trusted_proxies)?,
         forward_auth_trusted_peers: parse_nets(
             "--forward-auth-trusted-peers",

@@ -500,6 +500,34 @@ async fn records_left_uncovered_by_checkpoints_are_an_alarm() {
     assert!(err.contains("remove it to start counting again"), "{err}");
 }
 
+/// `audit verify` given the log key but no key file could check neither seals, signing keys
+/// nor issuer-domain events: that is "could not check" (2), never a quieter pass (0), unless
+/// asked for knowingly.
+#[actix_web::test]
+async fn audit_verify_without_its_key_file_says_it_could_not_check() {
+    let app = spawn_app().await;
+    app.agent().await;
+    let log_key = app.get("/.well-known/log-key", None).await.text();
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentid"))
+            .args(["audit", "verify", "--database-url", &app.db.url])
+            .args(["--signing-key-file", "/nonexistent/signing-key.pem"])
+            .args(["--log-key", log_key.trim()])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--without-key-file"), "{err}");
+    let (code, err) = run(&["--without-key-file"]);
+    assert_eq!(code, Some(0), "{err}");
+}
+
 fn audit_verify_with(app: &TestApp, extra: &[&str]) -> (Option<i32>, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentid"))
         .args(["audit", "verify", "--database-url", &app.db.url])
