@@ -92,7 +92,10 @@ pub(super) async fn run(cmd: AuditCommand) -> CliResult {
     match checked(cmd).await {
         Ok(code) => Ok(code),
         Err(e) => {
-            eprintln!("agentid audit: could not check: {e}");
+            eprintln!(
+                "agentid audit: could not check: {}",
+                super::printable(&e.to_string())
+            );
             Ok(ExitCode::from(2))
         }
     }
@@ -292,11 +295,11 @@ pub(super) async fn witness(w: crate::witness::Witness) -> CliResult {
             Ok(ExitCode::SUCCESS)
         }
         Err(WitnessError::Log(m)) => {
-            eprintln!("agentid audit witness: ALERT: {m}");
+            eprintln!("agentid audit witness: ALERT: {}", super::printable(&m));
             Ok(ExitCode::from(1))
         }
         Err(WitnessError::Check(m)) => {
-            eprintln!("agentid audit witness: cannot check: {m}");
+            eprintln!("agentid audit witness: cannot check: {}", super::printable(&m));
             Ok(ExitCode::from(2))
         }
     }

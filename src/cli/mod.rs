@@ -100,10 +100,33 @@ pub async fn run(cli: Cli) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("agentid: {e}");
+            eprintln!("agentid: {}", printable(&e.to_string()));
             ExitCode::FAILURE
         }
     }
+}
+
+/// Text with every character that could act on a terminal written as a `\uXXXX` escape
+/// (which JSON reads back as the same character): the controls but a newline, line and
+/// paragraph separators and bidirectional overrides. For JSON a token carries (they occur
+/// only inside its strings; serde escapes the C0 controls already) and for error messages,
+/// which may repeat what a server or a file said.
+pub(super) fn printable(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if c.is_control()
+            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        {
+            if c == '\n' {
+                out.push(c); // the pretty printer's and a message's own lines
+            } else {
+                out.push_str(&format!("\\u{:04x}", c as u32));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 pub(super) type CliResult = Result<ExitCode, Box<dyn std::error::Error>>;

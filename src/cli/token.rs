@@ -10,6 +10,7 @@ use base64::Engine as _;
 use clap::Subcommand;
 use serde_json::{json, Map, Value};
 
+use super::printable;
 use super::CliResult;
 use crate::fetch::get;
 use agentid_core::keys::PublicKeys;
@@ -47,28 +48,6 @@ pub(super) async fn run(cmd: TokenCommand) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
-/// JSON with every character a token could plant in a terminal written as a `\uXXXX` escape
-/// (which JSON reads back as the same character): DEL, the C1 controls (the C0 ones serde
-/// escapes already), line and paragraph separators and bidirectional overrides. They only
-/// occur inside strings.
-fn printable(json: &str) -> String {
-    let mut out = String::with_capacity(json.len());
-    for c in json.chars() {
-        if c.is_control()
-            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-        {
-            if c == '\n' {
-                out.push(c); // the pretty printer's own lines: no string holds a raw one
-            } else {
-                out.push_str(&format!("\\u{:04x}", c as u32));
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 fn part(s: &str, what: &str) -> Result<Map<String, Value>, String> {
     let bytes = URL_SAFE_NO_PAD
         .decode(s)
@@ -92,8 +71,9 @@ fn inspect(token: &str, url: Option<&str>) -> Result<Value, String> {
     let mut out = json!({
         "header": header,
         "claims": claims,
-        "expires_in_seconds": claims.get("exp").and_then(Value::as_i64).map(|exp| exp - now),
-        "issued_seconds_ago": claims.get("iat").and_then(Value::as_i64).map(|iat| now - iat),
+        // A time far out of range (a hostile token's) has no difference to show: null.
+        "expires_in_seconds": claims.get("exp").and_then(Value::as_i64).and_then(|exp| exp.checked_sub(now)),
+        "issued_seconds_ago": claims.get("iat").and_then(Value::as_i64).and_then(|iat| now.checked_sub(iat)),
     });
     let Some(base) = url.map(|u| u.trim_end_matches('/')) else {
         return Ok(out);

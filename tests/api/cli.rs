@@ -818,6 +818,44 @@ fn token_inspect_escapes_what_a_token_could_plant_in_a_terminal() {
     let read: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(read["claims"]["sub"], planted);
     assert_eq!(read["header"]["kid"], planted);
+
+    // Times at the ends of the range have no difference to show, and no panic.
+    let far = format!(
+        "{}.{}.sig",
+        part(serde_json::json!({"alg": "EdDSA"})),
+        part(serde_json::json!({"iat": i64::MIN, "exp": i64::MIN}))
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_agentid"))
+        .args(["token", "inspect", &far])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let read: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(read["issued_seconds_ago"], serde_json::Value::Null, "{read}");
+
+    // What a server it was sent to answers comes back escaped in the error too.
+    let server = crate::domains::Http::start(
+        format!(
+            "HTTP/1.1 500 Oops\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{planted}",
+            planted.len()
+        )
+        .as_bytes(),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_agentid"))
+        .args([
+            "token",
+            "inspect",
+            &token,
+            "--url",
+            &format!("http://127.0.0.1:{}", server.port),
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(!out.status.success() && err.contains("500"), "{err}");
+    for c in ['\u{9b}', '\u{7f}', '\u{202e}', '\u{2028}', '\u{1b}'] {
+        assert!(!err.contains(c), "{c:?} printed raw: {err:?}");
+    }
 }
 
 /// `--help` shows where each setting comes from, never the database URL's value: it may hold
