@@ -23,10 +23,36 @@ pub(crate) enum LogFormat {
 
 /// Installs the global subscriber once; later calls (tests) are ignored.
 pub(crate) fn init(format: LogFormat) {
-    let filter = std::env::var("RUST_LOG")
-        .ok()
-        .and_then(|v| v.parse::<Targets>().ok())
-        .unwrap_or_else(|| Targets::new().with_default(LevelFilter::INFO));
+    init_at(format, LevelFilter::INFO);
+}
+
+/// The subscriber of the commands other than `serve`: warnings and errors only (an integrity
+/// alarm that a command's reading of the database raises among them), their output being
+/// what they print.
+pub(crate) fn init_command() {
+    init_at(LogFormat::Text, LevelFilter::WARN);
+}
+
+/// `RUST_LOG`'s filter, or `default` for everything. A `RUST_LOG` that does not read is said
+/// so on stderr, not silently replaced.
+fn filter(default: LevelFilter) -> Targets {
+    match std::env::var("RUST_LOG") {
+        Ok(v) => match v.parse::<Targets>() {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!(
+                    "agentid: RUST_LOG={v:?} does not read ({e}; e.g. info, or agentid=debug,sqlx=warn): \
+                     logging at {default}"
+                );
+                Targets::new().with_default(default)
+            }
+        },
+        Err(_) => Targets::new().with_default(default),
+    }
+}
+
+fn init_at(format: LogFormat, default: LevelFilter) {
+    let filter = filter(default);
     let colour = colour(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR"));
     // The builder's own filter lets everything through: `filter` decides.
     let builder = tracing_subscriber::fmt()

@@ -87,6 +87,9 @@ pub fn main() -> ExitCode {
 }
 
 pub async fn run(cli: Cli) -> ExitCode {
+    if !matches!(cli.command, Command::Serve(_)) {
+        crate::telemetry::init_command();
+    }
     let result = match cli.command {
         Command::Serve(args) => serve::serve(args).await,
         Command::Org(cmd) => org::org(cmd).await,

@@ -215,8 +215,8 @@ fn key_file(path: &std::path::Path) -> Result<crate::keys::KeyRing, Box<dyn std:
 pub(super) async fn signing_key(cmd: SigningKeyCommand) -> CliResult {
     match cmd {
         SigningKeyCommand::List { db, signing_key_file } => {
-            let root = key_file(&signing_key_file)?;
             let store = open(&db).await?;
+            let root = key_file(&signing_key_file)?;
             println!(
                 "{}",
                 serde_json::to_string(&admin::signing_keys(&store, &root).await?)?
@@ -237,8 +237,8 @@ pub(super) async fn signing_key(cmd: SigningKeyCommand) -> CliResult {
             db,
             signing_key_file,
         } => {
-            let root = key_file(&signing_key_file)?;
             let store = open(&db).await?;
+            let root = key_file(&signing_key_file)?;
             admin::retire_signing_key(&store, &root, &kid).await?;
             println!("retired {kid} (running instances refuse its tokens within 10 s)");
         }

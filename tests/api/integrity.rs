@@ -775,6 +775,19 @@ async fn who_holds_a_name_cannot_be_written_into_the_database() {
     // The test organization still holds what it was granted.
     app.agent().await;
     assert!(integrity_failures(metrics, "domain_event") > before);
+    // The operator's commands say so too, on stderr (with a RUST_LOG that does not read,
+    // named rather than dropped).
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentid"))
+        .args(["domain", "list", "--database-url", &app.db.url])
+        .arg("--signing-key-file")
+        .arg(&app.config.signing_key_file)
+        .env("RUST_LOG", "agentid=verbose")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("integrity alarm"), "{err}");
+    assert!(err.contains("RUST_LOG"), "{err}");
     for sql in [
         "UPDATE domain_events SET org_id = 'org_x' WHERE domain = 'example.com'".to_owned(),
         "DELETE FROM domain_events WHERE domain = 'example.com'".to_owned(),
