@@ -45,6 +45,14 @@ pub enum StartError {
     Bind { addr: String, source: std::io::Error },
     #[error("cannot handle signals: {source}")]
     Signals { source: std::io::Error },
+    /// Listening on every address with no public URL: the service would name itself
+    /// `http://0.0.0.0:…` in every answer, as its OAuth issuer and in its log key's name.
+    #[error(
+        "listening on every address ({addr}) needs --public-url (AGENTID_PUBLIC_URL): the URL \
+         clients reach the service at, which verify_url, the OAuth issuer and the log key's \
+         name are made of"
+    )]
+    NoPublicUrl { addr: std::net::SocketAddr },
 }
 
 /// The bootstrap's key and store errors read as the start's own.
@@ -137,6 +145,9 @@ impl Application {
         };
         let listener = listen(&cfg.bind).map_err(bind_err(&cfg.bind))?;
         let addr = listener.local_addr().map_err(bind_err(&cfg.bind))?;
+        if cfg.public_url.is_none() && addr.ip().is_unspecified() {
+            return Err(StartError::NoPublicUrl { addr });
+        }
         let metrics_listener = match &cfg.metrics_bind {
             Some(bind) => Some((bind, listen(bind).map_err(bind_err(bind))?)),
             None => None,

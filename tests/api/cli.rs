@@ -372,6 +372,21 @@ fn serve_on_a_port_in_use_fails_cleanly_before_creating_anything() {
         assert!(!stderr.contains("panicked"), "{stderr}");
         assert!(!dir.path().join("data").exists(), "nothing is created");
     }
+    // Every address without a public URL: the service would call itself http://0.0.0.0.
+    for bind in ["0.0.0.0:0", "[::]:0"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_agentid"))
+            .args(["serve", "--metrics-bind", "off"])
+            .current_dir(dir.path())
+            .env("AGENTID_BIND", bind)
+            .env_remove("AGENTID_PUBLIC_URL")
+            .env_remove("DATABASE_URL")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("needs --public-url"), "{stderr}");
+        assert!(!dir.path().join("data").exists(), "nothing is created");
+    }
 }
 
 /// SQLite serves one instance: a second `serve` on the same database refuses to start,
