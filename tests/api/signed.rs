@@ -300,21 +300,31 @@ async fn an_issuers_own_origin_serves_its_directory() {
         .register(json!({"name": "crawler", "issuer_domain": "example.com", "scopes": ["read:docs"], "jwk": public}))
         .await;
     let port = crate::gateways::free_port();
+    let dir = tempfile::tempdir().unwrap();
     let servers = crate::readme::only_block("An issuer's signature directory", "nginx")
         .replace("127.0.0.1:8080", app.base.trim_start_matches("http://"))
-        .replace("listen 8000;", &format!("listen 127.0.0.1:{port};"));
-    let dir = tempfile::tempdir().unwrap();
+        .replace("listen 8000;", &format!("listen 127.0.0.1:{port};"))
+        .replace("/var/cache/nginx/agentid-directory", &dir.path().join("cache").display().to_string());
     let _nginx = crate::gateways::nginx_serving(dir.path(), &servers, port).await;
-    let res = crate::helpers::read(
-        app.client
-            .get(format!(
-                "http://127.0.0.1:{port}/.well-known/http-message-signatures-directory"
-            ))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let fetch = || async {
+        crate::helpers::read(
+            app.client
+                .get(format!(
+                    "http://127.0.0.1:{port}/.well-known/http-message-signatures-directory"
+                ))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
+    };
+    // Every receiver's fetch is answered, however many there are: past an anonymous caller's
+    // 20 a minute, which all of them spend as one (the issuer's server).
+    for _ in 0..25 {
+        let res = fetch().await;
+        assert_eq!(res.status, 200, "{}", res.text());
+    }
+    let res = fetch().await;
     assert_eq!(res.status, 200, "{}", res.text());
     assert_eq!(res.json()["keys"][0]["kid"], thumbprint(&public).as_str());
     assert_eq!(
