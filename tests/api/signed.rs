@@ -304,7 +304,10 @@ async fn an_issuers_own_origin_serves_its_directory() {
     let servers = crate::readme::only_block("An issuer's signature directory", "nginx")
         .replace("127.0.0.1:8080", app.base.trim_start_matches("http://"))
         .replace("listen 8000;", &format!("listen 127.0.0.1:{port};"))
-        .replace("/var/cache/nginx/agentid-directory", &dir.path().join("cache").display().to_string());
+        .replace(
+            "/var/cache/nginx/agentid-directory",
+            &dir.path().join("cache").display().to_string(),
+        );
     let _nginx = crate::gateways::nginx_serving(dir.path(), &servers, port).await;
     let fetch = || async {
         crate::helpers::read(

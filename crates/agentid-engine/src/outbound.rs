@@ -195,7 +195,15 @@ pub struct Outbound {
     https_port: u16,
     http_port: u16,
     tls: Arc<rustls::ClientConfig>,
+    /// Fetches of URLs callers name (identity providers' keys, third parties' directories)
+    /// under way: each holds a blocking thread for up to its timeout, and distinct URLs that
+    /// hang would otherwise take every thread of the pool that status lists, proofs and
+    /// pushes run on.
+    fetches: Arc<tokio::sync::Semaphore>,
 }
+
+/// The most [`Outbound::fetch_revalidated`] fetches under way at once; one more fails at once.
+pub(crate) const MAX_FETCHES: usize = 64;
 
 impl std::fmt::Debug for Outbound {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -251,6 +259,7 @@ impl Outbound {
             https_port: cfg.https_port,
             http_port: cfg.http_port,
             tls: Arc::new(tls),
+            fetches: Arc::new(tokio::sync::Semaphore::new(MAX_FETCHES)),
         }
     }
 
@@ -360,8 +369,14 @@ impl Outbound {
         max_bytes: usize,
     ) -> Result<(Fetched, Caching), String> {
         let addrs = self.vetted(url, allow_local).await?;
+        let Ok(permit) = self.fetches.clone().try_acquire_owned() else {
+            return Err(format!(
+                "cannot be fetched now: {MAX_FETCHES} other fetches are under way"
+            ));
+        };
         let (outbound, target) = (self.clone(), url.to_owned());
         tokio::task::spawn_blocking(move || {
+            let _permit = permit;
             outbound.get_cached(&target, addrs, timeout, max_bytes, etag.as_deref())
         })
         .await
@@ -658,6 +673,58 @@ fn io_failure(e: &std::io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Attack: distinct URLs whose servers never answer, asked for at once, each held a
+    /// blocking thread for its whole timeout, until the pool had none left for anything else.
+    /// Past [`MAX_FETCHES`] under way, one more fails at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn fetches_past_the_bound_fail_at_once() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // Accepts, and never answers.
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for s in listener.incoming() {
+                held.push(s);
+            }
+        });
+        let outbound = Arc::new(Outbound::new(OutboundConfig::default()));
+        let hanging: Vec<_> = (0..MAX_FETCHES)
+            .map(|i| {
+                let outbound = outbound.clone();
+                tokio::spawn(async move {
+                    let url = format!("http://127.0.0.1:{port}/{i}");
+                    outbound
+                        .fetch_revalidated(&url, true, None, Duration::from_secs(3), 1024)
+                        .await
+                })
+            })
+            .collect();
+        // Every one of them under way.
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while outbound.fetches.available_permits() > 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let started = std::time::Instant::now();
+        let url = format!("http://127.0.0.1:{port}/one-more");
+        let refused = outbound
+            .fetch_revalidated(&url, true, None, Duration::from_secs(3), 1024)
+            .await;
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(refused.unwrap_err().contains("under way"));
+        for h in hanging {
+            let _ = h.await;
+        }
+        assert_eq!(
+            outbound.fetches.available_permits(),
+            MAX_FETCHES,
+            "every permit comes back"
+        );
+    }
 
     /// Attack: a server that answers the TLS handshake a byte at a time, each byte well within
     /// a read's timeout, would hold a call for as long as it drips.
