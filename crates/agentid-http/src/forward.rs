@@ -441,7 +441,7 @@ pub(crate) async fn check(state: web::Data<AppState>, req: HttpRequest) -> Resul
                 let why = if origin.is_none() {
                     "this gateway's forward-auth URL names no origin, so no DPoP proof can be checked"
                 } else {
-                    "the gateway did not say which request this is (X-Forwarded-Method and -Uri, or X-Original-Method and -URL, from a trusted peer)"
+                    "the gateway did not say which request this is, or its lines disagree (X-Forwarded-Method and -Uri, or X-Original-Method and -URL, from a trusted peer, every line naming one request)"
                 };
                 let value = format!(
                     "DPoP error=\"invalid_token\", error_description=\"{why}\", algs=\"{DPOP_ALGS}\""
