@@ -276,6 +276,43 @@ async fn a_revocation_of_unknown_outcome_runs_again_once() {
     assert_eq!(poll["sets"].as_object().map(|s| s.len()), Some(1), "{poll}");
 }
 
+/// Attack: a database too busy (or down) to lease rate-limit cells let every call of an
+/// organization through, a second at a time, while verify itself (which needs no connection
+/// of the API's pool) went on working: a flood that filled the pool switched the limit off.
+/// The instance now holds the organization to its limit alone until the store leases again.
+#[actix_web::test]
+async fn an_organization_stays_limited_while_the_database_cannot_lease() {
+    let Some((proxy, app)) = crate::proxy::app_behind_proxy_with(|c| {
+        c.engine.writer.flush_timeout = Duration::from_secs(1);
+    })
+    .await
+    else {
+        return;
+    };
+    let limits =
+        agentid::domain::OrgLimits::resolve(agentid::domain::Plan::Enterprise, Some(5), Some(1000), None)
+            .unwrap();
+    let org =
+        agentid::engine::admin::create_org(&app.store, "small", agentid::domain::Plan::Enterprise, limits)
+            .await
+            .unwrap();
+    let key = org.keys.secret_live.clone();
+    let (_, token) = app.agent().await;
+    let path = format!("/v1/verify/{token}");
+    assert_eq!(app.get(&path, Some(&key)).await.json()["valid"], true);
+    proxy.stall();
+    let calls = (0..12).map(|_| app.get(&path, Some(&key)));
+    let answered = tokio::time::timeout(Duration::from_secs(20), futures_util::future::join_all(calls))
+        .await
+        .expect("every call is answered");
+    let limited = answered.iter().filter(|r| r.status == 429).count();
+    assert!(
+        limited >= 6,
+        "{limited} of 12 calls were held to a limit of 5 a minute"
+    );
+    proxy.restore();
+}
+
 /// Calls of an organization whose leased rate-limit cells ran out, while the database has
 /// stopped answering: one asks the store for more and gets no connection, and it and the
 /// calls of the next second pass the limit without asking (to be answered for the outage by

@@ -8,6 +8,7 @@ import { SignJWT, exportJWK, generateKeyPair, decodeJwt } from "jose";
 import express from "express";
 import { auth } from "express-oauth2-jwt-bearer";
 import { requireBearerAuth } from "@modelcontextprotocol/sdk/server/auth/middleware/bearerAuth.js";
+import { ServerError } from "@modelcontextprotocol/sdk/server/auth/errors.js";
 import { Verifier, VerificationError, ResourceMetadata } from "../index.js";
 import { agentIdMiddleware, resourceMetadataHandler } from "../express.js";
 import { mcpTokenVerifier } from "../mcp.js";
@@ -157,6 +158,39 @@ test("the MCP SDK's requireBearerAuth takes mcpTokenVerifier", async () => {
   }
   // A verifier that names no audience would take a token issued for any server: refused.
   assert.throws(() => mcpTokenVerifier(new Verifier({ baseUrl: s.base, issuers: ["example.com"] })), TypeError);
+});
+
+test("mcpTokenVerifier refuses, when made, an audience that is not a URL", () => {
+  // Its AuthInfo's resource is a URL: an audience that is none would fail each request.
+  for (const audience of ["orders-api", [API_A, "orders-api"]]) {
+    assert.throws(
+      () => mcpTokenVerifier(new Verifier({ baseUrl: s.base, issuers: ["example.com"], audience })),
+      (e) => e instanceof TypeError && /audience orders-api is not a URL/.test(e.message),
+      String(audience),
+    );
+  }
+  assert.equal(typeof mcpTokenVerifier(new Verifier({ baseUrl: s.base, issuers: ["example.com"], audience: [API_A, API_B] })).verifyAccessToken, "function");
+});
+
+test("through mcpTokenVerifier, an unreachable service is the SDK's server_error, said to be temporary", async () => {
+  const app = express();
+  const srv = await listen(app);
+  const resource = `${srv.url}/mcp`;
+  // Nothing listens at the verifier's service.
+  const verifier = new Verifier({ baseUrl: "http://127.0.0.1:9", issuers: ["example.com"], audience: resource, timeout: 2 });
+  const mcp = mcpTokenVerifier(verifier);
+  app.post("/mcp", requireBearerAuth({ verifier: mcp }), (req, res) => res.json({}));
+  try {
+    const [id, key] = await oauthClient();
+    const token = await accessToken(id, key, resource);
+    await assert.rejects(mcp.verifyAccessToken(token), (e) => e instanceof ServerError && e.cause?.code === "UNAVAILABLE");
+    const res = await fetch(resource, { method: "POST", headers: { authorization: `Bearer ${token}` } });
+    assert.equal(res.status, 500);
+    assert.equal(res.headers.get("www-authenticate"), null);
+    assert.deepEqual(await res.json(), { error: "server_error", error_description: "the agent cannot be verified now: try again shortly" });
+  } finally {
+    srv.stop();
+  }
 });
 
 test("Auth0's express-oauth2-jwt-bearer validates agentid's access tokens", async () => {

@@ -277,6 +277,95 @@ test("a key set served without an ETag still refreshes", async () => {
   }
 });
 
+test("a key set refresh that fails backs off, doubling, though keys are held", async () => {
+  // The key set is stale and the service fails fast: the refresh behind the checks is tried
+  // again after 1 s, then 2 s, not once a check.
+  let down = false;
+  let asked = 0;
+  proxy.rewrite = (path, status, headers, body) => {
+    if (!path.endsWith("jwks.json")) return [status, headers, body];
+    if (down) {
+      asked += 1;
+      return [503, {}, Buffer.alloc(0)];
+    }
+    return [status, { ...headers, "cache-control": "max-age=1" }, body];
+  };
+  try {
+    const [, token] = await ps.register();
+    const v = new Verifier({ baseUrl: proxy.url });
+    assert.equal(await code(v.verify(token)), "ok");
+    down = true;
+    await sleep(1200); // the key set (max-age 1) is stale
+    for (let i = 0; i < 20; i++) {
+      assert.equal(await code(v.verify(token)), "ok"); // the keys held serve
+      await sleep(50);
+    }
+    assert.ok(asked >= 1 && asked <= 3, `${asked} fetches of the key set`);
+  } finally {
+    proxy.rewrite = null;
+  }
+});
+
+test("a status list answered 304 serves no longer than its exp", async () => {
+  // A cache (or a service) answering every revalidation 304 would keep the bits held before
+  // a revocation for ever: past the list's exp they serve no more.
+  const [id, token] = await ps.register();
+  let exp = 0;
+  let mode = "pass"; // "always": 304 for every list request; "revalidation": 304 when asked so
+  proxy.rewrite = under("/v1/status/", (path, status, headers, body) => {
+    if (status === 200) exp = claimsOf(body.toString()).exp;
+    return [status, headers, body];
+  });
+  proxy.handle = async (req, res) => {
+    if (req.url.startsWith("/v1/status/") && (mode === "always" || (mode === "revalidation" && req.headers["if-none-match"]))) {
+      res.writeHead(304, { "cache-control": "max-age=1" });
+      res.end();
+      return;
+    }
+    await proxy.pass(req, res);
+  };
+  try {
+    const v = new Verifier({ baseUrl: proxy.url, leeway: 0 });
+    assert.equal(await code(v.verify(token)), "ok");
+    assert.ok(exp > 0, "no list was fetched");
+    mode = "always";
+    await ps.revoke(id);
+    // Until its exp the list held may serve (a 304 says nothing changed); past it, never.
+    while (Date.now() / 1000 < exp + 0.1) {
+      assert.equal(await code(v.verify(token)), "ok");
+      await sleep(200);
+    }
+    assert.equal(await code(v.verify(token)), "UNAVAILABLE");
+    assert.equal(await code(v.verify(token)), "UNAVAILABLE");
+    // A 304 only to a revalidation: the list asked for once more, without If-None-Match,
+    // shows the revocation.
+    mode = "revalidation";
+    assert.equal(await code(v.verify(token)), "TOKEN_REVOKED");
+  } finally {
+    proxy.handle = null;
+    proxy.rewrite = null;
+  }
+});
+
+test("a wall clock stepped back keeps no status list fresh past its ttl", async () => {
+  const [id, token] = await ps.register();
+  // A leeway of two hours: the token stays valid on a clock an hour behind.
+  const v = new Verifier({ baseUrl: proxy.url, leeway: 7200 });
+  assert.equal(await code(v.verify(token)), "ok");
+  const wall = Date.now;
+  Date.now = () => wall() - 3_600_000;
+  try {
+    await ps.revoke(id);
+    const started = performance.now();
+    while ((await code(v.verify(token))) !== "TOKEN_REVOKED") {
+      assert.ok(performance.now() - started < 5000, "not seen within ttl + 2 s");
+      await sleep(100);
+    }
+  } finally {
+    Date.now = wall;
+  }
+});
+
 test("no redirect is followed: keys, status lists and online verify", async () => {
   const [, token] = await ps.register();
   for (const [prefix, method] of [["/.well-known/jwks.json", "verify"], ["/v1/status/", "verify"], ["/v1/verify/", "verifyOnline"]]) {

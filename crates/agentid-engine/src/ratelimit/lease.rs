@@ -8,6 +8,7 @@ use std::time::Duration;
 use dashmap::DashMap;
 use parking_lot::Mutex;
 
+use super::local::LocalBuckets;
 use super::{bucket_key, decision, Class, Clock, Decision, LEASE_IDLE};
 use agentid_store::{SharedStore, StoreError, Taken};
 
@@ -23,8 +24,9 @@ struct Lease {
     full_at: Duration,
     /// The shared bucket had no cell to lease: refuse until then without asking again.
     refused_until: Duration,
-    /// The store could not lease: let calls through until then without asking again (each
-    /// caller waiting its turn at the store would otherwise wait out every one before it).
+    /// The store could not lease: decide from this instance's own bucket until then, without
+    /// asking again (each caller waiting its turn at the store would otherwise wait out every
+    /// one before it).
     failing_until: Duration,
     /// The last time a cell was handed out or leased.
     used_at: Duration,
@@ -72,12 +74,18 @@ impl Leased {
 pub(crate) struct Leases {
     store: SharedStore,
     buckets: [DashMap<String, Arc<Leased>>; 3],
+    /// While the store cannot lease (down, or every connection busy: an overload a flood of
+    /// calls may cause), each organization's calls are held to its limit by this instance
+    /// alone: a fleet of N passes at most N times it, never everything.
+    fallback: [LocalBuckets<String>; 3],
 }
 
 /// How long a call waits for the store to lease cells: a store that does not answer (a
-/// connection that hangs) lets the call through then, as one that fails does.
+/// connection that hangs) sends the call to the instance's own bucket then, as one that fails
+/// does.
 const LEASE_WAIT: Duration = Duration::from_secs(3);
-/// After a lease failed: how long the organization's calls pass without asking again.
+/// After a lease failed: how long the organization's calls go to the instance's own bucket
+/// without asking the store again.
 const FAIL_OPEN_FOR: Duration = Duration::from_secs(1);
 
 /// Cells an instance leases at once from a bucket of `limit` a minute.
@@ -90,12 +98,19 @@ impl Leases {
         Leases {
             store,
             buckets: [DashMap::new(), DashMap::new(), DashMap::new()],
+            fallback: [LocalBuckets::new(), LocalBuckets::new(), LocalBuckets::new()],
         }
     }
 
     /// Buckets currently tracked.
     pub(crate) fn tracked(&self) -> usize {
-        self.buckets.iter().map(DashMap::len).sum()
+        self.buckets.iter().map(DashMap::len).sum::<usize>()
+            + self.fallback.iter().map(|b| b.map.len()).sum::<usize>()
+    }
+
+    /// Forgets the instance's own buckets that are full again.
+    pub(crate) fn evict_full(&self, now: Duration) {
+        self.fallback.iter().for_each(|b| b.evict_full(now));
     }
 
     fn bucket(&self, class: Class, org_id: &str, limit: u32, now: Duration) -> Arc<Leased> {
@@ -110,13 +125,16 @@ impl Leases {
 
     pub async fn check<C: Clock>(&self, clock: &C, class: Class, org_id: &str, limit: u32) -> Decision {
         let bucket = self.bucket(class, org_id, limit, clock.now());
+        let alone = |now| self.fallback[class as usize].check(org_id, limit, now, true);
         loop {
-            if let Some(d) = Self::from_lease(&bucket, clock.now(), limit) {
+            let now = clock.now();
+            if let Some(d) = Self::from_lease(&bucket, now, limit, || alone(now)) {
                 return d;
             }
             let _refill = bucket.refill.lock().await;
             // Someone else may have leased while this caller waited.
-            if let Some(d) = Self::from_lease(&bucket, clock.now(), limit) {
+            let now = clock.now();
+            if let Some(d) = Self::from_lease(&bucket, now, limit, || alone(now)) {
                 return d;
             }
             let buckets = self.store.shared_buckets().expect("leases run on shared buckets");
@@ -135,21 +153,27 @@ impl Leases {
                     apply(&mut lease, &taken, now, limit);
                 }
                 Err(e) => {
-                    // The store is unreachable: the call will most likely fail there too.
-                    // Let it through rather than answer 429 for the store's outage, and
-                    // the calls after it for a second, without asking again.
-                    tracing::warn!(error = %e, "cannot lease rate-limit cells; calls pass for a second");
-                    let mut lease = bucket.lease.lock();
-                    lease.failing_until = clock.now() + FAIL_OPEN_FOR;
-                    return decision(limit, lease.shared_left, Duration::ZERO, None);
+                    // The store cannot lease (down, or too busy): this call and those of the
+                    // next second are held to the limit by this instance's own bucket,
+                    // without asking again.
+                    tracing::warn!(error = %e, "cannot lease rate-limit cells; this instance limits alone for a second");
+                    let now = clock.now();
+                    bucket.lease.lock().failing_until = now + FAIL_OPEN_FOR;
+                    return alone(now);
                 }
             }
         }
     }
 
-    /// A decision from the lease alone: a leased cell, or a refusal while the shared bucket
-    /// is known to be empty. `None`: a new lease is needed.
-    fn from_lease(bucket: &Leased, now: Duration, limit: u32) -> Option<Decision> {
+    /// A decision from the lease alone: a leased cell, a refusal while the shared bucket is
+    /// known to be empty, or `alone`'s (the instance's own bucket) while the store cannot
+    /// lease. `None`: a new lease is needed.
+    fn from_lease(
+        bucket: &Leased,
+        now: Duration,
+        limit: u32,
+        alone: impl FnOnce() -> Decision,
+    ) -> Option<Decision> {
         let mut lease = bucket.lease.lock();
         if lease.limit != limit {
             // The plan changed: what was leased under the old limit is worth other cells. No
@@ -166,7 +190,8 @@ impl Leases {
             return Some(lease.decision(now, false));
         }
         if now < lease.failing_until {
-            return Some(decision(limit, lease.shared_left, Duration::ZERO, None));
+            drop(lease);
+            return Some(alone());
         }
         (now < lease.refused_until).then(|| lease.decision(now, true))
     }
@@ -224,12 +249,17 @@ mod tests {
     use super::*;
     use crate::ratelimit::FakeClock;
 
+    /// The instance's own bucket, as these tests have it: empty.
+    fn refuse() -> Decision {
+        decision(1, 0, Duration::ZERO, Some(Duration::from_secs(1)))
+    }
+
     #[test]
     fn a_lease_hands_out_its_cells_then_asks_again() {
         let clock = FakeClock::default();
         let bucket = Leased::new(500, Duration::ZERO);
         assert!(
-            Leases::from_lease(&bucket, clock.now(), 500).is_none(),
+            Leases::from_lease(&bucket, clock.now(), 500, refuse).is_none(),
             "nothing leased yet"
         );
         let taken = Taken {
@@ -240,11 +270,11 @@ mod tests {
         };
         apply(&mut bucket.lease.lock(), &taken, clock.now(), 500);
         for left in (0..5).rev() {
-            let d = Leases::from_lease(&bucket, clock.now(), 500).expect("a leased cell");
+            let d = Leases::from_lease(&bucket, clock.now(), 500, refuse).expect("a leased cell");
             assert!(d.allowed);
             assert_eq!(d.remaining, 480 + left);
         }
-        assert!(Leases::from_lease(&bucket, clock.now(), 500).is_none());
+        assert!(Leases::from_lease(&bucket, clock.now(), 500, refuse).is_none());
         // An empty shared bucket is not asked again before its next cell.
         let empty = Taken {
             granted: 0,
@@ -253,21 +283,22 @@ mod tests {
             retry_in: Duration::from_millis(120),
         };
         apply(&mut bucket.lease.lock(), &empty, clock.now(), 500);
-        let refused = Leases::from_lease(&bucket, clock.now(), 500).expect("known empty");
+        let refused = Leases::from_lease(&bucket, clock.now(), 500, refuse).expect("known empty");
         assert!(!refused.allowed);
         assert_eq!(refused.retry_after, Some(1));
         clock.advance(Duration::from_millis(120));
         assert!(
-            Leases::from_lease(&bucket, clock.now(), 500).is_none(),
+            Leases::from_lease(&bucket, clock.now(), 500, refuse).is_none(),
             "ask again"
         );
-        // After a lease the store failed, calls pass for a second without asking.
+        // After a lease the store failed, the instance's own bucket decides for a second,
+        // without asking.
         bucket.lease.lock().failing_until = clock.now() + FAIL_OPEN_FOR;
-        let passed = Leases::from_lease(&bucket, clock.now(), 500).expect("passes");
-        assert!(passed.allowed);
+        let alone = Leases::from_lease(&bucket, clock.now(), 500, refuse).expect("decided alone");
+        assert_eq!(alone, refuse());
         clock.advance(FAIL_OPEN_FOR);
         assert!(
-            Leases::from_lease(&bucket, clock.now(), 500).is_none(),
+            Leases::from_lease(&bucket, clock.now(), 500, refuse).is_none(),
             "ask again once the second is over"
         );
     }
@@ -284,7 +315,7 @@ mod tests {
             lease.shared_left = 40_000;
         }
         let mut passed = 0;
-        while Leases::from_lease(&bucket, clock.now(), 60).is_some_and(|d| d.allowed) {
+        while Leases::from_lease(&bucket, clock.now(), 60, refuse).is_some_and(|d| d.allowed) {
             passed += 1;
         }
         assert_eq!(passed, lease_size(60));

@@ -256,8 +256,9 @@ impl<C: Clock> RateLimits<C> {
         ] {
             b.evict_full(now);
         }
-        if let OrgBuckets::Local(b) = &self.orgs {
-            b.iter().for_each(|b| b.evict_full(now));
+        match &self.orgs {
+            OrgBuckets::Local(b) => b.iter().for_each(|b| b.evict_full(now)),
+            OrgBuckets::Shared(l) => l.evict_full(now),
         }
     }
 
