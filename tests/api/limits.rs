@@ -272,6 +272,74 @@ async fn unknown_keys_cost_the_store_at_most_sixty_lookups_a_minute_per_address(
     assert_eq!(app.get(&path, None).await.status, 200);
 }
 
+/// Attack: unknown keys from many addresses (a routed IPv6 /48 holds 65,536 /64s, each with
+/// its own budget) flooded the store's pool with look-ups. The service's own budget of
+/// look-ups bounds them all together.
+#[actix_web::test]
+async fn unknown_keys_from_many_addresses_cost_the_store_a_bounded_number_of_lookups() {
+    let app = spawn_app_with(Options {
+        tweak: Box::new(|c| c.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()]),
+        ..Options::unlimited()
+    })
+    .await;
+    let (_, token) = app.agent().await;
+    let path = format!("/v1/verify/{token}");
+    let mut refused = 0;
+    let mut sent = 0;
+    for round in 0..80u32 {
+        let calls = (0..50u32).map(|i| {
+            let key = format!("pk_live_{round:020}{i:020}");
+            let from = format!("2001:db8:0:{:x}::1", round * 50 + i);
+            let (app, path) = (&app, &path);
+            async move {
+                crate::helpers::read(
+                    app.client
+                        .get(app.url(path))
+                        .insert_header(("Authorization", format!("Bearer {key}")))
+                        .insert_header(("X-Forwarded-For", from))
+                        .send()
+                        .await
+                        .unwrap(),
+                )
+                .await
+            }
+        });
+        for res in futures_util::future::join_all(calls).await {
+            sent += 1;
+            if res.status == 429 {
+                refused += 1;
+            } else {
+                res.assert_error(401, "UNAUTHORIZED");
+            }
+        }
+    }
+    assert_eq!(sent, 4000);
+    // 3,000 at once, then 50 a second.
+    assert!(
+        refused >= 400,
+        "{refused} of {sent} look-ups from distinct addresses were refused"
+    );
+}
+
+/// `/health` counts against nothing, and looks no unknown key up: a caller cannot spend an
+/// address's look-ups there (its valid key, new to the instance, would then be refused).
+#[actix_web::test]
+async fn health_calls_with_unknown_keys_spend_no_lookups() {
+    let app = spawn_app().await;
+    for i in 0..70 {
+        let res = app.get("/health", Some(&format!("pk_live_{i:040}"))).await;
+        assert_eq!(res.status, 200, "{}", res.text());
+    }
+    let (_, token) = app.agent().await;
+    let res = app
+        .get(
+            &format!("/v1/verify/{token}"),
+            Some(&app.org.keys.publishable_live),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+}
+
 /// A valid key is never refused by the unknown-key budget for being popular: callers that
 /// present it at once before the cache holds it share one store look-up, and refreshing the
 /// entry when it expires is not a look-up of an unknown key.
@@ -365,13 +433,15 @@ async fn health_is_never_limited_and_counts_against_no_bucket() {
     let health = app.get("/health", None).await;
     assert_eq!(health.status, 200);
     assert_eq!(assert_headers(&health, 20), 0);
-    // With a key: the organization's bucket, untouched by health checks.
+    // With a key the instance knows (health looks no key up): the organization's bucket,
+    // untouched by health checks.
+    assert_eq!(app.get("/v1/agents", Some(app.secret())).await.status, 200);
     for _ in 0..5 {
         assert_eq!(app.get("/health", Some(app.secret())).await.status, 200);
     }
     assert_eq!(
         assert_headers(&app.get("/health", Some(app.secret())).await, 500),
-        500
+        499
     );
     // Unknown keys from one address, past what it may look up: health still answers.
     for i in 0..70 {

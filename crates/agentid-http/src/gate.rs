@@ -46,7 +46,11 @@ pub(crate) async fn gate(
     let auth = match api_key(req.headers(), route).filter(|_| !route.keyless) {
         None => Auth::Anonymous,
         Some(None) => Auth::NotBearer,
-        Some(Some(key)) => match state.engine.authenticate(key, ip).await {
+        Some(Some(key)) => match if route.counted {
+            state.engine.authenticate(key, ip).await
+        } else {
+            state.engine.authenticate_known(key).await
+        } {
             Ok(KeyLookup::Valid(caller)) => Auth::Key(caller),
             Ok(KeyLookup::Rejected) => Auth::Rejected,
             // Never refused where nothing is counted (`/health`): no key is looked up, the

@@ -32,6 +32,9 @@ pub(crate) const ANON_OTHER_PER_MINUTE: u32 = 20;
 /// Database look-ups of API keys the cache has not seen, per client address: bounds what a
 /// flood of random keys costs the store. Refreshing a key the cache held is not charged.
 pub(crate) const KEY_LOOKUPS_PER_MINUTE: u32 = 60;
+/// Database look-ups of unknown API keys, all addresses together: addresses are cheap (a
+/// routed IPv6 /48 holds 65,536 /64s), and the store's pool is not.
+pub(crate) const KEY_LOOKUPS_PER_MINUTE_ALL: u32 = 3000;
 /// Token requests whose client failed to authenticate, per client address.
 pub const FAILED_CLIENTS_PER_MINUTE: u32 = 20;
 /// A leased cell that goes unused this long goes back to the shared bucket.
@@ -138,6 +141,7 @@ pub struct RateLimits<C: Clock = MonotonicClock> {
     anon_verify: LocalBuckets<AddressKey>,
     anon_other: LocalBuckets<AddressKey>,
     key_lookups: LocalBuckets<AddressKey>,
+    all_key_lookups: LocalBuckets<()>,
     /// The token endpoint's failed client authentications: a bucket of their own, so that an
     /// address's other anonymous calls (a neighbour behind the same NAT asking for pages that
     /// do not exist) never shut the endpoint for the agents there.
@@ -170,15 +174,30 @@ impl<C: Clock> RateLimits<C> {
             anon_verify: LocalBuckets::new(),
             anon_other: LocalBuckets::new(),
             key_lookups: LocalBuckets::new(),
+            all_key_lookups: LocalBuckets::new(),
             failed_clients: LocalBuckets::new(),
             orgs,
         }
     }
 
-    /// May this address have one more unknown key looked up in the store?
+    /// May this address have one more unknown key looked up in the store? Within its own
+    /// budget, and the service's.
     pub(crate) fn check_key_lookup(&self, ip: IpAddr) -> Decision {
-        self.key_lookups
-            .check(&ip.into(), KEY_LOOKUPS_PER_MINUTE, self.clock.now(), true)
+        let now = self.clock.now();
+        let own = self
+            .key_lookups
+            .check(&ip.into(), KEY_LOOKUPS_PER_MINUTE, now, true);
+        if !own.allowed {
+            return own;
+        }
+        let all = self
+            .all_key_lookups
+            .check(&(), KEY_LOOKUPS_PER_MINUTE_ALL, now, true);
+        if all.allowed {
+            own
+        } else {
+            all
+        }
     }
 
     /// The address's bucket of failed client authentications at the token endpoint: a cell
@@ -256,6 +275,7 @@ impl<C: Clock> RateLimits<C> {
         ] {
             b.evict_full(now);
         }
+        self.all_key_lookups.evict_full(now);
         match &self.orgs {
             OrgBuckets::Local(b) => b.iter().for_each(|b| b.evict_full(now)),
             OrgBuckets::Shared(l) => l.evict_full(now),
