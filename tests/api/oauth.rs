@@ -693,6 +693,28 @@ async fn token_requests_count_against_the_organizations_limit() {
     panic!("failed token requests were never limited");
 }
 
+/// Attack: failed token requests sent all at once each passed the address's look at its
+/// bucket before any was charged, so a burst of them got far past its 20 a minute.
+#[actix_web::test]
+async fn failed_token_requests_sent_at_once_are_limited_as_one_by_one() {
+    let app = spawn_app().await;
+    let answers =
+        futures_util::future::join_all((0..60).map(|_| ask(&app, "garbage", &[("resource", RESOURCE)])))
+            .await;
+    let failed = answers.iter().filter(|r| r.status == 401).count();
+    let limited = answers.iter().filter(|r| r.status == 429).count();
+    assert_eq!(failed + limited, 60);
+    assert!(failed <= 21, "{failed} failed requests passed at once");
+    // A client that authenticates spends nothing of the address's failures.
+    let app = spawn_app().await;
+    let key = AgentKey::ed();
+    let agent = client(&app, &key).await;
+    for _ in 0..25 {
+        let res = ask(&app, &assertion(&app, &key, &agent), &[("resource", RESOURCE)]).await;
+        assert_eq!(res.status, 200, "{}", res.text());
+    }
+}
+
 /// Attack: a neighbour behind the same address (a NAT, a /64) spending the address's
 /// anonymous calls on pages that do not exist shuts no agent out of the token endpoint, whose
 /// failed requests have a bucket of their own.

@@ -302,25 +302,26 @@ pub(crate) async fn token(state: web::Data<AppState>, req: HttpRequest, body: By
     }
     let limits = state.engine.rate_limits();
     let ip = context::client_ip(&req);
-    // An address whose failed requests used up its bucket is refused before any check.
-    let peeked = limits.failed_client(ip, false);
-    if peeked.remaining == 0 {
-        let refused = agentid_engine::ratelimit::Decision {
-            allowed: false,
-            // A cell comes back every 60 / limit seconds.
-            retry_after: Some(60u64.div_ceil(u64::from(peeked.limit.max(1)))),
-            ..peeked
-        };
-        return too_many(refused, "too many failed token requests from this address");
+    // Every request takes a cell of its address's bucket of failed ones before its client is
+    // checked (requests sent at once would all pass a look), and gives it back once its
+    // client is authenticated: an address whose failed requests used the bucket up is
+    // refused before any check.
+    let taken = limits.failed_client(ip, true);
+    if !taken.allowed {
+        return too_many(taken, "too many failed token requests from this address");
     }
     let received = context::received(&req);
     let client = match oauth.authenticate(&request, received).await {
-        Ok(c) => c,
+        Ok(c) => {
+            limits.client_authenticated(ip);
+            c
+        }
         Err(e) => {
             let mut res = refusal(&e);
             if matches!(e, OAuthError::InvalidClient(_)) {
-                let charged = limits.failed_client(ip, true);
-                res.extensions_mut().insert(Charged(charged));
+                res.extensions_mut().insert(Charged(taken));
+            } else {
+                limits.client_authenticated(ip);
             }
             return res;
         }

@@ -45,6 +45,18 @@ impl<K: std::hash::Hash + Eq> LocalBuckets<K> {
         decision(limit, g.available(tat, now), full_in, wait)
     }
 
+    /// Gives back one cell taken from `key`'s bucket (a call that turned out not to count).
+    pub(crate) fn give_back<Q>(&self, key: &Q, limit: u32, now: Duration)
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        if let Some(mut entry) = self.map.get_mut(key) {
+            let back = entry.1.saturating_sub(Gcra { limit }.interval());
+            entry.1 = back.max(nanos(now));
+        }
+    }
+
     /// Forgets buckets that are full again (indistinguishable from new ones).
     pub(crate) fn evict_full(&self, now: Duration) {
         let now = nanos(now);

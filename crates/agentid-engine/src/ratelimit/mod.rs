@@ -201,10 +201,17 @@ impl<C: Clock> RateLimits<C> {
     }
 
     /// The address's bucket of failed client authentications at the token endpoint: a cell
-    /// taken (`take`, a client that failed) or a look (is any left?).
+    /// taken (`take`: every request takes one before its client is checked, so that requests
+    /// at once cannot all pass a look) or a look.
     pub fn failed_client(&self, ip: IpAddr, take: bool) -> Decision {
         self.failed_clients
             .check(&ip.into(), FAILED_CLIENTS_PER_MINUTE, self.clock.now(), take)
+    }
+
+    /// Gives back the cell a token request took, its client authenticated.
+    pub fn client_authenticated(&self, ip: IpAddr) {
+        self.failed_clients
+            .give_back(&AddressKey::from(ip), FAILED_CLIENTS_PER_MINUTE, self.clock.now());
     }
 
     /// Takes a cell of the caller's bucket for the class.
