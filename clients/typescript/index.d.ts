@@ -72,9 +72,10 @@ export interface VerifierOptions {
   baseUrl: string;
   /** Accepted `iss` values of tokens (and `sub_id.iss` of SETs); any when absent. */
   issuers?: string[];
-  /** Seconds of tolerance on `exp` and `iat` (30). */
+  /** Seconds of tolerance on `exp` and `iat` (30), a status list's `exp` too. */
   leeway?: number;
-  /** Seconds past its `ttl` a status list that cannot be refetched is still used (300). */
+  /** Seconds past its `ttl` a status list that cannot be refetched is still used (300), never
+   * past its `exp`. */
   listGrace?: number;
   /** Judge a token on signature and claims alone when its list cannot be had (false). */
   failOpen?: boolean;

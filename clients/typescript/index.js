@@ -51,6 +51,10 @@ function smallOrder(x) {
   return x.length === 32 && SMALL_ORDER.some((s) => s.every((b, i) => (i === 31 ? x[i] & 0x7f : x[i]) === b));
 }
 
+/** A clock for the ages of what is held (ms), which no step of the wall clock moves: the wall
+ * clock (`Date.now`) is for the times a token or a list names. */
+const monotonic = () => performance.now();
+
 /** Members that make a JWK private (or symmetric). */
 const PRIVATE_MEMBERS = ["d", "p", "q", "dp", "dq", "qi", "oth", "k"];
 
@@ -173,14 +177,14 @@ export class Verifier {
     this.kidRefetchInterval = kidRefetchInterval;
     this.timeout = timeout;
     this.setAudience = setAudience;
-    this.docs = new Map(); // url -> {body, etag, freshUntil, fetchedAt, epoch}; a 304 refreshes it in place
+    this.docs = new Map(); // url -> {body, etag, freshUntil, fetchedAt, epoch} (monotonic ms); a 304 refreshes it in place
     this.inflight = new Map(); // url -> Promise of a fetch
     this.refreshing = new Set(); // URLs a background refresh is fetching
-    this.retry = new Map(); // url -> {at, failures}: no background refresh before `at`
+    this.retry = new Map(); // url -> {at, failures}: no background refresh before `at` (monotonic ms)
     this.keys = new Map(); // kid -> key
     this.keysDoc = null; // the document `keys` was read from
     this.lastKidFetch = -Infinity;
-    this.lists = new Map(); // uri -> {bits, ttl, doc}
+    this.lists = new Map(); // uri -> {bits, ttl, exp, doc}
     this.revoked = new Set();
     /** Directory documents -> their keys (read once per body). */
     this.directories = new WeakMap();
@@ -247,9 +251,10 @@ export class Verifier {
 
   async directoryOnce(url) {
     const held = this.docs.get(url);
-    const usable = held && held.freshUntil + this.listGrace * 1000 >= Date.now();
+    const now = monotonic();
+    const usable = held && held.freshUntil + this.listGrace * 1000 >= now;
     let doc;
-    if (usable && held.freshUntil <= Date.now() && (this.retry.get(url)?.at ?? 0) > Date.now()) {
+    if (usable && held.freshUntil <= now && (this.retry.get(url)?.at ?? 0) > now) {
       // Stale, and the service failed lately: the held one serves without waiting for it.
       doc = held;
     } else {
@@ -303,27 +308,29 @@ export class Verifier {
     }
   }
 
-  /** GETs `url` (revalidating what is held), one fetch per URL at a time, told to `onFetch`
-   * as a fetch of `document` ("jwks" or "status_list"). */
-  async fetchDoc(url, document, accept, fresherThan = -Infinity) {
+  /** GETs `url` (revalidating what is held, unless `revalidate` is false), one fetch per URL
+   * (and kind) at a time, told to `onFetch` as a fetch of `document` ("jwks" or "status_list"). */
+  async fetchDoc(url, document, accept, fresherThan = -Infinity, revalidate = true) {
     const held = this.docs.get(url);
-    if (held && held.freshUntil > Date.now() && held.fetchedAt > fresherThan) return held;
-    let pending = this.inflight.get(url);
+    if (held && held.freshUntil > monotonic() && held.fetchedAt > fresherThan) return held;
+    // A fetch that must bring a body joins no revalidation, which a 304 could answer.
+    const key = revalidate ? url : `${url}\n200`;
+    let pending = this.inflight.get(key);
     if (!pending) {
       pending = (async () => {
         const epoch = this.dropped.get(url) ?? 0;
         const headers = { accept };
-        if (held?.etag) headers["if-none-match"] = held.etag;
+        if (revalidate && held?.etag) headers["if-none-match"] = held.etag;
         let res;
         try {
           res = await this.send(url, headers);
-          if (res.status !== 200 && !(res.status === 304 && held?.etag)) fail("UNAVAILABLE", `${url}: ${res.status}`);
+          if (res.status !== 200 && !(res.status === 304 && headers["if-none-match"])) fail("UNAVAILABLE", `${url}: ${res.status}`);
         } catch (e) {
           quietly(this.onFetch, document, "failed");
           throw e;
         }
         quietly(this.onFetch, document, res.status === 304 ? "not_modified" : "fetched");
-        const now = Date.now();
+        const now = monotonic();
         const freshUntil = now + maxAge(res.headers.get("cache-control"), 60) * 1000;
         if (res.status === 304) {
           // The same body: whoever read it keeps what they read.
@@ -334,8 +341,8 @@ export class Verifier {
         const doc = { body: res.body, etag: res.headers.get("etag") || undefined, freshUntil, fetchedAt: now, epoch };
         this.docs.set(url, doc);
         return doc;
-      })().finally(() => this.inflight.delete(url));
-      this.inflight.set(url, pending);
+      })().finally(() => this.inflight.delete(key));
+      this.inflight.set(key, pending);
     }
     return pending;
   }
@@ -344,7 +351,7 @@ export class Verifier {
    * lately (then not before 1 s, doubling per failure up to 30 s): a request holding a
    * usable answer never waits for the network. */
   refreshLater(url, refresh) {
-    if (this.refreshing.has(url) || (this.retry.get(url)?.at ?? 0) > Date.now()) return;
+    if (this.refreshing.has(url) || (this.retry.get(url)?.at ?? 0) > monotonic()) return;
     this.refreshing.add(url);
     refresh()
       .then(
@@ -357,27 +364,17 @@ export class Verifier {
   /** Notes a failed fetch of `url`: not again before 1 s, doubling per failure up to 30 s. */
   failedLately(url) {
     const failures = (this.retry.get(url)?.failures ?? 0) + 1;
-    this.retry.set(url, { at: Date.now() + Math.min(2 ** (failures - 1), 30) * 1000, failures });
+    this.retry.set(url, { at: monotonic() + Math.min(2 ** (failures - 1), 30) * 1000, failures });
   }
 
   /** Fetches the JWKS (unless what is held is fresh and fetched after `fresherThan`) and reads
-   * it when it is new. While it cannot be had (or is unusable), the keys last read stay. */
+   * it when it is new; UNAVAILABLE when it cannot be had or is unusable, and then the keys
+   * last read stay. */
   async loadKeys(url, fresherThan) {
-    const held = this.docs.get(url);
-    let doc;
-    try {
-      doc = await this.fetchDoc(url, "jwks", "application/json", fresherThan);
-    } catch (e) {
-      if (!held) throw e;
-      doc = held;
-    }
+    const doc = await this.fetchDoc(url, "jwks", "application/json", fresherThan);
     if (doc !== this.keysDoc) {
-      try {
-        this.keys = await readJwks(doc.body);
-        this.keysDoc = doc;
-      } catch (e) {
-        if (!this.keysDoc) throw e;
-      }
+      this.keys = await readJwks(doc.body);
+      this.keysDoc = doc;
     }
   }
 
@@ -388,16 +385,20 @@ export class Verifier {
   async key(kid) {
     const url = `${this.baseUrl}/.well-known/jwks.json`;
     const held = this.docs.get(url);
-    const stale = !held || held.freshUntil <= Date.now();
-    if (!this.keys.has(kid) && (!held || Date.now() - this.lastKidFetch >= this.kidRefetchInterval * 1000)) {
+    const now = monotonic();
+    const stale = !held || held.freshUntil <= now;
+    if (!this.keys.has(kid) && (!held || now - this.lastKidFetch >= this.kidRefetchInterval * 1000)) {
       // Nothing held answers for this kid: it waits for the fetch.
       try {
-        await this.loadKeys(url, Date.now() - 1);
+        await this.loadKeys(url, now - 1);
+      } catch (e) {
+        if (!held) throw e;
+        // The keys last read (if any were usable) answer.
       } finally {
-        this.lastKidFetch = Date.now();
+        this.lastKidFetch = monotonic();
       }
     } else if (stale) {
-      // The keys held serve while one refresh runs behind.
+      // The keys held serve while one refresh runs behind; a failed one is tried again later.
       this.refreshLater(url, () => this.loadKeys(url, -Infinity));
     }
     const key = this.keys.get(kid);
@@ -451,16 +452,27 @@ export class Verifier {
       const inflated = new Blob([b64url(lst)]).stream().pipeThrough(new DecompressionStream("deflate"));
       const ttl = Number(claims.ttl ?? 60);
       if (!(ttl >= 0 && ttl < Infinity)) throw new Error(`ttl ${claims.ttl}`);
-      return { bits: await readAtMost(inflated, MAX_LIST_BYTES), ttl, doc };
+      // decode checked exp (a finite number when present) against the clock.
+      return { bits: await readAtMost(inflated, MAX_LIST_BYTES), ttl, exp: claims.exp ?? Infinity, doc };
     } catch (e) {
       fail("UNAVAILABLE", `the status list at ${uri} is unusable: ${e.message}`);
     }
   }
 
-  /** Fetches the list at `uri` anew (revalidating `held`) and reads it when new. */
+  /** Whether `list` is past its `exp` (with `leeway`, as a token's): its bits answer nothing. */
+  expired(list) {
+    return list.exp <= Date.now() / 1000 - this.leeway;
+  }
+
+  /** Fetches the list at `uri` anew (revalidating `held`) and reads it when new. A 304 for a
+   * list past its exp is asked once more without If-None-Match; nothing current is UNAVAILABLE. */
   async loadList(uri, held) {
-    const doc = await this.fetchDoc(uri, "status_list", "application/statuslist+jwt", held ? held.doc.fetchedAt : -Infinity);
+    const accept = "application/statuslist+jwt";
+    let doc = await this.fetchDoc(uri, "status_list", accept, held ? held.doc.fetchedAt : -Infinity);
     let current = this.lists.get(uri);
+    if (current?.doc === doc && this.expired(current)) {
+      doc = await this.fetchDoc(uri, "status_list", accept, doc.fetchedAt, false);
+    }
     if (current?.doc !== doc) {
       current = await this.readList(uri, doc);
       this.lists.set(uri, current);
@@ -476,12 +488,14 @@ export class Verifier {
       fail("TOKEN_INVALID", `status list ${uri} is not one of ${this.baseUrl}`);
     }
     let held = this.lists.get(uri);
-    const age = held ? Date.now() - held.doc.fetchedAt : Infinity;
-    if (held && age >= held.ttl * 1000 && age <= (held.ttl + this.listGrace) * 1000) {
+    // A list past its exp is no answer, however lately a 304 said it is unchanged.
+    const usable = held && !this.expired(held);
+    const age = held ? monotonic() - held.doc.fetchedAt : Infinity;
+    if (usable && age >= held.ttl * 1000 && age <= (held.ttl + this.listGrace) * 1000) {
       // Stale but usable: it serves while one refresh runs behind.
       const stale = held;
       this.refreshLater(uri, () => this.loadList(uri, stale));
-    } else if (!held || age >= held.ttl * 1000) {
+    } else if (!usable || age >= held.ttl * 1000) {
       try {
         held = await this.loadList(uri, held);
       } catch (e) {
