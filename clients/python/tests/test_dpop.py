@@ -176,9 +176,13 @@ def asgi_call(app, headers, path="/orders", host="api.example", scheme="https", 
     return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, body
 
 
-def wsgi_call(app, headers, path="/orders", host="api.example", scheme="https", method="GET"):
+def wsgi_call(app, headers, path="/orders", host="api.example", scheme="https", method="GET", raw=None):
+    """``app``'s answer to a request for ``path`` (decoded, as ``PATH_INFO`` has it), whose
+    target came as ``raw`` (``RAW_URI`` and ``REQUEST_URI``) when given."""
     environ = {"REQUEST_METHOD": method, "PATH_INFO": path, "SCRIPT_NAME": "", "HTTP_HOST": host,
                "wsgi.url_scheme": scheme, "SERVER_NAME": host, "SERVER_PORT": "443"}
+    if raw is not None:
+        environ["RAW_URI"] = environ["REQUEST_URI"] = raw
     for k, v in headers:
         environ["HTTP_" + k.upper().replace("-", "_")] = v
     seen = {}
@@ -265,6 +269,57 @@ def test_a_proof_made_for_another_receiver_is_refused(server, panva, tmp_path, k
             status, _, _ = asgi_call(Asgi(asgi_app, verifier, public_origin=origin), headers, path=path,
                                      host="shop-a.example")
         assert status == 401, (kind, origin)
+
+
+def test_a_proof_names_the_path_as_the_agent_wrote_it(server):
+    """The URL a proof is checked for is the public origin and the request's path as it came:
+    ``@`` stays as it is (a path may hold it), an encoded space or slash stays encoded, an
+    absolute-form target gives its path alone. WSGI reads the raw target, or else encodes
+    ``PATH_INFO`` again; Flask as WSGI; ASGI its ``raw_path``."""
+    from flask import Flask, g
+
+    from agentid_verifier.flask import require_agent
+
+    signer = Agent()
+    agent_id, token = server.register(jwk=signer.public)
+    verifier = Verifier(server.base)
+    origin = "https://api.example"
+
+    def sent(path):
+        return [("Authorization", f"DPoP {token}"), ("DPoP", signer.proof(token, htu=origin + path))]
+
+    def wsgi_app(environ, start_response):
+        start_response("200 OK", [])
+        return [environ["agentid.agent"].agent_id.encode()]
+
+    async def asgi_app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": scope["agent"].agent_id.encode()})
+
+    wsgi = Wsgi(wsgi_app, verifier, public_origin=origin)
+    asgi = Asgi(asgi_app, verifier, public_origin=origin)
+    # As the server decoded it (PATH_INFO: latin-1 of the bytes that came), with or without the
+    # raw target; an encoded slash only the raw target keeps.
+    for path, decoded, raw in [("/users/@me", "/users/@me", None), ("/users/@me", "/users/@me", "/users/@me"),
+                               ("/a%20b", "/a b", None), ("/caf%C3%A9", "/caf\xc3\xa9", None),
+                               ("/a%2Fb", "/a/b", "/a%2Fb?page=2")]:
+        status, _, body = wsgi_call(wsgi, sent(path), path=decoded, raw=raw)
+        assert (status, body) == (200, agent_id.encode()), (path, raw, body)
+    for path, target in [("/users/@me", "/users/@me"), ("/users/@me", "http://10.0.0.7/users/@me?x=1")]:
+        status, _, body = asgi_call(asgi, sent(path), path=target)
+        assert (status, body) == (200, agent_id.encode()), (target, body)
+
+    app = Flask(__name__)
+
+    @app.get("/<path:rest>")
+    @require_agent(verifier, public_origin=origin)
+    def anything(rest):
+        return {"agent": g.agent.agent_id}
+
+    client = app.test_client()
+    for path in ("/users/@me", "/a%20b", "/caf%C3%A9"):
+        res = client.get(path, headers=sent(path))
+        assert res.status_code == 200 and res.json == {"agent": agent_id}, (path, res.json)
 
 
 def test_websocket_handshakes_are_checked():

@@ -31,16 +31,17 @@ def agent_key():
     return {"kty": "OKP", "crv": "Ed25519", "x": x, "d": d}
 
 
-def signed(jwk, url, agent, signer=("node", "sign.mjs")):
+def signed(jwk, url, agent, signer=("node", "sign.mjs"), **env):
     """The headers a stock signer of tests/offline makes for a GET of ``url`` signed by
-    ``jwk``, naming ``agent``: Cloudflare's web-bot-auth, or Python's http-message-signatures."""
+    ``jwk``, naming ``agent``: Cloudflare's web-bot-auth, or Python's http-message-signatures
+    (``env``: more of its settings, such as ``COMPONENTS``)."""
     out = subprocess.run(signer, cwd=OFFLINE, capture_output=True, text=True, check=True,
-                         env=dict(os.environ, KEY=json.dumps(jwk), URL=url, AGENT=agent))
+                         env=dict(os.environ, KEY=json.dumps(jwk), URL=url, AGENT=agent, **env))
     return json.loads(out.stdout)
 
 
-def python_signed(jwk, url, agent):
-    return signed(jwk, url, agent, (sys.executable, "sign.py"))
+def python_signed(jwk, url, agent, **env):
+    return signed(jwk, url, agent, (sys.executable, "sign.py"), **env)
 
 
 def test_a_signed_request_is_checked_offline_against_the_agents_directory(server):
@@ -77,6 +78,25 @@ def test_a_signed_request_is_checked_offline_against_the_agents_directory(server
     server.revoke(agent_id)
     with pytest.raises(TokenInvalid):
         Verifier(server.base).verify_request("GET", url, signed(jwk, url, directory))
+
+
+def test_a_signature_may_cover_the_target_uri_in_place_of_the_authority(server):
+    """RFC 9421's ``@target-uri`` holds the authority too: a signature covering it (and
+    ``Signature-Agent``) passes, for its URL alone; one covering neither it nor ``@authority``
+    is refused."""
+    jwk = agent_key()
+    server.register(("read:docs",), jwk={k: jwk[k] for k in ("kty", "crv", "x")})
+    verifier = Verifier(server.base, issuers=["example.com"])
+    directory = f"{server.base}/v1/directories/example.com"
+    url = "https://shop.example/products/1?page=2"
+    headers = python_signed(jwk, url, directory, COMPONENTS="@target-uri signature-agent")
+    assert verifier.verify_request("GET", url, headers).issuer == "example.com"
+    for elsewhere in ("https://evil.example/products/1?page=2", "https://shop.example/products/1?page=3"):
+        with pytest.raises(TokenInvalid):
+            verifier.verify_request("GET", elsewhere,
+                                    python_signed(jwk, url, directory, COMPONENTS="@target-uri signature-agent"))
+    with pytest.raises(TokenInvalid, match="neither @authority nor @target-uri"):
+        verifier.verify_request("GET", url, python_signed(jwk, url, directory, COMPONENTS="@path signature-agent"))
 
 
 def test_a_pushed_revocation_drops_the_issuers_directory_at_once(server):

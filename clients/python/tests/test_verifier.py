@@ -256,7 +256,7 @@ def test_a_max_age_of_other_digits_or_past_a_day_is_read_and_held_a_day_at_most(
         verifier = Verifier(proxy.url)
         assert verifier.verify(token).issuer == "example.com", max_age
         held = verifier._docs[f"{proxy.url}/.well-known/jwks.json"]
-        assert held.fresh_until <= time.time() + 86_400, max_age
+        assert held.fresh_until <= time.monotonic() + 86_400, max_age
 
 
 def test_a_status_list_is_inflated_to_16_mib_and_no_further(proxied):
@@ -554,3 +554,114 @@ def test_a_verifier_without_issuers_is_warned_of_once(monkeypatch, caplog):
     warned = [r for r in caplog.records if "without issuers" in r.getMessage()]
     assert len(warned) == 1, caplog.records
     assert warned[0].levelname == "WARNING"
+
+
+# -- what is held, and for how long --------------------------------------------------------
+
+def test_a_status_list_past_its_exp_is_not_kept_alive_by_304s(proxied):
+    """A cache in front of the service answers every revalidation of a status list 304: once
+    the list held is past its exp, it is fetched without If-None-Match (the revocation is seen);
+    when that is a 304 too, the check fails closed, never passing on the expired list."""
+    server, proxy = proxied
+    asked = threading.local()
+    serve = proxy._serve
+
+    def noting(handler):
+        asked.conditional = "If-None-Match" in handler.headers
+        serve(handler)
+
+    mode = {"always": False}
+
+    def stuck(path, status, headers, body):
+        if path.startswith("/v1/status/") and (mode["always"] or asked.conditional):
+            return 304, [(k, v) for k, v in headers if k.lower() == "cache-control"], b""
+        return status, headers, body
+
+    def until_refused(token):
+        deadline = time.monotonic() + 8  # the list's exp is its iat + 4 s (twice its ttl)
+        while True:
+            try:
+                verifier.verify(token)
+            except (TokenRevoked, Unavailable) as e:
+                return e
+            assert time.monotonic() < deadline, "a list past its exp still answers"
+            time.sleep(0.1)
+
+    proxy._serve = noting
+    try:
+        verifier = Verifier(proxy.url, leeway=0)  # the list's exp counts at once
+        agent_id, token = server.register()
+        verifier.verify(token)
+        proxy.rewrite = stuck
+        server.revoke(agent_id)
+        assert isinstance(until_refused(token), TokenRevoked)
+        # Now the cache answers 304 whatever it is asked: the held list expires, and then?
+        other_id, other = server.register()
+        verifier.verify(other)
+        mode["always"] = True
+        server.revoke(other_id)
+        assert isinstance(until_refused(other), Unavailable)
+    finally:
+        del proxy._serve
+
+
+def test_a_key_set_refresh_that_fails_is_not_tried_again_at_once(proxied):
+    """The key set is stale and the service answers 503 for it: the keys held serve a valid
+    token, and the refresh behind is tried again after 1 s (doubling), not once a token."""
+    server, proxy = proxied
+    state = {"down": False, "asked": 0}
+
+    def rewrite(path, status, headers, body):
+        if not path.endswith("jwks.json"):
+            return status, headers, body
+        if state["down"]:
+            state["asked"] += 1
+            return 503, [], b""
+        kept = [(k, v) for k, v in headers if k.lower() != "cache-control"]
+        return status, kept + [("Cache-Control", "max-age=1")], body
+
+    proxy.rewrite = rewrite
+    _, token = server.register()
+    verifier = Verifier(proxy.url)
+    verifier.verify(token)
+    state["down"] = True
+    time.sleep(1.2)
+    for _ in range(20):
+        verifier.verify(token)
+        time.sleep(0.05)
+    assert 1 <= state["asked"] <= 3, state
+
+
+def test_a_key_set_that_is_not_one_is_unavailable_every_time(proxied):
+    """A 200 whose body is no key set: no key can be had, so every check is UNAVAILABLE (not
+    TOKEN_INVALID once the first has fetched it)."""
+    server, proxy = proxied
+    _, token = server.register()
+    proxy.rewrite = lambda path, status, headers, body: (
+        (200, [("Content-Type", "application/json")], b'{"keys": 5}') if path.endswith("jwks.json")
+        else (status, headers, body))
+    verifier = Verifier(proxy.url)
+    for _ in range(2):
+        with pytest.raises(Unavailable):
+            verifier.verify(token)
+
+
+def test_a_wall_clock_set_back_keeps_no_status_list_fresh(server, monkeypatch):
+    """The wall clock steps back an hour after a list was fetched: the list still goes stale
+    after its ttl, and the revocation is seen."""
+    agent_id, token = server.register()
+    # A leeway past the step: the token and the lists, dated by the true time, are not "issued
+    # in the future" by the clock set back.
+    verifier = Verifier(server.base, leeway=7200)
+    verifier.verify(token)
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() - 3600)
+    server.revoke(agent_id)
+    deadline = time.monotonic() + 2 + 3  # the list's ttl, and a refresh behind
+    while True:
+        try:
+            verifier.verify(token)
+        except TokenRevoked:
+            break
+        assert time.monotonic() < deadline, "the clock set back keeps the list fresh"
+        time.sleep(0.1)

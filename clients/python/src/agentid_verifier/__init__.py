@@ -389,7 +389,8 @@ def _jwks(body: bytes) -> Dict[str, object]:
 @dataclass
 class _Document:
     """A fetched document: its body, ETag, and until when it is fresh. A revalidation (304)
-    refreshes it in place, so a new object means a new body."""
+    refreshes it in place, so a new object means a new body. Its times are read on the
+    monotonic clock (``time.monotonic``): a wall clock set back would keep it fresh longer."""
 
     body: bytes
     etag: Optional[str]
@@ -416,6 +417,9 @@ class _StatusList:
     bits: bytes
     ttl: int
     doc: _Document  # the document it was read from; its ``fetched_at`` ages it
+    #: The list's ``exp`` (Unix s), None without one: past it (and ``leeway``), the list is of
+    #: no use, however lately a revalidation (304) said it had not changed.
+    exp: Optional[float] = None
 
 
 def _warn_without_issuers(base_url: str) -> None:
@@ -562,10 +566,12 @@ class Verifier:
         finally:
             req.watched.timer.cancel()
 
-    def _fetch(self, url: str, document: str, accept: str, fresher_than: float = float("-inf")) -> _Document:
-        """GETs ``url`` (revalidating what is held) unless what is held is fresh and was
-        fetched after ``fresher_than``; one fetch per URL at a time, so callers that wait
-        for it share its result. Each fetch is counted by ``document`` and result."""
+    def _fetch(self, url: str, document: str, accept: str, fresher_than: float = float("-inf"),
+               revalidate: bool = True) -> _Document:
+        """GETs ``url`` (revalidating what is held, unless not to ``revalidate``) unless what is
+        held is fresh and was fetched after ``fresher_than`` (on the monotonic clock); one
+        fetch per URL at a time, so callers that wait for it share its result. Each fetch is
+        counted by ``document`` and result."""
         if _WARM_ONLY.get():
             held = self._held_fresh(url, fresher_than)
             if held is not None:
@@ -584,7 +590,7 @@ class Verifier:
                 if gate.failed is not None and gate.failed[0] >= asked:
                     raise Unavailable(gate.failed[1])
                 try:
-                    return self._fetch_alone(url, document, accept)
+                    return self._fetch_alone(url, document, accept, revalidate)
                 except Unavailable as e:
                     gate.failed = (time.monotonic(), str(e))
                     raise
@@ -598,20 +604,22 @@ class Verifier:
     def _held_fresh(self, url: str, fresher_than: float) -> Optional[_Document]:
         """What is held of ``url``, when it is fresh and was fetched after ``fresher_than``."""
         held = self._docs.get(url)
-        if held is not None and held.fresh_until > time.time() and held.fetched_at > fresher_than:
+        if held is not None and held.fresh_until > time.monotonic() and held.fetched_at > fresher_than:
             return held
         return None
 
-    def _fetch_alone(self, url: str, document: str, accept: str) -> _Document:
-        """``_fetch``'s fetch, while no other caller fetches ``url``."""
+    def _fetch_alone(self, url: str, document: str, accept: str, revalidate: bool = True) -> _Document:
+        """``_fetch``'s fetch, while no other caller fetches ``url``. Unless it revalidates
+        what is held (``If-None-Match``), a 304 is a failure like any other status."""
         held = self._docs.get(url)
         epoch = self._dropped.get(url, 0)
         req = urllib.request.Request(url, headers={"Accept": accept})
-        if held is not None and held.etag:
+        conditional = revalidate and held is not None and bool(held.etag)
+        if conditional:
             req.add_header("If-None-Match", held.etag)
         try:
             status, headers, body = self._send(req)
-            if status == 304 and held is not None and held.etag:
+            if status == 304 and conditional:
                 result = "not_modified"
             elif status == 200:
                 result = "fetched"
@@ -621,7 +629,7 @@ class Verifier:
             self._count(self._fetches, (document, "failed"))
             raise
         self._count(self._fetches, (document, result))
-        now = time.time()
+        now = time.monotonic()
         fresh_until = now + _max_age(headers.get("Cache-Control"), 60)
         if held is not None and result == "not_modified":
             held.etag = headers.get("ETag") or held.etag
@@ -664,44 +672,40 @@ class Verifier:
 
     def _load_keys(self, url: str, fresher_than: float) -> None:
         """Fetches the JWKS (unless what is held is fresh and newer than ``fresher_than``) and
-        reads it when it is new. While it cannot be had (or is unusable), the keys last read
+        reads it when it is new. ``UNAVAILABLE`` when it cannot be had or is unusable (so a
+        refresh behind counts as failed, and is not tried again at once); the keys last read
         stay."""
-        held = self._docs.get(url)
-        try:
-            doc = self._fetch(url, "jwks", "application/json", fresher_than=fresher_than)
-        except Unavailable:
-            if held is None:
-                raise
-            doc = held
+        doc = self._fetch(url, "jwks", "application/json", fresher_than=fresher_than)
         if doc is not self._keys_doc:
-            try:
-                self._keys, self._keys_doc = _jwks(doc.body), doc
-            except Unavailable:
-                if self._keys_doc is None:
-                    raise
+            self._keys, self._keys_doc = _jwks(doc.body), doc
 
     def _key(self, kid: str):
         """The public key of ``kid``: from the cached JWKS, refreshed behind when stale, or
         fetched when the kid is unknown (at once when no JWKS is held, else at most once per
         ``kid_refetch_interval``, tried or not: a stream of made-up kids fetches no more while
         the service is down). While the JWKS cannot be had (or is unusable), the keys last read
-        serve."""
+        serve; while no usable JWKS was ever read, every check is ``UNAVAILABLE``."""
         url = f"{self.base_url}/.well-known/jwks.json"
         held = self._docs.get(url)
-        stale = held is None or held.fresh_until <= time.time()
+        stale = held is None or held.fresh_until <= time.monotonic()
         unknown = kid not in self._keys
         if unknown and (held is None or time.monotonic() - self._last_key_fetch >= self.kid_refetch_interval):
             # Nothing held answers for this kid: it waits for the fetch.
             if _WARM_ONLY.get():
                 raise Cold(url)  # before the budget is spent: the fetch is the retry's to make
             try:
-                self._load_keys(url, fresher_than=time.time())
+                self._load_keys(url, fresher_than=time.monotonic())
+            except Unavailable:
+                if self._keys_doc is None:
+                    raise  # else the keys last read answer: this kid is not one of them
             finally:
                 self._last_key_fetch = time.monotonic()
         elif stale:
             # The keys held serve while one refresh runs behind.
             self._refresh_later(url, lambda: self._load_keys(url, float("-inf")))
         key = self._keys.get(kid)
+        if key is None and self._keys_doc is None:
+            raise Unavailable("no usable JWKS was read from the service")
         if key is None:
             raise TokenInvalid(f"no key {kid!r} in the service's JWKS")
         return key
@@ -758,18 +762,37 @@ class Verifier:
                 raise TokenInvalid("status lists of one bit only")
             data = lst["lst"]
             bits = _inflate(base64.urlsafe_b64decode(data + "=" * (-len(data) % 4)))
-            return _StatusList(bits=bits, ttl=int(claims.get("ttl", 60)), doc=doc)
+            return _StatusList(bits=bits, ttl=int(claims.get("ttl", 60)), doc=doc, exp=claims.get("exp"))
         except (VerificationError, KeyError, TypeError, ValueError, zlib.error) as e:
             raise Unavailable(f"the status list at {uri} is unusable: {e}") from e
 
     def _load_list(self, uri: str, held: Optional[_StatusList]) -> _StatusList:
-        """Fetches the list at ``uri`` anew (revalidating ``held``) and reads it when new."""
+        """Fetches the list at ``uri`` anew (revalidating ``held``) and reads it when new. A
+        list past its ``exp`` is no answer: when a revalidation keeps one (a 304, say from a
+        cache that holds it), the list is fetched once more without ``If-None-Match``, and is
+        ``UNAVAILABLE`` when that brings no current one either."""
         doc = self._fetch(uri, "status_list", "application/statuslist+jwt",
                           fresher_than=held.doc.fetched_at if held else float("-inf"))
+        current = self._list_in(uri, doc)
+        if self._expired(current):
+            doc = self._fetch(uri, "status_list", "application/statuslist+jwt",
+                              fresher_than=doc.fetched_at, revalidate=False)
+            current = self._list_in(uri, doc)
+            if self._expired(current):
+                raise Unavailable(f"the status list at {uri} has expired, and no newer one came")
+        return current
+
+    def _list_in(self, uri: str, doc: _Document) -> _StatusList:
+        """The list ``doc`` holds: the one held when it was read already, else read now."""
         current = self._lists.get(uri)
         if current is None or current.doc is not doc:
             current = self._lists[uri] = self._read_list(uri, doc)
         return current
+
+    def _expired(self, lst: _StatusList) -> bool:
+        """Whether ``lst`` is past its ``exp`` (and ``leeway``), as a list just read would be
+        refused: on the wall clock, as ``exp`` is."""
+        return lst.exp is not None and lst.exp <= time.time() - self.leeway
 
     def _status(self, uri: str, idx: int) -> Optional[int]:
         """The status at ``idx`` of the list at ``uri`` (1: revoked); ``None`` when the list
@@ -778,11 +801,12 @@ class Verifier:
         if not uri.startswith(prefix) or "/" in uri[len(prefix):] or "?" in uri:
             raise TokenInvalid(f"status list {uri!r} is not one of {self.base_url}")
         held = self._lists.get(uri)
-        age = time.time() - held.doc.fetched_at if held is not None else math.inf
-        if held is not None and held.ttl <= age <= held.ttl + self.list_grace:
+        usable = held is not None and not self._expired(held)
+        age = time.monotonic() - held.doc.fetched_at if held is not None else math.inf
+        if usable and held.ttl <= age <= held.ttl + self.list_grace:
             # Stale but usable: it serves while one refresh runs behind.
             self._refresh_later(uri, lambda: self._load_list(uri, held))
-        elif held is None or age >= held.ttl:
+        elif not usable or age >= held.ttl:
             try:
                 held = self._load_list(uri, held)
             except Unavailable:
@@ -998,11 +1022,12 @@ class Verifier:
     def verify_request(self, method: str, url: str, headers: Mapping[str, str],
                        trusted_signature_agents: Sequence[str] = ()) -> "SignedRequest":
         """Checks a request an agent signed (Web Bot Auth, RFC 9421) offline: its signature
-        tagged ``web-bot-auth``, covering ``@authority`` and ``Signature-Agent``, in its time
-        (at most 24 h), by a key of the directory ``Signature-Agent`` names (this service's
-        ``/v1/directories/<issuer>``, or one of ``trusted_signature_agents``), its nonce new
-        (``PROOF_REPLAYED`` after). ``url`` is the request's absolute URL as the agent
-        addressed it. A ``VerificationError`` otherwise."""
+        tagged ``web-bot-auth``, covering ``@authority`` (or ``@target-uri``) and
+        ``Signature-Agent``, in its time (at most 24 h), by a key of the directory
+        ``Signature-Agent`` names (this service's ``/v1/directories/<issuer>``, or one of
+        ``trusted_signature_agents``), its nonce new (``PROOF_REPLAYED`` after). ``url`` is
+        the request's absolute URL as the agent addressed it. A ``VerificationError``
+        otherwise."""
         return _signed.verify_request(self, method, url, headers, trusted_signature_agents)
 
     def _directory(self, url: str) -> dict:
@@ -1021,8 +1046,8 @@ class Verifier:
 
     def _directory_once(self, url: str) -> Tuple[_Document, dict]:
         held = self._docs.get(url)
-        usable = held is not None and held.fresh_until + self.list_grace >= time.time()
-        if usable and held.fresh_until <= time.time() and self._retry.get(url, (0.0, 0))[0] > time.monotonic():
+        usable = held is not None and held.fresh_until + self.list_grace >= time.monotonic()
+        if usable and held.fresh_until <= time.monotonic() and self._retry.get(url, (0.0, 0))[0] > time.monotonic():
             # Stale, and the service failed lately: the held one serves without waiting for it.
             doc = held
         else:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from typing import List, Mapping, Optional, Sequence, Tuple
 
 from . import Cold, InsufficientScope, ProofInvalid, TokenInvalid, VerificationError, Verifier, warm_only
@@ -74,13 +75,19 @@ def authorizations(scope) -> List[str]:
     return [v.decode("latin-1") for k, v in scope.get("headers") or [] if k == b"authorization"]
 
 
+#: How an absolute-form request target (``http://host/path``) begins: a scheme (RFC 3986 §3.1)
+#: and ``://``.
+ABSOLUTE_FORM = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
 def path_of(target: str) -> str:
     """The path of a request target, also of an absolute-form one (``http://host/path``),
     without its query: a proof's URL is the receiver's origin and this path alone."""
-    if "://" in target.split("/", 1)[0]:
+    target = target.split("?", 1)[0]
+    if ABSOLUTE_FORM.match(target):
         rest = target.split("://", 1)[1]
         target = "/" + rest.split("/", 1)[1] if "/" in rest else "/"
-    return target.split("?", 1)[0] or "/"
+    return target or "/"
 
 
 def challenge(error: VerificationError, scheme: str, scopes: Sequence[str] = (),

@@ -26,6 +26,7 @@ from . import VerificationError, Verifier
 from .asgi import (check, check_signed, is_signed, one_authorization, presented, refusal, scheme_of,
                    warn_without_origin)
 from .resource import ResourceMetadata
+from .wsgi import request_path
 
 _F = TypeVar("_F", bound=Callable)
 
@@ -61,13 +62,13 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
                 fields = {k.lower(): v for k, v in request.headers.items()}
                 if trusted_signature_agents is not None and is_signed(authorization, fields):
                     query = request.query_string.decode("latin-1")
-                    target = request.script_root + request.path + (f"?{query}" if query else "")
+                    target = request_path(request.environ) + (f"?{query}" if query else "")
                     g.signed_request = check_signed(verifier, origin, wanted, delegated, request.method,
                                                     target, fields, list(trusted_signature_agents))
                     g.agent = None
                     return view(*args, **kwargs)
                 scheme, token, proof = presented(authorization, request.headers.getlist("DPoP"))
-                url = origin + request.script_root + request.path if origin else None
+                url = origin + request_path(request.environ) if origin else None
                 g.agent = check(verifier, scheme, token, proof, request.method, url, wanted, delegated)
             except VerificationError as e:
                 status, headers, body = refusal(e, scheme_of(authorization), wanted, resource_metadata)

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 #: The tag Web Bot Auth signatures carry.
 TAG = "web-bot-auth"
+#: The components of which a signature must cover one, as covered components are named: the
+#: host the request was for, alone or in the whole URL.
+TARGETS = ('"@authority"', '"@target-uri"')
 #: The longest a signature may be valid (``expires - created``).
 MAX_VALIDITY = 24 * 60 * 60
 #: The most keys read from a directory: as many as the service lists in one.
@@ -162,9 +165,11 @@ def verify_request(verifier: "Verifier", method: str, url: str, headers: Mapping
     try:
         [result] = checker.verify(_Message(method, url, dict(headers)), expect_tag=TAG,
                                   max_age=datetime.timedelta(seconds=MAX_VALIDITY),
-                                  require_components=("@authority", "signature-agent"))
+                                  require_components=("signature-agent",))
     except (InvalidSignature, HTTPMessageSignaturesException, ValueError) as e:
         raise TokenInvalid(f"signed request: {e}") from e
+    if not any(name in result.covered_components for name in TARGETS):
+        raise TokenInvalid("the signature covers neither @authority nor @target-uri")
     params = result.parameters
     created, expires = params.get("created"), params.get("expires")
     if not isinstance(created, int) or not isinstance(expires, int) or not 0 < expires - created <= MAX_VALIDITY:

@@ -17,10 +17,31 @@ import urllib.parse
 from typing import Optional, Sequence
 
 from . import VerificationError, Verifier
-from .asgi import check, check_signed, excluded, is_signed, presented, refusal, scheme_of, warn_without_origin
+from .asgi import (check, check_signed, excluded, is_signed, path_of, presented, refusal, scheme_of,
+                   warn_without_origin)
 from .resource import ResourceMetadata
 
 REASONS = {401: "Unauthorized", 403: "Forbidden", 500: "Internal Server Error", 503: "Service Unavailable"}
+#: What a path keeps unencoded beside letters, digits and ``-._~``: ``/`` and the rest of RFC
+#: 3986's ``pchar`` (sub-delims, ``:`` and ``@``).
+PATH_SAFE = "/!$&'()*+,;=:@"
+
+
+def request_path(environ) -> str:
+    """The path of a WSGI request as it came, without its query: its raw target (``RAW_URI``,
+    ``REQUEST_URI``, as gunicorn, uWSGI, mod_wsgi and Werkzeug give it; of an absolute-form
+    one, the path alone), else ``SCRIPT_NAME`` and ``PATH_INFO`` (which the server decoded)
+    encoded again, keeping every character a path holds as it is. Never one built from
+    ``Host`` or forwarded headers, which the caller chooses."""
+    raw = environ.get("RAW_URI") or environ.get("REQUEST_URI")
+    if raw:
+        return path_of(raw)
+    path = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
+    try:
+        octets = path.encode("latin-1")  # the bytes that came, as PEP 3333 has them
+    except UnicodeEncodeError:
+        octets = path.encode()  # a server that decoded them as UTF-8
+    return urllib.parse.quote(octets or b"/", safe=PATH_SAFE)
 
 
 class AgentIdMiddleware:
@@ -39,8 +60,7 @@ class AgentIdMiddleware:
         ``Host`` or forwarded headers, which the caller chooses)."""
         if self.public_origin is None:
             return None
-        path = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
-        return self.public_origin + urllib.parse.quote(path or "/", safe="/;=,")
+        return self.public_origin + request_path(environ)
 
     def __call__(self, environ, start_response):
         if (self.metadata is not None and environ.get("PATH_INFO") == self.metadata.path
@@ -57,9 +77,8 @@ class AgentIdMiddleware:
         try:
             fields = {k[5:].replace("_", "-").lower(): v for k, v in environ.items() if k.startswith("HTTP_")}
             if is_signed(authorization, fields):
-                path = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
                 query = environ.get("QUERY_STRING", "")
-                target = urllib.parse.quote(path or "/", safe="/;=,") + (f"?{query}" if query else "")
+                target = request_path(environ) + (f"?{query}" if query else "")
                 environ["agentid.signed_request"] = check_signed(
                     self.verifier, self.public_origin, self.scopes, False,
                     environ.get("REQUEST_METHOD", "GET"), target, fields, self.trusted)
