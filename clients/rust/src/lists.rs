@@ -12,18 +12,26 @@ use crate::transport::Answer;
 use crate::{now_secs, Error, Verifier, MAX_LIST_BYTES};
 use serde_json::Value;
 
-/// A status list as held: its bits, when it was fetched, its ttl and ETag.
+/// A status list as held: its bits, when it was fetched, its ttl, `exp` and ETag.
 #[derive(Clone)]
 pub(crate) struct HeldList {
     pub(crate) bits: Arc<Vec<u8>>,
     pub(crate) fetched: Instant,
     pub(crate) ttl: Duration,
+    /// Its `exp` (Unix seconds), if it has one: past it (with the leeway), its bits say
+    /// nothing of now, however lately a 304 said it is unchanged.
+    pub(crate) exp: Option<i64>,
     pub(crate) etag: Option<String>,
 }
 
 impl HeldList {
-    pub(crate) fn fresh(&self) -> bool {
-        self.fetched.elapsed() < self.ttl
+    pub(crate) fn fresh(&self, leeway: i64) -> bool {
+        self.fetched.elapsed() < self.ttl && !self.expired(leeway)
+    }
+
+    pub(crate) fn expired(&self, leeway: i64) -> bool {
+        self.exp
+            .is_some_and(|exp| exp.saturating_add(leeway) < now_secs())
     }
 }
 
@@ -40,10 +48,10 @@ impl Verifier {
             )));
         }
         let held = self.inner.state.lock().lists.get(uri).cloned();
-        let grace = self.inner.list_grace;
+        let (grace, leeway) = (self.inner.list_grace, self.inner.leeway);
         let bits = match held {
-            Some(h) if h.fresh() => h.bits,
-            Some(h) if h.fetched.elapsed() <= h.ttl.saturating_add(grace) => {
+            Some(h) if h.fresh(leeway) => h.bits,
+            Some(h) if !h.expired(leeway) && h.fetched.elapsed() <= h.ttl.saturating_add(grace) => {
                 // Stale but usable: it serves while one refresh runs behind.
                 let (this, at) = (self.clone(), uri.to_owned());
                 self.refresh_later(uri.to_owned(), async move { this.load_list(&at).await.map(drop) });
@@ -67,7 +75,7 @@ impl Verifier {
         let asked = Instant::now();
         let mut last_failure = self.inner.fetching_lists.lock().await;
         let held = self.inner.state.lock().lists.get(uri).cloned();
-        if let Some(h) = held.as_ref().filter(|h| h.fresh()) {
+        if let Some(h) = held.as_ref().filter(|h| h.fresh(self.inner.leeway)) {
             return Ok(h.bits.clone());
         }
         // A fetch of this list that failed while this call waited answers this call too.
@@ -90,8 +98,10 @@ impl Verifier {
     }
 
     /// Fetches the list at `uri` (revalidating what is held): fresh again on a 304, read anew
-    /// on a 200 (`UNAVAILABLE` when it is not the signed list at `uri`).
+    /// on a 200 (`UNAVAILABLE` when it is not the signed list at `uri`). A held list past its
+    /// `exp` is not revalidated: a 304 would keep it.
     pub(crate) async fn fetch_list(&self, uri: &str, held: Option<&HeldList>) -> Result<HeldList, Error> {
+        let held = held.filter(|h| !h.expired(self.inner.leeway));
         let etag = held.and_then(|h| h.etag.clone());
         let f = self
             .fetch(uri.to_owned(), "status_list", "application/statuslist+jwt", etag)
@@ -150,6 +160,7 @@ impl Verifier {
             bits: Arc::new(bits),
             fetched: Instant::now(),
             ttl: Duration::from_secs(ttl),
+            exp: claims["exp"].as_i64(),
             etag: f.etag.clone(),
         })
     }

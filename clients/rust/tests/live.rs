@@ -741,6 +741,33 @@ async fn a_key_set_served_without_an_etag_still_refreshes() {
     .await;
 }
 
+/// Attack: a cache on the path answering every fetch of a status list 304 kept the list held
+/// in use for good, its bits from before every revocation since. Past its `exp` a held list
+/// answers nothing, whatever a 304 says.
+#[tokio::test(flavor = "current_thread")]
+async fn a_status_list_past_its_exp_is_not_kept_by_304s() {
+    let (s, p) = proxied();
+    let (id, token) = s.register(json!({}));
+    let v = Verifier::builder(&p.url)
+        .leeway(Duration::ZERO)
+        .list_grace(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    v.verify(&token).await.unwrap();
+    p.answer_under("/v1/status/", 304, Vec::new(), Vec::new());
+    s.revoke(&id);
+    // The list lives 2 s (its ttl) and expires 2 ttls after it was made (whole seconds).
+    tokio::time::sleep(Duration::from_millis(5100)).await;
+    let got = code(v.verify(&token).await);
+    assert!(got == "UNAVAILABLE" || got == "TOKEN_REVOKED", "{got}");
+    p.pass();
+    let (vr, t) = (&v, &token);
+    until("TOKEN_REVOKED", Duration::from_secs(5), || async move {
+        code(vr.verify(t).await)
+    })
+    .await;
+}
+
 /// Stale keys and a stale list serve at once while one refresh waits behind, until the
 /// list's ttl + list_grace; then the check waits for a fetch, and fails closed.
 #[tokio::test(flavor = "current_thread")]
