@@ -132,6 +132,36 @@ async fn a_browser_may_post_to_verify_after_its_preflight() {
     }
 }
 
+/// A preflight is the browser's question, not a call: a page verifying many tokens (each
+/// URL preflighted once) spends none of its address's calls on them.
+#[actix_web::test]
+async fn preflights_count_against_nothing() {
+    let app = spawn_app().await;
+    for i in 0..110 {
+        let pre = crate::helpers::read(
+            app.client
+                .request(awc::http::Method::OPTIONS, app.url(&format!("/v1/verify/t{i}")))
+                .insert_header(("Origin", "https://receiver.example"))
+                .insert_header(("Access-Control-Request-Method", "GET"))
+                .insert_header(("Access-Control-Request-Headers", "authorization"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert!(
+            pre.status == 200 || pre.status == 204,
+            "{i}: {} {}",
+            pre.status,
+            pre.text()
+        );
+    }
+    let (_, token) = app.agent().await;
+    let res = app.get(&format!("/v1/verify/{token}"), None).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.header("x-ratelimit-remaining").as_deref(), Some("99"));
+}
+
 /// The headers a browser caller may read on every public answer.
 pub const EXPOSED: [&str; 5] = [
     "retry-after",

@@ -42,11 +42,18 @@ pub(crate) async fn gate(
         req.headers(),
         &state.trusted_proxies,
     );
+    // A CORS preflight is the browser's question, not a call: it counts against nothing (a
+    // page verifying with a publishable key would otherwise spend its address's anonymous
+    // calls on preflights, and a 429 to one is a CORS failure whose Retry-After no script
+    // can read).
+    let preflight = req.method() == actix_web::http::Method::OPTIONS
+        && req.headers().contains_key("access-control-request-method");
+    let counted = route.counted && !preflight;
     let span = tracing::info_span!("request", request_id = %request_id);
     let auth = match api_key(req.headers(), route).filter(|_| !route.keyless) {
         None => Auth::Anonymous,
         Some(None) => Auth::NotBearer,
-        Some(Some(key)) => match if route.counted {
+        Some(Some(key)) => match if counted {
             state.engine.authenticate(key, ip).await
         } else {
             state.engine.authenticate_known(key).await
@@ -55,7 +62,7 @@ pub(crate) async fn gate(
             Ok(KeyLookup::Rejected) => Auth::Rejected,
             // Never refused where nothing is counted (`/health`): no key is looked up, the
             // call is anonymous.
-            Ok(KeyLookup::Throttled(_)) if !route.counted => Auth::Anonymous,
+            Ok(KeyLookup::Throttled(_)) if !counted => Auth::Anonymous,
             Ok(KeyLookup::Throttled(decision)) => {
                 metrics::counter!("agentid_rate_limited_total", "class" => "key_lookup").increment(1);
                 let res = too_many(req, &decision, "too many unknown API keys from this address");
@@ -88,7 +95,7 @@ pub(crate) async fn gate(
     };
     let limits = state.engine.rate_limits();
     let (decision, share_refused) = match &auth {
-        Auth::Key(c) if route.counted && class == Class::Verify && c.kind == ApiKeyKind::Publishable => {
+        Auth::Key(c) if counted && class == Class::Verify && c.kind == ApiKeyKind::Publishable => {
             limits
                 .check_publishable_verify(c.org.id.as_str(), c.org.limits.verify_per_minute)
                 .await
@@ -96,7 +103,7 @@ pub(crate) async fn gate(
         // A key the store could not check (an outage) is answered for the outage (503) by
         // its handler: charging its address's anonymous bucket would answer 429 instead.
         Auth::Unverifiable => (limits.peek(who, class), false),
-        _ if route.counted => (limits.check(who, class).await, false),
+        _ if counted => (limits.check(who, class).await, false),
         _ => (limits.peek(who, class), false),
     };
     if !decision.allowed {
