@@ -382,6 +382,33 @@ async fn a_pass_cut_short_goes_behind_the_streams_that_waited() {
     );
 }
 
+/// An instance that stops gracefully while it pushes ends its pass after that push and gives
+/// its stream back: the stream's next events go out at once from the instance that follows,
+/// not when the lease runs out.
+#[actix_web::test]
+async fn a_graceful_stop_gives_the_streams_it_delivers_back() {
+    let app = spawn_app().await;
+    let (receiver, url) = Receiver::start().await;
+    push_stream(&app, &url).await;
+    receiver.slow.store(1500, Ordering::SeqCst);
+    let (first, _) = app.agent().await;
+    assert_eq!(app.revoke(&first, None).await.status, 200);
+    // Its push is under way when the stop comes.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let app = app.restart().await;
+    receiver.slow.store(0, Ordering::SeqCst);
+    let (second, _) = app.agent().await;
+    let started = Instant::now();
+    assert_eq!(app.revoke(&second, None).await.status, 200);
+    let got = receiver.wait_for(2, Duration::from_secs(20)).await;
+    assert_eq!(got.len(), 2, "both revocations are pushed");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the stream waited {:?} for a lease the stopped instance held",
+        started.elapsed()
+    );
+}
+
 /// A poll stream of revocations: the answer that created it (its poll token is shown once).
 async fn poll_stream(app: &TestApp) -> Value {
     let res = send(

@@ -297,6 +297,10 @@ impl Engine {
     /// Waits for the audit writer to commit everything handed to it so far, and gives back
     /// the rate-limit cells this instance leased and did not use.
     pub async fn drain(&self) {
+        // A push under way ends within its timeout; its stream is then released.
+        self.ssf
+            .stop(ssf::PUSH_TIMEOUT + std::time::Duration::from_secs(1))
+            .await;
         self.audit.drain().await;
         self.rate_limits.give_back(true).await;
     }

@@ -57,7 +57,7 @@ fn backoff(attempts: i32) -> Duration {
 /// own, at most `streams_at_once` of them at a time, so that a slow receiver holds up only its
 /// own stream.
 pub(crate) async fn deliverer(ssf: Arc<Ssf>) {
-    let slots = Arc::new(Semaphore::new(ssf.cfg.streams_at_once.max(1)));
+    let slots = ssf.passes.clone();
     let mut sampled = Instant::now() - Duration::from_secs(60);
     loop {
         if let Err(e) = deliver_due(&ssf, &slots).await {
@@ -79,7 +79,7 @@ pub(crate) async fn deliverer(ssf: Arc<Ssf>) {
 async fn deliver_due(ssf: &Arc<Ssf>, slots: &Arc<Semaphore>) -> Result<(), StoreError> {
     loop {
         let free = slots.available_permits();
-        if free == 0 {
+        if free == 0 || ssf.stopping() {
             return Ok(());
         }
         let claimed = Instant::now();
@@ -87,6 +87,13 @@ async fn deliver_due(ssf: &Arc<Ssf>, slots: &Arc<Semaphore>) -> Result<(), Store
         let until = Millis(now.0 + ssf.cfg.lease.as_millis() as i64);
         let streams = ssf.store.claim_streams(now, until, free as u32).await?;
         if streams.is_empty() {
+            return Ok(());
+        }
+        if ssf.stopping() {
+            // Stopped while leasing: what was leased goes back at once.
+            for stream in streams.into_iter().flatten() {
+                let _ = ssf.store.release_stream(&stream.id, until, None).await;
+            }
             return Ok(());
         }
         for stream in streams {
@@ -147,6 +154,10 @@ async fn deliver_stream(
         |o: &'static str| metrics::counter!("agentid_ssf_deliveries_total", "outcome" => o).increment(1);
     let mut pass = Pass::Done;
     for event in ssf.store.pending_events(&stream.id, 500).await? {
+        if ssf.stopping() {
+            // The instance stops: what is left waits for the next pass, anywhere.
+            break;
+        }
         if Instant::now() + PUSH_TIMEOUT + Duration::from_secs(1) >= lease_ends {
             pass = Pass::Cut;
             break;

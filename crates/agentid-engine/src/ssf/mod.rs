@@ -44,7 +44,7 @@ pub(crate) const MAX_STREAMS: i64 = 10;
 const MAX_EVENTS_REQUESTED: usize = 16;
 const MAX_TEXT: usize = 512;
 /// A push that takes longer failed.
-const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most of a receiver's refusal that is read and logged.
 const REFUSAL_BYTES: u64 = 300;
 /// Attempts stop this long after the event.
@@ -143,6 +143,11 @@ pub struct Ssf {
     outbound: Arc<Outbound>,
     /// Woken when an event is queued on this instance.
     wake: Notify,
+    /// The passes over leased streams that may run at once (`streams_at_once`), each holding
+    /// one while it runs.
+    passes: Arc<tokio::sync::Semaphore>,
+    /// The instance is stopping: no stream is leased, and a pass ends after its current push.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Ssf {
@@ -157,10 +162,31 @@ impl Ssf {
             store,
             signing,
             public_url: public_url.trim_end_matches('/').to_owned(),
-            cfg,
+            passes: Arc::new(tokio::sync::Semaphore::new(cfg.streams_at_once.max(1))),
             outbound,
             wake: Notify::new(),
+            stopping: std::sync::atomic::AtomicBool::new(false),
+            cfg,
         }
+    }
+
+    /// Stops delivering, for the instance's graceful stop: leases no stream more, ends each
+    /// pass after its current push, and waits (at most `within`) for the passes to release
+    /// their streams, so that another instance (or this one started again) delivers them at
+    /// once rather than when their leases run out.
+    pub(crate) async fn stop(&self, within: Duration) {
+        self.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+        let all = u32::try_from(self.cfg.streams_at_once.max(1)).unwrap_or(u32::MAX);
+        if tokio::time::timeout(within, self.passes.acquire_many(all))
+            .await
+            .is_err()
+        {
+            tracing::warn!("a push stream's delivery did not end in time; its lease runs out");
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn public_url(&self) -> &str {
