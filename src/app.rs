@@ -243,7 +243,7 @@ impl Application {
     /// and closes the store.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         let result = self.server.await;
-        self.engine.drain().await;
+        self.engine.stop().await;
         self.engine.store().close().await;
         if let Some((_, metrics)) = self.metrics {
             metrics.stop(true).await;

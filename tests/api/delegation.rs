@@ -201,6 +201,26 @@ pub(crate) async fn person_token(app: &TestApp, resource: &str, scope: &str) -> 
     }
 }
 
+/// A second organization, B, unlimited in practice, holding `b.example`.
+async fn org_b(app: &TestApp) -> agentid::engine::admin::CreatedOrg {
+    let b = agentid::engine::admin::create_org(
+        &app.store,
+        "b",
+        agentid::domain::Plan::Enterprise,
+        agentid::domain::OrgLimits::resolve(
+            agentid::domain::Plan::Enterprise,
+            Some(1_000_000),
+            Some(1_000_000),
+            None,
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    app.grant(&b.org_id, "b.example", false).await.unwrap();
+    b
+}
+
 fn refused(res: &Resp, status: u16, code: &str) -> String {
     assert_eq!(res.status, status, "{code}: {}", res.text());
     let body = res.json();
@@ -520,21 +540,7 @@ async fn foreign_forged_stale_and_misaddressed_subject_tokens_are_refused() {
     );
     assert!(why.contains("trusts"), "{why}");
     // A provider another organization trusts (not this one's).
-    let b_org = agentid::engine::admin::create_org(
-        &app.store,
-        "b",
-        agentid::domain::Plan::Enterprise,
-        agentid::domain::OrgLimits::resolve(
-            agentid::domain::Plan::Enterprise,
-            Some(1_000_000),
-            Some(1_000_000),
-            None,
-        )
-        .unwrap(),
-    )
-    .await
-    .unwrap();
-    app.grant(&b_org.org_id, "b.example", false).await.unwrap();
+    let b_org = org_b(&app).await;
     let theirs = Idp::new("https://theirs.example");
     app.trust(&b_org.keys.secret_live, &theirs).await;
     refused(
@@ -949,21 +955,7 @@ async fn another_organization_cannot_spend_an_id_jag_first() {
     let idp = Idp::new(IDP);
     app.trust(&sk, &idp).await;
     let a = app.confidential(&sk, &["read:docs"]).await;
-    let b_org = agentid::engine::admin::create_org(
-        &app.store,
-        "b",
-        agentid::domain::Plan::Enterprise,
-        agentid::domain::OrgLimits::resolve(
-            agentid::domain::Plan::Enterprise,
-            Some(1_000_000),
-            Some(1_000_000),
-            None,
-        )
-        .unwrap(),
-    )
-    .await
-    .unwrap();
-    app.grant(&b_org.org_id, "b.example", false).await.unwrap();
+    let b_org = org_b(&app).await;
     let b_sk = b_org.keys.secret_live.clone();
     let spoof = Idp::new(IDP);
     app.trust(&b_sk, &spoof).await;

@@ -74,16 +74,7 @@ async fn public_endpoints_allow_any_origin_including_preflight() {
         );
         assert_eq!(exposed(&res), EXPOSED, "{path}");
 
-        let pre = crate::helpers::read(
-            app.client
-                .request(awc::http::Method::OPTIONS, app.url(path))
-                .insert_header(("Origin", "https://receiver.example"))
-                .insert_header(("Access-Control-Request-Method", "GET"))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
+        let pre = preflight(&app, path, "GET", None).await;
         assert!(pre.status == 200 || pre.status == 204, "{path}: {}", pre.status);
         assert_eq!(
             pre.header("access-control-allow-origin").as_deref(),
@@ -100,22 +91,30 @@ async fn public_endpoints_allow_any_origin_including_preflight() {
     }
 }
 
+/// A browser's preflight of `method` on `path`, asking for `headers`.
+async fn preflight(
+    app: &crate::helpers::TestApp,
+    path: &str,
+    method: &str,
+    headers: Option<&str>,
+) -> crate::helpers::Resp {
+    let mut req = app
+        .client
+        .request(awc::http::Method::OPTIONS, app.url(path))
+        .insert_header(("Origin", "https://receiver.example"))
+        .insert_header(("Access-Control-Request-Method", method));
+    if let Some(h) = headers {
+        req = req.insert_header(("Access-Control-Request-Headers", h));
+    }
+    crate::helpers::read(req.send().await.unwrap()).await
+}
+
 /// A browser's POST of JSON to a verify route is preflighted: the preflight lets it through.
 #[actix_web::test]
 async fn a_browser_may_post_to_verify_after_its_preflight() {
     let app = spawn_app().await;
     for path in ["/v1/verify", "/v1/verify/request"] {
-        let pre = crate::helpers::read(
-            app.client
-                .request(awc::http::Method::OPTIONS, app.url(path))
-                .insert_header(("Origin", "https://receiver.example"))
-                .insert_header(("Access-Control-Request-Method", "POST"))
-                .insert_header(("Access-Control-Request-Headers", "content-type"))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
+        let pre = preflight(&app, path, "POST", Some("content-type")).await;
         assert!(
             pre.status == 200 || pre.status == 204,
             "{path}: {} {}",
@@ -138,17 +137,7 @@ async fn a_browser_may_post_to_verify_after_its_preflight() {
 async fn preflights_count_against_nothing() {
     let app = spawn_app().await;
     for i in 0..110 {
-        let pre = crate::helpers::read(
-            app.client
-                .request(awc::http::Method::OPTIONS, app.url(&format!("/v1/verify/t{i}")))
-                .insert_header(("Origin", "https://receiver.example"))
-                .insert_header(("Access-Control-Request-Method", "GET"))
-                .insert_header(("Access-Control-Request-Headers", "authorization"))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
+        let pre = preflight(&app, &format!("/v1/verify/t{i}"), "GET", Some("authorization")).await;
         assert!(
             pre.status == 200 || pre.status == 204,
             "{i}: {} {}",

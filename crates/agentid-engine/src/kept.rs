@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::outbound::{Fetched, Outbound};
+use crate::outbound::{FetchError, Fetched, Outbound};
 
 /// How one kind of document is fetched and kept.
 #[derive(Debug, Clone, Copy)]
@@ -109,6 +109,9 @@ impl<T> Kept<T> {
         let last = held.as_ref().and_then(|h| Some((h.got.clone()?, h.etag.clone())));
         let now = Instant::now();
         let (kept, answer) = match self.fetch(url, last, read).await {
+            // Not asked (too many fetches under way): nothing to remember of the URL, whose
+            // next caller asks again.
+            Err(FetchError::Busy(why)) => return Err(why),
             Ok((got, etag, fresh_for)) => {
                 let refreshed = if refresh {
                     Some(now)
@@ -124,7 +127,7 @@ impl<T> Kept<T> {
                 };
                 (kept, Ok(got))
             }
-            Err(why) => {
+            Err(FetchError::Failed(why)) => {
                 let kept = match held.as_deref() {
                     Some(h) => Held {
                         got: h.got.clone(),
@@ -155,13 +158,14 @@ impl<T> Kept<T> {
         url: &str,
         last: Option<(Arc<T>, Option<String>)>,
         read: impl FnOnce(&[u8]) -> Result<T, String>,
-    ) -> Result<(Arc<T>, Option<String>, Duration), String> {
+    ) -> Result<(Arc<T>, Option<String>, Duration), FetchError> {
         let k = &self.keeping;
         let etag = last.as_ref().and_then(|(_, etag)| etag.clone());
         let (fetched, caching) = self
             .outbound
             .fetch_revalidated(url, self.allow_local, etag, k.timeout, k.max_bytes)
             .await?;
+        let failed = FetchError::Failed;
         let fresh_for = match (k.max_age, caching.max_age) {
             (Some((least, most)), Some(s)) => Duration::from_secs(s.clamp(least, most)),
             _ => k.fresh_for,
@@ -169,10 +173,10 @@ impl<T> Kept<T> {
         let got = match fetched {
             Fetched::NotModified => match last {
                 Some((got, _)) => got,
-                None => return Err("answered 304 to a request without a validator".into()),
+                None => return Err(failed("answered 304 to a request without a validator".into())),
             },
-            Fetched::Body(body) => Arc::new(read(&body)?),
-            Fetched::Failed(why) => return Err(why),
+            Fetched::Body(body) => Arc::new(read(&body).map_err(failed)?),
+            Fetched::Failed(why) => return Err(failed(why)),
         };
         Ok((got, caching.etag, fresh_for))
     }
@@ -279,6 +283,41 @@ mod tests {
 
     async fn get(k: &Kept<String>, s: &Server, refresh: bool) -> Result<String, String> {
         k.get(&s.url, refresh, text).await.map(|t| (*t).clone())
+    }
+
+    /// Attack: filling every fetch slot a moment (URLs that never answer) made a document
+    /// whose fetch fell in that moment fail as remembered for `failure_for` (minutes for
+    /// directories). A fetch not made for want of a slot is remembered as nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fetch_refused_for_want_of_a_slot_is_not_remembered() {
+        let hang = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = hang.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let held: Vec<_> = hang.incoming().take(crate::outbound::MAX_FETCHES).collect();
+            std::thread::sleep(Duration::from_millis(1500));
+            drop(held);
+        });
+        let k = Arc::new(kept(KEEPING));
+        let hanging: Vec<_> = (0..crate::outbound::MAX_FETCHES)
+            .map(|i| {
+                let k = k.clone();
+                tokio::spawn(async move {
+                    let _ = k.get(&format!("http://127.0.0.1:{port}/{i}"), false, text).await;
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let s = Server::start(&ok("a", ""));
+        let busy = get(&k, &s, false).await;
+        assert!(busy.unwrap_err().contains("under way"));
+        for h in hanging {
+            h.await.unwrap();
+        }
+        assert_eq!(
+            get(&k, &s, false).await.unwrap(),
+            "a",
+            "asked again, not its failure"
+        );
     }
 
     #[tokio::test]

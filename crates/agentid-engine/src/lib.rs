@@ -297,12 +297,18 @@ impl Engine {
     /// Waits for the audit writer to commit everything handed to it so far, and gives back
     /// the rate-limit cells this instance leased and did not use.
     pub async fn drain(&self) {
-        // A push under way ends within its timeout; its stream is then released.
+        self.audit.drain().await;
+        self.rate_limits.give_back(true).await;
+    }
+
+    /// The instance's graceful stop, before its store closes: delivers no push stream more
+    /// (a push under way ends within its timeout, and its stream is released), then
+    /// [`Engine::drain`]. For good: the engine delivers nothing after it.
+    pub async fn stop(&self) {
         self.ssf
             .stop(ssf::PUSH_TIMEOUT + std::time::Duration::from_secs(1))
             .await;
-        self.audit.drain().await;
-        self.rate_limits.give_back(true).await;
+        self.drain().await;
     }
 
     /// Reads the fleet's signing keys now, as the periodic refresh does.

@@ -222,6 +222,23 @@ pub(crate) struct Caching {
     pub(crate) max_age: Option<u64>,
 }
 
+/// Why [`Outbound::fetch_revalidated`] brought nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FetchError {
+    /// Too many fetches under way: the URL was not asked, and says nothing of it.
+    Busy(String),
+    /// The URL could not be had: vetted out, or the fetch failed.
+    Failed(String),
+}
+
+impl std::fmt::Display for FetchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FetchError::Busy(why) | FetchError::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
 /// What a fetch found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Fetched {
@@ -359,7 +376,8 @@ impl Outbound {
     }
 
     /// GETs `url` (its addresses vetted: see [`Outbound::vetted`]) revalidating `etag`, on a
-    /// blocking thread: what came and what it said of caching it, or why nothing came.
+    /// blocking thread: what came and what it said of caching it, or why nothing came
+    /// ([`FetchError::Busy`] when [`MAX_FETCHES`] are under way: nothing was asked of `url`).
     pub(crate) async fn fetch_revalidated(
         self: &Arc<Self>,
         url: &str,
@@ -367,12 +385,12 @@ impl Outbound {
         etag: Option<String>,
         timeout: Duration,
         max_bytes: usize,
-    ) -> Result<(Fetched, Caching), String> {
-        let addrs = self.vetted(url, allow_local).await?;
+    ) -> Result<(Fetched, Caching), FetchError> {
+        let addrs = self.vetted(url, allow_local).await.map_err(FetchError::Failed)?;
         let Ok(permit) = self.fetches.clone().try_acquire_owned() else {
-            return Err(format!(
+            return Err(FetchError::Busy(format!(
                 "cannot be fetched now: {MAX_FETCHES} other fetches are under way"
-            ));
+            )));
         };
         let (outbound, target) = (self.clone(), url.to_owned());
         tokio::task::spawn_blocking(move || {
@@ -380,7 +398,7 @@ impl Outbound {
             outbound.get_cached(&target, addrs, timeout, max_bytes, etag.as_deref())
         })
         .await
-        .map_err(|_| "the fetch failed".to_owned())
+        .map_err(|_| FetchError::Failed("the fetch failed".to_owned()))
     }
 
     /// GETs `url` from `addrs` (see [`Outbound::agent`]): a 200's body of at most `max_bytes`,
@@ -715,7 +733,7 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
-        assert!(refused.unwrap_err().contains("under way"));
+        assert!(matches!(refused, Err(FetchError::Busy(_))), "{refused:?}");
         for h in hanging {
             let _ = h.await;
         }

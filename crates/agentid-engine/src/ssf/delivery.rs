@@ -78,10 +78,15 @@ pub(crate) async fn deliverer(ssf: Arc<Ssf>) {
 /// each; until none is due or no slot is free.
 async fn deliver_due(ssf: &Arc<Ssf>, slots: &Arc<Semaphore>) -> Result<(), StoreError> {
     loop {
-        let free = slots.available_permits();
-        if free == 0 || ssf.stopping() {
+        // A slot held across the claim: a stop (which waits for every slot) cannot end while
+        // streams are being leased, and leases none once it has begun.
+        let Ok(first) = slots.clone().try_acquire_owned() else {
+            return Ok(());
+        };
+        if ssf.stopping() {
             return Ok(());
         }
+        let free = slots.available_permits() + 1;
         let claimed = Instant::now();
         let now = Millis::now();
         let until = Millis(now.0 + ssf.cfg.lease.as_millis() as i64);
@@ -96,6 +101,7 @@ async fn deliver_due(ssf: &Arc<Ssf>, slots: &Arc<Semaphore>) -> Result<(), Store
             }
             return Ok(());
         }
+        let mut first = Some(first);
         for stream in streams {
             let stream = match stream {
                 Ok(stream) => stream,
@@ -105,12 +111,15 @@ async fn deliver_due(ssf: &Arc<Ssf>, slots: &Arc<Semaphore>) -> Result<(), Store
                     continue;
                 }
             };
-            // Free at once: only this loop takes slots, and it claimed no more than were free.
-            let slot = slots
-                .clone()
-                .acquire_owned()
-                .await
-                .expect("the slots are never closed");
+            // Free: only this loop takes slots, and it claimed no more than were free; but a
+            // stop that began meanwhile may be waiting for them, and the stream goes back.
+            let slot = match first.take().map_or_else(|| slots.clone().try_acquire_owned(), Ok) {
+                Ok(slot) => slot,
+                Err(_) => {
+                    let _ = ssf.store.release_stream(&stream.id, until, None).await;
+                    continue;
+                }
+            };
             let ssf = ssf.clone();
             tokio::spawn(async move {
                 let pass = deliver_stream(&ssf, &stream, claimed + ssf.cfg.lease).await;
