@@ -91,14 +91,27 @@ const WITNESS_KEY: &str = "AGENTID_WITNESS_KEY";
 pub(super) async fn run(cmd: AuditCommand) -> CliResult {
     match checked(cmd).await {
         Ok(code) => Ok(code),
+        // A stored value that does not read as the service writes it: the log's rows were
+        // changed, which is the alarm (1), not a check that could not be made.
+        Err(e) if is_corrupt(e.as_ref()) => {
+            println!("FAIL    {}", super::one_line(&e.to_string()));
+            Ok(ExitCode::FAILURE)
+        }
         Err(e) => {
             eprintln!(
                 "agentid audit: could not check: {}",
-                super::printable(&e.to_string())
+                super::one_line(&e.to_string())
             );
             Ok(ExitCode::from(2))
         }
     }
+}
+
+fn is_corrupt(e: &(dyn std::error::Error + 'static)) -> bool {
+    matches!(
+        e.downcast_ref::<crate::store::StoreError>(),
+        Some(crate::store::StoreError::Corrupt(_))
+    )
 }
 
 async fn checked(cmd: AuditCommand) -> CliResult {
@@ -285,21 +298,23 @@ pub(super) async fn witness(w: crate::witness::Witness) -> CliResult {
             match seen.previous {
                 Some(p) => println!(
                     "ok: {} holds {} records, and extends the {p} seen before",
-                    seen.origin, seen.size
+                    super::one_line(&seen.origin),
+                    seen.size
                 ),
                 None => println!(
                     "ok: {} holds {} records (first checkpoint saved)",
-                    seen.origin, seen.size
+                    super::one_line(&seen.origin),
+                    seen.size
                 ),
             }
             Ok(ExitCode::SUCCESS)
         }
         Err(WitnessError::Log(m)) => {
-            eprintln!("agentid audit witness: ALERT: {}", super::printable(&m));
+            eprintln!("agentid audit witness: ALERT: {}", super::one_line(&m));
             Ok(ExitCode::from(1))
         }
         Err(WitnessError::Check(m)) => {
-            eprintln!("agentid audit witness: cannot check: {}", super::printable(&m));
+            eprintln!("agentid audit witness: cannot check: {}", super::one_line(&m));
             Ok(ExitCode::from(2))
         }
     }

@@ -103,7 +103,7 @@ pub async fn run(cli: Cli) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("agentid: {}", printable(&e.to_string()));
+            eprintln!("agentid: {}", one_line(&e.to_string()));
             ExitCode::FAILURE
         }
     }
@@ -114,6 +114,12 @@ pub async fn run(cli: Cli) -> ExitCode {
 /// paragraph separators and bidirectional overrides. For JSON a token carries (they occur
 /// only inside its strings; serde escapes the C0 controls already) and for error messages,
 /// which may repeat what a server or a file said.
+/// [`printable`] on one line: a newline is escaped too, so that a message repeating what a
+/// server said cannot forge a line of its own (an `ok:` in cron mail).
+pub(super) fn one_line(text: &str) -> String {
+    printable(text).replace('\n', "\\n")
+}
+
 pub(super) fn printable(json: &str) -> String {
     let mut out = String::with_capacity(json.len());
     for c in json.chars() {

@@ -849,10 +849,11 @@ fn token_inspect_escapes_what_a_token_could_plant_in_a_terminal() {
     assert_eq!(read["issued_seconds_ago"], serde_json::Value::Null, "{read}");
 
     // What a server it was sent to answers comes back escaped in the error too.
+    let said = format!("{planted}\nok: forged line");
     let server = crate::domains::Http::start(
         format!(
-            "HTTP/1.1 500 Oops\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{planted}",
-            planted.len()
+            "HTTP/1.1 500 Oops\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{said}",
+            said.len()
         )
         .as_bytes(),
     );
@@ -868,6 +869,10 @@ fn token_inspect_escapes_what_a_token_could_plant_in_a_terminal() {
         .unwrap();
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(!out.status.success() && err.contains("500"), "{err}");
+    assert!(
+        !err.lines().any(|l| l.starts_with("ok:")),
+        "a line forged: {err:?}"
+    );
     for c in ['\u{9b}', '\u{7f}', '\u{202e}', '\u{2028}', '\u{1b}'] {
         assert!(!err.contains(c), "{c:?} printed raw: {err:?}");
     }

@@ -315,9 +315,9 @@ async fn an_organization_stays_limited_while_the_database_cannot_lease() {
 
 /// Calls of an organization whose leased rate-limit cells ran out, while the database has
 /// stopped answering: one asks the store for more and gets no connection, and it and the
-/// calls of the next second pass the limit without asking (to be answered for the outage by
-/// their own work). Each used to ask in turn, one pool timeout after another: the twelfth
-/// waited twelve.
+/// calls of the next second go to the instance's own bucket without asking (to be answered
+/// for the outage by their own work). Each used to ask in turn, one pool timeout after
+/// another: the twelfth waited twelve.
 #[actix_web::test]
 async fn a_database_that_stops_answering_holds_no_call_at_the_rate_limit() {
     let Some((proxy, app)) = crate::proxy::app_behind_proxy_with(|c| {

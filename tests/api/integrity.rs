@@ -500,6 +500,19 @@ async fn records_left_uncovered_by_checkpoints_are_an_alarm() {
     assert!(err.contains("remove it to start counting again"), "{err}");
 }
 
+/// A log row changed so that it no longer reads as the service writes it is the alarm (exit
+/// 1, FAIL), not a check that could not be made (exit 2).
+#[actix_web::test]
+async fn audit_verify_fails_a_log_row_that_does_not_read() {
+    let app = spawn_app().await;
+    let (_, token) = app.agent().await;
+    app.verify(&token).await;
+    crate::helpers::tamper(&app, "UPDATE audit_blocks SET mode = 'bogus'").await;
+    let (code, out) = audit_verify(&app);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("FAIL"), "{out}");
+}
+
 /// `audit verify` given the log key but no key file could check neither seals, signing keys
 /// nor issuer-domain events: that is "could not check" (2), never a quieter pass (0), unless
 /// asked for knowingly.

@@ -286,6 +286,7 @@ async fn unknown_keys_from_many_addresses_cost_the_store_a_bounded_number_of_loo
     let path = format!("/v1/verify/{token}");
     let mut refused = 0;
     let mut sent = 0;
+    let started = std::time::Instant::now();
     for round in 0..80u32 {
         let calls = (0..50u32).map(|i| {
             let key = format!("pk_live_{round:020}{i:020}");
@@ -314,11 +315,15 @@ async fn unknown_keys_from_many_addresses_cost_the_store_a_bounded_number_of_loo
         }
     }
     assert_eq!(sent, 4000);
-    // 3,000 at once, then 50 a second.
+    // 3,000 at once, then 50 a second (the registration's look-up among them): however slow
+    // the machine, no more passed.
+    let passed_at_most = 3000 + 50 * (started.elapsed().as_secs() as usize + 1);
     assert!(
-        refused >= 400,
-        "{refused} of {sent} look-ups from distinct addresses were refused"
+        sent - refused <= passed_at_most,
+        "{} of {sent} look-ups from distinct addresses passed (at most {passed_at_most})",
+        sent - refused
     );
+    assert!(refused > 0, "no look-up was refused");
 }
 
 /// `/health` counts against nothing, and looks no unknown key up: a caller cannot spend an

@@ -207,7 +207,6 @@ pub async fn set_limits(
     Ok(org)
 }
 
-/// Every recorded signing key with its state now, oldest first.
 /// The recorded signing keys as the fleet sees them: the states of those the key file `root`
 /// vouches for, worked out among them alone, then the others, `unvouched`.
 pub async fn signing_keys(store: &SharedStore, root: &KeyRing) -> Result<Vec<KeyView>, StoreError> {

@@ -302,26 +302,26 @@ pub(crate) async fn token(state: web::Data<AppState>, req: HttpRequest, body: By
     }
     let limits = state.engine.rate_limits();
     let ip = context::client_ip(&req);
-    // Every request takes a cell of its address's bucket of failed ones before its client is
-    // checked (requests sent at once would all pass a look), and gives it back once its
-    // client is authenticated: an address whose failed requests used the bucket up is
-    // refused before any check.
-    let taken = limits.failed_client(ip, true);
-    if !taken.allowed {
-        return too_many(taken, "too many failed token requests from this address");
+    // Every request holds a cell of its address's bucket of failed ones while its client is
+    // checked, kept only when the client fails: an address whose failed requests used the
+    // bucket up is refused before any check.
+    let cell = limits.hold_failed_client(ip);
+    if !cell.decision().allowed {
+        return too_many(
+            cell.decision(),
+            "too many failed token requests from this address",
+        );
     }
     let received = context::received(&req);
     let client = match oauth.authenticate(&request, received).await {
         Ok(c) => {
-            limits.client_authenticated(ip);
+            drop(cell);
             c
         }
         Err(e) => {
             let mut res = refusal(&e);
             if matches!(e, OAuthError::InvalidClient(_)) {
-                res.extensions_mut().insert(Charged(taken));
-            } else {
-                limits.client_authenticated(ip);
+                res.extensions_mut().insert(Charged(cell.failed()));
             }
             return res;
         }

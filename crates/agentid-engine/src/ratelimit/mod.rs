@@ -9,7 +9,8 @@
 //!   An instance does not ask the store for every call: it takes a *lease* of cells (about
 //!   a hundredth of the limit, at least one) and hands them out itself, takes another when
 //!   they are gone, and gives back what it did not use within a second. Every cell handed
-//!   out was taken from the shared bucket, so the fleet never passes more than the limit.
+//!   out was taken from the shared bucket, so the fleet never passes more than the limit;
+//!   while the store cannot lease, each instance holds the organization to it alone.
 //!
 //! The buckets run on the clock they are given: monotonic in the service, one the tests move
 //! by hand.
@@ -64,6 +65,37 @@ impl Class {
 /// take a minute, together: half of it (at least one call).
 pub(crate) fn publishable_share(verify_limit: u32) -> u32 {
     (verify_limit / 2).max(1)
+}
+
+/// See [`RateLimits::hold_failed_client`].
+pub struct HeldCell<'a, C: Clock> {
+    limits: &'a RateLimits<C>,
+    ip: IpAddr,
+    held: bool,
+    decision: Decision,
+}
+
+impl<C: Clock> HeldCell<'_, C> {
+    pub fn decision(&self) -> Decision {
+        self.decision
+    }
+
+    /// The client failed to authenticate: the cell stays taken.
+    pub fn failed(mut self) -> Decision {
+        self.held = false;
+        self.decision
+    }
+}
+
+impl<C: Clock> Drop for HeldCell<'_, C> {
+    fn drop(&mut self) {
+        if self.held {
+            let now = self.limits.clock.now();
+            self.limits
+                .failed_clients
+                .give_back(&AddressKey::from(self.ip), FAILED_CLIENTS_PER_MINUTE, now);
+        }
+    }
 }
 
 /// Whose bucket a call is taken from.
@@ -208,10 +240,19 @@ impl<C: Clock> RateLimits<C> {
             .check(&ip.into(), FAILED_CLIENTS_PER_MINUTE, self.clock.now(), take)
     }
 
-    /// Gives back the cell a token request took, its client authenticated.
-    pub fn client_authenticated(&self, ip: IpAddr) {
-        self.failed_clients
-            .give_back(&AddressKey::from(ip), FAILED_CLIENTS_PER_MINUTE, self.clock.now());
+    /// A cell of the address's bucket of failed token requests, held while the request's
+    /// client is checked (requests sent at once would all pass a look at the bucket): given
+    /// back when the hold drops (the client authenticated, the store failed, the caller went
+    /// away) unless [`HeldCell::failed`] keeps it. A bucket used up holds nothing:
+    /// `decision().allowed` is false.
+    pub fn hold_failed_client(&self, ip: IpAddr) -> HeldCell<'_, C> {
+        let decision = self.failed_client(ip, true);
+        HeldCell {
+            limits: self,
+            ip,
+            held: decision.allowed,
+            decision,
+        }
     }
 
     /// Takes a cell of the caller's bucket for the class.
@@ -358,7 +399,28 @@ impl Clock for FakeClock {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use agentid_core::domain::Gcra;
+
+    /// Look-ups of unknown keys from distinct addresses (each within its own 60 a minute)
+    /// share the service's budget: 3,000 at once, then 50 a second.
+    #[test]
+    fn unknown_key_lookups_from_every_address_share_one_budget() {
+        let clock = FakeClock::default();
+        let limits = RateLimits::with_clock(None, clock.clone());
+        let address = |i: u32| IpAddr::from([0x2001, 0xdb8, (i >> 16) as u16, i as u16, 0, 0, 0, 1]);
+        for i in 0..KEY_LOOKUPS_PER_MINUTE_ALL {
+            assert!(limits.check_key_lookup(address(i)).allowed, "{i}");
+        }
+        let refused = limits.check_key_lookup(address(KEY_LOOKUPS_PER_MINUTE_ALL));
+        assert!(!refused.allowed);
+        assert_eq!(refused.retry_after, Some(1));
+        clock.advance(Duration::from_secs(1));
+        let passed = (0..60)
+            .filter(|i| limits.check_key_lookup(address(100_000 + i)).allowed)
+            .count();
+        assert_eq!(passed, 50, "50 a second");
+    }
 
     #[test]
     fn gcra_passes_a_burst_of_the_limit_then_one_cell_an_interval() {
