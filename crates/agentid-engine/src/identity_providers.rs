@@ -54,35 +54,9 @@ pub enum Keys {
 /// fragment, of at most [`MAX_URL_LEN`] bytes. Credentials would be stored and shown back
 /// with the provider; a URL that could never be fetched would fail every exchange later.
 fn https_url(field: &'static str, s: &str) -> Result<(), IdentityProviderError> {
-    let authority = s
-        .strip_prefix("https://")
-        .map(|rest| rest.split(['/', '?']).next().unwrap_or(""));
-    let host_port = |a: &str| {
-        if a.contains('@') {
-            return false;
-        }
-        // An IPv6 literal's colons are inside its brackets.
-        let (host, port) = match a.strip_prefix('[') {
-            Some(rest) => match rest.split_once(']') {
-                Some((host, "")) => (host, None),
-                Some((host, tail)) => match tail.strip_prefix(':') {
-                    Some(port) => (host, Some(port)),
-                    None => return false,
-                },
-                None => return false,
-            },
-            None => match a.split_once(':') {
-                Some((host, port)) => (host, Some(port)),
-                None => (a, None),
-            },
-        };
-        !host.is_empty() && port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0))
-    };
-    if s.len() > MAX_URL_LEN
-        || !s.bytes().all(|b| b.is_ascii_graphic())
-        || s.contains('#')
-        || !authority.is_some_and(host_port)
-    {
+    // The host and port as every outbound call reads them.
+    let https = crate::outbound::host_port(s, |_| 443).is_ok_and(|(https, _, _)| https);
+    if s.len() > MAX_URL_LEN || !s.bytes().all(|b| b.is_ascii_graphic()) || s.contains('#') || !https {
         return Err(invalid(
             field,
             format!(

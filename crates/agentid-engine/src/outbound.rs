@@ -125,7 +125,8 @@ pub(crate) fn check_addresses(addrs: &[IpAddr], allow_local: bool) -> Result<(),
 }
 
 /// `https?`, host and port of an `http(s)` URL; `default_port` gives the port of a URL that
-/// names none, by whether it is https.
+/// names none, by whether it is https. A port is 1 to 65535; an IPv6 host is in brackets,
+/// with nothing after them but a port.
 pub(crate) fn host_port(
     url: &str,
     default_port: impl Fn(bool) -> u16,
@@ -141,16 +142,20 @@ pub(crate) fn host_port(
         return Err("must not carry credentials".into());
     }
     let default = default_port(https);
+    let port = |p: &str| match p.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(p),
+        _ => Err("has a malformed port"),
+    };
     let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
         let (host, after) = v6.split_once(']').ok_or("has a malformed IPv6 host")?;
-        let port = match after.strip_prefix(':') {
-            Some(p) => p.parse().map_err(|_| "has a malformed port")?,
-            None => default,
+        let port = match after {
+            "" => default,
+            _ => port(after.strip_prefix(':').ok_or("has a malformed IPv6 host")?)?,
         };
         (host.to_owned(), port)
     } else {
-        match authority.rsplit_once(':') {
-            Some((h, p)) => (h.to_owned(), p.parse().map_err(|_| "has a malformed port")?),
+        match authority.split_once(':') {
+            Some((h, p)) => (h.to_owned(), port(p)?),
             None => (authority.to_owned(), default),
         }
     };
@@ -902,5 +907,15 @@ mod tests {
         );
         assert!(host_port("https://u:p@a.example/", web_ports).is_err());
         assert!(host_port("ftp://a.example/", web_ports).is_err());
+        for bad in [
+            "https://a.example:0/",
+            "https://a.example:/",
+            "https://a.example:99999/",
+            "https://a.example:1:2/",
+            "https://[::1]x/",
+            "https://[::1/",
+        ] {
+            assert!(host_port(bad, web_ports).is_err(), "{bad}");
+        }
     }
 }
