@@ -86,7 +86,7 @@ pub(crate) struct Leases {
 const LEASE_WAIT: Duration = Duration::from_secs(3);
 /// After a lease failed: how long the organization's calls go to the instance's own bucket
 /// without asking the store again.
-const FAIL_OPEN_FOR: Duration = Duration::from_secs(1);
+const ALONE_FOR: Duration = Duration::from_secs(1);
 
 /// Cells an instance leases at once from a bucket of `limit` a minute.
 fn lease_size(limit: u32) -> u32 {
@@ -158,7 +158,7 @@ impl Leases {
                     // without asking again.
                     tracing::warn!(error = %e, "cannot lease rate-limit cells; this instance limits alone for a second");
                     let now = clock.now();
-                    bucket.lease.lock().failing_until = now + FAIL_OPEN_FOR;
+                    bucket.lease.lock().failing_until = now + ALONE_FOR;
                     return alone(now);
                 }
             }
@@ -293,10 +293,10 @@ mod tests {
         );
         // After a lease the store failed, the instance's own bucket decides for a second,
         // without asking.
-        bucket.lease.lock().failing_until = clock.now() + FAIL_OPEN_FOR;
+        bucket.lease.lock().failing_until = clock.now() + ALONE_FOR;
         let alone = Leases::from_lease(&bucket, clock.now(), 500, refuse).expect("decided alone");
         assert_eq!(alone, refuse());
-        clock.advance(FAIL_OPEN_FOR);
+        clock.advance(ALONE_FOR);
         assert!(
             Leases::from_lease(&bucket, clock.now(), 500, refuse).is_none(),
             "ask again once the second is over"

@@ -232,21 +232,15 @@ impl<C: Clock> RateLimits<C> {
         }
     }
 
-    /// The address's bucket of failed client authentications at the token endpoint: a cell
-    /// taken (`take`: every request takes one before its client is checked, so that requests
-    /// at once cannot all pass a look) or a look.
-    pub fn failed_client(&self, ip: IpAddr, take: bool) -> Decision {
-        self.failed_clients
-            .check(&ip.into(), FAILED_CLIENTS_PER_MINUTE, self.clock.now(), take)
-    }
-
     /// A cell of the address's bucket of failed token requests, held while the request's
     /// client is checked (requests sent at once would all pass a look at the bucket): given
     /// back when the hold drops (the client authenticated, the store failed, the caller went
     /// away) unless [`HeldCell::failed`] keeps it. A bucket used up holds nothing:
     /// `decision().allowed` is false.
     pub fn hold_failed_client(&self, ip: IpAddr) -> HeldCell<'_, C> {
-        let decision = self.failed_client(ip, true);
+        let decision =
+            self.failed_clients
+                .check(&ip.into(), FAILED_CLIENTS_PER_MINUTE, self.clock.now(), true);
         HeldCell {
             limits: self,
             ip,

@@ -7,8 +7,6 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::Semaphore;
-
 use super::vetting::pusher;
 use super::{Ssf, GIVE_UP_AFTER, PUSH_TIMEOUT, REFUSAL_BYTES};
 use crate::outbound::Client;
@@ -57,10 +55,9 @@ fn backoff(attempts: i32) -> Duration {
 /// own, at most `streams_at_once` of them at a time, so that a slow receiver holds up only its
 /// own stream.
 pub(crate) async fn deliverer(ssf: Arc<Ssf>) {
-    let slots = ssf.passes.clone();
     let mut sampled = Instant::now() - Duration::from_secs(60);
     loop {
-        if let Err(e) = deliver_due(&ssf, &slots).await {
+        if let Err(e) = deliver_due(&ssf).await {
             tracing::warn!(error = %e, "event delivery failed; retrying");
         }
         if sampled.elapsed() >= Duration::from_secs(5) {
@@ -76,7 +73,8 @@ pub(crate) async fn deliverer(ssf: Arc<Ssf>) {
 
 /// Leases as many streams with an event due as there are free slots, and starts a pass on
 /// each; until none is due or no slot is free.
-async fn deliver_due(ssf: &Arc<Ssf>, slots: &Arc<Semaphore>) -> Result<(), StoreError> {
+async fn deliver_due(ssf: &Arc<Ssf>) -> Result<(), StoreError> {
+    let slots = &ssf.passes;
     loop {
         // A slot held across the claim: a stop (which waits for every slot) cannot end while
         // streams are being leased, and leases none once it has begun.
