@@ -202,7 +202,7 @@ pub(crate) async fn person_token(app: &TestApp, resource: &str, scope: &str) -> 
 }
 
 /// A second organization, B, unlimited in practice, holding `b.example`.
-async fn org_b(app: &TestApp) -> agentid::engine::admin::CreatedOrg {
+pub(crate) async fn org_b(app: &TestApp) -> agentid::engine::admin::CreatedOrg {
     let b = agentid::engine::admin::create_org(
         &app.store,
         "b",

@@ -132,20 +132,7 @@ async fn only_public_keys_https_issuers_ten_providers_and_live_keys() {
     );
 
     // Another organization of the same service sees none of them and cannot remove one.
-    let b = agentid::engine::admin::create_org(
-        &app.store,
-        "b",
-        agentid::domain::Plan::Enterprise,
-        agentid::domain::OrgLimits::resolve(
-            agentid::domain::Plan::Enterprise,
-            Some(1_000),
-            Some(1_000),
-            None,
-        )
-        .unwrap(),
-    )
-    .await
-    .unwrap();
+    let b = crate::delegation::org_b(&app).await;
     let theirs = b.keys.secret_live.clone();
     let mine = app.get("/v1/identity-providers", Some(&sk)).await.json();
     let id = mine["data"][0]["id"].as_str().unwrap().to_owned();

@@ -421,19 +421,12 @@ async fn forward_signed(app: &TestApp, query: &str, signed: Value) -> Resp {
 #[actix_web::test]
 async fn forward_auth_checks_every_line_of_what_a_signature_covers() {
     let app = spawn_app().await;
-    let key = SigningKey::from_bytes(&rand::random::<[u8; 32]>());
-    let public =
-        json!({"kty": "OKP", "crv": "Ed25519", "x": URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes())});
-    app.register(
-        json!({"name": "crawler", "issuer_domain": "example.com", "scopes": ["read:docs"], "jwk": public}),
-    )
-    .await;
-    let kid = thumbprint(&public);
-    let directory = format!("{}/v1/directories/example.com", app.base);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
+    let HandSigner {
+        key,
+        kid,
+        directory,
+        now,
+    } = hand_signer(&app).await;
     let signed = || {
         let params = format!(
             ";created={now};expires={};keyid=\"{kid}\";nonce=\"{}\";tag=\"web-bot-auth\"",
@@ -733,6 +726,35 @@ async fn the_rfc_9421_test_key_binds_no_agent() {
     );
 }
 
+/// A crawler of example.com whose key signs by hand: its key, its kid, its issuer's
+/// directory, and the time now (Unix seconds).
+struct HandSigner {
+    key: SigningKey,
+    kid: String,
+    directory: String,
+    now: i64,
+}
+
+async fn hand_signer(app: &TestApp) -> HandSigner {
+    let key = SigningKey::from_bytes(&rand::random::<[u8; 32]>());
+    let public =
+        json!({"kty": "OKP", "crv": "Ed25519", "x": URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes())});
+    app.register(
+        json!({"name": "crawler", "issuer_domain": "example.com", "scopes": ["read:docs"], "jwk": public}),
+    )
+    .await;
+    let directory = format!("{}/v1/directories/example.com", app.base);
+    HandSigner {
+        key,
+        kid: thumbprint(&public),
+        directory,
+        now: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64,
+    }
+}
+
 /// A GET of `url` signed by hand, for what `web-bot-auth` will not sign: `covered` (each
 /// `@authority`, `signature-agent` or a header of `extra`) then the parameters `params`
 /// (`;created=…;…`), naming `agent`; the headers made, with `extra`'s.
@@ -787,20 +809,13 @@ fn hand_signed(
 async fn hand_made_signatures_that_cover_too_little_or_lie_are_refused() {
     use hmac::{Hmac, Mac};
     let app = spawn_app().await;
-    let key = SigningKey::from_bytes(&rand::random::<[u8; 32]>());
-    let public =
-        json!({"kty": "OKP", "crv": "Ed25519", "x": URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes())});
-    app.register(
-        json!({"name": "crawler", "issuer_domain": "example.com", "scopes": ["read:docs"], "jwk": public}),
-    )
-    .await;
-    let kid = thumbprint(&public);
-    let directory = format!("{}/v1/directories/example.com", app.base);
+    let HandSigner {
+        key,
+        kid,
+        directory,
+        now,
+    } = hand_signer(&app).await;
     let url = "https://shop.example/products/1";
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
     let params = |created: i64, expires: i64, alg: &str| {
         format!(
             ";created={created};expires={expires};keyid=\"{kid}\"{alg};nonce=\"{}\";tag=\"web-bot-auth\"",
