@@ -823,6 +823,39 @@ async fn who_holds_a_name_cannot_be_written_into_the_database() {
     assert!(out.contains("the key file does not vouch for it"), "{out}");
 }
 
+/// Behind the triggers, an unsealed hold numbered ahead of the first event (0 or below) does
+/// not pass for one the migration carried over: the forged name counts nowhere.
+#[actix_web::test]
+async fn a_carried_over_hold_cannot_be_forged_ahead_of_the_first_event() {
+    let metrics = agentid::telemetry::metrics_handle();
+    let app = spawn_app().await;
+    let b = second_org(&app).await;
+    let before = integrity_failures(metrics, "domain_event");
+    let org_b = &b.org_id;
+    crate::helpers::tamper(
+        &app,
+        &format!(
+            "INSERT INTO domain_events VALUES (0, 'hold', 'bank.example', '{org_b}', 'existing', 1, 1, NULL, NULL); \
+             INSERT INTO domain_events VALUES (-1, 'hold', 'bank2.example', '{org_b}', 'existing', 1, 1, NULL, NULL)"
+        ),
+    )
+    .await;
+    for name in ["bank.example", "bank2.example"] {
+        app.post(
+            "/v1/agents/register",
+            Some(&b.keys.secret_live),
+            Some(&serde_json::json!({"name": "n", "issuer_domain": name, "scopes": ["read:x"]})),
+        )
+        .await
+        .assert_error(403, "ISSUER_DOMAIN_NOT_VERIFIED");
+    }
+    app.agent().await;
+    assert!(integrity_failures(metrics, "domain_event") > before);
+    let (code, out) = audit_verify(&app);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("the key file does not vouch for it"), "{out}");
+}
+
 /// Behind the triggers (the database's owner), a name handed back to its former holder is
 /// only detected: the checkpoints committed to the events that moved it, so `audit verify`
 /// fails.

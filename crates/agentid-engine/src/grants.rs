@@ -193,7 +193,7 @@ pub async fn check_holdings(store: &SharedStore, keys: &KeyRing) -> Result<Vec<S
     let migrated = events
         .iter()
         .flatten()
-        .find(|e| e.kind == EventKind::Migrated)
+        .find(|e| e.kind == EventKind::Migrated && e.seq >= 1)
         .map(|e| e.seq);
     let mut failures = Vec::new();
     let mut held: Vec<holding::Holding> = Vec::new();

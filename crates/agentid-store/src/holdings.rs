@@ -56,7 +56,8 @@ impl EventRow {
 }
 
 /// The event that closes what the migration carried over: unsealed events count up to it.
-pub(crate) const MIGRATED_SEQ_SQL: &str = "SELECT MIN(seq) FROM domain_events WHERE kind = 'migrated'";
+pub(crate) const MIGRATED_SEQ_SQL: &str =
+    "SELECT MIN(seq) FROM domain_events WHERE kind = 'migrated' AND seq >= 1";
 
 /// The `IN (…)` list of `n` parameters from `$first` on.
 pub(crate) fn params(first: usize, n: usize) -> String {

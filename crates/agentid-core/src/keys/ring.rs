@@ -261,9 +261,9 @@ impl KeyRing {
     }
 
     /// Whether the key file vouches for an issuer-domain event: its MAC checks, or it is a
-    /// holding the migration carried over (unsealed, before the first `migrated` event, at
-    /// `migrated`), or that event itself. Anything else was written with database access
-    /// alone.
+    /// holding the migration carried over (unsealed, numbered from 1 and before the first
+    /// `migrated` event, at `migrated`), or that event itself. Anything else, a row numbered
+    /// 0 or below among them, was written with database access alone.
     pub fn vouches_for_domain_event(
         &self,
         e: &crate::domain::holding::DomainEvent,
@@ -274,9 +274,11 @@ impl KeyRing {
             Some(mac) => self.domain_event_vouched(&e.canonical(), mac),
             None => match e.kind {
                 EventKind::Hold => {
-                    e.method == Some(ProofMethod::Existing) && migrated.is_some_and(|m| e.seq < m)
+                    e.method == Some(ProofMethod::Existing)
+                        && e.seq >= 1
+                        && migrated.is_some_and(|m| e.seq < m)
                 }
-                EventKind::Migrated => migrated == Some(e.seq),
+                EventKind::Migrated => e.seq >= 1 && migrated == Some(e.seq),
                 EventKind::Release => false,
             },
         }
