@@ -1,5 +1,5 @@
 //! Settings of `agentid serve`: defaults, environment variables and flags meet here (see
-//! `cli.rs` for the names). Secrets in URLs are never printed.
+//! `cli/serve.rs` for the names). Secrets in URLs are never printed.
 
 use std::fmt;
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
 //! Logs and metrics. Logs: `RUST_LOG` filter, text or JSON lines on stderr (text in colour
 //! only on a terminal, and not with `NO_COLOR` set). Metrics: one
 //! Prometheus recorder per process, served on its own listener (`AGENTID_METRICS_BIND`),
-//! never on the public port. The metric names are listed in README.md and used by
+//! never on the public port. The metric names are listed in docs/operations.md and used by
 //! `grafana/dashboards/agentid.json` (a test checks that every series there is exported).
 
 use std::io::IsTerminal;

@@ -14,8 +14,8 @@ use crate::store::{self, SharedStore, StoreOptions};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum SigningKeyCommand {
-    /// Print every signing key as JSON: kid, state (next, active, retired), created_at,
-    /// activates_at.
+    /// Print every signing key as JSON: kid, state (next, active, replaced, retired, unvouched),
+    /// created_at, activates_at.
     List {
         #[command(flatten)]
         db: DbArgs,

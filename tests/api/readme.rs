@@ -194,7 +194,7 @@ fn fetch(cmd: &mut Command, what: &str) -> Result<(), String> {
 fn provision() -> Result<Tools, String> {
     let has_pyjwt = |path: Option<&Path>| {
         let mut cmd = Command::new("python3");
-        cmd.args(["-c", "import jwt, cryptography"]);
+        cmd.args(["-c", "import jwt, cryptography, http_message_signatures"]);
         if let Some(p) = path {
             cmd.env("PYTHONPATH", p);
         }

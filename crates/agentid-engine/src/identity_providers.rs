@@ -68,7 +68,7 @@ fn https_url(field: &'static str, s: &str) -> Result<(), IdentityProviderError> 
     Ok(())
 }
 
-/// A key set of 1 to [`MAX_KEYS`] public keys (RSA, EC P-256/P-384/P-521, OKP Ed25519), none
+/// A key set of 1 to [`MAX_KEYS`] public keys (RSA of 2048 to 8192 bits, EC P-256/P-384, OKP Ed25519), none
 /// private, each with the members its type needs; its canonical JSON.
 fn key_set(jwks: &Value) -> Result<String, IdentityProviderError> {
     let keys = jwks

@@ -49,10 +49,10 @@ error_codes! {
     ValidationError = ("VALIDATION_ERROR", BAD_REQUEST, "A field breaks a rule; the message names the field (400). Also a log `limit` outside 1..=200 or an unknown `result` filter."),
     ExpiryTooLong = ("EXPIRY_TOO_LONG", BAD_REQUEST, "`expiry_seconds` is above the maximum token lifetime of the organization's plan (400)."),
     InvalidCursor = ("INVALID_CURSOR", BAD_REQUEST, "The `cursor` was not issued by this service for this query (400)."),
-    Unauthorized = ("UNAUTHORIZED", UNAUTHORIZED, "The API key is missing, malformed, unknown or disabled (401, with `WWW-Authenticate: Bearer`)."),
-    Forbidden = ("FORBIDDEN", FORBIDDEN, "A publishable key (`pk_`) was used on an endpoint that needs a secret key (`sk_`) (403)."),
+    Unauthorized = ("UNAUTHORIZED", UNAUTHORIZED, "The API key is missing, malformed, unknown or disabled, or a poll request's `poll_token` is not its stream's (401, with `WWW-Authenticate: Bearer`)."),
+    Forbidden = ("FORBIDDEN", FORBIDDEN, "A publishable key (`pk_`) was used on an endpoint that needs a secret key (`sk_`), or a test key (`sk_test_`) on one that needs a live one: claiming, proving or releasing a domain, or the identity-provider endpoints (403)."),
     AgentNotFound = ("AGENT_NOT_FOUND", NOT_FOUND, "No agent with this id exists for the calling organization and mode (404)."),
-    NotFound = ("NOT_FOUND", NOT_FOUND, "No such route, or no such status list (404)."),
+    NotFound = ("NOT_FOUND", NOT_FOUND, "No such route, status list, stream, stream subject or identity provider of the calling organization (404)."),
     MethodNotAllowed = ("METHOD_NOT_ALLOWED", METHOD_NOT_ALLOWED, "The route exists but not for this HTTP method (405)."),
     NotAcceptable = ("NOT_ACCEPTABLE", NOT_ACCEPTABLE, "The `Accept` header allows no form the resource has: a status list is served only as `application/statuslist+jwt` (406)."),
     AgentRevoked = ("AGENT_REVOKED", CONFLICT, "The agent is revoked; revocation is permanent, so no new token can be issued. Register a new agent instead (409)."),
@@ -323,7 +323,7 @@ pub(crate) fn docs_page() -> String {
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>agentid error codes</title></head>\
          <body><h1>agentid error codes</h1><p>Every error answer has the body \
          <code>{\"error\":{\"code\",\"message\",\"request_id\",\"docs_url\"}}</code>. \
-         Token failures of <code>GET /v1/verify/:token</code> and <code>POST /v1/verify</code> are not \
+         Token failures of <code>GET /v1/verify/{token}</code> and <code>POST /v1/verify</code> are not \
          errors: they answer 200 with <code>valid:false</code> and one of TOKEN_INVALID, TOKEN_REVOKED, \
          TOKEN_EXPIRED, PROOF_INVALID, PROOF_REPLAYED.</p>",
     );
