@@ -866,6 +866,34 @@ async fn pending_claims_are_bounded() {
         .assert_error(409, "TOO_MANY_DOMAINS");
 }
 
+/// Attack: names proved one after another (a zone of one's own answers for any of them),
+/// each freeing its pending place. An organization holds and claims at most 1,000 names
+/// together; releasing one makes room for one.
+#[actix_web::test]
+async fn names_held_and_claimed_are_bounded() {
+    let w = world().await;
+    for i in 0..998 {
+        w.app
+            .grant(&w.b.org_id, &format!("g{i}.example"), false)
+            .await
+            .unwrap();
+    }
+    w.hold_by_dns(w.b(), "proved.example").await;
+    assert_eq!(w.claim(w.b(), "last.example").await.status, 201);
+    let body = w
+        .claim(w.b(), "one-more.example")
+        .await
+        .assert_error(409, "TOO_MANY_DOMAINS");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("1000"), "{message}");
+    // A name held already answers as it is.
+    assert_eq!(w.claim(w.b(), "g7.example").await.status, 200);
+    assert_eq!(w.release(w.b(), "g0.example").await, 204);
+    assert_eq!(w.claim(w.b(), "one-more.example").await.status, 201);
+    // The other organization is not held to B's count.
+    assert_eq!(w.claim(w.a(), "a-name.example").await.status, 201);
+}
+
 #[actix_web::test]
 async fn verification_attempts_are_limited_per_domain() {
     let w = world().await;

@@ -234,6 +234,10 @@ pub enum Claimed {
     TooMany {
         max: u32,
     },
+    /// The organization holds and claims `max` names already.
+    TooManyNames {
+        max: u32,
+    },
 }
 
 /// Whether a verification attempt may go ahead.

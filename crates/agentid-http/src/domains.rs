@@ -23,7 +23,9 @@ impl From<DomainError> for ApiError {
         match e {
             DomainError::Invalid(v) => v.into(),
             DomainError::NotFound(_) => ApiError::new(ErrorCode::DomainNotFound, e.to_string()),
-            DomainError::TooMany { .. } => ApiError::new(ErrorCode::TooManyDomains, e.to_string()),
+            DomainError::TooMany { .. } | DomainError::TooManyNames { .. } => {
+                ApiError::new(ErrorCode::TooManyDomains, e.to_string())
+            }
             DomainError::NotVerified(found) => ApiError::new(ErrorCode::DomainNotVerified, found),
             DomainError::RateLimited(wait) => {
                 let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);

@@ -59,7 +59,7 @@ error_codes! {
     DomainNotFound = ("DOMAIN_NOT_FOUND", NOT_FOUND, "The organization has neither claimed nor holds this domain (404). Claim it with `POST /v1/domains`."),
     DomainNotVerified = ("DOMAIN_NOT_VERIFIED", UNPROCESSABLE_ENTITY, "The domain's proof was not found, or cannot take the name: the message says what each lookup (the TXT record, the HTTPS file) found (422)."),
     IssuerDomainNotVerified = ("ISSUER_DOMAIN_NOT_VERIFIED", FORBIDDEN, "The organization does not hold the `issuer_domain` (nor a name above it by DNS), or another organization does: claim it with `POST /v1/domains` and prove it with `POST /v1/domains/{domain}/verify` (403)."),
-    TooManyDomains = ("TOO_MANY_DOMAINS", CONFLICT, "The organization has as many pending domain claims as it may (100): verify or release some first (409)."),
+    TooManyDomains = ("TOO_MANY_DOMAINS", CONFLICT, "The organization has as many pending domain claims as it may (100), or holds and claims as many names as it may (1000 together): verify or release some first (409)."),
     TokenInvalid = ("TOKEN_INVALID", UNAUTHORIZED, "Forward auth: the agent's token is malformed, forged, unknown, or not for this receiver (its audience or issuer), or a bound token came without its proof (401, with `WWW-Authenticate`)."),
     TokenExpired = ("TOKEN_EXPIRED", UNAUTHORIZED, "Forward auth: the agent's token has expired (401, with `WWW-Authenticate`)."),
     TokenRevoked = ("TOKEN_REVOKED", UNAUTHORIZED, "Forward auth: the agent is revoked (401, with `WWW-Authenticate`)."),

@@ -59,12 +59,14 @@ pub trait DomainStore {
         rules: &'a dyn DomainRules,
         name: &'a str,
     ) -> StoreFuture<'a, Vec<Holding>>;
-    /// Claims a name for an organization, at most `max` pending claims each.
+    /// Claims a name for an organization: at most `max_pending` pending claims each, and at
+    /// most `max_names` names held and claimed together.
     fn claim_domain<'a>(
         &'a self,
         rules: &'a dyn DomainRules,
         claim: &'a DomainClaim,
-        max: u32,
+        max_pending: u32,
+        max_names: u32,
     ) -> StoreFuture<'a, Claimed>;
     fn domain_claim<'a>(
         &'a self,

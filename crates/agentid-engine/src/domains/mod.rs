@@ -23,6 +23,9 @@ use moves::{Mover, INLINE_BUDGET};
 
 /// Pending claims an organization may have at once.
 pub(crate) const MAX_PENDING: u32 = 100;
+/// Names an organization may hold and claim together (a name proved by DNS covers the names
+/// below it, which take no place of their own).
+pub(crate) const MAX_NAMES: u32 = 1000;
 /// Verification attempts of one organization's claims of a name in any minute.
 pub(crate) const ATTEMPTS_PER_MINUTE: usize = 10;
 /// The label under which the TXT record is looked up.
@@ -78,6 +81,11 @@ pub enum DomainError {
     NotFound(String),
     #[error("an organization has at most {max} pending domain claims: verify or release some first")]
     TooMany { max: u32 },
+    #[error(
+        "an organization holds and claims at most {max} names together: release some first (a name \
+         proved by DNS covers the names below it)"
+    )]
+    TooManyNames { max: u32 },
     /// No proof held, or the proof cannot take the name: what each lookup found.
     #[error("{0}")]
     NotVerified(String),
@@ -193,13 +201,14 @@ impl Domains {
         };
         match self
             .store
-            .claim_domain(&Rules::new(&self.keys), &claim, MAX_PENDING)
+            .claim_domain(&Rules::new(&self.keys), &claim, MAX_PENDING, MAX_NAMES)
             .await?
         {
             Claimed::New(c) => Ok((self.pending(&c), true)),
             Claimed::Pending(c) => Ok((self.pending(&c), false)),
             Claimed::Held(h) => Ok((Self::held(h), false)),
             Claimed::TooMany { max } => Err(DomainError::TooMany { max }),
+            Claimed::TooManyNames { max } => Err(DomainError::TooManyNames { max }),
         }
     }
 

@@ -1,9 +1,9 @@
 //! The SQL of `crate::domains` for one backend: `DB` is its database.
 
-use super::holdings::{append, holdings_in};
+use super::holdings::{append, holdings_in, org_holdings_in};
 use super::revoke::revoke_in;
 use crate::domains::DomainRules;
-use crate::holdings::{EventRow, EVENT_COLUMNS, MIGRATED_SEQ_SQL};
+use crate::holdings::{org_events_sql, EventRow, EVENT_COLUMNS, MIGRATED_SEQ_SQL};
 use crate::sql::{Backend, SqlStore};
 use crate::{Attempt, Claimed, DomainClaim, Held, Moved, NameMove, StoreError, StoreFuture};
 use agentid_core::domain::holding::{self, DomainEvent, Grant, HoldRefused, Holding, UnreadEvent};
@@ -81,17 +81,12 @@ impl DomainStore for SqlStore<DB> {
             let (migrated,): (Option<i64>,) = sqlx::query_as(MIGRATED_SEQ_SQL)
                 .fetch_one(&mut *self.conn().await?)
                 .await?;
-            // Every event of every name the organization ever held: a name's latest event
-            // says whether it still does.
             let rows: Vec<EventRow> = match org_id {
                 Some(org) => {
-                    sqlx::query_as(&format!(
-                        "SELECT {EVENT_COLUMNS} FROM domain_events WHERE domain IN \
-                         (SELECT domain FROM domain_events WHERE org_id = $1) ORDER BY seq"
-                    ))
-                    .bind(org.as_str())
-                    .fetch_all(&mut *self.conn().await?)
-                    .await?
+                    sqlx::query_as(&org_events_sql())
+                        .bind(org.as_str())
+                        .fetch_all(&mut *self.conn().await?)
+                        .await?
                 }
                 None => {
                     sqlx::query_as(&format!("SELECT {EVENT_COLUMNS} FROM domain_events ORDER BY seq"))
@@ -123,7 +118,8 @@ impl DomainStore for SqlStore<DB> {
         &'a self,
         rules: &'a dyn DomainRules,
         claim: &'a DomainClaim,
-        max: u32,
+        max_pending: u32,
+        max_names: u32,
     ) -> StoreFuture<'a, Claimed> {
         Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.exclusive().await?;
@@ -145,8 +141,12 @@ impl DomainStore for SqlStore<DB> {
                 .bind(claim.org_id.as_str())
                 .fetch_one(&mut *tx)
                 .await?;
-            if pending >= i64::from(max) {
-                return Ok(Claimed::TooMany { max });
+            if pending >= i64::from(max_pending) {
+                return Ok(Claimed::TooMany { max: max_pending });
+            }
+            let held = org_holdings_in(&mut tx, rules, &claim.org_id).await?.len();
+            if i64::try_from(held).unwrap_or(i64::MAX).saturating_add(pending) >= i64::from(max_names) {
+                return Ok(Claimed::TooManyNames { max: max_names });
             }
             sqlx::query(
                 "INSERT INTO domain_claims (org_id, domain, nonce, created_at) VALUES ($1, $2, $3, $4)",

@@ -4,7 +4,7 @@ use crate::domains::DomainRules;
 use crate::StoreError;
 use agentid_core::domain::holding::{self, DomainEvent, Holding, NotCovered, ProofMethod};
 
-use crate::holdings::{params, EventRow, EVENT_COLUMNS, MIGRATED_SEQ_SQL};
+use crate::holdings::{org_events_sql, params, EventRow, EVENT_COLUMNS, MIGRATED_SEQ_SQL};
 
 use super::DB;
 
@@ -40,6 +40,25 @@ pub(crate) async fn holdings_in(
         .map(EventRow::read)
         .collect();
     Ok(rules.holdings(&rows, migrated))
+}
+
+/// The holdings in force of organization `org`, read inside the caller's transaction.
+pub(crate) async fn org_holdings_in(
+    tx: &mut sqlx::Transaction<'_, DB>,
+    rules: &dyn DomainRules,
+    org: &str,
+) -> Result<Vec<Holding>, StoreError> {
+    let (migrated,): (Option<i64>,) = sqlx::query_as(MIGRATED_SEQ_SQL).fetch_one(&mut **tx).await?;
+    let rows: Vec<_> = sqlx::query_as::<DB, EventRow>(&org_events_sql())
+        .bind(org)
+        .fetch_all(&mut **tx)
+        .await?
+        .into_iter()
+        .map(EventRow::read)
+        .collect();
+    let mut held = rules.holdings(&rows, migrated);
+    held.retain(|h| h.org_id.as_str() == org);
+    Ok(held)
 }
 
 /// Seals `events` (`rules`) and appends them, numbered after the last event; the number of
