@@ -159,6 +159,56 @@ async fn a_signing_key_written_into_the_database_cannot_stand_in_for_the_signer(
     assert_eq!(app.verify(&token).await["valid"], true);
 }
 
+/// Retirements are committed to in the order of their times, and a retirement dated ahead
+/// of now would leave its key signing or validating until then: the database records no key
+/// retired, no retirement ahead of now and none before the last. Past the triggers, a
+/// retirement dated far ahead retires its key at once.
+#[actix_web::test]
+async fn retirements_are_recorded_in_order_and_never_ahead_of_now() {
+    let app = spawn_app().await;
+    let root = app.key_ring();
+    let file = &app.config.signing_key_file;
+    admin::rotate_signing_key(&app.store, &root, file, Duration::ZERO)
+        .await
+        .unwrap();
+    admin::retire_signing_key(&app.store, &root, root.kid())
+        .await
+        .unwrap();
+    app.engine.refresh_keys().await.unwrap();
+    let (_, token) = app.agent().await;
+    let views = admin::signing_keys(&app.store, &root).await.unwrap();
+    let second = views
+        .iter()
+        .find(|v| v.state == agentid::keys::KeyState::Active)
+        .unwrap()
+        .kid
+        .clone();
+    admin::rotate_signing_key(&app.store, &root, file, Duration::ZERO)
+        .await
+        .unwrap();
+    app.engine.refresh_keys().await.unwrap();
+    assert_eq!(app.verify(&token).await["valid"], true);
+    let junk = SigningKey::from_bytes(&[69; 32]);
+    let far = 253_402_300_799_999_i64;
+    for sql in [
+        format!(
+            "INSERT INTO signing_keys (kid, public_key, created_at, retired_at) VALUES ('junk', {}, 1, {far})",
+            blob(&app, junk.verifying_key().as_bytes())
+        ),
+        format!("UPDATE signing_keys SET retired_at = {far} WHERE kid = '{second}'"),
+        format!("UPDATE signing_keys SET retired_at = 1 WHERE kid = '{second}'"),
+    ] {
+        assert!(app.raw_execute(&sql).await.is_err(), "{sql} was let through");
+    }
+    crate::helpers::tamper(
+        &app,
+        &format!("UPDATE signing_keys SET retired_at = {far} WHERE kid = '{second}'"),
+    )
+    .await;
+    app.engine.refresh_keys().await.unwrap();
+    assert_eq!(app.verify(&token).await["error"], "TOKEN_INVALID");
+}
+
 /// The rows that would undo a retirement or a revocation do not change: a retired key's
 /// `retired_at` set back to NULL, an agent renamed so that a fresh row can take its id, the
 /// revocation epoch deleted or moved back.

@@ -196,6 +196,11 @@ pub const SQLITE: Embedded = &[
         "one current client secret",
         include_str!("../../../migrations/sqlite/0038_one_current_client_secret.sql"),
     ),
+    (
+        39,
+        "retirements in order",
+        include_str!("../../../migrations/sqlite/0039_retirements_in_order.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -387,6 +392,11 @@ pub const POSTGRES: Embedded = &[
         38,
         "one current client secret",
         include_str!("../../../migrations/postgres/0038_one_current_client_secret.sql"),
+    ),
+    (
+        39,
+        "retirements in order",
+        include_str!("../../../migrations/postgres/0039_retirements_in_order.sql"),
     ),
 ];
 

@@ -98,8 +98,9 @@ pub struct KeyView {
 /// Each recorded key's state at `now`, and the index of the key that signs (the newest
 /// active one), if any is active.
 pub fn states(keys: &[SigningKeyRecord], now: Millis) -> (Vec<KeyState>, Option<usize>) {
-    // Not retired (by hand) at `now`.
-    let live = |k: &SigningKeyRecord| k.retired_at.is_none_or(|at| at > now);
+    // Not retired by hand. A retirement counts whatever its time: the service dates one now,
+    // so a time ahead was written past the database's rules, and would keep the key alive.
+    let live = |k: &SigningKeyRecord| k.retired_at.is_none();
     let signer = keys
         .iter()
         .enumerate()
@@ -391,6 +392,13 @@ mod tests {
         a2.retired_at = Some(Millis(250));
         assert_eq!(
             states(&[a2, b.clone()], Millis(300)),
+            (vec![Retired, Active], Some(1))
+        );
+        // A retirement dated ahead counts at once.
+        let mut a3 = a.clone();
+        a3.retired_at = Some(Millis(i64::MAX));
+        assert_eq!(
+            states(&[a3, b.clone()], Millis(300)),
             (vec![Retired, Active], Some(1))
         );
         // Retiring the newer one puts the older back to signing.
