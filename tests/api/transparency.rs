@@ -973,3 +973,17 @@ async fn the_service_runs_as_a_role_that_owns_nothing_and_cannot_change_the_log(
         .await
         .unwrap();
 }
+
+/// A checkpoint of the empty tree (what a witness saves of a ledger before its first record)
+/// is one every ledger extends: `audit verify` given it passes. One of size 0 with another
+/// root is a checkpoint no log could sign.
+#[actix_web::test]
+async fn audit_verify_takes_a_checkpoint_of_the_empty_tree() {
+    let app = spawn_app().await;
+    let empty = app.get("/v1/log/checkpoint", Some(app.secret())).await.text();
+    assert_eq!(empty.lines().nth(1), Some("0"), "{empty}");
+    fill(&app, 3).await;
+    let note = checkpoint_at(&app, 3).await;
+    let r = audit(&app, &[empty, note]).await;
+    assert!(r.ok(), "{}", failures(&r));
+}

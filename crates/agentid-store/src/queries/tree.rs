@@ -140,6 +140,7 @@ impl TreeStore for SqlStore<DB> {
             // written with their checkpoint, and this tree's checkpoint is not stored yet).
             let mut held = std::collections::HashMap::new();
             let mut heights: Vec<u32> = nodes.iter().map(|(s, _)| s.height).collect();
+            heights.sort_unstable();
             heights.dedup();
             for height in heights {
                 let at = nodes

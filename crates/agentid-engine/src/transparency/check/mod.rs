@@ -229,8 +229,20 @@ impl<'a> LedgerCheck<'a> {
             });
         }
         self.check_commitments(&claims).await?;
-        // The empty tree has one root, and every ledger extends it.
-        claims.retain(|c| c.size > 0 || c.root == agentid_core::tlog::tree::empty_root());
+        // The empty tree has one root, and every ledger extends it: nothing more to check of a
+        // checkpoint of it; one of size 0 with another root no log could sign.
+        for c in claims.iter().filter(|c| c.size == 0) {
+            if c.root != agentid_core::tlog::tree::empty_root() {
+                self.fail(
+                    None,
+                    format!(
+                        "{}: a checkpoint of 0 records whose root is not the empty tree's",
+                        c.source
+                    ),
+                );
+            }
+        }
+        claims.retain(|c| c.size > 0);
         claims.sort_by_key(|c| c.size);
         let mut pending = claims.into_iter().peekable();
 
