@@ -80,6 +80,43 @@ async fn an_outcome_not_found_out_in_time_fails_and_is_written_once() {
     recorded_once(&app, &id, 4).await;
 }
 
+/// A batch that committed without its answer is checkpointed all the same, with no record
+/// after it to bring its ledger back to the checkpointer: else the records it holds stay
+/// outside every checkpoint until the next verification.
+#[actix_web::test]
+async fn a_batch_of_unknown_outcome_is_checkpointed() {
+    let app = spawn_app_with(Options {
+        tweak: Box::new(|c| c.store.outage_wait = Duration::ZERO),
+        ..Options::unlimited()
+    })
+    .await;
+    let (_, token) = app.agent().await;
+    valid(&app, &token).await;
+    if !app.db.is_postgres() {
+        return;
+    }
+    checkpointed(&app, "1").await;
+    assert!(app.store.inject_write_fault(WriteFault::LostAck));
+    app.verify_as_receiver(&token)
+        .await
+        .assert_error(503, "AUDIT_UNAVAILABLE");
+    checkpointed(&app, "2").await;
+}
+
+/// Waits for the caller's ledger to be checkpointed at `size` records (checkpoints come
+/// every 200 ms here: 40 intervals).
+async fn checkpointed(app: &TestApp, size: &str) {
+    let deadline = Instant::now() + Duration::from_secs(8);
+    loop {
+        let note = app.get("/v1/log/checkpoint", Some(app.secret())).await.text();
+        if note.lines().nth(1) == Some(size) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the ledger stayed at {note}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// While no database takes connections (a failover's gap), a registration, a revocation and
 /// a verification wait for it, and are answered as if nothing had happened once it is back.
 #[actix_web::test]

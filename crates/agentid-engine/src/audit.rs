@@ -183,6 +183,15 @@ impl Writer {
     async fn flush(&self, entries: Vec<AuditEntry>, replies: Vec<Reply>) {
         let (store, sealer) = (self.store.clone(), self.sealer.clone());
         let timeout = self.cfg.flush_timeout;
+        // A batch that fails may have committed all the same (its answer lost, or cut off by
+        // the timeout): its ledgers are checkpointed either way, or its records would wait
+        // for the ledger's next one.
+        let mut ledgers: Vec<Ledger> = Vec::new();
+        for e in &entries {
+            if !ledgers.contains(&e.ledger) {
+                ledgers.push(e.ledger.clone());
+            }
+        }
         let started = Instant::now();
         // The store call runs as a task of its own: a panic inside it ends that task only.
         let task =
@@ -191,7 +200,7 @@ impl Writer {
             );
         // A batch the store could not write, or could not find out about (a commit of unknown
         // outcome), within its outage wait, fails: never answered as written.
-        match task.await {
+        let failed = match task.await {
             Ok(Ok(appended)) => {
                 let elapsed = started.elapsed();
                 let committed = appended.records.iter().flatten().count();
@@ -209,12 +218,14 @@ impl Writer {
                         None => refused.push(reply),
                     }
                 }
-                if let Some(e) = appended.failure {
-                    fail(refused, &format!("store error: {e}"));
-                }
+                appended.failure.map(|e| (refused, format!("store error: {e}")))
             }
-            Ok(Err(_)) => fail(replies, "flush timed out"),
-            Err(e) => fail(replies, &format!("flush task failed: {e}")),
+            Ok(Err(_)) => Some((replies, "flush timed out".to_owned())),
+            Err(e) => Some((replies, format!("flush task failed: {e}"))),
+        };
+        if let Some((replies, why)) = failed {
+            ledgers.into_iter().for_each(|l| self.grown.put_back(l));
+            fail(replies, &why);
         }
     }
 }
