@@ -379,8 +379,10 @@ async fn agents_from_before_lists_are_placed_by_the_migration() {
 
 /// Attack, by someone who can write the database: status list rows of their own, one dated in
 /// the future (it would stay the newest, and every registration would open a new list beside
-/// it) and one of 2^62 places (every instance would allocate its bits at start). Neither is
-/// used nor held: registrations fill the real list, and a restart comes up.
+/// it), a full one dated just inside the fleet's clocks (the same, for minutes), one of 2
+/// places (no instance holds it: an agent placed there would have no list to be revoked in)
+/// and one of 2^62 places (every instance would allocate its bits at start). None is used nor
+/// held: registrations fill the real list, whose every place is served, and a restart comes up.
 #[actix_web::test]
 async fn list_rows_written_into_the_database_are_neither_used_nor_held() {
     let app = spawn_app_with(Options {
@@ -390,19 +392,24 @@ async fn list_rows_written_into_the_database_are_neither_used_nor_held() {
     .await;
     let first = place(&app.agent().await.1).1;
     let future = agentid::domain::Millis::now().0 + 86_400_000;
-    for (id, size, at) in [
-        ("sl_01jd0000000000000000000000", 64, future),
-        ("sl_01jd0000000000000000000001", 1_i64 << 62, 1),
+    let now = agentid::domain::Millis::now().0;
+    for (id, size, allocated, at) in [
+        ("sl_01jd0000000000000000000000", 64, 0, future),
+        ("sl_01jd0000000000000000000001", 1_i64 << 62, 0, 1),
+        ("sl_01jd0000000000000000000002", 64, 64, now + 240_000),
+        ("sl_01jd0000000000000000000003", 2, 0, now + 200_000),
     ] {
         app.raw_execute(&format!(
-            "INSERT INTO status_lists (id, size, allocated, created_at, mode) VALUES ('{id}', {size}, 0, {at}, 'live')"
+            "INSERT INTO status_lists (id, size, allocated, created_at, mode) VALUES ('{id}', {size}, {allocated}, {at}, 'live')"
         ))
         .await
         .unwrap();
     }
     let mut lists = HashSet::new();
     for _ in 0..5 {
-        lists.insert(place(&app.agent().await.1).1);
+        let (_, uri) = place(&app.agent().await.1);
+        checked_list(&app, &uri).await;
+        lists.insert(uri);
     }
     assert_eq!(lists, HashSet::from([first]), "the real list is filled");
     let app = app.restart().await;

@@ -43,8 +43,8 @@ impl Default for StatusConfig {
 
 impl StatusConfig {
     /// Bounds of `--status-list-size`: whole bytes, and at most 16 Mi places (2 MiB).
-    pub const MIN_SIZE: u64 = 8;
-    pub const MAX_SIZE: u64 = 1 << 24;
+    pub const MIN_SIZE: u64 = agentid_core::domain::MIN_LIST_SIZE;
+    pub const MAX_SIZE: u64 = agentid_core::domain::MAX_LIST_SIZE;
 }
 
 /// A signed list as it is served.

@@ -16,7 +16,7 @@ pub use agent::{AgentFields, AgentStatus, Description, ExpirySeconds, IssuerDoma
 pub use gcra::Gcra;
 pub use ids::{new_id, AgentId, IdPrefix, IdpId, ListId, OrgId, StreamId};
 pub use org::{ApiKeyKind, KeyMode, Ledger, OrgLimits, Plan, RevokeReason};
-pub use status::{takes_new_places, StatusBits, StatusPlace};
+pub use status::{takes_new_places, StatusBits, StatusPlace, MAX_LIST_SIZE, MIN_LIST_SIZE};
 pub use time::Millis;
 
 /// A value broke one of the field rules. `field` is the request field it came from.

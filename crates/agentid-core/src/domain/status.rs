@@ -11,6 +11,11 @@ pub struct StatusPlace {
     pub idx: u64,
 }
 
+/// The sizes of the lists the service makes (`--status-list-size`): whole bytes, and at most
+/// 16 Mi places (2 MiB). A list of another size is none of its own.
+pub const MIN_LIST_SIZE: u64 = 8;
+pub const MAX_LIST_SIZE: u64 = 1 << 24;
+
 /// Whether a list of `size` places with `taken` of them taken gives a new agent its place:
 /// while half of it is free, so a random draw finds a free place at the first try at least
 /// half the time. Half of the list's own size: a list made when the configured size was

@@ -2,7 +2,7 @@
 
 use crate::sql::decode;
 use crate::StoreError;
-use agentid_core::domain::{takes_new_places, ListId, Millis, StatusPlace};
+use agentid_core::domain::{takes_new_places, ListId, Millis, StatusPlace, MAX_LIST_SIZE, MIN_LIST_SIZE};
 
 use crate::places::PlaceDraw;
 
@@ -18,16 +18,20 @@ pub(crate) async fn allocate(
     placing: &PlaceDraw,
     now: Millis,
 ) -> Result<(StatusPlace, u64), StoreError> {
-    // The newest list made by now (give or take the fleet's clocks), of at most the configured
-    // size: a row dated further ahead would stay the newest for as long (a row written into
-    // the database), and one larger than any list the service makes is none of its own.
+    // The newest list made by now (give or take the fleet's clocks) that still takes places
+    // (`takes_new_places`), of a size the service makes and at most the configured one: a row
+    // written into the database dated further ahead, or full, would stay the newest for as
+    // long, every registration opening a list beside it; one of another size is none of the
+    // service's, and no instance holds it.
     let newest: Option<(String, i64, i64)> = sqlx::query_as(
         "SELECT id, size, allocated FROM status_lists WHERE mode = $1 AND created_at <= $2 \
-         AND size <= $3 ORDER BY created_at DESC, id DESC LIMIT 1",
+         AND size >= $4 AND size <= $3 AND allocated >= 0 AND allocated < size / 2 \
+         ORDER BY created_at DESC, id DESC LIMIT 1",
     )
     .bind(placing.mode.as_str())
     .bind(now.0.saturating_add(CLOCKS_APART_MS))
-    .bind(i64::try_from(placing.size).unwrap_or(i64::MAX))
+    .bind(i64::try_from(placing.size.min(MAX_LIST_SIZE)).unwrap_or(i64::MAX))
+    .bind(MIN_LIST_SIZE as i64)
     .fetch_optional(&mut **tx)
     .await?;
     let (list, size) = match newest {
