@@ -415,3 +415,29 @@ async fn list_rows_written_into_the_database_are_neither_used_nor_held() {
     let app = app.restart().await;
     assert_eq!(app.get("/health", None).await.status, 200);
 }
+
+/// A cache keeps a list no longer than its `exp`: `max-age` is the ttl, or what is left of
+/// the signed list's life when that is less (a short ttl, whose `iat` is rounded down to the
+/// second, or a publisher that fell behind).
+#[actix_web::test]
+async fn a_list_is_never_cached_past_its_exp() {
+    let app = spawn_app_with(Options {
+        tweak: Box::new(|c| c.engine.status.ttl = Duration::from_secs(1)),
+        ..Options::unlimited()
+    })
+    .await;
+    let (_, uri) = place(&app.agent().await.1);
+    for _ in 0..40 {
+        let sent = agentid::domain::Millis::now().0;
+        let res = fetch(&app, &uri, &[]).await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        let cache = res.header("cache-control").unwrap();
+        let max_age: i64 = cache.strip_prefix("public, max-age=").unwrap().parse().unwrap();
+        let exp = part(&res.text(), 1)["exp"].as_i64().unwrap();
+        assert!(
+            sent + max_age * 1000 <= exp * 1000,
+            "sent at {sent} ms, {cache}, exp {exp} s"
+        );
+        tokio::time::sleep(Duration::from_millis(75)).await;
+    }
+}

@@ -54,6 +54,17 @@ pub struct Served {
     pub etag: String,
     kid: String,
     signed: Instant,
+    /// The list's `exp`, in seconds.
+    exp: i64,
+}
+
+impl Served {
+    /// How long a cache may keep this list from `now`: `ttl`, or what is left of its life
+    /// when that is less (whole seconds, rounded down).
+    pub fn max_age(&self, ttl: Duration, now: Millis) -> u64 {
+        let left = self.exp.saturating_mul(1000).saturating_sub(now.0).max(0) / 1000;
+        ttl.as_secs().min(left as u64)
+    }
 }
 
 struct List {
@@ -183,13 +194,14 @@ impl StatusLists {
     fn sign(&self, id: &str, bits: &StatusBits) -> Served {
         let iat = Millis::now().as_secs();
         let ttl = self.cfg.ttl.as_secs().max(1);
+        let exp = iat + 2 * ttl as i64;
         let claims = serde_json::json!({
             "iss": self.base,
             "sub": self.uri(id),
             "iat": iat,
             // Twice the ttl: a list is signed again every half ttl, so what a receiver holds
             // lives at least as long as it may keep it.
-            "exp": iat + 2 * ttl as i64,
+            "exp": exp,
             "ttl": ttl,
             "status_list": {"bits": 1, "lst": bits.lst()},
         });
@@ -203,6 +215,7 @@ impl StatusLists {
             etag,
             kid,
             signed: Instant::now(),
+            exp,
         }
     }
 }

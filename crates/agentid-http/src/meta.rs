@@ -159,7 +159,8 @@ pub async fn status_list(
         outcome("not_found");
         return Err(ApiError::new(ErrorCode::NotFound, "no such status list"));
     };
-    let ttl = state.engine.status_lists().config().ttl.as_secs();
+    // Never kept past the list's `exp` (a short ttl, or a publisher fallen behind).
+    let max_age = list.max_age(state.engine.status_lists().config().ttl, Millis::now());
     let fresh = req
         .headers()
         .get(header::IF_NONE_MATCH)
@@ -172,7 +173,7 @@ pub async fn status_list(
         outcome("ok");
         HttpResponse::Ok()
     };
-    res.insert_header((header::CACHE_CONTROL, format!("public, max-age={ttl}")))
+    res.insert_header((header::CACHE_CONTROL, format!("public, max-age={max_age}")))
         .insert_header((header::ETAG, list.etag.clone()));
     if fresh {
         return Ok(res.finish());
