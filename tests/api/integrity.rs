@@ -209,6 +209,57 @@ async fn retirements_are_recorded_in_order_and_never_ahead_of_now() {
     assert_eq!(app.verify(&token).await["error"], "TOKEN_INVALID");
 }
 
+/// What checkpoints commit to (revocations, retirements, issuer-domain events) is only ever
+/// added to at its end, and every entry is short: the database records no agent revoked
+/// already (it would sort ahead of revocations committed to), and no agent id, kid or
+/// issuer-domain event longer than any the service writes (one of megabytes would put every
+/// answer of `GET /v1/log/commitments` past what a witness reads).
+#[actix_web::test]
+async fn committed_rows_are_recorded_short_and_at_the_end() {
+    let app = spawn_app().await;
+    let org = &app.org.org_id;
+    let long = "a".repeat(100_000);
+    let (seq,): (i64,) = if app.db.is_postgres() {
+        let pool = sqlx::PgPool::connect(&app.db.url).await.unwrap();
+        sqlx::query_as("SELECT MAX(seq) FROM domain_events")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    } else {
+        let pool = sqlx::SqlitePool::connect(&app.db.url).await.unwrap();
+        sqlx::query_as("SELECT MAX(seq) FROM domain_events")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    let mac = blob(&app, &[7u8; 32]);
+    let agent = |id: &str, revoked: &str| {
+        format!(
+            "INSERT INTO agents (id, org_id, mode, name, issuer_domain, description, scopes, created_at, \
+             issued_at, expires_at, revoked_at) VALUES ('{id}', '{org}', 'live', 'n', 'example.com', '', \
+             '[\"read:x\"]', 1, 1, 2, {revoked})"
+        )
+    };
+    for sql in [
+        agent("agt_01dddddddddddddddddddddd99", "1"),
+        agent(&format!("agt_{long}"), "NULL"),
+        format!(
+            "INSERT INTO signing_keys (kid, public_key, created_at) VALUES ('{long}', {}, 1)",
+            blob(&app, &[9u8; 32])
+        ),
+        format!(
+            "INSERT INTO domain_events VALUES ({}, 'hold', '{long}.example', '{org}', 'dns', 1, 1, NULL, {mac})",
+            seq + 1
+        ),
+        format!(
+            "INSERT INTO domain_events VALUES ({}, 'release', 'example.com', '{org}', NULL, 1, 1, '{long}', {mac})",
+            seq + 1
+        ),
+    ] {
+        assert!(app.raw_execute(&sql).await.is_err(), "{} was let through", &sql[..120]);
+    }
+}
+
 /// The rows that would undo a retirement or a revocation do not change: a retired key's
 /// `retired_at` set back to NULL, an agent renamed so that a fresh row can take its id, the
 /// revocation epoch deleted or moved back.

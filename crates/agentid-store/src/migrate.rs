@@ -201,6 +201,11 @@ pub const SQLITE: Embedded = &[
         "retirements in order",
         include_str!("../../../migrations/sqlite/0039_retirements_in_order.sql"),
     ),
+    (
+        40,
+        "committed rows short and last",
+        include_str!("../../../migrations/sqlite/0040_committed_rows_short_and_last.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -397,6 +402,11 @@ pub const POSTGRES: Embedded = &[
         39,
         "retirements in order",
         include_str!("../../../migrations/postgres/0039_retirements_in_order.sql"),
+    ),
+    (
+        40,
+        "committed rows short and last",
+        include_str!("../../../migrations/postgres/0040_committed_rows_short_and_last.sql"),
     ),
 ];
 
