@@ -11,7 +11,7 @@ use ed25519_dalek::{Signature, VerifyingKey};
 use ring::digest::{digest, SHA256};
 use serde_json::{Map, Value};
 
-use crate::{now_secs, Agent, Error, Verifier};
+use crate::{now_millis, Agent, Error, Verifier};
 
 mod htu;
 mod replays;
@@ -100,13 +100,15 @@ pub(crate) struct Checked {
     pub(crate) iat: i64,
 }
 
-/// Checks `proof` for a `method` request to `url` with `token` at `now` (seconds).
+/// Checks `proof` for a `method` request to `url` with `token` at `now_ms` (milliseconds since
+/// the Unix epoch: a proof's times are held to now as it is, as the Python and TypeScript
+/// libraries hold them to a fractional now), its `iat` at most `max_skew` seconds from it.
 pub(crate) fn check_proof(
     proof: &str,
     method: &str,
     url: &str,
     token: &str,
-    now: i64,
+    now_ms: i64,
     max_skew: i64,
 ) -> Result<Checked, Error> {
     if proof.len() > MAX_PROOF_BYTES {
@@ -174,19 +176,20 @@ pub(crate) fn check_proof(
     if htu.is_empty() || htu_form(htu) != wanted {
         return refuse(format!("htu is not {wanted}"));
     }
+    let skew_ms = max_skew.unsigned_abs().saturating_mul(1000);
     let iat = match claims.get("iat").and_then(Value::as_i64) {
-        Some(iat) if iat.abs_diff(now) <= max_skew.unsigned_abs() => iat,
+        Some(iat) if iat.saturating_mul(1000).abs_diff(now_ms) <= skew_ms => iat,
         _ => return refuse(format!("iat is more than {max_skew} s from now")),
     };
     // Not asked for (RFC 9449 bounds a proof by its iat), but honoured when present.
-    let date = |name: &str| claims.get(name).map(|v| v.as_f64().map(|f| f as i64));
+    let date = |name: &str| claims.get(name).map(|v| v.as_f64().map(|f| f * 1000.0));
     match date("exp") {
-        Some(Some(exp)) if exp <= now => return refuse("exp is past"),
+        Some(Some(exp)) if exp <= now_ms as f64 => return refuse("exp is past"),
         Some(None) => return refuse("exp must be a number"),
         _ => {}
     }
     match date("nbf") {
-        Some(Some(nbf)) if nbf > now.saturating_add(max_skew) => return refuse("nbf is in the future"),
+        Some(Some(nbf)) if nbf > now_ms as f64 + skew_ms as f64 => return refuse("nbf is in the future"),
         Some(None) => return refuse("nbf must be a number"),
         _ => {}
     }
@@ -237,9 +240,9 @@ impl Verifier {
                 "no DPoP proof came with a token bound to a key".into(),
             ));
         };
-        let now = now_secs();
+        let now_ms = now_millis();
         let skew = self.inner.dpop_max_skew;
-        let checked = check_proof(proof, method, url, token, now, skew)?;
+        let checked = check_proof(proof, method, url, token, now_ms, skew)?;
         if checked.jkt != bound {
             return Err(Error::ProofInvalid(
                 "DPoP proof signed by a key other than the one the token is bound to".into(),
@@ -249,7 +252,7 @@ impl Verifier {
             .state
             .lock()
             .proofs
-            .admit(&checked, now.saturating_sub(skew))?;
+            .admit(&checked, now_ms.div_euclid(1000).saturating_sub(skew))?;
         Ok(agent)
     }
 }
@@ -266,9 +269,38 @@ mod tests {
         for iat in [i64::MIN, i64::MIN + now, i64::MAX] {
             let claims =
                 serde_json::json!({"jti": "j", "htm": "GET", "htu": "https://a.example/x", "iat": iat});
-            let got = check_proof(&signed(&claims), "GET", "https://a.example/x", "t", now, 60);
+            let got = check_proof(
+                &signed(&claims),
+                "GET",
+                "https://a.example/x",
+                "t",
+                now * 1000,
+                60,
+            );
             assert!(matches!(&got, Err(e) if e.to_string().contains("iat")), "{iat}");
         }
+    }
+
+    /// A proof's `iat` is held to now as it is, to the millisecond: exactly the skew before
+    /// now's second, a millisecond into it, is further than the skew.
+    #[test]
+    fn an_iat_just_past_the_skew_is_refused() {
+        let now = 1_800_000_000;
+        let check = |iat: i64| {
+            let claims = serde_json::json!({"jti": "j", "htm": "GET", "htu": "https://a.example/x", "iat": iat,
+                "ath": URL_SAFE_NO_PAD.encode(ring::digest::digest(&ring::digest::SHA256, b"t"))});
+            check_proof(
+                &signed(&claims),
+                "GET",
+                "https://a.example/x",
+                "t",
+                now * 1000 + 1,
+                60,
+            )
+        };
+        assert!(matches!(check(now - 60), Err(e) if e.to_string().contains("iat")));
+        assert!(check(now - 59).is_ok());
+        assert!(check(now + 60).is_ok());
     }
 
     /// A proof of `claims` by a fixed Ed25519 key.
@@ -297,7 +329,7 @@ mod tests {
         let check = |htu: &str, url: &str| {
             let claims = serde_json::json!({"jti": "j", "htm": "GET", "htu": htu, "iat": now,
                 "ath": URL_SAFE_NO_PAD.encode(ring::digest::digest(&ring::digest::SHA256, b"t"))});
-            check_proof(&signed(&claims), "GET", url, "t", now, 60)
+            check_proof(&signed(&claims), "GET", url, "t", now * 1000, 60)
         };
         let got = check("HTTPS://API.Example/%6Frders", "https://api.example:443/orders");
         assert!(got.is_ok(), "{:?}", got.err());

@@ -119,6 +119,9 @@ pub const SEEN_SETS: usize = 10_000;
 /// How many signature directories are held (past that, the one held longest goes): a
 /// verifier without `issuers` takes any issuer's, which a caller names.
 pub const MAX_DIRECTORIES: usize = 1_000;
+/// The most keys read of a signature directory (its first; as many as the service lists in
+/// one): the Python and TypeScript libraries read as many.
+pub const MAX_DIRECTORY_KEYS: usize = 1_000;
 /// The most an inflated status list may hold.
 const MAX_LIST_BYTES: usize = 16 << 20;
 /// The counter of verifications, by `outcome` (see the crate's documentation).
@@ -216,10 +219,23 @@ pub struct Verifier {
     inner: Arc<Inner>,
 }
 
+/// Now, in whole seconds since the Unix epoch (rounded down).
 fn now_secs() -> i64 {
+    now_millis().div_euclid(1000)
+}
+
+/// Now, in milliseconds since the Unix epoch.
+fn now_millis() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Whether a time of `exp` (Unix seconds) is past, `leeway` seconds allowed: from the instant
+/// `exp + leeway` on, to the millisecond (without leeway, the very second of `exp` is past), as
+/// the Python and TypeScript libraries judge it (`exp <= now - leeway`, now fractional).
+fn expired(exp: i64, leeway: i64) -> bool {
+    exp.saturating_add(leeway).saturating_mul(1000) <= now_millis()
 }
 
 impl Verifier {

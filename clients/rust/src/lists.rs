@@ -30,8 +30,7 @@ impl HeldList {
     }
 
     pub(crate) fn expired(&self, leeway: i64) -> bool {
-        self.exp
-            .is_some_and(|exp| exp.saturating_add(leeway) < now_secs())
+        self.exp.is_some_and(|exp| crate::expired(exp, leeway))
     }
 }
 
@@ -136,7 +135,7 @@ impl Verifier {
         }
         match claims.get("exp").map(Value::as_i64) {
             Some(None) => return Err(invalid("exp is not a number")),
-            Some(Some(exp)) if exp.saturating_add(self.inner.leeway) < now => {
+            Some(Some(exp)) if crate::expired(exp, self.inner.leeway) => {
                 return Err(invalid("the list has expired (exp)"))
             }
             _ => {}

@@ -49,7 +49,7 @@ impl Verifier {
         }
         match c.get("exp").map(Value::as_i64) {
             None => {}
-            Some(Some(exp)) if exp.saturating_add(self.inner.leeway) >= now => {}
+            Some(Some(exp)) if !crate::expired(exp, self.inner.leeway) => {}
             Some(Some(_)) => return Err(Error::Expired),
             Some(None) => return Err(invalid("a SET's exp must be a whole number")),
         }

@@ -166,7 +166,7 @@ impl Verifier {
             return Err(invalid("sub, iss, iat and exp are required"));
         };
         let now = now_secs();
-        if exp.saturating_add(self.inner.leeway) < now {
+        if crate::expired(exp, self.inner.leeway) {
             return Err(Error::Expired);
         }
         if iat > now.saturating_add(self.inner.leeway) {

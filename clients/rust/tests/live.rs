@@ -19,6 +19,8 @@ use serde_json::{json, Value};
 mod counters;
 #[path = "live/delegation.rs"]
 mod delegation;
+#[path = "live/directories.rs"]
+mod directories;
 #[path = "live/dpop.rs"]
 mod dpop;
 #[path = "live/examples.rs"]
@@ -27,6 +29,8 @@ mod examples;
 mod oauth;
 #[path = "live/requests.rs"]
 mod requests;
+#[path = "live/times.rs"]
+mod times;
 
 const SESSION_REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
 

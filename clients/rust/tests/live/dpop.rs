@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use super::{code, now, Server};
 
-const URL: &str = "https://api.example/orders";
+pub(super) const URL: &str = "https://api.example/orders";
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -89,13 +89,13 @@ fn b64(v: &Value) -> String {
 }
 
 /// An agent that makes proofs with any header and claims it likes.
-enum Agent {
+pub(super) enum Agent {
     Ed(SigningKey),
     Es(EcdsaKeyPair),
 }
 
 impl Agent {
-    fn ed() -> Agent {
+    pub(super) fn ed() -> Agent {
         let mut seed = [0u8; 32];
         ring::rand::SecureRandom::fill(&SystemRandom::new(), &mut seed).unwrap();
         Agent::Ed(SigningKey::from_bytes(&seed))
@@ -111,7 +111,7 @@ impl Agent {
         Agent::Es(EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng).unwrap())
     }
 
-    fn jwk(&self) -> Value {
+    pub(super) fn jwk(&self) -> Value {
         match self {
             Agent::Ed(k) => {
                 json!({"kty": "OKP", "crv": "Ed25519", "x": URL_SAFE_NO_PAD.encode(k.verifying_key().as_bytes())})
@@ -131,7 +131,7 @@ impl Agent {
     }
 
     /// A proof for `GET URL` with `token`, its header and claims changed by `edit`.
-    fn proof_with(&self, token: &str, edit: impl FnOnce(&mut Value, &mut Value)) -> String {
+    pub(super) fn proof_with(&self, token: &str, edit: impl FnOnce(&mut Value, &mut Value)) -> String {
         let ath = URL_SAFE_NO_PAD.encode(ring::digest::digest(&ring::digest::SHA256, token.as_bytes()));
         let mut header = json!({"typ": "dpop+jwt", "alg": self.alg(), "jwk": self.jwk()});
         let mut claims = json!({"jti": format!("{}-{}", now(), rand_id()), "htm": "GET", "htu": URL,
@@ -160,7 +160,7 @@ fn rand_id() -> u64 {
     u64::from_le_bytes(b)
 }
 
-fn bound(s: &Server, jwk: Value) -> (String, String) {
+pub(super) fn bound(s: &Server, jwk: Value) -> (String, String) {
     s.register(json!({ "jwk": jwk }))
 }
 

@@ -40,7 +40,7 @@ fn signed_by(signer: &[&str], key: &SigningKey, url: &str, agent: &str) -> Vec<(
 }
 
 /// An agent of example.com bound to a new Ed25519 key: its id and key.
-fn signing_agent(s: &Server) -> (String, SigningKey) {
+pub(super) fn signing_agent(s: &Server) -> (String, SigningKey) {
     let mut seed = [0u8; 32];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut seed).unwrap();
     let key = SigningKey::from_bytes(&seed);
@@ -51,7 +51,7 @@ fn signing_agent(s: &Server) -> (String, SigningKey) {
 }
 
 /// Signed by Cloudflare's `web-bot-auth` (see [`signed_by`]).
-fn signed(key: &SigningKey, url: &str, agent: &str) -> Vec<(String, String)> {
+pub(super) fn signed(key: &SigningKey, url: &str, agent: &str) -> Vec<(String, String)> {
     signed_by(&["node", "sign.mjs"], key, url, agent)
 }
 
