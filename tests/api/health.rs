@@ -151,6 +151,31 @@ async fn preflights_count_against_nothing() {
     assert_eq!(res.header("x-ratelimit-remaining").as_deref(), Some("99"));
 }
 
+/// Attack: an OPTIONS request dressed as a preflight on a route no CORS layer answers
+/// (forward auth takes any method) would be a verification that counts against nothing. Only
+/// a public route's preflight is uncounted: here the address's anonymous calls run out.
+#[actix_web::test]
+async fn a_preflight_only_counts_for_nothing_where_cors_answers_it() {
+    let app = spawn_app().await;
+    let (_, token) = app.agent().await;
+    let bearer = format!("Bearer {token}");
+    let mut statuses = std::collections::BTreeMap::new();
+    for _ in 0..110 {
+        let res = app
+            .forward(
+                "OPTIONS",
+                "",
+                &[
+                    ("Authorization", &bearer),
+                    ("Access-Control-Request-Method", "GET"),
+                ],
+            )
+            .await;
+        *statuses.entry(res.status).or_insert(0) += 1;
+    }
+    assert!(statuses.contains_key(&429), "{statuses:?}");
+}
+
 /// The headers a browser caller may read on every public answer.
 pub const EXPOSED: [&str; 5] = [
     "retry-after",

@@ -46,8 +46,14 @@ pub(crate) async fn gate(
     // page verifying with a publishable key would otherwise spend its address's anonymous
     // calls on preflights, and a 429 to one is a CORS failure whose Retry-After no script
     // can read).
-    let preflight = req.method() == actix_web::http::Method::OPTIONS
-        && req.headers().contains_key("access-control-request-method");
+    // Only where a CORS layer answers it (a public route, a method it can read): elsewhere an
+    // OPTIONS is a call like any other (forward auth takes every method).
+    let preflight = route.public
+        && req.method() == actix_web::http::Method::OPTIONS
+        && req
+            .headers()
+            .get("access-control-request-method")
+            .is_some_and(|m| actix_web::http::Method::from_bytes(m.as_bytes()).is_ok());
     let counted = route.counted && !preflight;
     let span = tracing::info_span!("request", request_id = %request_id);
     let auth = match api_key(req.headers(), route).filter(|_| !route.keyless) {
