@@ -8,7 +8,7 @@ CREATE FUNCTION committed_rows_short_and_last() RETURNS trigger LANGUAGE plpgsql
 BEGIN
     IF TG_TABLE_NAME = 'agents' THEN
         IF NEW.revoked_at IS NOT NULL OR length(NEW.id) > 64 THEN
-            RAISE EXCEPTION 'an agent is recorded unrevoked, with an id of at most 64 characters';
+            RAISE EXCEPTION 'an agent is recorded unrevoked (a revocation is final), with an id of at most 64 characters';
         END IF;
     ELSIF TG_TABLE_NAME = 'signing_keys' THEN
         IF length(NEW.kid) > 64 THEN

@@ -7,7 +7,7 @@
 CREATE TRIGGER agents_recorded_unrevoked BEFORE INSERT ON agents
 WHEN NEW.revoked_at IS NOT NULL OR length(NEW.id) > 64
 BEGIN
-    SELECT RAISE(ABORT, 'an agent is recorded unrevoked, with an id of at most 64 characters');
+    SELECT RAISE(ABORT, 'an agent is recorded unrevoked (a revocation is final), with an id of at most 64 characters');
 END;
 CREATE TRIGGER signing_keys_kid_short BEFORE INSERT ON signing_keys
 WHEN length(NEW.kid) > 64
