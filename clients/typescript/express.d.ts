@@ -17,7 +17,8 @@ declare global {
  * MISCONFIGURED) with {"error": code, "message": …} and a WWW-Authenticate challenge (naming
  * `resourceMetadata`, when given). `publicOrigin`: the origin agents address (behind a
  * proxy), from which a proof's URL is rebuilt. A path in `exclude` (`["/health"]`), or below
- * one, passes unchecked. With `delegated`, only an agent acting for a person passes. A
+ * one, passes unchecked (`"/"` is the root alone); a plain string, an empty entry or one not
+ * beginning with `/` throws a TypeError when the middleware is made. With `delegated`, only an agent acting for a person passes. A
  * request an agent signed (Web Bot Auth) instead passes with `req.signedRequest`, checked for
  * `publicOrigin` (a route with `scopes` or `delegated` refuses it). */
 export function agentIdMiddleware(

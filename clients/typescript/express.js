@@ -10,14 +10,16 @@
 // (RFC 6750 §3.1: no error code without credentials, and then the DPoP challenge beside the
 // Bearer one; `insufficient_scope` on a 403; RFC 9449 §7.1 for DPoP), naming
 // `resourceMetadata` (RFC 9728) when given; `resourceMetadataHandler` serves it. A path in
-// `exclude`, or below one, passes unchecked. With `delegated`, only an agent acting for a
-// person (`req.agent.subject`) passes; any other token is TOKEN_INVALID. A request without
-// `Authorization` that an agent signed (Web Bot Auth: `Signature-Input`) is checked by
-// `verifier.verifyRequest` for `publicOrigin` and the request's path and query (directories in
-// `trustedSignatureAgents` beside the service's own): on success `req.signedRequest` holds what
-// it found (a signature names no scopes nor person, so a route with `scopes` or `delegated`
-// refuses it).
+// `exclude` (an array of paths), or below one, passes unchecked ("/" is the root alone); a
+// plain string, an empty entry or one not beginning with "/" throws when the middleware is
+// made. With `delegated`, only an agent acting for a person (`req.agent.subject`) passes; any
+// other token is TOKEN_INVALID. A request without `Authorization` that an agent signed (Web
+// Bot Auth: `Signature-Input`) is checked by `verifier.verifyRequest` for `publicOrigin` and
+// the request's path and query (directories in `trustedSignatureAgents` beside the service's
+// own): on success `req.signedRequest` holds what it found (a signature names no scopes nor
+// person, so a route with `scopes` or `delegated` refuses it).
 import { VerificationError } from "./index.js";
+import { trustedAgents } from "./requests.js";
 
 const STATUS = { INSUFFICIENT_SCOPE: 403, UNAVAILABLE: 503, MISCONFIGURED: 500 };
 const DPOP_ALGS = "EdDSA Ed25519 ES256";
@@ -71,9 +73,26 @@ function refusalBody(e) {
   return JSON.stringify({ error: e.code, message });
 }
 
-/** Whether `path` is one of `exclude` or below one of them. */
+/** `exclude` as an array of paths, each beginning with "/"; a TypeError for a plain string
+ * (one exclusion a character, "/" among them), an empty entry or one not beginning with "/"
+ * (`"".split(",")` gives `[""]`): either used to leave every path open. */
+function exclusions(exclude) {
+  if (!Array.isArray(exclude)) throw new TypeError(`exclude must be an array of paths, not ${JSON.stringify(exclude)}`);
+  for (const path of exclude) {
+    if (typeof path !== "string" || !path.startsWith("/")) {
+      throw new TypeError(`exclude holds ${JSON.stringify(path)}, which is not a path beginning with /`);
+    }
+  }
+  return [...exclude];
+}
+
+/** Whether `path` is one of `exclude` or below one of them; "/" is the root alone, not every
+ * path below it. */
 function excluded(path, exclude) {
-  return exclude.some((e) => path === e || path.startsWith(`${e.replace(/\/+$/, "")}/`));
+  return exclude.some((e) => {
+    const stem = e.replace(/\/+$/, "");
+    return path === e || (stem !== "" && path.startsWith(`${stem}/`));
+  });
 }
 
 /** The request's header fields as one string each (Node joins repeated ones with commas). */
@@ -84,6 +103,8 @@ function fields(headers) {
 }
 
 export function agentIdMiddleware(verifier, { scopes = [], publicOrigin, resourceMetadata, exclude = [], delegated = false, trustedSignatureAgents = [] } = {}) {
+  exclude = exclusions(exclude);
+  trustedSignatureAgents = trustedAgents(trustedSignatureAgents);
   const origin = publicOrigin?.replace(/\/+$/, "");
   if (!origin) {
     console.warn("agentIdMiddleware has no publicOrigin: every DPoP-bound token is refused (set publicOrigin to the origin agents address, e.g. https://api.example)");

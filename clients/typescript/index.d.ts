@@ -142,9 +142,13 @@ export class Verifier {
   /** A request an agent signed (Web Bot Auth, RFC 9421), offline: the signature tagged
    * web-bot-auth, covering @authority (or @target-uri) and Signature-Agent, in its time (at
    * most 24 h), by a key of the directory Signature-Agent names (this service's, or one of
-   * `trustedSignatureAgents`, fetched and cached as it says), its nonce new (PROOF_REPLAYED
-   * after). A revoked agent's key leaves its directory at once: seen at the next fetch, or at
-   * once after `handleSet` of the revocation's event (it drops the issuer's directory). */
+   * `trustedSignatureAgents`, an array of URLs, a string being a TypeError; fetched and
+   * cached as it says), its nonce a new string (PROOF_REPLAYED after; PROOF_INVALID for a
+   * token or byte sequence). A directory's fetch that fails, or brings no key set, is
+   * UNAVAILABLE (a held one serves within `listGrace`), and with none held is not tried again
+   * for 1 s, doubling per failure up to 30 s. A revoked agent's key leaves its directory at
+   * once: seen at the next fetch, or at once after `handleSet` of the revocation's event (it
+   * drops the issuer's directory). */
   verifyRequest(
     request: Request | { method?: string; url: string; headers: Record<string, string> },
     options?: { trustedSignatureAgents?: string[] },
@@ -152,7 +156,9 @@ export class Verifier {
   /** A Security Event Token the service pushed (or a poll gave): refused (TOKEN_INVALID) unless
    * its `iss` is `baseUrl`, its `aud` holds `setAudience` (when set), its `jti` is not one of
    * the last 10,000 taken, and its subject's `sub_id.iss` is in `issuers` (when set). A
-   * revocation revokes at once, and drops what is held of its issuer's signature directory. */
+   * revocation revokes at once, and drops what is held of its issuer's signature directory. A
+   * person's revocation refuses their delegated tokens issued until it; past 10,000 people
+   * the earliest is forgotten, and every delegated token issued until it is refused. */
   handleSet(setJwt: string): Promise<void>;
 }
 

@@ -24,8 +24,10 @@ const MAX_SET_BYTES = 16384;
 const MAX_LIST_BYTES = 16 << 20;
 /** The longest a fetched document is held fresh, whatever its `max-age` says: a day. */
 const MAX_CACHE_SECONDS = 86_400;
-/** How many SET `jti`s are remembered to refuse a replay. */
+/** How many SET `jti`s are remembered to refuse a replay (and people's revocations held). */
 const SEEN_SETS = 10_000;
+/** The longest a delegated token lives (s): the service's `--access-token-seconds` at most. */
+const MAX_DELEGATED_LIFETIME = 3600;
 /** The longest DPoP proof read, and how many proofs are remembered to refuse a replay. */
 const MAX_PROOF_BYTES = 4096;
 const SEEN_PROOFS = 100_000;
@@ -138,6 +140,10 @@ function b64url(text) {
   return Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
 }
 
+/** Milliseconds before a URL that failed `failures` times in a row is fetched again: 1 s,
+ * doubling per failure up to 30 s. */
+const backoff = (failures) => Math.min(2 ** Math.min(failures - 1, 5), 30) * 1000;
+
 /** Whether a Verifier without issuers was built already (the warning says so once a process). */
 let warnedWithoutIssuers = false;
 
@@ -177,7 +183,7 @@ export class Verifier {
     this.kidRefetchInterval = kidRefetchInterval;
     this.timeout = timeout;
     this.setAudience = setAudience;
-    this.docs = new Map(); // url -> {body, etag, freshUntil, fetchedAt, epoch} (monotonic ms); a 304 refreshes it in place
+    this.docs = new Map(); // url -> {body, etag, freshUntil, fetchedAt, epoch, parsed} (monotonic ms); a 304 refreshes it in place
     this.inflight = new Map(); // url -> Promise of a fetch
     this.refreshing = new Set(); // URLs a background refresh is fetching
     this.retry = new Map(); // url -> {at, failures}: no background refresh before `at` (monotonic ms)
@@ -186,19 +192,24 @@ export class Verifier {
     this.lastKidFetch = -Infinity;
     this.lists = new Map(); // uri -> {bits, ttl, exp, doc}
     this.revoked = new Set();
-    /** Directory documents -> their keys (read once per body). */
-    this.directories = new WeakMap();
     /** The directory URLs held, the one held longest first. */
     this.directoryUrls = new Set();
     this.maxDirectories = MAX_DIRECTORIES;
+    /** Directory URL -> {at, failures, message} while none usable is held and its last fetch
+     * failed: not fetched again before `at` (monotonic ms); at most `maxDirectories`. */
+    this.failedDirectories = new Map();
     /** Directory URL -> how many times a pushed revocation dropped it: a document asked for
      * before the last drop may predate the revocation, and is fetched again. */
     this.dropped = new Map();
     /** Signed requests' nonces, by `keyid`, each until its signature expires. */
     this.nonces = new Replays(SEEN_PROOFS);
     /** `provider + "\n" + sub` -> when the organization revoked the person (Unix s), from
-     * pushed events. */
+     * pushed events; a heap of [at, key], earliest first (cleaned as it is read); and the
+     * latest revocation forgotten for want of room: every person's token from then or before
+     * is refused. */
     this.revokedSubjects = new Map();
+    this.revokedByTime = new Heap();
+    this.subjectsFloor = -Infinity;
     this.seenSets = new Set(); // the last SEEN_SETS jtis taken, oldest first
     this.dpopMaxSkew = dpopMaxSkew;
     this.proofs = new Replays(SEEN_PROOFS); // the proofs taken, by key thumbprint and jti
@@ -237,8 +248,10 @@ export class Verifier {
     return verifyRequest(this, request, options, fail);
   }
 
-  /** The Ed25519 keys of the directory at `url`, by thumbprint: cached as it says, used past
-   * that for `listGrace` seconds when it cannot be had, then UNAVAILABLE. */
+  /** The Ed25519 keys of the directory at `url`, by thumbprint, read once when it was fetched:
+   * cached as it says, used past that for `listGrace` seconds when it cannot be had (its fetch
+   * fails, or brings no key set), then UNAVAILABLE; with none usable held, a failed fetch is
+   * UNAVAILABLE without another until its retry time (1 s, doubling per failure up to 30 s). */
   async directory(url) {
     for (let tries = 0; tries < 3; tries++) {
       const [doc, keys] = await this.directoryOnce(url);
@@ -249,32 +262,32 @@ export class Verifier {
     fail("UNAVAILABLE", `${url}: revocations keep coming while it is fetched`);
   }
 
+  /** The directory at `url` and its keys (read when it was fetched). */
   async directoryOnce(url) {
     const held = this.docs.get(url);
     const now = monotonic();
     const usable = held && held.freshUntil + this.listGrace * 1000 >= now;
+    const failed = this.failedDirectories.get(url);
     let doc;
     if (usable && held.freshUntil <= now && (this.retry.get(url)?.at ?? 0) > now) {
       // Stale, and the service failed lately: the held one serves without waiting for it.
       doc = held;
+    } else if (!usable && failed && failed.at > now) {
+      // None usable held, and its last fetch failed: its failure answers until the retry.
+      fail("UNAVAILABLE", failed.message);
     } else {
       try {
-        doc = await this.fetchDoc(url, "directory", "application/http-message-signatures-directory+json");
+        doc = await this.fetchDoc(url, "directory", "application/http-message-signatures-directory+json", -Infinity, true, (body) => readDirectory(url, body));
         this.retry.delete(url);
+        this.failedDirectories.delete(url);
       } catch (e) {
-        if (!usable) throw e;
+        if (!usable) {
+          this.directoryFailed(url, e.message);
+          throw e;
+        }
         this.failedLately(url);
         doc = held;
       }
-    }
-    let keys = this.directories.get(doc);
-    if (!keys) {
-      try {
-        keys = await directoryKeys(doc.body);
-      } catch (e) {
-        fail("UNAVAILABLE", `${url}: not a key set (${e.message})`);
-      }
-      this.directories.set(doc, keys);
     }
     this.directoryUrls.delete(url);
     this.directoryUrls.add(url);
@@ -284,7 +297,31 @@ export class Verifier {
       this.docs.delete(old);
       this.retry.delete(old);
     }
-    return [doc, keys];
+    // (Read now if the same URL was fetched as another document: a receiver trusting its key
+    // set's URL.)
+    return [doc, doc.parsed instanceof Map ? doc.parsed : await readDirectory(url, doc.body)];
+  }
+
+  /** Remembers that fetching `url` failed with `message`, none usable held: not fetched again
+   * before 1 s, doubling per failure up to 30 s (callers that waited for the same fetch count
+   * once). Past `maxDirectories` URLs remembered, those whose retry time passed go, then the
+   * one retried soonest. */
+  directoryFailed(url, message) {
+    const now = monotonic();
+    const last = this.failedDirectories.get(url);
+    if (last && last.at > now) return; // a caller that waited for this fetch
+    this.failedDirectories.delete(url);
+    const most = Math.max(1, this.maxDirectories);
+    if (this.failedDirectories.size >= most) {
+      for (const [u, f] of this.failedDirectories) if (f.at <= now) this.failedDirectories.delete(u);
+    }
+    while (this.failedDirectories.size >= most) {
+      let soonest;
+      for (const [u, f] of this.failedDirectories) if (!soonest || f.at < soonest[1].at) soonest = [u, f];
+      this.failedDirectories.delete(soonest[0]);
+    }
+    const failures = (last?.failures ?? 0) + 1;
+    this.failedDirectories.set(url, { at: now + backoff(failures), failures, message });
   }
 
   /** Whether a signature's nonce is new (remembered until the signature expires). */
@@ -309,8 +346,10 @@ export class Verifier {
   }
 
   /** GETs `url` (revalidating what is held, unless `revalidate` is false), one fetch per URL
-   * (and kind) at a time, told to `onFetch` as a fetch of `document` ("jwks" or "status_list"). */
-  async fetchDoc(url, document, accept, fresherThan = -Infinity, revalidate = true) {
+   * (and kind) at a time, told to `onFetch` as a fetch of `document` ("jwks" or "status_list").
+   * A new body is `read` (when given) before it is held, its reading kept with it (`parsed`)
+   * for every caller: a body it refuses (UNAVAILABLE) is a failed fetch, never held. */
+  async fetchDoc(url, document, accept, fresherThan = -Infinity, revalidate = true, read = undefined) {
     const held = this.docs.get(url);
     if (held && held.freshUntil > monotonic() && held.fetchedAt > fresherThan) return held;
     // A fetch that must bring a body joins no revalidation, which a 304 could answer.
@@ -321,10 +360,11 @@ export class Verifier {
         const epoch = this.dropped.get(url) ?? 0;
         const headers = { accept };
         if (revalidate && held?.etag) headers["if-none-match"] = held.etag;
-        let res;
+        let res, parsed;
         try {
           res = await this.send(url, headers);
           if (res.status !== 200 && !(res.status === 304 && headers["if-none-match"])) fail("UNAVAILABLE", `${url}: ${res.status}`);
+          if (res.status === 200 && read) parsed = await read(res.body);
         } catch (e) {
           quietly(this.onFetch, document, "failed");
           throw e;
@@ -338,7 +378,7 @@ export class Verifier {
           return held;
         }
         // A new body, even without an ETag (a proxy may strip it): it is read anew.
-        const doc = { body: res.body, etag: res.headers.get("etag") || undefined, freshUntil, fetchedAt: now, epoch };
+        const doc = { body: res.body, etag: res.headers.get("etag") || undefined, freshUntil, fetchedAt: now, epoch, parsed };
         this.docs.set(url, doc);
         return doc;
       })().finally(() => this.inflight.delete(key));
@@ -364,7 +404,7 @@ export class Verifier {
   /** Notes a failed fetch of `url`: not again before 1 s, doubling per failure up to 30 s. */
   failedLately(url) {
     const failures = (this.retry.get(url)?.failures ?? 0) + 1;
-    this.retry.set(url, { at: monotonic() + Math.min(2 ** (failures - 1), 30) * 1000, failures });
+    this.retry.set(url, { at: monotonic() + backoff(failures), failures });
   }
 
   /** Fetches the JWKS (unless what is held is fresh and fetched after `fresherThan`) and reads
@@ -423,7 +463,8 @@ export class Verifier {
     }
     const { header, claims, signingInput, signature } = parsed;
     if (header.alg !== "EdDSA" || typeof header.kid !== "string") fail("TOKEN_INVALID", "only alg EdDSA with a kid");
-    let typ = header.typ ?? typs[0];
+    // Absent means the first; any other value (null too) must be one of them.
+    let typ = header.typ === undefined ? typs[0] : header.typ;
     if (typ === "application/at+jwt") typ = ACCESS_TOKEN_TYP;
     if (!typs.includes(typ)) fail("TOKEN_INVALID", `typ ${header.typ} is not one of ${typs.join(", ")}`);
     const key = await this.key(header.kid);
@@ -442,10 +483,11 @@ export class Verifier {
     return { typ, claims };
   }
 
-  /** The list in `doc`; UNAVAILABLE when it is not the signed list at `uri`. */
-  async readList(uri, doc) {
+  /** The bits, `ttl` and `exp` of the list in `body`; UNAVAILABLE when it is not the signed
+   * list at `uri` (then the fetch that brought it failed: it is not held). */
+  async readList(uri, body) {
     try {
-      const claims = await this.decode(doc.body, "statuslist+jwt", ["sub", "iat"]);
+      const claims = await this.decode(body, "statuslist+jwt", ["sub", "iat"]);
       if (claims.sub !== uri) throw new Error(`the list at ${uri} says it is ${claims.sub}`);
       const { bits, lst } = claims.status_list ?? {};
       if (bits !== 1 || typeof lst !== "string") throw new Error("status lists of one bit only");
@@ -453,7 +495,7 @@ export class Verifier {
       const ttl = Number(claims.ttl ?? 60);
       if (!(ttl >= 0 && ttl < Infinity)) throw new Error(`ttl ${claims.ttl}`);
       // decode checked exp (a finite number when present) against the clock.
-      return { bits: await readAtMost(inflated, MAX_LIST_BYTES), ttl, exp: claims.exp ?? Infinity, doc };
+      return { bits: await readAtMost(inflated, MAX_LIST_BYTES), ttl, exp: claims.exp ?? Infinity };
     } catch (e) {
       fail("UNAVAILABLE", `the status list at ${uri} is unusable: ${e.message}`);
     }
@@ -468,13 +510,24 @@ export class Verifier {
    * list past its exp is asked once more without If-None-Match; nothing current is UNAVAILABLE. */
   async loadList(uri, held) {
     const accept = "application/statuslist+jwt";
-    let doc = await this.fetchDoc(uri, "status_list", accept, held ? held.doc.fetchedAt : -Infinity);
-    let current = this.lists.get(uri);
-    if (current?.doc === doc && this.expired(current)) {
-      doc = await this.fetchDoc(uri, "status_list", accept, doc.fetchedAt, false);
+    const read = (body) => this.readList(uri, body);
+    let doc = await this.fetchDoc(uri, "status_list", accept, held ? held.doc.fetchedAt : -Infinity, true, read);
+    let current = await this.listIn(uri, doc);
+    if (this.expired(current)) {
+      doc = await this.fetchDoc(uri, "status_list", accept, doc.fetchedAt, false, read);
+      current = await this.listIn(uri, doc);
+      if (this.expired(current)) fail("UNAVAILABLE", `the status list at ${uri} has expired, and no newer one came`);
     }
+    return current;
+  }
+
+  /** The list `doc` holds (read when it was fetched). */
+  async listIn(uri, doc) {
+    let current = this.lists.get(uri);
     if (current?.doc !== doc) {
-      current = await this.readList(uri, doc);
+      // (Read now if the same URL was fetched as another document.)
+      const parsed = doc.parsed?.bits instanceof Uint8Array ? doc.parsed : await this.readList(uri, doc.body);
+      current = { ...parsed, doc };
       this.lists.set(uri, current);
     }
     return current;
@@ -594,6 +647,9 @@ export class Verifier {
     }
     const at = this.revokedSubjects.get(`${subject.iss}\n${subject.sub}`);
     if (at !== undefined && iat <= at) fail("TOKEN_REVOKED", "the person's delegation was revoked (a pushed event)");
+    if (iat <= this.subjectsFloor) {
+      fail("TOKEN_REVOKED", "issued before the people's revocations forgotten for want of room (pushed events)");
+    }
   }
 
   /** The issuer domain, scopes, audience and client of an agent token's or an access token's
@@ -676,7 +732,7 @@ export class Verifier {
    * A revocation marks its agent revoked at once, and drops what is held of its issuer's
    * signature directory (the next signed request fetches it anew, without the agent's key);
    * a person's (`sub_id.iss` an identity provider's https URL) revokes every delegated token
-   * for them issued until the event. */
+   * for them issued until the event (see `personRevoked` for when 10,000 people are held). */
   async handleSet(setJwt) {
     const c = await this.decode(sized(setJwt, MAX_SET_BYTES, "SET"), "secevent+jwt", ["iss", "jti", "iat"]);
     if (c.iss !== this.baseUrl) fail("TOKEN_INVALID", `a SET of ${c.iss}, not of ${this.baseUrl}`);
@@ -716,14 +772,38 @@ export class Verifier {
       // The oldest drop: every fetch across it is long done.
       while (this.dropped.size > SEEN_SETS) this.dropped.delete(this.dropped.keys().next().value);
     }
-    if (person !== undefined) {
-      const [key, when] = person;
-      const before = this.revokedSubjects.get(key) ?? when;
-      this.revokedSubjects.delete(key);
-      this.revokedSubjects.set(key, Math.max(before, when));
-      // The oldest: its tokens (an hour at most) are long expired.
-      if (this.revokedSubjects.size > SEEN_SETS) this.revokedSubjects.delete(this.revokedSubjects.keys().next().value);
+    if (person !== undefined) this.personRevoked(...person);
+  }
+
+  /** Notes that the person `key` was revoked at `at` (Unix s). Past SEEN_SETS people, the
+   * revocations older than any delegated token go first (a token lives an hour at most); then
+   * the earliest, and every person's token from then or before is refused: any organization
+   * whose stream reaches the receiver can send revocations, and a flood of them must not bring
+   * another's revoked person back. */
+  personRevoked(key, at) {
+    const held = this.revokedSubjects;
+    at = Math.max(at, held.get(key) ?? at);
+    if (held.get(key) !== at) {
+      held.set(key, at);
+      this.revokedByTime.push([at, key]);
     }
+    const heap = this.revokedByTime;
+    const current = ([when, k]) => held.get(k) === when;
+    if (held.size > SEEN_SETS) {
+      const moot = Date.now() / 1000 - MAX_DELEGATED_LIFETIME - this.leeway;
+      while (heap.size && (!current(heap.peek()) || heap.peek()[0] <= moot)) {
+        const top = heap.pop();
+        if (current(top)) held.delete(top[1]);
+      }
+    }
+    while (held.size > SEEN_SETS) {
+      const top = heap.pop();
+      if (current(top)) {
+        held.delete(top[1]);
+        this.subjectsFloor = Math.max(this.subjectsFloor, top[0]);
+      }
+    }
+    if (heap.size > 2 * held.size + 64) this.revokedByTime = new Heap([...held].map(([k, when]) => [when, k]));
   }
 }
 
@@ -951,6 +1031,16 @@ export class ResourceMetadata {
       dpop_signing_alg_values_supported: ["EdDSA", "ES256"],
       ...(this.resourceName ? { resource_name: this.resourceName } : {}),
     };
+  }
+}
+
+/** The keys of the directory at `url` in `body` (a key that does not import passed over);
+ * UNAVAILABLE when it is not a key set (then the fetch that brought it failed). */
+async function readDirectory(url, body) {
+  try {
+    return await directoryKeys(body);
+  } catch (e) {
+    fail("UNAVAILABLE", `${url}: not a key set (${e.message})`);
   }
 }
 

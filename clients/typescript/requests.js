@@ -4,8 +4,10 @@
 // elsewhere). The key comes from the directory `Signature-Agent` names: the agentid
 // service's own (`<baseUrl>/v1/directories/<issuer>`) or one the receiver trusts, fetched as
 // the verifier fetches its key set (cached as the directory says, revalidated by ETag, one
-// fetch at a time) and used past its freshness for at most `listGrace` seconds when it cannot
-// be had: then UNAVAILABLE (fail closed). A revoked agent's key leaves its directory at once,
+// fetch at a time, its keys read once when it is fetched) and used past its freshness for at
+// most `listGrace` seconds when it cannot be had (a fetch that brings no key set fails, and is
+// not held): then UNAVAILABLE (fail closed), and with none held not fetched again for 1 s,
+// doubling per failure up to 30 s. A revoked agent's key leaves its directory at once,
 // so the receiver sees it at its next fetch (a minute at most), or at once when it takes the
 // revocation's pushed event (`handleSet` drops the issuer's directory).
 import { verify as webBotAuthVerify } from "web-bot-auth";
@@ -78,22 +80,39 @@ function covered(input, fail) {
   return { label, names: items.map(([name]) => name) };
 }
 
-/** The Ed25519 keys of a directory's JSON, by RFC 7638 thumbprint; RFC 9421's test key (or its
- * negation) passed over. */
+/** The Ed25519 keys of a directory's JSON, by RFC 7638 thumbprint: its first
+ * MAX_DIRECTORY_KEYS, a key that does not import (an `x` that is not a point's 32 bytes) and
+ * RFC 9421's test key (or its negation) passed over. An Error when it is not a key set. */
 async function directoryKeys(body) {
-  const { keys } = JSON.parse(body);
+  const { keys } = JSON.parse(body) ?? {};
   if (!Array.isArray(keys)) throw new Error("not a key set");
   const found = new Map();
   for (const jwk of keys.slice(0, MAX_DIRECTORY_KEYS)) {
     if (jwk?.kty !== "OKP" || jwk.crv !== "Ed25519" || typeof jwk.x !== "string" || isTestPoint(jwk.x)) continue;
-    const kid = await sha256(JSON.stringify({ crv: "Ed25519", kty: "OKP", x: jwk.x }));
-    found.set(kid, await publicKey({ kty: "OKP", crv: "Ed25519", x: jwk.x }, "EdDSA"));
+    let key;
+    try {
+      key = await publicKey({ kty: "OKP", crv: "Ed25519", x: jwk.x }, "EdDSA");
+    } catch {
+      continue; // a key that does not import: the others serve
+    }
+    found.set(await sha256(JSON.stringify({ crv: "Ed25519", kty: "OKP", x: jwk.x })), key);
   }
   return found;
 }
 
+/** `trusted` (the directories trusted beside the service's own) as an array of URLs; a
+ * TypeError for a plain string, which would be searched as text (any directory whose URL is
+ * part of it trusted), or for an entry that is not a string. */
+export function trustedAgents(trusted) {
+  if (!Array.isArray(trusted) || !trusted.every((u) => typeof u === "string")) {
+    throw new TypeError(`trustedSignatureAgents must be an array of URLs, not ${JSON.stringify(trusted)}`);
+  }
+  return [...trusted];
+}
+
 /** `verifier`'s check of a signed request (see `Verifier.verifyRequest`). */
 export async function verifyRequest(verifier, request, { trustedSignatureAgents = [] } = {}, fail) {
+  trustedSignatureAgents = trustedAgents(trustedSignatureAgents);
   let message = request;
   if (!(request instanceof Request)) {
     try {
@@ -141,6 +160,11 @@ export async function verifyRequest(verifier, request, { trustedSignatureAgents 
   }
   // A nonce is kept until `expires`: one past it is not taken, whatever skew the check allowed.
   if (checked.expires <= Date.now() / 1000) fail("TOKEN_INVALID", "signed request: the signature has expired");
+  // A token (`nonce=abc`) or a byte sequence is read as an object, a new one each time: never
+  // remembered as the same nonce.
+  if (checked.nonce !== undefined && typeof checked.nonce !== "string") {
+    fail("PROOF_INVALID", "the signature's nonce is not a string");
+  }
   if (checked.nonce !== undefined && !verifier.nonceOnce(checked.keyid, checked.nonce, checked.expires)) {
     fail("PROOF_REPLAYED", "the signature's nonce was seen before");
   }

@@ -15,9 +15,10 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from agentid_verifier import Actor, Subject, TokenInvalid, TokenRevoked, Verifier
+from agentid_verifier import SEEN_SETS, Actor, Subject, TokenInvalid, TokenRevoked, Verifier
 from agentid_verifier.asgi import check
 
+from conftest import Server
 from test_oauth import _free_port
 
 API = "https://api.example/mcp"
@@ -112,6 +113,38 @@ def test_a_person_revoked_by_a_pushed_event_is_refused_offline(server, idp):
     # Another person, and the agent's own tokens, stand.
     dave = exchange(server, a, secret, idp.sign(aud=a, sub="dave"), API)
     assert verifier.verify(dave).subject.sub == "dave"
+
+
+def test_a_flood_of_person_revocations_brings_no_revoked_token_back():
+    """Attack: an organization whose stream reaches the receiver floods it with revocations of
+    people of its own, to push another's revocation of carol out of memory. Past the bound the
+    earliest goes, but every person's token from before it stays refused; a token from after
+    the flood is taken."""
+    s = Server()  # its signing key is never rotated: the SETs below are signed with it
+    try:
+        provider = Idp()
+        s.call("POST", "/v1/identity-providers", {"issuer": provider.iss, "jwks": provider.jwks()})
+        a, secret = confidential(s)
+        verifier = Verifier(s.base, issuers=["example.com"], audience=API)
+        token = exchange(s, a, secret, provider.sign(aud=a, sub="carol"), API)
+        stream = s.set_stream()
+        s.call("POST", "/v1/subjects/revoke", {"iss": IDP, "sub": "carol"})
+        revoked = s.the_set(stream)
+        verifier.handle_set(revoked)
+        with pytest.raises(TokenRevoked):
+            verifier.verify(token)
+        claims = jwt.decode(revoked, options={"verify_signature": False})
+        for i in range(SEEN_SETS):
+            claims["jti"] = f"flood-{i}"
+            claims["sub_id"] = {**claims["sub_id"], "sub": f"p{i}"}
+            verifier.handle_set(s.sign(claims, typ="secevent+jwt"))
+        with pytest.raises(TokenRevoked):
+            verifier.verify(token)
+        time.sleep(1.1)
+        later = exchange(s, a, secret, provider.sign(aud=a, sub="dave"), API)
+        assert verifier.verify(later).subject.sub == "dave"
+    finally:
+        s.stop()
 
 
 def test_an_unmodified_mcp_client_presents_an_id_jag(server, idp):

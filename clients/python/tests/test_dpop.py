@@ -459,6 +459,21 @@ def test_proofs_that_expired_are_not_valid_yet_or_name_critical_extensions_are_r
     assert verifier.verify_dpop(token, signer.proof(token, exp=now + 60), "GET", URL)
 
 
+def test_a_proof_whose_iat_is_past_a_floats_range_is_invalid_not_an_escaped_error(server):
+    """Attack: a proof whose ``iat`` is an integer past what a float holds (``10**400``): its
+    distance from now raised an ``OverflowError`` out of ``verify_dpop`` (a 500 through the
+    middlewares). It is PROOF_INVALID, as any iat too far from now."""
+    signer = Agent()
+    _, token = server.register(jwk=signer.public)
+    verifier = Verifier(server.base)
+    for iat in (10**400, -(10**400), 2**53 + 1):
+        with pytest.raises(ProofInvalid, match="iat is more than 60 s from now"):
+            verifier.verify_dpop(token, signer.proof(token, iat=iat), "GET", URL)
+    app = Asgi(lambda scope, receive, send: None, verifier, public_origin="https://api.example")
+    status, _, body = asgi_call(app, [("Authorization", f"DPoP {token}"), ("DPoP", signer.proof(token, iat=10**400))])
+    assert status == 401 and refused_with(body, "PROOF_INVALID"), body
+
+
 def test_htu_is_compared_normalized_as_the_service_compares_it():
     """RFC 9449 §4.3: both URLs normalized (RFC 3986 §6.2.2, §6.2.3) before they are compared,
     as the service does; what names another resource stays different."""

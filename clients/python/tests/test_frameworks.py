@@ -5,6 +5,7 @@ verifier's on_refusal hook and counts."""
 import json
 import time
 
+import pytest
 from fastapi import FastAPI, Security
 from fastapi.testclient import TestClient
 from flask import Flask, g
@@ -126,6 +127,34 @@ def test_the_middlewares_leave_excluded_paths_open(server):
                          ("/healthz", 401), ("/orders", 401)]:
         assert asgi_call(asgi, path=path)[0] == status, path
         assert wsgi_call(wsgi, path=path)[0] == status, path
+
+
+@pytest.mark.parametrize("exclude", ["/health", [""], ["health"], ["/health", ""]])
+@pytest.mark.parametrize("middleware", [Asgi, Wsgi])
+def test_an_exclusion_that_names_no_path_is_refused_when_made(exclude, middleware):
+    """Attack: a plain string is one exclusion a character (``/`` among them), and an empty
+    one (``os.environ.get("EXCLUDE", "").split(",")``) became the prefix ``/``: either left
+    every path open, with no token."""
+    with pytest.raises((TypeError, ValueError)):
+        middleware(lambda *a: None, Verifier("http://127.0.0.1:9", issuers=["example.com"]), exclude=exclude)
+
+
+def test_an_exclusion_of_the_root_leaves_the_root_alone_open(server):
+    async def asgi_app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"open"})
+
+    def wsgi_app(environ, start_response):
+        start_response("200 OK", [])
+        return [b"open"]
+
+    verifier = Verifier(server.base)
+    for exclude in (["/"], ["//"]):
+        asgi = Asgi(asgi_app, verifier, exclude=exclude)
+        wsgi = Wsgi(wsgi_app, verifier, exclude=exclude)
+        for path, status in [(exclude[0], 200), ("/orders", 401), ("/orders/1", 401)]:
+            assert asgi_call(asgi, path=path)[0] == status, (exclude, path)
+            assert wsgi_call(wsgi, path=path)[0] == status, (exclude, path)
 
 
 def test_on_refusal_hears_every_refusal_with_its_reason(server):

@@ -133,6 +133,31 @@ def test_rfc_9421s_test_key_counts_for_nothing():
         assert directory_keys(json.dumps({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": x}]}).encode()) == {}
 
 
+def test_trusted_signature_agents_given_as_a_string_is_refused():
+    """Attack: a plain string of trusted directories was searched as text, so any directory
+    whose URL is part of it (``https://bots.example/`` of ``https://bots.example/d``, say)
+    was trusted. A string is a TypeError, in ``verify_request`` and when a middleware is made."""
+    from agentid_verifier.asgi import AgentIdMiddleware as Asgi
+    from agentid_verifier.wsgi import AgentIdMiddleware as Wsgi
+
+    dead = "http://127.0.0.1:9/d"
+    url = "https://shop.example/"
+    verifier = Verifier("http://127.0.0.1:9", issuers=["example.com"])
+    headers = python_signed(agent_key(), url, dead)
+    for trusted in (dead, f"{dead}irectory", [dead, 7]):
+        with pytest.raises(TypeError):
+            verifier.verify_request("GET", url, headers, trusted_signature_agents=trusted)
+    for middleware in (Asgi, Wsgi):
+        with pytest.raises(TypeError):
+            middleware(lambda *a: None, verifier, trusted_signature_agents=dead)
+    from agentid_verifier.fastapi import require_agent as fastapi_agent
+    from agentid_verifier.flask import require_agent as flask_agent
+
+    for require_agent in (fastapi_agent, flask_agent):
+        with pytest.raises(TypeError):
+            require_agent(verifier, trusted_signature_agents=dead)
+
+
 def test_every_key_of_a_directory_as_long_as_the_service_lists_is_read():
     """The service lists up to 1,000 keys in an issuer's directory: the last one signs too."""
     jwks = [{k: v for k, v in agent_key().items() if k != "d"} for _ in range(1000)]
@@ -164,9 +189,11 @@ def test_the_directories_held_are_bounded(server):
 
 def test_directories_that_cannot_be_fetched_leave_nothing_behind():
     """Attack: without ``issuers``, each made-up issuer a caller names while the service is
-    unreachable is a fetch that fails: none leaves anything held for it."""
+    unreachable is a fetch that fails: none leaves anything held for it, and the failures
+    remembered (not to fetch again at once) are bounded as the directories held are."""
     base = "http://127.0.0.1:9"
     verifier = Verifier(base)
+    verifier.max_directories = 10
     url = "https://shop.example/"
     headers = python_signed(agent_key(), url, f"{base}/v1/directories/d0.example")
     for i in range(50):
@@ -174,6 +201,145 @@ def test_directories_that_cannot_be_fetched_leave_nothing_behind():
         with pytest.raises(Unavailable):
             verifier.verify_request("GET", url, named)
     assert not verifier._fetching and not verifier._docs and not verifier._directories
+    assert len(verifier._failed_directories) == 10
+
+
+def test_a_directory_whose_fetch_failed_with_none_held_is_not_fetched_again_at_once(proxied):
+    """Attack: while the service answers a directory 429 (or not at all) and none is held,
+    each signed request naming it fetched it again. The failure is remembered: UNAVAILABLE
+    without a fetch until 1 s has passed (doubling per failure, up to 30 s)."""
+    import time
+
+    server, proxy = proxied
+    proxy.rewrite = lambda path, status, headers, body: (
+        (429, [], b"") if path.startswith("/v1/directories/") else (status, headers, body))
+    verifier = Verifier(proxy.url, issuers=["example.com"])
+    url = "https://shop.example/"
+    headers = python_signed(agent_key(), url, f"{proxy.url}/v1/directories/example.com")
+    for _ in range(5):
+        with pytest.raises(Unavailable):
+            verifier.verify_request("GET", url, headers)
+    assert verifier.counts().fetches[("directory", "failed")] == 1
+    time.sleep(1.1)
+    with pytest.raises(Unavailable):
+        verifier.verify_request("GET", url, headers)
+    assert verifier.counts().fetches[("directory", "failed")] == 2
+
+
+def answered(prefix, body, max_age):
+    """A proxy rewrite answering 200 with ``body`` (or ``body(upstream's)``), fresh for
+    ``max_age`` seconds and without an ETag, for paths under ``prefix``."""
+    def rewrite(path, status, headers, upstream):
+        if not path.startswith(prefix):
+            return status, headers, upstream
+        kept = [(k, v) for k, v in headers if k.lower() not in ("cache-control", "etag")]
+        return 200, kept + [("Cache-Control", f"max-age={max_age}")], body(upstream) if callable(body) else body
+    return rewrite
+
+
+def test_a_directory_key_that_does_not_import_is_passed_over(proxied):
+    """A directory one key of which is not an Ed25519 point (``x`` of 3 bytes) was unusable
+    whole: every signed request naming it was UNAVAILABLE. The key is passed over, the rest
+    used."""
+    server, proxy = proxied
+    jwk = agent_key()
+    server.register(("read:docs",), jwk={k: jwk[k] for k in ("kty", "crv", "x")})
+    bad = {"kty": "OKP", "crv": "Ed25519", "x": "AAAA"}
+    proxy.rewrite = answered("/v1/directories/", lambda b: json.dumps(
+        {"keys": [bad] + json.loads(b)["keys"]}).encode(), 60)
+    directory = f"{proxy.url}/v1/directories/example.com"
+    url = "https://shop.example/"
+    verifier = Verifier(proxy.url, issuers=["example.com"])
+    assert verifier.verify_request("GET", url, python_signed(jwk, url, directory)).issuer == "example.com"
+
+
+def test_a_directory_that_is_not_a_key_set_is_a_failed_fetch_not_held_for_its_max_age(proxied):
+    """Attack: a 200 that is not a key set, served with a max-age of an hour, was held fresh
+    for the hour (read again at every request, every one UNAVAILABLE), and replaced a good
+    directory held. It is a failed fetch: fetched again after 1 s, and meanwhile a good
+    directory held serves within the grace."""
+    import time
+
+    server, proxy = proxied
+    jwk = agent_key()
+    server.register(("read:docs",), jwk={k: jwk[k] for k in ("kty", "crv", "x")})
+    directory = f"{proxy.url}/v1/directories/example.com"
+    url = "https://shop.example/"
+    verifier = Verifier(proxy.url, issuers=["example.com"])
+    proxy.rewrite = answered("/v1/directories/", b"not json", 3600)
+    with pytest.raises(Unavailable):
+        verifier.verify_request("GET", url, python_signed(jwk, url, directory))
+    proxy.rewrite = None  # the service is fixed
+    time.sleep(1.1)
+    assert verifier.verify_request("GET", url, python_signed(jwk, url, directory)).issuer == "example.com"
+    # A good directory held (here fresh for 1 s), then one that is not a key set: the good one
+    # serves within the grace.
+    held = Verifier(proxy.url, issuers=["example.com"])
+    proxy.rewrite = answered("/v1/directories/", lambda b: b, 1)
+    held.verify_request("GET", url, python_signed(jwk, url, directory))
+    proxy.rewrite = answered("/v1/directories/", b'{"keys": "none"}', 3600)
+    time.sleep(1.1)
+    for _ in range(2):
+        assert held.verify_request("GET", url, python_signed(jwk, url, directory)).issuer == "example.com"
+    assert held.counts().fetches[("directory", "failed")] == 1
+
+
+def test_a_status_list_that_is_not_one_is_a_failed_fetch_not_held_for_its_max_age(proxied):
+    """Attack: a 200 that is not a status list, served with a max-age of an hour, was held
+    fresh for the hour: every check of a token with a status was UNAVAILABLE until it passed,
+    though the service answered again. It is a failed fetch, and the next check fetches."""
+    server, proxy = proxied
+    _, token = server.register()
+    verifier = Verifier(proxy.url)
+    proxy.rewrite = answered("/v1/status/", b"not a list", 3600)
+    with pytest.raises(Unavailable):
+        verifier.verify(token)
+    proxy.rewrite = None  # the service is fixed
+    assert verifier.verify(token).issuer == "example.com"
+
+
+def test_a_directory_is_read_once_whoever_asks_for_it_meanwhile():
+    """Callers that wait for one fetch of a directory take the keys read once, when it was
+    fetched: each read it again (a thumbprint and a point decompression a key)."""
+    import http.server
+    import threading
+
+    keys = [{k: v for k, v in agent_key().items() if k != "d"} for _ in range(1000)]
+    body = json.dumps({"keys": keys}).encode()
+
+    class Directory(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Cache-Control", "max-age=60")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Directory)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        verifier = Verifier("http://127.0.0.1:9", issuers=["example.com"])
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/directory"
+        start = threading.Barrier(20)
+        got = []
+
+        def lookup():
+            start.wait()
+            got.append(verifier._directory(url))
+
+        threads = [threading.Thread(target=lookup) for _ in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(got) == 20 and len(got[0]) == 1000
+        assert all(k is got[0] for k in got), f"{len({id(k) for k in got})} readings of one directory"
+        assert verifier._directory(url) is got[0]
+    finally:
+        httpd.shutdown()
 
 
 def test_an_unreachable_directory_fails_closed(server):

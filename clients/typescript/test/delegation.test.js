@@ -128,3 +128,34 @@ test("a person revoked by a pushed event is refused offline", async () => {
   const dave = await exchange(a, await idToken("dave", a[0]), API);
   assert.equal((await verifier.verify(dave)).subject.sub, "dave");
 });
+
+test("a flood of person revocations brings no revoked token back", async () => {
+  // Attack: an organization whose stream reaches the receiver floods it with revocations of
+  // people of its own, to push another's revocation of erin out of memory. Past the bound the
+  // earliest goes, but every person's token from before it stays refused; a token from after
+  // the flood is taken.
+  const a = await confidential();
+  const verifier = new Verifier({ baseUrl: s.base, issuers: ["example.com"], audience: API });
+  const token = await exchange(a, await idToken("erin", a[0]), API);
+  const stream = await s.call("POST", "/ssf/streams", {
+    delivery: { method: "urn:ietf:rfc:8936" },
+    events_requested: ["https://schemas.openid.net/secevent/caep/event-type/session-revoked"],
+  });
+  await s.call("POST", "/v1/subjects/revoke", { iss: IDP, sub: "erin" });
+  const res = await fetch(`${s.base}/ssf/poll/${stream.stream_id}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${stream.poll_token}`, "content-type": "application/json" },
+    body: JSON.stringify({ returnImmediately: true }),
+  });
+  const [revoked] = Object.values((await res.json()).sets);
+  await verifier.handleSet(revoked);
+  assert.equal(await code(verifier.verify(token)), "TOKEN_REVOKED");
+  const claims = JSON.parse(Buffer.from(revoked.split(".")[1], "base64url"));
+  for (let i = 0; i < 10_000; i++) {
+    await verifier.handleSet(await s.sign({ ...claims, jti: `flood-${i}`, sub_id: { ...claims.sub_id, sub: `p${i}` } }, "secevent+jwt"));
+  }
+  assert.equal(await code(verifier.verify(token)), "TOKEN_REVOKED");
+  await new Promise((r) => setTimeout(r, 1100));
+  const later = await exchange(a, await idToken("frank", a[0]), API);
+  assert.equal((await verifier.verify(later)).subject.sub, "frank");
+});

@@ -9,7 +9,7 @@ import { signatureHeaders } from "web-bot-auth";
 import { signerFromJWK } from "web-bot-auth/crypto";
 import { Verifier, VerificationError } from "../index.js";
 import { directoryKeys } from "../requests.js";
-import { startServer } from "./server.js";
+import { startServer, startProxy } from "./server.js";
 
 let s;
 before(async () => {
@@ -111,6 +111,37 @@ test("a request Python's http-message-signatures signed is checked as well", asy
   assert.equal(got.issuer, "example.com");
 });
 
+/** A GET of `url` signed by `jwk` naming `agent`, its Signature-Input written by hand with
+ * `nonce` as it is given (a structured field's string `"abc"`, token `abc` or bytes `:YWJj:`). */
+async function signedWithNonce(jwk, url, agent, nonce) {
+  const { calculateJwkThumbprint } = await import("jose");
+  const { createPrivateKey, sign } = await import("node:crypto");
+  const keyid = await calculateJwkThumbprint({ kty: "OKP", crv: "Ed25519", x: jwk.x });
+  const created = Math.floor(Date.now() / 1000);
+  const params = `("@authority" "signature-agent");created=${created};expires=${created + 300};keyid="${keyid}";nonce=${nonce};tag="web-bot-auth"`;
+  const signatureAgent = JSON.stringify(agent);
+  const base = `"@authority": ${new URL(url).host}\n"signature-agent": ${signatureAgent}\n"@signature-params": ${params}`;
+  const signature = sign(null, Buffer.from(base), createPrivateKey({ key: jwk, format: "jwk" })).toString("base64");
+  return { method: "GET", url, headers: { "Signature-Agent": signatureAgent, "Signature-Input": `sig1=${params}`, Signature: `sig1=:${signature}:` } };
+}
+
+test("a signature whose nonce is not a string is refused", async () => {
+  // Attack: a nonce written as a structured field's token (`nonce=abc`) or byte sequence was
+  // read as an object, a new one each time: the signature passed again and again, never a
+  // replay. It is PROOF_INVALID.
+  const [, jwk] = await signingAgent();
+  const verifier = new Verifier({ baseUrl: s.base, issuers: ["example.com"] });
+  const directory = `${s.base}/v1/directories/example.com`;
+  const url = "https://shop.example/";
+  const string = await signedWithNonce(jwk, url, directory, `"n-${crypto.randomUUID()}"`);
+  assert.equal(await code(verifier.verifyRequest(string)), "ok");
+  assert.equal(await code(verifier.verifyRequest(string)), "PROOF_REPLAYED");
+  for (const nonce of ["abc", ":YWJj:", "7", "?1"]) {
+    const req = await signedWithNonce(jwk, url, directory, nonce);
+    for (let i = 0; i < 2; i++) assert.equal(await code(verifier.verifyRequest(req)), "PROOF_INVALID", nonce);
+  }
+});
+
 test("RFC 9421's test key counts for nothing", async () => {
   const rfcKey = { kty: "OKP", crv: "Ed25519", d: "n4Ni-HpISpVObnQMW0wOhCKROaIKqKtW_2ZYb2p9KcU", x: "JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs" };
   const dead = "http://127.0.0.1:9/directory";
@@ -123,6 +154,21 @@ test("RFC 9421's test key counts for nothing", async () => {
   for (const x of [rfcKey.x, negated.toString("base64url")]) {
     assert.equal((await directoryKeys(JSON.stringify({ keys: [{ kty: "OKP", crv: "Ed25519", x }] }))).size, 0);
   }
+});
+
+test("trustedSignatureAgents given as a string is a TypeError", async () => {
+  // Attack: a plain string of trusted directories was searched as text, so any directory
+  // whose URL is part of it (`https://bots.example/` of `https://bots.example/d`, say) was
+  // trusted. A string is a TypeError, in verifyRequest and when the middleware is made.
+  const { agentIdMiddleware } = await import("../express.js");
+  const { privateKey } = generateKeyPairSync("ed25519");
+  const dead = "http://127.0.0.1:9/d";
+  const verifier = new Verifier({ baseUrl: "http://127.0.0.1:9", issuers: ["example.com"] });
+  const req = await signed(privateKey.export({ format: "jwk" }), "https://shop.example/", dead);
+  for (const trustedSignatureAgents of [dead, `${dead}irectory`, [dead, 7]]) {
+    await assert.rejects(verifier.verifyRequest(req, { trustedSignatureAgents }), TypeError);
+  }
+  assert.throws(() => agentIdMiddleware(verifier, { trustedSignatureAgents: dead }), TypeError);
 });
 
 test("every key of a directory as long as the service lists is read", async () => {
@@ -187,12 +233,124 @@ test("the directories held are bounded", async () => {
   assert.ok(![...verifier.docs.keys()].some((u) => u.includes("/v1/directories/d0.")));
 });
 
+test("a directory whose fetch failed with none held is not fetched again at once", async () => {
+  // Attack: while the service answers a directory 429 (or not at all) and none is held, each
+  // signed request naming it fetched it again. The failure is remembered: UNAVAILABLE without
+  // a fetch until 1 s has passed (doubling per failure, up to 30 s).
+  const proxy = await startProxy(s.base);
+  proxy.rewrite = (path, status, headers, body) => (path.startsWith("/v1/directories/") ? [429, {}, Buffer.alloc(0)] : [status, headers, body]);
+  try {
+    const fetched = [];
+    const verifier = new Verifier({ baseUrl: proxy.url, issuers: ["example.com"], onFetch: (d, r) => fetched.push([d, r]) });
+    const { privateKey } = generateKeyPairSync("ed25519");
+    const req = await signed(privateKey.export({ format: "jwk" }), "https://shop.example/", `${proxy.url}/v1/directories/example.com`);
+    for (let i = 0; i < 5; i++) assert.equal(await code(verifier.verifyRequest(req)), "UNAVAILABLE");
+    assert.deepEqual(fetched, [["directory", "failed"]]);
+    await new Promise((r) => setTimeout(r, 1100));
+    assert.equal(await code(verifier.verifyRequest(req)), "UNAVAILABLE");
+    assert.equal(fetched.length, 2);
+  } finally {
+    proxy.stop();
+  }
+});
+
+/** A proxy rewrite answering 200 with `body` (or `body(upstream's)`), fresh for `maxAge`
+ * seconds and without an ETag, for paths under `prefix`. */
+const answered = (prefix, body, maxAge) => (path, status, headers, upstream) => {
+  if (!path.startsWith(prefix)) return [status, headers, upstream];
+  const { etag, "cache-control": _, ...kept } = headers;
+  return [200, { ...kept, "cache-control": `max-age=${maxAge}` }, Buffer.from(typeof body === "function" ? body(upstream) : body)];
+};
+
+test("a directory key that does not import is passed over", async () => {
+  // A directory one key of which is not an Ed25519 point (`x` of 3 bytes) was unusable whole:
+  // every signed request naming it was UNAVAILABLE. The key is passed over, the rest used.
+  const [, jwk] = await signingAgent();
+  const proxy = await startProxy(s.base);
+  const bad = { kty: "OKP", crv: "Ed25519", x: "AAAA" };
+  proxy.rewrite = answered("/v1/directories/", (b) => JSON.stringify({ keys: [bad, ...JSON.parse(b).keys] }), 60);
+  try {
+    const verifier = new Verifier({ baseUrl: proxy.url, issuers: ["example.com"] });
+    const req = await signed(jwk, "https://shop.example/", `${proxy.url}/v1/directories/example.com`);
+    assert.equal(await code(verifier.verifyRequest(req)), "ok");
+  } finally {
+    proxy.stop();
+  }
+});
+
+test("a directory that is not a key set is a failed fetch, not held for its max-age", async () => {
+  // Attack: a 200 that is not a key set, served with a max-age of an hour, was held fresh for
+  // the hour (read again at every request, every one UNAVAILABLE), and replaced a good
+  // directory held. It is a failed fetch: fetched again after 1 s, and meanwhile a good
+  // directory held serves within the grace.
+  const [, jwk] = await signingAgent();
+  const proxy = await startProxy(s.base);
+  const directory = `${proxy.url}/v1/directories/example.com`;
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  try {
+    const verifier = new Verifier({ baseUrl: proxy.url, issuers: ["example.com"] });
+    proxy.rewrite = answered("/v1/directories/", "not json", 3600);
+    assert.equal(await code(verifier.verifyRequest(await signed(jwk, "https://shop.example/", directory))), "UNAVAILABLE");
+    proxy.rewrite = null; // the service is fixed
+    await sleep(1100);
+    assert.equal(await code(verifier.verifyRequest(await signed(jwk, "https://shop.example/", directory))), "ok");
+    // A good directory held (here fresh for 1 s), then one that is not a key set: the good one
+    // serves within the grace.
+    const fetched = [];
+    const held = new Verifier({ baseUrl: proxy.url, issuers: ["example.com"], onFetch: (d, r) => fetched.push(r) });
+    proxy.rewrite = answered("/v1/directories/", (b) => b, 1);
+    assert.equal(await code(held.verifyRequest(await signed(jwk, "https://shop.example/", directory))), "ok");
+    proxy.rewrite = answered("/v1/directories/", JSON.stringify({ keys: "none" }), 3600);
+    await sleep(1100);
+    for (let i = 0; i < 2; i++) {
+      assert.equal(await code(held.verifyRequest(await signed(jwk, "https://shop.example/", directory))), "ok");
+    }
+    assert.deepEqual(fetched, ["fetched", "failed"]);
+  } finally {
+    proxy.stop();
+  }
+});
+
+test("a directory is read once whoever asks for it meanwhile", async () => {
+  // Callers that wait for one fetch of a directory take the keys read once, when it was
+  // fetched: each read it again (a thumbprint and a key import a key).
+  const http = await import("node:http");
+  const keys = Array.from({ length: 100 }, () => {
+    const { x } = generateKeyPairSync("ed25519").publicKey.export({ format: "jwk" });
+    return { kty: "OKP", crv: "Ed25519", x };
+  });
+  const server = http.createServer((req, res) => {
+    res.writeHead(200, { "Cache-Control": "max-age=60" });
+    res.end(JSON.stringify({ keys }));
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  try {
+    const verifier = new Verifier({ baseUrl: "http://127.0.0.1:9", issuers: ["example.com"] });
+    const url = `http://127.0.0.1:${server.address().port}/directory`;
+    const got = await Promise.all(Array.from({ length: 30 }, () => verifier.directory(url)));
+    assert.equal(got[0].size, 100);
+    assert.equal(new Set(got).size, 1, `${new Set(got).size} readings of one directory`);
+    assert.equal(await verifier.directory(url), got[0]);
+  } finally {
+    server.closeAllConnections();
+    server.close();
+  }
+});
+
 test("an unreachable directory fails closed", async () => {
   const [, jwk] = await signingAgent();
   const verifier = new Verifier({ baseUrl: s.base });
   const dead = "http://127.0.0.1:9/directory";
   const req = await signed(jwk, "https://shop.example/", dead);
   assert.equal(await code(verifier.verifyRequest(req, { trustedSignatureAgents: [dead] })), "UNAVAILABLE");
+  // The failures remembered (not to fetch again at once) are bounded as the directories held are.
+  verifier.maxDirectories = 3;
+  for (let i = 0; i < 6; i++) {
+    const other = `http://127.0.0.1:9/d${i}`;
+    const named = await signed(jwk, "https://shop.example/", other);
+    assert.equal(await code(verifier.verifyRequest(named, { trustedSignatureAgents: [other] })), "UNAVAILABLE");
+  }
+  assert.deepEqual([...verifier.failedDirectories.keys()], ["http://127.0.0.1:9/d3", "http://127.0.0.1:9/d4", "http://127.0.0.1:9/d5"]);
 });
 
 test("a stale directory whose fetch failed lately serves at once, within the grace", async () => {

@@ -43,6 +43,7 @@ export async function startServer(serveEnv = {}) {
     const text = await res.text();
     return text ? JSON.parse(text) : null;
   };
+  let signing;
   return {
     base,
     org,
@@ -78,8 +79,12 @@ export async function startServer(serveEnv = {}) {
     /** A JWS of `claims` (or of a payload's text) signed with the key of the server's key
      * file (the key that signs until a rotation): what only the service could sign. */
     sign: async (claims, typ = "JWT") => {
-      const key = await importPKCS8(readFileSync(env.AGENTID_SIGNING_KEY_FILE, "utf8"), "EdDSA");
-      const kid = await calculateJwkThumbprint(await exportJWK(createPublicKey(key)));
+      // The file's key, read once (a flood of SETs signs thousands).
+      signing ??= (async () => {
+        const key = await importPKCS8(readFileSync(env.AGENTID_SIGNING_KEY_FILE, "utf8"), "EdDSA");
+        return { key, kid: await calculateJwkThumbprint(await exportJWK(createPublicKey(key))) };
+      })();
+      const { key, kid } = await signing;
       const header = { alg: "EdDSA", kid, typ };
       if (typeof claims === "string") return new CompactSign(new TextEncoder().encode(claims)).setProtectedHeader(header).sign(key);
       return new SignJWT(claims).setProtectedHeader(header).sign(key);

@@ -77,6 +77,15 @@ test("tampered tokens and alg or kid tricks are invalid", async () => {
   }
 });
 
+test("a token whose header typ is null is TOKEN_INVALID", async () => {
+  // A header `typ` of null was read as absent (the first typ accepted): the service always
+  // writes typ, and the Python and Rust libraries refuse null.
+  const [, token] = await s.register();
+  const v = new Verifier({ baseUrl: s.base });
+  assert.equal(await code(v.verify(await s.sign(claimsOf(token), "JWT"))), "ok");
+  assert.equal(await code(v.verify(await s.sign(claimsOf(token), null))), "TOKEN_INVALID");
+});
+
 test("issuer, scope and expiry", async () => {
   const [, token] = await s.register();
   assert.equal(await code(new Verifier({ baseUrl: s.base, issuers: ["other.example"] }).verify(token)), "TOKEN_INVALID");
@@ -172,6 +181,26 @@ test("the express middleware answers 401, 403 and 200", async () => {
   assert.equal(r.res.headers["www-authenticate"], undefined);
   r = await run(agentIdMiddleware(v), `Bearer ${token}`);
   assert.ok(r.passed && r.req.agent.agentId.startsWith("agt_"));
+});
+
+test("an exclusion that names no path is refused when the middleware is made", async () => {
+  // Attack: a plain string is one exclusion a character ("/" among them), and an empty one
+  // (`(process.env.EXCLUDE ?? "").split(",")`) became the prefix "/": either left every path
+  // open, with no token.
+  const v = new Verifier({ baseUrl: s.base, issuers: ["example.com"] });
+  for (const exclude of ["/health", [""], ["health"], ["/health", ""], [42]]) {
+    assert.throws(() => agentIdMiddleware(v, { exclude }), TypeError, JSON.stringify(exclude));
+  }
+  // "/" is the root alone, not every path below it.
+  for (const exclude of [["/"], ["//"]]) {
+    for (const [url, passes] of [[exclude[0], true], ["/orders", false], ["/orders/1?x=1", false]]) {
+      const res = { statusCode: 200, headers: {}, setHeader(k, val) { this.headers[k] = val; }, end() {} };
+      let passed = false;
+      await agentIdMiddleware(v, { exclude })({ headers: {}, url }, res, () => { passed = true; });
+      assert.equal(passed, passes, `${exclude} ${url}`);
+      assert.equal(res.statusCode, passes ? 200 : 401, `${exclude} ${url}`);
+    }
+  }
 });
 
 test("an unreachable list fails closed, or open when asked", async () => {
@@ -301,6 +330,25 @@ test("a key set refresh that fails backs off, doubling, though keys are held", a
       await sleep(50);
     }
     assert.ok(asked >= 1 && asked <= 3, `${asked} fetches of the key set`);
+  } finally {
+    proxy.rewrite = null;
+  }
+});
+
+test("a status list that is not one is a failed fetch, not held for its max-age", async () => {
+  // Attack: a 200 that is not a status list, served with a max-age of an hour, was held fresh
+  // for the hour: every check of a token with a status was UNAVAILABLE until it passed, though
+  // the service answered again. It is a failed fetch, and the next check fetches.
+  proxy.rewrite = under("/v1/status/", (path, status, headers) => {
+    const { etag, ...kept } = headers;
+    return [200, { ...kept, "cache-control": "max-age=3600" }, Buffer.from("not a list")];
+  });
+  try {
+    const [, token] = await ps.register();
+    const v = new Verifier({ baseUrl: proxy.url });
+    assert.equal(await code(v.verify(token)), "UNAVAILABLE");
+    proxy.rewrite = null; // the service is fixed
+    assert.equal(await code(v.verify(token)), "ok");
   } finally {
     proxy.rewrite = null;
   }

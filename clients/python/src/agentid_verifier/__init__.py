@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import contextvars
 import functools
+import heapq
 import http.client
 import json
 import logging
@@ -94,7 +95,8 @@ MAX_DIRECTORIES = 1_000
 OUTCOMES = ("valid", "TOKEN_INVALID", "TOKEN_EXPIRED", "TOKEN_REVOKED", "INSUFFICIENT_SCOPE",
             "UNAVAILABLE", "MISCONFIGURED", "PROOF_INVALID", "PROOF_REPLAYED")
 #: The documents fetched (the key set, a status list) and what a fetch can come to: a new body,
-#: a revalidation (304), or a failure (no answer in time, another status, an oversized body).
+#: a revalidation (304), or a failure (no answer in time, another status, an oversized body, a
+#: status list or directory whose body is not one).
 FETCH_DOCUMENTS = ("jwks", "status_list")
 FETCH_RESULTS = ("fetched", "not_modified", "failed")
 
@@ -275,6 +277,8 @@ class Actor:
 
 #: The most agents a chain may hold (the service's own bound).
 MAX_CHAIN = 16
+#: The longest a delegated token lives (seconds): the service's ``--access-token-seconds`` at most.
+MAX_DELEGATED_LIFETIME = 3600
 
 
 def _delegation(doc: dict) -> Tuple[Optional[Subject], Tuple[Actor, ...]]:
@@ -398,6 +402,9 @@ class _Document:
     fetched_at: float
     #: How many times a pushed revocation had dropped the URL when it was asked for.
     epoch: int = 0
+    #: What was read of its body when it was fetched (a directory's keys, a status list's
+    #: bits), once for every caller; None for a document read by its user (the key set).
+    parsed: object = None
 
 
 @dataclass
@@ -420,6 +427,12 @@ class _StatusList:
     #: The list's ``exp`` (Unix s), None without one: past it (and ``leeway``), the list is of
     #: no use, however lately a revalidation (304) said it had not changed.
     exp: Optional[float] = None
+
+
+def _backoff(failures: int) -> float:
+    """Seconds before a URL that failed ``failures`` times in a row is fetched again: 1 s,
+    doubling per failure up to 30 s."""
+    return min(2.0 ** min(failures - 1, 5), 30.0)
 
 
 def _warn_without_issuers(base_url: str) -> None:
@@ -500,9 +513,9 @@ class Verifier:
             raise ValueError("audience must be a URI or a list of URIs")
         self._proofs = _dpop.Replays(SEEN_PROOFS)
         self._nonces = _dpop.Replays(SEEN_PROOFS)
-        # Signature directories by URL: the document last read, and its keys (read once a body);
+        # Signature directories by URL: the document last fetched (its keys read when it was);
         # the one held longest first.
-        self._directories: Dict[str, Tuple[_Document, dict]] = {}
+        self._directories: Dict[str, _Document] = {}
         self.max_directories = MAX_DIRECTORIES
         # Directory URL -> how many times a pushed revocation dropped it: a document asked for
         # before the last drop may predate the revocation, and is fetched again.
@@ -511,14 +524,22 @@ class Verifier:
         self._fetching: Dict[str, _Gate] = {}  # URL -> its gate, while a caller fetches it
         self._refreshing: Set[str] = set()  # URLs a background refresh is fetching
         self._retry: Dict[str, Tuple[float, int]] = {}  # URL -> (no refresh before, failures)
+        # Directory URL -> (no fetch before, failures, the error) while none usable is held and
+        # its last fetch failed: at most ``max_directories``.
+        self._failed_directories: Dict[str, Tuple[float, int, str]] = {}
         self._docs: Dict[str, _Document] = {}
         self._keys: Dict[str, object] = {}
         self._keys_doc: Optional[_Document] = None
         self._last_key_fetch = float("-inf")
         self._lists: Dict[str, _StatusList] = {}
         self._revoked: Set[str] = set()
-        # (provider, person) -> when the organization revoked them (Unix s), from pushed events.
+        # (provider, person) -> when the organization revoked them (Unix s), from pushed events;
+        # a heap of them by that time, earliest first (cleaned as it is read); and the latest
+        # revocation forgotten for want of room: every person's token from then or before is
+        # refused.
         self._revoked_subjects: Dict[Tuple[str, str], float] = {}
+        self._revoked_by_time: List[Tuple[float, Tuple[str, str]]] = []
+        self._subjects_floor: float = float("-inf")
         self._seen_sets: "OrderedDict[str, None]" = OrderedDict()
         self._verifications: Dict[str, int] = {}
         self._fetches: Dict[Tuple[str, str], int] = {}
@@ -567,11 +588,13 @@ class Verifier:
             req.watched.timer.cancel()
 
     def _fetch(self, url: str, document: str, accept: str, fresher_than: float = float("-inf"),
-               revalidate: bool = True) -> _Document:
+               revalidate: bool = True, read: Optional[Callable[[bytes], object]] = None) -> _Document:
         """GETs ``url`` (revalidating what is held, unless not to ``revalidate``) unless what is
         held is fresh and was fetched after ``fresher_than`` (on the monotonic clock); one
-        fetch per URL at a time, so callers that wait for it share its result. Each fetch is
-        counted by ``document`` and result."""
+        fetch per URL at a time, so callers that wait for it share its result. A new body is
+        ``read`` (when given) before it is held, its reading kept with it (``parsed``): a body
+        it refuses (``UNAVAILABLE``) is a failed fetch, never held. Each fetch is counted by
+        ``document`` and result."""
         if _WARM_ONLY.get():
             held = self._held_fresh(url, fresher_than)
             if held is not None:
@@ -590,7 +613,7 @@ class Verifier:
                 if gate.failed is not None and gate.failed[0] >= asked:
                     raise Unavailable(gate.failed[1])
                 try:
-                    return self._fetch_alone(url, document, accept, revalidate)
+                    return self._fetch_alone(url, document, accept, revalidate, read)
                 except Unavailable as e:
                     gate.failed = (time.monotonic(), str(e))
                     raise
@@ -608,21 +631,25 @@ class Verifier:
             return held
         return None
 
-    def _fetch_alone(self, url: str, document: str, accept: str, revalidate: bool = True) -> _Document:
+    def _fetch_alone(self, url: str, document: str, accept: str, revalidate: bool = True,
+                     read: Optional[Callable[[bytes], object]] = None) -> _Document:
         """``_fetch``'s fetch, while no other caller fetches ``url``. Unless it revalidates
-        what is held (``If-None-Match``), a 304 is a failure like any other status."""
+        what is held (``If-None-Match``), a 304 is a failure like any other status; so is a
+        body ``read`` refuses."""
         held = self._docs.get(url)
         epoch = self._dropped.get(url, 0)
         req = urllib.request.Request(url, headers={"Accept": accept})
         conditional = revalidate and held is not None and bool(held.etag)
         if conditional:
             req.add_header("If-None-Match", held.etag)
+        parsed = None
         try:
             status, headers, body = self._send(req)
             if status == 304 and conditional:
                 result = "not_modified"
             elif status == 200:
                 result = "fetched"
+                parsed = read(body) if read is not None else None
             else:
                 raise Unavailable(f"{url}: {status}")
         except Unavailable:
@@ -637,7 +664,7 @@ class Verifier:
             return held
         # A new body, even with no ETag (a proxy may strip it): whoever reads it, reads it anew.
         doc = _Document(body=body, etag=headers.get("ETag"), fresh_until=fresh_until, fetched_at=now,
-                        epoch=epoch)
+                        epoch=epoch, parsed=parsed)
         self._docs[url] = doc
         return doc
 
@@ -668,7 +695,7 @@ class Verifier:
         """Notes a failed fetch of ``url``: not again before 1 s, doubling per failure up to 30 s."""
         with self._lock:
             failures = self._retry.get(url, (0.0, 0))[1] + 1
-            self._retry[url] = (time.monotonic() + min(2.0 ** (failures - 1), 30.0), failures)
+            self._retry[url] = (time.monotonic() + _backoff(failures), failures)
 
     def _load_keys(self, url: str, fresher_than: float) -> None:
         """Fetches the JWKS (unless what is held is fresh and newer than ``fresher_than``) and
@@ -751,10 +778,11 @@ class Verifier:
 
     # -- status lists -----------------------------------------------------------------
 
-    def _read_list(self, uri: str, doc: _Document) -> _StatusList:
-        """The list in ``doc``; ``UNAVAILABLE`` when it is not the signed list at ``uri``."""
+    def _read_list(self, uri: str, body: bytes) -> Tuple[bytes, int, Optional[float]]:
+        """The bits, ``ttl`` and ``exp`` of the list in ``body``; ``UNAVAILABLE`` when it is not
+        the signed list at ``uri`` (then the fetch that brought it failed: it is not held)."""
         try:
-            claims = self._decode(doc.body.decode(), "statuslist+jwt", require=["sub", "iat"])
+            claims = self._decode(body.decode(), "statuslist+jwt", require=["sub", "iat"])
             if claims["sub"] != uri:
                 raise TokenInvalid(f"the list at {uri} says it is {claims['sub']!r}")
             lst = claims["status_list"]
@@ -762,7 +790,7 @@ class Verifier:
                 raise TokenInvalid("status lists of one bit only")
             data = lst["lst"]
             bits = _inflate(base64.urlsafe_b64decode(data + "=" * (-len(data) % 4)))
-            return _StatusList(bits=bits, ttl=int(claims.get("ttl", 60)), doc=doc, exp=claims.get("exp"))
+            return bits, int(claims.get("ttl", 60)), claims.get("exp")
         except (VerificationError, KeyError, TypeError, ValueError, zlib.error) as e:
             raise Unavailable(f"the status list at {uri} is unusable: {e}") from e
 
@@ -771,22 +799,26 @@ class Verifier:
         list past its ``exp`` is no answer: when a revalidation keeps one (a 304, say from a
         cache that holds it), the list is fetched once more without ``If-None-Match``, and is
         ``UNAVAILABLE`` when that brings no current one either."""
+        read = functools.partial(self._read_list, uri)
         doc = self._fetch(uri, "status_list", "application/statuslist+jwt",
-                          fresher_than=held.doc.fetched_at if held else float("-inf"))
+                          fresher_than=held.doc.fetched_at if held else float("-inf"), read=read)
         current = self._list_in(uri, doc)
         if self._expired(current):
             doc = self._fetch(uri, "status_list", "application/statuslist+jwt",
-                              fresher_than=doc.fetched_at, revalidate=False)
+                              fresher_than=doc.fetched_at, revalidate=False, read=read)
             current = self._list_in(uri, doc)
             if self._expired(current):
                 raise Unavailable(f"the status list at {uri} has expired, and no newer one came")
         return current
 
     def _list_in(self, uri: str, doc: _Document) -> _StatusList:
-        """The list ``doc`` holds: the one held when it was read already, else read now."""
+        """The list ``doc`` holds (read when it was fetched)."""
         current = self._lists.get(uri)
         if current is None or current.doc is not doc:
-            current = self._lists[uri] = self._read_list(uri, doc)
+            # (Read now if the same URL was fetched as another document.)
+            parsed = doc.parsed if isinstance(doc.parsed, tuple) else self._read_list(uri, doc.body)
+            bits, ttl, exp = parsed
+            current = self._lists[uri] = _StatusList(bits=bits, ttl=ttl, doc=doc, exp=exp)
         return current
 
     def _expired(self, lst: _StatusList) -> bool:
@@ -927,6 +959,8 @@ class Verifier:
         at = self._revoked_subjects.get((subject.iss, subject.sub))
         if at is not None and isinstance(iat, (int, float)) and iat <= at:
             raise TokenRevoked("the person's delegation was revoked (a pushed event)")
+        if isinstance(iat, (int, float)) and iat <= self._subjects_floor:
+            raise TokenRevoked("issued before the people's revocations forgotten for want of room (pushed events)")
 
     def _kind(self, access: bool, claims: dict) -> Tuple[object, List[str], Tuple[str, ...], Optional[str]]:
         """The issuer domain, scopes, audience and client of an agent token's or an access
@@ -1025,15 +1059,18 @@ class Verifier:
         tagged ``web-bot-auth``, covering ``@authority`` (or ``@target-uri``) and
         ``Signature-Agent``, in its time (at most 24 h), by a key of the directory
         ``Signature-Agent`` names (this service's ``/v1/directories/<issuer>``, or one of
-        ``trusted_signature_agents``), its nonce new (``PROOF_REPLAYED`` after). ``url`` is
-        the request's absolute URL as the agent addressed it. A ``VerificationError``
-        otherwise."""
+        ``trusted_signature_agents``, a list of URLs: a string is a ``TypeError``), its nonce
+        new (``PROOF_REPLAYED`` after). ``url`` is the request's absolute URL as the agent
+        addressed it. A ``VerificationError`` otherwise."""
         return _signed.verify_request(self, method, url, headers, trusted_signature_agents)
 
     def _directory(self, url: str) -> dict:
-        """The Ed25519 keys of the directory at ``url``, by thumbprint: held while fresh,
-        used past that for ``list_grace`` when it cannot be had, then ``UNAVAILABLE``. Read
-        again when a revocation was pushed meanwhile: the answer may predate it."""
+        """The Ed25519 keys of the directory at ``url``, by thumbprint, read once when it was
+        fetched: held while fresh, used past that for ``list_grace`` when it cannot be had (its
+        fetch fails, or brings no key set), then ``UNAVAILABLE``; with none usable held, a
+        failed fetch is ``UNAVAILABLE`` without another until its retry time (1 s, doubling
+        per failure up to 30 s). Read again when a revocation was pushed meanwhile: the answer
+        may predate it."""
         for _ in range(3):
             doc, keys = self._directory_once(url)
             with self._lock:
@@ -1045,36 +1082,97 @@ class Verifier:
         raise Unavailable(f"{url}: revocations keep coming while it is fetched")
 
     def _directory_once(self, url: str) -> Tuple[_Document, dict]:
+        """The directory at ``url`` and its keys (read once, when it was fetched)."""
         held = self._docs.get(url)
         usable = held is not None and held.fresh_until + self.list_grace >= time.monotonic()
+        failed = self._failed_directories.get(url)
         if usable and held.fresh_until <= time.monotonic() and self._retry.get(url, (0.0, 0))[0] > time.monotonic():
             # Stale, and the service failed lately: the held one serves without waiting for it.
             doc = held
+        elif not usable and failed is not None and failed[0] > time.monotonic():
+            # None usable held, and its last fetch failed: its failure answers until the retry.
+            raise Unavailable(failed[2])
         else:
             try:
-                doc = self._fetch(url, "directory", "application/http-message-signatures-directory+json")
+                doc = self._fetch(url, "directory", "application/http-message-signatures-directory+json",
+                                  read=functools.partial(self._read_directory, url))
                 with self._lock:
                     self._retry.pop(url, None)
-            except Unavailable:
+                    self._failed_directories.pop(url, None)
+            except Unavailable as e:
                 if not usable:
+                    self._directory_failed(url, str(e))
                     raise
                 self._failed_lately(url)
                 doc = held
-        read = self._directories.get(url)
-        if read is not None and read[0] is doc:
-            return doc, read[1]
+        with self._lock:
+            if self._directories.get(url) is not doc:
+                self._directories.pop(url, None)
+                self._directories[url] = doc
+                while len(self._directories) > self.max_directories:
+                    old = next(iter(self._directories))
+                    for kept in (self._directories, self._docs, self._retry):
+                        kept.pop(old, None)
+        if not isinstance(doc.parsed, dict):
+            # The same URL fetched as another document (a receiver trusting its key set's URL).
+            return doc, self._read_directory(url, doc.body)
+        return doc, doc.parsed
+
+    @staticmethod
+    def _read_directory(url: str, body: bytes) -> dict:
+        """The keys of the directory ``body`` (a key that does not import passed over);
+        ``UNAVAILABLE`` when it is not a key set (then the fetch that brought it failed)."""
         try:
-            keys = _signed.directory_keys(doc.body)
+            return _signed.directory_keys(body)
         except (ValueError, TypeError) as e:
             raise Unavailable(f"{url}: not a key set ({e})") from e
+
+    def _directory_failed(self, url: str, error: str) -> None:
+        """Remembers that fetching ``url`` failed with ``error``, none usable held: not fetched
+        again before 1 s, doubling per failure up to 30 s (callers that waited for the same
+        fetch count once). Past ``max_directories`` URLs remembered, those whose retry time
+        passed go, then the one retried soonest."""
+        now = time.monotonic()
         with self._lock:
-            self._directories.pop(url, None)
-            self._directories[url] = (doc, keys)
-            while len(self._directories) > self.max_directories:
-                old = next(iter(self._directories))
-                for held in (self._directories, self._docs, self._retry):
-                    held.pop(old, None)
-        return doc, keys
+            last = self._failed_directories.pop(url, None)
+            if last is not None and last[0] > now:
+                self._failed_directories[url] = last  # a caller that waited for this fetch
+                return
+            failures = (last[1] if last is not None else 0) + 1
+            most = max(1, self.max_directories)
+            if len(self._failed_directories) >= most:
+                for old in [u for u, f in self._failed_directories.items() if f[0] <= now]:
+                    del self._failed_directories[old]
+            while len(self._failed_directories) >= most:
+                soonest = min(self._failed_directories, key=lambda u: self._failed_directories[u][0])
+                del self._failed_directories[soonest]
+            self._failed_directories[url] = (now + _backoff(failures), failures, error)
+
+    def _person_revoked(self, key: Tuple[str, str], at: float) -> None:
+        """Notes that the person ``key`` was revoked at ``at`` (Unix s), under ``_lock``. Past
+        ``SEEN_SETS`` people, the revocations older than any delegated token go first (a token
+        lives an hour at most); then the earliest, and every person's token from then or before
+        is refused: any organization whose stream reaches the receiver can send revocations,
+        and a flood of them must not bring another's revoked person back."""
+        held, heap = self._revoked_subjects, self._revoked_by_time
+        at = max(at, held.get(key, at))
+        if held.get(key) != at:
+            held[key] = at
+            heapq.heappush(heap, (at, key))
+        if len(held) > SEEN_SETS:
+            moot = time.time() - MAX_DELEGATED_LIFETIME - self.leeway
+            while heap and (held.get(heap[0][1]) != heap[0][0] or heap[0][0] <= moot):
+                when, old = heapq.heappop(heap)
+                if held.get(old) == when:
+                    del held[old]
+        while len(held) > SEEN_SETS:
+            when, old = heapq.heappop(heap)
+            if held.get(old) == when:
+                del held[old]
+                self._subjects_floor = max(self._subjects_floor, when)
+        if len(heap) > 2 * len(held) + 64:
+            self._revoked_by_time = [(when, k) for k, when in held.items()]
+            heapq.heapify(self._revoked_by_time)
 
     def _nonce_once(self, keyid: str, nonce: str, expires: int) -> bool:
         """Whether a signature's nonce is new (remembered until the signature expires)."""
@@ -1088,7 +1186,8 @@ class Verifier:
         ``issuers``, when given). A revocation marks its agent revoked at once, and drops what
         is held of its issuer's signature directory (the next signed request fetches it anew,
         without the agent's key); a person's (``sub_id.iss`` an identity provider's https URL)
-        revokes every delegated token for them issued until the event."""
+        revokes every delegated token for them issued until the event (past 10,000 people, the
+        earliest is forgotten and every delegated token issued until it refused)."""
         claims = self._decode(_sized(set_jwt, MAX_SET_BYTES, "SET"), "secevent+jwt",
                               require=["iss", "jti", "iat"])
         if claims["iss"] != self.base_url:
@@ -1133,8 +1232,4 @@ class Verifier:
                     # The oldest drop: every fetch across it is long done.
                     self._dropped.popitem(last=False)
             if person is not None:
-                key, when = person
-                self._revoked_subjects[key] = max(when, self._revoked_subjects.pop(key, when))
-                if len(self._revoked_subjects) > SEEN_SETS:
-                    # The oldest: its tokens (an hour at most) are long expired.
-                    self._revoked_subjects.pop(next(iter(self._revoked_subjects)))
+                self._person_revoked(*person)

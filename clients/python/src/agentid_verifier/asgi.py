@@ -20,8 +20,10 @@ challenge (RFC 6750 §3.1: no error code for a request without credentials, and 
 challenge beside the Bearer one,
 ``insufficient_scope`` on a 403; RFC 9449 §7.1 for DPoP), naming the receiver's
 ``resource_metadata`` (RFC 9728) when it is given, whose document the middleware then serves
-at its path. Requests to a path in ``exclude``
-(or below it: ``"/docs"`` covers ``/docs/oauth2-redirect``) pass unchecked. A warm check
+at its path. Requests to a path in ``exclude``, a list of paths
+(or below it: ``"/docs"`` covers ``/docs/oauth2-redirect``; ``"/"`` is the root alone) pass
+unchecked; a plain string, an empty entry or one not beginning with ``/`` is refused when the
+middleware is made. A warm check
 (keys and list cached and fresh) runs on the event loop; one that needs the network runs in
 a worker thread, so the loop never waits on it.
 """
@@ -36,6 +38,7 @@ from typing import List, Mapping, Optional, Sequence, Tuple
 
 from . import Cold, InsufficientScope, ProofInvalid, TokenInvalid, VerificationError, Verifier, warm_only
 from .resource import ResourceMetadata
+from .signed import trusted_agents
 
 STATUS = {"INSUFFICIENT_SCOPE": 403, "UNAVAILABLE": 503, "MISCONFIGURED": 500}
 #: The proof algorithms a DPoP challenge names.
@@ -139,9 +142,26 @@ def refusal(error: VerificationError, scheme: str = "Bearer", scopes: Sequence[s
     return STATUS.get(error.code, 401), headers, body
 
 
+def exclusions(exclude: Sequence[str]) -> List[str]:
+    """``exclude`` as a list of paths, each beginning with ``/``: a plain string (one exclusion
+    a character, ``/`` among them) is a ``TypeError``, an empty entry or one not beginning
+    with ``/`` (``os.environ.get("EXCLUDE", "").split(",")`` gives ``[""]``) a ``ValueError``.
+    Either used to leave every path open."""
+    if isinstance(exclude, (str, bytes, bytearray)):
+        raise TypeError(f"exclude must be a list of paths, not the string {exclude!r}")
+    paths = list(exclude)
+    for path in paths:
+        if not isinstance(path, str):
+            raise TypeError(f"exclude holds {path!r}, not a path")
+        if not path.startswith("/"):
+            raise ValueError(f"exclude holds {path!r}, which is not a path beginning with /")
+    return paths
+
+
 def excluded(path: str, exclude: Sequence[str]) -> bool:
-    """Whether ``path`` is one of ``exclude`` or below one of them."""
-    return any(path == e or path.startswith(e.rstrip("/") + "/") for e in exclude)
+    """Whether ``path`` is one of ``exclude`` or below one of them; ``/`` is the root alone,
+    not every path below it."""
+    return any(path == e or (e.strip("/") != "" and path.startswith(e.rstrip("/") + "/")) for e in exclude)
 
 
 def bearer(value: Optional[str]) -> Optional[str]:
@@ -238,9 +258,9 @@ class AgentIdMiddleware:
                  resource_metadata: Optional[ResourceMetadata] = None,
                  trusted_signature_agents: Sequence[str] = ()):
         self.app, self.verifier, self.scopes = app, verifier, list(scopes or [])
-        self.trusted = list(trusted_signature_agents)
+        self.trusted = trusted_agents(trusted_signature_agents)
         self.public_origin = warn_without_origin(public_origin, "the ASGI middleware")
-        self.exclude = list(exclude)
+        self.exclude = exclusions(exclude)
         self.metadata = resource_metadata
 
     def _url(self, scope) -> Optional[str]:

@@ -26,6 +26,8 @@ from . import _jws
 MAX_PROOF_BYTES = 4096
 #: The longest ``jti`` taken.
 MAX_JTI_CHARS = 256
+#: The farthest from 1970 a proof's ``iat`` may be (in seconds): what a float holds exactly.
+MAX_TIME = 2**53
 #: Members that make a JWK private (or symmetric).
 PRIVATE_MEMBERS = ("d", "p", "q", "dp", "dq", "qi", "oth", "k")
 #: What each ``alg`` is checked with, and the key type and curve it needs.
@@ -218,7 +220,9 @@ def check_proof(proof: str, method: str, url: str, token: str, now: float, max_s
     if not isinstance(htu, str) or not htu or _htu_form(htu) != _htu_form(url):
         raise ProofError(f"htu is not {_htu_form(url)}")
     iat = claims.get("iat")
-    if type(iat) is not int or abs(iat - now) > max_skew:
+    # Compared as integers first: an iat past a float's range (10**400) cannot be subtracted
+    # from the clock's float.
+    if type(iat) is not int or not -MAX_TIME <= iat <= MAX_TIME or abs(iat - now) > max_skew:
         raise ProofError(f"iat is more than {max_skew} s from now")
     # Not asked for (RFC 9449 bounds a proof by its iat), but honoured when present.
     for name in ("exp", "nbf"):

@@ -34,6 +34,7 @@ from . import Agent, Cold, SignedRequest, VerificationError, Verifier, warm_only
 from .asgi import (check, check_signed, is_signed, one_authorization, presented, refusal, refusal_body,
                    request_path, scheme_of, warn_without_origin)
 from .resource import ResourceMetadata
+from .signed import trusted_agents
 
 
 class AgentRefused(HTTPException):
@@ -76,6 +77,7 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
                         description="An agentid agent token (Authorization: Bearer, or DPoP with its proof)")
     origin = warn_without_origin(public_origin, "agentid_verifier.fastapi.require_agent")
     required = list(scopes)
+    trusted = trusted_agents(trusted_signature_agents) if trusted_signature_agents is not None else None
 
     # The scopes given here, declared on the scheme, are in each route's OpenAPI security
     # requirement with those a route adds through Security(…, scopes=[…]).
@@ -89,10 +91,9 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
             # The path as it came: Starlette's `request.url` is rebuilt from `Host` in some
             # versions, which the caller chooses.
             path = request_path(request.scope)
-            if trusted_signature_agents is not None and is_signed(authorization, fields):
+            if trusted is not None and is_signed(authorization, fields):
                 target = path + (f"?{request.url.query}" if request.url.query else "")
-                signed = (verifier, origin, wanted, delegated, request.method, target, fields,
-                          list(trusted_signature_agents))
+                signed = (verifier, origin, wanted, delegated, request.method, target, fields, trusted)
                 try:
                     return warm_only(check_signed, *signed)
                 except Cold:

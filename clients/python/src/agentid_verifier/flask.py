@@ -26,6 +26,7 @@ from . import VerificationError, Verifier
 from .asgi import (check, check_signed, is_signed, one_authorization, presented, refusal, scheme_of,
                    warn_without_origin)
 from .resource import ResourceMetadata
+from .signed import trusted_agents
 from .wsgi import request_path
 
 _F = TypeVar("_F", bound=Callable)
@@ -52,6 +53,7 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
     ``g.agent`` None."""
     origin = warn_without_origin(public_origin, "agentid_verifier.flask.require_agent")
     wanted = list(scopes)
+    trusted = trusted_agents(trusted_signature_agents) if trusted_signature_agents is not None else None
 
     def decorate(view: _F) -> _F:
         @functools.wraps(view)
@@ -60,11 +62,11 @@ def require_agent(verifier: Verifier, scopes: Sequence[str] = (),
             try:
                 authorization = one_authorization(request.headers.getlist("Authorization"))
                 fields = {k.lower(): v for k, v in request.headers.items()}
-                if trusted_signature_agents is not None and is_signed(authorization, fields):
+                if trusted is not None and is_signed(authorization, fields):
                     query = request.query_string.decode("latin-1")
                     target = request_path(request.environ) + (f"?{query}" if query else "")
                     g.signed_request = check_signed(verifier, origin, wanted, delegated, request.method,
-                                                    target, fields, list(trusted_signature_agents))
+                                                    target, fields, trusted)
                     g.agent = None
                     return view(*args, **kwargs)
                 scheme, token, proof = presented(authorization, request.headers.getlist("DPoP"))

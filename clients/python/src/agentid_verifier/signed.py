@@ -2,8 +2,10 @@
 (the signature base, its parameters and times, the Ed25519 check by ``cryptography``) and
 ``http-sf`` (``Signature-Agent``): the key comes from the directory ``Signature-Agent`` names,
 the service's own (``<base_url>/v1/directories/<issuer>``) or one the receiver trusts, fetched
-as the key set is (cached as it says, revalidated by ETag, one fetch at a time) and used past
-that for at most ``list_grace`` when it cannot be had; then ``UNAVAILABLE``. A revoked agent's
+as the key set is (cached as it says, revalidated by ETag, one fetch at a time, its keys read
+once when it is fetched) and used past that for at most ``list_grace`` when it cannot be had
+(a fetch that brings no key set fails, and is not held); then ``UNAVAILABLE``, and with none
+held not fetched again for 1 s, doubling per failure up to 30 s. A revoked agent's
 key leaves its directory at once: seen at the next fetch, or at once when the revocation's
 event is pushed (``Verifier.handle_set`` drops the issuer's directory)."""
 
@@ -16,7 +18,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence
 
 import http_sf
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -87,8 +89,9 @@ class _Directory(HTTPSignatureKeyResolver):
 
 
 def directory_keys(body: bytes) -> Dict[str, Ed25519PublicKey]:
-    """The Ed25519 keys of a directory, by RFC 7638 thumbprint; RFC 9421's test key (or its
-    negation) passed over."""
+    """The Ed25519 keys of a directory, by RFC 7638 thumbprint: its first ``MAX_DIRECTORY_KEYS``,
+    a key that does not import (an ``x`` that is not a point's 32 bytes) and RFC 9421's test key
+    (or its negation) passed over. ``ValueError`` when it is not a key set."""
     document = json_value(body)
     keys = document.get("keys") if isinstance(document, dict) else None
     if not isinstance(keys, list):
@@ -102,10 +105,13 @@ def directory_keys(body: bytes) -> Dict[str, Ed25519PublicKey]:
             continue
         canonical = json.dumps({"crv": "Ed25519", "kty": "OKP", "x": x}, separators=(",", ":"))
         kid = base64.urlsafe_b64encode(hashlib.sha256(canonical.encode()).digest()).rstrip(b"=").decode()
-        raw = base64.urlsafe_b64decode(x + "=" * (-len(x) % 4))
-        if _test_point(raw):
-            continue
-        found[kid] = Ed25519PublicKey.from_public_bytes(raw)
+        try:
+            raw = base64.urlsafe_b64decode(x + "=" * (-len(x) % 4))
+            if _test_point(raw):
+                continue
+            found[kid] = Ed25519PublicKey.from_public_bytes(raw)
+        except ValueError:
+            continue  # a key that does not import: the others serve
     return found
 
 
@@ -132,10 +138,23 @@ def signature_agent(field: str, label: Optional[str]) -> str:
     return member[0]
 
 
+def trusted_agents(trusted: Sequence[str]) -> List[str]:
+    """``trusted`` (the directories trusted beside the service's own) as a list of URLs; a
+    ``TypeError`` for a plain string, which would be searched as text (any directory whose URL
+    is part of it trusted), or for an entry that is not a string."""
+    if isinstance(trusted, (str, bytes, bytearray)):
+        raise TypeError(f"trusted_signature_agents must be a list of URLs, not the string {trusted!r}")
+    urls = list(trusted)
+    if not all(isinstance(u, str) for u in urls):
+        raise TypeError("trusted_signature_agents must be a list of URLs")
+    return urls
+
+
 def verify_request(verifier: "Verifier", method: str, url: str, headers: Mapping[str, str],
                    trusted: Sequence[str]) -> SignedRequest:
     from . import ProofReplayed, TokenInvalid
 
+    trusted = trusted_agents(trusted)
     fields = {k.lower(): v for k, v in headers.items()}
     if "signature-input" not in fields or "signature" not in fields:
         raise TokenInvalid("the request is not signed")

@@ -17,9 +17,10 @@ import urllib.parse
 from typing import Optional, Sequence
 
 from . import VerificationError, Verifier
-from .asgi import (check, check_signed, excluded, is_signed, path_of, presented, refusal, scheme_of,
-                   warn_without_origin)
+from .asgi import (check, check_signed, excluded, exclusions, is_signed, path_of, presented, refusal,
+                   scheme_of, warn_without_origin)
 from .resource import ResourceMetadata
+from .signed import trusted_agents
 
 REASONS = {401: "Unauthorized", 403: "Forbidden", 500: "Internal Server Error", 503: "Service Unavailable"}
 #: What a path keeps unencoded beside letters, digits and ``-._~``: ``/`` and the rest of RFC
@@ -50,9 +51,9 @@ class AgentIdMiddleware:
                  resource_metadata: Optional[ResourceMetadata] = None,
                  trusted_signature_agents: Sequence[str] = ()):
         self.app, self.verifier, self.scopes = app, verifier, list(scopes or [])
-        self.trusted = list(trusted_signature_agents)
+        self.trusted = trusted_agents(trusted_signature_agents)
         self.public_origin = warn_without_origin(public_origin, "the WSGI middleware")
-        self.exclude = list(exclude)
+        self.exclude = exclusions(exclude)
         self.metadata = resource_metadata
 
     def _url(self, environ) -> Optional[str]:
