@@ -421,3 +421,96 @@ async fn a_receivers_refusal_cannot_forge_a_log_line() {
         "the refusal is logged cut to 300 bytes ({tail} of its 102,400 Zs)"
     );
 }
+
+/// An acknowledgement and an event queued at the stream's bound take the stream's row first,
+/// both: before, the acknowledgement held the event it deleted and then waited for the
+/// stream's row, which the queuing transaction held while it waited to drop that same oldest
+/// event, and PostgreSQL ended one of them (a poll, or a revocation, answered 500).
+/// PostgreSQL: SQLite runs one writer at a time.
+#[actix_web::test]
+async fn an_acknowledgement_and_an_event_at_the_bound_do_not_deadlock() {
+    use sqlx::{Connection as _, Executor as _};
+    let app = spawn_app().await;
+    if !app.db.is_postgres() {
+        return;
+    }
+    let s = &app.store;
+    let id = crate::helpers::stream_id("ssf_acked");
+    assert!(s
+        .insert_stream(&stream(&app, "ssf_acked", POLL, "enabled"), 10)
+        .await
+        .unwrap());
+    fill(&app, "ssf_acked", 10_000).await;
+    let oldest = s.pending_events(&id, 1).await.unwrap()[0].jti.clone();
+    // Another transaction queues an event at the bound, as `enqueue` does: the stream's row,
+    // then the oldest event dropped.
+    let mut other = sqlx::PgConnection::connect(&app.db.url).await.unwrap();
+    other.execute("BEGIN").await.unwrap();
+    other
+        .execute(format!("UPDATE ssf_streams SET pending = pending + 1 WHERE id = '{id}'").as_str())
+        .await
+        .unwrap();
+    let queue_later = async {
+        actix_web::rt::time::sleep(Duration::from_millis(300)).await;
+        other
+            .execute(
+                format!(
+                    "DELETE FROM ssf_events WHERE seq IN \
+                     (SELECT seq FROM ssf_events WHERE stream_id = '{id}' ORDER BY seq LIMIT 1)"
+                )
+                .as_str(),
+            )
+            .await?;
+        other.execute("COMMIT").await.map(|_| ())
+    };
+    let (acked, queued) = tokio::join!(s.ack_events(&id, std::slice::from_ref(&oldest)), queue_later);
+    queued.unwrap();
+    acked.unwrap();
+}
+
+/// A revocation queues its events under each stream's row lock, and only on a stream that is
+/// still there and not disabled: a disable, or a delete, committed while it ran leaves nothing
+/// queued and fails nothing (before: the event was queued on the disabled stream, to be sent
+/// once it was enabled again; on the deleted one, the revocation failed, 500).
+/// PostgreSQL: SQLite runs one writer at a time.
+#[actix_web::test]
+async fn a_revocation_racing_a_disable_or_delete_queues_nothing_and_fails_nothing() {
+    use sqlx::{Connection as _, Executor as _};
+    let app = spawn_app().await;
+    if !app.db.is_postgres() {
+        return;
+    }
+    let s = &app.store;
+    for (name, ending) in [
+        (
+            "ssf_disabled",
+            "UPDATE ssf_streams SET status = 'disabled' WHERE id = '{id}'; \
+                          DELETE FROM ssf_events WHERE stream_id = '{id}'",
+        ),
+        (
+            "ssf_deleted",
+            "DELETE FROM ssf_events WHERE stream_id = '{id}'; \
+                         DELETE FROM ssf_streams WHERE id = '{id}'",
+        ),
+    ] {
+        let id = crate::helpers::stream_id(name);
+        assert!(s
+            .insert_stream(&stream(&app, name, POLL, "enabled"), 10)
+            .await
+            .unwrap());
+        let (agent, _) = app.agent().await;
+        let mut other = sqlx::PgConnection::connect(&app.db.url).await.unwrap();
+        other.execute("BEGIN").await.unwrap();
+        other
+            .execute(ending.replace("{id}", id.as_str()).as_str())
+            .await
+            .unwrap();
+        let commit_later = async {
+            actix_web::rt::time::sleep(Duration::from_millis(300)).await;
+            other.execute("COMMIT").await.unwrap();
+        };
+        let (revoked, ()) = tokio::join!(app.revoke(&agent, None), commit_later);
+        assert_eq!(revoked.status, 200, "{name}: {}", revoked.text());
+        assert!(s.pending_events(&id, 10).await.unwrap().is_empty(), "{name}");
+    }
+}

@@ -12,15 +12,29 @@ use crate::ssf::{
 
 use super::DB;
 
-/// Queues `event` on `stream_id` inside the caller's transaction, and keeps the bound: past
-/// [`MAX_PENDING`] the stream's oldest events are deleted and counted as dropped. Costs the
-/// same however many events wait (the stream's row keeps the count; its row lock orders
-/// concurrent writers).
+/// Queues `event` on `stream_id` inside the caller's transaction, unless the stream is gone
+/// or disabled, and keeps the bound: past [`MAX_PENDING`] the stream's oldest events are
+/// deleted and counted as dropped. Costs the same however many events wait (the stream's row
+/// keeps the count). The stream's row is locked first, as every transaction that touches a
+/// stream's events locks it first ([`lock_stream`]): a disable or delete that commits first
+/// is seen here (nothing queued), one that waits for this removes what this queued, and
+/// nothing waits on an event while holding the row another waits for.
 pub(crate) async fn enqueue(
     tx: &mut sqlx::Transaction<'_, DB>,
     stream_id: &str,
     event: &NewEvent<'_>,
-) -> Result<(), StoreError> {
+) -> Result<bool, StoreError> {
+    let Some((pending,)): Option<(i64,)> = sqlx::query_as(
+        "UPDATE ssf_streams SET pending = pending + 1, next_due_at = COALESCE(next_due_at, $2) \
+         WHERE id = $1 AND status <> 'disabled' RETURNING pending",
+    )
+    .bind(stream_id)
+    .bind(event.at.0)
+    .fetch_optional(&mut **tx)
+    .await?
+    else {
+        return Ok(false);
+    };
     sqlx::query(
         "INSERT INTO ssf_events (stream_id, jti, kind, agent_id, issuer, reason, state, event_at, \
          next_attempt_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)",
@@ -34,14 +48,6 @@ pub(crate) async fn enqueue(
     .bind(event.state)
     .bind(event.at.0)
     .execute(&mut **tx)
-    .await?;
-    let (pending,): (i64,) = sqlx::query_as(
-        "UPDATE ssf_streams SET pending = pending + 1, next_due_at = COALESCE(next_due_at, $2) \
-         WHERE id = $1 RETURNING pending",
-    )
-    .bind(stream_id)
-    .bind(event.at.0)
-    .fetch_one(&mut **tx)
     .await?;
     if pending > MAX_PENDING {
         let dropped = sqlx::query(
@@ -61,7 +67,17 @@ pub(crate) async fn enqueue(
         .execute(&mut **tx)
         .await?;
     }
-    Ok(())
+    Ok(true)
+}
+
+/// Locks stream `stream_id`'s row, before any of its events is touched (see [`enqueue`]);
+/// false when there is no such stream.
+async fn lock_stream(tx: &mut sqlx::Transaction<'_, DB>, stream_id: &str) -> Result<bool, StoreError> {
+    let done = sqlx::query("UPDATE ssf_streams SET pending = pending WHERE id = $1")
+        .bind(stream_id)
+        .execute(&mut **tx)
+        .await?;
+    Ok(DB::rows_affected(&done) == 1)
 }
 
 impl SsfStore for SqlStore<DB> {
@@ -169,6 +185,9 @@ impl SsfStore for SqlStore<DB> {
     fn delete_stream<'a>(&'a self, id: &'a StreamId) -> StoreFuture<'a, bool> {
         Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.begin().await?;
+            if !lock_stream(&mut tx, id.as_str()).await? {
+                return Ok(false);
+            }
             sqlx::query("DELETE FROM ssf_events WHERE stream_id = $1")
                 .bind(id.as_str())
                 .execute(&mut *tx)
@@ -223,17 +242,6 @@ impl SsfStore for SqlStore<DB> {
     ) -> StoreFuture<'a, ()> {
         Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.begin().await?;
-            // The stream's row, locked, unless it is disabled: a disable that commits first is
-            // seen here (nothing queued), one that waits for this deletes what this queues.
-            let open = sqlx::query(
-                "UPDATE ssf_streams SET pending = pending WHERE id = $1 AND status <> 'disabled'",
-            )
-            .bind(stream_id.as_str())
-            .execute(&mut *tx)
-            .await?;
-            if DB::rows_affected(&open) == 0 {
-                return Ok(());
-            }
             let event = NewEvent {
                 kind: "verification",
                 agent_id: None,
@@ -242,8 +250,9 @@ impl SsfStore for SqlStore<DB> {
                 state,
                 at,
             };
-            enqueue(&mut tx, stream_id.as_str(), &event).await?;
-            crate::sql::commit(tx).await?;
+            if enqueue(&mut tx, stream_id.as_str(), &event).await? {
+                crate::sql::commit(tx).await?;
+            }
             Ok(())
         }))
     }
@@ -349,6 +358,9 @@ impl SsfStore for SqlStore<DB> {
                 return Ok(());
             }
             let mut tx = self.begin().await?;
+            if !lock_stream(&mut tx, stream_id.as_str()).await? {
+                return Ok(());
+            }
             let mut n = 0;
             for chunk in seqs.chunks(500) {
                 let params: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
@@ -377,6 +389,9 @@ impl SsfStore for SqlStore<DB> {
     ) -> StoreFuture<'a, ()> {
         Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.begin().await?;
+            if !lock_stream(&mut tx, stream_id.as_str()).await? {
+                return Ok(());
+            }
             sqlx::query(
                 "UPDATE ssf_events SET attempts = $3, next_attempt_at = $4 WHERE stream_id = $1 AND seq = $2",
             )
@@ -398,6 +413,9 @@ impl SsfStore for SqlStore<DB> {
                 return Ok(0);
             }
             let mut tx = self.begin().await?;
+            if !lock_stream(&mut tx, stream_id.as_str()).await? {
+                return Ok(0);
+            }
             let mut n = 0;
             for jti in jtis {
                 let done = sqlx::query("DELETE FROM ssf_events WHERE stream_id = $1 AND jti = $2")
@@ -426,16 +444,12 @@ impl SsfStore for SqlStore<DB> {
 }
 
 /// Settles stream `stream_id`'s row after `removed` of its events were deleted (`SETTLE`).
-/// The row is locked by a statement of its own first: an event another transaction queued
+/// The caller locked the row first ([`lock_stream`]): an event another transaction queued
 /// holds that lock until it commits, and `SETTLE`, run after, then sees the event. (Run as
-/// one statement, the update waited for the lock and then found the next due time in the
-/// snapshot it started with, without that event: the stream was no longer due, and the
-/// event waited for the stream's next one.)
+/// one statement that also took the lock, the update waited for it and then found the next
+/// due time in the snapshot it started with, without that event: the stream was no longer
+/// due, and the event waited for the stream's next one.)
 async fn settle(tx: &mut sqlx::Transaction<'_, DB>, stream_id: &str, removed: i64) -> Result<(), StoreError> {
-    sqlx::query("UPDATE ssf_streams SET pending = pending WHERE id = $1")
-        .bind(stream_id)
-        .execute(&mut **tx)
-        .await?;
     sqlx::query(&format!("UPDATE ssf_streams SET {SETTLE} WHERE id = $1"))
         .bind(stream_id)
         .bind(removed)
