@@ -7,6 +7,9 @@ use serde_json::{json, Value};
 use crate::error::invalid;
 use crate::{Error, Verifier, SEEN_SETS};
 
+/// The longest a delegated token lives: the service's `--access-token-seconds` at most.
+const MAX_DELEGATED_LIFETIME: i64 = 3600;
+
 /// The most agents a chain may hold (the service's own bound).
 pub const MAX_CHAIN: usize = 16;
 
@@ -95,13 +98,16 @@ impl Verifier {
             .get(&(subject.iss.clone(), subject.sub.clone()))
         {
             Some(at) if iat <= *at => Err(Error::Revoked),
+            _ if iat <= s.subjects_floor => Err(Error::Revoked),
             _ => Ok(()),
         }
     }
 
-    /// Notes that the person `(iss, sub)` was revoked at `at` (Unix s); past [`SEEN_SETS`]
-    /// people, the earliest revocation is forgotten (its tokens, an hour at most, are long
-    /// expired).
+    /// Notes that the person `(iss, sub)` was revoked at `at` (Unix s). Past [`SEEN_SETS`]
+    /// people, the revocations older than any delegated token go first (a token lives an hour
+    /// at most); then the earliest, and every person's token from then or before is refused:
+    /// any organization whose stream reaches the receiver can send revocations, and a flood of
+    /// them must not bring another's revoked person back.
     pub(crate) fn person_revoked(&self, iss: &str, sub: &str, at: i64) {
         let mut s = self.inner.state.lock();
         let held = s
@@ -110,13 +116,20 @@ impl Verifier {
             .or_insert(at);
         *held = (*held).max(at);
         if s.revoked_subjects.len() > SEEN_SETS {
-            if let Some(oldest) = s
+            let moot = crate::now_secs()
+                .saturating_sub(MAX_DELEGATED_LIFETIME)
+                .saturating_sub(self.inner.leeway);
+            s.revoked_subjects.retain(|_, at| *at > moot);
+        }
+        if s.revoked_subjects.len() > SEEN_SETS {
+            if let Some((oldest, at)) = s
                 .revoked_subjects
                 .iter()
                 .min_by_key(|(_, at)| **at)
-                .map(|(k, _)| k.clone())
+                .map(|(k, at)| (k.clone(), *at))
             {
                 s.revoked_subjects.remove(&oldest);
+                s.subjects_floor = s.subjects_floor.max(at);
             }
         }
     }

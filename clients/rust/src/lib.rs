@@ -175,6 +175,9 @@ struct State {
     revoked: HashSet<String>,
     /// (provider, person) -> when the organization revoked them (Unix s), from pushed events.
     revoked_subjects: HashMap<(String, String), i64>,
+    /// The latest revocation forgotten for want of room (Unix s): every person's delegated
+    /// token from then or before is refused.
+    subjects_floor: i64,
     /// Signature directories held, by URL.
     directories: requests::Directories,
     /// The nonces of signed requests taken (by `keyid`), each kept until its signature

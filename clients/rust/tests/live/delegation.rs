@@ -162,3 +162,41 @@ async fn a_person_revoked_by_a_pushed_event_is_refused_offline() {
     let dave = exchange(&s, &a, &id_token(&idp, "dave", &a.0), API, ID_TOKEN);
     assert_eq!(v.verify(&dave).await.unwrap().subject.unwrap().sub, "dave");
 }
+
+/// Attack: an organization whose stream reaches the receiver floods it with revocations of
+/// people of its own, to push another's revocation of carol out of memory. Past the bound the
+/// earliest goes, but every person's token from before it stays refused; a token from after
+/// the flood is taken.
+#[tokio::test(flavor = "current_thread")]
+async fn a_flood_of_person_revocations_brings_no_revoked_token_back() {
+    let s = Server::start();
+    let idp = trusted_idp(&s);
+    let a = confidential(&s, &["tools:call"]);
+    let v = Verifier::builder(&s.base).audience(API).build().unwrap();
+    let token = exchange(&s, &a, &id_token(&idp, "carol", &a.0), API, ID_TOKEN);
+    let stream = s.set_stream(json!({}));
+    s.call(
+        "POST",
+        "/v1/subjects/revoke",
+        Some(json!({"iss": IDP, "sub": "carol"})),
+        None,
+    );
+    let set = s.the_set(&stream);
+    v.handle_set(&set).await.unwrap();
+    assert_eq!(code(v.verify(&token).await), "TOKEN_REVOKED");
+    let mut claims = super::claims_of(&set);
+    // Each revoked after carol: hers is the earliest.
+    let events = claims["events"].as_object_mut().unwrap();
+    for event in events.values_mut() {
+        event["event_timestamp"] = json!(event["event_timestamp"].as_i64().unwrap() + 1);
+    }
+    for i in 0..agentid_verifier::SEEN_SETS {
+        claims["jti"] = json!(format!("flood-{i}"));
+        claims["sub_id"]["sub"] = json!(format!("p{i}"));
+        v.handle_set(&s.sign(&claims, "secevent+jwt")).await.unwrap();
+    }
+    assert_eq!(code(v.verify(&token).await), "TOKEN_REVOKED");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let later = exchange(&s, &a, &id_token(&idp, "dave", &a.0), API, ID_TOKEN);
+    assert_eq!(v.verify(&later).await.unwrap().subject.unwrap().sub, "dave");
+}
