@@ -1022,3 +1022,22 @@ async fn used_assertions_are_kept_a_minute_past_their_expiry() {
     );
     assert!(app.store.use_assertion("old", Millis(now)).await.unwrap());
 }
+
+/// An access token lives no longer than its organization's longest token: an enterprise
+/// organization that shortened it to 5 minutes gets 300 s, not the endpoint's 900.
+#[actix_web::test]
+async fn an_access_token_lives_no_longer_than_its_organizations_longest_token() {
+    let app = spawn_app_with(Options::unlimited()).await;
+    let key = AgentKey::ed();
+    let agent = client(&app, &key).await;
+    let shorter = agentid::engine::admin::LimitChange {
+        max_expiry_seconds: Some(300),
+        ..Default::default()
+    };
+    agentid::engine::admin::set_limits(&app.store, &app.org.org_id, shorter)
+        .await
+        .unwrap();
+    let res = ask(&app, &assertion(&app, &key, &agent), &[("resource", RESOURCE)]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.json()["expires_in"], 300);
+}

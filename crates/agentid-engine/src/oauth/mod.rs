@@ -448,7 +448,9 @@ impl OAuth {
         }
         let issued = now.as_secs();
         let cap = delegated.as_ref().and_then(|d| d.exp_cap).unwrap_or(i64::MAX);
-        let expires = (issued + self.lifetime_secs).min(cap);
+        // No longer than the organization's longest token (an enterprise may shorten it).
+        let longest = i64::try_from(client.org.limits.max_expiry_seconds).unwrap_or(i64::MAX);
+        let expires = (issued + self.lifetime_secs.min(longest)).min(cap);
         if expires <= issued {
             // RFC 7523 §3.1: an assertion that expired is the grant's fault, invalid_grant.
             let e = match req.grant_type {
