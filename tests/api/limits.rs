@@ -600,3 +600,33 @@ async fn public_documents_are_never_limited_and_charge_no_bucket() {
     assert_eq!(res.status, 200);
     assert_eq!(assert_headers(&res, 500), 499, "only this call was charged");
 }
+
+/// Attack: a publishable key (anyone may have one) whose row the store cannot read (an
+/// outage of the key read alone, the pool busy) is taken by verify as no key, and such calls
+/// were charged nowhere: unlimited recorded verifications. They cost what anonymous ones do.
+#[actix_web::test]
+async fn verify_calls_with_a_key_the_store_cannot_check_cost_what_anonymous_ones_do() {
+    let app = spawn_app_with(Options {
+        tweak: Box::new(|c| c.engine.key_cache_ttl = Duration::from_millis(100)),
+        ..Options::default()
+    })
+    .await;
+    let (_, token) = app.agent().await;
+    let pk = app.org.keys.publishable_live.clone();
+    let path = format!("/v1/verify/{token}");
+    assert_eq!(app.get(&path, Some(&pk)).await.status, 200);
+    app.raw_execute("ALTER TABLE api_keys RENAME TO api_keys_gone")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let mut statuses = std::collections::BTreeMap::new();
+    for _ in 0..150 {
+        *statuses
+            .entry(app.get(&path, Some(&pk)).await.status)
+            .or_insert(0) += 1;
+    }
+    app.raw_execute("ALTER TABLE api_keys_gone RENAME TO api_keys")
+        .await
+        .unwrap();
+    assert!(statuses.contains_key(&429), "{statuses:?}");
+}

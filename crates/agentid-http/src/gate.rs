@@ -107,7 +107,9 @@ pub(crate) async fn gate(
                 .await
         }
         // A key the store could not check (an outage) is answered for the outage (503) by
-        // its handler: charging its address's anonymous bucket would answer 429 instead.
+        // its handler: charging its address's anonymous bucket would answer 429 instead. The
+        // verify routes take such a call as one without a key: it costs what one does.
+        Auth::Unverifiable if counted && class != Class::Other => (limits.check(who, class).await, false),
         Auth::Unverifiable => (limits.peek(who, class), false),
         _ if counted => (limits.check(who, class).await, false),
         _ => (limits.peek(who, class), false),
