@@ -498,6 +498,43 @@ async fn poll_returns_sets_until_they_are_acknowledged() {
     .assert_error(401, "UNAUTHORIZED");
 }
 
+/// Attack: subjects added without end (every agent of the organization, and more rows a
+/// stream would hold). A stream holds at most 10,000; an added one already there answers as
+/// before.
+#[actix_web::test]
+async fn the_subjects_a_stream_holds_are_bounded() {
+    let app = spawn_app().await;
+    let (_receiver, url) = Receiver::start().await;
+    let stream = push_stream(&app, &url).await;
+    let (a, _) = app.agent().await;
+    let add = |sub: String| {
+        send(
+            &app,
+            "POST",
+            "/ssf/subjects/add",
+            Some(app.secret()),
+            Some(
+                json!({"stream_id": stream, "subject": {"format": "iss_sub", "iss": "example.com", "sub": sub}}),
+            ),
+        )
+    };
+    assert_eq!(add(a.clone()).await.status, 200);
+    app.raw_execute(&format!(
+        "INSERT INTO ssf_subjects (stream_id, agent_id) SELECT '{stream}', 'agt_filler' || CAST(g.n AS TEXT) FROM {}",
+        if app.db.is_postgres() {
+            "generate_series(1, 9999) AS g(n)".to_owned()
+        } else {
+            "(WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 9999) SELECT n FROM s) g"
+                .to_owned()
+        }
+    ))
+    .await
+    .unwrap();
+    let (b, _) = app.agent().await;
+    add(b).await.assert_error(400, "VALIDATION_ERROR");
+    assert_eq!(add(a).await.status, 200);
+}
+
 /// Once subjects are added, a stream carries only theirs.
 #[actix_web::test]
 async fn subjects_narrow_a_stream_to_their_agents() {

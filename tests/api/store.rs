@@ -771,12 +771,13 @@ async fn a_revocation_reaches_exactly_the_streams_that_cover_it() {
     }
     let x = agent("agt_01xxxxxxxxxxxxxxxxxxxxxxxx", &org);
     crate::helpers::insert_agent(&app.db.url, &x).await.unwrap();
-    s.add_subject(&crate::helpers::stream_id("ssf_subject_x"), &x.id)
+    s.add_subject(&crate::helpers::stream_id("ssf_subject_x"), &x.id, 10)
         .await
         .unwrap();
     s.add_subject(
         &crate::helpers::stream_id("ssf_subject_y"),
         &crate::helpers::agent_id("agt_01yyyyyyyyyyyyyyyyyyyyyyyy"),
+        10,
     )
     .await
     .unwrap();

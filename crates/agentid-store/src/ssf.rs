@@ -32,7 +32,14 @@ pub trait SsfStore {
     /// is gone.
     fn set_stream_status<'a>(&'a self, id: &'a StreamId, status: &'a str) -> StoreFuture<'a, bool>;
     fn delete_stream<'a>(&'a self, id: &'a StreamId) -> StoreFuture<'a, bool>;
-    fn add_subject<'a>(&'a self, stream_id: &'a StreamId, agent_id: &'a AgentId) -> StoreFuture<'a, ()>;
+    /// Adds a subject to a stream that holds fewer than `max` (one it holds already is added
+    /// again); `None` when there is no such stream, `Some(false)` when it holds `max`.
+    fn add_subject<'a>(
+        &'a self,
+        stream_id: &'a StreamId,
+        agent_id: &'a AgentId,
+        max: i64,
+    ) -> StoreFuture<'a, Option<bool>>;
     fn remove_subject<'a>(&'a self, stream_id: &'a StreamId, agent_id: &'a AgentId) -> StoreFuture<'a, bool>;
     /// Queues a verification event carrying `state`, unless the stream is disabled (checked
     /// under its row's lock, so that a disable at the same time leaves nothing queued).

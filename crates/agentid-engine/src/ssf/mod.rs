@@ -42,6 +42,8 @@ pub const EVENTS_SUPPORTED: [&str; 2] = [SESSION_REVOKED, VERIFICATION];
 pub(crate) const MAX_STREAMS: i64 = 10;
 /// Bounds of what a stream's owner sends.
 const MAX_EVENTS_REQUESTED: usize = 16;
+/// Subjects a stream may hold.
+pub(crate) const MAX_SUBJECTS: i64 = 10_000;
 const MAX_TEXT: usize = 512;
 /// A push that takes longer failed.
 pub(crate) const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -92,6 +94,8 @@ pub enum SsfError {
         "an organization has at most {MAX_STREAMS} streams in each mode (test and live keys count their own)"
     )]
     TooMany,
+    #[error("a stream holds at most {MAX_SUBJECTS} subjects")]
+    TooManySubjects,
     #[error("poll token missing or not this stream's")]
     BadPollToken,
     #[error(transparent)]
@@ -423,7 +427,15 @@ impl Ssf {
             ));
         };
         if add {
-            self.store.add_subject(&stream.id, &agent.id).await?;
+            match self
+                .store
+                .add_subject(&stream.id, &agent.id, MAX_SUBJECTS)
+                .await?
+            {
+                Some(true) => {}
+                Some(false) => return Err(SsfError::TooManySubjects),
+                None => return Err(SsfError::NotFound),
+            }
         } else if !self.store.remove_subject(&stream.id, &agent.id).await? {
             // Answered, not passed over: a stream that carries every agent (none added) would
             // go on carrying this one.

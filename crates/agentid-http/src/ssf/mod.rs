@@ -28,7 +28,9 @@ impl From<SsfError> for ApiError {
                 "the subject is not one of the stream's subjects (a stream carries every agent of \
                  its organization and mode until subjects are added)",
             ),
-            SsfError::TooMany => ApiError::new(ErrorCode::ValidationError, e.to_string()),
+            SsfError::TooMany | SsfError::TooManySubjects => {
+                ApiError::new(ErrorCode::ValidationError, e.to_string())
+            }
             SsfError::BadPollToken => {
                 ApiError::unauthorized("send Authorization: Bearer <the stream's poll_token>")
             }

@@ -205,9 +205,34 @@ impl SsfStore for SqlStore<DB> {
         }))
     }
 
-    fn add_subject<'a>(&'a self, stream_id: &'a StreamId, agent_id: &'a AgentId) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+    fn add_subject<'a>(
+        &'a self,
+        stream_id: &'a StreamId,
+        agent_id: &'a AgentId,
+        max: i64,
+    ) -> StoreFuture<'a, Option<bool>> {
+        Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.begin().await?;
+            // The stream's row first (counts and adds are one at a time per stream; a stream
+            // deleted meanwhile is no stream, not a foreign-key failure).
+            let narrowed = sqlx::query("UPDATE ssf_streams SET narrowed = TRUE WHERE id = $1")
+                .bind(stream_id.as_str())
+                .execute(&mut *tx)
+                .await?;
+            if DB::rows_affected(&narrowed) != 1 {
+                return Ok(None);
+            }
+            let (held, n): (bool, i64) = sqlx::query_as(
+                "SELECT EXISTS (SELECT 1 FROM ssf_subjects WHERE stream_id = $1 AND agent_id = $2), \
+                 (SELECT COUNT(*) FROM ssf_subjects WHERE stream_id = $1)",
+            )
+            .bind(stream_id.as_str())
+            .bind(agent_id.as_str())
+            .fetch_one(&mut *tx)
+            .await?;
+            if !held && n >= max {
+                return Ok(Some(false));
+            }
             sqlx::query(
                 "INSERT INTO ssf_subjects (stream_id, agent_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
             )
@@ -215,12 +240,9 @@ impl SsfStore for SqlStore<DB> {
             .bind(agent_id.as_str())
             .execute(&mut *tx)
             .await?;
-            sqlx::query("UPDATE ssf_streams SET narrowed = TRUE WHERE id = $1")
-                .bind(stream_id.as_str())
-                .execute(&mut *tx)
-                .await?;
-            crate::sql::commit(tx).await
-        })
+            crate::sql::commit(tx).await?;
+            Ok(Some(true))
+        }))
     }
 
     fn remove_subject<'a>(&'a self, stream_id: &'a StreamId, agent_id: &'a AgentId) -> StoreFuture<'a, bool> {
