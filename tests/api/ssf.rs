@@ -1046,3 +1046,31 @@ async fn a_stream_row_that_does_not_decode_holds_up_no_other_stream() {
         "the alarm is counted"
     );
 }
+
+/// A pass over a stream stops pushing once the stream is disabled (or paused, deleted, or
+/// moved to another endpoint) while it runs: SSF §8.1.2, a disabled stream transmits nothing.
+/// Before, the pass pushed every event it had read, for as long as its lease ran.
+#[actix_web::test]
+async fn a_pass_stops_pushing_once_its_stream_is_disabled() {
+    let app = spawn_app().await;
+    let (receiver, url) = Receiver::start().await;
+    let stream = push_stream(&app, &url).await;
+    let status = |s: &'static str| {
+        send(
+            &app,
+            "POST",
+            "/ssf/status",
+            Some(app.secret()),
+            Some(json!({"stream_id": stream, "status": s})),
+        )
+    };
+    assert_eq!(status("paused").await.status, 200);
+    verifications(&app, &stream, 20).await;
+    receiver.slow.store(300, Ordering::SeqCst);
+    assert_eq!(status("enabled").await.status, 200);
+    receiver.wait_for(1, Duration::from_secs(5)).await;
+    assert_eq!(status("disabled").await.status, 200);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let got = receiver.got.lock().len();
+    assert!(got <= 3, "{got} SETs pushed to a stream disabled after the first");
+}

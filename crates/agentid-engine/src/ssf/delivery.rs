@@ -169,6 +169,11 @@ async fn deliver_stream(
             pass = Pass::Cut;
             break;
         }
+        // A stream disabled, paused, deleted or moved to another endpoint (or `aud`) while the
+        // pass runs gets nothing more from it (SSF §8.1.2); a moved one, its next pass.
+        if !as_leased(ssf, stream).await? {
+            break;
+        }
         let pushed = match &agent {
             Ok(agent) => {
                 let set = ssf.sign(stream, &event);
@@ -218,6 +223,14 @@ async fn deliver_stream(
     }
     ssf.store.events_done(&stream.id, &done).await?;
     Ok(pass)
+}
+
+/// Whether `stream` is still as it was leased: there, enabled, with the same endpoint and
+/// `aud`.
+async fn as_leased(ssf: &Ssf, stream: &StreamRecord) -> Result<bool, StoreError> {
+    Ok(ssf.store.get_stream(&stream.id).await?.is_some_and(|now| {
+        now.status == "enabled" && now.endpoint_url == stream.endpoint_url && now.aud == stream.aud
+    }))
 }
 
 #[cfg(test)]
