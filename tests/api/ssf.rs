@@ -1074,3 +1074,35 @@ async fn a_pass_stops_pushing_once_its_stream_is_disabled() {
     let got = receiver.got.lock().len();
     assert!(got <= 3, "{got} SETs pushed to a stream disabled after the first");
 }
+
+/// Events held while a stream was paused for more than a day get their full day of retries
+/// once it is enabled again: the 24 h count from the first failed push, not from the event
+/// (before, the first failure after the pause gave each one up at once).
+#[actix_web::test]
+async fn events_held_over_a_day_get_their_retries_when_the_stream_resumes() {
+    let app = spawn_app().await;
+    let (receiver, url) = Receiver::start().await;
+    let stream = push_stream(&app, &url).await;
+    let status = |s: &'static str| {
+        send(
+            &app,
+            "POST",
+            "/ssf/status",
+            Some(app.secret()),
+            Some(json!({"stream_id": stream, "status": s})),
+        )
+    };
+    assert_eq!(status("paused").await.status, 200);
+    verifications(&app, &stream, 1).await;
+    app.raw_execute(&format!(
+        "UPDATE ssf_events SET event_at = event_at - 90000000 WHERE stream_id = '{stream}'"
+    ))
+    .await
+    .unwrap();
+    receiver.down.store(true, Ordering::SeqCst);
+    assert_eq!(status("enabled").await.status, 200);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    receiver.down.store(false, Ordering::SeqCst);
+    let got = receiver.wait_for(1, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 1, "the held event was given up");
+}

@@ -51,6 +51,16 @@ fn backoff(attempts: i32) -> Duration {
     Duration::from_secs(1u64 << attempts.clamp(1, 10).saturating_sub(1) as u32).min(Duration::from_secs(300))
 }
 
+/// How long an event has been retried after `attempts` failed pushes: the waits between them.
+/// Counted from its first failure, not from the event: one held while its stream was paused
+/// gets its retries once the stream is enabled again.
+fn retried_for(attempts: i32) -> Duration {
+    // The waits double from 1 s over the first nine, then stay at 5 min ([`backoff`]); in a
+    // closed form, so that a count written into the database costs nothing to read.
+    let n = attempts.max(0) as u64;
+    Duration::from_secs((1u64 << n.min(9)) - 1 + n.saturating_sub(9) * 300)
+}
+
 /// Delivers push streams' events for as long as it runs: each leased stream in a task of its
 /// own, at most `streams_at_once` of them at a time, so that a slow receiver holds up only its
 /// own stream.
@@ -199,7 +209,7 @@ async fn deliver_stream(
                 done.push(event.seq);
             }
             Pushed::Failed(why) => {
-                if now.0 - event.event_at.0 > GIVE_UP_AFTER.as_millis() as i64 {
+                if retried_for(event.attempts) >= GIVE_UP_AFTER {
                     outcome("expired");
                     tracing::warn!(stream = %stream.id, jti = %event.jti, "gave up a SET after 24 h of failed pushes");
                     done.push(event.seq);
@@ -236,6 +246,16 @@ async fn as_leased(ssf: &Ssf, stream: &StreamRecord) -> Result<bool, StoreError>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retries_span_a_day_before_an_event_is_given_up() {
+        for n in 0..400 {
+            assert_eq!(retried_for(n), (1..=n).map(backoff).sum(), "{n}");
+        }
+        let first = (1..).find(|&n| retried_for(n) >= GIVE_UP_AFTER).unwrap();
+        assert_eq!(first, 296);
+        assert!(retried_for(i32::MAX) >= GIVE_UP_AFTER);
+    }
 
     #[test]
     fn a_failed_push_names_no_part_of_the_receivers_url() {
