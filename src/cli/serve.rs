@@ -131,9 +131,10 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "AGENTID_SSF_ALLOW_INSECURE_ENDPOINTS", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false)]
     pub(crate) ssf_allow_insecure_endpoints: bool,
     /// How long an instance holds a Shared Signals push stream it delivers, in seconds (at
-    /// least 12: a push may take 10); after a crash its events wait this long.
+    /// least 17: a pass looks its endpoint up, up to 5 s, before a push, which may take 10);
+    /// after a crash its events wait this long.
     #[arg(long, env = "AGENTID_SSF_LEASE_SECONDS", default_value_t = SsfConfig::default().lease.as_secs(),
-          value_parser = clap::value_parser!(u64).range(12..=3600))]
+          value_parser = clap::value_parser!(u64).range(17..=3600))]
     pub(crate) ssf_lease_seconds: u64,
     /// Who may issue under an issuer domain: `verified`, only an organization that proved
     /// the name (or that the operator granted it); `open`, anyone, for single-tenant and

@@ -940,6 +940,8 @@ fn out_of_range_settings_and_a_key_on_the_command_line_are_refused() {
         ("--db-max-connections", "0"),
         ("--checkpoint-interval-ms", "18446744073709551615"),
         ("--shutdown-drain-seconds", "86400"),
+        // A pass looks its endpoint up (up to 5 s) before a push (up to 10 s).
+        ("--ssf-lease-seconds", "16"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_agentid"))
             .args(["serve", name, value])
