@@ -314,7 +314,10 @@ pub(crate) async fn token(state: web::Data<AppState>, req: HttpRequest, body: By
     }
     let received = context::received(&req);
     let client = match oauth.authenticate(&request, received).await {
-        Ok(c) => c,
+        Ok(c) => {
+            drop(cell);
+            c
+        }
         Err(e) => {
             let mut res = refusal(&e);
             if matches!(e, OAuthError::InvalidClient(_)) {
@@ -329,12 +332,8 @@ pub(crate) async fn token(state: web::Data<AppState>, req: HttpRequest, body: By
     };
     let charged = limits.check(org, Class::Other).await;
     if !charged.allowed {
-        // Authenticating it cost reads and a write all the same: the address keeps its cell,
-        // so a client past its organization's limit cannot go on making the service do that.
-        let _ = cell.failed();
         return too_many(charged, "the rate limit of the agent's organization is used up");
     }
-    drop(cell);
     let mut res = match oauth.issue(&client, &request, received).await {
         Ok(t) => HttpResponse::Ok()
             .insert_header((header::CACHE_CONTROL, "no-store"))
