@@ -48,6 +48,24 @@ async fn second_org(app: &TestApp) -> admin::CreatedOrg {
         .unwrap()
 }
 
+/// The number of the last issuer-domain event.
+async fn last_domain_event(app: &TestApp) -> i64 {
+    let (seq,): (i64,) = if app.db.is_postgres() {
+        let pool = sqlx::PgPool::connect(&app.db.url).await.unwrap();
+        sqlx::query_as("SELECT MAX(seq) FROM domain_events")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    } else {
+        let pool = sqlx::SqlitePool::connect(&app.db.url).await.unwrap();
+        sqlx::query_as("SELECT MAX(seq) FROM domain_events")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    seq
+}
+
 /// `agentid audit verify` on the app's database and key file: exit code and output.
 fn audit_verify(app: &TestApp) -> (Option<i32>, String) {
     audit_verify_with(app, &[])
@@ -219,19 +237,7 @@ async fn committed_rows_are_recorded_short_and_at_the_end() {
     let app = spawn_app().await;
     let org = &app.org.org_id;
     let long = "a".repeat(100_000);
-    let (seq,): (i64,) = if app.db.is_postgres() {
-        let pool = sqlx::PgPool::connect(&app.db.url).await.unwrap();
-        sqlx::query_as("SELECT MAX(seq) FROM domain_events")
-            .fetch_one(&pool)
-            .await
-            .unwrap()
-    } else {
-        let pool = sqlx::SqlitePool::connect(&app.db.url).await.unwrap();
-        sqlx::query_as("SELECT MAX(seq) FROM domain_events")
-            .fetch_one(&pool)
-            .await
-            .unwrap()
-    };
+    let seq = last_domain_event(&app).await;
     let mac = blob(&app, &[7u8; 32]);
     let agent = |id: &str, revoked: &str| {
         format!(
@@ -838,19 +844,7 @@ async fn who_holds_a_name_cannot_be_written_into_the_database() {
     let app = spawn_app().await;
     let b = second_org(&app).await;
     let before = integrity_failures(metrics, "domain_event");
-    let (seq,): (i64,) = if app.db.is_postgres() {
-        let pool = sqlx::PgPool::connect(&app.db.url).await.unwrap();
-        sqlx::query_as("SELECT MAX(seq) FROM domain_events")
-            .fetch_one(&pool)
-            .await
-            .unwrap()
-    } else {
-        let pool = sqlx::SqlitePool::connect(&app.db.url).await.unwrap();
-        sqlx::query_as("SELECT MAX(seq) FROM domain_events")
-            .fetch_one(&pool)
-            .await
-            .unwrap()
-    };
+    let seq = last_domain_event(&app).await;
     let org_b = &b.org_id;
     let forged = blob(&app, &[7u8; 32]);
     for sql in [

@@ -315,6 +315,18 @@ async fn a_receiver_that_was_down_gets_its_events_in_order_when_back() {
     assert_eq!(receiver.got.lock().len(), 2);
 }
 
+/// `POST /ssf/status` of `stream` to `status`.
+async fn set_status(app: &TestApp, stream: &str, status: &str) -> Resp {
+    send(
+        app,
+        "POST",
+        "/ssf/status",
+        Some(app.secret()),
+        Some(json!({"stream_id": stream, "status": status})),
+    )
+    .await
+}
+
 /// Queues `n` verification events on `stream`.
 async fn verifications(app: &TestApp, stream: &str, n: usize) {
     for i in 0..n {
@@ -367,7 +379,8 @@ async fn a_pass_cut_short_goes_behind_the_streams_that_waited() {
     let app = spawn_app_with(Options {
         tweak: Box::new(|c| {
             c.engine.ssf.streams_at_once = 1;
-            // The shortest lease: a pass ends one push after it starts.
+            // A lease shorter than the service takes (17 s): a pass ends one push after it
+            // starts.
             c.engine.ssf.lease = Duration::from_secs(12);
         }),
         ..Options::default()
@@ -642,7 +655,7 @@ async fn an_event_survives_a_kill_between_commit_and_delivery() {
     // The shortest lease: a pass the kill cut short holds the stream until it runs out.
     let env = [
         ("AGENTID_SSF_ALLOW_INSECURE_ENDPOINTS", "1"),
-        ("AGENTID_SSF_LEASE_SECONDS", "12"),
+        ("AGENTID_SSF_LEASE_SECONDS", "17"),
     ];
     let start = || crate::cli::spawn_server(dir.path(), Some(&db.url), &env, std::process::Stdio::null());
     let (receiver, url) = Receiver::start().await;
@@ -702,7 +715,7 @@ async fn an_event_survives_a_kill_between_commit_and_delivery() {
 
     receiver.down.store(false, Ordering::SeqCst);
     let mut server = start();
-    let got = receiver.wait_for(1, Duration::from_secs(20)).await;
+    let got = receiver.wait_for(1, Duration::from_secs(25)).await;
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(part(&got[0], 1)["sub_id"]["sub"], id.as_str());
     server.child.kill().unwrap();
@@ -1055,24 +1068,21 @@ async fn a_pass_stops_pushing_once_its_stream_is_disabled() {
     let app = spawn_app().await;
     let (receiver, url) = Receiver::start().await;
     let stream = push_stream(&app, &url).await;
-    let status = |s: &'static str| {
-        send(
-            &app,
-            "POST",
-            "/ssf/status",
-            Some(app.secret()),
-            Some(json!({"stream_id": stream, "status": s})),
-        )
-    };
+    let status = |s: &'static str| set_status(&app, &stream, s);
     assert_eq!(status("paused").await.status, 200);
     verifications(&app, &stream, 20).await;
     receiver.slow.store(300, Ordering::SeqCst);
     assert_eq!(status("enabled").await.status, 200);
     receiver.wait_for(1, Duration::from_secs(5)).await;
     assert_eq!(status("disabled").await.status, 200);
+    let when_disabled = receiver.got.lock().len();
     tokio::time::sleep(Duration::from_secs(4)).await;
+    // The push under way when the stream was disabled may land; no other.
     let got = receiver.got.lock().len();
-    assert!(got <= 3, "{got} SETs pushed to a stream disabled after the first");
+    assert!(
+        got <= when_disabled + 1,
+        "{got} SETs pushed, {when_disabled} when the stream was disabled"
+    );
 }
 
 /// Events held while a stream was paused for more than a day get their full day of retries
@@ -1083,15 +1093,7 @@ async fn events_held_over_a_day_get_their_retries_when_the_stream_resumes() {
     let app = spawn_app().await;
     let (receiver, url) = Receiver::start().await;
     let stream = push_stream(&app, &url).await;
-    let status = |s: &'static str| {
-        send(
-            &app,
-            "POST",
-            "/ssf/status",
-            Some(app.secret()),
-            Some(json!({"stream_id": stream, "status": s})),
-        )
-    };
+    let status = |s: &'static str| set_status(&app, &stream, s);
     assert_eq!(status("paused").await.status, 200);
     verifications(&app, &stream, 1).await;
     app.raw_execute(&format!(
