@@ -175,13 +175,14 @@ async fn deliver_stream(
             // The instance stops: what is left waits for the next pass, anywhere.
             break;
         }
-        if Instant::now() + PUSH_TIMEOUT + Duration::from_secs(1) >= lease_ends {
-            pass = Pass::Cut;
+        // A stream disabled, paused, deleted or moved to another endpoint (or `aud`) while the
+        // pass runs gets nothing more from it (SSF §8.1.2); a moved one, its next pass. Looked
+        // at before the time left: the look may wait for a connection.
+        if !as_leased(ssf, stream).await? {
             break;
         }
-        // A stream disabled, paused, deleted or moved to another endpoint (or `aud`) while the
-        // pass runs gets nothing more from it (SSF §8.1.2); a moved one, its next pass.
-        if !as_leased(ssf, stream).await? {
+        if Instant::now() + PUSH_TIMEOUT + Duration::from_secs(1) >= lease_ends {
+            pass = Pass::Cut;
             break;
         }
         let pushed = match &agent {
