@@ -142,7 +142,11 @@ fn read_directory(url: &str, body: &[u8]) -> Result<KeyRing, Error> {
     let listed: Listed = serde_json::from_slice(body).map_err(unusable)?;
     let mut ring = KeyRing::default();
     for jwk in listed.keys.into_iter().take(MAX_DIRECTORY_KEYS) {
-        let jwk: Thumbprintable = serde_json::from_value(jwk).map_err(unusable)?;
+        // A key of a kind this crate cannot read is passed over, as the other libraries pass
+        // it over: the rest of the directory still counts.
+        let Ok(jwk) = serde_json::from_value::<Thumbprintable>(jwk) else {
+            continue;
+        };
         if matches!(&jwk, Thumbprintable::OKP { x, .. } if test_point(x)) {
             continue;
         }
@@ -349,6 +353,25 @@ mod tests {
                 .iter()
                 .collect::<Vec<_>>()
         );
+    }
+
+    /// A key of a kind the crate cannot read (an unknown `kty`, an OKP key without `x`) is
+    /// passed over, and the directory's other keys still count.
+    #[test]
+    fn a_key_that_does_not_read_is_passed_over() {
+        let key = ed25519_dalek::SigningKey::from_bytes(&[3; 32]);
+        let x = base64::Engine::encode(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+            key.verifying_key().as_bytes(),
+        );
+        let good = serde_json::json!({"kty": "OKP", "crv": "Ed25519", "x": x});
+        let body = serde_json::json!({"keys": [{"kty": "XYZ"}, {"kty": "OKP", "crv": "Ed25519"}, good]});
+        let ring = read_directory("https://d.example/", body.to_string().as_bytes()).unwrap();
+        let thumbprint = serde_json::from_value::<Thumbprintable>(good)
+            .unwrap()
+            .b64_thumbprint();
+        assert!(ring.get(&thumbprint).is_some());
+        assert!(read_directory("https://d.example/", b"not json").is_err());
     }
 
     /// Attack: each made-up issuer whose directory fails is remembered, within the bound; a
