@@ -158,7 +158,8 @@ export class Verifier {
    * the last 10,000 taken, and its subject's `sub_id.iss` is in `issuers` (when set). A
    * revocation revokes at once, and drops what is held of its issuer's signature directory. A
    * person's revocation refuses their delegated tokens issued until it; past 10,000 people
-   * the earliest is forgotten, and every delegated token issued until it is refused. */
+   * those revoked over an hour ago go first, then the earliest, and every delegated token
+   * issued until it is refused. */
   handleSet(setJwt: string): Promise<void>;
 }
 

@@ -153,7 +153,7 @@ fn body(d: DomainView) -> DomainBody {
         (status = 201, description = "Claimed: publish the challenge (either form), then verify", body = DomainBody),
         (status = 200, description = "The organization had claimed it, or holds it, already: as it is", body = DomainBody),
         (status = 400, description = "INVALID_REQUEST or VALIDATION_ERROR", body = ErrorBody),
-        (status = 409, description = "TOO_MANY_DOMAINS: 100 claims pending already", body = ErrorBody),
+        (status = 409, description = "TOO_MANY_DOMAINS: 100 claims pending already, or 1,000 names held and claimed together", body = ErrorBody),
         (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
     ),
 )]

@@ -50,7 +50,7 @@ error_codes! {
     ExpiryTooLong = ("EXPIRY_TOO_LONG", BAD_REQUEST, "`expiry_seconds` is above the maximum token lifetime of the organization's plan (400)."),
     InvalidCursor = ("INVALID_CURSOR", BAD_REQUEST, "The `cursor` was not issued by this service for this query (400)."),
     Unauthorized = ("UNAUTHORIZED", UNAUTHORIZED, "The API key is missing, malformed, unknown or disabled, or a poll request's `poll_token` is not its stream's (401, with `WWW-Authenticate: Bearer`)."),
-    Forbidden = ("FORBIDDEN", FORBIDDEN, "A publishable key (`pk_`) was used on an endpoint that needs a secret key (`sk_`), or a test key (`sk_test_`) on one that needs a live one: claiming, proving or releasing a domain, or the identity-provider endpoints (403)."),
+    Forbidden = ("FORBIDDEN", FORBIDDEN, "A publishable key (`pk_`) was used on an endpoint that needs a secret key (`sk_`), or a test key (`sk_test_`) on one that needs a live one: claiming, proving or releasing a domain, the identity-provider endpoints, or revoking a person (403)."),
     AgentNotFound = ("AGENT_NOT_FOUND", NOT_FOUND, "No agent with this id exists for the calling organization and mode (404)."),
     NotFound = ("NOT_FOUND", NOT_FOUND, "No such route, status list, stream, stream subject or identity provider of the calling organization (404)."),
     MethodNotAllowed = ("METHOD_NOT_ALLOWED", METHOD_NOT_ALLOWED, "The route exists but not for this HTTP method (405)."),

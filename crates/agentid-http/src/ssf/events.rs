@@ -57,7 +57,7 @@ async fn subject(
     post, path = "/ssf/subjects/add", tag = "ssf", request_body = SubjectChange,
     responses(
         (status = 200, description = "Added: the stream now carries only its subjects' events"),
-        (status = 400, description = "VALIDATION_ERROR: not an agent of this organization and mode", body = ErrorBody),
+        (status = 400, description = "VALIDATION_ERROR: not an agent of this organization and mode, or the stream holds 10,000 subjects already", body = ErrorBody),
         (status = 404, description = "NOT_FOUND", body = ErrorBody),
     ),
 )]
