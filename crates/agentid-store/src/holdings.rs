@@ -55,15 +55,6 @@ impl EventRow {
     }
 }
 
-/// Every event of every name an organization (`$1`) ever held, in order: a name's latest
-/// event says whether it still does.
-pub(crate) fn org_events_sql() -> String {
-    format!(
-        "SELECT {EVENT_COLUMNS} FROM domain_events WHERE domain IN \
-         (SELECT domain FROM domain_events WHERE org_id = $1) ORDER BY seq"
-    )
-}
-
 /// The event that closes what the migration carried over: unsealed events count up to it.
 pub(crate) const MIGRATED_SEQ_SQL: &str =
     "SELECT MIN(seq) FROM domain_events WHERE kind = 'migrated' AND seq >= 1";

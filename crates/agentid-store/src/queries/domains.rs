@@ -3,7 +3,7 @@
 use super::holdings::{append, holdings_in, org_holdings_in};
 use super::revoke::revoke_in;
 use crate::domains::DomainRules;
-use crate::holdings::{org_events_sql, EventRow, EVENT_COLUMNS, MIGRATED_SEQ_SQL};
+use crate::holdings::{EventRow, EVENT_COLUMNS, MIGRATED_SEQ_SQL};
 use crate::sql::{Backend, SqlStore};
 use crate::{Attempt, Claimed, DomainClaim, Held, Moved, NameMove, StoreError, StoreFuture};
 use agentid_core::domain::holding::{self, DomainEvent, Grant, HoldRefused, Holding, UnreadEvent};
@@ -78,28 +78,18 @@ impl DomainStore for SqlStore<DB> {
         org_id: Option<&'a OrgId>,
     ) -> StoreFuture<'a, Vec<Holding>> {
         Box::pin(async move {
-            let (migrated,): (Option<i64>,) = sqlx::query_as(MIGRATED_SEQ_SQL)
-                .fetch_one(&mut *self.conn().await?)
-                .await?;
-            let rows: Vec<EventRow> = match org_id {
-                Some(org) => {
-                    sqlx::query_as(&org_events_sql())
-                        .bind(org.as_str())
-                        .fetch_all(&mut *self.conn().await?)
-                        .await?
-                }
-                None => {
+            let mut tx = self.begin().await?;
+            let Some(org) = org_id else {
+                let (migrated,): (Option<i64>,) =
+                    sqlx::query_as(MIGRATED_SEQ_SQL).fetch_one(&mut *tx).await?;
+                let rows: Vec<EventRow> =
                     sqlx::query_as(&format!("SELECT {EVENT_COLUMNS} FROM domain_events ORDER BY seq"))
-                        .fetch_all(&mut *self.conn().await?)
-                        .await?
-                }
+                        .fetch_all(&mut *tx)
+                        .await?;
+                let rows: Vec<_> = rows.into_iter().map(EventRow::read).collect();
+                return Ok(rules.holdings(&rows, migrated));
             };
-            let rows: Vec<_> = rows.into_iter().map(EventRow::read).collect();
-            Ok(rules
-                .holdings(&rows, migrated)
-                .into_iter()
-                .filter(|h| org_id.is_none_or(|o| o == h.org_id.as_str()))
-                .collect())
+            org_holdings_in(&mut tx, rules, org.as_str()).await
         })
     }
 

@@ -4,7 +4,7 @@ use crate::domains::DomainRules;
 use crate::StoreError;
 use agentid_core::domain::holding::{self, DomainEvent, Holding, NotCovered, ProofMethod};
 
-use crate::holdings::{org_events_sql, params, EventRow, EVENT_COLUMNS, MIGRATED_SEQ_SQL};
+use crate::holdings::{params, EventRow, EVENT_COLUMNS, MIGRATED_SEQ_SQL};
 
 use super::DB;
 
@@ -49,7 +49,13 @@ pub(crate) async fn org_holdings_in(
     org: &str,
 ) -> Result<Vec<Holding>, StoreError> {
     let (migrated,): (Option<i64>,) = sqlx::query_as(MIGRATED_SEQ_SQL).fetch_one(&mut **tx).await?;
-    let rows: Vec<_> = sqlx::query_as::<DB, EventRow>(&org_events_sql())
+    // Every event of every name the organization ever held: a name's latest event says
+    // whether it still does.
+    let sql = format!(
+        "SELECT {EVENT_COLUMNS} FROM domain_events WHERE domain IN \
+         (SELECT domain FROM domain_events WHERE org_id = $1) ORDER BY seq"
+    );
+    let rows: Vec<_> = sqlx::query_as::<DB, EventRow>(&sql)
         .bind(org)
         .fetch_all(&mut **tx)
         .await?
