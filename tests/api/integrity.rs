@@ -66,6 +66,19 @@ async fn last_domain_event(app: &TestApp) -> i64 {
     seq
 }
 
+/// Registering under each of `names` with `key` is refused: 403 `ISSUER_DOMAIN_NOT_VERIFIED`.
+async fn refused_names(app: &TestApp, key: &str, names: &[&str]) {
+    for name in names {
+        app.post(
+            "/v1/agents/register",
+            Some(key),
+            Some(&serde_json::json!({"name": "n", "issuer_domain": name, "scopes": ["read:x"]})),
+        )
+        .await
+        .assert_error(403, "ISSUER_DOMAIN_NOT_VERIFIED");
+    }
+}
+
 /// `agentid audit verify` on the app's database and key file: exit code and output.
 fn audit_verify(app: &TestApp) -> (Option<i32>, String) {
     audit_verify_with(app, &[])
@@ -871,15 +884,12 @@ async fn who_holds_a_name_cannot_be_written_into_the_database() {
         // The first is refused by the triggers; the others are rows the service ignores.
         let _ = app.raw_execute(&sql).await;
     }
-    for name in ["bank.example", "example.com", "a.io"] {
-        app.post(
-            "/v1/agents/register",
-            Some(&b.keys.secret_live),
-            Some(&serde_json::json!({"name": "n", "issuer_domain": name, "scopes": ["read:x"]})),
-        )
-        .await
-        .assert_error(403, "ISSUER_DOMAIN_NOT_VERIFIED");
-    }
+    refused_names(
+        &app,
+        &b.keys.secret_live,
+        &["bank.example", "example.com", "a.io"],
+    )
+    .await;
     // The test organization still holds what it was granted.
     app.agent().await;
     assert!(integrity_failures(metrics, "domain_event") > before);
@@ -935,15 +945,7 @@ async fn a_carried_over_hold_cannot_be_forged_ahead_of_the_first_event() {
         ),
     )
     .await;
-    for name in ["bank.example", "bank2.example"] {
-        app.post(
-            "/v1/agents/register",
-            Some(&b.keys.secret_live),
-            Some(&serde_json::json!({"name": "n", "issuer_domain": name, "scopes": ["read:x"]})),
-        )
-        .await
-        .assert_error(403, "ISSUER_DOMAIN_NOT_VERIFIED");
-    }
+    refused_names(&app, &b.keys.secret_live, &["bank.example", "bank2.example"]).await;
     app.agent().await;
     assert!(integrity_failures(metrics, "domain_event") > before);
     let (code, out) = audit_verify(&app);
