@@ -101,6 +101,55 @@ async fn disabled_keys_are_refused() {
     assert_eq!(app.get("/v1/agents", Some(app.secret())).await.status, 200);
 }
 
+/// A key's cache entry counts from when the store was asked, not from when it answered: a slow
+/// read does not stretch how long a disabled key keeps working past the cache's lifetime.
+/// PostgreSQL only (the slow read is a read waiting on a table lock).
+#[actix_web::test]
+async fn a_slow_key_read_does_not_stretch_how_long_the_key_is_trusted() {
+    use sqlx::Connection;
+    use std::time::Duration;
+    let app = crate::helpers::spawn_app_with(crate::helpers::Options {
+        tweak: Box::new(|c| c.engine.key_cache_ttl = Duration::from_secs(1)),
+        ..crate::helpers::Options::default()
+    })
+    .await;
+    if !app.db.is_postgres() {
+        return;
+    }
+    let (key, _) = agentid::engine::admin::create_key(
+        &app.store,
+        &app.org.org_id,
+        agentid::domain::ApiKeyKind::Secret,
+        agentid::domain::KeyMode::Live,
+        None,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(app.get("/v1/agents", Some(&key)).await.status, 200);
+    actix_web::rt::time::sleep(Duration::from_millis(1100)).await; // the entry expires
+    let mut locker = sqlx::PgConnection::connect(&app.db.url).await.unwrap();
+    let mut tx = locker.begin().await.unwrap();
+    sqlx::query("LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    // The refresh waits 1.5 s for the lock, longer than the entry lives.
+    let (slow, ()) = tokio::join!(app.get("/v1/agents", Some(&key)), async {
+        actix_web::rt::time::sleep(Duration::from_millis(1500)).await;
+        tx.rollback().await.unwrap();
+    });
+    assert_eq!(slow.status, 200);
+    assert!(app
+        .store
+        .disable_key(&agentid::engine::hash_key(&key), agentid::domain::Millis::now())
+        .await
+        .unwrap());
+    app.get("/v1/agents", Some(&key))
+        .await
+        .assert_error(401, "UNAUTHORIZED");
+}
+
 /// A key is named, listed with when it was last used, and disabled by its id: a leaked key
 /// its organization no longer holds can still be turned off.
 #[actix_web::test]

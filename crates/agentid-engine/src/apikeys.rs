@@ -125,6 +125,9 @@ impl ApiKeys {
                 return Ok(KeyLookup::Throttled(allowed));
             }
         }
+        // The entry's lifetime counts from the question, not the answer: a slow read must not
+        // stretch how long a key disabled meanwhile keeps working.
+        let asked = Instant::now();
         let stored = match self.store.find_key(&hash).await {
             Ok(stored) => stored,
             Err(e) => {
@@ -156,7 +159,7 @@ impl ApiKeys {
             "rejected"
         };
         metrics::counter!("agentid_api_key_lookups_total", "outcome" => outcome).increment(1);
-        let _ = guard.insert((Instant::now(), found.clone()));
+        let _ = guard.insert((asked, found.clone()));
         Ok(found)
     }
 
