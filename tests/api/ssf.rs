@@ -511,6 +511,41 @@ async fn poll_returns_sets_until_they_are_acknowledged() {
     .assert_error(401, "UNAUTHORIZED");
 }
 
+/// Attack: a long poll that began while its stream was enabled went on answering on those
+/// terms: a revocation queued after the receiver paused the stream went out within the same
+/// poll. The poll reads its stream again while it waits.
+#[actix_web::test]
+async fn a_long_poll_delivers_nothing_once_its_stream_is_paused() {
+    let app = spawn_app().await;
+    let created = poll_stream(&app).await;
+    let id = created["stream_id"].as_str().unwrap().to_owned();
+    let token = created["poll_token"].as_str().unwrap().to_owned();
+    let path = format!("/ssf/poll/{id}");
+    let (agent, _) = app.agent().await;
+    let waiting = send(&app, "POST", &path, Some(&token), Some(json!({})));
+    let paused_then_revoked = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(set_status(&app, &id, "paused").await.json()["status"], "paused");
+        assert_eq!(app.revoke(&agent, None).await.status, 200);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    tokio::select! {
+        res = waiting => panic!("the paused stream's poll answered: {}", res.text()),
+        () = paused_then_revoked => {}
+    }
+    // Enabled again, the revocation is delivered.
+    assert_eq!(set_status(&app, &id, "enabled").await.json()["status"], "enabled");
+    let res = send(
+        &app,
+        "POST",
+        &path,
+        Some(&token),
+        Some(json!({"returnImmediately": true})),
+    )
+    .await;
+    assert_eq!(res.json()["sets"].as_object().unwrap().len(), 1, "{}", res.text());
+}
+
 /// Attack: subjects added without end (every agent of the organization, and more rows a
 /// stream would hold). A stream holds at most 10,000; an added one already there answers as
 /// before.

@@ -53,12 +53,17 @@ impl Ssf {
         max: u32,
         immediately: bool,
     ) -> Result<(Vec<(String, String)>, bool), SsfError> {
-        let stream = self.store.get_stream(id).await?.ok_or(SsfError::NotFound)?;
-        let expected = stream.poll_token_hash.as_deref().ok_or(SsfError::NotFound)?;
         let given = token.map(|t| Sha256::digest(t.as_bytes()));
-        if given.as_deref() != Some(expected) {
-            return Err(SsfError::BadPollToken);
-        }
+        // The stream as it stands, with the caller's token still its own.
+        let current = || async {
+            let stream = self.store.get_stream(id).await?.ok_or(SsfError::NotFound)?;
+            let expected = stream.poll_token_hash.as_deref().ok_or(SsfError::NotFound)?;
+            if given.as_deref() != Some(expected) {
+                return Err(SsfError::BadPollToken);
+            }
+            Ok(stream)
+        };
+        let mut stream = current().await?;
         // An acknowledgement with a NUL names no SET (and no database takes it as text).
         let ack: Vec<String> = ack.iter().filter(|j| !j.contains('\0')).cloned().collect();
         if !ack.is_empty() {
@@ -89,6 +94,9 @@ impl Ssf {
                 return Ok((sets, more));
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
+            // Read again while the poll waits: a stream paused, moved to another audience or
+            // deleted meanwhile gets nothing more on the old terms.
+            stream = current().await?;
         }
     }
 }
