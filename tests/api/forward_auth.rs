@@ -423,6 +423,44 @@ async fn a_test_mode_token_passes_only_where_the_policy_allows_test_tokens() {
     );
 }
 
+/// Attack: a gateway URL with one character too many, `/v1/forward-auth/?scope=…`, was read
+/// as Envoy's path form, whose query is the guarded request's and whose policy is a header the
+/// gateway did not send: every live agent of every organization passed. The path form without
+/// its policy header is refused.
+#[actix_web::test]
+async fn the_path_form_without_its_policy_header_is_refused() {
+    let app = spawn_app().await;
+    let (_, token) = app.agent().await; // example.com, read:docs
+    for path in [
+        "/v1/forward-auth/?scope=write:docs&issuer=a.io",
+        "/v1/forward-auth/docs",
+    ] {
+        let res = read(
+            app.client
+                .get(app.url(path))
+                .insert_header(("Authorization", format!("Bearer {token}")))
+                .send()
+                .await
+                .expect("request"),
+        )
+        .await;
+        res.assert_error(400, "VALIDATION_ERROR");
+        assert!(res.text().contains("X-Agentid-Policy"), "{}", res.text());
+    }
+    // An empty policy header says "no policy" on purpose.
+    let res = read(
+        app.client
+            .get(app.url("/v1/forward-auth/docs"))
+            .insert_header(("Authorization", format!("Bearer {token}")))
+            .insert_header(("X-Agentid-Policy", ""))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+}
+
 /// Envoy's `ext_authz` over HTTP calls `path_prefix` + the guarded path and query, with the
 /// guarded method, and the headers its configuration adds (the policy) over the caller's.
 #[actix_web::test]

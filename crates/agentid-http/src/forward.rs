@@ -325,7 +325,7 @@ fn pass(v: &Verification) -> HttpResponse {
         ("Signature-Input" = Option<String>, Header, description = "Instead of a token: a request the agent signed (Web Bot Auth, RFC 9421), with its Signature and Signature-Agent, checked as POST /v1/verify/request checks it for the configured origin and the forwarded path and query"),
         ("X-Forwarded-Method" = Option<String>, Header, description = "The guarded request's method (Traefik, Caddy; NGINX configurations send X-Original-Method). Read only from a peer in --forward-auth-trusted-peers"),
         ("X-Forwarded-Uri" = Option<String>, Header, description = "The guarded request's path and query (Traefik, Caddy; NGINX configurations send X-Original-URL). Read only from a peer in --forward-auth-trusted-peers"),
-        ("X-Agentid-Policy" = Option<String>, Header, description = "Envoy's form, `/v1/forward-auth/<guarded path>` (ext_authz `path_prefix: /v1/forward-auth`): the policy, as this route's query string would name it. There the guarded method, path and query are the call's own (from a trusted peer), the query never read as policy"),
+        ("X-Agentid-Policy" = Option<String>, Header, description = "Envoy's form, `/v1/forward-auth/<guarded path>` (ext_authz `path_prefix: /v1/forward-auth`): the policy, as this route's query string would name it; required there (empty for no policy, and a call without it is refused). There the guarded method, path and query are the call's own (from a trusted peer), the query never read as policy"),
         ("X-Agentid-Key" = Option<String>, Header, description = "The gateway's publishable key (pk_…): its organization's verify limit instead of the gateway address's"),
     ),
     responses(
@@ -352,7 +352,16 @@ pub(crate) async fn check(state: web::Data<AppState>, req: HttpRequest) -> Resul
     let query = match tail {
         None => req.query_string(),
         Some(_) => match req.headers().get(POLICY_HEADER).map(HeaderValue::to_str) {
-            None => "",
+            // Without it, a gateway URL with one character too many (`/v1/forward-auth/?…`)
+            // would check no policy at all: its query is never read here.
+            None => {
+                return Err(invalid(
+                    "X-Agentid-Policy",
+                    "is required on /v1/forward-auth/<path> (an empty value for no policy); the \
+                     query there is the guarded request's, never a policy (did the gateway's URL \
+                     end in a slash?)",
+                ))
+            }
             Some(Ok(v)) => v,
             Some(Err(_)) => return Err(invalid("X-Agentid-Policy", "must be ASCII")),
         },
