@@ -20,7 +20,7 @@ pub struct Config {
     pub bind: String,
     pub database_url: String,
     /// `{base_url}`; defaults to `http://` + the bound address.
-    pub(crate) public_url: Option<String>,
+    pub public_url: Option<String>,
     pub signing_key_file: PathBuf,
     /// Prometheus listener; `None` disables it.
     pub metrics_bind: Option<String>,

@@ -310,6 +310,34 @@ async fn a_clients_forwarded_headers_cannot_rename_the_request() {
     assert_eq!(res.status, 200, "{}", res.text());
 }
 
+/// A service listening on `[::]` sees an IPv4 gateway as `::ffff:127.0.0.1`: that is the
+/// trusted loopback gateway still, whose forwarded headers name the request.
+#[actix_web::test]
+async fn a_gateway_reaching_an_ipv6_listener_over_ipv4_is_still_trusted() {
+    let port = std::net::TcpListener::bind("[::]:0").unwrap().local_addr().unwrap().port();
+    let app = spawn_app_with(Options {
+        tweak: Box::new(move |c| {
+            c.bind = format!("[::]:{port}");
+            c.public_url = Some(format!("http://127.0.0.1:{port}"));
+        }),
+        ..Options::default()
+    })
+    .await;
+    let key = AgentKey::ed();
+    let (_, token) = bound(&app, &key).await;
+    let fresh = proof(&key, &token, "GET", "https://api.example/orders");
+    let url = format!("http://127.0.0.1:{port}/v1/forward-auth?origin={ORIGIN}");
+    let dpop_auth = format!("DPoP {token}");
+    let headers = [
+        ("Authorization", dpop_auth.as_str()),
+        ("DPoP", fresh.as_str()),
+        ("X-Forwarded-Method", "GET"),
+        ("X-Forwarded-Uri", "/orders"),
+    ];
+    let res = send(&app.client, "GET", url, &headers).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+}
+
 #[actix_web::test]
 async fn forwarded_headers_count_only_from_a_trusted_gateway() {
     let app = spawn_app_with(Options {

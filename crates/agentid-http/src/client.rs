@@ -81,7 +81,7 @@ fn parse_node(s: &str) -> Option<IpAddr> {
 }
 
 /// IPv4 addresses that arrive mapped into IPv6 (`::ffff:a.b.c.d`) as IPv4.
-fn canonical(ip: IpAddr) -> IpAddr {
+pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         v4 => v4,

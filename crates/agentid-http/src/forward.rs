@@ -371,7 +371,8 @@ pub(crate) async fn check(state: web::Data<AppState>, req: HttpRequest) -> Resul
         origin,
         signed,
     } = configured(query)?;
-    let peer = req.peer_addr().map(|a| a.ip());
+    // An IPv4 gateway reaching a listener on `[::]` arrives as `::ffff:a.b.c.d`.
+    let peer = req.peer_addr().map(|a| crate::client::canonical(a.ip()));
     let trusted = peer.is_some_and(|ip| state.forward_auth_peers.iter().any(|n| n.contains(&ip)));
     let (method, target) = match (trusted, tail) {
         (false, _) => (None, None),
