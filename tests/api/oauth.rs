@@ -659,6 +659,18 @@ async fn a_dpop_proof_binds_the_access_token_to_its_key() {
     }
 }
 
+/// Attack: thousands of `audience` and `resource` fields in one 64 KiB form, each audience
+/// matched against every resource before anyone was authenticated (about 30 ms of CPU a
+/// request). Audiences are counted first.
+#[actix_web::test]
+async fn audiences_are_counted_before_they_are_matched() {
+    let app = spawn_app().await;
+    let mut extra = vec![("audience", "x"); 2000];
+    extra.extend(vec![("resource", "y"); 2000]);
+    let why = assert_oauth_error(&ask(&app, "x", &extra).await, 400, "invalid_target");
+    assert!(why.contains("at most 10 audiences"), "{why}");
+}
+
 #[actix_web::test]
 async fn token_requests_count_against_the_organizations_limit() {
     let app = spawn_app_with(Options {

@@ -206,6 +206,13 @@ impl OAuth {
             }
         }
         check_client(req)?;
+        // Counted first: thousands of audiences against thousands of resources would cost a
+        // quadratic match before any client is known.
+        if req.audiences.len() > MAX_RESOURCES {
+            return Err(OAuthError::InvalidTarget(format!(
+                "at most {MAX_RESOURCES} audiences a token"
+            )));
+        }
         // RFC 8693's `audience` names a target logically; a token's audience here is the
         // resource it is for. One the resources do not name would be dropped unseen.
         if let Some(other) = req.audiences.iter().find(|a| !req.resources.contains(a)) {
