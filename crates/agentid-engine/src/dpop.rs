@@ -294,7 +294,10 @@ impl Replays {
     pub(crate) fn release(&self, taken: &TakenProof) {
         let (key, jti) = (short_hash(taken.jkt.as_bytes()), short_hash(taken.jti.as_bytes()));
         let mut seen = self.inner.lock();
-        if seen.by_iat.contains(&(taken.iat, key, jti)) {
+        // A key's last proof stays when the key has a floor: forgetting it would forget the
+        // key and its floor with it, and the proofs under the floor could pass again.
+        let floored = matches!(seen.keys.get(&key), Some(&(1, floor)) if floor > i64::MIN);
+        if !floored && seen.by_iat.contains(&(taken.iat, key, jti)) {
             seen.forget(taken.iat, key, jti, i64::MIN);
         }
     }
@@ -309,6 +312,28 @@ impl Replays {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Attack: with the memory full, a key forgot a proof and took a floor; its one proof
+    /// left was then given back (its verification not recorded), the key went with its
+    /// floor, and the forgotten proof passed again.
+    #[test]
+    fn giving_a_proof_back_keeps_its_keys_floor() {
+        let r = Replays::new(3);
+        r.admit("a", "1", 90, 0).unwrap();
+        r.admit("b", "1", 91, 0).unwrap();
+        r.admit("k", "p1", 100, 0).unwrap();
+        r.admit("k", "p3", 101, 0).unwrap(); // k forgets p1: its floor is 100
+        let p3 = TakenProof {
+            jkt: "k".into(),
+            jti: "p3".into(),
+            iat: 101,
+        };
+        r.release(&p3);
+        assert_eq!(
+            r.admit("k", "p1", 100, 0).unwrap_err().error,
+            ProofError::Replayed
+        );
+    }
 
     #[test]
     fn a_jti_is_refused_a_second_time_for_its_key_only() {
