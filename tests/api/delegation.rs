@@ -517,6 +517,37 @@ async fn a_chain_deeper_than_the_maximum_is_refused() {
     assert!(why.contains("maximum"), "{why}");
 }
 
+/// Attack: a provider's token saying that another party acts for the person (`act`), or that
+/// only a named party may (`may_act`), bought a token in which this agent acts for the person,
+/// the other party gone from the chain (RFC 8693 §4.1, §4.4).
+#[actix_web::test]
+async fn a_subject_token_naming_its_actor_binds_the_exchange() {
+    let app = spawn_app().await;
+    let sk = app.secret().to_owned();
+    let idp = Idp::new(IDP);
+    app.trust(&sk, &idp).await;
+    let a = app.confidential(&sk, &["read:docs"]).await;
+    let other = app.confidential(&sk, &["read:docs"]).await;
+    for claims in [
+        json!({"aud": a.id, "act": {"sub": "bot-x"}}),
+        json!({"aud": a.id, "may_act": {"sub": other.id}}),
+        json!({"aud": a.id, "may_act": {"sub": a.id, "iss": "https://elsewhere.example"}}),
+        json!({"aud": a.id, "may_act": "anyone"}),
+    ] {
+        let res = app
+            .exchange(&a, &idp.sign("JWT", claims), ID_TOKEN, RESOURCE, &[])
+            .await;
+        let why = refused(&res, 400, "invalid_request");
+        assert!(why.contains("act"), "{why}");
+    }
+    // A may_act that names this agent, here, is honoured.
+    let named = json!({"aud": a.id, "may_act": {"sub": a.id, "iss": app.base}});
+    let res = app
+        .exchange(&a, &idp.sign("JWT", named), ID_TOKEN, RESOURCE, &[])
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+}
+
 /// Every subject token that should buy nothing buys nothing, and says why.
 #[actix_web::test]
 async fn foreign_forged_stale_and_misaddressed_subject_tokens_are_refused() {
@@ -863,11 +894,18 @@ async fn an_id_jag_buys_one_token_for_its_resource() {
         )
         .await;
     refused(&res, 400, "invalid_grant");
-    // For another audience; living too long; of another type; without a jti; untrusted;
-    // expired a moment ago (within the clock skew a token is checked with).
+    // For another audience, or for others too; living too long; of another type; without a
+    // jti; without an iat; untrusted; expired a moment ago (within the clock skew a token is
+    // checked with).
     for bad in [
         idp.id_jag(&app, &a.id, json!({"exp": now() - 5})),
         idp.id_jag(&app, &a.id, json!({"aud": "https://elsewhere.example"})),
+        idp.id_jag(
+            &app,
+            &a.id,
+            json!({"aud": [app.base, "https://elsewhere.example"]}),
+        ),
+        idp.id_jag(&app, &a.id, json!({"iat": null})),
         idp.id_jag(&app, &a.id, json!({"exp": now() + 3600})),
         idp.sign(
             "JWT",

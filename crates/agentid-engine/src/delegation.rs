@@ -320,6 +320,25 @@ impl Delegation {
                 agent.id, self.issuer
             )));
         }
+        // RFC 8693 §4.1, §4.4: a token that names an actor already would lose that actor
+        // here, and one that names who may act for the person binds that choice.
+        if t.claims.contains_key("act") {
+            return Err(OAuthError::InvalidRequest(
+                "subject_token names an actor already (act): present the person's own token".into(),
+            ));
+        }
+        if let Some(may) = t.claims.get("may_act") {
+            let named = may.get("sub").and_then(serde_json::Value::as_str) == Some(agent.id.as_str());
+            let here = may
+                .get("iss")
+                .is_none_or(|iss| iss.as_str() == Some(self.issuer.as_str()));
+            if !named || !here {
+                return Err(OAuthError::InvalidRequest(format!(
+                    "subject_token's may_act does not name this agent ({}, issuer {})",
+                    agent.id, self.issuer
+                )));
+            }
+        }
         let sub = person(&t, OAuthError::InvalidRequest)?;
         self.not_revoked(
             &agent.org_id,
@@ -428,11 +447,22 @@ impl Delegation {
         {
             return Err(grant(format!("assertion: its typ is {typ:?}, not {ID_JAG_TYP}")));
         }
-        if !t.audience_is_one_of(&[self.issuer.as_str()]) {
+        // This issuer alone: one that other servers take too could be spent at each of them.
+        let only_here = match t.claims.get("aud") {
+            Some(Value::String(a)) => *a == self.issuer,
+            Some(Value::Array(all)) => {
+                !all.is_empty() && all.iter().all(|a| a.as_str() == Some(self.issuer.as_str()))
+            }
+            _ => false,
+        };
+        if !only_here {
             return Err(grant(format!(
-                "assertion: its aud is not this issuer ({})",
+                "assertion: its aud is not this issuer ({}) alone",
                 self.issuer
             )));
+        }
+        if t.int("iat").is_none() {
+            return Err(grant("assertion: iat is required".into()));
         }
         if t.text("client_id") != Some(agent.id.as_str()) {
             return Err(grant(format!(
