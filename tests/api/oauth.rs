@@ -692,6 +692,15 @@ async fn token_requests_count_against_the_organizations_limit() {
     assert_eq!(res.status, 429, "{}", res.text());
     assert_eq!(res.json()["error"], "temporarily_unavailable");
     assert!(res.header("retry-after").is_some());
+    // Attack: requests past the limit each spent their assertion, a write apiece. They are
+    // refused before it now (an UPDATE that changes nothing counts the rows).
+    let spent = "UPDATE client_assertions SET expires_at = expires_at";
+    let before = app.raw_execute(spent).await.unwrap();
+    for _ in 0..5 {
+        let res = ask(&app, &assertion(&app, &key, &agent), &[("resource", RESOURCE)]).await;
+        assert_eq!(res.status, 429, "{}", res.text());
+    }
+    assert_eq!(app.raw_execute(spent).await.unwrap(), before);
     // Another organization's calls are its own: failed requests count against the address.
     let app = spawn_app().await;
     for i in 0..25 {

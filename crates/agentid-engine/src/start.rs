@@ -147,6 +147,7 @@ impl Engine {
                 tokens.clone(),
                 outbound.clone(),
                 keys.clone(),
+                rate_limits.clone(),
                 &cfg.public_url,
                 &cfg.oauth,
                 cfg.dpop_max_skew.as_secs() as i64,

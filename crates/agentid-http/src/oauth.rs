@@ -20,7 +20,6 @@ use agentid_core::token::Audience;
 use agentid_core::token::{Actor, SubjectId};
 use agentid_engine::oauth::{OAuthError, TokenRequest, CLIENT_CREDENTIALS};
 use agentid_engine::oauth::{ID_JAG_PROFILE, JWT_BEARER_GRANT, TOKEN_EXCHANGE};
-use agentid_engine::ratelimit::{Class, RateSubject};
 use agentid_engine::{Presentation, Verification, VerifyError};
 
 /// RFC 6749 §5.2's error body.
@@ -62,6 +61,7 @@ fn refusal(e: &OAuthError) -> HttpResponse {
         OAuthError::InvalidClient(_) => StatusCode::UNAUTHORIZED,
         OAuthError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         OAuthError::ServerError => StatusCode::INTERNAL_SERVER_ERROR,
+        OAuthError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
         _ => StatusCode::BAD_REQUEST,
     };
     let mut res = HttpResponse::build(status);
@@ -318,6 +318,10 @@ pub(crate) async fn token(state: web::Data<AppState>, req: HttpRequest, body: By
             drop(cell);
             c
         }
+        Err(OAuthError::RateLimited(charged)) => {
+            drop(cell);
+            return too_many(charged, "the rate limit of the agent's organization is used up");
+        }
         Err(e) => {
             let mut res = refusal(&e);
             if matches!(e, OAuthError::InvalidClient(_)) {
@@ -326,14 +330,7 @@ pub(crate) async fn token(state: web::Data<AppState>, req: HttpRequest, body: By
             return res;
         }
     };
-    let org = RateSubject::Org {
-        org_id: client.org.id.as_str(),
-        per_minute: client.org.limits.other_per_minute,
-    };
-    let charged = limits.check(org, Class::Other).await;
-    if !charged.allowed {
-        return too_many(charged, "the rate limit of the agent's organization is used up");
-    }
+    let charged = client.charged;
     let mut res = match oauth.issue(&client, &request, received).await {
         Ok(t) => HttpResponse::Ok()
             .insert_header((header::CACHE_CONTROL, "no-store"))

@@ -24,6 +24,7 @@ use agentid_store::{AgentRecord, OrgRecord, SharedStore, StoreError};
 use crate::delegation::{Delegation, ProviderKeys};
 use crate::domains::IssuerCheck;
 use crate::outbound::Outbound;
+use crate::ratelimit::{Class, Decision, RateLimits, RateSubject};
 use crate::verifier::TokenVerifier;
 
 use crate::audit::AuditHandle;
@@ -78,6 +79,8 @@ impl Default for OAuthConfig {
 pub struct Client {
     pub agent: AgentRecord,
     pub org: OrgRecord,
+    /// The cell of the organization's bucket its request took.
+    pub charged: Decision,
 }
 
 /// An access token handed out.
@@ -120,6 +123,8 @@ pub struct OAuth {
     pub(crate) max_skew_secs: i64,
     pub(crate) proofs: Replays,
     pub(crate) expiries: Arc<NotedExpiries>,
+    /// An authenticated client's requests count against its organization's other calls.
+    limits: Arc<RateLimits>,
     /// The delegation grants: token exchange and ID-JAG.
     delegation: Delegation,
     /// When this instance last forgot expired assertions (Unix ms).
@@ -140,6 +145,7 @@ impl OAuth {
         tokens: Arc<TokenVerifier>,
         outbound: Arc<Outbound>,
         keys: Arc<KeyRing>,
+        limits: Arc<RateLimits>,
         public_url: &str,
         cfg: &OAuthConfig,
         max_skew_secs: i64,
@@ -170,6 +176,7 @@ impl OAuth {
             max_skew_secs,
             proofs: Replays::new(REMEMBERED_PROOFS),
             expiries,
+            limits,
             last_pruned: AtomicI64::new(0),
         }
     }
@@ -300,6 +307,9 @@ impl OAuth {
             }
         };
         self.refuse_revoked(&agent, now, received).await?;
+        // Charged before the assertion is spent: a client past its organization's limit costs
+        // no write.
+        let (org, charged) = self.charged(&agent).await?;
         // Fleet-wide: the store remembers each assertion until it expires.
         let mut id = Sha256::new();
         id.update(agent.id.as_str().as_bytes());
@@ -319,7 +329,7 @@ impl OAuth {
                 .await);
         }
         self.refuse_revoked(&agent, now, received).await?;
-        self.client(agent).await
+        Ok(Client { agent, org, charged })
     }
 
     /// Refuses (recorded) an agent revoked in memory (at once, fleet-wide) or as stored.
@@ -340,12 +350,21 @@ impl OAuth {
             .await)
     }
 
-    /// The authenticated client: the agent and its organization.
-    async fn client(&self, agent: AgentRecord) -> Result<Client, OAuthError> {
+    /// The agent's organization, and the cell of its bucket of other calls the request takes;
+    /// refused past its limit.
+    async fn charged(&self, agent: &AgentRecord) -> Result<(OrgRecord, Decision), OAuthError> {
         let Some(org) = self.store.get_org(&agent.org_id).await? else {
             return Err(StoreError::Corrupt(format!("agent {} has no organization", agent.id)).into());
         };
-        Ok(Client { agent, org })
+        let subject = RateSubject::Org {
+            org_id: org.id.as_str(),
+            per_minute: org.limits.other_per_minute,
+        };
+        let charged = self.limits.check(subject, Class::Other).await;
+        if !charged.allowed {
+            return Err(OAuthError::RateLimited(charged));
+        }
+        Ok((org, charged))
     }
 
     /// Authenticates an agent by its client secret (`client_secret_basic`, `client_secret_post`):
@@ -384,7 +403,8 @@ impl OAuth {
                 .await);
         }
         self.refuse_revoked(&agent, now, received).await?;
-        self.client(agent).await
+        let (org, charged) = self.charged(&agent).await?;
+        Ok(Client { agent, org, charged })
     }
 
     /// Hands `client` an access token for what `req` asks, once the record of it is

@@ -47,6 +47,9 @@ pub enum OAuthError {
     /// Something unexpected failed (no detail for the client; the log has it).
     #[error("server_error")]
     ServerError,
+    /// The client's organization used its limit up (429, with the bucket's state).
+    #[error("temporarily_unavailable: the rate limit of the agent's organization is used up")]
+    RateLimited(crate::ratelimit::Decision),
 }
 
 impl OAuthError {
@@ -60,7 +63,7 @@ impl OAuthError {
             OAuthError::InvalidScope(_) => "invalid_scope",
             OAuthError::InvalidTarget(_) => "invalid_target",
             OAuthError::InvalidDpopProof(_) => "invalid_dpop_proof",
-            OAuthError::Unavailable(_) => "temporarily_unavailable",
+            OAuthError::Unavailable(_) | OAuthError::RateLimited(_) => "temporarily_unavailable",
             OAuthError::ServerError => "server_error",
         }
     }
@@ -77,6 +80,7 @@ impl OAuthError {
             | OAuthError::InvalidDpopProof(d)
             | OAuthError::Unavailable(d) => d,
             OAuthError::ServerError => "an unexpected error occurred",
+            OAuthError::RateLimited(_) => "the rate limit of the agent's organization is used up",
         }
     }
 }
