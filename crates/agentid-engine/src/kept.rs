@@ -31,7 +31,13 @@ pub(crate) struct Kept<T> {
     keeping: Keeping,
     held: quick_cache::sync::Cache<String, Arc<Held<T>>>,
     fetching: FetchLocks,
+    /// This kind's share of the outbound fetches: URLs of one kind that hang (directories any
+    /// caller with a publishable key can name) leave the other kind (providers' keys) its own.
+    share: Arc<tokio::sync::Semaphore>,
 }
+
+/// The most fetches of one kind under way at once: half of what the outbound client takes.
+const SHARE: usize = crate::outbound::MAX_FETCHES / 2;
 
 /// What is held of a URL: the document as last fetched, and the last fetch's failure.
 struct Held<T> {
@@ -55,6 +61,7 @@ impl<T> Kept<T> {
             keeping,
             held: quick_cache::sync::Cache::new(1000),
             fetching: FetchLocks::new(1000),
+            share: Arc::new(tokio::sync::Semaphore::new(SHARE)),
         }
     }
 
@@ -161,6 +168,11 @@ impl<T> Kept<T> {
     ) -> Result<(Arc<T>, Option<String>, Duration), FetchError> {
         let k = &self.keeping;
         let etag = last.as_ref().and_then(|(_, etag)| etag.clone());
+        let Ok(_share) = self.share.try_acquire() else {
+            return Err(FetchError::Busy(format!(
+                "cannot be fetched now: {SHARE} other fetches of its kind are under way"
+            )));
+        };
         let (fetched, caching) = self
             .outbound
             .fetch_revalidated(url, self.allow_local, etag, k.timeout, k.max_bytes)
@@ -318,6 +330,37 @@ mod tests {
             "a",
             "asked again, not its failure"
         );
+    }
+
+    /// Attack: URLs of one kind that never answer (third parties' directories, which any
+    /// caller with a publishable key names) took every outbound fetch, and every token
+    /// exchange whose provider's keys were due answered 503. Each kind has its share.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_kind_of_fetch_leaves_the_other_its_share() {
+        let hang = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = hang.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let held: Vec<_> = hang.incoming().take(crate::outbound::MAX_FETCHES).collect();
+            std::thread::sleep(Duration::from_millis(1500));
+            drop(held);
+        });
+        let outbound = Arc::new(Outbound::new(Default::default()));
+        let directories = Arc::new(Kept::<String>::new(outbound.clone(), true, KEEPING));
+        let providers = Kept::<String>::new(outbound, true, KEEPING);
+        let hanging: Vec<_> = (0..crate::outbound::MAX_FETCHES)
+            .map(|i| {
+                let k = directories.clone();
+                tokio::spawn(async move {
+                    let _ = k.get(&format!("http://127.0.0.1:{port}/{i}"), false, text).await;
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let s = Server::start(&ok("a", ""));
+        assert_eq!(get(&providers, &s, false).await.unwrap(), "a");
+        for h in hanging {
+            h.await.unwrap();
+        }
     }
 
     #[tokio::test]
