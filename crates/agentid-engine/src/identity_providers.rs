@@ -89,18 +89,19 @@ fn key_set(jwks: &Value) -> Result<String, IdentityProviderError> {
             ));
         }
         // A member's bytes, base64url as RFC 7518 has it.
-        let bytes = |m: &str| {
+        let member = |m: &str| {
             use base64::Engine as _;
             key.get(m)
                 .and_then(Value::as_str)
                 .and_then(|v| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(v).ok())
-                .map_or(0, |b| b.len())
+                .unwrap_or_default()
         };
+        let bytes = |m: &str| member(m).len();
         let crv = key.get("crv").and_then(Value::as_str);
         // Only keys a token can be checked with: RSA of 2048 to 8192 bits, P-256, P-384,
         // Ed25519 (no ES512 is taken), each of its curve's size.
         let fits = match key.get("kty").and_then(Value::as_str) {
-            Some("RSA") => (256..=1024).contains(&bytes("n")) && (1..=8).contains(&bytes("e")),
+            Some("RSA") => rsa_checks(&member("n"), &member("e")),
             Some("EC") => match crv {
                 Some("P-256") => bytes("x") == 32 && bytes("y") == 32,
                 Some("P-384") => bytes("x") == 48 && bytes("y") == 48,
@@ -124,6 +125,24 @@ fn key_set(jwks: &Value) -> Result<String, IdentityProviderError> {
         return Err(invalid("jwks", format!("must be at most {MAX_JWKS_BYTES} bytes")));
     }
     Ok(json)
+}
+
+/// Whether an RSA key of modulus `n` and exponent `e` (big-endian, as a JWK has them) can
+/// check a signature: `n` of 2048 to 8192 bits, `e` odd, 3 to 2^33 - 1, neither with a
+/// leading zero. A key past these passes no token, so it is refused when it is added.
+fn rsa_checks(n: &[u8], e: &[u8]) -> bool {
+    let bits = |b: &[u8]| match b.first() {
+        Some(&top) if top != 0 => (b.len() - 1) * 8 + (8 - top.leading_zeros() as usize),
+        _ => 0,
+    };
+    let exponent = e
+        .iter()
+        .fold(0u64, |v, b| v.saturating_mul(256).saturating_add(u64::from(*b)));
+    (2048..=8192).contains(&bits(n))
+        && bits(e) > 0
+        && e.len() <= 5
+        && (3..1 << 33).contains(&exponent)
+        && exponent % 2 == 1
 }
 
 fn live(caller: &Caller) -> Result<(), IdentityProviderError> {
@@ -257,6 +276,32 @@ mod tests {
             json!({"keys": vec![ed.clone(); MAX_KEYS + 1]}),
         ] {
             assert!(key_set(&bad).is_err(), "{bad}");
+        }
+    }
+
+    /// An RSA key `ring` refuses (under 2048 bits though 256 bytes long, a leading zero, an
+    /// even, tiny or huge exponent) passed no token, yet was taken when it was added.
+    #[test]
+    fn rsa_keys_no_token_can_be_checked_with_are_refused() {
+        let modulus = |top: u8, len: usize| {
+            let mut n = vec![0xC5u8; len];
+            n[0] = top;
+            n
+        };
+        let e = [0x01, 0x00, 0x01];
+        assert!(rsa_checks(&modulus(0x80, 256), &e));
+        assert!(rsa_checks(&modulus(0xC5, 1024), &[0x03]));
+        for (n, e) in [
+            (modulus(0x01, 256), e.to_vec()),  // 2041 bits
+            (modulus(0x00, 257), e.to_vec()),  // a leading zero
+            (modulus(0x01, 1025), e.to_vec()), // over 8192 bits
+            (modulus(0x80, 256), vec![0x01, 0x00, 0x00]),
+            (modulus(0x80, 256), vec![0x01]),
+            (modulus(0x80, 256), vec![0x02, 0x00, 0x00, 0x00, 0x01]),
+            (modulus(0x80, 256), vec![0x00, 0x01, 0x00, 0x01]),
+            (modulus(0x80, 256), vec![]),
+        ] {
+            assert!(!rsa_checks(&n, &e), "{:02x?}… {e:02x?}", &n[..2]);
         }
     }
 
