@@ -1121,3 +1121,39 @@ console.log(JSON.stringify({ ...privateKey.export({ format: "jwk" }), alg: "PS51
     let v = app.check_trusting(agent, &lying).await;
     assert_eq!(v["result"], "invalid", "{v}");
 }
+
+/// Attack (on the name's next owner): a name whose agents were registered here, then let go,
+/// stayed agentid's to judge for good. Its new owner's own directory at the well-known URL was
+/// never fetched, and every request its bots signed was refused as "no live agent", even by a
+/// receiver that trusted that directory. Only a holder's agents make the origin agentid's.
+#[actix_web::test]
+async fn a_name_let_go_is_its_next_owners_origin_to_serve() {
+    let third = ThirdParty::start().await;
+    let app = third.service().await;
+    app.grant(&app.org.org_id, "bots.example", false).await.unwrap();
+    let (_, public) = keypair();
+    app.register(json!({"name": "old bot", "issuer_domain": "bots.example",
+                        "scopes": ["read:docs"], "jwk": public}))
+        .await;
+    let agent_url = "https://bots.example/.well-known/http-message-signatures-directory";
+    let key = SigningKey::from_bytes(&rand::random::<[u8; 32]>());
+    let theirs =
+        json!({"kty": "OKP", "crv": "Ed25519", "x": URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes())});
+    third.serves(&json!({"keys": [theirs]}).to_string());
+    // Held, the name's origin is agentid's: a key none of its agents has is refused.
+    let v = app.check_trusting(agent_url, &signed_now(&key, agent_url)).await;
+    assert_eq!(v["result"], "invalid", "{v}");
+    assert_eq!(third.tls.hits(), 0);
+    let released = app
+        .client
+        .delete(app.url("/v1/domains/bots.example"))
+        .insert_header(("Authorization", format!("Bearer {}", app.secret())))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(released.as_u16(), 204);
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await; // held found lately
+    let v = app.check_trusting(agent_url, &signed_now(&key, agent_url)).await;
+    assert_eq!(v["result"], "verified", "{v}");
+}

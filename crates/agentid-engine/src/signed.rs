@@ -188,6 +188,15 @@ impl SignedRequests {
         Ok(listed)
     }
 
+    /// Whether agentid speaks for `domain`'s own origin: an organization that registered a
+    /// live agent under it (revoked ones count, so that revoking every agent leaves their keys
+    /// refused) may still issue there. A name that changed hands, or was let go, is its new
+    /// owner's origin to serve.
+    async fn speaks_for(&self, domain: &IssuerDomain) -> Result<bool, StoreError> {
+        let orgs = self.store.issuer_agent_orgs(domain, MAX_NAME_ORGS).await?;
+        self.issuers.held_by_one_of(&self.store, domain, &orgs).await
+    }
+
     /// An agent as its directory lists it (its Ed25519 key, read once, and its thumbprint),
     /// when it is live, not revoked, and its stored key matches its stored thumbprint (else an
     /// integrity alarm).
@@ -308,7 +317,7 @@ impl SignedRequests {
             .keyed_agent(&domain, &signed.keyid)
             .await?
             .and_then(|a| self.listed(a));
-        if ours.is_none() && signer.is_none() && !self.store.issuer_has_agents(&domain).await? {
+        if ours.is_none() && signer.is_none() && !self.speaks_for(&domain).await? {
             // An issuer's own origin that serves no agentid agent: not ours to judge.
             return self.third_party(&signed, url, policy, facts).await;
         }
@@ -448,6 +457,9 @@ const DIRECTORIES: Keeping = Keeping {
     max_bytes: 64 * 1024,
 };
 const DIRECTORY_MAX_KEYS: usize = 100;
+/// The most organizations with agents under one name looked at (the name's holders over
+/// time: one at a time holds it under the `verified` policy).
+const MAX_NAME_ORGS: u32 = 100;
 
 impl ThirdParties {
     fn new(outbound: Arc<Outbound>, allow_local: bool) -> Self {

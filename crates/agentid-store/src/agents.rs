@@ -52,8 +52,13 @@ pub trait AgentStore {
         issuer_domain: &'a IssuerDomain,
         jkt: &'a str,
     ) -> StoreFuture<'a, Option<AgentRecord>>;
-    /// Whether any live agent was ever registered under `issuer_domain` (revoked ones count).
-    fn issuer_has_agents<'a>(&'a self, issuer_domain: &'a IssuerDomain) -> StoreFuture<'a, bool>;
+    /// The organizations that ever registered a live agent under `issuer_domain` (revoked
+    /// ones count), at most `limit`.
+    fn issuer_agent_orgs<'a>(
+        &'a self,
+        issuer_domain: &'a IssuerDomain,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<OrgId>>;
     /// An organization's agents in one mode, newest first: with an id below `before` when
     /// given, at most `limit` when given.
     fn list_agents<'a>(

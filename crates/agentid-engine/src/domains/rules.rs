@@ -68,6 +68,28 @@ impl IssuerCheck {
     }
 }
 
+impl IssuerCheck {
+    /// Whether one of `orgs` may speak for `domain` now (any of them, under the `open`
+    /// policy): the holdings read once for all of them.
+    pub(crate) async fn held_by_one_of(
+        &self,
+        store: &SharedStore,
+        domain: &IssuerDomain,
+        orgs: &[OrgId],
+    ) -> Result<bool, StoreError> {
+        let Some(rules) = self.rules() else {
+            return Ok(!orgs.is_empty());
+        };
+        if orgs.is_empty() {
+            return Ok(false);
+        }
+        let held = store.holdings_over(&rules, domain.as_str()).await?;
+        Ok(orgs
+            .iter()
+            .any(|org| rules.may_issue(org.as_str(), domain.as_str(), &held).is_ok()))
+    }
+}
+
 /// The rules, with the key file that seals and vouches for the events.
 #[derive(Clone, Copy)]
 pub struct Rules<'k> {

@@ -169,15 +169,24 @@ impl AgentStore for SqlStore<DB> {
         })
     }
 
-    fn issuer_has_agents<'a>(&'a self, issuer_domain: &'a IssuerDomain) -> StoreFuture<'a, bool> {
+    fn issuer_agent_orgs<'a>(
+        &'a self,
+        issuer_domain: &'a IssuerDomain,
+        limit: u32,
+    ) -> StoreFuture<'a, Vec<OrgId>> {
         Box::pin(async move {
-            let (found,): (bool,) =
-                sqlx::query_as("SELECT EXISTS (SELECT 1 FROM agents WHERE issuer_domain = $1 AND mode = $2)")
-                    .bind(issuer_domain.as_str())
-                    .bind(KeyMode::Live.as_str())
-                    .fetch_one(&mut *self.conn().await?)
-                    .await?;
-            Ok(found)
+            let rows: Vec<(String,)> = sqlx::query_as(
+                "SELECT DISTINCT org_id FROM agents WHERE issuer_domain = $1 AND mode = $2 \
+                 ORDER BY org_id LIMIT $3",
+            )
+            .bind(issuer_domain.as_str())
+            .bind(KeyMode::Live.as_str())
+            .bind(i64::from(limit))
+            .fetch_all(&mut *self.conn().await?)
+            .await?;
+            rows.iter()
+                .map(|(id,)| crate::sql::decode("organization", id, OrgId::parse))
+                .collect()
         })
     }
 
