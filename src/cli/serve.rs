@@ -42,8 +42,8 @@ pub(crate) struct ServeArgs {
     /// Log format on stderr.
     #[arg(long, env = "AGENTID_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub(crate) log_format: LogFormat,
-    /// HTTP worker threads, 1 to 1024 [default: one per CPU]
-    #[arg(long, env = "AGENTID_WORKERS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    /// HTTP worker threads, 1 to 512 [default: one per CPU]
+    #[arg(long, env = "AGENTID_WORKERS", value_parser = clap::value_parser!(u16).range(1..=512))]
     pub(crate) workers: Option<u16>,
     /// Balancers in front of the service, as CIDRs (e.g. 10.0.0.0/8,::1/128): only a peer in
     /// one of them is believed about the client's address (X-Forwarded-For, Forwarded).
