@@ -154,13 +154,6 @@ impl Application {
         };
         let store = store::connect(&cfg.database_url, &cfg.store).await?;
         let (keys, created_signing_key) = admin::fleet_signing_key(&store, &cfg.signing_key_file).await?;
-        let bootstrapped = if cfg.bootstrap && store.count_orgs().await? == 0 {
-            let plan = Plan::Developer;
-            let limits = plan.default_limits().expect("developer has defaults");
-            admin::create_first_org(&store, "default", plan, limits).await?
-        } else {
-            None
-        };
         let public_url = cfg
             .public_url
             .clone()
@@ -195,6 +188,15 @@ impl Application {
             server.shutdown_signal(signals.drained(draining, cfg.shutdown_drain))
         } else {
             server.disable_signals()
+        };
+        // Last of what can fail: a default organization made before a step that fails would
+        // have keys no one was shown, and the next start makes none.
+        let bootstrapped = if cfg.bootstrap && engine.store().count_orgs().await? == 0 {
+            let plan = Plan::Developer;
+            let limits = plan.default_limits().expect("developer has defaults");
+            admin::create_first_org(engine.store(), "default", plan, limits).await?
+        } else {
+            None
         };
         let server = server.run();
         let metrics = match metrics_listener {
