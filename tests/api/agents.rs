@@ -266,6 +266,38 @@ async fn expiry_is_capped_by_the_plan() {
     }
 }
 
+/// An organization whose longest token is shorter than the default day registers an agent
+/// without `expiry_seconds`: the token lives that longest, never refused for a lifetime the
+/// caller never asked for.
+#[actix_web::test]
+async fn leaving_the_lifetime_out_gives_the_organizations_longest_when_shorter() {
+    let app = spawn_app_with(Options::unlimited()).await;
+    let shorter = agentid::engine::admin::LimitChange {
+        max_expiry_seconds: Some(300),
+        ..Default::default()
+    };
+    agentid::engine::admin::set_limits(&app.store, &app.org.org_id, shorter)
+        .await
+        .unwrap();
+    let a = app
+        .register(json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"]}))
+        .await;
+    let lifetime = ts_ms(&a["expires_at"]) - crate::tokens::now_ms();
+    assert!((290_000..=300_000).contains(&lifetime), "{lifetime}");
+    // Asked for, a longer one is still refused.
+    let res = app
+        .post(
+            "/v1/agents/register",
+            Some(app.secret()),
+            Some(
+                &json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"],
+                         "expiry_seconds": 301}),
+            ),
+        )
+        .await;
+    res.assert_error(400, "EXPIRY_TOO_LONG");
+}
+
 #[actix_web::test]
 async fn list_and_get_show_the_spec_fields() {
     let app = spawn_app().await;

@@ -106,7 +106,17 @@ impl Agents {
         fields: AgentFields,
         key: Option<&PublicJwk>,
     ) -> Result<Registration, EngineError> {
-        check_expiry(&caller.org, fields.expiry.get())?;
+        // Asked for, the lifetime must fit the organization's longest; left out, it is the
+        // default, or that longest when it is shorter.
+        let lifetime = match fields.expiry {
+            Some(asked) => {
+                check_expiry(&caller.org, asked.get())?;
+                asked.get()
+            }
+            None => agentid_core::domain::ExpirySeconds::DEFAULT
+                .get()
+                .min(caller.org.limits.max_expiry_seconds),
+        };
         let now = Millis::now();
         let issued = Millis::from_secs(now.as_secs());
         let id = AgentId::generate();
@@ -120,7 +130,7 @@ impl Agents {
             scopes: fields.scopes,
             created_at: now,
             issued_at: issued,
-            expires_at: issued.plus_secs(fields.expiry.get() as i64),
+            expires_at: issued.plus_secs(i64::try_from(lifetime).unwrap_or(i64::MAX)),
             revoked_at: None,
             revocation_reason: None,
             status: None,

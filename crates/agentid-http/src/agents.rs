@@ -37,7 +37,8 @@ pub(crate) struct RegisterRequest {
     /// Optional context, at most 1024 characters (newline and tab allowed).
     #[serde(default)]
     description: Option<String>,
-    /// Token lifetime in seconds (default 86400; the plan caps it: EXPIRY_TOO_LONG). A whole
+    /// Token lifetime in seconds (default 86400, or the plan's maximum when that is shorter;
+    /// the plan caps one asked for: EXPIRY_TOO_LONG). A whole
     /// number, however written (`86400.0` too).
     #[schema(value_type = Option<u64>, minimum = 1, example = 86400)]
     #[serde(default)]
@@ -111,7 +112,8 @@ impl RegisterRequest {
             description: Description::parse(self.description.as_deref().unwrap_or(""))?,
             expiry: self
                 .expiry_seconds
-                .map_or(Ok(ExpirySeconds::DEFAULT), |n| ExpirySeconds::from_number(&n))?,
+                .map(|n| ExpirySeconds::from_number(&n))
+                .transpose()?,
         })
     }
 }

@@ -224,7 +224,8 @@ pub struct AgentFields {
     pub issuer_domain: IssuerDomain,
     pub scopes: Scopes,
     pub description: Description,
-    pub expiry: ExpirySeconds,
+    /// `None`: the default, or the organization's longest lifetime when that is shorter.
+    pub expiry: Option<ExpirySeconds>,
 }
 
 /// Lifecycle status as the API reports it.
