@@ -298,6 +298,54 @@ async fn leaving_the_lifetime_out_gives_the_organizations_longest_when_shorter()
     res.assert_error(400, "EXPIRY_TOO_LONG");
 }
 
+/// Attack on the agent's owner: registered without a key, with a token close to the size
+/// limit, an agent could never be bound to one (the binding's `cnf` pushed its token past
+/// 4096 bytes, and scopes cannot change). Registration leaves room for the binding.
+#[actix_web::test]
+async fn every_agent_registered_can_be_bound_to_a_key() {
+    let app = spawn_app_with(Options::unlimited()).await;
+    // Scopes of `chars` characters in all, at most 128 each.
+    let scopes = |chars: usize| {
+        let mut out = Vec::new();
+        let mut left = chars;
+        while left > 0 {
+            let prefix = format!("s{}:", out.len());
+            let body = (left.saturating_sub(prefix.len())).clamp(1, 128 - prefix.len());
+            left = left.saturating_sub(prefix.len() + body);
+            out.push(format!("{prefix}{}", "x".repeat(body)));
+        }
+        out
+    };
+    let key = crate::dpop::AgentKey::ed();
+    let mut registered = 0;
+    for chars in (2400..3400).step_by(3) {
+        let body = json!({"name": "n", "issuer_domain": "example.com", "scopes": scopes(chars)});
+        let res = app
+            .post("/v1/agents/register", Some(app.secret()), Some(&body))
+            .await;
+        if res.status == 400 {
+            break;
+        }
+        assert_eq!(res.status, 201, "{}", res.text());
+        registered += 1;
+        let id = res.json()["agent_id"].as_str().unwrap().to_owned();
+        let bound = app
+            .post(
+                &format!("/v1/agents/{id}/issue-token"),
+                Some(app.secret()),
+                Some(&json!({"jwk": key.jwk()})),
+            )
+            .await;
+        assert_eq!(
+            bound.status,
+            201,
+            "{chars} characters of scopes: {}",
+            bound.text()
+        );
+    }
+    assert!(registered > 0, "none registered");
+}
+
 #[actix_web::test]
 async fn list_and_get_show_the_spec_fields() {
     let app = spawn_app().await;

@@ -139,14 +139,17 @@ impl Agents {
             verification_count: 0,
         };
         // An agent whose token no verifier would accept is not registered: a token with the
-        // longest place and URI a list can give is signed first.
+        // longest place and URI a list can give, and a key binding (one issue-token may add),
+        // is signed first.
         let longest = StatusPlace {
             list: ListId::generate(),
             idx: u64::MAX,
         };
+        let thumbprint = "A".repeat(43); // base64url of a SHA-256
         self.sign(
             &AgentRecord {
                 status: Some(longest),
+                jkt: Some(agent.jkt.clone().unwrap_or(thumbprint)),
                 ..agent.clone()
             },
             agent.issued_at,
