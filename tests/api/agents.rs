@@ -346,6 +346,38 @@ async fn every_agent_registered_can_be_bound_to_a_key() {
     assert!(registered > 0, "none registered");
 }
 
+/// Attack: an organization of millions of agents asking for its whole list made an instance
+/// hold every one of them, as rows, summaries and JSON at once. The unpaged list is sent as
+/// it is read, a page at a time (chunked, no Content-Length), and is still the whole list,
+/// newest first.
+#[actix_web::test]
+async fn the_whole_list_is_sent_as_it_is_read() {
+    let app = spawn_app_with(Options::unlimited()).await;
+    let body = json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"]});
+    for _ in 0..41 {
+        let batch = (0..25).map(|_| app.post("/v1/agents/register", Some(app.secret()), Some(&body)));
+        for res in futures_util::future::join_all(batch).await {
+            assert_eq!(res.status, 201, "{}", res.text());
+        }
+    }
+    let res = app.get("/v1/agents", Some(app.secret())).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert!(res.header("content-length").is_none(), "sent whole");
+    let ids: Vec<String> = res
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 1025);
+    assert!(ids.windows(2).all(|w| w[0] > w[1]), "newest first, each once");
+    // None: an empty list is an empty array.
+    let other = crate::delegation::org_b(&app).await;
+    let res = app.get("/v1/agents", Some(&other.keys.secret_live)).await;
+    assert_eq!(res.json(), json!([]));
+}
+
 #[actix_web::test]
 async fn list_and_get_show_the_spec_fields() {
     let app = spawn_app().await;

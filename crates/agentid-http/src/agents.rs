@@ -252,7 +252,7 @@ pub async fn list(
     params: web::Query<ListParams>,
 ) -> Result<HttpResponse, ApiError> {
     let now = Millis::now();
-    let summary = |a: AgentRecord| AgentSummary {
+    let summary = move |a: AgentRecord| AgentSummary {
         status: status(&a, now),
         id: a.id.into(),
         name: a.name,
@@ -263,15 +263,7 @@ pub async fn list(
         verification_count: a.verification_count,
     };
     if params.limit.is_none() && params.cursor.is_none() {
-        let agents: Vec<AgentSummary> = state
-            .engine
-            .agents()
-            .list(&caller, None, None)
-            .await?
-            .into_iter()
-            .map(summary)
-            .collect();
-        return Ok(HttpResponse::Ok().json(agents));
+        return streamed(state.engine.clone(), caller, summary).await;
     }
     let limit = super::input::page_limit(params.limit.as_deref())?;
     let ledger = Ledger {
@@ -318,6 +310,67 @@ pub async fn list(
         ));
     }
     Ok(res.json(page.into_iter().map(summary).collect::<Vec<_>>()))
+}
+
+/// Agents read at a time for the unpaged list.
+const STREAMED_PAGE: u32 = 1000;
+
+/// The unpaged list, all of the caller's agents in one JSON array, read and sent a page at a
+/// time: an organization of millions of agents costs an instance one page of them in memory,
+/// not all of them at once. The first page is read before the answer starts, so that a store
+/// that cannot answer is a 503; a later failure cuts the answer off (an incomplete array).
+async fn streamed(
+    engine: std::sync::Arc<agentid_engine::Engine>,
+    caller: std::sync::Arc<agentid_engine::Caller>,
+    summary: impl Fn(AgentRecord) -> AgentSummary + Clone + 'static,
+) -> Result<HttpResponse, ApiError> {
+    let first = engine.agents().list(&caller, None, Some(STREAMED_PAGE)).await?;
+    let pages = futures_util::stream::unfold(
+        (Some(first), None::<AgentId>, true, false),
+        move |(held, before, opening, done)| {
+            let (engine, caller) = (engine.clone(), caller.clone());
+            let summary = summary.clone();
+            async move {
+                if done {
+                    return None;
+                }
+                let rows = match held {
+                    Some(rows) => rows,
+                    None => match engine
+                        .agents()
+                        .list(&caller, before.as_ref(), Some(STREAMED_PAGE))
+                        .await
+                    {
+                        Ok(rows) => rows,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "the agent list was cut off");
+                            let cut = std::io::Error::other("the agent list could not be read on");
+                            return Some((Err(cut), (None, None, false, true)));
+                        }
+                    },
+                };
+                let last = rows.len() < STREAMED_PAGE as usize;
+                let next = rows.last().map(|a| a.id.clone());
+                let mut chunk = Vec::with_capacity(rows.len() * 256 + 2);
+                if opening {
+                    chunk.push(b'[');
+                }
+                for (i, a) in rows.into_iter().enumerate() {
+                    if i > 0 || !opening {
+                        chunk.push(b',');
+                    }
+                    serde_json::to_writer(&mut chunk, &summary(a)).expect("a summary serializes");
+                }
+                if last {
+                    chunk.push(b']');
+                }
+                Some((Ok(web::Bytes::from(chunk)), (None, next, false, last)))
+            }
+        },
+    );
+    Ok(HttpResponse::Ok()
+        .content_type("application/json")
+        .streaming(pages))
 }
 
 #[utoipa::path(
