@@ -105,6 +105,14 @@ impl StopSignals {
             _ = tokio::time::sleep(drain) => {}
             second = self.next() => tracing::info!("{second}: stopping now"),
         }
+        // The handlers stay installed for the life of the process: without this, every signal
+        // from here on went unheard, and an operator could not stop an instance whose graceful
+        // stop hung (a database gone) but with SIGKILL. What was answered was recorded first.
+        actix_web::rt::spawn(async move {
+            let last = self.next().await;
+            tracing::warn!("{last}: exiting at once, without finishing what is under way");
+            std::process::exit(1);
+        });
     }
 }
 

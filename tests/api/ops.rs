@@ -354,13 +354,56 @@ async fn logs_are_json_with_request_facts_and_never_hold_a_secret() {
 
 /// Sends the server SIGTERM; returns when.
 fn sigterm(server: &crate::cli::Server) -> Instant {
+    signal(server, "TERM")
+}
+
+/// Sends the server `signal` (`TERM`, `INT`, …); returns when.
+fn signal(server: &crate::cli::Server, signal: &str) -> Instant {
     let pid = server.child.id().to_string();
     assert!(Command::new("kill")
-        .args(["-TERM", &pid])
+        .args([&format!("-{signal}"), &pid])
         .status()
         .unwrap()
         .success());
     Instant::now()
+}
+
+/// A request whose body never finishes arriving holds up the graceful stop (up to 10 s); a
+/// signal after the stop began ends the process at once. Before, every signal from the second
+/// on went unheard, and only SIGKILL stopped an instance whose stop hung.
+#[actix_web::test]
+async fn a_signal_after_the_stop_began_exits_at_once() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::helpers::TestDb::new(dir.path()).await;
+    let drain = [("AGENTID_SHUTDOWN_DRAIN_SECONDS", "1")];
+    let mut server = crate::cli::start_server(dir.path(), Some(&db.url), &drain);
+    let sk = server.printed_key("secret_live");
+    let addr = server.base.trim_start_matches("http://").to_owned();
+    let mut held = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /v1/agents/register HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {sk}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
+    );
+    held.write_all(head.as_bytes()).await.unwrap();
+    actix_web::rt::time::sleep(Duration::from_millis(300)).await;
+    signal(&server, "TERM");
+    actix_web::rt::time::sleep(Duration::from_millis(300)).await;
+    signal(&server, "TERM"); // stop now: the held request is still under way
+    actix_web::rt::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "waits for the held request"
+    );
+    let last = signal(&server, "INT");
+    let status = exited(&mut server, last).await;
+    assert!(
+        last.elapsed() < Duration::from_secs(3),
+        "exited {:?} after the last signal",
+        last.elapsed()
+    );
+    assert_eq!(status.code(), Some(1));
+    drop(held);
 }
 
 /// The server's exit status, failing the test if it has not exited 20 s after `signalled`.
