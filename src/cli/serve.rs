@@ -72,7 +72,7 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "AGENTID_AUDIT_LINGER_MS", default_value_t = WriterConfig::default().linger.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(0..=1000))]
     pub(crate) audit_linger_ms: u64,
-    /// Database connections (1 to 1000; SQLite takes at most 8).
+    /// Database connections (1 to 1000; at least 2 on PostgreSQL, at most 8 on SQLite).
     #[arg(long, env = "AGENTID_DB_MAX_CONNECTIONS", default_value_t = StoreOptions::default().max_connections,
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub(crate) db_max_connections: u32,
