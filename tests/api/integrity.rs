@@ -1096,3 +1096,68 @@ async fn a_name_moved_while_nothing_else_is_recorded_cannot_be_handed_back() {
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("who holds a name was rewritten"), "{out}");
 }
+
+/// Attack: log rows as the service never writes them. The database refuses a checkpoint row
+/// that does not decode or is dated ahead, and an audit block before seq 1. Past its
+/// triggers, a row that does not decode no longer fails every read of the ledger's
+/// checkpoints (no checkpoint more, the log's endpoints 500), and a replayed note of the empty
+/// tree dated far ahead no longer holds the checkpointer off the ledger.
+#[actix_web::test]
+async fn log_rows_the_service_never_writes_neither_stop_nor_hide() {
+    use agentid::domain::{KeyMode, Ledger};
+    use agentid::engine::transparency::checkpointer::Step;
+    use base64::Engine as _;
+    let app = crate::helpers::spawn_app_with(crate::helpers::Options {
+        tweak: Box::new(|c| c.engine.checkpoint_interval = Duration::from_secs(3600)),
+        ..Default::default()
+    })
+    .await;
+    let empty = app.get("/v1/log/checkpoint", Some(app.secret())).await.text();
+    assert_eq!(empty.lines().nth(1), Some("0"), "{empty}");
+    records(&app, 5).await;
+    let org = app.org.org_id.clone();
+    let row = |size: i64, root: &[u8], note: &str, at: i64| {
+        format!(
+            "INSERT INTO audit_checkpoints (org_id, mode, tree_size, root, note, created_at) \
+             VALUES ('{org}', 'live', {size}, {}, '{note}', {at})",
+            blob(&app, root)
+        )
+    };
+    let ahead = Millis::now().0 + 3_600_000;
+    for sql in [
+        row(3, &[1], "junk", 1),
+        row(-1, &[1; 32], "junk", 1),
+        row(3, &[1; 32], "junk", ahead),
+        row(3, &[1; 32], "junk", -5),
+    ] {
+        let err = app.raw_execute(&sql).await.expect_err(&sql).to_string();
+        assert!(err.contains("a checkpoint has"), "{sql}: {err}");
+    }
+    let block = format!(
+        "INSERT INTO audit_blocks (org_id, mode, first_seq, last_seq, prev_hash, last_hash, results, \
+         n_valid, n_invalid, n_expired, n_revoked, records, mac) SELECT org_id, mode, -9, -1, \
+         prev_hash, last_hash, results, n_valid, n_invalid, n_expired, n_revoked, records, mac \
+         FROM audit_blocks WHERE org_id = '{org}' AND mode = 'live'"
+    );
+    let err = app
+        .raw_execute(&block)
+        .await
+        .expect_err("before seq 1")
+        .to_string();
+    assert!(err.contains("from seq 1 on"), "{err}");
+    // Past the triggers: a root of one byte, and the empty tree's note, replayed, far ahead.
+    let root = base64::engine::general_purpose::STANDARD
+        .decode(empty.lines().nth(2).unwrap())
+        .unwrap();
+    crate::helpers::tamper(&app, &row(3, &[1], "junk", 1)).await;
+    crate::helpers::tamper(&app, &row(0, &root, &empty, 9_000_000_000_000_000)).await;
+    let ledger = Ledger {
+        org_id: org.clone(),
+        mode: KeyMode::Live,
+    };
+    assert_eq!(
+        app.engine.transparency().checkpoint(&ledger).await.unwrap(),
+        Step::Done
+    );
+    assert_eq!(checkpointed(&app).await, 5);
+}

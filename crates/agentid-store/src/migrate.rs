@@ -206,6 +206,11 @@ pub const SQLITE: Embedded = &[
         "committed rows short and last",
         include_str!("../../../migrations/sqlite/0040_committed_rows_short_and_last.sql"),
     ),
+    (
+        41,
+        "log rows as written",
+        include_str!("../../../migrations/sqlite/0041_log_rows_as_written.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -407,6 +412,11 @@ pub const POSTGRES: Embedded = &[
         40,
         "committed rows short and last",
         include_str!("../../../migrations/postgres/0040_committed_rows_short_and_last.sql"),
+    ),
+    (
+        41,
+        "log rows as written",
+        include_str!("../../../migrations/postgres/0041_log_rows_as_written.sql"),
     ),
 ];
 

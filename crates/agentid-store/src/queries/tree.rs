@@ -6,7 +6,9 @@ use crate::{StoreError, StoreFuture, StoredCheckpoint};
 use agentid_core::domain::Ledger;
 use agentid_core::tlog::tree::{Hash, Subtree};
 
-use crate::tree::{Added, CheckpointRow, TreeStore, CHECKPOINT_COLUMNS, NODES_PER_INSERT, RANGE_BLOCKS_SQL};
+use crate::tree::{
+    Added, CheckpointRow, TreeStore, CHECKPOINT_COLUMNS, NODES_PER_INSERT, RANGE_BLOCKS_SQL, READABLE,
+};
 
 use super::DB;
 
@@ -74,7 +76,7 @@ impl TreeStore for SqlStore<DB> {
         Box::pin(async move {
             let rows: Vec<CheckpointRow> = sqlx::query_as(&format!(
                 "SELECT {CHECKPOINT_COLUMNS} FROM audit_checkpoints WHERE org_id = $1 AND mode = $2 \
-                 AND tree_size <= $3 ORDER BY tree_size DESC LIMIT $4"
+                 AND tree_size <= $3 AND {READABLE} ORDER BY tree_size DESC LIMIT $4"
             ))
             .bind(ledger.org_id.as_str())
             .bind(ledger.mode.as_str())
@@ -90,7 +92,7 @@ impl TreeStore for SqlStore<DB> {
         Box::pin(async move {
             let rows: Vec<CheckpointRow> = sqlx::query_as(&format!(
                 "SELECT {CHECKPOINT_COLUMNS} FROM audit_checkpoints WHERE org_id = $1 AND mode = $2 \
-                 ORDER BY tree_size"
+                 AND {READABLE} ORDER BY tree_size"
             ))
             .bind(ledger.org_id.as_str())
             .bind(ledger.mode.as_str())
