@@ -948,12 +948,23 @@ fn out_of_range_settings_and_a_key_on_the_command_line_are_refused() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let out = Command::new(env!("CARGO_BIN_EXE_agentid"))
-            .args(["serve", "--bind", "127.0.0.1:0", "--metrics-bind", "off", name, value])
+            .args([
+                "serve",
+                "--bind",
+                "127.0.0.1:0",
+                "--metrics-bind",
+                "off",
+                name,
+                value,
+            ])
             .current_dir(dir.path())
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(2), "{name} {value}");
-        assert!(!dir.path().join("data").exists(), "{name} {value}: nothing is made");
+        assert!(
+            !dir.path().join("data").exists(),
+            "{name} {value}: nothing is made"
+        );
         assert!(
             String::from_utf8_lossy(&out.stderr).contains(name),
             "{name} {value}"

@@ -314,7 +314,11 @@ async fn a_clients_forwarded_headers_cannot_rename_the_request() {
 /// trusted loopback gateway still, whose forwarded headers name the request.
 #[actix_web::test]
 async fn a_gateway_reaching_an_ipv6_listener_over_ipv4_is_still_trusted() {
-    let port = std::net::TcpListener::bind("[::]:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("[::]:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let app = spawn_app_with(Options {
         tweak: Box::new(move |c| {
             c.bind = format!("[::]:{port}");
