@@ -714,6 +714,39 @@ async fn token_requests_count_against_the_organizations_limit() {
     panic!("failed token requests were never limited");
 }
 
+/// Attack: an assertion spent already, replayed (from many addresses) while it lives, to use
+/// up its organization's calls. A replay is refused before the organization is charged.
+#[actix_web::test]
+async fn a_replayed_assertion_costs_its_organization_nothing() {
+    let app = spawn_app_with(Options {
+        plan: agentid::domain::Plan::Enterprise,
+        verify_limit: Some(1000),
+        other_limit: Some(3),
+        ..Options::default()
+    })
+    .await;
+    let key = AgentKey::ed();
+    let agent = client(&app, &key).await; // one call of three
+    let spent = assertion(&app, &key, &agent);
+    let res = ask(&app, &spent, &[("resource", RESOURCE)]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    for _ in 0..5 {
+        let why = assert_oauth_error(
+            &ask(&app, &spent, &[("resource", RESOURCE)]).await,
+            401,
+            "invalid_client",
+        );
+        assert!(why.contains("used already"), "{why}");
+    }
+    let res = ask(&app, &assertion(&app, &key, &agent), &[("resource", RESOURCE)]).await;
+    assert_eq!(
+        res.status,
+        200,
+        "the third call is the organization's: {}",
+        res.text()
+    );
+}
+
 /// Attack: failed token requests sent all at once each passed the address's look at its
 /// bucket before any was charged, so a burst of them got far past its 20 a minute.
 #[actix_web::test]

@@ -307,9 +307,10 @@ impl OAuth {
             }
         };
         self.refuse_revoked(&agent, now, received).await?;
-        // Charged before the assertion is spent: a client past its organization's limit costs
-        // no write.
-        let (org, charged) = self.charged(&agent).await?;
+        // Looked at before the assertion is spent (a client past its organization's limit
+        // costs no write), taken once it is (a replayed assertion costs the organization
+        // nothing).
+        let org = self.organization(&agent, true).await?;
         // Fleet-wide: the store remembers each assertion until it expires.
         let mut id = Sha256::new();
         id.update(agent.id.as_str().as_bytes());
@@ -329,6 +330,7 @@ impl OAuth {
                 .await);
         }
         self.refuse_revoked(&agent, now, received).await?;
+        let charged = self.charge(&org).await?;
         Ok(Client { agent, org, charged })
     }
 
@@ -350,21 +352,29 @@ impl OAuth {
             .await)
     }
 
-    /// The agent's organization, and the cell of its bucket of other calls the request takes;
-    /// refused past its limit.
-    async fn charged(&self, agent: &AgentRecord) -> Result<(OrgRecord, Decision), OAuthError> {
+    /// The agent's organization; with `look`, refused when its bucket of other calls is
+    /// empty now (looked at, nothing taken).
+    async fn organization(&self, agent: &AgentRecord, look: bool) -> Result<OrgRecord, OAuthError> {
         let Some(org) = self.store.get_org(&agent.org_id).await? else {
             return Err(StoreError::Corrupt(format!("agent {} has no organization", agent.id)).into());
         };
-        let subject = RateSubject::Org {
-            org_id: org.id.as_str(),
-            per_minute: org.limits.other_per_minute,
-        };
-        let charged = self.limits.check(subject, Class::Other).await;
+        if let Some(refused) = look
+            .then(|| self.limits.refusal(bucket(&org), Class::Other))
+            .flatten()
+        {
+            return Err(OAuthError::RateLimited(refused));
+        }
+        Ok(org)
+    }
+
+    /// The cell of the organization's bucket of other calls the request takes; refused past
+    /// its limit.
+    async fn charge(&self, org: &OrgRecord) -> Result<Decision, OAuthError> {
+        let charged = self.limits.check(bucket(org), Class::Other).await;
         if !charged.allowed {
             return Err(OAuthError::RateLimited(charged));
         }
-        Ok((org, charged))
+        Ok(charged)
     }
 
     /// Authenticates an agent by its client secret (`client_secret_basic`, `client_secret_post`):
@@ -403,7 +413,8 @@ impl OAuth {
                 .await);
         }
         self.refuse_revoked(&agent, now, received).await?;
-        let (org, charged) = self.charged(&agent).await?;
+        let org = self.organization(&agent, false).await?;
+        let charged = self.charge(&org).await?;
         Ok(Client { agent, org, charged })
     }
 
@@ -674,6 +685,14 @@ impl OAuth {
             Ok(_) => answer,
             Err(e) => e.into(),
         }
+    }
+}
+
+/// An organization's bucket of other calls.
+fn bucket(org: &OrgRecord) -> RateSubject<'_> {
+    RateSubject::Org {
+        org_id: org.id.as_str(),
+        per_minute: org.limits.other_per_minute,
     }
 }
 

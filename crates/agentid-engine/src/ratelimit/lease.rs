@@ -203,6 +203,16 @@ impl Leases {
         }
     }
 
+    /// The refusal a call would get now when this instance knows the shared bucket to be
+    /// empty (its lease spent, and the store's last answer "none until then"); nothing is
+    /// taken or asked.
+    pub fn empty<C: Clock>(&self, clock: &C, class: Class, org_id: &str) -> Option<Decision> {
+        let bucket = self.buckets[class as usize].get(org_id)?;
+        let lease = bucket.lease.lock();
+        let now = clock.now();
+        (lease.cells == 0 && now < lease.refused_until).then(|| lease.decision(now, true))
+    }
+
     /// Gives back cells that went unused for a while (all of them with `all`), and forgets
     /// buckets with nothing leased that were idle for a minute.
     pub async fn give_back<C: Clock>(&self, clock: &C, all: bool) {

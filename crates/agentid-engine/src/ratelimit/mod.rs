@@ -298,6 +298,19 @@ impl<C: Clock> RateLimits<C> {
         }
     }
 
+    /// The refusal an organization's call in `class` would get now, when its bucket is known
+    /// to be empty; nothing is taken: for a request that must spend nothing before it is
+    /// charged (an anonymous caller's buckets are not looked at).
+    pub fn refusal(&self, caller: RateSubject<'_>, class: Class) -> Option<Decision> {
+        match (caller, &self.orgs) {
+            (RateSubject::Anonymous(_), _) => None,
+            (RateSubject::Org { org_id, per_minute }, OrgBuckets::Local(b)) => {
+                b[class as usize].empty(org_id, per_minute, self.clock.now())
+            }
+            (RateSubject::Org { org_id, .. }, OrgBuckets::Shared(l)) => l.empty(&self.clock, class, org_id),
+        }
+    }
+
     fn anonymous(&self, ip: IpAddr, class: Class, take: bool) -> Decision {
         let (buckets, limit) = match class {
             Class::Verify | Class::Publishable => (&self.anon_verify, ANON_VERIFY_PER_MINUTE),
