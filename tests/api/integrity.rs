@@ -1151,6 +1151,15 @@ async fn log_rows_the_service_never_writes_neither_stop_nor_hide() {
         .unwrap();
     crate::helpers::tamper(&app, &row(3, &[1], "junk", 1)).await;
     crate::helpers::tamper(&app, &row(0, &root, &empty, 9_000_000_000_000_000)).await;
+    if !app.db.is_postgres() {
+        // SQLite keeps a value of any type: a size that is text, a note that is a blob.
+        let typed = format!(
+            "INSERT INTO audit_checkpoints (org_id, mode, tree_size, root, note, created_at) \
+             VALUES ('{org}', 'live', 'x', {root}, 'junk', 1), ('{org}', 'live', 2, {root}, X'00', 1)",
+            root = blob(&app, &[1; 32])
+        );
+        crate::helpers::tamper(&app, &typed).await;
+    }
     let ledger = Ledger {
         org_id: org.clone(),
         mode: KeyMode::Live,

@@ -38,6 +38,10 @@ pub(crate) trait Backend: Database {
     /// Inside the exclusive transaction's `begin`, binding org and mode: waits for any other
     /// instance checkpointing the same ledger (none needed where `begin` already serializes).
     const CHECKPOINT_LOCK: Option<&'static str>;
+    /// The checkpoint rows a read takes: those that decode. One that does not (written into
+    /// the database past its triggers) is no checkpoint the log key signed, and failed every
+    /// read of its ledger's checkpoints.
+    const READABLE_CHECKPOINT: &'static str;
     /// How a page of the log must be written for this backend's planner to use the indexes
     /// (see `log_blocks_sql`).
     const LOG_PLAN: LogPlan;

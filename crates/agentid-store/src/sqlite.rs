@@ -215,6 +215,10 @@ impl Backend for Sqlite {
     };
     // `BEGIN IMMEDIATE` already serializes every writer.
     const CHECKPOINT_LOCK: Option<&'static str> = None;
+    // A column holds a value of any type here: one of another type does not decode.
+    const READABLE_CHECKPOINT: &'static str = "typeof(tree_size) = 'integer' AND tree_size >= 0 \
+        AND typeof(root) = 'blob' AND length(root) = 32 AND typeof(note) = 'text' \
+        AND typeof(created_at) = 'integer'";
     const LOG_PLAN: LogPlan = LogPlan {
         name_index: true,
         lateral_join: false,

@@ -72,11 +72,6 @@ row! {
 
 pub(crate) const CHECKPOINT_COLUMNS: &str = CheckpointRow::COLUMNS;
 
-/// The checkpoint rows a read takes: those that decode. One that does not (written into the
-/// database past its triggers) is no checkpoint the log key signed, and failed every read of
-/// its ledger's checkpoints.
-pub(crate) const READABLE: &str = "tree_size >= 0 AND length(root) = 32";
-
 impl CheckpointRow {
     pub(crate) fn into_record(self) -> Result<StoredCheckpoint, StoreError> {
         Ok(StoredCheckpoint {

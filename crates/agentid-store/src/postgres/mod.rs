@@ -430,6 +430,7 @@ impl Backend for Postgres {
     // Not the ledger's append lock: checkpointing never holds up an append.
     const CHECKPOINT_LOCK: Option<&'static str> =
         Some("SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2 || '/checkpoint', 7431004))");
+    const READABLE_CHECKPOINT: &'static str = "tree_size >= 0 AND length(root) = 32";
     const LOG_PLAN: LogPlan = LogPlan {
         name_index: false,
         lateral_join: true,

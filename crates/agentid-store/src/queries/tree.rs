@@ -6,9 +6,7 @@ use crate::{StoreError, StoreFuture, StoredCheckpoint};
 use agentid_core::domain::Ledger;
 use agentid_core::tlog::tree::{Hash, Subtree};
 
-use crate::tree::{
-    Added, CheckpointRow, TreeStore, CHECKPOINT_COLUMNS, NODES_PER_INSERT, RANGE_BLOCKS_SQL, READABLE,
-};
+use crate::tree::{Added, CheckpointRow, TreeStore, CHECKPOINT_COLUMNS, NODES_PER_INSERT, RANGE_BLOCKS_SQL};
 
 use super::DB;
 
@@ -76,7 +74,8 @@ impl TreeStore for SqlStore<DB> {
         Box::pin(async move {
             let rows: Vec<CheckpointRow> = sqlx::query_as(&format!(
                 "SELECT {CHECKPOINT_COLUMNS} FROM audit_checkpoints WHERE org_id = $1 AND mode = $2 \
-                 AND tree_size <= $3 AND {READABLE} ORDER BY tree_size DESC LIMIT $4"
+                 AND tree_size <= $3 AND {} ORDER BY tree_size DESC LIMIT $4",
+                DB::READABLE_CHECKPOINT
             ))
             .bind(ledger.org_id.as_str())
             .bind(ledger.mode.as_str())
@@ -92,7 +91,8 @@ impl TreeStore for SqlStore<DB> {
         Box::pin(async move {
             let rows: Vec<CheckpointRow> = sqlx::query_as(&format!(
                 "SELECT {CHECKPOINT_COLUMNS} FROM audit_checkpoints WHERE org_id = $1 AND mode = $2 \
-                 AND {READABLE} ORDER BY tree_size"
+                 AND {} ORDER BY tree_size",
+                DB::READABLE_CHECKPOINT
             ))
             .bind(ledger.org_id.as_str())
             .bind(ledger.mode.as_str())
@@ -121,21 +121,29 @@ impl TreeStore for SqlStore<DB> {
             }
             let past: Vec<CheckpointRow> = sqlx::query_as(&format!(
                 "SELECT {CHECKPOINT_COLUMNS} FROM audit_checkpoints WHERE org_id = $1 AND mode = $2 \
-                 AND tree_size > $3 ORDER BY tree_size"
+                 AND tree_size > $3 AND {} ORDER BY tree_size",
+                DB::READABLE_CHECKPOINT
             ))
             .bind(org)
             .bind(mode)
             .bind(seq_i64(after)?)
             .fetch_all(&mut *tx)
             .await?;
-            let mut taken = false;
             for row in past {
-                taken |= row.tree_size == seq_i64(cp.size)?;
                 if row.into_record().is_ok_and(|c| ours(&c)) {
                     return Ok(Added::Raced);
                 }
             }
-            if taken {
+            // Any row at the size takes it, one that does not decode too (counted, not read).
+            let (taken,): (i64,) = sqlx::query_as(
+                "SELECT COUNT(*) FROM audit_checkpoints WHERE org_id = $1 AND mode = $2 AND tree_size = $3",
+            )
+            .bind(org)
+            .bind(mode)
+            .bind(seq_i64(cp.size)?)
+            .fetch_one(&mut *tx)
+            .await?;
+            if taken > 0 {
                 return Ok(Added::SizeTaken);
             }
             // What is stored already where this tree's subtrees go: only junk can be (rows are
