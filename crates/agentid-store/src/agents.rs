@@ -53,7 +53,7 @@ pub trait AgentStore {
         jkt: &'a str,
     ) -> StoreFuture<'a, Option<AgentRecord>>;
     /// The organizations that ever registered a live agent under `issuer_domain` (revoked
-    /// ones count), at most `limit`.
+    /// ones count), at most `limit`, the one that registered last first.
     fn issuer_agent_orgs<'a>(
         &'a self,
         issuer_domain: &'a IssuerDomain,

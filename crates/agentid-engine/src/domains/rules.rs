@@ -80,13 +80,25 @@ impl IssuerCheck {
         let Some(rules) = self.rules() else {
             return Ok(!orgs.is_empty());
         };
+        let fresh = |org: &OrgId| {
+            self.held
+                .get(&(org.clone(), domain.clone()))
+                .is_some_and(|at| at.elapsed() < HELD_FOR)
+        };
+        if orgs.iter().any(fresh) {
+            return Ok(true);
+        }
         if orgs.is_empty() {
             return Ok(false);
         }
         let held = store.holdings_over(&rules, domain.as_str()).await?;
-        Ok(orgs
+        let holder = orgs
             .iter()
-            .any(|org| rules.may_issue(org.as_str(), domain.as_str(), &held).is_ok()))
+            .find(|org| rules.may_issue(org.as_str(), domain.as_str(), &held).is_ok());
+        if let Some(org) = holder {
+            self.held.insert((org.clone(), domain.clone()), Instant::now());
+        }
+        Ok(holder.is_some())
     }
 }
 

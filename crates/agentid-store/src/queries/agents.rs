@@ -176,8 +176,8 @@ impl AgentStore for SqlStore<DB> {
     ) -> StoreFuture<'a, Vec<OrgId>> {
         Box::pin(async move {
             let rows: Vec<(String,)> = sqlx::query_as(
-                "SELECT DISTINCT org_id FROM agents WHERE issuer_domain = $1 AND mode = $2 \
-                 ORDER BY org_id LIMIT $3",
+                "SELECT org_id FROM agents WHERE issuer_domain = $1 AND mode = $2 \
+                 GROUP BY org_id ORDER BY MAX(created_at) DESC, org_id LIMIT $3",
             )
             .bind(issuer_domain.as_str())
             .bind(KeyMode::Live.as_str())
