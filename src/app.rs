@@ -197,16 +197,6 @@ impl Application {
         } else {
             server.disable_signals()
         };
-        // Last of what can fail: a default organization made before a step that fails would
-        // have keys no one was shown, and the next start makes none.
-        let bootstrapped = if cfg.bootstrap && engine.store().count_orgs().await? == 0 {
-            let plan = Plan::Developer;
-            let limits = plan.default_limits().expect("developer has defaults");
-            admin::create_first_org(engine.store(), "default", plan, limits).await?
-        } else {
-            None
-        };
-        let server = server.run();
         let metrics = match metrics_listener {
             Some((bind, listener)) => {
                 let (addr, server) = crate::telemetry::serve_metrics(listener).map_err(bind_err(bind))?;
@@ -217,6 +207,16 @@ impl Application {
             }
             None => None,
         };
+        // Last of what can fail: a default organization made before a step that fails would
+        // have keys no one was shown, and the next start makes none.
+        let bootstrapped = if cfg.bootstrap && engine.store().count_orgs().await? == 0 {
+            let plan = Plan::Developer;
+            let limits = plan.default_limits().expect("developer has defaults");
+            admin::create_first_org(engine.store(), "default", plan, limits).await?
+        } else {
+            None
+        };
+        let server = server.run();
         Ok(Application {
             addr,
             metrics,
