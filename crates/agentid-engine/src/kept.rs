@@ -297,7 +297,7 @@ mod tests {
         k.get(&s.url, refresh, text).await.map(|t| (*t).clone())
     }
 
-    /// Attack: filling every fetch slot a moment (URLs that never answer) made a document
+    /// Attack: filling every fetch slot of a kind a moment (URLs that never answer) made a document
     /// whose fetch fell in that moment fail as remembered for `failure_for` (minutes for
     /// directories). A fetch not made for want of a slot is remembered as nothing.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -305,12 +305,12 @@ mod tests {
         let hang = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = hang.local_addr().unwrap().port();
         std::thread::spawn(move || {
-            let held: Vec<_> = hang.incoming().take(crate::outbound::MAX_FETCHES).collect();
+            let held: Vec<_> = hang.incoming().take(SHARE).collect();
             std::thread::sleep(Duration::from_millis(1500));
             drop(held);
         });
         let k = Arc::new(kept(KEEPING));
-        let hanging: Vec<_> = (0..crate::outbound::MAX_FETCHES)
+        let hanging: Vec<_> = (0..SHARE)
             .map(|i| {
                 let k = k.clone();
                 tokio::spawn(async move {
@@ -340,7 +340,7 @@ mod tests {
         let hang = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = hang.local_addr().unwrap().port();
         std::thread::spawn(move || {
-            let held: Vec<_> = hang.incoming().take(crate::outbound::MAX_FETCHES).collect();
+            let held: Vec<_> = hang.incoming().take(SHARE).collect();
             std::thread::sleep(Duration::from_millis(1500));
             drop(held);
         });
