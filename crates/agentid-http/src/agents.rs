@@ -241,7 +241,7 @@ pub(crate) struct ListParams {
 #[utoipa::path(
     get, path = "/v1/agents", tag = "agents", params(ListParams),
     responses(
-        (status = 200, description = "The caller's agents (this key's mode), newest first: all of them, or a page of `limit` with a `Link: <…>; rel=\"next\"` header (RFC 8288) while more follow", body = Vec<AgentSummary>,
+        (status = 200, description = "The caller's agents (this key's mode), newest first: all of them (sent as they are read, 1,000 at a time: a store failure past the first thousand cuts the array off, which a client sees as JSON that does not parse), or a page of `limit` with a `Link: <…>; rel=\"next\"` header (RFC 8288) while more follow", body = Vec<AgentSummary>,
          headers(("Link" = String, description = "The next page, when there is one"))),
         (status = 400, description = "VALIDATION_ERROR (limit) or INVALID_CURSOR", body = ErrorBody),
     ),

@@ -330,7 +330,7 @@ fn pass(v: &Verification) -> HttpResponse {
     ),
     responses(
         (status = 200, description = "Let the request through: the token is valid for this receiver, and recorded. No body; X-Agent-Id, X-Agent-Issuer, X-Agent-Scopes (space-separated) and, for an access token, X-Agent-Client-Id name the agent; X-Agent-Subject and X-Agent-Subject-Issuer name the person a delegated token acts for (empty for one that acts for nobody)."),
-        (status = 400, description = "VALIDATION_ERROR: the gateway's URL names an unknown parameter or a malformed value", body = ErrorBody),
+        (status = 400, description = "VALIDATION_ERROR: the gateway's URL names an unknown parameter or a malformed value, or a call on the path form (/v1/forward-auth/<path>) comes without X-Agentid-Policy", body = ErrorBody),
         (status = 401, description = "TOKEN_INVALID, TOKEN_EXPIRED, TOKEN_REVOKED, PROOF_INVALID or PROOF_REPLAYED, with the WWW-Authenticate challenge a receiver sends (RFC 6750, RFC 9449); or no token (a bare challenge); or UNAUTHORIZED: an invalid X-Agentid-Key", body = ErrorBody),
         (status = 403, description = "INSUFFICIENT_SCOPE, with `WWW-Authenticate: … error=\"insufficient_scope\", scope=\"…\"`", body = ErrorBody),
         (status = 503, description = "AUDIT_UNAVAILABLE: the call cannot be recorded, so it is not answered (Retry-After)", body = ErrorBody),
