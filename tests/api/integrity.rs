@@ -1137,7 +1137,7 @@ async fn log_rows_the_service_never_writes_neither_stop_nor_hide() {
         "INSERT INTO audit_blocks (org_id, mode, first_seq, last_seq, prev_hash, last_hash, results, \
          n_valid, n_invalid, n_expired, n_revoked, records, mac) SELECT org_id, mode, -9, -1, \
          prev_hash, last_hash, results, n_valid, n_invalid, n_expired, n_revoked, records, mac \
-         FROM audit_blocks WHERE org_id = '{org}' AND mode = 'live'"
+         FROM audit_blocks WHERE org_id = '{org}' AND mode = 'live' ORDER BY first_seq DESC LIMIT 1"
     );
     let err = app
         .raw_execute(&block)
@@ -1169,4 +1169,9 @@ async fn log_rows_the_service_never_writes_neither_stop_nor_hide() {
         Step::Done
     );
     assert_eq!(checkpointed(&app).await, 5);
+    // A block before seq 1, past the triggers: `audit verify` names it.
+    crate::helpers::tamper(&app, &block).await;
+    let (code, out) = audit_verify(&app);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("start before record 1"), "{out}");
 }

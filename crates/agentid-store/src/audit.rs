@@ -25,6 +25,9 @@ pub trait AuditStore {
     fn ledgers(&self) -> StoreFuture<'_, Vec<Ledger>>;
     /// The number of records of a ledger: its newest block's last `seq`.
     fn ledger_size<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, u64>;
+    /// How many stored blocks start before record 1 (none the service writes: read by nothing
+    /// that walks the chain, yet listed by the log).
+    fn blocks_before_first<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, u64>;
     /// Stored blocks with `first_seq > after`, ascending, decoded, with what their rows
     /// claim of them (for `audit verify`).
     fn read_blocks<'a>(

@@ -139,6 +139,19 @@ impl AuditStore for SqlStore<DB> {
         })
     }
 
+    fn blocks_before_first<'a>(&'a self, ledger: &'a Ledger) -> StoreFuture<'a, u64> {
+        Box::pin(async move {
+            let (n,): (i64,) = sqlx::query_as(
+                "SELECT COUNT(*) FROM audit_blocks WHERE org_id = $1 AND mode = $2 AND first_seq < 1",
+            )
+            .bind(ledger.org_id.as_str())
+            .bind(ledger.mode.as_str())
+            .fetch_one(&mut *self.conn().await?)
+            .await?;
+            Ok(n.max(0) as u64)
+        })
+    }
+
     fn read_blocks<'a>(
         &'a self,
         ledger: &'a Ledger,

@@ -256,6 +256,16 @@ impl<'a> LedgerCheck<'a> {
             tree: Some(Frontier::default()),
             nodes: Vec::new(),
         };
+        let before = self.store.blocks_before_first(&self.ledger).await?;
+        if before > 0 {
+            self.fail(
+                None,
+                format!(
+                    "{before} blocks start before record 1 (written with database access alone: \
+                     the log lists them first, and no chain holds them)"
+                ),
+            );
+        }
         // The first record no checkpoint covers, and when it was made.
         let mut first_uncovered: Option<(u64, Millis)> = None;
         let mut after = 0i64;
