@@ -395,8 +395,14 @@ pub fn check_proof(proof: &str, expected: &Expected<'_>) -> Result<VerifiedProof
     if htu.is_empty() || htu_form(htu) != wanted {
         return refuse(format!("htu is not {wanted}"));
     }
-    let Some(iat) = claims.get("iat").and_then(Value::as_i64) else {
-        return refuse("iat must be an integer");
+    // A NumericDate (RFC 7519 §2): whole seconds taken, a fraction dropped (as a client that
+    // writes the time as a float sends it).
+    let iat = claims.get("iat").and_then(|v| {
+        v.as_i64()
+            .or_else(|| v.as_f64().filter(|f| f.is_finite()).map(|f| f.floor() as i64))
+    });
+    let Some(iat) = iat else {
+        return refuse("iat must be a number");
     };
     if iat.abs_diff(expected.now) > expected.max_skew.unsigned_abs() {
         return refuse(format!("iat is more than {} s from now", expected.max_skew));
@@ -581,6 +587,21 @@ mod tests {
             let (proof, _) = ed_proof(json!({"typ": "dpop+jwt", "alg": "EdDSA"}), &c);
             let err = check_proof(&proof, &expected()).unwrap_err().0;
             assert!(err.contains("iat is more than 60 s from now"), "{iat}: {err}");
+        }
+    }
+
+    /// An `iat` is a NumericDate: a client that writes the time as a float (`time.time()`) is
+    /// read to the whole second; one that is no number, or not finite, is refused.
+    #[test]
+    fn a_fractional_iat_is_read_to_the_second() {
+        let mut c = claims();
+        c["iat"] = json!(NOW as f64 + 0.75);
+        let (proof, _) = ed_proof(json!({"typ": "dpop+jwt", "alg": "EdDSA"}), &c);
+        assert_eq!(check_proof(&proof, &expected()).unwrap().iat, NOW);
+        for bad in [json!("now"), json!(null), json!(1e300)] {
+            c["iat"] = bad.clone();
+            let (proof, _) = ed_proof(json!({"typ": "dpop+jwt", "alg": "EdDSA"}), &c);
+            assert!(check_proof(&proof, &expected()).is_err(), "{bad}");
         }
     }
 
