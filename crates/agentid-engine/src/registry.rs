@@ -83,9 +83,16 @@ impl Registry {
     }
 
     /// Puts a revocation into the index (`Revocations` does, with the status bit).
-    /// Revocation is permanent: the first reason recorded stays.
+    /// Revocation is permanent: the first reason recorded stays. One marked without its
+    /// reason (the store could not be read then) takes the reason the resync brings.
     pub fn mark_revoked(&self, id: &str, reason: Option<String>) {
-        self.revoked.entry(id.to_owned()).or_insert(Revoked { reason });
+        let mut held = self
+            .revoked
+            .entry(id.to_owned())
+            .or_insert(Revoked { reason: None });
+        if held.reason.is_none() {
+            held.reason = reason;
+        }
     }
 
     /// The revocation stamped with `epoch` is in the index (this instance committed it).
@@ -149,7 +156,20 @@ impl EpochWatermark {
 
 #[cfg(test)]
 mod tests {
-    use super::EpochWatermark;
+    use super::{EpochWatermark, Registry};
+
+    /// A revocation marked without its reason (the store unreadable a moment) takes the one
+    /// the resync brings; a reason once held stays.
+    #[test]
+    fn a_revocation_marked_without_its_reason_takes_it_later() {
+        let r = Registry::default();
+        r.mark_revoked("agt_1", None);
+        r.mark_revoked("agt_1", Some("stolen".into()));
+        assert_eq!(r.revocation("agt_1").unwrap().reason.as_deref(), Some("stolen"));
+        r.mark_revoked("agt_1", Some("other".into()));
+        r.mark_revoked("agt_1", None);
+        assert_eq!(r.revocation("agt_1").unwrap().reason.as_deref(), Some("stolen"));
+    }
 
     #[test]
     fn the_watermark_moves_only_over_an_unbroken_run_of_epochs() {
