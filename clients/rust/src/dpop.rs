@@ -177,7 +177,12 @@ pub(crate) fn check_proof(
         return refuse(format!("htu is not {wanted}"));
     }
     let skew_ms = max_skew.unsigned_abs().saturating_mul(1000);
-    let iat = match claims.get("iat").and_then(Value::as_i64) {
+    // A NumericDate (RFC 7519 §2): whole seconds taken, a fraction dropped.
+    let whole = |v: &Value| {
+        v.as_i64()
+            .or_else(|| v.as_f64().filter(|f| f.is_finite()).map(|f| f.floor() as i64))
+    };
+    let iat = match claims.get("iat").and_then(whole) {
         Some(iat) if iat.saturating_mul(1000).abs_diff(now_ms) <= skew_ms => iat,
         _ => return refuse(format!("iat is more than {max_skew} s from now")),
     };
@@ -301,6 +306,28 @@ mod tests {
         assert!(matches!(check(now - 60), Err(e) if e.to_string().contains("iat")));
         assert!(check(now - 59).is_ok());
         assert!(check(now + 60).is_ok());
+    }
+
+    /// A client that writes the time as a float (`time.time()`) is read to the second; an
+    /// `iat` that is no number is refused.
+    #[test]
+    fn a_fractional_iat_is_read_to_the_second() {
+        let now = 1_800_000_000;
+        let check = |iat: Value| {
+            let claims = serde_json::json!({"jti": "j", "htm": "GET", "htu": "https://a.example/x", "iat": iat,
+                "ath": URL_SAFE_NO_PAD.encode(ring::digest::digest(&ring::digest::SHA256, b"t"))});
+            check_proof(
+                &signed(&claims),
+                "GET",
+                "https://a.example/x",
+                "t",
+                now * 1000,
+                60,
+            )
+        };
+        assert!(check(serde_json::json!(now as f64 + 0.75)).is_ok());
+        assert!(check(serde_json::json!("now")).is_err());
+        assert!(check(serde_json::json!(1e300)).is_err());
     }
 
     /// A proof of `claims` by a fixed Ed25519 key.
