@@ -297,20 +297,17 @@ mod tests {
         k.get(&s.url, refresh, text).await.map(|t| (*t).clone())
     }
 
-    /// Attack: filling every fetch slot of a kind a moment (URLs that never answer) made a document
-    /// whose fetch fell in that moment fail as remembered for `failure_for` (minutes for
-    /// directories). A fetch not made for want of a slot is remembered as nothing.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_fetch_refused_for_want_of_a_slot_is_not_remembered() {
-        let hang = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = hang.local_addr().unwrap().port();
+    /// `n` fetches by `k` of URLs that take the connection and answer nothing for 1.5 s (as
+    /// many as `k`'s share connect), under way half a second after this returns them.
+    async fn hang(k: &Arc<Kept<String>>, n: usize) -> Vec<tokio::task::JoinHandle<()>> {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
         std::thread::spawn(move || {
-            let held: Vec<_> = hang.incoming().take(SHARE).collect();
+            let held: Vec<_> = listener.incoming().take(SHARE).collect();
             std::thread::sleep(Duration::from_millis(1500));
             drop(held);
         });
-        let k = Arc::new(kept(KEEPING));
-        let hanging: Vec<_> = (0..SHARE)
+        let hanging = (0..n)
             .map(|i| {
                 let k = k.clone();
                 tokio::spawn(async move {
@@ -319,6 +316,16 @@ mod tests {
             })
             .collect();
         tokio::time::sleep(Duration::from_millis(500)).await;
+        hanging
+    }
+
+    /// Attack: filling every fetch slot of a kind a moment (URLs that never answer) made a document
+    /// whose fetch fell in that moment fail as remembered for `failure_for` (minutes for
+    /// directories). A fetch not made for want of a slot is remembered as nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fetch_refused_for_want_of_a_slot_is_not_remembered() {
+        let k = Arc::new(kept(KEEPING));
+        let hanging = hang(&k, SHARE).await;
         let s = Server::start(&ok("a", ""));
         let busy = get(&k, &s, false).await;
         assert!(busy.unwrap_err().contains("under way"));
@@ -337,25 +344,10 @@ mod tests {
     /// exchange whose provider's keys were due answered 503. Each kind has its share.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn one_kind_of_fetch_leaves_the_other_its_share() {
-        let hang = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = hang.local_addr().unwrap().port();
-        std::thread::spawn(move || {
-            let held: Vec<_> = hang.incoming().take(SHARE).collect();
-            std::thread::sleep(Duration::from_millis(1500));
-            drop(held);
-        });
         let outbound = Arc::new(Outbound::new(Default::default()));
         let directories = Arc::new(Kept::<String>::new(outbound.clone(), true, KEEPING));
         let providers = Kept::<String>::new(outbound, true, KEEPING);
-        let hanging: Vec<_> = (0..crate::outbound::MAX_FETCHES)
-            .map(|i| {
-                let k = directories.clone();
-                tokio::spawn(async move {
-                    let _ = k.get(&format!("http://127.0.0.1:{port}/{i}"), false, text).await;
-                })
-            })
-            .collect();
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        let hanging = hang(&directories, crate::outbound::MAX_FETCHES).await;
         let s = Server::start(&ok("a", ""));
         assert_eq!(get(&providers, &s, false).await.unwrap(), "a");
         for h in hanging {
