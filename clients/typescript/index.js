@@ -31,6 +31,8 @@ const MAX_DELEGATED_LIFETIME = 3600;
 /** The longest DPoP proof read, and how many proofs are remembered to refuse a replay. */
 const MAX_PROOF_BYTES = 4096;
 const SEEN_PROOFS = 100_000;
+/** The farthest from 1970 a proof's `iat` may be (s): what a float holds exactly. */
+const MAX_TIME = 2 ** 53;
 /** How many signature directories are held (past that, the one held longest goes): a
  * verifier without `issuers` takes any issuer's, which a caller names. */
 const MAX_DIRECTORIES = 1_000;
@@ -1176,7 +1178,10 @@ async function checkProof(proof, method, url, token, now, maxSkew) {
   if (typeof c.jti !== "string" || !c.jti || c.jti.length > 256) refuse("jti must be a string of 1 to 256 characters");
   if (c.htm !== method) refuse(`htm is not ${method}`);
   if (typeof c.htu !== "string" || !c.htu || htuForm(c.htu) !== htuForm(url)) refuse(`htu is not ${htuForm(url)}`);
-  if (!Number.isSafeInteger(c.iat) || Math.abs(c.iat - now) > maxSkew) refuse(`iat is more than ${maxSkew} s from now`);
+  // A NumericDate (RFC 7519 §2) may have a fraction: taken to the whole second (floor), once
+  // known a finite number in range, so that the replay memory files it under an integer.
+  const iat = typeof c.iat === "number" && Number.isFinite(c.iat) && Math.abs(c.iat) <= MAX_TIME ? Math.floor(c.iat) : NaN;
+  if (!Number.isFinite(iat) || Math.abs(iat - now) > maxSkew) refuse(`iat is more than ${maxSkew} s from now`);
   // Not asked for (RFC 9449 bounds a proof by its iat), but honoured when present.
   for (const name of ["exp", "nbf"]) {
     if (name in c && typeof c[name] !== "number") refuse(`${name} must be a number`);
@@ -1184,5 +1189,5 @@ async function checkProof(proof, method, url, token, now, maxSkew) {
   if ("exp" in c && c.exp <= now) refuse("exp is past");
   if ("nbf" in c && c.nbf > now + maxSkew) refuse("nbf is in the future");
   if (c.ath !== (await sha256(token))) refuse("ath is not the token's hash");
-  return { jkt, jti: c.jti, iat: c.iat };
+  return { jkt, jti: c.jti, iat };
 }

@@ -515,3 +515,18 @@ def test_a_proof_whose_htu_is_written_another_way_passes(server):
     verifier = Verifier(server.base)
     proof = signer.proof(token, htu="HTTPS://API.Example/%6Frders")
     assert verifier.verify_dpop(token, proof, "GET", "https://api.example:443/orders").agent_id == agent_id
+
+
+def test_a_proof_whose_iat_has_a_fraction_passes_under_its_whole_second(server):
+    """``iat`` is a NumericDate (RFC 7519 §2, RFC 9449 §4.2): a number, a fraction allowed,
+    taken to the whole second it falls in and remembered under it. A string is no number."""
+    signer = Agent()
+    _, token = server.register(jwk=signer.public)
+    verifier = Verifier(server.base)
+    now = int(time.time())
+    proof = signer.proof(token, iat=now + 0.75, jti="fraction")
+    assert verifier.verify_dpop(token, proof, "GET", URL)
+    held = [key.jtis["fraction"] for key in verifier._proofs._keys.values() if "fraction" in key.jtis]
+    assert held == [now] and type(held[0]) is int, held
+    with pytest.raises(ProofInvalid, match="iat is more than 60 s from now"):
+        verifier.verify_dpop(token, signer.proof(token, iat=str(now)), "GET", URL)

@@ -314,3 +314,20 @@ test("a proof whose htu is written another way passes", async () => {
     .sign(keyPair.privateKey);
   assert.equal((await v.verifyDpop(token, proof, "GET", "https://api.example:443/orders")).agentId, id);
 });
+
+test("a proof whose iat has a fraction passes, under its whole second", async () => {
+  // iat is a NumericDate (RFC 7519 §2, RFC 9449 §4.2): a number, a fraction allowed, taken to
+  // the whole second it falls in and remembered under it. A string is no number.
+  const keyPair = await joseKeyPair("EdDSA", { extractable: true });
+  const jwk = await publicJwk(keyPair);
+  const [id, token] = await s.register({ jwk });
+  const v = new Verifier({ baseUrl: s.base });
+  const now = Math.floor(Date.now() / 1000);
+  const ath = base64url.encode(new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(token))));
+  const sign = (iat, jti) =>
+    new SignJWT({ jti, htm: "GET", htu: URL, iat, ath }).setProtectedHeader({ typ: "dpop+jwt", alg: "EdDSA", jwk }).sign(keyPair.privateKey);
+  assert.equal((await v.verifyDpop(token, await sign(now + 0.75, "fraction"), "GET", URL)).agentId, id);
+  const held = [...v.proofs.keys.values()].filter((k) => k.ids.has("fraction")).map((k) => k.ids.get("fraction"));
+  assert.deepEqual(held, [now]);
+  assert.equal(await code(v.verifyDpop(token, await sign(String(now), "string"), "GET", URL)), "PROOF_INVALID");
+});

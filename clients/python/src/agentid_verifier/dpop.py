@@ -11,6 +11,7 @@ import base64
 import hashlib
 import heapq
 import json
+import math
 import string
 import threading
 import time
@@ -220,6 +221,10 @@ def check_proof(proof: str, method: str, url: str, token: str, now: float, max_s
     if not isinstance(htu, str) or not htu or _htu_form(htu) != _htu_form(url):
         raise ProofError(f"htu is not {_htu_form(url)}")
     iat = claims.get("iat")
+    # A NumericDate (RFC 7519 §2) may have a fraction: taken to the whole second (floor), once
+    # known finite and in range, so that the replay memory files it under an integer.
+    if type(iat) is float and math.isfinite(iat) and -MAX_TIME <= iat <= MAX_TIME:
+        iat = math.floor(iat)
     # Compared as integers first: an iat past a float's range (10**400) cannot be subtracted
     # from the clock's float.
     if type(iat) is not int or not -MAX_TIME <= iat <= MAX_TIME or abs(iat - now) > max_skew:
