@@ -581,6 +581,39 @@ async fn an_assertion_replayed_to_another_instance_is_refused() {
     assert_oauth_error(&res, 401, "invalid_client");
 }
 
+/// A token request whose token cannot be recorded is answered 503 with Retry-After: the same
+/// request, sent again, gets its token. Before, its assertion and its DPoP proof stayed spent,
+/// and the retry was refused as a replay.
+#[actix_web::test]
+async fn a_token_request_answered_503_may_be_sent_again() {
+    let app = spawn_app().await;
+    let key = AgentKey::ed();
+    let agent = client(&app, &key).await;
+    let dpop = AgentKey::es();
+    let endpoint = format!("{}/oauth/token", app.base);
+    let proof = dpop.proof_with(
+        &dpop.header(),
+        &json!({"jti": ulid::Ulid::new().to_string(), "htm": "POST", "htu": endpoint, "iat": now()}),
+    );
+    let signed = assertion(&app, &key, &agent);
+    let form = [
+        ("grant_type", "client_credentials"),
+        ("client_assertion_type", ASSERTION_TYPE),
+        ("client_assertion", signed.as_str()),
+        ("resource", RESOURCE),
+    ];
+    assert!(app.store.inject_write_fault(agentid::store::WriteFault::Panic));
+    let res = app.post_form("/oauth/token", &form, &[("DPoP", &proof)]).await;
+    assert_eq!(res.status, 503, "{}", res.text());
+    assert!(res.header("retry-after").is_some());
+    let res = app.post_form("/oauth/token", &form, &[("DPoP", &proof)]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.json()["token_type"], "DPoP");
+    // Once handed out, both are spent.
+    let res = app.post_form("/oauth/token", &form, &[("DPoP", &proof)]).await;
+    assert_oauth_error(&res, 401, "invalid_client");
+}
+
 #[actix_web::test]
 async fn a_dpop_proof_binds_the_access_token_to_its_key() {
     let app = spawn_app().await;

@@ -127,6 +127,12 @@ pub(crate) struct TakenProof {
     iat: i64,
 }
 
+impl TakenProof {
+    pub(crate) fn new(jkt: String, jti: String, iat: i64) -> Self {
+        TakenProof { jkt, jti, iat }
+    }
+}
+
 /// The proofs used lately, by key and `jti`: each is kept while its `iat` could still pass
 /// the time check. At most `capacity`; past that, the key holding the most proofs forgets its
 /// earliest-made, and every proof of that key made at or before the last one it forgot is

@@ -28,7 +28,7 @@ use crate::ratelimit::{Class, Decision, RateLimits, RateSubject};
 use crate::verifier::TokenVerifier;
 
 use crate::audit::AuditHandle;
-use crate::dpop::Replays;
+use crate::dpop::{Replays, TakenProof};
 use crate::expiries::NotedExpiries;
 use crate::registry::Registry;
 use crate::revocations::Revocations;
@@ -81,6 +81,9 @@ pub struct Client {
     pub org: OrgRecord,
     /// The cell of the organization's bucket its request took.
     pub charged: Decision,
+    /// The client assertion it spent (its key in the store), given back when the token it
+    /// asked for cannot be recorded.
+    pub(crate) spent: Option<String>,
 }
 
 /// An access token handed out.
@@ -331,7 +334,12 @@ impl OAuth {
         }
         self.refuse_revoked(&agent, now, received).await?;
         let charged = self.charge(&org).await?;
-        Ok(Client { agent, org, charged })
+        Ok(Client {
+            agent,
+            org,
+            charged,
+            spent: Some(id),
+        })
     }
 
     /// Refuses (recorded) an agent revoked in memory (at once, fleet-wide) or as stored.
@@ -415,7 +423,12 @@ impl OAuth {
         self.refuse_revoked(&agent, now, received).await?;
         let org = self.organization(&agent, false).await?;
         let charged = self.charge(&org).await?;
-        Ok(Client { agent, org, charged })
+        Ok(Client {
+            agent,
+            org,
+            charged,
+            spent: None,
+        })
     }
 
     /// Hands `client` an access token for what `req` asks, once the record of it is
@@ -458,8 +471,9 @@ impl OAuth {
             Ok(g) => g,
             Err(e) => return Err(self.refused_after(agent, e, now, received).await),
         };
-        let cnf = match req.dpop.map(|proof| self.check_dpop(proof, now)).transpose() {
-            Ok(c) => c,
+        let (cnf, proof) = match req.dpop.map(|proof| self.check_dpop(proof, now)).transpose() {
+            Ok(Some((jkt, taken))) => (Some(jkt), Some(taken)),
+            Ok(None) => (None, None),
             Err(e) => return Err(self.refused_after(agent, e, now, received).await),
         };
         match self.issuers.may_issue(&self.store, agent).await {
@@ -567,10 +581,16 @@ impl OAuth {
         let record = match recorded {
             Ok(record) => record,
             Err(e) => {
-                if let Some((key, _)) = &single_use {
+                // Not handed out: what the request spent is given back, so that the same
+                // request, told to try again (503), may.
+                let spent = [single_use.as_ref().map(|(key, _)| key), client.spent.as_ref()];
+                for key in spent.into_iter().flatten() {
                     if let Err(e) = self.store.release_assertion(key).await {
-                        tracing::warn!(error = %e, "cannot give back an ID-JAG whose token was not recorded");
+                        tracing::warn!(error = %e, "cannot give back an assertion whose token was not recorded");
                     }
+                }
+                if let Some(proof) = &proof {
+                    self.proofs.release(proof);
                 }
                 return Err(e.into());
             }
@@ -610,7 +630,7 @@ impl OAuth {
 
     /// The thumbprint of a token request's DPoP proof's key (RFC 9449 §5): made for a POST to
     /// the token endpoint, now, and not used before.
-    fn check_dpop(&self, proof: &str, now: Millis) -> Result<String, OAuthError> {
+    fn check_dpop(&self, proof: &str, now: Millis) -> Result<(String, TakenProof), OAuthError> {
         let expected = ProofExpected {
             htm: "POST",
             htu: &self.token_endpoint,
@@ -627,7 +647,8 @@ impl OAuth {
                 now.as_secs() - self.max_skew_secs,
             )
             .map_err(|r| OAuthError::InvalidDpopProof(r.reason))?;
-        Ok(checked.jkt)
+        let taken = TakenProof::new(checked.jkt.clone(), checked.jti, checked.iat);
+        Ok((checked.jkt, taken))
     }
 
     /// Records a refusal after the client authenticated, and gives it back.
