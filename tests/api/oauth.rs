@@ -609,9 +609,14 @@ async fn a_token_request_answered_503_may_be_sent_again() {
     let res = app.post_form("/oauth/token", &form, &[("DPoP", &proof)]).await;
     assert_eq!(res.status, 200, "{}", res.text());
     assert_eq!(res.json()["token_type"], "DPoP");
-    // Once handed out, both are spent.
+    // Once handed out, both are spent: the assertion, and the proof with a new assertion.
     let res = app.post_form("/oauth/token", &form, &[("DPoP", &proof)]).await;
     assert_oauth_error(&res, 401, "invalid_client");
+    let fresh = assertion(&app, &key, &agent);
+    let mut again = form;
+    again[2] = ("client_assertion", fresh.as_str());
+    let res = app.post_form("/oauth/token", &again, &[("DPoP", &proof)]).await;
+    assert_oauth_error(&res, 400, "invalid_dpop_proof");
 }
 
 #[actix_web::test]

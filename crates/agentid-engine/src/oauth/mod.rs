@@ -310,10 +310,11 @@ impl OAuth {
             }
         };
         self.refuse_revoked(&agent, now, received).await?;
-        // Looked at before the assertion is spent (a client past its organization's limit
-        // costs no write), taken once it is (a replayed assertion costs the organization
-        // nothing).
-        let org = self.organization(&agent, true).await?;
+        // Charged before the assertion is spent: a client past its organization's limit
+        // costs no write. A replay gives its cell back below: it costs the organization
+        // nothing.
+        let org = self.organization(&agent).await?;
+        let charged = self.charge(&org).await?;
         // Fleet-wide: the store remembers each assertion until it expires.
         let mut id = Sha256::new();
         id.update(agent.id.as_str().as_bytes());
@@ -326,6 +327,7 @@ impl OAuth {
             .use_assertion(&id, Millis::from_secs(checked.exp))
             .await?
         {
+            self.limits.return_cell(bucket(&org), Class::Other);
             let why =
                 "client_assertion was used already (its jti): sign a new one for each request".to_owned();
             return Err(self
@@ -333,7 +335,6 @@ impl OAuth {
                 .await);
         }
         self.refuse_revoked(&agent, now, received).await?;
-        let charged = self.charge(&org).await?;
         Ok(Client {
             agent,
             org,
@@ -360,19 +361,12 @@ impl OAuth {
             .await)
     }
 
-    /// The agent's organization; with `look`, refused when its bucket of other calls is
-    /// empty now (looked at, nothing taken).
-    async fn organization(&self, agent: &AgentRecord, look: bool) -> Result<OrgRecord, OAuthError> {
-        let Some(org) = self.store.get_org(&agent.org_id).await? else {
-            return Err(StoreError::Corrupt(format!("agent {} has no organization", agent.id)).into());
-        };
-        if let Some(refused) = look
-            .then(|| self.limits.refusal(bucket(&org), Class::Other))
-            .flatten()
-        {
-            return Err(OAuthError::RateLimited(refused));
+    /// The agent's organization.
+    async fn organization(&self, agent: &AgentRecord) -> Result<OrgRecord, OAuthError> {
+        match self.store.get_org(&agent.org_id).await? {
+            Some(org) => Ok(org),
+            None => Err(StoreError::Corrupt(format!("agent {} has no organization", agent.id)).into()),
         }
-        Ok(org)
     }
 
     /// The cell of the organization's bucket of other calls the request takes; refused past
@@ -421,7 +415,7 @@ impl OAuth {
                 .await);
         }
         self.refuse_revoked(&agent, now, received).await?;
-        let org = self.organization(&agent, false).await?;
+        let org = self.organization(&agent).await?;
         let charged = self.charge(&org).await?;
         Ok(Client {
             agent,

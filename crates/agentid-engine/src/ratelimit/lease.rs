@@ -203,14 +203,12 @@ impl Leases {
         }
     }
 
-    /// The refusal a call would get now when this instance knows the shared bucket to be
-    /// empty (its lease spent, and the store's last answer "none until then"); nothing is
-    /// taken or asked.
-    pub fn empty<C: Clock>(&self, clock: &C, class: Class, org_id: &str) -> Option<Decision> {
-        let bucket = self.buckets[class as usize].get(org_id)?;
-        let lease = bucket.lease.lock();
-        let now = clock.now();
-        (lease.cells == 0 && now < lease.refused_until).then(|| lease.decision(now, true))
+    /// Puts back one cell a call took from this instance's lease (a call that turned out not
+    /// to count): the next call takes it, or the lease gives it back to the shared bucket.
+    pub fn return_cell(&self, class: Class, org_id: &str) {
+        if let Some(bucket) = self.buckets[class as usize].get(org_id) {
+            bucket.lease.lock().cells += 1;
+        }
     }
 
     /// Gives back cells that went unused for a while (all of them with `all`), and forgets

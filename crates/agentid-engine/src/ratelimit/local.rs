@@ -45,21 +45,6 @@ impl<K: std::hash::Hash + Eq> LocalBuckets<K> {
         decision(limit, g.available(tat, now), full_in, wait)
     }
 
-    /// The refusal a call would get now when `key`'s bucket is empty; nothing is taken.
-    pub fn empty<Q>(&self, key: &Q, limit: u32, now: Duration) -> Option<Decision>
-    where
-        K: std::borrow::Borrow<Q>,
-        Q: std::hash::Hash + Eq + ?Sized,
-    {
-        let g = Gcra { limit };
-        let now = nanos(now);
-        let tat = self.map.get(key).map_or(now, |e| e.1);
-        (g.available(tat, now) == 0).then(|| {
-            let full_in = Duration::from_nanos(tat.saturating_sub(now));
-            decision(limit, 0, full_in, Some(Duration::from_nanos(g.wait(tat, now))))
-        })
-    }
-
     /// Gives back one cell taken from `key`'s bucket (a call that turned out not to count).
     pub(crate) fn give_back<Q>(&self, key: &Q, limit: u32, now: Duration)
     where

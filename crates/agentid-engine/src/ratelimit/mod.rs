@@ -298,16 +298,15 @@ impl<C: Clock> RateLimits<C> {
         }
     }
 
-    /// The refusal an organization's call in `class` would get now, when its bucket is known
-    /// to be empty; nothing is taken: for a request that must spend nothing before it is
-    /// charged (an anonymous caller's buckets are not looked at).
-    pub fn refusal(&self, caller: RateSubject<'_>, class: Class) -> Option<Decision> {
+    /// Puts back the cell an organization's call in `class` took: a call that turned out not
+    /// to count (a replayed client assertion, refused).
+    pub fn return_cell(&self, caller: RateSubject<'_>, class: Class) {
         match (caller, &self.orgs) {
-            (RateSubject::Anonymous(_), _) => None,
+            (RateSubject::Anonymous(_), _) => {}
             (RateSubject::Org { org_id, per_minute }, OrgBuckets::Local(b)) => {
-                b[class as usize].empty(org_id, per_minute, self.clock.now())
+                b[class as usize].give_back(org_id, per_minute, self.clock.now())
             }
-            (RateSubject::Org { org_id, .. }, OrgBuckets::Shared(l)) => l.empty(&self.clock, class, org_id),
+            (RateSubject::Org { org_id, .. }, OrgBuckets::Shared(l)) => l.return_cell(class, org_id),
         }
     }
 
