@@ -116,6 +116,16 @@ impl StopSignals {
     }
 }
 
+/// The default organization, made when `cfg` asks for one and the store has none.
+async fn bootstrap(cfg: &Config, engine: &Engine) -> Result<Option<CreatedOrg>, StartError> {
+    if !cfg.bootstrap || engine.store().count_orgs().await? != 0 {
+        return Ok(None);
+    }
+    let plan = Plan::Developer;
+    let limits = plan.default_limits().expect("developer has defaults");
+    Ok(admin::create_first_org(engine.store(), "default", plan, limits).await?)
+}
+
 pub struct Application {
     addr: SocketAddr,
     metrics: Option<(SocketAddr, ServerHandle)>,
@@ -209,12 +219,15 @@ impl Application {
         };
         // Last of what can fail: a default organization made before a step that fails would
         // have keys no one was shown, and the next start makes none.
-        let bootstrapped = if cfg.bootstrap && engine.store().count_orgs().await? == 0 {
-            let plan = Plan::Developer;
-            let limits = plan.default_limits().expect("developer has defaults");
-            admin::create_first_org(engine.store(), "default", plan, limits).await?
-        } else {
-            None
+        let bootstrapped = match bootstrap(&cfg, &engine).await {
+            Ok(made) => made,
+            Err(e) => {
+                // Nothing runs on: the metrics listener stops with the start that failed.
+                if let Some((_, handle)) = &metrics {
+                    handle.stop(false).await;
+                }
+                return Err(e);
+            }
         };
         let server = server.run();
         Ok(Application {
