@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
 use agentid_core::domain::Millis;
-use agentid_core::token::dpop::{check_proof, Expected};
+use agentid_core::token::dpop::{check_proof, Expected, VerifiedProof};
 use agentid_core::token::Claims;
 
 /// How far back (seconds) the wall clock may read before the replay memory takes it for a
@@ -104,17 +104,7 @@ impl ProofCheck {
                 "signed by a key other than the one the token is bound to",
             ));
         }
-        self.seen.admit(
-            &checked.jkt,
-            &checked.jti,
-            checked.iat,
-            now_secs - self.max_skew_secs,
-        )?;
-        Ok(Some(TakenProof {
-            jkt: checked.jkt,
-            jti: checked.jti,
-            iat: checked.iat,
-        }))
+        self.seen.take(checked, now_secs - self.max_skew_secs).map(Some)
     }
 }
 
@@ -128,8 +118,9 @@ pub(crate) struct TakenProof {
 }
 
 impl TakenProof {
-    pub(crate) fn new(jkt: String, jti: String, iat: i64) -> Self {
-        TakenProof { jkt, jti, iat }
+    /// The thumbprint of the proof's key.
+    pub(crate) fn jkt(&self) -> &str {
+        &self.jkt
     }
 }
 
@@ -294,6 +285,17 @@ impl Replays {
         seen.recount(key, count, count + 1, floor);
         while seen.by_iat.len() > self.capacity && seen.forget_one() {}
         Ok(())
+    }
+
+    /// [`Replays::admit`] of a checked proof: the proof taken, to give back with
+    /// [`Replays::release`] when what it came with is not answered.
+    pub(crate) fn take(&self, checked: VerifiedProof, oldest_valid: i64) -> Result<TakenProof, Refused> {
+        self.admit(&checked.jkt, &checked.jti, checked.iat, oldest_valid)?;
+        Ok(TakenProof {
+            jkt: checked.jkt,
+            jti: checked.jti,
+            iat: checked.iat,
+        })
     }
 
     /// Forgets the proof `taken`, if it is still held: as if it had never come.

@@ -465,9 +465,8 @@ impl OAuth {
             Ok(g) => g,
             Err(e) => return Err(self.refused_after(agent, e, now, received).await),
         };
-        let (cnf, proof) = match req.dpop.map(|proof| self.check_dpop(proof, now)).transpose() {
-            Ok(Some((jkt, taken))) => (Some(jkt), Some(taken)),
-            Ok(None) => (None, None),
+        let proof = match req.dpop.map(|proof| self.check_dpop(proof, now)).transpose() {
+            Ok(taken) => taken,
             Err(e) => return Err(self.refused_after(agent, e, now, received).await),
         };
         match self.issuers.may_issue(&self.store, agent).await {
@@ -529,7 +528,9 @@ impl OAuth {
             issuer_domain: Some(agent.issuer_domain.to_string()),
             status: agent.status.as_ref().map(|p| self.status.claim(p)),
             livemode: (agent.mode == KeyMode::Test).then_some(false),
-            cnf: cnf.map(|jkt| Confirmation { jkt }),
+            cnf: proof.as_ref().map(|p| Confirmation {
+                jkt: p.jkt().to_owned(),
+            }),
             ..Claims::agent(
                 &self.issuer,
                 &sub,
@@ -622,9 +623,9 @@ impl OAuth {
         }
     }
 
-    /// The thumbprint of a token request's DPoP proof's key (RFC 9449 §5): made for a POST to
-    /// the token endpoint, now, and not used before.
-    fn check_dpop(&self, proof: &str, now: Millis) -> Result<(String, TakenProof), OAuthError> {
+    /// A token request's DPoP proof (RFC 9449 §5), taken: made for a POST to the token
+    /// endpoint, now, and not used before.
+    fn check_dpop(&self, proof: &str, now: Millis) -> Result<TakenProof, OAuthError> {
         let expected = ProofExpected {
             htm: "POST",
             htu: &self.token_endpoint,
@@ -634,15 +635,8 @@ impl OAuth {
         };
         let checked = check_proof(proof, &expected).map_err(|e| OAuthError::InvalidDpopProof(e.0))?;
         self.proofs
-            .admit(
-                &checked.jkt,
-                &checked.jti,
-                checked.iat,
-                now.as_secs() - self.max_skew_secs,
-            )
-            .map_err(|r| OAuthError::InvalidDpopProof(r.reason))?;
-        let taken = TakenProof::new(checked.jkt.clone(), checked.jti, checked.iat);
-        Ok((checked.jkt, taken))
+            .take(checked, now.as_secs() - self.max_skew_secs)
+            .map_err(|r| OAuthError::InvalidDpopProof(r.reason))
     }
 
     /// Records a refusal after the client authenticated, and gives it back.
