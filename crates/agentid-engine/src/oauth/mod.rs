@@ -313,8 +313,7 @@ impl OAuth {
         // Charged before the assertion is spent: a client past its organization's limit
         // costs no write. A replay gives its cell back below: it costs the organization
         // nothing.
-        let org = self.organization(&agent).await?;
-        let charged = self.charge(&org).await?;
+        let (org, charged) = self.charged(&agent).await?;
         // Fleet-wide: the store remembers each assertion until it expires.
         let mut id = Sha256::new();
         id.update(agent.id.as_str().as_bytes());
@@ -361,22 +360,17 @@ impl OAuth {
             .await)
     }
 
-    /// The agent's organization.
-    async fn organization(&self, agent: &AgentRecord) -> Result<OrgRecord, OAuthError> {
-        match self.store.get_org(&agent.org_id).await? {
-            Some(org) => Ok(org),
-            None => Err(StoreError::Corrupt(format!("agent {} has no organization", agent.id)).into()),
-        }
-    }
-
-    /// The cell of the organization's bucket of other calls the request takes; refused past
-    /// its limit.
-    async fn charge(&self, org: &OrgRecord) -> Result<Decision, OAuthError> {
-        let charged = self.limits.check(bucket(org), Class::Other).await;
+    /// The agent's organization, and the cell of its bucket of other calls the request takes;
+    /// refused past its limit.
+    async fn charged(&self, agent: &AgentRecord) -> Result<(OrgRecord, Decision), OAuthError> {
+        let Some(org) = self.store.get_org(&agent.org_id).await? else {
+            return Err(StoreError::Corrupt(format!("agent {} has no organization", agent.id)).into());
+        };
+        let charged = self.limits.check(bucket(&org), Class::Other).await;
         if !charged.allowed {
             return Err(OAuthError::RateLimited(charged));
         }
-        Ok(charged)
+        Ok((org, charged))
     }
 
     /// Authenticates an agent by its client secret (`client_secret_basic`, `client_secret_post`):
@@ -415,8 +409,7 @@ impl OAuth {
                 .await);
         }
         self.refuse_revoked(&agent, now, received).await?;
-        let org = self.organization(&agent).await?;
-        let charged = self.charge(&org).await?;
+        let (org, charged) = self.charged(&agent).await?;
         Ok(Client {
             agent,
             org,
