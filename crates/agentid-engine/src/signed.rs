@@ -8,11 +8,11 @@
 //! signed request whose `Signature-Agent` is one of these directories is checked against it
 //! (the agent found by the signature's `keyid`), and so is one that names an issuer domain's own
 //! `https://<name>/.well-known/http-message-signatures-directory` while an organization with
-//! agents under the name here holds it (its issuer serves this directory there). A signature agent elsewhere is fetched only
-//! when the receiver trusts it (its policy's `trusted`), under the outbound rule, kept as its
-//! `Cache-Control` says (1 minute to 1 day, else 5 minutes), asked again with its `ETag`, a
-//! failure remembered 5 minutes, one fetch of a URL at a time; its Ed25519 and RSA keys
-//! (RSA-PSS with SHA-512) count. Else the request is `unverified`.
+//! agents under the name here holds it (its issuer serves this directory there). A signature
+//! agent elsewhere is fetched only when the receiver trusts it (its policy's `trusted`), under
+//! the outbound rule, kept as its `Cache-Control` says (1 minute to 1 day, else 5 minutes),
+//! asked again with its `ETag`, a failure remembered 5 minutes, one fetch of a URL at a time;
+//! its Ed25519 and RSA keys (RSA-PSS with SHA-512) count. Else the request is `unverified`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

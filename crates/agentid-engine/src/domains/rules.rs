@@ -55,20 +55,18 @@ impl IssuerCheck {
         let Some(rules) = self.rules() else {
             return Ok(Ok(()));
         };
-        let pair = (agent.org_id.clone(), agent.issuer_domain.clone());
-        if self.held.get(&pair).is_some_and(|at| at.elapsed() < HELD_FOR) {
+        let (org, domain) = (&agent.org_id, &agent.issuer_domain);
+        if self.held_lately(org, domain) {
             return Ok(Ok(()));
         }
-        let held = store.holdings_over(&rules, agent.issuer_domain.as_str()).await?;
-        let decided = rules.may_issue(agent.org_id.as_str(), agent.issuer_domain.as_str(), &held);
+        let held = store.holdings_over(&rules, domain.as_str()).await?;
+        let decided = rules.may_issue(org.as_str(), domain.as_str(), &held);
         if decided.is_ok() {
-            self.held.insert(pair, Instant::now());
+            self.note_held(org, domain);
         }
         Ok(decided)
     }
-}
 
-impl IssuerCheck {
     /// Whether one of `orgs` may speak for `domain` now (any of them, under the `open`
     /// policy): the holdings read once for all of them.
     pub(crate) async fn held_by_one_of(
@@ -80,12 +78,7 @@ impl IssuerCheck {
         let Some(rules) = self.rules() else {
             return Ok(!orgs.is_empty());
         };
-        let fresh = |org: &OrgId| {
-            self.held
-                .get(&(org.clone(), domain.clone()))
-                .is_some_and(|at| at.elapsed() < HELD_FOR)
-        };
-        if orgs.iter().any(fresh) {
+        if orgs.iter().any(|org| self.held_lately(org, domain)) {
             return Ok(true);
         }
         if orgs.is_empty() {
@@ -96,9 +89,20 @@ impl IssuerCheck {
             .iter()
             .find(|org| rules.may_issue(org.as_str(), domain.as_str(), &held).is_ok());
         if let Some(org) = holder {
-            self.held.insert((org.clone(), domain.clone()), Instant::now());
+            self.note_held(org, domain);
         }
         Ok(holder.is_some())
+    }
+
+    /// Whether `org` was found to hold `domain` within `HELD_FOR`.
+    fn held_lately(&self, org: &OrgId, domain: &IssuerDomain) -> bool {
+        self.held
+            .get(&(org.clone(), domain.clone()))
+            .is_some_and(|at| at.elapsed() < HELD_FOR)
+    }
+
+    fn note_held(&self, org: &OrgId, domain: &IssuerDomain) {
+        self.held.insert((org.clone(), domain.clone()), Instant::now());
     }
 }
 
