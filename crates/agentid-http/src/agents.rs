@@ -325,15 +325,18 @@ async fn streamed(
     summary: impl Fn(AgentRecord) -> AgentSummary + Clone + 'static,
 ) -> Result<HttpResponse, ApiError> {
     let first = engine.agents().list(&caller, None, Some(STREAMED_PAGE)).await?;
+    // The state: the first page (held until the answer opens with it), where the next starts,
+    // and whether the array is closed.
     let pages = futures_util::stream::unfold(
-        (Some(first), None::<AgentId>, true, false),
-        move |(held, before, opening, done)| {
+        (Some(first), None::<AgentId>, false),
+        move |(held, before, done)| {
             let (engine, caller) = (engine.clone(), caller.clone());
             let summary = summary.clone();
             async move {
                 if done {
                     return None;
                 }
+                let opening = held.is_some();
                 let rows = match held {
                     Some(rows) => rows,
                     None => match engine
@@ -345,7 +348,7 @@ async fn streamed(
                         Err(e) => {
                             tracing::warn!(error = %e, "the agent list was cut off");
                             let cut = std::io::Error::other("the agent list could not be read on");
-                            return Some((Err(cut), (None, None, false, true)));
+                            return Some((Err(cut), (None, None, true)));
                         }
                     },
                 };
@@ -364,7 +367,7 @@ async fn streamed(
                 if last {
                     chunk.push(b']');
                 }
-                Some((Ok(web::Bytes::from(chunk)), (None, next, false, last)))
+                Some((Ok(web::Bytes::from(chunk)), (None, next, last)))
             }
         },
     );
