@@ -291,18 +291,7 @@ mod tests {
     #[test]
     fn an_iat_just_past_the_skew_is_refused() {
         let now = 1_800_000_000;
-        let check = |iat: i64| {
-            let claims = serde_json::json!({"jti": "j", "htm": "GET", "htu": "https://a.example/x", "iat": iat,
-                "ath": URL_SAFE_NO_PAD.encode(ring::digest::digest(&ring::digest::SHA256, b"t"))});
-            check_proof(
-                &signed(&claims),
-                "GET",
-                "https://a.example/x",
-                "t",
-                now * 1000 + 1,
-                60,
-            )
-        };
+        let check = |iat: i64| proof_at(serde_json::json!(iat), now * 1000 + 1);
         assert!(matches!(check(now - 60), Err(e) if e.to_string().contains("iat")));
         assert!(check(now - 59).is_ok());
         assert!(check(now + 60).is_ok());
@@ -313,21 +302,18 @@ mod tests {
     #[test]
     fn a_fractional_iat_is_read_to_the_second() {
         let now = 1_800_000_000;
-        let check = |iat: Value| {
-            let claims = serde_json::json!({"jti": "j", "htm": "GET", "htu": "https://a.example/x", "iat": iat,
-                "ath": URL_SAFE_NO_PAD.encode(ring::digest::digest(&ring::digest::SHA256, b"t"))});
-            check_proof(
-                &signed(&claims),
-                "GET",
-                "https://a.example/x",
-                "t",
-                now * 1000,
-                60,
-            )
-        };
+        let check = |iat: Value| proof_at(iat, now * 1000);
         assert!(check(serde_json::json!(now as f64 + 0.75)).is_ok());
         assert!(check(serde_json::json!("now")).is_err());
         assert!(check(serde_json::json!(1e300)).is_err());
+    }
+
+    /// The check, at `now_ms` with a skew of 60 s, of a sound proof for `GET
+    /// https://a.example/x` with token `t`, made at `iat`.
+    fn proof_at(iat: Value, now_ms: i64) -> Result<Checked, Error> {
+        let claims = serde_json::json!({"jti": "j", "htm": "GET", "htu": "https://a.example/x", "iat": iat,
+            "ath": URL_SAFE_NO_PAD.encode(ring::digest::digest(&ring::digest::SHA256, b"t"))});
+        check_proof(&signed(&claims), "GET", "https://a.example/x", "t", now_ms, 60)
     }
 
     /// A proof of `claims` by a fixed Ed25519 key.
