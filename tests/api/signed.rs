@@ -755,6 +755,34 @@ async fn hand_signer(app: &TestApp) -> HandSigner {
     }
 }
 
+/// Attack: a stream of signed requests, each a nonce the fleet remembers until its signature
+/// expires (up to a day ahead). A deployment that sees no token requests must still forget
+/// them once expired: checking a signature deletes the expired ones too.
+#[actix_web::test]
+async fn nonces_past_their_expiry_are_forgotten_by_signed_requests_too() {
+    let app = spawn_app().await;
+    let signer = hand_signer(&app).await;
+    let count = "UPDATE client_assertions SET expires_at = expires_at";
+    app.raw_execute("INSERT INTO client_assertions (key, expires_at) VALUES ('long-expired', 1000)")
+        .await
+        .unwrap();
+    assert_eq!(app.raw_execute(count).await.unwrap(), 1);
+    let v = app
+        .check_request(
+            "https://shop.example/",
+            &signed_now(&signer.key, &signer.directory),
+        )
+        .await;
+    assert_eq!(v["result"], "verified", "{v}");
+    // The expired row went; the new nonce stays until its signature expires.
+    assert_eq!(app.raw_execute(count).await.unwrap(), 1);
+    let left = app
+        .raw_execute("UPDATE client_assertions SET expires_at = expires_at WHERE key = 'long-expired'")
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+}
+
 /// A GET of `url` signed by hand, for what `web-bot-auth` will not sign: `covered` (each
 /// `@authority`, `signature-agent` or a header of `extra`) then the parameters `params`
 /// (`;created=…;…`), naming `agent`; the headers made, with `extra`'s.

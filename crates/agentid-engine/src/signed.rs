@@ -29,6 +29,7 @@ use crate::audit::{AuditError, AuditHandle};
 
 use crate::domains::IssuerCheck;
 use crate::kept::{Keeping, Kept};
+use crate::once::Spent;
 use crate::outbound::Outbound;
 use crate::registry::Registry;
 
@@ -118,6 +119,8 @@ pub struct SignedRequests {
     /// `<public URL>/v1/directories/`: a signature agent under it is one of ours.
     directories: String,
     max_skew_secs: i64,
+    /// Nonces seen, fleet-wide.
+    spent: Arc<Spent>,
 }
 
 impl SignedRequests {
@@ -131,6 +134,7 @@ impl SignedRequests {
         outbound: Arc<Outbound>,
         cfg: &SignedConfig,
         issuers: IssuerCheck,
+        spent: Arc<Spent>,
     ) -> Self {
         SignedRequests {
             directories_held: ThirdParties::new(outbound, cfg.allow_local_directories),
@@ -140,6 +144,7 @@ impl SignedRequests {
             audit,
             directories: format!("{}/v1/directories/", public_url.trim_end_matches('/')),
             max_skew_secs,
+            spent,
         }
     }
 
@@ -362,8 +367,8 @@ impl SignedRequests {
             return Ok(Ok(()));
         };
         if !self
-            .store
-            .use_assertion(&key, Millis::from_secs(signed.expires))
+            .spent
+            .spend(&key, Millis::from_secs(signed.expires), Millis::now())
             .await?
         {
             return Ok(Err("the signature's nonce was seen before: a replay".into()));

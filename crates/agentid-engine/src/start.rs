@@ -19,6 +19,7 @@ use crate::domains::{Domains, IssuerCheck, IssuerPolicy};
 use crate::dpop::{ProofCheck, MAX_REMEMBERED_PROOFS};
 use crate::expiries::NotedExpiries;
 use crate::oauth::OAuth;
+use crate::once::Spent;
 use crate::outbound::Outbound;
 use crate::ratelimit::{self, RateLimits};
 use crate::registry::Registry;
@@ -125,6 +126,7 @@ impl Engine {
         }
         let issuers = IssuerCheck::new(cfg.domains.policy, keys.clone());
         let expiries = Arc::new(NotedExpiries::default());
+        let spent = Arc::new(Spent::new(store.clone()));
         Ok(Engine {
             verify: Verify::new(
                 store.clone(),
@@ -148,6 +150,7 @@ impl Engine {
                 outbound.clone(),
                 keys.clone(),
                 rate_limits.clone(),
+                spent.clone(),
                 &cfg.public_url,
                 &cfg.oauth,
                 cfg.dpop_max_skew.as_secs() as i64,
@@ -161,6 +164,7 @@ impl Engine {
                 outbound.clone(),
                 &cfg.signed,
                 issuers.clone(),
+                spent,
             ),
             agents: Agents {
                 store: store.clone(),

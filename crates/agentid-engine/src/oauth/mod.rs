@@ -6,7 +6,6 @@
 //! log (`Event::TokenRequest`): a token is handed out only once its record is committed as
 //! `valid`, so a revocation anywhere in the fleet stops it as it stops a verification.
 
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -23,6 +22,7 @@ use agentid_store::{AgentRecord, OrgRecord, SharedStore, StoreError};
 
 use crate::delegation::{Delegation, ProviderKeys};
 use crate::domains::IssuerCheck;
+use crate::once::Spent;
 use crate::outbound::Outbound;
 use crate::ratelimit::{Class, Decision, RateLimits, RateSubject};
 use crate::verifier::TokenVerifier;
@@ -130,8 +130,8 @@ pub struct OAuth {
     limits: Arc<RateLimits>,
     /// The delegation grants: token exchange and ID-JAG.
     delegation: Delegation,
-    /// When this instance last forgot expired assertions (Unix ms).
-    last_pruned: AtomicI64,
+    /// Assertions and ID-JAGs spent, fleet-wide.
+    spent: Arc<Spent>,
 }
 
 impl OAuth {
@@ -149,6 +149,7 @@ impl OAuth {
         outbound: Arc<Outbound>,
         keys: Arc<KeyRing>,
         limits: Arc<RateLimits>,
+        spent: Arc<Spent>,
         public_url: &str,
         cfg: &OAuthConfig,
         max_skew_secs: i64,
@@ -180,7 +181,7 @@ impl OAuth {
             proofs: Replays::new(REMEMBERED_PROOFS),
             expiries,
             limits,
-            last_pruned: AtomicI64::new(0),
+            spent,
         }
     }
 
@@ -320,12 +321,7 @@ impl OAuth {
         id.update([0]);
         id.update(checked.jti.as_bytes());
         let id = URL_SAFE_NO_PAD.encode(id.finalize());
-        self.forget_expired_assertions(now).await;
-        if !self
-            .store
-            .use_assertion(&id, Millis::from_secs(checked.exp))
-            .await?
-        {
+        if !self.spent.spend(&id, Millis::from_secs(checked.exp), now).await? {
             self.limits.return_cell(bucket(&org), Class::Other);
             let why =
                 "client_assertion was used already (its jti): sign a new one for each request".to_owned();
@@ -548,7 +544,7 @@ impl OAuth {
         // Spent last but the record: a request refused before this leaves it for a corrected
         // one, and so does a record that cannot be written (given back below).
         if let Some((key, until)) = &single_use {
-            if !self.store.use_assertion(key, *until).await? {
+            if !self.spent.spend(key, *until, now).await? {
                 let e = OAuthError::InvalidGrant("assertion was used already (its jti)".into());
                 return Err(self.refused_after(agent, e, now, received).await);
             }
@@ -595,25 +591,6 @@ impl OAuth {
             scope: granted,
             issued_token_type: (req.grant_type == Some(TOKEN_EXCHANGE)).then_some(ACCESS_TOKEN_TYPE),
         })
-    }
-
-    /// Deletes the assertions that expired, at most once a second per instance (each is
-    /// refused by its `exp` anyway: the rows only bound the table).
-    async fn forget_expired_assertions(&self, now: Millis) {
-        let last = self.last_pruned.load(Ordering::Relaxed);
-        if now.0 - last < 1000
-            || self
-                .last_pruned
-                .compare_exchange(last, now.0, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
-            return;
-        }
-        // A minute after: another instance, whose clock may run behind this one's, still
-        // refuses a replay until its own clock passes the expiry.
-        if let Err(e) = self.store.forget_assertions(now.plus_secs(-60)).await {
-            tracing::warn!(error = %e, "cannot delete expired client assertions; trying again later");
-        }
     }
 
     /// A token request's DPoP proof (RFC 9449 §5), taken: made for a POST to the token
