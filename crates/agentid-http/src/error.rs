@@ -66,7 +66,7 @@ error_codes! {
     ProofInvalid = ("PROOF_INVALID", UNAUTHORIZED, "Forward auth: the DPoP proof is missing, malformed, not made with the token's key, or not for this request's method and URL (401, with `WWW-Authenticate: DPoP`)."),
     ProofReplayed = ("PROOF_REPLAYED", UNAUTHORIZED, "Forward auth: the DPoP proof was used before (401, with `WWW-Authenticate: DPoP`)."),
     InsufficientScope = ("INSUFFICIENT_SCOPE", FORBIDDEN, "Forward auth: the token does not grant every scope the gateway requires (403, with `WWW-Authenticate` naming them)."),
-    PayloadTooLarge = ("PAYLOAD_TOO_LARGE", PAYLOAD_TOO_LARGE, "The request body is over 64 KiB (413)."),
+    PayloadTooLarge = ("PAYLOAD_TOO_LARGE", PAYLOAD_TOO_LARGE, "The request body is over its route's limit: 64 KiB, 128 KiB on POST /v1/verify and POST /v1/verify/request (413)."),
     /// A wrong content type: an INVALID_REQUEST with status 415.
     UnsupportedMediaType = ("INVALID_REQUEST", UNSUPPORTED_MEDIA_TYPE, "The body must be sent with `Content-Type: application/json` (415, code INVALID_REQUEST)."),
     RateLimited = ("RATE_LIMITED", TOO_MANY_REQUESTS, "The rate limit of this key's organization, or of this client address, is used up; retry after `Retry-After` seconds (429)."),
@@ -82,7 +82,7 @@ impl ErrorCode {
         match self {
             ErrorCode::NotFound => "no such route",
             ErrorCode::MethodNotAllowed => "this route does not accept that method",
-            ErrorCode::PayloadTooLarge => "the request body is over 64 KiB",
+            ErrorCode::PayloadTooLarge => "the request body is over the route's limit",
             ErrorCode::UnsupportedMediaType => "unsupported content type",
             ErrorCode::InternalError => "an unexpected error occurred",
             _ => "the request could not be processed",
