@@ -68,21 +68,31 @@ export interface Agent {
 
 export interface VerifierOptions {
   /** The agentid service, e.g. https://id.example.com (its public URL: the `iss` of its SETs).
-   * Keys and lists come only from here; no redirect is followed. Not an http(s) URL: TypeError. */
+   * Keys and lists come only from here; no redirect is followed. Not an https:// URL (an
+   * http:// one without `allowLocal`): TypeError. */
   baseUrl: string;
   /** Accepted `iss` values of tokens (and `sub_id.iss` of SETs); any when absent. */
   issuers?: string[];
   /** Seconds of tolerance on `exp` and `iat` (30), a status list's `exp` too. */
   leeway?: number;
   /** Seconds past its `ttl` a status list that cannot be refetched is still used (300), never
-   * past its `exp`. */
+   * past its `exp`; and past its freshness the key set, and a signature directory. */
   listGrace?: number;
   /** Judge a token on signature and claims alone when its list cannot be had (false). */
   failOpen?: boolean;
   /** Seconds between refetches of the keys for unknown kids (60). */
   kidRefetchInterval?: number;
-  /** Seconds a request may take, its answer (at most 1 MiB) included (5). */
+  /** Seconds a request may take, all of it: name lookup, connect, TLS handshake and its
+   * answer (at most 1 MiB) (5). */
   timeout?: number;
+  /** For development and tests: plain http and loopback/private addresses (false). Without it
+   * every URL fetched (the base URL's keys, lists and online verify, signature directories)
+   * must be https://, and its host is looked up once: if it resolves to no address, or any of
+   * its addresses (or the IP literal itself) is not globally reachable (loopback, private,
+   * link-local, shared, documentation, reserved, … as the agentid service judges them), no
+   * connection is made and the fetch fails (UNAVAILABLE, "not globally reachable"). The
+   * connection then goes to a checked address, TLS checking the certificate for the host name. */
+  allowLocal?: boolean;
   /** Accept test-mode tokens (`livemode: false`, issued with an sk_test_ key): false. */
   allowTest?: boolean;
   /** The `aud` of this receiver's Shared Signals stream: what the stream was created with, by

@@ -4,13 +4,16 @@
 // gets itself for the resources in their `aud`) verify alike; a receiver that names its
 // `audience` accepts only access tokens for it. Keys and lists come only from `baseUrl`'s
 // origin and are cached for as long as the service says (a day at most), so a warm
-// verification makes no network call. No redirect is followed, no answer is read past 1 MiB,
-// and every failure is a `VerificationError`. A token is parsed once (`jws.js`) and its
-// signature checked by `node:crypto` where the runtime has it, by WebCrypto (keys imported by
-// jose) elsewhere; with `fetch` and `DecompressionStream` it runs on Node >= 20 and on
-// fetch-based runtimes.
+// verification makes no network call. Every connection goes through `outbound.js`: https
+// only, to globally reachable addresses only (unless `allowLocal`, for development and
+// tests), no redirect followed, no answer read past 1 MiB, the whole request under
+// `timeout`; and every failure is a `VerificationError`. A token is parsed once (`jws.js`) and
+// its signature checked by `node:crypto` where the runtime has it, by WebCrypto (keys imported
+// by jose) elsewhere; it runs on Node >= 20 and on runtimes with `node:http`, `node:https` and
+// `node:dns` (Deno, Bun).
 import { parse, proofKey, publicKey, sha256, verified } from "./jws.js";
 import { directoryKeys, verifyRequest } from "./requests.js";
+import { get } from "./outbound.js";
 
 const SESSION_REVOKED = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
 /** The header `typ` of an OAuth access token (RFC 9068). */
@@ -31,8 +34,13 @@ const MAX_DELEGATED_LIFETIME = 3600;
 /** The longest DPoP proof read, and how many proofs are remembered to refuse a replay. */
 const MAX_PROOF_BYTES = 4096;
 const SEEN_PROOFS = 100_000;
-/** The farthest from 1970 a proof's `iat` may be (s): what a float holds exactly. */
+/** The end of the NumericDates taken (s, exclusive): what a float holds exactly. */
 const MAX_TIME = 2 ** 53;
+
+/** Whether `n` is a NumericDate (RFC 7519 §2) as taken here: a JSON number, finite, from 0 up
+ * to MAX_TIME (a fraction compared as is). JSON.parse reads 1e999 as Infinity, which no time
+ * comes past: it is none. */
+const numericDate = (n) => typeof n === "number" && Number.isFinite(n) && n >= 0 && n < MAX_TIME;
 /** How many signature directories are held (past that, the one held longest goes): a
  * verifier without `issuers` takes any issuer's, which a caller names. */
 const MAX_DIRECTORIES = 1_000;
@@ -162,10 +170,13 @@ export class Verifier {
    * @param {{baseUrl: string, issuers?: string[], leeway?: number, listGrace?: number,
    *          failOpen?: boolean, kidRefetchInterval?: number, timeout?: number,
    *          allowTest?: boolean, setAudience?: string, dpopMaxSkew?: number, audience?: string | string[],
-   *          onRefusal?: Function, onVerification?: Function, onFetch?: Function}} options
+   *          allowLocal?: boolean, onRefusal?: Function, onVerification?: Function, onFetch?: Function}} options
    */
-  constructor({ baseUrl, issuers, leeway = 30, listGrace = 300, failOpen = false, kidRefetchInterval = 60, timeout = 5, allowTest = false, setAudience, dpopMaxSkew = 60, audience, onRefusal, onVerification, onFetch }) {
+  constructor({ baseUrl, issuers, leeway = 30, listGrace = 300, failOpen = false, kidRefetchInterval = 60, timeout = 5, allowTest = false, setAudience, dpopMaxSkew = 60, audience, allowLocal = false, onRefusal, onVerification, onFetch }) {
     if (!/^https?:\/\/[^/]/.test(baseUrl ?? "")) throw new TypeError(`baseUrl ${baseUrl} is not an http(s) URL`);
+    if (allowLocal !== true && !baseUrl.startsWith("https://")) {
+      throw new TypeError(`baseUrl ${baseUrl} is not https:// (allowLocal for development: plain http and loopback/private addresses)`);
+    }
     if (!(timeout > 0 && Number.isFinite(timeout))) throw new TypeError("timeout must be a positive number of seconds");
     if (audience !== undefined) {
       const list = [audience].flat();
@@ -176,6 +187,9 @@ export class Verifier {
       this.audience = null;
     }
     this.allowTest = allowTest;
+    /** Whether plain http and addresses that are not globally reachable may be connected to
+     * (development and tests). */
+    this.allowLocal = allowLocal === true;
     this.baseUrl = baseUrl.replace(/\/+$/, "");
     this.issuers = issuers ? new Set(issuers) : null;
     if (!this.issuers) warnWithoutIssuers(this.baseUrl);
@@ -331,17 +345,12 @@ export class Verifier {
     return this.nonces.admit(keyid, nonce, expires, Date.now() / 1000) === null;
   }
 
-  /** GETs `url` with the timeout, no redirect; its status, headers and (for a 200) body,
-   * of at most MAX_BODY_BYTES. */
+  /** GETs `url` within the timeout (lookup, connect and TLS included), no redirect; its
+   * status, headers and (for a 200) body, of at most MAX_BODY_BYTES. Unless `allowLocal`, a
+   * URL that is not https:// or a host not globally reachable is a failed fetch. */
   async send(url, headers) {
     try {
-      const res = await fetch(url, { headers, signal: AbortSignal.timeout(this.timeout * 1000), redirect: "error" });
-      if (res.status !== 200) {
-        res.body?.cancel().catch(() => {});
-        return { status: res.status, headers: res.headers };
-      }
-      const body = res.body ? new TextDecoder().decode(await readAtMost(res.body, MAX_BODY_BYTES)) : "";
-      return { status: 200, headers: res.headers, body };
+      return await get(url, headers, { timeoutMs: this.timeout * 1000, allowLocal: this.allowLocal, limit: MAX_BODY_BYTES });
     } catch (e) {
       fail("UNAVAILABLE", `${url}: ${e.cause?.message || e.message}`);
     }
@@ -423,19 +432,28 @@ export class Verifier {
   /** The key of `kid`: from the cached JWKS, refreshed behind when stale, or fetched when the
    * kid is unknown (at once when no JWKS is held, else at most once per `kidRefetchInterval`,
    * tried or not: a stream of made-up kids fetches no more while the service is down). While
-   * the JWKS cannot be had (or is unusable), the keys last read serve. */
+   * the JWKS cannot be had (or is unusable), the keys last read serve for `listGrace` seconds
+   * past their freshness, as a status list does; after that a check waits for a fetch, and
+   * without one is UNAVAILABLE. */
   async key(kid) {
     const url = `${this.baseUrl}/.well-known/jwks.json`;
-    const held = this.docs.get(url);
+    // The document the keys in use were read from (a 304 refreshes it in place).
+    const held = this.keysDoc;
     const now = monotonic();
     const stale = !held || held.freshUntil <= now;
-    if (!this.keys.has(kid) && (!held || now - this.lastKidFetch >= this.kidRefetchInterval * 1000)) {
+    if (!held || held.freshUntil + this.listGrace * 1000 < now) {
+      // No keys usable: the check waits for the fetch, and fails with it.
+      try {
+        await this.loadKeys(url, -Infinity);
+      } finally {
+        this.lastKidFetch = monotonic();
+      }
+    } else if (!this.keys.has(kid) && now - this.lastKidFetch >= this.kidRefetchInterval * 1000) {
       // Nothing held answers for this kid: it waits for the fetch.
       try {
         await this.loadKeys(url, now - 1);
-      } catch (e) {
-        if (!held) throw e;
-        // The keys last read (if any were usable) answer.
+      } catch {
+        // The keys last read answer.
       } finally {
         this.lastKidFetch = monotonic();
       }
@@ -476,8 +494,7 @@ export class Verifier {
     for (const name of required) if (!(name in claims)) fail("TOKEN_INVALID", `the ${name} claim is missing`);
     const now = Date.now() / 1000;
     for (const name of ["exp", "iat", "nbf"]) {
-      // JSON.parse reads 1e999 as Infinity, which no time comes past.
-      if (name in claims && !Number.isFinite(claims[name])) fail("TOKEN_INVALID", `the ${name} claim is not a finite number`);
+      if (name in claims && !numericDate(claims[name])) fail("TOKEN_INVALID", `the ${name} claim is not a NumericDate (a number from 0 to 2^53)`);
     }
     if ("exp" in claims && claims.exp <= now - this.leeway) fail("TOKEN_EXPIRED", "the token has expired");
     if ("nbf" in claims && claims.nbf > now + this.leeway) fail("TOKEN_INVALID", "the token is not valid yet (nbf)");
@@ -494,8 +511,8 @@ export class Verifier {
       const { bits, lst } = claims.status_list ?? {};
       if (bits !== 1 || typeof lst !== "string") throw new Error("status lists of one bit only");
       const inflated = new Blob([b64url(lst)]).stream().pipeThrough(new DecompressionStream("deflate"));
-      const ttl = Number(claims.ttl ?? 60);
-      if (!(ttl >= 0 && ttl < Infinity)) throw new Error(`ttl ${claims.ttl}`);
+      const ttl = claims.ttl ?? 60;
+      if (!(typeof ttl === "number" && ttl >= 0 && ttl < Infinity)) throw new Error(`ttl ${claims.ttl}`);
       // decode checked exp (a finite number when present) against the clock.
       return { bits: await readAtMost(inflated, MAX_LIST_BYTES), ttl, exp: claims.exp ?? Infinity };
     } catch (e) {
@@ -570,7 +587,9 @@ export class Verifier {
       fail("TOKEN_INVALID", `issuer ${issuer} is not accepted`);
     }
     const live = this.livemode(livemode);
-    if (typeof agentId !== "string" || !Array.isArray(granted)) fail("TOKEN_INVALID", "malformed sub or scopes");
+    if (typeof agentId !== "string" || !Array.isArray(granted) || !granted.every((s) => typeof s === "string")) {
+      fail("TOKEN_INVALID", "malformed sub or scopes");
+    }
     if (this.revoked.has(agentId)) fail("TOKEN_REVOKED", "revoked (a pushed event)");
     return live;
   }
@@ -671,7 +690,8 @@ export class Verifier {
       [issuer, granted, clientId] = [c.issuer_domain, c.scope.split(" "), c.client_id];
     } else {
       if ("client_id" in c || "scope" in c) fail("TOKEN_INVALID", "an agent token with an access token's claims");
-      [issuer, granted, clientId] = [c.iss, c.scopes ?? [], null];
+      // Present, scopes are a list of strings (null, a string or an object are refused).
+      [issuer, granted, clientId] = [c.iss, "scopes" in c ? c.scopes : [], null];
     }
     this.heldToAudience(audience);
     return { issuer, granted, audience, clientId };
@@ -738,11 +758,12 @@ export class Verifier {
   async handleSet(setJwt) {
     const c = await this.decode(sized(setJwt, MAX_SET_BYTES, "SET"), "secevent+jwt", ["iss", "jti", "iat"]);
     if (c.iss !== this.baseUrl) fail("TOKEN_INVALID", `a SET of ${c.iss}, not of ${this.baseUrl}`);
+    if ("aud" in c && ![c.aud].flat().every((a) => typeof a === "string")) fail("TOKEN_INVALID", "malformed aud");
     if (this.setAudience !== undefined && ![c.aud].flat().includes(this.setAudience)) {
       fail("TOKEN_INVALID", `a SET for ${c.aud}, not for ${this.setAudience}`);
     }
-    if (typeof c.jti !== "string" || typeof c.events !== "object" || c.events === null) {
-      fail("TOKEN_INVALID", "a SET needs a jti and events");
+    if (typeof c.jti !== "string" || typeof c.events !== "object" || c.events === null || Array.isArray(c.events)) {
+      fail("TOKEN_INVALID", "a SET needs a jti and events (a JSON object)");
     }
     let revoked, person;
     if (SESSION_REVOKED in c.events) {
@@ -752,7 +773,8 @@ export class Verifier {
       }
       if (s.iss.startsWith("https://")) {
         const when = c.events[SESSION_REVOKED]?.event_timestamp;
-        person = [`${s.iss}\n${s.sub}`, Number.isFinite(when) ? when : c.iat];
+        if (when !== undefined && !numericDate(when)) fail("TOKEN_INVALID", "event_timestamp is not a NumericDate");
+        person = [`${s.iss}\n${s.sub}`, when ?? c.iat];
       } else {
         if (this.issuers && !this.issuers.has(s.iss)) fail("TOKEN_INVALID", `a revocation of an agent of ${s.iss}, not an accepted issuer`);
         revoked = s.sub;
@@ -1180,11 +1202,12 @@ async function checkProof(proof, method, url, token, now, maxSkew) {
   if (typeof c.htu !== "string" || !c.htu || htuForm(c.htu) !== htuForm(url)) refuse(`htu is not ${htuForm(url)}`);
   // A NumericDate (RFC 7519 §2) may have a fraction: taken to the whole second (floor), once
   // known a finite number in range, so that the replay memory files it under an integer.
-  const iat = typeof c.iat === "number" && Number.isFinite(c.iat) && Math.abs(c.iat) <= MAX_TIME ? Math.floor(c.iat) : NaN;
+  const iat = numericDate(c.iat) ? Math.floor(c.iat) : NaN;
   if (!Number.isFinite(iat) || Math.abs(iat - now) > maxSkew) refuse(`iat is more than ${maxSkew} s from now`);
-  // Not asked for (RFC 9449 bounds a proof by its iat), but honoured when present.
+  // Not asked for (RFC 9449 bounds a proof by its iat), but honoured when present: a NumericDate
+  // (1e999, read as Infinity, would never come).
   for (const name of ["exp", "nbf"]) {
-    if (name in c && typeof c[name] !== "number") refuse(`${name} must be a number`);
+    if (name in c && !numericDate(c[name])) refuse(`${name} must be a NumericDate (a number from 0 to 2^53)`);
   }
   if ("exp" in c && c.exp <= now) refuse("exp is past");
   if ("nbf" in c && c.nbf > now + maxSkew) refuse("nbf is in the future");

@@ -2,7 +2,7 @@
 access token for it may use: agentid is its authorization server, and ``AgentIdTokenVerifier``
 checks each token offline (signature, issuer, audience, expiry, revocation).
 
-    AGENTID_URL=http://127.0.0.1:8080 PORT=8001 python3 server.py
+    AGENTID_URL=http://127.0.0.1:8080 AGENTID_ALLOW_LOCAL=1 PORT=8001 python3 server.py
 """
 
 import os
@@ -20,7 +20,9 @@ PORT = int(os.environ.get("PORT", "8001"))
 # This server's resource identifier: the `aud` its tokens must name.
 RESOURCE = os.environ.get("MCP_URL", f"http://127.0.0.1:{PORT}/mcp")
 
-verifier = Verifier(AGENTID_URL, issuers=["example.com"], audience=RESOURCE)
+# AGENTID_ALLOW_LOCAL=1, for development only: agentid over plain http or on a local address.
+verifier = Verifier(AGENTID_URL, issuers=["example.com"], audience=RESOURCE,
+                    allow_local=os.environ.get("AGENTID_ALLOW_LOCAL") == "1")
 mcp = MCPServer(
     "orders",
     token_verifier=AgentIdTokenVerifier(verifier),

@@ -70,7 +70,7 @@ def test_a_delegated_token_names_the_person_and_the_chain(server, idp):
     a, a_secret = confidential(server)
     b, b_secret = confidential(server, scopes=("tools:call",))
     direct = exchange(server, a, a_secret, idp.sign(aud=a), API)
-    verifier = Verifier(server.base, issuers=["example.com"], audience=API)
+    verifier = Verifier(server.base, issuers=["example.com"], audience=API, allow_local=True)
     agent = verifier.verify(direct)
     assert agent.agent_id == a and agent.client_id == a and agent.delegated
     assert agent.subject == Subject("alice", IDP)
@@ -88,7 +88,7 @@ def test_a_delegated_token_names_the_person_and_the_chain(server, idp):
 
     # A token that acts for nobody is no delegated agent; a route that wants one refuses it.
     _, plain = server.register(("tools:call",))
-    anyone = Verifier(server.base, issuers=["example.com"])
+    anyone = Verifier(server.base, issuers=["example.com"], allow_local=True)
     assert anyone.verify(plain).subject is None and anyone.verify(plain).actors == ()
     with pytest.raises(TokenInvalid):
         check(anyone, "Bearer", plain, None, "GET", None, [], delegated=True)
@@ -103,7 +103,7 @@ def test_a_delegated_token_names_the_person_and_the_chain(server, idp):
 def test_a_person_revoked_by_a_pushed_event_is_refused_offline(server, idp):
     a, secret = confidential(server)
     token = exchange(server, a, secret, idp.sign(aud=a, sub="carol"), API)
-    verifier = Verifier(server.base, issuers=["example.com"], audience=API)
+    verifier = Verifier(server.base, issuers=["example.com"], audience=API, allow_local=True)
     assert verifier.verify(token).subject.sub == "carol"
     stream = server.set_stream()
     server.call("POST", "/v1/subjects/revoke", {"iss": IDP, "sub": "carol"})
@@ -125,7 +125,7 @@ def test_a_flood_of_person_revocations_brings_no_revoked_token_back():
         provider = Idp()
         s.call("POST", "/v1/identity-providers", {"issuer": provider.iss, "jwks": provider.jwks()})
         a, secret = confidential(s)
-        verifier = Verifier(s.base, issuers=["example.com"], audience=API)
+        verifier = Verifier(s.base, issuers=["example.com"], audience=API, allow_local=True)
         token = exchange(s, a, secret, provider.sign(aud=a, sub="carol"), API)
         stream = s.set_stream()
         s.call("POST", "/v1/subjects/revoke", {"iss": IDP, "sub": "carol"})
@@ -165,7 +165,7 @@ def test_an_unmodified_mcp_client_presents_an_id_jag(server, idp):
 
     port = _free_port()
     resource = f"http://127.0.0.1:{port}/mcp"
-    verifier = Verifier(server.base, issuers=["example.com"], audience=resource)
+    verifier = Verifier(server.base, issuers=["example.com"], audience=resource, allow_local=True)
     mcp = MCPServer("agentid-delegation", token_verifier=AgentIdTokenVerifier(verifier),
                     auth=AuthSettings(issuer_url=server.base, resource_server_url=resource,
                                       required_scopes=["tools:call"], validate_token_resource=True))

@@ -91,7 +91,7 @@ class Agent:
 def test_panva_proofs_pass_once_offline_and_online(server, panva, tmp_path, alg):
     agent = PanvaAgent(panva, tmp_path, alg)
     agent_id, token = server.register(jwk=agent.jwk())
-    verifier = Verifier(server.base)
+    verifier = Verifier(server.base, allow_local=True)
     proof = agent.proof(token)
     assert verifier.verify_dpop(token, proof, "GET", URL).agent_id == agent_id
     with pytest.raises(Exception) as e:
@@ -115,7 +115,7 @@ def test_forged_foreign_stale_and_oversized_proofs_are_refused(server):
     _, other = server.register(jwk=agent.public)
     _, es_token = server.register(jwk=es.public)
     _, bearer = server.register()
-    verifier = Verifier(server.base)
+    verifier = Verifier(server.base, allow_local=True)
     cases = {
         "another method": (token, agent.proof(token, htm="POST")),
         "another URL": (token, agent.proof(token, htu="https://api.example/admin")),
@@ -144,7 +144,7 @@ def test_forged_foreign_stale_and_oversized_proofs_are_refused(server):
 def test_a_revoked_agent_is_revoked_whatever_its_proof(server):
     agent = Agent()
     agent_id, token = server.register(jwk=agent.public)
-    verifier = Verifier(server.base)
+    verifier = Verifier(server.base, allow_local=True)
     verifier.verify_dpop(token, agent.proof(token), "GET", URL)
     server.revoke(agent_id)
     time.sleep(2.5)  # the status list's ttl; the stale list answers once more while it refreshes
@@ -199,7 +199,7 @@ def wsgi_call(app, headers, path="/orders", host="api.example", scheme="https", 
 def test_the_middlewares_take_dpop_and_refuse_as_rfc_9449_says(server, panva, tmp_path, kind, alg):
     agent = PanvaAgent(panva, tmp_path, alg)
     agent_id, token = server.register(jwk=agent.jwk())
-    verifier = Verifier(server.base)
+    verifier = Verifier(server.base, allow_local=True)
 
     async def asgi_app(scope, receive, send):
         await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -248,7 +248,7 @@ def test_a_proof_made_for_another_receiver_is_refused(server, panva, tmp_path, k
     it against its own origin, whatever the request says."""
     agent = PanvaAgent(panva, tmp_path, "Ed25519")
     _, token = server.register(jwk=agent.jwk())
-    verifier = Verifier(server.base)
+    verifier = Verifier(server.base, allow_local=True)
     proof = agent.proof(token, url="https://shop-a.example/orders")
 
     async def asgi_app(scope, receive, send):
@@ -282,7 +282,7 @@ def test_a_proof_names_the_path_as_the_agent_wrote_it(server):
 
     signer = Agent()
     agent_id, token = server.register(jwk=signer.public)
-    verifier = Verifier(server.base)
+    verifier = Verifier(server.base, allow_local=True)
     origin = "https://api.example"
 
     def sent(path):
@@ -342,7 +342,7 @@ def test_websocket_handshakes_are_checked():
 
         scope = {"type": "websocket", "path": "/ws", "raw_path": b"/ws", "scheme": "wss",
                  "headers": [(k.lower().encode(), v.encode()) for k, v in headers]}
-        await Asgi(app, Verifier("http://127.0.0.1:9"))(scope, receive, send)
+        await Asgi(app, Verifier("http://127.0.0.1:9", allow_local=True))(scope, receive, send)
         return sent
 
     for headers in ([], [("Authorization", "Bearer not-a-token")]):
@@ -373,7 +373,7 @@ def test_a_key_of_small_order_proves_nothing(server):
     ])
     forged = f"{signed}.{_b64(bytes([1]) + bytes(63))}"
     with pytest.raises(ProofInvalid) as refused:
-        Verifier(server.base).verify_dpop(token, forged, "GET", URL)
+        Verifier(server.base, allow_local=True).verify_dpop(token, forged, "GET", URL)
     assert "small order" in str(refused.value)
 
 
@@ -436,7 +436,7 @@ def test_the_refusal_hook_hears_no_raw_controls(server):
     """Attack: a proof whose jwk's kty carries a newline, an escape sequence, a C1 control and
     a right-to-left override, which the refusal's reason names: the hook hears them escaped."""
     heard = []
-    verifier = Verifier(server.base, on_refusal=lambda code, reason: heard.append(reason))
+    verifier = Verifier(server.base, on_refusal=lambda code, reason: heard.append(reason), allow_local=True)
     signer = Agent()
     _, token = server.register(jwk=signer.public)
     planted = "OKP\n\x1b[2J\x9b31m\u202etxt.exe"
@@ -450,7 +450,7 @@ def test_the_refusal_hook_hears_no_raw_controls(server):
 def test_proofs_that_expired_are_not_valid_yet_or_name_critical_extensions_are_refused(server):
     signer = Agent()
     _, token = server.register(jwk=signer.public)
-    verifier = Verifier(server.base)
+    verifier = Verifier(server.base, allow_local=True)
     now = int(time.time())
     for proof in (signer.proof(token, exp=now - 1), signer.proof(token, nbf=now + 120),
                   signer.proof(token, header={"crit": ["x-ext"], "x-ext": 1})):
@@ -465,7 +465,7 @@ def test_a_proof_whose_iat_is_past_a_floats_range_is_invalid_not_an_escaped_erro
     middlewares). It is PROOF_INVALID, as any iat too far from now."""
     signer = Agent()
     _, token = server.register(jwk=signer.public)
-    verifier = Verifier(server.base)
+    verifier = Verifier(server.base, allow_local=True)
     for iat in (10**400, -(10**400), 2**53 + 1):
         with pytest.raises(ProofInvalid, match="iat is more than 60 s from now"):
             verifier.verify_dpop(token, signer.proof(token, iat=iat), "GET", URL)
@@ -512,7 +512,7 @@ def test_a_proof_whose_htu_is_written_another_way_passes(server):
     names it with its default port: one URL, so the proof passes."""
     signer = Agent()
     agent_id, token = server.register(jwk=signer.public)
-    verifier = Verifier(server.base)
+    verifier = Verifier(server.base, allow_local=True)
     proof = signer.proof(token, htu="HTTPS://API.Example/%6Frders")
     assert verifier.verify_dpop(token, proof, "GET", "https://api.example:443/orders").agent_id == agent_id
 
@@ -522,7 +522,7 @@ def test_a_proof_whose_iat_has_a_fraction_passes_under_its_whole_second(server):
     taken to the whole second it falls in and remembered under it. A string is no number."""
     signer = Agent()
     _, token = server.register(jwk=signer.public)
-    verifier = Verifier(server.base)
+    verifier = Verifier(server.base, allow_local=True)
     now = int(time.time())
     proof = signer.proof(token, iat=now + 0.75, jti="fraction")
     assert verifier.verify_dpop(token, proof, "GET", URL)

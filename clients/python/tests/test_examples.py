@@ -53,9 +53,10 @@ def test_the_example_runs_as_its_readme_says(server, example):
         port = s.getsockname()[1]
     command = start.replace("http://127.0.0.1:8080", server.base).replace("PORT=8000", f"PORT={port}")
     assert server.base in command and f"PORT={port}" in command, start
+    # The test's server is plain http on 127.0.0.1: the examples reach it with allow_local.
     app = subprocess.Popen(["bash", "-euo", "pipefail", "-c", command], cwd=cwd,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           start_new_session=True)
+                           start_new_session=True, env=dict(os.environ, AGENTID_ALLOW_LOCAL="1"))
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -97,7 +98,7 @@ def test_the_mcp_example_runs_as_its_readme_says(server):
         # The README's install line names the library relative to the example's folder.
         script = script.replace("../../clients/python", os.path.join(ROOT, "clients", "python"))
         out = subprocess.run(["bash", "-c", script], cwd=work, capture_output=True, text=True, timeout=180,
-                             env=dict(os.environ, SK=server.sk))
+                             env=dict(os.environ, SK=server.sk, AGENTID_ALLOW_LOCAL="1"))
     assert out.returncode == 0, out.stderr[-3000:]
     last = out.stdout.strip().splitlines()[-1]
     assert last.startswith("agt_") and last.endswith(" of example.com"), out.stdout

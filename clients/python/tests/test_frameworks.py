@@ -25,7 +25,7 @@ def test_fastapi_protects_routes_that_ask_and_documents_them(server):
     bound_id, bound = server.register(scopes=["read:orders"], jwk=signer.public)
     app = FastAPI()
     answer_refusals(app)  # the middlewares' body
-    reader = fastapi_agent(Verifier(server.base), scopes=["read:orders"], public_origin="https://api.example")
+    reader = fastapi_agent(Verifier(server.base, allow_local=True), scopes=["read:orders"], public_origin="https://api.example")
 
     @app.get("/orders")
     def orders(a=Security(reader)):
@@ -55,7 +55,7 @@ def test_fastapi_protects_routes_that_ask_and_documents_them(server):
     assert res.json() == {"agent": bound_id}
     # A helper without a public origin takes no bound token.
     blind = FastAPI()
-    blind_reader = fastapi_agent(Verifier(server.base))
+    blind_reader = fastapi_agent(Verifier(server.base, allow_local=True))
 
     @blind.get("/orders")
     def blind_orders(a=Security(blind_reader)):
@@ -79,7 +79,7 @@ def test_flask_protects_the_views_it_decorates(server):
     signer = Agent()
     bound_id, bound = server.register(scopes=["read:orders"], jwk=signer.public)
     app = Flask(__name__)
-    verifier = Verifier(server.base)
+    verifier = Verifier(server.base, allow_local=True)
 
     @app.get("/orders")
     @flask_agent(verifier, scopes=["read:orders"], public_origin="https://api.example")
@@ -120,7 +120,7 @@ def test_the_middlewares_leave_excluded_paths_open(server):
         start_response("200 OK", [])
         return [b"open"]
 
-    verifier = Verifier(server.base)
+    verifier = Verifier(server.base, allow_local=True)
     asgi = Asgi(asgi_app, verifier, exclude=["/health", "/docs"])
     wsgi = Wsgi(wsgi_app, verifier, exclude=["/health", "/docs"])
     for path, status in [("/health", 200), ("/docs", 200), ("/docs/oauth2-redirect", 200),
@@ -136,7 +136,7 @@ def test_an_exclusion_that_names_no_path_is_refused_when_made(exclude, middlewar
     one (``os.environ.get("EXCLUDE", "").split(",")``) became the prefix ``/``: either left
     every path open, with no token."""
     with pytest.raises((TypeError, ValueError)):
-        middleware(lambda *a: None, Verifier("http://127.0.0.1:9", issuers=["example.com"]), exclude=exclude)
+        middleware(lambda *a: None, Verifier("http://127.0.0.1:9", issuers=["example.com"], allow_local=True), exclude=exclude)
 
 
 def test_an_exclusion_of_the_root_leaves_the_root_alone_open(server):
@@ -148,7 +148,7 @@ def test_an_exclusion_of_the_root_leaves_the_root_alone_open(server):
         start_response("200 OK", [])
         return [b"open"]
 
-    verifier = Verifier(server.base)
+    verifier = Verifier(server.base, allow_local=True)
     for exclude in (["/"], ["//"]):
         asgi = Asgi(asgi_app, verifier, exclude=exclude)
         wsgi = Wsgi(wsgi_app, verifier, exclude=exclude)
@@ -160,7 +160,7 @@ def test_an_exclusion_of_the_root_leaves_the_root_alone_open(server):
 def test_on_refusal_hears_every_refusal_with_its_reason(server):
     heard = []
     _, token = server.register(scopes=["read:orders"])
-    verifier = Verifier(server.base, issuers=["other.example"], on_refusal=lambda code, why: heard.append((code, why)))
+    verifier = Verifier(server.base, issuers=["other.example"], on_refusal=lambda code, why: heard.append((code, why)), allow_local=True)
     for call in (lambda: verifier.verify(token), lambda: verifier.verify_online(token), lambda: verifier.verify("x")):
         try:
             call()
@@ -172,7 +172,7 @@ def test_on_refusal_hears_every_refusal_with_its_reason(server):
     def broken(code, why):
         raise RuntimeError("a hook that fails")
 
-    failing = Verifier(server.base, issuers=["other.example"], on_refusal=broken)
+    failing = Verifier(server.base, issuers=["other.example"], on_refusal=broken, allow_local=True)
     try:
         failing.verify(token)
         raise AssertionError("accepted")
@@ -202,7 +202,7 @@ def test_a_warm_check_makes_no_thread_hop_and_a_cold_one_leaves_the_loop(server,
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": scope["agent"].agent_id.encode()})
 
-    middleware = Asgi(app, Verifier(server.base))
+    middleware = Asgi(app, Verifier(server.base, allow_local=True))
     assert call(middleware, f"Bearer {token}")[0] == 200
     assert len(hops) == 1, "the first check fetches keys and list: in a thread"
     for _ in range(3):
@@ -220,7 +220,7 @@ def test_counts_of_outcomes_and_fetches_reach_prometheus(proxied):
     server, proxy = proxied
     _, token = server.register(scopes=["read:orders"])
     _, other = server.register()
-    verifier = Verifier(proxy.url)
+    verifier = Verifier(proxy.url, allow_local=True)
     registry = CollectorRegistry()
     registry.register(VerifierCollector(verifier))
 

@@ -57,7 +57,7 @@ def test_wsgi_middleware(server):
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [environ["agentid.agent"].agent_id.encode()]
 
-    verifier = Verifier(server.base)
+    verifier = Verifier(server.base, allow_local=True)
     status, headers, body = wsgi_call(Wsgi(app, verifier))
     assert status == 401 and json.loads(body) == NO_CREDENTIALS
     assert headers["www-authenticate"] == BARE
@@ -74,7 +74,7 @@ def test_asgi_middleware(server):
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": scope["agent"].agent_id.encode()})
 
-    verifier = Verifier(server.base)
+    verifier = Verifier(server.base, allow_local=True)
     status, headers, body = asgi_call(Asgi(app, verifier), "Bearer not-a-token")
     assert status == 401 and refused_with(body, "TOKEN_INVALID")
     assert headers[b"www-authenticate"] == b'Bearer error="invalid_token"'
@@ -101,7 +101,7 @@ def test_two_authorization_headers_are_refused_whichever_is_valid(server):
     for pair in (("Bearer forged", f"Bearer {token}"), (f"Bearer {token}", "Bearer forged"), ("", f"Bearer {token}")):
         sent.clear()
         headers = [(b"authorization", value.encode()) for value in pair]
-        asyncio.run(Asgi(app, Verifier(server.base))({"type": "http", "path": "/", "headers": headers},
+        asyncio.run(Asgi(app, Verifier(server.base, allow_local=True))({"type": "http", "path": "/", "headers": headers},
                                                       receive, send))
         start = next(m for m in sent if m["type"] == "http.response.start")
         body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
@@ -122,8 +122,8 @@ def test_a_broken_key_set_is_a_503_never_a_500(proxied):
     def wsgi_app(environ, start_response):
         raise AssertionError("the app is not reached")
 
-    for status, headers, body in (asgi_call(Asgi(app, Verifier(proxy.url)), f"Bearer {token}"),
-                                  wsgi_call(Wsgi(wsgi_app, Verifier(proxy.url)), f"Bearer {token}")):
+    for status, headers, body in (asgi_call(Asgi(app, Verifier(proxy.url, allow_local=True)), f"Bearer {token}"),
+                                  wsgi_call(Wsgi(wsgi_app, Verifier(proxy.url, allow_local=True)), f"Bearer {token}")):
         assert status == 503 and json.loads(body) == {
             "error": "UNAVAILABLE", "message": "the agent cannot be verified now: try again shortly"}
         named = {(k if isinstance(k, str) else k.decode()).lower(): v for k, v in headers.items()}
@@ -146,8 +146,8 @@ def test_a_refused_api_key_is_a_500(server):
     def wsgi_app(environ, start_response):
         raise AssertionError("the app is not reached")
 
-    for status, _, body in (asgi_call(Asgi(app, Online(server.base)), f"Bearer {token}"),
-                            wsgi_call(Wsgi(wsgi_app, Online(server.base)), f"Bearer {token}")):
+    for status, _, body in (asgi_call(Asgi(app, Online(server.base, allow_local=True)), f"Bearer {token}"),
+                            wsgi_call(Wsgi(wsgi_app, Online(server.base, allow_local=True)), f"Bearer {token}")):
         assert status == 500 and json.loads(body) == {
             "error": "MISCONFIGURED", "message": "this receiver cannot verify agents: its configuration is wrong"}
 
@@ -158,7 +158,7 @@ def test_a_token_of_a_key_published_since_the_keys_were_read_passes_the_asgi_mid
     s = Server()
     try:
         _, old = s.register()
-        verifier = Verifier(s.base, kid_refetch_interval=1)
+        verifier = Verifier(s.base, kid_refetch_interval=1, allow_local=True)
         verifier.verify(old)
         new = s.rotated_token()
 

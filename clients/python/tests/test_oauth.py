@@ -23,13 +23,13 @@ API_B = "https://shop-b.example/mcp"
 def test_a_token_for_one_receiver_fails_at_another(server):
     agent_id, key = server.oauth_client(scopes=("tools:call", "read:docs"))
     token = server.access_token(agent_id, key, API_A, scope="tools:call")
-    a = Verifier(server.base, issuers=["example.com"], audience=API_A)
+    a = Verifier(server.base, issuers=["example.com"], audience=API_A, allow_local=True)
     agent = a.verify(token, scopes=["tools:call"])
     assert agent.agent_id == agent_id and agent.client_id == agent_id
     assert agent.audience == (API_A,) and agent.scopes == ["tools:call"]
     assert agent.issuer == "example.com" and agent.claims["iss"] == server.base
     # Receiver B: the token is not for it, offline or online.
-    b = Verifier(server.base, issuers=["example.com"], audience=API_B)
+    b = Verifier(server.base, issuers=["example.com"], audience=API_B, allow_local=True)
     with pytest.raises(TokenInvalid):
         b.verify(token)
     with pytest.raises(TokenInvalid):
@@ -42,13 +42,13 @@ def test_a_token_for_one_receiver_fails_at_another(server):
     with pytest.raises(TokenInvalid):
         a.verify_online(agent_token)
     # A receiver that names none takes both kinds, knowingly.
-    anyone = Verifier(server.base, issuers=["example.com"])
+    anyone = Verifier(server.base, issuers=["example.com"], allow_local=True)
     assert anyone.verify(token).audience == (API_A,)
     assert anyone.verify(agent_token).audience == ()
     # Several resources: any of the receiver's names does.
     both = server.access_token(agent_id, key, [API_A, API_B])
     assert b.verify(both).audience == (API_A, API_B)
-    assert Verifier(server.base, audience=["https://other.example", API_B]).verify(both).scopes == [
+    assert Verifier(server.base, audience=["https://other.example", API_B], allow_local=True).verify(both).scopes == [
         "tools:call", "read:docs"]
 
 
@@ -56,12 +56,12 @@ def test_issuers_hold_to_the_proven_name_and_iss_to_the_service(server):
     agent_id, key = server.oauth_client()
     token = server.access_token(agent_id, key, API_A)
     with pytest.raises(TokenInvalid):
-        Verifier(server.base, issuers=["other.example"], audience=API_A).verify(token)
+        Verifier(server.base, issuers=["other.example"], audience=API_A, allow_local=True).verify(token)
     # Signed by the service's key, yet claiming another issuer URL or a partial shape.
     now = int(time.time())
     good = {"iss": server.base, "sub": agent_id, "client_id": agent_id, "aud": API_A, "scope": "tools:call",
             "issuer_domain": "example.com", "iat": now, "exp": now + 60, "jti": "x"}
-    verifier = Verifier(server.base, audience=API_A)
+    verifier = Verifier(server.base, audience=API_A, allow_local=True)
     assert verifier.verify(server.sign(good, typ="at+jwt")).agent_id == agent_id
     for bad, typ in [
         ({**good, "iss": "https://evil.example"}, "at+jwt"),
@@ -77,7 +77,7 @@ def test_issuers_hold_to_the_proven_name_and_iss_to_the_service(server):
 def test_a_revoked_agents_access_token_is_refused(server):
     agent_id, key = server.oauth_client()
     token = server.access_token(agent_id, key, API_A)
-    verifier = Verifier(server.base, audience=API_A)
+    verifier = Verifier(server.base, audience=API_A, allow_local=True)
     verifier.verify(token)
     server.revoke(agent_id)
     with pytest.raises(TokenRevoked):
@@ -99,18 +99,18 @@ def test_the_mcp_token_verifier_gives_the_sdk_its_access_token(server):
 
     agent_id, key = server.oauth_client(scopes=("tools:call", "read:docs"))
     token = server.access_token(agent_id, key, [API_B, API_A], scope="tools:call")
-    verifier = AgentIdTokenVerifier(Verifier(server.base, issuers=["example.com"], audience=API_A))
+    verifier = AgentIdTokenVerifier(Verifier(server.base, issuers=["example.com"], audience=API_A, allow_local=True))
     got = asyncio.run(verifier.verify_token(token))
     assert got.client_id == agent_id and got.subject == agent_id
     assert got.scopes == ["tools:call"] and got.resource == API_A
     assert got.expires_at == jwt.decode(token, options={"verify_signature": False})["exp"]
     assert got.claims["scope"] == "tools:call"
-    other = AgentIdTokenVerifier(Verifier(server.base, audience="https://c.example/mcp"))
+    other = AgentIdTokenVerifier(Verifier(server.base, audience="https://c.example/mcp", allow_local=True))
     assert asyncio.run(other.verify_token(token)) is None
     assert asyncio.run(verifier.verify_token("garbage")) is None
     # A verifier that names no audience would take a token issued for any server: refused.
     with pytest.raises(ValueError, match="audience"):
-        AgentIdTokenVerifier(Verifier(server.base, issuers=["example.com"]))
+        AgentIdTokenVerifier(Verifier(server.base, issuers=["example.com"], allow_local=True))
 
 
 def test_resource_metadata_is_served_and_named_in_challenges(server):
@@ -121,7 +121,7 @@ def test_resource_metadata_is_served_and_named_in_challenges(server):
 
     from agentid_verifier.asgi import AgentIdMiddleware
 
-    verifier = Verifier(server.base, audience=API_A)
+    verifier = Verifier(server.base, audience=API_A, allow_local=True)
     metadata = ResourceMetadata(verifier, API_A, scopes_supported=["tools:call"])
     assert metadata.path == "/.well-known/oauth-protected-resource/mcp"
     assert metadata.url == "https://shop-a.example/.well-known/oauth-protected-resource/mcp"
@@ -157,7 +157,7 @@ def test_frameworks_serve_resource_metadata(server):
     from agentid_verifier import fastapi as af
     from agentid_verifier import flask as fl
 
-    verifier = Verifier(server.base, audience="http://testserver/api")
+    verifier = Verifier(server.base, audience="http://testserver/api", allow_local=True)
     metadata = ResourceMetadata(verifier, "http://testserver/api")
     agent_id, key = server.oauth_client()
     token = server.access_token(agent_id, key, "http://testserver/api")
@@ -215,7 +215,7 @@ def test_an_unmodified_mcp_client_gets_a_token_and_calls_a_tool(server):
 
     port = _free_port()
     resource = f"http://127.0.0.1:{port}/mcp"
-    verifier = Verifier(server.base, issuers=["example.com"], audience=resource)
+    verifier = Verifier(server.base, issuers=["example.com"], audience=resource, allow_local=True)
     mcp = MCPServer("agentid-test", token_verifier=AgentIdTokenVerifier(verifier),
                     auth=AuthSettings(issuer_url=server.base, resource_server_url=resource,
                                       required_scopes=["tools:call"], validate_token_resource=True))
@@ -306,7 +306,7 @@ def test_authlib_gets_a_token_with_private_key_jwt(server):
     session.register_client_auth_method(ShortLived(token_endpoint, alg="ES256"))
     token = session.fetch_token(token_endpoint, grant_type="client_credentials", resource=API_A)
     assert token["token_type"] == "Bearer" and token["scope"] == "tools:call"
-    agent = Verifier(server.base, issuers=["example.com"], audience=API_A).verify(token["access_token"])
+    agent = Verifier(server.base, issuers=["example.com"], audience=API_A, allow_local=True).verify(token["access_token"])
     assert agent.client_id == agent_id
     # authlib's default assertion lives an hour: longer than agentid takes.
     plain = OAuth2Session(agent_id, ECKey.import_key(pem), token_endpoint_auth_method="private_key_jwt")
@@ -329,7 +329,7 @@ def test_authlib_gets_a_token_with_a_client_secret(server, method):
     session = OAuth2Session(agent_id, made["client_secret"], token_endpoint_auth_method=method)
     token = session.fetch_token(token_endpoint, grant_type="client_credentials", resource=API_A)
     assert token["token_type"] == "Bearer" and token["scope"] == "tools:call"
-    agent = Verifier(server.base, issuers=["example.com"], audience=API_A).verify(token["access_token"])
+    agent = Verifier(server.base, issuers=["example.com"], audience=API_A, allow_local=True).verify(token["access_token"])
     assert agent.client_id == agent_id
     wrong = OAuth2Session(agent_id, "cs_not_it", token_endpoint_auth_method=method)
     with pytest.raises(Exception) as refused:

@@ -11,6 +11,13 @@ import time
 from conftest import ROOT
 
 
+def snippet_env(**env):
+    """A snippet's environment: this checkout's library, and the test's server (plain http on
+    127.0.0.1) allowed as the pages say a development setup is."""
+    return dict(os.environ, PYTHONPATH=os.path.join(ROOT, "clients", "python", "src"),
+                AGENTID_ALLOW_LOCAL="1", **env)
+
+
 def pages():
     """README.md and every page of docs/, as the Rust tests read them."""
     return [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
@@ -32,7 +39,7 @@ def test_the_readme_receiver_runs_as_written(server, tmp_path):
     text, command = snippet("receiver.py")
     (tmp_path / "receiver.py").write_text(text)
     agent, token = server.register(scopes=["read:invoices"])
-    env = dict(os.environ, TOKEN=token, BASE=server.base)
+    env = snippet_env(TOKEN=token, BASE=server.base)
 
     def run():
         out = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True,
@@ -57,7 +64,7 @@ def test_the_oauth_pages_receiver_runs_as_written(server, tmp_path):
 
     def run(token):
         out = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                             env=dict(os.environ, ACCESS_TOKEN=token, BASE=server.base))
+                             env=snippet_env(ACCESS_TOKEN=token, BASE=server.base))
         assert out.returncode == 0, out.stderr
         return out.stdout.strip()
 

@@ -47,7 +47,7 @@ def python_signed(jwk, url, agent, **env):
 def test_a_signed_request_is_checked_offline_against_the_agents_directory(server):
     jwk = agent_key()
     agent_id, _ = server.register(("read:docs",), jwk={k: jwk[k] for k in ("kty", "crv", "x")})
-    verifier = Verifier(server.base, issuers=["example.com"])
+    verifier = Verifier(server.base, issuers=["example.com"], allow_local=True)
     directory = f"{server.base}/v1/directories/example.com"
     url = "https://shop.example/products/1"
     headers = signed(jwk, url, directory)
@@ -77,7 +77,7 @@ def test_a_signed_request_is_checked_offline_against_the_agents_directory(server
     # Revoked: gone from the directory, seen at the next fetch.
     server.revoke(agent_id)
     with pytest.raises(TokenInvalid):
-        Verifier(server.base).verify_request("GET", url, signed(jwk, url, directory))
+        Verifier(server.base, allow_local=True).verify_request("GET", url, signed(jwk, url, directory))
 
 
 def test_a_signature_may_cover_the_target_uri_in_place_of_the_authority(server):
@@ -86,7 +86,7 @@ def test_a_signature_may_cover_the_target_uri_in_place_of_the_authority(server):
     is refused."""
     jwk = agent_key()
     server.register(("read:docs",), jwk={k: jwk[k] for k in ("kty", "crv", "x")})
-    verifier = Verifier(server.base, issuers=["example.com"])
+    verifier = Verifier(server.base, issuers=["example.com"], allow_local=True)
     directory = f"{server.base}/v1/directories/example.com"
     url = "https://shop.example/products/1?page=2"
     headers = python_signed(jwk, url, directory, COMPONENTS="@target-uri signature-agent")
@@ -103,7 +103,7 @@ def test_a_pushed_revocation_drops_the_issuers_directory_at_once(server):
     stream = server.set_stream()
     jwk = agent_key()
     agent_id, _ = server.register(("read:docs",), jwk={k: jwk[k] for k in ("kty", "crv", "x")})
-    verifier = Verifier(server.base, issuers=["example.com"])
+    verifier = Verifier(server.base, issuers=["example.com"], allow_local=True)
     directory = f"{server.base}/v1/directories/example.com"
     url = "https://shop.example/"
     verifier.verify_request("GET", url, signed(jwk, url, directory))  # the directory is held, fresh
@@ -124,7 +124,7 @@ def test_rfc_9421s_test_key_counts_for_nothing():
     dead = "http://127.0.0.1:9/directory"
     url = "https://shop.example/"
     with pytest.raises(TokenInvalid, match="published test keys"):
-        Verifier("http://127.0.0.1:9").verify_request("GET", url, signed(RFC_9421_KEY, url, dead),
+        Verifier("http://127.0.0.1:9", allow_local=True).verify_request("GET", url, signed(RFC_9421_KEY, url, dead),
                                                       trusted_signature_agents=[dead])
     # Nor does it, or its negation, count in a directory.
     negated = bytearray(base64.urlsafe_b64decode(RFC_9421_KEY["x"] + "="))
@@ -142,7 +142,7 @@ def test_trusted_signature_agents_given_as_a_string_is_refused():
 
     dead = "http://127.0.0.1:9/d"
     url = "https://shop.example/"
-    verifier = Verifier("http://127.0.0.1:9", issuers=["example.com"])
+    verifier = Verifier("http://127.0.0.1:9", issuers=["example.com"], allow_local=True)
     headers = python_signed(agent_key(), url, dead)
     for trusted in (dead, f"{dead}irectory", [dead, 7]):
         with pytest.raises(TypeError):
@@ -169,14 +169,14 @@ def test_a_directory_of_an_issuer_not_accepted_is_never_fetched():
     base = "http://127.0.0.1:9"
     url = "https://shop.example/"
     with pytest.raises(TokenInvalid, match="issuer other.example is not accepted"):
-        Verifier(base, issuers=["example.com"]).verify_request(
+        Verifier(base, issuers=["example.com"], allow_local=True).verify_request(
             "GET", url, signed(agent_key(), url, f"{base}/v1/directories/other.example"))
 
 
 def test_the_directories_held_are_bounded(server):
     """Attack: without ``issuers``, each made-up issuer a caller names is a directory fetched
     and held: the one held longest goes past the bound."""
-    verifier = Verifier(server.base)
+    verifier = Verifier(server.base, allow_local=True)
     verifier.max_directories = 3
     url = "https://shop.example/"
     for i in range(6):
@@ -192,7 +192,7 @@ def test_directories_that_cannot_be_fetched_leave_nothing_behind():
     unreachable is a fetch that fails: none leaves anything held for it, and the failures
     remembered (not to fetch again at once) are bounded as the directories held are."""
     base = "http://127.0.0.1:9"
-    verifier = Verifier(base)
+    verifier = Verifier(base, allow_local=True)
     verifier.max_directories = 10
     url = "https://shop.example/"
     headers = python_signed(agent_key(), url, f"{base}/v1/directories/d0.example")
@@ -213,7 +213,7 @@ def test_a_directory_whose_fetch_failed_with_none_held_is_not_fetched_again_at_o
     server, proxy = proxied
     proxy.rewrite = lambda path, status, headers, body: (
         (429, [], b"") if path.startswith("/v1/directories/") else (status, headers, body))
-    verifier = Verifier(proxy.url, issuers=["example.com"])
+    verifier = Verifier(proxy.url, issuers=["example.com"], allow_local=True)
     url = "https://shop.example/"
     headers = python_signed(agent_key(), url, f"{proxy.url}/v1/directories/example.com")
     for _ in range(5):
@@ -249,7 +249,7 @@ def test_a_directory_key_that_does_not_import_is_passed_over(proxied):
         {"keys": [bad] + json.loads(b)["keys"]}).encode(), 60)
     directory = f"{proxy.url}/v1/directories/example.com"
     url = "https://shop.example/"
-    verifier = Verifier(proxy.url, issuers=["example.com"])
+    verifier = Verifier(proxy.url, issuers=["example.com"], allow_local=True)
     assert verifier.verify_request("GET", url, python_signed(jwk, url, directory)).issuer == "example.com"
 
 
@@ -265,7 +265,7 @@ def test_a_directory_that_is_not_a_key_set_is_a_failed_fetch_not_held_for_its_ma
     server.register(("read:docs",), jwk={k: jwk[k] for k in ("kty", "crv", "x")})
     directory = f"{proxy.url}/v1/directories/example.com"
     url = "https://shop.example/"
-    verifier = Verifier(proxy.url, issuers=["example.com"])
+    verifier = Verifier(proxy.url, issuers=["example.com"], allow_local=True)
     proxy.rewrite = answered("/v1/directories/", b"not json", 3600)
     with pytest.raises(Unavailable):
         verifier.verify_request("GET", url, python_signed(jwk, url, directory))
@@ -274,7 +274,7 @@ def test_a_directory_that_is_not_a_key_set_is_a_failed_fetch_not_held_for_its_ma
     assert verifier.verify_request("GET", url, python_signed(jwk, url, directory)).issuer == "example.com"
     # A good directory held (here fresh for 1 s), then one that is not a key set: the good one
     # serves within the grace.
-    held = Verifier(proxy.url, issuers=["example.com"])
+    held = Verifier(proxy.url, issuers=["example.com"], allow_local=True)
     proxy.rewrite = answered("/v1/directories/", lambda b: b, 1)
     held.verify_request("GET", url, python_signed(jwk, url, directory))
     proxy.rewrite = answered("/v1/directories/", b'{"keys": "none"}', 3600)
@@ -290,7 +290,7 @@ def test_a_status_list_that_is_not_one_is_a_failed_fetch_not_held_for_its_max_ag
     though the service answered again. It is a failed fetch, and the next check fetches."""
     server, proxy = proxied
     _, token = server.register()
-    verifier = Verifier(proxy.url)
+    verifier = Verifier(proxy.url, allow_local=True)
     proxy.rewrite = answered("/v1/status/", b"not a list", 3600)
     with pytest.raises(Unavailable):
         verifier.verify(token)
@@ -321,7 +321,7 @@ def test_a_directory_is_read_once_whoever_asks_for_it_meanwhile():
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Directory)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
-        verifier = Verifier("http://127.0.0.1:9", issuers=["example.com"])
+        verifier = Verifier("http://127.0.0.1:9", issuers=["example.com"], allow_local=True)
         url = f"http://127.0.0.1:{httpd.server_address[1]}/directory"
         start = threading.Barrier(20)
         got = []
@@ -345,7 +345,7 @@ def test_a_directory_is_read_once_whoever_asks_for_it_meanwhile():
 def test_an_unreachable_directory_fails_closed(server):
     dead = "http://127.0.0.1:9/directory"
     with pytest.raises(Unavailable):
-        Verifier(server.base).verify_request("GET", "https://shop.example/", signed(agent_key(), "https://shop.example/", dead),
+        Verifier(server.base, allow_local=True).verify_request("GET", "https://shop.example/", signed(agent_key(), "https://shop.example/", dead),
                                              trusted_signature_agents=[dead])
 
 
@@ -379,7 +379,7 @@ def test_a_stale_directory_whose_fetch_failed_lately_serves_at_once_within_the_g
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     directory = f"http://127.0.0.1:{httpd.server_address[1]}/directory"
     try:
-        verifier = Verifier(server.base, timeout=0.5)
+        verifier = Verifier(server.base, timeout=0.5, allow_local=True)
         url = "https://shop.example/"
 
         def check():
@@ -405,7 +405,7 @@ def test_the_asgi_middleware_takes_a_signed_request_in_place_of_a_token(server):
 
     jwk = agent_key()
     server.register(("read:docs",), jwk={k: jwk[k] for k in ("kty", "crv", "x")})
-    verifier = Verifier(server.base, issuers=["example.com"])
+    verifier = Verifier(server.base, issuers=["example.com"], allow_local=True)
     directory = f"{server.base}/v1/directories/example.com"
 
     async def app(scope, receive, send):
@@ -441,7 +441,7 @@ def test_the_wsgi_middleware_takes_a_signed_request_in_place_of_a_token(server):
 
     jwk = agent_key()
     server.register(("read:docs",), jwk={k: jwk[k] for k in ("kty", "crv", "x")})
-    verifier = Verifier(server.base, issuers=["example.com"])
+    verifier = Verifier(server.base, issuers=["example.com"], allow_local=True)
     directory = f"{server.base}/v1/directories/example.com"
 
     def app(environ, start_response):
@@ -476,7 +476,7 @@ def test_fastapi_and_flask_take_a_signed_request_when_told_to(server):
 
     jwk = agent_key()
     server.register(("read:docs",), jwk={k: jwk[k] for k in ("kty", "crv", "x")})
-    verifier = Verifier(server.base, issuers=["example.com"])
+    verifier = Verifier(server.base, issuers=["example.com"], allow_local=True)
     directory = f"{server.base}/v1/directories/example.com"
     origin = "https://shop.example"
 

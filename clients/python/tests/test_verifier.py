@@ -22,7 +22,7 @@ def b64(data):
 
 def test_a_valid_token_gives_its_agent(server):
     agent_id, token = server.register()
-    agent = Verifier(server.base, issuers=["example.com"]).verify(token, scopes=["read:orders"])
+    agent = Verifier(server.base, issuers=["example.com"], allow_local=True).verify(token, scopes=["read:orders"])
     assert agent.agent_id == agent_id and agent.issuer == "example.com"
     assert agent.scopes == ["read:orders"]
     assert agent.issued_at.tzinfo is not None and agent.expires_at > agent.issued_at
@@ -30,7 +30,7 @@ def test_a_valid_token_gives_its_agent(server):
 
 def test_tampered_alg_and_kid_tricks_are_invalid(server):
     _, token = server.register()
-    verifier = Verifier(server.base)
+    verifier = Verifier(server.base, allow_local=True)
     header, payload, sig = token.split(".")
     claims = json.loads(base64.urlsafe_b64decode(payload + "=="))
     claims["scopes"] = ["admin:everything"]
@@ -63,21 +63,21 @@ def test_tampered_alg_and_kid_tricks_are_invalid(server):
 def test_issuer_scope_and_expiry(server):
     _, token = server.register()
     with pytest.raises(TokenInvalid):
-        Verifier(server.base, issuers=["other.example"]).verify(token)
+        Verifier(server.base, issuers=["other.example"], allow_local=True).verify(token)
     with pytest.raises(InsufficientScope) as e:
-        Verifier(server.base).verify(token, scopes=["write:orders"])
+        Verifier(server.base, allow_local=True).verify(token, scopes=["write:orders"])
     assert e.value.code == "INSUFFICIENT_SCOPE" and isinstance(e.value, VerificationError)
     _, short = server.register(expiry_seconds=1)
     time.sleep(2.1)
     with pytest.raises(TokenExpired) as e:
-        Verifier(server.base, leeway=0).verify(short)
+        Verifier(server.base, leeway=0, allow_local=True).verify(short)
     assert e.value.code == "TOKEN_EXPIRED"
-    Verifier(server.base, leeway=30).verify(short)  # within the leeway
+    Verifier(server.base, leeway=30, allow_local=True).verify(short)  # within the leeway
 
 
 def test_a_revocation_is_seen_through_the_status_list_within_its_ttl(server):
     agent_id, token = server.register()
-    verifier = Verifier(server.base)
+    verifier = Verifier(server.base, allow_local=True)
     verifier.verify(token)
     server.revoke(agent_id)
     started = time.time()
@@ -94,7 +94,7 @@ def test_a_revocation_is_seen_through_the_status_list_within_its_ttl(server):
 def test_a_pushed_set_revokes_at_once(server):
     stream = server.set_stream()
     agent_id, token = server.register()
-    verifier = Verifier(server.base)
+    verifier = Verifier(server.base, allow_local=True)
     verifier.verify(token)  # the status list is now held, fresh, with the agent valid
     server.revoke(agent_id)
     verifier.handle_set(server.the_set(stream))
@@ -106,7 +106,7 @@ def test_a_pushed_set_revokes_at_once(server):
 
 def test_rotated_and_retired_keys(server):
     _, old = server.register()
-    verifier = Verifier(server.base, kid_refetch_interval=0)
+    verifier = Verifier(server.base, kid_refetch_interval=0, allow_local=True)
     verifier.verify(old)
     new = server.rotated_token()
     verifier.verify(new)  # an unknown kid: the keys are fetched again
@@ -114,12 +114,12 @@ def test_rotated_and_retired_keys(server):
     server.cli("signing-key", "retire", old_kid)
     time.sleep(6)
     with pytest.raises(TokenInvalid):
-        Verifier(server.base).verify(old)
+        Verifier(server.base, allow_local=True).verify(old)
 
 
 def test_online_verify(server):
     agent_id, token = server.register()
-    verifier = Verifier(server.base)
+    verifier = Verifier(server.base, allow_local=True)
     assert verifier.verify_online(token, key=server.pk).agent_id == agent_id
     assert verifier.verify_online(token).agent_id == agent_id
     server.revoke(agent_id)
@@ -131,8 +131,8 @@ def test_an_unreachable_list_fails_closed_or_open():
     s = Server()
     try:
         agent_id, token = s.register()
-        closed = Verifier(s.base, list_grace=0)
-        opened = Verifier(s.base, list_grace=0, fail_open=True)
+        closed = Verifier(s.base, list_grace=0, allow_local=True)
+        opened = Verifier(s.base, list_grace=0, fail_open=True, allow_local=True)
         closed.verify(token)
         opened.verify(token)
     finally:
@@ -148,16 +148,16 @@ def test_a_test_mode_token_is_refused_unless_allowed(server):
     """Attack: a token issued with an sk_test_ key offered to a default verifier."""
     _, token = server.register(key=server.sk_test)
     assert jwt.decode(token, options={"verify_signature": False})["livemode"] is False
-    for verify in (Verifier(server.base).verify, Verifier(server.base).verify_online):
+    for verify in (Verifier(server.base, allow_local=True).verify, Verifier(server.base, allow_local=True).verify_online):
         with pytest.raises(TokenInvalid) as e:
             verify(token)
         assert e.value.code == "TOKEN_INVALID" and "allow_test" in str(e.value)
-    allowed = Verifier(server.base, allow_test=True)
+    allowed = Verifier(server.base, allow_test=True, allow_local=True)
     assert allowed.verify(token).livemode is False
     assert allowed.verify_online(token).livemode is False
     _, live = server.register()
-    assert Verifier(server.base).verify(live).livemode is True
-    assert Verifier(server.base).verify_online(live).livemode is True
+    assert Verifier(server.base, allow_local=True).verify(live).livemode is True
+    assert Verifier(server.base, allow_local=True).verify_online(live).livemode is True
 
 
 # -- keys and fetches -----------------------------------------------------------------------
@@ -180,7 +180,7 @@ def test_a_key_set_without_an_etag_still_refreshes():
     proxy.rewrite = strip
     try:
         _, old = s.register()
-        verifier = Verifier(proxy.url, kid_refetch_interval=0)
+        verifier = Verifier(proxy.url, kid_refetch_interval=0, allow_local=True)
         verifier.verify(old)
         new = s.rotated_token()
         verifier.verify(new)
@@ -216,9 +216,9 @@ def test_no_redirect_is_followed(proxied):
                            ("/v1/verify/", "verify_online")]:
         proxy.rewrite = redirect(prefix)
         with pytest.raises(Unavailable):
-            getattr(Verifier(proxy.url), verify)(token)
+            getattr(Verifier(proxy.url, allow_local=True), verify)(token)
     proxy.rewrite = None
-    Verifier(proxy.url).verify(token)
+    Verifier(proxy.url, allow_local=True).verify(token)
 
 
 def test_a_broken_or_oversized_answer_is_unavailable(proxied):
@@ -239,7 +239,7 @@ def test_a_broken_or_oversized_answer_is_unavailable(proxied):
     ]:
         proxy.rewrite = lambda p, status, headers, b, path=path, body=body: (
             (200, [("Content-Type", "application/json")], body) if p.startswith(path) else (status, headers, b))
-        verify = Verifier(proxy.url).verify_online if path == "/v1/verify/" else Verifier(proxy.url).verify
+        verify = Verifier(proxy.url, allow_local=True).verify_online if path == "/v1/verify/" else Verifier(proxy.url, allow_local=True).verify
         with pytest.raises(Unavailable):
             verify(token)
 
@@ -253,7 +253,7 @@ def test_a_max_age_of_other_digits_or_past_a_day_is_read_and_held_a_day_at_most(
         proxy.rewrite = lambda path, status, headers, body, max_age=max_age: (
             status, [(k, v) for k, v in headers if k.lower() != "cache-control"]
             + [("Cache-Control", f"max-age={max_age}")], body)
-        verifier = Verifier(proxy.url)
+        verifier = Verifier(proxy.url, allow_local=True)
         assert verifier.verify(token).issuer == "example.com", max_age
         held = verifier._docs[f"{proxy.url}/.well-known/jwks.json"]
         assert held.fresh_until <= time.monotonic() + 86_400, max_age
@@ -276,7 +276,7 @@ def test_a_status_list_is_inflated_to_16_mib_and_no_further(proxied):
 
         proxy.rewrite = inflated
         try:
-            got = Verifier(proxy.url).verify(token) and "valid"
+            got = Verifier(proxy.url, allow_local=True).verify(token) and "valid"
         except Unavailable as e:
             got = e.code
         assert got == answer, size
@@ -288,7 +288,7 @@ def test_a_token_whose_times_are_nan_or_infinity_is_invalid(proxied):
     server, proxy = proxied
     _, token = server.register()
     claims = jwt.decode(token, options={"verify_signature": False})
-    verifier = Verifier(proxy.url)
+    verifier = Verifier(proxy.url, allow_local=True)
     verifier.verify(server.sign(claims))  # the signer is the service's
     for value in ("NaN", "Infinity", "1e999"):
         payload = json.dumps(dict(claims, exp="EXP")).replace('"EXP"', value).encode()
@@ -304,7 +304,7 @@ def test_checks_waiting_for_one_fetch_that_fails_all_end_with_it():
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(64)  # connections are taken by the kernel and never answered
-    verifier = Verifier(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=0.5)
+    verifier = Verifier(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=0.5, allow_local=True)
     header = base64.urlsafe_b64encode(json.dumps({"alg": "EdDSA", "kid": "k", "typ": "JWT"}).encode())
     token = f"{header.rstrip(b'=').decode()}.e30.{'A' * 86}"
     took = []
@@ -329,7 +329,7 @@ def test_a_negative_status_index_is_invalid(proxied):
     server, proxy = proxied
     _, token = server.register()
     claims = jwt.decode(token, options={"verify_signature": False})
-    verifier = Verifier(proxy.url)
+    verifier = Verifier(proxy.url, allow_local=True)
     verifier.verify(server.sign(claims))  # the signer is the service's
     for idx in (-1, -8, "3", 1.5, True):
         claims["status"]["status_list"]["idx"] = idx
@@ -358,7 +358,7 @@ def test_an_answer_dripped_a_byte_at_a_time_ends_at_the_timeout():
             conn.close()
 
     threading.Thread(target=drip, daemon=True).start()
-    verifier = Verifier(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=1)
+    verifier = Verifier(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=1, allow_local=True)
     header = base64.urlsafe_b64encode(json.dumps({"alg": "EdDSA", "kid": "k", "typ": "JWT"}).encode())
     started = time.monotonic()
     with pytest.raises(Unavailable):
@@ -385,7 +385,7 @@ def test_made_up_kids_fetch_the_key_set_no_more_while_the_service_is_down(proxie
     proxy.rewrite = rewrite
     try:
         _, token = server.register()
-        verifier = Verifier(proxy.url)
+        verifier = Verifier(proxy.url, allow_local=True)
         verifier.verify(token)
         state["down"] = True
         time.sleep(1.2)
@@ -404,7 +404,7 @@ def test_a_header_nested_too_deep_is_invalid_not_an_escaped_error():
 
     deep = base64.urlsafe_b64encode(b"[" * 1500).rstrip(b"=").decode()
     token = f"{deep}.e30.AA"
-    verifier = Verifier("http://127.0.0.1:9")  # refused unparsed: no request is made
+    verifier = Verifier("http://127.0.0.1:9", allow_local=True)  # refused unparsed: no request is made
     with pytest.raises(TokenInvalid):
         verifier.verify(token)
     with pytest.raises(TokenInvalid):
@@ -415,7 +415,7 @@ def test_an_oversized_token_is_refused_unparsed(proxied):
     server, proxy = proxied
     _, token = server.register()
     claims = jwt.decode(token, options={"verify_signature": False})
-    verifier = Verifier(proxy.url)
+    verifier = Verifier(proxy.url, allow_local=True)
     verifier.verify(token)
     big = server.sign(dict(claims, pad="x" * 4096))  # signed by the service, and too long
     with pytest.raises(TokenInvalid):
@@ -426,13 +426,13 @@ def test_an_oversized_token_is_refused_unparsed(proxied):
         verifier.verify(huge)
     assert time.monotonic() - started < 0.05
     with pytest.raises(TokenInvalid):  # no request is made: the service is not even reachable
-        Verifier("http://127.0.0.1:9").verify_online(big)
+        Verifier("http://127.0.0.1:9", allow_local=True).verify_online(big)
     header, payload, signature = token.split(".")
     long_set = f"{header}.{payload}{'x' * MAX_SET_BYTES}.{signature}"  # parsed, it would need keys
     with pytest.raises(TokenInvalid):
-        Verifier("http://127.0.0.1:9").handle_set(long_set)
+        Verifier("http://127.0.0.1:9", allow_local=True).handle_set(long_set)
     with pytest.raises(TokenInvalid):  # a character of more than one byte counts as its bytes
-        Verifier("http://127.0.0.1:9").verify(f"{header}.{payload}{'é' * (4096 - len(token))}.{signature}")
+        Verifier("http://127.0.0.1:9", allow_local=True).verify(f"{header}.{payload}{'é' * (4096 - len(token))}.{signature}")
 
 
 # -- online verification ------------------------------------------------------------------
@@ -442,22 +442,22 @@ def test_online_verify_checks_issuers_scopes_and_mode(server):
     verification."""
     agent_id, token = server.register()
     with pytest.raises(TokenInvalid):
-        Verifier(server.base, issuers=["other.example"]).verify_online(token)
-    assert Verifier(server.base, issuers=["example.com"]).verify_online(token).agent_id == agent_id
+        Verifier(server.base, issuers=["other.example"], allow_local=True).verify_online(token)
+    assert Verifier(server.base, issuers=["example.com"], allow_local=True).verify_online(token).agent_id == agent_id
     with pytest.raises(InsufficientScope):
-        Verifier(server.base).verify_online(token, scopes=["write:orders"])
-    assert Verifier(server.base).verify_online(token, scopes=["read:orders"]).scopes == ["read:orders"]
+        Verifier(server.base, allow_local=True).verify_online(token, scopes=["write:orders"])
+    assert Verifier(server.base, allow_local=True).verify_online(token, scopes=["read:orders"]).scopes == ["read:orders"]
     _, test_token = server.register(key=server.sk_test)
     with pytest.raises(TokenInvalid):
-        Verifier(server.base).verify_online(test_token)
+        Verifier(server.base, allow_local=True).verify_online(test_token)
 
 
 def test_a_refused_api_key_is_misconfigured(server):
     _, token = server.register()
     with pytest.raises(VerificationError) as e:
-        Verifier(server.base).verify_online(token, key="pk_live_not_a_key")
+        Verifier(server.base, allow_local=True).verify_online(token, key="pk_live_not_a_key")
     assert e.value.code == "MISCONFIGURED"
-    assert Verifier(server.base).verify_online(token, key=server.pk).issuer == "example.com"
+    assert Verifier(server.base, allow_local=True).verify_online(token, key=server.pk).issuer == "example.com"
 
 
 # -- Shared Signals -------------------------------------------------------------------------
@@ -474,16 +474,16 @@ def test_a_set_for_another_audience_is_refused(proxied):
     server, proxy = proxied
     set_jwt, _, _ = polled_set(server, aud="https://receiver.example")
     with pytest.raises(TokenInvalid):
-        Verifier(proxy.url, set_audience="https://other.example").handle_set(set_jwt)
-    Verifier(proxy.url, set_audience="https://receiver.example").handle_set(set_jwt)
+        Verifier(proxy.url, set_audience="https://other.example", allow_local=True).handle_set(set_jwt)
+    Verifier(proxy.url, set_audience="https://receiver.example", allow_local=True).handle_set(set_jwt)
     set_jwt, stream, _ = polled_set(server)  # a poll stream's aud is by default its id
-    Verifier(proxy.url, set_audience=stream["stream_id"]).handle_set(set_jwt)
+    Verifier(proxy.url, set_audience=stream["stream_id"], allow_local=True).handle_set(set_jwt)
 
 
 def test_a_replayed_set_is_refused(proxied):
     server, proxy = proxied
     set_jwt, _, _ = polled_set(server)
-    verifier = Verifier(proxy.url)
+    verifier = Verifier(proxy.url, allow_local=True)
     verifier.handle_set(set_jwt)
     with pytest.raises(TokenInvalid):
         verifier.handle_set(set_jwt)
@@ -493,19 +493,20 @@ def test_a_set_of_another_service_or_issuer_is_refused(proxied):
     server, proxy = proxied
     set_jwt, _, token = polled_set(server)
     with pytest.raises(TokenInvalid):  # the same keys, but not the base URL the SET names
-        Verifier(server.base).handle_set(set_jwt)
-    verifier = Verifier(proxy.url, issuers=["other.example"])
+        Verifier(server.base, allow_local=True).handle_set(set_jwt)
+    verifier = Verifier(proxy.url, issuers=["other.example"], allow_local=True)
     with pytest.raises(TokenInvalid):  # its agent is of example.com
         verifier.handle_set(set_jwt)
-    Verifier(proxy.url, issuers=["example.com"]).handle_set(set_jwt)
+    Verifier(proxy.url, issuers=["example.com"], allow_local=True).handle_set(set_jwt)
 
 
 # -- a slow or dead issuer ----------------------------------------------------------------
 
 
 def test_a_hung_issuer_stalls_no_warm_check_until_the_grace_runs_out(proxied):
-    """Stale keys and a stale list serve at once while one refresh waits behind, until the
-    list's ``ttl`` + ``list_grace``; then the check waits for a fetch, and fails closed."""
+    """Stale keys and a stale list serve at once while one refresh waits behind, until their
+    freshness (the keys' max-age, the list's ``ttl``) + ``list_grace``; then the check waits
+    for a fetch, and fails closed."""
     server, proxy = proxied
     _, token = server.register()
     hung = threading.Event()
@@ -515,13 +516,13 @@ def test_a_hung_issuer_stalls_no_warm_check_until_the_grace_runs_out(proxied):
         fetches.append(path)
         if hung.is_set():
             time.sleep(3)  # longer than the verifier's timeout: nothing comes back in time
-        if path.endswith("jwks.json"):  # the keys go stale after a second
+        if path.endswith("jwks.json"):  # the keys go stale with the list (its ttl is 2 s)
             headers = [(k, v) for k, v in headers if k.lower() != "cache-control"]
-            headers.append(("Cache-Control", "max-age=1"))
+            headers.append(("Cache-Control", "max-age=2"))
         return status, headers, body
 
     proxy.rewrite = rewrite
-    verifier = Verifier(proxy.url, list_grace=3, timeout=1)
+    verifier = Verifier(proxy.url, list_grace=3, timeout=1, allow_local=True)
     verifier.verify(token)
     hung.set()
     time.sleep(2.2)  # the keys and the list (ttl 2 s) are stale
@@ -547,10 +548,10 @@ def test_a_verifier_without_issuers_is_warned_of_once(monkeypatch, caplog):
 
     monkeypatch.setattr(agentid_verifier, "_warned_without_issuers", False)
     with caplog.at_level("WARNING", logger="agentid_verifier"):
-        Verifier("http://127.0.0.1:9", issuers=["example.com"])
+        Verifier("http://127.0.0.1:9", issuers=["example.com"], allow_local=True)
         assert caplog.records == []
-        Verifier("http://127.0.0.1:9")
-        Verifier("http://127.0.0.1:9")
+        Verifier("http://127.0.0.1:9", allow_local=True)
+        Verifier("http://127.0.0.1:9", allow_local=True)
     warned = [r for r in caplog.records if "without issuers" in r.getMessage()]
     assert len(warned) == 1, caplog.records
     assert warned[0].levelname == "WARNING"
@@ -589,7 +590,7 @@ def test_a_status_list_past_its_exp_is_not_kept_alive_by_304s(proxied):
 
     proxy._serve = noting
     try:
-        verifier = Verifier(proxy.url, leeway=0)  # the list's exp counts at once
+        verifier = Verifier(proxy.url, leeway=0, allow_local=True)  # the list's exp counts at once
         agent_id, token = server.register()
         verifier.verify(token)
         proxy.rewrite = stuck
@@ -622,7 +623,7 @@ def test_a_key_set_refresh_that_fails_is_not_tried_again_at_once(proxied):
 
     proxy.rewrite = rewrite
     _, token = server.register()
-    verifier = Verifier(proxy.url)
+    verifier = Verifier(proxy.url, allow_local=True)
     verifier.verify(token)
     state["down"] = True
     time.sleep(1.2)
@@ -640,7 +641,7 @@ def test_a_key_set_that_is_not_one_is_unavailable_every_time(proxied):
     proxy.rewrite = lambda path, status, headers, body: (
         (200, [("Content-Type", "application/json")], b'{"keys": 5}') if path.endswith("jwks.json")
         else (status, headers, body))
-    verifier = Verifier(proxy.url)
+    verifier = Verifier(proxy.url, allow_local=True)
     for _ in range(2):
         with pytest.raises(Unavailable):
             verifier.verify(token)
@@ -652,7 +653,7 @@ def test_a_wall_clock_set_back_keeps_no_status_list_fresh(server, monkeypatch):
     agent_id, token = server.register()
     # A leeway past the step: the token and the lists, dated by the true time, are not "issued
     # in the future" by the clock set back.
-    verifier = Verifier(server.base, leeway=7200)
+    verifier = Verifier(server.base, leeway=7200, allow_local=True)
     verifier.verify(token)
     real = time.time
     monkeypatch.setattr(time, "time", lambda: real() - 3600)

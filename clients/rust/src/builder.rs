@@ -33,6 +33,7 @@ pub struct Builder {
     list_grace: Duration,
     fail_open: bool,
     allow_test: bool,
+    allow_local: bool,
     kid_refetch: Duration,
     timeout: Duration,
     set_audience: Option<String>,
@@ -70,6 +71,14 @@ impl Builder {
     /// as `TOKEN_INVALID` otherwise (false).
     pub fn allow_test(mut self, yes: bool) -> Self {
         self.allow_test = yes;
+        self
+    }
+    /// For development and tests: plain `http://` and addresses that are not globally
+    /// reachable (loopback, private, link-local, …). Without it (false), every fetch is
+    /// `https://` to a host whose every address is globally reachable, and an `http://` base
+    /// URL is `MISCONFIGURED` at [`Builder::build`].
+    pub fn allow_local(mut self, yes: bool) -> Self {
+        self.allow_local = yes;
         self
     }
     /// Least time between refetches of the keys for unknown kids (60 s).
@@ -110,15 +119,16 @@ impl Builder {
         self.audience.get_or_insert_with(Vec::new).push(resource.into());
         self
     }
-    /// The verifier; `MISCONFIGURED` for a base URL that is not http(s) or a zero timeout.
+    /// The verifier; `MISCONFIGURED` for a base URL that is not https (or http with
+    /// [`Builder::allow_local`]) or a zero timeout.
     pub fn build(self) -> Result<Verifier, Error> {
         let base = self.base_url.trim_end_matches('/').to_owned();
         let host = base
             .strip_prefix("https://")
-            .or_else(|| base.strip_prefix("http://"));
+            .or_else(|| base.strip_prefix("http://").filter(|_| self.allow_local));
         if host.map_or(true, str::is_empty) {
             return Err(Error::Misconfigured(format!(
-                "the base URL {base:?} is not http(s)://"
+                "the base URL {base:?} is not https:// (http:// only with allow_local, for development)"
             )));
         }
         if self.timeout.is_zero() {
@@ -149,6 +159,7 @@ impl Builder {
                 list_grace: self.list_grace,
                 fail_open: self.fail_open,
                 allow_test: self.allow_test,
+                allow_local: self.allow_local,
                 kid_refetch: self.kid_refetch,
                 set_audience: self.set_audience,
                 dpop_max_skew: i64::try_from(self.dpop_max_skew.as_secs()).unwrap_or(i64::MAX),
@@ -171,6 +182,7 @@ impl Verifier {
             list_grace: Duration::from_secs(300),
             fail_open: false,
             allow_test: false,
+            allow_local: false,
             kid_refetch: Duration::from_secs(60),
             timeout: Duration::from_secs(5),
             set_audience: None,
@@ -191,11 +203,21 @@ mod tests {
         assert!(warn_without_issuers(&once, "http://127.0.0.1:9"));
         assert!(!warn_without_issuers(&once, "http://127.0.0.1:9"));
         // Built with issuers, no warning is due; without, the process-wide one is spent.
-        Verifier::builder("http://127.0.0.1:9")
+        Verifier::builder("https://127.0.0.1:9")
             .issuers(["example.com"])
             .build()
             .unwrap();
-        Verifier::builder("http://127.0.0.1:9").build().unwrap();
+        Verifier::builder("https://127.0.0.1:9").build().unwrap();
         assert!(WITHOUT_ISSUERS.is_completed());
+    }
+
+    #[test]
+    fn plain_http_is_for_development_only() {
+        let plain = Verifier::builder("http://id.example.com").issuers(["example.com"]);
+        assert_eq!(plain.build().err().map(|e| e.code()), Some("MISCONFIGURED"));
+        let local = Verifier::builder("http://127.0.0.1:9")
+            .issuers(["example.com"])
+            .allow_local(true);
+        assert!(local.build().is_ok());
     }
 }

@@ -104,15 +104,23 @@ impl Verifier {
 
     /// The key of `kid`: from the cached JWKS, refreshed behind when stale, or fetched when
     /// the kid is unknown (see [`Verifier::load_keys`]). While the JWKS cannot be had (or is
-    /// unusable), the keys last read serve.
+    /// unusable), the keys last read serve for the list grace past their freshness, as a
+    /// status list does; then a check waits for a fetch, and fails closed.
     pub(crate) async fn key(&self, kid: &str) -> Result<VerifyingKey, Error> {
-        let (known, stale) = {
+        let (known, stale, past_grace) = {
             let s = self.inner.state.lock();
+            let now = Instant::now();
             (
                 s.keys.contains_key(kid),
-                s.keys_fresh_until.map_or(true, |t| t <= Instant::now()),
+                s.keys_fresh_until.map_or(true, |t| t <= now),
+                s.keys_fresh_until
+                    .is_some_and(|t| t.checked_add(self.inner.list_grace).is_some_and(|g| g <= now)),
             )
         };
+        if known && past_grace {
+            // A key the service has dropped would verify for as long as it cannot be reached.
+            self.load_keys(None).await?;
+        }
         if !known {
             // Nothing held answers for this kid: it waits for the fetch (if one is due).
             if let Err(e) = self.load_keys(Some(kid)).await {

@@ -28,7 +28,10 @@
 //! Keys and lists come only from the base URL's origin and are cached for as long as the
 //! service says (`Cache-Control`, a list's `ttl`), so a warm verification makes no network
 //! call. No redirect is followed, no answer is read past 1 MiB ([`MAX_BODY_BYTES`]), and each
-//! request, its answer included, takes at most [`Builder::timeout`] (5 s). Keys are read again
+//! request, its answer included, takes at most [`Builder::timeout`] (5 s). Every fetch is
+//! `https://` to a host whose every address is globally reachable, connected to at the
+//! addresses checked ([`Builder::allow_local`] allows plain http and local addresses, for
+//! development). Keys are read again
 //! from every new JWKS (a 200), whether or not it carries an `ETag`. Signatures are checked
 //! with `ed25519-dalek`'s strict verification; the algorithm is pinned to EdDSA and a `kid` is
 //! required. A token over 4096 bytes ([`MAX_TOKEN_BYTES`]) is `TOKEN_INVALID`, unparsed.
@@ -76,6 +79,7 @@ mod error;
 mod keys;
 mod lists;
 mod online;
+mod reach;
 mod requests;
 mod resource;
 mod sets;
@@ -203,6 +207,8 @@ struct Inner {
     list_grace: Duration,
     fail_open: bool,
     allow_test: bool,
+    /// Plain http and addresses that are not globally reachable allowed ([`Builder::allow_local`]).
+    allow_local: bool,
     kid_refetch: Duration,
     set_audience: Option<String>,
     dpop_max_skew: i64,

@@ -8,9 +8,9 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 
 use crate::error::{invalid, unavailable};
+use crate::tokens::numeric_date;
 use crate::transport::Answer;
 use crate::{now_secs, Error, Verifier, MAX_LIST_BYTES};
-use serde_json::Value;
 
 /// A status list as held: its bits, when it was fetched, its ttl, `exp` and ETag.
 #[derive(Clone)]
@@ -127,14 +127,15 @@ impl Verifier {
         // Its times, as a token's: an expired list (an old one replayed from a cache, from
         // before a revocation) says nothing of now.
         let now = now_secs();
-        let Some(iat) = claims["iat"].as_i64() else {
-            return Err(invalid("iat is required"));
+        let Some(iat) = numeric_date(&claims["iat"]) else {
+            return Err(invalid("iat is required (a NumericDate)"));
         };
         if iat > now.saturating_add(self.inner.leeway) {
             return Err(invalid("issued in the future"));
         }
-        match claims.get("exp").map(Value::as_i64) {
-            Some(None) => return Err(invalid("exp is not a number")),
+        let exp = claims.get("exp").map(numeric_date);
+        match exp {
+            Some(None) => return Err(invalid("exp is not a NumericDate")),
             Some(Some(exp)) if crate::expired(exp, self.inner.leeway) => {
                 return Err(invalid("the list has expired (exp)"))
             }
@@ -159,7 +160,7 @@ impl Verifier {
             bits: Arc::new(bits),
             fetched: Instant::now(),
             ttl: Duration::from_secs(ttl),
-            exp: claims["exp"].as_i64(),
+            exp: exp.flatten(),
             etag: f.etag.clone(),
         })
     }

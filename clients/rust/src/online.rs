@@ -1,8 +1,6 @@
 //! Online verification: the service's own answer, which sees a revocation at once and
 //! records the verification, held to the same rules as an offline one.
 
-use std::time::{Duration, UNIX_EPOCH};
-
 use serde_json::Value;
 
 use crate::error::{bound_as_bearer, invalid, sized, unavailable};
@@ -88,8 +86,8 @@ impl Verifier {
             agent_id: agent_id.to_owned(),
             issuer: issuer.to_owned(),
             scopes: granted,
-            issued_at: UNIX_EPOCH + Duration::from_secs(iat.max(0) as u64),
-            expires_at: UNIX_EPOCH + Duration::from_secs(exp.max(0) as u64),
+            issued_at: crate::tokens::instant_of(iat)?,
+            expires_at: crate::tokens::instant_of(exp)?,
             livemode,
             audience,
             client_id: answer["client_id"].as_str().map(str::to_owned),

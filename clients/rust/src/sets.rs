@@ -5,6 +5,7 @@
 use serde_json::Value;
 
 use crate::error::{invalid, sized};
+use crate::tokens::numeric_date;
 use crate::{Error, Verifier, MAX_SET_BYTES, SEEN_SETS, SESSION_REVOKED};
 
 impl Verifier {
@@ -38,20 +39,22 @@ impl Verifier {
                 return Err(invalid(format!("a SET for {aud}, not for {want}")));
             }
         }
-        let (Some(jti), Some(iat), Some(events)) =
-            (c["jti"].as_str(), c["iat"].as_i64(), c["events"].as_object())
-        else {
+        let (Some(jti), Some(iat), Some(events)) = (
+            c["jti"].as_str(),
+            numeric_date(&c["iat"]),
+            c["events"].as_object(),
+        ) else {
             return Err(invalid("a SET needs jti, iat and events"));
         };
         let now = crate::now_secs();
         if iat > now.saturating_add(self.inner.leeway) {
             return Err(invalid("a SET issued in the future"));
         }
-        match c.get("exp").map(Value::as_i64) {
+        match c.get("exp").map(numeric_date) {
             None => {}
             Some(Some(exp)) if !crate::expired(exp, self.inner.leeway) => {}
             Some(Some(_)) => return Err(Error::Expired),
-            Some(None) => return Err(invalid("a SET's exp must be a whole number")),
+            Some(None) => return Err(invalid("a SET's exp must be a NumericDate")),
         }
         let mut person = None;
         let revoked = if events.contains_key(SESSION_REVOKED) {
@@ -62,7 +65,7 @@ impl Verifier {
                 return Err(invalid("a revocation without an iss_sub subject"));
             };
             if iss.starts_with("https://") {
-                let at = events[SESSION_REVOKED]["event_timestamp"].as_i64().unwrap_or(iat);
+                let at = numeric_date(&events[SESSION_REVOKED]["event_timestamp"]).unwrap_or(iat);
                 person = Some((iss, sub, at));
                 None
             } else if self.inner.issuers.as_ref().is_some_and(|i| !i.contains(iss)) {

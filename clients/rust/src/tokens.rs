@@ -2,7 +2,7 @@
 //! claims of an agent token or an access token, the issuer, the mode, the audience, a
 //! revocation and the scopes.
 
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -15,6 +15,23 @@ use crate::{now_secs, Agent, Error, Verifier, ACCESS_TOKEN_TYP, MAX_TOKEN_BYTES,
 pub(crate) fn b64_json(part: &str) -> Result<Value, Error> {
     let bytes = URL_SAFE_NO_PAD.decode(part).map_err(|_| invalid("malformed"))?;
     serde_json::from_slice(&bytes).map_err(|_| invalid("malformed"))
+}
+
+/// A NumericDate (RFC 7519): a number of seconds from 0 up to 2^53 (the whole numbers every
+/// JSON reader holds exactly), a fraction rounded down; `None` for anything else.
+pub(crate) fn numeric_date(v: &Value) -> Option<i64> {
+    const MOST: f64 = 9_007_199_254_740_992.0;
+    let n = v.as_f64()?;
+    // `as` is exact here: the value is whole and within 2^53.
+    (0.0..MOST).contains(&n).then(|| n.floor() as i64)
+}
+
+/// The instant of `secs` since the Unix epoch; `TOKEN_INVALID` past what this system's clock
+/// holds (a few thousand years on some).
+pub(crate) fn instant_of(secs: i64) -> Result<SystemTime, Error> {
+    UNIX_EPOCH
+        .checked_add(Duration::from_secs(secs.max(0).unsigned_abs()))
+        .ok_or_else(|| invalid("a time past what this system's clock holds"))
 }
 
 /// The scopes a token grants: its (or the answer's) `scopes`, an array of strings; none when
@@ -82,6 +99,10 @@ impl Verifier {
             return Err(invalid("malformed"));
         };
         let header = b64_json(h)?;
+        // RFC 7515 4.1.11: an extension this verifier must understand, and understands none.
+        if header.get("crit").is_some() {
+            return Err(invalid("crit names extensions this verifier does not understand"));
+        }
         let kid = match (&header["alg"], &header["kid"]) {
             (Value::String(alg), Value::String(kid)) if alg == "EdDSA" => kid.clone(),
             _ => return Err(invalid("only alg EdDSA with a kid")),
@@ -160,10 +181,10 @@ impl Verifier {
         let (Some(sub), Some(_), Some(iat), Some(exp)) = (
             c["sub"].as_str(),
             c["iss"].as_str(),
-            c["iat"].as_i64(),
-            c["exp"].as_i64(),
+            numeric_date(&c["iat"]),
+            numeric_date(&c["exp"]),
         ) else {
-            return Err(invalid("sub, iss, iat and exp are required"));
+            return Err(invalid("sub, iss, iat and exp are required (NumericDates)"));
         };
         let now = now_secs();
         if crate::expired(exp, self.inner.leeway) {
@@ -172,11 +193,11 @@ impl Verifier {
         if iat > now.saturating_add(self.inner.leeway) {
             return Err(invalid("issued in the future"));
         }
-        match c.get("nbf").map(Value::as_i64) {
+        match c.get("nbf").map(numeric_date) {
             None => {}
             Some(Some(nbf)) if nbf <= now.saturating_add(self.inner.leeway) => {}
             Some(Some(_)) => return Err(invalid("not valid yet (nbf)")),
-            Some(None) => return Err(invalid("nbf must be a whole number")),
+            Some(None) => return Err(invalid("nbf must be a NumericDate")),
         }
         let kind = self.kind(typ == ACCESS_TOKEN_TYP, &c)?;
         let (subject, actors) = match kind.client_id {
@@ -201,8 +222,8 @@ impl Verifier {
             agent_id,
             issuer: kind.issuer,
             scopes: kind.granted,
-            issued_at: UNIX_EPOCH + Duration::from_secs(iat.max(0) as u64),
-            expires_at: UNIX_EPOCH + Duration::from_secs(exp.max(0) as u64),
+            issued_at: instant_of(iat)?,
+            expires_at: instant_of(exp)?,
             livemode,
             audience: kind.audience,
             client_id: kind.client_id,
@@ -217,6 +238,12 @@ impl Verifier {
     /// token's claims (an access token is one of this service, for its agent); the audience
     /// held to [`Builder::audience`].
     pub(crate) fn kind(&self, access: bool, c: &Value) -> Result<Kind, Error> {
+        // Present, each is what it should be: null is no absence.
+        for claim in ["aud", "scopes"] {
+            if c.get(claim).is_some_and(Value::is_null) {
+                return Err(invalid(format!("malformed {claim}")));
+            }
+        }
         let audience = audience_of(c.get("aud")).ok_or_else(|| invalid("malformed aud"))?;
         let kind = if access {
             if c["iss"] != self.inner.base.as_str() {

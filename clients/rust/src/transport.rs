@@ -66,10 +66,11 @@ const HEAD_ALLOWANCE: u64 = 256 * 1024;
 /// deadline: a server dripping a record a byte at a time cannot hold a fetch past it. And
 /// ureq reads a chunked body's size line whole, however long, before the body's bound sees a
 /// byte: that connection yields at most twice [`MAX_BODY_BYTES`] and [`HEAD_ALLOWANCE`].
-fn agent(tls: Arc<rustls::ClientConfig>, timeout: Duration) -> ureq::Agent {
+fn agent(tls: Arc<rustls::ClientConfig>, timeout: Duration, allow_local: bool) -> ureq::Agent {
     ureq::AgentBuilder::new()
         .timeout(timeout)
         .redirects(0)
+        .resolver(crate::reach::Resolver { allow_local })
         .tls_connector(Arc::new(DeadlineTls {
             config: tls,
             // A timeout past what an `Instant` holds bounds nothing.
@@ -192,7 +193,12 @@ impl Verifier {
         etag: Option<String>,
         key: Option<String>,
     ) -> Result<Answer, Error> {
-        let agent = agent(self.inner.tls.clone(), self.inner.timeout);
+        if !self.inner.allow_local && !url.starts_with("https://") {
+            return Err(unavailable(format!(
+                "{url}: not https:// (http:// only with allow_local, for development)"
+            )));
+        }
+        let agent = agent(self.inner.tls.clone(), self.inner.timeout, self.inner.allow_local);
         tokio::task::spawn_blocking(move || {
             let mut req = agent.get(&url).set("Accept", accept);
             if let Some(e) = &etag {
@@ -325,6 +331,7 @@ mod tests {
         });
         let base = format!("https://localhost:{port}");
         let verifier = Verifier::builder(&base)
+            .allow_local(true)
             .timeout(Duration::from_secs(1))
             .build()
             .unwrap();

@@ -172,6 +172,11 @@ impl Server {
     /// A JWS of `claims` signed with the key of the server's key file (the key that signs
     /// until a rotation): what only the service could sign.
     fn sign(&self, claims: &Value, typ: &str) -> String {
+        self.sign_with(claims, json!({"typ": typ}))
+    }
+
+    /// As [`Server::sign`], the header's members beside `alg` and `kid` being `header`'s.
+    fn sign_with(&self, claims: &Value, header: Value) -> String {
         let pem = std::fs::read_to_string(self._dir.join("key.pem")).unwrap();
         let der = STANDARD
             .decode(
@@ -200,7 +205,9 @@ impl Server {
             .unwrap()
             .iter()
             .find(|k| k["x"] == x.as_str());
-        let header = json!({"alg": "EdDSA", "kid": jwk.unwrap()["kid"], "typ": typ});
+        let mut header = header;
+        header["alg"] = json!("EdDSA");
+        header["kid"] = jwk.unwrap()["kid"].clone();
         jws(&key, &header, claims)
     }
 
@@ -499,6 +506,7 @@ async fn the_receiver_contract_against_a_real_server() {
     let s = Server::start();
     let (id, token) = s.register(json!({}));
     let v = Verifier::builder(&s.base)
+        .allow_local(true)
         .issuers(["example.com"])
         .build()
         .unwrap();
@@ -527,6 +535,7 @@ async fn the_receiver_contract_against_a_real_server() {
         assert_eq!(code(v.verify(&bad).await), "TOKEN_INVALID", "{bad}");
     }
     let other = Verifier::builder(&s.base)
+        .allow_local(true)
         .issuers(["other.example"])
         .build()
         .unwrap();
@@ -539,7 +548,11 @@ async fn the_receiver_contract_against_a_real_server() {
     // Expired, and within the leeway.
     let (_, short) = s.register(json!({"expiry_seconds": 1}));
     tokio::time::sleep(Duration::from_millis(2100)).await;
-    let strict = Verifier::builder(&s.base).leeway(Duration::ZERO).build().unwrap();
+    let strict = Verifier::builder(&s.base)
+        .allow_local(true)
+        .leeway(Duration::ZERO)
+        .build()
+        .unwrap();
     assert_eq!(code(strict.verify(&short).await), "TOKEN_EXPIRED");
     assert_eq!(code(v.verify(&short).await), "ok");
 
@@ -560,7 +573,7 @@ async fn the_receiver_contract_against_a_real_server() {
         None,
     );
     let (id2, token2) = s.register(json!({}));
-    let w = Verifier::builder(&s.base).build().unwrap();
+    let w = Verifier::builder(&s.base).allow_local(true).build().unwrap();
     w.verify(&token2).await.unwrap();
     s.revoke(&id2);
     let polled = s.call(
@@ -594,6 +607,7 @@ async fn the_receiver_contract_against_a_real_server() {
     // A rotated key (a new kid), then the old one retired.
     let (_, old) = s.register(json!({}));
     let r = Verifier::builder(&s.base)
+        .allow_local(true)
         .kid_refetch_interval(Duration::ZERO)
         .build()
         .unwrap();
@@ -607,7 +621,14 @@ async fn the_receiver_contract_against_a_real_server() {
     s.cli(&["signing-key", "retire", &kid(&old)]);
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(
-        code(Verifier::builder(&s.base).build().unwrap().verify(&old).await),
+        code(
+            Verifier::builder(&s.base)
+                .allow_local(true)
+                .build()
+                .unwrap()
+                .verify(&old)
+                .await
+        ),
         "TOKEN_INVALID"
     );
 }
@@ -617,10 +638,12 @@ async fn an_unreachable_list_fails_closed_or_open() {
     let s = Server::start();
     let (id, token) = s.register(json!({}));
     let closed = Verifier::builder(&s.base)
+        .allow_local(true)
         .list_grace(Duration::ZERO)
         .build()
         .unwrap();
     let open = Verifier::builder(&s.base)
+        .allow_local(true)
         .list_grace(Duration::ZERO)
         .fail_open(true)
         .build()
@@ -642,7 +665,7 @@ async fn the_tower_layer_answers_401_403_and_200() {
 
     let s = Server::start();
     let (id, token) = s.register(json!({}));
-    let v = Verifier::builder(&s.base).build().unwrap();
+    let v = Verifier::builder(&s.base).allow_local(true).build().unwrap();
     let call = |scopes: &[&str], auth: Option<String>| {
         let mut svc = AgentIdLayer::new(v.clone(), scopes).layer(ECHO);
         let mut req = http::Request::builder();
@@ -692,13 +715,17 @@ async fn a_test_mode_token_is_refused_unless_allowed() {
     let s = Server::start();
     let sk_test = s.sk_test.clone();
     let (_, token) = s.register_with(json!({}), Some(&sk_test));
-    let strict = Verifier::builder(&s.base).build().unwrap();
+    let strict = Verifier::builder(&s.base).allow_local(true).build().unwrap();
     assert_eq!(code(strict.verify(&token).await), "TOKEN_INVALID");
     assert_eq!(
         code(strict.verify_online(&token, None, &[]).await),
         "TOKEN_INVALID"
     );
-    let allowed = Verifier::builder(&s.base).allow_test(true).build().unwrap();
+    let allowed = Verifier::builder(&s.base)
+        .allow_local(true)
+        .allow_test(true)
+        .build()
+        .unwrap();
     assert!(!allowed.verify(&token).await.unwrap().livemode);
     assert!(!allowed.verify_online(&token, None, &[]).await.unwrap().livemode);
     let (_, live) = s.register(json!({}));
@@ -720,6 +747,7 @@ async fn a_key_set_served_without_an_etag_still_refreshes() {
     });
     let (id, old) = s.register(json!({}));
     let v = Verifier::builder(&p.url)
+        .allow_local(true)
         .kid_refetch_interval(Duration::ZERO)
         .build()
         .unwrap();
@@ -753,6 +781,7 @@ async fn a_status_list_past_its_exp_is_not_kept_by_304s() {
     let (s, p) = proxied();
     let (id, token) = s.register(json!({}));
     let v = Verifier::builder(&p.url)
+        .allow_local(true)
         .leeway(Duration::ZERO)
         .list_grace(Duration::from_secs(30))
         .build()
@@ -772,21 +801,28 @@ async fn a_status_list_past_its_exp_is_not_kept_by_304s() {
     .await;
 }
 
+/// The key set through `p` says it is fresh for `secs` seconds.
+fn keys_fresh_for(p: &Proxy, secs: u64) {
+    p.rewrite(move |path, status, mut headers, body| {
+        if path.ends_with("jwks.json") {
+            headers.retain(|(name, _)| name != "cache-control");
+            headers.push(("cache-control".into(), format!("max-age={secs}")));
+        }
+        (status, headers, body)
+    });
+}
+
 /// Stale keys and a stale list serve at once while one refresh waits behind, until the
 /// list's ttl + list_grace; then the check waits for a fetch, and fails closed.
 #[tokio::test(flavor = "current_thread")]
 async fn a_hung_issuer_stalls_no_warm_check_until_the_grace_runs_out() {
     let (s, p) = proxied();
-    p.rewrite(|path, status, mut headers, body| {
-        if path.ends_with("jwks.json") {
-            // The keys go stale after a second.
-            headers.retain(|(name, _)| name != "cache-control");
-            headers.push(("cache-control".into(), "max-age=1".into()));
-        }
-        (status, headers, body)
-    });
+    // The keys go stale after two seconds, as the list does: both serve through the grace
+    // that follows.
+    keys_fresh_for(&p, 2);
     let (_, token) = s.register(json!({}));
     let v = Verifier::builder(&p.url)
+        .allow_local(true)
         .list_grace(Duration::from_secs(3))
         .timeout(Duration::from_secs(1))
         .build()
@@ -811,6 +847,31 @@ async fn a_hung_issuer_stalls_no_warm_check_until_the_grace_runs_out() {
     p.pass();
 }
 
+/// Attack: a key the service has dropped would verify for as long as the service cannot be
+/// reached: keys serve past their freshness only for the list grace, as a list does.
+#[tokio::test(flavor = "current_thread")]
+async fn keys_past_the_grace_serve_no_more_while_the_service_cannot_be_reached() {
+    let (s, p) = proxied();
+    keys_fresh_for(&p, 1);
+    let (_, token) = s.register(json!({}));
+    // Open on lists: only the keys decide.
+    let v = Verifier::builder(&p.url)
+        .allow_local(true)
+        .fail_open(true)
+        .list_grace(Duration::from_secs(1))
+        .timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    v.verify(&token).await.unwrap();
+    p.answer_under("/", 503, Vec::new(), Vec::new());
+    tokio::time::sleep(Duration::from_millis(1300)).await; // stale, within the grace
+    assert_eq!(code(v.verify(&token).await), "ok");
+    tokio::time::sleep(Duration::from_millis(1000)).await; // past freshness + grace (2 s)
+    assert_eq!(code(v.verify(&token).await), "UNAVAILABLE");
+    p.pass();
+    assert_eq!(code(v.verify(&token).await), "ok");
+}
+
 /// Attack: tokens naming kids nobody has, while the key set is stale and the service answers
 /// 503: the key set is asked for once per `kid_refetch_interval`, not once a token.
 #[tokio::test(flavor = "current_thread")]
@@ -832,7 +893,7 @@ async fn made_up_kids_fetch_the_key_set_no_more_while_the_service_is_down() {
         (status, headers, body)
     });
     let (_, token) = s.register(json!({}));
-    let v = Verifier::builder(&p.url).build().unwrap();
+    let v = Verifier::builder(&p.url).allow_local(true).build().unwrap();
     v.verify(&token).await.unwrap();
     down.store(true, SeqCst);
     tokio::time::sleep(Duration::from_millis(1200)).await;
@@ -861,6 +922,7 @@ async fn a_list_signed_by_a_new_key_is_read() {
     let s = Server::start();
     let (_, old) = s.register(json!({}));
     let v = Verifier::builder(&s.base)
+        .allow_local(true)
         .kid_refetch_interval(Duration::ZERO)
         .list_grace(Duration::ZERO)
         .build()
@@ -894,7 +956,7 @@ async fn no_redirect_is_followed() {
                 headers.push(("location".into(), format!("{upstream}{path}")));
                 (status, headers, if status == 304 { Vec::new() } else { body })
             });
-            let v = Verifier::builder(&p.url).build().unwrap();
+            let v = Verifier::builder(&p.url).allow_local(true).build().unwrap();
             let got = if online {
                 v.verify_online(&token, None, &[]).await
             } else {
@@ -904,7 +966,7 @@ async fn no_redirect_is_followed() {
         }
     }
     p.pass();
-    let v = Verifier::builder(&p.url).build().unwrap();
+    let v = Verifier::builder(&p.url).allow_local(true).build().unwrap();
     assert_eq!(code(v.verify(&token).await), "ok");
     assert_eq!(code(v.verify_online(&token, None, &[]).await), "ok");
 }
@@ -935,7 +997,14 @@ async fn a_broken_or_oversized_answer_is_unavailable() {
     // The list as signed here passes.
     p.answer_under("/v1/status/", 200, vec![], good.clone().into_bytes());
     assert_eq!(
-        code(Verifier::builder(&p.url).build().unwrap().verify(&token).await),
+        code(
+            Verifier::builder(&p.url)
+                .allow_local(true)
+                .build()
+                .unwrap()
+                .verify(&token)
+                .await
+        ),
         "ok"
     );
     let cases: Vec<(&'static str, String)> = vec![
@@ -1004,7 +1073,7 @@ async fn a_broken_or_oversized_answer_is_unavailable() {
     for (prefix, body) in cases {
         let headers = vec![("content-type".to_owned(), "application/json".to_owned())];
         p.answer_under(prefix, 200, headers, body.clone().into_bytes());
-        let v = Verifier::builder(&p.url).build().unwrap();
+        let v = Verifier::builder(&p.url).allow_local(true).build().unwrap();
         for attempt in [1, 2] {
             let got = if prefix == "/v1/verify/" {
                 v.verify_online(&token, None, &[]).await
@@ -1024,6 +1093,7 @@ async fn a_broken_or_oversized_answer_is_unavailable() {
             b"<html>gateway</html>".to_vec(),
         );
         let e = Verifier::builder(&p.url)
+            .allow_local(true)
             .build()
             .unwrap()
             .verify(&token)
@@ -1054,6 +1124,7 @@ async fn a_request_that_does_not_answer_in_time_is_unavailable() {
     for mode in [Mode::Silent, Mode::Stall] {
         p.mode(mode);
         let v = Verifier::builder(&p.url)
+            .allow_local(true)
             .timeout(Duration::from_millis(500))
             .build()
             .unwrap();
@@ -1067,7 +1138,12 @@ async fn a_request_that_does_not_answer_in_time_is_unavailable() {
         );
     }
     assert_eq!(
-        code(Verifier::builder(&p.url).timeout(Duration::ZERO).build()),
+        code(
+            Verifier::builder(&p.url)
+                .allow_local(true)
+                .timeout(Duration::ZERO)
+                .build()
+        ),
         "MISCONFIGURED"
     );
 }
@@ -1080,6 +1156,7 @@ async fn checks_waiting_for_one_fetch_that_fails_all_end_with_it() {
     let (_, token) = s.register(json!({}));
     p.mode(Mode::Silent);
     let v = Verifier::builder(&p.url)
+        .allow_local(true)
         .timeout(Duration::from_millis(500))
         .build()
         .unwrap();
@@ -1106,7 +1183,7 @@ async fn a_negative_or_malformed_status_index_is_invalid() {
     let (s, p) = proxied();
     let (_, token) = s.register(json!({}));
     let mut claims = claims_of(&token);
-    let v = Verifier::builder(&p.url).build().unwrap();
+    let v = Verifier::builder(&p.url).allow_local(true).build().unwrap();
     assert_eq!(code(v.verify(&s.sign(&claims, "JWT")).await), "ok"); // the signer is the service's
     for idx in [
         json!(-1),
@@ -1126,18 +1203,62 @@ async fn a_negative_or_malformed_status_index_is_invalid() {
     }
 }
 
+/// Attack: times out of any clock's reach, a null where a claim should be, an extension the
+/// verifier must understand (`crit`); and a fractional time, which RFC 7519 allows.
+#[tokio::test(flavor = "current_thread")]
+async fn claims_and_headers_are_what_they_should_be() {
+    let (s, p) = proxied();
+    let (_, token) = s.register(json!({}));
+    let claims = claims_of(&token);
+    let v = Verifier::builder(&p.url).allow_local(true).build().unwrap();
+    let exp = claims["exp"].as_i64().unwrap();
+    let with = |claim: &str, value: Value| {
+        let mut c = claims.clone();
+        c[claim] = value;
+        s.sign(&c, "JWT")
+    };
+    for (claim, value) in [
+        ("exp", json!(1e18)),
+        ("exp", json!(-1)),
+        ("iat", json!(-1)),
+        ("exp", json!(9_007_199_254_740_993_u64)),
+        ("nbf", json!(-5)),
+        ("aud", Value::Null),
+        ("scopes", Value::Null),
+    ] {
+        assert_eq!(
+            code(v.verify(&with(claim, value.clone())).await),
+            "TOKEN_INVALID",
+            "{claim}: {value}"
+        );
+    }
+    assert_eq!(code(v.verify(&with("exp", json!(exp as f64 + 0.5))).await), "ok");
+    assert_eq!(
+        code(
+            v.verify(&with("iat", json!(claims["iat"].as_i64().unwrap() as f64 - 0.5)))
+                .await
+        ),
+        "ok"
+    );
+    let crit = s.sign_with(&claims, json!({"typ": "JWT", "crit": ["exp"]}));
+    assert_eq!(code(v.verify(&crit).await), "TOKEN_INVALID");
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn a_token_over_4096_bytes_is_refused_unparsed() {
     let (s, p) = proxied();
     let (_, token) = s.register(json!({}));
     let mut claims = claims_of(&token);
-    let v = Verifier::builder(&p.url).build().unwrap();
+    let v = Verifier::builder(&p.url).allow_local(true).build().unwrap();
     v.verify(&token).await.unwrap();
     claims["pad"] = json!("x".repeat(4096));
     let big = s.sign(&claims, "JWT"); // signed by the service, and too long
     assert_eq!(code(v.verify(&big).await), "TOKEN_INVALID");
     // No request is made: the service is not even reachable.
-    let nowhere = Verifier::builder("http://127.0.0.1:9").build().unwrap();
+    let nowhere = Verifier::builder("http://127.0.0.1:9")
+        .allow_local(true)
+        .build()
+        .unwrap();
     assert_eq!(
         code(nowhere.verify_online(&big, None, &[]).await),
         "TOKEN_INVALID"
@@ -1157,7 +1278,13 @@ async fn a_token_over_4096_bytes_is_refused_unparsed() {
 async fn online_verify_checks_issuers_scopes_and_mode() {
     let s = Server::start();
     let (id, token) = s.register(json!({}));
-    let only = |issuer: &str| Verifier::builder(&s.base).issuers([issuer]).build().unwrap();
+    let only = |issuer: &str| {
+        Verifier::builder(&s.base)
+            .allow_local(true)
+            .issuers([issuer])
+            .build()
+            .unwrap()
+    };
     assert_eq!(
         code(only("other.example").verify_online(&token, None, &[]).await),
         "TOKEN_INVALID"
@@ -1170,7 +1297,7 @@ async fn online_verify_checks_issuers_scopes_and_mode() {
             .agent_id,
         id
     );
-    let v = Verifier::builder(&s.base).build().unwrap();
+    let v = Verifier::builder(&s.base).allow_local(true).build().unwrap();
     assert_eq!(
         code(v.verify_online(&token, None, &["write:orders"]).await),
         "INSUFFICIENT_SCOPE"
@@ -1191,7 +1318,7 @@ async fn online_verify_checks_issuers_scopes_and_mode() {
 async fn a_refused_api_key_is_misconfigured() {
     let s = Server::start();
     let (_, token) = s.register(json!({}));
-    let v = Verifier::builder(&s.base).build().unwrap();
+    let v = Verifier::builder(&s.base).allow_local(true).build().unwrap();
     let refused = v.verify_online(&token, Some("pk_live_not_a_key"), &[]).await;
     assert_eq!(code(refused.clone()), "MISCONFIGURED");
     let agent = v.verify_online(&token, Some(&s.pk), &[]).await.unwrap();
@@ -1207,7 +1334,10 @@ async fn a_refused_api_key_is_misconfigured() {
             )
         );
     }
-    assert_eq!(code(Verifier::builder("ftp://x").build()), "MISCONFIGURED");
+    assert_eq!(
+        code(Verifier::builder("ftp://x").allow_local(true).build()),
+        "MISCONFIGURED"
+    );
 }
 
 // -- Shared Signals --------------------------------------------------------------------------
@@ -1215,7 +1345,13 @@ async fn a_refused_api_key_is_misconfigured() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_set_for_another_audience_is_refused() {
     let (s, p) = proxied();
-    let for_aud = |aud: &str| Verifier::builder(&p.url).set_audience(aud).build().unwrap();
+    let for_aud = |aud: &str| {
+        Verifier::builder(&p.url)
+            .allow_local(true)
+            .set_audience(aud)
+            .build()
+            .unwrap()
+    };
     let (set, _) = s.polled_set(json!({"aud": "https://receiver.example"}));
     assert_eq!(
         code(for_aud("https://other.example").handle_set(&set).await),
@@ -1252,7 +1388,7 @@ async fn a_set_for_another_audience_is_refused() {
 async fn a_replayed_set_is_refused() {
     let (s, p) = proxied();
     let (set, _) = s.polled_set(json!({}));
-    let v = Verifier::builder(&p.url).build().unwrap();
+    let v = Verifier::builder(&p.url).allow_local(true).build().unwrap();
     assert_eq!(code(v.handle_set(&set).await), "ok");
     assert_eq!(code(v.handle_set(&set).await), "TOKEN_INVALID");
     // The last 10,000 taken are remembered: the first of 10,001 is forgotten, the last not.
@@ -1276,7 +1412,7 @@ async fn a_replayed_set_is_refused() {
 async fn times_out_of_bounds_are_refused_in_sets_and_tokens() {
     let (s, p) = proxied();
     let (set, _) = s.polled_set(json!({}));
-    let v = Verifier::builder(&p.url).build().unwrap();
+    let v = Verifier::builder(&p.url).allow_local(true).build().unwrap();
     let mut claims = claims_of(&set);
     let now = now() as i64;
     for (extra, want) in [
@@ -1310,15 +1446,21 @@ async fn a_set_of_another_service_or_issuer_is_refused() {
     let (s, p) = proxied();
     let (set, _) = s.polled_set(json!({}));
     // The same keys, but not the base URL the SET names.
-    let direct = Verifier::builder(&s.base).build().unwrap();
+    let direct = Verifier::builder(&s.base).allow_local(true).build().unwrap();
     assert_eq!(code(direct.handle_set(&set).await), "TOKEN_INVALID");
     let mut claims = claims_of(&set);
     claims["iss"] = json!("https://evil.example");
     let forged = s.sign(&claims, "secevent+jwt");
-    let v = Verifier::builder(&p.url).build().unwrap();
+    let v = Verifier::builder(&p.url).allow_local(true).build().unwrap();
     assert_eq!(code(v.handle_set(&forged).await), "TOKEN_INVALID");
     // Its agent is of example.com.
-    let only = |issuer: &str| Verifier::builder(&p.url).issuers([issuer]).build().unwrap();
+    let only = |issuer: &str| {
+        Verifier::builder(&p.url)
+            .allow_local(true)
+            .issuers([issuer])
+            .build()
+            .unwrap()
+    };
     assert_eq!(
         code(only("other.example").handle_set(&set).await),
         "TOKEN_INVALID"
@@ -1334,6 +1476,7 @@ async fn on_refusal_hears_every_refusal() {
     let heard = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
     let sink = heard.clone();
     let v = Verifier::builder(&s.base)
+        .allow_local(true)
         .issuers(["other.example"])
         .on_refusal(move |code, why| sink.lock().unwrap().push((code.to_owned(), why.to_owned())))
         .build()

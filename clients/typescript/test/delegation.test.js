@@ -54,7 +54,7 @@ async function exchange([id, secret], subjectToken, resource, kind = ID_TOKEN) {
 test("a delegated token names the person and the chain", async () => {
   const a = await confidential(["tools:call", "read:docs"]);
   const b = await confidential();
-  const verifier = new Verifier({ baseUrl: s.base, issuers: ["example.com"], audience: API });
+  const verifier = new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["example.com"], audience: API });
   const direct = await verifier.verify(await exchange(a, await idToken("alice", a[0]), API));
   assert.equal(direct.agentId, a[0]);
   assert.deepEqual(direct.subject, { sub: "alice", iss: IDP, subId: { format: "iss_sub", iss: IDP, sub: "alice" } });
@@ -72,7 +72,7 @@ test("a delegated token names the person and the chain", async () => {
 
   // A token that acts for nobody has no subject.
   const [, plain] = await s.register({ scopes: ["tools:call"] });
-  const anyone = new Verifier({ baseUrl: s.base, issuers: ["example.com"] });
+  const anyone = new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["example.com"] });
   const p = await anyone.verify(plain);
   assert.equal(p.subject, null);
   assert.deepEqual(p.actors, []);
@@ -84,7 +84,7 @@ test("a delegated token names the person and the chain", async () => {
 
 test("the middleware's delegated option lets only an agent acting for a person through", async () => {
   const a = await confidential();
-  const verifier = new Verifier({ baseUrl: s.base, issuers: ["example.com"] });
+  const verifier = new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["example.com"] });
   const app = express();
   app.get("/inbox", agentIdMiddleware(verifier, { delegated: true, publicOrigin: "https://api.example" }),
     (req, res) => res.json({ person: req.agent.subject.sub, agent: req.agent.agentId }));
@@ -108,7 +108,7 @@ test("the middleware's delegated option lets only an agent acting for a person t
 
 test("a person revoked by a pushed event is refused offline", async () => {
   const a = await confidential();
-  const verifier = new Verifier({ baseUrl: s.base, issuers: ["example.com"], audience: API });
+  const verifier = new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["example.com"], audience: API });
   const token = await exchange(a, await idToken("carol", a[0]), API);
   assert.equal((await verifier.verify(token)).subject.sub, "carol");
   const stream = await s.call("POST", "/ssf/streams", {
@@ -135,7 +135,7 @@ test("a flood of person revocations brings no revoked token back", async () => {
   // earliest goes, but every person's token from before it stays refused; a token from after
   // the flood is taken.
   const a = await confidential();
-  const verifier = new Verifier({ baseUrl: s.base, issuers: ["example.com"], audience: API });
+  const verifier = new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["example.com"], audience: API });
   const token = await exchange(a, await idToken("erin", a[0]), API);
   const stream = await s.call("POST", "/ssf/streams", {
     delivery: { method: "urn:ietf:rfc:8936" },

@@ -32,7 +32,7 @@ async function panvaAgent(alg) {
 for (const alg of ["Ed25519", "ES256"]) {
   test(`panva's ${alg} proofs pass once, offline and online`, async () => {
     const a = await panvaAgent(alg);
-    const v = new Verifier({ baseUrl: s.base });
+    const v = new Verifier({ allowLocal: true, baseUrl: s.base });
     const proof = await a.proof();
     assert.equal((await v.verifyDpop(a.token, proof, "GET", URL)).agentId, a.id);
     assert.equal(await code(v.verifyDpop(a.token, proof, "GET", URL)), "PROOF_REPLAYED");
@@ -65,7 +65,7 @@ test("forged, foreign, stale and oversized proofs are refused", async () => {
   const hs = await new SignJWT({ jti: "h", htm: "GET", htu: URL, iat: Math.floor(Date.now() / 1000), ath: await ath(token) })
     .setProtectedHeader({ typ: "dpop+jwt", alg: "HS256", jwk: edJwk })
     .sign(new Uint8Array(32));
-  const v = new Verifier({ baseUrl: s.base });
+  const v = new Verifier({ allowLocal: true, baseUrl: s.base });
   const cases = {
     "another method": [token, await proof({ htm: "POST" })],
     "another URL": [token, await proof({ htu: "https://api.example/admin" })],
@@ -90,7 +90,7 @@ test("forged, foreign, stale and oversized proofs are refused", async () => {
 
 test("a revoked agent is revoked whatever its proof", async () => {
   const a = await panvaAgent("Ed25519");
-  const v = new Verifier({ baseUrl: s.base });
+  const v = new Verifier({ allowLocal: true, baseUrl: s.base });
   await v.verifyDpop(a.token, await a.proof(), "GET", URL);
   await s.revoke(a.id);
   await new Promise((r) => setTimeout(r, 2500)); // the status list's ttl
@@ -106,7 +106,7 @@ test("a revoked agent is revoked whatever its proof", async () => {
 
 test("the express middleware takes DPoP and refuses as RFC 9449 says", async () => {
   const a = await panvaAgent("ES256");
-  const v = new Verifier({ baseUrl: s.base });
+  const v = new Verifier({ allowLocal: true, baseUrl: s.base });
   const run = async (headers, { host = "api.example", protocol = "https", target = "/orders?page=1", options = { publicOrigin: "https://api.example" } } = {}) => {
     const res = { statusCode: 200, headers: {}, body: "", setHeader(k, val) { this.headers[k.toLowerCase()] = val; }, end(b) { this.body = b; } };
     const req = { method: "GET", url: target, originalUrl: target, protocol, headers: { host, ...headers } };
@@ -148,7 +148,7 @@ test("a proof made for another receiver is refused", async () => {
   // Attack: a proof the agent made for receiver A, replayed to receiver B with the Host,
   // forwarded headers or an absolute-form target of A (Express with trust proxy reads them).
   const a = await panvaAgent("Ed25519");
-  const v = new Verifier({ baseUrl: s.base });
+  const v = new Verifier({ allowLocal: true, baseUrl: s.base });
   const proof = await a.proof("GET", "https://shop-a.example/orders");
   for (const [options, target] of [
     [{ publicOrigin: "https://shop-b.example" }, "/orders"],
@@ -176,7 +176,7 @@ test("a key of small order proves nothing", async () => {
   const ath = b64(new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(token))));
   const part = (o) => b64(new TextEncoder().encode(JSON.stringify(o)));
   const forged = `${part({ typ: "dpop+jwt", alg: "EdDSA", jwk: identity })}.${part({ jti: "j", htm: "GET", htu: URL, iat: now, ath })}.${b64(Uint8Array.from([1, ...new Array(63).fill(0)]))}`;
-  const v = new Verifier({ baseUrl: s.base });
+  const v = new Verifier({ allowLocal: true, baseUrl: s.base });
   await assert.rejects(v.verifyDpop(token, forged, "GET", URL), (e) => e.code === "PROOF_INVALID" && /small order/.test(e.message));
   // A key whose x is not base64url at all: refused as a proof, not thrown as something else.
   const broken = `${part({ typ: "dpop+jwt", alg: "EdDSA", jwk: { ...identity, x: "a" } })}.${part({ jti: "k", htm: "GET", htu: URL, iat: now, ath })}.${b64(Uint8Array.from([1, ...new Array(63).fill(0)]))}`;
@@ -186,7 +186,7 @@ test("a key of small order proves nothing", async () => {
 test("a proof dated ahead does not lock out honest ones", () => {
   // Attack: a proof dated a minute ahead taken first, then enough others to fill the memory
   // (100,000): the earliest made are forgotten, not the first taken.
-  const v = new Verifier({ baseUrl: s.base });
+  const v = new Verifier({ allowLocal: true, baseUrl: s.base });
   const now = Math.floor(Date.now() / 1000);
   v.admitProof("k", "ahead", now + 60);
   for (let i = 0; i < 100_000; i++) v.admitProof("k", `p${i}`, now - 30);
@@ -199,7 +199,7 @@ test("a key that fills the memory raises no other key's floor", () => {
   // Attack: a key holder fills the memory with proofs dated up to a minute ahead. Its own
   // earliest are forgotten, under its own floor: other keys' proofs made now, several in one
   // second, still pass.
-  const v = new Verifier({ baseUrl: s.base });
+  const v = new Verifier({ allowLocal: true, baseUrl: s.base });
   v.proofs.capacity = 100;
   const now = Math.floor(Date.now() / 1000);
   for (let i = 0; i < 200; i++) v.admitProof("greedy", `g${i}`, now + 41 + Math.floor(i / 10));
@@ -211,7 +211,7 @@ test("a key that fills the memory raises no other key's floor", () => {
   assert.throws(() => v.admitProof("greedy", "g0", now + 41), (e) => e.code === "PROOF_REPLAYED");
   assert.throws(() => v.admitProof("honest", "h4", now), (e) => e.code === "PROOF_REPLAYED");
   // When every key holds one, the earliest of all goes, and a floor for all with it.
-  const w = new Verifier({ baseUrl: s.base });
+  const w = new Verifier({ allowLocal: true, baseUrl: s.base });
   w.proofs.capacity = 2;
   for (const [key, iat] of [["a", now], ["b", now + 2], ["c", now + 1]]) w.admitProof(key, "j", iat);
   assert.throws(() => w.admitProof("d", "j", now), (e) => e.code === "PROOF_REPLAYED" && /memory/.test(e.message));
@@ -221,7 +221,7 @@ test("a key that fills the memory raises no other key's floor", () => {
 
 test("a proof older than what was forgotten is refused", () => {
   // A caller that read the time before another's call forgot the proof cannot take it again.
-  const v = new Verifier({ baseUrl: s.base });
+  const v = new Verifier({ allowLocal: true, baseUrl: s.base });
   const now = Math.floor(Date.now() / 1000);
   assert.equal(v.proofs.admit("k", "p", now - 59, now - 60), null);
   assert.equal(v.proofs.admit("k", "q", now, now - 58), null);
@@ -236,7 +236,7 @@ test("the refusal hook hears no raw controls", async () => {
   // Attack: a proof whose jwk's kty carries a newline, an escape sequence, a C1 control and a
   // right-to-left override, which the refusal's reason names.
   const heard = [];
-  const v = new Verifier({ baseUrl: s.base, onRefusal: (code, reason) => heard.push(reason) });
+  const v = new Verifier({ allowLocal: true, baseUrl: s.base, onRefusal: (code, reason) => heard.push(reason) });
   const keyPair = await joseKeyPair("EdDSA", { extractable: true });
   const jwk = await publicJwk(keyPair);
   const [, token] = await s.register({ jwk });
@@ -254,7 +254,7 @@ test("proofs that say they expired, are not valid yet or name critical extension
   const keyPair = await joseKeyPair("EdDSA", { extractable: true });
   const jwk = await publicJwk(keyPair);
   const [, token] = await s.register({ jwk });
-  const v = new Verifier({ baseUrl: s.base });
+  const v = new Verifier({ allowLocal: true, baseUrl: s.base });
   const now = Math.floor(Date.now() / 1000);
   const ath = base64url.encode(new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(token))));
   const sign = (claims, header = {}) =>
@@ -307,7 +307,7 @@ test("a proof whose htu is written another way passes", async () => {
   const keyPair = await joseKeyPair("EdDSA", { extractable: true });
   const jwk = await publicJwk(keyPair);
   const [id, token] = await s.register({ jwk });
-  const v = new Verifier({ baseUrl: s.base });
+  const v = new Verifier({ allowLocal: true, baseUrl: s.base });
   const ath = base64url.encode(new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(token))));
   const proof = await new SignJWT({ jti: crypto.randomUUID(), htm: "GET", htu: "HTTPS://API.Example/%6Frders", iat: Math.floor(Date.now() / 1000), ath })
     .setProtectedHeader({ typ: "dpop+jwt", alg: "EdDSA", jwk })
@@ -321,7 +321,7 @@ test("a proof whose iat has a fraction passes, under its whole second", async ()
   const keyPair = await joseKeyPair("EdDSA", { extractable: true });
   const jwk = await publicJwk(keyPair);
   const [id, token] = await s.register({ jwk });
-  const v = new Verifier({ baseUrl: s.base });
+  const v = new Verifier({ allowLocal: true, baseUrl: s.base });
   const now = Math.floor(Date.now() / 1000);
   const ath = base64url.encode(new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(token))));
   const sign = (iat, jti) =>
@@ -330,4 +330,27 @@ test("a proof whose iat has a fraction passes, under its whole second", async ()
   const held = [...v.proofs.keys.values()].filter((k) => k.ids.has("fraction")).map((k) => k.ids.get("fraction"));
   assert.deepEqual(held, [now]);
   assert.equal(await code(v.verifyDpop(token, await sign(String(now), "string"), "GET", URL)), "PROOF_INVALID");
+});
+
+test("a proof's exp, nbf and iat must be NumericDates (1e999 is no time)", async () => {
+  // Attack: JSON.parse reads 1e999 as Infinity, so an exp of 1e999 never came and an nbf of
+  // -1e999 always had.
+  const keyPair = await joseKeyPair("EdDSA", { extractable: true });
+  const jwk = await publicJwk(keyPair);
+  const [, token] = await s.register({ jwk });
+  const v = new Verifier({ allowLocal: true, baseUrl: s.base });
+  const now = Math.floor(Date.now() / 1000);
+  const ath = base64url.encode(new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(token))));
+  const { sign: edSign, KeyObject } = await import("node:crypto");
+  const part = (text) => base64url.encode(new TextEncoder().encode(text));
+  /** A proof whose claims end with `extra`, JSON text written as is. */
+  const proof = (extra) => {
+    const claims = JSON.stringify({ jti: crypto.randomUUID(), htm: "GET", htu: URL, iat: now, ath }).slice(0, -1) + extra + "}";
+    const input = `${part(JSON.stringify({ typ: "dpop+jwt", alg: "EdDSA", jwk }))}.${part(claims)}`;
+    return `${input}.${base64url.encode(edSign(null, Buffer.from(input), KeyObject.from(keyPair.privateKey)))}`;
+  };
+  assert.equal(await code(v.verifyDpop(token, proof(`,"exp":${now + 60}.5,"nbf":${now - 1}`), "GET", URL)), "ok");
+  for (const extra of [',"exp":1e999', ',"exp":1e18', ',"nbf":-1e999', ',"nbf":-1', ',"exp":"1e999"', ',"iat":1e999']) {
+    assert.equal(await code(v.verifyDpop(token, proof(extra), "GET", URL)), "PROOF_INVALID", extra);
+  }
 });

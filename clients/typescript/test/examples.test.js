@@ -43,7 +43,13 @@ test("the Express example runs as its README says", async () => {
   const port = await freePort();
   const command = start.replace("http://127.0.0.1:8080", s.base).replace("PORT=3000", `PORT=${port}`);
   assert.ok(command.includes(s.base) && command.includes(`PORT=${port}`), start);
-  const app = spawn("bash", ["-euo", "pipefail", "-c", command], { cwd: EXAMPLE, stdio: "ignore", detached: true });
+  // The test's server is plain http on 127.0.0.1: the example's development setting.
+  const app = spawn("bash", ["-euo", "pipefail", "-c", command], {
+    cwd: EXAMPLE,
+    env: { ...process.env, AGENTID_ALLOW_LOCAL: "1" },
+    stdio: "ignore",
+    detached: true,
+  });
   const base = `http://127.0.0.1:${port}`;
   try {
     const deadline = Date.now() + 60_000;

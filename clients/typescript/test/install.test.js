@@ -43,7 +43,7 @@ test("the README's install command works from a fresh clone", async () => {
     join(app, "check.mjs"),
     `import { Verifier } from "@agentid/verifier";
 import { agentIdMiddleware } from "@agentid/verifier/express";
-const verifier = new Verifier({ baseUrl: process.env.BASE, issuers: ["example.com"] });
+const verifier = new Verifier({ allowLocal: true, baseUrl: process.env.BASE, issuers: ["example.com"] });
 const agent = await verifier.verify(process.env.TOKEN);
 console.log(agent.agentId, typeof agentIdMiddleware);
 `,

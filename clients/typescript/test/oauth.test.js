@@ -63,7 +63,7 @@ async function listen(app) {
 test("a token for one receiver fails at another", async () => {
   const [id, key] = await oauthClient(["tools:call", "read:docs"]);
   const token = await accessToken(id, key, API_A, "tools:call");
-  const a = new Verifier({ baseUrl: s.base, issuers: ["example.com"], audience: API_A });
+  const a = new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["example.com"], audience: API_A });
   const agent = await a.verify(token, { scopes: ["tools:call"] });
   assert.equal(agent.agentId, id);
   assert.equal(agent.clientId, id);
@@ -71,7 +71,7 @@ test("a token for one receiver fails at another", async () => {
   assert.deepEqual(agent.scopes, ["tools:call"]);
   assert.equal(agent.issuer, "example.com");
   assert.equal(agent.claims.iss, s.base);
-  const b = new Verifier({ baseUrl: s.base, issuers: ["example.com"], audience: API_B });
+  const b = new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["example.com"], audience: API_B });
   assert.equal(await code(b.verify(token)), "TOKEN_INVALID");
   assert.equal(await code(b.verifyOnline(token)), "TOKEN_INVALID");
   assert.deepEqual((await a.verifyOnline(token)).audience, [API_A]);
@@ -79,10 +79,10 @@ test("a token for one receiver fails at another", async () => {
   const [, agentToken] = await s.register();
   assert.equal(await code(a.verify(agentToken)), "TOKEN_INVALID");
   assert.equal(await code(a.verifyOnline(agentToken)), "TOKEN_INVALID");
-  const anyone = new Verifier({ baseUrl: s.base, issuers: ["example.com"] });
+  const anyone = new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["example.com"] });
   assert.deepEqual((await anyone.verify(agentToken)).audience, []);
-  assert.equal(await code(new Verifier({ baseUrl: s.base, issuers: ["other.example"] }).verify(token)), "TOKEN_INVALID");
-  assert.throws(() => new Verifier({ baseUrl: s.base, audience: [] }), TypeError);
+  assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["other.example"] }).verify(token)), "TOKEN_INVALID");
+  assert.throws(() => new Verifier({ allowLocal: true, baseUrl: s.base, audience: [] }), TypeError);
   // Signed by the service, yet not of this service or not whole: refused.
   const now = Math.floor(Date.now() / 1000);
   const good = { iss: s.base, sub: id, client_id: id, aud: API_A, scope: "tools:call", issuer_domain: "example.com", iat: now, exp: now + 60, jti: "x" };
@@ -100,7 +100,7 @@ test("the Express middleware serves resource metadata and names it in its challe
   const app = express();
   const srv = await listen(app);
   const resource = `${srv.url}/api`;
-  const verifier = new Verifier({ baseUrl: s.base, audience: resource });
+  const verifier = new Verifier({ allowLocal: true, baseUrl: s.base, audience: resource });
   const metadata = new ResourceMetadata(verifier, resource, { scopesSupported: ["tools:call"] });
   assert.equal(metadata.path, "/.well-known/oauth-protected-resource/api");
   app.get(metadata.path, resourceMetadataHandler(metadata));
@@ -134,7 +134,7 @@ test("the MCP SDK's requireBearerAuth takes mcpTokenVerifier", async () => {
   const app = express();
   const srv = await listen(app);
   const resource = `${srv.url}/mcp`;
-  const verifier = new Verifier({ baseUrl: s.base, issuers: ["example.com"], audience: resource });
+  const verifier = new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["example.com"], audience: resource });
   const metadata = new ResourceMetadata(verifier, resource, { scopesSupported: ["tools:call"] });
   app.post(
     "/mcp",
@@ -157,19 +157,19 @@ test("the MCP SDK's requireBearerAuth takes mcpTokenVerifier", async () => {
     srv.stop();
   }
   // A verifier that names no audience would take a token issued for any server: refused.
-  assert.throws(() => mcpTokenVerifier(new Verifier({ baseUrl: s.base, issuers: ["example.com"] })), TypeError);
+  assert.throws(() => mcpTokenVerifier(new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["example.com"] })), TypeError);
 });
 
 test("mcpTokenVerifier refuses, when made, an audience that is not a URL", () => {
   // Its AuthInfo's resource is a URL: an audience that is none would fail each request.
   for (const audience of ["orders-api", [API_A, "orders-api"]]) {
     assert.throws(
-      () => mcpTokenVerifier(new Verifier({ baseUrl: s.base, issuers: ["example.com"], audience })),
+      () => mcpTokenVerifier(new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["example.com"], audience })),
       (e) => e instanceof TypeError && /audience orders-api is not a URL/.test(e.message),
       String(audience),
     );
   }
-  assert.equal(typeof mcpTokenVerifier(new Verifier({ baseUrl: s.base, issuers: ["example.com"], audience: [API_A, API_B] })).verifyAccessToken, "function");
+  assert.equal(typeof mcpTokenVerifier(new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["example.com"], audience: [API_A, API_B] })).verifyAccessToken, "function");
 });
 
 test("through mcpTokenVerifier, an unreachable service is the SDK's server_error, said to be temporary", async () => {
@@ -177,7 +177,7 @@ test("through mcpTokenVerifier, an unreachable service is the SDK's server_error
   const srv = await listen(app);
   const resource = `${srv.url}/mcp`;
   // Nothing listens at the verifier's service.
-  const verifier = new Verifier({ baseUrl: "http://127.0.0.1:9", issuers: ["example.com"], audience: resource, timeout: 2 });
+  const verifier = new Verifier({ allowLocal: true, baseUrl: "http://127.0.0.1:9", issuers: ["example.com"], audience: resource, timeout: 2 });
   const mcp = mcpTokenVerifier(verifier);
   app.post("/mcp", requireBearerAuth({ verifier: mcp }), (req, res) => res.json({}));
   try {

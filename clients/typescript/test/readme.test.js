@@ -55,7 +55,7 @@ test("the README's receiver.mjs runs as written", async () => {
   const [dir, command] = saved("receiver.mjs");
   const [id, token] = await s.register({ scopes: ["read:invoices"] });
   const run = () =>
-    execFileSync("bash", ["-c", command], { cwd: dir, env: { ...process.env, TOKEN: token, BASE: s.base }, encoding: "utf8" }).trim();
+    execFileSync("bash", ["-c", command], { cwd: dir, env: { ...process.env, TOKEN: token, BASE: s.base, AGENTID_ALLOW_LOCAL: "1" }, encoding: "utf8" }).trim();
 
   assert.match(run(), new RegExp(`^trusted: ${id} example\\.com \\[ 'read:invoices' \\]`));
   await s.revoke(id);
@@ -71,7 +71,7 @@ test("the OAuth page's receiver_audience.mjs runs as written", async () => {
   const [dir, command] = saved("receiver_audience.mjs");
   const [id, token] = await s.accessToken("https://api.example/mcp");
   const run = (t) =>
-    execFileSync("bash", ["-c", command], { cwd: dir, env: { ...process.env, ACCESS_TOKEN: t, BASE: s.base }, encoding: "utf8" }).trim();
+    execFileSync("bash", ["-c", command], { cwd: dir, env: { ...process.env, ACCESS_TOKEN: t, BASE: s.base, AGENTID_ALLOW_LOCAL: "1" }, encoding: "utf8" }).trim();
   assert.equal(run(token), `trusted: ${id} for https://api.example/mcp [ 'tools:call' ]`);
   const [, other] = await s.accessToken("https://other.example/mcp");
   assert.equal(run(other), "refused: TOKEN_INVALID");

@@ -42,7 +42,7 @@ async function signed(jwk, url, agent) {
 test("a signed request is checked offline against the agent's directory", async () => {
   const [id, jwk] = await signingAgent();
   const fetched = [];
-  const verifier = new Verifier({ baseUrl: s.base, issuers: ["example.com"], onFetch: (d, r) => fetched.push([d, r]) });
+  const verifier = new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["example.com"], onFetch: (d, r) => fetched.push([d, r]) });
   const directory = `${s.base}/v1/directories/example.com`;
   const url = "https://shop.example/products/1";
   const req = await signed(jwk, url, directory);
@@ -73,7 +73,7 @@ test("a signed request is checked offline against the agent's directory", async 
   assert.deepEqual(fetched[0], ["directory", "fetched"]);
   // Revoked: gone from the directory, seen at the next fetch.
   await s.revoke(id);
-  const fresher = new Verifier({ baseUrl: s.base, issuers: ["example.com"] });
+  const fresher = new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["example.com"] });
   assert.equal(await code(fresher.verifyRequest(await signed(jwk, url, directory))), "TOKEN_INVALID");
 });
 
@@ -84,7 +84,7 @@ test("a pushed revocation drops the issuer's directory at once", async () => {
   });
   const [id, jwk] = await signingAgent();
   const fetched = [];
-  const verifier = new Verifier({ baseUrl: s.base, issuers: ["example.com"], onFetch: (d, r) => fetched.push([d, r]) });
+  const verifier = new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["example.com"], onFetch: (d, r) => fetched.push([d, r]) });
   const directory = `${s.base}/v1/directories/example.com`;
   const url = "https://shop.example/";
   await verifier.verifyRequest(await signed(jwk, url, directory)); // the directory is held, fresh
@@ -99,7 +99,7 @@ test("a pushed revocation drops the issuer's directory at once", async () => {
 
 test("a request Python's http-message-signatures signed is checked as well", async () => {
   const [, jwk] = await signingAgent();
-  const verifier = new Verifier({ baseUrl: s.base, issuers: ["example.com"] });
+  const verifier = new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["example.com"] });
   const directory = `${s.base}/v1/directories/example.com`;
   const url = "https://shop.example/products/1";
   const offline = fileURLToPath(new URL("../../../tests/offline", import.meta.url));
@@ -130,7 +130,7 @@ test("a signature whose nonce is not a string is refused", async () => {
   // read as an object, a new one each time: the signature passed again and again, never a
   // replay. It is PROOF_INVALID.
   const [, jwk] = await signingAgent();
-  const verifier = new Verifier({ baseUrl: s.base, issuers: ["example.com"] });
+  const verifier = new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["example.com"] });
   const directory = `${s.base}/v1/directories/example.com`;
   const url = "https://shop.example/";
   const string = await signedWithNonce(jwk, url, directory, `"n-${crypto.randomUUID()}"`);
@@ -145,7 +145,7 @@ test("a signature whose nonce is not a string is refused", async () => {
 test("RFC 9421's test key counts for nothing", async () => {
   const rfcKey = { kty: "OKP", crv: "Ed25519", d: "n4Ni-HpISpVObnQMW0wOhCKROaIKqKtW_2ZYb2p9KcU", x: "JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs" };
   const dead = "http://127.0.0.1:9/directory";
-  const verifier = new Verifier({ baseUrl: "http://127.0.0.1:9" });
+  const verifier = new Verifier({ allowLocal: true, baseUrl: "http://127.0.0.1:9" });
   const req = await signed(rfcKey, "https://shop.example/", dead);
   await assert.rejects(verifier.verifyRequest(req, { trustedSignatureAgents: [dead] }), /published test keys/);
   // Nor does it, or its negation, count in a directory.
@@ -163,7 +163,7 @@ test("trustedSignatureAgents given as a string is a TypeError", async () => {
   const { agentIdMiddleware } = await import("../express.js");
   const { privateKey } = generateKeyPairSync("ed25519");
   const dead = "http://127.0.0.1:9/d";
-  const verifier = new Verifier({ baseUrl: "http://127.0.0.1:9", issuers: ["example.com"] });
+  const verifier = new Verifier({ allowLocal: true, baseUrl: "http://127.0.0.1:9", issuers: ["example.com"] });
   const req = await signed(privateKey.export({ format: "jwk" }), "https://shop.example/", dead);
   for (const trustedSignatureAgents of [dead, `${dead}irectory`, [dead, 7]]) {
     await assert.rejects(verifier.verifyRequest(req, { trustedSignatureAgents }), TypeError);
@@ -182,7 +182,7 @@ test("every key of a directory as long as the service lists is read", async () =
 
 test("a signed request of a method fetch cannot carry is TOKEN_INVALID, and a 401 in Express", async () => {
   const [, jwk] = await signingAgent();
-  const verifier = new Verifier({ baseUrl: s.base, issuers: ["example.com"] });
+  const verifier = new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["example.com"] });
   const directory = `${s.base}/v1/directories/example.com`;
   for (const method of ["TRACE", "TRACK", "CONNECT"]) {
     const req = await signed(jwk, "https://shop.example/", directory);
@@ -214,7 +214,7 @@ test("a directory of an issuer not accepted is never fetched", async () => {
   // The service is unreachable: a fetch would be UNAVAILABLE, not a refusal.
   const [, jwk] = await signingAgent();
   const base = "http://127.0.0.1:9";
-  const verifier = new Verifier({ baseUrl: base, issuers: ["example.com"] });
+  const verifier = new Verifier({ allowLocal: true, baseUrl: base, issuers: ["example.com"] });
   const req = await signed(jwk, "https://shop.example/", `${base}/v1/directories/other.example`);
   await assert.rejects(verifier.verifyRequest(req), /issuer other.example is not accepted/);
 });
@@ -223,7 +223,7 @@ test("the directories held are bounded", async () => {
   // Attack: without `issuers`, each made-up issuer a caller names is a directory fetched and
   // held: the one held longest goes past the bound.
   const [, jwk] = await signingAgent();
-  const verifier = new Verifier({ baseUrl: s.base });
+  const verifier = new Verifier({ allowLocal: true, baseUrl: s.base });
   verifier.maxDirectories = 3;
   for (let i = 0; i < 6; i++) {
     const req = await signed(jwk, "https://shop.example/", `${s.base}/v1/directories/d${i}.example`);
@@ -241,7 +241,7 @@ test("a directory whose fetch failed with none held is not fetched again at once
   proxy.rewrite = (path, status, headers, body) => (path.startsWith("/v1/directories/") ? [429, {}, Buffer.alloc(0)] : [status, headers, body]);
   try {
     const fetched = [];
-    const verifier = new Verifier({ baseUrl: proxy.url, issuers: ["example.com"], onFetch: (d, r) => fetched.push([d, r]) });
+    const verifier = new Verifier({ allowLocal: true, baseUrl: proxy.url, issuers: ["example.com"], onFetch: (d, r) => fetched.push([d, r]) });
     const { privateKey } = generateKeyPairSync("ed25519");
     const req = await signed(privateKey.export({ format: "jwk" }), "https://shop.example/", `${proxy.url}/v1/directories/example.com`);
     for (let i = 0; i < 5; i++) assert.equal(await code(verifier.verifyRequest(req)), "UNAVAILABLE");
@@ -270,7 +270,7 @@ test("a directory key that does not import is passed over", async () => {
   const bad = { kty: "OKP", crv: "Ed25519", x: "AAAA" };
   proxy.rewrite = answered("/v1/directories/", (b) => JSON.stringify({ keys: [bad, ...JSON.parse(b).keys] }), 60);
   try {
-    const verifier = new Verifier({ baseUrl: proxy.url, issuers: ["example.com"] });
+    const verifier = new Verifier({ allowLocal: true, baseUrl: proxy.url, issuers: ["example.com"] });
     const req = await signed(jwk, "https://shop.example/", `${proxy.url}/v1/directories/example.com`);
     assert.equal(await code(verifier.verifyRequest(req)), "ok");
   } finally {
@@ -288,7 +288,7 @@ test("a directory that is not a key set is a failed fetch, not held for its max-
   const directory = `${proxy.url}/v1/directories/example.com`;
   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
   try {
-    const verifier = new Verifier({ baseUrl: proxy.url, issuers: ["example.com"] });
+    const verifier = new Verifier({ allowLocal: true, baseUrl: proxy.url, issuers: ["example.com"] });
     proxy.rewrite = answered("/v1/directories/", "not json", 3600);
     assert.equal(await code(verifier.verifyRequest(await signed(jwk, "https://shop.example/", directory))), "UNAVAILABLE");
     proxy.rewrite = null; // the service is fixed
@@ -297,7 +297,7 @@ test("a directory that is not a key set is a failed fetch, not held for its max-
     // A good directory held (here fresh for 1 s), then one that is not a key set: the good one
     // serves within the grace.
     const fetched = [];
-    const held = new Verifier({ baseUrl: proxy.url, issuers: ["example.com"], onFetch: (d, r) => fetched.push(r) });
+    const held = new Verifier({ allowLocal: true, baseUrl: proxy.url, issuers: ["example.com"], onFetch: (d, r) => fetched.push(r) });
     proxy.rewrite = answered("/v1/directories/", (b) => b, 1);
     assert.equal(await code(held.verifyRequest(await signed(jwk, "https://shop.example/", directory))), "ok");
     proxy.rewrite = answered("/v1/directories/", JSON.stringify({ keys: "none" }), 3600);
@@ -325,7 +325,7 @@ test("a directory is read once whoever asks for it meanwhile", async () => {
   });
   await new Promise((r) => server.listen(0, "127.0.0.1", r));
   try {
-    const verifier = new Verifier({ baseUrl: "http://127.0.0.1:9", issuers: ["example.com"] });
+    const verifier = new Verifier({ allowLocal: true, baseUrl: "http://127.0.0.1:9", issuers: ["example.com"] });
     const url = `http://127.0.0.1:${server.address().port}/directory`;
     const got = await Promise.all(Array.from({ length: 30 }, () => verifier.directory(url)));
     assert.equal(got[0].size, 100);
@@ -339,7 +339,7 @@ test("a directory is read once whoever asks for it meanwhile", async () => {
 
 test("an unreachable directory fails closed", async () => {
   const [, jwk] = await signingAgent();
-  const verifier = new Verifier({ baseUrl: s.base });
+  const verifier = new Verifier({ allowLocal: true, baseUrl: s.base });
   const dead = "http://127.0.0.1:9/directory";
   const req = await signed(jwk, "https://shop.example/", dead);
   assert.equal(await code(verifier.verifyRequest(req, { trustedSignatureAgents: [dead] })), "UNAVAILABLE");
@@ -367,7 +367,7 @@ test("a stale directory whose fetch failed lately serves at once, within the gra
   const directory = `http://127.0.0.1:${server.address().port}/directory`;
   const trusted = { trustedSignatureAgents: [directory] };
   try {
-    const verifier = new Verifier({ baseUrl: s.base, timeout: 0.5 });
+    const verifier = new Verifier({ allowLocal: true, baseUrl: s.base, timeout: 0.5 });
     const check = async () => verifier.verifyRequest(await signed(jwk, "https://shop.example/", directory), trusted);
     assert.equal(await code(check()), "ok");
     hang = true;
@@ -387,7 +387,7 @@ test("the Express middleware takes a signed request in place of a token", async 
   const express = (await import("express")).default;
   const { agentIdMiddleware } = await import("../express.js");
   const [, jwk] = await signingAgent();
-  const verifier = new Verifier({ baseUrl: s.base, issuers: ["example.com"] });
+  const verifier = new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["example.com"] });
   const app = express();
   app.get("/products/:id", agentIdMiddleware(verifier, { publicOrigin: "https://shop.example" }),
     (req, res) => res.json({ signed: req.signedRequest?.issuer ?? null, agent: req.agent?.agentId ?? null }));
@@ -420,6 +420,38 @@ test("the Express middleware takes a signed request in place of a token", async 
       other.close();
     }
   } finally {
+    server.close();
+  }
+});
+
+test("without allowLocal a directory over plain http, or on a loopback address, is never fetched", async () => {
+  // Attack: a receiver trusts a directory, or is made to name one, whose URL reaches its own
+  // network: plain http, or an https host that is not globally reachable.
+  const [, jwk] = await signingAgent();
+  const http = await import("node:http");
+  let connections = 0;
+  const server = http.createServer(async (req, res) => {
+    const upstream = await fetch(`${s.base}/v1/directories/example.com`);
+    res.writeHead(200, { "Content-Type": "application/http-message-signatures-directory+json" });
+    res.end(await upstream.text());
+  });
+  server.on("connection", () => connections++);
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  try {
+    const port = server.address().port;
+    // With allowLocal (development), the directory is fetched and the request passes.
+    const local = `http://127.0.0.1:${port}/directory`;
+    const dev = new Verifier({ allowLocal: true, baseUrl: "https://id.example.com" });
+    assert.equal(await code(dev.verifyRequest(await signed(jwk, "https://shop.example/", local), { trustedSignatureAgents: [local] })), "ok");
+    const before = connections;
+    for (const dir of [local, `https://127.0.0.1:${port}/directory`, `https://localhost:${port}/directory`]) {
+      const verifier = new Verifier({ baseUrl: "https://id.example.com" });
+      const req = await signed(jwk, "https://shop.example/", dir);
+      await assert.rejects(verifier.verifyRequest(req, { trustedSignatureAgents: [dir] }), (e) => e.code === "UNAVAILABLE" && /allowLocal/.test(e.message));
+    }
+    assert.equal(connections, before);
+  } finally {
+    server.closeAllConnections();
     server.close();
   }
 });

@@ -77,17 +77,19 @@ export async function startServer(serveEnv = {}) {
       return [a.agent_id, (await res.json()).access_token];
     },
     /** A JWS of `claims` (or of a payload's text) signed with the key of the server's key
-     * file (the key that signs until a rotation): what only the service could sign. */
-    sign: async (claims, typ = "JWT") => {
+     * file (the key that signs until a rotation): what only the service could sign; `extra`
+     * adds to its header (a `crit` there is signed as given). */
+    sign: async (claims, typ = "JWT", extra = {}) => {
       // The file's key, read once (a flood of SETs signs thousands).
       signing ??= (async () => {
         const key = await importPKCS8(readFileSync(env.AGENTID_SIGNING_KEY_FILE, "utf8"), "EdDSA");
         return { key, kid: await calculateJwkThumbprint(await exportJWK(createPublicKey(key))) };
       })();
       const { key, kid } = await signing;
-      const header = { alg: "EdDSA", kid, typ };
-      if (typeof claims === "string") return new CompactSign(new TextEncoder().encode(claims)).setProtectedHeader(header).sign(key);
-      return new SignJWT(claims).setProtectedHeader(header).sign(key);
+      const header = { alg: "EdDSA", kid, typ, ...extra };
+      const options = { crit: Object.fromEntries((extra.crit ?? []).map((name) => [name, true])) };
+      if (typeof claims === "string") return new CompactSign(new TextEncoder().encode(claims)).setProtectedHeader(header).sign(key, options);
+      return new SignJWT(claims).setProtectedHeader(header).sign(key, options);
     },
     stop: () => proc.kill("SIGKILL"),
   };

@@ -29,7 +29,7 @@ const code = (p) => p.then(() => "ok", (e) => (e instanceof VerificationError ? 
 
 test("a valid token gives its agent", async () => {
   const [id, token] = await s.register();
-  const agent = await new Verifier({ baseUrl: s.base, issuers: ["example.com"] }).verify(token, { scopes: ["read:orders"] });
+  const agent = await new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["example.com"] }).verify(token, { scopes: ["read:orders"] });
   assert.equal(agent.agentId, id);
   assert.equal(agent.issuer, "example.com");
   assert.deepEqual(agent.scopes, ["read:orders"]);
@@ -40,7 +40,7 @@ const ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789
 
 test("tampered tokens and alg or kid tricks are invalid", async () => {
   const [, token] = await s.register();
-  const v = new Verifier({ baseUrl: s.base });
+  const v = new Verifier({ allowLocal: true, baseUrl: s.base });
   const [h, p, sig] = token.split(".");
   const claims = JSON.parse(Buffer.from(p, "base64url"));
   const forged = Buffer.from(JSON.stringify({ ...claims, scopes: ["admin:x"] })).toString("base64url");
@@ -81,24 +81,24 @@ test("a token whose header typ is null is TOKEN_INVALID", async () => {
   // A header `typ` of null was read as absent (the first typ accepted): the service always
   // writes typ, and the Python and Rust libraries refuse null.
   const [, token] = await s.register();
-  const v = new Verifier({ baseUrl: s.base });
+  const v = new Verifier({ allowLocal: true, baseUrl: s.base });
   assert.equal(await code(v.verify(await s.sign(claimsOf(token), "JWT"))), "ok");
   assert.equal(await code(v.verify(await s.sign(claimsOf(token), null))), "TOKEN_INVALID");
 });
 
 test("issuer, scope and expiry", async () => {
   const [, token] = await s.register();
-  assert.equal(await code(new Verifier({ baseUrl: s.base, issuers: ["other.example"] }).verify(token)), "TOKEN_INVALID");
-  assert.equal(await code(new Verifier({ baseUrl: s.base }).verify(token, { scopes: ["write:x"] })), "INSUFFICIENT_SCOPE");
+  assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["other.example"] }).verify(token)), "TOKEN_INVALID");
+  assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: s.base }).verify(token, { scopes: ["write:x"] })), "INSUFFICIENT_SCOPE");
   const [, short] = await s.register({ expiry_seconds: 1 });
   await sleep(2100);
-  assert.equal(await code(new Verifier({ baseUrl: s.base, leeway: 0 }).verify(short)), "TOKEN_EXPIRED");
-  assert.equal(await code(new Verifier({ baseUrl: s.base }).verify(short)), "ok");
+  assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: s.base, leeway: 0 }).verify(short)), "TOKEN_EXPIRED");
+  assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: s.base }).verify(short)), "ok");
 });
 
 test("a revocation is seen through the status list within its ttl, and at once through a SET", async () => {
   const [id, token] = await s.register();
-  const v = new Verifier({ baseUrl: s.base });
+  const v = new Verifier({ allowLocal: true, baseUrl: s.base });
   await v.verify(token);
   await s.revoke(id);
   const started = Date.now();
@@ -112,7 +112,7 @@ test("a revocation is seen through the status list within its ttl, and at once t
     events_requested: ["https://schemas.openid.net/secevent/caep/event-type/session-revoked"],
   });
   const [id2, token2] = await s.register();
-  const w = new Verifier({ baseUrl: s.base });
+  const w = new Verifier({ allowLocal: true, baseUrl: s.base });
   await w.verify(token2);
   await s.revoke(id2);
   const polled = await s.call("POST", `/ssf/poll/${stream.stream_id}`, { returnImmediately: true }, stream.poll_token);
@@ -124,7 +124,7 @@ test("a revocation is seen through the status list within its ttl, and at once t
 
 test("online verify", async () => {
   const [id, token] = await s.register();
-  const v = new Verifier({ baseUrl: s.base });
+  const v = new Verifier({ allowLocal: true, baseUrl: s.base });
   assert.equal((await v.verifyOnline(token, { key: s.org.keys.publishable_live })).agentId, id);
   await s.revoke(id);
   assert.equal(await code(v.verifyOnline(token)), "TOKEN_REVOKED");
@@ -132,7 +132,7 @@ test("online verify", async () => {
 
 test("rotated and retired keys", async () => {
   const [, old] = await s.register();
-  const v = new Verifier({ baseUrl: s.base, kidRefetchInterval: 0 });
+  const v = new Verifier({ allowLocal: true, baseUrl: s.base, kidRefetchInterval: 0 });
   await v.verify(old);
   const rotated = JSON.parse(s.cli("signing-key", "rotate", "--publish-for", "0s"));
   await sleep(6000);
@@ -141,12 +141,12 @@ test("rotated and retired keys", async () => {
   assert.equal(await code(v.verify(fresh)), "ok");
   s.cli("signing-key", "retire", decodeProtectedHeader(old).kid);
   await sleep(6000);
-  assert.equal(await code(new Verifier({ baseUrl: s.base }).verify(old)), "TOKEN_INVALID");
+  assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: s.base }).verify(old)), "TOKEN_INVALID");
 });
 
 test("the express middleware answers 401, 403 and 200", async () => {
   const [, token] = await s.register();
-  const v = new Verifier({ baseUrl: s.base });
+  const v = new Verifier({ allowLocal: true, baseUrl: s.base });
   const run = async (mw, authorization) => {
     const res = { statusCode: 200, headers: {}, body: "", setHeader(k, val) { this.headers[k.toLowerCase()] = val; }, end(b) { this.body = b; } };
     const req = { headers: authorization ? { authorization } : {} };
@@ -175,7 +175,7 @@ test("the express middleware answers 401, 403 and 200", async () => {
   const t = await startServer();
   const [, other] = await t.register();
   t.stop();
-  r = await run(agentIdMiddleware(new Verifier({ baseUrl: t.base })), `Bearer ${other}`);
+  r = await run(agentIdMiddleware(new Verifier({ allowLocal: true, baseUrl: t.base })), `Bearer ${other}`);
   assert.equal(r.res.statusCode, 503);
   assert.equal(r.res.headers["retry-after"], "5");
   assert.equal(r.res.headers["www-authenticate"], undefined);
@@ -187,7 +187,7 @@ test("an exclusion that names no path is refused when the middleware is made", a
   // Attack: a plain string is one exclusion a character ("/" among them), and an empty one
   // (`(process.env.EXCLUDE ?? "").split(",")`) became the prefix "/": either left every path
   // open, with no token.
-  const v = new Verifier({ baseUrl: s.base, issuers: ["example.com"] });
+  const v = new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["example.com"] });
   for (const exclude of ["/health", [""], ["health"], ["/health", ""], [42]]) {
     assert.throws(() => agentIdMiddleware(v, { exclude }), TypeError, JSON.stringify(exclude));
   }
@@ -206,8 +206,8 @@ test("an exclusion that names no path is refused when the middleware is made", a
 test("an unreachable list fails closed, or open when asked", async () => {
   const t = await startServer();
   const [id, token] = await t.register();
-  const closed = new Verifier({ baseUrl: t.base, listGrace: 0 });
-  const opened = new Verifier({ baseUrl: t.base, listGrace: 0, failOpen: true });
+  const closed = new Verifier({ allowLocal: true, baseUrl: t.base, listGrace: 0 });
+  const opened = new Verifier({ allowLocal: true, baseUrl: t.base, listGrace: 0, failOpen: true });
   await closed.verify(token);
   await opened.verify(token);
   t.stop();
@@ -219,10 +219,10 @@ test("an unreachable list fails closed, or open when asked", async () => {
 test("a test-mode token is refused unless allowTest", async () => {
   const [, token] = await s.register({}, s.org.keys.secret_test);
   assert.equal(JSON.parse(Buffer.from(token.split(".")[1], "base64url")).livemode, false);
-  const strict = new Verifier({ baseUrl: s.base });
+  const strict = new Verifier({ allowLocal: true, baseUrl: s.base });
   assert.equal(await code(strict.verify(token)), "TOKEN_INVALID");
   assert.equal(await code(strict.verifyOnline(token)), "TOKEN_INVALID");
-  const allowed = new Verifier({ baseUrl: s.base, allowTest: true });
+  const allowed = new Verifier({ allowLocal: true, baseUrl: s.base, allowTest: true });
   assert.equal((await allowed.verify(token)).livemode, false);
   assert.equal((await allowed.verifyOnline(token)).livemode, false);
   const [, live] = await s.register();
@@ -252,7 +252,7 @@ test("made-up kids fetch the key set no more while the service is down", async (
   };
   try {
     const [, token] = await ps.register();
-    const v = new Verifier({ baseUrl: proxy.url });
+    const v = new Verifier({ allowLocal: true, baseUrl: proxy.url });
     assert.equal(await code(v.verify(token)), "ok");
     down = true;
     await sleep(1200);
@@ -278,7 +278,7 @@ test("a key set served without an ETag still refreshes", async () => {
   };
   try {
     const [id, old] = await t.register();
-    const v = new Verifier({ baseUrl: p.url, kidRefetchInterval: 0 });
+    const v = new Verifier({ allowLocal: true, baseUrl: p.url, kidRefetchInterval: 0 });
     await v.verify(old);
     const rotated = JSON.parse(t.cli("signing-key", "rotate", "--publish-for", "0s"));
     await sleep(6000); // every instance reads the keys every 5 s
@@ -321,7 +321,7 @@ test("a key set refresh that fails backs off, doubling, though keys are held", a
   };
   try {
     const [, token] = await ps.register();
-    const v = new Verifier({ baseUrl: proxy.url });
+    const v = new Verifier({ allowLocal: true, baseUrl: proxy.url });
     assert.equal(await code(v.verify(token)), "ok");
     down = true;
     await sleep(1200); // the key set (max-age 1) is stale
@@ -345,7 +345,7 @@ test("a status list that is not one is a failed fetch, not held for its max-age"
   });
   try {
     const [, token] = await ps.register();
-    const v = new Verifier({ baseUrl: proxy.url });
+    const v = new Verifier({ allowLocal: true, baseUrl: proxy.url });
     assert.equal(await code(v.verify(token)), "UNAVAILABLE");
     proxy.rewrite = null; // the service is fixed
     assert.equal(await code(v.verify(token)), "ok");
@@ -373,7 +373,7 @@ test("a status list answered 304 serves no longer than its exp", async () => {
     await proxy.pass(req, res);
   };
   try {
-    const v = new Verifier({ baseUrl: proxy.url, leeway: 0 });
+    const v = new Verifier({ allowLocal: true, baseUrl: proxy.url, leeway: 0 });
     assert.equal(await code(v.verify(token)), "ok");
     assert.ok(exp > 0, "no list was fetched");
     mode = "always";
@@ -399,7 +399,7 @@ test("a status list answered 304 serves no longer than its exp", async () => {
 test("a wall clock stepped back keeps no status list fresh past its ttl", async () => {
   const [id, token] = await ps.register();
   // A leeway of two hours: the token stays valid on a clock an hour behind.
-  const v = new Verifier({ baseUrl: proxy.url, leeway: 7200 });
+  const v = new Verifier({ allowLocal: true, baseUrl: proxy.url, leeway: 7200 });
   assert.equal(await code(v.verify(token)), "ok");
   const wall = Date.now;
   Date.now = () => wall() - 3_600_000;
@@ -419,10 +419,10 @@ test("no redirect is followed: keys, status lists and online verify", async () =
   const [, token] = await ps.register();
   for (const [prefix, method] of [["/.well-known/jwks.json", "verify"], ["/v1/status/", "verify"], ["/v1/verify/", "verifyOnline"]]) {
     proxy.rewrite = under(prefix, (path) => [302, { location: ps.base + path }, Buffer.alloc(0)]);
-    assert.equal(await code(new Verifier({ baseUrl: proxy.url })[method](token)), "UNAVAILABLE", prefix);
+    assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: proxy.url })[method](token)), "UNAVAILABLE", prefix);
   }
   proxy.rewrite = null;
-  assert.equal(await code(new Verifier({ baseUrl: proxy.url }).verifyOnline(token)), "ok");
+  assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: proxy.url }).verifyOnline(token)), "ok");
 });
 
 test("a broken or oversized answer is UNAVAILABLE, never another error", async () => {
@@ -446,7 +446,7 @@ test("a broken or oversized answer is UNAVAILABLE, never another error", async (
   try {
     for (const [prefix, body] of cases) {
       proxy.rewrite = under(prefix, () => [200, { "content-type": "application/json" }, Buffer.from(body)]);
-      const v = new Verifier({ baseUrl: proxy.url });
+      const v = new Verifier({ allowLocal: true, baseUrl: proxy.url });
       const method = prefix === "/v1/verify/" ? "verifyOnline" : "verify";
       for (const attempt of [1, 2]) {
         assert.equal(await code(v[method](token)), "UNAVAILABLE", `${prefix} (${attempt}): ${body.slice(0, 80)}`);
@@ -454,7 +454,7 @@ test("a broken or oversized answer is UNAVAILABLE, never another error", async (
     }
     // Through the Express middleware: 503, not a 500.
     proxy.rewrite = under("/.well-known/jwks.json", () => [200, {}, Buffer.from("<html>gateway</html>")]);
-    const r = await runMiddleware(agentIdMiddleware(new Verifier({ baseUrl: proxy.url })), `Bearer ${token}`);
+    const r = await runMiddleware(agentIdMiddleware(new Verifier({ allowLocal: true, baseUrl: proxy.url })), `Bearer ${token}`);
     assert.equal(r.res.statusCode, 503);
     assert.deepEqual(JSON.parse(r.res.body), { error: "UNAVAILABLE", message: "the agent cannot be verified now: try again shortly" });
   } finally {
@@ -467,8 +467,8 @@ test("a request that does not answer in time is UNAVAILABLE", async () => {
   proxy.handle = async () => {}; // never answers
   try {
     const started = Date.now();
-    assert.equal(await code(new Verifier({ baseUrl: proxy.url, timeout: 0.5 }).verify(token)), "UNAVAILABLE");
-    assert.equal(await code(new Verifier({ baseUrl: proxy.url, timeout: 0.5 }).verifyOnline(token)), "UNAVAILABLE");
+    assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: proxy.url, timeout: 0.5 }).verify(token)), "UNAVAILABLE");
+    assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: proxy.url, timeout: 0.5 }).verifyOnline(token)), "UNAVAILABLE");
     assert.ok(Date.now() - started < 3000);
   } finally {
     proxy.handle = null;
@@ -478,7 +478,7 @@ test("a request that does not answer in time is UNAVAILABLE", async () => {
 test("a negative or malformed status index is invalid", async () => {
   const [, token] = await ps.register();
   const claims = claimsOf(token);
-  const v = new Verifier({ baseUrl: proxy.url });
+  const v = new Verifier({ allowLocal: true, baseUrl: proxy.url });
   assert.equal(await code(v.verify(await ps.sign(claims))), "ok"); // the signer is the service's
   for (const idx of [-1, -8, "3", 1.5, true]) {
     claims.status.status_list.idx = idx;
@@ -489,33 +489,33 @@ test("a negative or malformed status index is invalid", async () => {
 test("a token over 4096 bytes is refused unparsed", async () => {
   const [, token] = await ps.register();
   const claims = claimsOf(token);
-  const v = new Verifier({ baseUrl: proxy.url });
+  const v = new Verifier({ allowLocal: true, baseUrl: proxy.url });
   await v.verify(token);
   const big = await ps.sign({ ...claims, pad: "x".repeat(4096) }); // signed by the service, and too long
   assert.equal(await code(v.verify(big)), "TOKEN_INVALID");
   assert.equal(await code(v.verify(token + "x".repeat(4096 - token.length + 1))), "TOKEN_INVALID");
   // No request is made: the service is not even reachable.
-  assert.equal(await code(new Verifier({ baseUrl: "http://127.0.0.1:9" }).verifyOnline(big)), "TOKEN_INVALID");
+  assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: "http://127.0.0.1:9" }).verifyOnline(big)), "TOKEN_INVALID");
   const [header, payload, signature] = token.split(".");
   const longSet = `${header}.${payload}${"x".repeat(16384)}.${signature}`; // parsed, it would need keys
-  assert.equal(await code(new Verifier({ baseUrl: "http://127.0.0.1:9" }).handleSet(longSet)), "TOKEN_INVALID");
+  assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: "http://127.0.0.1:9" }).handleSet(longSet)), "TOKEN_INVALID");
 });
 
 // -- online verification ---------------------------------------------------------------------
 
 test("online verify checks issuers, scopes and mode as offline verify does", async () => {
   const [id, token] = await s.register();
-  assert.equal(await code(new Verifier({ baseUrl: s.base, issuers: ["other.example"] }).verifyOnline(token)), "TOKEN_INVALID");
-  assert.equal((await new Verifier({ baseUrl: s.base, issuers: ["example.com"] }).verifyOnline(token)).agentId, id);
-  assert.equal(await code(new Verifier({ baseUrl: s.base }).verifyOnline(token, { scopes: ["write:orders"] })), "INSUFFICIENT_SCOPE");
-  assert.deepEqual((await new Verifier({ baseUrl: s.base }).verifyOnline(token, { scopes: ["read:orders"] })).scopes, ["read:orders"]);
+  assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["other.example"] }).verifyOnline(token)), "TOKEN_INVALID");
+  assert.equal((await new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["example.com"] }).verifyOnline(token)).agentId, id);
+  assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: s.base }).verifyOnline(token, { scopes: ["write:orders"] })), "INSUFFICIENT_SCOPE");
+  assert.deepEqual((await new Verifier({ allowLocal: true, baseUrl: s.base }).verifyOnline(token, { scopes: ["read:orders"] })).scopes, ["read:orders"]);
   const [, testMode] = await s.register({}, s.org.keys.secret_test);
-  assert.equal(await code(new Verifier({ baseUrl: s.base }).verifyOnline(testMode)), "TOKEN_INVALID");
+  assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: s.base }).verifyOnline(testMode)), "TOKEN_INVALID");
 });
 
 test("a refused API key is MISCONFIGURED, and the middleware answers 500 for it", async () => {
   const [, token] = await s.register();
-  const v = new Verifier({ baseUrl: s.base });
+  const v = new Verifier({ allowLocal: true, baseUrl: s.base });
   assert.equal(await code(v.verifyOnline(token, { key: "pk_live_not_a_key" })), "MISCONFIGURED");
   assert.equal((await v.verifyOnline(token, { key: s.org.keys.publishable_live })).issuer, "example.com");
   const online = { verify: (t) => v.verifyOnline(t, { key: "pk_live_not_a_key" }) };
@@ -543,17 +543,17 @@ async function polledSet(server, stream = {}) {
 
 test("a SET for another audience is refused", async () => {
   let [set] = await polledSet(ps, { aud: "https://receiver.example" });
-  assert.equal(await code(new Verifier({ baseUrl: proxy.url, setAudience: "https://other.example" }).handleSet(set)), "TOKEN_INVALID");
-  assert.equal(await code(new Verifier({ baseUrl: proxy.url, setAudience: "https://receiver.example" }).handleSet(set)), "ok");
+  assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: proxy.url, setAudience: "https://other.example" }).handleSet(set)), "TOKEN_INVALID");
+  assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: proxy.url, setAudience: "https://receiver.example" }).handleSet(set)), "ok");
   let stream;
   [set, stream] = await polledSet(ps); // a poll stream's aud is by default its id
   assert.equal(claimsOf(set).aud, stream.stream_id);
-  assert.equal(await code(new Verifier({ baseUrl: proxy.url, setAudience: stream.stream_id }).handleSet(set)), "ok");
+  assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: proxy.url, setAudience: stream.stream_id }).handleSet(set)), "ok");
 });
 
 test("a replayed SET is refused", async () => {
   const [set] = await polledSet(ps);
-  const v = new Verifier({ baseUrl: proxy.url });
+  const v = new Verifier({ allowLocal: true, baseUrl: proxy.url });
   assert.equal(await code(v.handleSet(set)), "ok");
   assert.equal(await code(v.handleSet(set)), "TOKEN_INVALID");
 });
@@ -561,12 +561,12 @@ test("a replayed SET is refused", async () => {
 test("a SET of another service, or of an agent of another issuer, is refused", async () => {
   const [set] = await polledSet(ps);
   // The same keys, but not the base URL the SET names.
-  assert.equal(await code(new Verifier({ baseUrl: ps.base }).handleSet(set)), "TOKEN_INVALID");
+  assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: ps.base }).handleSet(set)), "TOKEN_INVALID");
   const forged = await ps.sign({ ...claimsOf(set), iss: "https://evil.example" }, "secevent+jwt");
-  assert.equal(await code(new Verifier({ baseUrl: proxy.url }).handleSet(forged)), "TOKEN_INVALID");
+  assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: proxy.url }).handleSet(forged)), "TOKEN_INVALID");
   // Its agent is of example.com.
-  assert.equal(await code(new Verifier({ baseUrl: proxy.url, issuers: ["other.example"] }).handleSet(set)), "TOKEN_INVALID");
-  assert.equal(await code(new Verifier({ baseUrl: proxy.url, issuers: ["example.com"] }).handleSet(set)), "ok");
+  assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: proxy.url, issuers: ["other.example"] }).handleSet(set)), "TOKEN_INVALID");
+  assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: proxy.url, issuers: ["example.com"] }).handleSet(set)), "ok");
 });
 
 test("a JOSE header nested thousands deep is TOKEN_INVALID, never a RangeError", async () => {
@@ -576,13 +576,13 @@ test("a JOSE header nested thousands deep is TOKEN_INVALID, never a RangeError",
     const header = Buffer.from(`{"alg":"EdDSA","kid":"k","typ":${typ}}`).toString("base64url");
     return `${header}.e30.${Buffer.alloc(64).toString("base64url")}`;
   };
-  assert.equal(await code(new Verifier({ baseUrl: proxy.url }).handleSet(forged(deep(6000)))), "TOKEN_INVALID");
+  assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: proxy.url }).handleSet(forged(deep(6000)))), "TOKEN_INVALID");
 });
 
 test("a token whose exp is past a double's range (1e999, read as Infinity) is invalid", async () => {
   // Attack: JSON.parse reads 1e999 as Infinity, and an exp of Infinity would never come.
   const [, token] = await ps.register();
-  const v = new Verifier({ baseUrl: proxy.url });
+  const v = new Verifier({ allowLocal: true, baseUrl: proxy.url });
   assert.equal(await code(v.verify(await ps.sign(claimsOf(token)))), "ok"); // the signer is the service's
   const payload = JSON.stringify({ ...claimsOf(token), exp: "EXP" }).replace('"EXP"', "1e999");
   assert.equal(await code(v.verify(await ps.sign(payload))), "TOKEN_INVALID");
@@ -593,7 +593,7 @@ test("a key set is held fresh a day at most, whatever its max-age says", async (
   try {
     for (const maxAge of ["9".repeat(400), "31536000"]) {
       proxy.rewrite = under("/.well-known/jwks.json", (path, status, headers, body) => [status, { ...headers, "cache-control": `max-age=${maxAge}` }, body]);
-      const v = new Verifier({ baseUrl: proxy.url });
+      const v = new Verifier({ allowLocal: true, baseUrl: proxy.url });
       assert.equal(await code(v.verify(token)), "ok");
       assert.ok(v.docs.get(`${proxy.url}/.well-known/jwks.json`).freshUntil <= performance.now() + 86_400_000, maxAge);
     }
@@ -609,7 +609,7 @@ test("the express middleware refuses two Authorization headers, whichever is val
   const { request } = await import("node:http");
   const [, token] = await s.register();
   const app = express();
-  app.get("/", agentIdMiddleware(new Verifier({ baseUrl: s.base })), (req, res) => res.json({}));
+  app.get("/", agentIdMiddleware(new Verifier({ allowLocal: true, baseUrl: s.base })), (req, res) => res.json({}));
   const server = await new Promise((resolve) => {
     const srv = app.listen(0, "127.0.0.1", () => resolve(srv));
   });
@@ -647,13 +647,13 @@ async function runMiddleware(mw, authorization) {
 test("onRefusal hears every refusal with its reason, and a failing hook changes nothing", async () => {
   const [, token] = await s.register();
   const heard = [];
-  const v = new Verifier({ baseUrl: s.base, issuers: ["other.example"], onRefusal: (code, why) => heard.push([code, why]) });
+  const v = new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["other.example"], onRefusal: (code, why) => heard.push([code, why]) });
   assert.equal(await code(v.verify(token)), "TOKEN_INVALID");
   assert.equal(await code(v.verifyOnline(token)), "TOKEN_INVALID");
   assert.equal(await code(v.verifyDpop(token, undefined, "GET", "https://a.example/")), "TOKEN_INVALID");
   assert.deepEqual(heard.map(([c]) => c), ["TOKEN_INVALID", "TOKEN_INVALID", "TOKEN_INVALID"]);
   assert.match(heard[0][1], /issuer example.com is not accepted/);
-  const failing = new Verifier({ baseUrl: s.base, issuers: ["other.example"], onRefusal: () => { throw new Error("hook"); } });
+  const failing = new Verifier({ allowLocal: true, baseUrl: s.base, issuers: ["other.example"], onRefusal: () => { throw new Error("hook"); } });
   assert.equal(await code(failing.verify(token)), "TOKEN_INVALID");
 });
 
@@ -663,6 +663,7 @@ test("onVerification counts every outcome and onFetch every fetch, and failing h
   const outcomes = [];
   const fetches = [];
   const v = new Verifier({
+    allowLocal: true,
     baseUrl: proxy.url,
     onVerification: (outcome) => outcomes.push(outcome),
     onFetch: (document, result) => fetches.push(`${document} ${result}`),
@@ -684,7 +685,7 @@ test("onVerification counts every outcome and onFetch every fetch, and failing h
   const broken = () => {
     throw new Error("hook");
   };
-  const failing = new Verifier({ baseUrl: proxy.url, onVerification: broken, onFetch: broken });
+  const failing = new Verifier({ allowLocal: true, baseUrl: proxy.url, onVerification: broken, onFetch: broken });
   assert.equal((await failing.verify(token)).agentId, claimsOf(token).sub);
 });
 
@@ -697,11 +698,12 @@ test("a hung issuer stalls no warm check until the grace runs out", async () => 
   proxy.rewrite = async (path, status, headers, body) => {
     fetches.push(path);
     if (hung) await sleep(3000); // longer than the verifier's timeout
-    if (path.endsWith("jwks.json")) headers = { ...headers, "cache-control": "max-age=1" }; // stale after 1 s
+    // Stale after 2 s, and usable for listGrace past that, as the list (ttl 2 s) is.
+    if (path.endsWith("jwks.json")) headers = { ...headers, "cache-control": "max-age=2" };
     return [status, headers, body];
   };
   try {
-    const v = new Verifier({ baseUrl: proxy.url, listGrace: 3, timeout: 1 });
+    const v = new Verifier({ allowLocal: true, baseUrl: proxy.url, listGrace: 3, timeout: 1 });
     await v.verify(token);
     hung = true;
     await sleep(2200); // the keys and the list (ttl 2 s) are stale
@@ -727,13 +729,137 @@ test("a hung issuer stalls no warm check until the grace runs out", async () => 
 test("a verifier without issuers is warned of once a process", () => {
   const script = `
     import { Verifier } from ${JSON.stringify(new URL("../index.js", import.meta.url).href)};
-    new Verifier({ baseUrl: "http://127.0.0.1:9", issuers: ["example.com"] });
+    new Verifier({ allowLocal: true, baseUrl: "http://127.0.0.1:9", issuers: ["example.com"] });
     console.error("--");
-    new Verifier({ baseUrl: "http://127.0.0.1:9" });
-    new Verifier({ baseUrl: "http://127.0.0.1:9" });`;
+    new Verifier({ allowLocal: true, baseUrl: "http://127.0.0.1:9" });
+    new Verifier({ allowLocal: true, baseUrl: "http://127.0.0.1:9" });`;
   const out = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8" });
   assert.equal(out.status, 0, out.stderr);
   const [before, after] = out.stderr.split("--");
   assert.doesNotMatch(before, /without issuers/);
   assert.equal(after.match(/AGENTID_NO_ISSUERS/g)?.length, 1, out.stderr);
+});
+
+// -- claims' shapes and numbers --------------------------------------------------------------
+
+/** `claims` as JSON text, each `"@name"` string value written as the bare number text
+ * `numbers[name]` (1e999, which JSON.stringify cannot write). */
+const withNumbers = (claims, numbers) =>
+  Object.entries(numbers).reduce((text, [name, n]) => text.replace(`"@${name}"`, n), JSON.stringify(claims));
+
+test("exp, iat and nbf must be NumericDates: numbers from 0 to 2^53", async () => {
+  const [, token] = await ps.register();
+  const claims = claimsOf(token);
+  const v = new Verifier({ allowLocal: true, baseUrl: proxy.url });
+  const now = Date.now() / 1000;
+  // A fraction is a NumericDate, compared as is.
+  assert.equal(await code(v.verify(await ps.sign({ ...claims, iat: now - 0.5, exp: now + 100.5, nbf: now - 1.25 }))), "ok");
+  for (const name of ["exp", "iat", "nbf"]) {
+    for (const bad of ["-1", "-0.5", "1e18", "9007199254740992", "1e999", "-1e999", '"5"', "null", "true", "[1]"]) {
+      const payload = withNumbers({ ...claims, [name]: `@${name}` }, { [name]: bad });
+      assert.equal(await code(v.verify(await ps.sign(payload))), "TOKEN_INVALID", `${name} ${bad}`);
+    }
+  }
+});
+
+test("scopes, when present, must be an array of strings", async () => {
+  const [, token] = await ps.register();
+  const claims = claimsOf(token);
+  const v = new Verifier({ allowLocal: true, baseUrl: proxy.url });
+  assert.equal(await code(v.verify(await ps.sign(claims))), "ok");
+  const { scopes, ...without } = claims;
+  assert.deepEqual((await v.verify(await ps.sign(without))).scopes, []);
+  for (const bad of ["read:orders", { a: 1 }, 0, false, null, [1], ["read:orders", null]]) {
+    assert.equal(await code(v.verify(await ps.sign({ ...claims, scopes: bad }))), "TOKEN_INVALID", JSON.stringify(bad));
+  }
+  assert.ok(scopes.length);
+});
+
+test("a malformed status, a null aud, a status list URI with # and crit are TOKEN_INVALID", async () => {
+  const [, token] = await ps.register();
+  const claims = claimsOf(token);
+  const v = new Verifier({ allowLocal: true, baseUrl: proxy.url });
+  const ref = claims.status.status_list;
+  for (const status of [null, "x", [], {}, { status_list: null }, { status_list: { ...ref, uri: `${ref.uri}#x` } }, { status_list: { ...ref, uri: 7 } }]) {
+    assert.equal(await code(v.verify(await ps.sign({ ...claims, status }))), "TOKEN_INVALID", JSON.stringify(status));
+  }
+  assert.equal(await code(v.verify(await ps.sign({ ...claims, aud: null }))), "TOKEN_INVALID");
+  assert.equal(await code(v.verify(await ps.sign(claims, "JWT", { crit: ["x-ext"], "x-ext": 1 }))), "TOKEN_INVALID");
+  assert.equal(await code(v.verify(await ps.sign(claims))), "ok");
+});
+
+test("a SET's events must be an object, its aud not null, its times NumericDates, its header without crit", async () => {
+  const [set] = await polledSet(ps);
+  const claims = claimsOf(set);
+  const fresh = () => ({ ...claims, jti: crypto.randomUUID() });
+  const take = async (payload, extra) => code(new Verifier({ allowLocal: true, baseUrl: proxy.url }).handleSet(await ps.sign(payload, "secevent+jwt", extra)));
+  assert.equal(await take(fresh()), "ok");
+  assert.equal(await take({ ...fresh(), events: [claims.events] }), "TOKEN_INVALID");
+  assert.equal(await take({ ...fresh(), events: [] }), "TOKEN_INVALID");
+  assert.equal(await take({ ...fresh(), aud: null }), "TOKEN_INVALID");
+  assert.equal(await take({ ...fresh(), aud: [claims.aud, 7] }), "TOKEN_INVALID");
+  assert.equal(await take(fresh(), { crit: ["x-ext"], "x-ext": 1 }), "TOKEN_INVALID");
+  for (const bad of ["-1", "1e18", "1e999"]) {
+    assert.equal(await take(withNumbers({ ...fresh(), iat: "@iat" }, { iat: bad })), "TOKEN_INVALID", `iat ${bad}`);
+  }
+  // A person's revocation: its event_timestamp is a NumericDate too.
+  const person = { ...fresh(), sub_id: { format: "iss_sub", iss: "https://idp.example", sub: "alice" } };
+  assert.equal(await take({ ...person, events: { [SESSION_REVOKED]: { event_timestamp: Math.floor(Date.now() / 1000) } } }), "ok");
+  for (const bad of ["1e999", "-1", "1e18", '"5"']) {
+    const payload = withNumbers({ ...person, jti: crypto.randomUUID(), events: { [SESSION_REVOKED]: { event_timestamp: "@ts" } } }, { ts: bad });
+    assert.equal(await take(payload), "TOKEN_INVALID", `event_timestamp ${bad}`);
+  }
+});
+
+test("a status list whose times are not NumericDates, or whose header names crit, is not used", async () => {
+  const [, token] = await ps.register();
+  const uri = claimsOf(token).status.status_list.uri;
+  const list = await (await fetch(uri.replace(proxy.url, ps.base))).text();
+  const listClaims = claimsOf(list);
+  const cases = [
+    [withNumbers({ ...listClaims, iat: "@iat" }, { iat: "-1" }), {}],
+    [withNumbers({ ...listClaims, exp: "@exp" }, { exp: "1e18" }), {}],
+    [withNumbers({ ...listClaims, exp: "@exp" }, { exp: "1e999" }), {}],
+    [withNumbers({ ...listClaims, ttl: "@ttl" }, { ttl: "1e999" }), {}],
+    [JSON.stringify(listClaims), { crit: ["x-ext"], "x-ext": 1 }],
+  ];
+  try {
+    proxy.rewrite = under("/v1/status/", () => [200, {}, Buffer.from(list)]);
+    assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: proxy.url }).verify(token)), "ok");
+    for (const [payload, extra] of cases) {
+      const body = await ps.sign(payload, "statuslist+jwt", extra);
+      proxy.rewrite = under("/v1/status/", () => [200, {}, Buffer.from(body)]);
+      assert.equal(await code(new Verifier({ allowLocal: true, baseUrl: proxy.url }).verify(token)), "UNAVAILABLE", `${payload} ${JSON.stringify(extra)}`);
+    }
+  } finally {
+    proxy.rewrite = null;
+  }
+});
+
+test("the signing keys serve past their freshness for listGrace only while refreshes fail", async () => {
+  // Attack: the service is kept unreachable (or a key set that does not parse is served),
+  // and a key it has since retired signs on: the keys read last served for ever.
+  let down = false;
+  proxy.rewrite = (path, status, headers, body) => {
+    if (!path.endsWith("jwks.json")) return [status, headers, body];
+    if (down) return [503, {}, Buffer.alloc(0)];
+    return [status, { ...headers, "cache-control": "max-age=1" }, body];
+  };
+  try {
+    const [, registered] = await ps.register();
+    const { status, ...claims } = claimsOf(registered); // no status list: the keys alone
+    const token = await ps.sign(claims);
+    const v = new Verifier({ allowLocal: true, baseUrl: proxy.url, listGrace: 1 });
+    assert.equal(await code(v.verify(token)), "ok");
+    down = true;
+    await sleep(1500); // stale, within the grace: the keys held serve
+    assert.equal(await code(v.verify(token)), "ok");
+    await sleep(1000); // past max-age + listGrace
+    assert.equal(await code(v.verify(token)), "UNAVAILABLE");
+    assert.equal(await code(v.verify(token)), "UNAVAILABLE");
+    down = false;
+    assert.equal(await code(v.verify(token)), "ok");
+  } finally {
+    proxy.rewrite = null;
+  }
 });

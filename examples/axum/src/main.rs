@@ -16,7 +16,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("AGENTID_URL").map_err(|_| "AGENTID_URL names the agentid service")?;
     let port: u16 = std::env::var("PORT").unwrap_or_else(|_| "3000".into()).parse()?;
     let issuers = std::env::var("AGENTID_ISSUERS").map_err(|_| "AGENTID_ISSUERS names the issuers")?;
-    let verifier = Verifier::builder(&url).issuers(issuers.split(',')).build()?;
+    // AGENTID_ALLOW_LOCAL=1: a service on this machine or a private network (development).
+    let allow_local = std::env::var("AGENTID_ALLOW_LOCAL").is_ok_and(|v| v == "1");
+    let verifier = Verifier::builder(&url)
+        .issuers(issuers.split(','))
+        .allow_local(allow_local)
+        .build()?;
     let app = Router::new()
         .route(
             "/orders",

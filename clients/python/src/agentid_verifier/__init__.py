@@ -13,7 +13,10 @@ receiver that names its ``audience`` accepts only access tokens for it.
 
 Keys and status lists come only from ``base_url``'s origin and are cached for as long as
 the service says (``Cache-Control``, a day at most; a list's ``ttl``), so a warm verification
-makes no network call. No redirect is followed and no answer is read past 1 MiB. Every failure
+makes no network call. Every connection is to an ``https://`` URL whose host resolves only to
+globally reachable addresses (``allow_local=True`` lifts this, for development and tests); no
+redirect is followed, no answer is read past 1 MiB, and each request ends within ``timeout``,
+the name's lookup and the TLS handshake included. Every failure
 raises a ``VerificationError`` whose ``code`` is the service's, or ``MISCONFIGURED`` when the
 service refuses the receiver's own configuration (its API key).
 """
@@ -29,12 +32,9 @@ import json
 import logging
 import math
 import re
-import socket
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -45,7 +45,7 @@ import jwt
 from cryptography.exceptions import InvalidSignature
 from jwt.algorithms import OKPAlgorithm
 
-from . import _jws
+from . import _jws, _outbound
 from . import dpop as _dpop
 from . import signed as _signed
 from .signed import SignedRequest
@@ -147,58 +147,6 @@ class Misconfigured(VerificationError):
     code = "MISCONFIGURED"
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Follows no redirect: a 3xx answer is a failure like any other."""
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        return None
-
-
-class _Watched:
-    """The sockets a request opens, shut at its deadline by a timer: a socket's timeout bounds
-    each read alone, so an answer dripped a byte at a time (its status line, its headers, a
-    TLS handshake) would otherwise hold the request for as long as it dripped."""
-
-    def __init__(self, seconds: float):
-        self.sockets: List[object] = []
-        self.timer = threading.Timer(seconds, self.shut)
-        self.timer.daemon = True
-
-    def create_connection(self, *args, **kwargs):
-        sock = socket.create_connection(*args, **kwargs)
-        self.sockets.append(sock)
-        return sock
-
-    def shut(self) -> None:
-        for sock in self.sockets:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-
-class _WatchedHandler(urllib.request.HTTPHandler, urllib.request.HTTPSHandler):
-    """Opens each connection through the request's ``_Watched`` (``req.watched``)."""
-
-    def _connection(self, base, req):
-        watched = req.watched
-
-        class Connection(base):
-            def __init__(self, *args, **kwargs):
-                super().__init__(*args, **kwargs)
-                self._create_connection = watched.create_connection
-
-        return Connection
-
-    def http_open(self, req):
-        return self.do_open(self._connection(http.client.HTTPConnection, req), req)
-
-    def https_open(self, req):
-        return self.do_open(self._connection(http.client.HTTPSConnection, req), req,
-                            context=self._context)
-
-
-_OPENER = urllib.request.build_opener(_NoRedirect, _WatchedHandler)
 _LOG = logging.getLogger("agentid_verifier")
 # Whether a Verifier without issuers was built already (the warning says so once a process).
 _warned_without_issuers = False
@@ -345,8 +293,24 @@ def printable(text: str) -> str:
     return _UNSAFE.sub(lambda m: "\\u%04x" % ord(m.group()), text)
 
 
+#: Past this, a NumericDate is refused: a float holds every second below it exactly.
+MAX_NUMERIC_DATE = 2**53
+
+
+def _numeric_date(value: object) -> bool:
+    """Whether ``value`` is a NumericDate the library takes: a JSON number (not a boolean),
+    finite, from 0 up to ``MAX_NUMERIC_DATE`` (excluded); a fraction is compared as it is."""
+    return (type(value) in (int, float) and not (isinstance(value, float) and not math.isfinite(value))
+            and 0 <= value < MAX_NUMERIC_DATE)
+
+
 def _utc(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, tz=timezone.utc)
+    """The instant ``seconds`` after 1970 names; past the last ``datetime`` holds (the year
+    9999), that one."""
+    try:
+        return datetime.fromtimestamp(seconds, tz=timezone.utc)
+    except (OverflowError, ValueError, OSError):
+        return datetime.max.replace(tzinfo=timezone.utc)
 
 
 def _max_age(cache_control: Optional[str], default: int) -> int:
@@ -452,7 +416,14 @@ class Verifier:
     token on signature and claims alone when its list cannot be had (by default such a token
     is ``UNAVAILABLE``). ``kid_refetch_interval`` bounds refetches of the keys for unknown
     ``kid``s. A test-mode token (``"livemode": false``, issued with an ``sk_test_`` key) is
-    ``TOKEN_INVALID`` unless ``allow_test``. ``timeout`` (seconds) bounds each request.
+    ``TOKEN_INVALID`` unless ``allow_test``. ``timeout`` (seconds) bounds each request, whole:
+    the name's lookup, the connection, the TLS handshake and the answer.
+
+    Every connection (``base_url``'s keys, lists and online checks; signature directories) is
+    to an ``https://`` URL whose host resolves only to globally reachable addresses, checked
+    once and connected to as checked (a plain ``http://`` ``base_url`` is a ``ValueError``;
+    any other URL that breaks the rule is a failed fetch, ``UNAVAILABLE``). ``allow_local``
+    lifts the rule, for development and tests: plain http and loopback/private addresses.
 
     A token bound to a key (``cnf``, DPoP) passes only through ``verify_dpop``, with a proof
     whose ``iat`` is at most ``dpop_max_skew`` seconds from now; each proof passes once.
@@ -488,12 +459,16 @@ class Verifier:
         dpop_max_skew: int = 60,
         on_refusal: Optional[Callable[[str, str], None]] = None,
         audience: Optional[object] = None,
+        allow_local: bool = False,
     ):
-        if urllib.parse.urlsplit(base_url).scheme not in ("http", "https"):
-            raise ValueError(f"base_url {base_url!r} is not an http(s) URL")
+        try:
+            _outbound.check_url(base_url, allow_local)
+        except ValueError as e:
+            raise ValueError(f"base_url: {e}") from None
         if not 0 < timeout < math.inf:
             raise ValueError("timeout must be a positive number of seconds")
         self.base_url = base_url.rstrip("/")
+        self.allow_local = allow_local
         self.issuers = set(issuers) if issuers is not None else None
         if self.issuers is None:
             _warn_without_issuers(self.base_url)
@@ -555,37 +530,22 @@ class Verifier:
 
     # -- fetching ---------------------------------------------------------------------
 
-    def _send(self, req: urllib.request.Request) -> Tuple[int, object, bytes]:
-        """Sends ``req``: its status, headers and (for a 200) body. No redirect is followed,
-        no more than ``MAX_BODY_BYTES`` read, and the body must come within ``timeout``."""
+    def _send(self, url: str, headers: Mapping[str, str]) -> Tuple[int, object, bytes]:
+        """GETs ``url``: its status, headers and (for a 200) body. The connection follows
+        ``allow_local``'s rule (``https://`` to globally reachable addresses only, unless it is
+        set), no redirect is followed, no more than ``MAX_BODY_BYTES`` read, and the whole
+        request (the name's lookup, the connection, the TLS handshake, the answer) must end
+        within ``timeout``."""
         deadline = time.monotonic() + self.timeout
-        req.watched = _Watched(self.timeout)
-        req.watched.timer.start()
         try:
-            try:
-                res = _OPENER.open(req, timeout=self.timeout)
-            except urllib.error.HTTPError as e:
-                res = e  # an answer too: its status says what it is
-            with res:
-                body = bytearray()
-                while res.status == 200 and len(body) <= MAX_BODY_BYTES:
-                    chunk = res.read1(65536)
-                    if not chunk:
-                        break
-                    body += chunk
-                    if time.monotonic() > deadline:
-                        raise Unavailable(f"{req.full_url}: no whole answer within {self.timeout} s")
-                if time.monotonic() > deadline:
-                    raise Unavailable(f"{req.full_url}: no whole answer within {self.timeout} s")
-                if len(body) > MAX_BODY_BYTES:
-                    raise Unavailable(f"{req.full_url}: an answer over {MAX_BODY_BYTES} bytes")
-                return res.status, res.headers, bytes(body)
+            status, answered, body = _outbound.get(url, headers, self.timeout, self.allow_local, MAX_BODY_BYTES)
         except (OSError, http.client.HTTPException, ValueError) as e:
             if time.monotonic() > deadline:
-                raise Unavailable(f"{req.full_url}: no whole answer within {self.timeout} s") from e
-            raise Unavailable(f"{req.full_url}: {e}") from e
-        finally:
-            req.watched.timer.cancel()
+                raise Unavailable(f"{url}: no whole answer within {self.timeout} s") from e
+            raise Unavailable(f"{url}: {e}") from e
+        if len(body) > MAX_BODY_BYTES:
+            raise Unavailable(f"{url}: an answer over {MAX_BODY_BYTES} bytes")
+        return status, answered, body
 
     def _fetch(self, url: str, document: str, accept: str, fresher_than: float = float("-inf"),
                revalidate: bool = True, read: Optional[Callable[[bytes], object]] = None) -> _Document:
@@ -638,13 +598,13 @@ class Verifier:
         body ``read`` refuses."""
         held = self._docs.get(url)
         epoch = self._dropped.get(url, 0)
-        req = urllib.request.Request(url, headers={"Accept": accept})
+        asked = {"Accept": accept}
         conditional = revalidate and held is not None and bool(held.etag)
         if conditional:
-            req.add_header("If-None-Match", held.etag)
+            asked["If-None-Match"] = held.etag
         parsed = None
         try:
-            status, headers, body = self._send(req)
+            status, headers, body = self._send(url, asked)
             if status == 304 and conditional:
                 result = "not_modified"
             elif status == 200:
@@ -711,19 +671,25 @@ class Verifier:
         fetched when the kid is unknown (at once when no JWKS is held, else at most once per
         ``kid_refetch_interval``, tried or not: a stream of made-up kids fetches no more while
         the service is down). While the JWKS cannot be had (or is unusable), the keys last read
-        serve; while no usable JWKS was ever read, every check is ``UNAVAILABLE``."""
+        serve for ``list_grace`` past their freshness, as a status list does; after that the
+        check waits for a fetch, and is ``UNAVAILABLE`` when it fails. While no usable JWKS was
+        ever read, every check is ``UNAVAILABLE``."""
         url = f"{self.base_url}/.well-known/jwks.json"
+        now = time.monotonic()
         held = self._docs.get(url)
-        stale = held is None or held.fresh_until <= time.monotonic()
+        stale = held is None or held.fresh_until <= now
+        last = self._keys_doc
+        # The keys last read, past their freshness and the grace: no longer an answer.
+        spent = last is not None and last.fresh_until + self.list_grace <= now
         unknown = kid not in self._keys
-        if unknown and (held is None or time.monotonic() - self._last_key_fetch >= self.kid_refetch_interval):
-            # Nothing held answers for this kid: it waits for the fetch.
+        if spent or (unknown and (held is None or now - self._last_key_fetch >= self.kid_refetch_interval)):
+            # Nothing held answers for this kid (or for any, past the grace): it waits for the fetch.
             if _WARM_ONLY.get():
                 raise Cold(url)  # before the budget is spent: the fetch is the retry's to make
             try:
-                self._load_keys(url, fresher_than=time.monotonic())
+                self._load_keys(url, fresher_than=time.monotonic() if unknown else float("-inf"))
             except Unavailable:
-                if self._keys_doc is None:
+                if self._keys_doc is None or spent:
                     raise  # else the keys last read answer: this kid is not one of them
             finally:
                 self._last_key_fetch = time.monotonic()
@@ -766,8 +732,8 @@ class Verifier:
                 raise TokenInvalid(f"the {name} claim is missing")
         now = time.time()
         for name in ("exp", "iat", "nbf"):
-            if name in claims and type(claims[name]) not in (int, float):
-                raise TokenInvalid(f"the {name} claim is not a number")
+            if name in claims and not _numeric_date(claims[name]):
+                raise TokenInvalid(f"the {name} claim is not a NumericDate (a number from 0 to 2**53)")
         if "exp" in claims and claims["exp"] <= now - self.leeway:
             raise TokenExpired("the token has expired")
         if "nbf" in claims and claims["nbf"] > now + self.leeway:
@@ -830,7 +796,7 @@ class Verifier:
         """The status at ``idx`` of the list at ``uri`` (1: revoked); ``None`` when the list
         cannot be had and ``fail_open`` is set."""
         prefix = f"{self.base_url}/v1/status/"
-        if not uri.startswith(prefix) or "/" in uri[len(prefix):] or "?" in uri:
+        if not uri.startswith(prefix) or "/" in uri[len(prefix):] or "?" in uri or "#" in uri:
             raise TokenInvalid(f"status list {uri!r} is not one of {self.base_url}")
         held = self._lists.get(uri)
         usable = held is not None and not self._expired(held)
@@ -857,8 +823,9 @@ class Verifier:
         if not isinstance(issuer, str) or (self.issuers is not None and issuer not in self.issuers):
             raise TokenInvalid(f"issuer {issuer!r} is not accepted")
         live = self._livemode(livemode)
-        if not isinstance(agent_id, str) or not isinstance(granted, list):
-            raise TokenInvalid("malformed sub or scopes")
+        if (not isinstance(agent_id, str) or not isinstance(granted, list)
+                or not all(isinstance(s, str) for s in granted)):
+            raise TokenInvalid("malformed sub or scopes (an array of strings)")
         if agent_id in self._revoked:
             raise TokenRevoked("revoked (a pushed event)")
         return live
@@ -924,8 +891,8 @@ class Verifier:
         agent_id = client_id or claims["sub"]
         livemode = self._admit(agent_id, issuer, granted, claims.get("livemode", True))
         self._admit_chain(subject, actors, claims["iat"])
-        status = claims.get("status")
-        if status is not None:
+        if "status" in claims:
+            status = claims["status"]  # present, it must be one (null is no status list)
             try:
                 idx, uri = status["status_list"]["idx"], status["status_list"]["uri"]
             except (KeyError, TypeError) as e:
@@ -967,7 +934,8 @@ class Verifier:
         token's claims (an access token is one of this service, for its agent); the audience
         held to ``audience``."""
         aud = claims.get("aud")
-        audience = tuple(aud) if isinstance(aud, list) else (aud,) if aud is not None else ()
+        # Present, it is a string or an array of strings: null is malformed, not absent.
+        audience = tuple(aud) if isinstance(aud, list) else (aud,) if "aud" in claims else ()
         if not all(isinstance(a, str) for a in audience):
             raise TokenInvalid("malformed aud")
         if access:
@@ -984,7 +952,7 @@ class Verifier:
         else:
             if "client_id" in claims or "scope" in claims:
                 raise TokenInvalid("an agent token with an access token's claims")
-            issuer, granted, client_id = claims.get("iss"), claims.get("scopes") or [], None
+            issuer, granted, client_id = claims.get("iss"), claims.get("scopes", []), None
         if self.audience is not None and not any(a in self.audience for a in audience):
             raise TokenInvalid(f"a token for {list(audience) or 'no audience'}, not for {list(self.audience)}")
         return issuer, granted, audience, client_id
@@ -1007,10 +975,10 @@ class Verifier:
         ``verify`` does. A refused ``key`` is ``MISCONFIGURED``; a token bound to a key is
         ``PROOF_INVALID`` (it needs its proof: ``verify_dpop``)."""
         url = f"{self.base_url}/v1/verify/{urllib.parse.quote(_sized(token), safe='')}"
-        req = urllib.request.Request(url, headers={"Accept": "application/json"})
+        asked = {"Accept": "application/json"}
         if key:
-            req.add_header("Authorization", f"Bearer {key}")
-        status, _, body = self._send(req)
+            asked["Authorization"] = f"Bearer {key}"
+        status, _, body = self._send(url, asked)
         if status in (401, 403):
             raise Misconfigured(f"the service refused the API key ({status})")
         if status != 200:
@@ -1193,6 +1161,9 @@ class Verifier:
         if claims["iss"] != self.base_url:
             raise TokenInvalid(f"a SET of {claims['iss']!r}, not of {self.base_url!r}")
         aud = claims.get("aud")
+        if "aud" in claims and not (isinstance(aud, str) or (isinstance(aud, list)
+                                                             and all(isinstance(a, str) for a in aud))):
+            raise TokenInvalid("malformed aud (a string or an array of strings)")
         if self.set_audience is not None and self.set_audience not in (aud if isinstance(aud, list) else [aud]):
             raise TokenInvalid(f"a SET for {aud!r}, not for {self.set_audience!r}")
         jti, events = claims["jti"], claims.get("events")

@@ -89,7 +89,10 @@ class Parsed(NamedTuple):
 
 
 def parse(jws: str) -> Parsed:
-    """A compact JWS whose header and payload are JSON objects; ``ValueError`` otherwise."""
+    """A compact JWS whose header and payload are JSON objects, its header naming no critical
+    extension; ``ValueError`` otherwise. A ``crit`` header (RFC 7515 §4.1.11) names extensions
+    a recipient must understand, and none is understood here: whatever it names, the JWS is
+    refused."""
     parts = jws.split(".")
     if len(parts) != 3:
         raise ValueError(f"{len(parts)} parts, not 3")
@@ -98,4 +101,6 @@ def parse(jws: str) -> Parsed:
     claims = json_value(b64url(payload).decode())
     if not isinstance(header, dict) or not isinstance(claims, dict):
         raise ValueError("the header and the claims must be JSON objects")
+    if "crit" in header:
+        raise ValueError("its header names critical extensions (crit), which are not understood here")
     return Parsed(header, claims, jws[: len(head) + 1 + len(payload)].encode(), b64url(signature))

@@ -317,7 +317,10 @@ mod tests {
     #[tokio::test]
     async fn a_held_directory_is_read_once() {
         let url = serve_directory();
-        let v = Verifier::builder("http://127.0.0.1:9").build().unwrap();
+        let v = Verifier::builder("http://127.0.0.1:9")
+            .allow_local(true)
+            .build()
+            .unwrap();
         let first = v.key_ring(&url).await.unwrap();
         let again = v.key_ring(&url).await.unwrap();
         assert!(Arc::ptr_eq(&first, &again), "the held directory was read again");

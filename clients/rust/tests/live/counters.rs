@@ -65,7 +65,7 @@ async fn verifications_and_fetches_are_counted() {
     let (s, p) = proxied();
     let (_, token) = s.register(json!({}));
     let (_, other) = s.register(json!({}));
-    let v = Verifier::builder(&p.url).build().unwrap();
+    let v = Verifier::builder(&p.url).allow_local(true).build().unwrap();
     assert_eq!(code(v.verify(&token).await), "ok");
     assert_eq!(code(v.verify_with_scopes(&token, &["read:orders"]).await), "ok");
     assert_eq!(

@@ -71,6 +71,7 @@ async fn a_delegated_token_names_the_person_and_the_chain() {
     let a = confidential(&s, &["tools:call", "read:docs"]);
     let b = confidential(&s, &["tools:call"]);
     let v = Verifier::builder(&s.base)
+        .allow_local(true)
         .issuers(["example.com"])
         .audience(API)
         .build()
@@ -115,7 +116,7 @@ async fn a_delegated_token_names_the_person_and_the_chain() {
 
     // A token that acts for nobody has no subject; the layer's `delegated` refuses it.
     let (_, plain) = s.register(json!({"scopes": ["tools:call"]}));
-    let anyone = Verifier::builder(&s.base).build().unwrap();
+    let anyone = Verifier::builder(&s.base).allow_local(true).build().unwrap();
     assert!(!anyone.verify(&plain).await.unwrap().delegated());
     #[cfg(feature = "tower")]
     {
@@ -147,7 +148,11 @@ async fn a_person_revoked_by_a_pushed_event_is_refused_offline() {
     let s = Server::start();
     let idp = trusted_idp(&s);
     let a = confidential(&s, &["tools:call"]);
-    let v = Verifier::builder(&s.base).audience(API).build().unwrap();
+    let v = Verifier::builder(&s.base)
+        .allow_local(true)
+        .audience(API)
+        .build()
+        .unwrap();
     let token = exchange(&s, &a, &id_token(&idp, "carol", &a.0), API, ID_TOKEN);
     assert!(v.verify(&token).await.unwrap().delegated());
     let stream = s.set_stream(json!({}));
@@ -172,7 +177,11 @@ async fn a_flood_of_person_revocations_brings_no_revoked_token_back() {
     let s = Server::start();
     let idp = trusted_idp(&s);
     let a = confidential(&s, &["tools:call"]);
-    let v = Verifier::builder(&s.base).audience(API).build().unwrap();
+    let v = Verifier::builder(&s.base)
+        .allow_local(true)
+        .audience(API)
+        .build()
+        .unwrap();
     let token = exchange(&s, &a, &id_token(&idp, "carol", &a.0), API, ID_TOKEN);
     let stream = s.set_stream(json!({}));
     s.call(

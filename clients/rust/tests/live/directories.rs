@@ -45,6 +45,7 @@ async fn requests_that_need_a_directory_together_share_one_fetch() {
     let (_s, p) = proxied();
     let fetches = count_directories(&p, Duration::from_millis(300), |s, h, b| (s, h, b));
     let v = Verifier::builder(&p.url)
+        .allow_local(true)
         .issuers(["example.com"])
         .build()
         .unwrap();
@@ -71,6 +72,7 @@ async fn a_failed_fetch_of_a_directory_not_held_is_not_repeated_at_once() {
     let (_s, p) = proxied();
     let fetches = count_directories(&p, Duration::ZERO, |_, _, _| (429, Vec::new(), Vec::new()));
     let v = Verifier::builder(&p.url)
+        .allow_local(true)
         .issuers(["example.com"])
         .build()
         .unwrap();
@@ -124,7 +126,7 @@ async fn a_directory_is_read_up_to_its_first_1000_keys() {
         let kind = "application/http-message-signatures-directory+json";
         (200, vec![("content-type".into(), kind.into())], body)
     });
-    let v = Verifier::builder(&p.url).build().unwrap();
+    let v = Verifier::builder(&p.url).allow_local(true).build().unwrap();
     let mut got = Vec::new();
     for name in ["last", "past"] {
         let directory = format!("{}/third-party/{name}", p.url);
@@ -149,6 +151,7 @@ async fn an_endless_list_grace_holds_a_directory_without_panicking() {
     });
     let (_, key) = signing_agent(&s);
     let v = Verifier::builder(&p.url)
+        .allow_local(true)
         .list_grace(Duration::MAX)
         .build()
         .unwrap();
@@ -168,6 +171,7 @@ async fn an_endless_leeway_takes_a_signed_request_without_panicking() {
     let (_, key) = signing_agent(&s);
     let (_, token) = s.register(json!({}));
     let v = Verifier::builder(&p.url)
+        .allow_local(true)
         .leeway(Duration::MAX)
         .list_grace(Duration::MAX)
         .build()

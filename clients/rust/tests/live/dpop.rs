@@ -167,7 +167,7 @@ pub(super) fn bound(s: &Server, jwk: Value) -> (String, String) {
 #[tokio::test(flavor = "current_thread")]
 async fn panva_proofs_pass_once_offline_and_online() {
     let s = Server::start();
-    let v = Verifier::builder(&s.base).build().unwrap();
+    let v = Verifier::builder(&s.base).allow_local(true).build().unwrap();
     for alg in ["Ed25519", "ES256"] {
         let agent = Panva::new(alg);
         let (id, token) = bound(&s, agent.jwk());
@@ -202,7 +202,7 @@ async fn panva_proofs_pass_once_offline_and_online() {
 #[tokio::test(flavor = "current_thread")]
 async fn forged_foreign_stale_and_oversized_proofs_are_refused() {
     let s = Server::start();
-    let v = Verifier::builder(&s.base).build().unwrap();
+    let v = Verifier::builder(&s.base).allow_local(true).build().unwrap();
     let (agent, thief, es) = (Agent::ed(), Agent::ed_from(3), Agent::es());
     let (_, token) = bound(&s, agent.jwk());
     let (_, other) = bound(&s, agent.jwk());
@@ -301,7 +301,7 @@ async fn forged_foreign_stale_and_oversized_proofs_are_refused() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_revoked_agent_is_revoked_whatever_its_proof() {
     let s = Server::start();
-    let v = Verifier::builder(&s.base).build().unwrap();
+    let v = Verifier::builder(&s.base).allow_local(true).build().unwrap();
     let agent = Agent::ed_from(9);
     let (id, token) = bound(&s, agent.jwk());
     v.verify_dpop(&token, Some(&agent.proof(&token)), "GET", URL, &[])
@@ -330,7 +330,7 @@ async fn the_tower_layer_takes_dpop_and_refuses_as_rfc_9449_says() {
     use super::ECHO;
 
     let s = Server::start();
-    let v = Verifier::builder(&s.base).build().unwrap();
+    let v = Verifier::builder(&s.base).allow_local(true).build().unwrap();
     let agent = Panva::new("ES256");
     let (id, token) = bound(&s, agent.jwk());
     let call = |uri: &str, headers: Vec<(&str, String)>, origin: Option<&str>| {
@@ -427,7 +427,7 @@ async fn the_tower_layer_takes_dpop_and_refuses_as_rfc_9449_says() {
 #[tokio::test(flavor = "current_thread")]
 async fn proofs_that_expired_or_name_critical_extensions_are_refused() {
     let s = Server::start();
-    let v = Verifier::builder(&s.base).build().unwrap();
+    let v = Verifier::builder(&s.base).allow_local(true).build().unwrap();
     let agent = Agent::ed();
     let (_, token) = bound(&s, agent.jwk());
     let now = now() as i64;
@@ -462,6 +462,7 @@ async fn the_refusal_hook_hears_no_raw_controls() {
     let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let into = heard.clone();
     let v = Verifier::builder(&s.base)
+        .allow_local(true)
         .on_refusal(move |_, reason| into.lock().unwrap().push(reason.to_owned()))
         .build()
         .unwrap();

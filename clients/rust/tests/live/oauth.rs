@@ -70,6 +70,7 @@ async fn a_token_for_one_receiver_fails_at_another() {
     let (id, key) = client(&s, &["tools:call", "read:docs"]);
     let token = access_token(&s, &id, &key, &[API_A], Some("tools:call"));
     let a = Verifier::builder(&s.base)
+        .allow_local(true)
         .issuers(["example.com"])
         .audience(API_A)
         .build()
@@ -81,7 +82,11 @@ async fn a_token_for_one_receiver_fails_at_another() {
     assert_eq!(agent.scopes, ["tools:call"]);
     assert_eq!(agent.issuer, "example.com");
     assert_eq!(agent.claims["iss"], s.base.as_str());
-    let b = Verifier::builder(&s.base).audience(API_B).build().unwrap();
+    let b = Verifier::builder(&s.base)
+        .allow_local(true)
+        .audience(API_B)
+        .build()
+        .unwrap();
     assert_eq!(code(b.verify(&token).await), "TOKEN_INVALID");
     assert_eq!(code(b.verify_online(&token, None, &[]).await), "TOKEN_INVALID");
     assert_eq!(
@@ -91,7 +96,7 @@ async fn a_token_for_one_receiver_fails_at_another() {
     // An agent token names no audience: a receiver that names one refuses it.
     let (_, agent_token) = s.register(json!({}));
     assert_eq!(code(a.verify(&agent_token).await), "TOKEN_INVALID");
-    let anyone = Verifier::builder(&s.base).build().unwrap();
+    let anyone = Verifier::builder(&s.base).allow_local(true).build().unwrap();
     assert!(anyone.verify(&agent_token).await.unwrap().audience.is_empty());
     // Several resources: any of the receiver's names does.
     let both = access_token(&s, &id, &key, &[API_A, API_B], None);
@@ -99,6 +104,7 @@ async fn a_token_for_one_receiver_fails_at_another() {
     assert_eq!(
         code(
             Verifier::builder(&s.base)
+                .allow_local(true)
                 .issuers(["other.example"])
                 .build()
                 .unwrap()
@@ -132,7 +138,11 @@ async fn the_tower_layer_names_and_serves_resource_metadata() {
     use tower_service::Service;
 
     let s = Server::start();
-    let v = Verifier::builder(&s.base).audience(API_A).build().unwrap();
+    let v = Verifier::builder(&s.base)
+        .allow_local(true)
+        .audience(API_A)
+        .build()
+        .unwrap();
     let metadata = ResourceMetadata::new(&v, API_A)
         .unwrap()
         .scopes_supported(["tools:call"]);

@@ -59,7 +59,7 @@ pub(super) fn signed(key: &SigningKey, url: &str, agent: &str) -> Vec<(String, S
 async fn a_signed_request_is_checked_offline_against_the_agents_directory() {
     let s = Server::start();
     let (id, key) = signing_agent(&s);
-    let v = Verifier::builder(&s.base).build().unwrap();
+    let v = Verifier::builder(&s.base).allow_local(true).build().unwrap();
     let directory = format!("{}/v1/directories/example.com", s.base);
     let url = "https://shop.example/products/1";
     let headers = signed(&key, url, &directory);
@@ -109,7 +109,7 @@ async fn a_signed_request_is_checked_offline_against_the_agents_directory() {
     }
     // Revoked: gone from the directory, seen at the next fetch.
     s.revoke(&id);
-    let later = Verifier::builder(&s.base).build().unwrap();
+    let later = Verifier::builder(&s.base).allow_local(true).build().unwrap();
     let headers = signed(&key, url, &directory);
     assert_eq!(
         code(later.verify_request("GET", url, &headers, &[]).await),
@@ -126,7 +126,10 @@ async fn rfc_9421s_test_key_counts_for_nothing() {
         .unwrap();
     let key = SigningKey::from_bytes(&d.try_into().unwrap());
     let dead = "http://127.0.0.1:9/directory";
-    let v = Verifier::builder("http://127.0.0.1:9").build().unwrap();
+    let v = Verifier::builder("http://127.0.0.1:9")
+        .allow_local(true)
+        .build()
+        .unwrap();
     let headers = signed(&key, "https://shop.example/", dead);
     let err = v
         .verify_request("GET", "https://shop.example/", &headers, &[dead])
@@ -142,7 +145,11 @@ async fn rfc_9421s_test_key_counts_for_nothing() {
 async fn a_directory_of_an_issuer_not_accepted_is_never_fetched() {
     let base = "http://127.0.0.1:9";
     let key = SigningKey::from_bytes(&[5; 32]);
-    let v = Verifier::builder(base).issuers(["example.com"]).build().unwrap();
+    let v = Verifier::builder(base)
+        .allow_local(true)
+        .issuers(["example.com"])
+        .build()
+        .unwrap();
     let headers = signed(
         &key,
         "https://shop.example/",
@@ -165,7 +172,7 @@ async fn a_pushed_revocation_drops_the_issuers_directory_at_once() {
     let s = Server::start();
     let stream = s.set_stream(json!({}));
     let (id, key) = signing_agent(&s);
-    let v = Verifier::builder(&s.base).build().unwrap();
+    let v = Verifier::builder(&s.base).allow_local(true).build().unwrap();
     let directory = format!("{}/v1/directories/example.com", s.base);
     let url = "https://shop.example/";
     let first = signed(&key, url, &directory);
@@ -191,7 +198,7 @@ async fn the_tower_layer_takes_a_signed_request_in_place_of_a_token() {
 
     let s = Server::start();
     let (_, key) = signing_agent(&s);
-    let v = Verifier::builder(&s.base).build().unwrap();
+    let v = Verifier::builder(&s.base).allow_local(true).build().unwrap();
     let directory = format!("{}/v1/directories/example.com", s.base);
     // The service answers with the issuer of the signature the layer put in the extensions.
     let issuer = super::Reply(|req| {
@@ -262,6 +269,7 @@ async fn a_stale_directory_whose_fetch_failed_lately_serves_at_once_within_the_g
         }
     });
     let v = Verifier::builder("http://127.0.0.1:9")
+        .allow_local(true)
         .timeout(Duration::from_millis(500))
         .build()
         .unwrap();
