@@ -546,6 +546,50 @@ async fn a_long_poll_delivers_nothing_once_its_stream_is_paused() {
     assert_eq!(res.json()["sets"].as_object().unwrap().len(), 1, "{}", res.text());
 }
 
+/// Attack: long polls opened on one stream without end, each waiting its 30 s and reading
+/// the store four times a second. A receiver waits in one poll at a time: a newer poll takes
+/// over the wait, and the older answers at once (a client that gave up on its poll is not
+/// kept waiting by it either).
+#[actix_web::test]
+async fn a_newer_long_poll_of_a_stream_takes_over_the_wait() {
+    let app = spawn_app().await;
+    let created = poll_stream(&app).await;
+    let id = created["stream_id"].as_str().unwrap().to_owned();
+    let token = created["poll_token"].as_str().unwrap().to_owned();
+    let path = format!("/ssf/poll/{id}");
+    let (agent, _) = app.agent().await;
+    let older = send(&app, "POST", &path, Some(&token), Some(json!({})));
+    let newer = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        send(&app, "POST", &path, Some(&token), Some(json!({}))).await
+    };
+    let started = Instant::now();
+    tokio::pin!(newer);
+    let res = tokio::select! {
+        res = older => res,
+        res = &mut newer => panic!("the newer poll answered first: {}", res.text()),
+    };
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.json()["sets"], json!({}));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // The newer poll waits on, and delivers the next event.
+    let revoked = async {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert_eq!(app.revoke(&agent, None).await.status, 200);
+    };
+    let (res, ()) = tokio::join!(newer, revoked);
+    assert_eq!(res.json()["sets"].as_object().unwrap().len(), 1, "{}", res.text());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 /// Attack: subjects added without end (every agent of the organization, and more rows a
 /// stream would hold). A stream holds at most 10,000; an added one already there answers as
 /// before.

@@ -152,6 +152,9 @@ pub struct Ssf {
     passes: Arc<tokio::sync::Semaphore>,
     /// The instance is stopping: no stream is leased, and a pass ends after its current push.
     stopping: std::sync::atomic::AtomicBool,
+    /// The long polls waiting on this instance: the turn of each stream's newest one
+    /// ([`poll::Waiting`]).
+    waiting: poll::Waiting,
 }
 
 impl Ssf {
@@ -170,6 +173,7 @@ impl Ssf {
             outbound,
             wake: Notify::new(),
             stopping: std::sync::atomic::AtomicBool::new(false),
+            waiting: poll::Waiting::default(),
             cfg,
         }
     }

@@ -1,12 +1,59 @@
 //! The SET of an event, signed when it is sent, and poll delivery (RFC 8936).
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
 use super::{Ssf, SsfError, POLL_WAIT, SESSION_REVOKED, VERIFICATION};
 use agentid_core::domain::{Millis, StreamId};
 use agentid_store::{SsfEvent, StreamRecord};
+
+/// The long polls waiting on this instance, by stream: the turn of the newest (polls that
+/// began, counted). A receiver waits in one poll at a time (RFC 8936), so a newer poll of the
+/// same stream supersedes an older one, which answers at once what is pending: however many
+/// polls a stream's token opens, it holds one waiting here, and the store one stream's reads.
+/// A receiver whose client gave up on a poll (a shorter timeout than the wait) is not kept
+/// from waiting by its own abandoned poll.
+#[derive(Default)]
+pub(crate) struct Waiting(Mutex<HashMap<StreamId, u64>>);
+
+/// A poll's turn to wait on its stream, given up when it ends.
+struct Turn<'a> {
+    waiting: &'a Waiting,
+    stream: StreamId,
+    turn: u64,
+}
+
+impl Waiting {
+    fn take(&self, stream: &StreamId) -> Turn<'_> {
+        let mut held = self.0.lock();
+        let turn = held.get(stream).map_or(0, |t| t.wrapping_add(1));
+        held.insert(stream.clone(), turn);
+        Turn {
+            waiting: self,
+            stream: stream.clone(),
+            turn,
+        }
+    }
+}
+
+impl Turn<'_> {
+    /// Whether a newer poll of the stream took over.
+    fn superseded(&self) -> bool {
+        self.waiting.0.lock().get(&self.stream) != Some(&self.turn)
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        let mut held = self.waiting.0.lock();
+        if held.get(&self.stream) == Some(&self.turn) {
+            held.remove(&self.stream);
+        }
+    }
+}
 
 impl Ssf {
     /// The SET of an event, signed now.
@@ -44,7 +91,7 @@ impl Ssf {
 
     /// A poll (RFC 8936): acknowledges `ack` (and `set_errs`, which the receiver also has
     /// done with), then answers up to `max` pending SETs, waiting for one up to `POLL_WAIT`
-    /// unless `immediately`.
+    /// unless `immediately`, or until a newer poll of the stream waits instead ([`Waiting`]).
     pub async fn poll(
         &self,
         id: &StreamId,
@@ -71,13 +118,16 @@ impl Ssf {
             metrics::counter!("agentid_ssf_deliveries_total", "outcome" => "acknowledged").increment(n);
         }
         let started = Instant::now();
+        let turn = (!immediately).then(|| self.waiting.take(id));
         loop {
             let events = if stream.status == "enabled" {
                 self.store.pending_events(id, max + 1).await?
             } else {
                 Vec::new()
             };
-            if !events.is_empty() || immediately || started.elapsed() >= POLL_WAIT {
+            let done =
+                immediately || started.elapsed() >= POLL_WAIT || turn.as_ref().is_some_and(Turn::superseded);
+            if !events.is_empty() || done {
                 let more = events.len() > max as usize;
                 let now = Millis::now();
                 let sets = events
