@@ -378,6 +378,83 @@ async fn the_whole_list_is_sent_as_it_is_read() {
     assert_eq!(res.json(), json!([]));
 }
 
+/// Attack: unpaged lists asked for and never read. Each is sent as its reader takes it, so
+/// it held its connection and a page of up to 1,000 agents (megabytes, with long scopes) for
+/// as long as the reader liked, and an organization could open one per call it may make. At
+/// most `MAX_OPEN_LISTINGS` are open at once per organization on an instance; paged lists are
+/// not counted, and a list closed frees its place.
+#[actix_web::test]
+async fn an_organization_holds_a_bounded_number_of_unread_lists() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = spawn_app_with(Options::unlimited()).await;
+    // 800 agents of 64 scopes of 120 characters (written straight into the store: no token
+    // holds that many), about 7 MB of JSON: more than the connection's buffers take unread.
+    let scopes = serde_json::to_string(
+        &(0..64)
+            .map(|i| format!("s{i:02}:{}", "x".repeat(116)))
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let rows = |id: &str| {
+        format!(
+            "INSERT INTO agents (id, org_id, mode, name, issuer_domain, description, scopes, created_at, \
+             issued_at, expires_at) SELECT {id}, '{org}', 'live', 'bulk', 'example.com', '', '{scopes}', 1, 1, \
+             4102444800000",
+            org = app.org.org_id
+        )
+    };
+    let insert = if app.db.is_postgres() {
+        rows("'agt_01jd' || lpad(i::text, 22, '0')") + " FROM generate_series(1, 800) AS i"
+    } else {
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 800) ".to_owned()
+            + &rows("'agt_01jd' || substr('0000000000000000000000' || i, -22)")
+            + " FROM n"
+    };
+    assert_eq!(app.raw_execute(&insert).await.unwrap(), 800);
+    let addr = app.base.trim_start_matches("http://").to_owned();
+    let ask = format!(
+        "GET /v1/agents HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\n\r\n",
+        app.secret()
+    );
+    // Unread lists: each connection reads the answer's first bytes, then nothing more.
+    let mut unread = Vec::new();
+    for _ in 0..agentid::engine::MAX_OPEN_LISTINGS {
+        let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        c.write_all(ask.as_bytes()).await.unwrap();
+        let mut head = [0u8; 12];
+        c.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200", "{}", String::from_utf8_lossy(&head));
+        unread.push(c);
+    }
+    let res = app.get("/v1/agents", Some(app.secret())).await;
+    res.assert_error(429, "RATE_LIMITED");
+    assert!(res.header("retry-after").is_some());
+    let paged = app.get("/v1/agents?limit=5", Some(app.secret())).await;
+    assert_eq!(paged.status, 200, "{}", paged.text());
+    // Another organization's lists are its own.
+    let other = crate::delegation::org_b(&app).await;
+    assert_eq!(
+        app.get("/v1/agents", Some(&other.keys.secret_live)).await.status,
+        200
+    );
+    // One reader gone: its place is free once the instance sees it go.
+    drop(unread.pop());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let res = app.get("/v1/agents", Some(app.secret())).await;
+        if res.status == 200 {
+            assert!(res.json().as_array().unwrap().len() >= 800);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no place freed: {}",
+            res.text()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
 #[actix_web::test]
 async fn list_and_get_show_the_spec_fields() {
     let app = spawn_app().await;

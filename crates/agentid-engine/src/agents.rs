@@ -1,13 +1,14 @@
 //! The issuer's use cases: register an agent (with its status place, under an issuer domain
 //! its organization holds), read and list agents, issue a token, revoke for good.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 
 use agentid_core::domain::{
-    new_id, AgentFields, AgentId, IdPrefix, KeyMode, ListId, Millis, RevokeReason, StatusPlace,
+    new_id, AgentFields, AgentId, IdPrefix, KeyMode, ListId, Millis, OrgId, RevokeReason, StatusPlace,
 };
 use agentid_core::keys::SigningKeys;
 use agentid_core::token::dpop::PublicJwk;
@@ -41,6 +42,33 @@ impl std::fmt::Debug for Registration {
 
 /// How a client secret begins (`cs_`, then 256 random bits in base64url).
 pub const CLIENT_SECRET_PREFIX: &str = "cs_";
+
+/// Unpaged agent lists an organization may have open at once on an instance. Each is sent
+/// a page at a time as its reader takes it, so one read slowly (or not at all) holds its
+/// connection and a page of up to 1,000 agents for as long as its reader likes.
+pub const MAX_OPEN_LISTINGS: usize = 4;
+
+/// The unpaged lists open on an instance, counted by organization.
+#[derive(Default)]
+pub(crate) struct Listings(parking_lot::Mutex<HashMap<OrgId, usize>>);
+
+/// An open unpaged list of an organization's agents: counted until dropped.
+pub struct Listing {
+    listings: Arc<Listings>,
+    org: OrgId,
+}
+
+impl Drop for Listing {
+    fn drop(&mut self) {
+        let mut open = self.listings.0.lock();
+        if let Some(n) = open.get_mut(&self.org) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.org);
+            }
+        }
+    }
+}
 /// How long the secret a new one replaces stays valid: time to roll the new one out.
 pub const PREVIOUS_SECRET_VALID: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
@@ -76,6 +104,8 @@ impl std::fmt::Debug for IssuedToken {
 
 pub struct Agents {
     pub(crate) store: SharedStore,
+    /// The unpaged lists open on this instance, by organization.
+    pub(crate) listings: Arc<Listings>,
     pub(crate) signing: Arc<SigningKeys>,
     pub(crate) registry: Arc<Registry>,
     pub(crate) status: Arc<StatusLists>,
@@ -198,6 +228,23 @@ impl Agents {
 
     /// The caller's agents, newest first: after the agent `before` when given, up to `limit`
     /// when given.
+    /// Opens an unpaged list of the caller's agents, one of at most [`MAX_OPEN_LISTINGS`] of
+    /// its organization at once on this instance (paged lists are not counted).
+    pub fn open_listing(&self, caller: &Caller) -> Result<Listing, EngineError> {
+        let mut open = self.listings.0.lock();
+        let n = open.entry(caller.org.id.clone()).or_insert(0);
+        if *n >= MAX_OPEN_LISTINGS {
+            return Err(EngineError::TooManyListings {
+                max: MAX_OPEN_LISTINGS,
+            });
+        }
+        *n += 1;
+        Ok(Listing {
+            listings: self.listings.clone(),
+            org: caller.org.id.clone(),
+        })
+    }
+
     pub async fn list(
         &self,
         caller: &Caller,

@@ -41,7 +41,9 @@ use agentid_store::{LogPage, LogQuery, SharedStore};
 
 use agentid_core::domain::holding::NotCovered;
 pub use agentid_store::StoreError;
-pub use agents::{Agents, Binding, IssuedToken, Registration, CLIENT_SECRET_PREFIX};
+pub use agents::{
+    Agents, Binding, IssuedToken, Listing, Registration, CLIENT_SECRET_PREFIX, MAX_OPEN_LISTINGS,
+};
 pub use apikeys::{hash_key, Caller, KeyLookup};
 pub use audit::{AuditError, GrownLedgers, WriterConfig};
 pub use dpop::{Presented, ProofError};
@@ -76,6 +78,11 @@ pub enum EngineError {
     /// it (`elsewhere`: another organization's holding does).
     #[error("the organization does not hold the issuer domain {domain}")]
     NotHeld { domain: String, elsewhere: bool },
+    /// The organization has [`MAX_OPEN_LISTINGS`] unpaged lists open on this instance.
+    #[error(
+        "the organization has {max} unpaged agent lists open on this instance: finish one, or page with ?limit"
+    )]
+    TooManyListings { max: usize },
     #[error(transparent)]
     Store(#[from] StoreError),
 }

@@ -168,6 +168,7 @@ impl Engine {
             ),
             agents: Agents {
                 store: store.clone(),
+                listings: Arc::default(),
                 signing: signing.clone(),
                 registry: registry.clone(),
                 status: status.clone(),

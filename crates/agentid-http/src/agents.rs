@@ -244,6 +244,7 @@ pub(crate) struct ListParams {
         (status = 200, description = "The caller's agents (this key's mode), newest first: all of them (sent as they are read, 1,000 at a time: a store failure past the first thousand cuts the array off, which a client sees as JSON that does not parse), or a page of `limit` with a `Link: <…>; rel=\"next\"` header (RFC 8288) while more follow", body = Vec<AgentSummary>,
          headers(("Link" = String, description = "The next page, when there is one"))),
         (status = 400, description = "VALIDATION_ERROR (limit) or INVALID_CURSOR", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED: the organization's rate limit, or 4 unpaged lists of the organization being sent on this instance already (Retry-After; a paged list is not counted)", body = ErrorBody),
     ),
 )]
 pub async fn list(
@@ -263,7 +264,8 @@ pub async fn list(
         verification_count: a.verification_count,
     };
     if params.limit.is_none() && params.cursor.is_none() {
-        return streamed(state.engine.clone(), caller, summary).await;
+        let listing = state.engine.agents().open_listing(&caller)?;
+        return streamed(state.engine.clone(), caller, listing, summary).await;
     }
     let limit = super::input::page_limit(params.limit.as_deref())?;
     let ledger = Ledger {
@@ -322,6 +324,7 @@ const STREAMED_PAGE: u32 = 1000;
 async fn streamed(
     engine: std::sync::Arc<agentid_engine::Engine>,
     caller: std::sync::Arc<agentid_engine::Caller>,
+    listing: agentid_engine::Listing,
     summary: impl Fn(AgentRecord) -> AgentSummary + Clone + 'static,
 ) -> Result<HttpResponse, ApiError> {
     let first = engine.agents().list(&caller, None, Some(STREAMED_PAGE)).await?;
@@ -330,6 +333,8 @@ async fn streamed(
     let pages = futures_util::stream::unfold(
         (Some(first), None::<AgentId>, false),
         move |(held, before, done)| {
+            // Counted among the organization's open lists for as long as the answer is.
+            let _open = &listing;
             let (engine, caller) = (engine.clone(), caller.clone());
             let summary = summary.clone();
             async move {

@@ -248,6 +248,8 @@ impl From<EngineError> for ApiError {
                 ),
             ),
             EngineError::NotHeld { domain, elsewhere } => not_held(&domain, elsewhere),
+            e @ EngineError::TooManyListings { .. } => ApiError::new(ErrorCode::RateLimited, e.to_string())
+                .with_header(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECONDS)),
             EngineError::Store(s) => s.into(),
         }
     }
