@@ -226,8 +226,6 @@ impl Agents {
         }
     }
 
-    /// The caller's agents, newest first: after the agent `before` when given, up to `limit`
-    /// when given.
     /// Opens an unpaged list of the caller's agents, one of at most [`MAX_OPEN_LISTINGS`] of
     /// its organization at once on this instance (paged lists are not counted).
     pub fn open_listing(&self, caller: &Caller) -> Result<Listing, EngineError> {
@@ -245,6 +243,8 @@ impl Agents {
         })
     }
 
+    /// The caller's agents, newest first: after the agent `before` when given, up to `limit`
+    /// when given.
     pub async fn list(
         &self,
         caller: &Caller,

@@ -17,7 +17,15 @@ use agentid_store::{SsfEvent, StreamRecord};
 /// A receiver whose client gave up on a poll (a shorter timeout than the wait) is not kept
 /// from waiting by its own abandoned poll.
 #[derive(Default)]
-pub(crate) struct Waiting(Mutex<HashMap<StreamId, u64>>);
+pub(crate) struct Waiting(Mutex<Turns>);
+
+/// The newest poll's turn of each stream, and the next turn to give: never one given before,
+/// so a poll whose stream's entry went and came back is not taken for the newest.
+#[derive(Default)]
+struct Turns {
+    newest: HashMap<StreamId, u64>,
+    next: u64,
+}
 
 /// A poll's turn to wait on its stream, given up when it ends.
 struct Turn<'a> {
@@ -29,8 +37,9 @@ struct Turn<'a> {
 impl Waiting {
     fn take(&self, stream: &StreamId) -> Turn<'_> {
         let mut held = self.0.lock();
-        let turn = held.get(stream).map_or(0, |t| t.wrapping_add(1));
-        held.insert(stream.clone(), turn);
+        let turn = held.next;
+        held.next += 1;
+        held.newest.insert(stream.clone(), turn);
         Turn {
             waiting: self,
             stream: stream.clone(),
@@ -42,15 +51,15 @@ impl Waiting {
 impl Turn<'_> {
     /// Whether a newer poll of the stream took over.
     fn superseded(&self) -> bool {
-        self.waiting.0.lock().get(&self.stream) != Some(&self.turn)
+        self.waiting.0.lock().newest.get(&self.stream) != Some(&self.turn)
     }
 }
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
         let mut held = self.waiting.0.lock();
-        if held.get(&self.stream) == Some(&self.turn) {
-            held.remove(&self.stream);
+        if held.newest.get(&self.stream) == Some(&self.turn) {
+            held.newest.remove(&self.stream);
         }
     }
 }
@@ -148,5 +157,28 @@ impl Ssf {
             // deleted meanwhile gets nothing more on the old terms.
             stream = current().await?;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentid_core::domain::{new_id, IdPrefix};
+
+    /// Attack: poll A waits; B takes over and ends at once; C begins. Turns counted again
+    /// from the stream's last entry gave C A's turn: both waited, and A's end cut C short.
+    #[test]
+    fn a_poll_taken_over_stays_taken_over() {
+        let waiting = Waiting::default();
+        let stream = StreamId::parse(&new_id(IdPrefix::Stream)).unwrap();
+        let a = waiting.take(&stream);
+        let b = waiting.take(&stream);
+        assert!(a.superseded() && !b.superseded());
+        drop(b);
+        let c = waiting.take(&stream);
+        assert!(a.superseded(), "a newer poll waits");
+        assert!(!c.superseded());
+        drop(a);
+        assert!(!c.superseded(), "the older poll's end leaves the newest waiting");
     }
 }
