@@ -173,8 +173,9 @@ export class Verifier {
    *          allowLocal?: boolean, onRefusal?: Function, onVerification?: Function, onFetch?: Function}} options
    */
   constructor({ baseUrl, issuers, leeway = 30, listGrace = 300, failOpen = false, kidRefetchInterval = 60, timeout = 5, allowTest = false, setAudience, dpopMaxSkew = 60, audience, allowLocal = false, onRefusal, onVerification, onFetch }) {
-    if (!/^https?:\/\/[^/]/.test(baseUrl ?? "")) throw new TypeError(`baseUrl ${baseUrl} is not an http(s) URL`);
-    if (allowLocal !== true && !baseUrl.startsWith("https://")) {
+    if (!/^https?:\/\/[^/]/i.test(baseUrl ?? "")) throw new TypeError(`baseUrl ${baseUrl} is not an http(s) URL`);
+    if (/^[a-z]+:\/\/[^/?#]*@/i.test(baseUrl)) throw new TypeError(`baseUrl ${baseUrl} carries credentials`);
+    if (allowLocal !== true && !/^https:\/\//i.test(baseUrl)) {
       throw new TypeError(`baseUrl ${baseUrl} is not https:// (allowLocal for development: plain http and loopback/private addresses)`);
     }
     if (!(timeout > 0 && Number.isFinite(timeout))) throw new TypeError("timeout must be a positive number of seconds");
@@ -771,9 +772,10 @@ export class Verifier {
       if (s?.format !== "iss_sub" || typeof s.iss !== "string" || typeof s.sub !== "string") {
         fail("TOKEN_INVALID", "a revocation without an iss_sub subject");
       }
+      // Present, a revocation's time is a NumericDate, whoever it revokes.
+      const when = c.events[SESSION_REVOKED]?.event_timestamp;
+      if (when !== undefined && !numericDate(when)) fail("TOKEN_INVALID", "event_timestamp is not a NumericDate");
       if (s.iss.startsWith("https://")) {
-        const when = c.events[SESSION_REVOKED]?.event_timestamp;
-        if (when !== undefined && !numericDate(when)) fail("TOKEN_INVALID", "event_timestamp is not a NumericDate");
         person = [`${s.iss}\n${s.sub}`, when ?? c.iat];
       } else {
         if (this.issuers && !this.issuers.has(s.iss)) fail("TOKEN_INVALID", `a revocation of an agent of ${s.iss}, not an accepted issuer`);

@@ -131,16 +131,16 @@ export function globallyReachable(ip) {
   return (g[0] & 0xe000) === 0x2000 && (longestMatch(v6Number(g), 128, V6) ?? true);
 }
 
-/** The address to connect to for `host` (a name, or an IP literal without brackets): looked
+/** The addresses to connect to for `host` (a name, or an IP literal without brackets): looked
  * up once, every address checked unless `allowLocal`. */
-async function checkedAddress(host, allowLocal) {
+async function checkedAddresses(host, allowLocal) {
   const family = node[3].isIP(host);
   const addresses = family ? [{ address: host, family }] : await node[2].promises.lookup(host, { all: true });
   if (!addresses.length) throw new Error(`${host} resolves to no address`);
   if (!allowLocal && !addresses.every((a) => globallyReachable(a.address))) {
     throw new Error(`${host} ${family ? "is" : "resolves to an address that is"} not globally reachable (allowLocal for development)`);
   }
-  return addresses[0];
+  return addresses;
 }
 
 /** GETs `url` with `headers`, no redirect followed: `{status, headers, body}`, `body` (text)
@@ -163,15 +163,17 @@ export function get(url, headers, { timeoutMs, allowLocal, limit }) {
     (async () => {
       if (!node) throw new Error("this runtime has no node:http, node:https and node:dns to check the addresses it connects to");
       const target = new URL(url);
+      if (target.username || target.password) throw new Error("a URL with credentials is refused");
       const https = target.protocol === "https:";
       if (!https && !(allowLocal && target.protocol === "http:")) {
         throw new Error(`${target.protocol === "http:" ? "plain http" : target.protocol} is refused: https only (allowLocal for development)`);
       }
-      const address = await checkedAddress(target.hostname.replace(/^\[(.*)\]$/, "$1"), allowLocal);
+      const addresses = await checkedAddresses(target.hostname.replace(/^\[(.*)\]$/, "$1"), allowLocal);
       if (done) return;
-      // The one checked address, whatever the socket asks (one or all of them).
+      // The checked addresses, never a second lookup: all of them when the socket tries each
+      // in turn (Node's default), else the first.
       const lookup = (_name, options, callback) =>
-        options?.all ? callback(null, [address]) : callback(null, address.address, address.family);
+        options?.all ? callback(null, addresses) : callback(null, addresses[0].address, addresses[0].family);
       req = node[https ? 1 : 0].request(target, { headers, agent: false, lookup }, (res) => {
         const answer = {
           status: res.statusCode,

@@ -63,6 +63,13 @@ def test_numeric_dates_out_of_range_are_invalid_never_a_raw_error(proxied):
     for iat in (-1, 1e18, "1"):
         with pytest.raises(TokenInvalid):
             verifier.handle_set(sign(server, a_set(proxy, iat=iat), "secevent+jwt"))
+    # A revocation's time too, whoever it revokes: 1e18 revoked a person's tokens for good.
+    for stamp in (1e18, -1, True, "1"):
+        for iss in ("example.com", "https://idp.example"):
+            events = {SESSION_REVOKED: {"event_timestamp": stamp}}
+            subject = {"format": "iss_sub", "iss": iss, "sub": "agt_x"}
+            with pytest.raises(TokenInvalid, match="event_timestamp"):
+                verifier.handle_set(sign(server, a_set(proxy, events=events, sub_id=subject), "secevent+jwt"))
 
 
 def test_a_jws_naming_critical_extensions_is_refused(proxied):

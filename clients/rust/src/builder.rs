@@ -123,13 +123,8 @@ impl Builder {
     /// [`Builder::allow_local`]) or a zero timeout.
     pub fn build(self) -> Result<Verifier, Error> {
         let base = self.base_url.trim_end_matches('/').to_owned();
-        let host = base
-            .strip_prefix("https://")
-            .or_else(|| base.strip_prefix("http://").filter(|_| self.allow_local));
-        if host.map_or(true, str::is_empty) {
-            return Err(Error::Misconfigured(format!(
-                "the base URL {base:?} is not https:// (http:// only with allow_local, for development)"
-            )));
+        if let Some(why) = crate::reach::refusal(&base, self.allow_local) {
+            return Err(Error::Misconfigured(format!("the base URL {base:?} {why}")));
         }
         if self.timeout.is_zero() {
             return Err(Error::Misconfigured("the timeout must be more than zero".into()));

@@ -117,8 +117,9 @@ impl Verifier {
                     .is_some_and(|t| t.checked_add(self.inner.list_grace).is_some_and(|g| g <= now)),
             )
         };
-        if known && past_grace {
-            // A key the service has dropped would verify for as long as it cannot be reached.
+        if past_grace {
+            // A key the service has dropped would verify for as long as it cannot be reached;
+            // and what a kid it lacks is cannot be told from keys no longer trusted.
             self.load_keys(None).await?;
         }
         if !known {

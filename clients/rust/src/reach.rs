@@ -9,6 +9,8 @@
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::sync::mpsc;
+use std::time::Instant;
 
 /// IPv4 blocks of the registry: network, prefix length, globally reachable. The longest
 /// matching prefix decides; an address none matches is global.
@@ -101,16 +103,59 @@ pub(crate) fn globally_reachable(ip: IpAddr) -> bool {
     }
 }
 
-/// ureq's resolver for a verifier: the host looked up once, and with `allow_local` off none
-/// of its addresses may be other than globally reachable. ureq connects to what this returns,
-/// so a name cannot answer one address here and another at the connection.
+/// Why a connection may not be made to `url`: not `https://` (nor `http://` with
+/// `allow_local`), the scheme in any case; a host missing; credentials in it.
+pub(crate) fn refusal(url: &str, allow_local: bool) -> Option<&'static str> {
+    let scheme = |s: &str| url.get(..s.len()).is_some_and(|p| p.eq_ignore_ascii_case(s));
+    let rest = if scheme("https://") {
+        &url[8..]
+    } else if scheme("http://") && allow_local {
+        &url[7..]
+    } else {
+        return Some("is not https:// (http:// only with allow_local, for development)");
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.is_empty() {
+        return Some("names no host");
+    }
+    if authority.contains('@') {
+        return Some("carries credentials");
+    }
+    None
+}
+
+/// ureq's resolver for a verifier: the host looked up once, by the fetch's deadline, and with
+/// `allow_local` off none of its addresses may be other than globally reachable. ureq
+/// connects to what this returns, so a name cannot answer one address here and another at
+/// the connection.
 pub(crate) struct Resolver {
     pub(crate) allow_local: bool,
+    pub(crate) deadline: Option<Instant>,
+}
+
+impl Resolver {
+    /// The system's answer for `netloc`, waited for until the deadline: the lookup takes no
+    /// timeout of its own, so it runs on a thread of its own (left to finish when late).
+    fn look_up(&self, netloc: &str) -> io::Result<Vec<SocketAddr>> {
+        let Some(deadline) = self.deadline else {
+            return Ok(netloc.to_socket_addrs()?.collect());
+        };
+        let (tx, rx) = mpsc::channel();
+        let name = netloc.to_owned();
+        std::thread::Builder::new()
+            .name("agentid-resolve".into())
+            .spawn(move || {
+                let _ = tx.send(name.to_socket_addrs().map(Iterator::collect));
+            })?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        rx.recv_timeout(left)
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "timed out looking the name up"))?
+    }
 }
 
 impl ureq::Resolver for Resolver {
     fn resolve(&self, netloc: &str) -> io::Result<Vec<SocketAddr>> {
-        let addrs: Vec<SocketAddr> = netloc.to_socket_addrs()?.collect();
+        let addrs: Vec<SocketAddr> = self.look_up(netloc)?;
         if addrs.is_empty() {
             return Err(io::Error::new(io::ErrorKind::NotFound, "resolves to no address"));
         }
@@ -166,14 +211,42 @@ mod tests {
     }
 
     #[test]
+    fn only_https_urls_without_credentials_are_fetched() {
+        for url in [
+            "https://id.example.com",
+            "HTTPS://id.example.com/x",
+            "http://127.0.0.1:8080",
+        ] {
+            assert_eq!(refusal(url, true), None, "{url}");
+        }
+        assert_eq!(refusal("HTTPS://id.example.com", false), None);
+        for url in [
+            "http://id.example.com",
+            "ftp://id.example.com",
+            "https://",
+            "https://u:p@id.example.com",
+            "https://id.example.com@evil.example/",
+        ] {
+            assert!(refusal(url, false).is_some(), "{url}");
+        }
+        assert!(refusal("https://u@id.example.com", true).is_some());
+    }
+
+    #[test]
     fn a_name_for_loopback_resolves_to_nothing_without_allow_local() {
         use ureq::Resolver as _;
-        let strict = Resolver { allow_local: false };
+        let strict = Resolver {
+            allow_local: false,
+            deadline: Instant::now().checked_add(std::time::Duration::from_secs(5)),
+        };
         for netloc in ["localhost:443", "127.0.0.1:443", "[::ffff:127.0.0.1]:443"] {
             let e = strict.resolve(netloc).unwrap_err();
             assert!(e.to_string().contains("not globally reachable"), "{netloc}: {e}");
         }
-        let local = Resolver { allow_local: true };
+        let local = Resolver {
+            allow_local: true,
+            deadline: None,
+        };
         assert!(!local.resolve("127.0.0.1:443").unwrap().is_empty());
     }
 }

@@ -28,15 +28,17 @@ impl Verifier {
                 c["iss"], self.inner.base
             )));
         }
+        // Present, `aud` is a string or an array of strings, whether or not it is asked for.
+        let audience = match c.get("aud") {
+            None => None,
+            Some(aud) => Some(crate::tokens::audience_of(Some(aud)).ok_or_else(|| invalid("malformed aud"))?),
+        };
+        if c.get("aud").is_some_and(Value::is_null) {
+            return Err(invalid("malformed aud"));
+        }
         if let Some(want) = &self.inner.set_audience {
-            let aud = &c["aud"];
-            let ours = match aud {
-                Value::String(a) => a == want,
-                Value::Array(a) => a.iter().any(|a| a == want.as_str()),
-                _ => false,
-            };
-            if !ours {
-                return Err(invalid(format!("a SET for {aud}, not for {want}")));
+            if !audience.is_some_and(|a| a.contains(want)) {
+                return Err(invalid(format!("a SET for {}, not for {want}", c["aud"])));
             }
         }
         let (Some(jti), Some(iat), Some(events)) = (
@@ -57,6 +59,11 @@ impl Verifier {
             Some(None) => return Err(invalid("a SET's exp must be a NumericDate")),
         }
         let mut person = None;
+        // Present, a revocation's time is a NumericDate, whoever it revokes.
+        let stamped = match events.get(SESSION_REVOKED).and_then(|e| e.get("event_timestamp")) {
+            None => None,
+            Some(t) => Some(numeric_date(t).ok_or_else(|| invalid("event_timestamp must be a NumericDate"))?),
+        };
         let revoked = if events.contains_key(SESSION_REVOKED) {
             let s = &c["sub_id"];
             let (Some("iss_sub"), Some(iss), Some(sub)) =
@@ -65,7 +72,7 @@ impl Verifier {
                 return Err(invalid("a revocation without an iss_sub subject"));
             };
             if iss.starts_with("https://") {
-                let at = numeric_date(&events[SESSION_REVOKED]["event_timestamp"]).unwrap_or(iat);
+                let at = stamped.unwrap_or(iat);
                 person = Some((iss, sub, at));
                 None
             } else if self.inner.issuers.as_ref().is_some_and(|i| !i.contains(iss)) {

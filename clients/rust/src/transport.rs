@@ -67,14 +67,18 @@ const HEAD_ALLOWANCE: u64 = 256 * 1024;
 /// ureq reads a chunked body's size line whole, however long, before the body's bound sees a
 /// byte: that connection yields at most twice [`MAX_BODY_BYTES`] and [`HEAD_ALLOWANCE`].
 fn agent(tls: Arc<rustls::ClientConfig>, timeout: Duration, allow_local: bool) -> ureq::Agent {
+    // A timeout past what an `Instant` holds bounds nothing.
+    let deadline = Instant::now().checked_add(timeout);
     ureq::AgentBuilder::new()
         .timeout(timeout)
         .redirects(0)
-        .resolver(crate::reach::Resolver { allow_local })
+        .resolver(crate::reach::Resolver {
+            allow_local,
+            deadline,
+        })
         .tls_connector(Arc::new(DeadlineTls {
             config: tls,
-            // A timeout past what an `Instant` holds bounds nothing.
-            deadline: Instant::now().checked_add(timeout),
+            deadline,
         }))
         .build()
 }
@@ -193,10 +197,8 @@ impl Verifier {
         etag: Option<String>,
         key: Option<String>,
     ) -> Result<Answer, Error> {
-        if !self.inner.allow_local && !url.starts_with("https://") {
-            return Err(unavailable(format!(
-                "{url}: not https:// (http:// only with allow_local, for development)"
-            )));
+        if let Some(why) = crate::reach::refusal(&url, self.inner.allow_local) {
+            return Err(unavailable(format!("{url} {why}")));
         }
         let agent = agent(self.inner.tls.clone(), self.inner.timeout, self.inner.allow_local);
         tokio::task::spawn_blocking(move || {

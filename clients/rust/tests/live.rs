@@ -1420,6 +1420,19 @@ async fn times_out_of_bounds_are_refused_in_sets_and_tokens() {
         (json!({"exp": now - 3600}), "TOKEN_EXPIRED"),
         (json!({"exp": "soon"}), "TOKEN_INVALID"),
         (json!({"exp": now + 3600}), "ok"),
+        // Attack: an aud of another shape passed when no audience was asked for, and a
+        // revocation dated by a timestamp of any shape fell back to iat.
+        (json!({"aud": null}), "TOKEN_INVALID"),
+        (json!({"aud": 7}), "TOKEN_INVALID"),
+        (json!({"aud": ["x", 1]}), "TOKEN_INVALID"),
+        (
+            json!({"events": {SESSION_REVOKED: {"event_timestamp": 1e18}}}),
+            "TOKEN_INVALID",
+        ),
+        (
+            json!({"events": {SESSION_REVOKED: {"event_timestamp": -1}}}),
+            "TOKEN_INVALID",
+        ),
     ] {
         for (k, val) in extra.as_object().unwrap() {
             claims[k] = val.clone();

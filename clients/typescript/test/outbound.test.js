@@ -52,6 +52,14 @@ test("a plain http base URL is refused when the verifier is made, unless allowLo
   assert.equal((await local.verify(token)).agentId, id);
 });
 
+test("a base URL with credentials is refused; the scheme is read in any case", () => {
+  for (const baseUrl of ["https://u:p@id.example.com", "https://id.example.com@evil.example/", "http://u@127.0.0.1:9"]) {
+    assert.throws(() => new Verifier({ baseUrl, issuers: ["example.com"], allowLocal: true }), (e) => e instanceof TypeError && /credentials/.test(e.message), baseUrl);
+  }
+  assert.ok(new Verifier({ baseUrl: "HTTPS://id.example.com", issuers: ["example.com"] }));
+  assert.throws(() => new Verifier({ baseUrl: "HTTP://id.example.com", issuers: ["example.com"] }), TypeError);
+});
+
 test("https to a loopback address fails closed, with no connection made", async () => {
   const [, token] = await s.register();
   const l = await listening();

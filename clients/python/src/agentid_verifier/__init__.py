@@ -1178,8 +1178,11 @@ class Verifier:
                 raise TokenInvalid("a revocation without an iss_sub subject")
             body = events[SESSION_REVOKED]
             when = body.get("event_timestamp") if isinstance(body, dict) else None
+            # Present, a revocation's time is a NumericDate, whoever it revokes.
+            if when is not None and not _numeric_date(when):
+                raise TokenInvalid("event_timestamp is not a NumericDate (a number from 0 to 2**53)")
             if subject["iss"].startswith("https://"):
-                person = (subject["iss"], subject["sub"]), (when if isinstance(when, (int, float)) else claims["iat"])
+                person = (subject["iss"], subject["sub"]), (claims["iat"] if when is None else when)
             elif self.issuers is not None and subject["iss"] not in self.issuers:
                 raise TokenInvalid(f"a revocation of an agent of {subject['iss']!r}, not an accepted issuer")
             else:
