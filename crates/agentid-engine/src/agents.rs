@@ -43,26 +43,48 @@ impl std::fmt::Debug for Registration {
 /// How a client secret begins (`cs_`, then 256 random bits in base64url).
 pub const CLIENT_SECRET_PREFIX: &str = "cs_";
 
-/// Unpaged agent lists an organization may have open at once on an instance. Each is sent
-/// a page at a time as its reader takes it, so one read slowly (or not at all) holds its
-/// connection and a page of up to 1,000 agents for as long as its reader likes.
-pub const MAX_OPEN_LISTINGS: usize = 4;
+/// Bytes of unpaged agent lists an organization may have held at once on an instance. Each
+/// is sent a page at a time as its reader takes it, so a list read slowly (or not at all)
+/// holds its connection and its page (up to 1,000 agents, megabytes with long scopes) for as
+/// long as its reader likes: the pages held are what is bounded, so that many small lists at
+/// once pass and large ones unread do not pile up.
+pub const MAX_LISTING_BYTES: usize = 16 * 1024 * 1024;
 
-/// The unpaged lists open on an instance, counted by organization.
+/// The bytes of the unpaged lists being sent on an instance, by organization.
 #[derive(Default)]
 pub(crate) struct Listings(parking_lot::Mutex<HashMap<OrgId, usize>>);
 
-/// An open unpaged list of an organization's agents: counted until dropped.
+/// An unpaged list of an organization's agents being sent: the bytes of its page in hand,
+/// counted until the next page or its drop.
 pub struct Listing {
     listings: Arc<Listings>,
     org: OrgId,
+    held: usize,
+}
+
+impl Listing {
+    /// Holds a page of `bytes` in place of the one before; refused when the organization's
+    /// lists would hold more than [`MAX_LISTING_BYTES`] (a single page always passes alone).
+    pub fn hold(&mut self, bytes: usize) -> Result<(), EngineError> {
+        let mut open = self.listings.0.lock();
+        let total = open.entry(self.org.clone()).or_insert(0);
+        let others = *total - self.held;
+        if others > 0 && others + bytes > MAX_LISTING_BYTES {
+            return Err(EngineError::TooManyListings {
+                max: MAX_LISTING_BYTES,
+            });
+        }
+        *total = others + bytes;
+        self.held = bytes;
+        Ok(())
+    }
 }
 
 impl Drop for Listing {
     fn drop(&mut self) {
         let mut open = self.listings.0.lock();
         if let Some(n) = open.get_mut(&self.org) {
-            *n -= 1;
+            *n -= self.held;
             if *n == 0 {
                 open.remove(&self.org);
             }
@@ -226,21 +248,14 @@ impl Agents {
         }
     }
 
-    /// Opens an unpaged list of the caller's agents, one of at most [`MAX_OPEN_LISTINGS`] of
-    /// its organization at once on this instance (paged lists are not counted).
-    pub fn open_listing(&self, caller: &Caller) -> Result<Listing, EngineError> {
-        let mut open = self.listings.0.lock();
-        let n = open.entry(caller.org.id.clone()).or_insert(0);
-        if *n >= MAX_OPEN_LISTINGS {
-            return Err(EngineError::TooManyListings {
-                max: MAX_OPEN_LISTINGS,
-            });
-        }
-        *n += 1;
-        Ok(Listing {
+    /// Opens an unpaged list of the caller's agents, its pages counted among its
+    /// organization's on this instance ([`Listing::hold`]; paged lists are not counted).
+    pub fn open_listing(&self, caller: &Caller) -> Listing {
+        Listing {
             listings: self.listings.clone(),
             org: caller.org.id.clone(),
-        })
+            held: 0,
+        }
     }
 
     /// The caller's agents, newest first: after the agent `before` when given, up to `limit`

@@ -42,7 +42,7 @@ use agentid_store::{LogPage, LogQuery, SharedStore};
 use agentid_core::domain::holding::NotCovered;
 pub use agentid_store::StoreError;
 pub use agents::{
-    Agents, Binding, IssuedToken, Listing, Registration, CLIENT_SECRET_PREFIX, MAX_OPEN_LISTINGS,
+    Agents, Binding, IssuedToken, Listing, Registration, CLIENT_SECRET_PREFIX, MAX_LISTING_BYTES,
 };
 pub use apikeys::{hash_key, Caller, KeyLookup};
 pub use audit::{AuditError, GrownLedgers, WriterConfig};
@@ -78,9 +78,10 @@ pub enum EngineError {
     /// it (`elsewhere`: another organization's holding does).
     #[error("the organization does not hold the issuer domain {domain}")]
     NotHeld { domain: String, elsewhere: bool },
-    /// The organization has [`MAX_OPEN_LISTINGS`] unpaged lists open on this instance.
+    /// The organization's unpaged lists being sent on this instance hold
+    /// [`MAX_LISTING_BYTES`] already.
     #[error(
-        "the organization has {max} unpaged agent lists open on this instance: finish one, or page with ?limit"
+        "the organization's unpaged agent lists being sent on this instance hold {max} bytes already: finish one, or page with ?limit"
     )]
     TooManyListings { max: usize },
     #[error(transparent)]

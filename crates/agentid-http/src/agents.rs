@@ -244,7 +244,7 @@ pub(crate) struct ListParams {
         (status = 200, description = "The caller's agents (this key's mode), newest first: all of them (sent as they are read, 1,000 at a time: a store failure past the first thousand cuts the array off, which a client sees as JSON that does not parse), or a page of `limit` with a `Link: <…>; rel=\"next\"` header (RFC 8288) while more follow", body = Vec<AgentSummary>,
          headers(("Link" = String, description = "The next page, when there is one"))),
         (status = 400, description = "VALIDATION_ERROR (limit) or INVALID_CURSOR", body = ErrorBody),
-        (status = 429, description = "RATE_LIMITED: the organization's rate limit, or 4 unpaged lists of the organization being sent on this instance already (Retry-After; a paged list is not counted)", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED: the organization's rate limit, or its unpaged lists being sent on this instance holding 16 MiB of pages already (Retry-After; a paged list is not counted)", body = ErrorBody),
     ),
 )]
 pub async fn list(
@@ -264,7 +264,7 @@ pub async fn list(
         verification_count: a.verification_count,
     };
     if params.limit.is_none() && params.cursor.is_none() {
-        let listing = state.engine.agents().open_listing(&caller)?;
+        let listing = state.engine.agents().open_listing(&caller);
         return streamed(state.engine.clone(), caller, listing, summary).await;
     }
     let limit = super::input::page_limit(params.limit.as_deref())?;
@@ -324,61 +324,76 @@ const STREAMED_PAGE: u32 = 1000;
 async fn streamed(
     engine: std::sync::Arc<agentid_engine::Engine>,
     caller: std::sync::Arc<agentid_engine::Caller>,
-    listing: agentid_engine::Listing,
+    mut listing: agentid_engine::Listing,
     summary: impl Fn(AgentRecord) -> AgentSummary + Clone + 'static,
 ) -> Result<HttpResponse, ApiError> {
     let first = engine.agents().list(&caller, None, Some(STREAMED_PAGE)).await?;
-    // The state: the first page (held until the answer opens with it), where the next starts,
-    // and whether the array is closed.
+    let (opening, last, next) = page(first, true, &summary);
+    // Held until the answer is: a page of it refused (the organization's lists hold as much
+    // as they may) is a 429 before it starts, and cuts it off after.
+    listing.hold(opening.len())?;
+    // The state: the page in hand (the first, until the answer opens with it), where the
+    // next starts, whether the array is closed, and the pages' count.
     let pages = futures_util::stream::unfold(
-        (Some(first), None::<AgentId>, false),
-        move |(held, before, done)| {
-            // Counted among the organization's open lists for as long as the answer is.
-            let _open = &listing;
+        (Some(opening), next, last, listing),
+        move |(in_hand, before, done, mut listing)| {
             let (engine, caller) = (engine.clone(), caller.clone());
             let summary = summary.clone();
             async move {
+                if let Some(chunk) = in_hand {
+                    return Some((Ok(web::Bytes::from(chunk)), (None, before, done, listing)));
+                }
                 if done {
                     return None;
                 }
-                let opening = held.is_some();
-                let rows = match held {
-                    Some(rows) => rows,
-                    None => match engine
-                        .agents()
-                        .list(&caller, before.as_ref(), Some(STREAMED_PAGE))
-                        .await
-                    {
-                        Ok(rows) => rows,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "the agent list was cut off");
-                            let cut = std::io::Error::other("the agent list could not be read on");
-                            return Some((Err(cut), (None, None, true)));
-                        }
-                    },
+                let cut = |why: String| {
+                    tracing::warn!(error = %why, "the agent list was cut off");
+                    std::io::Error::other("the agent list could not be read on")
                 };
-                let last = rows.len() < STREAMED_PAGE as usize;
-                let next = rows.last().map(|a| a.id.clone());
-                let mut chunk = Vec::with_capacity(rows.len() * 256 + 2);
-                if opening {
-                    chunk.push(b'[');
+                let rows = match engine
+                    .agents()
+                    .list(&caller, before.as_ref(), Some(STREAMED_PAGE))
+                    .await
+                {
+                    Ok(rows) => rows,
+                    Err(e) => return Some((Err(cut(e.to_string())), (None, None, true, listing))),
+                };
+                let (chunk, last, next) = page(rows, false, &summary);
+                if let Err(e) = listing.hold(chunk.len()) {
+                    return Some((Err(cut(e.to_string())), (None, None, true, listing)));
                 }
-                for (i, a) in rows.into_iter().enumerate() {
-                    if i > 0 || !opening {
-                        chunk.push(b',');
-                    }
-                    serde_json::to_writer(&mut chunk, &summary(a)).expect("a summary serializes");
-                }
-                if last {
-                    chunk.push(b']');
-                }
-                Some((Ok(web::Bytes::from(chunk)), (None, next, last)))
+                Some((Ok(web::Bytes::from(chunk)), (None, next, last, listing)))
             }
         },
     );
     Ok(HttpResponse::Ok()
         .content_type("application/json")
         .streaming(pages))
+}
+
+/// A page of the unpaged list as sent: its JSON (opening the array, or going on with a
+/// comma; closing it after the last page), whether it is the last, and where the next starts.
+fn page(
+    rows: Vec<AgentRecord>,
+    opening: bool,
+    summary: &impl Fn(AgentRecord) -> AgentSummary,
+) -> (Vec<u8>, bool, Option<AgentId>) {
+    let last = rows.len() < STREAMED_PAGE as usize;
+    let next = rows.last().map(|a| a.id.clone());
+    let mut chunk = Vec::with_capacity(rows.len() * 256 + 2);
+    if opening {
+        chunk.push(b'[');
+    }
+    for (i, a) in rows.into_iter().enumerate() {
+        if i > 0 || !opening {
+            chunk.push(b',');
+        }
+        serde_json::to_writer(&mut chunk, &summary(a)).expect("a summary serializes");
+    }
+    if last {
+        chunk.push(b']');
+    }
+    (chunk, last, next)
 }
 
 #[utoipa::path(

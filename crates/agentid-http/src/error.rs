@@ -69,7 +69,7 @@ error_codes! {
     PayloadTooLarge = ("PAYLOAD_TOO_LARGE", PAYLOAD_TOO_LARGE, "The request body is over its route's limit: 64 KiB, 128 KiB on POST /v1/verify and POST /v1/verify/request (413)."),
     /// A wrong content type: an INVALID_REQUEST with status 415.
     UnsupportedMediaType = ("INVALID_REQUEST", UNSUPPORTED_MEDIA_TYPE, "The body must be sent with `Content-Type: application/json` (415, code INVALID_REQUEST)."),
-    RateLimited = ("RATE_LIMITED", TOO_MANY_REQUESTS, "The rate limit of this key's organization or of this client address is used up, or the organization has as many unpaged agent lists being sent as it may (4); retry after `Retry-After` seconds (429)."),
+    RateLimited = ("RATE_LIMITED", TOO_MANY_REQUESTS, "The rate limit of this key's organization or of this client address is used up, or the organization's unpaged agent lists being sent hold as many bytes of pages as they may (16 MiB); retry after `Retry-After` seconds (429)."),
     InternalError = ("INTERNAL_ERROR", INTERNAL_SERVER_ERROR, "Something unexpected failed; the request id identifies it in the service's logs (500)."),
     AuditUnavailable = ("AUDIT_UNAVAILABLE", SERVICE_UNAVAILABLE, "The audit log cannot record right now (or the store cannot give the agent a token names), so no verification is answered (fail closed). Retry shortly (503)."),
     ServiceUnavailable = ("SERVICE_UNAVAILABLE", SERVICE_UNAVAILABLE, "The database cannot be reached right now. Retry shortly (503)."),
