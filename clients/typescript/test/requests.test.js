@@ -430,10 +430,12 @@ test("without allowLocal a directory over plain http, or on a loopback address, 
   const [, jwk] = await signingAgent();
   const http = await import("node:http");
   let connections = 0;
-  const server = http.createServer(async (req, res) => {
-    const upstream = await fetch(`${s.base}/v1/directories/example.com`);
+  // The agent's key as a third party publishes it (not fetched from the service, whose
+  // anonymous calls earlier tests of this file may have used up).
+  const directory = JSON.stringify({ keys: [{ kty: "OKP", crv: "Ed25519", x: jwk.x }] });
+  const server = http.createServer((req, res) => {
     res.writeHead(200, { "Content-Type": "application/http-message-signatures-directory+json" });
-    res.end(await upstream.text());
+    res.end(directory);
   });
   server.on("connection", () => connections++);
   await new Promise((r) => server.listen(0, "127.0.0.1", r));
