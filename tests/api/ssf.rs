@@ -436,6 +436,15 @@ async fn poll_stream(app: &TestApp) -> Value {
     res.json()
 }
 
+/// A new poll stream's id, poll token and poll path.
+async fn waiting_poll(app: &TestApp) -> (String, String, String) {
+    let created = poll_stream(app).await;
+    let id = created["stream_id"].as_str().unwrap().to_owned();
+    let token = created["poll_token"].as_str().unwrap().to_owned();
+    let path = format!("/ssf/poll/{id}");
+    (id, token, path)
+}
+
 /// Poll delivery (RFC 8936): pending SETs come back until acknowledged, never after.
 #[actix_web::test]
 async fn poll_returns_sets_until_they_are_acknowledged() {
@@ -517,10 +526,7 @@ async fn poll_returns_sets_until_they_are_acknowledged() {
 #[actix_web::test]
 async fn a_long_poll_delivers_nothing_once_its_stream_is_paused() {
     let app = spawn_app().await;
-    let created = poll_stream(&app).await;
-    let id = created["stream_id"].as_str().unwrap().to_owned();
-    let token = created["poll_token"].as_str().unwrap().to_owned();
-    let path = format!("/ssf/poll/{id}");
+    let (id, token, path) = waiting_poll(&app).await;
     let (agent, _) = app.agent().await;
     let waiting = send(&app, "POST", &path, Some(&token), Some(json!({})));
     let paused_then_revoked = async {
@@ -553,10 +559,7 @@ async fn a_long_poll_delivers_nothing_once_its_stream_is_paused() {
 #[actix_web::test]
 async fn a_newer_long_poll_of_a_stream_takes_over_the_wait() {
     let app = spawn_app().await;
-    let created = poll_stream(&app).await;
-    let id = created["stream_id"].as_str().unwrap().to_owned();
-    let token = created["poll_token"].as_str().unwrap().to_owned();
-    let path = format!("/ssf/poll/{id}");
+    let (_, token, path) = waiting_poll(&app).await;
     let (agent, _) = app.agent().await;
     let older = send(&app, "POST", &path, Some(&token), Some(json!({})));
     let newer = async {
