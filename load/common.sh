@@ -18,6 +18,8 @@ cleanup() {
 }
 trap cleanup EXIT
 json() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
+# The key file seals the organization, and every server started here starts with it.
+export AGENTID_SIGNING_KEY_FILE="$WORK/signing-key.pem"
 ORG=$("$BIN" org create --name "$NAME" --plan enterprise --verify-limit 1000000000 \
   --other-limit 1000000000 --database-url "$URL")
 SK=$(echo "$ORG" | json '["keys"]["secret_live"]')

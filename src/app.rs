@@ -123,7 +123,7 @@ async fn bootstrap(cfg: &Config, engine: &Engine) -> Result<Option<CreatedOrg>, 
     }
     let plan = Plan::Developer;
     let limits = plan.default_limits().expect("developer has defaults");
-    Ok(admin::create_first_org(engine.store(), "default", plan, limits).await?)
+    Ok(admin::create_first_org(engine.store(), engine.keys(), "default", plan, limits).await?)
 }
 
 pub struct Application {

@@ -4,9 +4,12 @@ use std::process::ExitCode;
 
 use clap::{Subcommand, ValueEnum};
 
+use super::operator::KeyFileArgs;
 use super::{open, CliResult, DbArgs};
 use crate::domain::{ApiKeyKind, KeyMode, Millis, OrgId, OrgLimits, Plan};
 use crate::engine::{admin, hash_key};
+use crate::keys::KeyRing;
+use crate::store::SharedStore;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum PlanArg {
@@ -57,6 +60,8 @@ pub(crate) enum OrgCommand {
         #[arg(long)]
         max_expiry_seconds: Option<u64>,
         #[command(flatten)]
+        keys: KeyFileArgs,
+        #[command(flatten)]
         db: DbArgs,
     },
     /// Print every organization as JSON: org_id, name, plan, created_at.
@@ -80,6 +85,8 @@ pub(crate) enum OrgCommand {
         /// Longest token lifetime in seconds, at most one year (enterprise only) [default: keep the current one]
         #[arg(long)]
         max_expiry_seconds: Option<u64>,
+        #[command(flatten)]
+        keys: KeyFileArgs,
         #[command(flatten)]
         db: DbArgs,
     },
@@ -108,6 +115,8 @@ pub(crate) enum KeyCommand {
         #[arg(long, value_enum)]
         mode: ModeArg,
         #[command(flatten)]
+        keys: KeyFileArgs,
+        #[command(flatten)]
         db: DbArgs,
     },
     /// Disable a key for good: by its id (`key list` shows it), for a key you no longer have,
@@ -123,6 +132,19 @@ pub(crate) enum KeyCommand {
         #[arg(hide = true)]
         key: Option<String>,
     },
+}
+
+/// The fleet's key file, which seals organizations and keys: as `serve` takes it, so that on
+/// a database that records no signing key yet it is made (if missing) and recorded here.
+async fn sealing_key(store: &SharedStore, keys: &KeyFileArgs) -> Result<KeyRing, Box<dyn std::error::Error>> {
+    let (root, created) = admin::fleet_signing_key(store, &keys.signing_key_file).await?;
+    if created {
+        eprintln!(
+            "agentid: made the fleet's signing key file {} (every instance starts with it)",
+            keys.signing_key_file.display()
+        );
+    }
+    Ok(root)
 }
 
 pub(super) async fn org(cmd: OrgCommand) -> CliResult {
@@ -148,13 +170,15 @@ pub(super) async fn org(cmd: OrgCommand) -> CliResult {
             verify_limit,
             other_limit,
             max_expiry_seconds,
+            keys,
             db,
         } => {
             let plan = Plan::from(plan);
             let limits = OrgLimits::resolve(plan, verify_limit, other_limit, max_expiry_seconds)?;
             let name = crate::domain::Name::parse(&name)?;
             let store = open(&db).await?;
-            let created = admin::create_org(&store, name.as_str(), plan, limits).await?;
+            let root = sealing_key(&store, &keys).await?;
+            let created = admin::create_org(&store, &root, name.as_str(), plan, limits).await?;
             println!("{}", serde_json::to_string(&created)?);
             Ok(ExitCode::SUCCESS)
         }
@@ -164,16 +188,18 @@ pub(super) async fn org(cmd: OrgCommand) -> CliResult {
             verify_limit,
             other_limit,
             max_expiry_seconds,
+            keys,
             db,
         } => {
             let store = open(&db).await?;
+            let root = sealing_key(&store, &keys).await?;
             let change = admin::LimitChange {
                 plan: plan.map(Plan::from),
                 verify_limit,
                 other_limit,
                 max_expiry_seconds,
             };
-            let record = admin::set_limits(&store, &org, change).await?;
+            let record = admin::set_limits(&store, &root, &org, change).await?;
             println!(
                 "{}",
                 serde_json::json!({
@@ -208,6 +234,7 @@ pub(super) async fn key(cmd: KeyCommand) -> CliResult {
             name,
             kind,
             mode,
+            keys,
             db,
         } => {
             let kind = match kind {
@@ -219,7 +246,8 @@ pub(super) async fn key(cmd: KeyCommand) -> CliResult {
                 ModeArg::Test => KeyMode::Test,
             };
             let store = open(&db).await?;
-            match admin::create_key(&store, &org, kind, mode, name.as_deref()).await? {
+            let root = sealing_key(&store, &keys).await?;
+            match admin::create_key(&store, &root, &org, kind, mode, name.as_deref()).await? {
                 Some((key, id)) => {
                     println!("{key}");
                     eprintln!("agentid: created {id}");

@@ -19,8 +19,9 @@ async fn set_limits_keeps_custom_limits_only_on_enterprise() {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new(dir.path()).await;
     let store = open(&db).await;
+    let keys = KeyRing::create(&dir.path().join("key.pem")).unwrap();
     let custom = OrgLimits::resolve(Plan::Enterprise, Some(7), Some(3), None).unwrap();
-    let org = admin::create_org(&store, "acme", Plan::Enterprise, custom)
+    let org = admin::create_org(&store, &keys, "acme", Plan::Enterprise, custom)
         .await
         .unwrap();
 
@@ -29,7 +30,9 @@ async fn set_limits_keeps_custom_limits_only_on_enterprise() {
         verify_limit: Some(9),
         ..LimitChange::default()
     };
-    let after = admin::set_limits(&store, &org.org_id, change).await.unwrap();
+    let after = admin::set_limits(&store, &keys, &org.org_id, change)
+        .await
+        .unwrap();
     assert_eq!(
         (after.limits.verify_per_minute, after.limits.other_per_minute),
         (9, 3)
@@ -40,7 +43,9 @@ async fn set_limits_keeps_custom_limits_only_on_enterprise() {
         plan: Some(Plan::Growth),
         ..LimitChange::default()
     };
-    let after = admin::set_limits(&store, &org.org_id, growth).await.unwrap();
+    let after = admin::set_limits(&store, &keys, &org.org_id, growth)
+        .await
+        .unwrap();
     assert_eq!(Some(after.limits), Plan::Growth.default_limits());
     let stored = store
         .get_org(&crate::helpers::org_id(&org.org_id))
@@ -48,10 +53,14 @@ async fn set_limits_keeps_custom_limits_only_on_enterprise() {
         .unwrap()
         .unwrap();
     assert_eq!(stored.plan, Plan::Growth);
-    let refused = admin::set_limits(&store, &org.org_id, change).await.unwrap_err();
+    let refused = admin::set_limits(&store, &keys, &org.org_id, change)
+        .await
+        .unwrap_err();
     assert!(matches!(refused, AdminError::Invalid(_)), "{refused}");
 
-    let missing = admin::set_limits(&store, "org_nope", change).await.unwrap_err();
+    let missing = admin::set_limits(&store, &keys, "org_nope", change)
+        .await
+        .unwrap_err();
     assert!(matches!(missing, AdminError::NoOrg(_)), "{missing}");
 }
 

@@ -276,7 +276,7 @@ async fn leaving_the_lifetime_out_gives_the_organizations_longest_when_shorter()
         max_expiry_seconds: Some(300),
         ..Default::default()
     };
-    agentid::engine::admin::set_limits(&app.store, &app.org.org_id, shorter)
+    agentid::engine::admin::set_limits(&app.store, app.engine.keys(), &app.org.org_id, shorter)
         .await
         .unwrap();
     let a = app

@@ -79,6 +79,7 @@ async fn disabled_keys_are_refused() {
     let app = spawn_app().await;
     let (key, _) = agentid::engine::admin::create_key(
         &app.store,
+        app.engine.keys(),
         &app.org.org_id,
         agentid::domain::ApiKeyKind::Secret,
         agentid::domain::KeyMode::Live,
@@ -118,6 +119,7 @@ async fn a_slow_key_read_does_not_stretch_how_long_the_key_is_trusted() {
     }
     let (key, _) = agentid::engine::admin::create_key(
         &app.store,
+        app.engine.keys(),
         &app.org.org_id,
         agentid::domain::ApiKeyKind::Secret,
         agentid::domain::KeyMode::Live,
@@ -161,6 +163,7 @@ async fn keys_are_named_seen_in_use_and_disabled_by_id() {
         async move {
             agentid::engine::admin::create_key(
                 &app.store,
+                app.engine.keys(),
                 &app.org.org_id,
                 ApiKeyKind::Secret,
                 KeyMode::Live,

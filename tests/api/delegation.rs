@@ -205,6 +205,7 @@ pub(crate) async fn person_token(app: &TestApp, resource: &str, scope: &str) -> 
 pub(crate) async fn org_b(app: &TestApp) -> agentid::engine::admin::CreatedOrg {
     let b = agentid::engine::admin::create_org(
         &app.store,
+        app.engine.keys(),
         "b",
         agentid::domain::Plan::Enterprise,
         agentid::domain::OrgLimits::resolve(

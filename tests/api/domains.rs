@@ -55,7 +55,7 @@ async fn world_with(reach: Reach) -> World {
     })
     .await;
     let limits = OrgLimits::resolve(Plan::Enterprise, Some(1_000_000), Some(1_000_000), None).unwrap();
-    let b = admin::create_org(&app.store, "b", Plan::Enterprise, limits)
+    let b = admin::create_org(&app.store, app.engine.keys(), "b", Plan::Enterprise, limits)
         .await
         .unwrap();
     World { app, dns, b }

@@ -83,6 +83,7 @@ async fn every_endpoint_answers_503_while_the_database_is_down() {
     // A second key of the organization the service has not looked up yet.
     let fresh = agentid::engine::admin::create_key(
         &app.store,
+        app.engine.keys(),
         &app.org.org_id,
         agentid::domain::ApiKeyKind::Secret,
         agentid::domain::KeyMode::Live,

@@ -329,10 +329,15 @@ async fn an_organization_stays_limited_while_the_database_cannot_lease() {
     let limits =
         agentid::domain::OrgLimits::resolve(agentid::domain::Plan::Enterprise, Some(5), Some(1000), None)
             .unwrap();
-    let org =
-        agentid::engine::admin::create_org(&app.store, "small", agentid::domain::Plan::Enterprise, limits)
-            .await
-            .unwrap();
+    let org = agentid::engine::admin::create_org(
+        &app.store,
+        app.engine.keys(),
+        "small",
+        agentid::domain::Plan::Enterprise,
+        limits,
+    )
+    .await
+    .unwrap();
     let key = org.keys.secret_live.clone();
     let (_, token) = app.agent().await;
     let path = format!("/v1/verify/{token}");
@@ -365,9 +370,15 @@ async fn a_database_that_stops_answering_holds_no_call_at_the_rate_limit() {
         return;
     };
     let limits = agentid::domain::OrgLimits::resolve(agentid::domain::Plan::Free, None, None, None).unwrap();
-    let org = agentid::engine::admin::create_org(&app.store, "free", agentid::domain::Plan::Free, limits)
-        .await
-        .unwrap();
+    let org = agentid::engine::admin::create_org(
+        &app.store,
+        app.engine.keys(),
+        "free",
+        agentid::domain::Plan::Free,
+        limits,
+    )
+    .await
+    .unwrap();
     let key = org.keys.secret_live.clone();
     let (_, token) = app.agent().await;
     let path = format!("/v1/verify/{token}");

@@ -182,13 +182,13 @@ pub async fn spawn_fleet(n: usize, opts: Options) -> Vec<TestApp> {
     }
     let store = apps[0].engine().store().clone();
     let limits = OrgLimits::resolve(opts.plan, opts.verify_limit, opts.other_limit, None).unwrap();
-    let org = admin::create_org(&store, "test org", opts.plan, limits)
-        .await
-        .unwrap();
-    // The names the tests register agents under are the test organization's.
     let keys = KeyRing::load(&key)
         .unwrap()
         .expect("the first start made the key file");
+    let org = admin::create_org(&store, &keys, "test org", opts.plan, limits)
+        .await
+        .unwrap();
+    // The names the tests register agents under are the test organization's.
     let record = store.get_org(&org_id(&org.org_id)).await.unwrap().unwrap();
     for domain in opts.domains {
         grants::approve(&store, &keys, &record, domain, false)

@@ -43,9 +43,15 @@ fn forge(key: &SigningKey, kid: &str, agent: &str) -> String {
 async fn second_org(app: &TestApp) -> admin::CreatedOrg {
     let limits =
         agentid::domain::OrgLimits::resolve(agentid::domain::Plan::Developer, None, None, None).unwrap();
-    admin::create_org(&app.store, "b", agentid::domain::Plan::Developer, limits)
-        .await
-        .unwrap()
+    admin::create_org(
+        &app.store,
+        app.engine.keys(),
+        "b",
+        agentid::domain::Plan::Developer,
+        limits,
+    )
+    .await
+    .unwrap()
 }
 
 /// The number of the last issuer-domain event.
@@ -375,8 +381,8 @@ async fn a_disabled_key_cannot_be_enabled_in_the_database() {
     ];
     if !app.db.is_postgres() {
         undo.push(
-            "INSERT OR REPLACE INTO api_keys (key_hash, org_id, kind, mode, hint, created_at, id) \
-             SELECT key_hash, org_id, kind, mode, hint, created_at, id FROM api_keys \
+            "INSERT OR REPLACE INTO api_keys (key_hash, org_id, kind, mode, hint, created_at, id, mac) \
+             SELECT key_hash, org_id, kind, mode, hint, created_at, id, mac FROM api_keys \
              WHERE kind = 'publishable' AND mode = 'test'",
         );
     }
@@ -387,6 +393,139 @@ async fn a_disabled_key_cannot_be_enabled_in_the_database() {
             "{sql}: {err}"
         );
     }
+}
+
+/// The row of a secret live key `key` of organization `org`, with `mac` (SQL) as its seal.
+fn key_row(app: &TestApp, key: &str, id: &str, org: &str, mac: &str) -> String {
+    format!(
+        "INSERT INTO api_keys (key_hash, org_id, kind, mode, hint, created_at, id, mac) \
+         VALUES ({}, '{org}', 'secret', 'live', 'sk_live_…', 1, '{id}', {mac})",
+        blob(app, &agentid::engine::hash_key(key))
+    )
+}
+
+/// Who may call, and under which plan, is the key file's to say: a key row or a plan written
+/// with database access alone opens nothing. A row without a seal is refused by the database;
+/// one with a seal of its own making, or a real row's seal copied, is refused by the service;
+/// and the operator does not carry a forged plan into a new seal.
+#[actix_web::test]
+async fn an_api_key_or_a_plan_written_into_the_database_opens_nothing() {
+    let app = spawn_app().await;
+    let org = app.org.org_id.clone();
+    assert_eq!(app.get("/v1/agents", Some(app.secret())).await.status, 200);
+    let unsealed = [blob(&app, &[]), blob(&app, &[0; 31])];
+    for (i, mac) in unsealed.iter().enumerate() {
+        let key = format!("sk_live_{}{i}", "A".repeat(39));
+        let err = app
+            .raw_execute(&key_row(&app, &key, &format!("key_nomac{i}"), &org, mac))
+            .await
+            .expect_err("a key without a seal is refused")
+            .to_string();
+        assert!(err.contains("written sealed"), "{err}");
+    }
+    let unseal = format!("UPDATE api_keys SET mac = {}", blob(&app, &[]));
+    let err = app.raw_execute(&unseal).await.expect_err("unsealed").to_string();
+    assert!(err.contains("written sealed"), "{err}");
+
+    let forged = [
+        blob(&app, &[0; 32]),
+        format!(
+            "(SELECT mac FROM api_keys WHERE key_hash = {})",
+            blob(&app, &agentid::engine::hash_key(app.secret()))
+        ),
+    ];
+    for (i, mac) in forged.iter().enumerate() {
+        let key = format!("sk_live_{}{i}", "B".repeat(39));
+        let row = key_row(&app, &key, &format!("key_forged{i}"), &org, mac);
+        assert_eq!(app.raw_execute(&row).await.unwrap(), 1, "{row}");
+        let res = app.get("/v1/agents", Some(&key)).await;
+        assert_eq!(res.status, 401, "a forged key opened: {}", res.text());
+    }
+
+    // A plan written into the database: the organization's keys open nothing under it.
+    let richer = format!(
+        "UPDATE orgs SET plan = 'enterprise', verify_limit = 1000000000, other_limit = 1000000000 \
+         WHERE id = '{org}'"
+    );
+    assert_eq!(app.raw_execute(&richer).await.unwrap(), 1);
+    let res = app.get("/v1/agents", Some(&app.org.keys.secret_test)).await;
+    assert_eq!(
+        res.status,
+        401,
+        "a key opened under a forged plan: {}",
+        res.text()
+    );
+    // The operator does not seal it by changing something else; naming the plan does.
+    let keep = admin::set_limits(&app.store, app.engine.keys(), &org, Default::default())
+        .await
+        .expect_err("a forged plan is not carried into a new seal");
+    assert!(matches!(keep, admin::AdminError::Refused(_)), "{keep}");
+    let developer = admin::LimitChange {
+        plan: Some(agentid::domain::Plan::Developer),
+        ..Default::default()
+    };
+    let set = admin::set_limits(&app.store, app.engine.keys(), &org, developer)
+        .await
+        .unwrap();
+    assert_eq!(set.plan, agentid::domain::Plan::Developer);
+    let (key, _) = admin::create_key(
+        &app.store,
+        app.engine.keys(),
+        &org,
+        agentid::domain::ApiKeyKind::Secret,
+        agentid::domain::KeyMode::Live,
+        None,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(app.get("/v1/agents", Some(&key)).await.status, 200);
+}
+
+/// Keys and plans written before rows were sealed are sealed once, by the first start after
+/// the upgrade: they keep working. After that, a row without a seal (written past the
+/// triggers) is not sealed by a later start: it stays refused.
+#[actix_web::test]
+async fn keys_and_plans_from_before_seals_are_sealed_once() {
+    let app = spawn_app().await;
+    let past_triggers: &[&str] = if app.db.is_postgres() {
+        &["SET session_replication_role = replica"]
+    } else {
+        &[
+            "DROP TRIGGER api_keys_stay_sealed",
+            "DROP TRIGGER api_keys_written_sealed",
+            "DROP TRIGGER orgs_stay_sealed",
+        ]
+    };
+    // The database as the upgrade finds it: no row sealed.
+    let (keys, orgs) = (
+        format!("UPDATE api_keys SET mac = {}", blob(&app, &[])),
+        format!("UPDATE orgs SET mac = {}", blob(&app, &[])),
+    );
+    let mut sqls = past_triggers.to_vec();
+    sqls.extend([keys.as_str(), orgs.as_str()]);
+    app.raw_session(&sqls).await.unwrap();
+    let app = app.restart().await;
+    assert_eq!(app.get("/v1/agents", Some(app.secret())).await.status, 200);
+
+    let key = format!("sk_live_{}", "C".repeat(40));
+    let row = key_row(&app, &key, "key_late", &app.org.org_id, &blob(&app, &[]));
+    let mut sqls = if app.db.is_postgres() {
+        past_triggers.to_vec()
+    } else {
+        vec![]
+    };
+    sqls.push(&row);
+    app.raw_session(&sqls).await.unwrap();
+    let app = app.restart().await;
+    let res = app.get("/v1/agents", Some(&key)).await;
+    assert_eq!(
+        res.status,
+        401,
+        "a row written unsealed after the upgrade opened: {}",
+        res.text()
+    );
+    assert_eq!(app.get("/v1/agents", Some(app.secret())).await.status, 200);
 }
 
 /// Every trigger function finds its tables in its own schema: a temporary table of the same

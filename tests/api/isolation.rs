@@ -13,7 +13,7 @@ async fn another_organization_cannot_see_revoke_or_read_the_log_of_an_agent() {
     let (id, token) = app.agent().await;
     app.verify(&token).await;
     let limits = OrgLimits::resolve(Plan::Developer, None, None, None).unwrap();
-    let other = admin::create_org(&app.store, "other", Plan::Developer, limits)
+    let other = admin::create_org(&app.store, app.engine.keys(), "other", Plan::Developer, limits)
         .await
         .unwrap();
     let key = Some(other.keys.secret_live.as_str());

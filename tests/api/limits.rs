@@ -82,9 +82,15 @@ async fn the_spec_table_sets_each_plans_limits() {
         (Plan::Developer, 5_000, 500),
         (Plan::Growth, 50_000, 2_000),
     ] {
-        let org = admin::create_org(&app.store, "p", plan, plan.default_limits().unwrap())
-            .await
-            .unwrap();
+        let org = admin::create_org(
+            &app.store,
+            app.engine.keys(),
+            "p",
+            plan,
+            plan.default_limits().unwrap(),
+        )
+        .await
+        .unwrap();
         let other_res = app.get("/v1/agents", Some(&org.keys.secret_live)).await;
         assert_eq!(other_res.status, 200);
         assert_headers(&other_res, other);
@@ -95,7 +101,7 @@ async fn the_spec_table_sets_each_plans_limits() {
         assert_headers(&verify_res, verify);
     }
     let limits = OrgLimits::resolve(Plan::Enterprise, Some(123_456), Some(7_890), None).unwrap();
-    let ent = admin::create_org(&app.store, "e", Plan::Enterprise, limits)
+    let ent = admin::create_org(&app.store, app.engine.keys(), "e", Plan::Enterprise, limits)
         .await
         .unwrap();
     assert_headers(&app.get("/v1/agents", Some(&ent.keys.secret_live)).await, 7_890);
@@ -161,7 +167,7 @@ async fn organization_buckets_pass_exactly_the_limit_per_class() {
         .assert_error(429, "RATE_LIMITED");
     // Another organization is not affected.
     let limits = OrgLimits::resolve(Plan::Free, None, None, None).unwrap();
-    let other = admin::create_org(&app.store, "o", Plan::Free, limits)
+    let other = admin::create_org(&app.store, app.engine.keys(), "o", Plan::Free, limits)
         .await
         .unwrap();
     assert_eq!(

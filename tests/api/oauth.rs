@@ -1114,10 +1114,29 @@ async fn an_access_token_lives_no_longer_than_its_organizations_longest_token() 
         max_expiry_seconds: Some(300),
         ..Default::default()
     };
-    agentid::engine::admin::set_limits(&app.store, &app.org.org_id, shorter)
+    agentid::engine::admin::set_limits(&app.store, app.engine.keys(), &app.org.org_id, shorter)
         .await
         .unwrap();
     let res = ask(&app, &assertion(&app, &key, &agent), &[("resource", RESOURCE)]).await;
     assert_eq!(res.status, 200, "{}", res.text());
     assert_eq!(res.json()["expires_in"], 300);
+}
+
+/// A plan written into the database with database access alone gets the organization's
+/// agents no token under it: the key file did not seal it.
+#[actix_web::test]
+async fn a_plan_written_into_the_database_gets_no_token() {
+    let app = spawn_app().await;
+    let key = AgentKey::ed();
+    let agent = client(&app, &key).await;
+    let res = ask(&app, &assertion(&app, &key, &agent), &[("resource", RESOURCE)]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let richer = format!(
+        "UPDATE orgs SET plan = 'enterprise', verify_limit = 1000000000, other_limit = 1000000000, \
+         max_expiry_seconds = 31536000 WHERE id = '{}'",
+        app.org.org_id
+    );
+    assert_eq!(app.raw_execute(&richer).await.unwrap(), 1);
+    let res = ask(&app, &assertion(&app, &key, &agent), &[("resource", RESOURCE)]).await;
+    assert_oauth_error(&res, 401, "invalid_client");
 }

@@ -222,6 +222,7 @@ async fn discovery_and_streams_belong_to_their_organization_and_mode() {
         .assert_error(404, "NOT_FOUND");
     let other = agentid::engine::admin::create_org(
         &app.store,
+        app.engine.keys(),
         "other",
         agentid::domain::Plan::Developer,
         agentid::domain::Plan::Developer.default_limits().unwrap(),

@@ -690,6 +690,7 @@ async fn a_revocation_reaches_exactly_the_streams_that_cover_it() {
     let org = app.org.org_id.clone();
     let other = agentid::engine::admin::create_org(
         s,
+        app.engine.keys(),
         "other",
         agentid::domain::Plan::Free,
         agentid::domain::Plan::Free.default_limits().unwrap(),

@@ -51,7 +51,7 @@ class Server:
                 break
         else:
             raise RuntimeError("agentid did not start")
-        # The organization issues under example.com (the serve above made the key file).
+        # The organization issues under example.com (`org create` above made the key file).
         self.cli("domain", "approve", "--org", self.org_id, "example.com")
 
     def cli(self, *args):

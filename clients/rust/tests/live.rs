@@ -109,7 +109,7 @@ impl Server {
         };
         std::thread::spawn(move || for _ in lines {});
         s.child = child;
-        // The organization issues under example.com (the serve above made the key file).
+        // The organization issues under example.com (`org create` above made the key file).
         s.org_id = org["org_id"].as_str().unwrap().to_owned();
         s.approve("example.com");
         s

@@ -32,7 +32,7 @@ export async function startServer(serveEnv = {}) {
     });
     proc.on("exit", () => reject(new Error("agentid exited")));
   });
-  // The organization issues under example.com (the serve above made the key file).
+  // The organization issues under example.com (`org create` above made the key file).
   cli("domain", "approve", "--org", org.org_id, "example.com");
   const call = async (method, path, body, key = org.keys.secret_live) => {
     const res = await fetch(base + path, {

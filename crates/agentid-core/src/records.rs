@@ -18,6 +18,40 @@ pub struct OrgRecord {
     pub plan: Plan,
     pub limits: OrgLimits,
     pub created_at: Millis,
+    /// The key file's MAC of [`OrgRecord::canonical`]; `None` on a row written before rows
+    /// were sealed, until an instance seals it at start. A plan or limits written with
+    /// database access alone have none that checks: the organization's keys are refused.
+    pub mac: Option<[u8; 32]>,
+}
+
+impl OrgRecord {
+    /// The bytes its MAC is computed over: what the organization may do (its id, its plan
+    /// and the limits in force under it), in a fixed order. Its name is not sealed.
+    pub fn canonical(&self) -> Vec<u8> {
+        let limits = OrgLimits::in_force(self.plan, self.limits);
+        serde_json::to_vec(&(
+            "organization v1",
+            self.id.as_str(),
+            self.plan.as_str(),
+            limits.verify_per_minute,
+            limits.other_per_minute,
+            limits.max_expiry_seconds,
+        ))
+        .expect("a tuple of strings and numbers serializes")
+    }
+}
+
+/// The bytes an API key's MAC is computed over: which key (its SHA-256), whose, and what it
+/// may do (its kind and mode), in a fixed order.
+pub fn api_key_canonical(key_hash: &[u8; 32], org_id: &OrgId, kind: ApiKeyKind, mode: KeyMode) -> Vec<u8> {
+    serde_json::to_vec(&(
+        "api key v1",
+        key_hash,
+        org_id.as_str(),
+        kind.as_str(),
+        mode.as_str(),
+    ))
+    .expect("a tuple of strings serializes")
 }
 
 /// An API key as stored: only its SHA-256 and a display hint.
@@ -33,6 +67,9 @@ pub struct NewApiKey {
     pub mode: KeyMode,
     pub hint: String,
     pub created_at: Millis,
+    /// The key file's MAC of [`api_key_canonical`]: a key row written with database access
+    /// alone has none that checks, and is refused.
+    pub mac: [u8; 32],
 }
 
 impl fmt::Debug for NewApiKey {
@@ -54,6 +91,9 @@ pub struct KeyRecord {
     pub disabled: bool,
     /// When it was last noted in use (noted at most once a minute).
     pub last_used_at: Option<Millis>,
+    /// Its MAC as stored (see [`NewApiKey::mac`]); `None` on a row written before rows were
+    /// sealed, until an instance seals it at start.
+    pub mac: Option<[u8; 32]>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

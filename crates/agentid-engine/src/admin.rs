@@ -13,7 +13,7 @@ use agentid_core::keys::{
 };
 use agentid_store::{NewApiKey, OrgRecord, SharedStore, StoreError};
 
-use super::apikeys::generate_key;
+use super::apikeys::{generate_key, org_vouched, seal_unsealed, sealed_org};
 
 /// The four keys an organization starts with, shown once.
 #[derive(Clone, Serialize)]
@@ -41,11 +41,13 @@ pub struct CreatedOrg {
 
 pub async fn create_org(
     store: &SharedStore,
+    keys: &KeyRing,
     name: &str,
     plan: Plan,
     limits: OrgLimits,
 ) -> Result<CreatedOrg, StoreError> {
-    let (org, stored, created) = new_org(name, plan, limits);
+    seal_unsealed(store, keys).await?;
+    let (org, stored, created) = new_org(keys, name, plan, limits);
     store.create_org(&org, &stored).await?;
     Ok(created)
 }
@@ -54,26 +56,36 @@ pub async fn create_org(
 /// on an empty store, exactly one creates it (and shows its keys).
 pub async fn create_first_org(
     store: &SharedStore,
+    keys: &KeyRing,
     name: &str,
     plan: Plan,
     limits: OrgLimits,
 ) -> Result<Option<CreatedOrg>, StoreError> {
-    let (org, stored, created) = new_org(name, plan, limits);
+    let (org, stored, created) = new_org(keys, name, plan, limits);
     Ok(store.create_first_org(&org, &stored).await?.then_some(created))
 }
 
-/// A new organization with its four keys: as stored, and as shown once.
-fn new_org(name: &str, plan: Plan, limits: OrgLimits) -> (OrgRecord, Vec<NewApiKey>, CreatedOrg) {
-    let org = OrgRecord {
-        id: OrgId::generate(),
-        name: name.to_owned(),
-        plan,
-        limits,
-        created_at: Millis::now(),
-    };
+/// A new organization with its four keys, sealed by the key file: as stored, and as shown once.
+fn new_org(
+    keys: &KeyRing,
+    name: &str,
+    plan: Plan,
+    limits: OrgLimits,
+) -> (OrgRecord, Vec<NewApiKey>, CreatedOrg) {
+    let org = sealed_org(
+        keys,
+        OrgRecord {
+            id: OrgId::generate(),
+            name: name.to_owned(),
+            plan,
+            limits,
+            created_at: Millis::now(),
+            mac: None,
+        },
+    );
     let mut stored = Vec::with_capacity(4);
     let mut key = |kind, mode| {
-        let (k, s) = generate_key(&org.id, kind, mode, None);
+        let (k, s) = generate_key(keys, &org.id, kind, mode, None);
         stored.push(s);
         k
     };
@@ -99,6 +111,7 @@ const MAX_KEY_NAME: usize = 100;
 /// and its id.
 pub async fn create_key(
     store: &SharedStore,
+    keys: &KeyRing,
     org_id: &str,
     kind: ApiKeyKind,
     mode: KeyMode,
@@ -119,7 +132,8 @@ pub async fn create_key(
     if store.get_org(&org_id).await?.is_none() {
         return Ok(None);
     }
-    let (key, stored) = generate_key(&org_id, kind, mode, name);
+    seal_unsealed(store, keys).await?;
+    let (key, stored) = generate_key(keys, &org_id, kind, mode, name);
     store.insert_key(&stored).await?;
     Ok(Some((key, stored.id)))
 }
@@ -178,29 +192,49 @@ pub struct LimitChange {
     pub max_expiry_seconds: Option<u64>,
 }
 
-/// Changes an organization's plan or limits (`OrgLimits::change`); returns it as stored.
+/// Changes an organization's plan or limits (`OrgLimits::change`), sealed by the key file;
+/// returns it as stored. What the change does not name is kept only when the key file
+/// vouches for it: a plan or limits written with database access alone are not carried into
+/// a new seal, so then the change must give the plan (and, on enterprise, every limit).
 pub async fn set_limits(
     store: &SharedStore,
+    keys: &KeyRing,
     org_id: &str,
     change: LimitChange,
 ) -> Result<OrgRecord, AdminError> {
+    seal_unsealed(store, keys).await?;
     let found = match OrgId::parse(org_id) {
         Some(id) => store.get_org(&id).await?,
         None => None,
     };
-    let Some(mut org) = found else {
+    let Some(org) = found else {
         return Err(AdminError::NoOrg(org_id.to_owned()));
     };
-    let (plan, limits) = OrgLimits::change(
-        org.plan,
-        org.limits,
-        change.plan,
-        change.verify_limit,
-        change.other_limit,
-        change.max_expiry_seconds,
-    )?;
-    org.plan = plan;
-    org.limits = limits;
+    let (plan, limits) = if org_vouched(keys, &org) {
+        OrgLimits::change(
+            org.plan,
+            org.limits,
+            change.plan,
+            change.verify_limit,
+            change.other_limit,
+            change.max_expiry_seconds,
+        )?
+    } else {
+        let Some(plan) = change.plan else {
+            return Err(AdminError::Refused(format!(
+                "the plan and limits stored for {org_id} are not sealed by the key file (written \
+                 with database access alone): give --plan (and, on enterprise, every limit)"
+            )));
+        };
+        let limits = OrgLimits::resolve(
+            plan,
+            change.verify_limit,
+            change.other_limit,
+            change.max_expiry_seconds,
+        )?;
+        (plan, limits)
+    };
+    let org = sealed_org(keys, OrgRecord { plan, limits, ..org });
     if !store.update_org(&org).await? {
         return Err(AdminError::NoOrg(org_id.to_owned()));
     }

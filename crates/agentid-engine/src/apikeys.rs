@@ -10,6 +10,8 @@ use sha2::{Digest, Sha256};
 use agentid_core::domain::org::{key_prefix, parse_key_prefix};
 use agentid_core::domain::{new_id, IdPrefix};
 use agentid_core::domain::{ApiKeyKind, KeyMode, Millis, OrgId};
+use agentid_core::keys::KeyRing;
+use agentid_core::records::api_key_canonical;
 use agentid_store::{KeyRecord, NewApiKey, OrgRecord, SharedStore, StoreError};
 
 /// How long a resolved key is trusted before the store is asked again (the default of
@@ -45,8 +47,9 @@ pub fn hash_key(key: &str) -> [u8; 32] {
 const NOTE_USE_EVERY: Millis = Millis(60_000);
 
 /// A new random key (`sk_live_` + 40 alphanumerics, about 238 bits) and its stored form, with
-/// an id (`key_` + a ULID) and the name its holder gave it.
+/// an id (`key_` + a ULID), the name its holder gave it, and the key file's seal.
 pub fn generate_key(
+    keys: &KeyRing,
     org_id: &OrgId,
     kind: ApiKeyKind,
     mode: KeyMode,
@@ -55,10 +58,12 @@ pub fn generate_key(
     let secret = Alphanumeric.sample_string(&mut rand::rngs::OsRng, 40);
     let key = format!("{}{secret}", key_prefix(kind, mode));
     let hint = format!("{}…{}", key_prefix(kind, mode), &secret[secret.len() - 4..]);
+    let key_hash = hash_key(&key);
     let stored = NewApiKey {
         id: new_id(IdPrefix::ApiKey),
         name: name.map(str::to_owned),
-        key_hash: hash_key(&key),
+        key_hash,
+        mac: keys.api_key_mac(&api_key_canonical(&key_hash, org_id, kind, mode)),
         org_id: org_id.clone(),
         kind,
         mode,
@@ -68,16 +73,90 @@ pub fn generate_key(
     (key, stored)
 }
 
+/// The organization with the key file's seal of its plan and limits.
+pub(crate) fn sealed_org(keys: &KeyRing, mut org: OrgRecord) -> OrgRecord {
+    org.mac = Some(keys.org_mac(&org.canonical()));
+    org
+}
+
+/// Whether the key file vouches for an organization's plan and limits. One that it does not
+/// was written or changed with database access alone (or is a row from before rows were
+/// sealed, which an instance seals at start): an integrity alarm, and its keys open nothing.
+pub(crate) fn org_vouched(keys: &KeyRing, org: &OrgRecord) -> bool {
+    let ok = org
+        .mac
+        .is_some_and(|mac| keys.org_vouched(&org.canonical(), &mac));
+    if !ok {
+        tracing::error!(org_id = %org.id,
+            "integrity alarm: an organization's plan and limits are not sealed by the key file; its keys are refused");
+        metrics::counter!("agentid_integrity_failures_total", "what" => "organization").increment(1);
+    }
+    ok
+}
+
+/// Whether the key file vouches for a key's row: which key, whose, and what it may do. One
+/// that it does not was written with database access alone: an integrity alarm, and refused.
+fn key_vouched(keys: &KeyRing, hash: &[u8; 32], stored: &KeyRecord) -> bool {
+    let canonical = api_key_canonical(hash, &stored.org.id, stored.kind, stored.mode);
+    let ok = stored
+        .mac
+        .is_some_and(|mac| keys.api_key_vouched(&canonical, &mac));
+    if !ok {
+        tracing::error!(org_id = %stored.org.id,
+            "integrity alarm: an API key's row is not sealed by the key file; it is refused");
+        metrics::counter!("agentid_integrity_failures_total", "what" => "api_key").increment(1);
+    }
+    ok
+}
+
+/// Seals the organizations and keys written before rows were sealed, once: while no row has
+/// a seal (the first start, or operator's change, after the upgrade that brought seals).
+/// After that a row without a seal was written with database access alone, and stays
+/// refused. Returns how many of each it sealed.
+pub async fn seal_unsealed(store: &SharedStore, keys: &KeyRing) -> Result<(usize, usize), StoreError> {
+    let found = store.unsealed().await?;
+    if found.orgs.is_empty() && found.keys.is_empty() {
+        return Ok((0, 0));
+    }
+    let orgs: Vec<_> = found
+        .orgs
+        .into_iter()
+        .map(|o| {
+            let mac = keys.org_mac(&o.canonical());
+            (o.id, mac)
+        })
+        .collect();
+    let sealed_keys: Vec<_> = found
+        .keys
+        .iter()
+        .map(|(hash, org, kind, mode)| {
+            (
+                *hash,
+                keys.api_key_mac(&api_key_canonical(hash, org, *kind, *mode)),
+            )
+        })
+        .collect();
+    store.seal(&orgs, &sealed_keys).await?;
+    tracing::info!(
+        organizations = orgs.len(),
+        keys = sealed_keys.len(),
+        "sealed the organizations and API keys written before rows were sealed"
+    );
+    Ok((orgs.len(), sealed_keys.len()))
+}
+
 pub(crate) struct ApiKeys {
     store: SharedStore,
+    keys: Arc<KeyRing>,
     cache: quick_cache::sync::Cache<[u8; 32], (Instant, KeyLookup)>,
     ttl: Duration,
 }
 
 impl ApiKeys {
-    pub fn new(store: SharedStore, ttl: Duration) -> Self {
+    pub fn new(store: SharedStore, keys: Arc<KeyRing>, ttl: Duration) -> Self {
         ApiKeys {
             store,
+            keys,
             cache: quick_cache::sync::Cache::new(KEY_CACHE_CAPACITY),
             ttl,
         }
@@ -141,15 +220,19 @@ impl ApiKeys {
             }
         };
         let found = match stored {
-            Some(KeyRecord {
-                org,
-                kind: k,
-                mode: m,
-                disabled: false,
-                last_used_at,
-            }) if k == kind && m == mode => {
-                self.note_use(hash, last_used_at);
-                KeyLookup::Valid(Arc::new(Caller { org, mode, kind }))
+            Some(s)
+                if !s.disabled
+                    && s.kind == kind
+                    && s.mode == mode
+                    && key_vouched(&self.keys, &hash, &s)
+                    && org_vouched(&self.keys, &s.org) =>
+            {
+                self.note_use(hash, s.last_used_at);
+                KeyLookup::Valid(Arc::new(Caller {
+                    org: s.org,
+                    mode,
+                    kind,
+                }))
             }
             _ => KeyLookup::Rejected,
         };

@@ -55,6 +55,7 @@ impl Engine {
         outbound: Outbound,
     ) -> Result<Engine, StoreError> {
         let outbound = Arc::new(outbound);
+        crate::apikeys::seal_unsealed(&store, &keys).await?;
         let (signing, unvouched) =
             SigningKeys::new(keys.clone(), &store.signing_keys().await?, Millis::now())
                 .map_err(recorded_keys)?;
@@ -184,7 +185,7 @@ impl Engine {
                 domain_list,
                 outbound,
             ),
-            api_keys: ApiKeys::new(store.clone(), cfg.key_cache_ttl),
+            api_keys: ApiKeys::new(store.clone(), keys.clone(), cfg.key_cache_ttl),
             last_ping_ok: std::sync::atomic::AtomicI64::new(0),
             rate_limits,
             transparency,

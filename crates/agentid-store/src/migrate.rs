@@ -211,6 +211,11 @@ pub const SQLITE: Embedded = &[
         "log rows as written",
         include_str!("../../../migrations/sqlite/0041_log_rows_as_written.sql"),
     ),
+    (
+        42,
+        "keys and plans sealed",
+        include_str!("../../../migrations/sqlite/0042_keys_and_plans_sealed.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -417,6 +422,11 @@ pub const POSTGRES: Embedded = &[
         41,
         "log rows as written",
         include_str!("../../../migrations/postgres/0041_log_rows_as_written.sql"),
+    ),
+    (
+        42,
+        "keys and plans sealed",
+        include_str!("../../../migrations/postgres/0042_keys_and_plans_sealed.sql"),
     ),
 ];
 

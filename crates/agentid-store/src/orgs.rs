@@ -2,7 +2,7 @@
 
 use super::sql::decode;
 use super::{KeyRecord, NewApiKey, OrgRecord, StoreError, StoreFuture};
-use agentid_core::domain::{Millis, OrgId, OrgLimits, Plan};
+use agentid_core::domain::{ApiKeyKind, KeyMode, Millis, OrgId, OrgLimits, Plan};
 
 /// Organizations and the API keys that act for them.
 pub trait OrgStore {
@@ -28,6 +28,24 @@ pub trait OrgStore {
     fn disable_key_id<'a>(&'a self, id: &'a str, at: Millis) -> StoreFuture<'a, bool>;
     /// Notes that the key was used at `at`, unless it was noted less than `every` before.
     fn note_key_used<'a>(&'a self, key_hash: &'a [u8; 32], at: Millis, every: Millis) -> StoreFuture<'a, ()>;
+    /// The organizations and keys without a seal, unless some row has one.
+    fn unsealed(&self) -> StoreFuture<'_, Unsealed>;
+    /// Seals rows [`OrgStore::unsealed`] listed, each only while it is still unsealed (one
+    /// transaction).
+    fn seal<'a>(
+        &'a self,
+        orgs: &'a [(OrgId, [u8; 32])],
+        keys: &'a [([u8; 32], [u8; 32])],
+    ) -> StoreFuture<'a, ()>;
+}
+
+/// Rows without a seal: organizations, and keys (their hash, organization, kind and mode);
+/// none listed when some row has a seal (`any_sealed`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Unsealed {
+    pub any_sealed: bool,
+    pub orgs: Vec<OrgRecord>,
+    pub keys: Vec<([u8; 32], OrgId, ApiKeyKind, KeyMode)>,
 }
 
 /// A key as `agentid key list` shows it.
@@ -49,7 +67,7 @@ pub struct KeyListing {
 row! {
     pub(crate) struct OrgRow {
         id: String, name: String, plan: String, verify_limit: i64, other_limit: i64,
-        max_expiry_seconds: i64, created_at: i64,
+        max_expiry_seconds: i64, created_at: i64, mac: Vec<u8>,
     }
 }
 
@@ -72,6 +90,8 @@ impl OrgRow {
             id: decode("organization", &self.id, OrgId::parse)?,
             name: self.name,
             created_at: Millis(self.created_at),
+            // Empty until sealed; a MAC of another length vouches for nothing.
+            mac: self.mac.as_slice().try_into().ok(),
         })
     }
 }
@@ -86,6 +106,12 @@ row! {
 row! {
     pub(crate) struct KeyRow {
         kind: String, mode: String, disabled_at: Option<i64>, org_id: String,
-        last_used_at: Option<i64>,
+        last_used_at: Option<i64>, mac: Vec<u8>,
+    }
+}
+
+row! {
+    pub(crate) struct UnsealedKeyRow {
+        key_hash: Vec<u8>, org_id: String, kind: String, mode: String,
     }
 }

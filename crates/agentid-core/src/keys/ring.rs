@@ -237,6 +237,28 @@ impl KeyRing {
         self.hmac(IDENTITY_PROVIDERS, &[canonical])
     }
 
+    /// The MAC of an API key's row (`records::api_key_canonical`): a key written with
+    /// database access alone opens nothing.
+    pub fn api_key_mac(&self, canonical: &[u8]) -> [u8; 32] {
+        self.hmac(API_KEYS, &[canonical])
+    }
+
+    /// Whether `mac` is the MAC of an API key's canonical bytes (constant time).
+    pub fn api_key_vouched(&self, canonical: &[u8], mac: &[u8; 32]) -> bool {
+        self.mac_checks(API_KEYS, canonical, mac)
+    }
+
+    /// The MAC of an organization's plan and limits (`OrgRecord::canonical`): a plan or
+    /// limits written with database access alone hold for nobody.
+    pub fn org_mac(&self, canonical: &[u8]) -> [u8; 32] {
+        self.hmac(ORGANIZATIONS, &[canonical])
+    }
+
+    /// Whether `mac` is the MAC of an organization's canonical bytes (constant time).
+    pub fn org_vouched(&self, canonical: &[u8], mac: &[u8; 32]) -> bool {
+        self.mac_checks(ORGANIZATIONS, canonical, mac)
+    }
+
     /// What seals a block of the audit log (the MAC of `domain::audit::block_seal_input`): a
     /// block written with database access alone has no seal that checks, so no checkpoint
     /// covers it unseen. Its key is made once: the audit writer seals every block with it.
@@ -327,6 +349,8 @@ pub fn thumbprint_of_text(text: &str) -> String {
 const DOMAIN_HOLDINGS: &[u8] = b"agentid domain holdings v1";
 const IDENTITY_PROVIDERS: &[u8] = b"agentid identity providers v1";
 const AUDIT_BLOCKS: &[u8] = b"agentid audit blocks v1";
+const API_KEYS: &[u8] = b"agentid api keys v1";
+const ORGANIZATIONS: &[u8] = b"agentid organizations v1";
 
 const SEALED_V1: u8 = 1;
 const SEALED_V2: u8 = 2;

@@ -362,6 +362,13 @@ impl OAuth {
         let Some(org) = self.store.get_org(&agent.org_id).await? else {
             return Err(StoreError::Corrupt(format!("agent {} has no organization", agent.id)).into());
         };
+        // A plan or limits the key file does not vouch for were written with database access
+        // alone: the organization's agents get no tokens under them (as its keys open nothing).
+        if !crate::apikeys::org_vouched(&self.delegation.keys, &org) {
+            return Err(OAuthError::InvalidClient(
+                "the agent's organization may not get tokens".into(),
+            ));
+        }
         let charged = self.limits.check(bucket(&org), Class::Other).await;
         if !charged.allowed {
             return Err(OAuthError::RateLimited(charged));

@@ -5,7 +5,9 @@ use crate::{KeyRecord, NewApiKey, OrgRecord, StoreError, StoreFuture};
 use agentid_core::domain::OrgId;
 use agentid_core::domain::{ApiKeyKind, Millis};
 
-use crate::orgs::{KeyListing, KeyRow, ListedKeyRow, OrgRow, OrgStore, ORG_COLUMNS};
+use crate::orgs::{
+    KeyListing, KeyRow, ListedKeyRow, OrgRow, OrgStore, Unsealed, UnsealedKeyRow, ORG_COLUMNS,
+};
 
 use super::DB;
 
@@ -15,7 +17,7 @@ async fn insert_org(
     org: &OrgRecord,
     keys: &[NewApiKey],
 ) -> Result<(), StoreError> {
-    let sql = format!("INSERT INTO orgs ({ORG_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)");
+    let sql = format!("INSERT INTO orgs ({ORG_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)");
     sqlx::query(&sql)
         .bind(org.id.as_str())
         .bind(org.name.as_str())
@@ -24,6 +26,7 @@ async fn insert_org(
         .bind(i64::from(org.limits.other_per_minute))
         .bind(org.limits.max_expiry_seconds as i64)
         .bind(org.created_at.0)
+        .bind(org.mac.map(Vec::from).unwrap_or_default())
         .execute(&mut **tx)
         .await?;
     for key in keys {
@@ -35,8 +38,8 @@ async fn insert_org(
 /// The `INSERT` of one API key (used alone and inside `create_org`'s transaction).
 fn insert_key<'q>(key: &'q NewApiKey) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>> {
     sqlx::query(
-        "INSERT INTO api_keys (key_hash, org_id, kind, mode, hint, created_at, disabled_at, id, name) \
-         VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, $8)",
+        "INSERT INTO api_keys (key_hash, org_id, kind, mode, hint, created_at, disabled_at, id, name, mac) \
+         VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, $8, $9)",
     )
     .bind(&key.key_hash[..])
     .bind(key.org_id.as_str())
@@ -46,6 +49,7 @@ fn insert_key<'q>(key: &'q NewApiKey) -> sqlx::query::Query<'q, DB, <DB as sqlx:
     .bind(key.created_at.0)
     .bind(key.id.as_str())
     .bind(key.name.as_deref())
+    .bind(&key.mac[..])
 }
 
 impl OrgStore for SqlStore<DB> {
@@ -86,13 +90,14 @@ impl OrgStore for SqlStore<DB> {
         Box::pin(async move {
             let done = sqlx::query(
                 "UPDATE orgs SET plan = $2, verify_limit = $3, other_limit = $4, \
-                 max_expiry_seconds = $5 WHERE id = $1",
+                 max_expiry_seconds = $5, mac = $6 WHERE id = $1",
             )
             .bind(org.id.as_str())
             .bind(org.plan.as_str())
             .bind(i64::from(org.limits.verify_per_minute))
             .bind(i64::from(org.limits.other_per_minute))
             .bind(org.limits.max_expiry_seconds as i64)
+            .bind(org.mac.map(Vec::from).unwrap_or_default())
             .execute(&mut *self.conn().await?)
             .await?;
             Ok(DB::rows_affected(&done) == 1)
@@ -138,6 +143,7 @@ impl OrgStore for SqlStore<DB> {
                 mode: parse_mode(&row.mode)?,
                 disabled: row.disabled_at.is_some(),
                 last_used_at: row.last_used_at.map(Millis),
+                mac: row.mac.as_slice().try_into().ok(),
             }))
         })
     }
@@ -216,5 +222,78 @@ impl OrgStore for SqlStore<DB> {
             .await?;
             Ok(())
         })
+    }
+
+    fn unsealed(&self) -> StoreFuture<'_, Unsealed> {
+        Box::pin(async move {
+            let mut conn = self.conn().await?;
+            let (any_sealed,): (bool,) = sqlx::query_as(
+                "SELECT EXISTS (SELECT 1 FROM orgs WHERE length(mac) = 32) \
+                 OR EXISTS (SELECT 1 FROM api_keys WHERE length(mac) = 32)",
+            )
+            .fetch_one(&mut *conn)
+            .await?;
+            if any_sealed {
+                return Ok(Unsealed {
+                    any_sealed,
+                    ..Unsealed::default()
+                });
+            }
+            let sql = format!("SELECT {ORG_COLUMNS} FROM orgs WHERE length(mac) = 0 ORDER BY id");
+            let orgs: Vec<OrgRow> = sqlx::query_as(&sql).fetch_all(&mut *conn).await?;
+            let sql = format!(
+                "SELECT {} FROM api_keys WHERE length(mac) = 0 ORDER BY key_hash",
+                UnsealedKeyRow::COLUMNS
+            );
+            let keys: Vec<UnsealedKeyRow> = sqlx::query_as(&sql).fetch_all(&mut *conn).await?;
+            Ok(Unsealed {
+                any_sealed,
+                orgs: orgs
+                    .into_iter()
+                    .map(OrgRow::into_record)
+                    .collect::<Result<_, _>>()?,
+                keys: keys
+                    .into_iter()
+                    .map(|k| {
+                        Ok((
+                            k.key_hash
+                                .as_slice()
+                                .try_into()
+                                .map_err(|_| StoreError::Corrupt("an API key's hash".into()))?,
+                            decode("organization", &k.org_id, OrgId::parse)?,
+                            ApiKeyKind::parse(&k.kind)
+                                .ok_or_else(|| StoreError::Corrupt(format!("key kind {}", k.kind)))?,
+                            parse_mode(&k.mode)?,
+                        ))
+                    })
+                    .collect::<Result<_, StoreError>>()?,
+            })
+        })
+    }
+
+    fn seal<'a>(
+        &'a self,
+        orgs: &'a [(OrgId, [u8; 32])],
+        keys: &'a [([u8; 32], [u8; 32])],
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(self.outage.ride_out(move || async move {
+            let mut tx = self.begin().await?;
+            for (id, mac) in orgs {
+                sqlx::query("UPDATE orgs SET mac = $2 WHERE id = $1 AND length(mac) = 0")
+                    .bind(id.as_str())
+                    .bind(&mac[..])
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            for (hash, mac) in keys {
+                sqlx::query("UPDATE api_keys SET mac = $2 WHERE key_hash = $1 AND length(mac) = 0")
+                    .bind(&hash[..])
+                    .bind(&mac[..])
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            crate::sql::commit(tx).await?;
+            Ok(())
+        }))
     }
 }
