@@ -206,6 +206,8 @@ fn revocation(c: &mut Criterion) {
             status: None,
             jkt: None,
             jwk: None,
+            key_mac: None,
+            key_sealed_at: None,
             verification_count: 0,
         });
     }

@@ -31,6 +31,36 @@ pub struct TestDb {
 }
 
 impl TestDb {
+    /// Brings the database to the schema of its first `migrations` migrations only (an older
+    /// version's), then runs `stmts` on it: what an upgrade finds.
+    pub async fn at_schema(&self, migrations: usize, stmts: &[String]) {
+        use agentid::store::migrate;
+        macro_rules! at_schema {
+            ($pool:expr, $set:expr) => {{
+                let pool = $pool;
+                migrate::migrator(&$set[..migrations])
+                    .await
+                    .unwrap()
+                    .run(&pool)
+                    .await
+                    .unwrap();
+                for s in stmts {
+                    sqlx::query(s).execute(&pool).await.unwrap();
+                }
+                pool.close().await;
+            }};
+        }
+        if self.is_postgres() {
+            at_schema!(sqlx::PgPool::connect(&self.url).await.unwrap(), migrate::POSTGRES);
+        } else {
+            let opts = self.url.parse::<sqlx::sqlite::SqliteConnectOptions>().unwrap();
+            let pool = sqlx::SqlitePool::connect_with(opts.create_if_missing(true))
+                .await
+                .unwrap();
+            at_schema!(pool, migrate::SQLITE);
+        }
+    }
+
     pub async fn new(dir: &std::path::Path) -> TestDb {
         match postgres_admin_url() {
             None => TestDb {

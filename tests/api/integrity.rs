@@ -413,7 +413,8 @@ async fn an_api_key_or_a_plan_written_into_the_database_opens_nothing() {
     let app = spawn_app().await;
     let org = app.org.org_id.clone();
     assert_eq!(app.get("/v1/agents", Some(app.secret())).await.status, 200);
-    let unsealed = [blob(&app, &[]), blob(&app, &[0; 31])];
+    // Nor with the mark of a row from before seals, which only their migration writes.
+    let unsealed = [blob(&app, &[]), blob(&app, &[0]), blob(&app, &[0; 31])];
     for (i, mac) in unsealed.iter().enumerate() {
         let key = format!("sk_live_{}{i}", "A".repeat(39));
         let err = app
@@ -455,6 +456,28 @@ async fn an_api_key_or_a_plan_written_into_the_database_opens_nothing() {
         "a key opened under a forged plan: {}",
         res.text()
     );
+    // An earlier plan sealed by the key file, copied back with its seal (here one made two
+    // minutes ago): refused by the database.
+    let mut earlier = app
+        .store
+        .get_org(&crate::helpers::org_id(&org))
+        .await
+        .unwrap()
+        .unwrap();
+    earlier.plan = agentid::domain::Plan::Enterprise;
+    earlier.sealed_at = Millis(Millis::now().0 - 120_000);
+    let seal = app.engine.keys().org_mac(&earlier.canonical());
+    let copied = format!(
+        "UPDATE orgs SET mac = {}, sealed_at = {} WHERE id = '{org}'",
+        blob(&app, &seal),
+        earlier.sealed_at.0
+    );
+    let err = app
+        .raw_execute(&copied)
+        .await
+        .expect_err("a stale seal")
+        .to_string();
+    assert!(err.contains("sealed"), "{err}");
     // The operator does not seal it by changing something else; naming the plan does.
     let keep = admin::set_limits(&app.store, app.engine.keys(), &org, Default::default())
         .await
@@ -482,9 +505,9 @@ async fn an_api_key_or_a_plan_written_into_the_database_opens_nothing() {
     assert_eq!(app.get("/v1/agents", Some(&key)).await.status, 200);
 }
 
-/// Keys and plans written before rows were sealed are sealed once, by the first start after
-/// the upgrade: they keep working. After that, a row without a seal (written past the
-/// triggers) is not sealed by a later start: it stays refused.
+/// Keys and plans from before seals (marked so by the migration that brought them) are sealed
+/// by the first start after the upgrade: they keep working. A row written without a seal
+/// (past the triggers) is not sealed by a later start: it stays refused.
 #[actix_web::test]
 async fn keys_and_plans_from_before_seals_are_sealed_once() {
     let app = spawn_app().await;
@@ -497,10 +520,10 @@ async fn keys_and_plans_from_before_seals_are_sealed_once() {
             "DROP TRIGGER orgs_stay_sealed",
         ]
     };
-    // The database as the upgrade finds it: no row sealed.
+    // The database as the upgrade leaves it: every row marked as from before seals.
     let (keys, orgs) = (
-        format!("UPDATE api_keys SET mac = {}", blob(&app, &[])),
-        format!("UPDATE orgs SET mac = {}", blob(&app, &[])),
+        format!("UPDATE api_keys SET mac = {}", blob(&app, &[0])),
+        format!("UPDATE orgs SET mac = {}", blob(&app, &[0])),
     );
     let mut sqls = past_triggers.to_vec();
     sqls.extend([keys.as_str(), orgs.as_str()]);
@@ -1313,4 +1336,47 @@ async fn log_rows_the_service_never_writes_neither_stop_nor_hide() {
     let (code, out) = audit_verify(&app);
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("start before record 1"), "{out}");
+}
+
+/// The upgrade that brings seals, on a database that holds keys: its migration marks them,
+/// the first start seals them, and they keep opening what they opened.
+#[actix_web::test]
+async fn an_upgrade_seals_the_keys_it_finds() {
+    use agentid::engine::outbound::{Outbound, OutboundConfig};
+    use agentid::engine::KeyLookup;
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::helpers::TestDb::new(dir.path()).await;
+    let org = "org_01eeeeeeeeeeeeeeeeeeeeeeee";
+    let key = format!("sk_live_{}", "D".repeat(40));
+    let hash: String = agentid::engine::hash_key(&key)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let hash = if db.is_postgres() {
+        format!("'\\x{hash}'::bytea")
+    } else {
+        format!("X'{hash}'")
+    };
+    let stmts = [
+        format!(
+            "INSERT INTO orgs (id, name, plan, verify_limit, other_limit, max_expiry_seconds, created_at) \
+             VALUES ('{org}', 'o', 'developer', 1000, 100, 2592000, 1)"
+        ),
+        format!(
+            "INSERT INTO api_keys (key_hash, org_id, kind, mode, hint, created_at, id) \
+             VALUES ({hash}, '{org}', 'secret', 'live', 'sk_live_…DDDD', 1, 'key_before')"
+        ),
+    ];
+    // The schema before seals, and a key in it.
+    db.at_schema(41, &stmts).await;
+    let config = crate::helpers::test_config(&db.url, dir.path().join("signing-key.pem"));
+    let app = agentid::Application::build_with(config, Outbound::new(OutboundConfig::default()))
+        .await
+        .expect("the upgraded database opens");
+    let found = app
+        .engine()
+        .authenticate(&key, [127, 0, 0, 1].into())
+        .await
+        .unwrap();
+    assert!(matches!(found, KeyLookup::Valid(_)), "{found:?}");
 }

@@ -1140,3 +1140,177 @@ async fn a_plan_written_into_the_database_gets_no_token() {
     let res = ask(&app, &assertion(&app, &key, &agent), &[("resource", RESOURCE)]).await;
     assert_oauth_error(&res, 401, "invalid_client");
 }
+
+/// Attack: credentials written into the database with database access alone. A key put in
+/// an agent's row (its thumbprint beside it), or a client secret's row, authenticates nobody:
+/// the key file did not seal them. One sealed by the key file long ago and copied back (a key
+/// the agent gave up, a secret that ended) is refused by the database, as is an ended
+/// secret's end moved.
+#[actix_web::test]
+async fn credentials_written_into_the_database_authenticate_nobody() {
+    let app = spawn_app().await;
+    let key = AgentKey::ed();
+    let id = client(&app, &key).await;
+    let res = ask(&app, &assertion(&app, &key, &id), &[("resource", RESOURCE)]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+
+    // Another key in the row, with its thumbprint: its assertions get nothing.
+    let forger = AgentKey::ed();
+    let jwk = format!(
+        r#"{{"crv":"Ed25519","kty":"OKP","x":"{}"}}"#,
+        forger.jwk()["x"].as_str().unwrap()
+    );
+    let swap = format!(
+        "UPDATE agents SET jwk = '{jwk}', jkt = '{}' WHERE id = '{id}'",
+        thumbprint(&forger.jwk())
+    );
+    assert_eq!(app.raw_execute(&swap).await.unwrap(), 1);
+    let res = ask(&app, &assertion(&app, &forger, &id), &[("resource", RESOURCE)]).await;
+    assert_oauth_error(&res, 401, "invalid_client");
+
+    // A key sealed by the key file two minutes ago, copied back: refused by the database.
+    let keys = app.engine.keys();
+    let then = agentid::domain::Millis(agentid::domain::Millis::now().0 - 120_000);
+    let agent_id = crate::helpers::agent_id(&id);
+    let old = keys.agent_key_mac(&agentid::records::agent_key_canonical(
+        &agent_id,
+        Some(&thumbprint(&forger.jwk())),
+        Some(&jwk),
+        Some(then),
+    ));
+    let hex = |b: &[u8]| b.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let blob = |b: &[u8]| {
+        if app.db.is_postgres() {
+            format!("'\\x{}'::bytea", hex(b))
+        } else {
+            format!("X'{}'", hex(b))
+        }
+    };
+    let copied = format!(
+        "UPDATE agents SET key_mac = {}, key_sealed_at = {} WHERE id = '{id}'",
+        blob(&old),
+        then.0
+    );
+    let err = app
+        .raw_execute(&copied)
+        .await
+        .expect_err("a stale seal")
+        .to_string();
+    assert!(err.contains("sealed"), "{err}");
+
+    // A client secret's row: with a seal of its own making, nothing; sealed long ago and
+    // copied back, refused by the database.
+    let secret = format!("cs_{}", "s".repeat(43));
+    let hash = agentid::engine::hash_key(&secret);
+    let row = |mac: &[u8], at: i64| {
+        format!(
+            "INSERT INTO client_secrets (agent_id, secret_hash, created_at, expires_at, mac) \
+             VALUES ('{id}', {}, {at}, NULL, {})",
+            blob(&hash),
+            blob(mac)
+        )
+    };
+    app.raw_execute(&format!("DELETE FROM client_secrets WHERE agent_id = '{id}'"))
+        .await
+        .unwrap();
+    let now = agentid::domain::Millis::now().0;
+    assert_eq!(app.raw_execute(&row(&[7; 32], now)).await.unwrap(), 1);
+    let form = [
+        ("grant_type", "client_credentials"),
+        ("client_id", id.as_str()),
+        ("client_secret", secret.as_str()),
+        ("resource", RESOURCE),
+    ];
+    let res = app.post_form("/oauth/token", &form, &[]).await;
+    assert_oauth_error(&res, 401, "invalid_client");
+    app.raw_execute(&format!("DELETE FROM client_secrets WHERE agent_id = '{id}'"))
+        .await
+        .unwrap();
+    let old = keys.client_secret_mac(&agentid::records::client_secret_canonical(&agent_id, &hash, then));
+    let err = app
+        .raw_execute(&row(&old, then.0))
+        .await
+        .expect_err("a stale seal")
+        .to_string();
+    assert!(err.contains("sealed"), "{err}");
+
+    // A replaced secret's end stays where the rotation put it.
+    let sk = app.secret().to_owned();
+    assert_eq!(make_secret(&app, &id, &sk).await.status, 201);
+    assert_eq!(make_secret(&app, &id, &sk).await.status, 201);
+    let longer = format!(
+        "UPDATE client_secrets SET expires_at = NULL WHERE agent_id = '{id}' AND expires_at IS NOT NULL"
+    );
+    let err = app
+        .raw_execute(&longer)
+        .await
+        .expect_err("an end moved")
+        .to_string();
+    assert!(err.contains("never moves"), "{err}");
+}
+
+/// An agent's key and client secret from before seals (marked so by the migration that
+/// brought them) are sealed by the first start after the upgrade: the agent keeps
+/// authenticating with both. An agent's key without a seal (written past the triggers) is
+/// not sealed by a later start.
+#[actix_web::test]
+async fn agent_credentials_from_before_seals_are_sealed_once() {
+    let app = spawn_app().await;
+    let (key, other_key) = (AgentKey::ed(), AgentKey::ed());
+    let id = client(&app, &key).await;
+    let other = client(&app, &other_key).await;
+    let res = make_secret(&app, &id, app.secret()).await;
+    let secret = res.json()["client_secret"].as_str().unwrap().to_owned();
+    let mark = if app.db.is_postgres() {
+        "'\\x00'::bytea"
+    } else {
+        "X'00'"
+    };
+    let past_triggers: &[&str] = if app.db.is_postgres() {
+        &["SET session_replication_role = replica"]
+    } else {
+        &[
+            "DROP TRIGGER agents_keys_stay_sealed",
+            "DROP TRIGGER client_secrets_stay_sealed",
+        ]
+    };
+    // The database as the upgrade leaves it: every key and secret marked as from before seals.
+    let (keys, secrets) = (
+        format!("UPDATE agents SET key_mac = {mark}, key_sealed_at = NULL WHERE jwk IS NOT NULL"),
+        format!("UPDATE client_secrets SET mac = {mark}"),
+    );
+    let mut sqls = past_triggers.to_vec();
+    sqls.extend([keys.as_str(), secrets.as_str()]);
+    app.raw_session(&sqls).await.unwrap();
+    let app = app.restart().await;
+    let res = ask(&app, &assertion(&app, &key, &id), &[("resource", RESOURCE)]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let form = [
+        ("grant_type", "client_credentials"),
+        ("client_id", id.as_str()),
+        ("client_secret", secret.as_str()),
+        ("resource", RESOURCE),
+    ];
+    let res = app.post_form("/oauth/token", &form, &[]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+
+    // One agent's key unsealed now: a later start leaves it so.
+    let unseal = format!("UPDATE agents SET key_mac = NULL, key_sealed_at = NULL WHERE id = '{other}'");
+    let mut sqls = if app.db.is_postgres() {
+        past_triggers.to_vec()
+    } else {
+        vec![]
+    };
+    sqls.push(&unseal);
+    app.raw_session(&sqls).await.unwrap();
+    let app = app.restart().await;
+    let res = ask(
+        &app,
+        &assertion(&app, &other_key, &other),
+        &[("resource", RESOURCE)],
+    )
+    .await;
+    assert_oauth_error(&res, 401, "invalid_client");
+    let res = ask(&app, &assertion(&app, &key, &id), &[("resource", RESOURCE)]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+}

@@ -1185,3 +1185,28 @@ async fn a_name_let_go_is_its_next_owners_origin_to_serve() {
     let v = app.check_trusting(agent_url, &signed_now(&key, agent_url)).await;
     assert_eq!(v["result"], "verified", "{v}");
 }
+
+/// Attack: a key written into an agent's row with database access alone (its thumbprint
+/// beside it, as anyone computes) signs for nobody: the key file did not seal it, and an
+/// earlier sealed key copied back is refused by the database.
+#[actix_web::test]
+async fn a_key_written_into_an_agents_row_signs_for_nobody() {
+    let app = spawn_app().await;
+    let (a, _) = crawler(&app).await;
+    let agent = a["agent_id"].as_str().unwrap();
+    let (private, public) = keypair();
+    let jwk = format!(
+        r#"{{"crv":"Ed25519","kty":"OKP","x":"{}"}}"#,
+        public["x"].as_str().unwrap()
+    );
+    let forged = format!(
+        "UPDATE agents SET jwk = '{jwk}', jkt = '{}' WHERE id = '{agent}'",
+        thumbprint(&public)
+    );
+    assert_eq!(app.raw_execute(&forged).await.unwrap(), 1);
+    let directory = format!("{}/v1/directories/example.com", app.base);
+    let url = "https://shop.example/products/1";
+    let headers = cloudflare_signs(&private, url, &directory, 300).await;
+    let v = app.check_request(url, &headers).await;
+    assert_ne!(v["result"], "verified", "a key written into the row signed: {v}");
+}

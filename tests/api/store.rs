@@ -35,6 +35,8 @@ pub fn agent(id: &str, org: &str) -> AgentRecord {
         status: None,
         jkt: None,
         jwk: None,
+        key_mac: None,
+        key_sealed_at: None,
         verification_count: 0,
     }
 }
@@ -456,7 +458,6 @@ async fn two_instances_appending_to_one_ledger_never_fork_the_chain() {
 /// migration 1, is dropped.
 #[actix_web::test]
 async fn a_per_record_log_with_records_is_refused_and_an_empty_one_dropped() {
-    use agentid::store::migrate;
     let dir = tempfile::tempdir().unwrap();
     let db = crate::helpers::TestDb::new(dir.path()).await;
     let org = "org_01eeeeeeeeeeeeeeeeeeeeeeee";
@@ -472,30 +473,7 @@ async fn a_per_record_log_with_records_is_refused_and_an_empty_one_dropped() {
         ),
     ];
     // The per-record schema (migrations 1 and 2) only, then a record.
-    macro_rules! per_record_schema {
-        ($pool:expr, $set:expr) => {{
-            let pool = $pool;
-            migrate::migrator(&$set[..2])
-                .await
-                .unwrap()
-                .run(&pool)
-                .await
-                .unwrap();
-            for s in &stmts {
-                sqlx::query(s).execute(&pool).await.unwrap();
-            }
-            pool.close().await;
-        }};
-    }
-    if db.is_postgres() {
-        per_record_schema!(sqlx::PgPool::connect(&db.url).await.unwrap(), migrate::POSTGRES);
-    } else {
-        let opts = db.url.parse::<sqlx::sqlite::SqliteConnectOptions>().unwrap();
-        let pool = sqlx::SqlitePool::connect_with(opts.create_if_missing(true))
-            .await
-            .unwrap();
-        per_record_schema!(pool, migrate::SQLITE);
-    }
+    db.at_schema(2, &stmts).await;
     let refused = agentid::store::connect(&db.url, &Default::default())
         .await
         .expect_err("a per-record log with records is refused");

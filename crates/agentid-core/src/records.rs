@@ -22,16 +22,21 @@ pub struct OrgRecord {
     /// were sealed, until an instance seals it at start. A plan or limits written with
     /// database access alone have none that checks: the organization's keys are refused.
     pub mac: Option<[u8; 32]>,
+    /// When it was sealed: the database takes only a fresh seal, so an earlier plan copied
+    /// back with its seal is refused.
+    pub sealed_at: Millis,
 }
 
 impl OrgRecord {
     /// The bytes its MAC is computed over: what the organization may do (its id, its plan
-    /// and the limits in force under it), in a fixed order. Its name is not sealed.
+    /// and the limits in force under it) and when it was sealed, in a fixed order. Its name
+    /// is not sealed.
     pub fn canonical(&self) -> Vec<u8> {
         let limits = OrgLimits::in_force(self.plan, self.limits);
         serde_json::to_vec(&(
             "organization v1",
             self.id.as_str(),
+            self.sealed_at.0,
             self.plan.as_str(),
             limits.verify_per_minute,
             limits.other_per_minute,
@@ -39,6 +44,24 @@ impl OrgRecord {
         ))
         .expect("a tuple of strings and numbers serializes")
     }
+}
+
+/// The bytes the MAC of an agent's key binding is computed over (`AgentRecord::key_canonical`).
+pub fn agent_key_canonical(
+    agent: &AgentId,
+    jkt: Option<&str>,
+    jwk: Option<&str>,
+    sealed_at: Option<Millis>,
+) -> Vec<u8> {
+    serde_json::to_vec(&("agent key v1", agent.as_str(), jkt, jwk, sealed_at.map(|m| m.0)))
+        .expect("a tuple of strings and numbers serializes")
+}
+
+/// The bytes an agent's client secret's MAC is computed over: whose it is, which (its
+/// SHA-256) and when it was made.
+pub fn client_secret_canonical(agent: &AgentId, secret_hash: &[u8; 32], created_at: Millis) -> Vec<u8> {
+    serde_json::to_vec(&("client secret v1", agent.as_str(), secret_hash, created_at.0))
+        .expect("a tuple serializes")
 }
 
 /// The bytes an API key's MAC is computed over: which key (its SHA-256), whose, and what it
@@ -118,10 +141,27 @@ pub struct AgentRecord {
     /// That key itself, as `PublicJwk::canonical` writes it: the key an agent authenticates
     /// with as an OAuth client (`private_key_jwt`). None where `jkt` is.
     pub jwk: Option<String>,
+    /// The key file's MAC of [`AgentRecord::key_canonical`], on an agent bound to a key: a
+    /// key written into the row with database access alone authenticates nobody.
+    pub key_mac: Option<[u8; 32]>,
+    /// When that MAC was made: the database takes only a fresh one, so an earlier key copied
+    /// back with its seal is refused.
+    pub key_sealed_at: Option<Millis>,
     pub verification_count: i64,
 }
 
 impl AgentRecord {
+    /// The bytes the MAC of its key binding is computed over: the agent and the key (its
+    /// thumbprint and the key itself), in a fixed order.
+    pub fn key_canonical(&self) -> Vec<u8> {
+        agent_key_canonical(
+            &self.id,
+            self.jkt.as_deref(),
+            self.jwk.as_deref(),
+            self.key_sealed_at,
+        )
+    }
+
     pub fn ledger(&self) -> Ledger {
         Ledger {
             org_id: self.org_id.as_str().to_owned(),

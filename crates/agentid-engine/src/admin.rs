@@ -13,7 +13,8 @@ use agentid_core::keys::{
 };
 use agentid_store::{NewApiKey, OrgRecord, SharedStore, StoreError};
 
-use super::apikeys::{generate_key, org_vouched, seal_unsealed, sealed_org};
+use super::apikeys::generate_key;
+use super::seals::{org_vouched, seal_unsealed, sealed_org};
 
 /// The four keys an organization starts with, shown once.
 #[derive(Clone, Serialize)]
@@ -81,6 +82,7 @@ fn new_org(
             limits,
             created_at: Millis::now(),
             mac: None,
+            sealed_at: Millis(0),
         },
     );
     let mut stored = Vec::with_capacity(4);

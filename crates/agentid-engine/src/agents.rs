@@ -10,7 +10,7 @@ use base64::Engine as _;
 use agentid_core::domain::{
     new_id, AgentFields, AgentId, IdPrefix, KeyMode, ListId, Millis, OrgId, RevokeReason, StatusPlace,
 };
-use agentid_core::keys::SigningKeys;
+use agentid_core::keys::{KeyRing, SigningKeys};
 use agentid_core::token::dpop::PublicJwk;
 use agentid_core::token::{Claims, Confirmation};
 use agentid_store::{AgentRecord, DomainRules, KeyBinding, OrgRecord, PlaceDraw, SharedStore, StoreError};
@@ -21,6 +21,7 @@ use crate::apikeys::{hash_key, Caller};
 use crate::expiries::NotedExpiries;
 use crate::registry::Registry;
 use crate::revocations::Revocations;
+use crate::seals::{agent_key_vouched, client_secret_seal, sealed_agent_key};
 use crate::status::StatusLists;
 use crate::EngineError;
 
@@ -125,6 +126,8 @@ impl std::fmt::Debug for IssuedToken {
 }
 
 pub struct Agents {
+    /// The key file, which seals the keys agents are bound to and their client secrets.
+    pub(crate) keys: Arc<KeyRing>,
     pub(crate) store: SharedStore,
     /// The unpaged lists open on this instance, by organization.
     pub(crate) listings: Arc<Listings>,
@@ -173,6 +176,8 @@ impl Agents {
         let issued = Millis::from_secs(now.as_secs());
         let id = AgentId::generate();
         let agent = AgentRecord {
+            key_mac: None,
+            key_sealed_at: None,
             id,
             org_id: caller.org.id.clone(),
             mode: caller.mode,
@@ -190,6 +195,7 @@ impl Agents {
             jwk: key.map(PublicJwk::canonical),
             verification_count: 0,
         };
+        let agent = sealed_agent_key(&self.keys, agent);
         // An agent whose token no verifier would accept is not registered: a token with the
         // longest place and URI a list can give, and a key binding (one issue-token may add),
         // is signed first.
@@ -287,6 +293,15 @@ impl Agents {
             return Err(EngineError::AgentRevoked);
         }
         let agent = match binding {
+            // A key written into the row with database access alone (an alarm) is not
+            // carried into a new token.
+            Binding::Same if !agent_key_vouched(&self.keys, &current) => {
+                return Err(StoreError::Corrupt(format!(
+                    "the key agent {} is bound to is not sealed by the key file",
+                    current.id
+                ))
+                .into())
+            }
             Binding::Same => current,
             Binding::Key(key) => AgentRecord {
                 jkt: Some(key.thumbprint()),
@@ -304,6 +319,7 @@ impl Agents {
                 }
             }
         };
+        let agent = sealed_agent_key(&self.keys, agent);
         let lifetime = (agent.expires_at.0 - agent.issued_at.0).max(1000) / 1000;
         let lifetime = lifetime.min(caller.org.limits.max_expiry_seconds as i64);
         let issued = Millis::from_secs(Millis::now().as_secs());
@@ -320,7 +336,13 @@ impl Agents {
                     .jkt
                     .as_deref()
                     .zip(agent.jwk.as_deref())
-                    .map(|(jkt, jwk)| KeyBinding { jkt, jwk }),
+                    .zip(agent.key_mac.as_ref().zip(agent.key_sealed_at))
+                    .map(|((jkt, jwk), (mac, sealed_at))| KeyBinding {
+                        jkt,
+                        jwk,
+                        mac,
+                        sealed_at,
+                    }),
                 rules.as_ref().map(|r| r as &dyn DomainRules),
             )
             .await?
@@ -346,11 +368,13 @@ impl Agents {
         let mut random = [0u8; 32];
         rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut random);
         let secret = format!("{CLIENT_SECRET_PREFIX}{}", URL_SAFE_NO_PAD.encode(random));
+        let hash = hash_key(&secret);
         let now = Millis::now();
         self.store
             .new_client_secret(
                 &agent.id,
-                &hash_key(&secret),
+                &hash,
+                &client_secret_seal(&self.keys, &agent.id, &hash, now),
                 now,
                 now.plus_secs(PREVIOUS_SECRET_VALID.as_secs() as i64),
             )

@@ -12,7 +12,9 @@ use agentid_core::domain::{new_id, IdPrefix};
 use agentid_core::domain::{ApiKeyKind, KeyMode, Millis, OrgId};
 use agentid_core::keys::KeyRing;
 use agentid_core::records::api_key_canonical;
-use agentid_store::{KeyRecord, NewApiKey, OrgRecord, SharedStore, StoreError};
+
+use crate::seals::{key_vouched, org_vouched};
+use agentid_store::{NewApiKey, OrgRecord, SharedStore, StoreError};
 
 /// How long a resolved key is trusted before the store is asked again (the default of
 /// `EngineConfig::key_cache_ttl`); bounds how late a disabled key or a changed plan is noticed.
@@ -71,78 +73,6 @@ pub fn generate_key(
         created_at: Millis::now(),
     };
     (key, stored)
-}
-
-/// The organization with the key file's seal of its plan and limits.
-pub(crate) fn sealed_org(keys: &KeyRing, mut org: OrgRecord) -> OrgRecord {
-    org.mac = Some(keys.org_mac(&org.canonical()));
-    org
-}
-
-/// Whether the key file vouches for an organization's plan and limits. One that it does not
-/// was written or changed with database access alone (or is a row from before rows were
-/// sealed, which an instance seals at start): an integrity alarm, and its keys open nothing.
-pub(crate) fn org_vouched(keys: &KeyRing, org: &OrgRecord) -> bool {
-    let ok = org
-        .mac
-        .is_some_and(|mac| keys.org_vouched(&org.canonical(), &mac));
-    if !ok {
-        tracing::error!(org_id = %org.id,
-            "integrity alarm: an organization's plan and limits are not sealed by the key file; its keys are refused");
-        metrics::counter!("agentid_integrity_failures_total", "what" => "organization").increment(1);
-    }
-    ok
-}
-
-/// Whether the key file vouches for a key's row: which key, whose, and what it may do. One
-/// that it does not was written with database access alone: an integrity alarm, and refused.
-fn key_vouched(keys: &KeyRing, hash: &[u8; 32], stored: &KeyRecord) -> bool {
-    let canonical = api_key_canonical(hash, &stored.org.id, stored.kind, stored.mode);
-    let ok = stored
-        .mac
-        .is_some_and(|mac| keys.api_key_vouched(&canonical, &mac));
-    if !ok {
-        tracing::error!(org_id = %stored.org.id,
-            "integrity alarm: an API key's row is not sealed by the key file; it is refused");
-        metrics::counter!("agentid_integrity_failures_total", "what" => "api_key").increment(1);
-    }
-    ok
-}
-
-/// Seals the organizations and keys written before rows were sealed, once: while no row has
-/// a seal (the first start, or operator's change, after the upgrade that brought seals).
-/// After that a row without a seal was written with database access alone, and stays
-/// refused. Returns how many of each it sealed.
-pub async fn seal_unsealed(store: &SharedStore, keys: &KeyRing) -> Result<(usize, usize), StoreError> {
-    let found = store.unsealed().await?;
-    if found.orgs.is_empty() && found.keys.is_empty() {
-        return Ok((0, 0));
-    }
-    let orgs: Vec<_> = found
-        .orgs
-        .into_iter()
-        .map(|o| {
-            let mac = keys.org_mac(&o.canonical());
-            (o.id, mac)
-        })
-        .collect();
-    let sealed_keys: Vec<_> = found
-        .keys
-        .iter()
-        .map(|(hash, org, kind, mode)| {
-            (
-                *hash,
-                keys.api_key_mac(&api_key_canonical(hash, org, *kind, *mode)),
-            )
-        })
-        .collect();
-    store.seal(&orgs, &sealed_keys).await?;
-    tracing::info!(
-        organizations = orgs.len(),
-        keys = sealed_keys.len(),
-        "sealed the organizations and API keys written before rows were sealed"
-    );
-    Ok((orgs.len(), sealed_keys.len()))
 }
 
 pub(crate) struct ApiKeys {

@@ -24,6 +24,7 @@ pub mod ratelimit;
 pub mod recorder;
 mod registry;
 mod revocations;
+mod seals;
 pub mod signed;
 pub mod ssf;
 mod start;

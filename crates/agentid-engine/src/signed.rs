@@ -22,6 +22,7 @@ use serde_json::Value;
 use agentid_core::domain::audit::{AuditEntry, Event};
 use agentid_core::domain::{IssuerDomain, KeyMode, Ledger, Millis, VerifyResult};
 use agentid_core::httpsig::{self, Refusal, Request, SignatureKey, Signed};
+use agentid_core::keys::KeyRing;
 use agentid_core::token::dpop::PublicJwk;
 use agentid_store::{AgentRecord, SharedStore, StoreError};
 
@@ -121,6 +122,8 @@ pub struct SignedRequests {
     max_skew_secs: i64,
     /// Nonces seen, fleet-wide.
     spent: Arc<Spent>,
+    /// The key file, which seals the keys agents are bound to.
+    keys: Arc<KeyRing>,
 }
 
 impl SignedRequests {
@@ -135,6 +138,7 @@ impl SignedRequests {
         cfg: &SignedConfig,
         issuers: IssuerCheck,
         spent: Arc<Spent>,
+        keys: Arc<KeyRing>,
     ) -> Self {
         SignedRequests {
             directories_held: ThirdParties::new(outbound, cfg.allow_local_directories),
@@ -145,6 +149,7 @@ impl SignedRequests {
             directories: format!("{}/v1/directories/", public_url.trim_end_matches('/')),
             max_skew_secs,
             spent,
+            keys,
         }
     }
 
@@ -214,6 +219,10 @@ impl SignedRequests {
         if Some(&kid) != a.jkt.as_ref() {
             tracing::error!(agent = %a.id, "integrity alarm: an agent's stored key does not match its thumbprint");
             metrics::counter!("agentid_integrity_failures_total", "what" => "agent_key").increment(1);
+            return None;
+        }
+        // A key written into the row with database access alone (an alarm) signs for nobody.
+        if !crate::seals::agent_key_vouched(&self.keys, &a) {
             return None;
         }
         let PublicJwk::Ed25519 { key: ed25519, .. } = &key else {

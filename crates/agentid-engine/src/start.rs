@@ -55,7 +55,7 @@ impl Engine {
         outbound: Outbound,
     ) -> Result<Engine, StoreError> {
         let outbound = Arc::new(outbound);
-        crate::apikeys::seal_unsealed(&store, &keys).await?;
+        crate::seals::seal_unsealed(&store, &keys).await?;
         let (signing, unvouched) =
             SigningKeys::new(keys.clone(), &store.signing_keys().await?, Millis::now())
                 .map_err(recorded_keys)?;
@@ -166,8 +166,10 @@ impl Engine {
                 &cfg.signed,
                 issuers.clone(),
                 spent,
+                keys.clone(),
             ),
             agents: Agents {
+                keys: keys.clone(),
                 store: store.clone(),
                 listings: Arc::default(),
                 signing: signing.clone(),

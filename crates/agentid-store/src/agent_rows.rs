@@ -7,14 +7,14 @@ use agentid_core::domain::{AgentId, IssuerDomain, ListId, Millis, OrgId, Scopes,
 
 /// The stored columns of `agents`, in insert order.
 pub(crate) const AGENT_INSERT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, description, scopes, \
-    created_at, issued_at, expires_at, revoked_at, revocation_reason, status_list, status_idx, jkt, jwk";
+    created_at, issued_at, expires_at, revoked_at, revocation_reason, status_list, status_idx, jkt, jwk, key_mac, key_sealed_at";
 
 /// What an agent read selects (`FROM agents`, not aliased): the stored columns, then
 /// `verification_count`: the running totals of the agent's newest block row in each mode's
 /// ledger (records are counted where they were written), two look-ups on a primary key. The
 /// audit batch writes those rows anyway, so counting needs no write to the agent row.
 pub(crate) const AGENT_COLUMNS: &str = "id, org_id, mode, name, issuer_domain, description, scopes, \
-    created_at, issued_at, expires_at, revoked_at, revocation_reason, status_list, status_idx, jkt, jwk, \
+    created_at, issued_at, expires_at, revoked_at, revocation_reason, status_list, status_idx, jkt, jwk, key_mac, key_sealed_at, \
     COALESCE((SELECT c.n_valid + c.n_invalid + c.n_expired + c.n_revoked FROM audit_block_agents c \
      WHERE c.org_id = agents.org_id AND c.mode = 'live' AND c.agent_id = agents.id \
      ORDER BY c.first_seq DESC LIMIT 1), 0) + \
@@ -31,7 +31,8 @@ row! {
         /// A JSON array of strings.
         scopes: String, created_at: i64, issued_at: i64, expires_at: i64, revoked_at: Option<i64>,
         revocation_reason: Option<String>, status_list: Option<String>, status_idx: Option<i64>,
-        jkt: Option<String>, jwk: Option<String>, verification_count: i64,
+        jkt: Option<String>, jwk: Option<String>, key_mac: Option<Vec<u8>>, key_sealed_at: Option<i64>,
+        verification_count: i64,
     }
 }
 
@@ -57,6 +58,9 @@ impl AgentRow {
             status: place(self.status_list, self.status_idx)?,
             jkt: self.jkt,
             jwk: self.jwk,
+            // A MAC of another length vouches for nothing: the engine finds it so.
+            key_mac: self.key_mac.and_then(|m| m.as_slice().try_into().ok()),
+            key_sealed_at: self.key_sealed_at.map(Millis),
             verification_count: self.verification_count,
         })
     }
@@ -88,7 +92,7 @@ pub(crate) fn place(list: Option<String>, idx: Option<i64>) -> Result<Option<Sta
 pub(crate) fn insert_agent_sql() -> String {
     format!(
         "INSERT INTO agents ({AGENT_INSERT_COLUMNS}, domain_events_seen) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
          (SELECT COALESCE(MAX(seq), 0) FROM domain_events))"
     )
 }

@@ -15,6 +15,9 @@ use agentid_core::domain::{KeyMode, Ledger, Millis, StatusPlace};
 pub struct KeyBinding<'a> {
     pub jkt: &'a str,
     pub jwk: &'a str,
+    /// The key file's MAC of the binding (`AgentRecord::key_canonical`), and when it was made.
+    pub mac: &'a [u8; 32],
+    pub sealed_at: Millis,
 }
 
 /// Agents: registered, given tokens, revoked for good; and, as OAuth clients, the
@@ -90,22 +93,24 @@ pub trait AgentStore {
     fn release_assertion<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()>;
     /// Forgets the assertions that expired before `now`: they can pass no more.
     fn forget_assertions(&self, now: Millis) -> StoreFuture<'_, ()>;
-    /// Makes `secret_hash` the agent's client secret, in one transaction: the secret it
-    /// replaces stays valid until `previous_until`, any older one is deleted.
+    /// Makes `secret_hash` (sealed by `mac`) the agent's client secret, in one transaction:
+    /// the secret it replaces stays valid until `previous_until`, any older one is deleted.
     fn new_client_secret<'a>(
         &'a self,
         id: &'a AgentId,
         secret_hash: &'a [u8; 32],
+        mac: &'a [u8; 32],
         now: Millis,
         previous_until: Millis,
     ) -> StoreFuture<'a, ()>;
-    /// Whether `secret_hash` is a client secret of the agent valid at `now`.
+    /// When `secret_hash` was made and its seal as stored, when it is a client secret of the
+    /// agent valid at `now` (the seal empty when it has none; the engine checks it).
     fn client_secret_holds<'a>(
         &'a self,
         id: &'a AgentId,
         secret_hash: &'a [u8; 32],
         now: Millis,
-    ) -> StoreFuture<'a, bool>;
+    ) -> StoreFuture<'a, Option<(Millis, Vec<u8>)>>;
     /// Revokes once; a second call changes nothing. Returns the agent as stored afterwards,
     /// with the revocation epoch its revocation was stamped with (none for an agent revoked
     /// before the store had epochs).

@@ -55,7 +55,7 @@ pub use block::{AgentBlockRow, BlockSealer};
 pub use domains::{DomainListSize, DomainRules, DomainStore, RELEASED_REASON, REPLACED_REASON};
 pub use identity_providers::{IdentityProviderStore, IdpAdded, Standing};
 pub use migrate::valid_role;
-pub use orgs::{KeyListing, OrgStore, Unsealed};
+pub use orgs::{KeyListing, OrgStore, Seals, Unsealed};
 pub use places::PlaceDraw;
 use postgres::PgStore;
 pub use signing::SigningKeyStore;

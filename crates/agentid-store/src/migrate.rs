@@ -216,6 +216,11 @@ pub const SQLITE: Embedded = &[
         "keys and plans sealed",
         include_str!("../../../migrations/sqlite/0042_keys_and_plans_sealed.sql"),
     ),
+    (
+        43,
+        "agent credentials sealed",
+        include_str!("../../../migrations/sqlite/0043_agent_credentials_sealed.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -427,6 +432,11 @@ pub const POSTGRES: Embedded = &[
         42,
         "keys and plans sealed",
         include_str!("../../../migrations/postgres/0042_keys_and_plans_sealed.sql"),
+    ),
+    (
+        43,
+        "agent credentials sealed",
+        include_str!("../../../migrations/postgres/0043_agent_credentials_sealed.sql"),
     ),
 ];
 

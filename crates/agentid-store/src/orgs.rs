@@ -2,7 +2,7 @@
 
 use super::sql::decode;
 use super::{KeyRecord, NewApiKey, OrgRecord, StoreError, StoreFuture};
-use agentid_core::domain::{ApiKeyKind, KeyMode, Millis, OrgId, OrgLimits, Plan};
+use agentid_core::domain::{AgentId, ApiKeyKind, KeyMode, Millis, OrgId, OrgLimits, Plan};
 
 /// Organizations and the API keys that act for them.
 pub trait OrgStore {
@@ -28,24 +28,36 @@ pub trait OrgStore {
     fn disable_key_id<'a>(&'a self, id: &'a str, at: Millis) -> StoreFuture<'a, bool>;
     /// Notes that the key was used at `at`, unless it was noted less than `every` before.
     fn note_key_used<'a>(&'a self, key_hash: &'a [u8; 32], at: Millis, every: Millis) -> StoreFuture<'a, ()>;
-    /// The organizations and keys without a seal, unless some row has one.
-    fn unsealed(&self) -> StoreFuture<'_, Unsealed>;
-    /// Seals rows [`OrgStore::unsealed`] listed, each only while it is still unsealed (one
-    /// transaction).
-    fn seal<'a>(
-        &'a self,
-        orgs: &'a [(OrgId, [u8; 32])],
-        keys: &'a [([u8; 32], [u8; 32])],
-    ) -> StoreFuture<'a, ()>;
+    /// Rows from before seals, still unsealed: up to `limit` of each kind.
+    fn unsealed(&self, limit: u32) -> StoreFuture<'_, Unsealed>;
+    /// Writes seals on rows [`OrgStore::unsealed`] listed, each only while it is still
+    /// unsealed (one transaction); returns how many it sealed.
+    fn seal<'a>(&'a self, seals: &'a Seals) -> StoreFuture<'a, u64>;
 }
 
-/// Rows without a seal: organizations, and keys (their hash, organization, kind and mode);
-/// none listed when some row has a seal (`any_sealed`).
+/// Rows from before seals, still unsealed: organizations; API keys (their hash,
+/// organization, kind and mode); agents bound to a key (the agent, its key's thumbprint and
+/// the key); agents' client secrets (the agent and the secret's hash).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Unsealed {
-    pub any_sealed: bool,
     pub orgs: Vec<OrgRecord>,
     pub keys: Vec<([u8; 32], OrgId, ApiKeyKind, KeyMode)>,
+    pub agent_keys: Vec<(AgentId, Option<String>, Option<String>)>,
+    /// With when each was made.
+    pub client_secrets: Vec<(AgentId, [u8; 32], Millis)>,
+}
+
+/// The seals of rows [`Unsealed`] listed, each with what names its row.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Seals {
+    /// With when each was sealed.
+    pub orgs: Vec<(OrgId, [u8; 32], Millis)>,
+    /// By the key's hash.
+    pub keys: Vec<([u8; 32], [u8; 32])>,
+    /// With when each was sealed.
+    pub agent_keys: Vec<(AgentId, [u8; 32], Millis)>,
+    /// By the agent and the secret's hash.
+    pub client_secrets: Vec<(AgentId, [u8; 32], [u8; 32])>,
 }
 
 /// A key as `agentid key list` shows it.
@@ -67,7 +79,7 @@ pub struct KeyListing {
 row! {
     pub(crate) struct OrgRow {
         id: String, name: String, plan: String, verify_limit: i64, other_limit: i64,
-        max_expiry_seconds: i64, created_at: i64, mac: Vec<u8>,
+        max_expiry_seconds: i64, created_at: i64, mac: Vec<u8>, sealed_at: i64,
     }
 }
 
@@ -92,6 +104,7 @@ impl OrgRow {
             created_at: Millis(self.created_at),
             // Empty until sealed; a MAC of another length vouches for nothing.
             mac: self.mac.as_slice().try_into().ok(),
+            sealed_at: Millis(self.sealed_at),
         })
     }
 }
@@ -113,5 +126,17 @@ row! {
 row! {
     pub(crate) struct UnsealedKeyRow {
         key_hash: Vec<u8>, org_id: String, kind: String, mode: String,
+    }
+}
+
+row! {
+    pub(crate) struct UnsealedAgentKeyRow {
+        id: String, jkt: Option<String>, jwk: Option<String>,
+    }
+}
+
+row! {
+    pub(crate) struct UnsealedSecretRow {
+        agent_id: String, secret_hash: Vec<u8>, created_at: i64,
     }
 }

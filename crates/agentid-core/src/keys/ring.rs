@@ -259,6 +259,28 @@ impl KeyRing {
         self.mac_checks(ORGANIZATIONS, canonical, mac)
     }
 
+    /// The MAC of an agent's key binding (`AgentRecord::key_canonical`): a key written into
+    /// an agent's row with database access alone authenticates nobody.
+    pub fn agent_key_mac(&self, canonical: &[u8]) -> [u8; 32] {
+        self.hmac(AGENT_KEYS, &[canonical])
+    }
+
+    /// Whether `mac` is the MAC of an agent's key binding (constant time).
+    pub fn agent_key_vouched(&self, canonical: &[u8], mac: &[u8; 32]) -> bool {
+        self.mac_checks(AGENT_KEYS, canonical, mac)
+    }
+
+    /// The MAC of an agent's client secret (`records::client_secret_canonical`): a secret
+    /// written with database access alone authenticates nobody.
+    pub fn client_secret_mac(&self, canonical: &[u8]) -> [u8; 32] {
+        self.hmac(CLIENT_SECRETS, &[canonical])
+    }
+
+    /// Whether `mac` is the MAC of an agent's client secret (constant time).
+    pub fn client_secret_vouched(&self, canonical: &[u8], mac: &[u8; 32]) -> bool {
+        self.mac_checks(CLIENT_SECRETS, canonical, mac)
+    }
+
     /// What seals a block of the audit log (the MAC of `domain::audit::block_seal_input`): a
     /// block written with database access alone has no seal that checks, so no checkpoint
     /// covers it unseen. Its key is made once: the audit writer seals every block with it.
@@ -351,6 +373,8 @@ const IDENTITY_PROVIDERS: &[u8] = b"agentid identity providers v1";
 const AUDIT_BLOCKS: &[u8] = b"agentid audit blocks v1";
 const API_KEYS: &[u8] = b"agentid api keys v1";
 const ORGANIZATIONS: &[u8] = b"agentid organizations v1";
+const AGENT_KEYS: &[u8] = b"agentid agent keys v1";
+const CLIENT_SECRETS: &[u8] = b"agentid client secrets v1";
 
 const SEALED_V1: u8 = 1;
 const SEALED_V2: u8 = 2;

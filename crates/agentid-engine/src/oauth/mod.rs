@@ -275,7 +275,16 @@ impl OAuth {
                 .await);
         }
         let key = match agent.jwk.as_deref().map(PublicJwk::from_canonical) {
-            Some(Ok(key)) if Some(key.thumbprint()) == agent.jkt => key,
+            Some(Ok(key)) if Some(key.thumbprint()) == agent.jkt => {
+                // A key written into the row with database access alone (an alarm).
+                if !crate::seals::agent_key_vouched(&self.delegation.keys, &agent) {
+                    let why = "the agent's key cannot be read".to_owned();
+                    return Err(self
+                        .refused(Some(&agent), VerifyResult::Invalid, why, now, received)
+                        .await);
+                }
+                key
+            }
             Some(_) => {
                 tracing::error!(agent = %agent.id, "integrity alarm: an agent's stored key does not match its thumbprint");
                 metrics::counter!("agentid_integrity_failures_total", "what" => "agent_key").increment(1);
@@ -364,7 +373,7 @@ impl OAuth {
         };
         // A plan or limits the key file does not vouch for were written with database access
         // alone: the organization's agents get no tokens under them (as its keys open nothing).
-        if !crate::apikeys::org_vouched(&self.delegation.keys, &org) {
+        if !crate::seals::org_vouched(&self.delegation.keys, &org) {
             return Err(OAuthError::InvalidClient(
                 "the agent's organization may not get tokens".into(),
             ));
@@ -398,11 +407,17 @@ impl OAuth {
         };
         // The secret first: a caller without it learns nothing of the agent (that it is
         // revoked), as with a key assertion, whose signature is checked first.
-        let holds = secret.len() <= MAX_CLIENT_SECRET_LEN
-            && self
-                .store
-                .client_secret_holds(&agent.id, &crate::apikeys::hash_key(secret), now)
-                .await?;
+        let holds = if secret.len() <= MAX_CLIENT_SECRET_LEN {
+            let hash = crate::apikeys::hash_key(secret);
+            match self.store.client_secret_holds(&agent.id, &hash, now).await? {
+                Some((made, mac)) => {
+                    crate::seals::client_secret_vouched(&self.delegation.keys, &agent.id, &hash, (made, &mac))
+                }
+                None => false,
+            }
+        } else {
+            false
+        };
         if !holds {
             let why = "client_secret is not one of the agent's, or it expired (POST \
                        /v1/agents/{id}/client-secret makes one)"

@@ -27,4 +27,6 @@ pub fn insert_agent<'q>(
         .bind(a.status.as_ref().map(|p| p.idx as i64))
         .bind(a.jkt.as_deref())
         .bind(a.jwk.as_deref())
+        .bind(a.key_mac.map(Vec::from))
+        .bind(a.key_sealed_at.map(|m| m.0))
 }

@@ -238,14 +238,17 @@ impl AgentStore for SqlStore<DB> {
     ) -> StoreFuture<'a, Result<bool, NotCovered>> {
         Box::pin(self.outage.ride_out(move || async move {
             let renew = sqlx::query(
-                "UPDATE agents SET issued_at = $2, expires_at = $3, jkt = $4, jwk = $5 \
+                "UPDATE agents SET issued_at = $2, expires_at = $3, jkt = $4, jwk = $5, key_mac = $6, \
+                 key_sealed_at = $7 \
                  WHERE id = $1 AND revoked_at IS NULL",
             )
             .bind(id.as_str())
             .bind(issued_at.0)
             .bind(expires_at.0)
             .bind(key.map(|k| k.jkt))
-            .bind(key.map(|k| k.jwk));
+            .bind(key.map(|k| k.jwk))
+            .bind(key.map(|k| &k.mac[..]))
+            .bind(key.map(|k| k.sealed_at.0));
             let Some(rules) = issuer else {
                 return Ok(Ok(DB::rows_affected(
                     &renew.execute(&mut *self.conn().await?).await?,
@@ -296,6 +299,7 @@ impl AgentStore for SqlStore<DB> {
         &'a self,
         id: &'a AgentId,
         secret_hash: &'a [u8; 32],
+        mac: &'a [u8; 32],
         now: Millis,
         previous_until: Millis,
     ) -> StoreFuture<'a, ()> {
@@ -320,11 +324,13 @@ impl AgentStore for SqlStore<DB> {
                     .execute(&mut *tx)
                     .await?;
                     sqlx::query(
-                        "INSERT INTO client_secrets (agent_id, secret_hash, created_at, expires_at) VALUES ($1, $2, $3, NULL)",
+                        "INSERT INTO client_secrets (agent_id, secret_hash, created_at, expires_at, mac) \
+                         VALUES ($1, $2, $3, NULL, $4)",
                     )
                     .bind(id.as_str())
                     .bind(&secret_hash[..])
                     .bind(now.0)
+                    .bind(&mac[..])
                     .execute(&mut *tx)
                     .await?;
                     crate::sql::commit(tx).await
@@ -343,10 +349,10 @@ impl AgentStore for SqlStore<DB> {
         id: &'a AgentId,
         secret_hash: &'a [u8; 32],
         now: Millis,
-    ) -> StoreFuture<'a, bool> {
+    ) -> StoreFuture<'a, Option<(Millis, Vec<u8>)>> {
         Box::pin(async move {
-            let found: Option<(i64,)> = sqlx::query_as(
-                "SELECT created_at FROM client_secrets WHERE agent_id = $1 AND secret_hash = $2 \
+            let found: Option<(i64, Vec<u8>)> = sqlx::query_as(
+                "SELECT created_at, mac FROM client_secrets WHERE agent_id = $1 AND secret_hash = $2 \
                  AND (expires_at IS NULL OR expires_at > $3)",
             )
             .bind(id.as_str())
@@ -354,7 +360,7 @@ impl AgentStore for SqlStore<DB> {
             .bind(now.0)
             .fetch_optional(&mut *self.conn().await?)
             .await?;
-            Ok(found.is_some())
+            Ok(found.map(|(at, mac)| (Millis(at), mac)))
         })
     }
 

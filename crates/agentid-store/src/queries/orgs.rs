@@ -2,11 +2,12 @@
 
 use crate::sql::{decode, parse_mode, Backend, SqlStore};
 use crate::{KeyRecord, NewApiKey, OrgRecord, StoreError, StoreFuture};
-use agentid_core::domain::OrgId;
+use agentid_core::domain::{AgentId, OrgId};
 use agentid_core::domain::{ApiKeyKind, Millis};
 
 use crate::orgs::{
-    KeyListing, KeyRow, ListedKeyRow, OrgRow, OrgStore, Unsealed, UnsealedKeyRow, ORG_COLUMNS,
+    KeyListing, KeyRow, ListedKeyRow, OrgRow, OrgStore, Seals, Unsealed, UnsealedAgentKeyRow, UnsealedKeyRow,
+    UnsealedSecretRow, ORG_COLUMNS,
 };
 
 use super::DB;
@@ -17,7 +18,7 @@ async fn insert_org(
     org: &OrgRecord,
     keys: &[NewApiKey],
 ) -> Result<(), StoreError> {
-    let sql = format!("INSERT INTO orgs ({ORG_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)");
+    let sql = format!("INSERT INTO orgs ({ORG_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)");
     sqlx::query(&sql)
         .bind(org.id.as_str())
         .bind(org.name.as_str())
@@ -27,6 +28,7 @@ async fn insert_org(
         .bind(org.limits.max_expiry_seconds as i64)
         .bind(org.created_at.0)
         .bind(org.mac.map(Vec::from).unwrap_or_default())
+        .bind(org.sealed_at.0)
         .execute(&mut **tx)
         .await?;
     for key in keys {
@@ -90,7 +92,7 @@ impl OrgStore for SqlStore<DB> {
         Box::pin(async move {
             let done = sqlx::query(
                 "UPDATE orgs SET plan = $2, verify_limit = $3, other_limit = $4, \
-                 max_expiry_seconds = $5, mac = $6 WHERE id = $1",
+                 max_expiry_seconds = $5, mac = $6, sealed_at = $7 WHERE id = $1",
             )
             .bind(org.id.as_str())
             .bind(org.plan.as_str())
@@ -98,6 +100,7 @@ impl OrgStore for SqlStore<DB> {
             .bind(i64::from(org.limits.other_per_minute))
             .bind(org.limits.max_expiry_seconds as i64)
             .bind(org.mac.map(Vec::from).unwrap_or_default())
+            .bind(org.sealed_at.0)
             .execute(&mut *self.conn().await?)
             .await?;
             Ok(DB::rows_affected(&done) == 1)
@@ -224,76 +227,108 @@ impl OrgStore for SqlStore<DB> {
         })
     }
 
-    fn unsealed(&self) -> StoreFuture<'_, Unsealed> {
+    fn unsealed(&self, limit: u32) -> StoreFuture<'_, Unsealed> {
         Box::pin(async move {
             let mut conn = self.conn().await?;
-            let (any_sealed,): (bool,) = sqlx::query_as(
-                "SELECT EXISTS (SELECT 1 FROM orgs WHERE length(mac) = 32) \
-                 OR EXISTS (SELECT 1 FROM api_keys WHERE length(mac) = 32)",
-            )
-            .fetch_one(&mut *conn)
-            .await?;
-            if any_sealed {
-                return Ok(Unsealed {
-                    any_sealed,
-                    ..Unsealed::default()
-                });
-            }
-            let sql = format!("SELECT {ORG_COLUMNS} FROM orgs WHERE length(mac) = 0 ORDER BY id");
-            let orgs: Vec<OrgRow> = sqlx::query_as(&sql).fetch_all(&mut *conn).await?;
+            let limit = i64::from(limit);
+            let mut found = Unsealed::default();
+            // Marked by the migration that brought seals (a MAC of one byte): rows a database
+            // access alone cannot mark, since every row written since carries 32 bytes. A row
+            // that does not decode is left unsealed: it stays refused where it is read.
+            let sql = format!("SELECT {ORG_COLUMNS} FROM orgs WHERE length(mac) = 1 ORDER BY id LIMIT $1");
+            let rows: Vec<OrgRow> = sqlx::query_as(&sql).bind(limit).fetch_all(&mut *conn).await?;
+            found.orgs = rows.into_iter().filter_map(|r| r.into_record().ok()).collect();
             let sql = format!(
-                "SELECT {} FROM api_keys WHERE length(mac) = 0 ORDER BY key_hash",
+                "SELECT {} FROM api_keys WHERE length(mac) = 1 ORDER BY key_hash LIMIT $1",
                 UnsealedKeyRow::COLUMNS
             );
-            let keys: Vec<UnsealedKeyRow> = sqlx::query_as(&sql).fetch_all(&mut *conn).await?;
-            Ok(Unsealed {
-                any_sealed,
-                orgs: orgs
-                    .into_iter()
-                    .map(OrgRow::into_record)
-                    .collect::<Result<_, _>>()?,
-                keys: keys
-                    .into_iter()
-                    .map(|k| {
-                        Ok((
-                            k.key_hash
-                                .as_slice()
-                                .try_into()
-                                .map_err(|_| StoreError::Corrupt("an API key's hash".into()))?,
-                            decode("organization", &k.org_id, OrgId::parse)?,
-                            ApiKeyKind::parse(&k.kind)
-                                .ok_or_else(|| StoreError::Corrupt(format!("key kind {}", k.kind)))?,
-                            parse_mode(&k.mode)?,
-                        ))
-                    })
-                    .collect::<Result<_, StoreError>>()?,
-            })
+            let rows: Vec<UnsealedKeyRow> = sqlx::query_as(&sql).bind(limit).fetch_all(&mut *conn).await?;
+            found.keys = rows
+                .into_iter()
+                .filter_map(|k| {
+                    Some((
+                        k.key_hash.as_slice().try_into().ok()?,
+                        OrgId::parse(&k.org_id)?,
+                        ApiKeyKind::parse(&k.kind)?,
+                        parse_mode(&k.mode).ok()?,
+                    ))
+                })
+                .collect();
+            let sql = format!(
+                "SELECT {} FROM agents WHERE length(key_mac) = 1 ORDER BY id LIMIT $1",
+                UnsealedAgentKeyRow::COLUMNS
+            );
+            let rows: Vec<UnsealedAgentKeyRow> =
+                sqlx::query_as(&sql).bind(limit).fetch_all(&mut *conn).await?;
+            found.agent_keys = rows
+                .into_iter()
+                .filter_map(|a| Some((AgentId::parse(&a.id)?, a.jkt, a.jwk)))
+                .collect();
+            let sql = format!(
+                "SELECT {} FROM client_secrets WHERE length(mac) = 1 ORDER BY agent_id, secret_hash LIMIT $1",
+                UnsealedSecretRow::COLUMNS
+            );
+            let rows: Vec<UnsealedSecretRow> = sqlx::query_as(&sql).bind(limit).fetch_all(&mut *conn).await?;
+            found.client_secrets = rows
+                .into_iter()
+                .filter_map(|c| {
+                    Some((
+                        AgentId::parse(&c.agent_id)?,
+                        c.secret_hash.as_slice().try_into().ok()?,
+                        Millis(c.created_at),
+                    ))
+                })
+                .collect();
+            Ok(found)
         })
     }
 
-    fn seal<'a>(
-        &'a self,
-        orgs: &'a [(OrgId, [u8; 32])],
-        keys: &'a [([u8; 32], [u8; 32])],
-    ) -> StoreFuture<'a, ()> {
+    fn seal<'a>(&'a self, seals: &'a Seals) -> StoreFuture<'a, u64> {
         Box::pin(self.outage.ride_out(move || async move {
             let mut tx = self.begin().await?;
-            for (id, mac) in orgs {
-                sqlx::query("UPDATE orgs SET mac = $2 WHERE id = $1 AND length(mac) = 0")
+            let mut sealed = 0;
+            for (id, mac, at) in &seals.orgs {
+                sqlx::query("UPDATE orgs SET mac = $2, sealed_at = $3 WHERE id = $1 AND length(mac) = 1")
                     .bind(id.as_str())
                     .bind(&mac[..])
+                    .bind(at.0)
                     .execute(&mut *tx)
-                    .await?;
+                    .await
+                    .map(|d| sealed += DB::rows_affected(&d))?;
             }
-            for (hash, mac) in keys {
-                sqlx::query("UPDATE api_keys SET mac = $2 WHERE key_hash = $1 AND length(mac) = 0")
+            for (hash, mac) in &seals.keys {
+                sqlx::query("UPDATE api_keys SET mac = $2 WHERE key_hash = $1 AND length(mac) = 1")
                     .bind(&hash[..])
                     .bind(&mac[..])
                     .execute(&mut *tx)
-                    .await?;
+                    .await
+                    .map(|d| sealed += DB::rows_affected(&d))?;
+            }
+            for (id, mac, at) in &seals.agent_keys {
+                sqlx::query(
+                    "UPDATE agents SET key_mac = $2, key_sealed_at = $3 WHERE id = $1 AND length(key_mac) = 1",
+                )
+                .bind(id.as_str())
+                .bind(&mac[..])
+                .bind(at.0)
+                .execute(&mut *tx)
+                .await
+                .map(|d| sealed += DB::rows_affected(&d))?;
+            }
+            for (id, hash, mac) in &seals.client_secrets {
+                sqlx::query(
+                    "UPDATE client_secrets SET mac = $3 WHERE agent_id = $1 AND secret_hash = $2 \
+                     AND length(mac) = 1",
+                )
+                .bind(id.as_str())
+                .bind(&hash[..])
+                .bind(&mac[..])
+                .execute(&mut *tx)
+                .await
+                .map(|d| sealed += DB::rows_affected(&d))?;
             }
             crate::sql::commit(tx).await?;
-            Ok(())
+            Ok(sealed)
         }))
     }
 }
