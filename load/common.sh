@@ -38,7 +38,7 @@ start_server() {
   done
 }
 # Grants the organization the issuer domain $1, as an operator does (a server registers
-# agents only under names their organization holds); the server made the key file.
+# agents only under names their organization holds), sealed with the key file `org create` made.
 approve() {
   "$BIN" domain approve --org "$NAME" "$1" --database-url "$URL" \
     --signing-key-file "$WORK/signing-key.pem" >/dev/null

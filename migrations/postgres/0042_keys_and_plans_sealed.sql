@@ -8,8 +8,8 @@
 ALTER TABLE orgs ADD COLUMN mac BYTEA NOT NULL DEFAULT ''::bytea;
 ALTER TABLE orgs ADD COLUMN sealed_at BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE api_keys ADD COLUMN mac BYTEA NOT NULL DEFAULT ''::bytea;
-UPDATE orgs SET mac = '\x00'::bytea;
-UPDATE api_keys SET mac = '\x00'::bytea;
+UPDATE orgs SET mac = decode('00', 'hex');
+UPDATE api_keys SET mac = decode('00', 'hex');
 
 CREATE FUNCTION rows_written_sealed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

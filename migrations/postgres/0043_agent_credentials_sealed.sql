@@ -3,15 +3,16 @@
 -- MAC of the agent, the key and when it was sealed; each client secret the MAC of the agent,
 -- the secret's hash and when it was made. A key or a secret written with database access
 -- alone authenticates nobody. Rows written before this are marked (a MAC of one byte) until
--- an instance seals them; every row written from now on carries a MAC of 32 bytes. Seals are
+-- an instance seals them; every key and secret written from now on carries a MAC of 32
+-- bytes (an agent bound to no key carries none: a mark there is harmless). Seals are
 -- taken only within a minute of the database's clock, so an earlier key or a deleted secret,
 -- copied back with its seal, is refused; a secret's agent and hash never change, and a
 -- replaced secret's end never moves.
 ALTER TABLE agents ADD COLUMN key_mac BYTEA;
 ALTER TABLE agents ADD COLUMN key_sealed_at BIGINT;
 ALTER TABLE client_secrets ADD COLUMN mac BYTEA NOT NULL DEFAULT ''::bytea;
-UPDATE agents SET key_mac = '\x00'::bytea WHERE jwk IS NOT NULL OR jkt IS NOT NULL;
-UPDATE client_secrets SET mac = '\x00'::bytea;
+UPDATE agents SET key_mac = decode('00', 'hex') WHERE jwk IS NOT NULL OR jkt IS NOT NULL;
+UPDATE client_secrets SET mac = decode('00', 'hex');
 
 CREATE TRIGGER agents_keys_written_sealed BEFORE INSERT ON agents
     FOR EACH ROW WHEN ((NEW.jwk IS NOT NULL OR NEW.jkt IS NOT NULL)

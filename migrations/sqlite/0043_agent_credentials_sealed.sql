@@ -3,7 +3,8 @@
 -- MAC of the agent, the key and when it was sealed; each client secret the MAC of the agent,
 -- the secret's hash and when it was made. A key or a secret written with database access
 -- alone authenticates nobody. Rows written before this are marked (a MAC of one byte) until
--- an instance seals them; every row written from now on carries a MAC of 32 bytes. Seals are
+-- an instance seals them; every key and secret written from now on carries a MAC of 32
+-- bytes (an agent bound to no key carries none: a mark there is harmless). Seals are
 -- taken only within a minute of the database's clock, so an earlier key or a deleted secret,
 -- copied back with its seal, is refused; a secret's agent and hash never change, and a
 -- replaced secret's end never moves.

@@ -227,11 +227,27 @@ async fn expiry_is_capped_by_the_plan() {
         ..Options::default()
     })
     .await;
-    // A custom maximum stored for a free organization (older versions took one) is not
-    // enforced: the plan's table is.
+    // A custom maximum stored for a free organization (older versions took one, and the
+    // upgrade sealed it as it was) is not enforced: the plan's table is.
+    let id = crate::helpers::org_id(&app.org.org_id);
+    let mut org = app.store.get_org(&id).await.unwrap().unwrap();
+    org.stored_limits.max_expiry_seconds = 31_536_000;
+    org.sealed_at = agentid::domain::Millis::now();
+    let seal: String = app
+        .engine
+        .keys()
+        .org_mac(&org.canonical())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let seal = if app.db.is_postgres() {
+        format!("'\\x{seal}'::bytea")
+    } else {
+        format!("X'{seal}'")
+    };
     let legacy = format!(
-        "UPDATE orgs SET max_expiry_seconds = 31536000 WHERE id = '{}'",
-        app.org.org_id
+        "UPDATE orgs SET max_expiry_seconds = 31536000, mac = {seal}, sealed_at = {} WHERE id = '{}'",
+        org.sealed_at.0, app.org.org_id
     );
     assert_eq!(app.raw_execute(&legacy).await.unwrap(), 1);
     let body = |s: u64| json!({"name": "n", "issuer_domain": "example.com", "scopes": ["read:x"], "expiry_seconds": s});

@@ -1238,6 +1238,16 @@ async fn credentials_written_into_the_database_authenticate_nobody() {
     let sk = app.secret().to_owned();
     assert_eq!(make_secret(&app, &id, &sk).await.status, 201);
     assert_eq!(make_secret(&app, &id, &sk).await.status, 201);
+    // A secret stays its agent's: moved to another, refused by the database.
+    let moved = format!(
+        "UPDATE client_secrets SET agent_id = 'agt_01zzzzzzzzzzzzzzzzzzzzzzzz' WHERE agent_id = '{id}'"
+    );
+    let err = app
+        .raw_execute(&moved)
+        .await
+        .expect_err("a secret moved")
+        .to_string();
+    assert!(err.contains("sealed"), "{err}");
     let longer = format!(
         "UPDATE client_secrets SET expires_at = NULL WHERE agent_id = '{id}' AND expires_at IS NOT NULL"
     );

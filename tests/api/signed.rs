@@ -1187,8 +1187,7 @@ async fn a_name_let_go_is_its_next_owners_origin_to_serve() {
 }
 
 /// Attack: a key written into an agent's row with database access alone (its thumbprint
-/// beside it, as anyone computes) signs for nobody: the key file did not seal it, and an
-/// earlier sealed key copied back is refused by the database.
+/// beside it, as anyone computes) signs for nobody: the key file did not seal it.
 #[actix_web::test]
 async fn a_key_written_into_an_agents_row_signs_for_nobody() {
     let app = spawn_app().await;

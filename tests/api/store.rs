@@ -276,14 +276,14 @@ async fn organizations_and_keys_round_trip() {
     assert_eq!(org.plan, agentid::domain::Plan::Developer);
     // Custom limits are stored and read back on enterprise; on the other plans the table
     // is what is read, whatever the row holds.
-    org.limits.verify_per_minute = 7;
+    org.stored_limits.verify_per_minute = 7;
     assert!(s.update_org(&org).await.unwrap());
     let read = s.get_org(&org.id).await.unwrap().unwrap();
     assert_eq!(read.limits.verify_per_minute, 5_000);
     org.plan = agentid::domain::Plan::Enterprise;
     assert!(s.update_org(&org).await.unwrap());
     let read = s.get_org(&org.id).await.unwrap().unwrap();
-    assert_eq!(read.limits, org.limits);
+    assert_eq!(read.limits, org.stored_limits);
     let hash = agentid::engine::hash_key(&app.org.keys.publishable_test);
     let key = s.find_key(&hash).await.unwrap().unwrap();
     assert_eq!(

@@ -16,10 +16,14 @@ pub struct OrgRecord {
     pub id: OrgId,
     pub name: String,
     pub plan: Plan,
+    /// The limits it runs under ([`OrgLimits::in_force`] of the plan and `stored_limits`).
     pub limits: OrgLimits,
+    /// The limits as stored: what its seal covers (the limits in force follow from them and
+    /// the plan's table, which a later version may change without breaking a seal).
+    pub stored_limits: OrgLimits,
     pub created_at: Millis,
-    /// The key file's MAC of [`OrgRecord::canonical`]; `None` on a row written before rows
-    /// were sealed, until an instance seals it at start. A plan or limits written with
+    /// The key file's MAC of [`OrgRecord::canonical`]; `None` on a row whose MAC is not one
+    /// (from before seals, until an instance seals it). A plan or limits written with
     /// database access alone have none that checks: the organization's keys are refused.
     pub mac: Option<[u8; 32]>,
     /// When it was sealed: the database takes only a fresh seal, so an earlier plan copied
@@ -29,10 +33,10 @@ pub struct OrgRecord {
 
 impl OrgRecord {
     /// The bytes its MAC is computed over: what the organization may do (its id, its plan
-    /// and the limits in force under it) and when it was sealed, in a fixed order. Its name
-    /// is not sealed.
+    /// and its stored limits) and when it was sealed, in a fixed order. Its name is not
+    /// sealed.
     pub fn canonical(&self) -> Vec<u8> {
-        let limits = OrgLimits::in_force(self.plan, self.limits);
+        let limits = self.stored_limits;
         serde_json::to_vec(&(
             "organization v1",
             self.id.as_str(),
@@ -114,8 +118,8 @@ pub struct KeyRecord {
     pub disabled: bool,
     /// When it was last noted in use (noted at most once a minute).
     pub last_used_at: Option<Millis>,
-    /// Its MAC as stored (see [`NewApiKey::mac`]); `None` on a row written before rows were
-    /// sealed, until an instance seals it at start.
+    /// Its MAC as stored (see [`NewApiKey::mac`]); `None` on a row whose MAC is not one (from
+    /// before seals, until an instance seals it).
     pub mac: Option<[u8; 32]>,
 }
 

@@ -79,7 +79,8 @@ fn new_org(
             id: OrgId::generate(),
             name: name.to_owned(),
             plan,
-            limits,
+            limits: OrgLimits::in_force(plan, limits),
+            stored_limits: limits,
             created_at: Millis::now(),
             mac: None,
             sealed_at: Millis(0),
@@ -236,7 +237,15 @@ pub async fn set_limits(
         )?;
         (plan, limits)
     };
-    let org = sealed_org(keys, OrgRecord { plan, limits, ..org });
+    let org = sealed_org(
+        keys,
+        OrgRecord {
+            plan,
+            limits: OrgLimits::in_force(plan, limits),
+            stored_limits: limits,
+            ..org
+        },
+    );
     if !store.update_org(&org).await? {
         return Err(AdminError::NoOrg(org_id.to_owned()));
     }

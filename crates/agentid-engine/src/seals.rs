@@ -118,9 +118,10 @@ pub(crate) fn client_secret_vouched(
 /// seals, well within the minute the database allows, however many rows there are.
 const SEAL_BATCH: u32 = 500;
 
-/// Seals the rows from before seals (the migration that brought seals marked them; no row
-/// written since can be so marked): at start, and before `org create`, `org set-limits` and
-/// `key create`, in batches, each its own transaction. Returns how many rows it sealed.
+/// Seals the rows from before seals (the migration that brought seals marked them with a
+/// one-byte MAC, which the database takes in no row that grants anything): at start, and
+/// before `org create`, `org set-limits` and `key create`, in batches, each its own
+/// transaction, until none is left. Returns how many rows it found to seal.
 pub async fn seal_unsealed(store: &SharedStore, keys: &KeyRing) -> Result<usize, StoreError> {
     let mut sealed = 0;
     loop {
@@ -169,10 +170,11 @@ pub async fn seal_unsealed(store: &SharedStore, keys: &KeyRing) -> Result<usize,
                 .collect(),
         };
         let n = seals.orgs.len() + seals.keys.len() + seals.agent_keys.len() + seals.client_secrets.len();
-        // None found, or none still unsealed (another instance sealed them): done.
-        if n == 0 || store.seal(&seals).await? == 0 {
+        if n == 0 {
             break;
         }
+        // Rows another instance sealed meanwhile are passed over: the next batch goes on.
+        store.seal(&seals).await?;
         tracing::info!(
             organizations = seals.orgs.len(),
             api_keys = seals.keys.len(),

@@ -99,6 +99,7 @@ impl OrgRow {
         Ok(OrgRecord {
             plan,
             limits: OrgLimits::in_force(plan, stored),
+            stored_limits: stored,
             id: decode("organization", &self.id, OrgId::parse)?,
             name: self.name,
             created_at: Millis(self.created_at),
