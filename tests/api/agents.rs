@@ -236,7 +236,7 @@ async fn expiry_is_capped_by_the_plan() {
     let seal: String = app
         .engine
         .keys()
-        .org_mac(&org.canonical())
+        .seal(agentid::keys::Sealed::Organization, &org.canonical())
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();

@@ -466,7 +466,10 @@ async fn an_api_key_or_a_plan_written_into_the_database_opens_nothing() {
         .unwrap();
     earlier.plan = agentid::domain::Plan::Enterprise;
     earlier.sealed_at = Millis(Millis::now().0 - 120_000);
-    let seal = app.engine.keys().org_mac(&earlier.canonical());
+    let seal = app
+        .engine
+        .keys()
+        .seal(agentid::keys::Sealed::Organization, &earlier.canonical());
     let copied = format!(
         "UPDATE orgs SET mac = {}, sealed_at = {} WHERE id = '{org}'",
         blob(&app, &seal),

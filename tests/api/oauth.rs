@@ -1172,12 +1172,15 @@ async fn credentials_written_into_the_database_authenticate_nobody() {
     let keys = app.engine.keys();
     let then = agentid::domain::Millis(agentid::domain::Millis::now().0 - 120_000);
     let agent_id = crate::helpers::agent_id(&id);
-    let old = keys.agent_key_mac(&agentid::records::agent_key_canonical(
-        &agent_id,
-        Some(&thumbprint(&forger.jwk())),
-        Some(&jwk),
-        Some(then),
-    ));
+    let old = keys.seal(
+        agentid::keys::Sealed::AgentKey,
+        &agentid::records::agent_key_canonical(
+            &agent_id,
+            Some(&thumbprint(&forger.jwk())),
+            Some(&jwk),
+            Some(then),
+        ),
+    );
     let hex = |b: &[u8]| b.iter().map(|b| format!("{b:02x}")).collect::<String>();
     let blob = |b: &[u8]| {
         if app.db.is_postgres() {
@@ -1226,7 +1229,10 @@ async fn credentials_written_into_the_database_authenticate_nobody() {
     app.raw_execute(&format!("DELETE FROM client_secrets WHERE agent_id = '{id}'"))
         .await
         .unwrap();
-    let old = keys.client_secret_mac(&agentid::records::client_secret_canonical(&agent_id, &hash, then));
+    let old = keys.seal(
+        agentid::keys::Sealed::ClientSecret,
+        &agentid::records::client_secret_canonical(&agent_id, &hash, then),
+    );
     let err = app
         .raw_execute(&row(&old, then.0))
         .await

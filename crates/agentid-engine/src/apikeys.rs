@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use agentid_core::domain::org::{key_prefix, parse_key_prefix};
 use agentid_core::domain::{new_id, IdPrefix};
 use agentid_core::domain::{ApiKeyKind, KeyMode, Millis, OrgId};
-use agentid_core::keys::KeyRing;
+use agentid_core::keys::{KeyRing, Sealed};
 use agentid_core::records::api_key_canonical;
 
 use crate::seals::{key_vouched, org_vouched};
@@ -65,7 +65,7 @@ pub fn generate_key(
         id: new_id(IdPrefix::ApiKey),
         name: name.map(str::to_owned),
         key_hash,
-        mac: keys.api_key_mac(&api_key_canonical(&key_hash, org_id, kind, mode)),
+        mac: keys.seal(Sealed::ApiKey, &api_key_canonical(&key_hash, org_id, kind, mode)),
         org_id: org_id.clone(),
         kind,
         mode,

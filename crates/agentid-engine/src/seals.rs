@@ -4,7 +4,7 @@
 //! it is an integrity alarm, and grants nothing. The rows from before seals, which their
 //! migration marked, are sealed by the first start after it.
 
-use agentid_core::keys::KeyRing;
+use agentid_core::keys::{KeyRing, Sealed};
 use agentid_core::records::{agent_key_canonical, api_key_canonical, client_secret_canonical};
 use agentid_store::{AgentRecord, KeyRecord, OrgRecord, Seals, SharedStore, StoreError};
 
@@ -13,7 +13,7 @@ use agentid_core::domain::{AgentId, Millis};
 /// The organization with the key file's seal of its plan and limits, made now.
 pub(crate) fn sealed_org(keys: &KeyRing, mut org: OrgRecord) -> OrgRecord {
     org.sealed_at = Millis::now();
-    org.mac = Some(keys.org_mac(&org.canonical()));
+    org.mac = Some(keys.seal(Sealed::Organization, &org.canonical()));
     org
 }
 
@@ -21,7 +21,7 @@ pub(crate) fn sealed_org(keys: &KeyRing, mut org: OrgRecord) -> OrgRecord {
 pub(crate) fn sealed_agent_key(keys: &KeyRing, mut agent: AgentRecord) -> AgentRecord {
     let keyed = agent.jwk.is_some() || agent.jkt.is_some();
     agent.key_sealed_at = keyed.then(Millis::now);
-    agent.key_mac = keyed.then(|| keys.agent_key_mac(&agent.key_canonical()));
+    agent.key_mac = keyed.then(|| keys.seal(Sealed::AgentKey, &agent.key_canonical()));
     agent
 }
 
@@ -32,7 +32,10 @@ pub(crate) fn client_secret_seal(
     secret_hash: &[u8; 32],
     created_at: Millis,
 ) -> [u8; 32] {
-    keys.client_secret_mac(&client_secret_canonical(agent, secret_hash, created_at))
+    keys.seal(
+        Sealed::ClientSecret,
+        &client_secret_canonical(agent, secret_hash, created_at),
+    )
 }
 
 fn alarm(what: &'static str, message: &str, id: &str) {
@@ -46,7 +49,7 @@ fn alarm(what: &'static str, message: &str, id: &str) {
 pub(crate) fn org_vouched(keys: &KeyRing, org: &OrgRecord) -> bool {
     let ok = org
         .mac
-        .is_some_and(|mac| keys.org_vouched(&org.canonical(), &mac));
+        .is_some_and(|mac| keys.vouches(Sealed::Organization, &org.canonical(), &mac));
     if !ok {
         alarm(
             "organization",
@@ -63,7 +66,7 @@ pub(crate) fn key_vouched(keys: &KeyRing, hash: &[u8; 32], stored: &KeyRecord) -
     let canonical = api_key_canonical(hash, &stored.org.id, stored.kind, stored.mode);
     let ok = stored
         .mac
-        .is_some_and(|mac| keys.api_key_vouched(&canonical, &mac));
+        .is_some_and(|mac| keys.vouches(Sealed::ApiKey, &canonical, &mac));
     if !ok {
         alarm(
             "api_key",
@@ -83,7 +86,7 @@ pub(crate) fn agent_key_vouched(keys: &KeyRing, agent: &AgentRecord) -> bool {
     }
     let ok = agent
         .key_mac
-        .is_some_and(|mac| keys.agent_key_vouched(&agent.key_canonical(), &mac));
+        .is_some_and(|mac| keys.vouches(Sealed::AgentKey, &agent.key_canonical(), &mac));
     if !ok {
         alarm(
             "agent_key",
@@ -103,7 +106,7 @@ pub(crate) fn client_secret_vouched(
     (created_at, mac): (Millis, &[u8]),
 ) -> bool {
     let canonical = client_secret_canonical(agent, secret_hash, created_at);
-    let ok = <&[u8; 32]>::try_from(mac).is_ok_and(|mac| keys.client_secret_vouched(&canonical, mac));
+    let ok = <&[u8; 32]>::try_from(mac).is_ok_and(|mac| keys.vouches(Sealed::ClientSecret, &canonical, mac));
     if !ok {
         alarm(
             "client_secret",
@@ -132,14 +135,8 @@ pub async fn seal_unsealed(store: &SharedStore, keys: &KeyRing) -> Result<usize,
                 .orgs
                 .into_iter()
                 .map(|o| {
-                    let mac = keys.org_mac(
-                        &OrgRecord {
-                            sealed_at: now,
-                            ..o.clone()
-                        }
-                        .canonical(),
-                    );
-                    (o.id, mac, now)
+                    let o = sealed_org(keys, o);
+                    (o.id, o.mac.expect("sealed"), o.sealed_at)
                 })
                 .collect(),
             keys: found
@@ -148,7 +145,7 @@ pub async fn seal_unsealed(store: &SharedStore, keys: &KeyRing) -> Result<usize,
                 .map(|(hash, org, kind, mode)| {
                     (
                         *hash,
-                        keys.api_key_mac(&api_key_canonical(hash, org, *kind, *mode)),
+                        keys.seal(Sealed::ApiKey, &api_key_canonical(hash, org, *kind, *mode)),
                     )
                 })
                 .collect(),
@@ -157,7 +154,7 @@ pub async fn seal_unsealed(store: &SharedStore, keys: &KeyRing) -> Result<usize,
                 .into_iter()
                 .map(|(id, jkt, jwk)| {
                     let canonical = agent_key_canonical(&id, jkt.as_deref(), jwk.as_deref(), Some(now));
-                    (id, keys.agent_key_mac(&canonical), now)
+                    (id, keys.seal(Sealed::AgentKey, &canonical), now)
                 })
                 .collect(),
             client_secrets: found

@@ -8,7 +8,7 @@ mod ring;
 mod set;
 
 pub use public::PublicKeys;
-pub use ring::{thumbprint, thumbprint_of_text, KeyError, KeyRing};
+pub use ring::{thumbprint, thumbprint_of_text, KeyError, KeyRing, Sealed};
 pub use set::{
     states, vouch, vouched, KeySet, KeyState, KeyView, Refreshed, SigningKeyRecord, SigningKeys, Unvouched,
 };

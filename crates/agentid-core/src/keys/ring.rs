@@ -237,48 +237,15 @@ impl KeyRing {
         self.hmac(IDENTITY_PROVIDERS, &[canonical])
     }
 
-    /// The MAC of an API key's row (`records::api_key_canonical`): a key written with
-    /// database access alone opens nothing.
-    pub fn api_key_mac(&self, canonical: &[u8]) -> [u8; 32] {
-        self.hmac(API_KEYS, &[canonical])
+    /// The MAC of a row's canonical bytes that says what `sealed` grants (see [`Sealed`]): a
+    /// row written with database access alone has none that checks, and grants nothing.
+    pub fn seal(&self, sealed: Sealed, canonical: &[u8]) -> [u8; 32] {
+        self.hmac(sealed.purpose(), &[canonical])
     }
 
-    /// Whether `mac` is the MAC of an API key's canonical bytes (constant time).
-    pub fn api_key_vouched(&self, canonical: &[u8], mac: &[u8; 32]) -> bool {
-        self.mac_checks(API_KEYS, canonical, mac)
-    }
-
-    /// The MAC of an organization's plan and limits (`OrgRecord::canonical`): a plan or
-    /// limits written with database access alone hold for nobody.
-    pub fn org_mac(&self, canonical: &[u8]) -> [u8; 32] {
-        self.hmac(ORGANIZATIONS, &[canonical])
-    }
-
-    /// Whether `mac` is the MAC of an organization's canonical bytes (constant time).
-    pub fn org_vouched(&self, canonical: &[u8], mac: &[u8; 32]) -> bool {
-        self.mac_checks(ORGANIZATIONS, canonical, mac)
-    }
-
-    /// The MAC of an agent's key binding (`AgentRecord::key_canonical`): a key written into
-    /// an agent's row with database access alone authenticates nobody.
-    pub fn agent_key_mac(&self, canonical: &[u8]) -> [u8; 32] {
-        self.hmac(AGENT_KEYS, &[canonical])
-    }
-
-    /// Whether `mac` is the MAC of an agent's key binding (constant time).
-    pub fn agent_key_vouched(&self, canonical: &[u8], mac: &[u8; 32]) -> bool {
-        self.mac_checks(AGENT_KEYS, canonical, mac)
-    }
-
-    /// The MAC of an agent's client secret (`records::client_secret_canonical`): a secret
-    /// written with database access alone authenticates nobody.
-    pub fn client_secret_mac(&self, canonical: &[u8]) -> [u8; 32] {
-        self.hmac(CLIENT_SECRETS, &[canonical])
-    }
-
-    /// Whether `mac` is the MAC of an agent's client secret (constant time).
-    pub fn client_secret_vouched(&self, canonical: &[u8], mac: &[u8; 32]) -> bool {
-        self.mac_checks(CLIENT_SECRETS, canonical, mac)
+    /// Whether `mac` is the seal of `canonical` as `sealed` (constant time).
+    pub fn vouches(&self, sealed: Sealed, canonical: &[u8], mac: &[u8; 32]) -> bool {
+        self.mac_checks(sealed.purpose(), canonical, mac)
     }
 
     /// What seals a block of the audit log (the MAC of `domain::audit::block_seal_input`): a
@@ -371,10 +338,30 @@ pub fn thumbprint_of_text(text: &str) -> String {
 const DOMAIN_HOLDINGS: &[u8] = b"agentid domain holdings v1";
 const IDENTITY_PROVIDERS: &[u8] = b"agentid identity providers v1";
 const AUDIT_BLOCKS: &[u8] = b"agentid audit blocks v1";
-const API_KEYS: &[u8] = b"agentid api keys v1";
-const ORGANIZATIONS: &[u8] = b"agentid organizations v1";
-const AGENT_KEYS: &[u8] = b"agentid agent keys v1";
-const CLIENT_SECRETS: &[u8] = b"agentid client secrets v1";
+
+/// What a row sealed by [`KeyRing::seal`] grants; each kind is sealed under its own key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sealed {
+    /// An API key's row (`records::api_key_canonical`).
+    ApiKey,
+    /// An organization's plan and limits (`OrgRecord::canonical`).
+    Organization,
+    /// An agent's key binding (`AgentRecord::key_canonical`).
+    AgentKey,
+    /// An agent's client secret (`records::client_secret_canonical`).
+    ClientSecret,
+}
+
+impl Sealed {
+    fn purpose(self) -> &'static [u8] {
+        match self {
+            Sealed::ApiKey => b"agentid api keys v1",
+            Sealed::Organization => b"agentid organizations v1",
+            Sealed::AgentKey => b"agentid agent keys v1",
+            Sealed::ClientSecret => b"agentid client secrets v1",
+        }
+    }
+}
 
 const SEALED_V1: u8 = 1;
 const SEALED_V2: u8 = 2;
