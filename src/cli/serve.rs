@@ -81,6 +81,12 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "AGENTID_DB_OUTAGE_WAIT_SECONDS", default_value_t = StoreOptions::default().outage_wait.as_secs(),
           value_parser = clap::value_parser!(u64).range(0..=60))]
     pub(crate) db_outage_wait_seconds: u64,
+    /// The longest a statement may run on PostgreSQL, a wait for a lock included, before it
+    /// is cancelled and its call answered 503, in seconds (0, none, to 3600). Migrations run
+    /// without it.
+    #[arg(long, env = "AGENTID_DB_STATEMENT_TIMEOUT_SECONDS", default_value_t = StoreOptions::default().statement_timeout.as_secs(),
+          value_parser = clap::value_parser!(u64).range(0..=3600))]
+    pub(crate) db_statement_timeout_seconds: u64,
     /// A ledger of the audit log that grew gets a new signed checkpoint at most this often,
     /// in milliseconds (1 to 86400000, a day).
     #[arg(long, env = "AGENTID_CHECKPOINT_INTERVAL_MS", default_value_t = EngineConfig::default().checkpoint_interval.as_millis() as u64,
@@ -302,6 +308,7 @@ pub(super) async fn serve(args: ServeArgs) -> CliResult {
         store: StoreOptions {
             max_connections: args.db_max_connections.max(1),
             outage_wait: Duration::from_secs(args.db_outage_wait_seconds),
+            statement_timeout: Duration::from_secs(args.db_statement_timeout_seconds),
             create: may_create(&args.db.database_url),
             serve_lock: true,
             ..StoreOptions::default()

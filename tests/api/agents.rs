@@ -412,11 +412,15 @@ async fn the_pages_unread_lists_hold_are_bounded() {
             .collect::<Vec<_>>(),
     )
     .unwrap();
+    let (mac, now) = (
+        crate::helpers::blob(&app, &[7; 32]),
+        agentid::domain::Millis::now().0,
+    );
     let rows = |id: &str| {
         format!(
             "INSERT INTO agents (id, org_id, mode, name, issuer_domain, description, scopes, created_at, \
-             issued_at, expires_at) SELECT {id}, '{org}', 'live', 'bulk', 'example.com', '', '{scopes}', 1, 1, \
-             4102444800000",
+             issued_at, expires_at, key_mac, key_sealed_at) SELECT {id}, '{org}', 'live', 'bulk', \
+             'example.com', '', '{scopes}', 1, 1, 4102444800000, {mac}, {now}",
             org = app.org.org_id
         )
     };

@@ -557,6 +557,62 @@ async fn a_binding_erased_in_the_database_still_holds() {
     assert!(app.verify(&token).await["cnf"]["jkt"].is_string());
 }
 
+/// Attack: an agent's key taken out of its row with database access alone. Its next token
+/// would be a bearer token, good without the key; the key file sealed the binding, so the
+/// agent gets no token (an integrity alarm) until its issuer binds a key again or drops it
+/// by name. The seal cannot be taken out with the key, nor a keyless row written without
+/// one.
+#[actix_web::test]
+async fn a_binding_taken_out_in_the_database_gets_no_bearer_token() {
+    let app = spawn_app().await;
+    let key = AgentKey::ed();
+    let (id, _) = bound(&app, &key).await;
+    let issue = |body: Option<Value>| {
+        let path = format!("/v1/agents/{id}/issue-token");
+        let app = &app;
+        async move { app.post(&path, Some(app.secret()), body.as_ref()).await }
+    };
+    let unbind = format!("UPDATE agents SET jwk = NULL, jkt = NULL WHERE id = '{id}'");
+    assert_eq!(app.raw_execute(&unbind).await.unwrap(), 1);
+    let res = issue(None).await;
+    assert_eq!(res.status, 500, "a bearer token: {}", res.text());
+    assert!(!res.text().contains("sealed"), "no detail: {}", res.text());
+    // The issuer binds the key again, by name: the agent renews as before.
+    assert_eq!(issue(Some(json!({"jwk": key.jwk()}))).await.status, 201);
+    let res = issue(None).await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    assert!(payload(res.json()["token"].as_str().unwrap())["cnf"]["jkt"].is_string());
+
+    for sql in [
+        format!("UPDATE agents SET key_mac = NULL WHERE id = '{id}'"),
+        format!(
+            "INSERT INTO agents (id, org_id, mode, name, issuer_domain, description, scopes, created_at, \
+             issued_at, expires_at) VALUES ('agt_01dddddddddddddddddddddd98', '{}', 'live', 'n', \
+             'example.com', '', '[\"read:x\"]', 1, 1, 4102444800000)",
+            app.org.org_id
+        ),
+    ] {
+        let err = app.raw_execute(&sql).await.expect_err(&sql).to_string();
+        assert!(err.contains("sealed"), "{err}");
+    }
+    // The agents the service writes carry a seal, bound or not, and renew as they were.
+    let bearer = app
+        .register(json!({"name": "b", "issuer_domain": "example.com", "scopes": ["read:docs"]}))
+        .await;
+    let bearer = bearer["agent_id"].as_str().unwrap();
+    let res = app
+        .post(
+            &format!("/v1/agents/{bearer}/issue-token"),
+            Some(app.secret()),
+            None,
+        )
+        .await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    assert!(payload(res.json()["token"].as_str().unwrap())
+        .get("cnf")
+        .is_none());
+}
+
 /// A proof whose verification could not be recorded (503, "retry shortly") was not used: the
 /// receiver's retry with it passes. (It was taken before the record, and the retry was
 /// refused as a replay.) A proof whose verification was answered stays used.

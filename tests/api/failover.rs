@@ -400,3 +400,45 @@ async fn a_database_that_stops_answering_holds_no_call_at_the_rate_limit() {
     assert!(took < Duration::from_secs(8), "{took:?}");
     proxy.restore();
 }
+
+/// A lock held elsewhere on PostgreSQL (a migration, a `LOCK TABLE`, a session stuck in its
+/// transaction) holds a statement no longer than the statement timeout: the request is
+/// answered 503, not never, and its connection serves again once the lock is gone. A
+/// verification waits no more than its record's write (fail closed), and is answered too.
+#[actix_web::test]
+async fn a_statement_held_up_by_a_lock_is_answered_not_held_forever() {
+    let app = spawn_app_with(Options {
+        tweak: Box::new(|c| {
+            c.store.statement_timeout = Duration::from_secs(1);
+            c.store.outage_wait = Duration::from_secs(1);
+        }),
+        ..Options::unlimited()
+    })
+    .await;
+    let (_, token) = app.agent().await;
+    if !app.db.is_postgres() {
+        return;
+    }
+    let pool = sqlx::PgPool::connect(&app.db.url).await.unwrap();
+    let mut holder = pool.begin().await.unwrap();
+    for table in ["agents", "audit_blocks"] {
+        sqlx::query(&format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"))
+            .execute(&mut *holder)
+            .await
+            .unwrap();
+    }
+    let agent = serde_json::json!({"name": "a", "issuer_domain": "example.com", "scopes": ["read:x"]});
+    let register = || app.post("/v1/agents/register", Some(app.secret()), Some(&agent));
+    let answered = tokio::time::timeout(Duration::from_secs(30), register())
+        .await
+        .expect("answered while the lock is held");
+    answered.assert_error(503, "SERVICE_UNAVAILABLE");
+    let answered = tokio::time::timeout(Duration::from_secs(30), app.verify_as_receiver(&token))
+        .await
+        .expect("answered while the lock is held");
+    answered.assert_error(503, "AUDIT_UNAVAILABLE");
+    holder.rollback().await.unwrap();
+    pool.close().await;
+    assert_eq!(register().await.status, 201);
+    valid(&app, &token).await;
+}

@@ -648,7 +648,8 @@ pub async fn insert_agent(url: &str, a: &agentid::store::AgentRecord) -> Result<
             let done = sqlx::query(
                 "INSERT INTO agents (id, org_id, mode, name, issuer_domain, description, scopes, \
                  created_at, issued_at, expires_at, revoked_at, revocation_reason, status_list, status_idx, \
-                 jkt, jwk) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+                 jkt, jwk, key_mac, key_sealed_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
             )
             .bind(a.id.as_str())
             .bind(a.org_id.as_str())
@@ -666,6 +667,8 @@ pub async fn insert_agent(url: &str, a: &agentid::store::AgentRecord) -> Result<
             .bind(a.status.as_ref().map(|p| p.idx as i64))
             .bind(a.jkt.as_deref())
             .bind(a.jwk.as_deref())
+            .bind(a.key_mac.map(Vec::from))
+            .bind(a.key_sealed_at.map(|m| m.0))
             .execute(&pool)
             .await
             .map(drop);
@@ -677,6 +680,16 @@ pub async fn insert_agent(url: &str, a: &agentid::store::AgentRecord) -> Result<
         insert!(sqlx::PgPool::connect(url).await?)
     } else {
         insert!(sqlx::SqlitePool::connect(url).await?)
+    }
+}
+
+/// A byte string as an SQL literal of the test's backend.
+pub fn blob(app: &TestApp, bytes: &[u8]) -> String {
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    if app.db.is_postgres() {
+        format!("'\\x{hex}'::bytea")
+    } else {
+        format!("X'{hex}'")
     }
 }
 

@@ -10,17 +10,7 @@ use agentid::token::Claims;
 use ed25519_dalek::SigningKey;
 use std::time::Duration;
 
-use crate::helpers::{spawn_app, TestApp};
-
-/// A byte string as an SQL literal of the test's backend.
-fn blob(app: &TestApp, bytes: &[u8]) -> String {
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    if app.db.is_postgres() {
-        format!("'\\x{hex}'::bytea")
-    } else {
-        format!("X'{hex}'")
-    }
-}
+use crate::helpers::{blob, spawn_app, TestApp};
 
 /// A token as a forger who holds `key` would make it for `agent`.
 fn forge(key: &SigningKey, kid: &str, agent: &str) -> String {

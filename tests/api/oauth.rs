@@ -1123,7 +1123,7 @@ async fn an_access_token_lives_no_longer_than_its_organizations_longest_token() 
 }
 
 /// A plan written into the database with database access alone gets the organization's
-/// agents no token under it: the key file did not seal it.
+/// agents no token under it: the key file did not seal it. The refusal is recorded.
 #[actix_web::test]
 async fn a_plan_written_into_the_database_gets_no_token() {
     let app = spawn_app().await;
@@ -1139,6 +1139,19 @@ async fn a_plan_written_into_the_database_gets_no_token() {
     assert_eq!(app.raw_execute(&richer).await.unwrap(), 1);
     let res = ask(&app, &assertion(&app, &key, &agent), &[("resource", RESOURCE)]).await;
     assert_oauth_error(&res, 401, "invalid_client");
+
+    // The refusal is in the organization's log (read once the plan it was sealed with is
+    // back: until then its keys open nothing either).
+    let back = format!(
+        "UPDATE orgs SET plan = 'developer', verify_limit = 5000, other_limit = 500, \
+         max_expiry_seconds = 7776000 WHERE id = '{}'",
+        app.org.org_id
+    );
+    assert_eq!(app.raw_execute(&back).await.unwrap(), 1);
+    let log = app.log(&format!("?agent_id={agent}&result=invalid")).await;
+    assert_eq!(log["data"][0]["event"], "token_request", "{log}");
+    let why = log["data"][0]["failure_reason"].as_str().unwrap();
+    assert!(why.contains("may not get tokens"), "{why}");
 }
 
 /// Attack: credentials written into the database with database access alone. A key put in
@@ -1181,14 +1194,7 @@ async fn credentials_written_into_the_database_authenticate_nobody() {
             Some(then),
         ),
     );
-    let hex = |b: &[u8]| b.iter().map(|b| format!("{b:02x}")).collect::<String>();
-    let blob = |b: &[u8]| {
-        if app.db.is_postgres() {
-            format!("'\\x{}'::bytea", hex(b))
-        } else {
-            format!("X'{}'", hex(b))
-        }
-    };
+    let blob = |b: &[u8]| crate::helpers::blob(&app, b);
     let copied = format!(
         "UPDATE agents SET key_mac = {}, key_sealed_at = {} WHERE id = '{id}'",
         blob(&old),
@@ -1266,8 +1272,8 @@ async fn credentials_written_into_the_database_authenticate_nobody() {
 }
 
 /// An agent's key and client secret from before seals (marked so by the migration that
-/// brought them) are sealed by the first start after the upgrade: the agent keeps
-/// authenticating with both. An agent's key without a seal (written past the triggers) is
+/// brought them), and an agent bound to no key, are sealed by the first start after the
+/// upgrade: the agent keeps authenticating with both, and both renew their tokens. An agent's key without a seal (written past the triggers) is
 /// not sealed by a later start.
 #[actix_web::test]
 async fn agent_credentials_from_before_seals_are_sealed_once() {
@@ -1277,6 +1283,10 @@ async fn agent_credentials_from_before_seals_are_sealed_once() {
     let other = client(&app, &other_key).await;
     let res = make_secret(&app, &id, app.secret()).await;
     let secret = res.json()["client_secret"].as_str().unwrap().to_owned();
+    let plain = app
+        .register(json!({"name": "b", "issuer_domain": "example.com", "scopes": ["read:docs"]}))
+        .await;
+    let plain = plain["agent_id"].as_str().unwrap();
     let mark = if app.db.is_postgres() {
         "'\\x00'::bytea"
     } else {
@@ -1290,9 +1300,10 @@ async fn agent_credentials_from_before_seals_are_sealed_once() {
             "DROP TRIGGER client_secrets_stay_sealed",
         ]
     };
-    // The database as the upgrade leaves it: every key and secret marked as from before seals.
+    // The database as the upgrade leaves it: every agent's binding (a key or none) and every
+    // secret marked as from before seals.
     let (keys, secrets) = (
-        format!("UPDATE agents SET key_mac = {mark}, key_sealed_at = NULL WHERE jwk IS NOT NULL"),
+        format!("UPDATE agents SET key_mac = {mark}, key_sealed_at = NULL"),
         format!("UPDATE client_secrets SET mac = {mark}"),
     );
     let mut sqls = past_triggers.to_vec();
@@ -1309,6 +1320,11 @@ async fn agent_credentials_from_before_seals_are_sealed_once() {
     ];
     let res = app.post_form("/oauth/token", &form, &[]).await;
     assert_eq!(res.status, 200, "{}", res.text());
+    let renew = |id: &str| format!("/v1/agents/{id}/issue-token");
+    for agent in [plain, id.as_str()] {
+        let res = app.post(&renew(agent), Some(app.secret()), None).await;
+        assert_eq!(res.status, 201, "{}", res.text());
+    }
 
     // One agent's key unsealed now: a later start leaves it so.
     let unseal = format!("UPDATE agents SET key_mac = NULL, key_sealed_at = NULL WHERE id = '{other}'");

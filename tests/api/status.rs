@@ -327,6 +327,13 @@ async fn agents_from_before_lists_are_placed_by_the_migration() {
         a.id = agentid::domain::AgentId::generate();
         a.mode = mode;
         a.status = None;
+        // Its binding sealed, as the first start after seals does.
+        a.key_sealed_at = Some(agentid::domain::Millis::now());
+        a.key_mac = Some(
+            app.engine
+                .keys()
+                .seal(agentid::keys::Sealed::AgentKey, &a.key_canonical()),
+        );
         crate::helpers::insert_agent(&app.db.url, &a).await.unwrap();
         old.push(a.id);
     }

@@ -17,7 +17,8 @@ fn sealer(app: &crate::helpers::TestApp) -> agentid::store::BlockSealer {
     std::sync::Arc::new(keys.audit_block_sealer())
 }
 
-/// A live agent row as the store keeps it (long expired: set `expires_at` where it matters).
+/// A live agent row as the store keeps it (long expired: set `expires_at` where it matters),
+/// with a seal of its key binding the database takes (fresh) but no key file made.
 pub fn agent(id: &str, org: &str) -> AgentRecord {
     AgentRecord {
         id: crate::helpers::agent_id(id),
@@ -35,8 +36,8 @@ pub fn agent(id: &str, org: &str) -> AgentRecord {
         status: None,
         jkt: None,
         jwk: None,
-        key_mac: None,
-        key_sealed_at: None,
+        key_mac: Some([7; 32]),
+        key_sealed_at: Some(Millis::now()),
         verification_count: 0,
     }
 }
@@ -66,11 +67,43 @@ async fn agents_round_trip_revoke_once_and_refuse_renewal_when_revoked() {
         crate::helpers::insert_agent(&app.db.url, &a).await.is_err(),
         "ids are unique"
     );
+    let binding = |mac: &'static [u8; 32], replaces: &'static [u8; 32]| agentid::store::KeyBinding {
+        jkt: None,
+        jwk: None,
+        mac,
+        sealed_at: Millis::now(),
+        replaces,
+    };
     assert!(s
-        .renew_token(&a.id, Millis(5000), Millis(9000), None, None)
+        .renew_token(
+            &a.id,
+            Millis(5000),
+            Millis(9000),
+            binding(&[8; 32], &[7; 32]),
+            None
+        )
         .await
         .unwrap()
         .unwrap());
+    // A renewal that read the binding before another renewal changed it changes nothing:
+    // it would write back what that one replaced.
+    assert!(!s
+        .renew_token(
+            &a.id,
+            Millis(6000),
+            Millis(7000),
+            binding(&[9; 32], &[7; 32]),
+            None
+        )
+        .await
+        .unwrap()
+        .unwrap());
+    let renewed = s.get_agent(&a.id).await.unwrap().unwrap();
+    assert_eq!(
+        (renewed.expires_at, renewed.key_mac),
+        (Millis(9000), Some([8; 32])),
+        "the later renewal kept"
+    );
     assert_eq!(s.revocations_after(0).await.unwrap(), Default::default());
     let (first, first_epoch) = s
         .revoke_agent(&a.id, Millis(10), Some("r1"))
@@ -110,7 +143,7 @@ async fn agents_round_trip_revoke_once_and_refuse_renewal_when_revoked() {
     assert!(after(1).await.unwrap().revoked.is_empty());
     assert_eq!(after(i64::MAX).await.unwrap().epoch, 1);
     assert!(!s
-        .renew_token(&a.id, Millis(30), Millis(40), None, None)
+        .renew_token(&a.id, Millis(30), Millis(40), binding(&[9; 32], &[8; 32]), None)
         .await
         .unwrap()
         .unwrap());

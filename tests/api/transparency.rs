@@ -17,7 +17,7 @@ use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
 use sha2::{Digest, Sha256};
 
-use crate::helpers::{spawn_app, spawn_app_with, Options, TestApp};
+use crate::helpers::{blob, spawn_app, spawn_app_with, Options, TestApp};
 
 type H = [u8; 32];
 
@@ -209,21 +209,13 @@ async fn rewrite_block(app: &TestApp, first_seq: i64, records: &[AuditRecord], p
         &format!(
             "UPDATE audit_blocks SET records = {}, prev_hash = {}, last_hash = {} \
              WHERE org_id = '{}' AND mode = 'live' AND first_seq = {first_seq}",
-            blob(&bytes, app),
-            blob(prev_hash, app),
-            blob(&last, app),
+            blob(app, &bytes),
+            blob(app, prev_hash),
+            blob(app, &last),
             app.org.org_id
         ),
     )
     .await;
-}
-
-fn blob(b: &[u8], app: &TestApp) -> String {
-    if app.db.is_postgres() {
-        format!("'\\x{}'::bytea", hex(b))
-    } else {
-        format!("x'{}'", hex(b))
-    }
 }
 
 /// Every block of the org's live ledger with its records.
@@ -623,7 +615,7 @@ async fn audit_verify_goes_on_past_an_unreadable_block_and_exits_non_zero() {
         &app,
         &format!(
             "UPDATE audit_blocks SET records = {} WHERE org_id = '{org}' AND first_seq = 7",
-            blob(&[2, 0xff], &app)
+            blob(&app, &[2, 0xff])
         ),
     )
     .await;

@@ -145,18 +145,20 @@ pub struct AgentRecord {
     /// That key itself, as `PublicJwk::canonical` writes it: the key an agent authenticates
     /// with as an OAuth client (`private_key_jwt`). None where `jkt` is.
     pub jwk: Option<String>,
-    /// The key file's MAC of [`AgentRecord::key_canonical`], on an agent bound to a key: a
-    /// key written into the row with database access alone authenticates nobody.
+    /// The key file's MAC of [`AgentRecord::key_canonical`], on every agent, bound to a key
+    /// or to none: a key written into the row, or taken out of it, with database access
+    /// alone is an integrity alarm. `None` on a row whose MAC is not one (from before seals,
+    /// until an instance seals it).
     pub key_mac: Option<[u8; 32]>,
-    /// When that MAC was made: the database takes only a fresh one, so an earlier key copied
-    /// back with its seal is refused.
+    /// When that MAC was made: the database takes only a fresh one, so an earlier binding
+    /// copied back with its seal is refused.
     pub key_sealed_at: Option<Millis>,
     pub verification_count: i64,
 }
 
 impl AgentRecord {
     /// The bytes the MAC of its key binding is computed over: the agent and the key (its
-    /// thumbprint and the key itself), in a fixed order.
+    /// thumbprint and the key itself, or none), in a fixed order.
     pub fn key_canonical(&self) -> Vec<u8> {
         agent_key_canonical(
             &self.id,

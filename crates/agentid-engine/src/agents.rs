@@ -21,7 +21,7 @@ use crate::apikeys::{hash_key, Caller};
 use crate::expiries::NotedExpiries;
 use crate::registry::Registry;
 use crate::revocations::Revocations;
-use crate::seals::{agent_key_vouched, client_secret_seal, sealed_agent_key};
+use crate::seals::{agent_key_vouched, client_secret_seal, seal_agent_key, sealed_agent_key};
 use crate::status::StatusLists;
 use crate::EngineError;
 
@@ -94,6 +94,10 @@ impl Drop for Listing {
 }
 /// How long the secret a new one replaces stays valid: time to roll the new one out.
 pub const PREVIOUS_SECRET_VALID: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// How often issue-token reads an agent again when another issue-token changed its binding
+/// between its read and its write, before it answers 503.
+const RENEWAL_ATTEMPTS: usize = 3;
 
 /// The key a new token is bound to (RFC 9449 `cnf.jkt`).
 #[derive(Debug, Clone, Copy)]
@@ -288,20 +292,42 @@ impl Agents {
         id: &AgentId,
         binding: Binding<'_>,
     ) -> Result<IssuedToken, EngineError> {
+        // A renewal is written only over the binding it read: one that lost a race with
+        // another issue-token reads the agent again and binds what it was asked to over that.
+        for _ in 0..RENEWAL_ATTEMPTS {
+            if let Some(issued) = self.renew_once(caller, id, &binding).await? {
+                return Ok(issued);
+            }
+        }
+        Err(StoreError::Busy.into())
+    }
+
+    /// One attempt of [`Agents::issue_token`]: `None` when the agent's binding changed
+    /// between its read and the write.
+    async fn renew_once(
+        &self,
+        caller: &Caller,
+        id: &AgentId,
+        binding: &Binding<'_>,
+    ) -> Result<Option<IssuedToken>, EngineError> {
         let current = self.get(caller, id).await?;
         if current.revoked_at.is_some() {
             return Err(EngineError::AgentRevoked);
         }
-        let agent = match binding {
-            // A key written into the row with database access alone (an alarm) is not
-            // carried into a new token.
-            Binding::Same if !agent_key_vouched(&self.keys, &current) => {
+        // A binding written into the row with database access alone (an alarm), a key put in
+        // or taken out, is not carried into a new token; the issuer may replace it by name.
+        let vouched = agent_key_vouched(&self.keys, &current);
+        let replaces = match current.key_mac {
+            Some(mac) if vouched || !matches!(binding, Binding::Same) => mac,
+            _ => {
                 return Err(StoreError::Corrupt(format!(
-                    "the key agent {} is bound to is not sealed by the key file",
+                    "the key binding of agent {} is not sealed by the key file",
                     current.id
                 ))
                 .into())
             }
+        };
+        let mut agent = match binding {
             Binding::Same => current,
             Binding::Key(key) => AgentRecord {
                 jkt: Some(key.thumbprint()),
@@ -319,42 +345,36 @@ impl Agents {
                 }
             }
         };
-        let agent = sealed_agent_key(&self.keys, agent);
+        let (mac, sealed_at) = seal_agent_key(&self.keys, &mut agent);
         let lifetime = (agent.expires_at.0 - agent.issued_at.0).max(1000) / 1000;
         let lifetime = lifetime.min(caller.org.limits.max_expiry_seconds as i64);
         let issued = Millis::from_secs(Millis::now().as_secs());
         let expires = issued.plus_secs(lifetime);
         let token = self.sign(&agent, issued, expires).await?;
         let rules = self.issuers.rules();
-        if !self
+        let renewed = self
             .store
             .renew_token(
                 &agent.id,
                 issued,
                 expires,
-                agent
-                    .jkt
-                    .as_deref()
-                    .zip(agent.jwk.as_deref())
-                    .zip(agent.key_mac.as_ref().zip(agent.key_sealed_at))
-                    .map(|((jkt, jwk), (mac, sealed_at))| KeyBinding {
-                        jkt,
-                        jwk,
-                        mac,
-                        sealed_at,
-                    }),
+                KeyBinding {
+                    jkt: agent.jkt.as_deref(),
+                    jwk: agent.jwk.as_deref(),
+                    mac: &mac,
+                    sealed_at,
+                    replaces: &replaces,
+                },
                 rules.as_ref().map(|r| r as &dyn DomainRules),
             )
             .await?
-            .map_err(|why| EngineError::not_held(agent.issuer_domain.as_str(), why))?
-        {
-            return Err(EngineError::AgentRevoked);
-        }
-        Ok(IssuedToken {
+            .map_err(|why| EngineError::not_held(agent.issuer_domain.as_str(), why))?;
+        // Not renewed: revoked meanwhile (the next read says so), or the binding changed.
+        Ok(renewed.then_some(IssuedToken {
             agent_id: agent.id,
             token,
             expires_at: expires,
-        })
+        }))
     }
 
     /// A new client secret for the agent (shown only here; stored as its SHA-256), with which

@@ -17,12 +17,19 @@ pub(crate) fn sealed_org(keys: &KeyRing, mut org: OrgRecord) -> OrgRecord {
     org
 }
 
-/// The agent with the key file's seal of its key binding, made now (none without a key).
+/// The agent with the key file's seal of its key binding (a key, or none), made now.
 pub(crate) fn sealed_agent_key(keys: &KeyRing, mut agent: AgentRecord) -> AgentRecord {
-    let keyed = agent.jwk.is_some() || agent.jkt.is_some();
-    agent.key_sealed_at = keyed.then(Millis::now);
-    agent.key_mac = keyed.then(|| keys.seal(Sealed::AgentKey, &agent.key_canonical()));
+    seal_agent_key(keys, &mut agent);
     agent
+}
+
+/// Seals the agent's key binding (a key, or none) now; returns the MAC and when it was made.
+pub(crate) fn seal_agent_key(keys: &KeyRing, agent: &mut AgentRecord) -> ([u8; 32], Millis) {
+    let now = Millis::now();
+    agent.key_sealed_at = Some(now);
+    let mac = keys.seal(Sealed::AgentKey, &agent.key_canonical());
+    agent.key_mac = Some(mac);
+    (mac, now)
 }
 
 /// The key file's seal of an agent's client secret made at `created_at`.
@@ -77,20 +84,18 @@ pub(crate) fn key_vouched(keys: &KeyRing, hash: &[u8; 32], stored: &KeyRecord) -
     ok
 }
 
-/// Whether the key file vouches for the key an agent is bound to (true for an agent bound to
-/// none). A key it does not vouch for was written into the agent's row with database access
-/// alone: an integrity alarm, and it authenticates nobody.
+/// Whether the key file vouches for the key an agent is bound to, or for its being bound to
+/// none. A key written into the agent's row with database access alone authenticates
+/// nobody; a key taken out of it would make the agent's next token a bearer token. Either
+/// is an integrity alarm.
 pub(crate) fn agent_key_vouched(keys: &KeyRing, agent: &AgentRecord) -> bool {
-    if agent.jwk.is_none() && agent.jkt.is_none() {
-        return true;
-    }
     let ok = agent
         .key_mac
         .is_some_and(|mac| keys.vouches(Sealed::AgentKey, &agent.key_canonical(), &mac));
     if !ok {
         alarm(
             "agent_key",
-            "an agent's key is not sealed by the key file; it authenticates nobody",
+            "an agent's key binding is not sealed by the key file; it gets no token and authenticates nobody",
             agent.id.as_str(),
         );
     }

@@ -13,11 +13,16 @@ use agentid_core::domain::{KeyMode, Ledger, Millis, StatusPlace};
 /// as `PublicJwk::canonical` writes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyBinding<'a> {
-    pub jkt: &'a str,
-    pub jwk: &'a str,
+    /// The key's thumbprint (`cnf.jkt`) and the key itself; none for a bearer agent.
+    pub jkt: Option<&'a str>,
+    pub jwk: Option<&'a str>,
     /// The key file's MAC of the binding (`AgentRecord::key_canonical`), and when it was made.
     pub mac: &'a [u8; 32],
     pub sealed_at: Millis,
+    /// The MAC of the binding it replaces, as read: a renewal that changed the binding
+    /// meanwhile wins, and this one changes nothing (so it never writes back a key that
+    /// another issue-token replaced).
+    pub replaces: &'a [u8; 32],
 }
 
 /// Agents: registered, given tokens, revoked for good; and, as OAuth clients, the
@@ -73,8 +78,8 @@ pub trait AgentStore {
     ) -> StoreFuture<'a, Vec<AgentRecord>>;
     /// All agents with an id greater than `after_id`, in id order (for loading the registry).
     fn scan_agents<'a>(&'a self, after_id: &'a str, limit: u32) -> StoreFuture<'a, Vec<AgentRecord>>;
-    /// Records a newly issued token, bound to `key` or not bound; false (and no change) when
-    /// the agent is revoked or missing.
+    /// Records a newly issued token and its key binding; false (and no change) when the
+    /// agent is revoked or missing, or its binding is no longer `binding.replaces`.
     /// With `issuer`, only when the agent's organization may still issue under its issuer
     /// domain, as the rules decide from the holdings read in the same exclusive transaction.
     fn renew_token<'a>(
@@ -82,7 +87,7 @@ pub trait AgentStore {
         id: &'a AgentId,
         issued_at: Millis,
         expires_at: Millis,
-        key: Option<KeyBinding<'a>>,
+        binding: KeyBinding<'a>,
         issuer: Option<&'a dyn DomainRules>,
     ) -> StoreFuture<'a, Result<bool, NotCovered>>;
     /// Marks a client assertion used until `expires_at` (`key`: what identifies it, its

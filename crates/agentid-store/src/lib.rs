@@ -140,10 +140,13 @@ impl From<sqlx::Error> for StoreError {
 
 /// PostgreSQL admin shutdown / cannot connect now / insufficient resources (too many
 /// connections, out of memory or disk) / a read-only transaction (a primary demoted by a
-/// failover, or a standby a balancer still routes to), SQLite busy or locked: retry later,
-/// not a fault.
+/// failover, or a standby a balancer still routes to) / a statement cancelled at its
+/// timeout, or a lock not had in time (nothing of it was written), SQLite busy or locked:
+/// retry later, not a fault.
 fn is_outage_code(code: &str) -> bool {
     code.starts_with("57P")
+        || code == "57014"
+        || code == "55P03"
         || code.starts_with("08")
         || code.starts_with("53")
         || code == "25006"
@@ -330,6 +333,12 @@ pub struct StoreOptions {
     /// Hold the SQLite database for this process alone (`serve`): a second store opened so
     /// fails with [`StoreError::Locked`]. PostgreSQL ignores it.
     pub serve_lock: bool,
+    /// The longest a statement runs on PostgreSQL (its `statement_timeout`), waits for a lock
+    /// included, before the database cancels it: the call is then answered 503 and its
+    /// connection serves again, where a lock held elsewhere would otherwise hold the request,
+    /// and one connection more with each, for as long as it is held. Migrations run without
+    /// it. Zero: none. SQLite ignores it (its own wait for a lock is bounded).
+    pub statement_timeout: std::time::Duration,
 }
 
 /// What opening a SQLite database may create, so that a command run from the wrong folder,
@@ -352,6 +361,7 @@ impl Default for StoreOptions {
             outage_wait: std::time::Duration::from_secs(8),
             create: Create::FileAndFolder,
             serve_lock: false,
+            statement_timeout: std::time::Duration::from_secs(30),
         }
     }
 }

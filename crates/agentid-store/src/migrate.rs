@@ -221,6 +221,11 @@ pub const SQLITE: Embedded = &[
         "agent credentials sealed",
         include_str!("../../../migrations/sqlite/0043_agent_credentials_sealed.sql"),
     ),
+    (
+        44,
+        "every agent binding sealed",
+        include_str!("../../../migrations/sqlite/0044_every_agent_binding_sealed.sql"),
+    ),
 ];
 pub const POSTGRES: Embedded = &[
     (
@@ -437,6 +442,11 @@ pub const POSTGRES: Embedded = &[
         43,
         "agent credentials sealed",
         include_str!("../../../migrations/postgres/0043_agent_credentials_sealed.sql"),
+    ),
+    (
+        44,
+        "every agent binding sealed",
+        include_str!("../../../migrations/postgres/0044_every_agent_binding_sealed.sql"),
     ),
 ];
 

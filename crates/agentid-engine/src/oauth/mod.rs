@@ -323,7 +323,7 @@ impl OAuth {
         // Charged before the assertion is spent: a client past its organization's limit
         // costs no write. A replay gives its cell back below: it costs the organization
         // nothing.
-        let (org, charged) = self.charged(&agent).await?;
+        let (org, charged) = self.charged(&agent, now, received).await?;
         // Fleet-wide: the store remembers each assertion until it expires.
         let mut id = Sha256::new();
         id.update(agent.id.as_str().as_bytes());
@@ -367,16 +367,23 @@ impl OAuth {
 
     /// The agent's organization, and the cell of its bucket of other calls the request takes;
     /// refused past its limit.
-    async fn charged(&self, agent: &AgentRecord) -> Result<(OrgRecord, Decision), OAuthError> {
+    async fn charged(
+        &self,
+        agent: &AgentRecord,
+        now: Millis,
+        received: Instant,
+    ) -> Result<(OrgRecord, Decision), OAuthError> {
         let Some(org) = self.store.get_org(&agent.org_id).await? else {
             return Err(StoreError::Corrupt(format!("agent {} has no organization", agent.id)).into());
         };
         // A plan or limits the key file does not vouch for were written with database access
-        // alone: the organization's agents get no tokens under them (as its keys open nothing).
+        // alone: the organization's agents get no tokens under them (as its keys open
+        // nothing). Refused, and recorded, as an authentication that failed.
         if !crate::seals::org_vouched(&self.delegation.keys, &org) {
-            return Err(OAuthError::InvalidClient(
-                "the agent's organization may not get tokens".into(),
-            ));
+            let why = "the agent's organization may not get tokens".to_owned();
+            return Err(self
+                .refused(Some(agent), VerifyResult::Invalid, why, now, received)
+                .await);
         }
         let charged = self.limits.check(bucket(&org), Class::Other).await;
         if !charged.allowed {
@@ -427,7 +434,7 @@ impl OAuth {
                 .await);
         }
         self.refuse_revoked(&agent, now, received).await?;
-        let (org, charged) = self.charged(&agent).await?;
+        let (org, charged) = self.charged(&agent, now, received).await?;
         Ok(Client {
             agent,
             org,

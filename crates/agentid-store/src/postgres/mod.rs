@@ -117,11 +117,21 @@ fn known_parameters(url: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The service's connection options with its statement timeout (`StoreOptions`), given after
+/// the URL's own `options`, so that it is the one in force.
+fn bounded(connect: PgConnectOptions, timeout: std::time::Duration) -> PgConnectOptions {
+    if timeout.is_zero() {
+        return connect;
+    }
+    connect.options([("statement_timeout", format!("{}ms", timeout.as_millis()))])
+}
+
 impl SqlStore<Postgres> {
     pub async fn connect(url: &str, opts: &StoreOptions) -> Result<Self, StoreError> {
         known_parameters(url)?;
-        let connect = PgConnectOptions::from_str(url)?.application_name("agentid");
-        reachable(&connect, opts.acquire_timeout).await?;
+        let unbounded = PgConnectOptions::from_str(url)?.application_name("agentid");
+        reachable(&unbounded, opts.acquire_timeout).await?;
+        let connect = bounded(unbounded.clone(), opts.statement_timeout);
         // API calls and reads ping a connection before using it (the default), so a
         // connection broken by an outage is replaced instead of failing the next call.
         let pool = PgPoolOptions::new()
@@ -130,11 +140,16 @@ impl SqlStore<Postgres> {
             .connect_with(connect.clone())
             .await?;
         if migrate::pending_pg(&pool).await? {
+            // On a connection of their own, without the statement timeout: a migration may
+            // rewrite a large table.
+            use sqlx::{ConnectOptions, Connection};
+            let mut conn = unbounded.connect().await?;
             migrate::migrator(migrate::POSTGRES)
                 .await?
-                .run(&pool)
+                .run(&mut conn)
                 .await
                 .map_err(not_owner)?;
+            conn.close().await?;
         }
         // The audit writer's own connections, with generic plans: its statement is planned
         // once per connection instead of at every batch. PostgreSQL kept choosing a custom

@@ -233,22 +233,23 @@ impl AgentStore for SqlStore<DB> {
         id: &'a AgentId,
         issued_at: Millis,
         expires_at: Millis,
-        key: Option<KeyBinding<'a>>,
+        binding: KeyBinding<'a>,
         issuer: Option<&'a dyn DomainRules>,
     ) -> StoreFuture<'a, Result<bool, NotCovered>> {
         Box::pin(self.outage.ride_out(move || async move {
             let renew = sqlx::query(
                 "UPDATE agents SET issued_at = $2, expires_at = $3, jkt = $4, jwk = $5, key_mac = $6, \
                  key_sealed_at = $7 \
-                 WHERE id = $1 AND revoked_at IS NULL",
+                 WHERE id = $1 AND revoked_at IS NULL AND key_mac = $8",
             )
             .bind(id.as_str())
             .bind(issued_at.0)
             .bind(expires_at.0)
-            .bind(key.map(|k| k.jkt))
-            .bind(key.map(|k| k.jwk))
-            .bind(key.map(|k| &k.mac[..]))
-            .bind(key.map(|k| k.sealed_at.0));
+            .bind(binding.jkt)
+            .bind(binding.jwk)
+            .bind(&binding.mac[..])
+            .bind(binding.sealed_at.0)
+            .bind(&binding.replaces[..]);
             let Some(rules) = issuer else {
                 return Ok(Ok(DB::rows_affected(
                     &renew.execute(&mut *self.conn().await?).await?,
