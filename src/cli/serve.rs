@@ -96,6 +96,10 @@ pub(crate) struct ServeArgs {
     /// cache.
     #[arg(long, env = "AGENTID_TOKEN_CACHE_BYTES", default_value_t = EngineConfig::default().token_cache_bytes)]
     pub(crate) token_cache_bytes: u64,
+    /// Bytes the in-memory registry's agents may take, about: an agent registered past them
+    /// is read from the database at each verification of its tokens.
+    #[arg(long, env = "AGENTID_REGISTRY_BYTES", default_value_t = EngineConfig::default().registry_bytes)]
+    pub(crate) registry_bytes: u64,
     /// How far a DPoP proof's `iat` may be from now, either way, in seconds (1 to 3600); each
     /// instance remembers proofs this long, so replays are refused.
     #[arg(long, env = "AGENTID_DPOP_MAX_SKEW_SECONDS", default_value_t = EngineConfig::default().dpop_max_skew.as_secs(),
@@ -277,6 +281,7 @@ pub(super) async fn serve(args: ServeArgs) -> CliResult {
                 ..WriterConfig::default()
             },
             token_cache_bytes: args.token_cache_bytes,
+            registry_bytes: args.registry_bytes,
             dpop_max_skew: Duration::from_secs(args.dpop_max_skew_seconds),
             oauth: OAuthConfig {
                 access_token_lifetime: Duration::from_secs(args.access_token_seconds),

@@ -631,3 +631,41 @@ async fn kill_9_loses_no_answered_verification_and_chains_hold() {
     .await;
     assert_eq!(res.json()["valid"], true);
 }
+
+/// Attack: an issuer registering agents without end, to fill the service's memory. The
+/// registry holds agents within its byte budget; one registered past it is not held, and is
+/// read from the store at each verification: valid, with its name and description, and
+/// revoked at once when revoked, after a restart as before.
+#[actix_web::test]
+async fn agents_past_the_registrys_budget_are_not_held_and_still_verify() {
+    let app = spawn_app_with(Options {
+        tweak: Box::new(|c| c.engine.registry_bytes = 1),
+        ..Options::unlimited()
+    })
+    .await;
+    let body = json!({"name": "far", "issuer_domain": "example.com", "scopes": ["read:x"],
+                      "description": "past the budget"});
+    let a = app.register(body).await;
+    let (id, token) = (a["agent_id"].as_str().unwrap(), a["token"].as_str().unwrap());
+    assert!(app.engine.registry().agent(id).is_none(), "held past the budget");
+    for _ in 0..2 {
+        let v = app.verify(token).await;
+        assert_eq!(v["valid"], true, "{v}");
+        assert_eq!(
+            (&v["name"], &v["description"]),
+            (&json!("far"), &json!("past the budget")),
+            "{v}"
+        );
+    }
+    assert!(app.engine.registry().agent(id).is_none(), "held once verified");
+    let app = app.restart().await;
+    assert!(app.engine.registry().agent(id).is_none(), "held once loaded");
+    assert_eq!(app.verify(token).await["valid"], true);
+    assert_eq!(app.revoke(id, None).await.status, 200);
+    let v = app.verify(token).await;
+    assert_eq!(
+        (&v["valid"], &v["error"]),
+        (&json!(false), &json!("TOKEN_REVOKED")),
+        "{v}"
+    );
+}

@@ -176,6 +176,7 @@ async fn metrics_are_served_on_their_own_listener() {
         "agentid_audit_flush_failures_total",
         "agentid_revocation_index_size",
         "agentid_registry_agents",
+        "agentid_registry_bytes",
         "agentid_rate_limited_total{class=\"verify\"}",
         "agentid_store_connections{pool=\"main\",state=\"max\"}",
         "agentid_build_info{",

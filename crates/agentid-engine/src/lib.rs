@@ -116,6 +116,9 @@ pub struct EngineConfig {
     pub writer: WriterConfig,
     /// Bytes of verified tokens (and their answers) remembered; 0 disables the cache.
     pub token_cache_bytes: u64,
+    /// Bytes the registry's agents may take (about); an agent registered past them is read
+    /// from the store at each verification of its tokens.
+    pub registry_bytes: u64,
     /// How often the registry pulls revocations committed by other instances.
     pub registry_resync: Duration,
     /// How long a resolved API key is trusted before the store is asked again.
@@ -142,6 +145,7 @@ impl Default for EngineConfig {
         EngineConfig {
             writer: WriterConfig::default(),
             token_cache_bytes: 64 << 20,
+            registry_bytes: registry::REGISTRY_BYTES,
             // Status lists on every instance hold a revocation within 2 s of its commit.
             registry_resync: Duration::from_secs(1),
             key_cache_ttl: apikeys::KEY_CACHE_TTL,

@@ -95,6 +95,10 @@ fn describe() {
         "Revoked agents in the in-memory index"
     );
     describe_gauge!("agentid_registry_agents", "Agents in the in-memory registry");
+    describe_gauge!(
+        "agentid_registry_bytes",
+        "Bytes the agents in the in-memory registry take, about (at most --registry-bytes)"
+    );
     describe_counter!(
         "agentid_rate_limited_total",
         "Calls refused with 429 by class (verify, verify_publishable, other, key_lookup)"

@@ -12,7 +12,7 @@
 //! `valid` entries agent by agent only when a revocation was committed above it.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use dashmap::DashMap;
@@ -47,9 +47,30 @@ pub struct Revoked {
     pub(crate) reason: Option<String>,
 }
 
-#[derive(Debug, Default)]
+impl AgentEntry {
+    /// About how many bytes it takes held under `id`: the entry, its strings, its key, and
+    /// the map's and the `Arc`'s share.
+    fn held_bytes(&self, id: &AgentId) -> u64 {
+        let fixed = std::mem::size_of::<AgentEntry>() + std::mem::size_of::<AgentId>() + 64;
+        let strings =
+            id.as_str().len() + self.org_id.as_str().len() + self.name.len() + self.description.len();
+        (fixed + strings) as u64
+    }
+}
+
+/// The bytes the registry's agents may take by default (`EngineConfig::registry_bytes`).
+pub const REGISTRY_BYTES: u64 = 512 << 20;
+
+#[derive(Debug)]
 pub struct Registry {
+    /// The agents held, within `budget` bytes: issuers register agents, and memory is not
+    /// theirs to fill. One not held (registered past the budget) is read from the store
+    /// whenever a verification needs it.
     agents: DashMap<AgentId, Arc<AgentEntry>>,
+    held: AtomicU64,
+    budget: u64,
+    /// The budget was reached (said once in the log).
+    full: AtomicBool,
     revoked: DashMap<String, Revoked>,
     /// Every revocation with an epoch up to this one is in `revoked` (`epochs.seen`, kept
     /// here too so that the verify path reads it without a lock).
@@ -57,7 +78,26 @@ pub struct Registry {
     epochs: Mutex<EpochWatermark>,
 }
 
+impl Default for Registry {
+    fn default() -> Self {
+        Registry::new(REGISTRY_BYTES)
+    }
+}
+
 impl Registry {
+    /// A registry whose agents take at most about `budget` bytes.
+    pub fn new(budget: u64) -> Self {
+        Registry {
+            agents: DashMap::new(),
+            held: AtomicU64::new(0),
+            budget,
+            full: AtomicBool::new(false),
+            revoked: DashMap::new(),
+            revocations_seen: AtomicI64::new(0),
+            epochs: Mutex::new(EpochWatermark::default()),
+        }
+    }
+
     pub fn agent(&self, id: &str) -> Option<Arc<AgentEntry>> {
         self.agents.get(id).map(|e| Arc::clone(e.value()))
     }
@@ -75,11 +115,39 @@ impl Registry {
     /// Adds what the store says about an agent (registration, load, or a cold miss).
     /// (A revoked agent's revocation goes in through `Revocations`, with its status bit.)
     pub fn learn(&self, a: &AgentRecord) -> Arc<AgentEntry> {
+        if let Some(held) = self.agent(a.id.as_str()) {
+            return held;
+        }
         let entry = Arc::new(AgentEntry::from(a));
-        self.agents
-            .entry(a.id.clone())
-            .or_insert_with(|| Arc::clone(&entry))
-            .clone()
+        let size = entry.held_bytes(&a.id);
+        // Taken before the insert, so that racing learns never hold more than the budget.
+        let taken = self
+            .held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(size).filter(|&total| total <= self.budget)
+            });
+        if taken.is_err() {
+            if !self.full.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    agents = self.agents.len(),
+                    budget_bytes = self.budget,
+                    "the registry holds as many agents as its budget takes: agents past it are \
+                     read from the store at each verification (--registry-bytes)"
+                );
+            }
+            return entry;
+        }
+        match self.agents.entry(a.id.clone()) {
+            dashmap::mapref::entry::Entry::Occupied(held) => {
+                // Learned meanwhile by another caller: its bytes are counted once.
+                self.held.fetch_sub(size, Ordering::AcqRel);
+                Arc::clone(held.get())
+            }
+            dashmap::mapref::entry::Entry::Vacant(place) => {
+                place.insert(Arc::clone(&entry));
+                entry
+            }
+        }
     }
 
     /// Puts a revocation into the index (`Revocations` does, with the status bit).
@@ -111,6 +179,11 @@ impl Registry {
 
     pub(crate) fn agent_count(&self) -> usize {
         self.agents.len()
+    }
+
+    /// About how many bytes the agents held take.
+    pub(crate) fn agent_bytes(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
     }
 
     pub(crate) fn revoked_count(&self) -> usize {
@@ -156,7 +229,10 @@ impl EpochWatermark {
 
 #[cfg(test)]
 mod tests {
-    use super::{EpochWatermark, Registry};
+    use std::sync::Arc;
+
+    use super::{AgentEntry, EpochWatermark, Registry};
+    use agentid_core::domain::KeyMode;
 
     /// A revocation marked without its reason (the store unreadable a moment) takes the one
     /// the resync brings; a reason once held stays.
@@ -169,6 +245,51 @@ mod tests {
         r.mark_revoked("agt_1", Some("other".into()));
         r.mark_revoked("agt_1", None);
         assert_eq!(r.revocation("agt_1").unwrap().reason.as_deref(), Some("stolen"));
+    }
+
+    /// Agents past the budget are not held: each is given back, read as it was, and the
+    /// bytes held stay within the budget.
+    #[test]
+    fn agents_past_the_budget_are_not_held() {
+        use agentid_core::domain::{AgentId, IssuerDomain, Millis, OrgId, Scopes};
+        let org = OrgId::generate();
+        let agent = |n: u32| agentid_store::AgentRecord {
+            id: AgentId::generate(),
+            org_id: org.clone(),
+            mode: KeyMode::Live,
+            name: "n".into(),
+            issuer_domain: IssuerDomain::parse("example.com").unwrap(),
+            description: "d".repeat(1000 + n as usize),
+            scopes: Scopes::parse(&["read:x"]).unwrap(),
+            created_at: Millis(1),
+            issued_at: Millis(1),
+            expires_at: Millis(2),
+            revoked_at: None,
+            revocation_reason: None,
+            status: None,
+            jkt: None,
+            jwk: None,
+            key_mac: None,
+            key_sealed_at: None,
+            verification_count: 0,
+        };
+        let first = agent(0);
+        let one = AgentEntry::from(&first).held_bytes(&first.id);
+        let r = Registry::new(3 * one + 3);
+        let agents: Vec<_> = (0..5).map(agent).collect();
+        for a in &agents {
+            assert_eq!(*r.learn(a), AgentEntry::from(a));
+        }
+        let held: Vec<bool> = agents.iter().map(|a| r.agent(a.id.as_str()).is_some()).collect();
+        assert_eq!(held, [true, true, true, false, false]);
+        assert!(r.agent_bytes() <= 3 * one + 3, "{}", r.agent_bytes());
+        // One held already is given back as held, and counted once.
+        let before = r.agent_bytes();
+        assert!(Arc::ptr_eq(
+            &r.learn(&agents[0]),
+            &r.agent(agents[0].id.as_str()).unwrap()
+        ));
+        assert_eq!(r.agent_bytes(), before);
     }
 
     #[test]

@@ -76,7 +76,7 @@ impl Engine {
             cfg.ssf.clone(),
             outbound.clone(),
         ));
-        let registry = Arc::new(Registry::default());
+        let registry = Arc::new(Registry::new(cfg.registry_bytes));
         let revocations = Arc::new(Revocations::new(registry.clone(), status.clone(), ssf.clone()));
         load_agents(&store, &registry, &revocations).await?;
         status.publish();
@@ -286,6 +286,7 @@ async fn sample_gauges(registry: Arc<Registry>, store: SharedStore) {
     loop {
         ticks.tick().await;
         metrics::gauge!("agentid_registry_agents").set(registry.agent_count() as f64);
+        metrics::gauge!("agentid_registry_bytes").set(registry.agent_bytes() as f64);
         metrics::gauge!("agentid_revocation_index_size").set(registry.revoked_count() as f64);
         for p in store.pool_stats() {
             let gauge =
