@@ -140,10 +140,13 @@ pub(super) fn printable(json: &str) -> String {
 
 pub(super) type CliResult = Result<ExitCode, Box<dyn std::error::Error>>;
 
-/// The database a command (not `serve`, not `migrate`) works on: it must exist.
+/// The database a command (not `serve`, not `migrate`) works on: it must exist. An
+/// operator's command runs its statements without the service's timeout (`audit verify`
+/// reads the whole log).
 pub(super) async fn open(db: &DbArgs) -> Result<SharedStore, store::StoreError> {
     let opts = StoreOptions {
         create: store::Create::Nothing,
+        statement_timeout: std::time::Duration::ZERO,
         ..StoreOptions::default()
     };
     store::connect(&db.database_url, &opts).await

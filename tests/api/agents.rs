@@ -730,3 +730,32 @@ async fn the_agent_list_pages_with_a_link_to_the_next() {
             .assert_error(400, "VALIDATION_ERROR");
     }
 }
+
+/// Renewals of one agent at once all get their token: one that keeps the agent's key binding
+/// writes only the token's times, over the binding it read, so none spoils another's; one
+/// that binds a new key at the same time is written over what it read too, and the agent
+/// ends on one of the keys asked for.
+#[actix_web::test]
+async fn renewals_at_once_all_get_their_token() {
+    let app = spawn_app_with(Options::unlimited()).await;
+    let (id, _) = app.agent().await;
+    let path = format!("/v1/agents/{id}/issue-token");
+    let keys: Vec<Value> = (0..2).map(|_| crate::dpop::AgentKey::ed().jwk()).collect();
+    let bodies: Vec<Option<Value>> = (0..10)
+        .map(|i| (i % 5 == 0).then(|| json!({"jwk": keys[i / 5]})))
+        .collect();
+    let answers = futures_util::future::join_all(
+        bodies
+            .iter()
+            .map(|body| app.post(&path, Some(app.secret()), body.as_ref())),
+    )
+    .await;
+    for res in &answers {
+        assert_eq!(res.status, 201, "{}", res.text());
+    }
+    let agent = app
+        .get(&format!("/v1/agents/{id}"), Some(app.secret()))
+        .await
+        .json();
+    assert!(agent["jkt"].is_string(), "{agent}");
+}

@@ -248,11 +248,13 @@ async fn committed_rows_are_recorded_short_and_at_the_end() {
     let long = "a".repeat(100_000);
     let seq = last_domain_event(&app).await;
     let mac = blob(&app, &[7u8; 32]);
+    // Sealed as far as the database can tell: only what is tried here is refused.
+    let now = agentid::domain::Millis::now().0;
     let agent = |id: &str, revoked: &str| {
         format!(
             "INSERT INTO agents (id, org_id, mode, name, issuer_domain, description, scopes, created_at, \
-             issued_at, expires_at, revoked_at) VALUES ('{id}', '{org}', 'live', 'n', 'example.com', '', \
-             '[\"read:x\"]', 1, 1, 2, {revoked})"
+             issued_at, expires_at, revoked_at, key_mac, key_sealed_at) VALUES ('{id}', '{org}', 'live', \
+             'n', 'example.com', '', '[\"read:x\"]', 1, 1, 2, {revoked}, {mac}, {now})"
         )
     };
     for sql in [

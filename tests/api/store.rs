@@ -67,42 +67,46 @@ async fn agents_round_trip_revoke_once_and_refuse_renewal_when_revoked() {
         crate::helpers::insert_agent(&app.db.url, &a).await.is_err(),
         "ids are unique"
     );
-    let binding = |mac: &'static [u8; 32], replaces: &'static [u8; 32]| agentid::store::KeyBinding {
-        jkt: None,
-        jwk: None,
-        mac,
-        sealed_at: Millis::now(),
-        replaces,
+    use agentid::store::{KeyBinding, NewBinding};
+    let binding = |mac: &'static [u8; 32], read: &'static [u8; 32]| KeyBinding {
+        read,
+        new: Some(NewBinding {
+            jkt: None,
+            jwk: None,
+            mac,
+            sealed_at: Millis::now(),
+        }),
     };
-    assert!(s
-        .renew_token(
-            &a.id,
-            Millis(5000),
-            Millis(9000),
-            binding(&[8; 32], &[7; 32]),
-            None
-        )
-        .await
-        .unwrap()
-        .unwrap());
+    let kept = |read: &'static [u8; 32]| KeyBinding { read, new: None };
+    let renew = |until: i64, binding: KeyBinding<'static>| {
+        let id = a.id.clone();
+        async move {
+            s.renew_token(&id, Millis(until - 1000), Millis(until), binding, None)
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    };
+    let stored = || async { s.get_agent(&a.id).await.unwrap().unwrap() };
+    assert!(renew(9000, binding(&[8; 32], &[7; 32])).await);
+    // Tried again after it committed unseen, a renewal finds its own binding.
+    assert!(renew(9000, binding(&[8; 32], &[7; 32])).await);
     // A renewal that read the binding before another renewal changed it changes nothing:
-    // it would write back what that one replaced.
-    assert!(!s
-        .renew_token(
-            &a.id,
-            Millis(6000),
-            Millis(7000),
-            binding(&[9; 32], &[7; 32]),
-            None
-        )
-        .await
-        .unwrap()
-        .unwrap());
-    let renewed = s.get_agent(&a.id).await.unwrap().unwrap();
+    // it would write back what that one replaced. One that keeps the binding, too.
+    assert!(!renew(7000, binding(&[9; 32], &[7; 32])).await);
+    assert!(!renew(7000, kept(&[7; 32])).await);
+    let renewed = stored().await;
     assert_eq!(
         (renewed.expires_at, renewed.key_mac),
         (Millis(9000), Some([8; 32])),
         "the later renewal kept"
+    );
+    // One that keeps the binding it read renews the token only: the seal stays.
+    assert!(renew(9500, kept(&[8; 32])).await);
+    let kept_seal = stored().await;
+    assert_eq!(
+        (kept_seal.expires_at, kept_seal.key_mac, kept_seal.key_sealed_at),
+        (Millis(9500), Some([8; 32]), renewed.key_sealed_at)
     );
     assert_eq!(s.revocations_after(0).await.unwrap(), Default::default());
     let (first, first_epoch) = s
@@ -142,15 +146,8 @@ async fn agents_round_trip_revoke_once_and_refuse_renewal_when_revoked() {
     );
     assert!(after(1).await.unwrap().revoked.is_empty());
     assert_eq!(after(i64::MAX).await.unwrap().epoch, 1);
-    assert!(!s
-        .renew_token(&a.id, Millis(30), Millis(40), binding(&[9; 32], &[8; 32]), None)
-        .await
-        .unwrap()
-        .unwrap());
-    assert_eq!(
-        s.get_agent(&a.id).await.unwrap().unwrap().expires_at,
-        Millis(9000)
-    );
+    assert!(!renew(40, binding(&[9; 32], &[8; 32])).await);
+    assert_eq!(stored().await.expires_at, Millis(9500));
     assert!(s
         .revoke_agent(
             &crate::helpers::agent_id("agt_01zzzzzzzzzzzzzzzzzzzzzzzz"),

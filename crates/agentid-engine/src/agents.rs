@@ -13,7 +13,9 @@ use agentid_core::domain::{
 use agentid_core::keys::{KeyRing, SigningKeys};
 use agentid_core::token::dpop::PublicJwk;
 use agentid_core::token::{Claims, Confirmation};
-use agentid_store::{AgentRecord, DomainRules, KeyBinding, OrgRecord, PlaceDraw, SharedStore, StoreError};
+use agentid_store::{
+    AgentRecord, DomainRules, KeyBinding, NewBinding, OrgRecord, PlaceDraw, SharedStore, StoreError,
+};
 
 use crate::domains::IssuerCheck;
 
@@ -299,7 +301,7 @@ impl Agents {
                 return Ok(issued);
             }
         }
-        Err(StoreError::Busy.into())
+        Err(EngineError::BindingContended)
     }
 
     /// One attempt of [`Agents::issue_token`]: `None` when the agent's binding changed
@@ -316,8 +318,9 @@ impl Agents {
         }
         // A binding written into the row with database access alone (an alarm), a key put in
         // or taken out, is not carried into a new token; the issuer may replace it by name.
+        // (One with no MAC at all, which only the database's owner can write, not even so.)
         let vouched = agent_key_vouched(&self.keys, &current);
-        let replaces = match current.key_mac {
+        let read = match current.key_mac {
             Some(mac) if vouched || !matches!(binding, Binding::Same) => mac,
             _ => {
                 return Err(StoreError::Corrupt(format!(
@@ -328,6 +331,7 @@ impl Agents {
             }
         };
         let mut agent = match binding {
+            // The binding and its seal stay as they are: renewals of it never race.
             Binding::Same => current,
             Binding::Key(key) => AgentRecord {
                 jkt: Some(key.thumbprint()),
@@ -345,26 +349,29 @@ impl Agents {
                 }
             }
         };
-        let (mac, sealed_at) = seal_agent_key(&self.keys, &mut agent);
+        let sealed = match binding {
+            Binding::Same => None,
+            Binding::Key(_) | Binding::Dropped => Some(seal_agent_key(&self.keys, &mut agent)),
+        };
         let lifetime = (agent.expires_at.0 - agent.issued_at.0).max(1000) / 1000;
         let lifetime = lifetime.min(caller.org.limits.max_expiry_seconds as i64);
         let issued = Millis::from_secs(Millis::now().as_secs());
         let expires = issued.plus_secs(lifetime);
         let token = self.sign(&agent, issued, expires).await?;
         let rules = self.issuers.rules();
+        let new = sealed.as_ref().map(|(mac, sealed_at)| NewBinding {
+            jkt: agent.jkt.as_deref(),
+            jwk: agent.jwk.as_deref(),
+            mac,
+            sealed_at: *sealed_at,
+        });
         let renewed = self
             .store
             .renew_token(
                 &agent.id,
                 issued,
                 expires,
-                KeyBinding {
-                    jkt: agent.jkt.as_deref(),
-                    jwk: agent.jwk.as_deref(),
-                    mac: &mac,
-                    sealed_at,
-                    replaces: &replaces,
-                },
+                KeyBinding { read: &read, new },
                 rules.as_ref().map(|r| r as &dyn DomainRules),
             )
             .await?

@@ -85,6 +85,12 @@ pub enum EngineError {
         "the organization's unpaged agent lists being sent on this instance hold {max} bytes already: finish one, or page with ?limit"
     )]
     TooManyListings { max: usize },
+    /// Other issue-token calls changed the agent's key binding between this one's read and
+    /// its write, on each of its attempts.
+    #[error(
+        "the agent's key binding kept changing under this request (other issue-token calls); retry shortly"
+    )]
+    BindingContended,
     #[error(transparent)]
     Store(#[from] StoreError),
 }

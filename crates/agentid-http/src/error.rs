@@ -250,6 +250,7 @@ impl From<EngineError> for ApiError {
             EngineError::NotHeld { domain, elsewhere } => not_held(&domain, elsewhere),
             e @ EngineError::TooManyListings { .. } => ApiError::new(ErrorCode::RateLimited, e.to_string())
                 .with_header(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECONDS)),
+            e @ EngineError::BindingContended => ApiError::new(ErrorCode::ServiceUnavailable, e.to_string()),
             EngineError::Store(s) => s.into(),
         }
     }

@@ -9,20 +9,26 @@ use crate::domains::DomainRules;
 use agentid_core::domain::holding::NotCovered;
 use agentid_core::domain::{KeyMode, Ledger, Millis, StatusPlace};
 
-/// The key a token is bound to: its RFC 7638 thumbprint (the token's `cnf.jkt`) and the key
-/// as `PublicJwk::canonical` writes it.
+/// What a renewal does to an agent's key binding: it is written only while the agent still
+/// has the binding it read (a renewal that changed the binding meanwhile wins, and this one
+/// changes nothing: it never writes back a key that another issue-token replaced).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyBinding<'a> {
-    /// The key's thumbprint (`cnf.jkt`) and the key itself; none for a bearer agent.
+    /// The MAC of the binding as read.
+    pub read: &'a [u8; 32],
+    /// The binding from now on, sealed; none keeps the one read (and its seal).
+    pub new: Option<NewBinding<'a>>,
+}
+
+/// A key binding, sealed: the key's RFC 7638 thumbprint (the token's `cnf.jkt`) and the key
+/// as `PublicJwk::canonical` writes it, or neither for a bearer agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewBinding<'a> {
     pub jkt: Option<&'a str>,
     pub jwk: Option<&'a str>,
     /// The key file's MAC of the binding (`AgentRecord::key_canonical`), and when it was made.
     pub mac: &'a [u8; 32],
     pub sealed_at: Millis,
-    /// The MAC of the binding it replaces, as read: a renewal that changed the binding
-    /// meanwhile wins, and this one changes nothing (so it never writes back a key that
-    /// another issue-token replaced).
-    pub replaces: &'a [u8; 32],
 }
 
 /// Agents: registered, given tokens, revoked for good; and, as OAuth clients, the
@@ -79,7 +85,7 @@ pub trait AgentStore {
     /// All agents with an id greater than `after_id`, in id order (for loading the registry).
     fn scan_agents<'a>(&'a self, after_id: &'a str, limit: u32) -> StoreFuture<'a, Vec<AgentRecord>>;
     /// Records a newly issued token and its key binding; false (and no change) when the
-    /// agent is revoked or missing, or its binding is no longer `binding.replaces`.
+    /// agent is revoked or missing, or its binding is no longer the one `binding` read.
     /// With `issuer`, only when the agent's organization may still issue under its issuer
     /// domain, as the rules decide from the holdings read in the same exclusive transaction.
     fn renew_token<'a>(

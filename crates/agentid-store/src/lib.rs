@@ -49,7 +49,7 @@ pub use agentid_core::records::{
     Moved, NameMove, NewApiKey, OrgRecord, Revocation, RevokedSince, SsfEvent, StoredCheckpoint,
     StreamRecord,
 };
-pub use agents::{AgentStore, KeyBinding};
+pub use agents::{AgentStore, KeyBinding, NewBinding};
 pub use audit::AuditStore;
 pub use block::{AgentBlockRow, BlockSealer};
 pub use domains::{DomainListSize, DomainRules, DomainStore, RELEASED_REASON, REPLACED_REASON};

@@ -143,7 +143,9 @@ impl SqlStore<Postgres> {
             // On a connection of their own, without the statement timeout: a migration may
             // rewrite a large table.
             use sqlx::{ConnectOptions, Connection};
-            let mut conn = unbounded.connect().await?;
+            let mut conn = tokio::time::timeout(opts.acquire_timeout, unbounded.connect())
+                .await
+                .map_err(|_| StoreError::Unavailable(sqlx::Error::PoolTimedOut))??;
             migrate::migrator(migrate::POSTGRES)
                 .await?
                 .run(&mut conn)

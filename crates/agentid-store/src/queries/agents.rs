@@ -237,19 +237,31 @@ impl AgentStore for SqlStore<DB> {
         issuer: Option<&'a dyn DomainRules>,
     ) -> StoreFuture<'a, Result<bool, NotCovered>> {
         Box::pin(self.outage.ride_out(move || async move {
-            let renew = sqlx::query(
-                "UPDATE agents SET issued_at = $2, expires_at = $3, jkt = $4, jwk = $5, key_mac = $6, \
-                 key_sealed_at = $7 \
-                 WHERE id = $1 AND revoked_at IS NULL AND key_mac = $8",
-            )
-            .bind(id.as_str())
-            .bind(issued_at.0)
-            .bind(expires_at.0)
-            .bind(binding.jkt)
-            .bind(binding.jwk)
-            .bind(&binding.mac[..])
-            .bind(binding.sealed_at.0)
-            .bind(&binding.replaces[..]);
+            // A new binding is written over the one read, or over itself: an attempt tried
+            // again after its write committed unseen finds its own.
+            let renew = match binding.new {
+                None => sqlx::query(
+                    "UPDATE agents SET issued_at = $2, expires_at = $3 \
+                     WHERE id = $1 AND revoked_at IS NULL AND key_mac = $4",
+                )
+                .bind(id.as_str())
+                .bind(issued_at.0)
+                .bind(expires_at.0)
+                .bind(&binding.read[..]),
+                Some(new) => sqlx::query(
+                    "UPDATE agents SET issued_at = $2, expires_at = $3, jkt = $4, jwk = $5, \
+                     key_mac = $6, key_sealed_at = $7 \
+                     WHERE id = $1 AND revoked_at IS NULL AND (key_mac = $8 OR key_mac = $6)",
+                )
+                .bind(id.as_str())
+                .bind(issued_at.0)
+                .bind(expires_at.0)
+                .bind(new.jkt)
+                .bind(new.jwk)
+                .bind(&new.mac[..])
+                .bind(new.sealed_at.0)
+                .bind(&binding.read[..]),
+            };
             let Some(rules) = issuer else {
                 return Ok(Ok(DB::rows_affected(
                     &renew.execute(&mut *self.conn().await?).await?,
