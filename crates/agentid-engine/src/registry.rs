@@ -49,9 +49,9 @@ pub struct Revoked {
 
 impl AgentEntry {
     /// About how many bytes it takes held under `id`: the entry, its strings, its key, and
-    /// the map's and the `Arc`'s share.
+    /// the map's, the `Arc`'s and the allocator's share.
     fn held_bytes(&self, id: &AgentId) -> u64 {
-        let fixed = std::mem::size_of::<AgentEntry>() + std::mem::size_of::<AgentId>() + 64;
+        let fixed = std::mem::size_of::<AgentEntry>() + std::mem::size_of::<AgentId>() + 160;
         let strings =
             id.as_str().len() + self.org_id.as_str().len() + self.name.len() + self.description.len();
         (fixed + strings) as u64
@@ -61,14 +61,28 @@ impl AgentEntry {
 /// The bytes the registry's agents may take by default (`EngineConfig::registry_bytes`).
 pub const REGISTRY_BYTES: u64 = 512 << 20;
 
+/// The weight of an agent in the overflow cache: its bytes.
+#[derive(Debug, Clone)]
+struct AgentWeight;
+
+impl quick_cache::Weighter<AgentId, Arc<AgentEntry>> for AgentWeight {
+    fn weight(&self, id: &AgentId, entry: &Arc<AgentEntry>) -> u64 {
+        entry.held_bytes(id)
+    }
+}
+
 #[derive(Debug)]
 pub struct Registry {
-    /// The agents held, within `budget` bytes: issuers register agents, and memory is not
-    /// theirs to fill. One not held (registered past the budget) is read from the store
-    /// whenever a verification needs it.
+    /// The agents held for good, within `budget` bytes: issuers register agents, and memory
+    /// is not theirs to fill. The verify path reads them without a lock.
     agents: DashMap<AgentId, Arc<AgentEntry>>,
     held: AtomicU64,
     budget: u64,
+    /// Agents learned past the budget, in a cache of an eighth of it that keeps the ones
+    /// verified often: whoever registers agents past the budget does not make every other
+    /// agent registered since cost a store read at each verification. One in neither is
+    /// read from the store when a verification needs it.
+    overflow: quick_cache::sync::Cache<AgentId, Arc<AgentEntry>, AgentWeight>,
     /// The budget was reached (said once in the log).
     full: AtomicBool,
     revoked: DashMap<String, Revoked>,
@@ -85,12 +99,20 @@ impl Default for Registry {
 }
 
 impl Registry {
-    /// A registry whose agents take at most about `budget` bytes.
+    /// A registry whose agents take at most about `budget` bytes: seven eighths held for
+    /// good, an eighth in the overflow cache.
     pub fn new(budget: u64) -> Self {
+        Registry::split(budget - budget / 8, budget / 8)
+    }
+
+    fn split(budget: u64, overflow: u64) -> Self {
+        // The cache's estimate of its entries: agents of a few hundred bytes.
+        let items = usize::try_from(overflow / 256).unwrap_or(usize::MAX).max(1);
         Registry {
             agents: DashMap::new(),
             held: AtomicU64::new(0),
             budget,
+            overflow: quick_cache::sync::Cache::with_weighter(items, overflow, AgentWeight),
             full: AtomicBool::new(false),
             revoked: DashMap::new(),
             revocations_seen: AtomicI64::new(0),
@@ -99,7 +121,10 @@ impl Registry {
     }
 
     pub fn agent(&self, id: &str) -> Option<Arc<AgentEntry>> {
-        self.agents.get(id).map(|e| Arc::clone(e.value()))
+        match self.agents.get(id) {
+            Some(e) => Some(Arc::clone(e.value())),
+            None => self.overflow.get(id),
+        }
     }
 
     pub fn revocation(&self, id: &str) -> Option<Revoked> {
@@ -131,10 +156,12 @@ impl Registry {
                 tracing::warn!(
                     agents = self.agents.len(),
                     budget_bytes = self.budget,
-                    "the registry holds as many agents as its budget takes: agents past it are \
-                     read from the store at each verification (--registry-bytes)"
+                    "the registry holds as many agents for good as its budget takes: agents \
+                     past it are held while verified often, else read from the store \
+                     (--registry-bytes)"
                 );
             }
+            self.overflow.insert(a.id.clone(), Arc::clone(&entry));
             return entry;
         }
         match self.agents.entry(a.id.clone()) {
@@ -178,12 +205,12 @@ impl Registry {
     }
 
     pub(crate) fn agent_count(&self) -> usize {
-        self.agents.len()
+        self.agents.len() + self.overflow.len()
     }
 
     /// About how many bytes the agents held take.
     pub(crate) fn agent_bytes(&self) -> u64 {
-        self.held.load(Ordering::Relaxed)
+        self.held.load(Ordering::Relaxed) + self.overflow.weight()
     }
 
     pub(crate) fn revoked_count(&self) -> usize {
@@ -275,8 +302,8 @@ mod tests {
         };
         let first = agent(0);
         let one = AgentEntry::from(&first).held_bytes(&first.id);
-        let r = Registry::new(3 * one + 3);
-        let agents: Vec<_> = (0..5).map(agent).collect();
+        let r = Registry::split(3 * one + 3, 0);
+        let agents: Vec<_> = (0..5).map(&agent).collect();
         for a in &agents {
             assert_eq!(*r.learn(a), AgentEntry::from(a));
         }
@@ -290,6 +317,17 @@ mod tests {
             &r.agent(agents[0].id.as_str()).unwrap()
         ));
         assert_eq!(r.agent_bytes(), before);
+
+        // Past the budget, agents go to the overflow cache, within its bytes.
+        let r = Registry::split(0, 4 * one);
+        let agents: Vec<_> = (0..20).map(&agent).collect();
+        for a in &agents {
+            r.learn(a);
+        }
+        let held = agents.iter().filter(|a| r.agent(a.id.as_str()).is_some()).count();
+        assert!((1..=4).contains(&held), "{held}");
+        assert!(r.agent_bytes() <= 4 * one + 100, "{}", r.agent_bytes());
+        assert!(r.agent(agents[19].id.as_str()).is_some(), "the last one learned");
     }
 
     #[test]

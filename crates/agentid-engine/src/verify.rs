@@ -339,11 +339,11 @@ impl Verify {
     }
 
     /// The agent with this id: from the registry, else (registered through another
-    /// instance) from the store, learned on the way.
+    /// instance, or past the registry's budget) from the store, learned on the way.
     async fn find_agent(&self, id: &str) -> Result<Option<Arc<AgentEntry>>, StoreError> {
         match self.registry.agent(id) {
             Some(a) => Ok(Some(a)),
-            // Boxed: a rare await on the verify path (see `verify`).
+            // Boxed: an await the verify path of a held agent never takes (see `verify`).
             None => Box::pin(self.agent_from_store(id)).await,
         }
     }
