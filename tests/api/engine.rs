@@ -633,9 +633,10 @@ async fn kill_9_loses_no_answered_verification_and_chains_hold() {
 }
 
 /// Attack: an issuer registering agents without end, to fill the service's memory. The
-/// registry holds agents within its byte budget; one registered past it is not held, and is
-/// read from the store at each verification: valid, with its name and description, and
-/// revoked at once when revoked, after a restart as before.
+/// registry holds agents within its byte budget (here too small for one, and for its
+/// overflow cache); one registered past it is not held, and is read from the store at each
+/// verification: valid, with its name and description, and revoked at once when revoked,
+/// after a restart as before.
 #[actix_web::test]
 async fn agents_past_the_registrys_budget_are_not_held_and_still_verify() {
     let app = spawn_app_with(Options {

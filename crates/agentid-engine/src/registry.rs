@@ -1,10 +1,12 @@
 //! The registry: what a verify answer needs about each agent, and the revocation index.
-//! Both live in `DashMap`s that the verify path reads without locks or awaits. Entries
-//! never change once written (an agent's name, scopes and owner are fixed at registration;
-//! revocation only ever adds), so readers can never see a half-updated agent, and writers
-//! (registrations, revocations, cold misses, the resync task) never conflict: every write
-//! is an insert-if-absent, in any order. The one ordered piece is the epoch watermark below,
-//! kept under a mutex.
+//! Both live in `DashMap`s that the verify path reads without locks or awaits; the agents
+//! learned past the registry's byte budget, in a weighted cache (its shards' locks) asked
+//! only when the map misses. Entries never change once written (an agent's name, scopes
+//! and owner are fixed at registration; revocation only ever adds), so readers can never
+//! see a half-updated agent, and writers (registrations, revocations, cold misses, the
+//! resync task) never conflict: every write to a map is an insert-if-absent, in any order,
+//! and the cache's an insert of the same entry. The one ordered piece is the epoch
+//! watermark below, kept under a mutex.
 //!
 //! Beside the index, `revocations_seen`: the revocation epoch (see `agentid_store::RevokedSince`) up
 //! to which every revocation is in the index. A verification reads it before it looks at the
@@ -157,8 +159,8 @@ impl Registry {
                     agents = self.agents.len(),
                     budget_bytes = self.budget,
                     "the registry holds as many agents for good as its budget takes: agents \
-                     past it are held while verified often, else read from the store \
-                     (--registry-bytes)"
+                     past it go to a cache of an eighth of it, which keeps the ones verified \
+                     often, else are read from the store (--registry-bytes)"
                 );
             }
             self.overflow.insert(a.id.clone(), Arc::clone(&entry));
