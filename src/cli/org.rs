@@ -204,9 +204,9 @@ pub(super) async fn org(cmd: OrgCommand) -> CliResult {
                 "{}",
                 serde_json::json!({
                     "org_id": record.id, "plan": record.plan.as_str(),
-                    "verify_limit": record.limits.verify_per_minute,
-                    "other_limit": record.limits.other_per_minute,
-                    "max_expiry_seconds": record.limits.max_expiry_seconds,
+                    "verify_limit": record.limits().verify_per_minute,
+                    "other_limit": record.limits().other_per_minute,
+                    "max_expiry_seconds": record.limits().max_expiry_seconds,
                 })
             );
             Ok(ExitCode::SUCCESS)

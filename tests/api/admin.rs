@@ -34,7 +34,7 @@ async fn set_limits_keeps_custom_limits_only_on_enterprise() {
         .await
         .unwrap();
     assert_eq!(
-        (after.limits.verify_per_minute, after.limits.other_per_minute),
+        (after.limits().verify_per_minute, after.limits().other_per_minute),
         (9, 3)
     );
 
@@ -46,7 +46,7 @@ async fn set_limits_keeps_custom_limits_only_on_enterprise() {
     let after = admin::set_limits(&store, &keys, &org.org_id, growth)
         .await
         .unwrap();
-    assert_eq!(Some(after.limits), Plan::Growth.default_limits());
+    assert_eq!(Some(after.limits()), Plan::Growth.default_limits());
     let stored = store
         .get_org(&crate::helpers::org_id(&org.org_id))
         .await

@@ -309,11 +309,11 @@ async fn organizations_and_keys_round_trip() {
     org.stored_limits.verify_per_minute = 7;
     assert!(s.update_org(&org).await.unwrap());
     let read = s.get_org(&org.id).await.unwrap().unwrap();
-    assert_eq!(read.limits.verify_per_minute, 5_000);
+    assert_eq!(read.limits().verify_per_minute, 5_000);
     org.plan = agentid::domain::Plan::Enterprise;
     assert!(s.update_org(&org).await.unwrap());
     let read = s.get_org(&org.id).await.unwrap().unwrap();
-    assert_eq!(read.limits, org.stored_limits);
+    assert_eq!(read.limits(), org.stored_limits);
     let hash = agentid::engine::hash_key(&app.org.keys.publishable_test);
     let key = s.find_key(&hash).await.unwrap().unwrap();
     assert_eq!(

@@ -16,10 +16,9 @@ pub struct OrgRecord {
     pub id: OrgId,
     pub name: String,
     pub plan: Plan,
-    /// The limits it runs under ([`OrgLimits::in_force`] of the plan and `stored_limits`).
-    pub limits: OrgLimits,
-    /// The limits as stored: what its seal covers (the limits in force follow from them and
-    /// the plan's table, which a later version may change without breaking a seal).
+    /// The limits as stored: what its seal covers (the limits in force, [`OrgRecord::limits`],
+    /// follow from them and the plan's table, which a later version may change without
+    /// breaking a seal).
     pub stored_limits: OrgLimits,
     pub created_at: Millis,
     /// The key file's MAC of [`OrgRecord::canonical`]; `None` on a row whose MAC is not one
@@ -32,6 +31,11 @@ pub struct OrgRecord {
 }
 
 impl OrgRecord {
+    /// The limits it runs under: [`OrgLimits::in_force`] of its plan and stored limits.
+    pub fn limits(&self) -> OrgLimits {
+        OrgLimits::in_force(self.plan, self.stored_limits)
+    }
+
     /// The bytes its MAC is computed over: what the organization may do (its id, its plan
     /// and its stored limits) and when it was sealed, in a fixed order. Its name is not
     /// sealed.

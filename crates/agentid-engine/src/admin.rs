@@ -79,7 +79,6 @@ fn new_org(
             id: OrgId::generate(),
             name: name.to_owned(),
             plan,
-            limits: OrgLimits::in_force(plan, limits),
             stored_limits: limits,
             created_at: Millis::now(),
             mac: None,
@@ -216,7 +215,7 @@ pub async fn set_limits(
     let (plan, limits) = if org_vouched(keys, &org) {
         OrgLimits::change(
             org.plan,
-            org.limits,
+            org.limits(),
             change.plan,
             change.verify_limit,
             change.other_limit,
@@ -241,7 +240,6 @@ pub async fn set_limits(
         keys,
         OrgRecord {
             plan,
-            limits: OrgLimits::in_force(plan, limits),
             stored_limits: limits,
             ..org
         },

@@ -176,7 +176,7 @@ impl Agents {
             }
             None => agentid_core::domain::ExpirySeconds::DEFAULT
                 .get()
-                .min(caller.org.limits.max_expiry_seconds),
+                .min(caller.org.limits().max_expiry_seconds),
         };
         let now = Millis::now();
         let issued = Millis::from_secs(now.as_secs());
@@ -354,7 +354,7 @@ impl Agents {
             Binding::Key(_) | Binding::Dropped => Some(seal_agent_key(&self.keys, &mut agent)),
         };
         let lifetime = (agent.expires_at.0 - agent.issued_at.0).max(1000) / 1000;
-        let lifetime = lifetime.min(caller.org.limits.max_expiry_seconds as i64);
+        let lifetime = lifetime.min(caller.org.limits().max_expiry_seconds as i64);
         let issued = Millis::from_secs(Millis::now().as_secs());
         let expires = issued.plus_secs(lifetime);
         let token = self.sign(&agent, issued, expires).await?;
@@ -472,7 +472,7 @@ impl Agents {
 }
 
 fn check_expiry(org: &OrgRecord, requested: u64) -> Result<(), EngineError> {
-    let max = org.limits.max_expiry_seconds;
+    let max = org.limits().max_expiry_seconds;
     if requested > max {
         return Err(EngineError::ExpiryTooLong { max });
     }

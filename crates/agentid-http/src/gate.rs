@@ -93,8 +93,8 @@ pub(crate) async fn gate(
         Auth::Key(c) => RateSubject::Org {
             org_id: c.org.id.as_str(),
             per_minute: match class {
-                Class::Verify | Class::Publishable => c.org.limits.verify_per_minute,
-                Class::Other => c.org.limits.other_per_minute,
+                Class::Verify | Class::Publishable => c.org.limits().verify_per_minute,
+                Class::Other => c.org.limits().other_per_minute,
             },
         },
         _ => RateSubject::Anonymous(ip),
@@ -103,7 +103,7 @@ pub(crate) async fn gate(
     let (decision, share_refused) = match &auth {
         Auth::Key(c) if counted && class == Class::Verify && c.kind == ApiKeyKind::Publishable => {
             limits
-                .check_publishable_verify(c.org.id.as_str(), c.org.limits.verify_per_minute)
+                .check_publishable_verify(c.org.id.as_str(), c.org.limits().verify_per_minute)
                 .await
         }
         // A key the store could not check (an outage) is answered for the outage (503) by

@@ -86,7 +86,7 @@ row! {
 pub(crate) const ORG_COLUMNS: &str = OrgRow::COLUMNS;
 
 impl OrgRow {
-    /// The organization with the limits it runs under ([`OrgLimits::in_force`]).
+    /// The organization as stored (the limits it runs under follow: `OrgRecord::limits`).
     pub(crate) fn into_record(self) -> Result<OrgRecord, StoreError> {
         let corrupt = || StoreError::Corrupt(format!("limits of organization {}", self.id));
         let plan =
@@ -98,7 +98,6 @@ impl OrgRow {
         };
         Ok(OrgRecord {
             plan,
-            limits: OrgLimits::in_force(plan, stored),
             stored_limits: stored,
             id: decode("organization", &self.id, OrgId::parse)?,
             name: self.name,

@@ -512,7 +512,7 @@ impl OAuth {
         let issued = now.as_secs();
         let cap = delegated.as_ref().and_then(|d| d.exp_cap).unwrap_or(i64::MAX);
         // No longer than the organization's longest token (an enterprise may shorten it).
-        let longest = i64::try_from(client.org.limits.max_expiry_seconds).unwrap_or(i64::MAX);
+        let longest = i64::try_from(client.org.limits().max_expiry_seconds).unwrap_or(i64::MAX);
         let expires = (issued + self.lifetime_secs.min(longest)).min(cap);
         if expires <= issued {
             // RFC 7523 §3.1: an assertion that expired is the grant's fault, invalid_grant.
@@ -700,7 +700,7 @@ impl OAuth {
 fn bucket(org: &OrgRecord) -> RateSubject<'_> {
     RateSubject::Org {
         org_id: org.id.as_str(),
-        per_minute: org.limits.other_per_minute,
+        per_minute: org.limits().other_per_minute,
     }
 }
 
