@@ -1297,7 +1297,7 @@ async fn a_persons_revocation_cannot_be_undone_in_the_database() {
         undo.push("TRUNCATE subject_revocations".to_owned());
     }
     for sql in &undo {
-        let err = app.raw_execute(sql).await.expect_err(sql).to_string();
+        let err = app.refused(sql).await;
         assert!(err.contains("a person's revocation is kept"), "{sql}: {err}");
     }
     let app = app.restart().await;
@@ -1405,7 +1405,7 @@ async fn a_removed_provider_cannot_be_put_back_in_the_database() {
         undo.push("INSERT OR REPLACE INTO identity_providers SELECT * FROM kept_provider".to_owned());
     }
     for sql in &undo {
-        let err = app.raw_execute(sql).await.expect_err(sql).to_string();
+        let err = app.refused(sql).await;
         assert!(
             err.contains("a removed identity provider stays removed"),
             "{sql}: {err}"

@@ -1327,7 +1327,7 @@ async fn a_moves_note_is_kept_while_it_owes_revocations() {
         ));
     }
     for sql in &undo {
-        let err = w.app.raw_execute(sql).await.expect_err(sql).to_string();
+        let err = w.app.refused(sql).await;
         assert!(err.contains("a moved name's note"), "{sql}: {err}");
     }
     // The next instance revokes what is owed, and the note goes.

@@ -592,7 +592,7 @@ async fn a_binding_taken_out_in_the_database_gets_no_bearer_token() {
             app.org.org_id
         ),
     ] {
-        let err = app.raw_execute(&sql).await.expect_err(&sql).to_string();
+        let err = app.refused(&sql).await;
         assert!(err.contains("sealed"), "{err}");
     }
     // The agents the service writes carry a seal, bound or not, and renew as they were.

@@ -537,6 +537,14 @@ impl TestApp {
         }
     }
 
+    /// Why the test database refuses `sql`, which it must (a trigger, a constraint).
+    pub async fn refused(&self, sql: &str) -> String {
+        match self.raw_execute(sql).await {
+            Ok(n) => panic!("the database took {sql} ({n} rows)"),
+            Err(e) => e.to_string(),
+        }
+    }
+
     /// A direct connection to the test database, for what the API cannot do.
     pub async fn raw_execute(&self, sql: &str) -> Result<u64, sqlx::Error> {
         if self.db.is_postgres() {

@@ -329,7 +329,7 @@ async fn retirement_and_revocation_cannot_be_undone_in_the_database() {
             blob(&app, &[0])
         ),
     ] {
-        let err = app.raw_execute(&sql).await.expect_err(&sql).to_string();
+        let err = app.refused(&sql).await;
         assert!(
             [
                 "never changes",
@@ -379,7 +379,7 @@ async fn a_disabled_key_cannot_be_enabled_in_the_database() {
         );
     }
     for sql in undo {
-        let err = app.raw_execute(sql).await.expect_err(sql).to_string();
+        let err = app.refused(sql).await;
         assert!(
             err.contains("stays disabled") || err.contains("identity never changes"),
             "{sql}: {err}"
@@ -410,14 +410,12 @@ async fn an_api_key_or_a_plan_written_into_the_database_opens_nothing() {
     for (i, mac) in unsealed.iter().enumerate() {
         let key = format!("sk_live_{}{i}", "A".repeat(39));
         let err = app
-            .raw_execute(&key_row(&app, &key, &format!("key_nomac{i}"), &org, mac))
-            .await
-            .expect_err("a key without a seal is refused")
-            .to_string();
+            .refused(&key_row(&app, &key, &format!("key_nomac{i}"), &org, mac))
+            .await;
         assert!(err.contains("written sealed"), "{err}");
     }
     let unseal = format!("UPDATE api_keys SET mac = {}", blob(&app, &[]));
-    let err = app.raw_execute(&unseal).await.expect_err("unsealed").to_string();
+    let err = app.refused(&unseal).await;
     assert!(err.contains("written sealed"), "{err}");
 
     let forged = [
@@ -467,11 +465,7 @@ async fn an_api_key_or_a_plan_written_into_the_database_opens_nothing() {
         blob(&app, &seal),
         earlier.sealed_at.0
     );
-    let err = app
-        .raw_execute(&copied)
-        .await
-        .expect_err("a stale seal")
-        .to_string();
+    let err = app.refused(&copied).await;
     assert!(err.contains("sealed"), "{err}");
     // The operator does not seal it by changing something else; naming the plan does.
     let keep = admin::set_limits(&app.store, app.engine.keys(), &org, Default::default())
@@ -657,7 +651,7 @@ async fn a_record_appended_without_the_key_file_is_caught() {
          n_invalid, n_expired, n_revoked, records FROM audit_blocks \
          WHERE org_id = '{org}' AND mode = 'live' ORDER BY first_seq DESC LIMIT 1"
     );
-    let err = app.raw_execute(&unsealed).await.expect_err(&unsealed).to_string();
+    let err = app.refused(&unsealed).await;
     assert!(err.contains("sealed by the service"), "{err}");
     // Behind the triggers (the file's owner), one with no seal at all, as the blocks written
     // before seals have: after a sealed block, it is caught as well.
@@ -973,11 +967,7 @@ async fn junk_checkpoint_rows_neither_stop_nor_stand_in_for_checkpoints() {
         )
     };
     for size in [11, 1_000_000] {
-        let err = app
-            .raw_execute(&junk(size))
-            .await
-            .expect_err("past the ledger")
-            .to_string();
+        let err = app.refused(&junk(size)).await;
         assert!(err.contains("its ledger holds"), "{err}");
     }
     for size in 1..=10 {
@@ -1287,7 +1277,7 @@ async fn log_rows_the_service_never_writes_neither_stop_nor_hide() {
         row(3, &[1; 32], "junk", ahead),
         row(3, &[1; 32], "junk", -5),
     ] {
-        let err = app.raw_execute(&sql).await.expect_err(&sql).to_string();
+        let err = app.refused(&sql).await;
         assert!(err.contains("a checkpoint has"), "{sql}: {err}");
     }
     let block = format!(
@@ -1296,11 +1286,7 @@ async fn log_rows_the_service_never_writes_neither_stop_nor_hide() {
          prev_hash, last_hash, results, n_valid, n_invalid, n_expired, n_revoked, records, mac \
          FROM audit_blocks WHERE org_id = '{org}' AND mode = 'live' ORDER BY first_seq DESC LIMIT 1"
     );
-    let err = app
-        .raw_execute(&block)
-        .await
-        .expect_err("before seq 1")
-        .to_string();
+    let err = app.refused(&block).await;
     assert!(err.contains("from seq 1 on"), "{err}");
     // Past the triggers: a root of one byte, and the empty tree's note, replayed, far ahead.
     let root = base64::engine::general_purpose::STANDARD

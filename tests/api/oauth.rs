@@ -1200,11 +1200,7 @@ async fn credentials_written_into_the_database_authenticate_nobody() {
         blob(&old),
         then.0
     );
-    let err = app
-        .raw_execute(&copied)
-        .await
-        .expect_err("a stale seal")
-        .to_string();
+    let err = app.refused(&copied).await;
     assert!(err.contains("sealed"), "{err}");
 
     // A client secret's row: with a seal of its own making, nothing; sealed long ago and
@@ -1239,11 +1235,7 @@ async fn credentials_written_into_the_database_authenticate_nobody() {
         agentid::keys::Sealed::ClientSecret,
         &agentid::records::client_secret_canonical(&agent_id, &hash, then),
     );
-    let err = app
-        .raw_execute(&row(&old, then.0))
-        .await
-        .expect_err("a stale seal")
-        .to_string();
+    let err = app.refused(&row(&old, then.0)).await;
     assert!(err.contains("sealed"), "{err}");
 
     // A replaced secret's end stays where the rotation put it.
@@ -1254,20 +1246,12 @@ async fn credentials_written_into_the_database_authenticate_nobody() {
     let moved = format!(
         "UPDATE client_secrets SET agent_id = 'agt_01zzzzzzzzzzzzzzzzzzzzzzzz' WHERE agent_id = '{id}'"
     );
-    let err = app
-        .raw_execute(&moved)
-        .await
-        .expect_err("a secret moved")
-        .to_string();
+    let err = app.refused(&moved).await;
     assert!(err.contains("sealed"), "{err}");
     let longer = format!(
         "UPDATE client_secrets SET expires_at = NULL WHERE agent_id = '{id}' AND expires_at IS NOT NULL"
     );
-    let err = app
-        .raw_execute(&longer)
-        .await
-        .expect_err("an end moved")
-        .to_string();
+    let err = app.refused(&longer).await;
     assert!(err.contains("never moves"), "{err}");
 }
 
