@@ -96,8 +96,9 @@ pub(crate) struct ServeArgs {
     /// cache.
     #[arg(long, env = "AGENTID_TOKEN_CACHE_BYTES", default_value_t = EngineConfig::default().token_cache_bytes)]
     pub(crate) token_cache_bytes: u64,
-    /// Bytes the in-memory registry's agents may take, about: an agent registered past them
-    /// is read from the database at each verification of its tokens.
+    /// Bytes the in-memory registry's agents and cached revocation reasons may take, about:
+    /// an agent registered past them is read from the database at each verification of its
+    /// tokens.
     #[arg(long, env = "AGENTID_REGISTRY_BYTES", default_value_t = EngineConfig::default().registry_bytes)]
     pub(crate) registry_bytes: u64,
     /// How far a DPoP proof's `iat` may be from now, either way, in seconds (1 to 3600); each

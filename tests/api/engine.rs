@@ -178,9 +178,9 @@ async fn a_revocation_made_elsewhere_is_honoured_on_the_next_verify() {
         assert!(waited.elapsed() < 3 * resync, "the resync never learned it");
         actix_web::rt::time::sleep(Duration::from_millis(2)).await;
     }
-    assert!(registry.revocation(&earlier).is_some());
+    assert!(registry.is_revoked(&earlier));
     assert_eq!(revoke_elsewhere(remote.clone(), "elsewhere").await, Some(3));
-    assert!(registry.revocation(&remote).is_none(), "not known here yet");
+    assert!(!registry.is_revoked(&remote), "not known here yet");
     let res = app.verify_as_receiver(&remote_token).await;
     assert_eq!(res.json(), json!({"valid": false, "error": "TOKEN_REVOKED"}));
     assert_eq!(
@@ -636,7 +636,7 @@ async fn kill_9_loses_no_answered_verification_and_chains_hold() {
 /// registry holds agents within its byte budget (here too small for one, and for its
 /// overflow cache); one registered past it is not held, and is read from the store at each
 /// verification: valid, with its name and description, and revoked at once when revoked,
-/// after a restart as before.
+/// after a restart as before, with the reason given.
 #[actix_web::test]
 async fn agents_past_the_registrys_budget_are_not_held_and_still_verify() {
     let app = spawn_app_with(Options {
@@ -662,11 +662,25 @@ async fn agents_past_the_registrys_budget_are_not_held_and_still_verify() {
     let app = app.restart().await;
     assert!(app.engine.registry().agent(id).is_none(), "held once loaded");
     assert_eq!(app.verify(token).await["valid"], true);
-    assert_eq!(app.revoke(id, None).await.status, 200);
-    let v = app.verify(token).await;
-    assert_eq!(
-        (&v["valid"], &v["error"]),
-        (&json!(false), &json!("TOKEN_REVOKED")),
-        "{v}"
-    );
+    assert_eq!(app.revoke(id, Some("key leaked")).await.status, 200);
+    // Its reason is past the budget too: the store says it, before a restart and after.
+    assert_eq!(app.engine.registry().revocation_reason(id), None);
+    let mut app = app;
+    for restarted in [false, true] {
+        if restarted {
+            app = app.restart().await;
+        }
+        assert!(app.engine.registry().is_revoked(id));
+        let v = app.verify(token).await;
+        assert_eq!(
+            (&v["valid"], &v["error"]),
+            (&json!(false), &json!("TOKEN_REVOKED")),
+            "{v}"
+        );
+        let log = app.log(&format!("?agent_id={id}&limit=1")).await;
+        assert_eq!(
+            log["data"][0]["failure_reason"], "agent revoked: key leaked",
+            "{log}"
+        );
+    }
 }

@@ -401,10 +401,7 @@ impl Delegation {
         if acting.org_id != agent.org_id {
             return refuse("it is another organization's: a task is handed on within an organization");
         }
-        if ids
-            .iter()
-            .any(|id| self.registry.revocation(id.as_str()).is_some())
-        {
+        if ids.iter().any(|id| self.registry.is_revoked(id.as_str())) {
             return refuse("an agent of its chain is revoked");
         }
         let standing = self

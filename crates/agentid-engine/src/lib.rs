@@ -48,7 +48,7 @@ pub use agents::{
 pub use apikeys::{hash_key, Caller, KeyLookup};
 pub use audit::{AuditError, GrownLedgers, WriterConfig};
 pub use dpop::{Presented, ProofError};
-pub use registry::{AgentEntry, Registry, Revoked};
+pub use registry::{AgentEntry, Registry};
 pub use verifier::VerifiedToken;
 pub use verify::{Presentation, Render, ValidToken, Verification, Verify};
 
@@ -122,8 +122,8 @@ pub struct EngineConfig {
     pub writer: WriterConfig,
     /// Bytes of verified tokens (and their answers) remembered; 0 disables the cache.
     pub token_cache_bytes: u64,
-    /// Bytes the registry's agents may take (about); an agent registered past them is read
-    /// from the store at each verification of its tokens.
+    /// Bytes the registry's agents and cached revocation reasons may take (about); an agent
+    /// registered past them is read from the store at each verification of its tokens.
     pub registry_bytes: u64,
     /// How often the registry pulls revocations committed by other instances.
     pub registry_resync: Duration,

@@ -97,7 +97,7 @@ fn describe() {
     describe_gauge!("agentid_registry_agents", "Agents in the in-memory registry");
     describe_gauge!(
         "agentid_registry_bytes",
-        "Bytes the agents in the in-memory registry take, about (at most --registry-bytes)"
+        "Bytes the agents and revocation reasons in the in-memory registry take, about (at most --registry-bytes)"
     );
     describe_counter!(
         "agentid_rate_limited_total",

@@ -17,10 +17,10 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use dashmap::DashMap;
+use dashmap::{DashMap, DashSet};
 use parking_lot::Mutex;
 
-use agentid_core::domain::{AgentId, KeyMode, OrgId};
+use agentid_core::domain::{agent_bits, AgentId, KeyMode, OrgId};
 use agentid_store::AgentRecord;
 
 /// The fixed facts about an agent that verification uses.
@@ -43,12 +43,6 @@ impl From<&AgentRecord> for AgentEntry {
     }
 }
 
-/// A revoked agent and the reason given, if any.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Revoked {
-    pub(crate) reason: Option<String>,
-}
-
 impl AgentEntry {
     /// About how many bytes it takes held under `id`: the entry, its strings, its key, and
     /// the map's, the `Arc`'s and the allocator's share.
@@ -62,6 +56,16 @@ impl AgentEntry {
 
 /// The bytes the registry's agents may take by default (`EngineConfig::registry_bytes`).
 pub const REGISTRY_BYTES: u64 = 512 << 20;
+
+/// The weight of a revocation's reason in its cache: about its bytes held.
+#[derive(Debug, Clone)]
+struct ReasonWeight;
+
+impl quick_cache::Weighter<u128, Option<Arc<str>>> for ReasonWeight {
+    fn weight(&self, _: &u128, reason: &Option<Arc<str>>) -> u64 {
+        64 + reason.as_ref().map_or(0, |r| r.len() as u64 + 32)
+    }
+}
 
 /// The weight of an agent in the overflow cache: its bytes.
 #[derive(Debug, Clone)]
@@ -87,7 +91,12 @@ pub struct Registry {
     overflow: quick_cache::sync::Cache<AgentId, Arc<AgentEntry>, AgentWeight>,
     /// The budget was reached (said once in the log).
     full: AtomicBool,
-    revoked: DashMap<String, Revoked>,
+    /// Every revoked agent, by the bits of its ULID (`agent_bits`): revocation is for good
+    /// and the index holds every one, so each takes 16 bytes and the map's share.
+    revoked: DashSet<u128>,
+    /// The reasons given for them, within a sixty-fourth of the budget. One not here is
+    /// read from the store when an answer says it (revoked agents are verified seldom).
+    reasons: quick_cache::sync::Cache<u128, Option<Arc<str>>, ReasonWeight>,
     /// Every revocation with an epoch up to this one is in `revoked` (`epochs.seen`, kept
     /// here too so that the verify path reads it without a lock).
     revocations_seen: AtomicI64,
@@ -101,22 +110,25 @@ impl Default for Registry {
 }
 
 impl Registry {
-    /// A registry whose agents take at most about `budget` bytes: seven eighths held for
-    /// good, an eighth in the overflow cache.
+    /// A registry whose agents and reasons for revocation take at most about `budget`
+    /// bytes: an eighth in the overflow cache, a sixty-fourth for reasons, the rest held
+    /// for good.
     pub fn new(budget: u64) -> Self {
-        Registry::split(budget - budget / 8, budget / 8)
+        Registry::split(budget - budget / 8 - budget / 64, budget / 8, budget / 64)
     }
 
-    fn split(budget: u64, overflow: u64) -> Self {
-        // The cache's estimate of its entries: agents of a few hundred bytes.
-        let items = usize::try_from(overflow / 256).unwrap_or(usize::MAX).max(1);
+    fn split(budget: u64, overflow: u64, reasons: u64) -> Self {
+        // The caches' estimates of their entries: agents of a few hundred bytes, reasons of
+        // a few dozen.
+        let items = |bytes: u64, each: u64| usize::try_from(bytes / each).unwrap_or(usize::MAX).max(1);
         Registry {
             agents: DashMap::new(),
             held: AtomicU64::new(0),
             budget,
-            overflow: quick_cache::sync::Cache::with_weighter(items, overflow, AgentWeight),
+            overflow: quick_cache::sync::Cache::with_weighter(items(overflow, 256), overflow, AgentWeight),
             full: AtomicBool::new(false),
-            revoked: DashMap::new(),
+            revoked: DashSet::new(),
+            reasons: quick_cache::sync::Cache::with_weighter(items(reasons, 128), reasons, ReasonWeight),
             revocations_seen: AtomicI64::new(0),
             epochs: Mutex::new(EpochWatermark::default()),
         }
@@ -129,8 +141,15 @@ impl Registry {
         }
     }
 
-    pub fn revocation(&self, id: &str) -> Option<Revoked> {
-        self.revoked.get(id).map(|r| r.value().clone())
+    /// Whether the agent is revoked, as far as the index knows (see `revocations_seen`).
+    pub fn is_revoked(&self, id: &str) -> bool {
+        agent_bits(id).is_some_and(|bits| self.revoked.contains(&bits))
+    }
+
+    /// The reason a revoked agent was revoked for, when the cache holds it: `Some(None)`
+    /// when none was given, `None` when only the store knows.
+    pub fn revocation_reason(&self, id: &str) -> Option<Option<Arc<str>>> {
+        self.reasons.get(&agent_bits(id)?)
     }
 
     /// The epoch up to which every revocation is in the index. Read it before looking an
@@ -179,16 +198,19 @@ impl Registry {
         }
     }
 
-    /// Puts a revocation into the index (`Revocations` does, with the status bit).
-    /// Revocation is permanent: the first reason recorded stays. One marked without its
-    /// reason (the store could not be read then) takes the reason the resync brings.
-    pub fn mark_revoked(&self, id: &str, reason: Option<String>) {
-        let mut held = self
-            .revoked
-            .entry(id.to_owned())
-            .or_insert(Revoked { reason: None });
-        if held.reason.is_none() {
-            held.reason = reason;
+    /// Puts a revocation into the index (`Revocations` does, with the status bit), and
+    /// the reason given into its cache when it is known (`Some`, holding `None` when none
+    /// was given). A revocation is permanent and its reason fixed: the first one held stays.
+    pub fn mark_revoked(&self, id: &AgentId, reason: Option<Option<&str>>) {
+        // Every `AgentId` has its bits: `AgentId::parse` takes only what `agent_bits` reads.
+        let Some(bits) = agent_bits(id.as_str()) else {
+            return;
+        };
+        self.revoked.insert(bits);
+        if let Some(reason) = reason {
+            if self.reasons.peek(&bits).is_none() {
+                self.reasons.insert(bits, reason.map(Arc::from));
+            }
         }
     }
 
@@ -210,9 +232,10 @@ impl Registry {
         self.agents.len() + self.overflow.len()
     }
 
-    /// About how many bytes the agents held take.
+    /// About how many bytes the agents held and the reasons for revocations cached take
+    /// (the budget's share; the revocation index is outside it).
     pub(crate) fn agent_bytes(&self) -> u64 {
-        self.held.load(Ordering::Relaxed) + self.overflow.weight()
+        self.held.load(Ordering::Relaxed) + self.overflow.weight() + self.reasons.weight()
     }
 
     pub(crate) fn revoked_count(&self) -> usize {
@@ -261,26 +284,51 @@ mod tests {
     use std::sync::Arc;
 
     use super::{AgentEntry, EpochWatermark, Registry};
-    use agentid_core::domain::KeyMode;
+    use agentid_core::domain::{AgentId, KeyMode};
 
-    /// A revocation marked without its reason (the store unreadable a moment) takes the one
-    /// the resync brings; a reason once held stays.
+    /// A revocation marked without its reason (the store unreadable a moment) takes it
+    /// later; a reason once held stays.
     #[test]
     fn a_revocation_marked_without_its_reason_takes_it_later() {
         let r = Registry::default();
-        r.mark_revoked("agt_1", None);
-        r.mark_revoked("agt_1", Some("stolen".into()));
-        assert_eq!(r.revocation("agt_1").unwrap().reason.as_deref(), Some("stolen"));
-        r.mark_revoked("agt_1", Some("other".into()));
-        r.mark_revoked("agt_1", None);
-        assert_eq!(r.revocation("agt_1").unwrap().reason.as_deref(), Some("stolen"));
+        let id = AgentId::generate();
+        r.mark_revoked(&id, None);
+        assert!(r.is_revoked(id.as_str()));
+        assert_eq!(r.revocation_reason(id.as_str()), None, "only the store knows");
+        r.mark_revoked(&id, Some(Some("stolen")));
+        r.mark_revoked(&id, Some(Some("other")));
+        r.mark_revoked(&id, Some(None));
+        r.mark_revoked(&id, None);
+        assert_eq!(r.revocation_reason(id.as_str()), Some(Some(Arc::from("stolen"))));
+        assert!(!r.is_revoked(AgentId::generate().as_str()));
+        assert!(!r.is_revoked("agt_"), "no agent");
+    }
+
+    /// Every revocation is held, whatever the budget; their reasons only within the bytes
+    /// of their cache.
+    #[test]
+    fn revocations_are_all_held_and_their_reasons_within_their_bytes() {
+        let r = Registry::split(0, 0, 64 * 1024);
+        let ids: Vec<_> = (0..10_000).map(|_| AgentId::generate()).collect();
+        let reason = "r".repeat(512);
+        for id in &ids {
+            r.mark_revoked(id, Some(Some(&reason)));
+        }
+        assert!(ids.iter().all(|id| r.is_revoked(id.as_str())));
+        assert_eq!(r.revoked_count(), ids.len());
+        assert!(r.reasons.weight() <= 64 * 1024, "{}", r.reasons.weight());
+        let said = ids
+            .iter()
+            .filter(|id| r.revocation_reason(id.as_str()).is_some())
+            .count();
+        assert!((1..=110).contains(&said), "{said}");
     }
 
     /// Agents past the budget are not held: each is given back, read as it was, and the
     /// bytes held stay within the budget.
     #[test]
     fn agents_past_the_budget_are_not_held() {
-        use agentid_core::domain::{AgentId, IssuerDomain, Millis, OrgId, Scopes};
+        use agentid_core::domain::{IssuerDomain, Millis, OrgId, Scopes};
         let org = OrgId::generate();
         let agent = |n: u32| agentid_store::AgentRecord {
             id: AgentId::generate(),
@@ -304,7 +352,7 @@ mod tests {
         };
         let first = agent(0);
         let one = AgentEntry::from(&first).held_bytes(&first.id);
-        let r = Registry::split(3 * one + 3, 0);
+        let r = Registry::split(3 * one + 3, 0, 0);
         let agents: Vec<_> = (0..5).map(&agent).collect();
         for a in &agents {
             assert_eq!(*r.learn(a), AgentEntry::from(a));
@@ -321,7 +369,7 @@ mod tests {
         assert_eq!(r.agent_bytes(), before);
 
         // Past the budget, agents go to the overflow cache, within its bytes.
-        let r = Registry::split(0, 4 * one);
+        let r = Registry::split(0, 4 * one, 0);
         let agents: Vec<_> = (0..20).map(&agent).collect();
         for a in &agents {
             r.learn(a);

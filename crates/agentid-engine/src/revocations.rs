@@ -31,7 +31,7 @@ impl Revocations {
     }
 
     /// One revocation into the index and its bit into the status list.
-    fn mark(&self, id: &str, reason: Option<String>, place: Option<(&StatusPlace, Millis)>) {
+    fn mark(&self, id: &AgentId, reason: Option<Option<&str>>, place: Option<(&StatusPlace, Millis)>) {
         self.registry.mark_revoked(id, reason);
         if let Some((place, at)) = place {
             self.status.revoke(place, at);
@@ -43,8 +43,8 @@ impl Revocations {
     pub fn learn(&self, a: &AgentRecord) {
         if let Some(at) = a.revoked_at {
             self.mark(
-                a.id.as_str(),
-                a.revocation_reason.clone(),
+                &a.id,
+                Some(a.revocation_reason.as_deref()),
                 a.status.as_ref().map(|p| (p, at)),
             );
         }
@@ -68,25 +68,47 @@ impl Revocations {
     pub(crate) fn caught_up(&self, r: &RevokedSince) {
         for rev in &r.revoked {
             self.mark(
-                rev.agent_id.as_str(),
-                rev.reason.clone(),
+                &rev.agent_id,
+                Some(rev.reason.as_deref()),
                 rev.place.as_ref().map(|p| (p, rev.at)),
             );
         }
         self.registry.reach_epoch(r.epoch);
     }
 
+    /// The reason a revoked agent was revoked for, if one was given: from the cache, else
+    /// read from the store (and cached). Not readable now: none is said.
+    pub(crate) async fn reason(&self, store: &SharedStore, id: &str) -> Option<Arc<str>> {
+        if let Some(held) = self.registry.revocation_reason(id) {
+            return held;
+        }
+        let agent = AgentId::parse(id)?;
+        match store.get_agent(&agent).await {
+            Ok(Some(a)) if a.revoked_at.is_some() => {
+                self.registry
+                    .mark_revoked(&a.id, Some(a.revocation_reason.as_deref()));
+                a.revocation_reason.map(Arc::from)
+            }
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, agent_id = id, "a revocation's reason could not be read");
+                None
+            }
+        }
+    }
+
     /// A revocation the audit transaction saw that the index did not hold (another instance
     /// revoked the agent): read from the store.
     pub(crate) async fn seen_elsewhere(&self, store: &SharedStore, id: &str) {
-        let read = match AgentId::parse(id) {
-            Some(agent) => store.get_agent(&agent).await,
-            None => Ok(None),
+        // The store revoked an agent it holds: its id is one.
+        let Some(agent) = AgentId::parse(id) else {
+            return;
         };
-        match read {
+        match store.get_agent(&agent).await {
             Ok(Some(a)) if a.revoked_at.is_some() => self.learn(&a),
-            // Not readable now: the index holds it without a reason; the resync brings the rest.
-            _ => self.mark(id, None, None),
+            // Not readable now: the index holds it, and its reason is read when an answer
+            // says it; the resync brings the status bit.
+            _ => self.mark(&agent, None, None),
         }
     }
 }

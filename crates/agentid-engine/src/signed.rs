@@ -211,7 +211,7 @@ impl SignedRequests {
     /// when it is live, not revoked, and its stored key matches its stored thumbprint (else an
     /// integrity alarm).
     fn listed(&self, a: AgentRecord) -> Option<Listed> {
-        if a.mode != KeyMode::Live || self.registry.revocation(a.id.as_str()).is_some() {
+        if a.mode != KeyMode::Live || self.registry.is_revoked(a.id.as_str()) {
             return None;
         }
         let key = PublicJwk::from_canonical(a.jwk.as_deref()?).ok()?;

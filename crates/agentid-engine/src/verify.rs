@@ -275,11 +275,11 @@ impl Verify {
             org_id: agent.org_id.as_str().to_owned(),
             mode: agent.mode,
         };
-        let (mut result, mut failure_reason) = if let Some(rev) = self.registry.revocation(claims.agent_id())
-        {
+        let (mut result, mut failure_reason) = if self.registry.is_revoked(claims.agent_id()) {
+            let reason = Box::pin(self.revocations.reason(&self.store, claims.agent_id())).await;
             (
                 VerifyResult::Revoked,
-                Some(revoked_failure_reason(rev.reason.as_deref())),
+                Some(revoked_failure_reason(reason.as_deref())),
             )
         } else if Millis::from_secs(claims.exp) <= now {
             let at = Millis::from_secs(claims.exp).to_rfc3339();
@@ -325,10 +325,7 @@ impl Verify {
                 "the token's chain names something that is not an agent".into(),
             ));
         };
-        if let Some(gone) = chain
-            .iter()
-            .find(|a| self.registry.revocation(a.as_str()).is_some())
-        {
+        if let Some(gone) = chain.iter().find(|a| self.registry.is_revoked(a.as_str())) {
             return Ok(Some(format!("agent {gone} of the token's chain is revoked")));
         }
         let standing = self

@@ -74,7 +74,7 @@ pub const HTTP_METHOD: FieldRule = FieldRule {
 
 /// An agent's id, as the service issues it.
 pub const AGENT_ID: FieldRule = FieldRule {
-    pattern: "^agt_[0-9a-z]{26}$",
+    pattern: "^agt_[0-7][0-9a-hjkmnp-tv-z]{25}$",
     min_length: None,
     max_length: None,
 };

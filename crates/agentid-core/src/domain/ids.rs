@@ -55,8 +55,7 @@ macro_rules! prefixed_id {
                 $name(new_id(IdPrefix::$prefix))
             }
 
-            /// Accepts only the exact form the service issues: the prefix and 26 characters
-            /// of Crockford base32 in lower case.
+            /// Accepts only the form the service issues (see `is_id`).
             pub fn parse(s: &str) -> Option<Self> {
                 is_id(IdPrefix::$prefix, s).then(|| $name(s.to_owned()))
             }
@@ -105,10 +104,48 @@ macro_rules! prefixed_id {
     };
 }
 
+/// The prefix and 26 lower-case letters and digits; an agent's, a ULID as the service writes
+/// it (lower-case Crockford base32, the first letter at most 7: 26 letters of 5 bits hold
+/// 130, a ULID 128), for the revocation index holds agents by its bits (`agent_bits`).
 fn is_id(prefix: IdPrefix, s: &str) -> bool {
-    s.strip_prefix(prefix.as_str()).is_some_and(|rest| {
-        rest.len() == ulid::ULID_LEN && rest.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
+    s.strip_prefix(prefix.as_str()).is_some_and(|rest| match prefix {
+        IdPrefix::Agent => ulid_bits(rest.as_bytes()).is_some(),
+        _ => {
+            rest.len() == ulid::ULID_LEN && rest.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
+        }
     })
+}
+
+/// The value of 26 letters of a ULID, `None` when they are not one.
+fn ulid_bits(letters: &[u8]) -> Option<u128> {
+    if letters.len() != ulid::ULID_LEN || BASE32_VALUES[usize::from(*letters.first()?)] > 7 {
+        return None;
+    }
+    letters.iter().try_fold(0u128, |bits, &b| {
+        let value = BASE32_VALUES[usize::from(b)];
+        (value < 32).then_some((bits << 5) | u128::from(value))
+    })
+}
+
+/// The letters of lower-case Crockford base32 (no i, l, o, u), in the order of their values.
+const BASE32: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
+
+/// Each byte's value in [`BASE32`], or 32 for a byte not in it.
+const BASE32_VALUES: [u8; 256] = {
+    let mut values = [32u8; 256];
+    let mut i = 0;
+    while i < 32 {
+        values[BASE32[i] as usize] = i as u8;
+        i += 1;
+    }
+    values
+};
+
+/// The 128 bits of an agent id's ULID, for an index that holds many agents in 16 bytes each:
+/// `None` for a string that is no agent id ([`AgentId::parse`] refuses it). Each agent id
+/// has its own bits.
+pub fn agent_bits(s: &str) -> Option<u128> {
+    ulid_bits(s.strip_prefix(IdPrefix::Agent.as_str())?.as_bytes())
 }
 
 prefixed_id!(
@@ -152,6 +189,34 @@ mod tests {
         assert!(OrgId::parse("org_01jd0000000000000000000000").is_some());
         assert!(ListId::parse(ListId::generate().as_str()).is_some());
         assert!(StreamId::parse("ssf_01jd000000000000000000000").is_none());
+    }
+
+    #[test]
+    fn an_agent_ids_bits_are_its_ulids_and_only_issued_forms_have_any() {
+        for _ in 0..100 {
+            let id = AgentId::generate();
+            let ulid = ulid::Ulid::from_string(&id.as_str()[4..].to_ascii_uppercase()).unwrap();
+            assert_eq!(agent_bits(id.as_str()), Some(ulid.0));
+        }
+        let max = format!("agt_7{}", "z".repeat(25));
+        assert_eq!(agent_bits(&max), Some(u128::MAX));
+        assert_eq!(agent_bits("agt_00000000000000000000000000"), Some(0));
+        for foreign in [
+            format!("agt_8{}", "0".repeat(25)),
+            format!("agt_0{}", "0".repeat(24)),
+            format!("agt_0{}", "0".repeat(26)),
+            format!("agt_0{}i", "0".repeat(24)),
+            format!("agt_0{}l", "0".repeat(24)),
+            format!("agt_0{}o", "0".repeat(24)),
+            format!("agt_0{}u", "0".repeat(24)),
+            format!("agt_0{}A", "0".repeat(24)),
+            format!("org_{}", "0".repeat(26)),
+            "agt_".to_owned(),
+            String::new(),
+        ] {
+            assert_eq!(agent_bits(&foreign), None, "{foreign}");
+            assert_eq!(AgentId::parse(&foreign), None, "{foreign}");
+        }
     }
 
     #[test]

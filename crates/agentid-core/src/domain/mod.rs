@@ -14,7 +14,7 @@ mod time;
 
 pub use agent::{AgentFields, AgentStatus, Description, ExpirySeconds, IssuerDomain, Name, Scopes};
 pub use gcra::Gcra;
-pub use ids::{new_id, AgentId, IdPrefix, IdpId, ListId, OrgId, StreamId};
+pub use ids::{agent_bits, new_id, AgentId, IdPrefix, IdpId, ListId, OrgId, StreamId};
 pub use org::{ApiKeyKind, KeyMode, Ledger, OrgLimits, Plan, RevokeReason};
 pub use status::{takes_new_places, StatusBits, StatusPlace, MAX_LIST_SIZE, MIN_LIST_SIZE};
 pub use time::Millis;

@@ -354,10 +354,13 @@ impl OAuth {
         now: Millis,
         received: Instant,
     ) -> Result<(), OAuthError> {
-        let reason = match self.registry.revocation(agent.id.as_str()) {
-            Some(rev) => rev.reason,
-            None if agent.revoked_at.is_some() => agent.revocation_reason.clone(),
-            None => return Ok(()),
+        let reason = if agent.revoked_at.is_some() {
+            agent.revocation_reason.as_deref().map(Arc::from)
+        } else if self.registry.is_revoked(agent.id.as_str()) {
+            // Revoked since it was read.
+            self.revocations.reason(&self.store, agent.id.as_str()).await
+        } else {
+            return Ok(());
         };
         let why = revoked_failure_reason(reason.as_deref());
         Err(self
@@ -498,7 +501,7 @@ impl OAuth {
             }
             Err(e) => return Err(e.into()),
         }
-        if self.registry.revocation(agent.id.as_str()).is_some() {
+        if self.registry.is_revoked(agent.id.as_str()) {
             return Err(self
                 .refused(
                     Some(agent),
