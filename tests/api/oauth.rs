@@ -407,32 +407,28 @@ async fn stolen_forged_replayed_and_foreign_assertions_get_no_token() {
     app.log_holds().await;
 }
 
-/// An assertion that is not even signed names the agent whose ledger records the refusal:
-/// whatever text comes with it, the record keeps a bounded reason.
+/// A refusal of an agent that authenticated is recorded in its ledger: whatever text comes
+/// with the request (here a scope of 28,000 characters and lines), the record keeps a bounded
+/// reason.
 #[actix_web::test]
 async fn a_refusal_records_a_bounded_reason_whatever_the_caller_sends() {
     let app = spawn_app().await;
     let key = AgentKey::ed();
     let agent = client(&app, &key).await;
-    let unsigned = format!(
-        "{}.{}.",
-        b64(&json!({"alg": "EdDSA"})),
-        b64(&json!({"sub": agent}))
-    );
-    let long = "forged line\n".repeat(4_000);
+    let long = "forged\nline".repeat(2_800);
     let res = ask(
         &app,
-        &unsigned,
-        &[("client_id", long.as_str()), ("resource", RESOURCE)],
+        &assertion(&app, &key, &agent),
+        &[("scope", long.as_str()), ("resource", RESOURCE)],
     )
     .await;
-    assert_oauth_error(&res, 401, "invalid_client");
+    assert_oauth_error(&res, 400, "invalid_scope");
     let log = app.get("/v1/log?limit=1", Some(app.secret())).await;
     assert_eq!(log.status, 200, "{}", log.text());
     let record = &log.json()["data"][0];
     assert_eq!(record["agent_id"], agent.as_str());
     let reason = record["failure_reason"].as_str().unwrap();
-    assert!(reason.starts_with("client_id "), "{reason}");
+    assert!(reason.contains("scope \"forged"), "{reason}");
     assert_eq!(reason.chars().count(), MAX_FAILURE_REASON + 1, "{reason}");
     assert!(reason.ends_with('…'), "{reason}");
 }
@@ -1329,4 +1325,45 @@ async fn agent_credentials_from_before_seals_are_sealed_once() {
     assert_oauth_error(&res, 401, "invalid_client");
     let res = ask(&app, &assertion(&app, &key, &id), &[("resource", RESOURCE)]).await;
     assert_eq!(res.status, 200, "{}", res.text());
+}
+
+/// Attack on the log: a client that puts its secret where its client_id goes (the two sent
+/// swapped, in the body or by Basic) would have the secret written into the service's ledger,
+/// which keeps what it is given for good. The refusal is recorded, without what was sent.
+#[actix_web::test]
+async fn a_client_id_that_is_no_agent_id_is_not_written_into_the_log() {
+    let app = spawn_app().await;
+    let (id, _) = app.agent().await;
+    let secret = make_secret(&app, &id, app.secret()).await.json()["client_secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let service = agentid::domain::Ledger::service();
+    let before = app.store.ledger_size(&service).await.unwrap();
+    let swapped = [
+        ("grant_type", "client_credentials"),
+        ("resource", RESOURCE),
+        ("client_id", secret.as_str()),
+        ("client_secret", id.as_str()),
+    ];
+    let res = app.post_form("/oauth/token", &swapped, &[]).await;
+    assert_oauth_error(&res, 401, "invalid_client");
+    let basic = basic(&secret, &id);
+    let form = [("grant_type", "client_credentials"), ("resource", RESOURCE)];
+    let res = app
+        .post_form("/oauth/token", &form, &[("Authorization", basic.as_str())])
+        .await;
+    assert_oauth_error(&res, 401, "invalid_client");
+    let blocks = app.store.read_blocks(&service, 0, 10_000).await.unwrap();
+    let records: Vec<_> = blocks
+        .into_iter()
+        .flat_map(|b| b.records.unwrap())
+        .filter(|r| r.seq > before as i64 && format!("{r:?}").contains("client_id"))
+        .collect();
+    assert_eq!(records.len(), 2, "both refusals are recorded: {records:?}");
+    for r in &records {
+        let written = format!("{r:?}");
+        assert!(!written.contains(&secret), "{written}");
+        assert!(written.contains("not an agent id"), "{written}");
+    }
 }

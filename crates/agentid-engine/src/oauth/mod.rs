@@ -261,7 +261,7 @@ impl OAuth {
         };
         let Some(agent) = agent else {
             let why = match &claimed {
-                Some(c) => format!("no agent {c:?}: the client_id is the agent's id (agt_…)"),
+                Some(c) => no_agent(c),
                 None => "client_assertion is not a JWT whose sub names the client".to_owned(),
             };
             return Err(self
@@ -269,7 +269,12 @@ impl OAuth {
                 .await);
         };
         if let Some(id) = req.client_id.filter(|id| agent.id != **id) {
-            let why = format!("client_id {id:?} is not the client the assertion names");
+            let why = match AgentId::parse(id) {
+                Some(_) => format!("client_id {id:?} is not the client the assertion names"),
+                None => {
+                    "the client_id is not an agent id (agt_…), nor the client the assertion names".to_owned()
+                }
+            };
             return Err(self
                 .refused(Some(&agent), VerifyResult::Invalid, why, now, received)
                 .await);
@@ -410,7 +415,7 @@ impl OAuth {
             None => None,
         };
         let Some(agent) = agent else {
-            let why = format!("no agent {client_id:?}: the client_id is the agent's id (agt_…)");
+            let why = no_agent(client_id);
             return Err(self
                 .refused(None, VerifyResult::Invalid, why, now, received)
                 .await);
@@ -704,6 +709,17 @@ fn bucket(org: &OrgRecord) -> RateSubject<'_> {
     RateSubject::Org {
         org_id: org.id.as_str(),
         per_minute: org.limits().other_per_minute,
+    }
+}
+
+/// Why no agent answers to `named` (a client_id, or the sub of an assertion), as the log
+/// records it: the text is echoed only when it is an agent id, for a client may have put its
+/// secret there, and a ledger keeps what it is given for good.
+fn no_agent(named: &str) -> String {
+    if AgentId::parse(named).is_some() {
+        format!("no agent {named:?}: the client_id is the agent's id (agt_…)")
+    } else {
+        "the client_id is not an agent id (agt_…)".to_owned()
     }
 }
 
