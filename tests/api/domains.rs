@@ -760,13 +760,7 @@ async fn the_https_check_is_bounded_in_size_and_time() {
     );
 
     // A server that takes the request and never answers.
-    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = silent.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let held: Vec<_> = silent.incoming().take(4).collect();
-        std::thread::sleep(Duration::from_secs(30));
-        drop(held);
-    });
+    let port = silent_port(4);
     let w = world_with(Reach {
         insecure: true,
         doors: TestDoors {
@@ -790,6 +784,39 @@ async fn the_https_check_is_bounded_in_size_and_time() {
     );
     // HTTPS, then HTTP (the insecure flag): 5 s each at most, well before the server lets go.
     assert!(took < Duration::from_secs(25), "{took:?}");
+}
+
+/// Attack: pending claims on names whose servers take the request and never answer, tried
+/// all at once. Each fetch holds a thread for its timeout: the proofs take at most a quarter
+/// of the fetches the service makes at once (16), and one past them fails at once, so that
+/// names that hang never hold every thread status lists, pushes and other fetches run on.
+#[actix_web::test]
+async fn https_proofs_under_way_at_once_are_bounded() {
+    let w = world_with(Reach {
+        insecure: true,
+        doors: TestDoors {
+            https_port: Some(silent_port(17)),
+            http_port: Some(closed_port()),
+            extra_roots: Vec::new(),
+        },
+    })
+    .await;
+    let names: Vec<String> = (0..17).map(|i| format!("hang{i}.example")).collect();
+    for name in &names {
+        assert_eq!(w.claim(w.a(), name).await.status, 201);
+        w.dns.addr(name, "127.0.0.1".parse().unwrap());
+    }
+    let tried = futures_util::future::join_all(names.iter().map(|name| w.verify(w.a(), name))).await;
+    let messages: Vec<String> = tried
+        .iter()
+        .map(|r| r.assert_error(422, "DOMAIN_NOT_VERIFIED")["error"]["message"].to_string())
+        .collect();
+    let busy = messages
+        .iter()
+        .filter(|m| m.contains("cannot be fetched now"))
+        .count();
+    let hung = messages.iter().filter(|m| m.contains("timed out")).count();
+    assert_eq!((busy, hung), (1, 16), "{messages:#?}");
 }
 
 /// Attack: a DNS answer points the HTTPS check at 127.0.0.1, without the insecure flag.
@@ -1059,6 +1086,18 @@ async fn the_open_policy_lets_anyone_issue_under_any_name() {
 }
 
 /// A port nothing listens on.
+/// The port of a server that takes `connections` and never answers them (for 30 s).
+fn silent_port(connections: usize) -> u16 {
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let held: Vec<_> = silent.incoming().take(connections).collect();
+        std::thread::sleep(Duration::from_secs(30));
+        drop(held);
+    });
+    port
+}
+
 fn closed_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()

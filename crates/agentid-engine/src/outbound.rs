@@ -406,6 +406,32 @@ impl Outbound {
         .map_err(|_| FetchError::Failed("the fetch failed".to_owned()))
     }
 
+    /// [`Outbound::get`] on a blocking thread, as one of the [`MAX_FETCHES`] under way and one
+    /// of its caller's `share` of them: past either it fails at once, and nothing is asked of
+    /// `url`.
+    pub(crate) async fn get_counted(
+        self: &Arc<Self>,
+        share: &Arc<tokio::sync::Semaphore>,
+        url: String,
+        addrs: Vec<SocketAddr>,
+        timeout: Duration,
+        max_bytes: usize,
+    ) -> Fetched {
+        let (Ok(mine), Ok(all)) = (
+            share.clone().try_acquire_owned(),
+            self.fetches.clone().try_acquire_owned(),
+        ) else {
+            return Fetched::Failed("cannot be fetched now: too many other fetches are under way".into());
+        };
+        let outbound = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let _permits = (mine, all);
+            outbound.get(&url, addrs, timeout, max_bytes)
+        })
+        .await
+        .unwrap_or_else(|e| Fetched::Failed(e.to_string()))
+    }
+
     /// GETs `url` from `addrs` (see [`Outbound::agent`]): a 200's body of at most `max_bytes`,
     /// or what went wrong. Blocking: run it off the async threads.
     pub(crate) fn get(

@@ -130,7 +130,13 @@ pub struct Domains {
     domain_list: Arc<DomainListWatch>,
     /// Where the proofs are looked up and fetched.
     outbound: Arc<Outbound>,
+    /// The proofs' share of the outbound fetches: names whose servers hang (each caller's
+    /// pending claims, tried again and again) leave other fetches theirs.
+    proofs: Arc<tokio::sync::Semaphore>,
 }
+
+/// The most HTTPS proofs fetched at once: a quarter of what the outbound client takes.
+const PROOF_FETCHES: usize = crate::outbound::MAX_FETCHES / 4;
 
 impl Domains {
     pub(crate) fn new(
@@ -143,6 +149,7 @@ impl Domains {
     ) -> Self {
         Domains {
             outbound,
+            proofs: Arc::new(tokio::sync::Semaphore::new(PROOF_FETCHES)),
             store,
             keys,
             cfg,

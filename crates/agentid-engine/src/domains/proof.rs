@@ -63,15 +63,12 @@ impl Domains {
                 format!("{scheme}://{name}:{port}{WELL_KNOWN_PATH}")
             };
             let addrs: Vec<SocketAddr> = ips.iter().map(|ip| SocketAddr::new(*ip, port)).collect();
-            let outbound = self.outbound.clone();
-            let (fetch_url, expected) = (url.clone(), value.to_owned());
-            let fetched = tokio::task::spawn_blocking(move || {
-                outbound.get(&fetch_url, addrs, FETCH_TIMEOUT, FETCH_MAX_BYTES)
-            })
-            .await
-            .unwrap_or_else(|e| Fetched::Failed(e.to_string()));
+            let fetched = self
+                .outbound
+                .get_counted(&self.proofs, url.clone(), addrs, FETCH_TIMEOUT, FETCH_MAX_BYTES)
+                .await;
             match fetched {
-                Fetched::Body(body) if body.trim_ascii() == expected.as_bytes() => return Ok(()),
+                Fetched::Body(body) if body.trim_ascii() == value.as_bytes() => return Ok(()),
                 Fetched::Body(body) => found.push(format!(
                     "{url}: the file is not this claim's challenge ({} bytes: {})",
                     body.len(),
