@@ -1174,7 +1174,8 @@ async function checkProof(proof, method, url, token, now, maxSkew) {
   }
   const { header, claims: c, signingInput, signature } = parsed;
   if (header.typ !== "dpop+jwt") refuse("typ must be dpop+jwt");
-  const fit = PROOF_ALGS[header.alg];
+  // A string naming one of them: ["EdDSA"] would name one as a property key.
+  const fit = typeof header.alg === "string" && Object.hasOwn(PROOF_ALGS, header.alg) ? PROOF_ALGS[header.alg] : null;
   if (!fit) refuse("alg must be EdDSA, Ed25519 or ES256");
   const jwk = header.jwk;
   if (!jwk || typeof jwk !== "object" || Array.isArray(jwk)) refuse("jwk must be the public key, as a JSON object");

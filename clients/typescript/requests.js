@@ -165,7 +165,8 @@ export async function verifyRequest(verifier, request, { trustedSignatureAgents 
   if (checked.nonce !== undefined && typeof checked.nonce !== "string") {
     fail("PROOF_INVALID", "the signature's nonce is not a string");
   }
-  if (checked.nonce !== undefined && !verifier.nonceOnce(checked.keyid, checked.nonce, checked.expires)) {
+  // Remembered by its digest: a nonce is as long as the sender likes, for up to 24 h.
+  if (checked.nonce !== undefined && !verifier.nonceOnce(checked.keyid, await sha256(checked.nonce), checked.expires)) {
     fail("PROOF_REPLAYED", "the signature's nonce was seen before");
   }
   return {

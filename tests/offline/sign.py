@@ -38,6 +38,6 @@ now = datetime.datetime.now(datetime.timezone.utc)
 HTTPMessageSigner(signature_algorithm=algorithms.ED25519, key_resolver=Key(key)).sign(
     request, key_id=keyid, created=now,
     expires=now + datetime.timedelta(seconds=int(os.environ.get("VALID", "300"))),
-    nonce=secrets.token_urlsafe(32), label="sig1", tag="web-bot-auth",
+    nonce=os.environ.get("NONCE") or secrets.token_urlsafe(32), label="sig1", tag="web-bot-auth",
     covered_component_ids=tuple(os.environ.get("COMPONENTS", "@authority signature-agent").split()))
 print(json.dumps(request.headers))

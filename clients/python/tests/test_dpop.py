@@ -86,6 +86,13 @@ class Agent:
         head = {"typ": "dpop+jwt", "jwk": self.public, **(header or {})}
         return jwt.encode(body, self.key if key is True else key, algorithm=head.pop("alg", self.alg), headers=head)
 
+    def proof_labelled(self, token, alg):
+        """A proof signed by this (Ed25519) agent under a header whose ``alg`` is ``alg``,
+        whatever JSON value that is."""
+        _, claims, _ = self.proof(token).split(".")
+        head = b64(json.dumps({"typ": "dpop+jwt", "alg": alg, "jwk": self.public}).encode())
+        return f"{head}.{claims}.{b64(self.key.sign(f'{head}.{claims}'.encode()))}"
+
 
 @pytest.mark.parametrize("alg", ["Ed25519", "ES256"])
 def test_panva_proofs_pass_once_offline_and_online(server, panva, tmp_path, alg):
@@ -124,6 +131,8 @@ def test_forged_foreign_stale_and_oversized_proofs_are_refused(server):
         "another key in jwk": (token, agent.proof(token, header={"jwk": thief.public})),
         "HS256": (token, agent.proof(token, header={"alg": "HS256"}, key=b"k" * 32)),
         "alg none": (token, agent.proof(token, header={"alg": "none"}, key=None)),
+        "alg a list": (token, agent.proof_labelled(token, ["EdDSA"])),
+        "alg an object": (token, agent.proof_labelled(token, {"EdDSA": 1})),
         "ES256 over an Ed25519 key": (token, es.proof(token, header={"jwk": agent.public})),
         "a private jwk": (token, agent.proof(token, header={"jwk": {**agent.public, "d": b64(b"x" * 32)}})),
         "typ JWT": (token, agent.proof(token, header={"typ": "JWT"})),
@@ -139,6 +148,7 @@ def test_forged_foreign_stale_and_oversized_proofs_are_refused(server):
         assert getattr(e.value, "code", None) == "PROOF_INVALID", f"{what}: {e.value!r}"
     # The query of the request's URL is not compared.
     assert verifier.verify_dpop(token, agent.proof(token), "GET", URL + "?page=2")
+    assert verifier.verify_dpop(token, agent.proof_labelled(token, "EdDSA"), "GET", URL), "labelled as it should be"
 
 
 def test_a_revoked_agent_is_revoked_whatever_its_proof(server):

@@ -80,6 +80,22 @@ def test_a_signed_request_is_checked_offline_against_the_agents_directory(server
         Verifier(server.base, allow_local=True).verify_request("GET", url, signed(jwk, url, directory))
 
 
+def test_a_long_nonce_is_remembered_by_its_digest(server):
+    """Attack: nonces as long as a header takes, each held for up to the signature's 24 h. The
+    replay memory keeps a digest of each, whatever its length, and still refuses the replay."""
+    jwk = agent_key()
+    server.register(("read:docs",), jwk={k: jwk[k] for k in ("kty", "crv", "x")})
+    verifier = Verifier(server.base, issuers=["example.com"], allow_local=True)
+    directory = f"{server.base}/v1/directories/example.com"
+    url = "https://shop.example/products/1"
+    headers = python_signed(jwk, url, directory, NONCE="n" * 8000)
+    assert verifier.verify_request("GET", url, headers).issuer == "example.com"
+    with pytest.raises(ProofReplayed):
+        verifier.verify_request("GET", url, headers)
+    held = [nonce for key in verifier._nonces._keys.values() for nonce in key.jtis]
+    assert held and all(len(nonce) <= 64 for nonce in held), [len(n) for n in held]
+
+
 def test_a_signature_may_cover_the_target_uri_in_place_of_the_authority(server):
     """RFC 9421's ``@target-uri`` holds the authority too: a signature covering it (and
     ``Signature-Agent``) passes, for its URL alone; one covering neither it nor ``@authority``

@@ -244,6 +244,27 @@ def test_a_broken_or_oversized_answer_is_unavailable(proxied):
             verify(token)
 
 
+def test_a_key_set_that_also_lists_a_private_key_is_read_for_its_public_part(proxied):
+    """A key set (a faulty service's) whose key carries its private ``d``: verification goes on
+    with the public key, as with any other, and no other exception escapes."""
+    server, proxy = proxied
+    _, token = server.register()
+
+    def with_d(path, status, headers, body):
+        if path.startswith("/.well-known/jwks.json"):
+            keys = json.loads(body)
+            for k in keys["keys"]:
+                k["d"] = base64.urlsafe_b64encode(b"\x07" * 32).rstrip(b"=").decode()
+            return status, headers, json.dumps(keys).encode()
+        return status, headers, body
+
+    proxy.rewrite = with_d
+    try:
+        assert Verifier(proxy.url, allow_local=True).verify(token).issuer == "example.com"
+    finally:
+        proxy.rewrite = None
+
+
 def test_a_max_age_of_other_digits_or_past_a_day_is_read_and_held_a_day_at_most(proxied):
     """A key set served with a max-age of a superscript digit, of thousands of digits, or of a
     year: verification goes on, and nothing is held fresh past a day."""
@@ -296,6 +317,23 @@ def test_a_token_whose_times_are_nan_or_infinity_is_invalid(proxied):
             verifier.verify(server.sign(payload))
 
 
+def times_at_once(check, n):
+    """Runs ``check`` in ``n`` threads at once: how long each that returned took."""
+    took = []
+
+    def timed():
+        started = time.monotonic()
+        check()
+        took.append(time.monotonic() - started)
+
+    threads = [threading.Thread(target=timed) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return took
+
+
 def test_checks_waiting_for_one_fetch_that_fails_all_end_with_it():
     """While the service does not answer and nothing is held, checks that arrive together wait
     for one fetch: each failed in its own timeout in turn (the eighth after eight timeouts)."""
@@ -307,21 +345,37 @@ def test_checks_waiting_for_one_fetch_that_fails_all_end_with_it():
     verifier = Verifier(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=0.5, allow_local=True)
     header = base64.urlsafe_b64encode(json.dumps({"alg": "EdDSA", "kid": "k", "typ": "JWT"}).encode())
     token = f"{header.rstrip(b'=').decode()}.e30.{'A' * 86}"
-    took = []
 
     def check():
-        started = time.monotonic()
         with pytest.raises(Unavailable):
             verifier.verify(token)
-        took.append(time.monotonic() - started)
 
-    threads = [threading.Thread(target=check) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    took = times_at_once(check, 8)
     listener.close()
     assert len(took) == 8 and max(took) < 1.5, took
+
+
+def test_checks_waiting_for_one_fetch_take_what_it_brought_whatever_its_max_age(proxied):
+    """Attack: a key set served slowly with max-age=0. Checks that arrive together wait for one
+    fetch and take its keys: none fetches again in turn (the sixth after six answers)."""
+    server, proxy = proxied
+    _, token = server.register()
+    fetched = []
+
+    def slow(path, status, headers, body):
+        if path.startswith("/.well-known/jwks.json"):
+            fetched.append(path)
+            time.sleep(0.5)
+            headers = [(k, v) for k, v in headers if k.lower() not in ("cache-control", "etag")]
+            return status, headers + [("Cache-Control", "max-age=0")], body
+        return status, headers, body
+
+    proxy.rewrite = slow
+    verifier = Verifier(proxy.url, timeout=2, allow_local=True)
+    took = times_at_once(lambda: verifier.verify(token), 6)
+    proxy.rewrite = None
+    assert len(took) == 6 and max(took) < 1.5, took
+    assert len(fetched) <= 2, fetched
 
 
 def test_a_negative_status_index_is_invalid(proxied):

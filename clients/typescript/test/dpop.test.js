@@ -65,8 +65,17 @@ test("forged, foreign, stale and oversized proofs are refused", async () => {
   const hs = await new SignJWT({ jti: "h", htm: "GET", htu: URL, iat: Math.floor(Date.now() / 1000), ath: await ath(token) })
     .setProtectedHeader({ typ: "dpop+jwt", alg: "HS256", jwk: edJwk })
     .sign(new Uint8Array(32));
+  // Signed by the bound key, under a header whose alg is any JSON value.
+  const labelled = async (alg) => {
+    const claims = { jti: crypto.randomUUID(), htm: "GET", htu: URL, iat: Math.floor(Date.now() / 1000), ath: await ath(token) };
+    const input = `${enc({ typ: "dpop+jwt", alg, jwk: edJwk })}.${enc(claims)}`;
+    const signature = await crypto.subtle.sign("Ed25519", ed.privateKey, new TextEncoder().encode(input));
+    return `${input}.${Buffer.from(signature).toString("base64url")}`;
+  };
   const v = new Verifier({ allowLocal: true, baseUrl: s.base });
   const cases = {
+    "alg a list": [token, await labelled(["EdDSA"])],
+    "alg a property of every object": [token, await labelled("constructor")],
     "another method": [token, await proof({ htm: "POST" })],
     "another URL": [token, await proof({ htu: "https://api.example/admin" })],
     "another token": [token, await proof({ tok: other })],
@@ -86,6 +95,7 @@ test("forged, foreign, stale and oversized proofs are refused", async () => {
     assert.equal(await code(v.verifyDpop(tok, p, "GET", URL)), "PROOF_INVALID", what);
   }
   assert.equal(await code(v.verifyDpop(token, await proof(), "GET", `${URL}?page=2`)), "ok");
+  assert.equal(await code(v.verifyDpop(token, await labelled("EdDSA"), "GET", URL)), "ok", "labelled as it should be");
 });
 
 test("a revoked agent is revoked whatever its proof", async () => {

@@ -125,7 +125,7 @@ async function signedWithNonce(jwk, url, agent, nonce) {
   return { method: "GET", url, headers: { "Signature-Agent": signatureAgent, "Signature-Input": `sig1=${params}`, Signature: `sig1=:${signature}:` } };
 }
 
-test("a signature whose nonce is not a string is refused", async () => {
+test("a signature whose nonce is not a string is refused, and a long one is held short", async () => {
   // Attack: a nonce written as a structured field's token (`nonce=abc`) or byte sequence was
   // read as an object, a new one each time: the signature passed again and again, never a
   // replay. It is PROOF_INVALID.
@@ -140,6 +140,13 @@ test("a signature whose nonce is not a string is refused", async () => {
     const req = await signedWithNonce(jwk, url, directory, nonce);
     for (let i = 0; i < 2; i++) assert.equal(await code(verifier.verifyRequest(req)), "PROOF_INVALID", nonce);
   }
+  // Attack: nonces as long as a header takes, each held for up to the signature's 24 h. The
+  // replay memory keeps a digest of each, whatever its length, and still refuses the replay.
+  const long = await signedWithNonce(jwk, url, directory, `"${"n".repeat(8000)}"`);
+  assert.equal(await code(verifier.verifyRequest(long)), "ok");
+  assert.equal(await code(verifier.verifyRequest(long)), "PROOF_REPLAYED");
+  const held = [...verifier.nonces.keys.values()].flatMap((k) => [...k.ids.keys()]);
+  assert.ok(held.length === 2 && held.every((n) => n.length <= 64), String(held.map((n) => n.length)));
 });
 
 test("RFC 9421's test key counts for nothing", async () => {

@@ -348,7 +348,10 @@ def _jwks(body: bytes) -> Dict[str, object]:
         keys = {}
         for jwk in _jws.json_value(body)["keys"]:
             if jwk.get("kty") == "OKP" and jwk.get("crv") == "Ed25519" and isinstance(jwk.get("kid"), str):
-                keys[jwk["kid"]] = OKPAlgorithm.from_jwk(json.dumps(jwk))
+                # Its public part only: a key set that also lists `d` does not make this
+                # verifier hold a private key (which cannot verify).
+                public = {"kty": "OKP", "crv": "Ed25519", "x": jwk.get("x")}
+                keys[jwk["kid"]] = OKPAlgorithm.from_jwk(json.dumps(public))
         return keys
     except (ValueError, KeyError, TypeError, AttributeError, jwt.PyJWTError) as e:
         raise Unavailable(f"the service's JWKS is unusable: {e}") from e
@@ -381,6 +384,9 @@ class _Gate:
     #: it rather than each fetching again in turn (each a whole timeout while the service
     #: does not answer).
     failed: Optional[Tuple[float, str]] = None
+    #: The last fetch's document, and when it ended: callers that waited for that fetch take
+    #: it, whatever its ``max-age`` (one of ``0`` would have each fetch again in turn).
+    fetched: Optional[Tuple[float, "_Document"]] = None
 
 
 @dataclass(frozen=True)
@@ -572,11 +578,16 @@ class Verifier:
                     return held
                 if gate.failed is not None and gate.failed[0] >= asked:
                     raise Unavailable(gate.failed[1])
+                if gate.fetched is not None and gate.fetched[0] >= asked:
+                    if gate.fetched[1].fetched_at > fresher_than:
+                        return gate.fetched[1]
                 try:
-                    return self._fetch_alone(url, document, accept, revalidate, read)
+                    fetched = self._fetch_alone(url, document, accept, revalidate, read)
                 except Unavailable as e:
-                    gate.failed = (time.monotonic(), str(e))
+                    gate.failed, gate.fetched = (time.monotonic(), str(e)), None
                     raise
+                gate.failed, gate.fetched = None, (time.monotonic(), fetched)
+                return fetched
         finally:
             # Gone with its last user: a URL that fails (a made-up issuer's) leaves nothing.
             with self._lock:

@@ -194,7 +194,7 @@ def check_proof(proof: str, method: str, url: str, token: str, now: float, max_s
     if "crit" in header:
         raise ProofError("its header names critical extensions (crit), which are not understood here")
     alg, jwk = header.get("alg"), header.get("jwk")
-    if alg not in ALGS:
+    if not isinstance(alg, str) or alg not in ALGS:
         raise ProofError("alg must be EdDSA, Ed25519 or ES256")
     if not isinstance(jwk, dict):
         raise ProofError("jwk must be the public key, as a JSON object")

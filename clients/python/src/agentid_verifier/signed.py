@@ -197,7 +197,9 @@ def verify_request(verifier: "Verifier", method: str, url: str, headers: Mapping
         # http-message-signatures allows a few seconds of skew; a nonce is kept until `expires`.
         raise TokenInvalid("the signature has expired")
     nonce = params.get("nonce")
-    if nonce is not None and not verifier._nonce_once(str(params["keyid"]), str(nonce), expires):
+    # Remembered by its digest: a nonce is as long as the sender likes, for up to 24 h.
+    if nonce is not None and not verifier._nonce_once(
+            str(params["keyid"]), hashlib.sha256(str(nonce).encode()).hexdigest(), expires):
         raise ProofReplayed("the signature's nonce was seen before")
     utc = datetime.timezone.utc
     return SignedRequest(
