@@ -1,8 +1,8 @@
 //! Issuer endpoints: register, list, get, issue-token, revoke.
 
 use actix_web::http::header;
-use actix_web::web::{self, Bytes};
-use actix_web::{HttpRequest, HttpResponse};
+use actix_web::web;
+use actix_web::HttpResponse;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -10,7 +10,7 @@ use super::auth::Issuer;
 use super::context::AppState;
 use super::cursor;
 use super::error::{ApiError, ErrorBody, ErrorCode};
-use super::input::{agent_path, json_body, JsonBody};
+use super::input::{agent_path, JsonBody, OptionalJsonBody};
 use super::schema::Timestamp;
 use agentid_core::domain::fields;
 use agentid_core::domain::{
@@ -453,15 +453,9 @@ pub(crate) async fn issue_token(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
     id: web::Path<String>,
-    req: HttpRequest,
-    body: Bytes,
+    OptionalJsonBody(body): OptionalJsonBody<IssueRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    // The body is optional; when there is one, it must be a JSON object.
-    let jwk = if body.iter().all(u8::is_ascii_whitespace) {
-        None
-    } else {
-        json_body::<IssueRequest>(&req, &body)?.jwk
-    };
+    let jwk = body.and_then(|b| b.jwk);
     let key = match &jwk {
         Some(Some(v)) => binding(Some(v))?,
         _ => None,
@@ -543,19 +537,13 @@ pub async fn revoke(
     state: web::Data<AppState>,
     Issuer(caller): Issuer,
     id: web::Path<String>,
-    req: HttpRequest,
-    body: Bytes,
+    OptionalJsonBody(body): OptionalJsonBody<RevokeRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    // The body is optional; when there is one, it must be a JSON object.
-    let reason = if body.iter().all(u8::is_ascii_whitespace) {
-        None
-    } else {
-        json_body::<RevokeRequest>(&req, &body)?
-            .reason
-            .as_deref()
-            .map(RevokeReason::parse)
-            .transpose()?
-    };
+    let reason = body
+        .and_then(|b| b.reason)
+        .as_deref()
+        .map(RevokeReason::parse)
+        .transpose()?;
     let (a, revoked_at) = state
         .engine
         .agents()
@@ -580,8 +568,10 @@ fn no_store(mut b: actix_web::HttpResponseBuilder) -> actix_web::HttpResponseBui
 #[cfg(test)]
 mod props {
     use actix_web::test::TestRequest;
+    use actix_web::web::Bytes;
     use proptest::prelude::*;
 
+    use super::super::input::json_body;
     use super::*;
 
     fn json_value() -> impl Strategy<Value = serde_json::Value> {

@@ -109,11 +109,39 @@ impl<T: serde::de::DeserializeOwned + 'static> FromRequest for JsonBody<T> {
     type Future = LocalBoxFuture<'static, Result<Self, actix_web::Error>>;
 
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        let req = req.clone();
-        // The body as the route's limit reads it: over it, actix's 413.
-        let body = Bytes::from_request(&req, payload);
-        Box::pin(async move { Ok(JsonBody(json_body(&req, &body.await?)?)) })
+        read_body(req, payload, |req, body| json_body(req, body).map(JsonBody))
     }
+}
+
+/// An optional JSON body: none (or only whitespace) is `None`; any other must be a JSON
+/// object, as [`JsonBody`] reads it.
+pub(crate) struct OptionalJsonBody<T>(pub(crate) Option<T>);
+
+impl<T: serde::de::DeserializeOwned + 'static> FromRequest for OptionalJsonBody<T> {
+    type Error = actix_web::Error;
+    type Future = LocalBoxFuture<'static, Result<Self, actix_web::Error>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        read_body(req, payload, |req, body| {
+            let none = body.iter().all(u8::is_ascii_whitespace);
+            Ok(OptionalJsonBody(if none {
+                None
+            } else {
+                Some(json_body(req, body)?)
+            }))
+        })
+    }
+}
+
+/// The body as the route's limit reads it (over it, actix's 413), then `read`.
+fn read_body<B: 'static>(
+    req: &HttpRequest,
+    payload: &mut Payload,
+    read: fn(&HttpRequest, &Bytes) -> Result<B, ApiError>,
+) -> LocalBoxFuture<'static, Result<B, actix_web::Error>> {
+    let req = req.clone();
+    let body = Bytes::from_request(&req, payload);
+    Box::pin(async move { Ok(read(&req, &body.await?)?) })
 }
 
 /// How long a request's body may take to arrive, from when the gate takes the request: a caller
