@@ -149,11 +149,8 @@ pub fn check(assertion: &str, key: &PublicJwk, expected: &Expected<'_>) -> Resul
 mod tests {
     use super::*;
     use crate::token::dpop::MAX_PROOF_LEN;
-    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-    use base64::Engine as _;
-    use ed25519_dalek::{Signer, SigningKey};
-    use ring::rand::SystemRandom;
-    use ring::signature::{EcdsaKeyPair, KeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
+    use crate::token::test_jws::{self, b64};
+    use ed25519_dalek::SigningKey;
     use serde_json::json;
 
     const NOW: i64 = 1_800_000_000;
@@ -171,39 +168,24 @@ mod tests {
         }
     }
 
-    fn b64(v: &Value) -> String {
-        URL_SAFE_NO_PAD.encode(serde_json::to_vec(v).unwrap())
-    }
-
     fn claims() -> Value {
         json!({"iss": CLIENT, "sub": CLIENT, "aud": ISSUER, "iat": NOW, "exp": NOW + 300, "jti": "j1"})
     }
 
     fn ed_key() -> (SigningKey, PublicJwk) {
-        let key = SigningKey::from_bytes(&[9; 32]);
-        let jwk = json!({"kty": "OKP", "crv": "Ed25519",
-                         "x": URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes())});
+        let (key, jwk) = test_jws::ed_key(9);
         (key, PublicJwk::parse(&jwk).unwrap())
     }
 
     fn ed_signed(header: &Value, claims: &Value) -> String {
-        let (key, _) = ed_key();
-        let signed = format!("{}.{}", b64(header), b64(claims));
-        let sig = key.sign(signed.as_bytes());
-        format!("{signed}.{}", URL_SAFE_NO_PAD.encode(sig.to_bytes()))
+        test_jws::ed_sign(&ed_key().0, header, claims)
     }
 
     fn es_signed(claims: &Value) -> (String, PublicJwk) {
-        let rng = SystemRandom::new();
-        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
-        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng).unwrap();
-        let point = pair.public_key().as_ref();
-        let jwk = json!({"kty": "EC", "crv": "P-256",
-                         "x": URL_SAFE_NO_PAD.encode(&point[1..33]), "y": URL_SAFE_NO_PAD.encode(&point[33..])});
-        let signed = format!("{}.{}", b64(&json!({"alg": "ES256", "typ": "JWT"})), b64(claims));
-        let sig = pair.sign(&rng, signed.as_bytes()).unwrap();
+        let (pair, jwk) = test_jws::p256();
+        let header = json!({"alg": "ES256", "typ": "JWT"});
         (
-            format!("{signed}.{}", URL_SAFE_NO_PAD.encode(sig.as_ref())),
+            test_jws::es_sign(&pair, &header, claims),
             PublicJwk::parse(&jwk).unwrap(),
         )
     }
@@ -307,12 +289,7 @@ mod tests {
             .0
             .contains("signature does not verify"));
         // An Ed25519 signature from another key.
-        let stranger = SigningKey::from_bytes(&[1; 32]);
-        let signed = format!("{}.{}", b64(&header), b64(&claims()));
-        let forged = format!(
-            "{signed}.{}",
-            URL_SAFE_NO_PAD.encode(stranger.sign(signed.as_bytes()).to_bytes())
-        );
+        let forged = test_jws::ed_sign(&test_jws::ed_key(1).0, &header, &claims());
         assert!(check(&forged, &key, &expected()).is_err());
     }
 }

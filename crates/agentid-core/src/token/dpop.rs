@@ -435,9 +435,8 @@ pub fn check_proof(proof: &str, expected: &Expected<'_>) -> Result<VerifiedProof
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ed25519_dalek::{Signer, SigningKey};
-    use ring::rand::SystemRandom;
-    use ring::signature::{EcdsaKeyPair, KeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
+    use crate::token::test_jws::{self, b64};
+    use ed25519_dalek::SigningKey;
     use serde_json::json;
 
     const NOW: i64 = 1_800_000_000;
@@ -485,10 +484,6 @@ mod tests {
         }
     }
 
-    fn b64(v: &Value) -> String {
-        URL_SAFE_NO_PAD.encode(serde_json::to_vec(v).unwrap())
-    }
-
     fn claims() -> Value {
         json!({"jti": "j1", "htm": "GET", "htu": "https://api.example/orders", "iat": NOW,
                "ath": URL_SAFE_NO_PAD.encode(Sha256::digest(TOKEN.as_bytes()))})
@@ -496,30 +491,16 @@ mod tests {
 
     /// A proof signed with an Ed25519 key; its key's JWK.
     fn ed_proof(header: Value, claims: &Value) -> (String, Value) {
-        let key = SigningKey::from_bytes(&[7; 32]);
-        let jwk = json!({"kty": "OKP", "crv": "Ed25519",
-                         "x": URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes())});
+        let (key, jwk) = test_jws::ed_key(7);
         let mut header = header;
         header["jwk"] = jwk.clone();
-        let signed = format!("{}.{}", b64(&header), b64(claims));
-        let sig = key.sign(signed.as_bytes());
-        (
-            format!("{signed}.{}", URL_SAFE_NO_PAD.encode(sig.to_bytes())),
-            jwk,
-        )
+        (test_jws::ed_sign(&key, &header, claims), jwk)
     }
 
     fn es_proof(claims: &Value) -> (String, Value) {
-        let rng = SystemRandom::new();
-        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
-        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng).unwrap();
-        let point = pair.public_key().as_ref();
-        let jwk = json!({"kty": "EC", "crv": "P-256",
-                         "x": URL_SAFE_NO_PAD.encode(&point[1..33]), "y": URL_SAFE_NO_PAD.encode(&point[33..])});
+        let (pair, jwk) = test_jws::p256();
         let header = json!({"typ": "dpop+jwt", "alg": "ES256", "jwk": jwk});
-        let signed = format!("{}.{}", b64(&header), b64(claims));
-        let sig = pair.sign(&rng, signed.as_bytes()).unwrap();
-        (format!("{signed}.{}", URL_SAFE_NO_PAD.encode(sig.as_ref())), jwk)
+        (test_jws::es_sign(&pair, &header, claims), jwk)
     }
 
     #[test]
@@ -616,11 +597,7 @@ mod tests {
         let jwk = json!({"kty": "OKP", "crv": "Ed25519",
                          "x": URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes())});
         let header = json!({"typ": "dpop+jwt", "alg": "EdDSA", "jwk": jwk});
-        let signed = format!("{}.{}", b64(&header), b64(&claims()));
-        let proof = format!(
-            "{signed}.{}",
-            URL_SAFE_NO_PAD.encode(key.sign(signed.as_bytes()).to_bytes())
-        );
+        let proof = test_jws::ed_sign(&key, &header, &claims());
         let err = check_proof(&proof, &expected()).unwrap_err().0;
         assert!(err.contains("RFC 9421"), "{err}");
         let mut negated = key.verifying_key().to_bytes();

@@ -7,6 +7,8 @@ pub mod dpop;
 pub mod foreign;
 mod jwt;
 pub mod policy;
+#[cfg(test)]
+mod test_jws;
 
 pub use jwt::{
     absolute_uri, decode, encode, encode_json, Actor, Audience, Claims, Confirmation, RejectReason, Rejected,
