@@ -226,6 +226,36 @@ fn revocation(c: &mut Criterion) {
     g.finish();
 }
 
+/// The resident memory of this process, from `/proc/self/status` (Linux).
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
+    Some(kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok()? * 1024)
+}
+
+/// What the revocation index holds of a revoked agent, printed: the growth of resident memory
+/// over a million revocations (their reasons are cached apart, within a budget).
+fn revocation_memory(_: &mut Criterion) {
+    const N: usize = 1_000_000;
+    let registry = Registry::default();
+    let ids: Vec<AgentId> = (0..N)
+        .map(|i| AgentId::parse(&format!("agt_01jd{i:022}")).unwrap())
+        .collect();
+    let Some(before) = resident_bytes() else {
+        println!("registry/revocation_memory: no /proc/self/status here");
+        return;
+    };
+    for id in &ids {
+        registry.mark_revoked(id, None);
+    }
+    let grown = resident_bytes().unwrap_or(before).saturating_sub(before);
+    assert!(ids.iter().all(|id| registry.is_revoked(id.as_str())));
+    println!(
+        "registry/revocation_memory: {} bytes a revoked agent (resident memory grown over {N})",
+        grown / N as u64
+    );
+}
+
 fn rate_limit(c: &mut Criterion) {
     use agentid::engine::ratelimit::{Class, RateLimits, RateSubject};
     use futures_util::FutureExt;
@@ -343,6 +373,6 @@ fn dpop(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
-    targets = token_paths, audit, answer, revocation, rate_limit, status_list, dpop
+    targets = token_paths, audit, answer, revocation, revocation_memory, rate_limit, status_list, dpop
 }
 criterion_main!(benches);
