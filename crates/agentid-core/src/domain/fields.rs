@@ -111,9 +111,37 @@ mod tests {
             prop_assert_eq!(Description::parse(&s).is_ok(), keeps(&DESCRIPTION, &s), "description {:?}", s);
             prop_assert_eq!(RevokeReason::parse(&s).is_ok(), keeps(&REVOKE_REASON, &s), "reason {:?}", s);
             prop_assert_eq!(is_http_method(&s), keeps(&HTTP_METHOD, &s), "method {:?}", s);
-            let id = format!("agt_{s}");
+        }
+
+        #[test]
+        fn an_agent_id_is_what_its_pattern_says(id in agent_ids()) {
             prop_assert_eq!(AgentId::parse(&id).is_some(), keeps(&AGENT_ID, &id), "id {:?}", id);
         }
+    }
+
+    /// Agent ids as the service writes them, and such ids with a letter changed (to one of
+    /// the Crockford letters, past 7 first, or to none of them), one letter more or less.
+    fn agent_ids() -> impl Strategy<Value = String> {
+        let crockford: Vec<char> = "0123456789abcdefghjkmnpqrstvwxyz".chars().collect();
+        let other: Vec<char> = "0789azilouAZ-é".chars().collect();
+        (
+            proptest::sample::select(crockford[..8].to_vec()),
+            proptest::collection::vec(proptest::sample::select(crockford), 25),
+            0..30usize,
+            proptest::sample::select(other),
+        )
+            .prop_map(|(first, rest, at, c)| {
+                let mut id: Vec<char> = std::iter::once(first).chain(rest).collect();
+                match at {
+                    26 => id.push(c),
+                    27 => {
+                        id.pop();
+                    }
+                    28 | 29 => {}
+                    _ => id[at] = c,
+                }
+                format!("agt_{}", String::from_iter(id))
+            })
     }
 
     #[test]

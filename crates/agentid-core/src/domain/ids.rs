@@ -110,10 +110,13 @@ macro_rules! prefixed_id {
 fn is_id(prefix: IdPrefix, s: &str) -> bool {
     s.strip_prefix(prefix.as_str()).is_some_and(|rest| match prefix {
         IdPrefix::Agent => ulid_bits(rest.as_bytes()).is_some(),
-        _ => {
-            rest.len() == ulid::ULID_LEN && rest.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
-        }
+        _ => ulid_shaped(rest),
     })
+}
+
+/// 26 lower-case letters and digits.
+fn ulid_shaped(rest: &str) -> bool {
+    rest.len() == ulid::ULID_LEN && rest.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
 }
 
 /// The value of 26 letters of a ULID, `None` when they are not one.
@@ -153,6 +156,17 @@ prefixed_id!(
     AgentId,
     Agent
 );
+impl AgentId {
+    /// An agent id as a record of the log may name it: besides [`AgentId::parse`]'s form, the
+    /// shape agent ids were read in before they were read as ULIDs (26 lower-case letters and
+    /// digits), which a forged token's name recorded then may have. Only for reading such
+    /// records back: no agent has such an id, and the revocation index knows none.
+    pub fn parse_recorded(s: &str) -> Option<Self> {
+        let rest = s.strip_prefix(IdPrefix::Agent.as_str())?;
+        ulid_shaped(rest).then(|| AgentId(s.to_owned()))
+    }
+}
+
 prefixed_id!(
     /// An organization: `org_…`.
     OrgId,

@@ -129,7 +129,7 @@ impl LedgerCheck<'_> {
         agents.sort_by(|a, b| a.0.cmp(&b.0));
         for (agent, rows) in agents {
             self.stored_agent_rows.remove(&agent);
-            let stored = match AgentId::parse(&agent) {
+            let stored = match AgentId::parse_recorded(&agent) {
                 Some(id) => self.store.agent_rows(&self.ledger, &id).await?,
                 // No agent row can be stored under a name that is no agent's id.
                 None => Vec::new(),
