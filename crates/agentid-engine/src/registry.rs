@@ -1,7 +1,9 @@
 //! The registry: what a verify answer needs about each agent, and the revocation index.
-//! Both live in `DashMap`s that the verify path reads without locks or awaits; the agents
-//! learned past the registry's byte budget, in a weighted cache (its shards' locks) asked
-//! only when the map misses. Entries never change once written (an agent's name, scopes
+//! The agents live in a `DashMap` and the index in a `DashSet` of ULIDs, which the verify path
+//! reads without locks or awaits; the agents learned past the registry's byte budget, in a
+//! weighted cache (its shards' locks) asked only when the map misses. The reasons given for
+//! revocations are in a weighted cache too: a revoked token whose reason it does not hold
+//! reads it from the store. Entries never change once written (an agent's name, scopes
 //! and owner are fixed at registration; revocation only ever adds), so readers can never
 //! see a half-updated agent, and writers (registrations, revocations, cold misses, the
 //! resync task) never conflict: every write to a map is an insert-if-absent, in any order,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentid_core::domain::{AgentId, Millis, StatusPlace};
-use agentid_store::{AgentRecord, RevokedSince, SharedStore};
+use agentid_store::{AgentRecord, RevokedSince, SharedStore, StoreError};
 
 use super::registry::Registry;
 use super::ssf::Ssf;
@@ -77,24 +77,22 @@ impl Revocations {
     }
 
     /// The reason a revoked agent was revoked for, if one was given: from the cache, else
-    /// read from the store (and cached). Not readable now: none is said.
-    pub(crate) async fn reason(&self, store: &SharedStore, id: &str) -> Option<Arc<str>> {
+    /// read from the store (and cached).
+    pub(crate) async fn reason(&self, store: &SharedStore, id: &str) -> Result<Option<Arc<str>>, StoreError> {
         if let Some(held) = self.registry.revocation_reason(id) {
-            return held;
+            return Ok(held);
         }
-        let agent = AgentId::parse(id)?;
-        match store.get_agent(&agent).await {
-            Ok(Some(a)) if a.revoked_at.is_some() => {
+        let Some(agent) = AgentId::parse(id) else {
+            return Ok(None);
+        };
+        Ok(match store.get_agent(&agent).await? {
+            Some(a) if a.revoked_at.is_some() => {
                 self.registry
                     .mark_revoked(&a.id, Some(a.revocation_reason.as_deref()));
                 a.revocation_reason.map(Arc::from)
             }
-            Ok(_) => None,
-            Err(e) => {
-                tracing::warn!(error = %e, agent_id = id, "a revocation's reason could not be read");
-                None
-            }
-        }
+            _ => None,
+        })
     }
 
     /// A revocation the audit transaction saw that the index did not hold (another instance

@@ -276,7 +276,7 @@ impl Verify {
             mode: agent.mode,
         };
         let (mut result, mut failure_reason) = if self.registry.is_revoked(claims.agent_id()) {
-            let reason = Box::pin(self.revocations.reason(&self.store, claims.agent_id())).await;
+            let reason = Box::pin(self.revocations.reason(&self.store, claims.agent_id())).await?;
             (
                 VerifyResult::Revoked,
                 Some(revoked_failure_reason(reason.as_deref())),

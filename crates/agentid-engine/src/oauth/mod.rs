@@ -363,7 +363,7 @@ impl OAuth {
             agent.revocation_reason.as_deref().map(Arc::from)
         } else if self.registry.is_revoked(agent.id.as_str()) {
             // Revoked since it was read.
-            self.revocations.reason(&self.store, agent.id.as_str()).await
+            self.revocations.reason(&self.store, agent.id.as_str()).await?
         } else {
             return Ok(());
         };
