@@ -787,28 +787,54 @@ async fn the_https_check_is_bounded_in_size_and_time() {
 }
 
 /// Attack: pending claims on names whose servers take the request and never answer, tried
-/// all at once. Each fetch holds a thread for its timeout: the proofs take at most a quarter
-/// of the fetches the service makes at once (16), and one past them fails at once, so that
-/// names that hang never hold every thread status lists, pushes and other fetches run on.
+/// all at once. Each fetch holds a thread for its timeout: an organization verifies at most 4
+/// names at once (one more is refused at once, and is no attempt), and the proofs of all take
+/// at most a quarter of the fetches the service makes at once (16; one past them fails at
+/// once), so that names that hang hold neither every other organization's proofs nor every
+/// thread status lists, pushes and other fetches run on.
 #[actix_web::test]
 async fn https_proofs_under_way_at_once_are_bounded() {
     let w = world_with(Reach {
         insecure: true,
         doors: TestDoors {
-            https_port: Some(silent_port(17)),
+            https_port: Some(silent_port(21)),
             http_port: Some(closed_port()),
             extra_roots: Vec::new(),
         },
     })
     .await;
-    let names: Vec<String> = (0..17).map(|i| format!("hang{i}.example")).collect();
-    for name in &names {
-        assert_eq!(w.claim(w.a(), name).await.status, 201);
-        w.dns.addr(name, "127.0.0.1".parse().unwrap());
+    let limits = OrgLimits::resolve(Plan::Enterprise, Some(1_000_000), Some(1_000_000), None).unwrap();
+    let mut keys = vec![w.a().to_owned(), w.b().to_owned()];
+    for name in ["c", "d", "e"] {
+        let org = admin::create_org(&w.app.store, w.app.engine.keys(), name, Plan::Enterprise, limits)
+            .await
+            .unwrap();
+        keys.push(org.keys.secret_live);
     }
-    let tried = futures_util::future::join_all(names.iter().map(|name| w.verify(w.a(), name))).await;
+    // Four names of each of five organizations, and a fifth of the first.
+    let mut tries = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        for j in 0..(if i == 0 { 5 } else { 4 }) {
+            let name = format!("hang{i}-{j}.example");
+            assert_eq!(w.claim(key, &name).await.status, 201);
+            w.dns.addr(&name, "127.0.0.1".parse().unwrap());
+            tries.push((key.as_str(), name));
+        }
+    }
+    let tried = futures_util::future::join_all(tries.iter().map(|(key, name)| w.verify(key, name))).await;
+    let over = tried.iter().filter(|r| r.status == 429).collect::<Vec<_>>();
+    let statuses: Vec<u16> = tried.iter().map(|r| r.status).collect();
+    assert_eq!(over.len(), 1, "{statuses:?}");
+    over[0].assert_error(429, "RATE_LIMITED");
+    assert!(
+        over[0].text().contains("at most 4 names at once"),
+        "{}",
+        over[0].text()
+    );
+    assert_eq!(over[0].header("retry-after").as_deref(), Some("5"));
     let messages: Vec<String> = tried
         .iter()
+        .filter(|r| r.status != 429)
         .map(|r| r.assert_error(422, "DOMAIN_NOT_VERIFIED")["error"]["message"].to_string())
         .collect();
     let busy = messages
@@ -816,7 +842,10 @@ async fn https_proofs_under_way_at_once_are_bounded() {
         .filter(|m| m.contains("cannot be fetched now"))
         .count();
     let hung = messages.iter().filter(|m| m.contains("timed out")).count();
-    assert_eq!((busy, hung), (1, 16), "{messages:#?}");
+    assert_eq!((busy, hung), (4, 16), "{messages:#?}");
+    // Done, the first organization verifies again.
+    let again = w.verify(w.a(), "hang0-0.example").await;
+    again.assert_error(422, "DOMAIN_NOT_VERIFIED");
 }
 
 /// Attack: a DNS answer points the HTTPS check at 127.0.0.1, without the insecure flag.
@@ -1085,7 +1114,6 @@ async fn the_open_policy_lets_anyone_issue_under_any_name() {
     assert_eq!(res.status, 201, "{}", res.text());
 }
 
-/// A port nothing listens on.
 /// The port of a server that takes `connections` and never answers them (for 30 s).
 fn silent_port(connections: usize) -> u16 {
     let silent = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -1098,6 +1126,7 @@ fn silent_port(connections: usize) -> u16 {
     port
 }
 
+/// A port nothing listens on.
 fn closed_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()

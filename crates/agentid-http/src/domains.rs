@@ -27,7 +27,7 @@ impl From<DomainError> for ApiError {
                 ApiError::new(ErrorCode::TooManyDomains, e.to_string())
             }
             DomainError::NotVerified(found) => ApiError::new(ErrorCode::DomainNotVerified, found),
-            DomainError::RateLimited(wait) => {
+            DomainError::RateLimited(wait) | DomainError::Busy(wait) => {
                 let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
                 ApiError::new(ErrorCode::RateLimited, format!("{e}: retry in {secs} s"))
                     .with_header(header::RETRY_AFTER, HeaderValue::from(secs.max(1)))
@@ -218,7 +218,7 @@ pub async fn get(
         (status = 400, description = "VALIDATION_ERROR: not a host name", body = ErrorBody),
         (status = 404, description = "DOMAIN_NOT_FOUND: not claimed", body = ErrorBody),
         (status = 422, description = "DOMAIN_NOT_VERIFIED: what each lookup found", body = ErrorBody),
-        (status = 429, description = "RATE_LIMITED: 10 attempts a minute per domain (Retry-After)", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED: 10 attempts a minute per domain, or 4 verifications of the organization's under way at once (Retry-After)", body = ErrorBody),
     ),
 )]
 pub async fn verify(

@@ -3,6 +3,7 @@
 //! it; under the `verified` policy nothing else may. Who holds what, and what a name changing
 //! hands does, are `domain::holding`'s rules, applied in the store's exclusive transaction.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,6 +29,10 @@ pub(crate) const MAX_PENDING: u32 = 100;
 pub(crate) const MAX_NAMES: u32 = 1000;
 /// Verification attempts of one organization's claims of a name in any minute.
 pub(crate) const ATTEMPTS_PER_MINUTE: usize = 10;
+/// Verifications of one organization's claims under way at once (each may hold a proof's
+/// fetch for its timeout): a quarter of the proofs' share, so that one organization's names
+/// that hang leave other organizations theirs.
+pub(crate) const VERIFYING_PER_ORG: usize = PROOF_FETCHES / 4;
 /// The label under which the TXT record is looked up.
 pub(crate) const DNS_LABEL: &str = "_agentid-challenge";
 /// What the TXT record says, before the value.
@@ -91,6 +96,10 @@ pub enum DomainError {
     NotVerified(String),
     #[error("at most {ATTEMPTS_PER_MINUTE} verification attempts a minute per domain")]
     RateLimited(Duration),
+    /// The organization's verifications under way are as many as it may have: try again
+    /// after the time one may take.
+    #[error("an organization verifies at most {VERIFYING_PER_ORG} names at once")]
+    Busy(Duration),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -133,6 +142,26 @@ pub struct Domains {
     /// The proofs' share of the outbound fetches: names whose servers hang (each caller's
     /// pending claims, tried again and again) leave other fetches theirs.
     proofs: Arc<tokio::sync::Semaphore>,
+    /// Each organization's verifications under way (none is held at 0).
+    verifying: parking_lot::Mutex<HashMap<OrgId, usize>>,
+}
+
+/// One of an organization's verifications under way, counted until it is dropped.
+struct Verifying<'a> {
+    counts: &'a parking_lot::Mutex<HashMap<OrgId, usize>>,
+    org_id: OrgId,
+}
+
+impl Drop for Verifying<'_> {
+    fn drop(&mut self) {
+        let mut counts = self.counts.lock();
+        if let Some(n) = counts.get_mut(&self.org_id) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.org_id);
+            }
+        }
+    }
 }
 
 /// The most HTTPS proofs fetched at once: a quarter of what the outbound client takes.
@@ -150,12 +179,27 @@ impl Domains {
         Domains {
             outbound,
             proofs: Arc::new(tokio::sync::Semaphore::new(PROOF_FETCHES)),
+            verifying: parking_lot::Mutex::new(HashMap::new()),
             store,
             keys,
             cfg,
             mover,
             domain_list,
         }
+    }
+
+    /// Counts a verification of `org_id`'s under way, unless it has as many as it may.
+    fn start_verifying(&self, org_id: &OrgId) -> Option<Verifying<'_>> {
+        let mut counts = self.verifying.lock();
+        let n = counts.entry(org_id.clone()).or_insert(0);
+        if *n >= VERIFYING_PER_ORG {
+            return None;
+        }
+        *n += 1;
+        Some(Verifying {
+            counts: &self.verifying,
+            org_id: org_id.clone(),
+        })
     }
 
     pub fn policy(&self) -> IssuerPolicy {
@@ -269,6 +313,10 @@ impl Domains {
         let Some(claim) = self.store.domain_claim(org_id, domain).await? else {
             return Err(DomainError::NotFound(name.to_owned()));
         };
+        // Before an attempt is counted: one refused here is no attempt.
+        let _verifying = self
+            .start_verifying(org_id)
+            .ok_or(DomainError::Busy(FETCH_TIMEOUT))?;
         match self
             .store
             .domain_attempt(org_id, domain, Millis::now(), ATTEMPTS_PER_MINUTE)
