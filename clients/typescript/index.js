@@ -513,9 +513,12 @@ export class Verifier {
       if (bits !== 1 || typeof lst !== "string") throw new Error("status lists of one bit only");
       const inflated = new Blob([b64url(lst)]).stream().pipeThrough(new DecompressionStream("deflate"));
       const ttl = claims.ttl ?? 60;
-      if (!(typeof ttl === "number" && ttl >= 0 && ttl < Infinity)) throw new Error(`ttl ${claims.ttl}`);
+      if (!(typeof ttl === "number" && ttl > 0 && ttl < Infinity)) {
+        throw new Error(`ttl ${JSON.stringify(claims.ttl)} is not a positive number of seconds`);
+      }
       // decode checked exp (a finite number when present) against the clock.
-      return { bits: await readAtMost(inflated, MAX_LIST_BYTES), ttl, exp: claims.exp ?? Infinity };
+      const held = Math.min(ttl, MAX_CACHE_SECONDS);
+      return { bits: await readAtMost(inflated, MAX_LIST_BYTES), ttl: held, exp: claims.exp ?? Infinity };
     } catch (e) {
       fail("UNAVAILABLE", `the status list at ${uri} is unusable: ${e.message}`);
     }

@@ -303,6 +303,38 @@ def test_a_status_list_is_inflated_to_16_mib_and_no_further(proxied):
         assert got == answer, size
 
 
+def test_a_list_ttl_is_a_positive_count_held_a_day_at_most(proxied):
+    """Attack on the warm path: a list (signed as the service's) whose ttl is 0 or less would
+    be fetched again at every check, one of a year would keep a revocation unseen within its
+    exp. A ttl that is no positive number makes the list UNAVAILABLE; one past a day is held a
+    day, and a list is fetched once for the checks within its ttl."""
+    server, proxy = proxied
+    _, token = server.register()
+    uri = jwt.decode(token, options={"verify_signature": False})["status"]["status_list"]["uri"]
+    for ttl, held in ((0, None), (-1, None), ("60", None), (True, None), (31_536_000, 86_400), (30, 30)):
+
+        def with_ttl(path, status, headers, body, ttl=ttl):
+            if not path.startswith("/v1/status/"):
+                return status, headers, body
+            claims = jwt.decode(body, options={"verify_signature": False})
+            claims["ttl"] = ttl
+            return status, headers, server.sign(claims, typ="statuslist+jwt").encode()
+
+        proxy.rewrite = with_ttl
+        verifier = Verifier(proxy.url, allow_local=True)
+        try:
+            if held is None:
+                with pytest.raises(Unavailable):
+                    verifier.verify(token)
+                continue
+            for _ in range(3):
+                verifier.verify(token)
+            assert verifier._lists[uri].ttl == held, ttl
+            assert verifier.counts().fetches[("status_list", "fetched")] == 1, ttl
+        finally:
+            proxy.rewrite = None
+
+
 def test_a_token_whose_times_are_nan_or_infinity_is_invalid(proxied):
     """Attack: JSON has no NaN nor Infinity, but Python's json reads them (and 1e999 as
     Infinity); an "exp" of one (signed as the service's) would never expire."""

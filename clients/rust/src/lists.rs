@@ -153,13 +153,18 @@ impl Verifier {
         let bits = miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(&compressed, MAX_LIST_BYTES)
             .map_err(|_| invalid("lst is not zlib"))?;
         let ttl = match claims.get("ttl") {
-            None => 60,
-            Some(t) => t.as_u64().ok_or_else(|| invalid(format!("ttl {t}")))?,
+            None => None,
+            Some(t) => Some(
+                t.as_u64()
+                    .filter(|t| *t > 0)
+                    .ok_or_else(|| invalid(format!("ttl {t} is not a positive number of seconds")))?,
+            ),
         };
         Ok(HeldList {
             bits: Arc::new(bits),
             fetched: Instant::now(),
-            ttl: Duration::from_secs(ttl),
+            // As a max-age: a day at most.
+            ttl: crate::transport::cache_for(ttl),
             exp: exp.flatten(),
             etag: f.etag.clone(),
         })

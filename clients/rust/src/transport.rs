@@ -291,6 +291,14 @@ impl Verifier {
 mod tests {
     use super::*;
 
+    /// A max-age (or a status list's ttl) of a year is held a day; without one, 60 s.
+    #[test]
+    fn what_the_service_says_to_keep_is_kept_a_day_at_most() {
+        assert_eq!(cache_for(Some(31_536_000)), Duration::from_secs(86_400));
+        assert_eq!(cache_for(Some(30)), Duration::from_secs(30));
+        assert_eq!(cache_for(None), Duration::from_secs(60));
+    }
+
     /// Attack: a server whose chunked answer sends a chunk's size line without end (ureq
     /// reads that line whole before the body's bound sees a byte).
     #[test]

@@ -1037,6 +1037,11 @@ async fn a_broken_or_oversized_answer_is_unavailable() {
             "/v1/status/",
             list_of(json!({"bits": 1, "lst": zeros}), json!(-1)),
         ),
+        // A ttl of 0 would have the list fetched again at every check.
+        (
+            "/v1/status/",
+            list_of(json!({"bits": 1, "lst": zeros}), json!(0)),
+        ),
         (
             "/v1/status/",
             list_of(json!({"bits": 1, "lst": zeros}), json!("60")),

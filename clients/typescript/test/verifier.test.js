@@ -1,5 +1,6 @@
 import { test, before, after } from "node:test";
 import { spawnSync } from "node:child_process";
+import { deflateSync } from "node:zlib";
 import assert from "node:assert/strict";
 import { SignJWT, generateKeyPair, decodeProtectedHeader } from "jose";
 import { Verifier, VerificationError } from "../index.js";
@@ -430,6 +431,7 @@ test("a broken or oversized answer is UNAVAILABLE, never another error", async (
   const jwks = await (await fetch(`${ps.base}/.well-known/jwks.json`)).text();
   const { status } = claimsOf(token);
   const listClaims = { sub: status.status_list.uri, iat: Math.floor(Date.now() / 1000), ttl: 60 };
+  const zeros = deflateSync(Buffer.alloc(1 << 17)).toString("base64url");
   const cases = [
     ["/.well-known/jwks.json", "<html>gateway</html>"],
     ["/.well-known/jwks.json", "[]"],
@@ -440,6 +442,8 @@ test("a broken or oversized answer is UNAVAILABLE, never another error", async (
     ["/v1/status/", await ps.sign({ ...listClaims, status_list: { bits: 1, lst: "bm90IHpsaWI" } }, "statuslist+jwt")],
     ["/v1/status/", await ps.sign({ ...listClaims, status_list: { bits: 1, lst: "%%%" } }, "statuslist+jwt")],
     ["/v1/status/", await ps.sign({ ...listClaims, status_list: { bits: 2, lst: "eJwDAAAAAAE" } }, "statuslist+jwt")],
+    // A ttl of 0 (or less) would have the list fetched again at every check.
+    ...(await Promise.all([0, -1, "60"].map(async (ttl) => ["/v1/status/", await ps.sign({ ...listClaims, ttl, status_list: { bits: 1, lst: zeros } }, "statuslist+jwt")]))),
     ["/v1/verify/", "<html>gateway</html>"],
     ["/v1/verify/", '{"valid": true}'],
   ];
@@ -452,6 +456,12 @@ test("a broken or oversized answer is UNAVAILABLE, never another error", async (
         assert.equal(await code(v[method](token)), "UNAVAILABLE", `${prefix} (${attempt}): ${body.slice(0, 80)}`);
       }
     }
+    // A ttl of a year is held a day at most.
+    const year = await ps.sign({ ...listClaims, ttl: 31_536_000, status_list: { bits: 1, lst: zeros } }, "statuslist+jwt");
+    proxy.rewrite = under("/v1/status/", () => [200, { "content-type": "application/statuslist+jwt" }, Buffer.from(year)]);
+    const held = new Verifier({ allowLocal: true, baseUrl: proxy.url });
+    assert.equal(await code(held.verify(token)), "ok");
+    assert.equal(held.lists.get(status.status_list.uri).ttl, 86_400);
     // Through the Express middleware: 503, not a 500.
     proxy.rewrite = under("/.well-known/jwks.json", () => [200, {}, Buffer.from("<html>gateway</html>")]);
     const r = await runMiddleware(agentIdMiddleware(new Verifier({ allowLocal: true, baseUrl: proxy.url })), `Bearer ${token}`);

@@ -78,7 +78,8 @@ ACCESS_TOKEN_TYP = "at+jwt"
 MAX_TOKEN_BYTES = 4096
 #: The most read of any answer of the service.
 MAX_BODY_BYTES = 1 << 20
-#: The longest a fetched document is held fresh, whatever its ``max-age`` says: a day.
+#: The longest a fetched document is held fresh, whatever its ``max-age`` (or a status list's
+#: ``ttl``) says: a day.
 MAX_CACHE_SECONDS = 86_400
 #: The most bytes a status list is inflated to (a list of 128 Mi places).
 MAX_LIST_BYTES = 16 << 20
@@ -767,7 +768,10 @@ class Verifier:
                 raise TokenInvalid("status lists of one bit only")
             data = lst["lst"]
             bits = _inflate(base64.urlsafe_b64decode(data + "=" * (-len(data) % 4)))
-            return bits, int(claims.get("ttl", 60)), claims.get("exp")
+            ttl = claims.get("ttl", 60)
+            if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl < math.inf:
+                raise TokenInvalid(f"ttl {ttl!r} is not a positive number of seconds")
+            return bits, min(ttl, MAX_CACHE_SECONDS), claims.get("exp")
         except (VerificationError, KeyError, TypeError, ValueError, zlib.error) as e:
             raise Unavailable(f"the status list at {uri} is unusable: {e}") from e
 
