@@ -343,7 +343,17 @@ impl OAuth {
                 .refused(Some(&agent), VerifyResult::Invalid, why, now, received)
                 .await);
         }
-        self.refuse_revoked(&agent, now, received).await?;
+        if let Err(e) = self.refuse_revoked(&agent, now, received).await {
+            if matches!(e, OAuthError::Unavailable(_)) {
+                // Not refused for good but told to try again (503): what the request spent is
+                // given back, so that the same request may.
+                if let Err(e) = self.store.release_assertion(&id).await {
+                    tracing::warn!(error = %e, "cannot give back an assertion whose refusal was not recorded");
+                }
+                self.limits.return_cell(bucket(&org), Class::Other);
+            }
+            return Err(e);
+        }
         Ok(Client {
             agent,
             org,
