@@ -831,7 +831,7 @@ async fn https_proofs_under_way_at_once_are_bounded() {
         "{}",
         over[0].text()
     );
-    assert_eq!(over[0].header("retry-after").as_deref(), Some("5"));
+    assert_eq!(over[0].header("retry-after").as_deref(), Some("15"));
     let messages: Vec<String> = tried
         .iter()
         .filter(|r| r.status != 429)

@@ -204,7 +204,8 @@ impl Registry {
     /// the reason given into its cache when it is known (`Some`, holding `None` when none
     /// was given). A revocation is permanent and its reason fixed: the first one held stays.
     pub fn mark_revoked(&self, id: &AgentId, reason: Option<Option<&str>>) {
-        // Every `AgentId` has its bits: `AgentId::parse` takes only what `agent_bits` reads.
+        // An agent's id has its bits (`AgentId::parse` takes only what `agent_bits` reads); a
+        // name read back from an old record (`AgentId::parse_recorded`) may not, and is no agent's.
         let Some(bits) = agent_bits(id.as_str()) else {
             return;
         };

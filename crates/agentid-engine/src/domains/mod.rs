@@ -42,6 +42,7 @@ pub(crate) const WELL_KNOWN_PATH: &str = "/.well-known/agentid-domain-verificati
 /// The HTTPS check's bounds: a verification takes at most two lookups (5 s each) and one
 /// fetch, 15 s.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+const VERIFICATION_TIME: Duration = Duration::from_secs(15);
 const FETCH_MAX_BYTES: usize = 4096;
 /// How much of an answer a failure message repeats.
 const MESSAGE_MAX: usize = 300;
@@ -316,7 +317,7 @@ impl Domains {
         // Before an attempt is counted: one refused here is no attempt.
         let _verifying = self
             .start_verifying(org_id)
-            .ok_or(DomainError::Busy(FETCH_TIMEOUT))?;
+            .ok_or(DomainError::Busy(VERIFICATION_TIME))?;
         match self
             .store
             .domain_attempt(org_id, domain, Millis::now(), ATTEMPTS_PER_MINUTE)
