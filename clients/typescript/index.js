@@ -512,12 +512,13 @@ export class Verifier {
       const { bits, lst } = claims.status_list ?? {};
       if (bits !== 1 || typeof lst !== "string") throw new Error("status lists of one bit only");
       const inflated = new Blob([b64url(lst)]).stream().pipeThrough(new DecompressionStream("deflate"));
-      const ttl = claims.ttl ?? 60;
+      const ttl = claims.ttl === undefined ? 60 : claims.ttl;
       if (!(typeof ttl === "number" && ttl > 0 && ttl < Infinity)) {
         throw new Error(`ttl ${JSON.stringify(claims.ttl)} is not a positive number of seconds`);
       }
       // decode checked exp (a finite number when present) against the clock.
-      const held = Math.min(ttl, MAX_CACHE_SECONDS);
+      // A second at least (a ttl of a millisecond would be a fetch at every check).
+      const held = Math.min(Math.max(ttl, 1), MAX_CACHE_SECONDS);
       return { bits: await readAtMost(inflated, MAX_LIST_BYTES), ttl: held, exp: claims.exp ?? Infinity };
     } catch (e) {
       fail("UNAVAILABLE", `the status list at ${uri} is unusable: ${e.message}`);

@@ -443,7 +443,7 @@ test("a broken or oversized answer is UNAVAILABLE, never another error", async (
     ["/v1/status/", await ps.sign({ ...listClaims, status_list: { bits: 1, lst: "%%%" } }, "statuslist+jwt")],
     ["/v1/status/", await ps.sign({ ...listClaims, status_list: { bits: 2, lst: "eJwDAAAAAAE" } }, "statuslist+jwt")],
     // A ttl of 0 (or less) would have the list fetched again at every check.
-    ...(await Promise.all([0, -1, "60"].map(async (ttl) => ["/v1/status/", await ps.sign({ ...listClaims, ttl, status_list: { bits: 1, lst: zeros } }, "statuslist+jwt")]))),
+    ...(await Promise.all([0, -1, "60", null].map(async (ttl) => ["/v1/status/", await ps.sign({ ...listClaims, ttl, status_list: { bits: 1, lst: zeros } }, "statuslist+jwt")]))),
     ["/v1/verify/", "<html>gateway</html>"],
     ["/v1/verify/", '{"valid": true}'],
   ];
@@ -462,6 +462,12 @@ test("a broken or oversized answer is UNAVAILABLE, never another error", async (
     const held = new Verifier({ allowLocal: true, baseUrl: proxy.url });
     assert.equal(await code(held.verify(token)), "ok");
     assert.equal(held.lists.get(status.status_list.uri).ttl, 86_400);
+    // One of a millisecond is held a second.
+    const ms = await ps.sign({ ...listClaims, ttl: 0.001, status_list: { bits: 1, lst: zeros } }, "statuslist+jwt");
+    proxy.rewrite = under("/v1/status/", () => [200, { "content-type": "application/statuslist+jwt" }, Buffer.from(ms)]);
+    const brief = new Verifier({ allowLocal: true, baseUrl: proxy.url });
+    assert.equal(await code(brief.verify(token)), "ok");
+    assert.equal(brief.lists.get(status.status_list.uri).ttl, 1);
     // Through the Express middleware: 503, not a 500.
     proxy.rewrite = under("/.well-known/jwks.json", () => [200, {}, Buffer.from("<html>gateway</html>")]);
     const r = await runMiddleware(agentIdMiddleware(new Verifier({ allowLocal: true, baseUrl: proxy.url })), `Bearer ${token}`);

@@ -771,7 +771,8 @@ class Verifier:
             ttl = claims.get("ttl", 60)
             if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl < math.inf:
                 raise TokenInvalid(f"ttl {ttl!r} is not a positive number of seconds")
-            return bits, min(ttl, MAX_CACHE_SECONDS), claims.get("exp")
+            # A second at least (a ttl of a millisecond would be a fetch at every check).
+            return bits, min(max(ttl, 1), MAX_CACHE_SECONDS), claims.get("exp")
         except (VerificationError, KeyError, TypeError, ValueError, zlib.error) as e:
             raise Unavailable(f"the status list at {uri} is unusable: {e}") from e
 
