@@ -87,8 +87,7 @@ impl Revocations {
         };
         Ok(match store.get_agent(&agent).await? {
             Some(a) if a.revoked_at.is_some() => {
-                self.registry
-                    .mark_revoked(&a.id, Some(a.revocation_reason.as_deref()));
+                self.learn(&a);
                 a.revocation_reason.map(Arc::from)
             }
             _ => None,

@@ -42,7 +42,7 @@ pub(crate) const WELL_KNOWN_PATH: &str = "/.well-known/agentid-domain-verificati
 /// The HTTPS check's bounds: a verification takes at most two lookups (5 s each) and one
 /// fetch, 15 s.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
-const VERIFICATION_TIME: Duration = Duration::from_secs(15);
+const VERIFICATION_TIME: Duration = Duration::from_secs(3 * FETCH_TIMEOUT.as_secs());
 const FETCH_MAX_BYTES: usize = 4096;
 /// How much of an answer a failure message repeats.
 const MESSAGE_MAX: usize = 300;
